@@ -1,0 +1,21 @@
+// Connecting the CLI to phosd over its unix socket.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "phos.grpc.pb.h"
+
+namespace phos::cli {
+
+/// Connects to the daemon at `socket_path`. Unavailable, with one line that
+/// says where it looked and how to start a daemon, when none answers within
+/// `timeout_ms`.
+Status ConnectToDaemon(const std::string& socket_path, int timeout_ms,
+                       std::unique_ptr<v1::Phos::Stub>* out);
+
+/// One line for a failed RPC: "<rpc>: <grpc message>".
+std::string DescribeRpcError(const std::string& rpc, const grpc::Status& status);
+
+}  // namespace phos::cli

@@ -1,0 +1,75 @@
+// phos ps: the sessions (app processes) phosd serves.
+#include <google/protobuf/util/json_util.h>
+
+#include <iostream>
+#include <memory>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+
+namespace phos::cli {
+namespace {
+
+std::string StateName(v1::SessionState state) {
+  switch (state) {
+    case v1::SESSION_RUNNING: return "running";
+    case v1::SESSION_CHECKPOINTING: return "checkpointing";
+    case v1::SESSION_RESTORING: return "restoring";
+    case v1::SESSION_MIGRATING: return "migrating";
+    case v1::SESSION_PARKED: return "parked";
+    case v1::SESSION_EXITED: return "exited";
+    default: return "unknown";
+  }
+}
+
+int RunPs(const GlobalOptions& global, int pid, bool json) {
+  std::unique_ptr<v1::Phos::Stub> stub;
+  Status s = ConnectToDaemon(global.socket_path, global.connect_timeout_ms, &stub);
+  if (!s.ok()) {
+    std::cerr << "phos: " << s.message() << "\n";
+    return 1;
+  }
+  grpc::ClientContext ctx;
+  v1::ListSessionsRequest req;
+  req.set_pid(pid);
+  v1::ListSessionsReply reply;
+  grpc::Status rpc = stub->ListSessions(&ctx, req, &reply);
+  if (!rpc.ok()) {
+    std::cerr << "phos: " << DescribeRpcError("ListSessions", rpc) << "\n";
+    return 1;
+  }
+  if (json) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions opts;
+    opts.add_whitespace = true;
+    opts.preserve_proto_field_names = true;
+    opts.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(reply, &out, opts);
+    std::cout << out;
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::SessionInfo& si : reply.sessions()) {
+    rows.push_back({std::to_string(si.pid()), std::to_string(si.session_id()),
+                    std::to_string(si.device()), HumanBytes(si.device_memory_bytes()),
+                    std::to_string(si.buffer_count()), StateName(si.state()), si.command()});
+  }
+  std::cout << FormatTable({"PID", "SESSION", "GPU", "GPU-MEM", "BUFFERS", "STATE", "COMMAND"},
+                           rows);
+  return 0;
+}
+
+}  // namespace
+
+void AddPsCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
+  auto pid = std::make_shared<int>(0);
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app->add_subcommand(
+      "ps", "List the processes running under phos: pid, GPU memory, buffers, state.");
+  cmd->add_option("--pid", *pid, "Only this process");
+  cmd->add_flag("--json", *json, "Print as JSON (for tools)");
+  cmd->callback([global, pid, json, exit_code] { *exit_code = RunPs(*global, *pid, *json); });
+}
+
+}  // namespace phos::cli

@@ -1,0 +1,64 @@
+// phos status: what the daemon runs on.
+#include <google/protobuf/util/json_util.h>
+
+#include <iostream>
+#include <memory>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+
+namespace phos::cli {
+namespace {
+
+int RunStatus(const GlobalOptions& global, bool json) {
+  std::unique_ptr<v1::Phos::Stub> stub;
+  Status s = ConnectToDaemon(global.socket_path, global.connect_timeout_ms, &stub);
+  if (!s.ok()) {
+    std::cerr << "phos: " << s.message() << "\n";
+    return 1;
+  }
+  grpc::ClientContext ctx;
+  v1::StatusReply reply;
+  grpc::Status rpc = stub->Status(&ctx, v1::StatusRequest(), &reply);
+  if (!rpc.ok()) {
+    std::cerr << "phos: " << DescribeRpcError("Status", rpc) << "\n";
+    return 1;
+  }
+  if (json) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions opts;
+    opts.add_whitespace = true;
+    opts.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(reply, &out, opts);
+    std::cout << out;
+    return 0;
+  }
+  std::cout << "phosd     " << reply.version() << " (pid " << reply.daemon_pid() << ", up "
+            << HumanDuration(reply.uptime_ms()) << ")\n"
+            << "socket    " << reply.socket_path() << "\n"
+            << "backend   " << reply.backend() << " — " << reply.backend_detail() << "\n"
+            << "sessions  " << reply.session_count() << "\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const v1::GpuInfo& g : reply.gpus()) {
+    rows.push_back({std::to_string(g.ordinal()), g.name(),
+                    std::to_string(g.compute_capability_major()) + "." +
+                        std::to_string(g.compute_capability_minor()),
+                    std::to_string(g.multiprocessor_count()), HumanBytes(g.total_memory_bytes()),
+                    HumanBytes(g.free_memory_bytes())});
+  }
+  std::cout << "\n" << FormatTable({"GPU", "NAME", "CC", "SMS", "MEMORY", "FREE"}, rows);
+  return 0;
+}
+
+}  // namespace
+
+void AddStatusCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app->add_subcommand(
+      "status", "Show the daemon's backend, GPUs and their memory, version and uptime.");
+  cmd->add_flag("--json", *json, "Print the raw status as JSON (for tools)");
+  cmd->callback([global, json, exit_code] { *exit_code = RunStatus(*global, *json); });
+}
+
+}  // namespace phos::cli

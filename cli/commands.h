@@ -1,0 +1,21 @@
+// The `phos` subcommands. Each Add*Command registers a subcommand on the app
+// and the callback that runs it; the callback sets *exit_code.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace phos::cli {
+
+/// Options every subcommand shares.
+struct GlobalOptions {
+  std::string socket_path;
+  int connect_timeout_ms = 2000;
+};
+
+void AddDaemonCommand(CLI::App* app, int* exit_code);
+void AddStatusCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
+void AddPsCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
+
+}  // namespace phos::cli

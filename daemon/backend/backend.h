@@ -1,0 +1,189 @@
+// The narrow interface phosd drives a GPU through (DESIGN §7).
+//
+// Two implementations: `cuda` (the driver API, dlopen'ed at start) and `sim`
+// (a functional GPU in the daemon's memory). Everything above this line —
+// sessions, the executor, the C/R engine, the context pool — is written
+// against these two classes only.
+//
+// Threading: a Backend and every Context it creates are safe to call from
+// any number of threads at once; each implementation documents the lock that
+// makes it so. Handles are plain ids owned by their Context; using a handle
+// after destroying it, or with another Context, is an InvalidArgument error,
+// never undefined behaviour.
+//
+// Asynchrony follows CUDA: *Async calls and RecordEvent/StreamWaitEvent
+// enqueue work and return; an error found at enqueue time (bad address, bad
+// handle) is returned at once; an error found while the work runs is sticky
+// on the stream and returned by the next SynchronizeStream/QueryStream/
+// Synchronize.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace phos::backend {
+
+/// A device virtual address. Real and stable (DESIGN §2): the same value is
+/// valid in the app, in phosd, and after a restore.
+using DevicePtr = std::uint64_t;
+
+/// Handles of objects that live inside one Context. 0 is never a valid
+/// handle except kDefaultStream.
+using StreamHandle = std::uint64_t;
+using EventHandle = std::uint64_t;
+using ModuleHandle = std::uint64_t;
+using FunctionHandle = std::uint64_t;
+
+/// The legacy default stream (CUDA's stream 0): work on it waits for all
+/// prior work on blocking streams, and blocking streams wait for it.
+inline constexpr StreamHandle kDefaultStream = 0;
+
+struct DeviceProperties {
+  int ordinal = 0;
+  std::string name;
+  std::string uuid;                  // "GPU-xxxxxxxx-..." style text
+  std::uint64_t total_memory = 0;    // bytes
+  int compute_capability_major = 0;
+  int compute_capability_minor = 0;
+  int multiprocessor_count = 0;
+  int max_threads_per_block = 0;
+  int max_threads_per_multiprocessor = 0;
+  int max_block_dim[3] = {0, 0, 0};
+  int max_grid_dim[3] = {0, 0, 0};
+  int warp_size = 0;
+  std::uint64_t shared_memory_per_block = 0;        // default (opt-in may be more)
+  std::uint64_t shared_memory_per_block_optin = 0;
+  std::uint64_t shared_memory_per_multiprocessor = 0;
+  int registers_per_block = 0;
+  int clock_rate_khz = 0;
+  int memory_clock_rate_khz = 0;
+  int memory_bus_width_bits = 0;
+  int l2_cache_bytes = 0;
+  int async_engine_count = 0;        // copy engines
+  int pci_bus_id = 0;
+  int pci_device_id = 0;
+  int pci_domain_id = 0;
+  std::uint64_t total_constant_memory = 0;
+  int concurrent_kernels = 1;
+  int unified_addressing = 1;
+};
+
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice, kHostToHost };
+
+/// Launch geometry, as cuLaunchKernel takes it.
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+/// Flags for CreateStream (values as cudaStreamNonBlocking).
+inline constexpr unsigned kStreamNonBlocking = 0x1;
+/// Flags for CreateEvent (values as cudaEventDisableTiming etc.).
+inline constexpr unsigned kEventBlockingSync = 0x1;
+inline constexpr unsigned kEventDisableTiming = 0x2;
+
+/// One GPU context: memory, streams, events and modules of one session (or
+/// one pooled context waiting for a session). Thread-safe.
+class Context {
+ public:
+  virtual ~Context() = default;
+
+  virtual int device() const = 0;
+
+  // ---- memory -----------------------------------------------------------
+  /// Allocates `bytes` of device memory. If `at` is non-zero the allocation
+  /// must start exactly at `at` (restore maps buffers at their old
+  /// addresses); AlreadyExists if that range is taken, InvalidArgument if it
+  /// lies outside the device's address range or is misaligned. If `at` is
+  /// zero the backend picks the address. Memory is NOT zeroed (as in CUDA);
+  /// do not rely on its contents.
+  virtual Status Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) = 0;
+  /// Frees an allocation by its start address. Waits for nothing: the caller
+  /// (the executor) orders it after work that uses the buffer.
+  virtual Status Free(DevicePtr ptr) = 0;
+  /// Free and total device memory, as cuMemGetInfo.
+  virtual Status GetMemoryInfo(std::uint64_t* free_bytes, std::uint64_t* total_bytes) = 0;
+  /// Registers host memory as pinned (page-locked, DMA-able); copies from it
+  /// may run without staging. Unregister before unmapping it.
+  virtual Status RegisterHostMemory(void* ptr, std::size_t bytes) = 0;
+  virtual Status UnregisterHostMemory(void* ptr) = 0;
+
+  // ---- streams ------------------------------------------------------------
+  virtual Status CreateStream(unsigned flags, int priority, StreamHandle* out) = 0;
+  /// Destroys a stream; work already enqueued still runs to completion.
+  virtual Status DestroyStream(StreamHandle stream) = 0;
+  virtual Status SynchronizeStream(StreamHandle stream) = 0;
+  /// OK when all work is done, NotReady while some is pending, or the sticky
+  /// error of failed work.
+  virtual Status QueryStream(StreamHandle stream) = 0;
+
+  // ---- copies and memset (enqueued on a stream) ----------------------------
+  /// Copies `bytes` from `src` to `dst`. Host pointers are plain pointers in
+  /// the daemon's address space (cast to uint64); device ones are DevicePtr.
+  virtual Status MemcpyAsync(std::uint64_t dst, std::uint64_t src, std::size_t bytes,
+                             CopyKind kind, StreamHandle stream) = 0;
+  /// Sets `count` elements of `element_size` bytes (1, 2 or 4) at `dst` to
+  /// the low bytes of `value` (cuMemsetD8/D16/D32).
+  virtual Status MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size,
+                             std::size_t count, StreamHandle stream) = 0;
+
+  // ---- events ---------------------------------------------------------------
+  virtual Status CreateEvent(unsigned flags, EventHandle* out) = 0;
+  virtual Status DestroyEvent(EventHandle event) = 0;
+  /// Captures the work enqueued on `stream` so far; the event completes when
+  /// that work has run.
+  virtual Status RecordEvent(EventHandle event, StreamHandle stream) = 0;
+  /// Work enqueued on `stream` after this call waits until the event's last
+  /// record completes (an event never recorded is already complete).
+  virtual Status StreamWaitEvent(StreamHandle stream, EventHandle event) = 0;
+  /// OK if complete, NotReady if not.
+  virtual Status QueryEvent(EventHandle event) = 0;
+  virtual Status SynchronizeEvent(EventHandle event) = 0;
+  /// Milliseconds between two completed events (cuEventElapsedTime);
+  /// NotReady if either is pending, InvalidArgument if timing is disabled.
+  virtual Status ElapsedTime(EventHandle start, EventHandle end, float* ms) = 0;
+
+  /// Waits for all work on all streams of this context; returns the first
+  /// sticky error, if any.
+  virtual Status Synchronize() = 0;
+
+  // ---- modules and kernels ---------------------------------------------------
+  /// Loads a module from an image (fatbin, cubin or PTX text, as
+  /// cuModuleLoadData takes it).
+  virtual Status LoadModule(const void* image, std::size_t size, ModuleHandle* out) = 0;
+  virtual Status UnloadModule(ModuleHandle module) = 0;
+  virtual Status GetFunction(ModuleHandle module, const std::string& name, FunctionHandle* out) = 0;
+  /// Address and size of a __device__ variable in a module.
+  virtual Status GetGlobal(ModuleHandle module, const std::string& name, DevicePtr* ptr,
+                           std::size_t* bytes) = 0;
+  /// Launches a kernel. `params` holds the kernel's argument block exactly
+  /// as laid out by the kernel's parameter table (offsets from .nv.info).
+  virtual Status LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
+                              unsigned shared_memory_bytes, StreamHandle stream,
+                              const std::vector<std::uint8_t>& params) = 0;
+};
+
+/// A GPU driver: enumerates devices and creates contexts. Thread-safe.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  /// "cuda" or "sim".
+  virtual std::string name() const = 0;
+  /// One line for `phos status`: driver version, or the sim's model.
+  virtual std::string detail() const = 0;
+  virtual int device_count() const = 0;
+  virtual Status GetDeviceProperties(int device, DeviceProperties* out) const = 0;
+  /// Free/total memory of a device, across all contexts.
+  virtual Status GetMemoryInfo(int device, std::uint64_t* free_bytes,
+                               std::uint64_t* total_bytes) const = 0;
+  /// Creates a context on `device` (slow on a real GPU: hundreds of ms; the
+  /// context pool hides it).
+  virtual Status CreateContext(int device, std::unique_ptr<Context>* out) = 0;
+};
+
+}  // namespace phos::backend

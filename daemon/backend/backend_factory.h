@@ -1,0 +1,57 @@
+// Choosing and creating a backend (`phos daemon --backend cuda|sim|auto`).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace phos::backend {
+
+enum class BackendKind { kAuto, kCuda, kSim };
+
+/// Parses "auto" / "cuda" / "sim".
+Status ParseBackendKind(const std::string& text, BackendKind* out);
+
+/// The sim device model (DESIGN §7). Defaults model one H100.
+struct SimOptions {
+  int device_count = 1;
+  /// Modelled device memory per device; allocations beyond it fail with
+  /// OutOfMemory as on a real GPU. Host memory is only used when touched.
+  std::uint64_t memory_bytes = 80ull << 30;
+  /// Device virtual addresses live in [va_base, va_base + va_size). The range
+  /// is fixed (not randomised) so a restore in another phosd can map buffers
+  /// at the same addresses. The default lies in a region that is free in
+  /// plain, AddressSanitizer and ThreadSanitizer processes on x86-64 Linux.
+  std::uint64_t va_base = 0x7c0000000000ull;
+  std::uint64_t va_size = 1ull << 40;
+  /// Modelled host<->device link bandwidth in GB/s (10^9 bytes/s) per copy
+  /// engine; 0 = unthrottled. H2D and D2H copies are throttled, D2D not.
+  double link_gbps = 0.0;
+  /// Copy engines: at most this many H2D/D2H copies run at once.
+  int copy_engines = 2;
+};
+
+struct CudaOptions {
+  /// The driver library to dlopen.
+  std::string driver_library = "libcuda.so.1";
+};
+
+struct BackendOptions {
+  BackendKind kind = BackendKind::kAuto;
+  SimOptions sim;
+  CudaOptions cuda;
+};
+
+Status CreateSimBackend(const SimOptions& options, std::unique_ptr<Backend>* out);
+/// Unavailable (with the reason: no libcuda, cuInit failed, no GPU) when
+/// there is no usable driver or GPU.
+Status CreateCudaBackend(const CudaOptions& options, std::unique_ptr<Backend>* out);
+
+/// Creates the backend `options.kind` asks for. For kAuto: cuda when a driver
+/// and a GPU are present, else sim; `*why` says which was chosen and why.
+Status CreateBackend(const BackendOptions& options, std::unique_ptr<Backend>* out,
+                     std::string* why);
+
+}  // namespace phos::backend

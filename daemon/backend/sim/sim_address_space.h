@@ -1,0 +1,113 @@
+// The sim's device memory: one reserved virtual address range per backend,
+// an allocator inside it, and the modelled capacity of each device.
+//
+// Device memory is host memory mapped at the device addresses, so a
+// DevicePtr is directly usable as a host pointer inside phosd. The range is
+// reserved PROT_NONE once (MAP_FIXED_NOREPLACE at the fixed base: never on
+// top of someone else's mapping); an allocation replaces part of our own
+// reservation with a read/write mapping (MAP_FIXED over our reservation is an
+// atomic replace, so no other mmap can land in between), and Free puts
+// PROT_NONE back, which also drops the pages. Addresses are reproducible:
+// the same base and the same `at` give the same address in another process.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/status.h"
+
+namespace phos::backend::sim {
+
+class SimAddressSpace {
+ public:
+  /// Allocation granularity and alignment (as cuMemAddressReserve's
+  /// granularity on current GPUs). A chosen `at` must be aligned to it.
+  static constexpr std::uint64_t kGranularity = 2ull << 20;
+
+  /// Reserves [base, base + size) for `device_count` devices of
+  /// `capacity_per_device` bytes each. AlreadyExists (naming the range) if
+  /// any part of it is already mapped in this process.
+  static Status Reserve(std::uint64_t base, std::uint64_t size, int device_count,
+                        std::uint64_t capacity_per_device,
+                        std::unique_ptr<SimAddressSpace>* out);
+  /// Unmaps the whole range (every allocation with it).
+  ~SimAddressSpace();
+
+  SimAddressSpace(const SimAddressSpace&) = delete;
+  SimAddressSpace& operator=(const SimAddressSpace&) = delete;
+
+  std::uint64_t base() const { return base_; }
+  std::uint64_t size() const { return size_; }
+
+  /// Maps `bytes` for `device`, owned by `owner` (a context id). `at` != 0
+  /// asks for exactly that address (see Context::Allocate for the errors).
+  Status Allocate(int device, std::uint64_t owner, std::size_t bytes, DevicePtr at,
+                  DevicePtr* out);
+  /// Frees the allocation that starts at `ptr`; it must belong to `owner`.
+  /// If a copy is still using it (a caller bug), the range stays reserved
+  /// until that copy ends, then is unmapped.
+  Status Free(std::uint64_t owner, DevicePtr ptr);
+  /// Frees every allocation of `owner` (a context being destroyed).
+  void FreeAllOwnedBy(std::uint64_t owner);
+  /// Free and total modelled memory of `device`.
+  void MemoryInfo(int device, std::uint64_t* free_bytes, std::uint64_t* total_bytes) const;
+
+  /// OK if [ptr, ptr + bytes) lies inside one live allocation, else
+  /// InvalidArgument naming the address.
+  Status CheckRange(DevicePtr ptr, std::size_t bytes) const;
+
+  /// Keeps the allocations under some device ranges mapped while a copy
+  /// runs on a stream worker (so a racing Free cannot unmap them mid-copy).
+  class Pin {
+   public:
+    Pin() = default;
+    ~Pin();
+    Pin(const Pin&) = delete;
+    Pin& operator=(const Pin&) = delete;
+
+   private:
+    friend class SimAddressSpace;
+    SimAddressSpace* space_ = nullptr;
+    std::vector<DevicePtr> starts_;  // allocations pinned (their start addresses)
+  };
+  /// Pins the live allocation holding [ptr, ptr + bytes) into `pin`. Fails
+  /// (InvalidArgument, "illegal address") if it was freed since enqueue.
+  Status PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin);
+
+ private:
+  struct Allocation {
+    std::uint64_t bytes = 0;   // as requested: the valid range for copies
+    std::uint64_t mapped = 0;  // rounded up to kGranularity: what is mapped and counted
+    int device = 0;
+    std::uint64_t owner = 0;
+    int pins = 0;              // copies running on it now
+    bool freed = false;        // Free was called while pinned; unmap at last unpin
+  };
+  using Map = std::map<DevicePtr, Allocation>;
+
+  SimAddressSpace(std::uint64_t base, std::uint64_t size, int device_count,
+                  std::uint64_t capacity);
+
+  // All below: callers hold mu_.
+  Map::const_iterator FindLocked(DevicePtr ptr, std::size_t bytes) const;
+  bool OverlapsLocked(DevicePtr start, std::uint64_t bytes) const;
+  DevicePtr FindGapLocked(std::uint64_t bytes, DevicePtr from) const;
+  void ReleaseLocked(Map::iterator it);  // unmaps and forgets one allocation
+  void Unpin(const std::vector<DevicePtr>& starts);
+
+  const std::uint64_t base_;
+  const std::uint64_t size_;
+  const std::uint64_t capacity_;  // per device
+
+  mutable std::mutex mu_;               // protects everything below
+  Map allocations_;                     // by start address; guarded by mu_
+  std::vector<std::uint64_t> used_;     // mapped bytes per device; guarded by mu_
+  DevicePtr cursor_;                    // next-fit search start; guarded by mu_
+};
+
+}  // namespace phos::backend::sim

@@ -1,0 +1,96 @@
+#include "server/daemon.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "backend/backend_factory.h"
+#include "common/version.h"
+
+namespace phos::server {
+
+Daemon::~Daemon() { Shutdown(); }
+
+Status Daemon::Start(const DaemonOptions& options) {
+  std::string why;
+  PHOS_RETURN_IF_ERROR(backend::CreateBackend(options.backend, &backend_, &why)
+                           .WithContext("cannot start the GPU backend"));
+  spdlog::info("backend={} ({}) devices={}: {}", backend_->name(), backend_->detail(),
+               backend_->device_count(), why);
+
+  bool removed_stale = false;
+  PHOS_RETURN_IF_ERROR(socket_guard_.Acquire(options.socket_path, &removed_stale));
+  if (removed_stale) {
+    spdlog::warn("removed stale socket {} left by a daemon that is no longer running",
+                 options.socket_path);
+  }
+
+  service_ = std::make_unique<PhosService>(backend_.get(), why, &sessions_, options.socket_path);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(service_.get());
+  // Socket mode 0660 (DESIGN §1: access to the socket is access to phosd).
+  // Set through the umask so the socket is never, even briefly, wider.
+  mode_t old_umask = umask(0117);
+  server_ = builder.BuildAndStart();
+  umask(old_umask);
+  if (server_ == nullptr) {
+    socket_guard_.Release();
+    return Status::IoError("cannot listen on unix:" + options.socket_path +
+                           " (is the directory writable?)");
+  }
+  // Belt and braces: some gRPC versions create the socket themselves with a
+  // fixed mode; enforce 0660 explicitly.
+  if (chmod(options.socket_path.c_str(), 0660) != 0) {
+    spdlog::warn("chmod 0660 {} failed: {}", options.socket_path, std::strerror(errno));
+  }
+  spdlog::info("phosd {} listening on {} (pid {}, pool {}, cow-reserve {} MiB)", VersionString(),
+               options.socket_path, getpid(), options.pool_size,
+               options.cow_reserve_bytes >> 20);
+  return Status::Ok();
+}
+
+void Daemon::Wait() {
+  if (server_) server_->Wait();
+}
+
+void Daemon::Shutdown() {
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+    server_.reset();
+    spdlog::info("stopped serving");
+  }
+  service_.reset();
+  socket_guard_.Release();
+  backend_.reset();
+}
+
+int RunDaemonUntilSignal(const DaemonOptions& options) {
+  // Block the signals in every thread (threads inherit the mask), then take
+  // them synchronously here: no async-signal-safety puzzles in shutdown.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  Daemon daemon;
+  Status s = daemon.Start(options);
+  if (!s.ok()) {
+    spdlog::error("phosd failed to start: {}", s.message());
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  daemon.Shutdown();
+  spdlog::info("phosd exited cleanly");
+  return 0;
+}
+
+}  // namespace phos::server

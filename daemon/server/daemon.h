@@ -1,0 +1,54 @@
+// phosd's lifetime: backend, socket ownership, the gRPC server.
+//
+// Start() brings everything up and returns; Wait() blocks until Shutdown().
+// RunDaemonUntilSignal() is what `phos daemon` and `phosd` run: it starts a
+// Daemon and shuts it down cleanly on SIGTERM or SIGINT.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "backend/backend.h"
+#include "common/status.h"
+#include "server/daemon_options.h"
+#include "server/phos_service.h"
+#include "server/session_registry.h"
+#include "server/socket_guard.h"
+
+namespace phos::server {
+
+class Daemon {
+ public:
+  Daemon() = default;
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  /// Creates the backend, takes the socket and starts serving.
+  Status Start(const DaemonOptions& options);
+  /// Blocks until Shutdown() is called (from another thread).
+  void Wait();
+  /// Stops serving (in-flight RPCs get a short grace period), removes the
+  /// socket and releases the backend. Idempotent.
+  void Shutdown();
+
+  backend::Backend* backend() const { return backend_.get(); }
+  SessionRegistry* sessions() { return &sessions_; }
+
+ private:
+  // Owned; created in Start() and destroyed in Shutdown(), both on the
+  // thread that owns the Daemon. gRPC threads only reach them through
+  // service_, which is stopped before they are destroyed.
+  std::unique_ptr<backend::Backend> backend_;
+  SessionRegistry sessions_;
+  SocketGuard socket_guard_;
+  std::unique_ptr<PhosService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+/// Runs a daemon until SIGTERM/SIGINT. Returns the process exit code.
+int RunDaemonUntilSignal(const DaemonOptions& options);
+
+}  // namespace phos::server

@@ -1,0 +1,63 @@
+#include "server/daemon_flags.h"
+
+#include <cstdlib>
+
+namespace phos::server {
+
+void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw) {
+  app->add_option("--socket", options->socket_path,
+                  "Control socket (default $PHOS_SOCKET or /run/phos/phosd.sock)")
+      ->capture_default_str();
+  app->add_option("--backend", raw->backend,
+                  "GPU backend: cuda (real GPU via the driver), sim (functional GPU in memory), "
+                  "auto (cuda when a driver and GPU are present, else sim)")
+      ->check(CLI::IsMember({"auto", "cuda", "sim"}))
+      ->capture_default_str();
+  app->add_option("--log-level", options->log_level,
+                  "trace, debug, info, warn, error, critical or off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  app->add_option("--pool", options->pool_size, "Contexts pre-created per GPU")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app->add_option("--cow-reserve", options->cow_reserve_bytes,
+                  "On-device reserve for copy-on-write shadows, e.g. 2G, 512M")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("2G");
+  app->add_option("--sim-link-gbps", options->backend.sim.link_gbps,
+                  "sim: modelled host<->device link bandwidth per copy engine in GB/s "
+                  "(0 = unthrottled)")
+      ->check(CLI::Range(0.0, 10000.0))
+      ->capture_default_str();
+  app->add_option("--sim-copy-engines", options->backend.sim.copy_engines,
+                  "sim: number of copy engines (concurrent host<->device copies)")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  app->add_option("--sim-memory", options->backend.sim.memory_bytes,
+                  "sim: modelled device memory per GPU, e.g. 80G")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("80G");
+  app->add_option("--sim-devices", options->backend.sim.device_count, "sim: number of GPUs")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  app->add_option("--sim-va-base", raw->sim_va_base,
+                  "sim: base of the device address range (hex); must match between daemons "
+                  "that restore each other's images")
+      ->default_str("0x7c0000000000");
+}
+
+Status FinishDaemonFlags(const DaemonFlagValues& raw, DaemonOptions* options) {
+  PHOS_RETURN_IF_ERROR(backend::ParseBackendKind(raw.backend, &options->backend.kind));
+  if (!raw.sim_va_base.empty()) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(raw.sim_va_base.c_str(), &end, 16);
+    if (end == raw.sim_va_base.c_str() || *end != '\0' || v == 0 || (v & 0xfff) != 0) {
+      return Status::InvalidArgument("--sim-va-base '" + raw.sim_va_base +
+                                     "' must be a non-zero, page-aligned hex address");
+    }
+    options->backend.sim.va_base = v;
+  }
+  return Status::Ok();
+}
+
+}  // namespace phos::server

@@ -1,0 +1,98 @@
+#include "server/phos_service.h"
+
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "common/version.h"
+
+namespace phos::server {
+namespace {
+
+grpc::Status Unimplemented(const char* rpc, const char* issue) {
+  spdlog::warn("rpc={} refused: not implemented yet", rpc);
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      std::string(rpc) + " is not implemented in this phosd yet (" + issue + ")");
+}
+
+}  // namespace
+
+PhosService::PhosService(backend::Backend* backend, std::string backend_detail,
+                         SessionRegistry* sessions, std::string socket_path)
+    : backend_(backend),
+      backend_detail_(std::move(backend_detail)),
+      sessions_(sessions),
+      socket_path_(std::move(socket_path)),
+      started_(std::chrono::steady_clock::now()) {}
+
+grpc::Status PhosService::Status(grpc::ServerContext*, const v1::StatusRequest*,
+                                 v1::StatusReply* reply) {
+  reply->set_version(VersionString());
+  reply->set_backend(backend_->name());
+  reply->set_backend_detail(backend_->detail() + "; " + backend_detail_);
+  for (int d = 0; d < backend_->device_count(); ++d) {
+    backend::DeviceProperties props;
+    phos::Status s = backend_->GetDeviceProperties(d, &props);
+    if (!s.ok()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          "device " + std::to_string(d) + " properties: " + s.ToString());
+    }
+    std::uint64_t free_bytes = 0, total_bytes = 0;
+    s = backend_->GetMemoryInfo(d, &free_bytes, &total_bytes);
+    if (!s.ok()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          "device " + std::to_string(d) + " memory: " + s.ToString());
+    }
+    v1::GpuInfo* gpu = reply->add_gpus();
+    gpu->set_ordinal(d);
+    gpu->set_name(props.name);
+    gpu->set_uuid(props.uuid);
+    gpu->set_total_memory_bytes(total_bytes);
+    gpu->set_free_memory_bytes(free_bytes);
+    gpu->set_compute_capability_major(props.compute_capability_major);
+    gpu->set_compute_capability_minor(props.compute_capability_minor);
+    gpu->set_multiprocessor_count(props.multiprocessor_count);
+  }
+  auto up = std::chrono::steady_clock::now() - started_;
+  reply->set_uptime_ms(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(up).count()));
+  reply->set_daemon_pid(getpid());
+  reply->set_socket_path(socket_path_);
+  reply->set_session_count(static_cast<std::uint32_t>(sessions_->size()));
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest* req,
+                                       v1::ListSessionsReply* reply) {
+  for (const v1::SessionInfo& s : sessions_->ListForPid(req->pid())) {
+    *reply->add_sessions() = s;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,
+                                     grpc::ServerWriter<v1::OperationEvent>*) {
+  return Unimplemented("Checkpoint", "arrives with the C/R engine and CRIU issues");
+}
+grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest*,
+                                  grpc::ServerWriter<v1::OperationEvent>*) {
+  return Unimplemented("Restore", "arrives with the C/R engine and CRIU issues");
+}
+grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest*,
+                                  grpc::ServerWriter<v1::OperationEvent>*) {
+  return Unimplemented("Migrate", "arrives with the CRIU and migration issue");
+}
+grpc::Status PhosService::TemplateSave(grpc::ServerContext*, const v1::TemplateSaveRequest*,
+                                       grpc::ServerWriter<v1::OperationEvent>*) {
+  return Unimplemented("TemplateSave", "arrives with the serverless templates issue");
+}
+grpc::Status PhosService::TemplateStart(grpc::ServerContext*, const v1::TemplateStartRequest*,
+                                        grpc::ServerWriter<v1::OperationEvent>*) {
+  return Unimplemented("TemplateStart", "arrives with the serverless templates issue");
+}
+grpc::Status PhosService::WatchOperation(grpc::ServerContext*, const v1::WatchOperationRequest*,
+                                         grpc::ServerWriter<v1::OperationEvent>*) {
+  return Unimplemented("WatchOperation", "arrives with the C/R engine issue");
+}
+
+}  // namespace phos::server

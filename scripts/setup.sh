@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — install everything phos needs on a fresh Debian 12 machine.
+#
+# Idempotent: run it as often as you like; it installs only what is missing
+# and prints what it did. Needs root (or sudo) for apt-get.
+#
+#   scripts/setup.sh            install dependencies
+#   scripts/setup.sh --check    only report what is missing (exit 1 if anything is)
+#
+# Why CRIU comes from trixie: Debian 12's CRIU 3.17 fails `criu check` on the
+# vDSO of the kernels we run on; CRIU >= 4.0 handles it. We add trixie with a
+# low apt pin (priority 100) so that nothing else is upgraded from it unless
+# we ask for it by name.
+set -euo pipefail
+
+CHECK_ONLY=0
+[[ "${1:-}" == "--check" ]] && CHECK_ONLY=1
+
+say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || die "not root and no sudo: run this script as root"
+  SUDO="sudo"
+fi
+
+# Debian 12 (bookworm) packages. One line per dependency and what it is for.
+BOOKWORM_PKGS=(
+  build-essential cmake ninja-build pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # control plane, image metadata
+  libspdlog-dev libfmt-dev                                                # logs
+  libcli11-dev                                                            # commands
+  liburing-dev                                                            # image I/O
+  libxxhash-dev                                                           # checksums
+  libclang-14-dev clang-14 llvm-14-dev libclang-rt-14-dev                 # signatures, API generation, fuzzers
+  libzstd-dev liblz4-dev                                                  # compressed fatbin entries
+  libgtest-dev libgmock-dev libbenchmark-dev                              # tests, benchmarks
+  python3 procps                                                          # test helpers
+)
+TRIXIE_PKGS=(criu libcriu-dev)
+
+missing_pkgs() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+
+export DEBIAN_FRONTEND=noninteractive
+
+# ---- 1. bookworm packages -------------------------------------------------
+mapfile -t MISSING < <(missing_pkgs "${BOOKWORM_PKGS[@]}")
+if ((${#MISSING[@]})); then
+  ((CHECK_ONLY)) && { say "missing: ${MISSING[*]}"; exit 1; }
+  say "installing from Debian 12: ${MISSING[*]}"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${MISSING[@]}" >/dev/null
+else
+  say "Debian 12 packages: all present"
+fi
+
+# ---- 2. CRIU >= 4.0 from trixie, pinned low -------------------------------
+criu_version() { criu --version 2>/dev/null | sed -n 's/^Version: *//p' | head -1; }
+criu_ok() {
+  local v; v=$(criu_version)
+  [[ -n "$v" ]] && dpkg --compare-versions "$v" ge 4.0 && \
+    [[ -z "$(missing_pkgs libcriu-dev)" ]]
+}
+if criu_ok; then
+  say "CRIU $(criu_version) and libcriu-dev: present"
+else
+  ((CHECK_ONLY)) && { say "missing: CRIU >= 4.0 / libcriu-dev (from trixie)"; exit 1; }
+  if [[ ! -f /etc/apt/sources.list.d/phos-trixie.sources ]]; then
+    say "adding Debian trixie as an apt source pinned at priority 100 (only for CRIU)"
+    $SUDO tee /etc/apt/sources.list.d/phos-trixie.sources >/dev/null <<'EOF'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    $SUDO tee /etc/apt/preferences.d/phos-trixie >/dev/null <<'EOF'
+# phos: take packages from trixie only when asked for by name (CRIU >= 4.0).
+Package: *
+Pin: release n=trixie
+Pin-Priority: 100
+EOF
+  fi
+  $SUDO apt-get update -qq
+  say "installing from trixie: ${TRIXIE_PKGS[*]}"
+  $SUDO apt-get install -y -qq --no-install-recommends -t trixie "${TRIXIE_PKGS[@]}" >/dev/null
+  criu_ok || die "CRIU >= 4.0 still not installed (criu --version says '$(criu_version)')"
+  say "CRIU $(criu_version) installed"
+fi
+
+# ---- 3. CUDA toolkit (checked, not installed: it is large) ----------------
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+cuda_missing=()
+command -v nvcc >/dev/null || [[ -x "$CUDA_HOME/bin/nvcc" ]] || cuda_missing+=(nvcc)
+[[ -f "$CUDA_HOME/include/cuda.h" ]] || cuda_missing+=(cuda.h)
+[[ -f "$CUDA_HOME/include/cuda_runtime_api.h" ]] || cuda_missing+=(cuda_runtime_api.h)
+if ((${#cuda_missing[@]})); then
+  cat >&2 <<EOF
+setup: the CUDA toolkit is missing (${cuda_missing[*]} not found under $CUDA_HOME).
+setup: install it from PyPI, all pinned to the same 13.0 release:
+         pip install 'nvidia-cuda-nvcc==13.0.*' 'nvidia-nvvm==13.0.*' \\
+                     'nvidia-cuda-runtime==13.0.*' 'nvidia-cuda-crt==13.0.*'
+       then point CUDA_HOME at the folder holding bin/nvcc and include/cuda.h
+       (an unpinned nvvm emits PTX that ptxas 13.0 rejects).
+EOF
+  exit 1
+fi
+NVCC=$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")
+say "CUDA toolkit: $("$NVCC" --version | tail -1) at $CUDA_HOME"
+say "done"

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# scripts/test.sh — THE test command (README "Test", and .ci/run calls it).
+#
+#   1. installs missing dependencies (scripts/setup.sh, idempotent)
+#   2. builds everything (RelWithDebInfo) and runs every `unit` test
+#   3. rebuilds the `concurrency` tests under ThreadSanitizer and runs them
+#   4. rebuilds the `parser` tests under AddressSanitizer+UBSan and runs them
+#   5. builds the libFuzzer targets with clang and runs each briefly
+# Any failure stops the script with a non-zero exit.
+#
+# Environment: PHOS_JOBS (parallel jobs, default nproc),
+#              PHOS_SKIP_SANITIZERS=1 (steps 3-5 off, for quick local runs),
+#              PHOS_FUZZ_SECONDS (per fuzzer, default 20).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+JOBS=${PHOS_JOBS:-$(nproc)}
+FUZZ_SECONDS=${PHOS_FUZZ_SECONDS:-20}
+step() { printf '\n==== phos test: %s ====\n' "$*"; }
+t0=$SECONDS
+
+step "dependencies"
+bash scripts/setup.sh
+
+step "build (RelWithDebInfo) in build/"
+cmake -S . -B build -G Ninja -DPHOS_SANITIZER=none >/dev/null
+cmake --build build -j"$JOBS"
+
+step "unit tests"
+ctest --test-dir build -L unit --no-tests=error --output-on-failure -j"$JOBS"
+
+if [[ "${PHOS_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  # TSan needs the mmap layout it was built for; ASLR with 32 mmap random
+  # bits can place libraries where TSan's shadow goes. setarch -R turns ASLR
+  # off for the test processes only.
+  step "concurrency tests under ThreadSanitizer (build-tsan/)"
+  cmake -S . -B build-tsan -G Ninja -DPHOS_SANITIZER=thread -DPHOS_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build build-tsan -j"$JOBS" --target tests_concurrency
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    setarch "$(uname -m)" -R ctest --test-dir build-tsan -L concurrency --no-tests=error \
+      --output-on-failure -j"$JOBS"
+
+  step "parser tests under AddressSanitizer+UBSan (build-asan/)"
+  cmake -S . -B build-asan -G Ninja -DPHOS_SANITIZER=address -DPHOS_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build build-asan -j"$JOBS" --target tests_parser
+  ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
+    ctest --test-dir build-asan -L parser --no-tests=error --output-on-failure -j"$JOBS"
+
+  step "fuzzers, ${FUZZ_SECONDS}s each (build-fuzz/, clang-14)"
+  CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DPHOS_FUZZ=ON \
+    -DPHOS_SANITIZER=address -DPHOS_BUILD_BENCHMARKS=OFF -DPHOS_FUZZ_SECONDS="$FUZZ_SECONDS" >/dev/null
+  cmake --build build-fuzz -j"$JOBS" --target tests_fuzz
+  ctest --test-dir build-fuzz -L fuzz --no-tests=error --output-on-failure -j"$JOBS"
+fi
+
+step "all passed in $((SECONDS - t0)) s"
