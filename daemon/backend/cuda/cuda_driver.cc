@@ -69,10 +69,10 @@ Status LoadCudaDriver(const std::string& library, std::shared_ptr<const CudaDriv
   CUresult rc = driver->Init(0);
   if (rc != CUDA_SUCCESS) {
     Status s = CudaStatus(rc, "cuInit failed", driver.get());
-    std::string hint;
-    if (rc == CUDA_ERROR_STUB_LIBRARY) hint = " — " + library + " is the toolkit's stub, not a driver";
-    if (rc == CUDA_ERROR_NO_DEVICE) hint = " — no GPU visible to this process";
-    return Status::Unavailable(s.message() + hint + " [" + library + "]");
+    std::string where = " (driver library " + library + ")";
+    if (rc == CUDA_ERROR_STUB_LIBRARY) where = "; " + library + " is the CUDA toolkit's stub, not a driver";
+    if (rc == CUDA_ERROR_NO_DEVICE) where = "; no GPU is visible to this process (driver library " + library + ")";
+    return Status::Unavailable(s.message() + where);
   }
   rc = driver->DriverGetVersion(&driver->version);
   if (rc != CUDA_SUCCESS) return Status::Unavailable(CudaStatus(rc, "cuDriverGetVersion failed", driver.get()).message());

@@ -60,6 +60,7 @@ namespace phos::backend::cuda {
   X(MemMap, 10020)                        \
   X(MemUnmap, 10020)                      \
   X(MemSetAccess, 10020)                  \
+  X(MemGetAddressRange, 3020)             \
   X(MemHostRegister, 6050)                \
   X(MemHostUnregister, 4000)              \
   X(StreamCreateWithPriority, 5050)       \

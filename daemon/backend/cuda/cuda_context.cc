@@ -1,0 +1,690 @@
+#include "backend/cuda/cuda_context.h"
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <iterator>
+#include <utility>
+
+#include "backend/cuda/cuda_errors.h"
+
+namespace phos::backend::cuda {
+namespace {
+
+static_assert(kStreamNonBlocking == CU_STREAM_NON_BLOCKING, "stream flag values differ from CUDA's");
+static_assert(kEventBlockingSync == CU_EVENT_BLOCKING_SYNC, "event flag values differ from CUDA's");
+static_assert(kEventDisableTiming == CU_EVENT_DISABLE_TIMING, "event flag values differ from CUDA's");
+static_assert(sizeof(CUdeviceptr) == sizeof(DevicePtr), "CUdeviceptr is not 64-bit");
+
+// Handles come from one process-wide counter so that no two Contexts ever
+// mint the same id (a handle used with the wrong Context is then simply not
+// found). Lock-free; 2^64 ids do not run out.
+std::atomic<std::uint64_t> g_next_handle{1};
+std::uint64_t NextHandle() { return g_next_handle.fetch_add(1, std::memory_order_relaxed); }
+
+// The range a device address may be requested in. Device virtual addresses
+// share the process's unified address space, whose user half on x86-64 Linux
+// (4-level paging) ends at 2^47; the driver places device memory above 4 GiB
+// (the low range holds the executable and the heap), so a request below that
+// is a caller's mistake (InvalidArgument), not a taken range (AlreadyExists).
+constexpr std::uint64_t kAddressBase = 1ull << 32;
+constexpr std::uint64_t kAddressLimit = 1ull << 47;
+
+std::string Hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
+}
+
+}  // namespace
+
+// ---- reference-counted driver objects ---------------------------------------
+
+struct CudaContext::StreamObject {
+  const CudaDriver* driver;
+  CUcontext ctx;
+  CUstream stream = nullptr;
+  ~StreamObject() {
+    if (stream == nullptr) return;
+    driver->CtxSetCurrent(ctx);
+    driver->StreamDestroy(stream);  // enqueued work still runs to completion
+  }
+};
+
+struct CudaContext::EventObject {
+  const CudaDriver* driver;
+  CUcontext ctx;
+  CUevent event = nullptr;
+  unsigned flags = 0;
+  ~EventObject() {
+    if (event == nullptr) return;
+    driver->CtxSetCurrent(ctx);
+    driver->EventDestroy(event);
+  }
+};
+
+struct CudaContext::ModuleObject {
+  const CudaDriver* driver;
+  CUcontext ctx;
+  CUmodule module = nullptr;
+  ~ModuleObject() {
+    if (module == nullptr) return;
+    driver->CtxSetCurrent(ctx);
+    driver->ModuleUnload(module);
+  }
+};
+
+struct CudaContext::FunctionObject {
+  std::shared_ptr<ModuleObject> module;  // keeps the module loaded while a launch is in flight
+  ModuleHandle module_handle = 0;
+  CUfunction function = nullptr;
+  std::string name;
+};
+
+// ---- lifetime -------------------------------------------------------------------
+
+Status CudaContext::Create(std::shared_ptr<const CudaDriver> driver, int ordinal, CUdevice device,
+                           std::unique_ptr<Context>* out) {
+  const CudaDriver* d = driver.get();
+  int vmm = 0;
+  CUresult rc = d->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device);
+  if (rc != CUDA_SUCCESS) return CudaStatus(rc, "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)", d);
+  if (!vmm) {
+    return Status::NotSupported("GPU " + std::to_string(ordinal) +
+                                " does not support the CUDA virtual-memory API, which phos needs to "
+                                "place buffers at fixed addresses");
+  }
+
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  std::size_t granularity = 0;
+  rc = d->MemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (rc != CUDA_SUCCESS) return CudaStatus(rc, "cuMemGetAllocationGranularity", d);
+  if (granularity == 0) return Status::Internal("cuMemGetAllocationGranularity returned 0");
+
+  // cuCtxCreate (the CUDA 12.5+ variant, with CUctxCreateParams; NULL = no
+  // execution affinity, no CIG) makes the new context current on this thread;
+  // pop it so the thread is left as it was. Scheduling flags: CU_CTX_SCHED_AUTO
+  // (spin while there are no more contexts than cores, then yield).
+  CUcontext ctx = nullptr;
+  rc = d->CtxCreate(&ctx, nullptr, CU_CTX_SCHED_AUTO, device);
+  if (rc != CUDA_SUCCESS) {
+    return CudaStatus(rc, "cuCtxCreate on GPU " + std::to_string(ordinal), d);
+  }
+  CUcontext popped = nullptr;
+  d->CtxPopCurrent(&popped);
+
+  out->reset(new CudaContext(std::move(driver), ordinal, device, ctx, granularity));
+  return Status::Ok();
+}
+
+CudaContext::CudaContext(std::shared_ptr<const CudaDriver> driver, int ordinal, CUdevice device,
+                         CUcontext ctx, std::size_t granularity)
+    : driver_(std::move(driver)), ordinal_(ordinal), device_(device), ctx_(ctx), granularity_(granularity) {}
+
+CudaContext::~CudaContext() {
+  // No other thread may call a Context while it is destroyed, so the lock is
+  // only taken for form; objects are destroyed after it is dropped.
+  std::map<DevicePtr, Allocation> allocations;
+  std::unordered_map<FunctionHandle, std::shared_ptr<FunctionObject>> functions;
+  std::unordered_map<ModuleHandle, std::shared_ptr<ModuleObject>> modules;
+  std::unordered_map<EventHandle, std::shared_ptr<EventObject>> events;
+  std::unordered_map<StreamHandle, std::shared_ptr<StreamObject>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    allocations.swap(allocations_);
+    functions.swap(functions_);
+    modules.swap(modules_);
+    events.swap(events_);
+    streams.swap(streams_);
+  }
+  if (driver_->CtxSetCurrent(ctx_) == CUDA_SUCCESS) driver_->CtxSynchronize();
+  functions.clear();
+  modules.clear();
+  events.clear();
+  streams.clear();
+  for (const auto& [ptr, a] : allocations) ReleaseAllocation(ptr, a);
+  // Leaves no context current on this thread (cuCtxDestroy pops it if it is).
+  driver_->CtxDestroy(ctx_);
+}
+
+Status CudaContext::MakeCurrent() const {
+  CUresult rc = driver_->CtxSetCurrent(ctx_);
+  if (rc != CUDA_SUCCESS) return CudaStatus(rc, "cuCtxSetCurrent", driver_.get());
+  return Status::Ok();
+}
+
+Status CudaContext::Check(CUresult result, std::string_view what) const {
+  return CudaStatus(result, what, driver_.get());
+}
+
+// ---- lookups ----------------------------------------------------------------------
+
+Status CudaContext::FindStream(StreamHandle handle, CUstream* out, std::shared_ptr<StreamObject>* keep) {
+  if (handle == kDefaultStream) {
+    // The legacy NULL stream: the entry points were resolved with
+    // CU_GET_PROC_ADDRESS_LEGACY_STREAM, so 0 means CU_STREAM_LEGACY here.
+    *out = nullptr;
+    return Status::Ok();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = streams_.find(handle);
+  if (it == streams_.end()) {
+    return Status::InvalidArgument("unknown stream handle " + std::to_string(handle) +
+                                   " (destroyed, or from another context)");
+  }
+  *keep = it->second;
+  *out = it->second->stream;
+  return Status::Ok();
+}
+
+Status CudaContext::FindEvent(EventHandle handle, std::shared_ptr<EventObject>* out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = events_.find(handle);
+  if (it == events_.end()) {
+    return Status::InvalidArgument("unknown event handle " + std::to_string(handle) +
+                                   " (destroyed, or from another context)");
+  }
+  *out = it->second;
+  return Status::Ok();
+}
+
+Status CudaContext::FindModule(ModuleHandle handle, std::shared_ptr<ModuleObject>* out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = modules_.find(handle);
+  if (it == modules_.end()) {
+    return Status::InvalidArgument("unknown module handle " + std::to_string(handle) +
+                                   " (unloaded, or from another context)");
+  }
+  *out = it->second;
+  return Status::Ok();
+}
+
+Status CudaContext::FindFunction(FunctionHandle handle, std::shared_ptr<FunctionObject>* out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = functions_.find(handle);
+  if (it == functions_.end()) {
+    return Status::InvalidArgument("unknown function handle " + std::to_string(handle) +
+                                   " (its module was unloaded, or from another context)");
+  }
+  *out = it->second;
+  return Status::Ok();
+}
+
+// ---- memory ------------------------------------------------------------------------
+
+Status CudaContext::Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) {
+  if (out == nullptr) return Status::InvalidArgument("Allocate: null output pointer");
+  if (bytes == 0) return Status::InvalidArgument("Allocate: size is 0");
+  if (bytes > kAddressLimit) return Status::OutOfMemory("Allocate: " + std::to_string(bytes) + " bytes");
+  const std::size_t size = (bytes + granularity_ - 1) / granularity_ * granularity_;
+  if (at != 0) {
+    if (at % granularity_ != 0) {
+      return Status::InvalidArgument("Allocate at " + Hex(at) + ": not aligned to the allocation granularity " +
+                                     Hex(granularity_));
+    }
+    if (at < kAddressBase || at >= kAddressLimit || kAddressLimit - at < size) {
+      return Status::InvalidArgument("Allocate at " + Hex(at) + " (+" + Hex(size) +
+                                     "): outside the device address range [" + Hex(kAddressBase) + ", " +
+                                     Hex(kAddressLimit) + ")");
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto next = allocations_.lower_bound(at);
+    if (next != allocations_.end() && next->first < at + size) {
+      return Status::AlreadyExists("Allocate at " + Hex(at) + ": overlaps the allocation at " + Hex(next->first));
+    }
+    if (next != allocations_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second.size > at) {
+        return Status::AlreadyExists("Allocate at " + Hex(at) + ": overlaps the allocation at " + Hex(prev->first));
+      }
+    }
+  }
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  const CudaDriver* d = driver_.get();
+
+  // 1. Reserve the address range (at the requested address if there is one;
+  //    the driver takes `at` as a hint and returns another range if it is taken).
+  CUdeviceptr ptr = 0;
+  CUresult rc = d->MemAddressReserve(&ptr, size, granularity_, static_cast<CUdeviceptr>(at), 0);
+  if (rc != CUDA_SUCCESS) {
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+      return Status::OutOfMemory("cuMemAddressReserve of " + std::to_string(size) + " bytes" +
+                                 (at ? " at " + Hex(at) : std::string()) + ": no free address range");
+    }
+    return Check(rc, "cuMemAddressReserve");
+  }
+  if (at != 0 && ptr != at) {
+    d->MemAddressFree(ptr, size);
+    return Status::AlreadyExists("Allocate at " + Hex(at) + ": the address range is taken (the driver offered " +
+                                 Hex(ptr) + " instead)");
+  }
+
+  // 2. Physical memory on this device.
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device_;
+  CUmemGenericAllocationHandle handle = 0;
+  rc = d->MemCreate(&handle, size, &prop, 0);
+  if (rc != CUDA_SUCCESS) {
+    d->MemAddressFree(ptr, size);
+    return Check(rc, ("cuMemCreate of " + std::to_string(size) + " bytes"));
+  }
+
+  // 3. Map it and allow this device to read and write it.
+  rc = d->MemMap(ptr, size, 0, handle, 0);
+  if (rc != CUDA_SUCCESS) {
+    d->MemRelease(handle);
+    d->MemAddressFree(ptr, size);
+    return Check(rc, "cuMemMap");
+  }
+  CUmemAccessDesc access = {};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device_;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  rc = d->MemSetAccess(ptr, size, &access, 1);
+  if (rc != CUDA_SUCCESS) {
+    d->MemUnmap(ptr, size);
+    d->MemRelease(handle);
+    d->MemAddressFree(ptr, size);
+    return Check(rc, "cuMemSetAccess");
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    allocations_[ptr] = Allocation{size, handle};
+  }
+  *out = ptr;
+  return Status::Ok();
+}
+
+void CudaContext::ReleaseAllocation(DevicePtr ptr, const Allocation& a) {
+  const CudaDriver* d = driver_.get();
+  d->MemUnmap(ptr, a.size);
+  d->MemRelease(a.handle);
+  d->MemAddressFree(ptr, a.size);
+}
+
+Status CudaContext::Free(DevicePtr ptr) {
+  Allocation a;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = allocations_.find(ptr);
+    if (it == allocations_.end()) {
+      return Status::InvalidArgument("Free " + Hex(ptr) + ": not the start of an allocation of this context");
+    }
+    a = it->second;
+    allocations_.erase(it);
+  }
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  const CudaDriver* d = driver_.get();
+  CUresult rc = d->MemUnmap(ptr, a.size);
+  CUresult rc2 = d->MemRelease(a.handle);
+  CUresult rc3 = d->MemAddressFree(ptr, a.size);
+  if (rc != CUDA_SUCCESS) return Check(rc, "cuMemUnmap");
+  if (rc2 != CUDA_SUCCESS) return Check(rc2, "cuMemRelease");
+  return Check(rc3, "cuMemAddressFree");
+}
+
+Status CudaContext::CheckDeviceRange(DevicePtr ptr, std::size_t bytes, const char* what) {
+  if (ptr > ~std::uint64_t{0} - bytes) {
+    return Status::InvalidArgument(std::string(what) + ": device range " + Hex(ptr) + " + " + Hex(bytes) +
+                                   " wraps around");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = allocations_.upper_bound(ptr);
+    if (it != allocations_.begin()) {
+      --it;
+      const DevicePtr start = it->first;
+      const std::uint64_t end = start + it->second.size;
+      if (ptr < end) {
+        if (ptr + bytes <= end) return Status::Ok();
+        return Status::InvalidArgument(std::string(what) + ": device range " + Hex(ptr) + " + " + Hex(bytes) +
+                                       " runs past the end of the allocation at " + Hex(start) + " (" +
+                                       Hex(it->second.size) + " bytes)");
+      }
+    }
+  }
+  // Not ours: a module global, or memory of another context. Ask the driver.
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  if (driver_->MemGetAddressRange(&base, &size, ptr) == CUDA_SUCCESS && ptr + bytes <= base + size) {
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(std::string(what) + ": device range " + Hex(ptr) + " + " + Hex(bytes) +
+                                 " is not (entirely) inside allocated device memory");
+}
+
+Status CudaContext::GetMemoryInfo(std::uint64_t* free_bytes, std::uint64_t* total_bytes) {
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  std::size_t free_b = 0, total_b = 0;
+  PHOS_RETURN_IF_ERROR(Check(driver_->MemGetInfo(&free_b, &total_b), "cuMemGetInfo"));
+  if (free_bytes) *free_bytes = free_b;
+  if (total_bytes) *total_bytes = total_b;
+  return Status::Ok();
+}
+
+Status CudaContext::RegisterHostMemory(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr || bytes == 0) return Status::InvalidArgument("RegisterHostMemory: null pointer or size 0");
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  // PORTABLE: the staging arena is pinned for every context of the daemon,
+  // not just this one.
+  return Check(driver_->MemHostRegister(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE), "cuMemHostRegister");
+}
+
+Status CudaContext::UnregisterHostMemory(void* ptr) {
+  if (ptr == nullptr) return Status::InvalidArgument("UnregisterHostMemory: null pointer");
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  return Check(driver_->MemHostUnregister(ptr), "cuMemHostUnregister");
+}
+
+// ---- streams -----------------------------------------------------------------------
+
+Status CudaContext::CreateStream(unsigned flags, int priority, StreamHandle* out) {
+  if (out == nullptr) return Status::InvalidArgument("CreateStream: null output pointer");
+  if ((flags & ~kStreamNonBlocking) != 0) {
+    return Status::InvalidArgument("CreateStream: unknown flags " + Hex(flags));
+  }
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  auto obj = std::make_shared<StreamObject>();
+  obj->driver = driver_.get();
+  obj->ctx = ctx_;
+  // The driver clamps the priority to the device's range, as CUDA does.
+  PHOS_RETURN_IF_ERROR(Check(driver_->StreamCreateWithPriority(&obj->stream, flags, priority),
+                             "cuStreamCreateWithPriority"));
+  const StreamHandle h = NextHandle();
+  std::lock_guard<std::mutex> lock(mutex_);
+  streams_.emplace(h, std::move(obj));
+  *out = h;
+  return Status::Ok();
+}
+
+Status CudaContext::DestroyStream(StreamHandle stream) {
+  if (stream == kDefaultStream) return Status::InvalidArgument("DestroyStream: the default stream cannot be destroyed");
+  std::shared_ptr<StreamObject> obj;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = streams_.find(stream);
+    if (it == streams_.end()) {
+      return Status::InvalidArgument("DestroyStream: unknown stream handle " + std::to_string(stream));
+    }
+    obj = std::move(it->second);
+    streams_.erase(it);
+  }
+  return Status::Ok();  // obj's destructor destroys the stream (or the last in-flight call's)
+}
+
+Status CudaContext::SynchronizeStream(StreamHandle stream) {
+  CUstream s = nullptr;
+  std::shared_ptr<StreamObject> keep;
+  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  return Check(driver_->StreamSynchronize(s), "cuStreamSynchronize");
+}
+
+Status CudaContext::QueryStream(StreamHandle stream) {
+  CUstream s = nullptr;
+  std::shared_ptr<StreamObject> keep;
+  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  return Check(driver_->StreamQuery(s), "cuStreamQuery");
+}
+
+// ---- copies ---------------------------------------------------------------------------
+
+Status CudaContext::MemcpyAsync(std::uint64_t dst, std::uint64_t src, std::size_t bytes, CopyKind kind,
+                                StreamHandle stream) {
+  CUstream s = nullptr;
+  std::shared_ptr<StreamObject> keep;
+  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
+  if (bytes == 0) return Status::Ok();
+  if (dst == 0 || src == 0) return Status::InvalidArgument("MemcpyAsync: null address");
+  if (kind == CopyKind::kDeviceToHost || kind == CopyKind::kDeviceToDevice) {
+    PHOS_RETURN_IF_ERROR(CheckDeviceRange(src, bytes, "MemcpyAsync source"));
+  }
+  if (kind == CopyKind::kHostToDevice || kind == CopyKind::kDeviceToDevice) {
+    PHOS_RETURN_IF_ERROR(CheckDeviceRange(dst, bytes, "MemcpyAsync destination"));
+  }
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  const CudaDriver* d = driver_.get();
+  switch (kind) {
+    case CopyKind::kHostToDevice:
+      return Check(d->MemcpyHtoDAsync(dst, reinterpret_cast<const void*>(src), bytes, s), "cuMemcpyHtoDAsync");
+    case CopyKind::kDeviceToHost:
+      return Check(d->MemcpyDtoHAsync(reinterpret_cast<void*>(dst), src, bytes, s), "cuMemcpyDtoHAsync");
+    case CopyKind::kDeviceToDevice:
+      return Check(d->MemcpyDtoDAsync(dst, src, bytes, s), "cuMemcpyDtoDAsync");
+    case CopyKind::kHostToHost:
+      // Unified addressing: the driver infers both sides are host memory.
+      return Check(d->MemcpyAsync(dst, src, bytes, s), "cuMemcpyAsync");
+  }
+  return Status::InvalidArgument("MemcpyAsync: unknown copy kind");
+}
+
+Status CudaContext::MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size, std::size_t count,
+                                StreamHandle stream) {
+  CUstream s = nullptr;
+  std::shared_ptr<StreamObject> keep;
+  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
+  if (element_size != 1 && element_size != 2 && element_size != 4) {
+    return Status::InvalidArgument("MemsetAsync: element size " + std::to_string(element_size) +
+                                   " (must be 1, 2 or 4)");
+  }
+  if (count == 0) return Status::Ok();
+  if (count > ~std::size_t{0} / element_size) return Status::InvalidArgument("MemsetAsync: count overflows");
+  if (dst % element_size != 0) {
+    return Status::InvalidArgument("MemsetAsync: " + Hex(dst) + " is not aligned to the element size " +
+                                   std::to_string(element_size));
+  }
+  PHOS_RETURN_IF_ERROR(CheckDeviceRange(dst, count * element_size, "MemsetAsync"));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  const CudaDriver* d = driver_.get();
+  switch (element_size) {
+    case 1:
+      return Check(d->MemsetD8Async(dst, static_cast<unsigned char>(value), count, s), "cuMemsetD8Async");
+    case 2:
+      return Check(d->MemsetD16Async(dst, static_cast<unsigned short>(value), count, s), "cuMemsetD16Async");
+    default:
+      return Check(d->MemsetD32Async(dst, value, count, s), "cuMemsetD32Async");
+  }
+}
+
+// ---- events -----------------------------------------------------------------------------
+
+Status CudaContext::CreateEvent(unsigned flags, EventHandle* out) {
+  if (out == nullptr) return Status::InvalidArgument("CreateEvent: null output pointer");
+  if ((flags & ~(kEventBlockingSync | kEventDisableTiming)) != 0) {
+    return Status::InvalidArgument("CreateEvent: unknown flags " + Hex(flags));
+  }
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  auto obj = std::make_shared<EventObject>();
+  obj->driver = driver_.get();
+  obj->ctx = ctx_;
+  obj->flags = flags;
+  PHOS_RETURN_IF_ERROR(Check(driver_->EventCreate(&obj->event, flags), "cuEventCreate"));
+  const EventHandle h = NextHandle();
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.emplace(h, std::move(obj));
+  *out = h;
+  return Status::Ok();
+}
+
+Status CudaContext::DestroyEvent(EventHandle event) {
+  std::shared_ptr<EventObject> obj;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = events_.find(event);
+    if (it == events_.end()) {
+      return Status::InvalidArgument("DestroyEvent: unknown event handle " + std::to_string(event));
+    }
+    obj = std::move(it->second);
+    events_.erase(it);
+  }
+  return Status::Ok();
+}
+
+Status CudaContext::RecordEvent(EventHandle event, StreamHandle stream) {
+  std::shared_ptr<EventObject> e;
+  PHOS_RETURN_IF_ERROR(FindEvent(event, &e));
+  CUstream s = nullptr;
+  std::shared_ptr<StreamObject> keep;
+  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  return Check(driver_->EventRecord(e->event, s), "cuEventRecord");
+}
+
+Status CudaContext::StreamWaitEvent(StreamHandle stream, EventHandle event) {
+  std::shared_ptr<EventObject> e;
+  PHOS_RETURN_IF_ERROR(FindEvent(event, &e));
+  CUstream s = nullptr;
+  std::shared_ptr<StreamObject> keep;
+  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  return Check(driver_->StreamWaitEvent(s, e->event, CU_EVENT_WAIT_DEFAULT), "cuStreamWaitEvent");
+}
+
+Status CudaContext::QueryEvent(EventHandle event) {
+  std::shared_ptr<EventObject> e;
+  PHOS_RETURN_IF_ERROR(FindEvent(event, &e));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  return Check(driver_->EventQuery(e->event), "cuEventQuery");
+}
+
+Status CudaContext::SynchronizeEvent(EventHandle event) {
+  std::shared_ptr<EventObject> e;
+  PHOS_RETURN_IF_ERROR(FindEvent(event, &e));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  return Check(driver_->EventSynchronize(e->event), "cuEventSynchronize");
+}
+
+Status CudaContext::ElapsedTime(EventHandle start, EventHandle end, float* ms) {
+  if (ms == nullptr) return Status::InvalidArgument("ElapsedTime: null output pointer");
+  std::shared_ptr<EventObject> a, b;
+  PHOS_RETURN_IF_ERROR(FindEvent(start, &a));
+  PHOS_RETURN_IF_ERROR(FindEvent(end, &b));
+  if ((a->flags & kEventDisableTiming) || (b->flags & kEventDisableTiming)) {
+    return Status::InvalidArgument("ElapsedTime: an event was created with timing disabled");
+  }
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  // cuEventElapsedTime_v2 (CUDA 12.8+): NOT_READY while either is pending,
+  // INVALID_HANDLE if one was never recorded.
+  return Check(driver_->EventElapsedTime(ms, a->event, b->event), "cuEventElapsedTime");
+}
+
+Status CudaContext::Synchronize() {
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  return Check(driver_->CtxSynchronize(), "cuCtxSynchronize");
+}
+
+// ---- modules -------------------------------------------------------------------------------
+
+Status CudaContext::LoadModule(const void* image, std::size_t size, ModuleHandle* out) {
+  if (image == nullptr || size == 0 || out == nullptr) {
+    return Status::InvalidArgument("LoadModule: empty image or null output pointer");
+  }
+  // cuModuleLoadData reads PTX text up to its NUL; make sure there is one
+  // when the image does not look like a binary (ELF cubin or fatbin).
+  const auto* bytes = static_cast<const unsigned char*>(image);
+  const bool elf = size >= 4 && bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' && bytes[3] == 'F';
+  // 0xBA55ED50: fatbin container; 0x466243B1: the __fatBinC_Wrapper_t around one.
+  const bool fatbin = size >= 4 && ((bytes[0] == 0x50 && bytes[1] == 0xed && bytes[2] == 0x55 && bytes[3] == 0xba) ||
+                                    (bytes[0] == 0xb1 && bytes[1] == 0x43 && bytes[2] == 0x62 && bytes[3] == 0x46));
+  std::string text;
+  if (!elf && !fatbin && bytes[size - 1] != '\0') {
+    text.assign(static_cast<const char*>(image), size);
+    image = text.c_str();
+  }
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  auto obj = std::make_shared<ModuleObject>();
+  obj->driver = driver_.get();
+  obj->ctx = ctx_;
+  PHOS_RETURN_IF_ERROR(Check(driver_->ModuleLoadData(&obj->module, image), "cuModuleLoadData"));
+  const ModuleHandle h = NextHandle();
+  std::lock_guard<std::mutex> lock(mutex_);
+  modules_.emplace(h, std::move(obj));
+  *out = h;
+  return Status::Ok();
+}
+
+Status CudaContext::UnloadModule(ModuleHandle module) {
+  std::shared_ptr<ModuleObject> obj;
+  std::vector<std::shared_ptr<FunctionObject>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = modules_.find(module);
+    if (it == modules_.end()) {
+      return Status::InvalidArgument("UnloadModule: unknown module handle " + std::to_string(module));
+    }
+    obj = std::move(it->second);
+    modules_.erase(it);
+    for (auto f = functions_.begin(); f != functions_.end();) {
+      if (f->second->module_handle == module) {
+        dropped.push_back(std::move(f->second));
+        f = functions_.erase(f);
+      } else {
+        ++f;
+      }
+    }
+  }
+  return Status::Ok();  // the module is unloaded when the last reference goes
+}
+
+Status CudaContext::GetFunction(ModuleHandle module, const std::string& name, FunctionHandle* out) {
+  if (out == nullptr) return Status::InvalidArgument("GetFunction: null output pointer");
+  std::shared_ptr<ModuleObject> m;
+  PHOS_RETURN_IF_ERROR(FindModule(module, &m));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  auto obj = std::make_shared<FunctionObject>();
+  CUresult rc = driver_->ModuleGetFunction(&obj->function, m->module, name.c_str());
+  if (rc != CUDA_SUCCESS) return Check(rc, ("cuModuleGetFunction(\"" + name + "\")"));
+  obj->module = std::move(m);
+  obj->module_handle = module;
+  obj->name = name;
+  const FunctionHandle h = NextHandle();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (modules_.find(module) == modules_.end()) {
+    return Status::InvalidArgument("GetFunction: module " + std::to_string(module) + " was unloaded meanwhile");
+  }
+  functions_.emplace(h, std::move(obj));
+  *out = h;
+  return Status::Ok();
+}
+
+Status CudaContext::GetGlobal(ModuleHandle module, const std::string& name, DevicePtr* ptr, std::size_t* bytes) {
+  std::shared_ptr<ModuleObject> m;
+  PHOS_RETURN_IF_ERROR(FindModule(module, &m));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  CUdeviceptr p = 0;
+  std::size_t size = 0;
+  CUresult rc = driver_->ModuleGetGlobal(&p, &size, m->module, name.c_str());
+  if (rc != CUDA_SUCCESS) return Check(rc, ("cuModuleGetGlobal(\"" + name + "\")"));
+  if (ptr) *ptr = p;
+  if (bytes) *bytes = size;
+  return Status::Ok();
+}
+
+Status CudaContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes,
+                                 StreamHandle stream, const std::vector<std::uint8_t>& params) {
+  std::shared_ptr<FunctionObject> f;
+  PHOS_RETURN_IF_ERROR(FindFunction(function, &f));
+  CUstream s = nullptr;
+  std::shared_ptr<StreamObject> keep;
+  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  // The argument block goes in as one buffer; the driver copies it before
+  // cuLaunchKernel returns.
+  std::size_t size = params.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::uint8_t*>(params.data()),
+                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  CUresult rc = driver_->LaunchKernel(f->function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                      shared_memory_bytes, s, nullptr, params.empty() ? nullptr : extra);
+  if (rc != CUDA_SUCCESS) return Check(rc, ("cuLaunchKernel(" + f->name + ")"));
+  return Status::Ok();
+}
+
+}  // namespace phos::backend::cuda

@@ -1,0 +1,152 @@
+// One phos Context on a real GPU: a CUDA context created with cuCtxCreate.
+//
+// Why a created context and not the device's primary context: the primary
+// context is one per device per process, so every phos Context on a GPU would
+// share it — one session's Synchronize would wait for every other session's
+// work, one faulting kernel would poison all sessions (CUDA errors of device
+// work are sticky per context), and a restore could never get the "fresh
+// context" DESIGN §4 asks for. The context pool (DESIGN §6) wants several
+// independent contexts per GPU, created ahead of time; cuCtxCreate gives
+// exactly that. (The backend retains the primary context only to answer
+// Backend::GetMemoryInfo, see cuda_backend.h.)
+//
+// Every entry point makes the context current on the calling thread
+// (cuCtxSetCurrent), since any phosd thread may call any Context.
+//
+// Device memory comes from the virtual-memory API (cuMemAddressReserve at a
+// chosen address, cuMemCreate, cuMemMap, cuMemSetAccess), so a restore can map
+// each buffer at its old address (DESIGN §2). Physical allocations made this
+// way belong to the process, not to the context; this Context tracks the ones
+// it made and frees them when destroyed.
+//
+// Handles (streams, events, modules, functions) are ids drawn from one
+// process-wide counter, so a handle of another Context is never found here and
+// is an InvalidArgument error. The objects behind them are reference counted:
+// a call looks its object up under the lock, keeps a reference, drops the lock
+// and then calls the driver, so a concurrent Destroy* only unlinks the handle
+// and the driver object is destroyed when the last in-flight call is done.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_driver.h"
+
+namespace phos::backend::cuda {
+
+class CudaContext final : public Context {
+ public:
+  /// Creates a CUDA context on `device` (ordinal `ordinal`). Leaves the
+  /// calling thread's current context as it was.
+  static Status Create(std::shared_ptr<const CudaDriver> driver, int ordinal, CUdevice device,
+                       std::unique_ptr<Context>* out);
+  ~CudaContext() override;
+
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  int device() const override { return ordinal_; }
+
+  Status Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) override;
+  Status Free(DevicePtr ptr) override;
+  Status GetMemoryInfo(std::uint64_t* free_bytes, std::uint64_t* total_bytes) override;
+  Status RegisterHostMemory(void* ptr, std::size_t bytes) override;
+  Status UnregisterHostMemory(void* ptr) override;
+
+  Status CreateStream(unsigned flags, int priority, StreamHandle* out) override;
+  Status DestroyStream(StreamHandle stream) override;
+  Status SynchronizeStream(StreamHandle stream) override;
+  Status QueryStream(StreamHandle stream) override;
+
+  Status MemcpyAsync(std::uint64_t dst, std::uint64_t src, std::size_t bytes, CopyKind kind,
+                     StreamHandle stream) override;
+  Status MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size,
+                     std::size_t count, StreamHandle stream) override;
+
+  Status CreateEvent(unsigned flags, EventHandle* out) override;
+  Status DestroyEvent(EventHandle event) override;
+  Status RecordEvent(EventHandle event, StreamHandle stream) override;
+  Status StreamWaitEvent(StreamHandle stream, EventHandle event) override;
+  Status QueryEvent(EventHandle event) override;
+  Status SynchronizeEvent(EventHandle event) override;
+  Status ElapsedTime(EventHandle start, EventHandle end, float* ms) override;
+
+  Status Synchronize() override;
+
+  Status LoadModule(const void* image, std::size_t size, ModuleHandle* out) override;
+  Status UnloadModule(ModuleHandle module) override;
+  Status GetFunction(ModuleHandle module, const std::string& name, FunctionHandle* out) override;
+  Status GetGlobal(ModuleHandle module, const std::string& name, DevicePtr* ptr,
+                   std::size_t* bytes) override;
+  Status LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes,
+                      StreamHandle stream, const std::vector<std::uint8_t>& params) override;
+
+  /// The allocation granularity (cuMemGetAllocationGranularity, minimum) that
+  /// sizes are rounded up to and `at` addresses must be aligned to.
+  std::size_t granularity() const { return granularity_; }
+
+ private:
+  // Reference-counted driver objects; each destructor makes the context
+  // current and destroys its object.
+  struct StreamObject;
+  struct EventObject;
+  struct ModuleObject;
+  struct FunctionObject;
+
+  struct Allocation {
+    std::size_t size = 0;                      // rounded up to granularity_
+    CUmemGenericAllocationHandle handle = 0;   // cuMemCreate
+  };
+
+  CudaContext(std::shared_ptr<const CudaDriver> driver, int ordinal, CUdevice device, CUcontext ctx,
+              std::size_t granularity);
+
+  /// cuCtxSetCurrent(ctx_) on the calling thread.
+  Status MakeCurrent() const;
+  Status Check(CUresult result, std::string_view what) const;
+
+  /// Resolves a stream handle: kDefaultStream -> the legacy NULL stream;
+  /// `keep` holds the object alive while the caller uses *out.
+  Status FindStream(StreamHandle handle, CUstream* out, std::shared_ptr<StreamObject>* keep);
+  Status FindEvent(EventHandle handle, std::shared_ptr<EventObject>* out);
+  Status FindModule(ModuleHandle handle, std::shared_ptr<ModuleObject>* out);
+  Status FindFunction(FunctionHandle handle, std::shared_ptr<FunctionObject>* out);
+
+  /// OK if [ptr, ptr + bytes) lies inside one allocation of this context,
+  /// or else inside one allocation the driver knows (a module global, memory
+  /// of another context on this device); InvalidArgument otherwise. Checked
+  /// before enqueueing, because a copy that strays out of mapped memory would
+  /// fault on the device and poison the whole context (a sticky error).
+  Status CheckDeviceRange(DevicePtr ptr, std::size_t bytes, const char* what);
+
+  /// Unmaps, releases and frees one allocation (no lock needed: the caller
+  /// has already removed it from allocations_).
+  void ReleaseAllocation(DevicePtr ptr, const Allocation& a);
+
+  const std::shared_ptr<const CudaDriver> driver_;
+  const int ordinal_;
+  const CUdevice device_;
+  const CUcontext ctx_;
+  const std::size_t granularity_;
+
+  // mutex_ guards the five maps below and nothing else. It is never held
+  // across a driver call that can block (synchronisation, copies, launches,
+  // object destruction): calls copy what they need out under the lock.
+  mutable std::mutex mutex_;
+  std::map<DevicePtr, Allocation> allocations_;   // by start address
+  std::unordered_map<StreamHandle, std::shared_ptr<StreamObject>> streams_;
+  std::unordered_map<EventHandle, std::shared_ptr<EventObject>> events_;
+  std::unordered_map<ModuleHandle, std::shared_ptr<ModuleObject>> modules_;
+  std::unordered_map<FunctionHandle, std::shared_ptr<FunctionObject>> functions_;
+};
+
+}  // namespace phos::backend::cuda

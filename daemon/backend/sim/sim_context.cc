@@ -1,0 +1,460 @@
+#include "backend/sim/sim_context.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iterator>
+#include <utility>
+
+namespace phos::backend::sim {
+namespace {
+
+constexpr const char* kNoInterpreter =
+    "sim backend: kernels need the PTX interpreter (instrument issue), which is not "
+    "available yet";
+
+std::string Hex(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool IsDeviceDst(CopyKind k) {
+  return k == CopyKind::kHostToDevice || k == CopyKind::kDeviceToDevice;
+}
+bool IsDeviceSrc(CopyKind k) {
+  return k == CopyKind::kDeviceToHost || k == CopyKind::kDeviceToDevice;
+}
+
+void Fill(unsigned char* dst, std::uint32_t value, std::size_t element_size, std::size_t count) {
+  if (element_size == 1) {
+    std::memset(dst, static_cast<int>(value & 0xff), count);
+    return;
+  }
+  unsigned char pattern[4];
+  std::memcpy(pattern, &value, sizeof pattern);  // little-endian low bytes first
+  for (std::size_t i = 0; i < count; ++i) {
+    std::memcpy(dst + i * element_size, pattern, element_size);
+  }
+}
+
+}  // namespace
+
+SimContext::SimContext(std::shared_ptr<SimShared> shared, int device, std::uint64_t id)
+    : shared_(std::move(shared)), device_(device), id_(id) {
+  default_stream_.stream = std::make_unique<SimStream>();
+  default_stream_.blocking = false;  // it is the one the others synchronise with
+}
+
+SimContext::~SimContext() {
+  // No other thread may call into a context being destroyed, so no lock.
+  // Each SimStream destructor lets its queued work finish; waits between
+  // streams always target work enqueued earlier, which drains on its own.
+  streams_.clear();
+  retired_.clear();
+  default_stream_.stream.reset();
+  shared_->memory->FreeAllOwnedBy(id_);
+}
+
+std::uint64_t SimContext::NewHandleLocked() { return (id_ << 32) | ++next_handle_; }
+
+// ---- memory ---------------------------------------------------------------
+
+Status SimContext::Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) {
+  if (out == nullptr) return Status::InvalidArgument("Allocate: null output pointer");
+  return shared_->memory->Allocate(device_, id_, bytes, at, out);
+}
+
+Status SimContext::Free(DevicePtr ptr) { return shared_->memory->Free(id_, ptr); }
+
+Status SimContext::GetMemoryInfo(std::uint64_t* free_bytes, std::uint64_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr) {
+    return Status::InvalidArgument("GetMemoryInfo: null output pointer");
+  }
+  shared_->memory->MemoryInfo(device_, free_bytes, total_bytes);
+  return Status::Ok();
+}
+
+Status SimContext::RegisterHostMemory(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr || bytes == 0) {
+    return Status::InvalidArgument("RegisterHostMemory: null pointer or 0 bytes");
+  }
+  const auto start = reinterpret_cast<std::uintptr_t>(ptr);
+  if (start > UINTPTR_MAX - bytes) return Status::InvalidArgument("host range wraps around");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = host_ranges_.lower_bound(start);
+  bool overlap = it != host_ranges_.end() && it->first < start + bytes;
+  if (!overlap && it != host_ranges_.begin()) {
+    auto prev = std::prev(it);
+    overlap = prev->first + prev->second > start;
+  }
+  if (overlap) {
+    return Status::AlreadyExists("host range at " + Hex(start) + " (" + std::to_string(bytes) +
+                                 " bytes) overlaps memory already registered");
+  }
+  host_ranges_.emplace(start, bytes);
+  return Status::Ok();
+}
+
+Status SimContext::UnregisterHostMemory(void* ptr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (host_ranges_.erase(reinterpret_cast<std::uintptr_t>(ptr)) == 0) {
+    return Status::InvalidArgument("host address " + Hex(reinterpret_cast<std::uintptr_t>(ptr)) +
+                                   " is not the start of registered memory");
+  }
+  return Status::Ok();
+}
+
+// ---- streams ----------------------------------------------------------------
+
+Status SimContext::FindStreamLocked(StreamHandle handle, StreamEntry** out) {
+  if (handle == kDefaultStream) {
+    *out = &default_stream_;
+    return Status::Ok();
+  }
+  auto it = streams_.find(handle);
+  if (it == streams_.end()) {
+    return Status::InvalidArgument("unknown stream handle " + Hex(handle) +
+                                   " (destroyed, or from another context)");
+  }
+  *out = &it->second;
+  return Status::Ok();
+}
+
+void SimContext::BlockingMarksLocked(std::vector<Mark>* out) {
+  auto add = [&](const StreamEntry& e) {
+    if (!e.blocking) return;
+    const std::uint64_t seq = e.stream->enqueued();
+    SimStream::Progress p = e.stream->progress();
+    if (!p.Done(seq)) out->push_back(Mark{std::move(p), seq});
+  };
+  for (const auto& [h, e] : streams_) add(e);
+  for (const auto& e : retired_) add(e);
+}
+
+Status SimContext::StreamMarksLocked(StreamHandle handle, std::vector<Mark>* out) {
+  StreamEntry* e = nullptr;
+  PHOS_RETURN_IF_ERROR(FindStreamLocked(handle, &e));
+  out->push_back(Mark{e->stream->progress(), e->stream->enqueued()});
+  if (handle == kDefaultStream) BlockingMarksLocked(out);
+  return Status::Ok();
+}
+
+Status SimContext::EnqueueLocked(StreamHandle handle, SimStream::Op op,
+                                 std::function<void()> after) {
+  StreamEntry* e = nullptr;
+  PHOS_RETURN_IF_ERROR(FindStreamLocked(handle, &e));
+  std::vector<Mark> deps;
+  if (handle == kDefaultStream) {
+    BlockingMarksLocked(&deps);  // legacy: waits for prior work on blocking streams
+  } else if (e->blocking) {
+    const std::uint64_t seq = default_stream_.stream->enqueued();
+    SimStream::Progress p = default_stream_.stream->progress();
+    if (!p.Done(seq)) deps.push_back(Mark{std::move(p), seq});  // and they wait for it
+  }
+  if (!deps.empty()) {
+    op = [deps = std::move(deps), inner = std::move(op)]() {
+      for (const Mark& m : deps) m.progress.WaitFor(m.seq);
+      return inner();
+    };
+  }
+  e->stream->Enqueue(std::move(op), std::move(after));
+  return Status::Ok();
+}
+
+void SimContext::ReapRetiredLocked() {
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (it->stream->Idle()) {
+      it = retired_.erase(it);  // joins a worker that has nothing left to do
+    } else {
+      ++it;
+    }
+  }
+}
+
+Status SimContext::CreateStream(unsigned flags, int priority, StreamHandle* out) {
+  if (out == nullptr) return Status::InvalidArgument("CreateStream: null output pointer");
+  if ((flags & ~kStreamNonBlocking) != 0) {
+    return Status::InvalidArgument("CreateStream: unknown flags " + Hex(flags));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ReapRetiredLocked();
+  StreamEntry e;
+  e.stream = std::make_unique<SimStream>();
+  e.blocking = (flags & kStreamNonBlocking) == 0;
+  const StreamHandle h = NewHandleLocked();
+  streams_.emplace(h, std::move(e));
+  *out = h;
+  return Status::Ok();
+}
+
+Status SimContext::DestroyStream(StreamHandle stream) {
+  if (stream == kDefaultStream) {
+    return Status::InvalidArgument("the default stream cannot be destroyed");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find(stream);
+  if (it == streams_.end()) {
+    return Status::InvalidArgument("unknown stream handle " + Hex(stream) +
+                                   " (destroyed, or from another context)");
+  }
+  // Queued work still runs (and the default stream still orders after it);
+  // the worker is joined once it has drained.
+  retired_.push_back(std::move(it->second));
+  streams_.erase(it);
+  ReapRetiredLocked();
+  return Status::Ok();
+}
+
+Status SimContext::SynchronizeStream(StreamHandle stream) {
+  std::vector<Mark> marks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PHOS_RETURN_IF_ERROR(StreamMarksLocked(stream, &marks));
+  }
+  for (const Mark& m : marks) m.progress.WaitFor(m.seq);
+  return marks.front().progress.error();
+}
+
+Status SimContext::QueryStream(StreamHandle stream) {
+  std::vector<Mark> marks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PHOS_RETURN_IF_ERROR(StreamMarksLocked(stream, &marks));
+  }
+  Status error = marks.front().progress.error();
+  if (!error.ok()) return error;
+  for (const Mark& m : marks) {
+    if (!m.progress.Done(m.seq)) return Status::NotReady("stream has pending work");
+  }
+  return Status::Ok();
+}
+
+// ---- copies -------------------------------------------------------------------
+
+Status SimContext::MemcpyAsync(std::uint64_t dst, std::uint64_t src, std::size_t bytes,
+                               CopyKind kind, StreamHandle stream) {
+  switch (kind) {
+    case CopyKind::kHostToDevice:
+    case CopyKind::kDeviceToHost:
+    case CopyKind::kDeviceToDevice:
+    case CopyKind::kHostToHost:
+      break;
+    default:
+      return Status::InvalidArgument("MemcpyAsync: unknown copy kind");
+  }
+  SimShared* shared = shared_.get();
+  if (bytes > 0) {
+    if (dst == 0 || src == 0) return Status::InvalidArgument("MemcpyAsync: null address");
+    if (IsDeviceDst(kind)) PHOS_RETURN_IF_ERROR(shared->memory->CheckRange(dst, bytes));
+    if (IsDeviceSrc(kind)) PHOS_RETURN_IF_ERROR(shared->memory->CheckRange(src, bytes));
+  }
+  const int device = device_;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bytes == 0) {
+    StreamEntry* e = nullptr;
+    return FindStreamLocked(stream, &e);  // nothing to copy; the handle must still be good
+  }
+  return EnqueueLocked(stream, [shared, device, dst, src, bytes, kind]() -> Status {
+    SimAddressSpace::Pin pin;  // keeps the device ranges mapped while we copy
+    if (IsDeviceDst(kind)) PHOS_RETURN_IF_ERROR(shared->memory->PinRange(dst, bytes, &pin));
+    if (IsDeviceSrc(kind)) PHOS_RETURN_IF_ERROR(shared->memory->PinRange(src, bytes, &pin));
+    void* d = reinterpret_cast<void*>(dst);
+    const void* s = reinterpret_cast<const void*>(src);
+    if (kind == CopyKind::kHostToDevice || kind == CopyKind::kDeviceToHost) {
+      shared->engines[device]->Copy(d, s, bytes);  // bounded engines, link throttle
+    } else {
+      std::memmove(d, s, bytes);  // D2D and H2H: not throttled
+    }
+    return Status::Ok();
+  });
+}
+
+Status SimContext::MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size,
+                               std::size_t count, StreamHandle stream) {
+  if (element_size != 1 && element_size != 2 && element_size != 4) {
+    return Status::InvalidArgument("MemsetAsync: element size must be 1, 2 or 4 (got " +
+                                   std::to_string(element_size) + ")");
+  }
+  if (count > SIZE_MAX / element_size) return Status::InvalidArgument("MemsetAsync: too large");
+  const std::size_t bytes = count * element_size;
+  SimShared* shared = shared_.get();
+  if (bytes > 0) PHOS_RETURN_IF_ERROR(shared->memory->CheckRange(dst, bytes));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bytes == 0) {
+    StreamEntry* e = nullptr;
+    return FindStreamLocked(stream, &e);
+  }
+  return EnqueueLocked(stream, [shared, dst, value, element_size, count, bytes]() -> Status {
+    SimAddressSpace::Pin pin;
+    PHOS_RETURN_IF_ERROR(shared->memory->PinRange(dst, bytes, &pin));
+    Fill(reinterpret_cast<unsigned char*>(dst), value, element_size, count);
+    return Status::Ok();
+  });
+}
+
+// ---- events -------------------------------------------------------------------
+
+Status SimContext::FindEventLocked(EventHandle handle, std::shared_ptr<SimEvent>* out) {
+  auto it = events_.find(handle);
+  if (it == events_.end()) {
+    return Status::InvalidArgument("unknown event handle " + Hex(handle) +
+                                   " (destroyed, or from another context)");
+  }
+  *out = it->second;
+  return Status::Ok();
+}
+
+Status SimContext::CreateEvent(unsigned flags, EventHandle* out) {
+  if (out == nullptr) return Status::InvalidArgument("CreateEvent: null output pointer");
+  constexpr unsigned kInterprocess = 0x4;  // cudaEventInterprocess
+  if ((flags & ~(kEventBlockingSync | kEventDisableTiming | kInterprocess)) != 0) {
+    return Status::InvalidArgument("CreateEvent: unknown flags " + Hex(flags));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const EventHandle h = NewHandleLocked();
+  events_.emplace(h, std::make_shared<SimEvent>(flags));
+  *out = h;
+  return Status::Ok();
+}
+
+Status SimContext::DestroyEvent(EventHandle event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Ops already enqueued keep the event object alive until they ran.
+  if (events_.erase(event) == 0) {
+    return Status::InvalidArgument("unknown event handle " + Hex(event) +
+                                   " (destroyed, or from another context)");
+  }
+  return Status::Ok();
+}
+
+Status SimContext::RecordEvent(EventHandle event, StreamHandle stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<SimEvent> ev;
+  PHOS_RETURN_IF_ERROR(FindEventLocked(event, &ev));
+  StreamEntry* e = nullptr;
+  PHOS_RETURN_IF_ERROR(FindStreamLocked(stream, &e));
+  const std::uint64_t gen = ev->BeginRecord();
+  return EnqueueLocked(
+      stream, [] { return Status::Ok(); }, [ev, gen] { ev->Complete(gen); });
+}
+
+Status SimContext::StreamWaitEvent(StreamHandle stream, EventHandle event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<SimEvent> ev;
+  PHOS_RETURN_IF_ERROR(FindEventLocked(event, &ev));
+  StreamEntry* e = nullptr;
+  PHOS_RETURN_IF_ERROR(FindStreamLocked(stream, &e));
+  const std::uint64_t gen = ev->generation();
+  if (gen == 0 || ev->IsComplete(gen)) return Status::Ok();  // nothing to wait for
+  return EnqueueLocked(stream, [ev, gen]() {
+    ev->WaitFor(gen);
+    return Status::Ok();
+  });
+}
+
+Status SimContext::QueryEvent(EventHandle event) {
+  std::shared_ptr<SimEvent> ev;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PHOS_RETURN_IF_ERROR(FindEventLocked(event, &ev));
+  }
+  return ev->IsComplete(ev->generation()) ? Status::Ok()
+                                          : Status::NotReady("event is still pending");
+}
+
+Status SimContext::SynchronizeEvent(EventHandle event) {
+  std::shared_ptr<SimEvent> ev;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PHOS_RETURN_IF_ERROR(FindEventLocked(event, &ev));
+  }
+  ev->WaitFor(ev->generation());
+  return Status::Ok();
+}
+
+Status SimContext::ElapsedTime(EventHandle start, EventHandle end, float* ms) {
+  if (ms == nullptr) return Status::InvalidArgument("ElapsedTime: null output pointer");
+  std::shared_ptr<SimEvent> a, b;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PHOS_RETURN_IF_ERROR(FindEventLocked(start, &a));
+    PHOS_RETURN_IF_ERROR(FindEventLocked(end, &b));
+  }
+  if ((a->flags() & kEventDisableTiming) || (b->flags() & kEventDisableTiming)) {
+    return Status::InvalidArgument("ElapsedTime: an event was created with timing disabled");
+  }
+  SimEvent::Clock::time_point ta, tb;
+  PHOS_RETURN_IF_ERROR(a->Timestamp(&ta).WithContext("ElapsedTime: start event"));
+  PHOS_RETURN_IF_ERROR(b->Timestamp(&tb).WithContext("ElapsedTime: end event"));
+  *ms = std::chrono::duration<float, std::milli>(tb - ta).count();
+  return Status::Ok();
+}
+
+Status SimContext::Synchronize() {
+  std::vector<Mark> marks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    marks.push_back(Mark{default_stream_.stream->progress(), default_stream_.stream->enqueued()});
+    for (const auto& [h, e] : streams_) marks.push_back(Mark{e.stream->progress(), e.stream->enqueued()});
+    for (const auto& e : retired_) marks.push_back(Mark{e.stream->progress(), e.stream->enqueued()});
+  }
+  Status first;
+  for (const Mark& m : marks) {
+    m.progress.WaitFor(m.seq);
+    Status s = m.progress.error();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+// ---- modules and kernels ---------------------------------------------------------
+
+Status SimContext::LoadModule(const void* image, std::size_t size, ModuleHandle* out) {
+  if (image == nullptr || size == 0 || out == nullptr) {
+    return Status::InvalidArgument("LoadModule: null image, 0 bytes or null output pointer");
+  }
+  const auto* p = static_cast<const std::uint8_t*>(image);
+  std::lock_guard<std::mutex> lock(mu_);
+  const ModuleHandle h = NewHandleLocked();
+  modules_.emplace(h, std::vector<std::uint8_t>(p, p + size));
+  *out = h;
+  return Status::Ok();
+}
+
+Status SimContext::UnloadModule(ModuleHandle module) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (modules_.erase(module) == 0) {
+    return Status::InvalidArgument("unknown module handle " + Hex(module));
+  }
+  return Status::Ok();
+}
+
+Status SimContext::GetFunction(ModuleHandle module, const std::string& name,
+                               FunctionHandle* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (modules_.count(module) == 0) {
+    return Status::InvalidArgument("unknown module handle " + Hex(module));
+  }
+  return Status::NotSupported(std::string(kNoInterpreter) + " (GetFunction '" + name + "')");
+}
+
+Status SimContext::GetGlobal(ModuleHandle module, const std::string& name, DevicePtr* ptr,
+                             std::size_t* bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (modules_.count(module) == 0) {
+    return Status::InvalidArgument("unknown module handle " + Hex(module));
+  }
+  return Status::NotSupported(std::string(kNoInterpreter) + " (GetGlobal '" + name + "')");
+}
+
+Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
+                                unsigned shared_memory_bytes, StreamHandle stream,
+                                const std::vector<std::uint8_t>& params) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StreamEntry* e = nullptr;
+  PHOS_RETURN_IF_ERROR(FindStreamLocked(stream, &e));
+  return Status::NotSupported(std::string(kNoInterpreter) + " (LaunchKernel)");
+}
+
+}  // namespace phos::backend::sim

@@ -1,0 +1,107 @@
+// A sim Context: memory in the backend's address space, streams run by
+// worker threads, events, host registrations and (not yet runnable) modules.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/sim/sim_event.h"
+#include "backend/sim/sim_shared.h"
+#include "backend/sim/sim_stream.h"
+
+namespace phos::backend::sim {
+
+class SimContext final : public Context {
+ public:
+  SimContext(std::shared_ptr<SimShared> shared, int device, std::uint64_t id);
+  /// Lets all queued work finish, then frees the context's allocations.
+  ~SimContext() override;
+
+  int device() const override { return device_; }
+
+  Status Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) override;
+  Status Free(DevicePtr ptr) override;
+  Status GetMemoryInfo(std::uint64_t* free_bytes, std::uint64_t* total_bytes) override;
+  Status RegisterHostMemory(void* ptr, std::size_t bytes) override;
+  Status UnregisterHostMemory(void* ptr) override;
+
+  Status CreateStream(unsigned flags, int priority, StreamHandle* out) override;
+  Status DestroyStream(StreamHandle stream) override;
+  Status SynchronizeStream(StreamHandle stream) override;
+  Status QueryStream(StreamHandle stream) override;
+
+  Status MemcpyAsync(std::uint64_t dst, std::uint64_t src, std::size_t bytes, CopyKind kind,
+                     StreamHandle stream) override;
+  Status MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size,
+                     std::size_t count, StreamHandle stream) override;
+
+  Status CreateEvent(unsigned flags, EventHandle* out) override;
+  Status DestroyEvent(EventHandle event) override;
+  Status RecordEvent(EventHandle event, StreamHandle stream) override;
+  Status StreamWaitEvent(StreamHandle stream, EventHandle event) override;
+  Status QueryEvent(EventHandle event) override;
+  Status SynchronizeEvent(EventHandle event) override;
+  Status ElapsedTime(EventHandle start, EventHandle end, float* ms) override;
+
+  Status Synchronize() override;
+
+  Status LoadModule(const void* image, std::size_t size, ModuleHandle* out) override;
+  Status UnloadModule(ModuleHandle module) override;
+  Status GetFunction(ModuleHandle module, const std::string& name, FunctionHandle* out) override;
+  Status GetGlobal(ModuleHandle module, const std::string& name, DevicePtr* ptr,
+                   std::size_t* bytes) override;
+  Status LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
+                      unsigned shared_memory_bytes, StreamHandle stream,
+                      const std::vector<std::uint8_t>& params) override;
+
+ private:
+  struct StreamEntry {
+    std::unique_ptr<SimStream> stream;
+    bool blocking = true;  // synchronises with the legacy default stream
+  };
+  // A point in a stream's queue to wait for.
+  struct Mark {
+    SimStream::Progress progress;
+    std::uint64_t seq = 0;
+  };
+
+  // All *Locked helpers: the caller holds mu_.
+  std::uint64_t NewHandleLocked();
+  Status FindStreamLocked(StreamHandle handle, StreamEntry** out);
+  Status FindEventLocked(EventHandle handle, std::shared_ptr<SimEvent>* out);
+  /// Enqueues `op` on a stream, adding the legacy default-stream waits.
+  Status EnqueueLocked(StreamHandle handle, SimStream::Op op,
+                       std::function<void()> after = nullptr);
+  /// Marks for all pending work on blocking streams (live and retired).
+  void BlockingMarksLocked(std::vector<Mark>* out);
+  /// What waiting for `handle` means: its own work, and for the default
+  /// stream also all prior work on blocking streams.
+  Status StreamMarksLocked(StreamHandle handle, std::vector<Mark>* out);
+  /// Joins destroyed streams whose queues have drained.
+  void ReapRetiredLocked();
+
+  const std::shared_ptr<SimShared> shared_;
+  const int device_;
+  const std::uint64_t id_;  // tags this context's handles (high 32 bits)
+
+  // mu_ protects every member below, and serialises enqueueing so the
+  // default-stream dependencies of concurrent enqueues never form a cycle.
+  // Lock order: mu_ before any SimStream/SimEvent/SimAddressSpace lock;
+  // stream workers never take mu_.
+  std::mutex mu_;
+  std::uint32_t next_handle_ = 0;
+  StreamEntry default_stream_;                          // kDefaultStream
+  std::map<StreamHandle, StreamEntry> streams_;          // created streams
+  std::vector<StreamEntry> retired_;                    // destroyed, still draining
+  std::map<EventHandle, std::shared_ptr<SimEvent>> events_;  // shared with record/wait ops
+  std::map<ModuleHandle, std::vector<std::uint8_t>> modules_;  // a copy of each image
+  std::map<std::uintptr_t, std::size_t> host_ranges_;   // registered host memory
+};
+
+}  // namespace phos::backend::sim

@@ -1,0 +1,136 @@
+// Internal to phos_interp: per-thread and per-block execution state and the
+// operand/memory helpers the ops_*.cc handlers share. Not a public header.
+//
+// Ownership: a Block and its Threads belong to exactly one worker thread of
+// a launch for the block's whole lifetime; nothing here is shared between
+// host threads except global memory (through GlobalMemory, with atomics for
+// atom/red) and Program module-variable storage.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "interp/launch.h"
+#include "interp/memory.h"
+#include "interp/numeric.h"
+#include "interp/program.h"
+
+namespace phos::interp {
+
+struct Frame {
+  uint32_t func = 0;
+  uint32_t pc = 0;
+  uint32_t reg_base = 0;    // into Thread::regs
+  uint32_t param_base = 0;  // into Thread::params
+  uint32_t local_base = 0;  // into Thread::local
+};
+
+struct Thread {
+  enum State : uint8_t { kRunnable, kBarrier, kCollective, kExited };
+  std::vector<uint64_t> regs;
+  std::vector<uint8_t> params;
+  std::vector<uint8_t> local;
+  std::vector<Frame> frames;
+  uint32_t tid[3] = {};
+  uint32_t linear = 0, lane = 0, warp = 0;
+  State state = kRunnable;
+  bool carry = false;        // CC.CF of add.cc / sub.cc
+  uint64_t icount = 0;       // instructions executed (also %clock)
+};
+
+struct Block {
+  const Program* prog = nullptr;
+  GlobalMemory* gmem = nullptr;
+  const LaunchOptions* opts = nullptr;
+  std::vector<uint8_t> shared;   // static + dynamic shared memory
+  uint32_t dyn_smem = 0;
+  uint32_t ctaid[3] = {}, ntid[3] = {}, nctaid[3] = {};
+  uint32_t nthreads = 0, nwarps = 0, smid = 0;
+  std::vector<Thread> threads;
+};
+
+// Context of the thread being stepped. `r` and `fn` follow the top frame.
+struct Exec {
+  Block* b = nullptr;
+  Thread* t = nullptr;
+  uint64_t* r = nullptr;
+  const Function* fn = nullptr;
+  std::string error;
+  void Refresh() {
+    const Frame& f = t->frames.back();
+    r = t->regs.data() + f.reg_base;
+    fn = &b->prog->function(static_cast<int>(f.func));
+  }
+  Frame& frame() { return t->frames.back(); }
+};
+
+uint64_t ReadSreg(Exec& x, uint32_t id);  // ops_sreg.cc
+
+inline const Operand& Opd(const Exec& x, const Op& op, int i) { return x.fn->operands[op.first + i]; }
+inline uint64_t Val(Exec& x, const Operand& o) {
+  switch (o.kind) {
+    case Operand::kReg: return x.r[o.reg] + o.imm;
+    case Operand::kImm: return o.imm;
+    case Operand::kLocalSym: return x.t->frames.back().local_base + o.imm;
+    case Operand::kSreg: return ReadSreg(x, o.reg);
+    default: return 0;
+  }
+}
+inline uint64_t Src(Exec& x, const Op& op, int i) { return Val(x, Opd(x, op, i)); }
+inline bool PredVal(Exec& x, const Operand& o) { return ((Val(x, o) & 1) != 0) != o.neg; }
+inline void Set(Exec& x, const Op& op, int i, uint64_t v) {
+  const Operand& o = Opd(x, op, i);
+  if (o.kind == Operand::kReg) x.r[o.reg] = v;
+}
+inline Flow Fail(Exec& x, std::string msg) {
+  x.error = std::move(msg);
+  return Flow::kError;
+}
+inline Round RoundOf(ptx::Rounding r) {
+  switch (r) {
+    case ptx::Rounding::kRz: case ptx::Rounding::kRzi: return Round::kZero;
+    case ptx::Rounding::kRm: case ptx::Rounding::kRmi: return Round::kDown;
+    case ptx::Rounding::kRp: case ptx::Rounding::kRpi: return Round::kUp;
+    default: return Round::kNearest;
+  }
+}
+
+// Host pointer for `bytes` at `addr` in `space` (kNone = generic), or
+// nullptr with x.error set (illegal address). ops_mem.cc.
+uint8_t* Resolve(Exec& x, ptx::Space space, uint64_t addr, size_t bytes, bool write);
+
+// Handlers (bound per op by program.cc).
+Flow ExecIntArith(Exec&, const Op&);    // ops_int.cc
+Flow ExecFloatArith(Exec&, const Op&);  // ops_float.cc
+Flow ExecCvt(Exec&, const Op&);         // ops_cvt.cc
+Flow ExecSetp(Exec&, const Op&);        // ops_cvt.cc (comparisons)
+Flow ExecSet(Exec&, const Op&);
+Flow ExecSelp(Exec&, const Op&);
+Flow ExecSlct(Exec&, const Op&);
+Flow ExecMov(Exec&, const Op&);         // ops_mem.cc
+Flow ExecLd(Exec&, const Op&);
+Flow ExecSt(Exec&, const Op&);
+Flow ExecCvta(Exec&, const Op&);
+Flow ExecIsspacep(Exec&, const Op&);
+Flow ExecNop(Exec&, const Op&);
+Flow ExecAtom(Exec&, const Op&);        // ops_atomic.cc
+Flow ExecBra(Exec&, const Op&);         // ops_control.cc
+Flow ExecCall(Exec&, const Op&);
+Flow ExecRet(Exec&, const Op&);
+Flow ExecExit(Exec&, const Op&);
+Flow ExecTrap(Exec&, const Op&);
+Flow ExecUnsupported(Exec&, const Op&);
+Flow ExecCollective(Exec&, const Op&);  // ops_warp.cc: bar/shfl/vote/... wait
+
+// ops_warp.cc: completes a warp collective for the lanes in `group` (all
+// waiting at the same op). lanes[i] is lane i of the warp (nullptr past the
+// block's end). Returns kBlock if it must keep waiting (a lane named in the
+// member mask has not arrived), kNext when done (pcs advanced), kError.
+Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t exited, std::string* error);
+bool IsBarrierOp(const Op& op);  // bar.sync / barrier.sync (block-wide)
+
+// Pushes/pops call frames (ops_control.cc); used for kernel entry too.
+void PushFrame(Thread& t, const Program& p, uint32_t func);
+
+}  // namespace phos::interp

@@ -1,0 +1,169 @@
+// Block scheduler. Threads of a block are logical threads stepped one at a
+// time on the worker's host thread: each runs until it exits or waits
+// (bar.sync, warp collective). When no thread can run, waiting warp
+// collectives whose member lanes have all arrived complete; failing that, a
+// barrier at which every live thread waits releases; failing that, the
+// block is deadlocked and the launch fails (a GPU would hang).
+#include "interp/executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace phos::interp {
+namespace {
+
+// Steps one thread until it blocks, exits or fails.
+Flow RunThread(Block& b, Thread& t, std::string* error) {
+  Exec x;
+  x.b = &b;
+  x.t = &t;
+  x.Refresh();
+  const uint64_t limit = b.opts->max_instructions_per_thread;
+  for (;;) {
+    Frame& f = t.frames.back();
+    if (f.pc >= x.fn->ops.size()) {  // fell off the end: return
+      static const Op kRet{};
+      const Flow fl = ExecRet(x, kRet);
+      if (fl == Flow::kExit) {
+        t.state = Thread::kExited;
+        return fl;
+      }
+      continue;
+    }
+    const Op& op = x.fn->ops[f.pc];
+    ++t.icount;
+    if (limit && t.icount > limit) {
+      *error = b.prog->Where(static_cast<int>(f.func), f.pc) + ": thread exceeded " + std::to_string(limit) +
+               " instructions (max_instructions_per_thread)";
+      return Flow::kError;
+    }
+    if (op.guard >= 0 && ((x.r[op.guard] & 1) != 0) == op.guard_neg) {
+      ++f.pc;
+      continue;
+    }
+    const uint32_t func = f.func, pc = f.pc;
+    switch (op.fn(x, op)) {
+      case Flow::kNext: ++t.frames.back().pc; break;
+      case Flow::kJump: break;
+      case Flow::kBlock: return Flow::kBlock;
+      case Flow::kExit: t.state = Thread::kExited; return Flow::kExit;
+      case Flow::kError:
+        *error = b.prog->Where(static_cast<int>(func), pc) + ": " + x.error;
+        return Flow::kError;
+    }
+  }
+}
+
+std::string ThreadName(const Block& b, const Thread& t) {
+  return "block (" + std::to_string(b.ctaid[0]) + "," + std::to_string(b.ctaid[1]) + "," +
+         std::to_string(b.ctaid[2]) + ") thread (" + std::to_string(t.tid[0]) + "," + std::to_string(t.tid[1]) +
+         "," + std::to_string(t.tid[2]) + ")";
+}
+
+}  // namespace
+
+Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size, uint64_t* icount) {
+  const Program& p = *b.prog;
+  const Function& kf = p.function(kernel);
+  b.threads.resize(b.nthreads);
+  for (uint32_t i = 0; i < b.nthreads; ++i) {
+    Thread& t = b.threads[i];
+    t.regs.clear();
+    t.params.clear();
+    t.local.clear();
+    t.frames.clear();
+    t.state = Thread::kRunnable;
+    t.carry = false;
+    t.icount = 0;
+    t.tid[0] = i % b.ntid[0];
+    t.tid[1] = (i / b.ntid[0]) % b.ntid[1];
+    t.tid[2] = i / (b.ntid[0] * b.ntid[1]);
+    t.linear = i;
+    t.lane = i % 32;
+    t.warp = i / 32;
+    PushFrame(t, p, static_cast<uint32_t>(kernel));
+    std::memcpy(t.params.data(), params, std::min<size_t>(params_size, kf.param_size));
+  }
+  Status result;
+  std::string error;
+  for (;;) {
+    for (Thread& t : b.threads) {
+      if (t.state != Thread::kRunnable) continue;
+      if (RunThread(b, t, &error) == Flow::kError) {
+        result = Status::FailedPrecondition("ptx interp: " + ThreadName(b, t) + ": " + error);
+        break;
+      }
+    }
+    if (!result.ok()) break;
+    // Warp collectives.
+    bool progress = false;
+    for (uint32_t w = 0; w < b.nwarps && result.ok(); ++w) {
+      Thread* lanes[32] = {};
+      uint32_t exited = 0, waiting = 0;
+      for (uint32_t l = 0; l < 32; ++l) {
+        const uint32_t i = w * 32 + l;
+        if (i >= b.nthreads) {
+          exited |= 1u << l;
+          continue;
+        }
+        lanes[l] = &b.threads[i];
+        if (lanes[l]->state == Thread::kExited) exited |= 1u << l;
+        if (lanes[l]->state == Thread::kCollective) waiting |= 1u << l;
+      }
+      while (waiting) {
+        const int first = __builtin_ctz(waiting);
+        const Thread& a = *lanes[first];
+        uint32_t group = 0;
+        for (uint32_t m = waiting; m; m &= m - 1) {
+          const Thread& c = *lanes[__builtin_ctz(m)];
+          if (c.frames.size() == a.frames.size() && c.frames.back().func == a.frames.back().func &&
+              c.frames.back().pc == a.frames.back().pc) {
+            group |= 1u << __builtin_ctz(m);
+          }
+        }
+        waiting &= ~group;
+        const Flow fl = ResolveCollective(b, lanes, group, exited, &error);
+        if (fl == Flow::kNext) progress = true;
+        if (fl == Flow::kError) {
+          const Frame& f = a.frames.back();
+          result = Status::FailedPrecondition("ptx interp: " + ThreadName(b, a) + ": " +
+                                              p.Where(static_cast<int>(f.func), f.pc) + ": " + error);
+          break;
+        }
+      }
+    }
+    if (!result.ok()) break;
+    if (progress) continue;
+    uint32_t at_barrier = 0, exited = 0;
+    for (const Thread& t : b.threads) {
+      at_barrier += t.state == Thread::kBarrier;
+      exited += t.state == Thread::kExited;
+    }
+    if (exited == b.nthreads) break;
+    if (at_barrier + exited == b.nthreads) {
+      for (Thread& t : b.threads) {
+        if (t.state == Thread::kBarrier) {
+          t.state = Thread::kRunnable;
+          ++t.frames.back().pc;
+        }
+      }
+      continue;
+    }
+    // Nobody can move: report the first thread stuck at a collective.
+    for (const Thread& t : b.threads) {
+      if (t.state == Thread::kCollective) {
+        const Frame& f = t.frames.back();
+        result = Status::FailedPrecondition(
+            "ptx interp: deadlock: " + ThreadName(b, t) + " waits at " + p.Where(static_cast<int>(f.func), f.pc) +
+            " for lanes of its member mask that never arrive (or wait at a barrier)");
+        break;
+      }
+    }
+    if (result.ok()) result = Status::Internal("ptx interp: block scheduler made no progress");
+    break;
+  }
+  for (const Thread& t : b.threads) *icount += t.icount;
+  return result;
+}
+
+}  // namespace phos::interp

@@ -1,0 +1,51 @@
+// Public API of the PTX interpreter: run one kernel of a Program.
+//
+// Execution model (docs/instrument.md "PTX interpreter"): blocks are
+// independent and run in parallel on a pool of host threads; the threads of
+// a block run one after another on one host thread, each until it exits or
+// waits at bar.sync or a warp collective (shfl/vote/match/redux/activemask/
+// bar.warp.sync). A collective completes once every lane of its member mask
+// waits at it; a barrier once every live thread of the block waits at one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "interp/memory.h"
+#include "interp/program.h"
+
+namespace phos::interp {
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+struct LaunchStats {
+  uint64_t thread_instructions = 0;  // ops executed, summed over threads
+  uint64_t blocks = 0;
+};
+
+struct LaunchOptions {
+  // Host threads running blocks; 0 = std::thread::hardware_concurrency().
+  unsigned workers = 0;
+  // A thread executing more ops than this fails the launch (0 = no limit);
+  // turns a hung kernel into an error.
+  uint64_t max_instructions_per_thread = 0;
+  // Filled in when non-null.
+  LaunchStats* stats = nullptr;
+};
+
+// Runs `kernel` (mangled .entry name) over `grid` x `block` threads.
+// `params` is the kernel parameter buffer laid out as the .param list (each
+// parameter at its natural alignment). Errors: NotFound (no such kernel),
+// InvalidArgument (bad dimensions/params), NotSupported (an instruction the
+// interpreter cannot run, named with its position), FailedPrecondition
+// (illegal address, trap, deadlock at a barrier, ...). After an error, global
+// memory may hold partial results of the blocks that ran.
+Status LaunchKernel(const Program& program, const std::string& kernel, Dim3 grid, Dim3 block,
+                    unsigned dynamic_shared_bytes, const uint8_t* params, size_t params_size,
+                    GlobalMemory* global, const LaunchOptions& options = {});
+
+}  // namespace phos::interp

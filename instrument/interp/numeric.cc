@@ -1,0 +1,96 @@
+#include "interp/numeric.h"
+
+#include <cmath>
+
+namespace phos::interp {
+
+using ptx::Type;
+
+int TypeBytes(Type t) {
+  switch (t) {
+    case Type::kPred: case Type::kB8: case Type::kU8: case Type::kS8:
+    case Type::kE4M3: case Type::kE5M2: return 1;
+    case Type::kB16: case Type::kU16: case Type::kS16: case Type::kF16: case Type::kBF16:
+    case Type::kE4M3x2: case Type::kE5M2x2: return 2;
+    case Type::kB32: case Type::kU32: case Type::kS32: case Type::kF32: case Type::kF16x2:
+    case Type::kBF16x2: case Type::kTF32: return 4;
+    case Type::kB64: case Type::kU64: case Type::kS64: case Type::kF64: return 8;
+    case Type::kB128: return 16;
+    default: return 0;
+  }
+}
+
+bool IsSignedInt(Type t) { return t == Type::kS8 || t == Type::kS16 || t == Type::kS32 || t == Type::kS64; }
+bool IsFloat(Type t) { return t == Type::kF16 || t == Type::kBF16 || t == Type::kF32 || t == Type::kF64; }
+
+uint16_t DoubleToHalf(double d, Round r) {
+  const uint16_t sign = std::signbit(d) ? 0x8000 : 0;
+  if (std::isnan(d)) return 0x7FFF;
+  const double a = std::fabs(d);
+  if (std::isinf(a)) return sign | 0x7C00;
+  if (a == 0) return sign;
+  int e;
+  std::frexp(a, &e);            // a = m * 2^e, m in [0.5, 1)
+  int exp = e - 1;              // a in [2^exp, 2^(exp+1))
+  if (exp < -14) exp = -14;     // subnormal range: fixed quantum 2^-24
+  if (exp > 16) exp = 16;       // far overflow; keeps the scaling exact
+  const double t = std::ldexp(a, 10 - exp);  // a / quantum, exact
+  double n = std::floor(t);
+  const double frac = t - n;
+  bool up = false;
+  switch (r) {
+    case Round::kNearest: up = frac > 0.5 || (frac == 0.5 && std::fmod(n, 2.0) != 0); break;
+    case Round::kZero: break;
+    case Round::kUp: up = frac > 0 && !sign; break;
+    case Round::kDown: up = frac > 0 && sign; break;
+  }
+  if (up) n += 1;
+  // bits = ((exp + 14) << 10) + n works for subnormals (exp == -14, n < 1024),
+  // normals (n in [1024, 2048)) and a carry into the next binade (n == 2048).
+  const double bits = std::ldexp(exp + 14, 10) + n;
+  if (bits >= 0x7C00) {
+    const bool to_inf = r == Round::kNearest || (r == Round::kUp && !sign) || (r == Round::kDown && sign);
+    return sign | (to_inf ? 0x7C00 : 0x7BFF);
+  }
+  return sign | static_cast<uint16_t>(bits);
+}
+
+uint16_t FloatToHalf(float f, Round r) { return DoubleToHalf(static_cast<double>(f), r); }
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1F;
+  const uint32_t man = h & 0x3FF;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -v : v;
+  }
+  uint32_t bits;
+  if (exp == 31) {
+    bits = sign | 0x7F800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  }
+  return AsF32(bits);
+}
+
+uint16_t FloatToBf16(float f, Round r) {
+  const uint32_t u = static_cast<uint32_t>(F32Bits(f));
+  if (std::isnan(f)) return 0x7FFF;
+  const bool neg = u >> 31;
+  const uint32_t low = u & 0xFFFF;
+  uint32_t hi = u >> 16;
+  switch (r) {
+    case Round::kNearest:
+      if (low > 0x8000 || (low == 0x8000 && (hi & 1))) ++hi;
+      break;
+    case Round::kZero: break;
+    case Round::kUp: if (low && !neg) ++hi; break;
+    case Round::kDown: if (low && neg) ++hi; break;
+  }
+  return static_cast<uint16_t>(hi);
+}
+
+float Bf16ToFloat(uint16_t h) { return AsF32(static_cast<uint32_t>(h) << 16); }
+
+}  // namespace phos::interp

@@ -1,0 +1,74 @@
+// Numeric helpers of the PTX interpreter: bit casts, sign extension,
+// IEEE half (binary16) and bfloat16 conversions with explicit rounding, and
+// float operations under a directed rounding mode (fp_round.cc).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "ptx/ptx_ir.h"
+
+namespace phos::interp {
+
+// Rounding of a float result: nearest-even, toward zero, toward -inf, +inf.
+enum class Round : uint8_t { kNearest, kZero, kDown, kUp };
+
+inline float AsF32(uint64_t bits) {
+  uint32_t b = static_cast<uint32_t>(bits);
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline double AsF64(uint64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, 8);
+  return d;
+}
+inline uint64_t F32Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+inline uint64_t F64Bits(double d) {
+  uint64_t b;
+  std::memcpy(&b, &d, 8);
+  return b;
+}
+inline uint64_t Trunc(uint64_t v, int bits) { return bits >= 64 ? v : (v & ((uint64_t{1} << bits) - 1)); }
+inline int64_t SExt(uint64_t v, int bits) {
+  if (bits >= 64) return static_cast<int64_t>(v);
+  const int s = 64 - bits;
+  return static_cast<int64_t>(v << s) >> s;
+}
+
+// Size in bytes of a scalar PTX type as stored in memory (pred: 1).
+int TypeBytes(ptx::Type t);
+bool IsSignedInt(ptx::Type t);
+bool IsFloat(ptx::Type t);  // f16, bf16, f32, f64 (scalar)
+
+// binary16 <-> float. ToHalf rounds as asked (nearest = ties to even),
+// handles subnormals, overflow (to inf or max finite per mode) and NaN.
+uint16_t FloatToHalf(float f, Round r);
+uint16_t DoubleToHalf(double d, Round r);
+float HalfToFloat(uint16_t h);
+uint16_t FloatToBf16(float f, Round r);
+float Bf16ToFloat(uint16_t h);
+
+// Float arithmetic in a rounding mode (kNearest is the plain operation).
+float AddF(float a, float b, Round r);
+float MulF(float a, float b, Round r);
+float FmaF(float a, float b, float c, Round r);
+float DivF(float a, float b, Round r);
+float SqrtF(float a, Round r);
+double AddD(double a, double b, Round r);
+double MulD(double a, double b, Round r);
+double FmaD(double a, double b, double c, Round r);
+double DivD(double a, double b, Round r);
+double SqrtD(double a, Round r);
+float D2F(double a, Round r);             // double -> float
+float I2F(int64_t v, bool is_signed, Round r);   // 64-bit integer -> float
+double I2D(int64_t v, bool is_signed, Round r);  // 64-bit integer -> double
+// Round a float/double to an integral value (rni/rzi/rmi/rpi).
+double RoundIntegral(double v, Round r);
+
+}  // namespace phos::interp

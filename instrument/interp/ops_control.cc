@@ -1,0 +1,96 @@
+// Control flow: bra, call (with .param argument/return passing on a
+// per-thread frame stack, so recursion works), ret, exit, trap.
+#include <cstring>
+
+#include "interp/exec.h"
+
+namespace phos::interp {
+
+namespace {
+constexpr size_t kMaxFrames = 4096;
+constexpr size_t kMaxLocalBytes = size_t{1} << 20;  // per thread
+uint32_t Align(size_t v, size_t a) { return static_cast<uint32_t>((v + a - 1) / a * a); }
+}  // namespace
+
+void PushFrame(Thread& t, const Program& p, uint32_t func) {
+  const Function& f = p.function(static_cast<int>(func));
+  Frame fr;
+  fr.func = func;
+  fr.pc = 0;
+  fr.reg_base = static_cast<uint32_t>(t.regs.size());
+  t.regs.resize(t.regs.size() + f.num_regs, 0);
+  fr.param_base = Align(t.params.size(), 16);
+  t.params.resize(fr.param_base + f.param_size, 0);
+  fr.local_base = Align(t.local.size(), 16);
+  t.local.resize(fr.local_base + f.local_size, 0);
+  t.frames.push_back(fr);
+}
+
+Flow ExecBra(Exec& x, const Op& op) {
+  x.frame().pc = op.target;
+  return Flow::kJump;
+}
+
+Flow ExecCall(Exec& x, const Op& op) {
+  Thread& t = *x.t;
+  const Program& p = *x.b->prog;
+  const Function& callee = p.function(static_cast<int>(op.target));
+  if (t.frames.size() >= kMaxFrames) return Fail(x, "call stack overflow (more than 4096 frames)");
+  if (t.local.size() + callee.local_size > kMaxLocalBytes) return Fail(x, "local memory stack overflow (1 MiB)");
+  if (op.shape[1] > callee.params.size() || op.shape[0] > callee.returns.size()) {
+    return Fail(x, "call passes more arguments/returns than " + callee.name + " declares");
+  }
+  const Frame caller = t.frames.back();
+  const Function& caller_fn = *x.fn;
+  PushFrame(t, p, op.target);
+  const Frame& nf = t.frames.back();
+  for (uint32_t i = 0; i < op.shape[1]; ++i) {
+    const Operand& a = caller_fn.operands[op.first + op.shape[0] + i];
+    const ParamSlot& slot = callee.params[i];
+    uint8_t* dst = t.params.data() + nf.param_base + slot.offset;
+    if (a.kind == Operand::kImm) {  // a call-site .param variable (its offset)
+      std::memcpy(dst, t.params.data() + caller.param_base + a.imm, slot.size);
+    } else if (a.kind == Operand::kReg) {
+      const uint64_t v = t.regs[caller.reg_base + a.reg];
+      std::memcpy(dst, &v, slot.size < 8 ? slot.size : 8);
+    }
+  }
+  x.Refresh();
+  return Flow::kJump;
+}
+
+Flow ExecRet(Exec& x, const Op&) {
+  Thread& t = *x.t;
+  if (t.frames.size() == 1) return Flow::kExit;
+  const Program& p = *x.b->prog;
+  const Frame callee = t.frames.back();
+  const Function& cf = p.function(static_cast<int>(callee.func));
+  t.frames.pop_back();
+  Frame& caller = t.frames.back();
+  const Function& caller_fn = p.function(static_cast<int>(caller.func));
+  const Op& call = caller_fn.ops[caller.pc];
+  for (uint32_t i = 0; i < call.shape[0]; ++i) {
+    const Operand& r = caller_fn.operands[call.first + i];
+    const ParamSlot& slot = cf.returns[i];
+    const uint8_t* src = t.params.data() + callee.param_base + slot.offset;
+    if (r.kind == Operand::kImm) {
+      std::memmove(t.params.data() + caller.param_base + r.imm, src, slot.size);
+    } else if (r.kind == Operand::kReg) {
+      uint64_t v = 0;
+      std::memcpy(&v, src, slot.size < 8 ? slot.size : 8);
+      t.regs[caller.reg_base + r.reg] = v;
+    }
+  }
+  t.regs.resize(callee.reg_base);
+  t.params.resize(callee.param_base);
+  t.local.resize(callee.local_base);
+  ++caller.pc;
+  x.Refresh();
+  return Flow::kJump;
+}
+
+Flow ExecExit(Exec&, const Op&) { return Flow::kExit; }
+Flow ExecTrap(Exec& x, const Op&) { return Fail(x, "trap executed (kernel aborted)"); }
+Flow ExecUnsupported(Exec& x, const Op&) { return Fail(x, "unsupported instruction"); }
+
+}  // namespace phos::interp

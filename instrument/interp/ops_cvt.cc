@@ -1,0 +1,210 @@
+// Conversions (cvt, all rounding modes, .sat, .ftz) and comparisons/selects
+// (setp, set, selp, slct).
+#include <cmath>
+
+#include "interp/exec.h"
+
+namespace phos::interp {
+
+using ptx::CmpOp;
+using ptx::Rounding;
+using ptx::Type;
+
+namespace {
+
+double FloatValue(Type t, uint64_t bits, bool ftz) {
+  switch (t) {
+    case Type::kF16: return HalfToFloat(static_cast<uint16_t>(bits));
+    case Type::kBF16: return Bf16ToFloat(static_cast<uint16_t>(bits));
+    case Type::kF32: {
+      float f = AsF32(bits);
+      if (ftz && std::fpclassify(f) == FP_SUBNORMAL) f = std::copysign(0.0f, f);
+      return f;
+    }
+    default: return AsF64(bits);
+  }
+}
+
+bool IsIntegerRounding(Rounding r) {
+  return r == Rounding::kRni || r == Rounding::kRzi || r == Rounding::kRmi || r == Rounding::kRpi;
+}
+
+// Stores double `v` as float type `t` rounded per `r`.
+uint64_t StoreFloat(Type t, double v, Round r, bool ftz, bool sat) {
+  if (sat) v = std::isnan(v) ? 0.0 : std::fmin(std::fmax(v, 0.0), 1.0);
+  switch (t) {
+    case Type::kF16: return DoubleToHalf(v, r);
+    case Type::kBF16: return FloatToBf16(D2F(v, r), r);
+    case Type::kF32: {
+      float f = D2F(v, r);
+      if (ftz && std::fpclassify(f) == FP_SUBNORMAL) f = std::copysign(0.0f, f);
+      return F32Bits(f);
+    }
+    default: return F64Bits(v);
+  }
+}
+
+bool Compare(CmpOp c, Type t, uint64_t a, uint64_t b, bool ftz) {
+  if (IsFloat(t)) {
+    const double x = FloatValue(t, a, ftz), y = FloatValue(t, b, ftz);
+    const bool nan = std::isnan(x) || std::isnan(y);
+    switch (c) {
+      case CmpOp::kEq: return !nan && x == y;
+      case CmpOp::kNe: return !nan && x != y;
+      case CmpOp::kLt: return !nan && x < y;
+      case CmpOp::kLe: return !nan && x <= y;
+      case CmpOp::kGt: return !nan && x > y;
+      case CmpOp::kGe: return !nan && x >= y;
+      case CmpOp::kEqu: return nan || x == y;
+      case CmpOp::kNeu: return nan || x != y;
+      case CmpOp::kLtu: return nan || x < y;
+      case CmpOp::kLeu: return nan || x <= y;
+      case CmpOp::kGtu: return nan || x > y;
+      case CmpOp::kGeu: return nan || x >= y;
+      case CmpOp::kNum: return !nan;
+      case CmpOp::kNan: return nan;
+      default: return false;
+    }
+  }
+  const int bits = TypeBits(t) ? TypeBits(t) : 64;
+  if (IsSignedInt(t)) {
+    const int64_t x = SExt(a, bits), y = SExt(b, bits);
+    switch (c) {
+      case CmpOp::kEq: return x == y;
+      case CmpOp::kNe: return x != y;
+      case CmpOp::kLt: return x < y;
+      case CmpOp::kLe: return x <= y;
+      case CmpOp::kGt: return x > y;
+      case CmpOp::kGe: return x >= y;
+      default: break;
+    }
+  }
+  const uint64_t x = Trunc(a, bits), y = Trunc(b, bits);
+  switch (c) {
+    case CmpOp::kEq: return x == y;
+    case CmpOp::kNe: return x != y;
+    case CmpOp::kLt: case CmpOp::kLo: return x < y;
+    case CmpOp::kLe: case CmpOp::kLs: return x <= y;
+    case CmpOp::kGt: case CmpOp::kHi: return x > y;
+    case CmpOp::kGe: case CmpOp::kHs: return x >= y;
+    default: return false;
+  }
+}
+
+bool CombineBool(ptx::BoolOp op, bool r, bool c) {
+  switch (op) {
+    case ptx::BoolOp::kAnd: return r && c;
+    case ptx::BoolOp::kOr: return r || c;
+    case ptx::BoolOp::kXor: return r != c;
+    default: return r;
+  }
+}
+
+}  // namespace
+
+Flow ExecCvt(Exec& x, const Op& op) {
+  const Type dt = op.type, st = op.type2;
+  const int dbits = TypeBits(dt), sbits = TypeBits(st);
+  if (!dbits || !sbits || dbits > 64 || sbits > 64 || dt == Type::kPred || st == Type::kPred ||
+      dt == Type::kF16x2 || st == Type::kF16x2 || dt == Type::kBF16x2 || st == Type::kBF16x2 ||
+      dt == Type::kTF32 || st == Type::kTF32 || TypeBytes(dt) == 0) {
+    return Fail(x, "unsupported conversion");
+  }
+  const uint64_t a = Src(x, op, 1);
+  const Round r = RoundOf(op.rounding);
+  const bool dflt = IsFloat(dt), sflt = IsFloat(st);
+  uint64_t d;
+  if (!dflt && !sflt) {
+    if (IsSignedInt(st)) {
+      int64_t v = SExt(a, sbits);
+      if (op.sat) {
+        const int64_t hi = IsSignedInt(dt) ? static_cast<int64_t>((uint64_t{1} << (dbits - 1)) - 1)
+                                           : (dbits >= 64 ? INT64_MAX : static_cast<int64_t>(Trunc(~0ull, dbits)));
+        const int64_t lo = IsSignedInt(dt) ? (dbits >= 64 ? INT64_MIN : -(int64_t{1} << (dbits - 1))) : 0;
+        v = v < lo ? lo : (v > hi ? hi : v);
+      }
+      d = static_cast<uint64_t>(v);
+    } else {
+      uint64_t v = Trunc(a, sbits);
+      if (op.sat) {
+        const uint64_t hi = IsSignedInt(dt) ? (uint64_t{1} << (dbits - 1)) - 1 : Trunc(~0ull, dbits);
+        v = v > hi ? hi : v;
+      }
+      d = v;
+    }
+    if (IsSignedInt(dt)) d = static_cast<uint64_t>(SExt(d, dbits));
+    Set(x, op, 0, dbits >= 64 || IsSignedInt(dt) ? d : Trunc(d, dbits));
+    return Flow::kNext;
+  }
+  if (sflt && !dflt) {
+    double v = FloatValue(st, a, op.ftz);
+    if (std::isnan(v)) {
+      d = 0;
+    } else {
+      v = RoundIntegral(v, IsIntegerRounding(op.rounding) ? r : Round::kZero);
+      if (IsSignedInt(dt)) {
+        const double lo = -std::ldexp(1.0, dbits - 1), hi = std::ldexp(1.0, dbits - 1);
+        const int64_t ilo = dbits >= 64 ? INT64_MIN : -(int64_t{1} << (dbits - 1));
+        const int64_t ihi = dbits >= 64 ? INT64_MAX : (int64_t{1} << (dbits - 1)) - 1;
+        d = static_cast<uint64_t>(v < lo ? ilo : (v >= hi ? ihi : static_cast<int64_t>(v)));
+      } else {
+        const double hi = std::ldexp(1.0, dbits);
+        d = v <= 0 ? 0 : (v >= hi ? Trunc(~0ull, dbits) : static_cast<uint64_t>(v));
+      }
+    }
+    Set(x, op, 0, IsSignedInt(dt) ? d : Trunc(d, dbits));
+    return Flow::kNext;
+  }
+  if (!sflt && dflt) {
+    const bool sgn = IsSignedInt(st);
+    const int64_t v = sgn ? SExt(a, sbits) : static_cast<int64_t>(Trunc(a, sbits));
+    double f;
+    if (dt == Type::kF32) {
+      f = I2F(v, sgn, r);
+    } else {
+      f = I2D(v, sgn, r);
+    }
+    Set(x, op, 0, StoreFloat(dt, f, r, op.ftz, op.sat));
+    return Flow::kNext;
+  }
+  // float -> float
+  double v = FloatValue(st, a, op.ftz);
+  if (IsIntegerRounding(op.rounding)) v = RoundIntegral(v, r);
+  Set(x, op, 0, StoreFloat(dt, v, r, op.ftz, op.sat));
+  return Flow::kNext;
+}
+
+Flow ExecSetp(Exec& x, const Op& op) {
+  const int nd = op.shape[0];
+  bool res = Compare(op.cmp, op.type, Src(x, op, nd), Src(x, op, nd + 1), op.ftz);
+  bool c = true;
+  const bool combine = op.bool_op != ptx::BoolOp::kNone && op.nshape > 3;
+  if (combine) c = PredVal(x, Opd(x, op, nd + 2));
+  Set(x, op, 0, combine ? CombineBool(op.bool_op, res, c) : res);
+  if (nd == 2) Set(x, op, 1, combine ? CombineBool(op.bool_op, !res, c) : !res);
+  return Flow::kNext;
+}
+
+Flow ExecSet(Exec& x, const Op& op) {
+  bool res = Compare(op.cmp, op.type2, Src(x, op, 1), Src(x, op, 2), op.ftz);
+  if (op.bool_op != ptx::BoolOp::kNone && op.nshape > 3) res = CombineBool(op.bool_op, res, PredVal(x, Opd(x, op, 3)));
+  uint64_t d;
+  if (op.type == Type::kF32) d = res ? F32Bits(1.0f) : 0;
+  else d = res ? Trunc(~0ull, TypeBits(op.type) ? TypeBits(op.type) : 32) : 0;
+  Set(x, op, 0, d);
+  return Flow::kNext;
+}
+
+Flow ExecSelp(Exec& x, const Op& op) {
+  Set(x, op, 0, PredVal(x, Opd(x, op, 3)) ? Src(x, op, 1) : Src(x, op, 2));
+  return Flow::kNext;
+}
+
+Flow ExecSlct(Exec& x, const Op& op) {
+  const uint64_t c = Src(x, op, 3);
+  const bool ge = op.type2 == Type::kF32 ? !(AsF32(c) < 0.0f) && !std::isnan(AsF32(c)) : SExt(c, 32) >= 0;
+  Set(x, op, 0, ge ? Src(x, op, 1) : Src(x, op, 2));
+  return Flow::kNext;
+}
+
+}  // namespace phos::interp

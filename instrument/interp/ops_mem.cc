@@ -1,0 +1,231 @@
+// Memory: address resolution per state space (memory.h), mov, ld/ldu/st
+// (scalar and .v2/.v4), cvta, isspacep, and the no-op hints
+// (prefetch/fence/membar/nanosleep: with one host thread per block and real
+// atomics between blocks, host memory ordering already gives their effect
+// for the patterns PTX allows).
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+#include "interp/exec.h"
+
+namespace phos::interp {
+
+using ptx::Space;
+
+namespace {
+
+std::string Hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+uint8_t* Illegal(Exec& x, const char* space, uint64_t addr, size_t bytes, bool write) {
+  x.error = std::string("illegal address: ") + (write ? "store of " : "load of ") + std::to_string(bytes) +
+            " bytes at " + Hex(addr) + " (" + space + ")";
+  return nullptr;
+}
+
+uint8_t* InBuffer(Exec& x, std::vector<uint8_t>& buf, uint64_t off, size_t bytes, const char* space, uint64_t addr,
+                  bool write) {
+  if (off > buf.size() || bytes > buf.size() - off) return Illegal(x, space, addr, bytes, write);
+  return buf.data() + off;
+}
+
+uint8_t* Global(Exec& x, uint64_t addr, size_t bytes, bool write) {
+  const Program& p = *x.b->prog;
+  if (p.InModuleStorage(addr, bytes)) {
+    if (write && p.InConstStorage(addr)) return Illegal(x, "write to .const", addr, bytes, write);
+    return reinterpret_cast<uint8_t*>(addr);
+  }
+  void* h = x.b->gmem->Translate(addr, bytes, write);
+  if (!h) return Illegal(x, "global", addr, bytes, write);
+  return static_cast<uint8_t*>(h);
+}
+
+}  // namespace
+
+uint8_t* Resolve(Exec& x, Space space, uint64_t addr, size_t bytes, bool write) {
+  Thread& t = *x.t;
+  switch (space) {
+    case Space::kNone:
+      if (InWindow(addr, kSharedWindow)) return InBuffer(x, x.b->shared, addr - kSharedWindow, bytes, "shared", addr, write);
+      if (InWindow(addr, kLocalWindow)) return InBuffer(x, t.local, addr - kLocalWindow, bytes, "local", addr, write);
+      if (InWindow(addr, kParamWindow)) return InBuffer(x, t.params, addr - kParamWindow, bytes, "param", addr, write);
+      return Global(x, addr, bytes, write);
+    case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster:
+      return InBuffer(x, x.b->shared, InWindow(addr, kSharedWindow) ? addr - kSharedWindow : addr, bytes, "shared",
+                      addr, write);
+    case Space::kLocal:
+      return InBuffer(x, t.local, addr, bytes, "local", addr, write);
+    case Space::kParam:
+      if (InWindow(addr, kParamWindow)) return InBuffer(x, t.params, addr - kParamWindow, bytes, "param", addr, write);
+      return InBuffer(x, t.params, t.frames.back().param_base + addr, bytes, "param", addr, write);
+    case Space::kConst:
+      if (!x.b->prog->InModuleStorage(addr, bytes)) return Illegal(x, "const", addr, bytes, write);
+      return reinterpret_cast<uint8_t*>(addr);
+    case Space::kGlobal:
+      return Global(x, addr, bytes, write);
+    default:
+      x.error = "unsupported state space";
+      return nullptr;
+  }
+}
+
+Flow ExecMov(Exec& x, const Op& op) {
+  const int bits = TypeBits(op.type) ? TypeBits(op.type) : 64;
+  if (op.nshape == 2 && op.shape[0] > 1) {  // mov.b64 {a, b}, %rd: unpack
+    const uint64_t v = Src(x, op, op.shape[0]);
+    const int eb = bits / op.shape[0];
+    for (int i = 0; i < op.shape[0]; ++i) Set(x, op, i, Trunc(v >> (eb * i), eb));
+    return Flow::kNext;
+  }
+  if (op.nshape == 2 && op.shape[1] > 1) {  // mov.b64 %rd, {a, b}: pack
+    const int eb = bits / op.shape[1];
+    uint64_t v = 0;
+    for (int i = 0; i < op.shape[1]; ++i) v |= Trunc(Src(x, op, 1 + i), eb) << (eb * i);
+    Set(x, op, 0, v);
+    return Flow::kNext;
+  }
+  uint64_t v = Src(x, op, 1);
+  if (op.type == ptx::Type::kPred) v = PredVal(x, Opd(x, op, 1));
+  Set(x, op, 0, v);
+  return Flow::kNext;
+}
+
+namespace {
+bool Ordered(const Op& op) { return op.sem != ptx::Semantics::kNone && op.sem != ptx::Semantics::kWeak; }
+}  // namespace
+
+namespace {
+
+// Global memory is shared with the blocks on other host threads; a kernel
+// may legally race on it (flags, CAS loops reading the word first). Aligned
+// scalar accesses are therefore host atomics: relaxed for weak ld/st (a
+// plain mov on x86-64/AArch64), acquire/release for ordered ones.
+bool SharedWithOtherHostThreads(const Exec& x, ptx::Space s, uint64_t addr) {
+  switch (s) {
+    case Space::kGlobal: return true;
+    case Space::kNone:
+      return !InWindow(addr, kSharedWindow) && !InWindow(addr, kLocalWindow) && !InWindow(addr, kParamWindow);
+    default: return false;
+  }
+}
+
+template <typename U>
+uint64_t AtomicLoad(const uint8_t* q, std::memory_order mo) {
+  return std::atomic_ref<U>(*reinterpret_cast<U*>(const_cast<uint8_t*>(q))).load(mo);
+}
+template <typename U>
+void AtomicStore(uint8_t* q, uint64_t v, std::memory_order mo) {
+  std::atomic_ref<U>(*reinterpret_cast<U*>(q)).store(static_cast<U>(v), mo);
+}
+
+uint64_t LoadScalar(const uint8_t* q, int eb, bool atomic, std::memory_order mo) {
+  if (atomic && reinterpret_cast<uintptr_t>(q) % eb == 0) {
+    switch (eb) {
+      case 1: return AtomicLoad<uint8_t>(q, mo);
+      case 2: return AtomicLoad<uint16_t>(q, mo);
+      case 4: return AtomicLoad<uint32_t>(q, mo);
+      default: return AtomicLoad<uint64_t>(q, mo);
+    }
+  }
+  uint64_t v = 0;
+  std::memcpy(&v, q, static_cast<size_t>(eb));
+  return v;
+}
+
+void StoreScalar(uint8_t* q, int eb, uint64_t v, bool atomic, std::memory_order mo) {
+  if (atomic && reinterpret_cast<uintptr_t>(q) % eb == 0) {
+    switch (eb) {
+      case 1: return AtomicStore<uint8_t>(q, v, mo);
+      case 2: return AtomicStore<uint16_t>(q, v, mo);
+      case 4: return AtomicStore<uint32_t>(q, v, mo);
+      default: return AtomicStore<uint64_t>(q, v, mo);
+    }
+  }
+  std::memcpy(q, &v, static_cast<size_t>(eb));
+}
+
+}  // namespace
+
+Flow ExecLd(Exec& x, const Op& op) {
+  const int eb = TypeBytes(op.type);
+  const int n = op.shape[0];
+  if (eb == 0 || eb > 8 || op.nshape != 2) return Fail(x, "unsupported ld form");
+  const uint64_t addr = Src(x, op, n);
+  const uint8_t* p = Resolve(x, op.space, addr, static_cast<size_t>(eb) * n, false);
+  if (!p) return Flow::kError;
+  const bool atomic = SharedWithOtherHostThreads(x, op.space, addr);
+  const std::memory_order mo = Ordered(op) ? std::memory_order_acquire : std::memory_order_relaxed;
+  const bool sgn = IsSignedInt(op.type);
+  for (int i = 0; i < n; ++i) {
+    uint64_t v = LoadScalar(p + static_cast<size_t>(i) * eb, eb, atomic, mo);
+    if (sgn) v = static_cast<uint64_t>(SExt(v, eb * 8));
+    Set(x, op, i, v);
+  }
+  return Flow::kNext;
+}
+
+Flow ExecSt(Exec& x, const Op& op) {
+  const int eb = TypeBytes(op.type);
+  const int n = op.nshape == 2 ? op.shape[1] : 0;
+  if (eb == 0 || eb > 8 || n == 0) return Fail(x, "unsupported st form");
+  const uint64_t addr = Src(x, op, 0);
+  uint8_t* p = Resolve(x, op.space, addr, static_cast<size_t>(eb) * n, true);
+  if (!p) return Flow::kError;
+  const bool atomic = SharedWithOtherHostThreads(x, op.space, addr);
+  const std::memory_order mo = Ordered(op) ? std::memory_order_release : std::memory_order_relaxed;
+  for (int i = 0; i < n; ++i) {
+    const Operand& o = Opd(x, op, 1 + i);
+    const uint64_t v = op.type == ptx::Type::kPred ? PredVal(x, o) : Val(x, o);
+    StoreScalar(p + static_cast<size_t>(i) * eb, eb, v, atomic, mo);
+  }
+  return Flow::kNext;
+}
+
+Flow ExecCvta(Exec& x, const Op& op) {
+  const uint64_t a = Src(x, op, 1);
+  uint64_t window = 0, bias = 0;
+  switch (op.space) {
+    case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster: window = kSharedWindow; break;
+    case Space::kLocal: window = kLocalWindow; break;
+    case Space::kParam:
+      window = kParamWindow;
+      bias = x.t->frames.back().param_base;
+      break;
+    case Space::kGlobal: case Space::kConst: break;
+    default: return Fail(x, "unsupported cvta space");
+  }
+  uint64_t d;
+  if (op.to) {
+    d = window ? a - window - bias : a;
+  } else {
+    d = window ? a + window + bias : a;
+  }
+  if (op.type == ptx::Type::kU32 || op.type == ptx::Type::kB32) d &= 0xFFFFFFFFu;
+  Set(x, op, 0, d);
+  return Flow::kNext;
+}
+
+Flow ExecIsspacep(Exec& x, const Op& op) {
+  const uint64_t a = Src(x, op, 1);
+  bool r = false;
+  switch (op.space) {
+    case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster: r = InWindow(a, kSharedWindow); break;
+    case Space::kLocal: r = InWindow(a, kLocalWindow); break;
+    case Space::kParam: r = InWindow(a, kParamWindow); break;
+    case Space::kConst: r = x.b->prog->InConstStorage(a); break;
+    case Space::kGlobal:
+      r = !InWindow(a, kSharedWindow) && !InWindow(a, kLocalWindow) && !InWindow(a, kParamWindow);
+      break;
+    default: return Fail(x, "unsupported isspacep space");
+  }
+  Set(x, op, 0, r ? 1 : 0);
+  return Flow::kNext;
+}
+
+Flow ExecNop(Exec&, const Op&) { return Flow::kNext; }
+
+}  // namespace phos::interp

@@ -1,0 +1,626 @@
+// Decoder: ptx::Module -> Program (program.h).
+#include "interp/program.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "interp/exec.h"
+#include "interp/numeric.h"
+
+namespace phos::interp {
+
+using ptx::Opcode;
+using ptx::Space;
+using ptx::Type;
+
+namespace {
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
+
+// Bytes of one declared variable (vector and array dims included); arrays
+// declared [] count their initializer elements (or 0).
+uint64_t VarBytes(const ptx::VarDecl& v) {
+  uint64_t elem = static_cast<uint64_t>(TypeBytes(v.type)) * v.vec;
+  uint64_t n = 1;
+  for (int64_t d : v.dims) {
+    if (d < 0) {
+      d = (v.init && v.init->kind == ptx::Operand::Kind::kVector) ? static_cast<int64_t>(v.init->elems.size()) : 0;
+    }
+    n *= static_cast<uint64_t>(d);
+  }
+  return elem * n;
+}
+uint64_t VarAlign(const ptx::VarDecl& v) {
+  if (v.align) return *v.align;
+  uint64_t a = static_cast<uint64_t>(TypeBytes(v.type)) * v.vec;
+  return a ? a : 1;
+}
+bool IsDynamicShared(const ptx::VarDecl& v) {
+  return !v.dims.empty() && v.dims[0] < 0 && !v.init;
+}
+bool IsSharedSpace(Space s) { return s == Space::kShared || s == Space::kSharedCta || s == Space::kSharedCluster; }
+
+struct SregName { const char* name; SregId id; };
+constexpr SregName kSregs[] = {
+  {"%tid.x", kTidX}, {"%tid.y", kTidY}, {"%tid.z", kTidZ},
+  {"%ntid.x", kNtidX}, {"%ntid.y", kNtidY}, {"%ntid.z", kNtidZ},
+  {"%ctaid.x", kCtaidX}, {"%ctaid.y", kCtaidY}, {"%ctaid.z", kCtaidZ},
+  {"%nctaid.x", kNctaidX}, {"%nctaid.y", kNctaidY}, {"%nctaid.z", kNctaidZ},
+  {"%laneid", kLaneid}, {"%warpid", kWarpid}, {"%nwarpid", kNwarpid},
+  {"%smid", kSmid}, {"%nsmid", kNsmid}, {"%gridid", kGridid},
+  {"%clock", kClock}, {"%clock_hi", kClockHi}, {"%clock64", kClock64},
+  {"%globaltimer", kGlobaltimer}, {"%globaltimer_lo", kGlobaltimerLo}, {"%globaltimer_hi", kGlobaltimerHi},
+  {"%lanemask_eq", kLanemaskEq}, {"%lanemask_lt", kLanemaskLt}, {"%lanemask_le", kLanemaskLe},
+  {"%lanemask_gt", kLanemaskGt}, {"%lanemask_ge", kLanemaskGe},
+  {"%dynamic_smem_size", kDynamicSmemSize}, {"%total_smem_size", kTotalSmemSize}, {"WARP_SZ", kWarpSz},
+};
+
+}  // namespace
+
+class ProgramBuilder {
+ public:
+  ProgramBuilder(const ptx::Module& m, Program* p) : m_(m), p_(p) {}
+
+  Status Run() {
+    PHOS_RETURN_IF_ERROR(LayoutModuleVars());
+    // Function indices first: calls may be forward references.
+    for (const auto& item : m_.items) {
+      if (const auto* f = std::get_if<ptx::Function>(&item)) {
+        auto it = p_->function_index_.find(f->name);
+        if (it != p_->function_index_.end()) {
+          if (f->has_body) fns_[it->second] = f;  // a prototype then its definition
+          continue;
+        }
+        p_->function_index_[f->name] = static_cast<int>(p_->functions_.size());
+        p_->functions_.emplace_back();
+        fns_.push_back(f);
+      }
+    }
+    LayoutShared();
+    for (size_t i = 0; i < fns_.size(); ++i) PHOS_RETURN_IF_ERROR(DecodeFunction(*fns_[i], &p_->functions_[i]));
+    return Status::Ok();
+  }
+
+ private:
+  struct Sym {
+    enum Kind { kReg, kParam, kLocal, kShared } kind;
+    uint64_t value;
+  };
+
+  Status LayoutModuleVars() {
+    // .const first (a contiguous range, for isspacep.const), then .global.
+    uint64_t size = 0;
+    std::vector<std::pair<const ptx::VarDecl*, uint64_t>> placed;
+    for (Space want : {Space::kConst, Space::kGlobal}) {
+      for (const auto& item : m_.items) {
+        const auto* v = std::get_if<ptx::VarDecl>(&item);
+        if (!v || v->space != want) continue;
+        size = AlignUp(size, std::max<uint64_t>(VarAlign(*v), 1));
+        placed.emplace_back(v, size);
+        size += VarBytes(*v);
+      }
+      if (want == Space::kConst) const_bytes_ = size;
+    }
+    const uint64_t alloc = AlignUp(size, 256) + 256;
+    p_->storage_.reset(new uint8_t[alloc]);
+    std::memset(p_->storage_.get(), 0, alloc);
+    uint64_t base = AlignUp(reinterpret_cast<uint64_t>(p_->storage_.get()), 256);
+    p_->storage_base_ = base;
+    p_->storage_size_ = size;
+    p_->const_begin_ = base;
+    p_->const_end_ = base + const_bytes_;
+    for (auto& [v, off] : placed) p_->vars_[v->name] = {base + off, VarBytes(*v)};
+    for (auto& [v, off] : placed) {
+      if (!v->init) continue;
+      PHOS_RETURN_IF_ERROR(WriteInit(*v, reinterpret_cast<uint8_t*>(base + off)));
+    }
+    return Status::Ok();
+  }
+
+  Status WriteInit(const ptx::VarDecl& v, uint8_t* dst) {
+    const int eb = TypeBytes(v.type);
+    const uint64_t total = VarBytes(v);
+    std::vector<const ptx::Operand*> elems;
+    // Flatten nested {..} initializers in order.
+    std::function<void(const ptx::Operand&)> flatten = [&](const ptx::Operand& o) {
+      if (o.kind == ptx::Operand::Kind::kVector) {
+        for (const auto& e : o.elems) flatten(e);
+      } else {
+        elems.push_back(&o);
+      }
+    };
+    flatten(*v.init);
+    uint64_t off = 0;
+    for (const ptx::Operand* o : elems) {
+      if (off + eb > total) break;
+      uint64_t bits = 0;
+      switch (o->kind) {
+        case ptx::Operand::Kind::kImmInt:
+          bits = static_cast<uint64_t>(o->value());
+          if (v.type == Type::kF32) bits = F32Bits(static_cast<float>(o->value()));
+          if (v.type == Type::kF64) bits = F64Bits(static_cast<double>(o->value()));
+          break;
+        case ptx::Operand::Kind::kImmF32:
+          bits = v.type == Type::kF64 ? F64Bits(AsF32(o->bits)) : o->bits;
+          break;
+        case ptx::Operand::Kind::kImmF64:
+          bits = v.type == Type::kF32 ? F32Bits(static_cast<float>(AsF64(o->bits))) : o->bits;
+          break;
+        case ptx::Operand::Kind::kSymbol: {
+          auto it = p_->vars_.find(o->name);
+          if (it == p_->vars_.end()) {
+            return Status::NotSupported("ptx interp: initializer of " + v.name + " names " + o->name +
+                                        ", which is not a module .global/.const variable");
+          }
+          bits = it->second.addr + static_cast<uint64_t>(o->offset);
+          break;
+        }
+        default:
+          return Status::NotSupported("ptx interp: unsupported initializer in " + v.name);
+      }
+      std::memcpy(dst + off, &bits, static_cast<size_t>(eb));
+      off += static_cast<uint64_t>(eb);
+    }
+    return Status::Ok();
+  }
+
+  // Static shared memory: module-level variables, then every function's
+  // .shared declarations; one layout for the whole program. Dynamic
+  // (`.extern .shared x[]`) variables all start at the end of it.
+  void LayoutShared() {
+    uint64_t size = 0;
+    auto place = [&](const ptx::VarDecl& v) {
+      if (!IsSharedSpace(v.space) || IsDynamicShared(v)) return;
+      size = AlignUp(size, VarAlign(v));
+      shared_off_[&v] = size;
+      size += VarBytes(v);
+    };
+    for (const auto& item : m_.items) {
+      if (const auto* v = std::get_if<ptx::VarDecl>(&item)) place(*v);
+    }
+    for (const ptx::Function* f : fns_) {
+      for (const auto& st : f->body) {
+        if (const auto* v = std::get_if<ptx::VarDecl>(&st)) place(*v);
+      }
+    }
+    dyn_shared_ = AlignUp(size, 16);
+    p_->shared_size_ = static_cast<uint32_t>(dyn_shared_);
+    for (const auto& item : m_.items) {
+      if (const auto* v = std::get_if<ptx::VarDecl>(&item); v && IsSharedSpace(v->space)) {
+        module_shared_[v->name] = IsDynamicShared(*v) ? dyn_shared_ : shared_off_[v];
+      }
+    }
+  }
+
+  Status DecodeFunction(const ptx::Function& pf, Function* f) {
+    f->name = pf.name;
+    f->is_entry = pf.is_entry;
+    scopes_.assign(1, {});
+    uint64_t psize = 0;
+    auto add_param = [&](const ptx::VarDecl& v, std::vector<ParamSlot>* slots) {
+      psize = AlignUp(psize, VarAlign(v));
+      slots->push_back({static_cast<uint32_t>(psize), static_cast<uint32_t>(VarBytes(v))});
+      scopes_.back()[v.name] = {Sym::kParam, psize};
+      psize += VarBytes(v);
+    };
+    for (const auto& v : pf.returns) add_param(v, &f->returns);
+    for (const auto& v : pf.params) add_param(v, &f->params);
+    if (!pf.has_body) {
+      f->param_size = static_cast<uint32_t>(psize);
+      return Status::Ok();
+    }
+    // Labels -> index of the next op.
+    labels_.clear();
+    {
+      uint32_t n = 0;
+      for (const auto& st : pf.body) {
+        if (std::holds_alternative<ptx::Instruction>(st)) ++n;
+        if (const auto* l = std::get_if<ptx::Label>(&st)) labels_[l->name] = n;
+      }
+    }
+    uint32_t nregs = 0;
+    uint64_t lsize = 0;
+    int64_t line = -1;
+    for (size_t si = 0; si < pf.body.size(); ++si) {
+      const auto& st = pf.body[si];
+      if (std::holds_alternative<ptx::BlockBegin>(st)) {
+        scopes_.emplace_back();
+      } else if (std::holds_alternative<ptx::BlockEnd>(st)) {
+        if (scopes_.size() > 1) scopes_.pop_back();
+      } else if (const auto* loc = std::get_if<ptx::Loc>(&st)) {
+        line = loc->line;
+      } else if (const auto* v = std::get_if<ptx::VarDecl>(&st)) {
+        switch (v->space) {
+          case Space::kReg:
+            if (v->range) {
+              for (uint32_t i = 0; i < *v->range; ++i) scopes_.back()[v->name + std::to_string(i)] = {Sym::kReg, nregs++};
+            } else {
+              scopes_.back()[v->name] = {Sym::kReg, nregs++};
+            }
+            break;
+          case Space::kParam:
+            psize = AlignUp(psize, VarAlign(*v));
+            scopes_.back()[v->name] = {Sym::kParam, psize};
+            psize += VarBytes(*v);
+            break;
+          case Space::kLocal:
+            lsize = AlignUp(lsize, VarAlign(*v));
+            scopes_.back()[v->name] = {Sym::kLocal, lsize};
+            lsize += VarBytes(*v);
+            break;
+          case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster:
+            scopes_.back()[v->name] = {Sym::kShared, IsDynamicShared(*v) ? dyn_shared_ : shared_off_[v]};
+            break;
+          default:
+            break;  // .global/.const inside a function: not emitted by nvcc
+        }
+      } else if (const auto* in = std::get_if<ptx::Instruction>(&st)) {
+        DecodeInstruction(*in, f);
+        f->op_stmt.push_back(static_cast<uint32_t>(si));
+        f->op_line.push_back(line);
+        f->op_text.push_back(in->FullOpcode());
+      }
+    }
+    f->num_regs = nregs;
+    f->param_size = static_cast<uint32_t>(AlignUp(psize, 8));
+    f->local_size = static_cast<uint32_t>(AlignUp(lsize, 16));
+    return Status::Ok();
+  }
+
+  const Sym* Lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto f = it->find(name);
+      if (f != it->end()) return &f->second;
+    }
+    return nullptr;
+  }
+
+  // Resolves a register or symbol name (+offset) into *o. False: *why says.
+  bool ResolveName(const std::string& name, int64_t offset, Operand* o, std::string* why) {
+    o->imm = static_cast<uint64_t>(offset);
+    if (name == "_") {
+      o->kind = Operand::kSink;
+      return true;
+    }
+    if (const Sym* s = Lookup(name)) {
+      switch (s->kind) {
+        case Sym::kReg: o->kind = Operand::kReg; o->reg = static_cast<uint32_t>(s->value); return true;
+        case Sym::kParam: case Sym::kShared: o->kind = Operand::kImm; o->imm += s->value; return true;
+        case Sym::kLocal: o->kind = Operand::kLocalSym; o->imm += s->value; return true;
+      }
+    }
+    if (auto it = p_->vars_.find(name); it != p_->vars_.end()) {
+      o->kind = Operand::kImm;
+      o->imm += it->second.addr;
+      return true;
+    }
+    if (auto it = module_shared_.find(name); it != module_shared_.end()) {
+      o->kind = Operand::kImm;
+      o->imm += it->second;
+      return true;
+    }
+    for (const auto& s : kSregs) {
+      if (name == s.name) {
+        o->kind = Operand::kSreg;
+        o->reg = s.id;
+        return true;
+      }
+    }
+    *why = "unknown name " + name;
+    if (p_->function_index_.count(name)) *why = "function address " + name + " (indirect calls are not supported)";
+    return false;
+  }
+
+  bool AddOperand(const ptx::Operand& po, Type imm_type, Function* f, Op* op, std::string* why) {
+    using K = ptx::Operand::Kind;
+    if (op->nshape >= sizeof(op->shape)) {
+      *why = "too many operands";
+      return false;
+    }
+    if (po.kind == K::kVector || po.kind == K::kPair || po.kind == K::kList) {
+      op->shape[op->nshape++] = static_cast<uint8_t>(po.elems.size());
+      for (const auto& e : po.elems) {
+        if (!AddScalar(e, imm_type, f, why)) return false;
+      }
+      return true;
+    }
+    op->shape[op->nshape++] = 1;
+    return AddScalar(po, imm_type, f, why);
+  }
+
+  bool AddScalar(const ptx::Operand& po, Type imm_type, Function* f, std::string* why) {
+    using K = ptx::Operand::Kind;
+    Operand o;
+    switch (po.kind) {
+      case K::kRegister:
+        if (!ResolveName(po.name, 0, &o, why)) return false;
+        o.neg = po.neg;
+        break;
+      case K::kImmInt:
+        o.kind = Operand::kImm;
+        o.imm = static_cast<uint64_t>(po.value());
+        if (imm_type == Type::kF32) o.imm = F32Bits(static_cast<float>(po.value()));
+        if (imm_type == Type::kF64) o.imm = F64Bits(static_cast<double>(po.value()));
+        break;
+      case K::kImmF32:
+        o.kind = Operand::kImm;
+        o.imm = imm_type == Type::kF64 ? F64Bits(AsF32(po.bits)) : po.bits;
+        break;
+      case K::kImmF64:
+        o.kind = Operand::kImm;
+        o.imm = imm_type == Type::kF32 ? F32Bits(static_cast<float>(AsF64(po.bits))) : po.bits;
+        break;
+      case K::kSymbol:
+        if (!ResolveName(po.name, po.offset, &o, why)) return false;
+        break;
+      case K::kAddress:
+        if (!po.elems.empty()) {
+          *why = "texture/surface address operand";
+          return false;
+        }
+        if (po.name.empty()) {
+          o.kind = Operand::kImm;
+          o.imm = static_cast<uint64_t>(po.offset);
+        } else if (!ResolveName(po.name, po.offset, &o, why)) {
+          return false;
+        }
+        break;
+      default:
+        *why = "unexpected operand kind";
+        return false;
+    }
+    f->operands.push_back(o);
+    return true;
+  }
+
+  void DecodeInstruction(const ptx::Instruction& in, Function* f) {
+    Op op;
+    const ptx::InstrInfo& d = in.info;
+    op.opcode = d.op;
+    op.type = d.types.size() > 0 ? d.types[0] : Type::kNone;
+    op.type2 = d.types.size() > 1 ? d.types[1] : Type::kNone;
+    op.space = d.space;
+    op.rounding = d.rounding;
+    op.cmp = d.cmp;
+    op.bool_op = d.bool_op;
+    op.atom_op = d.atom_op;
+    op.mul_mode = d.mul_mode;
+    op.shfl = d.shfl;
+    op.vote = d.vote;
+    op.sem = d.sem;
+    op.vec = d.vec;
+    op.sat = d.sat;
+    op.ftz = d.ftz;
+    op.approx = d.approx;
+    op.cc = d.cc;
+    op.to = d.to;
+    op.uni = d.uni;
+    op.first = static_cast<uint32_t>(f->operands.size());
+    std::string why;
+    if (!in.guard.empty()) {
+      Operand g;
+      if (!ResolveName(in.guard, 0, &g, &why) || g.kind != Operand::kReg) {
+        if (why.empty()) why = "guard " + in.guard + " is not a register";
+      } else {
+        op.guard = static_cast<int32_t>(g.reg);
+        op.guard_neg = in.guard_neg;
+      }
+    }
+    if (why.empty()) op.fn = Bind(in, &op, &why);
+    if (why.empty() && op.fn != &ExecCall) {
+      const Type imm_type = (d.op == Opcode::kCvt || d.op == Opcode::kSet || d.op == Opcode::kSlct) ? op.type2 : op.type;
+      for (const auto& po : in.operands) {
+        if (po.kind == ptx::Operand::Kind::kLabel) {
+          auto it = labels_.find(po.name);
+          if (it == labels_.end()) {
+            why = "unknown label " + po.name;
+            break;
+          }
+          op.target = it->second;
+          continue;
+        }
+        if (!AddOperand(po, imm_type, f, &op, &why)) break;
+      }
+    } else if (why.empty()) {
+      DecodeCall(in, f, &op, &why);
+    }
+    op.count = static_cast<uint8_t>(std::min<size_t>(f->operands.size() - op.first, 255));
+    if (!why.empty()) {
+      op.fn = &ExecUnsupported;
+      op.guard = -1;
+    }
+    f->unsupported.push_back(why);
+    f->ops.push_back(op);
+  }
+
+  void DecodeCall(const ptx::Instruction& in, Function* f, Op* op, std::string* why) {
+    using K = ptx::Operand::Kind;
+    const ptx::Operand* rets = nullptr;
+    const ptx::Operand* callee = nullptr;
+    const ptx::Operand* args = nullptr;
+    for (const auto& o : in.operands) {
+      if (o.kind == K::kList && !callee) rets = &o;
+      else if ((o.kind == K::kSymbol || o.kind == K::kRegister) && !callee) callee = &o;
+      else if (o.kind == K::kList && callee && !args) args = &o;
+    }
+    if (!callee || callee->kind != K::kSymbol) {
+      *why = "indirect call";
+      return;
+    }
+    auto it = p_->function_index_.find(callee->name);
+    if (it == p_->function_index_.end()) {
+      *why = "call to unknown function " + callee->name;
+      return;
+    }
+    if (!fns_[it->second]->has_body) {
+      *why = "call to external function " + callee->name + " (no body in this module)";
+      return;
+    }
+    op->target = static_cast<uint32_t>(it->second);
+    if (std::find(f->callees.begin(), f->callees.end(), op->target) == f->callees.end()) f->callees.push_back(op->target);
+    op->nshape = 2;
+    op->shape[0] = static_cast<uint8_t>(rets ? rets->elems.size() : 0);
+    op->shape[1] = static_cast<uint8_t>(args ? args->elems.size() : 0);
+    for (const ptx::Operand* list : {rets, args}) {
+      if (!list) continue;
+      for (const auto& e : list->elems) {
+        // Arguments are call-site .param variables (or, rarely, registers
+        // and immediates): keep them as operands; ExecCall copies.
+        if (!AddScalar(e, Type::kNone, f, why)) return;
+      }
+    }
+  }
+
+  // Picks the handler for an instruction and decodes opcode-specific modes.
+  ExecFn Bind(const ptx::Instruction& in, Op* op, std::string* why) {
+    const Type t = op->type;
+    const bool flt = IsFloat(t) || t == Type::kF16x2 || t == Type::kBF16x2;
+    auto unsupported_type = [&]() -> ExecFn {
+      *why = "unsupported type";
+      return nullptr;
+    };
+    switch (op->opcode) {
+      case Opcode::kAdd: case Opcode::kSub: case Opcode::kMul: case Opcode::kMad: case Opcode::kDiv:
+      case Opcode::kAbs: case Opcode::kNeg: case Opcode::kMin: case Opcode::kMax:
+        if (t == Type::kF16x2 || t == Type::kBF16x2) return unsupported_type();
+        return flt ? &ExecFloatArith : &ExecIntArith;
+      case Opcode::kFma: case Opcode::kRcp: case Opcode::kSqrt: case Opcode::kRsqrt: case Opcode::kEx2:
+      case Opcode::kLg2: case Opcode::kSin: case Opcode::kCos: case Opcode::kTanh: case Opcode::kCopysign:
+        if (!flt || t == Type::kF16x2 || t == Type::kBF16x2) return unsupported_type();
+        return &ExecFloatArith;
+      case Opcode::kShf:
+        op->sub = static_cast<uint8_t>((in.HasMod("r") ? 1 : 0) | (in.HasMod("clamp") ? 2 : 0));
+        return &ExecIntArith;
+      case Opcode::kBfind:
+        op->sub = in.HasMod("shiftamt") ? 1 : 0;
+        return &ExecIntArith;
+      case Opcode::kPrmt: {
+        static const char* kModes[] = {"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"};
+        for (int i = 0; i < 6; ++i) {
+          if (in.HasMod(kModes[i])) op->sub = static_cast<uint8_t>(i + 1);
+        }
+        return &ExecIntArith;
+      }
+      case Opcode::kAddc: case Opcode::kSubc: case Opcode::kMul24: case Opcode::kMad24: case Opcode::kSad:
+      case Opcode::kPopc: case Opcode::kClz: case Opcode::kBrev: case Opcode::kBfe: case Opcode::kBfi:
+      case Opcode::kLop3: case Opcode::kShl: case Opcode::kShr: case Opcode::kAnd: case Opcode::kOr:
+      case Opcode::kXor: case Opcode::kNot: case Opcode::kCnot: case Opcode::kRem:
+        return &ExecIntArith;
+      case Opcode::kCvt: return &ExecCvt;
+      case Opcode::kSetp: return &ExecSetp;
+      case Opcode::kSet: return &ExecSet;
+      case Opcode::kSelp: return &ExecSelp;
+      case Opcode::kSlct: return &ExecSlct;
+      case Opcode::kMov: return &ExecMov;
+      case Opcode::kLd: case Opcode::kLdu: return &ExecLd;
+      case Opcode::kSt: return &ExecSt;
+      case Opcode::kCvta: return &ExecCvta;
+      case Opcode::kIsspacep: return &ExecIsspacep;
+      case Opcode::kPrefetch: case Opcode::kFence: case Opcode::kMembar: case Opcode::kNanosleep:
+        return &ExecNop;
+      case Opcode::kAtom: case Opcode::kRed:
+        return &ExecAtom;
+      case Opcode::kBra:
+        if (in.operands.size() != 1 || in.operands[0].kind != ptx::Operand::Kind::kLabel) {
+          *why = "branch target is not a label";
+          return nullptr;
+        }
+        return &ExecBra;
+      case Opcode::kCall: return &ExecCall;
+      case Opcode::kRet: return &ExecRet;
+      case Opcode::kExit: return &ExecExit;
+      case Opcode::kTrap: return &ExecTrap;
+      case Opcode::kBar: case Opcode::kBarrier:
+        if (in.HasMod("warp")) {
+          op->sub = 1;
+          return &ExecCollective;
+        }
+        if (in.HasMod("arrive") || in.HasMod("red") || in.operands.size() > 1) {
+          *why = "only bar.sync/barrier.sync with a barrier number are supported";
+          return nullptr;
+        }
+        return &ExecCollective;
+      case Opcode::kMatch:
+        op->sub = in.HasMod("all") ? 2 : 1;
+        return &ExecCollective;
+      case Opcode::kShfl: case Opcode::kVote: case Opcode::kActivemask: case Opcode::kRedux:
+        return &ExecCollective;
+      default:
+        break;
+    }
+    if (in.opcode == "testp") {
+      static const char* kModes[] = {"finite", "infinite", "number", "notanumber", "normal", "subnormal"};
+      for (int i = 0; i < 6; ++i) {
+        if (in.HasMod(kModes[i])) op->sub = static_cast<uint8_t>(i + 1);
+      }
+      if (!op->sub || !flt) return unsupported_type();
+      return &ExecFloatArith;
+    }
+    if (in.opcode == "nop") return &ExecNop;
+    *why = "unsupported instruction";
+    return nullptr;
+  }
+
+  const ptx::Module& m_;
+  Program* p_;
+  std::vector<const ptx::Function*> fns_;
+  std::unordered_map<const ptx::VarDecl*, uint64_t> shared_off_;
+  std::unordered_map<std::string, uint64_t> module_shared_;
+  uint64_t dyn_shared_ = 0, const_bytes_ = 0;
+  std::vector<std::unordered_map<std::string, Sym>> scopes_;
+  std::unordered_map<std::string, uint32_t> labels_;
+};
+
+Status Program::Build(const ptx::Module& module, std::unique_ptr<Program>* out) {
+  auto p = std::unique_ptr<Program>(new Program());
+  ProgramBuilder b(module, p.get());
+  PHOS_RETURN_IF_ERROR(b.Run());
+  *out = std::move(p);
+  return Status::Ok();
+}
+
+int Program::FindFunction(std::string_view name) const {
+  auto it = function_index_.find(std::string(name));
+  return it == function_index_.end() ? -1 : it->second;
+}
+
+bool Program::SymbolAddress(std::string_view name, uint64_t* addr, size_t* size) const {
+  auto it = vars_.find(std::string(name));
+  if (it == vars_.end()) return false;
+  *addr = it->second.addr;
+  *size = it->second.size;
+  return true;
+}
+
+std::string Program::Where(int fn, uint32_t op) const {
+  const Function& f = functions_[fn];
+  std::string s = f.name + ": statement " + std::to_string(f.op_stmt[op]);
+  if (f.op_line[op] >= 0) s += " (line " + std::to_string(f.op_line[op]) + ")";
+  return s + " `" + f.op_text[op] + "`";
+}
+
+Status Program::CheckRunnable(int kernel) const {
+  std::vector<bool> seen(functions_.size());
+  std::vector<int> todo = {kernel};
+  seen[kernel] = true;
+  while (!todo.empty()) {
+    const int fi = todo.back();
+    todo.pop_back();
+    const Function& f = functions_[fi];
+    for (uint32_t i = 0; i < f.ops.size(); ++i) {
+      if (!f.unsupported[i].empty()) {
+        return Status::NotSupported("ptx interp: cannot run " + Where(fi, i) + ": " + f.unsupported[i]);
+      }
+    }
+    for (uint32_t c : f.callees) {
+      if (!seen[c]) {
+        seen[c] = true;
+        todo.push_back(static_cast<int>(c));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace phos::interp

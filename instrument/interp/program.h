@@ -1,0 +1,151 @@
+// Program: a ptx::Module decoded once into an executable form ("decode once,
+// execute many"). Per function: a vector of Ops whose register operands are
+// dense indices into the frame's register array, immediates pre-converted to
+// raw bits, labels resolved to op indices, call targets to function indices
+// and every symbol to an address in its state space (memory.h).
+//
+// A Program is immutable after Build except for the bytes of module
+// variables (.global / .const), which kernels and the host (through
+// SymbolAddress) may write. It may be shared by concurrent launches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "ptx/ptx_ir.h"
+
+namespace phos::interp {
+
+struct Exec;
+struct Op;
+// What an executed op tells the thread loop.
+enum class Flow : uint8_t {
+  kNext,     // continue with pc + 1
+  kJump,     // the op set the pc itself (branch, call, return)
+  kBlock,    // the thread waits (bar.sync, warp collective); pc stays
+  kExit,     // the thread finished
+  kError,    // Exec::error says what went wrong
+};
+using ExecFn = Flow (*)(Exec&, const Op&);
+
+// An operand after decoding. value = base + imm where base depends on kind.
+struct Operand {
+  enum Kind : uint8_t {
+    kNone,
+    kReg,        // frame register `reg` (+ imm for [reg+off] addresses)
+    kImm,        // imm (raw bits; addresses of module/shared symbols too)
+    kSreg,       // special register number `reg` (SregId)
+    kLocalSym,   // frame local depot base + imm
+    kSink,       // `_`: writes are dropped
+  };
+  Kind kind = kNone;
+  bool neg = false;    // !%p
+  uint32_t reg = 0;
+  uint64_t imm = 0;
+};
+
+// Special registers (%tid.x ...).
+enum SregId : uint32_t {
+  kTidX, kTidY, kTidZ, kNtidX, kNtidY, kNtidZ, kCtaidX, kCtaidY, kCtaidZ,
+  kNctaidX, kNctaidY, kNctaidZ, kLaneid, kWarpid, kNwarpid, kSmid, kNsmid,
+  kGridid, kClock, kClockHi, kClock64, kGlobaltimer, kGlobaltimerLo, kGlobaltimerHi,
+  kLanemaskEq, kLanemaskLt, kLanemaskLe, kLanemaskGt, kLanemaskGe,
+  kDynamicSmemSize, kTotalSmemSize, kWarpSz,
+};
+
+struct Op {
+  ExecFn fn = nullptr;
+  ptx::Opcode opcode = ptx::Opcode::kUnknown;
+  ptx::Type type = ptx::Type::kNone;   // first type modifier
+  ptx::Type type2 = ptx::Type::kNone;  // second (cvt/set/slct source type)
+  ptx::Space space = ptx::Space::kNone;
+  ptx::Rounding rounding = ptx::Rounding::kNone;
+  ptx::CmpOp cmp = ptx::CmpOp::kNone;
+  ptx::BoolOp bool_op = ptx::BoolOp::kNone;
+  ptx::AtomOp atom_op = ptx::AtomOp::kNone;
+  ptx::MulMode mul_mode = ptx::MulMode::kNone;
+  ptx::ShflMode shfl = ptx::ShflMode::kNone;
+  ptx::VoteMode vote = ptx::VoteMode::kNone;
+  ptx::Semantics sem = ptx::Semantics::kNone;
+  uint8_t vec = 1;
+  bool sat = false, ftz = false, approx = false, cc = false, to = false, uni = false;
+  uint8_t sub = 0;          // opcode-specific sub-mode (decoded from mods)
+  bool guard_neg = false;
+  int32_t guard = -1;       // guard predicate register, -1 = none
+  uint32_t first = 0;       // operands: Function::operands[first .. first+count)
+  uint8_t count = 0;
+  uint8_t shape[6] = {};    // elements of each source operand ({a,b}: 2, a|p: 2)
+  uint8_t nshape = 0;
+  uint32_t target = 0;      // bra: op index; call: function index
+};
+
+struct ParamSlot {
+  uint32_t offset = 0;  // in the frame's param buffer
+  uint32_t size = 0;
+};
+
+struct Function {
+  std::string name;
+  bool is_entry = false;
+  std::vector<Op> ops;
+  std::vector<Operand> operands;
+  std::vector<std::string> op_text;     // "st.global.u32" per op (errors)
+  std::vector<uint32_t> op_stmt;        // statement index per op
+  std::vector<int64_t> op_line;         // last .loc line before the op, -1
+  std::vector<std::string> unsupported; // per op: "" or why it cannot run
+  uint32_t num_regs = 0;
+  uint32_t param_size = 0;              // formals + call-site .param vars
+  std::vector<ParamSlot> returns, params;
+  uint32_t local_size = 0;              // .local depot bytes
+  std::vector<uint32_t> callees;        // functions called directly
+};
+
+class Program {
+ public:
+  // Decodes `module`. Fails only for PTX that cannot be laid out (bad
+  // declarations); instructions phos cannot run are recorded per op and
+  // reported by LaunchKernel.
+  static Status Build(const ptx::Module& module, std::unique_ptr<Program>* out);
+
+  int FindFunction(std::string_view name) const;  // -1 if absent
+  const Function& function(int i) const { return functions_[i]; }
+  size_t num_functions() const { return functions_.size(); }
+
+  // Host address and size of a module .global/.const variable (for
+  // cudaMemcpyToSymbol and friends); false if there is none by that name.
+  bool SymbolAddress(std::string_view name, uint64_t* addr, size_t* size) const;
+  // Whether [addr, addr+bytes) lies in module variable storage.
+  bool InModuleStorage(uint64_t addr, size_t bytes) const {
+    return addr >= storage_base_ && addr - storage_base_ <= storage_size_ &&
+           bytes <= storage_size_ - (addr - storage_base_);
+  }
+  bool InConstStorage(uint64_t addr) const {
+    return addr >= const_begin_ && addr < const_end_;
+  }
+  uint32_t static_shared_bytes() const { return shared_size_; }
+
+  // First op reachable from `kernel` that cannot be run, as an error Status
+  // naming it; OK if all can.
+  Status CheckRunnable(int kernel) const;
+  // "fn:stmt N (line L) `text`"
+  std::string Where(int fn, uint32_t op) const;
+
+ private:
+  struct Var { uint64_t addr; size_t size; };
+  std::vector<Function> functions_;
+  std::unordered_map<std::string, int> function_index_;
+  std::unordered_map<std::string, Var> vars_;       // module .global/.const
+  std::unique_ptr<uint8_t[]> storage_;              // their bytes
+  uint64_t storage_base_ = 0, storage_size_ = 0;
+  uint64_t const_begin_ = 0, const_end_ = 0;        // .const part of storage
+  uint32_t shared_size_ = 0;
+
+  friend class ProgramBuilder;
+};
+
+}  // namespace phos::interp
