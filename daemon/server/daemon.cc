@@ -16,18 +16,23 @@ namespace phos::server {
 Daemon::~Daemon() { Shutdown(); }
 
 Status Daemon::Start(const DaemonOptions& options) {
-  std::string why;
-  PHOS_RETURN_IF_ERROR(backend::CreateBackend(options.backend, &backend_, &why)
-                           .WithContext("cannot start the GPU backend"));
-  spdlog::info("backend={} ({}) devices={}: {}", backend_->name(), backend_->detail(),
-               backend_->device_count(), why);
-
   bool removed_stale = false;
   PHOS_RETURN_IF_ERROR(socket_guard_.Acquire(options.socket_path, &removed_stale));
   if (removed_stale) {
     spdlog::warn("removed stale socket {} left by a daemon that is no longer running",
                  options.socket_path);
   }
+
+  std::string why;
+  // The socket first: a second daemon must be refused before it touches a
+  // GPU (or the sim's fixed address range).
+  Status backend_status = backend::CreateBackend(options.backend, &backend_, &why);
+  if (!backend_status.ok()) {
+    socket_guard_.Release();
+    return backend_status.WithContext("cannot start the GPU backend");
+  }
+  spdlog::info("backend={} ({}) devices={}: {}", backend_->name(), backend_->detail(),
+               backend_->device_count(), why);
 
   service_ = std::make_unique<PhosService>(backend_.get(), why, &sessions_, options.socket_path);
   grpc::ServerBuilder builder;
