@@ -60,7 +60,8 @@ constexpr SregName kSregs[] = {
 
 class ProgramBuilder {
  public:
-  ProgramBuilder(const ptx::Module& m, Program* p) : m_(m), p_(p) {}
+  ProgramBuilder(const ptx::Module& m, Program* p, const StorageAllocator* storage)
+      : m_(m), p_(p), storage_(storage) {}
 
   Status Run() {
     PHOS_RETURN_IF_ERROR(LayoutModuleVars());
@@ -103,9 +104,17 @@ class ProgramBuilder {
       if (want == Space::kConst) const_bytes_ = size;
     }
     const uint64_t alloc = AlignUp(size, 256) + 256;
-    p_->storage_.reset(new uint8_t[alloc]);
-    std::memset(p_->storage_.get(), 0, alloc);
-    uint64_t base = AlignUp(reinterpret_cast<uint64_t>(p_->storage_.get()), 256);
+    uint8_t* raw = nullptr;
+    if (storage_ != nullptr && storage_->allocate && size > 0) {
+      PHOS_RETURN_IF_ERROR(storage_->allocate(alloc, &raw));
+      p_->external_storage_ = raw;
+      p_->release_storage_ = storage_->release;
+    } else {
+      p_->storage_.reset(new uint8_t[alloc]);
+      raw = p_->storage_.get();
+    }
+    std::memset(raw, 0, alloc);
+    uint64_t base = AlignUp(reinterpret_cast<uint64_t>(raw), 256);
     p_->storage_base_ = base;
     p_->storage_size_ = size;
     p_->const_begin_ = base;
@@ -570,11 +579,21 @@ class ProgramBuilder {
   uint64_t dyn_shared_ = 0, const_bytes_ = 0;
   std::vector<std::unordered_map<std::string, Sym>> scopes_;
   std::unordered_map<std::string, uint32_t> labels_;
+  const StorageAllocator* storage_ = nullptr;  // null: host memory owned by the Program
 };
 
+Program::~Program() {
+  if (external_storage_ != nullptr && release_storage_) release_storage_(external_storage_);
+}
+
 Status Program::Build(const ptx::Module& module, std::unique_ptr<Program>* out) {
+  return Build(module, StorageAllocator{}, out);
+}
+
+Status Program::Build(const ptx::Module& module, const StorageAllocator& storage,
+                      std::unique_ptr<Program>* out) {
   auto p = std::unique_ptr<Program>(new Program());
-  ProgramBuilder b(module, p.get());
+  ProgramBuilder b(module, p.get(), &storage);
   PHOS_RETURN_IF_ERROR(b.Run());
   *out = std::move(p);
   return Status::Ok();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -105,8 +106,23 @@ struct Function {
   std::vector<uint32_t> callees;        // functions called directly
 };
 
+// Where a Program keeps its module variables (.global/.const). By default
+// in host memory it owns; the sim backend passes an allocator that places
+// them in device memory, so cudaMemcpyToSymbol-style copies and the C/R
+// engine see them as ordinary device buffers.
+struct StorageAllocator {
+  // Returns `bytes` of writable memory (256-byte aligned) or an error.
+  std::function<Status(size_t bytes, uint8_t** out)> allocate;
+  // Releases what `allocate` returned (called from ~Program).
+  std::function<void(uint8_t* ptr)> release;
+};
+
 class Program {
  public:
+  ~Program();
+  // As Build(module, out), with module variables placed by `storage`.
+  static Status Build(const ptx::Module& module, const StorageAllocator& storage,
+                      std::unique_ptr<Program>* out);
   // Decodes `module`. Fails only for PTX that cannot be laid out (bad
   // declarations); instructions phos cannot run are recorded per op and
   // reported by LaunchKernel.
@@ -140,7 +156,9 @@ class Program {
   std::vector<Function> functions_;
   std::unordered_map<std::string, int> function_index_;
   std::unordered_map<std::string, Var> vars_;       // module .global/.const
-  std::unique_ptr<uint8_t[]> storage_;              // their bytes
+  std::unique_ptr<uint8_t[]> storage_;              // their bytes (default allocator)
+  uint8_t* external_storage_ = nullptr;             // or from a StorageAllocator
+  std::function<void(uint8_t*)> release_storage_;
   uint64_t storage_base_ = 0, storage_size_ = 0;
   uint64_t const_begin_ = 0, const_end_ = 0;        // .const part of storage
   uint32_t shared_size_ = 0;

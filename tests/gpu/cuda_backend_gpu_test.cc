@@ -14,12 +14,14 @@
 #include "backend/backend.h"
 #include "backend/backend_factory.h"
 #include "backend_conformance.h"
+#include "test_ptx.h"
 
 namespace phos::backend {
 namespace {
 
 using testing::BackendConformanceTest;
 using testing::BackendParam;
+using testing::kSaxpyPtx;
 
 Status MakeCuda(std::unique_ptr<Backend>* out) { return CreateCudaBackend(CudaOptions{}, out); }
 
@@ -35,60 +37,7 @@ INSTANTIATE_TEST_SUITE_P(Cuda, BackendConformanceTest,
     ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
   } while (0)
 
-// A hand-written PTX module: saxpy (y = a*x + y over n floats), a global
-// initialised to 7, and a kernel that increments it. `.target sm_90` JITs on
-// Hopper and newer.
-constexpr char kPtx[] = R"PTX(
-.version 8.0
-.target sm_90
-.address_size 64
-
-.visible .global .align 4 .u32 phos_counter = 7;
-
-.visible .entry saxpy(
-    .param .u64 saxpy_param_x,
-    .param .u64 saxpy_param_y,
-    .param .f32 saxpy_param_a,
-    .param .u32 saxpy_param_n)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<5>;
-    .reg .b64 %rd<8>;
-
-    ld.param.u64 %rd1, [saxpy_param_x];
-    ld.param.u64 %rd2, [saxpy_param_y];
-    ld.param.f32 %f1, [saxpy_param_a];
-    ld.param.u32 %r1, [saxpy_param_n];
-    mov.u32 %r2, %ctaid.x;
-    mov.u32 %r3, %ntid.x;
-    mov.u32 %r4, %tid.x;
-    mad.lo.s32 %r5, %r2, %r3, %r4;
-    setp.ge.u32 %p1, %r5, %r1;
-    @%p1 bra DONE;
-    cvta.to.global.u64 %rd3, %rd1;
-    cvta.to.global.u64 %rd4, %rd2;
-    mul.wide.u32 %rd5, %r5, 4;
-    add.s64 %rd6, %rd3, %rd5;
-    add.s64 %rd7, %rd4, %rd5;
-    ld.global.f32 %f2, [%rd6];
-    ld.global.f32 %f3, [%rd7];
-    fma.rn.f32 %f4, %f1, %f2, %f3;
-    st.global.f32 [%rd7], %f4;
-DONE:
-    ret;
-}
-
-.visible .entry bump()
-{
-    .reg .b32 %r<3>;
-
-    ld.global.u32 %r1, [phos_counter];
-    add.u32 %r2, %r1, 1;
-    st.global.u32 [phos_counter], %r2;
-    ret;
-}
-)PTX";
+// The saxpy/bump module is kSaxpyPtx in tests/backend_conformance/test_ptx.h.
 
 template <typename T>
 void Put(std::vector<std::uint8_t>* block, std::size_t offset, T value) {
@@ -241,7 +190,7 @@ TEST_F(CudaGpuTest, HostRegisterThenAsyncCopy) {
 TEST_F(CudaGpuTest, PtxModuleLaunchAndGlobal) {
   ModuleHandle module = 0;
   // Without the trailing NUL: the backend must terminate the text itself.
-  ASSERT_OK(ctx_->LoadModule(kPtx, sizeof kPtx - 1, &module));
+  ASSERT_OK(ctx_->LoadModule(kSaxpyPtx, sizeof kSaxpyPtx - 1, &module));
   FunctionHandle saxpy = 0, bump = 0;
   ASSERT_OK(ctx_->GetFunction(module, "saxpy", &saxpy));
   ASSERT_OK(ctx_->GetFunction(module, "bump", &bump));

@@ -242,6 +242,13 @@ Status SimAddressSpace::CheckRange(DevicePtr ptr, std::size_t bytes) const {
 }
 
 Status SimAddressSpace::PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin) {
+  DevicePtr start = 0;
+  std::uint64_t size = 0;
+  return PinRange(ptr, bytes, pin, &start, &size);
+}
+
+Status SimAddressSpace::PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin, DevicePtr* start,
+                                 std::uint64_t* bytes_out) {
   std::lock_guard<std::mutex> lock(mu_);
   auto cit = FindLocked(ptr, bytes);
   if (cit == allocations_.end()) {
@@ -249,6 +256,8 @@ Status SimAddressSpace::PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin) {
                                    " was freed before the work using it ran");
   }
   allocations_.find(cit->first)->second.pins++;
+  *start = cit->first;
+  *bytes_out = cit->second.bytes;
   pin->space_ = this;
   pin->starts_.push_back(cit->first);
   return Status::Ok();

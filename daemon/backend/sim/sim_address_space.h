@@ -78,6 +78,11 @@ class SimAddressSpace {
   /// Pins the live allocation holding [ptr, ptr + bytes) into `pin`. Fails
   /// (InvalidArgument, "illegal address") if it was freed since enqueue.
   Status PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin);
+  /// As PinRange, and tells the pinned allocation's bounds [*start,
+  /// *start + *bytes_out), so a kernel can check later accesses against it
+  /// without taking the lock again.
+  Status PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin, DevicePtr* start,
+                  std::uint64_t* bytes_out);
 
  private:
   struct Allocation {

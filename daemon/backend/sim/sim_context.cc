@@ -6,12 +6,11 @@
 #include <iterator>
 #include <utility>
 
+#include "backend/sim/sim_kernel_memory.h"
+#include "interp/launch.h"
+
 namespace phos::backend::sim {
 namespace {
-
-constexpr const char* kNoInterpreter =
-    "sim backend: kernels need the PTX interpreter (instrument issue), which is not "
-    "available yet";
 
 std::string Hex(std::uint64_t v) {
   char buf[32];
@@ -53,6 +52,8 @@ SimContext::~SimContext() {
   streams_.clear();
   retired_.clear();
   default_stream_.stream.reset();
+  functions_.clear();
+  modules_.clear();  // releases module variables while we still own them
   shared_->memory->FreeAllOwnedBy(id_);
 }
 
@@ -414,10 +415,13 @@ Status SimContext::LoadModule(const void* image, std::size_t size, ModuleHandle*
   if (image == nullptr || size == 0 || out == nullptr) {
     return Status::InvalidArgument("LoadModule: null image, 0 bytes or null output pointer");
   }
-  const auto* p = static_cast<const std::uint8_t*>(image);
+  // Parse and decode outside mu_: it takes milliseconds for a big module.
+  std::shared_ptr<SimModule> module;
+  PHOS_RETURN_IF_ERROR(
+      SimModule::Load(image, size, shared_->memory.get(), device_, id_, &module));
   std::lock_guard<std::mutex> lock(mu_);
   const ModuleHandle h = NewHandleLocked();
-  modules_.emplace(h, std::vector<std::uint8_t>(p, p + size));
+  modules_.emplace(h, std::move(module));
   *out = h;
   return Status::Ok();
 }
@@ -427,34 +431,80 @@ Status SimContext::UnloadModule(ModuleHandle module) {
   if (modules_.erase(module) == 0) {
     return Status::InvalidArgument("unknown module handle " + Hex(module));
   }
+  for (auto it = functions_.begin(); it != functions_.end();) {
+    it = it->second.module == module ? functions_.erase(it) : std::next(it);
+  }
   return Status::Ok();
 }
 
 Status SimContext::GetFunction(ModuleHandle module, const std::string& name,
                                FunctionHandle* out) {
+  if (out == nullptr) return Status::InvalidArgument("GetFunction: null output pointer");
   std::lock_guard<std::mutex> lock(mu_);
-  if (modules_.count(module) == 0) {
-    return Status::InvalidArgument("unknown module handle " + Hex(module));
+  auto it = modules_.find(module);
+  if (it == modules_.end()) return Status::InvalidArgument("unknown module handle " + Hex(module));
+  int f = it->second->program().FindFunction(name);
+  if (f < 0 || !it->second->program().function(f).is_entry) {
+    return Status::NotFound("GetFunction: no kernel named '" + name + "' in module " +
+                            Hex(module));
   }
-  return Status::NotSupported(std::string(kNoInterpreter) + " (GetFunction '" + name + "')");
+  const FunctionHandle h = NewHandleLocked();
+  functions_.emplace(h, KernelEntry{module, it->second, name});
+  *out = h;
+  return Status::Ok();
 }
 
 Status SimContext::GetGlobal(ModuleHandle module, const std::string& name, DevicePtr* ptr,
                              std::size_t* bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (modules_.count(module) == 0) {
-    return Status::InvalidArgument("unknown module handle " + Hex(module));
+  if (ptr == nullptr || bytes == nullptr) {
+    return Status::InvalidArgument("GetGlobal: null output pointer");
   }
-  return Status::NotSupported(std::string(kNoInterpreter) + " (GetGlobal '" + name + "')");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = modules_.find(module);
+  if (it == modules_.end()) return Status::InvalidArgument("unknown module handle " + Hex(module));
+  std::uint64_t addr = 0;
+  std::size_t size = 0;
+  if (!it->second->program().SymbolAddress(name, &addr, &size)) {
+    return Status::NotFound("GetGlobal: no variable named '" + name + "' in module " +
+                            Hex(module));
+  }
+  *ptr = addr;
+  *bytes = size;
+  return Status::Ok();
 }
 
 Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
                                 unsigned shared_memory_bytes, StreamHandle stream,
                                 const std::vector<std::uint8_t>& params) {
+  std::shared_ptr<SimModule> module;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = functions_.find(function);
+    if (it == functions_.end()) {
+      return Status::InvalidArgument("unknown function handle " + Hex(function));
+    }
+    module = it->second.program;
+    name = it->second.name;
+  }
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 ||
+      block.z == 0) {
+    return Status::InvalidArgument("LaunchKernel '" + name + "': zero grid or block dimension");
+  }
+  // An instruction the interpreter cannot run is an error now, at launch,
+  // naming the instruction — not a sticky failure discovered later.
+  PHOS_RETURN_IF_ERROR(module->CheckKernel(name).WithContext("LaunchKernel '" + name + "'"));
+  SimShared* shared = shared_.get();
   std::lock_guard<std::mutex> lock(mu_);
-  StreamEntry* e = nullptr;
-  PHOS_RETURN_IF_ERROR(FindStreamLocked(stream, &e));
-  return Status::NotSupported(std::string(kNoInterpreter) + " (LaunchKernel)");
+  return EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes,
+                                params]() -> Status {
+    SimKernelMemory memory(shared->memory.get());
+    interp::LaunchOptions options;
+    return interp::LaunchKernel(module->program(), name, {grid.x, grid.y, grid.z},
+                                {block.x, block.y, block.z}, shared_memory_bytes,
+                                params.data(), params.size(), &memory, options)
+        .WithContext("kernel " + name);
+  });
 }
 
 }  // namespace phos::backend::sim

@@ -1,5 +1,6 @@
 // A sim Context: memory in the backend's address space, streams run by
-// worker threads, events, host registrations and (not yet runnable) modules.
+// worker threads, events, host registrations, and modules whose kernels run
+// in the PTX interpreter.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/sim/sim_event.h"
+#include "backend/sim/sim_module.h"
 #include "backend/sim/sim_shared.h"
 #include "backend/sim/sim_stream.h"
 
@@ -100,7 +102,15 @@ class SimContext final : public Context {
   std::map<StreamHandle, StreamEntry> streams_;          // created streams
   std::vector<StreamEntry> retired_;                    // destroyed, still draining
   std::map<EventHandle, std::shared_ptr<SimEvent>> events_;  // shared with record/wait ops
-  std::map<ModuleHandle, std::vector<std::uint8_t>> modules_;  // a copy of each image
+  // Loaded modules. Shared with launches queued on streams, so unloading
+  // a module never pulls it from under a kernel that is about to run.
+  std::map<ModuleHandle, std::shared_ptr<SimModule>> modules_;
+  struct KernelEntry {
+    ModuleHandle module = 0;
+    std::shared_ptr<SimModule> program;
+    std::string name;
+  };
+  std::map<FunctionHandle, KernelEntry> functions_;     // from GetFunction
   std::map<std::uintptr_t, std::size_t> host_ranges_;   // registered host memory
 };
 

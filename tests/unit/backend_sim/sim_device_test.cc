@@ -43,28 +43,5 @@ TEST(SimDevice, EveryDeviceHasItsOwnOrdinalAndUuid) {
   SIM_EXPECT_CODE(b->GetDeviceProperties(3, &p0), kInvalidArgument);
 }
 
-TEST(SimKernels, KernelsAreNotSupportedUntilThePtxInterpreterExists) {
-  SimFixture f;
-  SIM_ASSERT_OK(f.Init());
-  const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n";
-  ModuleHandle m = 0;
-  SIM_ASSERT_OK(f.ctx->LoadModule(ptx, sizeof ptx, &m));
-  FunctionHandle fn = 0;
-  Status s = f.ctx->GetFunction(m, "kernel", &fn);
-  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
-  EXPECT_NE(s.message().find("PTX interpreter"), std::string::npos) << s.message();
-  DevicePtr g = 0;
-  std::size_t bytes = 0;
-  SIM_EXPECT_CODE(f.ctx->GetGlobal(m, "counter", &g, &bytes), kNotSupported);
-  s = f.ctx->LaunchKernel(1, Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, kDefaultStream, {});
-  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
-  EXPECT_NE(s.message().find("PTX interpreter"), std::string::npos) << s.message();
-  SIM_EXPECT_CODE(f.ctx->LaunchKernel(1, Dim3{}, Dim3{}, 0, 0xdead, {}), kInvalidArgument);
-  SIM_ASSERT_OK(f.ctx->UnloadModule(m));
-  SIM_EXPECT_CODE(f.ctx->GetFunction(m, "kernel", &fn), kInvalidArgument);
-  SIM_EXPECT_CODE(f.ctx->LoadModule(nullptr, 10, &m), kInvalidArgument);
-  SIM_ASSERT_OK(f.ctx->Synchronize());  // nothing was enqueued, no error left behind
-}
-
 }  // namespace
 }  // namespace phos::backend::sim_test

@@ -1,0 +1,28 @@
+#include "backend/sim/sim_kernel_memory.h"
+
+#include <mutex>
+
+namespace phos::backend::sim {
+
+bool SimKernelMemory::CachedLocked(std::uint64_t addr, std::size_t bytes) const {
+  for (const auto& [begin, end] : pinned_) {
+    if (addr >= begin && addr < end && bytes <= end - addr) return true;
+  }
+  return false;
+}
+
+void* SimKernelMemory::Translate(std::uint64_t addr, std::size_t bytes, bool /*write*/) {
+  {
+    std::shared_lock<std::shared_mutex> lock(mu_);
+    if (CachedLocked(addr, bytes)) return reinterpret_cast<void*>(addr);
+  }
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  if (CachedLocked(addr, bytes)) return reinterpret_cast<void*>(addr);
+  DevicePtr start = 0;
+  std::uint64_t size = 0;
+  if (!space_->PinRange(addr, bytes, &pin_, &start, &size).ok()) return nullptr;
+  pinned_.emplace_back(start, start + size);
+  return reinterpret_cast<void*>(addr);
+}
+
+}  // namespace phos::backend::sim

@@ -1,0 +1,34 @@
+// Device memory as one running kernel sees it (interp::GlobalMemory).
+//
+// The first access to an allocation pins it (SimAddressSpace::PinRange), so
+// a racing Free cannot unmap it under the kernel; later accesses to the same
+// allocation are checked against the cached bounds under a shared lock.
+// One object per launch; pins are released when it is destroyed.
+#pragma once
+
+#include <cstdint>
+#include <shared_mutex>
+#include <utility>
+#include <vector>
+
+#include "backend/sim/sim_address_space.h"
+#include "interp/memory.h"
+
+namespace phos::backend::sim {
+
+class SimKernelMemory final : public interp::GlobalMemory {
+ public:
+  explicit SimKernelMemory(SimAddressSpace* space) : space_(space) {}
+  /// Called by every interpreter worker thread at once.
+  void* Translate(std::uint64_t addr, std::size_t bytes, bool write) override;
+
+ private:
+  bool CachedLocked(std::uint64_t addr, std::size_t bytes) const;
+
+  SimAddressSpace* const space_;
+  std::shared_mutex mu_;  // shared: lookups; exclusive: pinning a new allocation
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> pinned_;  // [begin, end); guarded by mu_
+  SimAddressSpace::Pin pin_;                                     // guarded by mu_
+};
+
+}  // namespace phos::backend::sim

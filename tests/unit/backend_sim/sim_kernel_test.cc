@@ -1,0 +1,151 @@
+// Kernels on the sim: nvcc-built fatbins run in the PTX interpreter, and
+// what the sim cannot run is refused by name.
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "backend_conformance/test_ptx.h"
+#include "sim_test_util.h"
+
+namespace phos::backend::sim_test {
+namespace {
+
+std::vector<std::uint8_t> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+template <typename T>
+void Put(std::vector<std::uint8_t>* block, std::size_t offset, T value) {
+  if (block->size() < offset + sizeof(T)) block->resize(offset + sizeof(T));
+  std::memcpy(block->data() + offset, &value, sizeof(T));
+}
+
+// vector_add(const float* a, const float* b, float* c, int n) from
+// tests/apps/vector_add.cu, mangled as nvcc 13 does.
+constexpr const char* kVectorAdd = "_Z10vector_addPKfS0_Pfi";
+
+// Runs vector_add from `module` on `stream` and checks it against the CPU.
+void RunVectorAdd(Context* ctx, ModuleHandle module, StreamHandle stream, std::uint32_t salt) {
+  FunctionHandle fn = 0;
+  SIM_ASSERT_OK(ctx->GetFunction(module, kVectorAdd, &fn));
+  const int n = 5000;
+  std::mt19937 rng(RunSeed() ^ salt);
+  std::uniform_real_distribution<float> dist(-1000.f, 1000.f);
+  std::vector<float> a(n), b(n), c(n);
+  for (int i = 0; i < n; ++i) {
+    a[i] = dist(rng);
+    b[i] = dist(rng);
+  }
+  DevicePtr da = 0, db = 0, dc = 0;
+  SIM_ASSERT_OK(ctx->Allocate(n * 4, 0, &da));
+  SIM_ASSERT_OK(ctx->Allocate(n * 4, 0, &db));
+  SIM_ASSERT_OK(ctx->Allocate(n * 4, 0, &dc));
+  SIM_ASSERT_OK(ctx->MemcpyAsync(da, H(a.data()), n * 4, CopyKind::kHostToDevice, stream));
+  SIM_ASSERT_OK(ctx->MemcpyAsync(db, H(b.data()), n * 4, CopyKind::kHostToDevice, stream));
+  std::vector<std::uint8_t> params;
+  Put<std::uint64_t>(&params, 0, da);
+  Put<std::uint64_t>(&params, 8, db);
+  Put<std::uint64_t>(&params, 16, dc);
+  Put<std::int32_t>(&params, 24, n);
+  SIM_ASSERT_OK(ctx->LaunchKernel(fn, Dim3{(n + 255) / 256, 1, 1}, Dim3{256, 1, 1}, 0, stream,
+                                  params));
+  SIM_ASSERT_OK(ctx->MemcpyAsync(H(c.data()), dc, n * 4, CopyKind::kDeviceToHost, stream));
+  SIM_ASSERT_OK(ctx->SynchronizeStream(stream));
+  for (int i = 0; i < n; ++i) ASSERT_EQ(c[i], a[i] + b[i]) << "element " << i;
+  SIM_ASSERT_OK(ctx->Free(da));
+  SIM_ASSERT_OK(ctx->Free(db));
+  SIM_ASSERT_OK(ctx->Free(dc));
+}
+
+TEST(SimKernels, NvccFatbinRunsInTheInterpreter) {
+  SIM_SEED_TRACE();
+  SimFixture f;
+  SIM_ASSERT_OK(f.Init());
+  // nvcc 13's default: the PTX entry is zstd-compressed.
+  for (const char* variant : {"vector_add.fatbin", "vector_add.compress_all.fatbin",
+                              "vector_add.lz4.fatbin"}) {
+    SCOPED_TRACE(variant);
+    std::vector<std::uint8_t> image = ReadFile(std::string(PHOS_TEST_APPS_DIR) + "/" + variant);
+    ASSERT_FALSE(image.empty()) << "missing fixture " << variant;
+    ModuleHandle m = 0;
+    SIM_ASSERT_OK(f.ctx->LoadModule(image.data(), image.size(), &m));
+    RunVectorAdd(f.ctx.get(), m, kDefaultStream, 1);
+    SIM_ASSERT_OK(f.ctx->UnloadModule(m));
+  }
+}
+
+TEST(SimKernels, SassOnlyFatbinIsRefusedWithAdvice) {
+  SimFixture f;
+  SIM_ASSERT_OK(f.Init());
+  std::vector<std::uint8_t> image =
+      ReadFile(std::string(PHOS_TEST_APPS_DIR) + "/vector_add.sass.fatbin");
+  ASSERT_FALSE(image.empty());
+  ModuleHandle m = 0;
+  Status s = f.ctx->LoadModule(image.data(), image.size(), &m);
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  EXPECT_NE(s.message().find("PTX"), std::string::npos) << s.message();
+}
+
+TEST(SimKernels, UnsupportedInstructionIsRefusedByNameAtLaunch) {
+  SimFixture f;
+  SIM_ASSERT_OK(f.Init());
+  ModuleHandle m = 0;
+  SIM_ASSERT_OK(f.ctx->LoadModule(testing::kDp4aPtx, sizeof testing::kDp4aPtx, &m));
+  FunctionHandle fn = 0;
+  SIM_ASSERT_OK(f.ctx->GetFunction(m, "dot4", &fn));
+  DevicePtr out = 0;
+  SIM_ASSERT_OK(f.ctx->Allocate(4, 0, &out));
+  std::vector<std::uint8_t> params;
+  Put<std::uint64_t>(&params, 0, out);
+  Status s = f.ctx->LaunchKernel(fn, Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, kDefaultStream, params);
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  EXPECT_NE(s.message().find("dp4a"), std::string::npos) << s.message();
+  SIM_ASSERT_OK(f.ctx->Synchronize());  // nothing ran, nothing sticky
+}
+
+TEST(SimKernels, IllegalAddressIsAStickyErrorOfTheStream) {
+  SimFixture f;
+  SIM_ASSERT_OK(f.Init());
+  ModuleHandle m = 0;
+  SIM_ASSERT_OK(f.ctx->LoadModule(testing::kSaxpyPtx, sizeof testing::kSaxpyPtx, &m));
+  FunctionHandle fn = 0;
+  SIM_ASSERT_OK(f.ctx->GetFunction(m, "saxpy", &fn));
+  DevicePtr y = 0;
+  SIM_ASSERT_OK(f.ctx->Allocate(1024, 0, &y));
+  std::vector<std::uint8_t> params;
+  const std::uint64_t unmapped = y + (64ull << 20);  // inside the range, never allocated
+  Put<std::uint64_t>(&params, 0, unmapped);
+  Put<std::uint64_t>(&params, 8, y);
+  Put<float>(&params, 16, 2.0f);
+  Put<std::uint32_t>(&params, 20, 16);
+  SIM_ASSERT_OK(f.ctx->LaunchKernel(fn, Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, kDefaultStream, params));
+  Status s = f.ctx->Synchronize();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("saxpy"), std::string::npos) << s.message();
+}
+
+TEST(SimKernels, ConcurrentLaunchesOnSeveralStreams) {
+  SIM_SEED_TRACE();
+  SimFixture f;
+  SIM_ASSERT_OK(f.Init());
+  std::vector<std::uint8_t> image =
+      ReadFile(std::string(PHOS_TEST_APPS_DIR) + "/vector_add.fatbin");
+  ASSERT_FALSE(image.empty());
+  ModuleHandle m = 0;
+  SIM_ASSERT_OK(f.ctx->LoadModule(image.data(), image.size(), &m));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      StreamHandle s = 0;
+      ASSERT_TRUE(f.ctx->CreateStream(kStreamNonBlocking, 0, &s).ok());
+      for (int i = 0; i < 3; ++i) RunVectorAdd(f.ctx.get(), m, s, 100 * t + i);
+      ASSERT_TRUE(f.ctx->DestroyStream(s).ok());
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
+}  // namespace
+}  // namespace phos::backend::sim_test
