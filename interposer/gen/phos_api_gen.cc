@@ -1,0 +1,432 @@
+// phos_api_gen: build-time generator of libphos.so's CUDA export layer.
+//
+// Parses the toolkit's cuda.h and cuda_runtime_api.h with libclang and emits,
+// for every C-ABI function those headers declare, an exported weak stub with
+// the exact signature, a stable id and a name -> function-pointer table
+// (docs/interposer.md, "Generated exports").
+//
+// Three parses, unioned by symbol name (the first parse that declares a
+// symbol owns it, and its stub is compiled in that parse's configuration so
+// the header declaration checks the stub's signature):
+//   0 "default":  plain headers. cuda.h #defines many names to their _v2/_v3
+//                 variants, so the declared names are what apps link against.
+//   1 "ptds":     -DCUDA_API_PER_THREAD_DEFAULT_STREAM: the _ptds/_ptsz
+//                 per-thread-default-stream variants (nvcc --default-stream
+//                 per-thread maps the plain names to these by macro).
+//   2 "internal": -D__CUDA_API_VERSION_INTERNAL: the headers' own
+//                 implementation view, which #undefs the versioning macros and
+//                 declares the legacy unversioned prototypes (cuMemAlloc with
+//                 its 32-bit size, cuCtxCreate, cuGetProcAddress, ...) that
+//                 old binaries still link against.
+//
+// Usage: phos_api_gen --cuda-include DIR --out-dir DIR
+
+#include <clang-c/Index.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Param {
+  std::string type;  // clang_getTypeSpelling of the parameter's declared type
+  std::string name;  // as spelled; empty when the header gives none
+};
+
+struct Function {
+  std::string name;  // symbol name (extern "C": the spelling)
+  std::string ret;   // return type as spelled
+  std::vector<Param> params;
+  bool driver = false;  // declared in cuda.h (else cuda_runtime_api.h)
+  int pass = 0;         // first parse that declared it (0 default, 1 ptds, 2 internal)
+  std::string file;     // header it came from (basename)
+};
+
+struct Pass {
+  const char* tag;
+  std::vector<std::string> defines;
+};
+
+const Pass kPasses[] = {
+    {"default", {}},
+    {"ptds", {"CUDA_API_PER_THREAD_DEFAULT_STREAM"}},
+    {"internal", {"__CUDA_API_VERSION_INTERNAL"}},
+};
+
+std::string ToString(CXString s) {
+  const char* c = clang_getCString(s);
+  std::string out = c != nullptr ? c : "";
+  clang_disposeString(s);
+  return out;
+}
+
+std::string Basename(const std::string& p) {
+  size_t slash = p.find_last_of('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+struct Collector {
+  std::string include_dir;  // normalised, with trailing '/'
+  int pass = 0;
+  std::map<std::string, Function>* out = nullptr;
+  int errors = 0;
+};
+
+bool FromToolkitHeader(CXCursor c, const Collector& col, std::string* base) {
+  CXFile file = nullptr;
+  clang_getExpansionLocation(clang_getCursorLocation(c), &file, nullptr, nullptr, nullptr);
+  if (file == nullptr) return false;
+  std::string path = ToString(clang_getFileName(file));
+  if (path.rfind(col.include_dir, 0) != 0) return false;
+  *base = Basename(path);
+  // The exported C ABI: the runtime and driver API headers. Other toolkit
+  // headers they pull in (driver_types.h, vector_types.h,
+  // cuda_device_runtime_api.h, ...) declare types or device-side functions.
+  return *base == "cuda.h" || *base == "cuda_runtime_api.h";
+}
+
+void Collect(CXCursor c, Collector* col);
+
+CXChildVisitResult Visit(CXCursor c, CXCursor /*parent*/, CXClientData data) {
+  auto* col = static_cast<Collector*>(data);
+  switch (clang_getCursorKind(c)) {
+    case CXCursor_LinkageSpec:
+    case CXCursor_UnexposedDecl:
+      return CXChildVisit_Recurse;  // extern "C" { ... }
+    case CXCursor_FunctionDecl:
+      Collect(c, col);
+      return CXChildVisit_Continue;
+    default:
+      // Namespaces, templates, classes: C++-only sections, not the C ABI.
+      return CXChildVisit_Continue;
+  }
+}
+
+void Collect(CXCursor c, Collector* col) {
+  std::string base;
+  if (!FromToolkitHeader(c, *col, &base)) return;
+  // Inline helpers with bodies (e.g. the _ptsz wrapper of cuGetProcAddress_v2)
+  // are not exported by the real libraries.
+  if (clang_isCursorDefinition(c)) return;
+  std::string name = ToString(clang_getCursorSpelling(c));
+  std::string mangled = ToString(clang_Cursor_getMangling(c));
+  if (mangled != name) return;  // C++ overload / not extern "C"
+  CXType ft = clang_getCursorType(c);
+  if (clang_isFunctionTypeVariadic(ft)) {
+    std::fprintf(stderr, "phos_api_gen: variadic function %s is not supported\n", name.c_str());
+    ++col->errors;
+    return;
+  }
+  Function f;
+  f.name = name;
+  f.ret = ToString(clang_getTypeSpelling(clang_getResultType(ft)));
+  f.driver = base == "cuda.h";
+  f.pass = col->pass;
+  f.file = base;
+  int n = clang_Cursor_getNumArguments(c);
+  for (int i = 0; i < n; ++i) {
+    CXCursor a = clang_Cursor_getArgument(c, static_cast<unsigned>(i));
+    f.params.push_back({ToString(clang_getTypeSpelling(clang_getCursorType(a))),
+                        ToString(clang_getCursorSpelling(a))});
+  }
+  auto it = col->out->find(name);
+  if (it == col->out->end()) {
+    col->out->emplace(name, std::move(f));
+    return;
+  }
+  // Same symbol seen in an earlier parse (or redeclared): keep the first.
+  // A redeclaration with another signature in the same parse is an error.
+  if (it->second.pass == col->pass) {
+    bool same = it->second.ret == f.ret && it->second.params.size() == f.params.size();
+    for (size_t i = 0; same && i < f.params.size(); ++i)
+      same = it->second.params[i].type == f.params[i].type;
+    if (!same) {
+      std::fprintf(stderr, "phos_api_gen: conflicting declarations of %s\n", name.c_str());
+      ++col->errors;
+    }
+  }
+}
+
+bool Parse(const std::string& include_dir, int pass, std::map<std::string, Function>* out) {
+  static constexpr const char* kFile = "phos_api_gen_input.cc";
+  const std::string src =
+      "#include <cuda.h>\n"
+      "#include <cuda_runtime_api.h>\n";
+  std::vector<std::string> args = {"-x", "c++", "-std=c++17", "-I" + include_dir};
+  for (const auto& d : kPasses[pass].defines) args.push_back("-D" + d);
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  CXUnsavedFile unsaved{kFile, src.data(), static_cast<unsigned long>(src.size())};
+
+  CXIndex index = clang_createIndex(0, 0);
+  CXTranslationUnit tu = nullptr;
+  CXErrorCode err = clang_parseTranslationUnit2(index, kFile, argv.data(),
+                                                static_cast<int>(argv.size()), &unsaved, 1,
+                                                CXTranslationUnit_SkipFunctionBodies, &tu);
+  if (err != CXError_Success || tu == nullptr) {
+    std::fprintf(stderr, "phos_api_gen: libclang failed to parse the CUDA headers (%s pass, error %d)\n",
+                 kPasses[pass].tag, static_cast<int>(err));
+    clang_disposeIndex(index);
+    return false;
+  }
+  bool ok = true;
+  unsigned ndiag = clang_getNumDiagnostics(tu);
+  for (unsigned d = 0; d < ndiag; ++d) {
+    CXDiagnostic diag = clang_getDiagnostic(tu, d);
+    if (clang_getDiagnosticSeverity(diag) >= CXDiagnostic_Error) {
+      std::fprintf(stderr, "phos_api_gen (%s pass): %s\n", kPasses[pass].tag,
+                   ToString(clang_formatDiagnostic(diag, clang_defaultDiagnosticDisplayOptions())).c_str());
+      ok = false;
+    }
+    clang_disposeDiagnostic(diag);
+  }
+  Collector col;
+  col.include_dir = include_dir;
+  if (col.include_dir.empty() || col.include_dir.back() != '/') col.include_dir += '/';
+  col.pass = pass;
+  col.out = out;
+  if (ok) clang_visitChildren(clang_getTranslationUnitCursor(tu), Visit, &col);
+  clang_disposeTranslationUnit(tu);
+  clang_disposeIndex(index);
+  return ok && col.errors == 0;
+}
+
+// ---- emission --------------------------------------------------------------
+
+std::string Enumerator(const std::string& name) { return "k_" + name; }
+
+bool NeedsAlias(const std::string& type) {
+  return type.find('(') != std::string::npos || type.find('[') != std::string::npos;
+}
+
+enum class RetKind { kRuntimeError, kDriverError, kVoid, kString, kPointer, kValue };
+
+RetKind Classify(const Function& f) {
+  if (f.ret == "cudaError_t") return RetKind::kRuntimeError;
+  if (f.ret == "CUresult") return RetKind::kDriverError;
+  if (f.ret == "void") return RetKind::kVoid;
+  if (f.ret == "const char *") return RetKind::kString;
+  if (!f.ret.empty() && f.ret.back() == '*') return RetKind::kPointer;
+  return RetKind::kValue;
+}
+
+void EmitHeader(const std::vector<const Function*>& fns, std::ostream& os) {
+  size_t ndrv = 0;
+  for (auto* f : fns) ndrv += f->driver ? 1 : 0;
+  os << "// Generated by phos_api_gen from the CUDA toolkit headers. Do not edit.\n"
+        "// One id per exported C function of cuda_runtime_api.h and cuda.h (all\n"
+        "// parses: default, per-thread default stream, legacy unversioned); the id\n"
+        "// is the index in the list of symbol names sorted by strcmp. Enumerators\n"
+        "// carry a k_ prefix because cuda.h #defines many plain names to _v2\n"
+        "// variants, which would otherwise rename (and collide) enumerators.\n"
+        "#pragma once\n\n#include <cstddef>\n#include <cstdint>\n\n"
+        "namespace phos::interposer {\n\n"
+        "enum class ApiId : uint32_t {\n";
+  for (size_t i = 0; i < fns.size(); ++i) os << "  " << Enumerator(fns[i]->name) << " = " << i << ",\n";
+  os << "  kCount = " << fns.size() << ",\n};\n\n"
+     << "inline constexpr size_t kApiCount = " << fns.size() << ";\n"
+     << "inline constexpr size_t kApiDriverCount = " << ndrv << ";   // declared in cuda.h\n"
+     << "inline constexpr size_t kApiRuntimeCount = " << fns.size() - ndrv
+     << ";  // declared in cuda_runtime_api.h\n\n"
+     << "// Symbol name of an id (\"?\" for out-of-range values).\n"
+        "const char* ApiName(ApiId id);\n"
+        "// True for driver API functions (declared in cuda.h).\n"
+        "bool ApiIsDriver(ApiId id);\n"
+        "// Id of a symbol name; ApiId::kCount when not exported.\n"
+        "ApiId ApiIdFromName(const char* name);\n\n"
+        "// Address of the exported function named `name` (the strong hand-written\n"
+        "// implementation when libphos.so has one, else the generated weak stub);\n"
+        "// nullptr when phos does not export that name.\n"
+        "const void* FindExport(const char* name);\n"
+        "// cuGetProcAddress-style lookup: callers pass the base name (\"cuMemAlloc\")\n"
+        "// and a CUDA version. Tries name_v3, name_v2, then name, and returns the\n"
+        "// first that is exported (heuristic: the newest ABI variant the toolkit\n"
+        "// headers declare; the version is accepted for the interface but not used\n"
+        "// to pick older variants).\n"
+        "const void* FindExportVersioned(const char* name, int cuda_version);\n\n"
+        "}  // namespace phos::interposer\n";
+}
+
+void EmitStubs(const std::vector<const Function*>& fns, int pass, std::ostream& os) {
+  os << "// Generated by phos_api_gen from the CUDA toolkit headers. Do not edit.\n"
+        "// Parse configuration: "
+     << kPasses[pass].tag
+     << ".\n"
+        "//\n"
+        "// Every definition below is an exact-signature stub of a function the\n"
+        "// headers declare. The headers are included in the same configuration the\n"
+        "// generator parsed them in, so each stub redeclares the header's\n"
+        "// prototype: a wrong signature fails to compile here (conflicting\n"
+        "// declaration of an extern \"C\" function).\n"
+        "//\n"
+        "// The stubs are weak: a hand-written (strong) definition of the same\n"
+        "// symbol elsewhere in libphos.so wins at link time and the stub is\n"
+        "// dropped. Unimplemented functions log once and return\n"
+        "// cudaErrorNotSupported / CUDA_ERROR_NOT_SUPPORTED.\n";
+  for (const auto& d : kPasses[pass].defines) os << "#define " << d << "\n";
+  os << "#include <cuda.h>\n#include <cuda_runtime_api.h>\n\n"
+        "#include \"phos_api_ids.h\"\n#include \"interposer/export/unsupported.h\"\n\n"
+        "#define PHOS_STUB extern \"C\" __attribute__((weak, visibility(\"default\")))\n\n"
+        "namespace {\nusing phos::interposer::ApiId;\nusing phos::interposer::ReportUnsupported;\n"
+        "constexpr const char* kUnsupportedString = \"phos: not supported\";\n}  // namespace\n\n";
+  for (const Function* f : fns) {
+    if (f->pass != pass) continue;
+    std::vector<std::string> decl;
+    for (size_t i = 0; i < f->params.size(); ++i) {
+      const Param& p = f->params[i];
+      std::string pname = p.name.empty() ? "p" + std::to_string(i) : p.name;
+      if (NeedsAlias(p.type)) {
+        std::string alias = "phos_" + f->name + "_p" + std::to_string(i) + "_t";
+        os << "using " << alias << " = " << p.type << ";\n";
+        decl.push_back(alias + " " + pname);
+      } else {
+        decl.push_back(p.type + " " + pname);
+      }
+    }
+    std::string ret = f->ret;
+    if (NeedsAlias(ret)) {
+      std::string alias = "phos_" + f->name + "_ret_t";
+      os << "using " << alias << " = " << ret << ";\n";
+      ret = alias;
+    }
+    os << "PHOS_STUB " << ret << " " << f->name << "(";
+    for (size_t i = 0; i < decl.size(); ++i) os << (i ? ", " : "") << decl[i];
+    os << ") {\n  ReportUnsupported(ApiId::" << Enumerator(f->name) << ");\n";
+    switch (Classify(*f)) {
+      case RetKind::kRuntimeError: os << "  return cudaErrorNotSupported;\n"; break;
+      case RetKind::kDriverError: os << "  return CUDA_ERROR_NOT_SUPPORTED;\n"; break;
+      case RetKind::kVoid: break;
+      case RetKind::kString: os << "  return kUnsupportedString;\n"; break;
+      case RetKind::kPointer: os << "  return nullptr;\n"; break;
+      case RetKind::kValue: os << "  return {};\n"; break;  // value-initialised
+    }
+    os << "}\n\n";
+  }
+  // Addresses of this configuration's symbols, for the name table.
+  os << "namespace phos::interposer::generated {\n"
+     << "void FillExports_" << kPasses[pass].tag << "(const void** table) {\n";
+  for (const Function* f : fns) {
+    if (f->pass != pass) continue;
+    os << "  table[static_cast<size_t>(ApiId::" << Enumerator(f->name)
+       << ")] = reinterpret_cast<const void*>(&" << f->name << ");\n";
+  }
+  os << "}\n}  // namespace phos::interposer::generated\n";
+}
+
+void EmitTable(const std::vector<const Function*>& fns, std::ostream& os) {
+  os << "// Generated by phos_api_gen from the CUDA toolkit headers. Do not edit.\n"
+        "// Name -> id -> exported function pointer, sorted by name (strcmp).\n"
+        "#include <cstring>\n#include <string>\n\n#include \"phos_api_ids.h\"\n\n"
+        "namespace phos::interposer {\nnamespace generated {\n";
+  for (const auto& p : kPasses) os << "void FillExports_" << p.tag << "(const void** table);\n";
+  os << "}  // namespace generated\n\nnamespace {\n\n"
+        "struct ExportEntry {\n  const char* name;\n  ApiId id;\n  bool driver;\n};\n\n"
+        "constexpr ExportEntry kExports[] = {\n";
+  for (size_t i = 0; i < fns.size(); ++i)
+    os << "    {\"" << fns[i]->name << "\", ApiId::" << Enumerator(fns[i]->name) << ", "
+       << (fns[i]->driver ? "true" : "false") << "},\n";
+  os << "};\nstatic_assert(sizeof(kExports) / sizeof(kExports[0]) == kApiCount);\n\n"
+        "// Function pointers are filled on first use (function-local static:\n"
+        "// thread-safe, and usable from the app's own static initialisers).\n"
+        "const void* const* Pointers() {\n"
+        "  static const void** table = [] {\n"
+        "    static const void* t[kApiCount] = {};\n";
+  for (const auto& p : kPasses) os << "    generated::FillExports_" << p.tag << "(t);\n";
+  os << "    return t;\n  }();\n  return table;\n}\n\n}  // namespace\n\n"
+        "const char* ApiName(ApiId id) {\n"
+        "  auto i = static_cast<size_t>(id);\n"
+        "  return i < kApiCount ? kExports[i].name : \"?\";\n}\n\n"
+        "bool ApiIsDriver(ApiId id) {\n"
+        "  auto i = static_cast<size_t>(id);\n"
+        "  return i < kApiCount && kExports[i].driver;\n}\n\n"
+        "ApiId ApiIdFromName(const char* name) {\n"
+        "  if (name == nullptr) return ApiId::kCount;\n"
+        "  size_t lo = 0, hi = kApiCount;\n"
+        "  while (lo < hi) {\n"
+        "    size_t mid = lo + (hi - lo) / 2;\n"
+        "    int c = std::strcmp(kExports[mid].name, name);\n"
+        "    if (c == 0) return kExports[mid].id;\n"
+        "    if (c < 0) lo = mid + 1; else hi = mid;\n"
+        "  }\n"
+        "  return ApiId::kCount;\n}\n\n"
+        "const void* FindExport(const char* name) {\n"
+        "  ApiId id = ApiIdFromName(name);\n"
+        "  return id == ApiId::kCount ? nullptr : Pointers()[static_cast<size_t>(id)];\n}\n\n"
+        "const void* FindExportVersioned(const char* name, int /*cuda_version*/) {\n"
+        "  if (name == nullptr) return nullptr;\n"
+        "  for (const char* suffix : {\"_v3\", \"_v2\", \"\"}) {\n"
+        "    if (const void* p = FindExport((std::string(name) + suffix).c_str())) return p;\n"
+        "  }\n"
+        "  return nullptr;\n}\n\n}  // namespace phos::interposer\n";
+}
+
+bool WriteIfChanged(const std::string& path, const std::string& text) {
+  std::ifstream in(path, std::ios::binary);
+  if (in) {
+    std::stringstream old;
+    old << in.rdbuf();
+    if (old.str() == text) return true;
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  return static_cast<bool>(out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string include_dir, out_dir;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--cuda-include") include_dir = argv[i + 1];
+    else if (a == "--out-dir") out_dir = argv[i + 1];
+  }
+  if (include_dir.empty() || out_dir.empty()) {
+    std::fprintf(stderr, "usage: phos_api_gen --cuda-include DIR --out-dir DIR\n");
+    return 2;
+  }
+  std::map<std::string, Function> all;  // sorted by name (std::string <, same as strcmp)
+  for (int pass = 0; pass < static_cast<int>(std::size(kPasses)); ++pass)
+    if (!Parse(include_dir, pass, &all)) return 1;
+
+  std::vector<const Function*> fns;
+  size_t per_pass[std::size(kPasses)] = {};
+  size_t ndrv = 0;
+  for (const auto& [name, f] : all) {
+    fns.push_back(&f);
+    ++per_pass[f.pass];
+    ndrv += f.driver ? 1 : 0;
+  }
+  if (ndrv == 0 || ndrv == fns.size()) {
+    std::fprintf(stderr, "phos_api_gen: found no functions in one of the headers\n");
+    return 1;
+  }
+
+  std::ostringstream ids, table;
+  EmitHeader(fns, ids);
+  EmitTable(fns, table);
+  bool ok = WriteIfChanged(out_dir + "/phos_api_ids.h", ids.str()) &&
+            WriteIfChanged(out_dir + "/phos_api_table.cc", table.str());
+  for (int pass = 0; pass < static_cast<int>(std::size(kPasses)); ++pass) {
+    std::ostringstream stubs;
+    EmitStubs(fns, pass, stubs);
+    std::string file = pass == 0 ? "/phos_api_stubs.cc"
+                                 : std::string("/phos_api_stubs_") + kPasses[pass].tag + ".cc";
+    ok = ok && WriteIfChanged(out_dir + file, stubs.str());
+  }
+  if (!ok) {
+    std::fprintf(stderr, "phos_api_gen: cannot write to %s\n", out_dir.c_str());
+    return 1;
+  }
+  std::printf("phos_api_gen: %zu functions (%zu driver, %zu runtime; %zu default, %zu ptds-only, "
+              "%zu legacy/internal-only)\n",
+              fns.size(), ndrv, fns.size() - ndrv, per_pass[0], per_pass[1], per_pass[2]);
+  return 0;
+}
