@@ -3,6 +3,9 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <iostream>
+
+#include <google/protobuf/util/json_util.h>
 
 #include <grpcpp/grpcpp.h>
 
@@ -40,6 +43,23 @@ Status ConnectToDaemon(const std::string& socket_path, int timeout_ms,
 
 std::string DescribeRpcError(const std::string& rpc, const grpc::Status& status) {
   return rpc + ": " + status.error_message();
+}
+
+bool ConnectOrExplain(const std::string& socket_path, int timeout_ms,
+                      std::unique_ptr<v1::Phos::Stub>* out) {
+  Status s = ConnectToDaemon(socket_path, timeout_ms, out);
+  if (!s.ok()) std::cerr << "phos: " << s.message() << "\n";
+  return s.ok();
+}
+
+void PrintJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.preserve_proto_field_names = true;
+  opts.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, opts);
+  std::cout << out;
 }
 
 }  // namespace phos::cli

@@ -18,4 +18,12 @@ Status ConnectToDaemon(const std::string& socket_path, int timeout_ms,
 /// One line for a failed RPC: "<rpc>: <grpc message>".
 std::string DescribeRpcError(const std::string& rpc, const grpc::Status& status);
 
+/// ConnectToDaemon, printing "phos: <why>" to stderr on failure.
+bool ConnectOrExplain(const std::string& socket_path, int timeout_ms,
+                      std::unique_ptr<v1::Phos::Stub>* out);
+
+/// Prints a message as indented JSON with the proto field names (for
+/// `--json`); every field is printed, defaults included.
+void PrintJson(const google::protobuf::Message& message);
+
 }  // namespace phos::cli

@@ -1,6 +1,4 @@
 // phos ps: the sessions (app processes) phosd serves.
-#include <google/protobuf/util/json_util.h>
-
 #include <iostream>
 #include <memory>
 
@@ -25,11 +23,7 @@ std::string StateName(v1::SessionState state) {
 
 int RunPs(const GlobalOptions& global, int pid, bool json) {
   std::unique_ptr<v1::Phos::Stub> stub;
-  Status s = ConnectToDaemon(global.socket_path, global.connect_timeout_ms, &stub);
-  if (!s.ok()) {
-    std::cerr << "phos: " << s.message() << "\n";
-    return 1;
-  }
+  if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
   grpc::ClientContext ctx;
   v1::ListSessionsRequest req;
   req.set_pid(pid);
@@ -40,13 +34,7 @@ int RunPs(const GlobalOptions& global, int pid, bool json) {
     return 1;
   }
   if (json) {
-    std::string out;
-    google::protobuf::util::JsonPrintOptions opts;
-    opts.add_whitespace = true;
-    opts.preserve_proto_field_names = true;
-    opts.always_print_primitive_fields = true;
-    (void)google::protobuf::util::MessageToJsonString(reply, &out, opts);
-    std::cout << out;
+    PrintJson(reply);
     return 0;
   }
   std::vector<std::vector<std::string>> rows;

@@ -1,6 +1,4 @@
 // phos status: what the daemon runs on.
-#include <google/protobuf/util/json_util.h>
-
 #include <iostream>
 #include <memory>
 
@@ -13,11 +11,7 @@ namespace {
 
 int RunStatus(const GlobalOptions& global, bool json) {
   std::unique_ptr<v1::Phos::Stub> stub;
-  Status s = ConnectToDaemon(global.socket_path, global.connect_timeout_ms, &stub);
-  if (!s.ok()) {
-    std::cerr << "phos: " << s.message() << "\n";
-    return 1;
-  }
+  if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
   grpc::ClientContext ctx;
   v1::StatusReply reply;
   grpc::Status rpc = stub->Status(&ctx, v1::StatusRequest(), &reply);
@@ -26,12 +20,7 @@ int RunStatus(const GlobalOptions& global, bool json) {
     return 1;
   }
   if (json) {
-    std::string out;
-    google::protobuf::util::JsonPrintOptions opts;
-    opts.add_whitespace = true;
-    opts.preserve_proto_field_names = true;
-    (void)google::protobuf::util::MessageToJsonString(reply, &out, opts);
-    std::cout << out;
+    PrintJson(reply);
     return 0;
   }
   std::cout << "phosd     " << reply.version() << " (pid " << reply.daemon_pid() << ", up "

@@ -1,5 +1,7 @@
 #include "backend/sim/sim_address_space.h"
 
+#include "common/hex.h"
+
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -13,12 +15,6 @@
 
 namespace phos::backend::sim {
 namespace {
-
-std::string Hex(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 std::string RangeText(std::uint64_t start, std::uint64_t bytes) {
   return "[" + Hex(start) + ", " + Hex(start + bytes) + ")";

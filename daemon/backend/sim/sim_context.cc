@@ -1,5 +1,7 @@
 #include "backend/sim/sim_context.h"
 
+#include "common/hex.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -11,12 +13,6 @@
 
 namespace phos::backend::sim {
 namespace {
-
-std::string Hex(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 bool IsDeviceDst(CopyKind k) {
   return k == CopyKind::kHostToDevice || k == CopyKind::kDeviceToDevice;
