@@ -73,7 +73,8 @@ void InitRegion(void* base, const RingGeometry& g) {
   for (uint32_t i = 0; i < g.chunk_count; ++i) {
     new (b + g.chunk_state_offset + uint64_t{i} * sizeof(ChunkState)) ChunkState{};
   }
-  std::atomic_thread_fence(std::memory_order_release);
+  // Publication to the app happens through sendmsg (a syscall), which
+  // orders these plain stores before the app can map the region.
 }
 
 Status AttachRegion(const void* base, size_t size, RingGeometry* out) {

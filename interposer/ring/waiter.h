@@ -16,7 +16,9 @@
 // Either the waiter's re-check sees the state change, or the notifier sees
 // sleepers != 0 and bumps epoch after the waiter read it, so futex_wait
 // returns at once (EAGAIN) or is woken. With nobody asleep the notifier's
-// cost is one fence and one load: no system call.
+// cost is one fence and one load: no system call. (Under ThreadSanitizer,
+// which does not model fences, the notifier uses a seq_cst RMW on
+// `sleepers` instead of fence + load.)
 //
 // Liveness: every sleep is bounded by WaitPolicy::check_period_ms (100 ms by
 // default); after each timeout the waiter calls `alive()` (the ring passes

@@ -48,14 +48,14 @@ static_assert(CUDA_ERROR_NOT_SUPPORTED == kNotSupported);
 const char* const kKnownRuntime[] = {
     "cudaMalloc",        "cudaFree",          "cudaMemcpy",          "cudaMemcpyAsync",
     "cudaLaunchKernel",  "cudaGetDeviceCount", "cudaGetErrorString", "cudaStreamSynchronize",
-    "cudaGraphLaunch",   "cudaGetDriverEntryPoint",
+    "cudaGraphLaunch",   "cudaGetDriverEntryPoint", "cudaProfilerStart",
     // per-thread default stream variants
     "cudaMemcpy_ptds",   "cudaMemcpyAsync_ptsz", "cudaLaunchKernel_ptsz", "cudaStreamSynchronize_ptsz",
 };
 const char* const kKnownDriver[] = {
     "cuInit",           "cuMemAlloc_v2",      "cuMemFree_v2",         "cuLaunchKernel",
     "cuGetProcAddress_v2", "cuGraphLaunch",   "cuModuleLoadData",     "cuCtxCreate_v4",
-    "cuMemcpyHtoD_v2",  "cuStreamSynchronize",
+    "cuMemcpyHtoD_v2",  "cuStreamSynchronize", "cuProfilerStart",
     // per-thread default stream variants
     "cuMemcpyHtoD_v2_ptds", "cuLaunchKernel_ptsz", "cuGraphLaunch_ptsz",
     // legacy unversioned names (parsed with __CUDA_API_VERSION_INTERNAL)
@@ -63,7 +63,8 @@ const char* const kKnownDriver[] = {
 };
 
 TEST(GeneratedIds, KnownFunctionsFromBothHeaders) {
-  std::printf("exported: %zu functions, %zu driver (cuda.h), %zu runtime (cuda_runtime_api.h)\n",
+  std::printf("exported: %zu functions, %zu driver (cuda.h, cudaProfiler.h), %zu runtime "
+              "(cuda_runtime_api.h, cuda_profiler_api.h)\n",
               kApiCount, kApiDriverCount, kApiRuntimeCount);
   EXPECT_EQ(static_cast<size_t>(ApiId::kCount), kApiCount);
   EXPECT_EQ(kApiDriverCount + kApiRuntimeCount, kApiCount);
