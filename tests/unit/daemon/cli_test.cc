@@ -1,10 +1,13 @@
 // The phos binary end to end: errors without a daemon; status/ps against a
 // daemon started with `phos daemon`; clean shutdown on SIGTERM.
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +23,18 @@ struct Result {
   int exit_code = -1;
   std::string out, err;
 };
+
+// True if something accepts connections on the unix socket at `path`.
+bool Accepts(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
@@ -66,11 +81,15 @@ class CliTest : public ::testing::Test {
             socket_.c_str(), "--log-level", "debug", static_cast<char*>(nullptr));
       _exit(127);
     }
-    // Bounded wait for the socket to appear.
-    for (int i = 0; i < 500 && !std::filesystem::exists(socket_); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Bounded wait until the daemon accepts connections. (A stale socket
+    // file may exist before the new daemon replaces it, so existence alone
+    // proves nothing.)
+    bool up = false;
+    for (int i = 0; i < 500 && !up; ++i) {
+      up = Accepts(socket_);
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    ASSERT_TRUE(std::filesystem::exists(socket_)) << Slurp(dir_ + "/daemon.log");
+    ASSERT_TRUE(up) << Slurp(dir_ + "/daemon.log");
   }
 
   std::string dir_, socket_;
