@@ -17,11 +17,13 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
-  app->add_option("--pool", options->pool_size, "Contexts pre-created per GPU")
+  app->add_option("--pool", options->pool_size, "Contexts to pre-create per GPU (the context pool arrives with the C/R engine; "
+                  "until then the value is only recorded)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app->add_option("--cow-reserve", options->cow_reserve_bytes,
-                  "On-device reserve for copy-on-write shadows, e.g. 2G, 512M")
+                  "On-device reserve for copy-on-write shadows, e.g. 2G, 512M (used once the C/R "
+                  "engine lands; recorded now)")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("2G");
   app->add_option("--sim-link-gbps", options->backend.sim.link_gbps,
