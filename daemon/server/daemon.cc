@@ -53,6 +53,30 @@ Status Daemon::Start(const DaemonOptions& options) {
   if (chmod(options.socket_path.c_str(), 0660) != 0) {
     spdlog::warn("chmod 0660 {} failed: {}", options.socket_path, std::strerror(errno));
   }
+  session::SessionCallbacks callbacks;
+  SessionRegistry* registry = &sessions_;
+  callbacks.publish = [registry](const session::SessionSummary& s) {
+    v1::SessionInfo info;
+    info.set_session_id(s.session_id);
+    info.set_pid(s.pid);
+    info.set_command(s.command);
+    info.set_device(s.device);
+    info.set_device_memory_bytes(s.device_memory_bytes);
+    info.set_buffer_count(s.buffer_count);
+    info.set_state(s.state == session::SessionSummary::State::kRunning ? v1::SESSION_RUNNING
+                                                                       : v1::SESSION_EXITED);
+    info.set_started_unix_ms(s.started_unix_ms);
+    registry->Upsert(info);
+  };
+  callbacks.unpublish = [registry](uint64_t id) { registry->Remove(id); };
+  session_server_ = std::make_unique<session::SessionServer>(backend_.get(), session::SessionServerOptions{},
+                                                             std::move(callbacks));
+  const std::string data_path = session::SessionServer::DataSocketPath(options.socket_path);
+  Status data_status = session_server_->Start(data_path);
+  if (!data_status.ok()) {
+    Shutdown();
+    return data_status.WithContext("cannot listen on the data-plane socket " + data_path);
+  }
   spdlog::info("phosd {} listening on {} (pid {}, pool {}, cow-reserve {} MiB)", VersionString(),
                options.socket_path, getpid(), options.pool_size,
                options.cow_reserve_bytes >> 20);
@@ -64,6 +88,12 @@ void Daemon::Wait() {
 }
 
 void Daemon::Shutdown() {
+  // The data plane first: apps blocked in a call get Unavailable at once,
+  // and every session releases its GPU state while the backend still lives.
+  if (session_server_) {
+    session_server_->Stop();
+    session_server_.reset();
+  }
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();

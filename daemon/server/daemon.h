@@ -16,6 +16,7 @@
 #include "server/phos_service.h"
 #include "server/session_registry.h"
 #include "server/socket_guard.h"
+#include "session/session_server.h"
 
 namespace phos::server {
 
@@ -36,6 +37,9 @@ class Daemon {
 
   backend::Backend* backend() const { return backend_.get(); }
   SessionRegistry* sessions() { return &sessions_; }
+  /// The data plane (apps connect at `<socket_path>.data`); null when not
+  /// started.
+  session::SessionServer* session_server() const { return session_server_.get(); }
 
  private:
   // Owned; created in Start() and destroyed in Shutdown(), both on the
@@ -46,6 +50,10 @@ class Daemon {
   SocketGuard socket_guard_;
   std::unique_ptr<PhosService> service_;
   std::unique_ptr<grpc::Server> server_;
+  // The data plane; created in Start() after the backend, stopped first in
+  // Shutdown() (apps waiting in calls are released) and destroyed before
+  // the backend. Its sessions publish into sessions_.
+  std::unique_ptr<session::SessionServer> session_server_;
 };
 
 /// Runs a daemon until SIGTERM/SIGINT. Returns the process exit code.

@@ -1,0 +1,735 @@
+#include "session/call_handlers.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace phos::session {
+
+using wire::ApiId;
+using wire::WireStatus;
+namespace op = wire::op;
+
+void Outcome::SetBytes(const void* p, size_t n) {
+  n = std::min(n, data.size());
+  if (n) std::memcpy(data.data(), p, n);
+  bytes = static_cast<uint32_t>(n);
+}
+
+void Outcome::Fail(const Status& s) {
+  if (s.ok()) return;
+  Fail(wire::ToWire(s), s.message());
+}
+
+void Outcome::Fail(WireStatus w, std::string m) {
+  status = w;
+  // The reply holds kSlotResultBytes: keep the head (what failed) and the
+  // tail (the root cause, last in a "context: cause" chain).
+  if (m.size() > ring::kSlotResultBytes) {
+    constexpr size_t kHead = 40;
+    m = m.substr(0, kHead) + "..." + m.substr(m.size() - (ring::kSlotResultBytes - kHead - 3));
+  }
+  message = std::move(m);
+  bytes = 0;
+}
+
+std::span<const std::byte> Outcome::reply() const {
+  if (ok()) return {data.data(), bytes};
+  return std::as_bytes(std::span<const char>(message.data(), std::min(message.size(), data.size())));
+}
+
+namespace {
+
+constexpr uint64_t kMaxRetainedBytes = 64ull << 20;
+constexpr uint64_t kMaxPendingImageBytes = 1ull << 30;
+// Bounds what one (untrusted) app can make phosd hold besides device memory.
+constexpr size_t kMaxHandlesPerKind = 1u << 16;
+
+Status CheckRoom(size_t live, const char* what) {
+  if (live < kMaxHandlesPerKind) return Status::Ok();
+  return Status::OutOfMemory(std::string("too many ") + what + " in this session (limit " +
+                             std::to_string(kMaxHandlesPerKind) + ")");
+}
+
+/// Reads a fixed struct from the start of the payload; `tail` gets the rest.
+template <typename T>
+Status Decode(std::span<const std::byte> payload, T* out, std::span<const std::byte>* tail = nullptr) {
+  if (payload.size() < sizeof(T) || (tail == nullptr && payload.size() != sizeof(T))) {
+    return Status::InvalidArgument("wire: payload of " + std::to_string(payload.size()) +
+                                   " bytes, expected " + std::to_string(sizeof(T)) +
+                                   (tail ? " or more" : ""));
+  }
+  std::memcpy(out, payload.data(), sizeof(T));
+  if (tail) *tail = payload.subspan(sizeof(T));
+  return Status::Ok();
+}
+
+Status FindStream(SessionState& st, uint32_t id, backend::StreamHandle* out) {
+  if (id == 0) {
+    *out = backend::kDefaultStream;
+    return Status::Ok();
+  }
+  auto it = st.streams.find(id);
+  if (it == st.streams.end()) return Status::NotFound("unknown stream id " + std::to_string(id));
+  *out = it->second;
+  return Status::Ok();
+}
+
+Status FindEvent(SessionState& st, uint32_t id, backend::EventHandle* out) {
+  auto it = st.events.find(id);
+  if (it == st.events.end()) return Status::NotFound("unknown event id " + std::to_string(id));
+  *out = it->second;
+  return Status::Ok();
+}
+
+/// Isolation: a device range a copy or memset names must lie inside one
+/// buffer (or module global) of THIS session. (All contexts live in phosd's
+/// one address space, so the backend alone would accept another session's
+/// pointer.)
+Status CheckDeviceRange(const SessionState& st, uint64_t ptr, uint64_t bytes) {
+  auto inside = [&](const std::map<uint64_t, uint64_t>& m) {
+    auto it = m.upper_bound(ptr);
+    if (it == m.begin()) return false;
+    --it;
+    return ptr >= it->first && bytes <= it->second && ptr - it->first <= it->second - bytes;
+  };
+  if (inside(st.buffers) || inside(st.globals)) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("invalid device pointer: [0x{:x}, +{}) is not in a buffer of this session", ptr, bytes));
+}
+
+/// A synchronising call's status: its own failure first, else the deferred
+/// error of earlier posted work. Either way the deferred error is consumed.
+Status SyncResult(SessionState& st, Status own) {
+  Status d = std::move(st.deferred);
+  st.deferred = Status::Ok();
+  if (!own.ok()) return own;
+  return d;
+}
+
+/// Enqueues an H2D copy from bytes phosd keeps until the copy has run.
+Status EnqueueH2D(SessionState& st, uint64_t dst, std::span<const std::byte> src,
+                  backend::StreamHandle stream) {
+  if (src.empty()) return Status::Ok();
+  if (st.retained_bytes + src.size() > kMaxRetainedBytes) ReapRetained(st, /*wait_all=*/false);
+  if (st.retained_bytes + src.size() > kMaxRetainedBytes) ReapRetained(st, /*wait_all=*/true);
+  SessionState::RetainedHost r;
+  r.bytes.assign(src.begin(), src.end());
+  PHOS_RETURN_IF_ERROR(st.ctx->MemcpyAsync(dst, reinterpret_cast<uint64_t>(r.bytes.data()), r.bytes.size(),
+                                           backend::CopyKind::kHostToDevice, stream));
+  Status s = st.ctx->CreateEvent(backend::kEventDisableTiming, &r.event);
+  if (s.ok()) s = st.ctx->RecordEvent(r.event, stream);
+  if (!s.ok()) {
+    // Cannot track the copy: wait for it instead.
+    Status w = st.ctx->SynchronizeStream(stream);
+    if (r.event) (void)st.ctx->DestroyEvent(r.event);
+    return w;
+  }
+  st.retained_bytes += r.bytes.size();
+  st.retained.push_back(std::move(r));
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- device
+
+void HandleDevice(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
+  const auto api = static_cast<ApiId>(rec.header.api_id);
+  if (api == op::kGetDeviceCount) {
+    out->Set(wire::DeviceCountReply{st.backend->device_count(), 0});
+    return;
+  }
+  if (api == op::kMemGetInfo) {
+    wire::MemGetInfoReply r{};
+    Status s = st.ctx->GetMemoryInfo(&r.free_bytes, &r.total_bytes);
+    if (!s.ok()) return out->Fail(s);
+    out->Set(r);
+    return;
+  }
+  auto get_props = [&](int device, backend::DeviceProperties* props) -> bool {
+    if (device < 0 || device >= st.backend->device_count()) {
+      out->Fail(WireStatus::kInvalidDevice, "no device " + std::to_string(device));
+      return false;
+    }
+    Status s = st.backend->GetDeviceProperties(device, props);
+    if (!s.ok()) out->Fail(s);
+    return s.ok();
+  };
+  if (api == op::kGetDeviceProperties) {
+    wire::DevicePropsRequest req{};
+    if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+    if (req.reply_chunk >= st.geometry.chunk_count || st.geometry.chunk_bytes < sizeof(wire::WireDeviceProps)) {
+      return out->Fail(WireStatus::kInvalidValue, "bad reply chunk " + std::to_string(req.reply_chunk));
+    }
+    backend::DeviceProperties d;
+    if (!get_props(req.device, &d)) return;
+    wire::WireDeviceProps w{};
+    std::snprintf(w.name, sizeof w.name, "%s", d.name.c_str());
+    std::snprintf(w.uuid, sizeof w.uuid, "%s", d.uuid.c_str());
+    w.total_memory = d.total_memory;
+    w.shared_memory_per_block = d.shared_memory_per_block;
+    w.shared_memory_per_block_optin = d.shared_memory_per_block_optin;
+    w.shared_memory_per_multiprocessor = d.shared_memory_per_multiprocessor;
+    w.total_constant_memory = d.total_constant_memory;
+    w.ordinal = d.ordinal;
+    w.compute_capability_major = d.compute_capability_major;
+    w.compute_capability_minor = d.compute_capability_minor;
+    w.multiprocessor_count = d.multiprocessor_count;
+    w.max_threads_per_block = d.max_threads_per_block;
+    w.max_threads_per_multiprocessor = d.max_threads_per_multiprocessor;
+    for (int i = 0; i < 3; ++i) {
+      w.max_block_dim[i] = d.max_block_dim[i];
+      w.max_grid_dim[i] = d.max_grid_dim[i];
+    }
+    w.warp_size = d.warp_size;
+    w.registers_per_block = d.registers_per_block;
+    w.clock_rate_khz = d.clock_rate_khz;
+    w.memory_clock_rate_khz = d.memory_clock_rate_khz;
+    w.memory_bus_width_bits = d.memory_bus_width_bits;
+    w.l2_cache_bytes = d.l2_cache_bytes;
+    w.async_engine_count = d.async_engine_count;
+    w.pci_bus_id = d.pci_bus_id;
+    w.pci_device_id = d.pci_device_id;
+    w.pci_domain_id = d.pci_domain_id;
+    w.concurrent_kernels = d.concurrent_kernels;
+    w.unified_addressing = d.unified_addressing;
+    std::memcpy(wire::ChunkBytes(st.region_base, st.geometry, req.reply_chunk), &w, sizeof w);
+    out->Set(wire::ChunkReply{sizeof w});
+    return;
+  }
+  // kDeviceGetAttribute
+  wire::DeviceAttributeRequest req{};
+  if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+  backend::DeviceProperties d;
+  if (!get_props(req.device, &d)) return;
+  int64_t v = 0;
+  switch (req.attribute) {
+    case 1: v = d.max_threads_per_block; break;
+    case 2: case 3: case 4: v = d.max_block_dim[req.attribute - 2]; break;
+    case 5: case 6: case 7: v = d.max_grid_dim[req.attribute - 5]; break;
+    case 8: v = static_cast<int64_t>(d.shared_memory_per_block); break;
+    case 9: v = static_cast<int64_t>(d.total_constant_memory); break;
+    case 10: v = d.warp_size; break;
+    case 12: v = d.registers_per_block; break;
+    case 13: v = d.clock_rate_khz; break;
+    case 16: v = d.multiprocessor_count; break;
+    case 31: v = d.concurrent_kernels; break;
+    case 33: v = d.pci_bus_id; break;
+    case 34: v = d.pci_device_id; break;
+    case 36: v = d.memory_clock_rate_khz; break;
+    case 37: v = d.memory_bus_width_bits; break;
+    case 38: v = d.l2_cache_bytes; break;
+    case 39: v = d.max_threads_per_multiprocessor; break;
+    case 40: v = d.async_engine_count; break;
+    case 41: v = d.unified_addressing; break;
+    case 50: v = d.pci_domain_id; break;
+    case 75: v = d.compute_capability_major; break;
+    case 76: v = d.compute_capability_minor; break;
+    case 81: v = static_cast<int64_t>(d.shared_memory_per_multiprocessor); break;
+    case 97: v = static_cast<int64_t>(d.shared_memory_per_block_optin); break;
+    default:
+      return out->Fail(WireStatus::kInvalidValue,
+                       "device attribute " + std::to_string(req.attribute) + " is not supported by phos");
+  }
+  out->Set(wire::ValueReply{v});
+}
+
+// ---------------------------------------------------------------- memory
+
+void HandleMalloc(SessionState& st, std::span<const std::byte> p, Outcome* out) {
+  wire::MallocRequest req{};
+  if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+  CallView v;
+  v.api = op::kMalloc;
+  v.session_id = st.session_id;
+  v.synchronous = true;
+  backend::DevicePtr ptr = 0;
+  Status s = st.executor->Run(v, [&] { return st.ctx->Allocate(req.bytes, 0, &ptr); });
+  if (!s.ok()) return out->Fail(s);
+  st.buffers[ptr] = req.bytes;
+  st.buffer_bytes += req.bytes;
+  st.buffers_changed = true;
+  out->Set(wire::MallocReply{ptr});
+}
+
+void HandleFree(SessionState& st, std::span<const std::byte> p, Outcome* out) {
+  wire::PointerRequest req{};
+  if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+  if (req.ptr == 0) return;  // cudaFree(nullptr) is a no-op
+  auto it = st.buffers.find(req.ptr);
+  if (it == st.buffers.end()) {
+    return out->Fail(WireStatus::kInvalidValue, "cudaFree: 0x" + std::to_string(req.ptr) +
+                                                    " is not the start of a buffer of this session");
+  }
+  CallView v;
+  v.api = op::kFree;
+  v.session_id = st.session_id;
+  v.synchronous = true;
+  v.Add(it->first, it->second, true);
+  Status s = st.executor->Run(v, [&] {
+    // cudaFree synchronises the device: work using the buffer finishes first.
+    st.Defer(st.ctx->Synchronize());
+    ReapRetained(st, false);
+    return st.ctx->Free(req.ptr);
+  });
+  if (!s.ok()) return out->Fail(s);
+  st.buffer_bytes -= it->second;
+  st.buffers.erase(it);
+  st.buffers_changed = true;
+}
+
+void HandleMemcpy(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
+  const auto api = static_cast<ApiId>(rec.header.api_id);
+  const bool sync = api == op::kMemcpy;
+  std::span<const std::byte> tail;
+  wire::MemcpyRequest req{};
+  if (Status s = Decode(p, &req, &tail); !s.ok()) return out->Fail(s);
+  backend::StreamHandle stream = 0;
+  if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
+  CallView v;
+  v.api = api;
+  v.session_id = st.session_id;
+  v.stream_id = rec.header.stream_id;
+  v.stream = stream;
+  v.synchronous = sync || rec.wants_reply();
+  const auto dir = static_cast<wire::CopyDir>(req.dir);
+
+  if (dir == wire::CopyDir::kHostToDevice) {
+    uint64_t dst = req.dst;
+    std::span<const std::byte> src;
+    if (rec.has_staging) {
+      const ring::StagingRef& ref = rec.staging;
+      if (ref.offset > req.bytes || ref.bytes > req.bytes - ref.offset) {
+        return out->Fail(WireStatus::kInvalidValue, "memcpy piece outside its transfer");
+      }
+      dst += ref.offset;
+      src = st.ring->StagingBytes(ref);
+    } else {
+      if (tail.size() != req.bytes) {
+        return out->Fail(WireStatus::kInvalidValue, "memcpy H2D: inline data of " + std::to_string(tail.size()) +
+                                                        " bytes, request says " + std::to_string(req.bytes));
+      }
+      src = tail;
+    }
+    if (Status s = CheckDeviceRange(st, dst, src.size()); !s.ok()) return out->Fail(s);
+    v.Add(dst, src.size(), true);
+    Status s = st.executor->Run(v, [&] {
+      PHOS_RETURN_IF_ERROR(EnqueueH2D(st, dst, src, stream));
+      return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok();
+    });
+    return out->Fail(s);
+  }
+  if (dir == wire::CopyDir::kDeviceToHost) {
+    if (!rec.wants_reply()) return out->Fail(WireStatus::kInvalidValue, "memcpy D2H must be called, not posted");
+    std::byte* host = nullptr;
+    if (req.reply_chunk == wire::kNoChunk) {
+      if (req.bytes > ring::kSlotResultBytes) {
+        return out->Fail(WireStatus::kInvalidValue, "memcpy D2H: more than " +
+                                                        std::to_string(ring::kSlotResultBytes) +
+                                                        " bytes needs a reply chunk");
+      }
+      host = out->data.data();
+    } else {
+      if (req.reply_chunk >= st.geometry.chunk_count || req.bytes > st.geometry.chunk_bytes) {
+        return out->Fail(WireStatus::kInvalidValue, "memcpy D2H: bad reply chunk or size");
+      }
+      host = wire::ChunkBytes(st.region_base, st.geometry, req.reply_chunk);
+    }
+    if (Status s = CheckDeviceRange(st, req.src, req.bytes); !s.ok()) return out->Fail(s);
+    v.Add(req.src, req.bytes, false);
+    Status s = st.executor->Run(v, [&] {
+      if (req.bytes) {
+        PHOS_RETURN_IF_ERROR(st.ctx->MemcpyAsync(reinterpret_cast<uint64_t>(host), req.src, req.bytes,
+                                                 backend::CopyKind::kDeviceToHost, stream));
+      }
+      return SyncResult(st, st.ctx->SynchronizeStream(stream));
+    });
+    if (!s.ok()) return out->Fail(s);
+    if (req.reply_chunk == wire::kNoChunk) {
+      out->bytes = static_cast<uint32_t>(req.bytes);
+    } else {
+      out->Set(wire::ChunkReply{req.bytes});
+    }
+    return;
+  }
+  if (dir == wire::CopyDir::kDeviceToDevice) {
+    if (Status s = CheckDeviceRange(st, req.src, req.bytes); !s.ok()) return out->Fail(s);
+    if (Status s = CheckDeviceRange(st, req.dst, req.bytes); !s.ok()) return out->Fail(s);
+    v.Add(req.src, req.bytes, false);
+    v.Add(req.dst, req.bytes, true);
+    Status s = st.executor->Run(v, [&] {
+      if (req.bytes) {
+        PHOS_RETURN_IF_ERROR(
+            st.ctx->MemcpyAsync(req.dst, req.src, req.bytes, backend::CopyKind::kDeviceToDevice, stream));
+      }
+      return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok();
+    });
+    return out->Fail(s);
+  }
+  out->Fail(WireStatus::kInvalidValue, "memcpy: unknown direction " + std::to_string(req.dir));
+}
+
+void HandleMemset(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
+  const auto api = static_cast<ApiId>(rec.header.api_id);
+  const bool sync = api == op::kMemset;
+  wire::MemsetRequest req{};
+  if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+  if (req.element_size != 1 && req.element_size != 2 && req.element_size != 4) {
+    return out->Fail(WireStatus::kInvalidValue, "memset: element size must be 1, 2 or 4");
+  }
+  if (req.count > (UINT64_MAX / 4)) return out->Fail(WireStatus::kInvalidValue, "memset: count too large");
+  backend::StreamHandle stream = 0;
+  if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
+  const uint64_t bytes = req.count * req.element_size;
+  if (Status s = CheckDeviceRange(st, req.dst, bytes); !s.ok()) return out->Fail(s);
+  CallView v;
+  v.api = api;
+  v.session_id = st.session_id;
+  v.stream_id = rec.header.stream_id;
+  v.stream = stream;
+  v.synchronous = sync || rec.wants_reply();
+  v.Add(req.dst, bytes, true);
+  Status s = st.executor->Run(v, [&] {
+    if (req.count) {
+      PHOS_RETURN_IF_ERROR(st.ctx->MemsetAsync(req.dst, req.value, req.element_size, req.count, stream));
+    }
+    return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok();
+  });
+  out->Fail(s);
+}
+
+// ---------------------------------------------------------------- streams, events, context
+
+void HandleStreamEvent(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
+  const auto api = static_cast<ApiId>(rec.header.api_id);
+  CallView v;
+  v.api = api;
+  v.session_id = st.session_id;
+  v.stream_id = rec.header.stream_id;
+  v.synchronous = rec.wants_reply();
+
+  if (api == op::kStreamCreate) {
+    wire::StreamCreateRequest req{};
+    if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+    if (req.stream_id == 0 || st.streams.count(req.stream_id)) {
+      return out->Fail(WireStatus::kInvalidValue, "stream id " + std::to_string(req.stream_id) + " is in use");
+    }
+    if (Status s = CheckRoom(st.streams.size(), "streams"); !s.ok()) return out->Fail(s);
+    backend::StreamHandle h = 0;
+    Status s = st.executor->Run(v, [&] { return st.ctx->CreateStream(req.flags, req.priority, &h); });
+    if (!s.ok()) return out->Fail(s);
+    st.streams[req.stream_id] = h;
+    return;
+  }
+  if (api == op::kEventCreate) {
+    wire::EventCreateRequest req{};
+    if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+    if (req.event_id == 0 || st.events.count(req.event_id)) {
+      return out->Fail(WireStatus::kInvalidValue, "event id " + std::to_string(req.event_id) + " is in use");
+    }
+    if (Status s = CheckRoom(st.events.size(), "events"); !s.ok()) return out->Fail(s);
+    backend::EventHandle h = 0;
+    Status s = st.executor->Run(v, [&] { return st.ctx->CreateEvent(req.flags, &h); });
+    if (!s.ok()) return out->Fail(s);
+    st.events[req.event_id] = h;
+    return;
+  }
+  if (api == op::kEventElapsedTime) {
+    wire::ElapsedTimeRequest req{};
+    if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+    backend::EventHandle a = 0, b = 0;
+    if (Status s = FindEvent(st, req.start_event, &a); !s.ok()) return out->Fail(s);
+    if (Status s = FindEvent(st, req.end_event, &b); !s.ok()) return out->Fail(s);
+    float ms = 0;
+    Status s = st.executor->Run(v, [&] { return st.ctx->ElapsedTime(a, b, &ms); });
+    if (!s.ok()) return out->Fail(s);
+    out->Set(wire::ElapsedTimeReply{ms, 0});
+    return;
+  }
+  if (api == op::kDeviceSynchronize || api == op::kGetLastError || api == op::kPeekAtLastError) {
+    if (!p.empty()) return out->Fail(WireStatus::kInvalidValue, "wire: this call takes no payload");
+    if (api == op::kPeekAtLastError) return out->Fail(st.deferred);
+    if (api == op::kGetLastError) return out->Fail(SyncResult(st, Status::Ok()));
+    Status s = st.executor->Run(v, [&] { return SyncResult(st, st.ctx->Synchronize()); });
+    ReapRetained(st, false);
+    return out->Fail(s);
+  }
+
+  backend::StreamHandle stream = 0;
+  if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
+  v.stream = stream;
+  if (api == op::kStreamSynchronize || api == op::kStreamQuery) {
+    if (!p.empty()) return out->Fail(WireStatus::kInvalidValue, "wire: this call takes no payload");
+    Status s = st.executor->Run(v, [&] {
+      return api == op::kStreamSynchronize ? SyncResult(st, st.ctx->SynchronizeStream(stream))
+                                           : st.ctx->QueryStream(stream);
+    });
+    ReapRetained(st, false);
+    return out->Fail(s);
+  }
+
+  wire::HandleRequest req{};
+  if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+  if (api == op::kStreamDestroy) {
+    auto it = st.streams.find(req.id);
+    if (it == st.streams.end()) return out->Fail(Status::NotFound("unknown stream id " + std::to_string(req.id)));
+    v.stream_id = req.id;
+    v.stream = it->second;
+    Status s = st.executor->Run(v, [&] { return st.ctx->DestroyStream(it->second); });
+    if (!s.ok()) return out->Fail(s);
+    st.streams.erase(it);
+    return;
+  }
+  backend::EventHandle ev = 0;
+  if (Status s = FindEvent(st, req.id, &ev); !s.ok()) return out->Fail(s);
+  Status s;
+  if (api == op::kStreamWaitEvent) {
+    s = st.executor->Run(v, [&] { return st.ctx->StreamWaitEvent(stream, ev); });
+  } else if (api == op::kEventRecord) {
+    s = st.executor->Run(v, [&] { return st.ctx->RecordEvent(ev, stream); });
+  } else if (api == op::kEventQuery) {
+    s = st.executor->Run(v, [&] { return st.ctx->QueryEvent(ev); });
+  } else if (api == op::kEventSynchronize) {
+    s = st.executor->Run(v, [&] { return SyncResult(st, st.ctx->SynchronizeEvent(ev)); });
+  } else {  // kEventDestroy
+    s = st.executor->Run(v, [&] { return st.ctx->DestroyEvent(ev); });
+    if (s.ok()) st.events.erase(req.id);
+  }
+  out->Fail(s);
+}
+
+// ---------------------------------------------------------------- modules and kernels
+
+void LoadImage(SessionState& st, uint32_t module_id, std::span<const std::byte> image, CallView& v, Outcome* out) {
+  backend::ModuleHandle h = 0;
+  Status s = st.executor->Run(v, [&] { return st.ctx->LoadModule(image.data(), image.size(), &h); });
+  if (!s.ok()) return out->Fail(s);
+  st.modules[module_id] = h;
+}
+
+void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
+  const auto api = static_cast<ApiId>(rec.header.api_id);
+  CallView v;
+  v.api = api;
+  v.session_id = st.session_id;
+  v.synchronous = rec.wants_reply();
+  std::span<const std::byte> tail;
+
+  if (api == op::kModuleLoad) {
+    wire::ModuleLoadRequest req{};
+    if (Status s = Decode(p, &req, &tail); !s.ok()) return out->Fail(s);
+    const auto phase = static_cast<wire::ModuleLoadPhase>(req.phase);
+    if (req.module_id == 0 || st.modules.count(req.module_id)) {
+      return out->Fail(WireStatus::kInvalidValue, "module id " + std::to_string(req.module_id) + " is in use");
+    }
+    if (Status s = CheckRoom(st.modules.size() + st.pending_images.size(), "modules"); !s.ok()) {
+      return out->Fail(s);
+    }
+    if (req.total_bytes > wire::kMaxModuleImageBytes) {
+      return out->Fail(WireStatus::kInvalidValue, "module image larger than phos accepts");
+    }
+    if (phase == wire::ModuleLoadPhase::kInline) {
+      if (tail.size() != req.total_bytes) return out->Fail(WireStatus::kInvalidValue, "module image size mismatch");
+      return LoadImage(st, req.module_id, tail, v, out);
+    }
+    if (phase == wire::ModuleLoadPhase::kPiece) {
+      if (!rec.has_staging) return out->Fail(WireStatus::kInvalidValue, "module piece without staging");
+      const ring::StagingRef& ref = rec.staging;
+      if (ref.offset > req.total_bytes || ref.bytes > req.total_bytes - ref.offset) {
+        return out->Fail(WireStatus::kInvalidValue, "module piece outside its image");
+      }
+      auto it = st.pending_images.find(req.module_id);
+      if (it == st.pending_images.end()) {
+        if (st.pending_image_bytes + req.total_bytes > kMaxPendingImageBytes) {
+          return out->Fail(WireStatus::kMemoryAllocation, "too many module images in flight");
+        }
+        it = st.pending_images.emplace(req.module_id, SessionState::PendingImage{}).first;
+        it->second.bytes.resize(req.total_bytes);
+        st.pending_image_bytes += req.total_bytes;
+      }
+      if (it->second.bytes.size() != req.total_bytes) {
+        return out->Fail(WireStatus::kInvalidValue, "module pieces disagree on the image size");
+      }
+      std::span<const std::byte> src = st.ring->StagingBytes(ref);
+      if (!src.empty()) std::memcpy(it->second.bytes.data() + ref.offset, src.data(), src.size());
+      it->second.received += src.size();
+      return;
+    }
+    if (phase == wire::ModuleLoadPhase::kCommit) {
+      auto it = st.pending_images.find(req.module_id);
+      if (it == st.pending_images.end()) {
+        return out->Fail(WireStatus::kInvalidValue, "module commit without pieces");
+      }
+      SessionState::PendingImage image = std::move(it->second);
+      st.pending_images.erase(it);
+      st.pending_image_bytes -= image.bytes.size();
+      if (image.received != image.bytes.size()) {
+        return out->Fail(WireStatus::kInvalidValue, "module image incomplete (" + std::to_string(image.received) +
+                                                        " of " + std::to_string(image.bytes.size()) + " bytes)");
+      }
+      return LoadImage(st, req.module_id, image.bytes, v, out);
+    }
+    return out->Fail(WireStatus::kInvalidValue, "module load: unknown phase");
+  }
+  if (api == op::kModuleUnload) {
+    wire::HandleRequest req{};
+    if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+    auto it = st.modules.find(req.id);
+    if (it == st.modules.end()) return out->Fail(Status::NotFound("unknown module id " + std::to_string(req.id)));
+    Status s = st.executor->Run(v, [&] {
+      st.Defer(st.ctx->Synchronize());  // kernels of the module finish first
+      return st.ctx->UnloadModule(it->second);
+    });
+    if (!s.ok()) return out->Fail(s);
+    st.modules.erase(it);
+    std::erase_if(st.functions, [&](const auto& f) { return f.second.module_id == req.id; });
+    return;
+  }
+  if (api == op::kModuleGetFunction || api == op::kModuleGetGlobal) {
+    uint32_t module_id = 0, name_bytes = 0, function_id = 0;
+    if (api == op::kModuleGetFunction) {
+      wire::GetFunctionRequest req{};
+      if (Status s = Decode(p, &req, &tail); !s.ok()) return out->Fail(s);
+      module_id = req.module_id;
+      name_bytes = req.name_bytes;
+      function_id = req.function_id;
+      if (function_id == 0 || st.functions.count(function_id)) {
+        return out->Fail(WireStatus::kInvalidValue, "function id " + std::to_string(function_id) + " is in use");
+      }
+      if (Status s = CheckRoom(st.functions.size(), "functions"); !s.ok()) return out->Fail(s);
+    } else {
+      wire::GetGlobalRequest req{};
+      if (Status s = Decode(p, &req, &tail); !s.ok()) return out->Fail(s);
+      module_id = req.module_id;
+      name_bytes = req.name_bytes;
+    }
+    if (name_bytes != tail.size() || name_bytes == 0 || name_bytes > wire::kMaxNameBytes) {
+      return out->Fail(WireStatus::kInvalidValue, "bad symbol name length");
+    }
+    auto it = st.modules.find(module_id);
+    if (it == st.modules.end()) return out->Fail(Status::NotFound("unknown module id " + std::to_string(module_id)));
+    std::string name(reinterpret_cast<const char*>(tail.data()), tail.size());
+    if (api == op::kModuleGetFunction) {
+      backend::FunctionHandle f = 0;
+      Status s = st.executor->Run(v, [&] { return st.ctx->GetFunction(it->second, name, &f); });
+      if (!s.ok()) return out->Fail(WireStatus::kNotFound, s.message());
+      st.functions[function_id] = {module_id, f};
+      return;
+    }
+    backend::DevicePtr ptr = 0;
+    size_t bytes = 0;
+    Status s = st.executor->Run(v, [&] { return st.ctx->GetGlobal(it->second, name, &ptr, &bytes); });
+    if (!s.ok()) return out->Fail(WireStatus::kNotFound, s.message());
+    st.globals[ptr] = bytes;
+    out->Set(wire::GetGlobalReply{ptr, bytes});
+    return;
+  }
+  // kLaunchKernel
+  wire::LaunchRequest req{};
+  if (Status s = Decode(p, &req, &tail); !s.ok()) return out->Fail(s);
+  if (req.param_bytes != tail.size() || req.param_bytes > wire::kMaxParamBytes) {
+    return out->Fail(WireStatus::kInvalidValue, "launch: bad parameter block size");
+  }
+  auto fit = st.functions.find(req.function_id);
+  if (fit == st.functions.end()) {
+    return out->Fail(Status::NotFound("unknown function id " + std::to_string(req.function_id)));
+  }
+  backend::StreamHandle stream = 0;
+  if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
+  v.stream_id = rec.header.stream_id;
+  v.stream = stream;
+  v.access_known = false;  // kernel signatures: next issue
+  std::vector<uint8_t> params(req.param_bytes);
+  if (!params.empty()) std::memcpy(params.data(), tail.data(), params.size());
+  Status s = st.executor->Run(v, [&] {
+    return st.ctx->LaunchKernel(fit->second.handle, backend::Dim3{req.grid[0], req.grid[1], req.grid[2]},
+                                backend::Dim3{req.block[0], req.block[1], req.block[2]}, req.shared_bytes,
+                                stream, params);
+  });
+  out->Fail(s);
+}
+
+}  // namespace
+
+void Dispatch(SessionState& st, const ring::Record& rec, std::span<const std::byte> payload, Outcome* out) {
+  const auto api = static_cast<ApiId>(rec.header.api_id);
+  if (rec.has_staging && api != op::kMemcpyAsync && api != op::kMemcpy && api != op::kModuleLoad) {
+    return out->Fail(WireStatus::kNotSupported, "staged pieces are not accepted for api id " +
+                                                    std::to_string(rec.header.api_id));
+  }
+  switch (api) {
+    case op::kGetDeviceCount:
+    case op::kGetDeviceProperties:
+    case op::kDeviceGetAttribute:
+    case op::kMemGetInfo: return HandleDevice(st, rec, payload, out);
+    case op::kMalloc: return HandleMalloc(st, payload, out);
+    case op::kFree: return HandleFree(st, payload, out);
+    case op::kMemcpy:
+    case op::kMemcpyAsync: return HandleMemcpy(st, rec, payload, out);
+    case op::kMemset:
+    case op::kMemsetAsync: return HandleMemset(st, rec, payload, out);
+    case op::kStreamCreate:
+    case op::kStreamDestroy:
+    case op::kStreamSynchronize:
+    case op::kStreamQuery:
+    case op::kStreamWaitEvent:
+    case op::kEventCreate:
+    case op::kEventRecord:
+    case op::kEventQuery:
+    case op::kEventSynchronize:
+    case op::kEventElapsedTime:
+    case op::kEventDestroy:
+    case op::kDeviceSynchronize:
+    case op::kGetLastError:
+    case op::kPeekAtLastError: return HandleStreamEvent(st, rec, payload, out);
+    case op::kModuleLoad:
+    case op::kModuleUnload:
+    case op::kModuleGetFunction:
+    case op::kModuleGetGlobal:
+    case op::kLaunchKernel: return HandleModule(st, rec, payload, out);
+    default:
+      return out->Fail(WireStatus::kNotSupported,
+                       "phosd does not implement api id " + std::to_string(rec.header.api_id) + " yet");
+  }
+}
+
+void ReapRetained(SessionState& st, bool wait_all) {
+  if (st.retained.empty()) return;
+  if (wait_all) st.Defer(st.ctx->Synchronize());
+  for (auto it = st.retained.begin(); it != st.retained.end();) {
+    if (wait_all || st.ctx->QueryEvent(it->event).ok()) {
+      (void)st.ctx->DestroyEvent(it->event);
+      st.retained_bytes -= it->bytes.size();
+      it = st.retained.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ReleaseAll(SessionState& st) {
+  if (st.ctx == nullptr) return;
+  Status s = st.ctx->Synchronize();
+  if (!s.ok()) spdlog::info("session {}: pending work ended with: {}", st.session_id, s.ToString());
+  ReapRetained(st, true);
+  for (auto& [id, h] : st.events) (void)st.ctx->DestroyEvent(h);
+  for (auto& [id, h] : st.streams) (void)st.ctx->DestroyStream(h);
+  for (auto& [id, h] : st.modules) (void)st.ctx->UnloadModule(h);
+  for (auto& [ptr, bytes] : st.buffers) {
+    Status f = st.ctx->Free(ptr);
+    if (!f.ok()) spdlog::warn("session {}: freeing 0x{:x}: {}", st.session_id, ptr, f.ToString());
+  }
+  st.events.clear();
+  st.streams.clear();
+  st.modules.clear();
+  st.functions.clear();
+  st.pending_images.clear();
+  st.pending_image_bytes = 0;
+  st.buffers.clear();
+  st.globals.clear();
+  st.buffer_bytes = 0;
+  st.buffers_changed = true;
+}
+
+}  // namespace phos::session

@@ -1,0 +1,121 @@
+// Decoding and executing wire calls (interposer/protocol/wire.h) against a
+// session's backend Context. One handler per op group; Dispatch() picks one
+// by api id. Everything here runs on the session's consumer thread only:
+// SessionState has no lock because exactly one thread touches it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/status.h"
+#include "protocol/wire.h"
+#include "ring/record.h"
+#include "ring/ring.h"
+#include "session/executor.h"
+
+namespace phos::session {
+
+/// The per-session state the handlers work on. Owned by the Session;
+/// touched only by its consumer thread (and by Teardown on that same
+/// thread), so no lock.
+struct SessionState {
+  uint64_t session_id = 0;
+  int device = 0;
+  backend::Backend* backend = nullptr;  // not owned; outlives the session
+  backend::Context* ctx = nullptr;      // owned by the Session
+  ring::RingServer* ring = nullptr;     // owned by the Session
+  std::byte* region_base = nullptr;     // the mapped region (SharedRegion owns it)
+  ring::RingGeometry geometry;          // phosd's private copy
+  Executor* executor = nullptr;
+
+  // Buffer map: start address -> bytes, every allocation of this session.
+  std::map<uint64_t, uint64_t> buffers;
+  uint64_t buffer_bytes = 0;
+  bool buffers_changed = false;  // set by handlers; the Session republishes
+  // Module globals (address -> bytes): device ranges the app may also copy.
+  std::map<uint64_t, uint64_t> globals;
+
+  // Virtual id -> backend handle.
+  std::unordered_map<uint32_t, backend::StreamHandle> streams;
+  std::unordered_map<uint32_t, backend::EventHandle> events;
+  std::unordered_map<uint32_t, backend::ModuleHandle> modules;
+  struct Function {
+    uint32_t module_id = 0;
+    backend::FunctionHandle handle = 0;
+  };
+  std::unordered_map<uint32_t, Function> functions;
+  // Module images arriving in staged pieces: module id -> bytes so far.
+  struct PendingImage {
+    std::vector<std::byte> bytes;
+    uint64_t received = 0;
+  };
+  std::unordered_map<uint32_t, PendingImage> pending_images;
+  uint64_t pending_image_bytes = 0;
+
+  // Host bytes of H2D copies the backend has not run yet (the sim and a
+  // pageable-memory driver read the source when the copy runs): kept with
+  // an event recorded after the copy, dropped once the event completed.
+  struct RetainedHost {
+    backend::EventHandle event = 0;
+    std::vector<std::byte> bytes;
+  };
+  std::deque<RetainedHost> retained;
+  uint64_t retained_bytes = 0;
+
+  // The first error of work the app did not wait for (a posted call's
+  // enqueue error); returned (and cleared) by the next synchronising call.
+  // Kernel faults stay sticky in the backend and surface from its
+  // Synchronize* calls.
+  Status deferred;
+
+  void Defer(const Status& s) {
+    if (!s.ok() && deferred.ok()) deferred = s;
+  }
+};
+
+/// A call's result: the wire status, and the reply bytes (the reply struct
+/// on success, the error message on failure).
+struct Outcome {
+  wire::WireStatus status = wire::WireStatus::kSuccess;
+  std::string message;  // on failure
+  uint32_t bytes = 0;
+  std::array<std::byte, ring::kSlotResultBytes> data{};
+
+  template <typename T>
+  void Set(const T& v) {
+    static_assert(sizeof(T) <= ring::kSlotResultBytes);
+    std::memcpy(data.data(), &v, sizeof(T));
+    bytes = sizeof(T);
+  }
+  void SetBytes(const void* p, size_t n);
+  /// Records a failure (no-op for OK).
+  void Fail(const Status& s);
+  void Fail(wire::WireStatus w, std::string message);
+  bool ok() const { return status == wire::WireStatus::kSuccess; }
+  std::span<const std::byte> reply() const;
+};
+
+/// Executes one decoded record. `payload` is a private copy of the frame's
+/// payload (after the StagingRef for staged pieces). Never throws; any
+/// malformed input becomes kInvalidValue, any unknown api id kNotSupported.
+void Dispatch(SessionState& st, const ring::Record& record, std::span<const std::byte> payload,
+              Outcome* out);
+
+/// Frees host bytes of H2D copies that have run. `wait_all`: synchronise
+/// the context first and free everything (teardown, memory pressure).
+void ReapRetained(SessionState& st, bool wait_all);
+
+/// Releases everything the session holds (teardown): synchronise, drop
+/// retained host bytes, destroy events and streams, unload modules, free
+/// every buffer. Errors are logged, not returned.
+void ReleaseAll(SessionState& st);
+
+}  // namespace phos::session

@@ -1,0 +1,149 @@
+#include "session/session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+namespace phos::session {
+
+namespace {
+std::string CommandOf(const std::string& cmdline) {
+  std::string s = cmdline;
+  for (char& c : s) {
+    if (c == '\0') c = ' ';
+  }
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+/// A posted call's wire failure as the phos::Status the session keeps
+/// until the next synchronising call (ToWire maps it back to the same code
+/// for every code a handler produces except kInvalidDevice and kNotFound,
+/// which come back as kInvalidValue / kInvalidResourceHandle).
+Status StatusFromWire(wire::WireStatus w, const std::string& m) {
+  using W = wire::WireStatus;
+  switch (w) {
+    case W::kSuccess: return Status::Ok();
+    case W::kMemoryAllocation: return Status::OutOfMemory(m);
+    case W::kNotSupported: return Status::NotSupported(m);
+    case W::kNotReady: return Status::NotReady(m);
+    case W::kDaemonUnavailable: return Status::Unavailable(m);
+    case W::kInvalidImage: return Status::Corruption(m);
+    case W::kInvalidResourceHandle:
+    case W::kNotFound: return Status::NotFound(m);
+    case W::kIllegalAddress:
+      return Status::InvalidArgument(m.find("illegal address") == std::string::npos ? "illegal address: " + m : m);
+    case W::kUnknown:
+    case W::kLaunchFailure: return Status::Internal(m);
+    default: return Status::InvalidArgument(m);
+  }
+}
+
+}  // namespace
+
+Session::Session(uint64_t id, std::unique_ptr<ring::ChannelConnection> conn,
+                 std::unique_ptr<ring::SharedRegion> region, backend::Backend* backend,
+                 std::unique_ptr<AdmissionHook> hook, SessionCallbacks callbacks)
+    : id_(id),
+      conn_(std::move(conn)),
+      region_(std::move(region)),
+      backend_(backend),
+      callbacks_(std::move(callbacks)),
+      executor_(std::move(hook)) {
+  summary_.session_id = id_;
+  summary_.pid = conn_->peer_pid();
+  summary_.command = CommandOf(conn_->hello().cmdline);
+  summary_.started_unix_ms = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+Session::~Session() {
+  RequestStop();
+  Join();
+}
+
+Status Session::Start() {
+  PHOS_RETURN_IF_ERROR(backend_->CreateContext(0, &ctx_));
+  ring::RingOptions opts;
+  ring::ChannelConnection* conn = conn_.get();
+  opts.alive = [conn] { return conn->PeerAlive(); };
+  ring_ = std::make_unique<ring::RingServer>(region_->base(), region_->geometry(), opts);
+  state_.session_id = id_;
+  state_.device = 0;
+  state_.backend = backend_;
+  state_.ctx = ctx_.get();
+  state_.ring = ring_.get();
+  state_.region_base = static_cast<std::byte*>(region_->base());
+  state_.geometry = region_->geometry();
+  state_.executor = &executor_;
+  Publish();
+  thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
+void Session::RequestStop() {
+  if (stop_requested_.exchange(true, std::memory_order_acq_rel)) return;
+  // The ring may not exist when Start() failed; then nothing waits on it.
+  // ring_ is set before the thread starts and never reset before Join.
+  if (ring_) ring_->Close();
+}
+
+void Session::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Session::Publish() {
+  summary_.device_memory_bytes = state_.buffer_bytes;
+  summary_.buffer_count = static_cast<uint32_t>(state_.buffers.size());
+  if (callbacks_.publish) callbacks_.publish(summary_);
+}
+
+void Session::Run() {
+  spdlog::info("session {}: pid {} ({}) attached", id_, summary_.pid, summary_.command);
+  Status why;
+  std::vector<std::byte> payload;
+  for (;;) {
+    ring::Record rec;
+    Status s = ring_->Next(&rec);
+    if (s.code() == Status::Code::kNotReady) continue;  // no deadline is set; defensive
+    if (!s.ok()) {
+      why = s;
+      break;
+    }
+    payload = ring::RingServer::CopyPayload(rec);
+    std::span<const std::byte> p(payload);
+    if (rec.has_staging) p = p.subspan(std::min(p.size(), sizeof(ring::StagingRef)));
+    Outcome out;
+    Dispatch(state_, rec, p, &out);
+    // Staged bytes were copied out by the handler (or are not needed).
+    if (rec.has_staging) ring_->FreeChunk(rec.staging.chunk);
+    const bool wants = rec.wants_reply();
+    const uint32_t slot = rec.header.slot;
+    const uint64_t seq = rec.header.call_seq;
+    ring_->Release();
+    if (wants) {
+      Status c = ring_->Complete(slot, seq, static_cast<int32_t>(out.status), out.reply());
+      if (!c.ok()) spdlog::warn("session {}: cannot complete call: {}", id_, c.ToString());
+    } else if (!out.ok()) {
+      // A posted call failed: CUDA reports it at the next synchronising call.
+      state_.Defer(StatusFromWire(out.status, out.message));
+    }
+    if (state_.buffers_changed) {
+      state_.buffers_changed = false;
+      Publish();
+    }
+  }
+  if (why.code() == Status::Code::kCorruption) {
+    spdlog::warn("session {}: pid {} wrote a bad frame, dropping it: {}", id_, summary_.pid, why.message());
+  }
+  spdlog::info("session {}: pid {} detached ({}); releasing its GPU state", id_, summary_.pid, why.ToString());
+  ring_->Close();  // the app's waiters, if any, end with Unavailable
+  ReleaseAll(state_);
+  ctx_.reset();
+  state_.ctx = nullptr;
+  if (callbacks_.unpublish) callbacks_.unpublish(id_);
+  finished_.store(true, std::memory_order_release);
+  if (on_finished_) on_finished_();
+}
+
+}  // namespace phos::session

@@ -1,0 +1,155 @@
+#include "session/session_server.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+namespace phos::session {
+
+SessionServer::SessionServer(backend::Backend* backend, SessionServerOptions options, SessionCallbacks callbacks)
+    : backend_(backend), options_(std::move(options)), callbacks_(std::move(callbacks)) {}
+
+SessionServer::~SessionServer() { Stop(); }
+
+Status SessionServer::Start(const std::string& path) {
+  PHOS_RETURN_IF_ERROR(ring::ChannelListener::Listen(path, &listener_));
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) {
+    listener_.reset();
+    return Status::FromErrno("eventfd", errno);
+  }
+  path_ = path;
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void SessionServer::Wake() {
+  if (wake_fd_ < 0) return;
+  uint64_t one = 1;
+  ssize_t n = write(wake_fd_, &one, sizeof one);
+  (void)n;  // EAGAIN = the counter is already non-zero: a wake-up is pending
+}
+
+void SessionServer::SetHookFactory(HookFactory factory) {
+  std::lock_guard<std::mutex> lock(mu_);
+  hook_factory_ = std::move(factory);
+}
+
+size_t SessionServer::session_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [id, s] : sessions_) n += s->finished() ? 0 : 1;
+  return n;
+}
+
+void SessionServer::AcceptOne() {
+  std::unique_ptr<ring::ChannelConnection> conn;
+  Status s = listener_->Accept(options_.hello_timeout_ms, &conn);
+  if (!s.ok()) {
+    if (s.code() != Status::Code::kNotReady) spdlog::warn("data plane: refused a connection: {}", s.ToString());
+    return;
+  }
+  const uint64_t id = next_id_++;
+  std::unique_ptr<ring::SharedRegion> region;
+  s = conn->Establish(options_.ring, id, &region);
+  if (!s.ok()) {
+    spdlog::warn("data plane: cannot set up a ring for pid {}: {}", conn->peer_pid(), s.ToString());
+    conn->Reject(s);
+    return;
+  }
+  std::unique_ptr<AdmissionHook> hook;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (hook_factory_) hook = hook_factory_(id);
+  }
+  auto session = std::make_unique<Session>(id, std::move(conn), std::move(region), backend_, std::move(hook),
+                                           callbacks_);
+  session->set_on_finished([this] { Wake(); });
+  s = session->Start();
+  if (!s.ok()) {
+    spdlog::warn("data plane: cannot start session {}: {}", id, s.ToString());
+    return;  // ~Session closes the ring: the app's first call gets Unavailable
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sessions_.emplace(id, std::move(session));
+}
+
+void SessionServer::Reap(bool all) {
+  std::vector<std::unique_ptr<Session>> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (all || it->second->finished()) {
+        done.push_back(std::move(it->second));
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& s : done) s->RequestStop();
+  done.clear();  // ~Session joins (each consumer finishes tearing down)
+}
+
+void SessionServer::Loop() {
+  std::vector<pollfd> fds;
+  std::vector<Session*> polled;
+  while (!stop_.load(std::memory_order_acquire)) {
+    fds.clear();
+    polled.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({listener_->fd(), POLLIN, 0});
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [id, s] : sessions_) {
+        if (s->stop_requested()) continue;
+        fds.push_back({s->fd(), POLLRDHUP, 0});
+        polled.push_back(s.get());
+      }
+    }
+    // Bounded: re-evaluates at least once a second even if nothing happens.
+    int n = poll(fds.data(), fds.size(), 1000);
+    if (n < 0 && errno != EINTR) {
+      spdlog::error("data plane: poll: {}", std::strerror(errno));
+      break;
+    }
+    if (fds[0].revents & POLLIN) {
+      uint64_t v;
+      ssize_t r = read(wake_fd_, &v, sizeof v);
+      (void)r;
+    }
+    if (stop_.load(std::memory_order_acquire)) break;
+    for (size_t i = 0; i < polled.size(); ++i) {
+      if (fds[i + 2].revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) {
+        spdlog::info("session {}: pid {} hung up", polled[i]->id(), polled[i]->pid());
+        polled[i]->RequestStop();
+      }
+    }
+    if (fds[1].revents & POLLIN) AcceptOne();
+    Reap(false);
+  }
+}
+
+void SessionServer::Stop() {
+  if (stop_.exchange(true, std::memory_order_acq_rel)) return;
+  // Close every ring first so apps blocked in calls return at once, even
+  // while consumers are still finishing the call they are executing.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, s] : sessions_) s->RequestStop();
+  }
+  Wake();
+  if (thread_.joinable()) thread_.join();
+  Reap(true);
+  listener_.reset();
+  if (wake_fd_ >= 0) close(wake_fd_);
+  wake_fd_ = -1;
+}
+
+}  // namespace phos::session

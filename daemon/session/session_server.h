@@ -1,0 +1,87 @@
+// The data-plane server: accepts app connections on `<control socket>.data`
+// (SOCK_SEQPACKET, mode 0660; ring/channel.h does the handshake and
+// SO_PEERCRED check), creates one Session per connection and notices dead
+// peers at once.
+//
+// Threads: one server thread polls the listening socket, an eventfd (wake
+// up: stop, a session finished) and every live session's socket for
+// POLLHUP/POLLRDHUP/POLLERR; a hang-up calls Session::RequestStop() (the
+// ring's own liveness check would notice within check_period_ms; this is
+// immediate). Each Session has its consumer thread. Finished sessions are
+// joined and destroyed by the server thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "backend/backend.h"
+#include "common/status.h"
+#include "ring/channel.h"
+#include "ring/ring_layout.h"
+#include "session/executor.h"
+#include "session/session.h"
+
+namespace phos::session {
+
+struct SessionServerOptions {
+  ring::RingConfig ring;               // sizes of each app's region
+  int hello_timeout_ms = 1000;         // an app that connects must say hello this fast
+};
+
+class SessionServer {
+ public:
+  using HookFactory = std::function<std::unique_ptr<AdmissionHook>(uint64_t session_id)>;
+
+  SessionServer(backend::Backend* backend, SessionServerOptions options, SessionCallbacks callbacks);
+  ~SessionServer();  // Stop()
+  SessionServer(const SessionServer&) = delete;
+  SessionServer& operator=(const SessionServer&) = delete;
+
+  /// The data-plane socket path for a control socket path.
+  static std::string DataSocketPath(const std::string& control_socket_path) {
+    return control_socket_path + ".data";
+  }
+
+  /// Listens on `path` and starts the server thread.
+  Status Start(const std::string& path);
+  /// Closes every session's ring (apps waiting in a call get Unavailable),
+  /// waits for their consumers to tear down, stops listening. Idempotent.
+  void Stop();
+
+  /// Hooks for sessions created from now on (default: admit everything).
+  void SetHookFactory(HookFactory factory);
+  /// Live sessions (not yet torn down).
+  size_t session_count() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  void Loop();
+  void Wake();
+  void AcceptOne();
+  void Reap(bool all);
+
+  backend::Backend* backend_;
+  const SessionServerOptions options_;
+  const SessionCallbacks callbacks_;
+  std::string path_;
+  std::unique_ptr<ring::ChannelListener> listener_;  // server thread only after Start
+  int wake_fd_ = -1;                                 // eventfd
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+
+  mutable std::mutex mu_;
+  // Guarded by mu_: live sessions by id, and the hook factory. Sessions are
+  // inserted and erased by the server thread (and by Stop after the thread
+  // has been joined).
+  std::map<uint64_t, std::unique_ptr<Session>> sessions_;
+  HookFactory hook_factory_;
+  uint64_t next_id_ = 1;  // server thread only
+};
+
+}  // namespace phos::session

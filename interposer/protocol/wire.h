@@ -1,0 +1,390 @@
+// The phos wire protocol: the payloads that libphos.so (app side) and phosd
+// (daemon side, daemon/session/) exchange over the data-plane ring
+// (ring/ring.h). docs/interposer.md "Wire protocol and sessions".
+//
+// Framing is the ring's (ring/record.h): every call is one frame whose
+// header carries the api id (the generated `interposer::ApiId`, see
+// phos_api_ids.h), the virtual stream id, and — for synchronous calls — a
+// completion slot. This header defines only the payloads.
+//
+// Conventions
+//   * Every struct is a trivially copyable POD of fixed-width fields with
+//     explicit padding (pad fields must be written as 0; phosd ignores
+//     them), little-endian x86-64 natural layout, size static_asserted.
+//   * A payload is the struct, optionally followed by trailing bytes (a
+//     name, inline copy data, a parameter block) whose length the struct
+//     names. phosd copies the payload out of shared memory once and checks
+//     every length against the payload size (the app is not trusted).
+//   * One wire op per operation, keyed by ONE canonical ApiId (below): the
+//     runtime and driver variants of an operation (cudaMalloc, cuMemAlloc_v2,
+//     ...) are all sent with the canonical id. "Sync" ops are sent with
+//     RingClient::Call and answer in the completion slot; "posted" ops are
+//     sent with RingClient::Post (no round trip). Any op may be sent either
+//     way: a posted op's error is deferred (see errors below), a called op's
+//     error is returned at once.
+//   * Handles: device pointers are real (phosd's backend allocates them).
+//     Streams, events, modules and functions are small virtual ids minted by
+//     the app (any nonzero uint32 the app has not used for a live object of
+//     that kind); phosd maps them to backend handles per session. Stream id
+//     0 is the legacy default stream. Ids of one session mean nothing in
+//     another.
+//   * Reply: Reply::status is a WireStatus (int32). On success the result
+//     bytes are the op's reply struct. On error they are a UTF-8 message
+//     (no NUL) saying what failed; a longer message is cut to its first 40
+//     bytes + "..." + its last bytes (the root cause) to fit
+//     kSlotResultBytes.
+//
+// Errors (WireStatus values ARE the cudaError_t and CUresult numbers, which
+// coincide for every code phos uses, so the client casts; table below and
+// in ToWire()). Errors of asynchronous work — a kernel fault, and the
+// enqueue-time error of any op that was posted rather than called — are
+// kept by the session and returned by the next synchronising op
+// (StreamSynchronize, EventSynchronize, DeviceSynchronize, a called
+// memcpy/memset, GetLastError), as in CUDA; the deferred error is then
+// cleared (GetLastError / PeekAtLastError return it without syncing).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "common/status.h"
+#include "phos_api_ids.h"
+#include "ring/ring_layout.h"
+#include "ring/waiter.h"
+
+namespace phos::wire {
+
+using interposer::ApiId;
+
+inline constexpr uint32_t kWireVersion = 1;
+/// "no staging chunk": the reply comes inline (small D2H) or not at all.
+inline constexpr uint32_t kNoChunk = 0xFFFFFFFFu;
+/// Largest module image phosd accepts (staged pieces are bounded by it).
+inline constexpr uint64_t kMaxModuleImageBytes = 512ull << 20;
+/// Largest kernel name / global name.
+inline constexpr uint32_t kMaxNameBytes = 4096;
+/// Largest kernel parameter block (CUDA 12.1+: 32764 bytes).
+inline constexpr uint32_t kMaxParamBytes = 32768;
+
+// ---------------------------------------------------------------- status
+
+/// Status of a wire call. Values equal cudaError_t AND CUresult numbers.
+enum class WireStatus : int32_t {
+  kSuccess = 0,                 // cudaSuccess                / CUDA_SUCCESS
+  kInvalidValue = 1,            // cudaErrorInvalidValue      / CUDA_ERROR_INVALID_VALUE
+  kMemoryAllocation = 2,        // cudaErrorMemoryAllocation  / CUDA_ERROR_OUT_OF_MEMORY
+  kDaemonUnavailable = 46,      // cudaErrorDevicesUnavailable/ CUDA_ERROR_DEVICE_UNAVAILABLE
+  kInvalidDevice = 101,         // cudaErrorInvalidDevice     / CUDA_ERROR_INVALID_DEVICE
+  kInvalidImage = 200,          // cudaErrorInvalidKernelImage/ CUDA_ERROR_INVALID_IMAGE
+  kInvalidResourceHandle = 400, // cudaErrorInvalidResourceHandle / CUDA_ERROR_INVALID_HANDLE
+  kNotFound = 500,              // cudaErrorSymbolNotFound    / CUDA_ERROR_NOT_FOUND
+  kNotReady = 600,              // cudaErrorNotReady          / CUDA_ERROR_NOT_READY
+  kIllegalAddress = 700,        // cudaErrorIllegalAddress    / CUDA_ERROR_ILLEGAL_ADDRESS
+  kLaunchFailure = 719,         // cudaErrorLaunchFailure     / CUDA_ERROR_LAUNCH_FAILED
+  kNotSupported = 801,          // cudaErrorNotSupported      / CUDA_ERROR_NOT_SUPPORTED
+  kUnknown = 999,               // cudaErrorUnknown           / CUDA_ERROR_UNKNOWN
+};
+
+/// phos::Status -> WireStatus (the table in docs/interposer.md):
+///   kOk -> kSuccess; kInvalidArgument and kFailedPrecondition ->
+///   kInvalidValue, except a message naming an "illegal address" (a kernel's
+///   faulting access, a bad device range found by the backend) ->
+///   kIllegalAddress; kAlreadyExists -> kInvalidValue;
+///   kNotFound -> kInvalidResourceHandle (unknown virtual id);
+///   kOutOfMemory -> kMemoryAllocation; kNotSupported -> kNotSupported;
+///   kNotReady -> kNotReady; kUnavailable -> kDaemonUnavailable;
+///   kCorruption -> kInvalidImage; kIoError, kInternal -> kUnknown.
+WireStatus ToWire(const Status& s);
+/// The client side: what a failed ring operation (Post/Call returning a
+/// non-OK phos::Status, e.g. Unavailable because phosd died) becomes.
+inline WireStatus TransportToWire(const Status& s) {
+  return s.ok() ? WireStatus::kSuccess : WireStatus::kDaemonUnavailable;
+}
+/// "cudaErrorIllegalAddress" etc. (the runtime name of the code).
+std::string_view WireStatusName(WireStatus s);
+
+// ---------------------------------------------------------------- ops
+
+/// The canonical ApiId of each op. The client sends these ids; phosd
+/// answers any other id with kNotSupported (and stays usable).
+namespace op {
+// device queries (sync)
+inline constexpr ApiId kGetDeviceCount = ApiId::k_cudaGetDeviceCount;        // - -> DeviceCountReply
+inline constexpr ApiId kGetDeviceProperties = ApiId::k_cudaGetDeviceProperties;  // DevicePropsRequest -> chunk
+inline constexpr ApiId kDeviceGetAttribute = ApiId::k_cudaDeviceGetAttribute;  // DeviceAttributeRequest -> ValueReply
+inline constexpr ApiId kMemGetInfo = ApiId::k_cudaMemGetInfo;                // - -> MemGetInfoReply
+// memory
+inline constexpr ApiId kMalloc = ApiId::k_cudaMalloc;                  // MallocRequest -> MallocReply (sync)
+inline constexpr ApiId kFree = ApiId::k_cudaFree;                      // PointerRequest (sync: syncs the device first)
+inline constexpr ApiId kMemcpy = ApiId::k_cudaMemcpy;                  // MemcpyRequest (+ inline bytes); sync
+inline constexpr ApiId kMemcpyAsync = ApiId::k_cudaMemcpyAsync;        // MemcpyRequest (+ inline bytes) or staging pieces; posted
+inline constexpr ApiId kMemset = ApiId::k_cudaMemset;                  // MemsetRequest; sync
+inline constexpr ApiId kMemsetAsync = ApiId::k_cudaMemsetAsync;        // MemsetRequest; posted
+// streams (the frame's stream_id names the stream for sync/query/wait)
+inline constexpr ApiId kStreamCreate = ApiId::k_cudaStreamCreateWithPriority;  // StreamCreateRequest
+inline constexpr ApiId kStreamDestroy = ApiId::k_cudaStreamDestroy;            // HandleRequest
+inline constexpr ApiId kStreamSynchronize = ApiId::k_cudaStreamSynchronize;    // -
+inline constexpr ApiId kStreamQuery = ApiId::k_cudaStreamQuery;                // -
+inline constexpr ApiId kStreamWaitEvent = ApiId::k_cudaStreamWaitEvent;        // HandleRequest (the event)
+// events
+inline constexpr ApiId kEventCreate = ApiId::k_cudaEventCreateWithFlags;  // EventCreateRequest
+inline constexpr ApiId kEventRecord = ApiId::k_cudaEventRecord;           // HandleRequest; frame stream; posted
+inline constexpr ApiId kEventQuery = ApiId::k_cudaEventQuery;             // HandleRequest
+inline constexpr ApiId kEventSynchronize = ApiId::k_cudaEventSynchronize; // HandleRequest
+inline constexpr ApiId kEventElapsedTime = ApiId::k_cudaEventElapsedTime; // ElapsedTimeRequest -> ElapsedTimeReply
+inline constexpr ApiId kEventDestroy = ApiId::k_cudaEventDestroy;         // HandleRequest
+// context
+inline constexpr ApiId kDeviceSynchronize = ApiId::k_cudaDeviceSynchronize;  // -
+inline constexpr ApiId kGetLastError = ApiId::k_cudaGetLastError;            // - ; returns + clears the deferred error
+inline constexpr ApiId kPeekAtLastError = ApiId::k_cudaPeekAtLastError;      // - ; returns, keeps it
+// modules and kernels
+inline constexpr ApiId kModuleLoad = ApiId::k_cuModuleLoadData;           // ModuleLoadRequest (+ image) / pieces
+inline constexpr ApiId kModuleUnload = ApiId::k_cuModuleUnload;           // HandleRequest
+inline constexpr ApiId kModuleGetFunction = ApiId::k_cuModuleGetFunction; // GetFunctionRequest + name
+inline constexpr ApiId kModuleGetGlobal = ApiId::k_cuModuleGetGlobal_v2;  // GetGlobalRequest + name -> GetGlobalReply
+inline constexpr ApiId kLaunchKernel = ApiId::k_cuLaunchKernel;           // LaunchRequest + params; posted
+}  // namespace op
+
+// ---------------------------------------------------------------- payloads
+
+struct DeviceCountReply {
+  int32_t count;
+  uint32_t pad;
+};
+static_assert(sizeof(DeviceCountReply) == 8);
+
+/// kGetDeviceProperties: the app takes a staging chunk (AcquireReplyChunk),
+/// phosd writes a WireDeviceProps at its start and completes with
+/// ChunkReply{bytes}; the app copies it out and releases the chunk.
+struct DevicePropsRequest {
+  int32_t device;
+  uint32_t reply_chunk;  // a staging chunk the app holds (kChunkFilling)
+};
+static_assert(sizeof(DevicePropsRequest) == 8);
+
+struct ChunkReply {
+  uint64_t bytes;  // bytes phosd wrote at the start of the chunk
+};
+static_assert(sizeof(ChunkReply) == 8);
+
+/// The backend's DeviceProperties, in the units of cudaDeviceProp.
+struct WireDeviceProps {
+  char name[256];        // NUL-terminated
+  char uuid[64];         // "GPU-xxxxxxxx-..." text, NUL-terminated
+  uint64_t total_memory;
+  uint64_t shared_memory_per_block;
+  uint64_t shared_memory_per_block_optin;
+  uint64_t shared_memory_per_multiprocessor;
+  uint64_t total_constant_memory;
+  int32_t ordinal;
+  int32_t compute_capability_major;
+  int32_t compute_capability_minor;
+  int32_t multiprocessor_count;
+  int32_t max_threads_per_block;
+  int32_t max_threads_per_multiprocessor;
+  int32_t max_block_dim[3];
+  int32_t max_grid_dim[3];
+  int32_t warp_size;
+  int32_t registers_per_block;
+  int32_t clock_rate_khz;
+  int32_t memory_clock_rate_khz;
+  int32_t memory_bus_width_bits;
+  int32_t l2_cache_bytes;
+  int32_t async_engine_count;
+  int32_t pci_bus_id;
+  int32_t pci_device_id;
+  int32_t pci_domain_id;
+  int32_t concurrent_kernels;
+  int32_t unified_addressing;
+};
+static_assert(sizeof(WireDeviceProps) == 320 + 40 + 24 * 4);
+
+/// kDeviceGetAttribute: `attribute` is a cudaDeviceAttr (= CUdevice_attribute)
+/// number; phosd answers those it derives from DeviceProperties (1-10, 12,
+/// 13, 16, 31, 33, 34, 36-41, 50, 75, 76, 81, 97) and kInvalidValue
+/// otherwise.
+struct DeviceAttributeRequest {
+  int32_t device;
+  int32_t attribute;
+};
+static_assert(sizeof(DeviceAttributeRequest) == 8);
+
+struct ValueReply {
+  int64_t value;
+};
+static_assert(sizeof(ValueReply) == 8);
+
+struct MemGetInfoReply {
+  uint64_t free_bytes;
+  uint64_t total_bytes;
+};
+static_assert(sizeof(MemGetInfoReply) == 16);
+
+struct MallocRequest {
+  uint64_t bytes;
+};
+static_assert(sizeof(MallocRequest) == 8);
+
+struct MallocReply {
+  uint64_t ptr;
+};
+static_assert(sizeof(MallocReply) == 8);
+
+/// kFree (the pointer must be the start of a buffer of this session).
+struct PointerRequest {
+  uint64_t ptr;
+};
+static_assert(sizeof(PointerRequest) == 8);
+
+enum class CopyDir : uint32_t { kHostToDevice = 1, kDeviceToHost = 2, kDeviceToDevice = 3 };
+
+/// kMemcpy / kMemcpyAsync. The frame's stream_id is the stream.
+///   H2D, inline: payload = MemcpyRequest + `bytes` data bytes (when the
+///     frame fits: RingClient::max_payload_bytes()). `src` is ignored.
+///   H2D, staged: RingClient::PostBulk(kMemcpyAsync, meta = MemcpyRequest,
+///     data); each piece lands at dst + StagingRef::offset; `bytes` is the
+///     whole transfer. phosd frees each chunk after its piece reached the
+///     device. For a synchronous cudaMemcpy the app then Calls
+///     kStreamSynchronize on the same stream (which also reports the
+///     pieces' errors).
+///   D2H: always Called. `bytes` <= kSlotResultBytes with reply_chunk ==
+///     kNoChunk: the data comes back inline in the reply. Otherwise the app
+///     holds a staging chunk (AcquireReplyChunk), sends reply_chunk and
+///     bytes <= chunk_bytes, phosd copies src..src+bytes into the chunk and
+///     completes with ChunkReply; the app copies the bytes out, releases the
+///     chunk, and loops chunk by chunk (several chunks may be in flight).
+///     Completion means the data is in the chunk (phosd waited for the
+///     stream).
+///   D2D: dst and src device pointers; posted (async) or called (sync).
+struct MemcpyRequest {
+  uint64_t dst;
+  uint64_t src;
+  uint64_t bytes;
+  uint32_t dir;          // CopyDir
+  uint32_t reply_chunk;  // D2H only; else kNoChunk
+};
+static_assert(sizeof(MemcpyRequest) == 32);
+
+/// kMemset / kMemsetAsync: `count` elements of `element_size` (1, 2, 4)
+/// bytes set to the low bytes of `value` (cudaMemset = element_size 1).
+struct MemsetRequest {
+  uint64_t dst;
+  uint64_t count;
+  uint32_t value;
+  uint32_t element_size;
+};
+static_assert(sizeof(MemsetRequest) == 24);
+
+/// kStreamCreate: flags as cudaStreamNonBlocking.
+struct StreamCreateRequest {
+  uint32_t stream_id;  // the new virtual id (nonzero)
+  uint32_t flags;
+  int32_t priority;
+  uint32_t pad;
+};
+static_assert(sizeof(StreamCreateRequest) == 16);
+
+/// Ops that name one object: kStreamDestroy (stream), kStreamWaitEvent
+/// (event; the stream is the frame's), kEventRecord/Query/Synchronize/
+/// Destroy (event), kModuleUnload (module).
+struct HandleRequest {
+  uint32_t id;
+  uint32_t flags;  // unused, 0
+};
+static_assert(sizeof(HandleRequest) == 8);
+
+/// kEventCreate: flags as cudaEventDisableTiming etc.
+struct EventCreateRequest {
+  uint32_t event_id;
+  uint32_t flags;
+};
+static_assert(sizeof(EventCreateRequest) == 8);
+
+struct ElapsedTimeRequest {
+  uint32_t start_event;
+  uint32_t end_event;
+};
+static_assert(sizeof(ElapsedTimeRequest) == 8);
+
+struct ElapsedTimeReply {
+  float ms;
+  uint32_t pad;
+};
+static_assert(sizeof(ElapsedTimeReply) == 8);
+
+/// kModuleLoad. Three phases:
+///   kInline: Called; payload = request + `total_bytes` image bytes.
+///   kPiece:  PostBulk pieces (meta = request); each piece lands at
+///            StagingRef::offset of an image of `total_bytes` bytes
+///            (<= kMaxModuleImageBytes) that phosd accumulates per module id.
+///   kCommit: Called after the pieces; phosd loads the accumulated image
+///            (it must be complete) and answers with the load's status.
+/// The image is what cuModuleLoadData takes: fatbin, cubin or PTX text.
+struct ModuleLoadRequest {
+  uint32_t module_id;
+  uint32_t phase;  // ModuleLoadPhase
+  uint64_t total_bytes;
+};
+static_assert(sizeof(ModuleLoadRequest) == 16);
+enum class ModuleLoadPhase : uint32_t { kInline = 1, kPiece = 2, kCommit = 3 };
+
+/// kModuleGetFunction: payload = request + name (name_bytes, no NUL).
+struct GetFunctionRequest {
+  uint32_t module_id;
+  uint32_t function_id;  // the new virtual id
+  uint32_t name_bytes;
+  uint32_t pad;
+};
+static_assert(sizeof(GetFunctionRequest) == 16);
+
+/// kModuleGetGlobal: payload = request + name.
+struct GetGlobalRequest {
+  uint32_t module_id;
+  uint32_t name_bytes;
+};
+static_assert(sizeof(GetGlobalRequest) == 8);
+
+struct GetGlobalReply {
+  uint64_t ptr;
+  uint64_t bytes;
+};
+static_assert(sizeof(GetGlobalReply) == 16);
+
+/// kLaunchKernel: payload = request + the packed parameter block (each
+/// argument at its offset from the kernel's parameter table). The frame's
+/// stream_id is the stream. Posted; its errors are deferred.
+struct LaunchRequest {
+  uint32_t function_id;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;
+  uint32_t param_bytes;
+  uint32_t pad;
+};
+static_assert(sizeof(LaunchRequest) == 40);
+
+template <typename T>
+inline constexpr bool kIsWireStruct = std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T>;
+static_assert(kIsWireStruct<MemcpyRequest> && kIsWireStruct<LaunchRequest> &&
+              kIsWireStruct<WireDeviceProps>);
+static_assert(sizeof(MemGetInfoReply) <= ring::kSlotResultBytes &&
+              sizeof(GetGlobalReply) <= ring::kSlotResultBytes);
+
+// ---------------------------------------------------------------- client helpers
+
+/// App side: takes a free staging chunk for a reply (D2H, device
+/// properties): CAS kChunkFree -> kChunkFilling on the region's ChunkState,
+/// waiting on RegionHeader::staging (bounded spin, then futex with liveness
+/// checks, like every ring wait) while none is free. Shares the chunk pool
+/// with RingClient::PostBulk.
+Status AcquireReplyChunk(void* region_base, const ring::RingGeometry& g, const ring::WaitPolicy& wait,
+                         const ring::AliveFn& alive, uint32_t* chunk);
+/// App side: returns a reply chunk to the pool and wakes waiters.
+void ReleaseReplyChunk(void* region_base, const ring::RingGeometry& g, uint32_t chunk);
+/// The bytes of a chunk (either side; chunk must be < chunk_count).
+std::byte* ChunkBytes(void* region_base, const ring::RingGeometry& g, uint32_t chunk);
+
+}  // namespace phos::wire

@@ -1,0 +1,559 @@
+// The daemon side of the data plane, end to end: a real Daemon (sim
+// backend, temp socket) and fake apps that speak the wire protocol
+// (fake_app.h) in-process or in a forked child.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "fake_app.h"
+#include "phos.grpc.pb.h"
+#include "backend/backend_factory.h"
+#include "server/daemon.h"
+#include "server/session_registry.h"
+#include "session/session_server.h"
+#include "test_ptx.h"
+
+namespace phos::session::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace op = wire::op;
+constexpr WireStatus kOk = WireStatus::kSuccess;
+
+std::vector<std::byte> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> v(n);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+template <typename Pred>
+bool WaitUntil(Pred pred, std::chrono::milliseconds limit = 10s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+// The system gRPC/abseil are not instrumented: under ThreadSanitizer they
+// report false races as soon as a gRPC server starts. So the TSan build
+// runs the same tests against the data plane alone (sim backend +
+// SessionServer + a SessionRegistry fed exactly as Daemon::Start feeds
+// it); the normal build runs them against a real Daemon and reads
+// sessions through the ListSessions RPC.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kUseDaemon = false;
+#else
+constexpr bool kUseDaemon = true;
+#endif
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/phos-session-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    options_.socket_path = dir_ + "/phosd.sock";
+    options_.backend.kind = backend::BackendKind::kSim;
+    data_path_ = SessionServer::DataSocketPath(options_.socket_path);
+    if (kUseDaemon) {
+      daemon_ = std::make_unique<server::Daemon>();
+      ASSERT_TRUE(daemon_->Start(options_).ok());
+      backend_ = daemon_->backend();
+      server_ = daemon_->session_server();
+      return;
+    }
+    std::string why;
+    ASSERT_TRUE(backend::CreateBackend(options_.backend, &own_backend_, &why).ok()) << why;
+    backend_ = own_backend_.get();
+    SessionCallbacks callbacks;
+    server::SessionRegistry* registry = &registry_;
+    callbacks.publish = [registry](const SessionSummary& s) {
+      v1::SessionInfo info;
+      info.set_session_id(s.session_id);
+      info.set_pid(s.pid);
+      info.set_command(s.command);
+      info.set_device_memory_bytes(s.device_memory_bytes);
+      info.set_buffer_count(s.buffer_count);
+      info.set_state(v1::SESSION_RUNNING);
+      registry->Upsert(info);
+    };
+    callbacks.unpublish = [registry](uint64_t id) { registry->Remove(id); };
+    own_server_ = std::make_unique<SessionServer>(backend_, SessionServerOptions{}, callbacks);
+    ASSERT_TRUE(own_server_->Start(data_path_).ok());
+    server_ = own_server_.get();
+  }
+  void TearDown() override {
+    daemon_.reset();
+    own_server_.reset();
+    own_backend_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  /// Daemon::Shutdown (or, without the daemon, what it does to the data plane).
+  void ShutdownDaemon() {
+    if (daemon_) {
+      daemon_->Shutdown();
+    } else {
+      own_server_->Stop();
+    }
+  }
+
+  std::unique_ptr<FakeApp> NewApp() {
+    std::unique_ptr<FakeApp> app;
+    Status s = FakeApp::Connect(data_path_, &app);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return app;
+  }
+
+  std::vector<v1::SessionInfo> ListSessions() {
+    if (!daemon_) return registry_.List();
+    auto stub = v1::Phos::NewStub(
+        grpc::CreateChannel("unix:" + options_.socket_path, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::ListSessionsReply reply;
+    grpc::Status rpc = stub->ListSessions(&ctx, v1::ListSessionsRequest(), &reply);
+    EXPECT_TRUE(rpc.ok()) << rpc.error_message();
+    return {reply.sessions().begin(), reply.sessions().end()};
+  }
+
+  uint64_t DeviceFree() {
+    uint64_t free_bytes = 0, total = 0;
+    EXPECT_TRUE(backend_->GetMemoryInfo(0, &free_bytes, &total).ok());
+    return free_bytes;
+  }
+
+  std::string dir_;
+  std::string data_path_;
+  server::DaemonOptions options_;
+  std::unique_ptr<server::Daemon> daemon_;
+  // Without the daemon (ThreadSanitizer build):
+  std::unique_ptr<backend::Backend> own_backend_;
+  std::unique_ptr<SessionServer> own_server_;
+  server::SessionRegistry registry_;
+  backend::Backend* backend_ = nullptr;
+  SessionServer* server_ = nullptr;
+};
+
+TEST_F(SessionTest, DataSocketIsGroupOnly) {
+  struct stat st {};
+  ASSERT_EQ(stat(data_path_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+TEST_F(SessionTest, DeviceQueries) {
+  auto app = NewApp();
+  int n = 0;
+  ASSERT_EQ(app->DeviceCount(&n), kOk);
+  EXPECT_EQ(n, 1);
+  wire::WireDeviceProps props{};
+  ASSERT_EQ(app->Properties(0, &props), kOk) << app->message();
+  EXPECT_NE(std::string(props.name).find("phos sim"), std::string::npos) << props.name;
+  EXPECT_EQ(props.total_memory, 80ull << 30);
+  EXPECT_EQ(props.compute_capability_major, 9);
+  EXPECT_GT(props.warp_size, 0);
+  EXPECT_EQ(app->Properties(3, &props), WireStatus::kInvalidDevice);
+  int64_t v = 0;
+  ASSERT_EQ(app->Attribute(0, 75, &v), kOk);  // cudaDevAttrComputeCapabilityMajor
+  EXPECT_EQ(v, 9);
+  ASSERT_EQ(app->Attribute(0, 10, &v), kOk);  // warp size
+  EXPECT_EQ(v, props.warp_size);
+  EXPECT_EQ(app->Attribute(0, 100000, &v), WireStatus::kInvalidValue);
+  uint64_t free_bytes = 0, total = 0;
+  ASSERT_EQ(app->MemInfo(&free_bytes, &total), kOk);
+  EXPECT_EQ(total, 80ull << 30);
+  EXPECT_LE(free_bytes, total);
+}
+
+TEST_F(SessionTest, CopiesRoundTripSmallAndStaged) {
+  auto app = NewApp();
+  const size_t big = (3u << 20) + 123;  // > 1 MiB: staged pieces, chunked D2H
+  uint64_t a = 0, b = 0;
+  ASSERT_EQ(app->Malloc(big, &a), kOk);
+  ASSERT_EQ(app->Malloc(big, &b), kOk);
+  ASSERT_NE(a, 0u);
+  // Small: inline both ways.
+  auto small = RandomBytes(77, 1);
+  ASSERT_EQ(app->H2D(a, small.data(), small.size()), kOk) << app->message();
+  std::vector<std::byte> back(small.size());
+  ASSERT_EQ(app->D2H(back.data(), a, back.size()), kOk) << app->message();
+  EXPECT_EQ(back, small);
+  // Large: staged H2D, D2D, chunked D2H.
+  auto data = RandomBytes(big, 2);
+  ASSERT_EQ(app->H2D(a, data.data(), data.size()), kOk) << app->message();
+  ASSERT_EQ(app->D2D(b, a, big), kOk) << app->message();
+  std::vector<std::byte> out(big);
+  ASSERT_EQ(app->D2H(out.data(), b, big), kOk) << app->message();
+  EXPECT_TRUE(out == data);
+  // A medium copy forced through staging, async, on the default stream.
+  auto mid = RandomBytes(5000, 3);
+  ASSERT_EQ(app->H2D(a + 100, mid.data(), mid.size(), 0, /*sync=*/false, /*force_staged=*/true), kOk);
+  ASSERT_EQ(app->StreamSync(0), kOk) << app->message();
+  std::vector<std::byte> mid_back(mid.size());
+  ASSERT_EQ(app->D2H(mid_back.data(), a + 100, mid.size()), kOk);
+  EXPECT_EQ(mid_back, mid);
+  ASSERT_EQ(app->Free(a), kOk);
+  ASSERT_EQ(app->Free(b), kOk);
+}
+
+TEST_F(SessionTest, MemsetElementSizes) {
+  auto app = NewApp();
+  uint64_t p = 0;
+  ASSERT_EQ(app->Malloc(64, &p), kOk);
+  ASSERT_EQ(app->Memset(p, 0xAB, 1, 64), kOk);
+  ASSERT_EQ(app->Memset(p + 8, 0x1234, 2, 4), kOk);
+  ASSERT_EQ(app->Memset(p + 32, 0xDEADBEEF, 4, 2, 0, /*sync=*/false), kOk);
+  ASSERT_EQ(app->DeviceSync(), kOk);
+  uint8_t out[64];
+  ASSERT_EQ(app->D2H(out, p, 64), kOk);
+  EXPECT_EQ(out[0], 0xAB);
+  uint16_t h;
+  std::memcpy(&h, out + 10, 2);
+  EXPECT_EQ(h, 0x1234);
+  uint32_t w;
+  std::memcpy(&w, out + 36, 4);
+  EXPECT_EQ(w, 0xDEADBEEFu);
+  EXPECT_EQ(out[40], 0xAB);
+  EXPECT_EQ(app->Memset(p, 1, 3, 4), WireStatus::kInvalidValue);
+}
+
+TEST_F(SessionTest, StreamsAndEventsOrderWork) {
+  auto app = NewApp();
+  const size_t n = 1 << 20;
+  uint64_t src = 0, dst = 0;
+  ASSERT_EQ(app->Malloc(n, &src), kOk);
+  ASSERT_EQ(app->Malloc(n, &dst), kOk);
+  ASSERT_EQ(app->StreamCreate(1, 1), kOk);
+  ASSERT_EQ(app->StreamCreate(2, 1), kOk);
+  EXPECT_EQ(app->StreamCreate(2), WireStatus::kInvalidValue);  // id in use
+  ASSERT_EQ(app->EventCreate(1), kOk);
+  ASSERT_EQ(app->EventCreate(2), kOk);
+  ASSERT_EQ(app->EventCreate(3, 2 /* disable timing */), kOk);
+  // s1: fill src, record e1; s2: wait e1, copy src -> dst, record e2.
+  ASSERT_EQ(app->EventRecord(1, 0), kOk);
+  auto data = RandomBytes(n, 5);
+  ASSERT_EQ(app->H2D(src, data.data(), n, 1, /*sync=*/false), kOk);
+  ASSERT_EQ(app->Memset(src, 0x5A, 1, 4096, 1, /*sync=*/false), kOk);
+  ASSERT_EQ(app->EventRecord(3, 1), kOk);
+  ASSERT_EQ(app->StreamWaitEvent(2, 3), kOk);
+  ASSERT_EQ(app->D2D(dst, src, n, 2, /*sync=*/false), kOk);
+  ASSERT_EQ(app->EventRecord(2, 2), kOk);
+  ASSERT_EQ(app->EventSync(2), kOk) << app->message();
+  EXPECT_EQ(app->EventQuery(2), kOk);
+  EXPECT_EQ(app->StreamQuery(2), kOk);
+  float ms = -1;
+  ASSERT_EQ(app->EventElapsed(1, 2, &ms), kOk) << app->message();
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_EQ(app->EventElapsed(1, 3, &ms), WireStatus::kInvalidValue);  // timing disabled
+  std::vector<std::byte> out(n);
+  ASSERT_EQ(app->D2H(out.data(), dst, n, 2), kOk);
+  std::memset(data.data(), 0x5A, 4096);
+  EXPECT_TRUE(out == data);
+  ASSERT_EQ(app->StreamSync(1), kOk);
+  ASSERT_EQ(app->StreamDestroy(1), kOk);
+  EXPECT_EQ(app->StreamSync(1), WireStatus::kInvalidResourceHandle);
+  ASSERT_EQ(app->EventDestroy(3), kOk);
+  EXPECT_EQ(app->EventQuery(3), WireStatus::kInvalidResourceHandle);
+}
+
+struct SaxpyParams {
+  uint64_t x, y;
+  float a;
+  uint32_t n;
+};
+static_assert(sizeof(SaxpyParams) == 24);
+
+wire::LaunchRequest Grid(uint32_t blocks, uint32_t threads) {
+  wire::LaunchRequest g{};
+  g.grid[0] = blocks;
+  g.grid[1] = g.grid[2] = 1;
+  g.block[0] = threads;
+  g.block[1] = g.block[2] = 1;
+  return g;
+}
+
+std::span<const std::byte> Bytes(const SaxpyParams& p) { return std::as_bytes(std::span<const SaxpyParams>(&p, 1)); }
+
+TEST_F(SessionTest, SaxpyKernelMatchesCpu) {
+  auto app = NewApp();
+  const auto image = std::as_bytes(std::span<const char>(backend::testing::kSaxpyPtx, sizeof backend::testing::kSaxpyPtx));
+  for (bool staged : {false, true}) {
+    const uint32_t mod = staged ? 2 : 1;
+    ASSERT_EQ(app->ModuleLoad(mod, image, staged), kOk) << app->message();
+  }
+  ASSERT_EQ(app->GetFunction(1, 10, "saxpy"), kOk) << app->message();
+  ASSERT_EQ(app->GetFunction(2, 11, "bump"), kOk) << app->message();
+  EXPECT_EQ(app->GetFunction(1, 12, "no_such_kernel"), WireStatus::kNotFound);
+  const uint32_t n = 1000;
+  std::vector<float> x(n), y(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i) * 0.5f;
+    y[i] = 3.0f - static_cast<float>(i);
+  }
+  uint64_t dx = 0, dy = 0;
+  ASSERT_EQ(app->Malloc(n * 4, &dx), kOk);
+  ASSERT_EQ(app->Malloc(n * 4, &dy), kOk);
+  ASSERT_EQ(app->H2D(dx, x.data(), n * 4), kOk);
+  ASSERT_EQ(app->H2D(dy, y.data(), n * 4), kOk);
+  SaxpyParams p{dx, dy, 2.5f, n};
+  ASSERT_EQ(app->Launch(10, Grid((n + 127) / 128, 128), Bytes(p)), kOk);
+  ASSERT_EQ(app->DeviceSync(), kOk) << app->message();
+  std::vector<float> out(n);
+  ASSERT_EQ(app->D2H(out.data(), dy, n * 4), kOk);
+  for (uint32_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(out[i], 2.5f * x[i] + y[i]) << i;
+  // A module global: read, bump, read.
+  uint64_t counter = 0, bytes = 0;
+  ASSERT_EQ(app->GetGlobal(2, "phos_counter", &counter, &bytes), kOk) << app->message();
+  EXPECT_EQ(bytes, 4u);
+  uint32_t c = 0;
+  ASSERT_EQ(app->D2H(&c, counter, 4), kOk) << app->message();
+  EXPECT_EQ(c, 7u);
+  ASSERT_EQ(app->Launch(11, Grid(1, 1), {}), kOk);
+  ASSERT_EQ(app->D2H(&c, counter, 4), kOk);
+  EXPECT_EQ(c, 8u);
+}
+
+TEST_F(SessionTest, InvalidPointerIsReportedAndSessionStaysUsable) {
+  auto app = NewApp();
+  uint8_t byte = 1;
+  EXPECT_EQ(app->H2D(0x1234, &byte, 1), WireStatus::kInvalidValue);
+  EXPECT_NE(app->message().find("invalid device pointer"), std::string::npos) << app->message();
+  uint64_t p = 0;
+  ASSERT_EQ(app->Malloc(16, &p), kOk);
+  EXPECT_EQ(app->D2H(&byte, p + 16, 1), WireStatus::kInvalidValue);  // one past the end
+  // A posted call's error surfaces at the next synchronising call, once.
+  ASSERT_EQ(app->Memset(p + 8, 0, 1, 64, 0, /*sync=*/false), kOk);
+  EXPECT_EQ(app->StreamSync(0), WireStatus::kInvalidValue);
+  EXPECT_EQ(app->StreamSync(0), kOk);
+  ASSERT_EQ(app->Memset(p, 7, 1, 16), kOk);
+  ASSERT_EQ(app->D2H(&byte, p + 3, 1), kOk);
+  EXPECT_EQ(byte, 7);
+  EXPECT_EQ(app->Free(p + 1), WireStatus::kInvalidValue);
+  EXPECT_EQ(app->Free(p), kOk);
+}
+
+TEST_F(SessionTest, KernelFaultIsReportedAtNextSync) {
+  auto app = NewApp();
+  const auto image = std::as_bytes(std::span<const char>(backend::testing::kSaxpyPtx, sizeof backend::testing::kSaxpyPtx));
+  ASSERT_EQ(app->ModuleLoad(1, image), kOk) << app->message();
+  ASSERT_EQ(app->GetFunction(1, 1, "saxpy"), kOk);
+  uint64_t y = 0;
+  ASSERT_EQ(app->Malloc(256, &y), kOk);
+  SaxpyParams p{0x10, y, 1.0f, 64};  // x is not device memory
+  ASSERT_EQ(app->Launch(1, Grid(1, 64), Bytes(p)), kOk);  // posted: no error yet
+  EXPECT_EQ(app->DeviceSync(), WireStatus::kIllegalAddress) << app->message();
+  EXPECT_NE(app->message().find("illegal address"), std::string::npos) << app->message();
+}
+
+TEST_F(SessionTest, UnknownApiIsNotSupportedAndSessionStaysUsable) {
+  auto app = NewApp();
+  ring::Reply r;
+  EXPECT_EQ(app->Raw(static_cast<uint32_t>(wire::ApiId::k_cuArrayCreate_v2), 0, {}, true, &r),
+            WireStatus::kNotSupported);
+  EXPECT_EQ(app->Raw(0xFFFFFF0u, 0, {}, true, &r), WireStatus::kNotSupported);
+  // Posted: deferred to the next sync.
+  EXPECT_EQ(app->Raw(static_cast<uint32_t>(wire::ApiId::k_cuArrayCreate_v2), 0, {}, false), kOk);
+  EXPECT_EQ(app->GetLastError(), WireStatus::kNotSupported);
+  EXPECT_EQ(app->GetLastError(), kOk);
+  // Malformed payload.
+  uint8_t junk[3] = {1, 2, 3};
+  EXPECT_EQ(app->Raw(static_cast<uint32_t>(op::kMalloc), 0, std::as_bytes(std::span(junk)), true),
+            WireStatus::kInvalidValue);
+  uint64_t p = 0;
+  EXPECT_EQ(app->Malloc(1024, &p), kOk);
+}
+
+TEST_F(SessionTest, ListSessionsShowsTheSession) {
+  auto app = NewApp();
+  uint64_t a = 0, b = 0;
+  ASSERT_EQ(app->Malloc(1 << 20, &a), kOk);
+  ASSERT_EQ(app->Malloc(3 << 20, &b), kOk);
+  auto sessions = ListSessions();
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0].pid(), getpid());
+  EXPECT_EQ(sessions[0].command(), "fake_app --test");
+  EXPECT_EQ(sessions[0].buffer_count(), 2u);
+  EXPECT_EQ(sessions[0].device_memory_bytes(), 4u << 20);
+  EXPECT_EQ(sessions[0].state(), v1::SESSION_RUNNING);
+  ASSERT_EQ(app->Free(a), kOk);
+  sessions = ListSessions();
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0].buffer_count(), 1u);
+  // Orderly exit (the app closes its end): the session goes away.
+  app.reset();
+  EXPECT_TRUE(WaitUntil([&] { return ListSessions().empty(); }));
+}
+
+TEST_F(SessionTest, KilledAppReleasesEverything) {
+  const uint64_t free_before = DeviceFree();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(ready[0]);
+    std::unique_ptr<FakeApp> app;
+    char ok = 'n';
+    uint64_t p = 0, q = 0;
+    if (FakeApp::Connect(data_path_, &app).ok() && app->Malloc(64ull << 20, &p) == kOk &&
+        app->Malloc(1 << 20, &q) == kOk && app->StreamCreate(7) == kOk) {
+      ok = 'y';
+    }
+    if (write(ready[1], &ok, 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char ok = 0;
+  ASSERT_EQ(read(ready[0], &ok, 1), 1);
+  close(ready[0]);
+  EXPECT_EQ(ok, 'y');
+  auto sessions = ListSessions();
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0].pid(), child);
+  EXPECT_EQ(sessions[0].buffer_count(), 2u);
+  EXPECT_EQ(sessions[0].device_memory_bytes(), (64ull << 20) + (1 << 20));
+  EXPECT_LE(DeviceFree() + (65ull << 20), free_before);
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WaitUntil([&] { return ListSessions().empty(); }, 5s));
+  EXPECT_TRUE(WaitUntil([&] { return DeviceFree() == free_before; }, 5s));
+  EXPECT_EQ(server_->session_count(), 0u);
+}
+
+/// Blocks DeviceSynchronize until released (bounded), to hold an app in a
+/// synchronous call while phosd shuts down.
+class BlockingHook : public AdmissionHook {
+ public:
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false;
+    bool released = false;
+  };
+  explicit BlockingHook(std::shared_ptr<Gate> g) : gate_(std::move(g)) {}
+  Status BeforeCall(const CallView& call) override {
+    if (call.api != op::kDeviceSynchronize) return Status::Ok();
+    std::unique_lock<std::mutex> lock(gate_->mu);
+    gate_->entered = true;
+    gate_->cv.notify_all();
+    gate_->cv.wait_for(lock, 20s, [&] { return gate_->released; });
+    return Status::Ok();
+  }
+  void AfterCall(const CallView&, const Status&) override {}
+
+ private:
+  std::shared_ptr<Gate> gate_;
+};
+
+TEST_F(SessionTest, DaemonShutdownFailsAWaitingCall) {
+  auto gate = std::make_shared<BlockingHook::Gate>();
+  server_->SetHookFactory([gate](uint64_t) { return std::make_unique<BlockingHook>(gate); });
+  auto app = NewApp();
+  uint64_t p = 0;
+  ASSERT_EQ(app->Malloc(4096, &p), kOk);  // admitted by the hook
+  std::atomic<int> result{-1};
+  std::thread caller([&] { result = static_cast<int>(app->DeviceSync()); });
+  {
+    std::unique_lock<std::mutex> lock(gate->mu);
+    ASSERT_TRUE(gate->cv.wait_for(lock, 10s, [&] { return gate->entered; }));
+  }
+  std::thread stopper([&] { ShutdownDaemon(); });
+  // The app's call ends with an error while the daemon is still finishing.
+  EXPECT_TRUE(WaitUntil([&] { return result.load() != -1; }, 10s));
+  EXPECT_EQ(result.load(), static_cast<int>(WireStatus::kDaemonUnavailable));
+  {
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->released = true;
+    gate->cv.notify_all();
+  }
+  stopper.join();
+  caller.join();
+  // phosd is gone: the next call fails at once instead of hanging.
+  uint64_t q = 0;
+  EXPECT_EQ(app->Malloc(16, &q), WireStatus::kDaemonUnavailable);
+  EXPECT_FALSE(app->message().empty());
+}
+
+TEST_F(SessionTest, TwoAppsAreIsolated) {
+  auto a = NewApp();
+  auto b = NewApp();
+  uint64_t pa = 0, pb = 0;
+  ASSERT_EQ(a->Malloc(4096, &pa), kOk);
+  ASSERT_EQ(b->Malloc(8192, &pb), kOk);
+  ASSERT_EQ(a->Memset(pa, 0x11, 1, 4096), kOk);
+  ASSERT_EQ(b->Memset(pb, 0x22, 1, 8192), kOk);
+  ASSERT_EQ(a->StreamCreate(5), kOk);
+  ASSERT_EQ(a->EventCreate(6), kOk);
+  // b cannot see or touch a's buffer or handles.
+  uint8_t byte = 0;
+  EXPECT_EQ(b->D2H(&byte, pa, 1), WireStatus::kInvalidValue);
+  EXPECT_EQ(b->Memset(pa, 0x33, 1, 16), WireStatus::kInvalidValue);
+  EXPECT_EQ(b->D2D(pb, pa, 16), WireStatus::kInvalidValue);
+  EXPECT_EQ(b->Free(pa), WireStatus::kInvalidValue);
+  EXPECT_EQ(b->StreamSync(5), WireStatus::kInvalidResourceHandle);
+  EXPECT_EQ(b->EventQuery(6), WireStatus::kInvalidResourceHandle);
+  ASSERT_EQ(b->StreamCreate(5), kOk);  // the same virtual id means a different stream in b
+  ASSERT_EQ(a->D2H(&byte, pa + 100, 1), kOk);
+  EXPECT_EQ(byte, 0x11);
+  ASSERT_EQ(b->D2H(&byte, pb + 100, 1, 5), kOk);
+  EXPECT_EQ(byte, 0x22);
+  auto sessions = ListSessions();
+  ASSERT_EQ(sessions.size(), 2u);
+  EXPECT_NE(sessions[0].session_id(), sessions[1].session_id());
+  uint64_t total = sessions[0].device_memory_bytes() + sessions[1].device_memory_bytes();
+  EXPECT_EQ(total, 4096u + 8192u);
+  // Work in two apps at once.
+  std::thread ta([&] {
+    std::vector<std::byte> d = RandomBytes(4096, 9), o(4096);
+    for (int i = 0; i < 50; ++i) {
+      EXPECT_EQ(a->H2D(pa, d.data(), d.size(), 5), kOk);
+      EXPECT_EQ(a->D2H(o.data(), pa, o.size(), 5), kOk);
+    }
+    EXPECT_TRUE(o == d);
+  });
+  std::vector<std::byte> d = RandomBytes(8192, 10), o(8192);
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(b->H2D(pb, d.data(), d.size()), kOk);
+    EXPECT_EQ(b->D2H(o.data(), pb, o.size()), kOk);
+  }
+  EXPECT_TRUE(o == d);
+  ta.join();
+}
+
+TEST(WireStatusTest, MapsPhosStatusToCudaErrors) {
+  EXPECT_EQ(wire::ToWire(Status::Ok()), WireStatus::kSuccess);
+  EXPECT_EQ(wire::ToWire(Status::OutOfMemory("x")), WireStatus::kMemoryAllocation);
+  EXPECT_EQ(wire::ToWire(Status::InvalidArgument("x")), WireStatus::kInvalidValue);
+  EXPECT_EQ(wire::ToWire(Status::InvalidArgument("illegal address: device range")), WireStatus::kIllegalAddress);
+  EXPECT_EQ(wire::ToWire(Status::FailedPrecondition("ptx interp: illegal address: load")),
+            WireStatus::kIllegalAddress);
+  EXPECT_EQ(wire::ToWire(Status::NotSupported("x")), WireStatus::kNotSupported);
+  EXPECT_EQ(wire::ToWire(Status::NotReady()), WireStatus::kNotReady);
+  EXPECT_EQ(wire::ToWire(Status::NotFound("x")), WireStatus::kInvalidResourceHandle);
+  EXPECT_EQ(wire::ToWire(Status::Unavailable("x")), WireStatus::kDaemonUnavailable);
+  EXPECT_EQ(wire::ToWire(Status::Corruption("x")), WireStatus::kInvalidImage);
+  // Values are the CUDA numbers.
+  EXPECT_EQ(static_cast<int>(WireStatus::kIllegalAddress), 700);
+  EXPECT_EQ(static_cast<int>(WireStatus::kNotSupported), 801);
+  EXPECT_EQ(wire::WireStatusName(WireStatus::kNotReady), "cudaErrorNotReady");
+}
+
+}  // namespace
+}  // namespace phos::session::testing
