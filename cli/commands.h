@@ -17,5 +17,7 @@ struct GlobalOptions {
 void AddDaemonCommand(CLI::App* app, int* exit_code);
 void AddStatusCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 void AddPsCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
+/// phos run [--lib PATH] [--] CMD ARGS... (cmd_run.cc).
+void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 
 }  // namespace phos::cli

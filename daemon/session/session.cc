@@ -121,16 +121,18 @@ void Session::Run() {
     const uint32_t slot = rec.header.slot;
     const uint64_t seq = rec.header.call_seq;
     ring_->Release();
+    // Publish before completing: once cudaMalloc/cudaFree returns in the
+    // app, `phos ps` already shows the new buffer count.
+    if (state_.buffers_changed) {
+      state_.buffers_changed = false;
+      Publish();
+    }
     if (wants) {
       Status c = ring_->Complete(slot, seq, static_cast<int32_t>(out.status), out.reply());
       if (!c.ok()) spdlog::warn("session {}: cannot complete call: {}", id_, c.ToString());
     } else if (!out.ok()) {
       // A posted call failed: CUDA reports it at the next synchronising call.
       state_.Defer(StatusFromWire(out.status, out.message));
-    }
-    if (state_.buffers_changed) {
-      state_.buffers_changed = false;
-      Publish();
     }
   }
   if (why.code() == Status::Code::kCorruption) {

@@ -1,0 +1,147 @@
+#include "interposer/client/connection.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "ring/channel.h"
+
+namespace phos::client {
+
+namespace {
+constexpr const char* kDefaultControlSocket = "/run/phos/phosd.sock";
+
+std::string ReadCmdline() {
+  std::string out;
+  int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0 && out.size() < ring::kMaxCmdlineBytes) out.append(buf, n);
+  close(fd);
+  if (out.size() > ring::kMaxCmdlineBytes) out.resize(ring::kMaxCmdlineBytes);
+  return out;
+}
+}  // namespace
+
+struct Connection::State {
+  std::mutex mu;                 // serialises connecting
+  std::atomic<int> phase{0};     // 0 = not tried, 1 = connected, 2 = unavailable
+  std::atomic<bool> reported{false};
+  std::unique_ptr<ring::ChannelClient> channel;
+  std::unique_ptr<ring::SharedRegion> region;
+  std::unique_ptr<ring::RingClient> client;
+  ring::WaitPolicy wait;
+  bool trace_errors = false;  // $PHOS_TRACE_ERRORS: print phosd's message of every failed call
+};
+
+Connection& Connection::Get() {
+  static Connection* c = new Connection();  // leaked on purpose (see header)
+  return *c;
+}
+
+Connection::Connection() : state_(new State()) {
+  const char* env = std::getenv("PHOS_SOCKET");
+  data_socket_ = std::string(env != nullptr && env[0] != '\0' ? env : kDefaultControlSocket) + ".data";
+  state_->wait.check_period_ms = 20;
+  const char* trace = std::getenv("PHOS_TRACE_ERRORS");
+  state_->trace_errors = trace != nullptr && trace[0] != '\0' && trace[0] != '0';
+}
+
+bool Connection::connected() const { return state_->phase.load(std::memory_order_acquire) == 1; }
+
+WireStatus Connection::Lost(const Status& why) {
+  state_->phase.store(2, std::memory_order_release);
+  if (!state_->reported.exchange(true)) {
+    std::fprintf(stderr, "phos: phosd is unavailable at %s (%s); CUDA calls fail with cudaErrorDevicesUnavailable\n",
+                 data_socket_.c_str(), why.ToString().c_str());
+    std::fflush(stderr);
+  }
+  return WireStatus::kDaemonUnavailable;
+}
+
+WireStatus Connection::Ensure() {
+  int p = state_->phase.load(std::memory_order_acquire);
+  if (p == 1) return WireStatus::kSuccess;
+  if (p == 2) return WireStatus::kDaemonUnavailable;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  p = state_->phase.load(std::memory_order_acquire);
+  if (p != 0) return p == 1 ? WireStatus::kSuccess : WireStatus::kDaemonUnavailable;
+  ring::Hello hello;
+  hello.pid = getpid();
+  hello.cmdline = ReadCmdline();
+  Status s = ring::ChannelClient::Connect(data_socket_, hello, 5000, &state_->channel, &state_->region);
+  if (!s.ok()) return Lost(s);
+  ring::RingOptions opts;
+  ring::ChannelClient* ch = state_->channel.get();
+  opts.alive = [ch] { return ch->PeerAlive(); };
+  opts.wait = state_->wait;
+  state_->client = std::make_unique<ring::RingClient>(state_->region->base(), state_->region->geometry(), opts);
+  state_->phase.store(1, std::memory_order_release);
+  return WireStatus::kSuccess;
+}
+
+WireStatus Connection::Call(wire::ApiId api, uint32_t stream, std::span<const std::byte> payload,
+                            ring::Reply* reply) {
+  if (WireStatus w = Ensure(); w != WireStatus::kSuccess) return w;
+  ring::Reply local;
+  if (reply == nullptr) reply = &local;
+  ring::CallHeader h;
+  h.api_id = static_cast<uint32_t>(api);
+  h.stream_id = stream;
+  Status s = state_->client->Call(h, payload, reply);
+  if (!s.ok()) return s.code() == Status::Code::kInvalidArgument ? WireStatus::kInvalidValue : Lost(s);
+  if (reply->status != 0 && state_->trace_errors) {
+    std::fprintf(stderr, "phos: %s failed (%d): %.*s\n", interposer::ApiName(api), reply->status,
+                 static_cast<int>(reply->bytes), reinterpret_cast<const char*>(reply->data.data()));
+  }
+  return static_cast<WireStatus>(reply->status);
+}
+
+WireStatus Connection::Post(wire::ApiId api, uint32_t stream, std::span<const std::byte> payload) {
+  if (WireStatus w = Ensure(); w != WireStatus::kSuccess) return w;
+  ring::CallHeader h;
+  h.api_id = static_cast<uint32_t>(api);
+  h.stream_id = stream;
+  Status s = state_->client->Post(h, payload);
+  if (!s.ok()) return s.code() == Status::Code::kInvalidArgument ? WireStatus::kInvalidValue : Lost(s);
+  return WireStatus::kSuccess;
+}
+
+WireStatus Connection::PostBulk(wire::ApiId api, uint32_t stream, std::span<const std::byte> meta,
+                                std::span<const std::byte> data) {
+  if (WireStatus w = Ensure(); w != WireStatus::kSuccess) return w;
+  ring::CallHeader h;
+  h.api_id = static_cast<uint32_t>(api);
+  h.stream_id = stream;
+  Status s = state_->client->PostBulk(h, meta, data);
+  if (!s.ok()) return s.code() == Status::Code::kInvalidArgument ? WireStatus::kInvalidValue : Lost(s);
+  return WireStatus::kSuccess;
+}
+
+WireStatus Connection::AcquireChunk(uint32_t* chunk) {
+  if (WireStatus w = Ensure(); w != WireStatus::kSuccess) return w;
+  ring::ChannelClient* ch = state_->channel.get();
+  Status s = wire::AcquireReplyChunk(state_->region->base(), state_->region->geometry(), state_->wait,
+                                     [ch] { return ch->PeerAlive(); }, chunk);
+  return s.ok() ? WireStatus::kSuccess : Lost(s);
+}
+
+void Connection::ReleaseChunk(uint32_t chunk) {
+  wire::ReleaseReplyChunk(state_->region->base(), state_->region->geometry(), chunk);
+}
+
+std::byte* Connection::ChunkBytes(uint32_t chunk) {
+  return wire::ChunkBytes(state_->region->base(), state_->region->geometry(), chunk);
+}
+
+uint32_t Connection::chunk_bytes() const { return state_->region->geometry().chunk_bytes; }
+
+size_t Connection::max_payload_bytes() const { return state_->client->max_payload_bytes(); }
+
+}  // namespace phos::client

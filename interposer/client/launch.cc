@@ -1,0 +1,58 @@
+// Kernel launches: cudaLaunchKernel (host stub) and __cudaLaunchKernel
+// (CUDA 13's generated launch path, with the handle from __cudaGetKernel).
+// Packs each argument at its parameter offset and posts one wire launch
+// (no round trip); errors surface at the next synchronising call.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <vector>
+
+#include "interposer/client/client_internal.h"
+#include "interposer/client/connection.h"
+#include "interposer/client/handles.h"
+
+namespace phos::client {
+namespace {
+
+cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream) {
+  if (cudaError_t s = StickyError(); s != cudaSuccess) return SetError(s);
+  if (k == nullptr) return SetError(cudaErrorInvalidDeviceFunction);
+  if (!k->params_known) return SetError(cudaErrorInvalidDeviceFunction);
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0)
+    return SetError(cudaErrorInvalidConfiguration);
+  WireStatus w = EnsureKernel(k);
+  if (w != WireStatus::kSuccess) return Finish(w);
+  if (k->param_bytes > wire::kMaxParamBytes) return SetError(cudaErrorInvalidValue);
+  wire::LaunchRequest req{k->function_id, {grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
+                          static_cast<uint32_t>(shmem), k->param_bytes, 0};
+  std::vector<std::byte> payload(sizeof(req) + k->param_bytes);
+  std::memcpy(payload.data(), &req, sizeof(req));
+  std::byte* params = payload.data() + sizeof(req);
+  for (size_t i = 0; i < k->params.size(); ++i) {
+    if (args == nullptr || args[i] == nullptr) return SetError(cudaErrorInvalidValue);
+    std::memcpy(params + k->params[i].offset, args[i], k->params[i].size);
+  }
+  return Finish(Connection::Get().Post(wire::op::kLaunchKernel, StreamIdOf(stream), payload));
+}
+
+}  // namespace
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+
+PHOS_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                         size_t sharedMem, cudaStream_t stream) {
+  return Launch(FindKernelByStub(func), gridDim, blockDim, args, sharedMem, stream);
+}
+PHOS_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                              size_t sharedMem, cudaStream_t stream) {
+  return Launch(FindKernelByStub(func), gridDim, blockDim, args, sharedMem, stream);
+}
+PHOS_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                                           size_t sharedMem, cudaStream_t stream) {
+  return Launch(FindKernelByStub(kernel), gridDim, blockDim, args, sharedMem, stream);
+}
+PHOS_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                                                size_t sharedMem, cudaStream_t stream) {
+  return Launch(FindKernelByStub(kernel), gridDim, blockDim, args, sharedMem, stream);
+}

@@ -1,0 +1,606 @@
+// Strong definitions of the CUDA runtime functions the wire protocol covers
+// (protocol/wire.h). They override the generated weak stubs
+// (interposer/export). Everything else stays a stub: it logs once and
+// returns cudaErrorNotSupported.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "interposer/client/client_internal.h"
+#include "interposer/client/connection.h"
+#include "interposer/client/handles.h"
+
+namespace phos::client {
+namespace {
+
+namespace op = wire::op;
+
+thread_local cudaError_t t_last_error = cudaSuccess;
+std::atomic<int> g_sticky{0};
+
+bool IsSticky(cudaError_t e) {
+  return e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorDevicesUnavailable;
+}
+
+template <typename T>
+std::span<const std::byte> Bytes(const T& v) {
+  return std::as_bytes(std::span<const T>(&v, 1));
+}
+
+template <typename T>
+bool ReadReply(const ring::Reply& r, T* out) {
+  if (r.bytes != sizeof(T)) return false;
+  std::memcpy(out, r.data.data(), sizeof(T));
+  return true;
+}
+
+// The client's own allocation map: device buffers (from phosd) and host
+// buffers (cudaMallocHost; plain host memory for now).
+struct AllocMap {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> device;
+  std::map<uintptr_t, size_t> host;
+};
+AllocMap& Allocs() {
+  static AllocMap* m = new AllocMap();
+  return *m;
+}
+
+bool Contains(const std::map<uintptr_t, size_t>& m, uintptr_t p) {
+  auto it = m.upper_bound(p);
+  if (it == m.begin()) return false;
+  --it;
+  return p < it->first + std::max<size_t>(it->second, 1);
+}
+
+bool IsDevicePtr(const void* p) {
+  AllocMap& a = Allocs();
+  std::lock_guard<std::mutex> lock(a.mu);
+  return Contains(a.device, reinterpret_cast<uintptr_t>(p));
+}
+
+#define PHOS_CHECK_STICKY()                      \
+  do {                                           \
+    if (cudaError_t _s = StickyError(); _s != cudaSuccess) return SetError(_s); \
+  } while (0)
+
+cudaError_t H2D(void* dst, const void* src, size_t n, uint32_t stream, bool sync) {
+  Connection& c = Connection::Get();
+  if (WireStatus w = c.Ensure(); w != WireStatus::kSuccess) return Finish(w);
+  wire::MemcpyRequest req{reinterpret_cast<uint64_t>(dst), 0, n,
+                          static_cast<uint32_t>(wire::CopyDir::kHostToDevice), wire::kNoChunk};
+  if (sizeof(req) + n <= c.max_payload_bytes()) {
+    std::vector<std::byte> payload(sizeof(req) + n);
+    std::memcpy(payload.data(), &req, sizeof(req));
+    if (n) std::memcpy(payload.data() + sizeof(req), src, n);
+    return Finish(sync ? c.Call(op::kMemcpy, stream, payload) : c.Post(op::kMemcpyAsync, stream, payload));
+  }
+  WireStatus w = c.PostBulk(op::kMemcpyAsync, stream, Bytes(req),
+                            std::span<const std::byte>(static_cast<const std::byte*>(src), n));
+  if (w == WireStatus::kSuccess && sync) w = c.Call(op::kStreamSynchronize, stream, {});
+  return Finish(w);
+}
+
+cudaError_t D2H(void* dst, const void* src, size_t n, uint32_t stream) {
+  Connection& c = Connection::Get();
+  if (WireStatus w = c.Ensure(); w != WireStatus::kSuccess) return Finish(w);
+  auto* out = static_cast<std::byte*>(dst);
+  const auto s = reinterpret_cast<uint64_t>(src);
+  if (n <= ring::kSlotResultBytes) {
+    wire::MemcpyRequest req{0, s, n, static_cast<uint32_t>(wire::CopyDir::kDeviceToHost), wire::kNoChunk};
+    ring::Reply r;
+    WireStatus w = c.Call(op::kMemcpy, stream, Bytes(req), &r);
+    if (w == WireStatus::kSuccess && r.bytes == n && n) std::memcpy(out, r.data.data(), n);
+    return Finish(w);
+  }
+  for (uint64_t off = 0; off < n;) {
+    const uint64_t k = std::min<uint64_t>(c.chunk_bytes(), n - off);
+    uint32_t chunk = 0;
+    if (WireStatus w = c.AcquireChunk(&chunk); w != WireStatus::kSuccess) return Finish(w);
+    wire::MemcpyRequest req{0, s + off, k, static_cast<uint32_t>(wire::CopyDir::kDeviceToHost), chunk};
+    WireStatus w = c.Call(op::kMemcpy, stream, Bytes(req));
+    if (w == WireStatus::kSuccess) std::memcpy(out + off, c.ChunkBytes(chunk), k);
+    c.ReleaseChunk(chunk);
+    if (w != WireStatus::kSuccess) return Finish(w);
+    off += k;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t DoMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, uint32_t stream, bool sync) {
+  PHOS_CHECK_STICKY();
+  if (n == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return SetError(cudaErrorInvalidValue);
+  if (kind == cudaMemcpyDefault) {
+    const bool d = IsDevicePtr(dst), s = IsDevicePtr(src);
+    kind = d ? (s ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+             : (s ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  }
+  switch (kind) {
+    case cudaMemcpyHostToHost:
+      if (sync) {
+        if (WireStatus w = Connection::Get().Call(op::kStreamSynchronize, stream, {}); w != WireStatus::kSuccess &&
+            Connection::Get().connected())
+          return Finish(w);
+      }
+      std::memmove(dst, src, n);
+      return cudaSuccess;
+    case cudaMemcpyHostToDevice:
+      return H2D(dst, src, n, stream, sync);
+    case cudaMemcpyDeviceToHost:
+      return D2H(dst, src, n, stream);
+    case cudaMemcpyDeviceToDevice: {
+      wire::MemcpyRequest req{reinterpret_cast<uint64_t>(dst), reinterpret_cast<uint64_t>(src), n,
+                              static_cast<uint32_t>(wire::CopyDir::kDeviceToDevice), wire::kNoChunk};
+      Connection& c = Connection::Get();
+      return Finish(sync ? c.Call(op::kMemcpy, stream, Bytes(req)) : c.Post(op::kMemcpyAsync, stream, Bytes(req)));
+    }
+    default:
+      return SetError(cudaErrorInvalidMemcpyDirection);
+  }
+}
+
+cudaError_t DoMemset(void* dst, int value, size_t count, uint32_t stream, bool sync) {
+  PHOS_CHECK_STICKY();
+  if (count == 0) return cudaSuccess;
+  wire::MemsetRequest req{reinterpret_cast<uint64_t>(dst), count, static_cast<uint32_t>(value) & 0xffu, 1};
+  Connection& c = Connection::Get();
+  return Finish(sync ? c.Call(op::kMemset, stream, Bytes(req)) : c.Post(op::kMemsetAsync, stream, Bytes(req)));
+}
+
+cudaError_t SimpleCall(wire::ApiId api, uint32_t stream, std::span<const std::byte> payload = {}) {
+  PHOS_CHECK_STICKY();
+  return Finish(Connection::Get().Call(api, stream, payload));
+}
+
+// NotReady is an answer, not an error: it is not recorded as the last error.
+cudaError_t QueryCall(wire::ApiId api, uint32_t stream, std::span<const std::byte> payload = {}) {
+  PHOS_CHECK_STICKY();
+  WireStatus w = Connection::Get().Call(api, stream, payload);
+  if (w == WireStatus::kNotReady) return cudaErrorNotReady;
+  return Finish(w);
+}
+
+cudaError_t StreamCreate(cudaStream_t* s, unsigned flags, int priority) {
+  PHOS_CHECK_STICKY();
+  if (s == nullptr) return SetError(cudaErrorInvalidValue);
+  const uint32_t id = NewStreamId();
+  WireStatus w = Connection::Get().Call(op::kStreamCreate, 0, Bytes(wire::StreamCreateRequest{id, flags, priority, 0}));
+  if (w == WireStatus::kSuccess) *s = static_cast<cudaStream_t>(StreamHandleOf(id));
+  return Finish(w);
+}
+
+cudaError_t EventCreate(cudaEvent_t* e, unsigned flags) {
+  PHOS_CHECK_STICKY();
+  if (e == nullptr) return SetError(cudaErrorInvalidValue);
+  const uint32_t id = NewEventId();
+  WireStatus w = Connection::Get().Call(op::kEventCreate, 0, Bytes(wire::EventCreateRequest{id, flags}));
+  if (w == WireStatus::kSuccess) *e = static_cast<cudaEvent_t>(EventHandleOf(id));
+  return Finish(w);
+}
+
+cudaError_t LastError(bool clear) {
+  cudaError_t e = t_last_error;
+  if (clear) t_last_error = cudaSuccess;
+  Connection& c = Connection::Get();
+  if (c.connected()) {
+    WireStatus w = c.Call(clear ? op::kGetLastError : op::kPeekAtLastError, 0, {});
+    if (e == cudaSuccess) e = static_cast<cudaError_t>(w);
+    if (IsSticky(static_cast<cudaError_t>(w))) {
+      int zero = 0;
+      g_sticky.compare_exchange_strong(zero, static_cast<int>(w));
+    }
+  }
+  if (e == cudaSuccess) e = StickyError();
+  return e;
+}
+
+struct ErrorText {
+  cudaError_t code;
+  const char* name;
+  const char* text;
+};
+constexpr ErrorText kErrors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
+    {cudaErrorDevicesUnavailable, "cudaErrorDevicesUnavailable",
+     "CUDA-capable device(s) is/are busy or unavailable (phos: phosd is unavailable)"},
+    {cudaErrorInvalidDeviceFunction, "cudaErrorInvalidDeviceFunction", "invalid device function"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorInvalidKernelImage, "cudaErrorInvalidKernelImage", "device kernel image is invalid"},
+    {cudaErrorNoKernelImageForDevice, "cudaErrorNoKernelImageForDevice",
+     "no kernel image is available for execution on the device"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
+    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+    {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
+};
+
+const ErrorText* FindError(cudaError_t e) {
+  for (const auto& t : kErrors)
+    if (t.code == e) return &t;
+  return nullptr;
+}
+
+void FillProps(const wire::WireDeviceProps& w, cudaDeviceProp* p) {
+  std::memset(p, 0, sizeof(*p));
+  std::memcpy(p->name, w.name, sizeof(p->name));
+  p->name[sizeof(p->name) - 1] = '\0';
+  p->totalGlobalMem = w.total_memory;
+  p->sharedMemPerBlock = w.shared_memory_per_block;
+  p->sharedMemPerBlockOptin = w.shared_memory_per_block_optin;
+  p->sharedMemPerMultiprocessor = w.shared_memory_per_multiprocessor;
+  p->totalConstMem = w.total_constant_memory;
+  p->major = w.compute_capability_major;
+  p->minor = w.compute_capability_minor;
+  p->multiProcessorCount = w.multiprocessor_count;
+  p->maxThreadsPerBlock = w.max_threads_per_block;
+  p->maxThreadsPerMultiProcessor = w.max_threads_per_multiprocessor;
+  for (int i = 0; i < 3; ++i) {
+    p->maxThreadsDim[i] = w.max_block_dim[i];
+    p->maxGridSize[i] = w.max_grid_dim[i];
+  }
+  p->warpSize = w.warp_size;
+  p->regsPerBlock = w.registers_per_block;
+  p->regsPerMultiprocessor = w.registers_per_block;
+  p->memoryBusWidth = w.memory_bus_width_bits;
+  p->l2CacheSize = w.l2_cache_bytes;
+  p->asyncEngineCount = w.async_engine_count;
+  p->pciBusID = w.pci_bus_id;
+  p->pciDeviceID = w.pci_device_id;
+  p->pciDomainID = w.pci_domain_id;
+  p->concurrentKernels = w.concurrent_kernels;
+  p->unifiedAddressing = w.unified_addressing;
+  p->memPitch = SIZE_MAX;
+  p->textureAlignment = 512;
+  p->texturePitchAlignment = 32;
+  p->canMapHostMemory = 0;
+  p->streamPrioritiesSupported = 1;
+}
+
+}  // namespace
+
+cudaError_t SetError(cudaError_t e) {
+  if (e != cudaSuccess) {
+    t_last_error = e;
+    if (IsSticky(e)) {
+      int zero = 0;
+      g_sticky.compare_exchange_strong(zero, static_cast<int>(e));
+    }
+  }
+  return e;
+}
+
+cudaError_t StickyError() { return static_cast<cudaError_t>(g_sticky.load(std::memory_order_relaxed)); }
+
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+namespace op = phos::wire::op;
+namespace wire = phos::wire;
+using phos::ring::Reply;
+
+// ---------------------------------------------------------------- device
+
+PHOS_EXPORT cudaError_t cudaGetDeviceCount(int* count) {
+  PHOS_CHECK_STICKY();
+  if (count == nullptr) return SetError(cudaErrorInvalidValue);
+  Reply r;
+  WireStatus w = Connection::Get().Call(op::kGetDeviceCount, 0, {}, &r);
+  wire::DeviceCountReply v{};
+  if (w == WireStatus::kSuccess && ReadReply(r, &v)) *count = v.count;
+  return Finish(w);
+}
+
+PHOS_EXPORT cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return SetError(cudaErrorInvalidValue);
+  *device = 0;
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : SetError(cudaErrorInvalidDevice);
+}
+
+PHOS_EXPORT cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  PHOS_CHECK_STICKY();
+  if (prop == nullptr) return SetError(cudaErrorInvalidValue);
+  Connection& c = Connection::Get();
+  uint32_t chunk = 0;
+  if (WireStatus w = c.AcquireChunk(&chunk); w != WireStatus::kSuccess) return Finish(w);
+  Reply r;
+  WireStatus w = c.Call(op::kGetDeviceProperties, 0, Bytes(wire::DevicePropsRequest{device, chunk}), &r);
+  wire::ChunkReply cr{};
+  if (w == WireStatus::kSuccess) {
+    wire::WireDeviceProps props{};
+    if (ReadReply(r, &cr) && cr.bytes == sizeof(props)) {
+      std::memcpy(&props, c.ChunkBytes(chunk), sizeof(props));
+      FillProps(props, prop);
+    } else {
+      w = WireStatus::kUnknown;
+    }
+  }
+  c.ReleaseChunk(chunk);
+  return Finish(w);
+}
+
+PHOS_EXPORT cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  PHOS_CHECK_STICKY();
+  if (value == nullptr) return SetError(cudaErrorInvalidValue);
+  Reply r;
+  WireStatus w = Connection::Get().Call(op::kDeviceGetAttribute, 0,
+                                        Bytes(wire::DeviceAttributeRequest{device, static_cast<int32_t>(attr)}), &r);
+  wire::ValueReply v{};
+  if (w == WireStatus::kSuccess && ReadReply(r, &v)) *value = static_cast<int>(v.value);
+  return Finish(w);
+}
+
+PHOS_EXPORT cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  PHOS_CHECK_STICKY();
+  Reply r;
+  WireStatus w = Connection::Get().Call(op::kMemGetInfo, 0, {}, &r);
+  wire::MemGetInfoReply v{};
+  if (w == WireStatus::kSuccess && ReadReply(r, &v)) {
+    if (free_bytes) *free_bytes = v.free_bytes;
+    if (total_bytes) *total_bytes = v.total_bytes;
+  }
+  return Finish(w);
+}
+
+PHOS_EXPORT cudaError_t cudaDeviceSynchronize(void) { return SimpleCall(op::kDeviceSynchronize, 0); }
+
+PHOS_EXPORT cudaError_t cudaGetLastError(void) { return LastError(true); }
+PHOS_EXPORT cudaError_t cudaPeekAtLastError(void) { return LastError(false); }
+
+PHOS_EXPORT const char* cudaGetErrorString(cudaError_t error) {
+  const auto* t = FindError(error);
+  return t ? t->text : "unrecognized error code";
+}
+PHOS_EXPORT const char* cudaGetErrorName(cudaError_t error) {
+  const auto* t = FindError(error);
+  return t ? t->name : "cudaErrorUnknown";
+}
+
+// ---------------------------------------------------------------- memory
+
+PHOS_EXPORT cudaError_t cudaMalloc(void** ptr, size_t size) {
+  PHOS_CHECK_STICKY();
+  if (ptr == nullptr) return SetError(cudaErrorInvalidValue);
+  if (size == 0) {
+    *ptr = nullptr;
+    return cudaSuccess;
+  }
+  Reply r;
+  WireStatus w = Connection::Get().Call(op::kMalloc, 0, Bytes(wire::MallocRequest{size}), &r);
+  wire::MallocReply v{};
+  if (w == WireStatus::kSuccess && ReadReply(r, &v)) {
+    *ptr = reinterpret_cast<void*>(v.ptr);
+    AllocMap& a = Allocs();
+    std::lock_guard<std::mutex> lock(a.mu);
+    a.device[v.ptr] = size;
+  }
+  return Finish(w);
+}
+
+PHOS_EXPORT cudaError_t cudaFree(void* ptr) {
+  PHOS_CHECK_STICKY();
+  if (ptr == nullptr) return cudaSuccess;
+  WireStatus w = Connection::Get().Call(op::kFree, 0, Bytes(wire::PointerRequest{reinterpret_cast<uint64_t>(ptr)}));
+  if (w == WireStatus::kSuccess) {
+    AllocMap& a = Allocs();
+    std::lock_guard<std::mutex> lock(a.mu);
+    a.device.erase(reinterpret_cast<uintptr_t>(ptr));
+  }
+  return Finish(w);
+}
+
+// Pinned host memory is plain host memory for now (the shared pinned arena
+// arrives later): copies from it are ordinary staged copies.
+PHOS_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  if (ptr == nullptr) return SetError(cudaErrorInvalidValue);
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, std::max<size_t>(size, 1)) != 0) return SetError(cudaErrorMemoryAllocation);
+  *ptr = p;
+  AllocMap& a = Allocs();
+  std::lock_guard<std::mutex> lock(a.mu);
+  a.host[reinterpret_cast<uintptr_t>(p)] = size;
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int /*flags*/) {
+  return cudaMallocHost(ptr, size);
+}
+
+PHOS_EXPORT cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  AllocMap& a = Allocs();
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    if (a.host.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) return SetError(cudaErrorInvalidValue);
+  }
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return DoMemcpy(dst, src, count, kind, 0, true);
+}
+PHOS_EXPORT cudaError_t cudaMemcpy_ptds(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return DoMemcpy(dst, src, count, kind, 0, true);
+}
+PHOS_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                        cudaStream_t stream) {
+  return DoMemcpy(dst, src, count, kind, StreamIdOf(stream), false);
+}
+PHOS_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                             cudaStream_t stream) {
+  return DoMemcpy(dst, src, count, kind, StreamIdOf(stream), false);
+}
+PHOS_EXPORT cudaError_t cudaMemset(void* dst, int value, size_t count) { return DoMemset(dst, value, count, 0, true); }
+PHOS_EXPORT cudaError_t cudaMemset_ptds(void* dst, int value, size_t count) {
+  return DoMemset(dst, value, count, 0, true);
+}
+PHOS_EXPORT cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t stream) {
+  return DoMemset(dst, value, count, StreamIdOf(stream), false);
+}
+PHOS_EXPORT cudaError_t cudaMemsetAsync_ptsz(void* dst, int value, size_t count, cudaStream_t stream) {
+  return DoMemset(dst, value, count, StreamIdOf(stream), false);
+}
+
+// ---------------------------------------------------------------- streams
+
+PHOS_EXPORT cudaError_t cudaStreamCreate(cudaStream_t* s) { return StreamCreate(s, 0, 0); }
+PHOS_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
+  return StreamCreate(s, flags, 0);
+}
+PHOS_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int priority) {
+  return StreamCreate(s, flags, priority);
+}
+PHOS_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  return SimpleCall(op::kStreamDestroy, 0, Bytes(wire::HandleRequest{StreamIdOf(s), 0}));
+}
+PHOS_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) { return SimpleCall(op::kStreamSynchronize, StreamIdOf(s)); }
+PHOS_EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) {
+  return SimpleCall(op::kStreamSynchronize, StreamIdOf(s));
+}
+PHOS_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s) { return QueryCall(op::kStreamQuery, StreamIdOf(s)); }
+PHOS_EXPORT cudaError_t cudaStreamQuery_ptsz(cudaStream_t s) { return QueryCall(op::kStreamQuery, StreamIdOf(s)); }
+
+static cudaError_t StreamWaitEvent(cudaStream_t s, cudaEvent_t e) {
+  PHOS_CHECK_STICKY();
+  return Finish(Connection::Get().Post(op::kStreamWaitEvent, StreamIdOf(s), Bytes(wire::HandleRequest{EventIdOf(e), 0})));
+}
+PHOS_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int /*flags*/) {
+  return StreamWaitEvent(s, e);
+}
+PHOS_EXPORT cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsigned int /*flags*/) {
+  return StreamWaitEvent(s, e);
+}
+
+// ---------------------------------------------------------------- events
+
+PHOS_EXPORT cudaError_t cudaEventCreate(cudaEvent_t* e) { return EventCreate(e, 0); }
+PHOS_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) { return EventCreate(e, flags); }
+
+static cudaError_t EventRecord(cudaEvent_t e, cudaStream_t s) {
+  PHOS_CHECK_STICKY();
+  return Finish(Connection::Get().Post(op::kEventRecord, StreamIdOf(s), Bytes(wire::HandleRequest{EventIdOf(e), 0})));
+}
+PHOS_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return EventRecord(e, s); }
+PHOS_EXPORT cudaError_t cudaEventRecord_ptsz(cudaEvent_t e, cudaStream_t s) { return EventRecord(e, s); }
+PHOS_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) {
+  return QueryCall(op::kEventQuery, 0, Bytes(wire::HandleRequest{EventIdOf(e), 0}));
+}
+PHOS_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  return SimpleCall(op::kEventSynchronize, 0, Bytes(wire::HandleRequest{EventIdOf(e), 0}));
+}
+PHOS_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  return SimpleCall(op::kEventDestroy, 0, Bytes(wire::HandleRequest{EventIdOf(e), 0}));
+}
+PHOS_EXPORT cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  PHOS_CHECK_STICKY();
+  if (ms == nullptr) return SetError(cudaErrorInvalidValue);
+  Reply r;
+  WireStatus w = Connection::Get().Call(op::kEventElapsedTime, 0,
+                                        Bytes(wire::ElapsedTimeRequest{EventIdOf(start), EventIdOf(end)}), &r);
+  wire::ElapsedTimeReply v{};
+  if (w == WireStatus::kSuccess && ReadReply(r, &v)) *ms = v.ms;
+  return Finish(w);
+}
+
+// ---------------------------------------------------------------- symbols
+
+namespace phos::client {
+namespace {
+// The device address of a registered __device__/__constant__ variable
+// (loads its module in phosd first).
+cudaError_t SymbolAddress(const void* symbol, uint64_t* ptr, uint64_t* bytes) {
+  VarRec* v = FindVar(symbol);
+  if (v == nullptr) return SetError(cudaErrorInvalidSymbol);
+  WireStatus w = EnsureModule(v->module);
+  if (w != WireStatus::kSuccess) return Finish(w);
+  wire::GetGlobalRequest req{v->module->id, static_cast<uint32_t>(v->name.size())};
+  std::vector<std::byte> payload(sizeof(req) + v->name.size());
+  std::memcpy(payload.data(), &req, sizeof(req));
+  std::memcpy(payload.data() + sizeof(req), v->name.data(), v->name.size());
+  Reply r;
+  w = Connection::Get().Call(op::kModuleGetGlobal, 0, payload, &r);
+  wire::GetGlobalReply g{};
+  if (w == WireStatus::kSuccess && !ReadReply(r, &g)) w = WireStatus::kUnknown;
+  if (w == WireStatus::kNotFound) return SetError(cudaErrorInvalidSymbol);
+  *ptr = g.ptr;
+  *bytes = g.bytes;
+  return Finish(w);
+}
+
+cudaError_t SymbolCopy(const void* symbol, void* host, size_t count, size_t offset, cudaMemcpyKind kind, bool to,
+                       uint32_t stream, bool sync) {
+  PHOS_CHECK_STICKY();
+  uint64_t ptr = 0, bytes = 0;
+  if (cudaError_t e = SymbolAddress(symbol, &ptr, &bytes); e != cudaSuccess) return e;
+  if (offset > bytes || count > bytes - offset) return SetError(cudaErrorInvalidValue);
+  void* dev = reinterpret_cast<void*>(ptr + offset);
+  if (to) {
+    const cudaMemcpyKind k = kind == cudaMemcpyDeviceToDevice ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+    return DoMemcpy(dev, host, count, k, stream, sync);
+  }
+  const cudaMemcpyKind k = kind == cudaMemcpyDeviceToDevice ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost;
+  return DoMemcpy(host, dev, count, k, stream, sync);
+}
+}  // namespace
+}  // namespace phos::client
+
+PHOS_EXPORT cudaError_t cudaGetSymbolAddress(void** devPtr, const void* symbol) {
+  PHOS_CHECK_STICKY();
+  if (devPtr == nullptr) return SetError(cudaErrorInvalidValue);
+  uint64_t ptr = 0, bytes = 0;
+  cudaError_t e = SymbolAddress(symbol, &ptr, &bytes);
+  if (e == cudaSuccess) *devPtr = reinterpret_cast<void*>(ptr);
+  return e;
+}
+PHOS_EXPORT cudaError_t cudaGetSymbolSize(size_t* size, const void* symbol) {
+  PHOS_CHECK_STICKY();
+  if (size == nullptr) return SetError(cudaErrorInvalidValue);
+  uint64_t ptr = 0, bytes = 0;
+  cudaError_t e = SymbolAddress(symbol, &ptr, &bytes);
+  if (e == cudaSuccess) *size = bytes;
+  return e;
+}
+PHOS_EXPORT cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset,
+                                           cudaMemcpyKind kind) {
+  return SymbolCopy(symbol, const_cast<void*>(src), count, offset, kind, true, 0, true);
+}
+PHOS_EXPORT cudaError_t cudaMemcpyToSymbol_ptds(const void* symbol, const void* src, size_t count, size_t offset,
+                                                cudaMemcpyKind kind) {
+  return SymbolCopy(symbol, const_cast<void*>(src), count, offset, kind, true, 0, true);
+}
+PHOS_EXPORT cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset,
+                                             cudaMemcpyKind kind) {
+  return SymbolCopy(symbol, dst, count, offset, kind, false, 0, true);
+}
+PHOS_EXPORT cudaError_t cudaMemcpyFromSymbol_ptds(void* dst, const void* symbol, size_t count, size_t offset,
+                                                  cudaMemcpyKind kind) {
+  return SymbolCopy(symbol, dst, count, offset, kind, false, 0, true);
+}
+PHOS_EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void* symbol, const void* src, size_t count, size_t offset,
+                                                cudaMemcpyKind kind, cudaStream_t stream) {
+  return SymbolCopy(symbol, const_cast<void*>(src), count, offset, kind, true, StreamIdOf(stream), false);
+}
+PHOS_EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void* dst, const void* symbol, size_t count, size_t offset,
+                                                  cudaMemcpyKind kind, cudaStream_t stream) {
+  return SymbolCopy(symbol, dst, count, offset, kind, false, StreamIdOf(stream), false);
+}

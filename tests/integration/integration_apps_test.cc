@@ -1,0 +1,265 @@
+// End to end: phosd (sim backend) + `phos run` + libphos.so + the CUDA test
+// programs of tests/apps. Each program checks its own results against a CPU
+// reference and prints "<name>: checksum ... OK".
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool Exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
+
+// A child process with stdout+stderr on a pipe.
+struct Child {
+  pid_t pid = -1;
+  int out = -1;
+  std::string output;
+
+  static Child Start(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
+    Child c;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return c;
+    c.pid = fork();
+    if (c.pid == 0) {
+      dup2(fds[1], 1);
+      dup2(fds[1], 2);
+      for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    c.out = fds[0];
+    return c;
+  }
+
+  // Reads output until `needle` appears or the process closes its output
+  // or the deadline passes. True if the needle was seen.
+  bool ReadUntil(const std::string& needle, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (needle.empty() || output.find(needle) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0 || out < 0) return false;
+      pollfd p{out, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(out, buf, sizeof buf);
+      if (n <= 0) {
+        close(out);
+        out = -1;
+        return needle.empty() ? true : output.find(needle) != std::string::npos;
+      }
+      output.append(buf, n);
+    }
+    return true;
+  }
+
+  // Waits for exit (killing the child after `limit`). Returns the exit
+  // status, or -signal, or -1000 on timeout.
+  int Wait(std::chrono::milliseconds limit) {
+    ReadUntil("", limit);
+    const auto deadline = Clock::now() + limit;
+    int status = 0;
+    for (;;) {
+      pid_t r = waitpid(pid, &status, WNOHANG);
+      if (r == pid) break;
+      if (Clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        if (out >= 0) close(out);
+        return -1000;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (out >= 0) {
+      ReadUntil("", std::chrono::milliseconds(1000));
+      if (out >= 0) close(out);
+      out = -1;
+    }
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+};
+
+size_t Count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+  return n;
+}
+
+class Daemon {
+ public:
+  explicit Daemon(const std::string& dir) : socket_(dir + "/phosd.sock") {
+    child_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", socket_});
+  }
+  ~Daemon() { Stop(); }
+  const std::string& socket() const { return socket_; }
+  // Waits until the data socket accepts a connection.
+  bool WaitReady(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    const std::string data = socket_ + ".data";
+    while (Clock::now() < deadline) {
+      if (Exists(data)) {
+        int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::strncpy(addr.sun_path, data.c_str(), sizeof(addr.sun_path) - 1);
+        const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+        close(fd);
+        if (ok) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  void Kill() {
+    if (child_.pid > 0) {
+      kill(child_.pid, SIGKILL);
+      child_.Wait(std::chrono::milliseconds(5000));
+    }
+  }
+  void Stop() {
+    if (child_.pid > 0) {
+      kill(child_.pid, SIGTERM);
+      if (child_.Wait(std::chrono::milliseconds(10000)) == -1000) ADD_FAILURE() << "phosd did not stop on SIGTERM";
+    }
+  }
+  std::string log() const { return child_.output; }
+
+ private:
+  std::string socket_;
+  Child child_;
+};
+
+class IntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/phos_integ_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+
+  Child RunUnderPhos(const std::string& socket, const std::string& program) {
+    return Child::Start({PHOS_BIN, "--socket", socket, "run", "--lib", PHOS_LIB_PATH, "--", program});
+  }
+
+  std::string dir_;
+};
+
+std::vector<std::string> Apps() {
+  std::vector<std::string> apps;
+  std::stringstream ss(PHOS_TEST_APP_LIST);
+  std::string a;
+  while (std::getline(ss, a, ',')) apps.push_back(a);
+  return apps;
+}
+
+TEST_F(IntegrationTest, EveryTestAppPassesUnderPhosRun) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  for (const std::string& app : Apps()) {
+    SCOPED_TRACE(app);
+    const std::string path = std::string(PHOS_APPS_DIR) + "/" + app;
+    ASSERT_TRUE(Exists(path)) << path;
+    Child c = RunUnderPhos(d.socket(), path);
+    const int rc = c.Wait(std::chrono::seconds(120));
+    EXPECT_EQ(rc, 0) << c.output;
+    EXPECT_NE(c.output.find(app + ": checksum 0x"), std::string::npos) << c.output;
+    EXPECT_NE(c.output.find(" OK\n"), std::string::npos) << c.output;
+    EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+  }
+}
+
+TEST_F(IntegrationTest, UnsupportedApiReturnsNotSupportedAndLogsOnce) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/unsupported_api");
+  const int rc = c.Wait(std::chrono::seconds(60));
+  EXPECT_EQ(rc, 0) << c.output;
+  EXPECT_NE(c.output.find("unsupported_api: 801 801"), std::string::npos) << c.output;
+  EXPECT_EQ(Count(c.output, "phos: cudaMallocManaged is not supported by phos yet"), 1u) << c.output;
+  EXPECT_NE(c.output.find("unsupported_api: OK"), std::string::npos) << c.output;
+}
+
+TEST_F(IntegrationTest, DaemonKilledMidRunGivesAnErrorNotAHang) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/daemon_loss");
+  ASSERT_TRUE(c.ReadUntil("daemon_loss: running", std::chrono::seconds(60))) << c.output;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto killed = Clock::now();
+  d.Kill();
+  const int rc = c.Wait(std::chrono::seconds(30));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed).count();
+  EXPECT_EQ(rc, 3) << c.output;
+  EXPECT_NE(c.output.find("daemon_loss: error cudaErrorDevicesUnavailable"), std::string::npos) << c.output;
+  EXPECT_EQ(Count(c.output, "phos: phosd is unavailable at"), 1u) << c.output;
+  EXPECT_LT(took, 10000) << "the app took " << took << " ms to notice phosd was gone";
+}
+
+TEST_F(IntegrationTest, NoDaemonGivesDevicesUnavailableOnce) {
+  Child c = RunUnderPhos(dir_ + "/absent.sock", std::string(PHOS_APPS_DIR) + "/vector_add");
+  const int rc = c.Wait(std::chrono::seconds(30));
+  EXPECT_EQ(rc, 2) << c.output;  // tests/apps/common.h: 2 = CUDA error
+  EXPECT_EQ(Count(c.output, "phos: phosd is unavailable at " + dir_ + "/absent.sock.data"), 1u) << c.output;
+}
+
+TEST_F(IntegrationTest, StaticallyLinkedCudartIsRefused) {
+  Child c = RunUnderPhos(dir_ + "/unused.sock", std::string(PHOS_INTEGRATION_DIR) + "/vector_add_static");
+  const int rc = c.Wait(std::chrono::seconds(30));
+  EXPECT_EQ(rc, 2) << c.output;
+  EXPECT_NE(c.output.find("-cudart shared"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("vector_add: checksum"), std::string::npos) << c.output;
+}
+
+TEST_F(IntegrationTest, UnknownCommandIsReported) {
+  Child c = Child::Start({PHOS_BIN, "run", "--", "phos-no-such-program-xyz"});
+  EXPECT_EQ(c.Wait(std::chrono::seconds(30)), 127) << c.output;
+  EXPECT_NE(c.output.find("command not found"), std::string::npos) << c.output;
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(IntegrationTest, SymbolsAndPtxOnlyParameterLayout) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/symbols");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output;
+  EXPECT_NE(c.output.find("symbols: OK"), std::string::npos) << c.output;
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(IntegrationTest, RuntimeApiCallsBeyondTheApps) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/runtime_api");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output;
+  EXPECT_NE(c.output.find("runtime_api: OK"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+}
+
+}  // namespace

@@ -1,0 +1,93 @@
+// The runtime calls the tests/apps programs do not make: device queries,
+// memory info, streams with priority, event timing and queries, async
+// memset/copies on a stream, cudaMemcpyDefault, error names, last error.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#define CHECK(x)                                                                        \
+  do {                                                                                  \
+    cudaError_t e = (x);                                                                \
+    if (e != cudaSuccess) {                                                             \
+      std::printf("runtime_api: line %d: %s failed: %s\n", __LINE__, #x, cudaGetErrorName(e)); \
+      return 2;                                                                         \
+    }                                                                                   \
+  } while (0)
+#define EXPECT(c)                                                     \
+  do {                                                                \
+    if (!(c)) {                                                       \
+      std::printf("runtime_api: line %d: expected %s\n", __LINE__, #c); \
+      return 1;                                                       \
+    }                                                                 \
+  } while (0)
+
+__global__ void fill(int* p, int n, int v) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p[i] = v + i;
+}
+
+int main() {
+  int count = 0, dev = -1;
+  CHECK(cudaGetDeviceCount(&count));
+  EXPECT(count >= 1);
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaGetDevice(&dev));
+  EXPECT(dev == 0);
+  EXPECT(cudaSetDevice(count + 5) == cudaErrorInvalidDevice);
+  EXPECT(cudaGetLastError() == cudaErrorInvalidDevice);
+  EXPECT(cudaGetLastError() == cudaSuccess);
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  EXPECT(prop.name[0] != '\0' && prop.totalGlobalMem > 0 && prop.warpSize == 32 && prop.multiProcessorCount > 0);
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  EXPECT(sms == prop.multiProcessorCount);
+  size_t free_b = 0, total_b = 0;
+  CHECK(cudaMemGetInfo(&free_b, &total_b));
+  EXPECT(total_b > 0 && free_b <= total_b);
+
+  const int n = 100000;
+  int* d = nullptr;
+  CHECK(cudaMalloc(&d, n * sizeof(int)));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, 0));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  CHECK(cudaEventRecord(a, s));
+  CHECK(cudaMemsetAsync(d, 0, n * sizeof(int), s));
+  fill<<<(n + 255) / 256, 256, 0, s>>>(d, n, 7);
+  CHECK(cudaEventRecord(b, s));
+  CHECK(cudaEventSynchronize(b));
+  EXPECT(cudaEventQuery(b) == cudaSuccess);
+  EXPECT(cudaStreamQuery(s) == cudaSuccess);
+  float ms = -1;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  EXPECT(ms >= 0);
+  std::vector<int> h(n, -1);
+  CHECK(cudaMemcpyAsync(h.data(), d, n * sizeof(int), cudaMemcpyDefault, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < n; ++i) EXPECT(h[i] == 7 + i);
+  // Default-kind D2D and H2D.
+  int* d2 = nullptr;
+  CHECK(cudaMalloc(&d2, n * sizeof(int)));
+  CHECK(cudaMemcpy(d2, d, n * sizeof(int), cudaMemcpyDefault));
+  int small[3] = {1, 2, 3};
+  CHECK(cudaMemcpy(d2 + 10, small, sizeof small, cudaMemcpyDefault));
+  std::vector<int> h2(n);
+  CHECK(cudaMemcpy(h2.data(), d2, n * sizeof(int), cudaMemcpyDefault));
+  EXPECT(h2[9] == 16 && h2[10] == 1 && h2[12] == 3 && h2[13] == 20);
+  CHECK(cudaDeviceSynchronize());
+  EXPECT(std::strcmp(cudaGetErrorName(cudaErrorNotSupported), "cudaErrorNotSupported") == 0);
+  EXPECT(std::strcmp(cudaGetErrorString(cudaSuccess), "no error") == 0);
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(d));
+  CHECK(cudaFree(d2));
+  CHECK(cudaPeekAtLastError());
+  std::printf("runtime_api: OK\n");
+  return 0;
+}
