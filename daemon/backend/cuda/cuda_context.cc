@@ -11,6 +11,21 @@
 namespace phos::backend::cuda {
 namespace {
 
+// Looks `handle` up in one of the context's handle maps (caller holds the
+// context's mutex). `gone` says how a valid handle stops being valid.
+template <typename Map, typename Ptr>
+Status FindHandleLocked(const Map& map, std::uint64_t handle, const char* kind, const char* gone,
+                        Ptr* out) {
+  auto it = map.find(handle);
+  if (it == map.end()) {
+    return Status::InvalidArgument(std::string("unknown ") + kind + " handle " +
+                                   std::to_string(handle) + " (" + gone +
+                                   ", or from another context)");
+  }
+  *out = it->second;
+  return Status::Ok();
+}
+
 static_assert(kStreamNonBlocking == CU_STREAM_NON_BLOCKING, "stream flag values differ from CUDA's");
 static_assert(kEventBlockingSync == CU_EVENT_BLOCKING_SYNC, "event flag values differ from CUDA's");
 static_assert(kEventDisableTiming == CU_EVENT_DISABLE_TIMING, "event flag values differ from CUDA's");
@@ -170,47 +185,24 @@ Status CudaContext::FindStream(StreamHandle handle, CUstream* out, std::shared_p
     return Status::Ok();
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = streams_.find(handle);
-  if (it == streams_.end()) {
-    return Status::InvalidArgument("unknown stream handle " + std::to_string(handle) +
-                                   " (destroyed, or from another context)");
-  }
-  *keep = it->second;
-  *out = it->second->stream;
+  PHOS_RETURN_IF_ERROR(FindHandleLocked(streams_, handle, "stream", "destroyed", keep));
+  *out = (*keep)->stream;
   return Status::Ok();
 }
 
 Status CudaContext::FindEvent(EventHandle handle, std::shared_ptr<EventObject>* out) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = events_.find(handle);
-  if (it == events_.end()) {
-    return Status::InvalidArgument("unknown event handle " + std::to_string(handle) +
-                                   " (destroyed, or from another context)");
-  }
-  *out = it->second;
-  return Status::Ok();
+  return FindHandleLocked(events_, handle, "event", "destroyed", out);
 }
 
 Status CudaContext::FindModule(ModuleHandle handle, std::shared_ptr<ModuleObject>* out) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = modules_.find(handle);
-  if (it == modules_.end()) {
-    return Status::InvalidArgument("unknown module handle " + std::to_string(handle) +
-                                   " (unloaded, or from another context)");
-  }
-  *out = it->second;
-  return Status::Ok();
+  return FindHandleLocked(modules_, handle, "module", "unloaded", out);
 }
 
 Status CudaContext::FindFunction(FunctionHandle handle, std::shared_ptr<FunctionObject>* out) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = functions_.find(handle);
-  if (it == functions_.end()) {
-    return Status::InvalidArgument("unknown function handle " + std::to_string(handle) +
-                                   " (its module was unloaded, or from another context)");
-  }
-  *out = it->second;
-  return Status::Ok();
+  return FindHandleLocked(functions_, handle, "function", "its module was unloaded", out);
 }
 
 // ---- memory ------------------------------------------------------------------------
