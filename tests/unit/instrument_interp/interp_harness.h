@@ -14,33 +14,17 @@
 #include <vector>
 
 #include "interp/launch.h"
+#include "kernel_params.h"
 #include "interp/program.h"
 #include "ptx/ptx_parser.h"
 
 namespace phos::interp::test {
 
 inline std::string ReadPtx(const std::string& stem) {
-  std::ifstream f(std::string(PHOS_INTERP_PTX_DIR) + "/" + stem + ".ptx");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return phos::test::ReadTextFile(std::string(PHOS_INTERP_PTX_DIR) + "/" + stem + ".ptx");
 }
 
-class Params {
- public:
-  template <typename T>
-  Params& Add(const T& v) {
-    size_t off = (buf_.size() + alignof(T) - 1) / alignof(T) * alignof(T);
-    buf_.resize(off + sizeof(T));
-    std::memcpy(buf_.data() + off, &v, sizeof(T));
-    return *this;
-  }
-  const uint8_t* data() const { return buf_.data(); }
-  size_t size() const { return buf_.size(); }
-
- private:
-  std::vector<uint8_t> buf_;
-};
+using Params = phos::test::KernelParams;
 
 class Harness {
  public:

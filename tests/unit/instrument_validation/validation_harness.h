@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "interp/launch.h"
+#include "kernel_params.h"
 #include "interp/memory.h"
 #include "interp/program.h"
 #include "ptx/ptx_emitter.h"
@@ -29,10 +30,7 @@
 namespace phos::validation::test {
 
 inline std::string ReadPtx(const std::string& stem) {
-  std::ifstream f(std::string(PHOS_VALIDATION_PTX_DIR) + "/" + stem + ".ptx");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return phos::test::ReadTextFile(std::string(PHOS_VALIDATION_PTX_DIR) + "/" + stem + ".ptx");
 }
 
 // A fresh seed per call (std::random_device), or PHOS_TEST_SEED to replay.
@@ -59,21 +57,7 @@ std::vector<T> RandReals(std::mt19937& rng, size_t n, double lo, double hi) {
 }
 
 // A kernel parameter buffer laid out as the .param list (natural alignment).
-class Params {
- public:
-  template <typename T>
-  Params& Add(const T& v) {
-    size_t off = (buf_.size() + alignof(T) - 1) / alignof(T) * alignof(T);
-    buf_.resize(off + sizeof(T));
-    std::memcpy(buf_.data() + off, &v, sizeof(T));
-    return *this;
-  }
-  const uint8_t* data() const { return buf_.data(); }
-  size_t size() const { return buf_.size(); }
-
- private:
-  std::vector<uint8_t> buf_;
-};
+using Params = phos::test::KernelParams;
 
 // Device memory: host buffers registered with a RangeGlobalMemory. User
 // buffers remember their initial contents (Reset restores them, Snapshot
