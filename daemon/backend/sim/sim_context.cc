@@ -439,13 +439,13 @@ Status SimContext::GetFunction(ModuleHandle module, const std::string& name,
   std::lock_guard<std::mutex> lock(mu_);
   auto it = modules_.find(module);
   if (it == modules_.end()) return Status::InvalidArgument("unknown module handle " + Hex(module));
-  int f = it->second->program().FindFunction(name);
-  if (f < 0 || !it->second->program().function(f).is_entry) {
+  Status runnable = it->second->CheckKernel(name);
+  if (runnable.code() == Status::Code::kNotFound) {
     return Status::NotFound("GetFunction: no kernel named '" + name + "' in module " +
                             Hex(module));
   }
   const FunctionHandle h = NewHandleLocked();
-  functions_.emplace(h, KernelEntry{module, it->second, name});
+  functions_.emplace(h, KernelEntry{module, it->second, name, std::move(runnable)});
   *out = h;
   return Status::Ok();
 }
@@ -474,6 +474,7 @@ Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
                                 const std::vector<std::uint8_t>& params) {
   std::shared_ptr<SimModule> module;
   std::string name;
+  Status runnable;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = functions_.find(function);
@@ -482,6 +483,7 @@ Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
     }
     module = it->second.program;
     name = it->second.name;
+    runnable = it->second.runnable;
   }
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 ||
       block.z == 0) {
@@ -489,7 +491,7 @@ Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
   }
   // An instruction the interpreter cannot run is an error now, at launch,
   // naming the instruction — not a sticky failure discovered later.
-  PHOS_RETURN_IF_ERROR(module->CheckKernel(name).WithContext("LaunchKernel '" + name + "'"));
+  PHOS_RETURN_IF_ERROR(runnable.WithContext("LaunchKernel '" + name + "'"));
   SimShared* shared = shared_.get();
   std::lock_guard<std::mutex> lock(mu_);
   return EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes,

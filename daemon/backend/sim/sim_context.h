@@ -109,6 +109,9 @@ class SimContext final : public Context {
     ModuleHandle module = 0;
     std::shared_ptr<SimModule> program;
     std::string name;
+    // Whether the interpreter can run every instruction the kernel reaches,
+    // found once by GetFunction and returned by every LaunchKernel.
+    Status runnable;
   };
   std::map<FunctionHandle, KernelEntry> functions_;     // from GetFunction
   std::map<std::uintptr_t, std::size_t> host_ranges_;   // registered host memory

@@ -28,7 +28,8 @@ class SimModule {
 
   /// OK if `name` is a kernel (.entry) of this module and every instruction
   /// it can reach is one the interpreter runs; else NotFound/NotSupported
-  /// naming the kernel or the instruction.
+  /// naming the kernel or the instruction. Walks every reachable op: call
+  /// it once per kernel (SimContext::GetFunction), not per launch.
   Status CheckKernel(const std::string& name) const;
 
  private:
