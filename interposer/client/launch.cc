@@ -14,12 +14,48 @@
 namespace phos::client {
 namespace {
 
+// The device's launch limits, fetched once (a launch is posted, so a bad
+// configuration must be caught here to be reported by the launch itself,
+// as CUDA does, rather than at the next synchronising call).
+struct LaunchLimits {
+  bool ok = false;
+  int max_threads = 0;
+  int max_block[3] = {};
+  int max_grid[3] = {};
+};
+const LaunchLimits& Limits() {
+  static const LaunchLimits limits = [] {
+    LaunchLimits l;
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return l;
+    l.ok = true;
+    l.max_threads = p.maxThreadsPerBlock;
+    for (int i = 0; i < 3; ++i) {
+      l.max_block[i] = p.maxThreadsDim[i];
+      l.max_grid[i] = p.maxGridSize[i];
+    }
+    return l;
+  }();
+  return limits;
+}
+
+bool ConfigFits(dim3 grid, dim3 block) {
+  const LaunchLimits& l = Limits();
+  if (!l.ok) return true;  // phosd checks again (and reports unavailability)
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  return threads <= static_cast<uint64_t>(l.max_threads) && block.x <= static_cast<unsigned>(l.max_block[0]) &&
+         block.y <= static_cast<unsigned>(l.max_block[1]) && block.z <= static_cast<unsigned>(l.max_block[2]) &&
+         grid.x <= static_cast<unsigned>(l.max_grid[0]) && grid.y <= static_cast<unsigned>(l.max_grid[1]) &&
+         grid.z <= static_cast<unsigned>(l.max_grid[2]);
+}
+
 cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream) {
   if (cudaError_t s = StickyError(); s != cudaSuccess) return SetError(s);
   if (k == nullptr) return SetError(cudaErrorInvalidDeviceFunction);
   if (!k->params_known) return SetError(cudaErrorInvalidDeviceFunction);
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0)
     return SetError(cudaErrorInvalidConfiguration);
+  if (!ConfigFits(grid, block)) return SetError(cudaErrorInvalidConfiguration);
   WireStatus w = EnsureKernel(k);
   if (w != WireStatus::kSuccess) return Finish(w);
   if (k->param_bytes > wire::kMaxParamBytes) return SetError(cudaErrorInvalidValue);

@@ -263,3 +263,73 @@ TEST_F(IntegrationTest, RuntimeApiCallsBeyondTheApps) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string ErrorPaths() { return std::string(PHOS_INTEGRATION_DIR) + "/error_paths"; }
+
+// `phos ps --json` against the daemon at `socket`.
+std::string PsJson(const std::string& socket) {
+  Child c = Child::Start({PHOS_BIN, "--socket", socket, "ps", "--json"});
+  c.Wait(std::chrono::seconds(20));
+  return c.output;
+}
+
+TEST_F(IntegrationTest, ErrorPathsGiveCudaErrors) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", ErrorPaths(), "errors"});
+  EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output;
+  EXPECT_NE(c.output.find("error_paths: OK"), std::string::npos) << c.output;
+  // The faulting session did not take the daemon down: another app still runs.
+  Child v = RunUnderPhos(d.socket(), std::string(PHOS_APPS_DIR) + "/vector_add");
+  EXPECT_EQ(v.Wait(std::chrono::seconds(60)), 0) << v.output;
+}
+
+// Two apps at once: a third app runs correctly beside them, and one app
+// cannot read, write or free the other's buffer.
+TEST_F(IntegrationTest, ConcurrentAppsAreIsolated) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  const std::string go = dir_ + "/go";
+  Child owner = Child::Start(
+      {PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", ErrorPaths(), "owner", "16", go});
+  ASSERT_TRUE(owner.ReadUntil(" ready\n", std::chrono::seconds(60))) << owner.output;
+  const size_t at = owner.output.find("owner: ptr ");
+  ASSERT_NE(at, std::string::npos) << owner.output;
+  const std::string ptr = owner.output.substr(at + 11, owner.output.find(' ', at + 11) - (at + 11));
+  Child app = RunUnderPhos(d.socket(), std::string(PHOS_APPS_DIR) + "/saxpy_loop");
+  Child intruder = Child::Start(
+      {PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", ErrorPaths(), "intruder", ptr});
+  EXPECT_EQ(intruder.Wait(std::chrono::seconds(60)), 0) << intruder.output;
+  EXPECT_NE(intruder.output.find("intruder: refused"), std::string::npos) << intruder.output;
+  EXPECT_EQ(app.Wait(std::chrono::seconds(120)), 0) << app.output;
+  EXPECT_NE(app.output.find(" OK\n"), std::string::npos) << app.output;
+  ASSERT_EQ(std::system(("touch " + go).c_str()), 0);
+  EXPECT_EQ(owner.Wait(std::chrono::seconds(60)), 0) << owner.output;
+  EXPECT_NE(owner.output.find("owner: intact"), std::string::npos) << owner.output;
+}
+
+// An app killed with SIGKILL: phosd notices and releases its session.
+TEST_F(IntegrationTest, KilledAppReleasesItsSession) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child hold = Child::Start(
+      {PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", ErrorPaths(), "hold", "64"});
+  ASSERT_TRUE(hold.ReadUntil("hold: ready", std::chrono::seconds(60))) << hold.output;
+  std::string ps = PsJson(d.socket());
+  EXPECT_NE(ps.find("\"device_memory_bytes\": \"67108864\""), std::string::npos) << ps;
+  // `phos run` execs the program, so the child's pid is the app's.
+  EXPECT_NE(ps.find("\"pid\": " + std::to_string(hold.pid) + ","), std::string::npos) << ps;
+  kill(hold.pid, SIGKILL);
+  hold.Wait(std::chrono::seconds(10));
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  do {
+    ps = PsJson(d.socket());
+    if (ps.find("\"pid\"") == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  } while (Clock::now() < deadline);
+  EXPECT_EQ(ps.find("\"pid\""), std::string::npos) << "the killed app's session is still listed:\n" << ps;
+}
+
+}  // namespace
