@@ -107,6 +107,48 @@ CudartLinkage InspectElf(const std::string& path) {
   return out;
 }
 
+// A directory holding `libcuda.so.1` and `libcuda.so` as symlinks to
+// libphos.so, put first on LD_LIBRARY_PATH: a program that dlopen()s the
+// driver and dlsym()s through that handle (Triton, PyTorch's lazy driver
+// loading) gets phos's driver exports instead of the real driver — the
+// loader sees the same file as the preloaded library and returns it. The
+// directory is per user and per libphos.so (by inode), mode 0700, and its
+// owner is checked so another user cannot plant a library in it.
+std::string DriverShimDir(const std::string& lib, std::string* error) {
+  struct stat lib_st {};
+  if (stat(lib.c_str(), &lib_st) != 0) {
+    *error = "cannot stat " + lib + ": " + std::strerror(errno);
+    return "";
+  }
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  std::string base = (runtime && runtime[0] == '/') ? std::string(runtime) : "/tmp";
+  base += "/phos-" + std::to_string(getuid());
+  const std::string dir = base + "/driver-shim-" + std::to_string(lib_st.st_dev) + "-" + std::to_string(lib_st.st_ino);
+  for (const std::string& d : {base, dir}) {
+    if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
+      *error = "cannot create " + d + ": " + std::strerror(errno);
+      return "";
+    }
+    struct stat st {};
+    if (lstat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 0077) != 0) {
+      *error = d + " is not a private directory owned by uid " + std::to_string(getuid());
+      return "";
+    }
+  }
+  for (const char* name : {"libcuda.so.1", "libcuda.so"}) {
+    const std::string link = dir + "/" + name;
+    char target[4096];
+    const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+    if (n > 0 && std::string(target, n) == lib) continue;
+    unlink(link.c_str());
+    if (symlink(lib.c_str(), link.c_str()) != 0 && errno != EEXIST) {
+      *error = "cannot create " + link + ": " + std::strerror(errno);
+      return "";
+    }
+  }
+  return dir;
+}
+
 int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::string> args) {
   if (!args.empty() && args.front() == "--") args.erase(args.begin());
   if (args.empty()) {
@@ -144,9 +186,21 @@ int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::st
               << " (give it with --lib or $PHOS_LIB)\n";
     return 2;
   }
+  if (char real[4096]; realpath(lib.c_str(), real) != nullptr) lib = real;  // the shim's symlinks need it absolute
   std::string preload = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') preload += ":" + std::string(old);
   setenv("LD_PRELOAD", preload.c_str(), 1);
+  std::string shim_error;
+  const std::string shim = DriverShimDir(lib, &shim_error);
+  if (shim.empty()) {
+    std::cerr << "phos run: warning: no driver shim (" << shim_error
+              << "); a program that dlopen()s libcuda.so.1 itself will not be interposed\n";
+  } else {
+    std::string path_list = shim;
+    if (const char* old = std::getenv("LD_LIBRARY_PATH"); old != nullptr && old[0] != '\0')
+      path_list += ":" + std::string(old);
+    setenv("LD_LIBRARY_PATH", path_list.c_str(), 1);
+  }
   setenv("PHOS_SOCKET", global.socket_path.c_str(), 1);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

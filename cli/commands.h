@@ -19,5 +19,7 @@ void AddStatusCommand(CLI::App* app, const GlobalOptions* global, int* exit_code
 void AddPsCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 /// phos run [--lib PATH] [--] CMD ARGS... (cmd_run.cc).
 void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
+/// phos inspect DIR [--json] (cmd_inspect.cc): runs without a daemon.
+void AddInspectCommand(CLI::App* app, int* exit_code);
 
 }  // namespace phos::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   phos::cli::AddStatusCommand(&app, &global, &exit_code);
   phos::cli::AddPsCommand(&app, &global, &exit_code);
   phos::cli::AddRunCommand(&app, &global, &exit_code);
+  phos::cli::AddInspectCommand(&app, &exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

@@ -86,6 +86,28 @@ inline constexpr unsigned kStreamNonBlocking = 0x1;
 inline constexpr unsigned kEventBlockingSync = 0x1;
 inline constexpr unsigned kEventDisableTiming = 0x2;
 
+/// What cuFuncGetAttribute reports for a kernel (the CUfunction_attribute
+/// values, in cudaFuncAttributes' units). Filled by
+/// Context::GetFunctionAttributes.
+struct FunctionAttributes {
+  int max_threads_per_block = 0;             // launchable block size (.maxntid, registers)
+  std::uint64_t shared_size_bytes = 0;       // static shared memory per block
+  std::uint64_t const_size_bytes = 0;        // user __constant__ memory
+  std::uint64_t local_size_bytes = 0;        // local memory per thread
+  int num_regs = 0;                          // registers per thread
+  int ptx_version = 0;                       // virtual arch, major*10+minor (90 = compute_90)
+  int binary_version = 0;                    // SASS arch the function runs as (90 = sm_90)
+  int cache_mode_ca = 0;                     // compiled with -Xptxas -dlcm=ca
+  int max_dynamic_shared_size_bytes = 0;     // current launch limit (settable)
+  int preferred_shared_memory_carveout = -1; // percent, -1 = no preference (settable)
+};
+
+/// The settable function attributes (cuFuncSetAttribute).
+enum class FunctionAttribute {
+  kMaxDynamicSharedSizeBytes,      // 0 .. shared_memory_per_block_optin - static shared
+  kPreferredSharedMemoryCarveout,  // -1 .. 100
+};
+
 /// One GPU context: memory, streams, events and modules of one session (or
 /// one pooled context waiting for a session). Thread-safe.
 class Context {
@@ -165,6 +187,14 @@ class Context {
   virtual Status LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
                               unsigned shared_memory_bytes, StreamHandle stream,
                               const std::vector<std::uint8_t>& params) = 0;
+  /// The kernel's attributes (cuFuncGetAttribute for every attribute).
+  virtual Status GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) = 0;
+  /// Sets a launch attribute (cuFuncSetAttribute). InvalidArgument for a
+  /// value out of range. A launch asking for more dynamic shared memory than
+  /// kMaxDynamicSharedSizeBytes allows (default 48 KiB minus static shared)
+  /// fails with InvalidArgument, as in CUDA.
+  virtual Status SetFunctionAttribute(FunctionHandle function, FunctionAttribute attribute,
+                                      int value) = 0;
 };
 
 /// A GPU driver: enumerates devices and creates contexts. Thread-safe.

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -109,16 +111,29 @@ Status SyncResult(SessionState& st, Status own) {
   return d;
 }
 
-/// Enqueues an H2D copy from bytes phosd keeps until the copy has run.
-Status EnqueueH2D(SessionState& st, uint64_t dst, std::span<const std::byte> src,
-                  backend::StreamHandle stream) {
+/// One device-side piece of a retained H2D source: `bytes` bytes from
+/// src[offset] to `dst`.
+struct H2DPiece {
+  uint64_t dst = 0;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+/// Enqueues H2D copies of pieces of `src`, which phosd keeps (one copy of
+/// it, one event) until they have run.
+Status EnqueueH2DPieces(SessionState& st, std::span<const std::byte> src, const std::vector<H2DPiece>& pieces,
+                        backend::StreamHandle stream) {
   if (src.empty()) return Status::Ok();
   if (st.retained_bytes + src.size() > kMaxRetainedBytes) ReapRetained(st, /*wait_all=*/false);
   if (st.retained_bytes + src.size() > kMaxRetainedBytes) ReapRetained(st, /*wait_all=*/true);
   SessionState::RetainedHost r;
   r.bytes.assign(src.begin(), src.end());
-  PHOS_RETURN_IF_ERROR(st.ctx->MemcpyAsync(dst, reinterpret_cast<uint64_t>(r.bytes.data()), r.bytes.size(),
-                                           backend::CopyKind::kHostToDevice, stream));
+  for (const H2DPiece& piece : pieces) {
+    PHOS_RETURN_IF_ERROR(st.ctx->MemcpyAsync(piece.dst, reinterpret_cast<uint64_t>(r.bytes.data() + piece.offset),
+                                             piece.bytes, backend::CopyKind::kHostToDevice, stream));
+  }
+  st.copy_stats.staged_copies += 1;
+  st.copy_stats.staged_bytes += src.size();
   Status s = st.ctx->CreateEvent(backend::kEventDisableTiming, &r.event);
   if (s.ok()) s = st.ctx->RecordEvent(r.event, stream);
   if (!s.ok()) {
@@ -130,6 +145,12 @@ Status EnqueueH2D(SessionState& st, uint64_t dst, std::span<const std::byte> src
   st.retained_bytes += r.bytes.size();
   st.retained.push_back(std::move(r));
   return Status::Ok();
+}
+
+/// Enqueues an H2D copy from bytes phosd keeps until the copy has run.
+Status EnqueueH2D(SessionState& st, uint64_t dst, std::span<const std::byte> src,
+                  backend::StreamHandle stream) {
+  return EnqueueH2DPieces(st, src, {H2DPiece{dst, 0, src.size()}}, stream);
 }
 
 // ---------------------------------------------------------------- device
@@ -346,12 +367,46 @@ void HandleMemcpy(SessionState& st, const ring::Record& rec, std::span<const std
       return SyncResult(st, st.ctx->SynchronizeStream(stream));
     });
     if (!s.ok()) return out->Fail(s);
+    st.copy_stats.staged_copies += 1;
+    st.copy_stats.staged_bytes += req.bytes;
     if (req.reply_chunk == wire::kNoChunk) {
       out->bytes = static_cast<uint32_t>(req.bytes);
     } else {
       out->Set(wire::ChunkReply{req.bytes});
     }
     return;
+  }
+  if (dir == wire::CopyDir::kPinnedToDevice || dir == wire::CopyDir::kDeviceToPinned) {
+    // The zero-copy path: straight from / into phosd's mapping of the
+    // app's pinned segment. No retention: the mapping lives as long as the
+    // session.
+    if (rec.has_staging || !tail.empty()) {
+      return out->Fail(WireStatus::kInvalidValue, "memcpy from/to pinned memory carries no data");
+    }
+    const bool to_device = dir == wire::CopyDir::kPinnedToDevice;
+    const uint64_t device = to_device ? req.dst : req.src;
+    std::byte* host = nullptr;
+    if (Status s = st.host_segments.Translate(to_device ? req.src : req.dst, req.bytes, &host); !s.ok()) {
+      return out->Fail(s);
+    }
+    if (Status s = CheckDeviceRange(st, device, req.bytes); !s.ok()) return out->Fail(s);
+    if (Status s = st.host_segments.EnsureRegistered(st.ctx); !s.ok()) return out->Fail(s);
+    v.Add(device, req.bytes, to_device);
+    Status s = st.executor->Run(v, [&] {
+      if (req.bytes) {
+        const auto h = reinterpret_cast<uint64_t>(host);
+        PHOS_RETURN_IF_ERROR(st.ctx->MemcpyAsync(to_device ? device : h, to_device ? h : device, req.bytes,
+                                                 to_device ? backend::CopyKind::kHostToDevice
+                                                           : backend::CopyKind::kDeviceToHost,
+                                                 stream));
+      }
+      return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok();
+    });
+    if (s.ok()) {
+      st.copy_stats.pinned_copies += 1;
+      st.copy_stats.pinned_bytes += req.bytes;
+    }
+    return out->Fail(s);
   }
   if (dir == wire::CopyDir::kDeviceToDevice) {
     if (Status s = CheckDeviceRange(st, req.src, req.bytes); !s.ok()) return out->Fail(s);
@@ -397,6 +452,254 @@ void HandleMemset(SessionState& st, const ring::Record& rec, std::span<const std
     return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok();
   });
   out->Fail(s);
+}
+
+// ---------------------------------------------------------------- pinned host memory and 2D copies
+
+/// Bytes a pitched region spans (pitch*(height-1) + width); false on
+/// overflow. height >= 1.
+bool Span2D(uint64_t pitch, uint64_t width, uint64_t height, uint64_t* span) {
+  if (pitch != 0 && height - 1 > (UINT64_MAX - width) / pitch) return false;
+  *span = pitch * (height - 1) + width;
+  return true;
+}
+
+/// Calls fn(row, column, length, packed_offset) for each row piece of the
+/// packed range [off, off + n) of a width-wide region.
+template <typename Fn>
+void ForEachRowPiece(uint64_t off, uint64_t n, uint64_t width, Fn&& fn) {
+  const uint64_t end = off + n;
+  while (off < end) {
+    const uint64_t row = off / width, col = off % width;
+    const uint64_t len = std::min(width - col, end - off);
+    fn(row, col, len, off);
+    off += len;
+  }
+}
+
+/// Enqueues `height` row copies (one copy when both sides are contiguous).
+Status EnqueueRows(SessionState& st, uint64_t dst, uint64_t dpitch, uint64_t src, uint64_t spitch, uint64_t width,
+                   uint64_t height, backend::CopyKind kind, backend::StreamHandle stream) {
+  if (dpitch == width && spitch == width) return st.ctx->MemcpyAsync(dst, src, width * height, kind, stream);
+  for (uint64_t r = 0; r < height; ++r) {
+    PHOS_RETURN_IF_ERROR(st.ctx->MemcpyAsync(dst + r * dpitch, src + r * spitch, width, kind, stream));
+  }
+  return Status::Ok();
+}
+
+void HandleMemcpy2D(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
+  const auto api = static_cast<ApiId>(rec.header.api_id);
+  const bool sync = api == op::kMemcpy2D;
+  std::span<const std::byte> tail;
+  wire::Memcpy2DRequest req{};
+  if (Status s = Decode(p, &req, &tail); !s.ok()) return out->Fail(s);
+  backend::StreamHandle stream = 0;
+  if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
+  CallView v;
+  v.api = api;
+  v.session_id = st.session_id;
+  v.stream_id = rec.header.stream_id;
+  v.stream = stream;
+  v.synchronous = sync || rec.wants_reply();
+  const auto dir = static_cast<wire::CopyDir>(req.dir);
+  if (req.width == 0 || req.height == 0) {  // nothing to copy; a synchronous copy still syncs
+    if (sync) out->Fail(st.executor->Run(v, [&] { return SyncResult(st, st.ctx->SynchronizeStream(stream)); }));
+    return;
+  }
+  if (req.height > UINT64_MAX / req.width) return out->Fail(WireStatus::kInvalidValue, "memcpy2D: region too large");
+  const uint64_t packed = req.width * req.height;
+  // The pageable sides are packed: their pitch is the width.
+  const uint64_t dpitch = dir == wire::CopyDir::kDeviceToHost ? req.width : req.dpitch;
+  const uint64_t spitch = dir == wire::CopyDir::kHostToDevice ? req.width : req.spitch;
+  uint64_t dspan = 0, sspan = 0;
+  if (req.width > dpitch || req.width > spitch) {
+    return out->Fail(WireStatus::kInvalidValue, "memcpy2D: width larger than a pitch");
+  }
+  if (!Span2D(dpitch, req.width, req.height, &dspan) || !Span2D(spitch, req.width, req.height, &sspan)) {
+    return out->Fail(WireStatus::kInvalidValue, "memcpy2D: pitch * height overflows");
+  }
+  auto finish_sync = [&]() { return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok(); };
+
+  switch (dir) {
+    case wire::CopyDir::kDeviceToDevice: {
+      if (rec.has_staging || !tail.empty()) return out->Fail(WireStatus::kInvalidValue, "memcpy2D D2D carries no data");
+      if (Status s = CheckDeviceRange(st, req.src, sspan); !s.ok()) return out->Fail(s);
+      if (Status s = CheckDeviceRange(st, req.dst, dspan); !s.ok()) return out->Fail(s);
+      v.Add(req.src, sspan, false);
+      v.Add(req.dst, dspan, true);
+      return out->Fail(st.executor->Run(v, [&] {
+        PHOS_RETURN_IF_ERROR(EnqueueRows(st, req.dst, dpitch, req.src, spitch, req.width, req.height,
+                                         backend::CopyKind::kDeviceToDevice, stream));
+        return finish_sync();
+      }));
+    }
+    case wire::CopyDir::kPinnedToDevice:
+    case wire::CopyDir::kDeviceToPinned: {
+      if (rec.has_staging || !tail.empty()) {
+        return out->Fail(WireStatus::kInvalidValue, "memcpy2D from/to pinned memory carries no data");
+      }
+      const bool to_device = dir == wire::CopyDir::kPinnedToDevice;
+      std::byte* host = nullptr;
+      Status s = to_device ? st.host_segments.Translate(req.src, sspan, &host)
+                           : st.host_segments.Translate(req.dst, dspan, &host);
+      if (!s.ok()) return out->Fail(s);
+      const uint64_t device = to_device ? req.dst : req.src;
+      const uint64_t device_span = to_device ? dspan : sspan;
+      if (s = CheckDeviceRange(st, device, device_span); !s.ok()) return out->Fail(s);
+      if (s = st.host_segments.EnsureRegistered(st.ctx); !s.ok()) return out->Fail(s);
+      v.Add(device, device_span, to_device);
+      const auto h = reinterpret_cast<uint64_t>(host);
+      s = st.executor->Run(v, [&] {
+        PHOS_RETURN_IF_ERROR(EnqueueRows(st, to_device ? device : h, dpitch, to_device ? h : device, spitch,
+                                         req.width, req.height,
+                                         to_device ? backend::CopyKind::kHostToDevice
+                                                   : backend::CopyKind::kDeviceToHost,
+                                         stream));
+        return finish_sync();
+      });
+      if (s.ok()) {
+        st.copy_stats.pinned_copies += 1;
+        st.copy_stats.pinned_bytes += packed;
+      }
+      return out->Fail(s);
+    }
+    case wire::CopyDir::kHostToDevice: {
+      // Packed rows, inline or one staged piece per record.
+      uint64_t offset = 0;
+      std::span<const std::byte> src;
+      if (rec.has_staging) {
+        const ring::StagingRef& ref = rec.staging;
+        if (ref.offset > packed || ref.bytes > packed - ref.offset) {
+          return out->Fail(WireStatus::kInvalidValue, "memcpy2D piece outside its region");
+        }
+        offset = ref.offset;
+        src = st.ring->StagingBytes(ref);
+      } else {
+        if (tail.size() != packed) {
+          return out->Fail(WireStatus::kInvalidValue, "memcpy2D H2D: inline data of " + std::to_string(tail.size()) +
+                                                          " bytes, region holds " + std::to_string(packed));
+        }
+        src = tail;
+      }
+      if (Status s = CheckDeviceRange(st, req.dst, dspan); !s.ok()) return out->Fail(s);
+      std::vector<H2DPiece> pieces;
+      ForEachRowPiece(offset, src.size(), req.width, [&](uint64_t row, uint64_t col, uint64_t len, uint64_t at) {
+        pieces.push_back(H2DPiece{req.dst + row * dpitch + col, at - offset, len});
+      });
+      v.Add(req.dst, dspan, true);
+      return out->Fail(st.executor->Run(v, [&] {
+        PHOS_RETURN_IF_ERROR(EnqueueH2DPieces(st, src, pieces, stream));
+        return finish_sync();
+      }));
+    }
+    case wire::CopyDir::kDeviceToHost: {
+      if (!rec.wants_reply()) return out->Fail(WireStatus::kInvalidValue, "memcpy2D D2H must be called, not posted");
+      if (req.packed_offset > packed || req.packed_bytes > packed - req.packed_offset) {
+        return out->Fail(WireStatus::kInvalidValue, "memcpy2D D2H: packed range outside the region");
+      }
+      std::byte* host = nullptr;
+      if (req.reply_chunk == wire::kNoChunk) {
+        if (req.packed_bytes > ring::kSlotResultBytes) {
+          return out->Fail(WireStatus::kInvalidValue, "memcpy2D D2H: this many bytes need a reply chunk");
+        }
+        host = out->data.data();
+      } else {
+        if (req.reply_chunk >= st.geometry.chunk_count || req.packed_bytes > st.geometry.chunk_bytes) {
+          return out->Fail(WireStatus::kInvalidValue, "memcpy2D D2H: bad reply chunk or size");
+        }
+        host = wire::ChunkBytes(st.region_base, st.geometry, req.reply_chunk);
+      }
+      if (Status s = CheckDeviceRange(st, req.src, sspan); !s.ok()) return out->Fail(s);
+      v.Add(req.src, sspan, false);
+      Status s = st.executor->Run(v, [&] {
+        Status e = Status::Ok();
+        ForEachRowPiece(req.packed_offset, req.packed_bytes, req.width,
+                        [&](uint64_t row, uint64_t col, uint64_t len, uint64_t at) {
+                          if (!e.ok()) return;
+                          e = st.ctx->MemcpyAsync(reinterpret_cast<uint64_t>(host + (at - req.packed_offset)),
+                                                  req.src + row * spitch + col, len,
+                                                  backend::CopyKind::kDeviceToHost, stream);
+                        });
+        PHOS_RETURN_IF_ERROR(e);
+        return SyncResult(st, st.ctx->SynchronizeStream(stream));
+      });
+      if (!s.ok()) return out->Fail(s);
+      st.copy_stats.staged_copies += 1;
+      st.copy_stats.staged_bytes += req.packed_bytes;
+      if (req.reply_chunk == wire::kNoChunk) {
+        out->bytes = static_cast<uint32_t>(req.packed_bytes);
+      } else {
+        out->Set(wire::ChunkReply{req.packed_bytes});
+      }
+      return;
+    }
+  }
+  out->Fail(WireStatus::kInvalidValue, "memcpy2D: unknown direction " + std::to_string(req.dir));
+}
+
+void HandleMemset2D(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
+  const auto api = static_cast<ApiId>(rec.header.api_id);
+  const bool sync = api == op::kMemset2D;
+  wire::Memset2DRequest req{};
+  if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+  backend::StreamHandle stream = 0;
+  if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
+  CallView v;
+  v.api = api;
+  v.session_id = st.session_id;
+  v.stream_id = rec.header.stream_id;
+  v.stream = stream;
+  v.synchronous = sync || rec.wants_reply();
+  uint64_t span = 0;
+  const bool empty = req.width == 0 || req.height == 0;
+  if (!empty) {
+    if (req.width > req.pitch) return out->Fail(WireStatus::kInvalidValue, "memset2D: width larger than pitch");
+    if (!Span2D(req.pitch, req.width, req.height, &span)) {
+      return out->Fail(WireStatus::kInvalidValue, "memset2D: pitch * height overflows");
+    }
+    if (Status s = CheckDeviceRange(st, req.dst, span); !s.ok()) return out->Fail(s);
+    v.Add(req.dst, span, true);
+  }
+  out->Fail(st.executor->Run(v, [&] {
+    if (!empty && req.pitch == req.width) {
+      PHOS_RETURN_IF_ERROR(st.ctx->MemsetAsync(req.dst, req.value & 0xffu, 1, req.width * req.height, stream));
+    } else if (!empty) {
+      for (uint64_t r = 0; r < req.height; ++r) {
+        PHOS_RETURN_IF_ERROR(st.ctx->MemsetAsync(req.dst + r * req.pitch, req.value & 0xffu, 1, req.width, stream));
+      }
+    }
+    return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok();
+  }));
+}
+
+/// kHostSegmentRegister: pairs the call with the channel record the app
+/// sent just before it (the record carries the memfd).
+void HandleHostSegment(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
+  wire::HostSegmentRequest req{};
+  if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
+  if (!rec.wants_reply()) return out->Fail(WireStatus::kInvalidValue, "host segment register must be called");
+  if (st.channel == nullptr) return out->Fail(WireStatus::kNotSupported, "this session has no channel for host segments");
+  ring::HostSegmentRecord r;
+  int fd = -1;
+  if (Status s = st.channel->ReceiveHostSegment(&r, &fd); !s.ok()) {
+    return out->Fail(WireStatus::kInvalidValue, "host segment register without its channel record: " + s.message());
+  }
+  if (r.segment_id != req.segment_id || r.bytes != req.bytes || r.app_base != req.app_base) {
+    close(fd);
+    return out->Fail(WireStatus::kInvalidValue, "host segment register does not match its channel record");
+  }
+  CallView v;
+  v.api = op::kHostSegmentRegister;
+  v.session_id = st.session_id;
+  v.synchronous = true;
+  out->Fail(st.executor->Run(v, [&] { return st.host_segments.Add(req.segment_id, req.app_base, req.bytes, fd, st.ctx); }));
+}
+
+void HandleHostCopyStats(SessionState& st, std::span<const std::byte> p, Outcome* out) {
+  if (!p.empty()) return out->Fail(WireStatus::kInvalidValue, "wire: this call takes no payload");
+  const auto& c = st.copy_stats;
+  out->Set(wire::HostCopyStatsReply{c.pinned_copies, c.pinned_bytes, c.staged_copies, c.staged_bytes,
+                                    st.host_segments.count(), st.host_segments.total_bytes()});
 }
 
 // ---------------------------------------------------------------- streams, events, context
@@ -654,10 +957,13 @@ void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std
 
 void Dispatch(SessionState& st, const ring::Record& rec, std::span<const std::byte> payload, Outcome* out) {
   const auto api = static_cast<ApiId>(rec.header.api_id);
-  if (rec.has_staging && api != op::kMemcpyAsync && api != op::kMemcpy && api != op::kModuleLoad) {
+  if (rec.has_staging && api != op::kMemcpyAsync && api != op::kMemcpy && api != op::kModuleLoad &&
+      api != op::kMemcpy2DAsync) {
     return out->Fail(WireStatus::kNotSupported, "staged pieces are not accepted for api id " +
                                                     std::to_string(rec.header.api_id));
   }
+  // phos-private ops (ids above the generated ApiId range)
+  if (api == op::kHostCopyStats) return HandleHostCopyStats(st, payload, out);
   switch (api) {
     case op::kGetDeviceCount:
     case op::kGetDeviceProperties:
@@ -669,6 +975,12 @@ void Dispatch(SessionState& st, const ring::Record& rec, std::span<const std::by
     case op::kMemcpyAsync: return HandleMemcpy(st, rec, payload, out);
     case op::kMemset:
     case op::kMemsetAsync: return HandleMemset(st, rec, payload, out);
+    // pinned host memory and 2D copies
+    case op::kMemcpy2D:
+    case op::kMemcpy2DAsync: return HandleMemcpy2D(st, rec, payload, out);
+    case op::kMemset2D:
+    case op::kMemset2DAsync: return HandleMemset2D(st, rec, payload, out);
+    case op::kHostSegmentRegister: return HandleHostSegment(st, rec, payload, out);
     case op::kStreamCreate:
     case op::kStreamDestroy:
     case op::kStreamSynchronize:
@@ -688,6 +1000,9 @@ void Dispatch(SessionState& st, const ring::Record& rec, std::span<const std::by
     case op::kModuleGetFunction:
     case op::kModuleGetGlobal:
     case op::kLaunchKernel: return HandleModule(st, rec, payload, out);
+    case op::kFuncGetAttributes:
+    case op::kFuncSetAttribute: return HandleFunctionAttributes(st, rec, payload, out);
+    case op::kDeviceReset: return HandleDeviceReset(st, rec, payload, out);
     default:
       return out->Fail(WireStatus::kNotSupported,
                        "phosd does not implement api id " + std::to_string(rec.header.api_id) + " yet");
@@ -713,6 +1028,9 @@ void ReleaseAll(SessionState& st) {
   Status s = st.ctx->Synchronize();
   if (!s.ok()) spdlog::info("session {}: pending work ended with: {}", st.session_id, s.ToString());
   ReapRetained(st, true);
+  // Nothing runs any more: the segments' registrations can go (the
+  // mappings stay for a context made after a device reset).
+  st.host_segments.Unregister(st.ctx);
   for (auto& [id, h] : st.events) (void)st.ctx->DestroyEvent(h);
   for (auto& [id, h] : st.streams) (void)st.ctx->DestroyStream(h);
   for (auto& [id, h] : st.modules) (void)st.ctx->UnloadModule(h);

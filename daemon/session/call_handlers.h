@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -17,9 +18,11 @@
 #include "backend/backend.h"
 #include "common/status.h"
 #include "protocol/wire.h"
+#include "ring/channel.h"
 #include "ring/record.h"
 #include "ring/ring.h"
 #include "session/executor.h"
+#include "session/host_segments.h"
 
 namespace phos::session {
 
@@ -70,6 +73,19 @@ struct SessionState {
   std::deque<RetainedHost> retained;
   uint64_t retained_bytes = 0;
 
+  // Pinned host memory (docs/interposer.md "Pinned host memory and
+  // copies"): the app's channel (host segment records arrive on it; owned
+  // by the Session), its shared pinned segments, and how host<->device
+  // copies travelled (kHostCopyStats).
+  ring::ChannelConnection* channel = nullptr;
+  HostSegmentTable host_segments;
+  struct CopyStats {
+    uint64_t pinned_copies = 0;
+    uint64_t pinned_bytes = 0;
+    uint64_t staged_copies = 0;
+    uint64_t staged_bytes = 0;
+  } copy_stats;
+
   // The first error of work the app did not wait for (a posted call's
   // enqueue error); returned (and cleared) by the next synchronising call.
   // Kernel faults stay sticky in the backend and surface from its
@@ -79,6 +95,11 @@ struct SessionState {
   void Defer(const Status& s) {
     if (!s.ok() && deferred.ok()) deferred = s;
   }
+
+  // Set by the Session: replaces `ctx` with a fresh Context on the same
+  // device (cudaDeviceReset; the old one must hold nothing any more). On
+  // failure `ctx` is unchanged.
+  std::function<Status()> replace_context;
 };
 
 /// A call's result: the wire status, and the reply bytes (the reply struct
@@ -112,6 +133,14 @@ void Dispatch(SessionState& st, const ring::Record& record, std::span<const std:
 /// Frees host bytes of H2D copies that have run. `wait_all`: synchronise
 /// the context first and free everything (teardown, memory pressure).
 void ReapRetained(SessionState& st, bool wait_all);
+
+/// kFuncGetAttributes / kFuncSetAttribute (function_reset_handlers.cc).
+void HandleFunctionAttributes(SessionState& st, const ring::Record& rec, std::span<const std::byte> payload,
+                              Outcome* out);
+/// kDeviceReset (function_reset_handlers.cc): ReleaseAll, a fresh context
+/// (which also drops the old one's sticky kernel faults), no deferred error;
+/// the session stays connected and usable.
+void HandleDeviceReset(SessionState& st, const ring::Record& rec, std::span<const std::byte> payload, Outcome* out);
 
 /// Releases everything the session holds (teardown): synchronise, drop
 /// retained host bytes, destroy events and streams, unload modules, free

@@ -76,6 +76,14 @@ Status Session::Start() {
   state_.region_base = static_cast<std::byte*>(region_->base());
   state_.geometry = region_->geometry();
   state_.executor = &executor_;
+  state_.channel = conn_.get();  // pinned host segment records
+  state_.replace_context = [this]() -> Status {
+    std::unique_ptr<backend::Context> fresh;
+    PHOS_RETURN_IF_ERROR(backend_->CreateContext(state_.device, &fresh));
+    ctx_ = std::move(fresh);  // the old context's destructor lets its (no) work drain
+    state_.ctx = ctx_.get();
+    return Status::Ok();
+  };
   Publish();
   thread_ = std::thread([this] { Run(); });
   return Status::Ok();

@@ -28,6 +28,45 @@ inline cudaError_t Finish(WireStatus w) { return SetError(static_cast<cudaError_
 /// The process-wide sticky error, or cudaSuccess.
 cudaError_t StickyError();
 
+// ---- memory (runtime_api.cc, host_memory.cc, memory_copy.cc)
+/// `p` lies in a cudaMalloc buffer (runtime_api.cc's map).
+bool IsDevicePtr(const void* p);
+/// The cudaMalloc buffer containing `p`.
+bool FindDeviceBuffer(const void* p, uintptr_t* base, size_t* bytes);
+/// [p, p + n) lies inside one pinned arena segment (host_memory.cc): copies
+/// from / into it take the zero-copy path.
+bool IsPinnedRange(const void* p, size_t n);
+/// cudaMemcpy* / cudaMemset* bodies (memory_copy.cc). `stream` is a
+/// virtual stream id; `sync`: the synchronous variant.
+cudaError_t DoMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, uint32_t stream, bool sync);
+cudaError_t DoMemset(void* dst, int value, size_t count, uint32_t stream, bool sync);
+
+// ---- streams, functions, reset and fork (docs/interposer.md "Streams,
+// functions, reset and fork"; device_api.cc, function_api.cc, fork_guard.cc)
+/// Stream priorities (cudaDeviceGetStreamPriorityRange): 0 is the least,
+/// -5 the greatest, as on the H100; others are clamped into the range.
+inline constexpr int kLeastStreamPriority = 0;
+inline constexpr int kGreatestStreamPriority = -5;
+inline int ClampStreamPriority(int p) {
+  return p > kLeastStreamPriority ? kLeastStreamPriority : (p < kGreatestStreamPriority ? kGreatestStreamPriority : p);
+}
+/// The phosd function id of a kernel handle: a host stub, cudaKernel_t or
+/// cudaFunction_t (a KernelRec; its module is loaded lazily), or a
+/// CUfunction the driver API minted (DriverFunctionId). Not the kernel:
+/// kInvalidResourceHandle.
+WireStatus FunctionIdOf(const void* func, uint32_t* id);
+/// The driver API's CUfunction -> function id (false if `f` is not one).
+/// function_api.cc has a weak default answering false; the driver API's
+/// module code overrides it.
+bool DriverFunctionId(const void* f, uint32_t* id);
+/// cudaDeviceReset, app side: phosd released everything, so forget it.
+void ClearErrorsForReset();       // runtime_api.cc: sticky + this thread's last error
+void ForgetDeviceAllocations();   // runtime_api.cc: the cudaMalloc map
+void ForgetLoadedModules();       // registration.cc: modules/kernels reload lazily
+/// Whether this process is a child forked after CUDA was initialised
+/// (fork_guard.cc): then every CUDA call fails (cudaErrorInitializationError).
+bool InForkedChild();
+
 // ---- registry (registration.cc)
 struct ModuleRec {
   uint32_t id = 0;
@@ -71,8 +110,6 @@ VarRec* FindVar(const void* host_shadow);
 WireStatus EnsureKernel(KernelRec* k);
 WireStatus EnsureModule(ModuleRec* m);
 
-/// Parses the `.entry <name>(...)` parameter list of PTX text into slots
-/// (exposed for tests). False if the entry is not found.
-bool PtxEntryParams(std::string_view ptx, std::string_view name, std::vector<ParamSlot>* out, uint32_t* bytes);
+// PtxEntryParams and the other image layout readers: image_layouts.h.
 
 }  // namespace phos::client

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <new>
 
 #include "ring/channel.h"
 
@@ -31,13 +32,14 @@ std::string ReadCmdline() {
 
 struct Connection::State {
   std::mutex mu;                 // serialises connecting
-  std::atomic<int> phase{0};     // 0 = not tried, 1 = connected, 2 = unavailable
+  std::atomic<int> phase{0};     // 0 = not tried, 1 = connected, 2 = unavailable, 3 = forked child
   std::atomic<bool> reported{false};
   std::unique_ptr<ring::ChannelClient> channel;
   std::unique_ptr<ring::SharedRegion> region;
   std::unique_ptr<ring::RingClient> client;
   ring::WaitPolicy wait;
   bool trace_errors = false;  // $PHOS_TRACE_ERRORS: print phosd's message of every failed call
+  std::mutex segment_mu;      // pairs a host segment's channel record with its call
 };
 
 Connection& Connection::Get() {
@@ -65,13 +67,34 @@ WireStatus Connection::Lost(const Status& why) {
   return WireStatus::kDaemonUnavailable;
 }
 
+bool Connection::AbandonAfterFork() {
+  if (state_->phase.load(std::memory_order_acquire) == 0) return false;
+  // Leak the parent's objects: their destructors would unmap, close or
+  // signal on state the parent still uses through its own copies.
+  (void)state_->client.release();
+  (void)state_->region.release();
+  (void)state_->channel.release();
+  new (&state_->mu) std::mutex();  // another thread may have held it at fork()
+  state_->reported.store(false, std::memory_order_relaxed);
+  state_->phase.store(3, std::memory_order_release);
+  return true;
+}
+
 WireStatus Connection::Ensure() {
   int p = state_->phase.load(std::memory_order_acquire);
   if (p == 1) return WireStatus::kSuccess;
   if (p == 2) return WireStatus::kDaemonUnavailable;
+  if (p == 3) {
+    if (!state_->reported.exchange(true)) {
+      std::fprintf(stderr, "phos: CUDA cannot be used in a child forked after CUDA was initialised (pid %d)\n",
+                   static_cast<int>(getpid()));
+      std::fflush(stderr);
+    }
+    return WireStatus::kNotInitialized;
+  }
   std::lock_guard<std::mutex> lock(state_->mu);
   p = state_->phase.load(std::memory_order_acquire);
-  if (p != 0) return p == 1 ? WireStatus::kSuccess : WireStatus::kDaemonUnavailable;
+  if (p != 0) return p == 1 ? WireStatus::kSuccess : (p == 3 ? WireStatus::kNotInitialized : WireStatus::kDaemonUnavailable);
   ring::Hello hello;
   hello.pid = getpid();
   hello.cmdline = ReadCmdline();
@@ -140,8 +163,18 @@ std::byte* Connection::ChunkBytes(uint32_t chunk) {
   return wire::ChunkBytes(state_->region->base(), state_->region->geometry(), chunk);
 }
 
-uint32_t Connection::chunk_bytes() const { return state_->region->geometry().chunk_bytes; }
+// Both are 0 without a ring (before Ensure succeeded, or in a forked child).
+uint32_t Connection::chunk_bytes() const { return state_->region ? state_->region->geometry().chunk_bytes : 0; }
 
-size_t Connection::max_payload_bytes() const { return state_->client->max_payload_bytes(); }
+size_t Connection::max_payload_bytes() const { return state_->client ? state_->client->max_payload_bytes() : 0; }
+
+WireStatus Connection::ShareHostSegment(uint64_t segment_id, uint64_t bytes, uint64_t app_base, int memfd) {
+  if (WireStatus w = Ensure(); w != WireStatus::kSuccess) return w;
+  std::lock_guard<std::mutex> lock(state_->segment_mu);
+  Status s = state_->channel->SendHostSegment(ring::HostSegmentRecord{segment_id, bytes, app_base}, memfd);
+  if (!s.ok()) return Lost(s);
+  const wire::HostSegmentRequest req{segment_id, bytes, app_base};
+  return Call(wire::op::kHostSegmentRegister, 0, std::as_bytes(std::span<const wire::HostSegmentRequest>(&req, 1)));
+}
 
 }  // namespace phos::client

@@ -48,6 +48,21 @@ class Connection {
   uint32_t chunk_bytes() const;
   /// Largest payload one frame can carry.
   size_t max_payload_bytes() const;
+  /// Shares a pinned host segment with phosd (docs/interposer.md "Pinned
+  /// host memory and copies"): sends the channel record with `memfd`, then
+  /// Calls wire::op::kHostSegmentRegister, both under one lock so records
+  /// and calls pair up. `memfd` stays the caller's.
+  WireStatus ShareHostSegment(uint64_t segment_id, uint64_t bytes, uint64_t app_base, int memfd);
+
+  /// In a child forked after this process connected (fork_guard.cc's
+  /// pthread_atfork child handler; the child is single-threaded then):
+  /// drops the parent's ring without touching it — nothing is unmapped,
+  /// closed or written, the child's copies of the mapping and fds are just
+  /// left alone — and makes every later call fail with kNotInitialized,
+  /// printing one line naming the pid. A process that never connected is
+  /// left as it is (it connects on its first call). Returns whether it
+  /// dropped a connection.
+  bool AbandonAfterFork();
 
   const std::string& data_socket() const { return data_socket_; }
 

@@ -2,14 +2,70 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "interposer/client/connection.h"
+#include "protocol/wire.h"
 
 namespace phos::client {
 namespace {
 constexpr uint32_t kFirstStreamId = 16;  // above cudaStreamLegacy / cudaStreamPerThread
+constexpr uintptr_t kLegacyHandle = 1;     // cudaStreamLegacy
+constexpr uintptr_t kPerThreadHandle = 2;  // cudaStreamPerThread / CU_STREAM_PER_THREAD
+// Never minted, so phosd answers "unknown stream" for it: what a call gets
+// when its per-thread stream could not be created.
+constexpr uint32_t kNoPerThreadStream = 2;
+
 std::atomic<uint32_t> g_stream{kFirstStreamId};
 std::atomic<uint32_t> g_event{1};
 std::atomic<uint32_t> g_module{1};
 std::atomic<uint32_t> g_function{1};
+
+// Per-thread streams of all threads. A thread's stream belongs to the
+// generation it was created in; ForgetPerThreadStreams (cudaDeviceReset)
+// starts a new generation, so every thread creates a fresh one.
+struct PerThreadRegistry {
+  std::mutex mu;                       // guards `live`
+  std::unordered_set<uint32_t> live;   // ids of current per-thread streams
+  std::atomic<uint64_t> generation{1};
+  std::atomic<bool> reported{false};   // a creation failure was printed
+};
+PerThreadRegistry& Registry() {
+  static PerThreadRegistry* r = new PerThreadRegistry();  // leaked: used from thread exit
+  return *r;
+}
+
+// The calling thread's per-thread stream; its destructor runs when the
+// thread exits (also for the main thread, inside exit()).
+struct PerThreadStream {
+  uint32_t id = 0;
+  uint64_t generation = 0;
+
+  ~PerThreadStream() {
+    if (id == 0) return;
+    PerThreadRegistry& r = Registry();
+    {
+      std::lock_guard<std::mutex> lock(r.mu);
+      r.live.erase(id);
+    }
+    // Only a stream of the current generation still exists in phosd, and
+    // only a connected process (not a forked child) may talk to it. Posted:
+    // no round trip at thread exit; phosd releases everything on
+    // disconnect anyway.
+    Connection& c = Connection::Get();
+    if (generation == r.generation.load(std::memory_order_acquire) && c.connected()) {
+      const wire::HandleRequest req{id, 0};
+      (void)c.Post(wire::op::kStreamDestroy, 0, std::as_bytes(std::span<const wire::HandleRequest>(&req, 1)));
+    }
+    id = 0;  // a CUDA call from a later thread-exit destructor makes a new one (freed at disconnect)
+  }
+};
+thread_local PerThreadStream t_stream;
+
 }  // namespace
 
 uint32_t NewStreamId() { return g_stream.fetch_add(1, std::memory_order_relaxed); }
@@ -17,9 +73,106 @@ uint32_t NewEventId() { return g_event.fetch_add(1, std::memory_order_relaxed); 
 uint32_t NewModuleId() { return g_module.fetch_add(1, std::memory_order_relaxed); }
 uint32_t NewFunctionId() { return g_function.fetch_add(1, std::memory_order_relaxed); }
 
-uint32_t StreamIdOf(const void* stream) {
+uint32_t PerThreadStreamId() {
+  PerThreadRegistry& r = Registry();
+  const uint64_t gen = r.generation.load(std::memory_order_acquire);
+  PerThreadStream& t = t_stream;
+  if (t.id != 0 && t.generation == gen) return t.id;
+  if (t.id != 0) {
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.live.erase(t.id);
+    t.id = 0;
+  }
+  Connection& c = Connection::Get();
+  if (c.Ensure() != wire::WireStatus::kSuccess) return kNoPerThreadStream;  // the call reports it
+  const uint32_t id = NewStreamId();
+  // Flags 0: a blocking stream, which synchronises with the legacy default
+  // stream as CUDA's per-thread default stream does.
+  const wire::StreamCreateRequest req{id, 0, 0, 0};
+  ring::Reply reply;
+  wire::WireStatus w =
+      c.Call(wire::op::kStreamCreate, 0, std::as_bytes(std::span<const wire::StreamCreateRequest>(&req, 1)), &reply);
+  if (w != wire::WireStatus::kSuccess) {
+    if (w != wire::WireStatus::kDaemonUnavailable && !r.reported.exchange(true)) {
+      std::fprintf(stderr, "phos: cannot create the per-thread default stream (%s: %.*s)\n",
+                   std::string(wire::WireStatusName(w)).c_str(), static_cast<int>(reply.bytes),
+                   reinterpret_cast<const char*>(reply.data.data()));
+    }
+    return kNoPerThreadStream;
+  }
+  t.id = id;
+  t.generation = gen;
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.live.insert(id);
+  return id;
+}
+
+void ForgetPerThreadStreams() {
+  PerThreadRegistry& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.live.clear();
+  r.generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
+bool IsPerThreadStreamId(uint32_t id) {
+  PerThreadRegistry& r = Registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.live.count(id) != 0;
+}
+
+namespace {
+struct StreamTable {
+  std::mutex mu;  // guards `info`
+  struct Info {
+    unsigned flags = 0;
+    int priority = 0;
+  };
+  std::unordered_map<uint32_t, Info> info;
+};
+StreamTable& Streams() {
+  static StreamTable* t = new StreamTable();  // leaked: used from thread exit
+  return *t;
+}
+}  // namespace
+
+void NoteStreamCreated(uint32_t id, unsigned flags, int priority) {
+  StreamTable& t = Streams();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.info[id] = {flags, priority};
+}
+
+void NoteStreamDestroyed(uint32_t id) {
+  StreamTable& t = Streams();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.info.erase(id);
+}
+
+bool StreamInfo(uint32_t id, unsigned* flags, int* priority) {
+  if (id == 0 || IsPerThreadStreamId(id)) {  // default streams: blocking, priority 0
+    *flags = 0;
+    *priority = 0;
+    return true;
+  }
+  StreamTable& t = Streams();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.info.find(id);
+  if (it == t.info.end()) return false;
+  *flags = it->second.flags;
+  *priority = it->second.priority;
+  return true;
+}
+
+void ForgetCreatedStreams() {
+  StreamTable& t = Streams();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.info.clear();
+}
+
+uint32_t StreamIdOf(const void* stream, DefaultStream zero) {
   const auto v = reinterpret_cast<uintptr_t>(stream);
-  return v < kFirstStreamId ? 0 : static_cast<uint32_t>(v);
+  if (v == kPerThreadHandle || (v == 0 && zero == DefaultStream::kPerThread)) return PerThreadStreamId();
+  if (v == 0 || v == kLegacyHandle || v < kFirstStreamId) return 0;
+  return static_cast<uint32_t>(v);
 }
 void* StreamHandleOf(uint32_t id) { return reinterpret_cast<void*>(static_cast<uintptr_t>(id)); }
 uint32_t EventIdOf(const void* event) { return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(event)); }

@@ -49,7 +49,11 @@ bool ConfigFits(dim3 grid, dim3 block) {
          grid.z <= static_cast<unsigned>(l.max_grid[2]);
 }
 
-cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream) {
+// Dynamic shared memory a launch may use without cudaFuncSetAttribute.
+constexpr size_t kDefaultDynamicSharedLimit = 48 * 1024;
+
+cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
+                   DefaultStream zero = DefaultStream::kLegacy) {
   if (cudaError_t s = StickyError(); s != cudaSuccess) return SetError(s);
   if (k == nullptr) return SetError(cudaErrorInvalidDeviceFunction);
   if (!k->params_known) return SetError(cudaErrorInvalidDeviceFunction);
@@ -68,7 +72,13 @@ cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shme
     if (args == nullptr || args[i] == nullptr) return SetError(cudaErrorInvalidValue);
     std::memcpy(params + k->params[i].offset, args[i], k->params[i].size);
   }
-  return Finish(Connection::Get().Post(wire::op::kLaunchKernel, StreamIdOf(stream), payload));
+  Connection& c = Connection::Get();
+  const uint32_t stream_id = StreamIdOf(stream, zero);
+  // Above 48 KiB of dynamic shared memory phosd refuses the launch unless
+  // cudaFuncSetAttribute raised the function's limit: such (rare) launches
+  // are called, so the refusal is the launch's own result as in CUDA.
+  if (shmem > kDefaultDynamicSharedLimit) return Finish(c.Call(wire::op::kLaunchKernel, stream_id, payload));
+  return Finish(c.Post(wire::op::kLaunchKernel, stream_id, payload));
 }
 
 }  // namespace
@@ -82,7 +92,7 @@ PHOS_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 bl
 }
 PHOS_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
                                               size_t sharedMem, cudaStream_t stream) {
-  return Launch(FindKernelByStub(func), gridDim, blockDim, args, sharedMem, stream);
+  return Launch(FindKernelByStub(func), gridDim, blockDim, args, sharedMem, stream, DefaultStream::kPerThread);
 }
 PHOS_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
                                            size_t sharedMem, cudaStream_t stream) {
@@ -90,5 +100,5 @@ PHOS_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, di
 }
 PHOS_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
                                                 size_t sharedMem, cudaStream_t stream) {
-  return Launch(FindKernelByStub(kernel), gridDim, blockDim, args, sharedMem, stream);
+  return Launch(FindKernelByStub(kernel), gridDim, blockDim, args, sharedMem, stream, DefaultStream::kPerThread);
 }

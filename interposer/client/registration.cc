@@ -3,17 +3,16 @@
 // configuration stack.
 #include <cuda_runtime_api.h>
 
-#include <cctype>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "fatbin/fatbin_reader.h"
-#include "fatbin/nv_info.h"
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/handles.h"
+#include "interposer/client/image_layouts.h"
 
 namespace phos::client {
 namespace {
@@ -26,9 +25,8 @@ struct Registry {
   std::unordered_map<const void*, std::unique_ptr<KernelRec>> kernels;  // by host stub
   std::unordered_map<const void*, KernelRec*> by_rec;
   std::unordered_map<const void*, std::unique_ptr<VarRec>> vars;
-  // Per module: parsed tables, used while its functions register.
-  std::unordered_map<ModuleRec*, fatbin::CubinInfo> cubins;
-  std::unordered_map<ModuleRec*, std::string> ptx;
+  // Per module: parsed parameter tables, used while its functions register.
+  std::unordered_map<ModuleRec*, ImageLayouts> layouts;
 };
 Registry& Reg() {
   static Registry* r = new Registry();
@@ -42,86 +40,9 @@ struct CallConfig {
 };
 thread_local std::vector<CallConfig> t_configs;
 
-uint32_t PtxTypeBytes(std::string_view t) {
-  // ".u64" / ".b8" / ".f32": a type letter, then the width in bits.
-  if (t.size() < 3 || t[0] != '.' || (t[1] != 'u' && t[1] != 's' && t[1] != 'b' && t[1] != 'f')) return 0;
-  std::string_view digits = t.substr(2);
-  if (digits == "8") return 1;
-  if (digits == "16") return 2;
-  if (digits == "32") return 4;
-  if (digits == "64") return 8;
-  return 0;
-}
 
 }  // namespace
 
-bool PtxEntryParams(std::string_view ptx, std::string_view name, std::vector<ParamSlot>* out, uint32_t* bytes) {
-  out->clear();
-  size_t pos = 0;
-  for (;;) {
-    pos = ptx.find(".entry", pos);
-    if (pos == std::string_view::npos) return false;
-    size_t p = pos + 6;
-    while (p < ptx.size() && std::isspace(static_cast<unsigned char>(ptx[p]))) ++p;
-    if (ptx.substr(p, name.size()) == name) {
-      size_t q = p + name.size();
-      while (q < ptx.size() && std::isspace(static_cast<unsigned char>(ptx[q]))) ++q;
-      if (q < ptx.size() && (ptx[q] == '(' || ptx[q] == '{')) {
-        pos = q;
-        break;
-      }
-    }
-    pos = p;
-  }
-  uint32_t offset = 0;
-  if (ptx[pos] == '(') {
-    const size_t end = ptx.find(')', pos);
-    if (end == std::string_view::npos) return false;
-    std::string_view list = ptx.substr(pos + 1, end - pos - 1);
-    size_t i = 0;
-    while (i < list.size()) {
-      size_t comma = list.find(',', i);
-      if (comma == std::string_view::npos) comma = list.size();
-      std::string_view decl = list.substr(i, comma - i);
-      i = comma + 1;
-      // tokens: .param .align N .b8 name[M]  |  .param .u64 [.ptr ...] name
-      uint32_t align = 0, elem = 0, count = 1;
-      bool ptr_attr = false;  // ".ptr .global .align N": N is the pointee's alignment
-      size_t t = 0;
-      while (t < decl.size()) {
-        while (t < decl.size() && std::isspace(static_cast<unsigned char>(decl[t]))) ++t;
-        size_t e = t;
-        while (e < decl.size() && !std::isspace(static_cast<unsigned char>(decl[e]))) ++e;
-        std::string_view tok = decl.substr(t, e - t);
-        t = e;
-        if (tok.empty()) continue;
-        if (tok == ".ptr") {
-          ptr_attr = true;
-        } else if (tok == ".align") {
-          while (t < decl.size() && std::isspace(static_cast<unsigned char>(decl[t]))) ++t;
-          e = t;
-          while (e < decl.size() && std::isdigit(static_cast<unsigned char>(decl[e]))) ++e;
-          const auto n = static_cast<uint32_t>(std::strtoul(std::string(decl.substr(t, e - t)).c_str(), nullptr, 10));
-          if (!ptr_attr) align = n;
-          t = e;
-        } else if (tok[0] == '.' && elem == 0 && PtxTypeBytes(tok) != 0 && tok != ".param") {
-          elem = PtxTypeBytes(tok);
-        } else if (tok[0] != '.') {
-          const size_t br = tok.find('[');
-          if (br != std::string_view::npos)
-            count = static_cast<uint32_t>(std::strtoul(std::string(tok.substr(br + 1)).c_str(), nullptr, 10));
-        }
-      }
-      if (elem == 0) continue;
-      if (align == 0) align = elem;
-      offset = (offset + align - 1) / align * align;
-      out->push_back(ParamSlot{offset, elem * count});
-      offset += elem * count;
-    }
-  }
-  *bytes = offset;
-  return true;
-}
 
 KernelRec* FindKernelByStub(const void* stub) {
   Registry& r = Reg();
@@ -170,6 +91,22 @@ WireStatus EnsureModule(ModuleRec* m) {
   return w;
 }
 
+void ForgetLoadedModules() {
+  Registry& r = Reg();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& m : r.modules) {
+    std::lock_guard<std::mutex> ml(m->mu);
+    m->load_tried = false;
+    m->load_status = WireStatus::kSuccess;
+  }
+  for (auto& [stub, k] : r.kernels) {
+    std::lock_guard<std::mutex> kl(k->mu);
+    k->fetch_tried = false;
+    k->fetch_status = WireStatus::kSuccess;
+    k->function_id = 0;
+  }
+}
+
 WireStatus EnsureKernel(KernelRec* k) {
   WireStatus w = EnsureModule(k->module);
   if (w != WireStatus::kSuccess) return w;
@@ -205,19 +142,10 @@ PHOS_EXPORT void** __cudaRegisterFatBinary(void* fatCubin) {
     const auto* p = static_cast<const std::byte*>(info.data);
     m->image.assign(p, p + size);
     if (fatbin::ParseFatbinFromWrapper(fatCubin, &fb).ok()) {
+      ImageLayouts layouts;
+      ReadFatbinLayouts(fb, &layouts);
       std::lock_guard<std::mutex> lock(r.mu);
-      fatbin::CubinInfo merged;
-      for (const auto& e : fb.entries) {
-        if (e.is_elf()) {
-          fatbin::CubinInfo ci;
-          if (fatbin::ReadCubinInfo(e.contents, &ci).ok())
-            for (auto& k : ci.kernels)
-              if (merged.Find(k.name) == nullptr) merged.kernels.push_back(std::move(k));
-        } else if (e.is_ptx() && r.ptx[raw].empty()) {
-          r.ptx[raw] = std::string(e.ptx_text());
-        }
-      }
-      r.cubins[raw] = std::move(merged);
+      r.layouts[raw] = std::move(layouts);
     }
   }
   std::lock_guard<std::mutex> lock(r.mu);
@@ -236,8 +164,7 @@ PHOS_EXPORT void __cudaUnregisterFatBinary(void** handle) {
   Registry& r = Reg();
   std::lock_guard<std::mutex> lock(r.mu);
   auto* m = reinterpret_cast<ModuleRec*>(handle);
-  r.cubins.erase(m);
-  r.ptx.erase(m);
+  r.layouts.erase(m);
 }
 
 PHOS_EXPORT void __cudaRegisterFunction(void** handle, const char* hostFun, char* /*deviceFun*/,
@@ -250,21 +177,8 @@ PHOS_EXPORT void __cudaRegisterFunction(void** handle, const char* hostFun, char
   k->name = deviceName ? deviceName : "";
   Registry& r = Reg();
   std::lock_guard<std::mutex> lock(r.mu);
-  if (auto it = r.cubins.find(m); it != r.cubins.end()) {
-    if (const fatbin::KernelNvInfo* info = it->second.Find(k->name)) {
-      uint32_t end = 0;
-      for (const auto& p : info->params) {
-        k->params.push_back(ParamSlot{p.offset, p.size});
-        end = std::max(end, p.offset + p.size);
-      }
-      k->param_bytes = info->has_param_size ? std::max(info->param_size, end) : end;
-      k->params_known = true;
-    }
-  }
-  if (!k->params_known) {
-    if (auto it = r.ptx.find(m); it != r.ptx.end())
-      k->params_known = PtxEntryParams(it->second, k->name, &k->params, &k->param_bytes);
-  }
+  if (auto it = r.layouts.find(m); it != r.layouts.end())
+    k->params_known = FindParamLayout(it->second, k->name, &k->params, &k->param_bytes);
   KernelRec* raw = k.get();
   r.by_rec[raw] = raw;
   r.kernels[hostFun] = std::move(k);

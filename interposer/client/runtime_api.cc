@@ -40,12 +40,11 @@ bool ReadReply(const ring::Reply& r, T* out) {
   return true;
 }
 
-// The client's own allocation map: device buffers (from phosd) and host
-// buffers (cudaMallocHost; plain host memory for now).
+// The client's own map of device buffers (from phosd). Pinned host memory
+// is host_memory.cc's (HostArena).
 struct AllocMap {
-  std::mutex mu;
+  std::mutex mu;  // guards `device`
   std::map<uintptr_t, size_t> device;
-  std::map<uintptr_t, size_t> host;
 };
 AllocMap& Allocs() {
   static AllocMap* m = new AllocMap();
@@ -59,100 +58,10 @@ bool Contains(const std::map<uintptr_t, size_t>& m, uintptr_t p) {
   return p < it->first + std::max<size_t>(it->second, 1);
 }
 
-bool IsDevicePtr(const void* p) {
-  AllocMap& a = Allocs();
-  std::lock_guard<std::mutex> lock(a.mu);
-  return Contains(a.device, reinterpret_cast<uintptr_t>(p));
-}
-
 #define PHOS_CHECK_STICKY()                      \
   do {                                           \
     if (cudaError_t _s = StickyError(); _s != cudaSuccess) return SetError(_s); \
   } while (0)
-
-cudaError_t H2D(void* dst, const void* src, size_t n, uint32_t stream, bool sync) {
-  Connection& c = Connection::Get();
-  if (WireStatus w = c.Ensure(); w != WireStatus::kSuccess) return Finish(w);
-  wire::MemcpyRequest req{reinterpret_cast<uint64_t>(dst), 0, n,
-                          static_cast<uint32_t>(wire::CopyDir::kHostToDevice), wire::kNoChunk};
-  if (sizeof(req) + n <= c.max_payload_bytes()) {
-    std::vector<std::byte> payload(sizeof(req) + n);
-    std::memcpy(payload.data(), &req, sizeof(req));
-    if (n) std::memcpy(payload.data() + sizeof(req), src, n);
-    return Finish(sync ? c.Call(op::kMemcpy, stream, payload) : c.Post(op::kMemcpyAsync, stream, payload));
-  }
-  WireStatus w = c.PostBulk(op::kMemcpyAsync, stream, Bytes(req),
-                            std::span<const std::byte>(static_cast<const std::byte*>(src), n));
-  if (w == WireStatus::kSuccess && sync) w = c.Call(op::kStreamSynchronize, stream, {});
-  return Finish(w);
-}
-
-cudaError_t D2H(void* dst, const void* src, size_t n, uint32_t stream) {
-  Connection& c = Connection::Get();
-  if (WireStatus w = c.Ensure(); w != WireStatus::kSuccess) return Finish(w);
-  auto* out = static_cast<std::byte*>(dst);
-  const auto s = reinterpret_cast<uint64_t>(src);
-  if (n <= ring::kSlotResultBytes) {
-    wire::MemcpyRequest req{0, s, n, static_cast<uint32_t>(wire::CopyDir::kDeviceToHost), wire::kNoChunk};
-    ring::Reply r;
-    WireStatus w = c.Call(op::kMemcpy, stream, Bytes(req), &r);
-    if (w == WireStatus::kSuccess && r.bytes == n && n) std::memcpy(out, r.data.data(), n);
-    return Finish(w);
-  }
-  for (uint64_t off = 0; off < n;) {
-    const uint64_t k = std::min<uint64_t>(c.chunk_bytes(), n - off);
-    uint32_t chunk = 0;
-    if (WireStatus w = c.AcquireChunk(&chunk); w != WireStatus::kSuccess) return Finish(w);
-    wire::MemcpyRequest req{0, s + off, k, static_cast<uint32_t>(wire::CopyDir::kDeviceToHost), chunk};
-    WireStatus w = c.Call(op::kMemcpy, stream, Bytes(req));
-    if (w == WireStatus::kSuccess) std::memcpy(out + off, c.ChunkBytes(chunk), k);
-    c.ReleaseChunk(chunk);
-    if (w != WireStatus::kSuccess) return Finish(w);
-    off += k;
-  }
-  return cudaSuccess;
-}
-
-cudaError_t DoMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, uint32_t stream, bool sync) {
-  PHOS_CHECK_STICKY();
-  if (n == 0) return cudaSuccess;
-  if (dst == nullptr || src == nullptr) return SetError(cudaErrorInvalidValue);
-  if (kind == cudaMemcpyDefault) {
-    const bool d = IsDevicePtr(dst), s = IsDevicePtr(src);
-    kind = d ? (s ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-             : (s ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
-  }
-  switch (kind) {
-    case cudaMemcpyHostToHost:
-      if (sync) {
-        if (WireStatus w = Connection::Get().Call(op::kStreamSynchronize, stream, {}); w != WireStatus::kSuccess &&
-            Connection::Get().connected())
-          return Finish(w);
-      }
-      std::memmove(dst, src, n);
-      return cudaSuccess;
-    case cudaMemcpyHostToDevice:
-      return H2D(dst, src, n, stream, sync);
-    case cudaMemcpyDeviceToHost:
-      return D2H(dst, src, n, stream);
-    case cudaMemcpyDeviceToDevice: {
-      wire::MemcpyRequest req{reinterpret_cast<uint64_t>(dst), reinterpret_cast<uint64_t>(src), n,
-                              static_cast<uint32_t>(wire::CopyDir::kDeviceToDevice), wire::kNoChunk};
-      Connection& c = Connection::Get();
-      return Finish(sync ? c.Call(op::kMemcpy, stream, Bytes(req)) : c.Post(op::kMemcpyAsync, stream, Bytes(req)));
-    }
-    default:
-      return SetError(cudaErrorInvalidMemcpyDirection);
-  }
-}
-
-cudaError_t DoMemset(void* dst, int value, size_t count, uint32_t stream, bool sync) {
-  PHOS_CHECK_STICKY();
-  if (count == 0) return cudaSuccess;
-  wire::MemsetRequest req{reinterpret_cast<uint64_t>(dst), count, static_cast<uint32_t>(value) & 0xffu, 1};
-  Connection& c = Connection::Get();
-  return Finish(sync ? c.Call(op::kMemset, stream, Bytes(req)) : c.Post(op::kMemsetAsync, stream, Bytes(req)));
-}
 
 cudaError_t SimpleCall(wire::ApiId api, uint32_t stream, std::span<const std::byte> payload = {}) {
   PHOS_CHECK_STICKY();
@@ -171,8 +80,12 @@ cudaError_t StreamCreate(cudaStream_t* s, unsigned flags, int priority) {
   PHOS_CHECK_STICKY();
   if (s == nullptr) return SetError(cudaErrorInvalidValue);
   const uint32_t id = NewStreamId();
+  priority = ClampStreamPriority(priority);
   WireStatus w = Connection::Get().Call(op::kStreamCreate, 0, Bytes(wire::StreamCreateRequest{id, flags, priority, 0}));
-  if (w == WireStatus::kSuccess) *s = static_cast<cudaStream_t>(StreamHandleOf(id));
+  if (w == WireStatus::kSuccess) {
+    *s = static_cast<cudaStream_t>(StreamHandleOf(id));
+    NoteStreamCreated(id, flags, priority);
+  }
   return Finish(w);
 }
 
@@ -213,6 +126,11 @@ constexpr ErrorText kErrors[] = {
     {cudaErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
     {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
     {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
+    {cudaErrorInvalidPitchValue, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
+    {cudaErrorHostMemoryAlreadyRegistered, "cudaErrorHostMemoryAlreadyRegistered",
+     "part or all of the requested memory range is already mapped"},
+    {cudaErrorHostMemoryNotRegistered, "cudaErrorHostMemoryNotRegistered",
+     "pointer does not correspond to a registered memory region"},
     {cudaErrorDevicesUnavailable, "cudaErrorDevicesUnavailable",
      "CUDA-capable device(s) is/are busy or unavailable (phos: phosd is unavailable)"},
     {cudaErrorInvalidDeviceFunction, "cudaErrorInvalidDeviceFunction", "invalid device function"},
@@ -286,6 +204,36 @@ cudaError_t SetError(cudaError_t e) {
 }
 
 cudaError_t StickyError() { return static_cast<cudaError_t>(g_sticky.load(std::memory_order_relaxed)); }
+
+void ClearErrorsForReset() {
+  g_sticky.store(0, std::memory_order_relaxed);
+  t_last_error = cudaSuccess;
+}
+
+void ForgetDeviceAllocations() {
+  AllocMap& a = Allocs();
+  std::lock_guard<std::mutex> lock(a.mu);
+  a.device.clear();
+}
+
+bool IsDevicePtr(const void* p) {
+  AllocMap& a = Allocs();
+  std::lock_guard<std::mutex> lock(a.mu);
+  return Contains(a.device, reinterpret_cast<uintptr_t>(p));
+}
+
+bool FindDeviceBuffer(const void* ptr, uintptr_t* base, size_t* bytes) {
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  AllocMap& a = Allocs();
+  std::lock_guard<std::mutex> lock(a.mu);
+  auto it = a.device.upper_bound(p);
+  if (it == a.device.begin()) return false;
+  --it;
+  if (p - it->first >= std::max<size_t>(it->second, 1)) return false;
+  *base = it->first;
+  *bytes = it->second;
+  return true;
+}
 
 }  // namespace phos::client
 
@@ -398,7 +346,9 @@ PHOS_EXPORT cudaError_t cudaMalloc(void** ptr, size_t size) {
 
 PHOS_EXPORT cudaError_t cudaFree(void* ptr) {
   PHOS_CHECK_STICKY();
-  if (ptr == nullptr) return cudaSuccess;
+  // cudaFree(nullptr) is the idiom that initialises CUDA: connect, so a
+  // missing phosd (or a forked child) shows here.
+  if (ptr == nullptr) return Finish(Connection::Get().Ensure());
   WireStatus w = Connection::Get().Call(op::kFree, 0, Bytes(wire::PointerRequest{reinterpret_cast<uint64_t>(ptr)}));
   if (w == WireStatus::kSuccess) {
     AllocMap& a = Allocs();
@@ -408,39 +358,14 @@ PHOS_EXPORT cudaError_t cudaFree(void* ptr) {
   return Finish(w);
 }
 
-// Pinned host memory is plain host memory for now (the shared pinned arena
-// arrives later): copies from it are ordinary staged copies.
-PHOS_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
-  if (ptr == nullptr) return SetError(cudaErrorInvalidValue);
-  void* p = nullptr;
-  if (posix_memalign(&p, 4096, std::max<size_t>(size, 1)) != 0) return SetError(cudaErrorMemoryAllocation);
-  *ptr = p;
-  AllocMap& a = Allocs();
-  std::lock_guard<std::mutex> lock(a.mu);
-  a.host[reinterpret_cast<uintptr_t>(p)] = size;
-  return cudaSuccess;
-}
-
-PHOS_EXPORT cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int /*flags*/) {
-  return cudaMallocHost(ptr, size);
-}
-
-PHOS_EXPORT cudaError_t cudaFreeHost(void* ptr) {
-  if (ptr == nullptr) return cudaSuccess;
-  AllocMap& a = Allocs();
-  {
-    std::lock_guard<std::mutex> lock(a.mu);
-    if (a.host.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) return SetError(cudaErrorInvalidValue);
-  }
-  std::free(ptr);
-  return cudaSuccess;
-}
+// cudaMallocHost, cudaHostAlloc, cudaFreeHost, cudaHostRegister...: host_memory.cc.
+// Copies (DoMemcpy, DoMemset, 2D): memory_copy.cc.
 
 PHOS_EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   return DoMemcpy(dst, src, count, kind, 0, true);
 }
 PHOS_EXPORT cudaError_t cudaMemcpy_ptds(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  return DoMemcpy(dst, src, count, kind, 0, true);
+  return DoMemcpy(dst, src, count, kind, PerThreadStreamId(), true);
 }
 PHOS_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                         cudaStream_t stream) {
@@ -448,17 +373,17 @@ PHOS_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count
 }
 PHOS_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                              cudaStream_t stream) {
-  return DoMemcpy(dst, src, count, kind, StreamIdOf(stream), false);
+  return DoMemcpy(dst, src, count, kind, StreamIdOf(stream, DefaultStream::kPerThread), false);
 }
 PHOS_EXPORT cudaError_t cudaMemset(void* dst, int value, size_t count) { return DoMemset(dst, value, count, 0, true); }
 PHOS_EXPORT cudaError_t cudaMemset_ptds(void* dst, int value, size_t count) {
-  return DoMemset(dst, value, count, 0, true);
+  return DoMemset(dst, value, count, PerThreadStreamId(), true);
 }
 PHOS_EXPORT cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t stream) {
   return DoMemset(dst, value, count, StreamIdOf(stream), false);
 }
 PHOS_EXPORT cudaError_t cudaMemsetAsync_ptsz(void* dst, int value, size_t count, cudaStream_t stream) {
-  return DoMemset(dst, value, count, StreamIdOf(stream), false);
+  return DoMemset(dst, value, count, StreamIdOf(stream, DefaultStream::kPerThread), false);
 }
 
 // ---------------------------------------------------------------- streams
@@ -471,24 +396,30 @@ PHOS_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned i
   return StreamCreate(s, flags, priority);
 }
 PHOS_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  return SimpleCall(op::kStreamDestroy, 0, Bytes(wire::HandleRequest{StreamIdOf(s), 0}));
+  // The default streams (0, cudaStreamLegacy, cudaStreamPerThread) cannot be destroyed.
+  if (reinterpret_cast<uintptr_t>(s) <= 2) return SetError(cudaErrorInvalidResourceHandle);
+  cudaError_t e = SimpleCall(op::kStreamDestroy, 0, Bytes(wire::HandleRequest{StreamIdOf(s), 0}));
+  if (e == cudaSuccess) NoteStreamDestroyed(StreamIdOf(s));
+  return e;
 }
 PHOS_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) { return SimpleCall(op::kStreamSynchronize, StreamIdOf(s)); }
 PHOS_EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) {
-  return SimpleCall(op::kStreamSynchronize, StreamIdOf(s));
+  return SimpleCall(op::kStreamSynchronize, StreamIdOf(s, DefaultStream::kPerThread));
 }
 PHOS_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s) { return QueryCall(op::kStreamQuery, StreamIdOf(s)); }
-PHOS_EXPORT cudaError_t cudaStreamQuery_ptsz(cudaStream_t s) { return QueryCall(op::kStreamQuery, StreamIdOf(s)); }
+PHOS_EXPORT cudaError_t cudaStreamQuery_ptsz(cudaStream_t s) {
+  return QueryCall(op::kStreamQuery, StreamIdOf(s, DefaultStream::kPerThread));
+}
 
-static cudaError_t StreamWaitEvent(cudaStream_t s, cudaEvent_t e) {
+static cudaError_t StreamWaitEvent(cudaStream_t s, cudaEvent_t e, DefaultStream zero = DefaultStream::kLegacy) {
   PHOS_CHECK_STICKY();
-  return Finish(Connection::Get().Post(op::kStreamWaitEvent, StreamIdOf(s), Bytes(wire::HandleRequest{EventIdOf(e), 0})));
+  return Finish(Connection::Get().Post(op::kStreamWaitEvent, StreamIdOf(s, zero), Bytes(wire::HandleRequest{EventIdOf(e), 0})));
 }
 PHOS_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int /*flags*/) {
   return StreamWaitEvent(s, e);
 }
 PHOS_EXPORT cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsigned int /*flags*/) {
-  return StreamWaitEvent(s, e);
+  return StreamWaitEvent(s, e, DefaultStream::kPerThread);
 }
 
 // ---------------------------------------------------------------- events
@@ -496,12 +427,14 @@ PHOS_EXPORT cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, 
 PHOS_EXPORT cudaError_t cudaEventCreate(cudaEvent_t* e) { return EventCreate(e, 0); }
 PHOS_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) { return EventCreate(e, flags); }
 
-static cudaError_t EventRecord(cudaEvent_t e, cudaStream_t s) {
+static cudaError_t EventRecord(cudaEvent_t e, cudaStream_t s, DefaultStream zero = DefaultStream::kLegacy) {
   PHOS_CHECK_STICKY();
-  return Finish(Connection::Get().Post(op::kEventRecord, StreamIdOf(s), Bytes(wire::HandleRequest{EventIdOf(e), 0})));
+  return Finish(Connection::Get().Post(op::kEventRecord, StreamIdOf(s, zero), Bytes(wire::HandleRequest{EventIdOf(e), 0})));
 }
 PHOS_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return EventRecord(e, s); }
-PHOS_EXPORT cudaError_t cudaEventRecord_ptsz(cudaEvent_t e, cudaStream_t s) { return EventRecord(e, s); }
+PHOS_EXPORT cudaError_t cudaEventRecord_ptsz(cudaEvent_t e, cudaStream_t s) {
+  return EventRecord(e, s, DefaultStream::kPerThread);
+}
 PHOS_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) {
   return QueryCall(op::kEventQuery, 0, Bytes(wire::HandleRequest{EventIdOf(e), 0}));
 }
@@ -586,7 +519,7 @@ PHOS_EXPORT cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, 
 }
 PHOS_EXPORT cudaError_t cudaMemcpyToSymbol_ptds(const void* symbol, const void* src, size_t count, size_t offset,
                                                 cudaMemcpyKind kind) {
-  return SymbolCopy(symbol, const_cast<void*>(src), count, offset, kind, true, 0, true);
+  return SymbolCopy(symbol, const_cast<void*>(src), count, offset, kind, true, PerThreadStreamId(), true);
 }
 PHOS_EXPORT cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset,
                                              cudaMemcpyKind kind) {
@@ -594,7 +527,7 @@ PHOS_EXPORT cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size
 }
 PHOS_EXPORT cudaError_t cudaMemcpyFromSymbol_ptds(void* dst, const void* symbol, size_t count, size_t offset,
                                                   cudaMemcpyKind kind) {
-  return SymbolCopy(symbol, dst, count, offset, kind, false, 0, true);
+  return SymbolCopy(symbol, dst, count, offset, kind, false, PerThreadStreamId(), true);
 }
 PHOS_EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void* symbol, const void* src, size_t count, size_t offset,
                                                 cudaMemcpyKind kind, cudaStream_t stream) {
@@ -603,4 +536,13 @@ PHOS_EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void* symbol, const void* 
 PHOS_EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void* dst, const void* symbol, size_t count, size_t offset,
                                                   cudaMemcpyKind kind, cudaStream_t stream) {
   return SymbolCopy(symbol, dst, count, offset, kind, false, StreamIdOf(stream), false);
+}
+PHOS_EXPORT cudaError_t cudaMemcpyToSymbolAsync_ptsz(const void* symbol, const void* src, size_t count,
+                                                     size_t offset, cudaMemcpyKind kind, cudaStream_t stream) {
+  return SymbolCopy(symbol, const_cast<void*>(src), count, offset, kind, true,
+                    StreamIdOf(stream, DefaultStream::kPerThread), false);
+}
+PHOS_EXPORT cudaError_t cudaMemcpyFromSymbolAsync_ptsz(void* dst, const void* symbol, size_t count, size_t offset,
+                                                       cudaMemcpyKind kind, cudaStream_t stream) {
+  return SymbolCopy(symbol, dst, count, offset, kind, false, StreamIdOf(stream, DefaultStream::kPerThread), false);
 }

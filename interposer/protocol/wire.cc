@@ -33,6 +33,7 @@ std::string_view WireStatusName(WireStatus s) {
     case WireStatus::kSuccess: return "cudaSuccess";
     case WireStatus::kInvalidValue: return "cudaErrorInvalidValue";
     case WireStatus::kMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case WireStatus::kNotInitialized: return "cudaErrorInitializationError";
     case WireStatus::kDaemonUnavailable: return "cudaErrorDevicesUnavailable";
     case WireStatus::kInvalidDevice: return "cudaErrorInvalidDevice";
     case WireStatus::kInvalidImage: return "cudaErrorInvalidKernelImage";

@@ -76,6 +76,7 @@ enum class WireStatus : int32_t {
   kSuccess = 0,                 // cudaSuccess                / CUDA_SUCCESS
   kInvalidValue = 1,            // cudaErrorInvalidValue      / CUDA_ERROR_INVALID_VALUE
   kMemoryAllocation = 2,        // cudaErrorMemoryAllocation  / CUDA_ERROR_OUT_OF_MEMORY
+  kNotInitialized = 3,          // cudaErrorInitializationError / CUDA_ERROR_NOT_INITIALIZED (app side only: a forked child)
   kDaemonUnavailable = 46,      // cudaErrorDevicesUnavailable/ CUDA_ERROR_DEVICE_UNAVAILABLE
   kInvalidDevice = 101,         // cudaErrorInvalidDevice     / CUDA_ERROR_INVALID_DEVICE
   kInvalidImage = 200,          // cudaErrorInvalidKernelImage/ CUDA_ERROR_INVALID_IMAGE
@@ -146,6 +147,19 @@ inline constexpr ApiId kModuleUnload = ApiId::k_cuModuleUnload;           // Han
 inline constexpr ApiId kModuleGetFunction = ApiId::k_cuModuleGetFunction; // GetFunctionRequest + name
 inline constexpr ApiId kModuleGetGlobal = ApiId::k_cuModuleGetGlobal_v2;  // GetGlobalRequest + name -> GetGlobalReply
 inline constexpr ApiId kLaunchKernel = ApiId::k_cuLaunchKernel;           // LaunchRequest + params; posted
+// function attributes (sync)
+inline constexpr ApiId kFuncGetAttributes = ApiId::k_cuFuncGetAttribute;  // HandleRequest (function) -> FunctionAttributesReply
+inline constexpr ApiId kFuncSetAttribute = ApiId::k_cuFuncSetAttribute;   // FuncSetAttributeRequest
+// device reset (sync): releases everything the session holds; it stays connected
+inline constexpr ApiId kDeviceReset = ApiId::k_cudaDeviceReset;           // -
+// pinned host memory and 2D copies (docs/interposer.md "Pinned host memory and copies")
+inline constexpr ApiId kHostSegmentRegister = ApiId::k_cudaMallocHost;  // HostSegmentRequest after the channel record; sync
+inline constexpr ApiId kMemcpy2D = ApiId::k_cudaMemcpy2D;               // Memcpy2DRequest (+ packed rows); sync
+inline constexpr ApiId kMemcpy2DAsync = ApiId::k_cudaMemcpy2DAsync;     // Memcpy2DRequest (+ packed rows) or pieces; posted
+inline constexpr ApiId kMemset2D = ApiId::k_cudaMemset2D;               // Memset2DRequest; sync
+inline constexpr ApiId kMemset2DAsync = ApiId::k_cudaMemset2DAsync;     // Memset2DRequest; posted
+/// phos-private ops have ids from 0x10000 up (above every generated id).
+inline constexpr ApiId kHostCopyStats = static_cast<ApiId>(0x10000);    // - -> HostCopyStatsReply
 }  // namespace op
 
 // ---------------------------------------------------------------- payloads
@@ -239,7 +253,17 @@ struct PointerRequest {
 };
 static_assert(sizeof(PointerRequest) == 8);
 
-enum class CopyDir : uint32_t { kHostToDevice = 1, kDeviceToHost = 2, kDeviceToDevice = 3 };
+/// kPinnedToDevice / kDeviceToPinned (pinned host memory and 2D copies):
+/// the host side is an app address inside a shared pinned segment
+/// (HostSegmentRequest); phosd copies straight from / into its mapping of
+/// the segment. Posted or called; no staging, no inline bytes.
+enum class CopyDir : uint32_t {
+  kHostToDevice = 1,
+  kDeviceToHost = 2,
+  kDeviceToDevice = 3,
+  kPinnedToDevice = 4,
+  kDeviceToPinned = 5,
+};
 
 /// kMemcpy / kMemcpyAsync. The frame's stream_id is the stream.
 ///   H2D, inline: payload = MemcpyRequest + `bytes` data bytes (when the
@@ -259,6 +283,10 @@ enum class CopyDir : uint32_t { kHostToDevice = 1, kDeviceToHost = 2, kDeviceToD
 ///     Completion means the data is in the chunk (phosd waited for the
 ///     stream).
 ///   D2D: dst and src device pointers; posted (async) or called (sync).
+///   kPinnedToDevice / kDeviceToPinned: the host side (src / dst) is an app
+///     address inside a pinned host segment (HostSegmentRequest); no data
+///     travels; posted (async, D2H included) or called (sync: phosd syncs
+///     the stream before answering).
 struct MemcpyRequest {
   uint64_t dst;
   uint64_t src;
@@ -366,12 +394,112 @@ struct LaunchRequest {
 };
 static_assert(sizeof(LaunchRequest) == 40);
 
+// ---- pinned host memory and 2D copies
+
+/// kHostSegmentRegister. The app first sends ring::HostSegmentRecord with
+/// the segment's memfd over the channel socket (ChannelClient::
+/// SendHostSegment), then Calls this op with the same three values. phosd
+/// takes exactly one queued record, checks that it matches, that the memfd
+/// is sealed against shrinking and holds `bytes`, maps it and registers it
+/// as pinned. `app_base` is where the segment is mapped in the app (page
+/// aligned); `bytes` a multiple of the page size.
+struct HostSegmentRequest {
+  uint64_t segment_id;  // nonzero, unused so far in this session
+  uint64_t bytes;
+  uint64_t app_base;
+};
+static_assert(sizeof(HostSegmentRequest) == 24);
+
+/// kMemcpy2D / kMemcpy2DAsync: `height` rows of `width` bytes; row r is at
+/// dst + r*dpitch / src + r*spitch. By `dir`:
+///   kDeviceToDevice, kPinnedToDevice, kDeviceToPinned: both pitches real;
+///     one record, phosd issues the rows (one backend copy when both sides
+///     are contiguous). Posted or called.
+///   kHostToDevice (pageable source): the app packs the rows (spitch is
+///     ignored: the source is width*height packed bytes), sent inline
+///     (payload = request + width*height bytes) or as PostBulk pieces whose
+///     StagingRef::offset is the packed offset; phosd scatters each piece
+///     into the rows it covers.
+///   kDeviceToHost (pageable destination): always Called, one call per
+///     reply chunk: phosd gathers packed bytes [packed_offset,
+///     packed_offset + packed_bytes) of the region into the chunk (or inline
+///     when reply_chunk == kNoChunk and packed_bytes <= kSlotResultBytes);
+///     the app unpacks them into its rows (dpitch is ignored by phosd).
+struct Memcpy2DRequest {
+  uint64_t dst;
+  uint64_t src;
+  uint64_t dpitch;
+  uint64_t spitch;
+  uint64_t width;
+  uint64_t height;
+  uint64_t packed_offset;  // kDeviceToHost only
+  uint64_t packed_bytes;   // kDeviceToHost only
+  uint32_t dir;            // CopyDir
+  uint32_t reply_chunk;    // kDeviceToHost only; else kNoChunk
+};
+static_assert(sizeof(Memcpy2DRequest) == 72);
+
+/// kMemset2D / kMemset2DAsync: `height` rows of `width` bytes at dst +
+/// r*pitch set to the low byte of `value`.
+struct Memset2DRequest {
+  uint64_t dst;
+  uint64_t pitch;
+  uint64_t width;
+  uint64_t height;
+  uint32_t value;
+  uint32_t pad;
+};
+static_assert(sizeof(Memset2DRequest) == 40);
+
+/// kHostCopyStats: how this session's host<->device copies travelled
+/// (tests use it to prove that pinned copies take the zero-copy path).
+struct HostCopyStatsReply {
+  uint64_t pinned_copies;  // kPinnedToDevice / kDeviceToPinned records (1D and 2D)
+  uint64_t pinned_bytes;
+  uint64_t staged_copies;  // inline, staged-piece and reply-chunk records
+  uint64_t staged_bytes;
+  uint64_t segments;       // pinned segments registered
+  uint64_t segment_bytes;
+};
+static_assert(sizeof(HostCopyStatsReply) == 48);
+
+// ---------------------------------------------------------------- function attributes
+
+/// kFuncGetAttributes' reply: backend::FunctionAttributes in cudaFuncAttributes' units.
+struct FunctionAttributesReply {
+  uint64_t shared_size_bytes;
+  uint64_t const_size_bytes;
+  uint64_t local_size_bytes;
+  int32_t max_threads_per_block;
+  int32_t num_regs;
+  int32_t ptx_version;
+  int32_t binary_version;
+  int32_t cache_mode_ca;
+  int32_t max_dynamic_shared_size_bytes;
+  int32_t preferred_shared_memory_carveout;
+  uint32_t pad;
+};
+static_assert(sizeof(FunctionAttributesReply) == 56);
+
+/// kFuncSetAttribute: `attribute` is a cudaFuncAttribute number
+/// (= CUfunction_attribute): 8 max dynamic shared size, 9 preferred carveout.
+struct FuncSetAttributeRequest {
+  uint32_t function_id;
+  int32_t attribute;
+  int32_t value;
+  uint32_t pad;
+};
+static_assert(sizeof(FuncSetAttributeRequest) == 16);
+inline constexpr int32_t kFuncAttrMaxDynamicSharedSize = 8;
+inline constexpr int32_t kFuncAttrPreferredCarveout = 9;
+
 template <typename T>
 inline constexpr bool kIsWireStruct = std::is_trivially_copyable_v<T> && std::is_standard_layout_v<T>;
 static_assert(kIsWireStruct<MemcpyRequest> && kIsWireStruct<LaunchRequest> &&
               kIsWireStruct<WireDeviceProps>);
 static_assert(sizeof(MemGetInfoReply) <= ring::kSlotResultBytes &&
-              sizeof(GetGlobalReply) <= ring::kSlotResultBytes);
+              sizeof(GetGlobalReply) <= ring::kSlotResultBytes &&
+              sizeof(FunctionAttributesReply) <= ring::kSlotResultBytes);
 
 // ---------------------------------------------------------------- client helpers
 

@@ -17,6 +17,7 @@ namespace {
 
 constexpr uint32_t kHelloMagic = 0x48534850;    // "PHSH"
 constexpr uint32_t kWelcomeMagic = 0x57534850;  // "PHSW"
+constexpr uint32_t kSegmentMagic = 0x47534850;  // "PHSG"
 
 // Wire records (little-endian, natural layout).
 struct HelloWire {
@@ -33,6 +34,13 @@ struct WelcomeWire {
   uint32_t message_bytes;  // error text follows
   uint64_t session_id;
   uint64_t region_bytes;
+};
+struct SegmentWire {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t segment_id;
+  uint64_t bytes;
+  uint64_t app_base;
 };
 constexpr size_t kMaxRecord = sizeof(HelloWire) + kMaxCmdlineBytes;
 
@@ -320,6 +328,35 @@ void ChannelConnection::Reject(const Status& why) {
 
 bool ChannelConnection::PeerAlive() const { return SocketPeerAlive(fd_); }
 
+Status ChannelConnection::ReceiveHostSegment(HostSegmentRecord* rec, int* memfd) {
+  *memfd = -1;
+  if (fd_ < 0) return Status::Unavailable("ring channel closed");
+  pollfd p{fd_, POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN)) {
+    return Status::NotReady("no host segment record is queued on the ring channel");
+  }
+  std::vector<std::byte> buf;
+  size_t n = 0;
+  int fd = -1;
+  PHOS_RETURN_IF_ERROR(RecvRecord(fd_, &buf, &n, &fd));
+  SegmentWire w{};
+  if (n != sizeof(w) || fd < 0) {
+    if (fd >= 0) close(fd);
+    return Status::Corruption("ring channel: malformed host segment record (" + std::to_string(n) + " bytes, " +
+                              (fd < 0 ? "no fd" : "with fd") + ")");
+  }
+  std::memcpy(&w, buf.data(), sizeof(w));
+  if (w.magic != kSegmentMagic || w.version != kProtocolVersion) {
+    close(fd);
+    return Status::Corruption("ring channel: bad host segment record magic or version");
+  }
+  rec->segment_id = w.segment_id;
+  rec->bytes = w.bytes;
+  rec->app_base = w.app_base;
+  *memfd = fd;
+  return Status::Ok();
+}
+
 // ---------------------------------------------------------------- app side
 
 ChannelClient::~ChannelClient() { Close(); }
@@ -330,6 +367,13 @@ void ChannelClient::Close() {
 }
 
 bool ChannelClient::PeerAlive() const { return SocketPeerAlive(fd_); }
+
+Status ChannelClient::SendHostSegment(const HostSegmentRecord& rec, int memfd) {
+  if (fd_ < 0) return Status::Unavailable("ring channel closed");
+  if (memfd < 0) return Status::InvalidArgument("host segment without a memfd");
+  SegmentWire w{kSegmentMagic, kProtocolVersion, rec.segment_id, rec.bytes, rec.app_base};
+  return SendRecord(fd_, &w, sizeof(w), memfd);
+}
 
 Status ChannelClient::Connect(const std::string& path, const Hello& hello, int timeout_ms,
                               std::unique_ptr<ChannelClient>* out, std::unique_ptr<SharedRegion>* region) {

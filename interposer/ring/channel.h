@@ -47,6 +47,19 @@ struct Hello {
   std::string cmdline;      // NUL-separated argv, truncated to kMaxCmdlineBytes
 };
 
+/// A shared pinned host-memory segment (docs/interposer.md "Pinned host
+/// memory and copies"): after the handshake the app may send records of
+/// this kind, each one SEQPACKET record with SCM_RIGHTS(the segment's
+/// memfd), and then Calls wire::op::kHostSegmentRegister naming the same
+/// segment; phosd's handler takes the record off the socket. The app
+/// serialises send + call (Connection) so records and calls pair up in
+/// order; phosd rejects a record that does not match its call.
+struct HostSegmentRecord {
+  uint64_t segment_id = 0;
+  uint64_t bytes = 0;
+  uint64_t app_base = 0;  // where the app mapped it
+};
+
 /// A mapped ring region and its memfd (RAII: unmaps and closes).
 class SharedRegion {
  public:
@@ -91,6 +104,10 @@ class ChannelConnection {
   void Reject(const Status& why);
   /// False once the app has closed its end or died. Never blocks.
   bool PeerAlive() const;
+  /// Takes the next queued host-segment record and its memfd (the caller
+  /// owns *memfd). Never blocks: NotReady when no record is queued;
+  /// Corruption for a malformed record or one without exactly one fd.
+  Status ReceiveHostSegment(HostSegmentRecord* rec, int* memfd);
 
  private:
   friend class ChannelListener;
@@ -129,6 +146,8 @@ class ChannelClient {
   uint64_t session_id() const { return session_id_; }
   /// False once phosd closed its end or died. Never blocks.
   bool PeerAlive() const;
+  /// Sends one host-segment record with `memfd` (not closed here).
+  Status SendHostSegment(const HostSegmentRecord& rec, int memfd);
   /// Closes the socket (detach).
   void Close();
 

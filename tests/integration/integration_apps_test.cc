@@ -333,3 +333,109 @@ TEST_F(IntegrationTest, KilledAppReleasesItsSession) {
 }
 
 }  // namespace
+
+namespace {
+
+// docs/interposer.md "Pinned host memory and copies": the program checks
+// its data against CPU references and phos's copy statistics.
+TEST_F(IntegrationTest, PinnedHostMemoryAndCopies) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/host_memory");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("host_memory: OK"), std::string::npos) << c.output;
+}
+
+}  // namespace
+
+namespace {
+
+// docs/interposer.md "Driver API": a program that does all its GPU work
+// through the driver API — modules from embedded PTX text and from an nvcc
+// -fatbin image (in memory and as a file) — checks its results against CPU
+// references and the driver's error codes.
+TEST_F(IntegrationTest, DriverApiProgram) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  const std::string dir = PHOS_INTEGRATION_DIR;
+  Child c = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", dir + "/driver_api",
+                          dir + "/driver_kernels.fatbin"});
+  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("driver_api: kernels from PTX text"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("driver_api: kernels from a fatbin file"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("driver_api: OK"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+}
+
+// No phosd: cuInit answers CUDA_ERROR_DEVICE_UNAVAILABLE, one message.
+TEST_F(IntegrationTest, DriverApiWithoutDaemonFailsAtCuInit) {
+  Child c = Child::Start({PHOS_BIN, "--socket", dir_ + "/absent.sock", "run", "--lib", PHOS_LIB_PATH, "--",
+                          std::string(PHOS_INTEGRATION_DIR) + "/driver_api"});
+  EXPECT_EQ(c.Wait(std::chrono::seconds(30)), 2) << c.output;
+  EXPECT_NE(c.output.find("cuInit(0) failed: CUDA_ERROR_DEVICE_UNAVAILABLE"), std::string::npos) << c.output;
+  EXPECT_EQ(Count(c.output, "phos: phosd is unavailable at " + dir_ + "/absent.sock.data"), 1u) << c.output;
+}
+
+// The runtime API first, then the driver without setting a context: the
+// primary context is current, as the CUDA runtime makes it.
+TEST_F(IntegrationTest, DriverApiAfterRuntimeUsesThePrimaryContext) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--",
+                          std::string(PHOS_INTEGRATION_DIR) + "/driver_api", "--runtime-first"});
+  EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("driver_api: runtime first OK"), std::string::npos) << c.output;
+}
+
+}  // namespace
+
+namespace {
+
+// docs/interposer.md "Streams, functions, reset and fork": per-thread
+// streams, function attributes and occupancy, > 48 KiB dynamic shared
+// memory, cudaDeviceReset, fork after init and the small calls — in the
+// plain build and the `--default-stream per-thread` build.
+TEST_F(IntegrationTest, RuntimeMoreStreamsFunctionsResetFork) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  for (const char* program : {"runtime_more", "runtime_more_ptds"}) {
+    SCOPED_TRACE(program);
+    Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/" + program);
+    EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+    EXPECT_NE(c.output.find(std::string(program) + ": OK"), std::string::npos) << c.output;
+    // The forked child was refused, said so once, and exited cleanly.
+    EXPECT_EQ(Count(c.output, "phos: CUDA cannot be used in a child forked after CUDA was initialised (pid "), 1u)
+        << c.output;
+    EXPECT_NE(c.output.find("done rc=0"), std::string::npos) << c.output;
+    EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+  }
+}
+
+// A child forked before any CUDA call connects on its own.
+TEST_F(IntegrationTest, RuntimeMoreForkBeforeInit) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--",
+                          std::string(PHOS_INTEGRATION_DIR) + "/runtime_more", "fork-before"});
+  EXPECT_EQ(c.Wait(std::chrono::seconds(120)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("fork-before child rc=0"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("runtime_more: fork-before OK"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("cannot be used in a child"), std::string::npos) << c.output;
+}
+
+}  // namespace
+
+namespace {
+
+// A program that dlopen()s libcuda.so.1 itself reaches phosd through the
+// driver shim `phos run` puts on LD_LIBRARY_PATH.
+TEST_F(IntegrationTest, DlopenedDriverIsPhos) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), PHOS_DLOPEN_DRIVER);
+  EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output;
+  EXPECT_NE(c.output.find("dlopen_driver: 1 "), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find(" OK"), std::string::npos) << c.output;
+}
+
+}  // namespace

@@ -679,4 +679,53 @@ Status CudaContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
   return Status::Ok();
 }
 
+Status CudaContext::GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) {
+  if (out == nullptr) return Status::InvalidArgument("GetFunctionAttributes: null output pointer");
+  std::shared_ptr<FunctionObject> f;
+  PHOS_RETURN_IF_ERROR(FindFunction(function, &f));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  // One cuFuncGetAttribute per field (the driver has no bulk query).
+  auto get = [&](CUfunction_attribute a, const char* what, int* v) -> Status {
+    CUresult rc = driver_->FuncGetAttribute(v, a, f->function);
+    if (rc != CUDA_SUCCESS) return Check(rc, std::string("cuFuncGetAttribute(") + f->name + ", " + what + ")");
+    return Status::Ok();
+  };
+  FunctionAttributes a;
+  int shared = 0, constant = 0, local = 0;
+  PHOS_RETURN_IF_ERROR(get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "MAX_THREADS_PER_BLOCK", &a.max_threads_per_block));
+  PHOS_RETURN_IF_ERROR(get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "SHARED_SIZE_BYTES", &shared));
+  PHOS_RETURN_IF_ERROR(get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, "CONST_SIZE_BYTES", &constant));
+  PHOS_RETURN_IF_ERROR(get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, "LOCAL_SIZE_BYTES", &local));
+  PHOS_RETURN_IF_ERROR(get(CU_FUNC_ATTRIBUTE_NUM_REGS, "NUM_REGS", &a.num_regs));
+  PHOS_RETURN_IF_ERROR(get(CU_FUNC_ATTRIBUTE_PTX_VERSION, "PTX_VERSION", &a.ptx_version));
+  PHOS_RETURN_IF_ERROR(get(CU_FUNC_ATTRIBUTE_BINARY_VERSION, "BINARY_VERSION", &a.binary_version));
+  PHOS_RETURN_IF_ERROR(get(CU_FUNC_ATTRIBUTE_CACHE_MODE_CA, "CACHE_MODE_CA", &a.cache_mode_ca));
+  PHOS_RETURN_IF_ERROR(get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, "MAX_DYNAMIC_SHARED_SIZE_BYTES",
+                           &a.max_dynamic_shared_size_bytes));
+  PHOS_RETURN_IF_ERROR(get(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, "PREFERRED_SHARED_MEMORY_CARVEOUT",
+                           &a.preferred_shared_memory_carveout));
+  a.shared_size_bytes = static_cast<std::uint64_t>(shared);
+  a.const_size_bytes = static_cast<std::uint64_t>(constant);
+  a.local_size_bytes = static_cast<std::uint64_t>(local);
+  *out = a;
+  return Status::Ok();
+}
+
+Status CudaContext::SetFunctionAttribute(FunctionHandle function, FunctionAttribute attribute, int value) {
+  std::shared_ptr<FunctionObject> f;
+  PHOS_RETURN_IF_ERROR(FindFunction(function, &f));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  CUfunction_attribute a = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+  const char* what = "MAX_DYNAMIC_SHARED_SIZE_BYTES";
+  if (attribute == FunctionAttribute::kPreferredSharedMemoryCarveout) {
+    a = CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+    what = "PREFERRED_SHARED_MEMORY_CARVEOUT";
+  }
+  CUresult rc = driver_->FuncSetAttribute(f->function, a, value);
+  if (rc != CUDA_SUCCESS) {
+    return Check(rc, std::string("cuFuncSetAttribute(") + f->name + ", " + what + ", " + std::to_string(value) + ")");
+  }
+  return Status::Ok();
+}
+
 }  // namespace phos::backend::cuda

@@ -89,6 +89,8 @@ class CudaContext final : public Context {
                    std::size_t* bytes) override;
   Status LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes,
                       StreamHandle stream, const std::vector<std::uint8_t>& params) override;
+  Status GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) override;
+  Status SetFunctionAttribute(FunctionHandle function, FunctionAttribute attribute, int value) override;
 
   /// The allocation granularity (cuMemGetAllocationGranularity, minimum) that
   /// sizes are rounded up to and `at` addresses must be aligned to.

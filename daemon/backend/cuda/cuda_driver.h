@@ -85,6 +85,8 @@ namespace phos::backend::cuda {
   X(ModuleUnload, 2000)                   \
   X(ModuleGetFunction, 2000)              \
   X(ModuleGetGlobal, 3020)                \
+  X(FuncGetAttribute, 2020)               \
+  X(FuncSetAttribute, 9000)               \
   X(LaunchKernel, 4000)
 
 /// The oldest driver (as cuDriverGetVersion reports it) whose every entry

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <utility>
 
+#include "backend/sim/sim_backend.h"
 #include "backend/sim/sim_kernel_memory.h"
 #include "interp/launch.h"
 
@@ -444,8 +445,10 @@ Status SimContext::GetFunction(ModuleHandle module, const std::string& name,
     return Status::NotFound("GetFunction: no kernel named '" + name + "' in module " +
                             Hex(module));
   }
+  FunctionAttributes attributes;
+  PHOS_RETURN_IF_ERROR(it->second->KernelAttributes(name, &attributes).WithContext("GetFunction"));
   const FunctionHandle h = NewHandleLocked();
-  functions_.emplace(h, KernelEntry{module, it->second, name, std::move(runnable)});
+  functions_.emplace(h, KernelEntry{module, it->second, name, std::move(runnable), attributes});
   *out = h;
   return Status::Ok();
 }
@@ -475,6 +478,7 @@ Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
   std::shared_ptr<SimModule> module;
   std::string name;
   Status runnable;
+  FunctionAttributes attributes;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = functions_.find(function);
@@ -484,7 +488,18 @@ Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
     module = it->second.program;
     name = it->second.name;
     runnable = it->second.runnable;
+    attributes = it->second.attributes;
   }
+  // As CUDA: more dynamic shared memory than the function's limit (48 KiB
+  // minus static shared unless cuFuncSetAttribute raised it) is refused.
+  if (shared_memory_bytes > static_cast<unsigned>(attributes.max_dynamic_shared_size_bytes)) {
+    return Status::InvalidArgument(
+        "LaunchKernel '" + name + "': " + std::to_string(shared_memory_bytes) +
+        " bytes of dynamic shared memory exceed the function's limit of " +
+        std::to_string(attributes.max_dynamic_shared_size_bytes) +
+        " (raise it with cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize))");
+  }
+
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 ||
       block.z == 0) {
     return Status::InvalidArgument("LaunchKernel '" + name + "': zero grid or block dimension");
@@ -503,6 +518,45 @@ Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
                                 params.data(), params.size(), &memory, options)
         .WithContext("kernel " + name);
   });
+}
+
+Status SimContext::GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) {
+  if (out == nullptr) return Status::InvalidArgument("GetFunctionAttributes: null output pointer");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = functions_.find(function);
+  if (it == functions_.end()) return Status::InvalidArgument("unknown function handle " + Hex(function));
+  *out = it->second.attributes;
+  return Status::Ok();
+}
+
+Status SimContext::SetFunctionAttribute(FunctionHandle function, FunctionAttribute attribute, int value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = functions_.find(function);
+  if (it == functions_.end()) return Status::InvalidArgument("unknown function handle " + Hex(function));
+  FunctionAttributes& a = it->second.attributes;
+  switch (attribute) {
+    case FunctionAttribute::kMaxDynamicSharedSizeBytes: {
+      // The modelled device's opt-in limit, less static shared.
+      const std::int64_t optin =
+          static_cast<std::int64_t>(ModelDeviceProperties(shared_->options, device_).shared_memory_per_block_optin);
+      const std::int64_t room = optin - static_cast<std::int64_t>(a.shared_size_bytes);
+      if (value < 0 || value > room) {
+        return Status::InvalidArgument("SetFunctionAttribute '" + it->second.name +
+                                       "': max dynamic shared memory " + std::to_string(value) +
+                                       " is outside 0.." + std::to_string(room));
+      }
+      a.max_dynamic_shared_size_bytes = value;
+      return Status::Ok();
+    }
+    case FunctionAttribute::kPreferredSharedMemoryCarveout:
+      if (value < -1 || value > 100) {
+        return Status::InvalidArgument("SetFunctionAttribute '" + it->second.name + "': carveout " +
+                                       std::to_string(value) + " is outside -1..100");
+      }
+      a.preferred_shared_memory_carveout = value;
+      return Status::Ok();
+  }
+  return Status::InvalidArgument("SetFunctionAttribute: unknown attribute");
 }
 
 }  // namespace phos::backend::sim

@@ -61,6 +61,9 @@ class SimContext final : public Context {
   Status LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
                       unsigned shared_memory_bytes, StreamHandle stream,
                       const std::vector<std::uint8_t>& params) override;
+  Status GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) override;
+  Status SetFunctionAttribute(FunctionHandle function, FunctionAttribute attribute,
+                              int value) override;
 
  private:
   struct StreamEntry {
@@ -112,6 +115,9 @@ class SimContext final : public Context {
     // Whether the interpreter can run every instruction the kernel reaches,
     // found once by GetFunction and returned by every LaunchKernel.
     Status runnable;
+    // From SimModule::KernelAttributes; the settable ones change with
+    // SetFunctionAttribute and bound LaunchKernel's dynamic shared memory.
+    FunctionAttributes attributes;
   };
   std::map<FunctionHandle, KernelEntry> functions_;     // from GetFunction
   std::map<std::uintptr_t, std::size_t> host_ranges_;   // registered host memory

@@ -1,10 +1,14 @@
 #include "backend/sim/sim_module.h"
 
+#include <algorithm>
 #include <cstring>
+#include <variant>
 #include <span>
 
 #include "fatbin/fatbin_format.h"
 #include "fatbin/fatbin_reader.h"
+#include "fatbin/nv_info.h"
+#include "common/occupancy.h"
 #include "ptx/ptx_parser.h"
 
 namespace phos::backend::sim {
@@ -12,6 +16,80 @@ namespace {
 
 constexpr std::uint32_t kFatbinContainerMagic = 0xBA55ED50u;
 constexpr unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
+// Shared memory a block may use without cuFuncSetAttribute (static + dynamic).
+constexpr std::uint64_t kDefaultSharedLimit = 48 * 1024;
+
+// What the cubins of a fatbin say about its kernels (registers, arch).
+struct CubinFacts {
+  std::map<std::string, int> registers;  // kernel name -> EIATTR_REGCOUNT
+  int sm_arch = 0;                       // of the first cubin, 0 if none
+};
+
+// Best effort: an image without cubins, or one whose cubins cannot be read,
+// just has no facts (the attributes fall back to modelled values).
+CubinFacts ReadCubinFacts(const void* image, std::size_t size) {
+  CubinFacts facts;
+  std::uint32_t magic = 0;
+  if (size >= 4) std::memcpy(&magic, image, 4);
+  if (magic != kFatbinContainerMagic) return facts;
+  fatbin::Fatbin fb;
+  if (!fatbin::ParseFatbin(std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(image), size), &fb).ok()) {
+    return facts;
+  }
+  for (const auto& e : fb.entries) {
+    if (!e.is_elf()) continue;
+    fatbin::CubinInfo info;
+    if (!fatbin::ReadCubinInfo(e.contents, &info).ok()) continue;
+    if (facts.sm_arch == 0) facts.sm_arch = static_cast<int>(e.sm_arch);
+    for (const auto& k : info.kernels) {
+      if (k.regcount != 0) facts.registers.emplace(k.name, static_cast<int>(k.regcount));
+    }
+  }
+  return facts;
+}
+
+// "sm_90" / "sm_90a" / "compute_90" -> 90; 0 if unrecognised.
+int ArchNumber(const std::vector<std::string>& target) {
+  for (const std::string& t : target) {
+    const std::size_t u = t.find('_');
+    if (u == std::string::npos) continue;
+    int v = 0;
+    for (std::size_t i = u + 1; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i) v = v * 10 + (t[i] - '0');
+    if (v != 0) return v;
+  }
+  return 0;
+}
+
+std::uint64_t ConstBytes(const ptx::Module& module) {
+  std::uint64_t total = 0;
+  for (const auto& item : module.items) {
+    const auto* v = std::get_if<ptx::VarDecl>(&item);
+    if (v == nullptr || v->space != ptx::Space::kConst) continue;
+    std::uint64_t bytes = static_cast<std::uint64_t>(std::max(ptx::TypeBits(v->type), 8) / 8) * v->vec;
+    for (int64_t d : v->dims) bytes *= d > 0 ? static_cast<std::uint64_t>(d) : 0;
+    total += bytes;
+  }
+  return total;
+}
+
+// The product of a `.maxntid` / `.reqntid` directive's arguments, 0 if none.
+int DeclaredBlockSize(const ptx::Function& f) {
+  for (const auto& d : f.directives) {
+    if ((d.name == "maxntid" || d.name == "reqntid") && !d.args.empty()) {
+      std::int64_t n = 1;
+      for (std::int64_t a : d.args) n *= a;
+      return static_cast<int>(std::clamp<std::int64_t>(n, 1, 1024));
+    }
+  }
+  return 0;
+}
+
+int DeclaredMaxRegisters(const ptx::Function& f) {
+  for (const auto& d : f.directives) {
+    if (d.name == "maxnreg" && !d.args.empty()) return static_cast<int>(std::clamp<std::int64_t>(d.args[0], 1, 255));
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -72,7 +150,38 @@ Status SimModule::Load(const void* image, std::size_t size, SimAddressSpace* spa
   auto m = std::shared_ptr<SimModule>(new SimModule());
   PHOS_RETURN_IF_ERROR(interp::Program::Build(module, storage, &m->program_)
                            .WithContext("sim LoadModule"));
+
+  const CubinFacts facts = ReadCubinFacts(image, size);
+  const int ptx_arch = ArchNumber(module.target);
+  const std::uint64_t const_bytes = ConstBytes(module);
+  const std::uint64_t static_shared = m->program_->static_shared_bytes();
+  const occupancy::SmLimits limits;  // the modelled H100's (sim_backend.cc)
+  for (const ptx::Function* f : module.Kernels()) {
+    FunctionAttributes a;
+    auto regs = facts.registers.find(f->name);
+    a.num_regs = regs != facts.registers.end() ? regs->second : DeclaredMaxRegisters(*f);
+    if (a.num_regs == 0) a.num_regs = kModelledRegisters;
+    const int declared = DeclaredBlockSize(*f);
+    a.max_threads_per_block = std::min(declared != 0 ? declared : limits.max_threads_per_block,
+                                       occupancy::MaxThreadsPerBlockForRegisters(limits, a.num_regs));
+    a.shared_size_bytes = static_shared;
+    a.const_size_bytes = const_bytes;
+    const int fi = m->program_->FindFunction(f->name);
+    a.local_size_bytes = fi >= 0 ? m->program_->function(fi).local_size : 0;
+    a.ptx_version = ptx_arch;
+    a.binary_version = facts.sm_arch != 0 ? facts.sm_arch : ptx_arch;
+    a.max_dynamic_shared_size_bytes =
+        static_cast<int>(static_shared >= kDefaultSharedLimit ? 0 : kDefaultSharedLimit - static_shared);
+    m->attributes_.emplace(f->name, a);
+  }
   *out = std::move(m);
+  return Status::Ok();
+}
+
+Status SimModule::KernelAttributes(const std::string& name, FunctionAttributes* out) const {
+  auto it = attributes_.find(name);
+  if (it == attributes_.end()) return Status::NotFound("no kernel named '" + name + "' in this module");
+  *out = it->second;
   return Status::Ok();
 }
 

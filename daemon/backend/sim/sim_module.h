@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "backend/backend.h"
 #include "backend/sim/sim_address_space.h"
 #include "common/status.h"
 #include "interp/program.h"
@@ -32,8 +34,33 @@ class SimModule {
   /// it once per kernel (SimContext::GetFunction), not per launch.
   Status CheckKernel(const std::string& name) const;
 
+  /// The kernel's attributes as loaded (settable ones at their defaults),
+  /// derived once at Load:
+  ///   shared_size_bytes   the module's static .shared bytes (what the
+  ///                       interpreter gives every block of any kernel)
+  ///   const_size_bytes    the module's .const variables
+  ///   local_size_bytes    the kernel's .local depot
+  ///   num_regs            EIATTR_REGCOUNT of the fatbin's cubin for the
+  ///                       kernel when there is one; else `.maxnreg` of the
+  ///                       PTX; else kModelledRegisters
+  ///   ptx_version         the PTX `.target` (sm_90 -> 90)
+  ///   binary_version      the cubin's arch when the fatbin has one, else
+  ///                       the PTX target (the sim "JITs" the PTX)
+  ///   max_threads_per_block  .maxntid/.reqntid product, else 1024, capped
+  ///                       by what num_regs allows (occupancy.h)
+  ///   max_dynamic_shared_size_bytes  48 KiB - static shared (CUDA's default)
+  /// NotFound if `name` is not a kernel.
+  Status KernelAttributes(const std::string& name, FunctionAttributes* out) const;
+
+  /// Registers per thread assumed for a kernel whose fatbin carries no
+  /// cubin (PTX-only): a PTX virtual register count says nothing about
+  /// the hardware registers ptxas would assign; 32 is typical of small
+  /// kernels and keeps the occupancy of a 1024-thread block at 2 per SM.
+  static constexpr int kModelledRegisters = 32;
+
  private:
   std::unique_ptr<interp::Program> program_;  // immutable after Load
+  std::map<std::string, FunctionAttributes> attributes_;  // by kernel name; immutable after Load
 };
 
 /// Extracts the PTX text from an image (fatbin container or PTX text).

@@ -73,6 +73,8 @@ class FakeApp {
 
   const std::string& message() const { return message_; }
   ring::RingClient* client() { return client_.get(); }
+  /// The setup channel (pinned host segment records travel on it).
+  ring::ChannelClient* channel() { return channel_.get(); }
 
  private:
   FakeApp() = default;

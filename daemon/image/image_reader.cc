@@ -1,0 +1,223 @@
+#include "image/image_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/hex.h"
+#include "image/file_util.h"
+#include "image/image_layout.h"
+#include "image/manifest_file.h"
+
+namespace phos::image {
+namespace {
+
+std::string Who(const v1::BufferExtent& e, std::size_t i) {
+  return "buffer " + std::to_string(i) + " (" + Hex(e.device_address()) + ")";
+}
+
+}  // namespace
+
+Status ReadManifest(const std::string& dir, v1::Manifest* m) {
+  const std::string path = dir + "/" + std::string(kManifestName);
+  std::string bytes;
+  Status s = ReadSmallFile(path, kManifestHeaderBytes + kMaxManifestBytes, &bytes);
+  if (s.code() == Status::Code::kNotFound) {
+    return Status::NotFound(dir + " is not a phos image: it has no manifest (an incomplete "
+                            "or interrupted checkpoint?)");
+  }
+  PHOS_RETURN_IF_ERROR(s);
+  return DecodeManifestFile({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()}, m)
+      .WithContext(path);
+}
+
+Status ImageReader::Open(const std::string& dir, const ImageReaderOptions& options,
+                         std::unique_ptr<ImageReader>* out) {
+  std::unique_ptr<ImageReader> r(new ImageReader);
+  r->dir_ = dir;
+  PHOS_RETURN_IF_ERROR(ReadManifest(dir, &r->manifest_));
+  const v1::Manifest& m = r->manifest_;
+  const std::string path = dir + "/" + std::string(kGpuImgName);
+
+  // Size first: a truncated gpu.img is named by what it lost.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) return Status::Corruption(path + " is missing (the manifest needs it)");
+    return ErrnoError("stat", path, err);
+  }
+  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  if (size < m.gpu_img_bytes()) {
+    std::string what = path + " is truncated: " + std::to_string(size) +
+                       " bytes, the manifest says " + std::to_string(m.gpu_img_bytes());
+    for (int i = 0; i < m.buffers_size(); ++i) {
+      const v1::BufferExtent& e = m.buffers(i);
+      for (int c = 0; c < e.chunk_xxh3_size(); ++c) {
+        const std::uint64_t off = e.extent_offset() + static_cast<std::uint64_t>(c) * e.chunk_bytes();
+        const std::uint64_t len = std::min<std::uint64_t>(
+            e.chunk_bytes(), e.bytes() - static_cast<std::uint64_t>(c) * e.chunk_bytes());
+        if (off + len > size) {
+          what += "; first damaged: " + Who(e, static_cast<std::size_t>(i)) + ", chunk " +
+                  std::to_string(c) + " at file offset " + std::to_string(off);
+          return Status::Corruption(what);
+        }
+      }
+    }
+    return Status::Corruption(what);
+  }
+  if (size > m.gpu_img_bytes()) {
+    return Status::Corruption(path + " is " + std::to_string(size) + " bytes, the manifest says " +
+                              std::to_string(m.gpu_img_bytes()) + " (wrong gpu.img for this manifest?)");
+  }
+
+  // The header is small metadata: read it buffered.
+  {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoError("open", path, errno);
+    std::uint8_t hdr[kGpuImgHeaderBytes];
+    ssize_t n = ::pread(fd, hdr, sizeof hdr, 0);
+    const int err = errno;
+    ::close(fd);
+    if (n < 0) return ErrnoError("read", path, err);
+    GpuImgHeader gh;
+    PHOS_RETURN_IF_ERROR(
+        DecodeGpuImgHeader({hdr, static_cast<std::size_t>(n)}, &gh).WithContext(path));
+    if (gh.image_id != m.image_id() || gh.file_bytes != m.gpu_img_bytes()) {
+      return Status::Corruption(path + " does not belong to this manifest (image id " +
+                                Hex(gh.image_id) + ", manifest says " + Hex(m.image_id()) + ")");
+    }
+  }
+
+  std::uint64_t max_chunk = kAlign;
+  for (const v1::BufferExtent& e : m.buffers()) {
+    if (e.bytes() > 0) max_chunk = std::max(max_chunk, std::min(e.chunk_bytes(), RoundUp(e.bytes(), kAlign)));
+  }
+  IoOptions io = options.io;
+  io.buffer_bytes = max_chunk;
+  IoBackendFactory factory = options.backend_factory ? options.backend_factory : OpenIoBackend;
+  PHOS_RETURN_IF_ERROR(factory(path, IoMode::kRead, io, &r->io_));
+  *out = std::move(r);
+  return Status::Ok();
+}
+
+Status ImageReader::CheckChunk(std::size_t buffer, std::uint64_t chunk, const std::uint8_t* data,
+                               std::size_t got) const {
+  const v1::BufferExtent& e = manifest_.buffers(static_cast<int>(buffer));
+  const std::uint64_t boff = chunk * e.chunk_bytes();
+  const std::size_t n =
+      static_cast<std::size_t>(std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - boff));
+  const std::uint64_t file_off = e.extent_offset() + boff;
+  if (got < n) {
+    return Status::Corruption("gpu.img is truncated: " + Who(e, buffer) + ", chunk " +
+                              std::to_string(chunk) + " at file offset " + std::to_string(file_off) +
+                              " has only " + std::to_string(got) + " of " + std::to_string(n) +
+                              " bytes");
+  }
+  if (Xxh3(data, n) != e.chunk_xxh3(static_cast<int>(chunk))) {
+    return Status::Corruption("checksum mismatch in " + dir_ + "/gpu.img: " + Who(e, buffer) +
+                              ", chunk " + std::to_string(chunk) + " at file offset " +
+                              std::to_string(file_off) + " (" + std::to_string(n) +
+                              " bytes); the image is corrupt and must not be restored");
+  }
+  return Status::Ok();
+}
+
+Status ImageReader::ReadChunkStaged(std::size_t buffer, std::uint64_t chunk, IoBuffer** staged,
+                                    std::size_t* len) {
+  if (buffer >= buffer_count()) {
+    return Status::InvalidArgument("image has no buffer " + std::to_string(buffer));
+  }
+  const v1::BufferExtent& e = manifest_.buffers(static_cast<int>(buffer));
+  if (chunk >= static_cast<std::uint64_t>(e.chunk_xxh3_size())) {
+    return Status::InvalidArgument(Who(e, buffer) + " has no chunk " + std::to_string(chunk));
+  }
+  const std::uint64_t boff = chunk * e.chunk_bytes();
+  const std::size_t n =
+      static_cast<std::size_t>(std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - boff));
+  IoBuffer* b = nullptr;
+  PHOS_RETURN_IF_ERROR(io_->Acquire(&b));
+  std::size_t got = 0;
+  Status s = io_->Read(b, e.extent_offset() + boff, RoundUp(n, kAlign), &got);
+  if (s.ok()) s = CheckChunk(buffer, chunk, b->data, got);
+  if (!s.ok()) {
+    io_->Release(b);
+    return s;
+  }
+  *staged = b;
+  *len = n;
+  return Status::Ok();
+}
+
+Status ImageReader::ReadChunk(std::size_t buffer, std::uint64_t chunk, void* dst,
+                              std::size_t* len) {
+  IoBuffer* b = nullptr;
+  PHOS_RETURN_IF_ERROR(ReadChunkStaged(buffer, chunk, &b, len));
+  std::memcpy(dst, b->data, *len);
+  io_->Release(b);
+  return Status::Ok();
+}
+
+Status ImageReader::ReadChunks(
+    std::size_t buffer, std::uint64_t first, std::uint64_t end,
+    const std::function<void(std::uint64_t, const std::uint8_t*, std::size_t)>& sink) {
+  const v1::BufferExtent& e = manifest_.buffers(static_cast<int>(buffer));
+  std::vector<IoBackend::ReadOp> ops;
+  for (std::uint64_t c = first; c < end;) {
+    // One buffer blocking, more only if free: concurrent readers never
+    // deadlock holding part of the pool each.
+    ops.clear();
+    IoBuffer* b = nullptr;
+    PHOS_RETURN_IF_ERROR(io_->Acquire(&b));
+    do {
+      const std::uint64_t boff = (c + ops.size()) * e.chunk_bytes();
+      const std::uint64_t n = std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - boff);
+      ops.push_back({b, e.extent_offset() + boff, static_cast<std::size_t>(RoundUp(n, kAlign)), 0});
+    } while (c + ops.size() < end && (b = io_->TryAcquire()) != nullptr);
+    Status s = io_->ReadBatch(ops);
+    for (std::size_t i = 0; i < ops.size() && s.ok(); ++i) {
+      s = CheckChunk(buffer, c + i, ops[i].buf->data, ops[i].got);
+      if (s.ok()) {
+        sink(c + i, ops[i].buf->data,
+             static_cast<std::size_t>(std::min<std::uint64_t>(e.chunk_bytes(),
+                                                              e.bytes() - (c + i) * e.chunk_bytes())));
+      }
+    }
+    for (const auto& op : ops) io_->Release(op.buf);
+    PHOS_RETURN_IF_ERROR(s);
+    c += ops.size();
+  }
+  return Status::Ok();
+}
+
+Status ImageReader::ReadBuffer(std::size_t buffer, void* dst) {
+  if (buffer >= buffer_count()) {
+    return Status::InvalidArgument("image has no buffer " + std::to_string(buffer));
+  }
+  const v1::BufferExtent& e = manifest_.buffers(static_cast<int>(buffer));
+  auto* p = static_cast<std::uint8_t*>(dst);
+  return ReadChunks(buffer, 0, static_cast<std::uint64_t>(e.chunk_xxh3_size()),
+                    [&](std::uint64_t c, const std::uint8_t* data, std::size_t len) {
+                      std::memcpy(p + c * e.chunk_bytes(), data, len);
+                    });
+}
+
+Status ImageReader::VerifyAll(const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  std::uint64_t total = 0, done = 0;
+  for (const v1::BufferExtent& e : manifest_.buffers()) total += e.bytes();
+  for (std::size_t i = 0; i < buffer_count(); ++i) {
+    const v1::BufferExtent& e = manifest_.buffers(static_cast<int>(i));
+    PHOS_RETURN_IF_ERROR(ReadChunks(i, 0, static_cast<std::uint64_t>(e.chunk_xxh3_size()),
+                                    [&](std::uint64_t, const std::uint8_t*, std::size_t len) {
+                                      done += len;
+                                      if (progress) progress(done, total);
+                                    }));
+  }
+  return Status::Ok();
+}
+
+}  // namespace phos::image

@@ -1,0 +1,107 @@
+// Handlers for function attributes (kFuncGetAttributes, kFuncSetAttribute)
+// and cudaDeviceReset (kDeviceReset). Like every handler they run on the
+// session's consumer thread only (call_handlers.h).
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <string>
+
+#include "session/call_handlers.h"
+
+namespace phos::session {
+
+using wire::ApiId;
+using wire::WireStatus;
+namespace op = wire::op;
+
+namespace {
+
+template <typename T>
+Status DecodeExact(std::span<const std::byte> payload, T* out) {
+  if (payload.size() != sizeof(T)) {
+    return Status::InvalidArgument("wire: payload of " + std::to_string(payload.size()) + " bytes, expected " +
+                                   std::to_string(sizeof(T)));
+  }
+  std::memcpy(out, payload.data(), sizeof(T));
+  return Status::Ok();
+}
+
+Status FindFunction(const SessionState& st, uint32_t id, backend::FunctionHandle* out) {
+  auto it = st.functions.find(id);
+  if (it == st.functions.end()) return Status::NotFound("unknown function id " + std::to_string(id));
+  *out = it->second.handle;
+  return Status::Ok();
+}
+
+}  // namespace
+
+void HandleFunctionAttributes(SessionState& st, const ring::Record& rec, std::span<const std::byte> p,
+                              Outcome* out) {
+  const auto api = static_cast<ApiId>(rec.header.api_id);
+  CallView v;
+  v.api = api;
+  v.session_id = st.session_id;
+  v.synchronous = rec.wants_reply();
+  if (api == op::kFuncGetAttributes) {
+    wire::HandleRequest req{};
+    if (Status s = DecodeExact(p, &req); !s.ok()) return out->Fail(s);
+    backend::FunctionHandle f = 0;
+    if (Status s = FindFunction(st, req.id, &f); !s.ok()) return out->Fail(s);
+    backend::FunctionAttributes a;
+    Status s = st.executor->Run(v, [&] { return st.ctx->GetFunctionAttributes(f, &a); });
+    if (!s.ok()) return out->Fail(s);
+    wire::FunctionAttributesReply r{};
+    r.shared_size_bytes = a.shared_size_bytes;
+    r.const_size_bytes = a.const_size_bytes;
+    r.local_size_bytes = a.local_size_bytes;
+    r.max_threads_per_block = a.max_threads_per_block;
+    r.num_regs = a.num_regs;
+    r.ptx_version = a.ptx_version;
+    r.binary_version = a.binary_version;
+    r.cache_mode_ca = a.cache_mode_ca;
+    r.max_dynamic_shared_size_bytes = a.max_dynamic_shared_size_bytes;
+    r.preferred_shared_memory_carveout = a.preferred_shared_memory_carveout;
+    out->Set(r);
+    return;
+  }
+  // kFuncSetAttribute
+  wire::FuncSetAttributeRequest req{};
+  if (Status s = DecodeExact(p, &req); !s.ok()) return out->Fail(s);
+  backend::FunctionHandle f = 0;
+  if (Status s = FindFunction(st, req.function_id, &f); !s.ok()) return out->Fail(s);
+  backend::FunctionAttribute attr{};
+  if (req.attribute == wire::kFuncAttrMaxDynamicSharedSize) {
+    attr = backend::FunctionAttribute::kMaxDynamicSharedSizeBytes;
+  } else if (req.attribute == wire::kFuncAttrPreferredCarveout) {
+    attr = backend::FunctionAttribute::kPreferredSharedMemoryCarveout;
+  } else {
+    return out->Fail(WireStatus::kInvalidValue,
+                     "function attribute " + std::to_string(req.attribute) + " cannot be set (only 8 and 9)");
+  }
+  out->Fail(st.executor->Run(v, [&] { return st.ctx->SetFunctionAttribute(f, attr, req.value); }));
+}
+
+void HandleDeviceReset(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
+  if (!p.empty()) return out->Fail(WireStatus::kInvalidValue, "wire: this call takes no payload");
+  CallView v;
+  v.api = op::kDeviceReset;
+  v.session_id = st.session_id;
+  v.synchronous = rec.wants_reply();
+  v.access_known = false;  // it frees every buffer of the session
+  Status s = st.executor->Run(v, [&] {
+    ReleaseAll(st);  // waits for pending work (its errors are dropped, as the reset drops them)
+    st.deferred = Status::Ok();
+    if (st.replace_context) {
+      Status r = st.replace_context();
+      if (!r.ok()) {
+        // The emptied old context stays: usable, but a kernel fault it saw
+        // stays sticky.
+        spdlog::warn("session {}: cudaDeviceReset kept the old context: {}", st.session_id, r.ToString());
+      }
+    }
+    return Status::Ok();
+  });
+  out->Fail(s);
+}
+
+}  // namespace phos::session

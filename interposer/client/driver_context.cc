@@ -1,0 +1,338 @@
+// Driver API contexts (docs/interposer.md "Driver API", "Contexts").
+//
+// phosd gives each app process ONE session = one device context, so every
+// CUcontext the app creates or retains is a handle aliasing that session:
+// all contexts share one memory space, one set of modules/streams/events.
+// What is kept per handle is only what the app can observe of a context:
+// its device, its flags, whether it is primary, whether it is destroyed.
+// Per thread there is a context stack with the driver's semantics
+// (cuCtxPush/Pop/SetCurrent/GetCurrent).
+//
+// The runtime API never names a context: it works in the primary context
+// (as the CUDA runtime does). When the runtime contacted phosd before the
+// driver's cuInit (an app that started with the runtime and then uses the
+// driver), an empty stack means the primary context, as the CUDA runtime
+// has made it current; otherwise a call that needs a context with none
+// current answers CUDA_ERROR_INVALID_CONTEXT.
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "interposer/client/connection.h"
+#include "interposer/client/driver_internal.h"
+
+namespace phos::client {
+namespace {
+
+struct ContextRec {
+  int device = 0;
+  unsigned flags = 0;              // guarded by Contexts::mu
+  bool primary = false;
+  std::atomic<bool> destroyed{false};  // set once, under Contexts::mu; read lock-free by CheckContext
+};
+
+// All context records. Records are never freed: a destroyed context's
+// handle may still sit on another thread's stack, where it must read as
+// invalid rather than dangle (a handful of bytes per cuCtxCreate).
+struct Contexts {
+  std::mutex mu;                 // guards every ContextRec's fields and primary_refs
+  ContextRec primary{0, 0, true};
+  int primary_refs = 0;          // cuDevicePrimaryCtxRetain minus Release
+  std::vector<ContextRec*> created;
+};
+Contexts& Ctx() {
+  static Contexts* c = new Contexts();  // leaked: contexts outlive static destructors
+  return *c;
+}
+
+thread_local std::vector<ContextRec*> t_stack;  // this thread's context stack (top = back)
+
+std::atomic<bool> g_driver_init_seen{false};
+std::atomic<bool> g_runtime_first{false};
+
+ContextRec* AsRec(CUcontext c) { return reinterpret_cast<ContextRec*>(c); }
+CUcontext AsHandle(ContextRec* r) { return reinterpret_cast<CUcontext>(r); }
+
+// Whether `r` is a context handle phos made and not destroyed.
+bool Live(ContextRec* r) {
+  if (r == nullptr) return false;
+  Contexts& c = Ctx();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (r == &c.primary) return true;
+  for (ContextRec* x : c.created)
+    if (x == r) return !x->destroyed.load();
+  return false;
+}
+
+// The current context of this thread (see the file comment), or null.
+ContextRec* Current() {
+  if (!t_stack.empty()) return t_stack.back();
+  return RuntimeCameFirst() ? &Ctx().primary : nullptr;
+}
+
+CUresult CheckDevice(CUdevice dev) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  // Sessions run on device 0 (docs/interposer.md "Not yet").
+  return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult CreateContext(CUcontext* pctx, unsigned flags, CUdevice dev) {
+  if (CUresult r = CheckDevice(dev); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr || (flags & ~static_cast<unsigned>(CU_CTX_FLAGS_MASK)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  auto* rec = new ContextRec{dev, flags, false};
+  {
+    Contexts& c = Ctx();
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.created.push_back(rec);
+  }
+  t_stack.push_back(rec);  // cuCtxCreate makes the new context current
+  *pctx = AsHandle(rec);
+  return CUDA_SUCCESS;
+}
+
+// The context `ctx` names, or the current one for null.
+CUresult Resolve(CUcontext ctx, ContextRec** out) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  ContextRec* rec = ctx != nullptr ? AsRec(ctx) : Current();
+  if (!Live(rec)) return CUDA_ERROR_INVALID_CONTEXT;
+  *out = rec;
+  return CUDA_SUCCESS;
+}
+
+CUresult SynchronizeSession() { return ToCu(cudaDeviceSynchronize()); }
+
+}  // namespace
+
+void NoteDriverInit() {
+  if (!g_driver_init_seen.exchange(true)) g_runtime_first.store(Connection::Get().connected());
+}
+
+bool RuntimeCameFirst() { return g_runtime_first.load(std::memory_order_relaxed); }
+
+// On every call's path: no lock. A stack entry was validated (Live) when it
+// was pushed, so only its destroyed flag can have changed since.
+CUresult CheckContext() {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  const ContextRec* rec = Current();
+  return rec != nullptr && !rec->destroyed.load(std::memory_order_acquire) ? CUDA_SUCCESS
+                                                                           : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+
+// ---------------------------------------------------------------- primary context
+
+PHOS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (CUresult r = CheckDevice(dev); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Contexts& c = Ctx();
+  std::lock_guard<std::mutex> lock(c.mu);
+  ++c.primary_refs;
+  *pctx = AsHandle(&c.primary);
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  if (CUresult r = CheckDevice(dev); r != CUDA_SUCCESS) return r;
+  Contexts& c = Ctx();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --c.primary_refs;
+  return CUDA_SUCCESS;
+}
+
+// The session is not torn down: its memory, modules, streams and events
+// stay (they belong to the one session every context aliases). Only the
+// primary context's retain count and flags are reset; work is synchronised.
+PHOS_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  if (CUresult r = CheckDevice(dev); r != CUDA_SUCCESS) return r;
+  if (CUresult r = SynchronizeSession(); r != CUDA_SUCCESS) return r;
+  Contexts& c = Ctx();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.primary_refs = 0;
+  c.primary.flags = 0;
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  if (CUresult r = CheckDevice(dev); r != CUDA_SUCCESS) return r;
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Contexts& c = Ctx();
+  std::lock_guard<std::mutex> lock(c.mu);
+  *flags = c.primary.flags;
+  *active = c.primary_refs > 0 || RuntimeCameFirst() ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  if (CUresult r = CheckDevice(dev); r != CUDA_SUCCESS) return r;
+  if ((flags & ~static_cast<unsigned>(CU_CTX_FLAGS_MASK)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  Contexts& c = Ctx();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.primary.flags = flags;
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------- created contexts
+
+PHOS_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+  if (params != nullptr && (params->execAffinityParams != nullptr || params->numExecAffinityParams != 0 ||
+                            params->cigParams != nullptr)) {
+    return CUDA_ERROR_NOT_SUPPORTED;  // execution affinity and CIG are not modelled by phos
+  }
+  return CreateContext(pctx, flags, dev);
+}
+
+PHOS_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ContextRec* rec = AsRec(ctx);
+  Contexts& c = Ctx();
+  if (rec == &c.primary || !Live(rec)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult r = SynchronizeSession(); r != CUDA_SUCCESS) return r;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    rec->destroyed.store(true);
+  }
+  std::erase(t_stack, rec);  // other threads see it as invalid (Live)
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------- the stack
+
+PHOS_EXPORT CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = AsHandle(Current());
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) {  // unbinds the current context
+    if (!t_stack.empty()) t_stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  if (!Live(AsRec(ctx))) return CUDA_ERROR_INVALID_CONTEXT;
+  if (t_stack.empty()) {
+    t_stack.push_back(AsRec(ctx));
+  } else {
+    t_stack.back() = AsRec(ctx);
+  }
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!Live(AsRec(ctx))) return CUDA_ERROR_INVALID_CONTEXT;
+  t_stack.push_back(AsRec(ctx));
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  ContextRec* top = t_stack.back();
+  t_stack.pop_back();
+  if (pctx != nullptr) *pctx = AsHandle(top);
+  return CUDA_SUCCESS;
+}
+
+// ---------------------------------------------------------------- queries
+
+PHOS_EXPORT CUresult cuCtxSynchronize(void) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return SynchronizeSession();
+}
+
+PHOS_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  ContextRec* rec = nullptr;
+  if (CUresult r = Resolve(ctx, &rec); r != CUDA_SUCCESS) return r;
+  return SynchronizeSession();
+}
+
+PHOS_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
+  ContextRec* rec = nullptr;
+  if (CUresult r = Resolve(nullptr, &rec); r != CUDA_SUCCESS) return r;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *device = rec->device;
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
+  ContextRec* rec = nullptr;
+  if (CUresult r = Resolve(ctx, &rec); r != CUDA_SUCCESS) return r;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *device = rec->device;
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  ContextRec* rec = nullptr;
+  if (CUresult r = Resolve(ctx, &rec); r != CUDA_SUCCESS) return r;
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = 3020;  // what the driver reports for contexts of the v2 (3.2+) API
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuCtxGetFlags(unsigned int* flags) {
+  ContextRec* rec = nullptr;
+  if (CUresult r = Resolve(nullptr, &rec); r != CUDA_SUCCESS) return r;
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Ctx().mu);
+  *flags = rec->flags;
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuCtxSetFlags(unsigned int flags) {
+  ContextRec* rec = nullptr;
+  if (CUresult r = Resolve(nullptr, &rec); r != CUDA_SUCCESS) return r;
+  if ((flags & ~static_cast<unsigned>(CU_CTX_FLAGS_MASK)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Ctx().mu);
+  rec->flags = flags;
+  return CUDA_SUCCESS;
+}
+
+// A context-unique id: contexts are records that are never freed, so the
+// address is unique for the process's lifetime.
+PHOS_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long* ctxId) {
+  ContextRec* rec = nullptr;
+  if (CUresult r = Resolve(ctx, &rec); r != CUDA_SUCCESS) return r;
+  if (ctxId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ctxId = reinterpret_cast<uintptr_t>(rec);
+  return CUDA_SUCCESS;
+}
+
+// Limits, cache configuration and priorities are the session's: the
+// runtime's implementations answer (CUlimit / CUfunc_cache have the
+// cudaLimit / cudaFuncCache values).
+PHOS_EXPORT CUresult cuCtxGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (leastPriority != nullptr) *leastPriority = kLeastStreamPriority;
+  if (greatestPriority != nullptr) *greatestPriority = kGreatestStreamPriority;
+  return CUDA_SUCCESS;
+}
+PHOS_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaDeviceSetLimit(static_cast<cudaLimit>(limit), value));
+}
+PHOS_EXPORT CUresult cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (pvalue == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ToCu(cudaDeviceGetLimit(pvalue, static_cast<cudaLimit>(limit)));
+}
+PHOS_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaDeviceSetCacheConfig(static_cast<cudaFuncCache>(config)));
+}
+PHOS_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache* pconfig) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (pconfig == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  cudaFuncCache c = cudaFuncCachePreferNone;
+  CUresult r = ToCu(cudaDeviceGetCacheConfig(&c));
+  if (r == CUDA_SUCCESS) *pconfig = static_cast<CUfunc_cache>(c);
+  return r;
+}

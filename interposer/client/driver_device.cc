@@ -1,0 +1,212 @@
+// Driver API: cuInit, versions and device queries. They send the runtime's
+// wire ops (kGetDeviceCount, kDeviceGetAttribute, kGetDeviceProperties).
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+#include "interposer/client/connection.h"
+#include "interposer/client/driver_internal.h"
+
+namespace phos::client {
+namespace {
+
+namespace op = wire::op;
+
+std::atomic<bool> g_initialized{false};
+
+template <typename T>
+std::span<const std::byte> Bytes(const T& v) {
+  return std::as_bytes(std::span<const T>(&v, 1));
+}
+
+// The device's properties as phosd reports them (a staging chunk carries
+// the WireDeviceProps: it is larger than a completion slot).
+CUresult FetchProps(CUdevice dev, wire::WireDeviceProps* props) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  Connection& c = Connection::Get();
+  uint32_t chunk = 0;
+  if (WireStatus w = c.AcquireChunk(&chunk); w != WireStatus::kSuccess) return ToCu(w);
+  ring::Reply r;
+  WireStatus w = c.Call(op::kGetDeviceProperties, 0, Bytes(wire::DevicePropsRequest{dev, chunk}), &r);
+  if (w == WireStatus::kSuccess) {
+    wire::ChunkReply cr{};
+    if (r.bytes == sizeof(cr)) std::memcpy(&cr, r.data.data(), sizeof(cr));
+    if (cr.bytes == sizeof(*props)) {
+      std::memcpy(props, c.ChunkBytes(chunk), sizeof(*props));
+      props->name[sizeof(props->name) - 1] = '\0';
+      props->uuid[sizeof(props->uuid) - 1] = '\0';
+    } else {
+      w = WireStatus::kUnknown;
+    }
+  }
+  c.ReleaseChunk(chunk);
+  return ToCu(w);
+}
+
+CUresult Attribute(int* value, CUdevice_attribute attrib, CUdevice dev) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ring::Reply r;
+  WireStatus w = Connection::Get().Call(
+      op::kDeviceGetAttribute, 0, Bytes(wire::DeviceAttributeRequest{dev, static_cast<int32_t>(attrib)}), &r);
+  wire::ValueReply v{};
+  if (w == WireStatus::kSuccess && r.bytes == sizeof(v)) {
+    std::memcpy(&v, r.data.data(), sizeof(v));
+    *value = static_cast<int>(v.value);
+  }
+  return ToCu(w);
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" -> 16 bytes.
+CUresult ParseUuid(const char* text, CUuuid* out) {
+  std::memset(out, 0, sizeof(*out));
+  const char* p = std::strncmp(text, "GPU-", 4) == 0 ? text + 4 : text;
+  int n = 0;
+  for (; *p != '\0' && n < 32; ++p) {
+    if (*p == '-') continue;
+    const int d = HexDigit(*p);
+    if (d < 0) return CUDA_ERROR_UNKNOWN;
+    out->bytes[n / 2] = static_cast<char>(out->bytes[n / 2] | (n % 2 == 0 ? d << 4 : d));
+    ++n;
+  }
+  return n == 32 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+}  // namespace
+
+CUresult CheckInit() {
+  if (InForkedChild()) return CUDA_ERROR_NOT_INITIALIZED;  // fork_guard.cc: as the driver answers a forked child
+  if (cudaError_t s = StickyError(); s != cudaSuccess) return ToCu(s);
+  return g_initialized.load(std::memory_order_acquire) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+CUresult ToCu(cudaError_t e) {
+  // Sticky errors (as runtime_api.cc's IsSticky) poison the process for
+  // both APIs: SetError records them process-wide.
+  if (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorDevicesUnavailable) SetError(e);
+  switch (e) {
+    case cudaErrorInvalidConfiguration:
+    case cudaErrorInvalidMemcpyDirection:
+    case cudaErrorInvalidPitchValue:
+      return CUDA_ERROR_INVALID_VALUE;
+    case cudaErrorInvalidDeviceFunction:
+      return CUDA_ERROR_INVALID_HANDLE;
+    case cudaErrorInvalidSymbol:
+      return CUDA_ERROR_NOT_FOUND;
+    case cudaErrorInvalidDevicePointer:
+      return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return static_cast<CUresult>(e);  // the numbers phos produces coincide (wire.h)
+  }
+}
+
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+namespace wire = phos::wire;
+namespace ring = phos::ring;
+
+// cuInit contacts phosd at once, so a missing daemon shows at the first
+// call (CUDA_ERROR_DEVICE_UNAVAILABLE with one message naming the socket).
+PHOS_EXPORT CUresult cuInit(unsigned int Flags) {
+  if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (InForkedChild()) return CUDA_ERROR_NOT_INITIALIZED;
+  NoteDriverInit();
+  if (WireStatus w = Connection::Get().Ensure(); w != WireStatus::kSuccess) return ToCu(w);
+  g_initialized.store(true, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuDriverGetVersion(int* driverVersion) {
+  if (driverVersion == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *driverVersion = CUDA_VERSION;  // the toolkit libphos.so was built against
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuDeviceGetCount(int* count) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ring::Reply r;
+  WireStatus w = Connection::Get().Call(wire::op::kGetDeviceCount, 0, {}, &r);
+  wire::DeviceCountReply v{};
+  if (w == WireStatus::kSuccess && r.bytes == sizeof(v)) {
+    std::memcpy(&v, r.data.data(), sizeof(v));
+    *count = v.count;
+  }
+  return ToCu(w);
+}
+
+PHOS_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int count = 0;
+  if (CUresult r = cuDeviceGetCount(&count); r != CUDA_SUCCESS) return r;
+  if (ordinal < 0 || ordinal >= count) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
+  return Attribute(pi, attrib, dev);
+}
+
+PHOS_EXPORT CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  wire::WireDeviceProps props{};
+  if (CUresult r = FetchProps(dev, &props); r != CUDA_SUCCESS) return r;
+  std::snprintf(name, static_cast<size_t>(len), "%s", props.name);
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  wire::WireDeviceProps props{};
+  if (CUresult r = FetchProps(dev, &props); r != CUDA_SUCCESS) return r;
+  *bytes = props.total_memory;
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  wire::WireDeviceProps props{};
+  if (CUresult r = FetchProps(dev, &props); r != CUDA_SUCCESS) return r;
+  return ParseUuid(props.uuid, uuid);
+}
+
+PHOS_EXPORT CUresult cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = Attribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev); r != CUDA_SUCCESS) return r;
+  return Attribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+}
+
+PHOS_EXPORT CUresult cuDeviceGetProperties(CUdevprop* prop, CUdevice dev) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  wire::WireDeviceProps p{};
+  if (CUresult r = FetchProps(dev, &p); r != CUDA_SUCCESS) return r;
+  std::memset(prop, 0, sizeof(*prop));
+  prop->maxThreadsPerBlock = p.max_threads_per_block;
+  for (int i = 0; i < 3; ++i) {
+    prop->maxThreadsDim[i] = p.max_block_dim[i];
+    prop->maxGridSize[i] = p.max_grid_dim[i];
+  }
+  prop->sharedMemPerBlock = static_cast<int>(p.shared_memory_per_block);
+  prop->totalConstantMemory = static_cast<int>(p.total_constant_memory);
+  prop->SIMDWidth = p.warp_size;
+  prop->memPitch = INT32_MAX;
+  prop->regsPerBlock = p.registers_per_block;
+  prop->clockRate = p.clock_rate_khz;
+  prop->textureAlign = 512;
+  return CUDA_SUCCESS;
+}

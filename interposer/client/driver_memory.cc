@@ -1,0 +1,188 @@
+// Driver API memory: allocation, copies and memsets. Allocation, pinned
+// memory and copies call the runtime's exports (one implementation of each
+// wire op; cuMemAlloc'd ranges join the runtime's allocation map, so
+// cuMemcpy's unified addressing and cudaMemcpyDefault classify them). The
+// D16/D32 memsets, which the runtime has no call for, send kMemset(Async)
+// with the element size.
+#include <cstring>
+
+#include "interposer/client/connection.h"
+#include "interposer/client/driver_internal.h"
+#include "interposer/client/handles.h"
+
+namespace phos::client {
+namespace {
+
+void* Ptr(CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); }
+cudaStream_t Stream(CUstream s) { return reinterpret_cast<cudaStream_t>(s); }
+
+CUresult Copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaMemcpy(dst, src, n, kind));
+}
+CUresult CopyPtds(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaMemcpy_ptds(dst, src, n, kind));
+}
+CUresult CopyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, CUstream s) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaMemcpyAsync(dst, src, n, kind, Stream(s)));
+}
+CUresult CopyAsyncPtsz(void* dst, const void* src, size_t n, cudaMemcpyKind kind, CUstream s) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaMemcpyAsync_ptsz(dst, src, n, kind, Stream(s)));
+}
+
+// `count` elements of `element_size` bytes; synchronous memsets are called
+// (their error comes back), asynchronous ones posted.
+CUresult Memset(CUdeviceptr dst, uint32_t value, size_t count, uint32_t element_size, const void* stream, bool sync) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (count == 0) return CUDA_SUCCESS;
+  if (dst % element_size != 0) return CUDA_ERROR_INVALID_VALUE;  // the driver requires aligned D16/D32 targets
+  const wire::MemsetRequest req{dst, count, value, element_size};
+  const auto payload = std::as_bytes(std::span<const wire::MemsetRequest>(&req, 1));
+  Connection& c = Connection::Get();
+  const uint32_t id = StreamIdOf(stream);
+  return ToCu(sync ? c.Call(wire::op::kMemset, id, payload) : c.Post(wire::op::kMemsetAsync, id, payload));
+}
+
+// The per-thread default stream, for the _ptds variants of synchronous calls.
+const void* PerThread() { return CU_STREAM_PER_THREAD; }
+// In per-thread mode (_ptsz) the null stream is the per-thread default stream.
+const void* PerThreadIfNull(CUstream s) { return s != nullptr ? static_cast<const void*>(s) : PerThread(); }
+
+}  // namespace
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+
+// ---------------------------------------------------------------- allocation
+
+PHOS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (dptr == nullptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  void* p = nullptr;
+  CUresult r = ToCu(cudaMalloc(&p, bytesize));
+  if (r == CUDA_SUCCESS) *dptr = reinterpret_cast<CUdeviceptr>(p);
+  return r;
+}
+
+PHOS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
+  return ToCu(cudaFree(Ptr(dptr)));
+}
+
+PHOS_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (free_bytes == nullptr || total_bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ToCu(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+PHOS_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ToCu(cudaMallocHost(pp, bytesize));
+}
+
+PHOS_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return ToCu(cudaHostAlloc(pp, bytesize, Flags));  // CU_MEMHOSTALLOC_* == cudaHostAlloc* values
+}
+
+PHOS_EXPORT CUresult cuMemFreeHost(void* p) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaFreeHost(p));
+}
+
+// ---------------------------------------------------------------- copies
+
+PHOS_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
+  return Copy(Ptr(dst), src, n, cudaMemcpyHostToDevice);
+}
+PHOS_EXPORT CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  return Copy(dst, Ptr(src), n, cudaMemcpyDeviceToHost);
+}
+PHOS_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return Copy(Ptr(dst), Ptr(src), n, cudaMemcpyDeviceToDevice);
+}
+PHOS_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return Copy(Ptr(dst), Ptr(src), n, cudaMemcpyDefault);
+}
+PHOS_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
+  return CopyPtds(Ptr(dst), src, n, cudaMemcpyHostToDevice);
+}
+PHOS_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
+  return CopyPtds(dst, Ptr(src), n, cudaMemcpyDeviceToHost);
+}
+PHOS_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return CopyPtds(Ptr(dst), Ptr(src), n, cudaMemcpyDeviceToDevice);
+}
+PHOS_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return CopyPtds(Ptr(dst), Ptr(src), n, cudaMemcpyDefault);
+}
+
+PHOS_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  return CopyAsync(Ptr(dst), src, n, cudaMemcpyHostToDevice, s);
+}
+PHOS_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  return CopyAsync(dst, Ptr(src), n, cudaMemcpyDeviceToHost, s);
+}
+PHOS_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  return CopyAsync(Ptr(dst), Ptr(src), n, cudaMemcpyDeviceToDevice, s);
+}
+PHOS_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  return CopyAsync(Ptr(dst), Ptr(src), n, cudaMemcpyDefault, s);
+}
+PHOS_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  return CopyAsyncPtsz(Ptr(dst), src, n, cudaMemcpyHostToDevice, s);
+}
+PHOS_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  return CopyAsyncPtsz(dst, Ptr(src), n, cudaMemcpyDeviceToHost, s);
+}
+PHOS_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  return CopyAsyncPtsz(Ptr(dst), Ptr(src), n, cudaMemcpyDeviceToDevice, s);
+}
+PHOS_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  return CopyAsyncPtsz(Ptr(dst), Ptr(src), n, cudaMemcpyDefault, s);
+}
+
+// ---------------------------------------------------------------- memsets
+
+PHOS_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
+  return Memset(dst, v, n, 1, nullptr, true);
+}
+PHOS_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dst, unsigned short v, size_t n) {
+  return Memset(dst, v, n, 2, nullptr, true);
+}
+PHOS_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int v, size_t n) {
+  return Memset(dst, v, n, 4, nullptr, true);
+}
+PHOS_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dst, unsigned char v, size_t n) {
+  return Memset(dst, v, n, 1, PerThread(), true);
+}
+PHOS_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr dst, unsigned short v, size_t n) {
+  return Memset(dst, v, n, 2, PerThread(), true);
+}
+PHOS_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dst, unsigned int v, size_t n) {
+  return Memset(dst, v, n, 4, PerThread(), true);
+}
+PHOS_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+  return Memset(dst, v, n, 1, s, false);
+}
+PHOS_EXPORT CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short v, size_t n, CUstream s) {
+  return Memset(dst, v, n, 2, s, false);
+}
+PHOS_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
+  return Memset(dst, v, n, 4, s, false);
+}
+PHOS_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+  return Memset(dst, v, n, 1, PerThreadIfNull(s), false);
+}
+PHOS_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dst, unsigned short v, size_t n, CUstream s) {
+  return Memset(dst, v, n, 2, PerThreadIfNull(s), false);
+}
+PHOS_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
+  return Memset(dst, v, n, 4, PerThreadIfNull(s), false);
+}

@@ -1,0 +1,314 @@
+// Driver API modules and launches: cuModuleLoad*/Unload/GetFunction/
+// GetGlobal and cuLaunchKernel. A CUmodule is a DriverModule* and a
+// CUfunction a KernelRec* (the records nvcc's registration path uses, so
+// EnsureModule / EnsureKernel send kModuleLoad / kModuleGetFunction for
+// both APIs). Modules load eagerly, so a bad image fails cuModuleLoad*; the
+// parameter layouts that cuLaunchKernel packs `kernelParams` with come from
+// the image (image_layouts.h).
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "interposer/client/connection.h"
+#include "interposer/client/driver_internal.h"
+#include "interposer/client/handles.h"
+#include "interposer/client/image_layouts.h"
+
+namespace phos::client {
+namespace {
+
+namespace op = wire::op;
+
+struct DriverModule {
+  ModuleRec rec;         // id and load state; the image is dropped once loaded
+  ImageLayouts layouts;  // parameter tables of its kernels
+  std::map<std::string, std::unique_ptr<KernelRec>, std::less<>> functions;  // by name: one CUfunction per name
+};
+
+// Every live driver module and function. One mutex serialises module
+// loads, unloads and function lookups (rare calls) and guards the records
+// while a launch reads a function's id and parameter layout, so an unload
+// on another thread cannot free them mid-launch.
+struct DriverModules {
+  std::mutex mu;
+  std::unordered_map<const void*, std::unique_ptr<DriverModule>> modules;  // by CUmodule
+  std::unordered_set<const void*> functions;                                // live CUfunctions
+};
+DriverModules& Mods() {
+  static DriverModules* m = new DriverModules();  // leaked: handles outlive static destructors
+  return *m;
+}
+
+template <typename T>
+std::span<const std::byte> Bytes(const T& v) {
+  return std::as_bytes(std::span<const T>(&v, 1));
+}
+
+DriverModule* FindModuleLocked(CUmodule h) {
+  auto it = Mods().modules.find(h);
+  return it == Mods().modules.end() ? nullptr : it->second.get();
+}
+
+// Loads `image` in phosd as a new module. A load phosd refuses as invalid
+// input is a bad image for the app (CUDA_ERROR_INVALID_IMAGE).
+CUresult Load(CUmodule* out, std::span<const std::byte> image) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (image.empty() || image.size() > wire::kMaxModuleImageBytes) return CUDA_ERROR_INVALID_IMAGE;
+  auto m = std::make_unique<DriverModule>();
+  m->rec.id = NewModuleId();
+  m->rec.image.assign(image.begin(), image.end());
+  ReadImageLayouts(image, &m->layouts);  // a failure here leaves the verdict to phosd
+  WireStatus w = EnsureModule(&m->rec);
+  if (w == WireStatus::kInvalidValue || w == WireStatus::kInvalidImage) return CUDA_ERROR_INVALID_IMAGE;
+  if (w != WireStatus::kSuccess) return ToCu(w);
+  std::vector<std::byte>().swap(m->rec.image);  // phosd has it; keep only the layouts
+  DriverModules& d = Mods();
+  std::lock_guard<std::mutex> lock(d.mu);
+  *out = reinterpret_cast<CUmodule>(m.get());
+  d.modules.emplace(m.get(), std::move(m));
+  return CUDA_SUCCESS;
+}
+
+// JIT options ask for logs and timings back: phos does no JIT of its own
+// (phosd's backend does), so report empty logs (a NUL in each buffer that
+// has room, 0 bytes written) and no time.
+void AnswerJitOptions(unsigned n, CUjit_option* options, void** values) {
+  if (options == nullptr || values == nullptr) return;
+  const auto buffer_size = [&](CUjit_option size_option) -> uintptr_t {
+    for (unsigned j = 0; j < n; ++j)
+      if (options[j] == size_option) return reinterpret_cast<uintptr_t>(values[j]);
+    return 0;
+  };
+  for (unsigned i = 0; i < n; ++i) {
+    if (options[i] == CU_JIT_INFO_LOG_BUFFER && values[i] != nullptr &&
+        buffer_size(CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES) > 0)
+      static_cast<char*>(values[i])[0] = '\0';
+    if (options[i] == CU_JIT_ERROR_LOG_BUFFER && values[i] != nullptr &&
+        buffer_size(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) > 0)
+      static_cast<char*>(values[i])[0] = '\0';
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    if (options[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || options[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES ||
+        options[i] == CU_JIT_WALL_TIME)
+      values[i] = nullptr;  // 0 bytes written / 0.0f ms
+  }
+}
+
+// Builds the parameter block of a launch of `k` from either `kernelParams`
+// (one pointer per parameter, copied at each parameter's offset) or `extra`
+// (CU_LAUNCH_PARAM_BUFFER_POINTER/_SIZE: an already packed block, passed
+// as is).
+CUresult PackParams(const KernelRec& k, void** kernelParams, void** extra, std::vector<std::byte>* block) {
+  if (kernelParams != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (extra != nullptr) {
+    const void* buffer = nullptr;
+    size_t size = 0;
+    bool have_size = false;
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        buffer = extra[i + 1];
+      } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        if (extra[i + 1] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+        size = *static_cast<const size_t*>(extra[i + 1]);
+        have_size = true;
+      } else {
+        return CUDA_ERROR_INVALID_VALUE;  // unknown key
+      }
+    }
+    if (!have_size || buffer == nullptr) size = 0;  // the pointer has no effect without a size
+    if (k.params_known) {
+      if (size < k.param_bytes) return CUDA_ERROR_INVALID_VALUE;
+      size = k.param_bytes;  // a larger buffer's tail is not part of the parameters
+    }
+    if (size > wire::kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
+    block->resize(size);
+    if (size != 0) std::memcpy(block->data(), buffer, size);
+    return CUDA_SUCCESS;
+  }
+  if (!k.params_known) return CUDA_ERROR_INVALID_VALUE;  // no layout to pack kernelParams with: use `extra`
+  if (k.param_bytes > wire::kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
+  block->assign(k.param_bytes, std::byte{0});
+  for (size_t i = 0; i < k.params.size(); ++i) {
+    if (kernelParams == nullptr || kernelParams[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(block->data() + k.params[i].offset, kernelParams[i], k.params[i].size);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      unsigned shmem, const void* stream, void** kernelParams, void** extra) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<std::byte> payload;
+  {
+    DriverModules& d = Mods();
+    std::unique_lock<std::mutex> lock(d.mu);
+    auto* k = reinterpret_cast<KernelRec*>(f);
+    if (d.functions.count(f) == 0) {
+      lock.unlock();
+      // A runtime kernel handle (cudaKernel_t / cudaFunction_t of a
+      // registered kernel) is a KernelRec too: it lives as long as the process.
+      if (!IsKernelRec(f)) return CUDA_ERROR_INVALID_HANDLE;
+      if (WireStatus w = EnsureKernel(k); w != WireStatus::kSuccess) return ToCu(w);
+    }
+    std::vector<std::byte> block;
+    if (CUresult r = PackParams(*k, kernelParams, extra, &block); r != CUDA_SUCCESS) return r;
+    const wire::LaunchRequest req{k->function_id, {gx, gy, gz}, {bx, by, bz}, shmem,
+                                  static_cast<uint32_t>(block.size()), 0};
+    payload.resize(sizeof(req) + block.size());
+    std::memcpy(payload.data(), &req, sizeof(req));
+    if (!block.empty()) std::memcpy(payload.data() + sizeof(req), block.data(), block.size());
+  }
+  // Posted: a launch error (and a fault of the kernel) surfaces at the next
+  // synchronising call, as in CUDA.
+  return ToCu(Connection::Get().Post(op::kLaunchKernel, StreamIdOf(stream), payload));
+}
+
+}  // namespace
+
+// The function id of a CUfunction this file minted (client_internal.h; used
+// by cuFuncGetAttribute and cuOccupancy* in function_api.cc).
+bool DriverFunctionId(const void* f, uint32_t* id) {
+  DriverModules& d = Mods();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.functions.count(f) == 0) return false;
+  *id = static_cast<const KernelRec*>(f)->function_id;
+  return true;
+}
+
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+namespace wire = phos::wire;
+namespace ring = phos::ring;
+
+PHOS_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return Load(module, ImageInMemory(image));
+}
+
+PHOS_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int numOptions,
+                                        CUjit_option* options, void** optionValues) {
+  if (numOptions != 0 && (options == nullptr || optionValues == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = cuModuleLoadData(module, image);
+  if (r == CUDA_SUCCESS) AnswerJitOptions(numOptions, options, optionValues);
+  return r;
+}
+
+PHOS_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
+  return cuModuleLoadData(module, fatCubin);
+}
+
+PHOS_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (fname == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::FILE* f = std::fopen(fname, "rb");
+  if (f == nullptr) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::vector<std::byte> bytes;
+  std::byte buf[65536];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && bytes.size() <= wire::kMaxModuleImageBytes)
+    bytes.insert(bytes.end(), buf, buf + n);
+  std::fclose(f);
+  // A PTX file has no NUL of its own and phosd's backends take PTX
+  // NUL-terminated; a trailing zero byte is harmless padding after a fatbin
+  // or cubin.
+  if (!bytes.empty() && bytes.back() != std::byte{0}) bytes.push_back(std::byte{0});
+  return Load(module, bytes);
+}
+
+// The handles die first, then phosd unloads the module (it waits for the
+// module's kernels: a device synchronisation, not done under the lock).
+PHOS_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  std::unique_ptr<DriverModule> m;
+  {
+    DriverModules& d = Mods();
+    std::lock_guard<std::mutex> lock(d.mu);
+    auto it = d.modules.find(hmod);
+    if (it == d.modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+    m = std::move(it->second);
+    d.modules.erase(it);
+    for (const auto& [name, k] : m->functions) d.functions.erase(k.get());
+  }
+  return ToCu(Connection::Get().Call(op::kModuleUnload, 0, Bytes(wire::HandleRequest{m->rec.id, 0})));
+}
+
+PHOS_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (hfunc == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  DriverModules& d = Mods();
+  std::lock_guard<std::mutex> lock(d.mu);
+  DriverModule* m = FindModuleLocked(hmod);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (auto it = m->functions.find(std::string_view(name)); it != m->functions.end()) {
+    *hfunc = reinterpret_cast<CUfunction>(it->second.get());
+    return CUDA_SUCCESS;
+  }
+  auto k = std::make_unique<KernelRec>();
+  k->module = &m->rec;
+  k->name = name;
+  k->params_known = FindParamLayout(m->layouts, k->name, &k->params, &k->param_bytes);
+  WireStatus w = EnsureKernel(k.get());
+  if (w == WireStatus::kNotFound) return CUDA_ERROR_NOT_FOUND;
+  if (w != WireStatus::kSuccess) return ToCu(w);
+  *hfunc = reinterpret_cast<CUfunction>(k.get());
+  d.functions.insert(k.get());
+  m->functions.emplace(k->name, std::move(k));
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const char* name) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint32_t module_id = 0;
+  {
+    DriverModules& d = Mods();
+    std::lock_guard<std::mutex> lock(d.mu);
+    DriverModule* m = FindModuleLocked(hmod);
+    if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    module_id = m->rec.id;
+  }
+  const size_t len = std::strlen(name);
+  if (len == 0 || len > wire::kMaxNameBytes) return CUDA_ERROR_NOT_FOUND;
+  wire::GetGlobalRequest req{module_id, static_cast<uint32_t>(len)};
+  std::vector<std::byte> payload(sizeof(req) + len);
+  std::memcpy(payload.data(), &req, sizeof(req));
+  std::memcpy(payload.data() + sizeof(req), name, len);
+  ring::Reply r;
+  WireStatus w = Connection::Get().Call(op::kModuleGetGlobal, 0, payload, &r);
+  if (w == WireStatus::kNotFound) return CUDA_ERROR_NOT_FOUND;
+  wire::GetGlobalReply g{};
+  if (w == WireStatus::kSuccess && r.bytes != sizeof(g)) w = WireStatus::kUnknown;
+  if (w != WireStatus::kSuccess) return ToCu(w);
+  std::memcpy(&g, r.data.data(), sizeof(g));
+  if (dptr != nullptr) *dptr = g.ptr;
+  if (bytes != nullptr) *bytes = g.bytes;
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                    unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                    unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
+  return LaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                      kernelParams, extra);
+}
+
+PHOS_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                         void** kernelParams, void** extra) {
+  // Per-thread mode: the null stream is the per-thread default stream.
+  const void* stream = hStream != nullptr ? static_cast<const void*>(hStream) : CU_STREAM_PER_THREAD;
+  return LaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, stream,
+                      kernelParams, extra);
+}

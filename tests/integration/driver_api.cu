@@ -1,0 +1,571 @@
+// A CUDA driver API program (no runtime kernel launches, no <<<>>>): cuInit,
+// device queries, primary and created contexts, modules loaded from PTX
+// text (embedded) and from an nvcc -fatbin image (argv[1], as bytes and as
+// a file), kernels launched with kernelParams and with `extra`, memory,
+// memsets, streams, events, module globals, error paths, cuGetProcAddress
+// and cudaGetDriverEntryPoint. Results are checked against CPU references
+// on random data. Prints "driver_api: OK" and exits 0; else prints what
+// failed and exits 1 (a wrong result) or 2 (a call failed).
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "driver_kernels_ptx.h"  // kDriverKernelsPtx (generated from driver_kernels.cu)
+
+// cudaGetDriverEntryPoint is deprecated in CUDA 13 but apps still call it.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+namespace {
+
+const char* Name(CUresult r) {
+  const char* s = nullptr;
+  return cuGetErrorName(r, &s) == CUDA_SUCCESS ? s : "(unknown CUresult)";
+}
+
+#define CHECK(x)                                                                           \
+  do {                                                                                     \
+    CUresult r_ = (x);                                                                     \
+    if (r_ != CUDA_SUCCESS) {                                                              \
+      std::printf("driver_api: line %d: %s failed: %s (%d)\n", __LINE__, #x, Name(r_), r_); \
+      return 2;                                                                            \
+    }                                                                                      \
+  } while (0)
+#define EXPECT(c)                                                     \
+  do {                                                                \
+    if (!(c)) {                                                       \
+      std::printf("driver_api: line %d: expected %s\n", __LINE__, #c); \
+      return 1;                                                       \
+    }                                                                 \
+  } while (0)
+#define EXPECT_RESULT(x, want)                                                                                \
+  do {                                                                                                        \
+    CUresult r_ = (x);                                                                                        \
+    if (r_ != (want)) {                                                                                       \
+      std::printf("driver_api: line %d: %s gave %s (%d), expected %s\n", __LINE__, #x, Name(r_), r_, #want); \
+      return 1;                                                                                               \
+    }                                                                                                         \
+  } while (0)
+#define RUN(x)                \
+  do {                        \
+    if (int rc_ = (x)) return rc_; \
+  } while (0)
+
+// The `mixed` kernel's struct parameter (driver_kernels.cu).
+struct Mixed {
+  double scale;
+  int offset;
+  char tag;
+  long long bias;
+};
+
+std::mt19937 g_rng;
+
+std::vector<float> RandomFloats(size_t n) {
+  std::uniform_real_distribution<float> d(-100.f, 100.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g_rng);
+  return v;
+}
+
+bool Close(float a, float b) { return std::fabs(a - b) <= 1e-4f * (1.f + std::fabs(b)); }
+
+// Host -> device -> host of `bytes` random bytes (inline and staged copies).
+int RoundTrip(size_t bytes) {
+  std::vector<unsigned char> in(bytes), out(bytes, 0);
+  for (auto& b : in) b = static_cast<unsigned char>(g_rng());
+  CUdeviceptr d = 0;
+  CHECK(cuMemAlloc(&d, bytes));
+  CHECK(cuMemcpyHtoD(d, in.data(), bytes));
+  CHECK(cuMemcpyDtoH(out.data(), d, bytes));
+  EXPECT(in == out);
+  // Device to device, then back.
+  CUdeviceptr d2 = 0;
+  CHECK(cuMemAlloc(&d2, bytes));
+  CHECK(cuMemcpyDtoD(d2, d, bytes));
+  std::fill(out.begin(), out.end(), 0);
+  CHECK(cuMemcpyDtoH(out.data(), d2, bytes));
+  EXPECT(in == out);
+  // Unified addressing: cuMemcpy classifies the pointers itself.
+  CHECK(cuMemsetD8(d2, 0, bytes));
+  CHECK(cuMemcpy(d2, d, bytes));
+  std::fill(out.begin(), out.end(), 0);
+  CHECK(cuMemcpyDtoH(out.data(), d2, bytes));
+  EXPECT(in == out);
+  CHECK(cuMemFree(d2));
+  CHECK(cuMemFree(d));
+  return 0;
+}
+
+int Memsets() {
+  const size_t n = 4096 + 3;
+  CUdeviceptr d = 0;
+  CHECK(cuMemAlloc(&d, n * 4));
+  const unsigned v32 = static_cast<unsigned>(g_rng());
+  CHECK(cuMemsetD32(d, v32, n));
+  std::vector<unsigned> w(n);
+  CHECK(cuMemcpyDtoH(w.data(), d, n * 4));
+  for (unsigned x : w) EXPECT(x == v32);
+  const unsigned short v16 = static_cast<unsigned short>(g_rng());
+  CHECK(cuMemsetD16(d + 4, v16, 5));  // halves 2..6
+  const unsigned char v8 = static_cast<unsigned char>(g_rng());
+  CHECK(cuMemsetD8(d + 1, v8, 2));  // bytes 1..2
+  std::vector<unsigned char> b(32);
+  CHECK(cuMemcpyDtoH(b.data(), d, b.size()));
+  std::vector<unsigned char> want(32);
+  for (size_t i = 0; i < 8; ++i) std::memcpy(&want[i * 4], &v32, 4);
+  for (size_t i = 2; i < 7; ++i) std::memcpy(&want[i * 2], &v16, 2);
+  want[1] = want[2] = v8;
+  EXPECT(b == want);
+  EXPECT_RESULT(cuMemsetD32(d + 2, 0, 1), CUDA_ERROR_INVALID_VALUE);  // misaligned
+  CHECK(cuMemFree(d));
+  return 0;
+}
+
+// saxpy, mixed (kernelParams), saxpy again (extra), the `counters` global.
+int RunKernels(CUmodule mod, const char* what) {
+  std::printf("driver_api: kernels from %s\n", what);
+  CUfunction saxpy = nullptr, mixed = nullptr, bump = nullptr, again = nullptr;
+  CHECK(cuModuleGetFunction(&saxpy, mod, "saxpy"));
+  CHECK(cuModuleGetFunction(&mixed, mod, "mixed"));
+  CHECK(cuModuleGetFunction(&bump, mod, "bump"));
+  CHECK(cuModuleGetFunction(&again, mod, "saxpy"));
+  EXPECT(again == saxpy);
+  CUfunction none = nullptr;
+  EXPECT_RESULT(cuModuleGetFunction(&none, mod, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+
+  // saxpy with kernelParams.
+  int n = 1000 + static_cast<int>(g_rng() % 1000);
+  float a = 2.5f;
+  std::vector<float> x = RandomFloats(n), y = RandomFloats(n), ref(n), out(n);
+  CUdeviceptr dx = 0, dy = 0;
+  CHECK(cuMemAlloc(&dx, n * sizeof(float)));
+  CHECK(cuMemAlloc(&dy, n * sizeof(float)));
+  CHECK(cuMemcpyHtoD(dx, x.data(), n * sizeof(float)));
+  CHECK(cuMemcpyHtoD(dy, y.data(), n * sizeof(float)));
+  void* args[] = {&n, &a, &dx, &dy};
+  CHECK(cuLaunchKernel(saxpy, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr));
+  CHECK(cuCtxSynchronize());
+  CHECK(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
+  for (int i = 0; i < n; ++i) ref[i] = a * x[i] + y[i];
+  for (int i = 0; i < n; ++i) EXPECT(Close(out[i], ref[i]));
+
+  // saxpy again, its parameters packed by hand and passed with `extra`.
+  struct {
+    int n;
+    float a;
+    CUdeviceptr x, y;
+  } packed{n, -1.5f, dx, dy};
+  size_t packed_size = sizeof(packed);
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
+                   CU_LAUNCH_PARAM_END};
+  CHECK(cuLaunchKernel(saxpy, (n + 63) / 64, 1, 1, 64, 1, 1, 0, nullptr, nullptr, extra));
+  CHECK(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
+  for (int i = 0; i < n; ++i) ref[i] = packed.a * x[i] + ref[i];
+  for (int i = 0; i < n; ++i) EXPECT(Close(out[i], ref[i]));
+  EXPECT_RESULT(cuLaunchKernel(saxpy, 1, 1, 1, 1, 1, 1, 0, nullptr, args, extra), CUDA_ERROR_INVALID_VALUE);
+  size_t short_size = 8;
+  void* short_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &short_size,
+                         CU_LAUNCH_PARAM_END};
+  EXPECT_RESULT(cuLaunchKernel(saxpy, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, short_extra), CUDA_ERROR_INVALID_VALUE);
+
+  // mixed: 8-, 64-, 32-bit, struct, 16-bit and 64-bit parameters.
+  char c = static_cast<char>(-3 - static_cast<int>(g_rng() % 5));
+  int k = 37;
+  Mixed m{0.5 + (g_rng() % 7), static_cast<int>(g_rng() % 900), static_cast<char>(g_rng() % 100),
+          (1LL << 40) + static_cast<long long>(g_rng() % 1000)};
+  short s = static_cast<short>(-2 - static_cast<int>(g_rng() % 50));
+  CUdeviceptr dout = 0, ddout = 0;
+  CHECK(cuMemAlloc(&dout, k * sizeof(long long)));
+  CHECK(cuMemAlloc(&ddout, k * sizeof(double)));
+  void* margs[] = {&c, &dout, &k, &m, &s, &ddout};
+  CHECK(cuLaunchKernel(mixed, 1, 1, 1, 64, 1, 1, 0, nullptr, margs, nullptr));
+  std::vector<long long> lo(k);
+  std::vector<double> dd(k);
+  CHECK(cuMemcpyDtoH(lo.data(), dout, k * sizeof(long long)));
+  CHECK(cuMemcpyDtoH(dd.data(), ddout, k * sizeof(double)));
+  for (int i = 0; i < k; ++i) {
+    const long long want = static_cast<long long>(c) * 1000000 + static_cast<long long>(m.offset) * 1000 + m.tag +
+                           m.bias * i + s;
+    if (lo[i] != want) std::printf("driver_api: mixed[%d] = %lld, want %lld\n", i, lo[i], want);
+    EXPECT(lo[i] == want);
+    EXPECT(dd[i] == m.scale * i);
+  }
+
+  // The module's __device__ int counters[4].
+  CUdeviceptr g = 0;
+  size_t gsize = 0;
+  CHECK(cuModuleGetGlobal(&g, &gsize, mod, "counters"));
+  EXPECT(g != 0 && gsize == 4 * sizeof(int));
+  EXPECT_RESULT(cuModuleGetGlobal(&g, &gsize, mod, "no_such_global"), CUDA_ERROR_NOT_FOUND);
+  int init[4] = {10, 20, 30, 40};
+  CHECK(cuMemcpyHtoD(g, init, sizeof init));
+  int v = 1 + static_cast<int>(g_rng() % 9);
+  void* bargs[] = {&v};
+  CHECK(cuLaunchKernel(bump, 1, 1, 1, 4, 1, 1, 0, nullptr, bargs, nullptr));
+  int got[4] = {};
+  CHECK(cuMemcpyDtoH(got, g, sizeof got));
+  for (int i = 0; i < 4; ++i) EXPECT(got[i] == init[i] + v * (i + 1));
+
+  CHECK(cuMemFree(dout));
+  CHECK(cuMemFree(ddout));
+  CHECK(cuMemFree(dx));
+  CHECK(cuMemFree(dy));
+  return 0;
+}
+
+// Streams and events: async copies, a launch on a stream, timing.
+int StreamsAndEvents(CUmodule mod) {
+  CUfunction saxpy = nullptr;
+  CHECK(cuModuleGetFunction(&saxpy, mod, "saxpy"));
+  CUstream st = nullptr, st2 = nullptr;
+  CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  CHECK(cuStreamCreateWithPriority(&st2, 0, 0));
+  CUevent start = nullptr, stop = nullptr;
+  CHECK(cuEventCreate(&start, CU_EVENT_DEFAULT));
+  CHECK(cuEventCreate(&stop, CU_EVENT_DEFAULT));
+  int n = 50000;
+  float a = 0.25f;
+  std::vector<float> x = RandomFloats(n), y = RandomFloats(n), out(n);
+  CUdeviceptr dx = 0, dy = 0;
+  CHECK(cuMemAlloc(&dx, n * sizeof(float)));
+  CHECK(cuMemAlloc(&dy, n * sizeof(float)));
+  CHECK(cuEventRecord(start, st));
+  CHECK(cuMemsetD32Async(dy, 0, n, st));
+  CHECK(cuMemcpyHtoDAsync(dx, x.data(), n * sizeof(float), st));
+  CHECK(cuMemcpyHtoDAsync(dy, y.data(), n * sizeof(float), st));
+  void* args[] = {&n, &a, &dx, &dy};
+  CHECK(cuLaunchKernel(saxpy, (n + 255) / 256, 1, 1, 256, 1, 1, 0, st, args, nullptr));
+  CHECK(cuEventRecord(stop, st));
+  // st2 waits for st's work, then copies the result back.
+  CHECK(cuStreamWaitEvent(st2, stop, 0));
+  CHECK(cuMemcpyDtoHAsync(out.data(), dy, n * sizeof(float), st2));
+  CHECK(cuStreamSynchronize(st2));
+  CHECK(cuEventSynchronize(stop));
+  EXPECT_RESULT(cuEventQuery(stop), CUDA_SUCCESS);
+  EXPECT_RESULT(cuStreamQuery(st), CUDA_SUCCESS);
+  float ms = -1.f;
+  CHECK(cuEventElapsedTime(&ms, start, stop));
+  EXPECT(ms >= 0.f);
+  for (int i = 0; i < n; ++i) EXPECT(Close(out[i], a * x[i] + y[i]));
+  CHECK(cuEventDestroy(start));
+  CHECK(cuEventDestroy(stop));
+  CHECK(cuStreamDestroy(st));
+  CHECK(cuStreamDestroy(st2));
+  CHECK(cuMemFree(dx));
+  CHECK(cuMemFree(dy));
+  return 0;
+}
+
+int EntryPoints(CUmodule mod) {
+  using MemAllocFn = CUresult (*)(CUdeviceptr*, size_t);
+  using MemFreeFn = CUresult (*)(CUdeviceptr);
+  using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                CUstream, void**, void**);
+  using HtoDFn = CUresult (*)(CUdeviceptr, const void*, size_t);
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  CHECK(cuGetProcAddress("cuMemAlloc", &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+  EXPECT(status == CU_GET_PROC_ADDRESS_SUCCESS && p != nullptr);
+  auto mem_alloc = reinterpret_cast<MemAllocFn>(p);
+  CHECK(cuGetProcAddress("cuLaunchKernel", &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+  EXPECT(status == CU_GET_PROC_ADDRESS_SUCCESS && p != nullptr);
+  auto launch = reinterpret_cast<LaunchFn>(p);
+  CHECK(cuGetProcAddress("cuMemcpyHtoD", &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
+  EXPECT(status == CU_GET_PROC_ADDRESS_SUCCESS && p != nullptr);
+  auto htod_ptds = reinterpret_cast<HtoDFn>(p);
+  p = reinterpret_cast<void*>(1);
+  CHECK(cuGetProcAddress("cuNoSuchFunction", &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+  EXPECT(status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND && p == nullptr);
+  CHECK(cuGetProcAddress("cudaMalloc", &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+  EXPECT(status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND && p == nullptr);  // a runtime name is no driver symbol
+  void* free_fn = nullptr;
+  cudaDriverEntryPointQueryResult rt_status = cudaDriverEntryPointSymbolNotFound;
+  EXPECT(cudaGetDriverEntryPoint("cuMemFree", &free_fn, cudaEnableDefault, &rt_status) == cudaSuccess);
+  EXPECT(rt_status == cudaDriverEntryPointSuccess && free_fn != nullptr);
+  EXPECT(cudaGetDriverEntryPoint("cuNoSuchFunction", &free_fn, cudaEnableDefault, &rt_status) == cudaSuccess);
+  EXPECT(rt_status == cudaDriverEntryPointSymbolNotFound && free_fn == nullptr);
+  EXPECT(cudaGetDriverEntryPoint("cuMemFree", &free_fn, cudaEnableDefault, &rt_status) == cudaSuccess);
+  void* by_version = nullptr;
+  EXPECT(cudaGetDriverEntryPointByVersion("cuMemFree", &by_version, CUDA_VERSION, cudaEnableDefault, &rt_status) ==
+         cudaSuccess);
+  EXPECT(rt_status == cudaDriverEntryPointSuccess && by_version == free_fn);
+
+  // Call through the pointers: allocate, copy, launch, read back, free.
+  CUfunction saxpy = nullptr;
+  CHECK(cuModuleGetFunction(&saxpy, mod, "saxpy"));
+  int n = 300;
+  float a = 3.f;
+  std::vector<float> x = RandomFloats(n), y = RandomFloats(n), out(n);
+  CUdeviceptr dx = 0, dy = 0;
+  CHECK(mem_alloc(&dx, n * sizeof(float)));
+  CHECK(mem_alloc(&dy, n * sizeof(float)));
+  CHECK(htod_ptds(dx, x.data(), n * sizeof(float)));
+  CHECK(htod_ptds(dy, y.data(), n * sizeof(float)));
+  void* args[] = {&n, &a, &dx, &dy};
+  CHECK(launch(saxpy, 3, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr));
+  CHECK(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
+  for (int i = 0; i < n; ++i) EXPECT(Close(out[i], a * x[i] + y[i]));
+  CHECK(reinterpret_cast<MemFreeFn>(free_fn)(dx));
+  CHECK(reinterpret_cast<MemFreeFn>(free_fn)(dy));
+  return 0;
+}
+
+int ErrorPaths(CUmodule mod) {
+  const char* s = nullptr;
+  CHECK(cuGetErrorName(CUDA_ERROR_INVALID_CONTEXT, &s));
+  EXPECT(std::strcmp(s, "CUDA_ERROR_INVALID_CONTEXT") == 0);
+  CHECK(cuGetErrorString(CUDA_ERROR_NOT_FOUND, &s));
+  EXPECT(s != nullptr && s[0] != '\0');
+  EXPECT_RESULT(cuGetErrorName(static_cast<CUresult>(12345), &s), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_RESULT(cuGetErrorString(static_cast<CUresult>(12345), &s), CUDA_ERROR_INVALID_VALUE);
+
+  // A handle phos never gave out.
+  int dummy = 0;
+  void* args[] = {&dummy};
+  CUfunction bogus = reinterpret_cast<CUfunction>(&dummy);
+  EXPECT_RESULT(cuLaunchKernel(bogus, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  CUfunction f = nullptr;
+  EXPECT_RESULT(cuModuleGetFunction(&f, reinterpret_cast<CUmodule>(&dummy), "saxpy"), CUDA_ERROR_INVALID_HANDLE);
+  // Bytes that are no fatbin, cubin or PTX.
+  CUmodule bad = nullptr;
+  EXPECT_RESULT(cuModuleLoadData(&bad, "this is not a module image"), CUDA_ERROR_INVALID_IMAGE);
+  std::vector<unsigned char> junk(4096);
+  for (auto& b : junk) b = static_cast<unsigned char>(1 + g_rng() % 255);
+  junk.back() = 0;
+  EXPECT_RESULT(cuModuleLoadData(&bad, junk.data()), CUDA_ERROR_INVALID_IMAGE);
+  EXPECT_RESULT(cuModuleLoad(&bad, "/nonexistent/phos/module.fatbin"), CUDA_ERROR_FILE_NOT_FOUND);
+  // A function of an unloaded module is a stale handle.
+  CUmodule second = nullptr;
+  CHECK(cuModuleLoadData(&second, kDriverKernelsPtx));
+  CHECK(cuModuleGetFunction(&f, second, "bump"));
+  CHECK(cuModuleUnload(second));
+  EXPECT_RESULT(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_RESULT(cuModuleUnload(second), CUDA_ERROR_INVALID_HANDLE);
+  (void)mod;
+  return 0;
+}
+
+int Contexts(CUdevice dev, CUcontext primary) {
+  CUcontext cur = nullptr;
+  CHECK(cuCtxGetCurrent(&cur));
+  EXPECT(cur == primary);
+  CUdevice d = -1;
+  CHECK(cuCtxGetDevice(&d));
+  EXPECT(d == dev);
+  unsigned api = 0;
+  CHECK(cuCtxGetApiVersion(primary, &api));
+  EXPECT(api > 0);
+  int least = 1, greatest = 1;
+  CHECK(cuCtxGetStreamPriorityRange(&least, &greatest));
+  EXPECT(greatest <= least);
+  size_t stack = 0;
+  CHECK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+  EXPECT(stack > 0);
+  CHECK(cuCtxSetFlags(CU_CTX_SCHED_BLOCKING_SYNC));
+  unsigned flags = 0;
+  CHECK(cuCtxGetFlags(&flags));
+  EXPECT(flags == CU_CTX_SCHED_BLOCKING_SYNC);
+  CHECK(cuCtxSetFlags(0));
+  CUcontext created = nullptr;
+  CHECK(cuCtxCreate(&created, nullptr, 0, dev));  // pushed: now current
+  unsigned long long id_created = 0, id_primary = 0;
+  CHECK(cuCtxGetId(created, &id_created));
+  CHECK(cuCtxGetId(primary, &id_primary));
+  EXPECT(id_created != id_primary);
+  EXPECT(created != nullptr && created != primary);
+  CHECK(cuCtxGetCurrent(&cur));
+  EXPECT(cur == created);
+  // Contexts alias one session: memory from one is usable in the other.
+  CUdeviceptr p = 0;
+  CHECK(cuMemAlloc(&p, 64));
+  CHECK(cuCtxPopCurrent(&cur));
+  EXPECT(cur == created);
+  CHECK(cuCtxGetCurrent(&cur));
+  EXPECT(cur == primary);
+  CHECK(cuMemsetD32(p, 7, 16));
+  CHECK(cuCtxPushCurrent(created));
+  unsigned got[16] = {};
+  CHECK(cuMemcpyDtoH(got, p, sizeof got));
+  for (unsigned v : got) EXPECT(v == 7u);
+  CHECK(cuMemFree(p));
+  CHECK(cuCtxPopCurrent(nullptr));
+  CHECK(cuCtxDestroy(created));
+  EXPECT_RESULT(cuCtxPushCurrent(created), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_RESULT(cuCtxDestroy(primary), CUDA_ERROR_INVALID_CONTEXT);
+  // Pop the primary: no context, then calls that need one fail.
+  CHECK(cuCtxPopCurrent(&cur));
+  EXPECT(cur == primary);
+  EXPECT_RESULT(cuCtxPopCurrent(&cur), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_RESULT(cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_RESULT(cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
+  CHECK(cuCtxSetCurrent(primary));
+
+  // The stack is per thread: a new thread starts with no context.
+  CUresult no_ctx = CUDA_SUCCESS, got_ctx = CUDA_ERROR_UNKNOWN;
+  CUcontext seen = reinterpret_cast<CUcontext>(1);
+  std::thread t([&] {
+    cuCtxGetCurrent(&seen);
+    CUdeviceptr q = 0;
+    no_ctx = cuMemAlloc(&q, 16);
+    if (cuCtxSetCurrent(primary) == CUDA_SUCCESS && cuMemAlloc(&q, 16) == CUDA_SUCCESS) got_ctx = cuMemFree(q);
+  });
+  t.join();
+  EXPECT(seen == nullptr);
+  EXPECT_RESULT(no_ctx, CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_RESULT(got_ctx, CUDA_SUCCESS);
+  return 0;
+}
+
+std::vector<char> ReadFile(const char* path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+// `driver_api --runtime-first`: the runtime API is used before cuInit, so
+// (as the CUDA runtime makes the primary context current) driver calls work
+// without the app setting a context.
+int RuntimeFirst() {
+  void* rt = nullptr;
+  if (cudaMalloc(&rt, 256) != cudaSuccess) return 2;
+  CHECK(cuInit(0));
+  CUcontext cur = nullptr;
+  CHECK(cuCtxGetCurrent(&cur));
+  EXPECT(cur != nullptr);
+  CUdevice dev = -1;
+  CHECK(cuDeviceGet(&dev, 0));
+  CUcontext primary = nullptr;
+  CHECK(cuDevicePrimaryCtxRetain(&primary, dev));
+  EXPECT(primary == cur);
+  // Memory of either API is one space: the runtime's buffer, set by the driver.
+  CHECK(cuMemsetD32(reinterpret_cast<CUdeviceptr>(rt), 0x01020304u, 64));
+  unsigned got[64] = {};
+  if (cudaMemcpy(got, rt, sizeof got, cudaMemcpyDeviceToHost) != cudaSuccess) return 2;
+  for (unsigned v : got) EXPECT(v == 0x01020304u);
+  EXPECT_RESULT(cuModuleLoadData(nullptr, kDriverKernelsPtx), CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuDevicePrimaryCtxRelease(dev));
+  if (cudaFree(rt) != cudaSuccess) return 2;
+  std::printf("driver_api: runtime first OK\n");
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--runtime-first") == 0) return RuntimeFirst();
+  const auto seed = static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
+  g_rng.seed(seed);
+  std::printf("driver_api: seed %u\n", seed);
+
+  int count = 0;
+  EXPECT_RESULT(cuDeviceGetCount(&count), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_RESULT(cuInit(1), CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuInit(0));
+  int version = 0;
+  CHECK(cuDriverGetVersion(&version));
+  EXPECT(version >= 12000);
+  CHECK(cuDeviceGetCount(&count));
+  EXPECT(count >= 1);
+  CUdevice dev = -1;
+  CHECK(cuDeviceGet(&dev, 0));
+  CUdevice other = -1;
+  EXPECT_RESULT(cuDeviceGet(&other, count), CUDA_ERROR_INVALID_DEVICE);
+  char name[256] = {};
+  CHECK(cuDeviceGetName(name, sizeof name, dev));
+  EXPECT(name[0] != '\0');
+  size_t total = 0;
+  CHECK(cuDeviceTotalMem(&total, dev));
+  EXPECT(total > 0);
+  int warp = 0, major = 0, minor = 0, ccmajor = 0, ccminor = 0;
+  CHECK(cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, dev));
+  EXPECT(warp == 32);
+  CHECK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+  CHECK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+  CHECK(cuDeviceComputeCapability(&ccmajor, &ccminor, dev));
+  EXPECT(major >= 7 && ccmajor == major && ccminor == minor);
+  CUuuid uuid{};
+  CHECK(cuDeviceGetUuid(&uuid, dev));
+  bool nonzero = false;
+  for (char b : uuid.bytes) nonzero = nonzero || b != 0;
+  EXPECT(nonzero);
+  std::printf("driver_api: device %s, sm_%d%d, %zu MiB\n", name, major, minor, total >> 20);
+
+  // No context is current yet.
+  CUcontext cur = reinterpret_cast<CUcontext>(1);
+  CHECK(cuCtxGetCurrent(&cur));
+  EXPECT(cur == nullptr);
+  CUdeviceptr p = 0;
+  EXPECT_RESULT(cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_RESULT(cuCtxPopCurrent(&cur), CUDA_ERROR_INVALID_CONTEXT);
+
+  CUcontext primary = nullptr;
+  CHECK(cuDevicePrimaryCtxRetain(&primary, dev));
+  unsigned flags = 0;
+  int active = 0;
+  CHECK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  EXPECT(active == 1);
+  CHECK(cuCtxSetCurrent(primary));
+  RUN(Contexts(dev, primary));
+
+  size_t free_b = 0, total_b = 0;
+  CHECK(cuMemGetInfo(&free_b, &total_b));
+  EXPECT(total_b > 0 && free_b <= total_b);
+  RUN(RoundTrip(16));
+  RUN(RoundTrip(8u << 20));
+  RUN(Memsets());
+  void* pinned = nullptr;
+  CHECK(cuMemAllocHost(&pinned, 1 << 16));
+  std::memset(pinned, 0x5a, 1 << 16);
+  CHECK(cuMemFreeHost(pinned));
+
+  // cuModuleLoadDataEx with JIT log options: the logs come back empty.
+  char error_log[64], info_log[64];
+  std::memset(error_log, 'x', sizeof error_log);
+  std::memset(info_log, 'x', sizeof info_log);
+  CUjit_option jit_options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+                                CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void* jit_values[] = {error_log, reinterpret_cast<void*>(sizeof error_log), info_log,
+                        reinterpret_cast<void*>(sizeof info_log)};
+  CUmodule ex = nullptr;
+  CHECK(cuModuleLoadDataEx(&ex, kDriverKernelsPtx, 4, jit_options, jit_values));
+  EXPECT(error_log[0] == '\0' && info_log[0] == '\0');
+  RUN(RunKernels(ex, "cuModuleLoadDataEx"));
+  CHECK(cuModuleUnload(ex));
+
+  CUmodule mod = nullptr;
+  CHECK(cuModuleLoadData(&mod, kDriverKernelsPtx));
+  RUN(RunKernels(mod, "PTX text"));
+  RUN(StreamsAndEvents(mod));
+  RUN(EntryPoints(mod));
+  RUN(ErrorPaths(mod));
+  CHECK(cuModuleUnload(mod));
+
+  if (argc > 1) {  // the nvcc -fatbin image of the same kernels
+    std::vector<char> fatbin = ReadFile(argv[1]);
+    EXPECT(!fatbin.empty());
+    CHECK(cuModuleLoadData(&mod, fatbin.data()));
+    RUN(RunKernels(mod, "a fatbin in memory"));
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuModuleLoadFatBinary(&mod, fatbin.data()));
+    RUN(RunKernels(mod, "cuModuleLoadFatBinary"));
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuModuleLoad(&mod, argv[1]));
+    RUN(RunKernels(mod, "a fatbin file"));
+    CHECK(cuModuleUnload(mod));
+  }
+
+  CHECK(cuCtxSynchronize());
+  CHECK(cuDevicePrimaryCtxRelease(dev));
+  std::printf("driver_api: OK\n");
+  return 0;
+}
