@@ -216,7 +216,10 @@ Status ImageWriter::Commit() {
   auto fail = [this](Status s) {
     io_.reset();
     RemoveTree(tmp_dir_);
-    state_ = State::kAborted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      state_ = State::kAborted;
+    }
     spdlog::warn("image: checkpoint {} not committed: {}", dir_, s.ToString());
     return s;
   };

@@ -127,6 +127,14 @@ Status EnqueueH2DPieces(SessionState& st, std::span<const std::byte> src, const 
   if (st.retained_bytes + src.size() > kMaxRetainedBytes) ReapRetained(st, /*wait_all=*/false);
   if (st.retained_bytes + src.size() > kMaxRetainedBytes) ReapRetained(st, /*wait_all=*/true);
   SessionState::RetainedHost r;
+  for (auto it = st.spare_host_buffers.begin(); it != st.spare_host_buffers.end(); ++it) {
+    if (it->capacity() >= src.size()) {
+      st.spare_host_bytes -= it->capacity();
+      r.bytes = std::move(*it);
+      st.spare_host_buffers.erase(it);
+      break;
+    }
+  }
   r.bytes.assign(src.begin(), src.end());
   for (const H2DPiece& piece : pieces) {
     PHOS_RETURN_IF_ERROR(st.ctx->MemcpyAsync(piece.dst, reinterpret_cast<uint64_t>(r.bytes.data() + piece.offset),
@@ -157,8 +165,13 @@ Status EnqueueH2D(SessionState& st, uint64_t dst, std::span<const std::byte> src
 
 void HandleDevice(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
   const auto api = static_cast<ApiId>(rec.header.api_id);
+  // A session sees exactly one device, ordinal 0 = the GPU it is bound to
+  // (st.device), like CUDA_VISIBLE_DEVICES=<that GPU>: its allocations,
+  // streams and modules all live in one backend context, so offering the
+  // other GPUs of a multi-GPU daemon would promise what cudaSetDevice(1)
+  // cannot keep (docs/interposer.md "Devices").
   if (api == op::kGetDeviceCount) {
-    out->Set(wire::DeviceCountReply{st.backend->device_count(), 0});
+    out->Set(wire::DeviceCountReply{1, 0});
     return;
   }
   if (api == op::kMemGetInfo) {
@@ -169,11 +182,12 @@ void HandleDevice(SessionState& st, const ring::Record& rec, std::span<const std
     return;
   }
   auto get_props = [&](int device, backend::DeviceProperties* props) -> bool {
-    if (device < 0 || device >= st.backend->device_count()) {
-      out->Fail(WireStatus::kInvalidDevice, "no device " + std::to_string(device));
+    if (device != 0) {
+      out->Fail(WireStatus::kInvalidDevice,
+                "no device " + std::to_string(device) + " (a phos session sees one device, ordinal 0)");
       return false;
     }
-    Status s = st.backend->GetDeviceProperties(device, props);
+    Status s = st.backend->GetDeviceProperties(st.device, props);
     if (!s.ok()) out->Fail(s);
     return s.ok();
   };
@@ -1016,6 +1030,10 @@ void ReapRetained(SessionState& st, bool wait_all) {
     if (wait_all || st.ctx->QueryEvent(it->event).ok()) {
       (void)st.ctx->DestroyEvent(it->event);
       st.retained_bytes -= it->bytes.size();
+      if (st.spare_host_bytes + it->bytes.capacity() <= kMaxRetainedBytes) {
+        st.spare_host_bytes += it->bytes.capacity();
+        st.spare_host_buffers.push_back(std::move(it->bytes));
+      }
       it = st.retained.erase(it);
     } else {
       ++it;

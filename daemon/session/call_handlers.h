@@ -72,6 +72,12 @@ struct SessionState {
   };
   std::deque<RetainedHost> retained;
   uint64_t retained_bytes = 0;
+  // Buffers of reaped RetainedHost entries, reused by the next staged copy:
+  // a fresh multi-MiB vector per staging chunk costs an mmap, page faults
+  // on every page and an munmap — more than the copy itself. Bounded to
+  // kMaxRetainedBytes of capacity in total.
+  std::vector<std::vector<std::byte>> spare_host_buffers;
+  uint64_t spare_host_bytes = 0;
 
   // Pinned host memory (docs/interposer.md "Pinned host memory and
   // copies"): the app's channel (host segment records arrive on it; owned

@@ -20,6 +20,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "image/image_reader.h"
@@ -44,6 +46,14 @@ const std::string& ScratchDir() {
     const char* base = std::getenv("TMPDIR");
     std::string tmpl = std::string(base ? base : "/tmp") + "/phos-image-fuzz-XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) abort();
+    // libFuzzer ends with exit(): leave no scratch directory behind. The
+    // path is copied to the heap (never freed) because `dir` itself may be
+    // destroyed before this handler runs.
+    static const std::string* doomed = new std::string(tmpl);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(*doomed, ec);
+    });
     return tmpl;
   }();
   return dir;
