@@ -10,7 +10,8 @@
 //                           the file F exists, checks its data is intact,
 //                           prints "owner: intact" and exits 0.
 //   error_paths intruder P  tries to read, write and free the device pointer
-//                           P (another process's buffer): each must fail.
+//                           P (another process's buffer), and to write it
+//                           from a kernel: each must fail.
 //                           Prints "intruder: refused".
 //   error_paths hold N      allocates N MiB, prints "hold: ready", sleeps
 //                           (killed by the test).
@@ -107,6 +108,10 @@ static int Intruder(const char* ptr_text) {
   EXPECT_ERR(cudaMemcpy(p, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
   EXPECT_ERR(cudaMemset(p, 0, 4096), cudaErrorInvalidValue);
   EXPECT_ERR(cudaFree(p), cudaErrorInvalidValue);
+  // A kernel handed the other process's pointer faults like any wild
+  // pointer (contexts do not share memory) and the owner's data stays intact.
+  write_at<<<1, 1>>>(static_cast<int*>(p), 0, 0x0bad);
+  EXPECT_ERR(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
   std::printf("intruder: refused\n");
   return 0;
 }

@@ -245,11 +245,20 @@ Status SimAddressSpace::PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin) {
 
 Status SimAddressSpace::PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin, DevicePtr* start,
                                  std::uint64_t* bytes_out) {
+  return PinOwnedRange(ptr, bytes, kAnyOwner, pin, start, bytes_out);
+}
+
+Status SimAddressSpace::PinOwnedRange(DevicePtr ptr, std::size_t bytes, std::uint64_t owner, Pin* pin,
+                                      DevicePtr* start, std::uint64_t* bytes_out) {
   std::lock_guard<std::mutex> lock(mu_);
   auto cit = FindLocked(ptr, bytes);
   if (cit == allocations_.end()) {
     return Status::InvalidArgument("illegal address: device range " + RangeText(ptr, bytes) +
                                    " was freed before the work using it ran");
+  }
+  if (owner != kAnyOwner && cit->second.owner != owner) {
+    return Status::InvalidArgument("illegal address: device range " + RangeText(ptr, bytes) +
+                                   " belongs to another context");
   }
   allocations_.find(cit->first)->second.pins++;
   *start = cit->first;

@@ -63,6 +63,9 @@ class SimAddressSpace {
 
   /// Keeps the allocations under some device ranges mapped while a copy
   /// runs on a stream worker (so a racing Free cannot unmap them mid-copy).
+  /// PinOwnedRange's `owner` that accepts any owner.
+  static constexpr std::uint64_t kAnyOwner = ~std::uint64_t{0};
+
   class Pin {
    public:
     Pin() = default;
@@ -83,6 +86,12 @@ class SimAddressSpace {
   /// without taking the lock again.
   Status PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin, DevicePtr* start,
                   std::uint64_t* bytes_out);
+  /// As above, and the allocation must belong to `owner` (a kernel of one
+  /// context touching another context's memory is an illegal address, as
+  /// on a GPU where contexts have separate page tables: this is what keeps
+  /// the sessions of one phosd apart).
+  Status PinOwnedRange(DevicePtr ptr, std::size_t bytes, std::uint64_t owner, Pin* pin, DevicePtr* start,
+                       std::uint64_t* bytes_out);
 
  private:
   struct Allocation {

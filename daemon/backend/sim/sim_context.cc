@@ -509,9 +509,10 @@ Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
   PHOS_RETURN_IF_ERROR(runnable.WithContext("LaunchKernel '" + name + "'"));
   SimShared* shared = shared_.get();
   std::lock_guard<std::mutex> lock(mu_);
-  return EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes,
-                                params]() -> Status {
-    SimKernelMemory memory(shared->memory.get());
+  const std::uint64_t owner = id_;
+  return EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes, params,
+                                owner]() -> Status {
+    SimKernelMemory memory(shared->memory.get(), owner);
     interp::LaunchOptions options;
     return interp::LaunchKernel(module->program(), name, {grid.x, grid.y, grid.z},
                                 {block.x, block.y, block.z}, shared_memory_bytes,

@@ -3,7 +3,9 @@
 // The first access to an allocation pins it (SimAddressSpace::PinRange), so
 // a racing Free cannot unmap it under the kernel; later accesses to the same
 // allocation are checked against the cached bounds under a shared lock.
-// One object per launch; pins are released when it is destroyed.
+// One object per launch; pins are released when it is destroyed. Only the
+// launching context's allocations can be pinned: another session's memory
+// is an illegal address for this kernel.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,9 @@ namespace phos::backend::sim {
 
 class SimKernelMemory final : public interp::GlobalMemory {
  public:
-  explicit SimKernelMemory(SimAddressSpace* space) : space_(space) {}
+  /// `owner`: the launching context; the kernel may touch only its
+  /// allocations (SimAddressSpace::PinOwnedRange).
+  SimKernelMemory(SimAddressSpace* space, std::uint64_t owner) : space_(space), owner_(owner) {}
   /// Called by every interpreter worker thread at once.
   void* Translate(std::uint64_t addr, std::size_t bytes, bool write) override;
 
@@ -26,6 +30,7 @@ class SimKernelMemory final : public interp::GlobalMemory {
   bool CachedLocked(std::uint64_t addr, std::size_t bytes) const;
 
   SimAddressSpace* const space_;
+  const std::uint64_t owner_;
   std::shared_mutex mu_;  // shared: lookups; exclusive: pinning a new allocation
   std::vector<std::pair<std::uint64_t, std::uint64_t>> pinned_;  // [begin, end); guarded by mu_
   SimAddressSpace::Pin pin_;                                     // guarded by mu_
