@@ -25,16 +25,8 @@
 #include <string>
 #include <vector>
 
-#define EXPECT_ERR(call, want)                                                              \
-  do {                                                                                      \
-    cudaError_t _e = (call);                                                                \
-    if (_e != (want)) {                                                                     \
-      std::printf("error_paths: line %d: %s returned %s, expected %s\n", __LINE__, #call,   \
-                  cudaGetErrorName(_e), cudaGetErrorName(want));                            \
-      return 1;                                                                             \
-    }                                                                                       \
-  } while (0)
-#define CHECK(call) EXPECT_ERR(call, cudaSuccess)
+#define PHOS_PROGRAM_NAME "error_paths"
+#include "program_checks.h"
 
 __global__ void write_at(int* p, long long index, int v) { p[index] = v; }
 __global__ void fill(unsigned* p, size_t n, unsigned seed) {

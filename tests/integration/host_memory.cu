@@ -17,21 +17,8 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(x)                                                                                \
-  do {                                                                                          \
-    cudaError_t e = (x);                                                                        \
-    if (e != cudaSuccess) {                                                                     \
-      std::printf("host_memory: line %d: %s failed: %s\n", __LINE__, #x, cudaGetErrorName(e)); \
-      return 2;                                                                                 \
-    }                                                                                           \
-  } while (0)
-#define EXPECT(c)                                                      \
-  do {                                                                 \
-    if (!(c)) {                                                        \
-      std::printf("host_memory: line %d: expected %s\n", __LINE__, #c); \
-      return 1;                                                        \
-    }                                                                  \
-  } while (0)
+#define PHOS_PROGRAM_NAME "host_memory"
+#include "program_checks.h"
 
 namespace {
 

@@ -7,21 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e = (x);                                                                \
-    if (e != cudaSuccess) {                                                             \
-      std::printf("runtime_api: line %d: %s failed: %s\n", __LINE__, #x, cudaGetErrorName(e)); \
-      return 2;                                                                         \
-    }                                                                                   \
-  } while (0)
-#define EXPECT(c)                                                     \
-  do {                                                                \
-    if (!(c)) {                                                       \
-      std::printf("runtime_api: line %d: expected %s\n", __LINE__, #c); \
-      return 1;                                                       \
-    }                                                                 \
-  } while (0)
+#define PHOS_PROGRAM_NAME "runtime_api"
+#include "program_checks.h"
 
 __global__ void fill(int* p, int n, int v) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

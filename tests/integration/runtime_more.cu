@@ -20,23 +20,8 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(x)                                                                                   \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::printf("runtime_more: line %d: %s failed: %s\n", __LINE__, #x, cudaGetErrorName(e_));  \
-      std::fflush(stdout);                                                                         \
-      return 2;                                                                                    \
-    }                                                                                              \
-  } while (0)
-#define EXPECT(c)                                                            \
-  do {                                                                       \
-    if (!(c)) {                                                              \
-      std::printf("runtime_more: line %d: expected %s\n", __LINE__, #c);     \
-      std::fflush(stdout);                                                   \
-      return 1;                                                              \
-    }                                                                        \
-  } while (0)
+#define PHOS_PROGRAM_NAME "runtime_more"
+#include "program_checks.h"
 
 #ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
 constexpr bool kPerThreadBuild = true;
