@@ -21,6 +21,12 @@ std::string StateName(v1::SessionState state) {
   }
 }
 
+// Calls by access-set kind (DESIGN §3): exact / speculated / unvalidatable.
+std::string AccessCounts(const v1::SessionInfo& si) {
+  return std::to_string(si.calls_exact()) + "/" + std::to_string(si.calls_speculated()) + "/" +
+         std::to_string(si.calls_unvalidatable());
+}
+
 int RunPs(const GlobalOptions& global, int pid, bool json) {
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
@@ -41,10 +47,10 @@ int RunPs(const GlobalOptions& global, int pid, bool json) {
   for (const v1::SessionInfo& si : reply.sessions()) {
     rows.push_back({std::to_string(si.pid()), std::to_string(si.session_id()),
                     std::to_string(si.device()), HumanBytes(si.device_memory_bytes()),
-                    std::to_string(si.buffer_count()), StateName(si.state()), si.command()});
+                    std::to_string(si.buffer_count()), AccessCounts(si), StateName(si.state()), si.command()});
   }
-  std::cout << FormatTable({"PID", "SESSION", "GPU", "GPU-MEM", "BUFFERS", "STATE", "COMMAND"},
-                           rows);
+  std::cout << FormatTable(
+      {"PID", "SESSION", "GPU", "GPU-MEM", "BUFFERS", "CALLS(EX/SPEC/UNVAL)", "STATE", "COMMAND"}, rows);
   return 0;
 }
 

@@ -21,5 +21,9 @@ void AddPsCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 /// phos inspect DIR [--json] (cmd_inspect.cc): runs without a daemon.
 void AddInspectCommand(CLI::App* app, int* exit_code);
+/// phos checkpoint --pid P --gpu-only [--mode stop] [--out DIR] [--json] (cmd_checkpoint.cc).
+void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
+/// phos restore DIR --gpu-only --pid P [--json] (cmd_restore.cc).
+void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 
 }  // namespace phos::cli

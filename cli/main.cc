@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   phos::cli::AddPsCommand(&app, &global, &exit_code);
   phos::cli::AddRunCommand(&app, &global, &exit_code);
   phos::cli::AddInspectCommand(&app, &exit_code);
+  phos::cli::AddCheckpointCommand(&app, &global, &exit_code);
+  phos::cli::AddRestoreCommand(&app, &global, &exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

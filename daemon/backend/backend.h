@@ -108,6 +108,12 @@ enum class FunctionAttribute {
   kPreferredSharedMemoryCarveout,  // -1 .. 100
 };
 
+/// GPU libraries whose per-context state a backend may prepare together with
+/// the context (DESIGN §6: the pool hides their set-up cost too).
+enum class Library {
+  kCublas,  // a cublasHandle_t
+};
+
 /// One GPU context: memory, streams, events and modules of one session (or
 /// one pooled context waiting for a session). Thread-safe.
 class Context {
@@ -115,6 +121,18 @@ class Context {
   virtual ~Context() = default;
 
   virtual int device() const = 0;
+
+  /// Library state created in this context when the context was created,
+  /// or nullptr where the backend has none. Owned by the context, valid
+  /// until it is destroyed (which destroys it first); use it only with this
+  /// context current.
+  ///   cuda, kCublas: the cublasHandle_t made by cublasCreate_v2 (with its
+  ///     default workspace); nullptr when libcublas could not be loaded.
+  ///   sim: always nullptr (no vendor library runs on the sim).
+  virtual void* library_handle(Library library) const {
+    (void)library;
+    return nullptr;
+  }
 
   // ---- memory -----------------------------------------------------------
   /// Allocates `bytes` of device memory. If `at` is non-zero the allocation

@@ -36,6 +36,11 @@ struct SimOptions {
 struct CudaOptions {
   /// The driver library to dlopen.
   std::string driver_library = "libcuda.so.1";
+  /// cuBLAS, for the handle prepared with every context (DESIGN §6). Empty =
+  /// the soname of the toolkit phos was built with (libcublas.so.13 for CUDA
+  /// 13); "none" = do not load it. If it cannot be loaded the backend logs
+  /// that once and contexts have no cuBLAS handle.
+  std::string cublas_library;
 };
 
 struct BackendOptions {

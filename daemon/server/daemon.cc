@@ -34,7 +34,13 @@ Status Daemon::Start(const DaemonOptions& options) {
   spdlog::info("backend={} ({}) devices={}: {}", backend_->name(), backend_->detail(),
                backend_->device_count(), why);
 
+  // The pool starts filling at once, in the background (DESIGN §6).
+  backend::ContextPoolOptions pool_options;
+  pool_options.contexts_per_device = options.pool_size;
+  context_pool_ = std::make_unique<backend::ContextPool>(backend_.get(), pool_options);
+
   service_ = std::make_unique<PhosService>(backend_.get(), why, &sessions_, options.socket_path);
+  service_->set_context_pool(context_pool_.get());
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
@@ -55,21 +61,11 @@ Status Daemon::Start(const DaemonOptions& options) {
   }
   session::SessionCallbacks callbacks;
   SessionRegistry* registry = &sessions_;
-  callbacks.publish = [registry](const session::SessionSummary& s) {
-    v1::SessionInfo info;
-    info.set_session_id(s.session_id);
-    info.set_pid(s.pid);
-    info.set_command(s.command);
-    info.set_device(s.device);
-    info.set_device_memory_bytes(s.device_memory_bytes);
-    info.set_buffer_count(s.buffer_count);
-    info.set_state(s.state == session::SessionSummary::State::kRunning ? v1::SESSION_RUNNING
-                                                                       : v1::SESSION_EXITED);
-    info.set_started_unix_ms(s.started_unix_ms);
-    registry->Upsert(info);
-  };
+  callbacks.publish = [registry](const session::SessionSummary& s) { registry->Publish(s); };
   callbacks.unpublish = [registry](uint64_t id) { registry->Remove(id); };
-  session_server_ = std::make_unique<session::SessionServer>(backend_.get(), session::SessionServerOptions{},
+  session::SessionServerOptions session_options;
+  session_options.context_pool = context_pool_.get();
+  session_server_ = std::make_unique<session::SessionServer>(backend_.get(), session_options,
                                                              std::move(callbacks));
   const std::string data_path = session::SessionServer::DataSocketPath(options.socket_path);
   Status data_status = session_server_->Start(data_path);
@@ -77,6 +73,7 @@ Status Daemon::Start(const DaemonOptions& options) {
     Shutdown();
     return data_status.WithContext("cannot listen on the data-plane socket " + data_path);
   }
+  service_->SetSessionServer(session_server_.get());  // Checkpoint/Restore find sessions here
   spdlog::info("phosd {} listening on {} (pid {}, pool {}, cow-reserve {} MiB)", VersionString(),
                options.socket_path, getpid(), options.pool_size,
                options.cow_reserve_bytes >> 20);
@@ -90,18 +87,24 @@ void Daemon::Wait() {
 void Daemon::Shutdown() {
   // The data plane first: apps blocked in a call get Unavailable at once,
   // and every session releases its GPU state while the backend still lives.
-  if (session_server_) {
-    session_server_->Stop();
-    session_server_.reset();
-  }
+  // It is destroyed only after the gRPC server stopped: a Checkpoint or
+  // Restore RPC may still hold it (its sessions have ended, so their
+  // control tasks fail with Unavailable and the RPCs return).
+  if (session_server_) session_server_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();
     server_.reset();
     spdlog::info("stopped serving");
   }
+  session_server_.reset();
   service_.reset();
   socket_guard_.Release();
+  // Pooled contexts go before the backend that made them.
+  if (context_pool_) {
+    context_pool_->Shutdown();
+    context_pool_.reset();
+  }
   backend_.reset();
 }
 

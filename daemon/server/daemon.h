@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "backend/backend.h"
+#include "backend/context_pool.h"
 #include "common/status.h"
 #include "server/daemon_options.h"
 #include "server/phos_service.h"
@@ -36,6 +37,8 @@ class Daemon {
   void Shutdown();
 
   backend::Backend* backend() const { return backend_.get(); }
+  /// Fresh contexts for sessions and restores (`--pool`); null when not started.
+  backend::ContextPool* context_pool() const { return context_pool_.get(); }
   SessionRegistry* sessions() { return &sessions_; }
   /// The data plane (apps connect at `<socket_path>.data`); null when not
   /// started.
@@ -46,6 +49,9 @@ class Daemon {
   // thread that owns the Daemon. gRPC threads only reach them through
   // service_, which is stopped before they are destroyed.
   std::unique_ptr<backend::Backend> backend_;
+  // Created right after the backend, shut down (pooled contexts destroyed)
+  // just before it, after everything that takes from it has stopped.
+  std::unique_ptr<backend::ContextPool> context_pool_;
   SessionRegistry sessions_;
   SocketGuard socket_guard_;
   std::unique_ptr<PhosService> service_;

@@ -17,8 +17,9 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "trace, debug, info, warn, error, critical or off")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
-  app->add_option("--pool", options->pool_size, "Contexts to pre-create per GPU (the context pool arrives with the C/R engine; "
-                  "until then the value is only recorded)")
+  app->add_option("--pool", options->pool_size,
+                  "Contexts to keep ready per GPU (with their cuBLAS handle on cuda), refilled in "
+                  "the background; sessions and restores take one at once. 0 = create on demand")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app->add_option("--cow-reserve", options->cow_reserve_bytes,

@@ -18,8 +18,8 @@ struct DaemonOptions {
   std::string socket_path = DefaultSocketPath();
   std::string log_level = "info";
   backend::BackendOptions backend;
-  /// Contexts pre-created per GPU (the context pool arrives with the C/R
-  /// engine; recorded and reported now).
+  /// Contexts pre-created per GPU by the context pool (DESIGN §6); 0
+  /// disables it (every session creates its context on demand).
   int pool_size = 2;
   /// Bounded on-device reserve for soft copy-on-write shadows.
   std::uint64_t cow_reserve_bytes = 2ull << 30;

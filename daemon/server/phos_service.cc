@@ -59,6 +59,11 @@ grpc::Status PhosService::Status(grpc::ServerContext*, const v1::StatusRequest*,
   reply->set_daemon_pid(getpid());
   reply->set_socket_path(socket_path_);
   reply->set_session_count(static_cast<std::uint32_t>(sessions_->size()));
+  if (context_pool_ != nullptr) {
+    std::map<std::string, std::uint64_t> counters;
+    context_pool_->ExportCounters(&counters);
+    for (const auto& [name, value] : counters) (*reply->mutable_counters())[name] = value;
+  }
   return grpc::Status::OK;
 }
 
@@ -70,14 +75,7 @@ grpc::Status PhosService::ListSessions(grpc::ServerContext*, const v1::ListSessi
   return grpc::Status::OK;
 }
 
-grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,
-                                     grpc::ServerWriter<v1::OperationEvent>*) {
-  return Unimplemented("Checkpoint", "arrives with the C/R engine and CRIU issues");
-}
-grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest*,
-                                  grpc::ServerWriter<v1::OperationEvent>*) {
-  return Unimplemented("Restore", "arrives with the C/R engine and CRIU issues");
-}
+// Checkpoint and Restore: server/checkpoint_rpcs.cc.
 grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest*,
                                   grpc::ServerWriter<v1::OperationEvent>*) {
   return Unimplemented("Migrate", "arrives with the CRIU and migration issue");

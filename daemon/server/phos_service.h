@@ -5,12 +5,16 @@
 // the RPC — never a fake success.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/context_pool.h"
 #include "phos.grpc.pb.h"
 #include "server/session_registry.h"
+#include "session/session_server.h"
 
 namespace phos::server {
 
@@ -22,6 +26,9 @@ class PhosService final : public v1::Phos::Service {
 
   grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
                       v1::StatusReply* reply) override;
+  /// Status reports the pool's counters (context_pool.*). Set before
+  /// serving; the pool must outlive the service.
+  void set_context_pool(const backend::ContextPool* pool) { context_pool_ = pool; }
   grpc::Status ListSessions(grpc::ServerContext* ctx, const v1::ListSessionsRequest* req,
                             v1::ListSessionsReply* reply) override;
 
@@ -38,7 +45,23 @@ class PhosService final : public v1::Phos::Service {
   grpc::Status WatchOperation(grpc::ServerContext* ctx, const v1::WatchOperationRequest* req,
                               grpc::ServerWriter<v1::OperationEvent>* writer) override;
 
+  /// The data plane whose sessions Checkpoint/Restore operate on. Set by
+  /// the Daemon once it started the SessionServer (after the gRPC server
+  /// started, hence atomic); null before: the RPCs answer UNAVAILABLE. The
+  /// SessionServer must outlive the service's RPCs (the Daemon stops the
+  /// gRPC server... after the data plane, whose Stop ends every session:
+  /// a pending control task then fails with Unavailable).
+  void SetSessionServer(session::SessionServer* server) {
+    session_server_.store(server, std::memory_order_release);
+  }
+  /// Where default checkpoint images go: `<state dir>/checkpoints/`. The
+  /// state dir is $PHOS_STATE_DIR, else the control socket's directory.
+  std::string DefaultCheckpointRoot() const;
+
  private:
+  /// The live session of `pid`, or a NOT_FOUND / UNAVAILABLE status.
+  grpc::Status FindSession(int pid, std::shared_ptr<session::Session>* out) const;
+
   // All members are set at construction and only read afterwards; the
   // pointees are thread-safe (Backend's contract, SessionRegistry's mutex).
   backend::Backend* backend_;
@@ -46,6 +69,8 @@ class PhosService final : public v1::Phos::Service {
   SessionRegistry* sessions_;
   const std::string socket_path_;
   const std::chrono::steady_clock::time_point started_;
+  const backend::ContextPool* context_pool_ = nullptr;  // set before serving; the pool locks itself
+  std::atomic<session::SessionServer*> session_server_{nullptr};  // see SetSessionServer
 };
 
 }  // namespace phos::server

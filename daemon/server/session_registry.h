@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "phos.pb.h"
+#include "session/session.h"
 
 namespace phos::server {
 
@@ -19,15 +21,27 @@ class SessionRegistry {
   std::vector<v1::SessionInfo> ListForPid(int pid) const;
   std::size_t size() const;
 
+  /// Fills the fields of a session that change on every call (the access
+  /// statistics) at List time, so sessions need not republish per call.
+  /// Called under the registry's lock: must be quick and must not block.
+  using LiveFields = std::function<void(v1::SessionInfo*)>;
+
   /// Adds or replaces the description of a session.
-  void Upsert(const v1::SessionInfo& info);
+  void Upsert(const v1::SessionInfo& info, LiveFields live = nullptr);
+  /// Upsert of a session's own summary (SessionCallbacks::publish): the
+  /// conversion to v1::SessionInfo, access statistics included (live).
+  void Publish(const session::SessionSummary& summary);
   /// Removes a session; false if it was not there.
   bool Remove(std::uint64_t session_id);
 
  private:
   mutable std::mutex mu_;
+  struct Entry {
+    v1::SessionInfo info;
+    LiveFields live;  // may be empty
+  };
   // session id -> description. Guarded by mu_.
-  std::map<std::uint64_t, v1::SessionInfo> sessions_;
+  std::map<std::uint64_t, Entry> sessions_;
 };
 
 }  // namespace phos::server

@@ -8,11 +8,16 @@
 #include <algorithm>
 #include <cstring>
 
+#include "protocol/pitched.h"
+#include "session/access_spec.h"
+
 namespace phos::session {
 
 using wire::ApiId;
 using wire::WireStatus;
 namespace op = wire::op;
+using wire::ForEachRowPiece;
+using wire::Span2D;
 
 void Outcome::SetBytes(const void* p, size_t n) {
   n = std::min(n, data.size());
@@ -301,7 +306,7 @@ void HandleFree(SessionState& st, std::span<const std::byte> p, Outcome* out) {
   v.api = op::kFree;
   v.session_id = st.session_id;
   v.synchronous = true;
-  v.Add(it->first, it->second, true);
+  AddOperand(&v, kDstOperand, it->first, it->second);
   Status s = st.executor->Run(v, [&] {
     // cudaFree synchronises the device: work using the buffer finishes first.
     st.Defer(st.ctx->Synchronize());
@@ -348,7 +353,7 @@ void HandleMemcpy(SessionState& st, const ring::Record& rec, std::span<const std
       src = tail;
     }
     if (Status s = CheckDeviceRange(st, dst, src.size()); !s.ok()) return out->Fail(s);
-    v.Add(dst, src.size(), true);
+    AddOperand(&v, kDstOperand, dst, src.size());
     Status s = st.executor->Run(v, [&] {
       PHOS_RETURN_IF_ERROR(EnqueueH2D(st, dst, src, stream));
       return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok();
@@ -372,7 +377,7 @@ void HandleMemcpy(SessionState& st, const ring::Record& rec, std::span<const std
       host = wire::ChunkBytes(st.region_base, st.geometry, req.reply_chunk);
     }
     if (Status s = CheckDeviceRange(st, req.src, req.bytes); !s.ok()) return out->Fail(s);
-    v.Add(req.src, req.bytes, false);
+    AddOperand(&v, kSrcOperand, req.src, req.bytes);
     Status s = st.executor->Run(v, [&] {
       if (req.bytes) {
         PHOS_RETURN_IF_ERROR(st.ctx->MemcpyAsync(reinterpret_cast<uint64_t>(host), req.src, req.bytes,
@@ -405,7 +410,7 @@ void HandleMemcpy(SessionState& st, const ring::Record& rec, std::span<const std
     }
     if (Status s = CheckDeviceRange(st, device, req.bytes); !s.ok()) return out->Fail(s);
     if (Status s = st.host_segments.EnsureRegistered(st.ctx); !s.ok()) return out->Fail(s);
-    v.Add(device, req.bytes, to_device);
+    AddOperand(&v, to_device ? kDstOperand : kSrcOperand, device, req.bytes);
     Status s = st.executor->Run(v, [&] {
       if (req.bytes) {
         const auto h = reinterpret_cast<uint64_t>(host);
@@ -425,8 +430,8 @@ void HandleMemcpy(SessionState& st, const ring::Record& rec, std::span<const std
   if (dir == wire::CopyDir::kDeviceToDevice) {
     if (Status s = CheckDeviceRange(st, req.src, req.bytes); !s.ok()) return out->Fail(s);
     if (Status s = CheckDeviceRange(st, req.dst, req.bytes); !s.ok()) return out->Fail(s);
-    v.Add(req.src, req.bytes, false);
-    v.Add(req.dst, req.bytes, true);
+    AddOperand(&v, kSrcOperand, req.src, req.bytes);
+    AddOperand(&v, kDstOperand, req.dst, req.bytes);
     Status s = st.executor->Run(v, [&] {
       if (req.bytes) {
         PHOS_RETURN_IF_ERROR(
@@ -458,7 +463,7 @@ void HandleMemset(SessionState& st, const ring::Record& rec, std::span<const std
   v.stream_id = rec.header.stream_id;
   v.stream = stream;
   v.synchronous = sync || rec.wants_reply();
-  v.Add(req.dst, bytes, true);
+  AddOperand(&v, kDstOperand, req.dst, bytes);
   Status s = st.executor->Run(v, [&] {
     if (req.count) {
       PHOS_RETURN_IF_ERROR(st.ctx->MemsetAsync(req.dst, req.value, req.element_size, req.count, stream));
@@ -469,27 +474,6 @@ void HandleMemset(SessionState& st, const ring::Record& rec, std::span<const std
 }
 
 // ---------------------------------------------------------------- pinned host memory and 2D copies
-
-/// Bytes a pitched region spans (pitch*(height-1) + width); false on
-/// overflow. height >= 1.
-bool Span2D(uint64_t pitch, uint64_t width, uint64_t height, uint64_t* span) {
-  if (pitch != 0 && height - 1 > (UINT64_MAX - width) / pitch) return false;
-  *span = pitch * (height - 1) + width;
-  return true;
-}
-
-/// Calls fn(row, column, length, packed_offset) for each row piece of the
-/// packed range [off, off + n) of a width-wide region.
-template <typename Fn>
-void ForEachRowPiece(uint64_t off, uint64_t n, uint64_t width, Fn&& fn) {
-  const uint64_t end = off + n;
-  while (off < end) {
-    const uint64_t row = off / width, col = off % width;
-    const uint64_t len = std::min(width - col, end - off);
-    fn(row, col, len, off);
-    off += len;
-  }
-}
 
 /// Enqueues `height` row copies (one copy when both sides are contiguous).
 Status EnqueueRows(SessionState& st, uint64_t dst, uint64_t dpitch, uint64_t src, uint64_t spitch, uint64_t width,
@@ -539,8 +523,8 @@ void HandleMemcpy2D(SessionState& st, const ring::Record& rec, std::span<const s
       if (rec.has_staging || !tail.empty()) return out->Fail(WireStatus::kInvalidValue, "memcpy2D D2D carries no data");
       if (Status s = CheckDeviceRange(st, req.src, sspan); !s.ok()) return out->Fail(s);
       if (Status s = CheckDeviceRange(st, req.dst, dspan); !s.ok()) return out->Fail(s);
-      v.Add(req.src, sspan, false);
-      v.Add(req.dst, dspan, true);
+      AddOperand(&v, kSrcOperand, req.src, sspan);
+      AddOperand(&v, kDstOperand, req.dst, dspan);
       return out->Fail(st.executor->Run(v, [&] {
         PHOS_RETURN_IF_ERROR(EnqueueRows(st, req.dst, dpitch, req.src, spitch, req.width, req.height,
                                          backend::CopyKind::kDeviceToDevice, stream));
@@ -561,7 +545,7 @@ void HandleMemcpy2D(SessionState& st, const ring::Record& rec, std::span<const s
       const uint64_t device_span = to_device ? dspan : sspan;
       if (s = CheckDeviceRange(st, device, device_span); !s.ok()) return out->Fail(s);
       if (s = st.host_segments.EnsureRegistered(st.ctx); !s.ok()) return out->Fail(s);
-      v.Add(device, device_span, to_device);
+      AddOperand(&v, to_device ? kDstOperand : kSrcOperand, device, device_span);
       const auto h = reinterpret_cast<uint64_t>(host);
       s = st.executor->Run(v, [&] {
         PHOS_RETURN_IF_ERROR(EnqueueRows(st, to_device ? device : h, dpitch, to_device ? h : device, spitch,
@@ -600,7 +584,7 @@ void HandleMemcpy2D(SessionState& st, const ring::Record& rec, std::span<const s
       ForEachRowPiece(offset, src.size(), req.width, [&](uint64_t row, uint64_t col, uint64_t len, uint64_t at) {
         pieces.push_back(H2DPiece{req.dst + row * dpitch + col, at - offset, len});
       });
-      v.Add(req.dst, dspan, true);
+      AddOperand(&v, kDstOperand, req.dst, dspan);
       return out->Fail(st.executor->Run(v, [&] {
         PHOS_RETURN_IF_ERROR(EnqueueH2DPieces(st, src, pieces, stream));
         return finish_sync();
@@ -624,7 +608,7 @@ void HandleMemcpy2D(SessionState& st, const ring::Record& rec, std::span<const s
         host = wire::ChunkBytes(st.region_base, st.geometry, req.reply_chunk);
       }
       if (Status s = CheckDeviceRange(st, req.src, sspan); !s.ok()) return out->Fail(s);
-      v.Add(req.src, sspan, false);
+      AddOperand(&v, kSrcOperand, req.src, sspan);
       Status s = st.executor->Run(v, [&] {
         Status e = Status::Ok();
         ForEachRowPiece(req.packed_offset, req.packed_bytes, req.width,
@@ -672,7 +656,7 @@ void HandleMemset2D(SessionState& st, const ring::Record& rec, std::span<const s
       return out->Fail(WireStatus::kInvalidValue, "memset2D: pitch * height overflows");
     }
     if (Status s = CheckDeviceRange(st, req.dst, span); !s.ok()) return out->Fail(s);
-    v.Add(req.dst, span, true);
+    AddOperand(&v, kDstOperand, req.dst, span);
   }
   out->Fail(st.executor->Run(v, [&] {
     if (!empty && req.pitch == req.width) {
@@ -823,6 +807,12 @@ void LoadImage(SessionState& st, uint32_t module_id, std::span<const std::byte> 
   Status s = st.executor->Run(v, [&] { return st.ctx->LoadModule(image.data(), image.size(), &h); });
   if (!s.ok()) return out->Fail(s);
   st.modules[module_id] = h;
+  // Kernel access plans (kernel_access.h); an image phos cannot read still
+  // loads, its launches have no access set (kUnknown).
+  ModuleKernels& mk = st.module_kernels[module_id];
+  if (Status a = BuildModuleKernels(image, &mk); !a.ok()) {
+    spdlog::warn("session {}: module {}: no kernel access sets: {}", st.session_id, module_id, a.ToString());
+  }
 }
 
 void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
@@ -900,6 +890,7 @@ void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std
     });
     if (!s.ok()) return out->Fail(s);
     st.modules.erase(it);
+    st.module_kernels.erase(req.id);
     std::erase_if(st.functions, [&](const auto& f) { return f.second.module_id == req.id; });
     return;
   }
@@ -931,7 +922,11 @@ void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std
       backend::FunctionHandle f = 0;
       Status s = st.executor->Run(v, [&] { return st.ctx->GetFunction(it->second, name, &f); });
       if (!s.ok()) return out->Fail(WireStatus::kNotFound, s.message());
-      st.functions[function_id] = {module_id, f};
+      std::shared_ptr<KernelAccessPlan> plan;
+      if (auto mk = st.module_kernels.find(module_id); mk != st.module_kernels.end()) {
+        if (auto k = mk->second.kernels.find(name); k != mk->second.kernels.end()) plan = k->second;
+      }
+      st.functions[function_id] = {module_id, f, plan ? std::move(plan) : UnknownKernelPlan(name)};
       return;
     }
     backend::DevicePtr ptr = 0;
@@ -956,9 +951,13 @@ void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std
   if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
   v.stream_id = rec.header.stream_id;
   v.stream = stream;
-  v.access_known = false;  // kernel signatures: next issue
   std::vector<uint8_t> params(req.param_bytes);
   if (!params.empty()) std::memcpy(params.data(), tail.data(), params.size());
+  if (fit->second.access) {
+    ComputeLaunchAccess(*fit->second.access, params, st.buffers, st.globals, &v);
+  } else {
+    v.kind = AccessKind::kUnknown;  // a function recreated without its plan (defensive)
+  }
   Status s = st.executor->Run(v, [&] {
     return st.ctx->LaunchKernel(fit->second.handle, backend::Dim3{req.grid[0], req.grid[1], req.grid[2]},
                                 backend::Dim3{req.block[0], req.block[1], req.block[2]}, req.shared_bytes,
@@ -1059,6 +1058,7 @@ void ReleaseAll(SessionState& st) {
   st.events.clear();
   st.streams.clear();
   st.modules.clear();
+  st.module_kernels.clear();
   st.functions.clear();
   st.pending_images.clear();
   st.pending_image_bytes = 0;

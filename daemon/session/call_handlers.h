@@ -23,6 +23,7 @@
 #include "ring/ring.h"
 #include "session/executor.h"
 #include "session/host_segments.h"
+#include "session/kernel_access.h"
 
 namespace phos::session {
 
@@ -53,8 +54,14 @@ struct SessionState {
   struct Function {
     uint32_t module_id = 0;
     backend::FunctionHandle handle = 0;
+    // Set by kModuleGetFunction (kernel_access.h; a kUnknown plan when
+    // the module did not describe the kernel). A launch treats null as
+    // kUnknown.
+    std::shared_ptr<KernelAccessPlan> access;
   };
   std::unordered_map<uint32_t, Function> functions;
+  // Kernel access plans of each loaded module (module id -> plans).
+  std::unordered_map<uint32_t, ModuleKernels> module_kernels;
   // Module images arriving in staged pieces: module id -> bytes so far.
   struct PendingImage {
     std::vector<std::byte> bytes;

@@ -15,9 +15,11 @@
 // result); AfterCall sees every admitted call's enqueue result.
 #pragma once
 
-#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
+
+#include <absl/container/inlined_vector.h>
 
 #include "backend/backend.h"
 #include "common/status.h"
@@ -25,12 +27,39 @@
 
 namespace phos::session {
 
-/// A byte range of device memory a call reads or writes.
+/// A byte range of device memory a call reads or writes. For copies and
+/// memsets the exact bytes; for kernels the whole buffer (start and size of
+/// the session's allocation) a parameter value landed in.
 struct AccessRange {
   uint64_t ptr = 0;
   uint64_t bytes = 0;
   bool write = false;
 };
+
+/// How a call's access set was obtained (DESIGN §3; docs/protocols.md
+/// "Access sets (implemented)"). phosd computes every set from the decoded
+/// call; the app never supplies one.
+enum class AccessKind : uint8_t {
+  /// `ranges` is exactly what the call touches: copies, memsets, frees,
+  /// spec-table library calls (access_spec.h); empty for calls that touch
+  /// no device memory (stream, event, module calls).
+  kExact = 0,
+  /// A kernel launch: `ranges` are the buffers its parameter values land
+  /// in, with roles from the kernel signature (or, for extern "C" kernels
+  /// and parameters that could not be typed, every 8-byte parameter as a
+  /// read+write candidate). The kernel's module has PTX, so a twin
+  /// (instrument/twin) can validate the guess.
+  kSpeculated = 1,
+  /// Speculated as above, but the module has no PTX: the kernel cannot be
+  /// twinned, the guess cannot be checked (policy --unvalidated).
+  kUnvalidatable = 2,
+  /// No access set: the call may touch any buffer of the session
+  /// (cudaDeviceReset; a kernel whose parameter layout is unknown).
+  kUnknown = 3,
+};
+
+/// "exact", "speculated", "unvalidatable", "unknown".
+const char* AccessKindName(AccessKind kind);
 
 /// What the executor shows a hook about one call. Valid only during the
 /// hook call.
@@ -40,15 +69,39 @@ struct CallView {
   uint32_t stream_id = 0;               // virtual stream id (0 = default)
   backend::StreamHandle stream = 0;     // its backend handle
   bool synchronous = false;             // the app waits for the result
-  /// True when `ranges` is the exact access set (copies, memsets). False
-  /// for launches until kernel signatures arrive (next issue): the set is
-  /// "unknown", a hook must assume the call may touch any buffer.
-  bool access_known = true;
-  uint32_t range_count = 0;
-  std::array<AccessRange, 2> ranges{};
+  AccessKind kind = AccessKind::kExact;
+  /// Kernels: one entry per distinct buffer (a buffer named by several
+  /// parameters appears once, read+write if any of them writes). Inline
+  /// room for 4: most calls touch 1-3 buffers, no heap allocation.
+  absl::InlinedVector<AccessRange, 4> ranges;
 
-  void Add(uint64_t ptr, uint64_t bytes, bool write) {
-    if (range_count < ranges.size()) ranges[range_count++] = {ptr, bytes, write};
+  /// False only for kUnknown: the hook must assume the call may touch any
+  /// buffer of the session.
+  bool access_known() const { return kind != AccessKind::kUnknown; }
+
+  void Add(uint64_t ptr, uint64_t bytes, bool write) { ranges.push_back({ptr, bytes, write}); }
+};
+
+/// Per-session counts of admitted calls by AccessKind (`phos ps`). Written
+/// by the session's consumer thread only (single writer: relaxed
+/// load+store, no locked instruction on the launch path); read from any
+/// thread (the registry, on ListSessions). Shared so the registry can read
+/// it without asking the session.
+struct AccessStats {
+  std::atomic<uint64_t> exact{0};          // kExact calls with at least one range
+  std::atomic<uint64_t> speculated{0};
+  std::atomic<uint64_t> unvalidatable{0};
+  std::atomic<uint64_t> unknown{0};
+
+  void Count(const CallView& call) {
+    std::atomic<uint64_t>* c = nullptr;
+    switch (call.kind) {
+      case AccessKind::kExact: c = call.ranges.empty() ? nullptr : &exact; break;
+      case AccessKind::kSpeculated: c = &speculated; break;
+      case AccessKind::kUnvalidatable: c = &unvalidatable; break;
+      case AccessKind::kUnknown: c = &unknown; break;
+    }
+    if (c != nullptr) c->store(c->load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 };
 
@@ -87,14 +140,18 @@ class Executor {
     Status s = body();
     hook_->AfterCall(call, s);
     ++admitted_;
+    stats_->Count(call);
     return s;
   }
 
   uint64_t admitted() const { return admitted_; }
+  /// Counts of admitted calls by access kind; shared with the registry.
+  std::shared_ptr<const AccessStats> stats() const { return stats_; }
 
  private:
   std::unique_ptr<AdmissionHook> hook_;
   uint64_t admitted_ = 0;
+  std::shared_ptr<AccessStats> stats_ = std::make_shared<AccessStats>();
 };
 
 }  // namespace phos::session

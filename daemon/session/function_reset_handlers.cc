@@ -87,7 +87,7 @@ void HandleDeviceReset(SessionState& st, const ring::Record& rec, std::span<cons
   v.api = op::kDeviceReset;
   v.session_id = st.session_id;
   v.synchronous = rec.wants_reply();
-  v.access_known = false;  // it frees every buffer of the session
+  v.kind = AccessKind::kUnknown;  // it frees every buffer of the session
   Status s = st.executor->Run(v, [&] {
     ReleaseAll(st);  // waits for pending work (its errors are dropped, as the reset drops them)
     st.deferred = Status::Ok();

@@ -52,6 +52,7 @@ Session::Session(uint64_t id, std::unique_ptr<ring::ChannelConnection> conn,
   summary_.session_id = id_;
   summary_.pid = conn_->peer_pid();
   summary_.command = CommandOf(conn_->hello().cmdline);
+  summary_.access_stats = executor_.stats();
   summary_.started_unix_ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());
@@ -62,8 +63,15 @@ Session::~Session() {
   Join();
 }
 
+Status Session::NewContext(int device, std::unique_ptr<backend::Context>* out) {
+  // Pooled contexts are never given back: a session's context dies with it
+  // (or with its cudaDeviceReset), so every context it gets is unused.
+  if (pool_ != nullptr) return pool_->Take(device, out);
+  return backend_->CreateContext(device, out);
+}
+
 Status Session::Start() {
-  PHOS_RETURN_IF_ERROR(backend_->CreateContext(0, &ctx_));
+  PHOS_RETURN_IF_ERROR(NewContext(0, &ctx_));
   ring::RingOptions opts;
   ring::ChannelConnection* conn = conn_.get();
   opts.alive = [conn] { return conn->PeerAlive(); };
@@ -79,7 +87,7 @@ Status Session::Start() {
   state_.channel = conn_.get();  // pinned host segment records
   state_.replace_context = [this]() -> Status {
     std::unique_ptr<backend::Context> fresh;
-    PHOS_RETURN_IF_ERROR(backend_->CreateContext(state_.device, &fresh));
+    PHOS_RETURN_IF_ERROR(NewContext(state_.device, &fresh));
     ctx_ = std::move(fresh);  // the old context's destructor lets its (no) work drain
     state_.ctx = ctx_.get();
     return Status::Ok();
@@ -100,6 +108,62 @@ void Session::Join() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::future<Status> Session::PostControl(ControlFn fn) {
+  auto task = std::make_unique<ControlTask>();
+  task->fn = std::move(fn);
+  std::future<Status> f = task->done.get_future();
+  {
+    std::lock_guard<std::mutex> lock(ctl_mu_);
+    if (ctl_closed_ || ring_ == nullptr) {
+      task->done.set_value(Status::Unavailable("session " + std::to_string(id_) + " (pid " +
+                                               std::to_string(pid()) + ") has ended"));
+      return f;
+    }
+    ctl_queue_.push_back(std::move(task));
+    ctl_pending_.store(true, std::memory_order_release);
+  }
+  // ring_ is set before the thread starts and lives until ~Session.
+  ring_->Interrupt();
+  return f;
+}
+
+Status Session::RunControl(ControlFn fn) { return PostControl(std::move(fn)).get(); }
+
+void Session::RunControlTasks() {
+  for (;;) {
+    std::unique_ptr<ControlTask> task;
+    {
+      std::lock_guard<std::mutex> lock(ctl_mu_);
+      if (ctl_queue_.empty()) {
+        ctl_pending_.store(false, std::memory_order_release);
+        return;
+      }
+      task = std::move(ctl_queue_.front());
+      ctl_queue_.pop_front();
+    }
+    Status s = task->fn(state_);
+    if (state_.buffers_changed) {
+      state_.buffers_changed = false;
+      Publish();
+    }
+    task->done.set_value(std::move(s));
+  }
+}
+
+void Session::FailControlTasks() {
+  std::deque<std::unique_ptr<ControlTask>> left;
+  {
+    std::lock_guard<std::mutex> lock(ctl_mu_);
+    ctl_closed_ = true;
+    left.swap(ctl_queue_);
+    ctl_pending_.store(false, std::memory_order_release);
+  }
+  for (auto& t : left) {
+    t->done.set_value(Status::Unavailable("session " + std::to_string(id_) + " (pid " +
+                                          std::to_string(pid()) + ") ended before the operation ran"));
+  }
+}
+
 void Session::Publish() {
   summary_.device_memory_bytes = state_.buffer_bytes;
   summary_.buffer_count = static_cast<uint32_t>(state_.buffers.size());
@@ -111,9 +175,12 @@ void Session::Run() {
   Status why;
   std::vector<std::byte> payload;
   for (;;) {
+    if (ctl_pending_.load(std::memory_order_acquire)) RunControlTasks();
     ring::Record rec;
     Status s = ring_->Next(&rec);
-    if (s.code() == Status::Code::kNotReady) continue;  // no deadline is set; defensive
+    // NotReady: Interrupt() (a control task was queued; run at the top of
+    // the loop) — no deadline is set.
+    if (s.code() == Status::Code::kNotReady) continue;
     if (!s.ok()) {
       why = s;
       break;
@@ -148,6 +215,7 @@ void Session::Run() {
   }
   spdlog::info("session {}: pid {} detached ({}); releasing its GPU state", id_, summary_.pid, why.ToString());
   ring_->Close();  // the app's waiters, if any, end with Unavailable
+  FailControlTasks();
   ReleaseAll(state_);
   ctx_.reset();
   state_.ctx = nullptr;

@@ -13,12 +13,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/context_pool.h"
 #include "ring/channel.h"
 #include "ring/ring.h"
 #include "session/call_handlers.h"
@@ -37,6 +41,9 @@ struct SessionSummary {
   uint32_t buffer_count = 0;
   enum class State { kRunning, kExited } state = State::kRunning;
   uint64_t started_unix_ms = 0;
+  // Counts of admitted calls by access kind (executor.h), live: read when
+  // `phos ps` asks, so the session does not republish on every call.
+  std::shared_ptr<const AccessStats> access_stats;
 };
 
 /// How sessions report themselves. Called on consumer threads (any
@@ -70,16 +77,44 @@ class Session {
   bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
   /// Called once the consumer finished (used by the server to wake up).
   void set_on_finished(std::function<void()> f) { on_finished_ = std::move(f); }
+  /// Where the session's contexts come from (its first one, and the fresh
+  /// one cudaDeviceReset swaps in); null = backend->CreateContext. Set
+  /// before Start(); the pool must outlive the session.
+  void set_context_pool(backend::ContextPool* pool) { pool_ = pool; }
+
+  /// A function run ON the consumer thread between two calls (the C/R
+  /// engine's control tasks: stop-the-world checkpoint, in-place restore).
+  /// While it runs no call of this session executes: the session is
+  /// quiesced by construction (calls the app posts meanwhile wait in the
+  /// ring). It may change SessionState; the Session republishes afterwards.
+  using ControlFn = std::function<Status(SessionState&)>;
+  /// Queues `fn` and interrupts the consumer's ring wait. The future is
+  /// set with fn's Status, or Unavailable if the session ends (or already
+  /// ended) before fn ran. Any thread except the consumer itself.
+  std::future<Status> PostControl(ControlFn fn);
+  /// PostControl + wait.
+  Status RunControl(ControlFn fn);
 
  private:
+  struct ControlTask {
+    ControlFn fn;
+    std::promise<Status> done;
+  };
   void Run();
   void Publish();
+  /// A fresh context on `device`, from pool_ when there is one.
+  Status NewContext(int device, std::unique_ptr<backend::Context>* out);
+  /// Consumer thread: runs every queued control task.
+  void RunControlTasks();
+  /// Consumer thread, at teardown: closes the queue and fails what is left.
+  void FailControlTasks();
 
   const uint64_t id_;
   // Immutable after construction; the region stays mapped until ~Session.
   std::unique_ptr<ring::ChannelConnection> conn_;
   std::unique_ptr<ring::SharedRegion> region_;
   backend::Backend* backend_;
+  backend::ContextPool* pool_ = nullptr;  // set before Start, then read-only
   SessionCallbacks callbacks_;
   std::function<void()> on_finished_;  // set before Start()
   SessionSummary summary_;              // consumer thread only (after Start)
@@ -90,6 +125,14 @@ class Session {
   std::unique_ptr<ring::RingServer> ring_;
   Executor executor_;
   SessionState state_;
+
+  // Control queue. ctl_mu_ guards ctl_queue_ and ctl_closed_ (held only to
+  // push/pop, never while a task runs). ctl_pending_ mirrors "queue not
+  // empty" so the consumer checks the queue with one atomic load per call.
+  std::mutex ctl_mu_;
+  std::deque<std::unique_ptr<ControlTask>> ctl_queue_;
+  bool ctl_closed_ = false;  // set by the consumer at teardown
+  std::atomic<bool> ctl_pending_{false};
 
   std::thread thread_;
   std::atomic<bool> stop_requested_{false};

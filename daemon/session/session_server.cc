@@ -68,9 +68,10 @@ void SessionServer::AcceptOne() {
     std::lock_guard<std::mutex> lock(mu_);
     if (hook_factory_) hook = hook_factory_(id);
   }
-  auto session = std::make_unique<Session>(id, std::move(conn), std::move(region), backend_, std::move(hook),
+  auto session = std::make_shared<Session>(id, std::move(conn), std::move(region), backend_, std::move(hook),
                                            callbacks_);
   session->set_on_finished([this] { Wake(); });
+  session->set_context_pool(options_.context_pool);
   s = session->Start();
   if (!s.ok()) {
     spdlog::warn("data plane: cannot start session {}: {}", id, s.ToString());
@@ -80,8 +81,17 @@ void SessionServer::AcceptOne() {
   sessions_.emplace(id, std::move(session));
 }
 
+std::shared_ptr<Session> SessionServer::FindByPid(pid_t pid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<Session> found;
+  for (const auto& [id, s] : sessions_) {
+    if (s->pid() == pid && !s->finished() && !s->stop_requested()) found = s;  // ids grow: the newest wins
+  }
+  return found;
+}
+
 void SessionServer::Reap(bool all) {
-  std::vector<std::unique_ptr<Session>> done;
+  std::vector<std::shared_ptr<Session>> done;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) {

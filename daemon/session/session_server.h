@@ -32,6 +32,9 @@ namespace phos::session {
 struct SessionServerOptions {
   ring::RingConfig ring;               // sizes of each app's region
   int hello_timeout_ms = 1000;         // an app that connects must say hello this fast
+  // Sessions take their contexts from here (null: the backend creates
+  // them on demand). Not owned; must outlive the server.
+  backend::ContextPool* context_pool = nullptr;
 };
 
 class SessionServer {
@@ -58,6 +61,11 @@ class SessionServer {
   void SetHookFactory(HookFactory factory);
   /// Live sessions (not yet torn down).
   size_t session_count() const;
+  /// The live session of process `pid` (the newest if it has several), or
+  /// null. The shared_ptr keeps the Session object alive while the caller
+  /// uses it (e.g. posts a control task); its consumer may still end
+  /// meanwhile, which PostControl reports as Unavailable.
+  std::shared_ptr<Session> FindByPid(pid_t pid) const;
   const std::string& path() const { return path_; }
 
  private:
@@ -78,8 +86,9 @@ class SessionServer {
   mutable std::mutex mu_;
   // Guarded by mu_: live sessions by id, and the hook factory. Sessions are
   // inserted and erased by the server thread (and by Stop after the thread
-  // has been joined).
-  std::map<uint64_t, std::unique_ptr<Session>> sessions_;
+  // has been joined). shared_ptr: FindByPid hands out references (the C/R
+  // engine's RPCs); the last holder destroys (joins) the Session.
+  std::map<uint64_t, std::shared_ptr<Session>> sessions_;
   HookFactory hook_factory_;
   uint64_t next_id_ = 1;  // server thread only
 };

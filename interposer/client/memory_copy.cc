@@ -25,12 +25,15 @@
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/handles.h"
+#include "protocol/pitched.h"
 
 namespace phos::client {
 namespace {
 
 namespace op = wire::op;
 using wire::CopyDir;
+using wire::ForEachRowPiece;
+using wire::Span2D;
 
 template <typename T>
 std::span<const std::byte> Bytes(const T& v) {
@@ -109,30 +112,6 @@ cudaMemcpyKind ResolveKind(cudaMemcpyKind kind, const void* dst, const void* src
 }
 
 // ---------------------------------------------------------------- 2D
-
-/// Bytes a pitched region spans: pitch*(height-1) + width; false on overflow.
-bool Span2D(size_t pitch, size_t width, size_t height, size_t* span) {
-  if (height == 0) {
-    *span = 0;
-    return true;
-  }
-  if (pitch != 0 && height - 1 > (SIZE_MAX - width) / pitch) return false;
-  *span = pitch * (height - 1) + width;
-  return true;
-}
-
-/// Calls fn(row, column, length, packed_offset) for each row piece of the
-/// packed range [off, off + n) of a width-wide region.
-template <typename Fn>
-void ForEachRowPiece(uint64_t off, uint64_t n, uint64_t width, Fn&& fn) {
-  const uint64_t end = off + n;
-  while (off < end) {
-    const uint64_t row = off / width, col = off % width;
-    const uint64_t len = std::min(width - col, end - off);
-    fn(row, col, len, off);
-    off += len;
-  }
-}
 
 cudaError_t Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                      cudaMemcpyKind kind, uint32_t stream, bool sync) {

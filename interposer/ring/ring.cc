@@ -302,14 +302,23 @@ Status RingServer::Next(Record* record) {
     PHOS_RETURN_IF_ERROR(Peek(record, &ready));
     if (ready) return Status::Ok();
     if (closed()) return Status::Unavailable("ring closed");
+    if (interrupt_.exchange(false, std::memory_order_acq_rel)) return Status::NotReady("interrupted");
     // Wait for the commit word at head to become non-zero (or the app to
-    // go away). The app cannot make this wait unbounded: it ends on the
-    // deadline or when the socket reports the app gone.
+    // go away, or an Interrupt()). The app cannot make this wait unbounded:
+    // it ends on the deadline or when the socket reports the app gone.
     const std::byte* p = ring_ + (head_ & mask_);
     PHOS_RETURN_IF_ERROR(SpinThenWait(
-        &header_->doorbell, [&] { return LoadCommit(p) != 0; }, &header_->closed, options_.alive,
-        options_.wait));
+        &header_->doorbell,
+        [&] { return LoadCommit(p) != 0 || interrupt_.load(std::memory_order_acquire); },
+        &header_->closed, options_.alive, options_.wait));
   }
+}
+
+void RingServer::Interrupt() {
+  interrupt_.store(true, std::memory_order_release);
+  // Notify's seq_cst fence/RMW pairs with the sleeper's registration: either
+  // the consumer's re-check sees the flag or it is woken.
+  Notify(&header_->doorbell);
 }
 
 void RingServer::Release() {

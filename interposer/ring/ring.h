@@ -125,7 +125,9 @@ class RingServer {
 
   /// Waits for the next call record (pad frames are skipped). Ok with a
   /// record that stays valid until Release(); NotReady when
-  /// options.wait.deadline_ns passed; Unavailable when the ring is closed or
+  /// options.wait.deadline_ns passed or Interrupt() was called (message
+  /// "interrupted"; a ready record wins over a pending interrupt, which then
+  /// ends the next wait); Unavailable when the ring is closed or
   /// the app is gone; Corruption when the app wrote a bad frame (the
   /// session must be torn down; every later call returns the same error).
   Status Next(Record* record);
@@ -151,6 +153,16 @@ class RingServer {
   bool closed() const;
   const RingGeometry& geometry() const { return geometry_; }
 
+  /// Makes the consumer's current or next Next() return NotReady
+  /// ("interrupted") instead of sleeping: phosd's control tasks (C/R
+  /// engine) use it to get the consumer thread between two calls. Any
+  /// thread. The flag lives in phosd's memory, not in the shared region, so
+  /// the app can neither raise nor clear it; the wake-up goes through the
+  /// doorbell's ordinary Notify handshake (no lost wake-up).
+  void Interrupt();
+  /// True if an Interrupt() is pending (consumer thread; does not clear it).
+  bool interrupt_pending() const { return interrupt_.load(std::memory_order_acquire); }
+
  private:
   Status Peek(Record* record, bool* ready);
 
@@ -167,6 +179,9 @@ class RingServer {
   uint64_t head_ = 0;         // private copy of the consumer position
   uint32_t pending_bytes_ = 0; // frame handed out by Next, not yet released
   Status poisoned_;           // sticky Corruption
+  // Set by Interrupt() (any thread), cleared by the consumer when Next()
+  // reports it. Atomic; no lock.
+  std::atomic<bool> interrupt_{false};
 };
 
 }  // namespace phos::ring

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 #include "backend/backend_factory.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_errors.h"
@@ -10,7 +12,7 @@
 namespace phos::backend {
 
 Status CreateCudaBackend(const CudaOptions& options, std::unique_ptr<Backend>* out) {
-  return cuda::CudaBackend::Create(options.driver_library, out);
+  return cuda::CudaBackend::Create(options.driver_library, options.cublas_library, out);
 }
 
 namespace cuda {
@@ -81,7 +83,8 @@ Status ReadDeviceProperties(const CudaDriver& d, int ordinal, CUdevice device, D
   return Status::Ok();
 }
 
-Status CudaBackend::Create(const std::string& driver_library, std::unique_ptr<Backend>* out) {
+Status CudaBackend::Create(const std::string& driver_library, const std::string& cublas_library,
+                           std::unique_ptr<Backend>* out) {
   std::shared_ptr<const CudaDriver> driver;
   PHOS_RETURN_IF_ERROR(LoadCudaDriver(driver_library, &driver));
   const CudaDriver& d = *driver;
@@ -101,13 +104,27 @@ Status CudaBackend::Create(const std::string& driver_library, std::unique_ptr<Ba
     if (rc != CUDA_SUCCESS) return CudaStatus(rc, "cuDeviceGet(" + std::to_string(i) + ")", &d);
     PHOS_RETURN_IF_ERROR(ReadDeviceProperties(d, i, devices[i], &properties[i]));
   }
-  out->reset(new CudaBackend(std::move(driver), std::move(devices), std::move(properties)));
+  // cuBLAS is optional: without it contexts work, they just carry no
+  // cuBLAS handle. Said once, here, not per context.
+  std::shared_ptr<const CublasLibrary> cublas;
+  if (cublas_library != "none") {
+    const std::string lib = cublas_library.empty() ? DefaultCublasLibrary() : cublas_library;
+    Status cs = LoadCublas(lib, &cublas);
+    if (!cs.ok()) {
+      spdlog::warn("cuda backend: no cuBLAS handles in contexts ({}); install the CUDA toolkit's "
+                   "libcublas or set its path to get them",
+                   cs.message());
+      cublas.reset();
+    }
+  }
+  out->reset(new CudaBackend(std::move(driver), std::move(cublas), std::move(devices), std::move(properties)));
   return Status::Ok();
 }
 
-CudaBackend::CudaBackend(std::shared_ptr<const CudaDriver> driver, std::vector<CUdevice> devices,
-                         std::vector<DeviceProperties> properties)
+CudaBackend::CudaBackend(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
+                         std::vector<CUdevice> devices, std::vector<DeviceProperties> properties)
     : driver_(std::move(driver)),
+      cublas_(std::move(cublas)),
       devices_(std::move(devices)),
       properties_(std::move(properties)),
       primary_(devices_.size(), nullptr) {}
@@ -160,7 +177,7 @@ Status CudaBackend::GetMemoryInfo(int device, std::uint64_t* free_bytes, std::ui
 
 Status CudaBackend::CreateContext(int device, std::unique_ptr<Context>* out) {
   PHOS_RETURN_IF_ERROR(CheckDevice(device));
-  return CudaContext::Create(driver_, device, devices_[static_cast<std::size_t>(device)], out);
+  return CudaContext::Create(driver_, cublas_, device, devices_[static_cast<std::size_t>(device)], out);
 }
 
 }  // namespace cuda

@@ -12,14 +12,19 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_cublas.h"
 #include "backend/cuda/cuda_driver.h"
 
 namespace phos::backend::cuda {
 
 class CudaBackend final : public Backend {
  public:
-  /// Loads the driver, enumerates devices and reads their properties.
-  static Status Create(const std::string& driver_library, std::unique_ptr<Backend>* out);
+  /// Loads the driver, enumerates devices and reads their properties; loads
+  /// cuBLAS (`cublas_library`: empty = DefaultCublasLibrary(), "none" = skip)
+  /// for the per-context handles, logging once and going on without it when
+  /// it cannot be loaded.
+  static Status Create(const std::string& driver_library, const std::string& cublas_library,
+                       std::unique_ptr<Backend>* out);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
@@ -34,12 +39,13 @@ class CudaBackend final : public Backend {
   Status CreateContext(int device, std::unique_ptr<Context>* out) override;
 
  private:
-  CudaBackend(std::shared_ptr<const CudaDriver> driver, std::vector<CUdevice> devices,
-              std::vector<DeviceProperties> properties);
+  CudaBackend(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
+              std::vector<CUdevice> devices, std::vector<DeviceProperties> properties);
   Status CheckDevice(int device) const;
 
   // Immutable after Create: read without a lock.
   const std::shared_ptr<const CudaDriver> driver_;
+  const std::shared_ptr<const CublasLibrary> cublas_;  // null: no cuBLAS handles
   const std::vector<CUdevice> devices_;              // by ordinal
   const std::vector<DeviceProperties> properties_;   // by ordinal
 

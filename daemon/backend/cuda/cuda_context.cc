@@ -6,6 +6,8 @@
 #include <iterator>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 #include "backend/cuda/cuda_errors.h"
 
 namespace phos::backend::cuda {
@@ -98,8 +100,8 @@ struct CudaContext::FunctionObject {
 
 // ---- lifetime -------------------------------------------------------------------
 
-Status CudaContext::Create(std::shared_ptr<const CudaDriver> driver, int ordinal, CUdevice device,
-                           std::unique_ptr<Context>* out) {
+Status CudaContext::Create(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
+                           int ordinal, CUdevice device, std::unique_ptr<Context>* out) {
   const CudaDriver* d = driver.get();
   int vmm = 0;
   CUresult rc = d->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device);
@@ -128,16 +130,37 @@ Status CudaContext::Create(std::shared_ptr<const CudaDriver> driver, int ordinal
   if (rc != CUDA_SUCCESS) {
     return CudaStatus(rc, "cuCtxCreate on GPU " + std::to_string(ordinal), d);
   }
+  // The cuBLAS handle, while the new context is current: cuBLAS's runtime
+  // binds the handle (and the default workspace cublasCreate allocates) to
+  // the current context. Optional: a context without it still serves every
+  // non-cuBLAS call, so a failure is logged, not fatal.
+  cublasHandle_t cublas_handle = nullptr;
+  if (cublas != nullptr) {
+    Status cs = CublasStatus(cublas->Create(&cublas_handle), "cublasCreate_v2 on GPU " + std::to_string(ordinal),
+                             cublas.get());
+    if (!cs.ok()) {
+      spdlog::warn("cuda backend: context without a cuBLAS handle: {}", cs.ToString());
+      cublas_handle = nullptr;
+    }
+  }
   CUcontext popped = nullptr;
   d->CtxPopCurrent(&popped);
 
-  out->reset(new CudaContext(std::move(driver), ordinal, device, ctx, granularity));
+  out->reset(new CudaContext(std::move(driver), std::move(cublas), ordinal, device, ctx, granularity,
+                             cublas_handle));
   return Status::Ok();
 }
 
-CudaContext::CudaContext(std::shared_ptr<const CudaDriver> driver, int ordinal, CUdevice device,
-                         CUcontext ctx, std::size_t granularity)
-    : driver_(std::move(driver)), ordinal_(ordinal), device_(device), ctx_(ctx), granularity_(granularity) {}
+CudaContext::CudaContext(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
+                         int ordinal, CUdevice device, CUcontext ctx, std::size_t granularity,
+                         cublasHandle_t cublas_handle)
+    : driver_(std::move(driver)),
+      ordinal_(ordinal),
+      device_(device),
+      ctx_(ctx),
+      granularity_(granularity),
+      cublas_(std::move(cublas)),
+      cublas_handle_(cublas_handle) {}
 
 CudaContext::~CudaContext() {
   // No other thread may call a Context while it is destroyed, so the lock is
@@ -155,7 +178,13 @@ CudaContext::~CudaContext() {
     events.swap(events_);
     streams.swap(streams_);
   }
-  if (driver_->CtxSetCurrent(ctx_) == CUDA_SUCCESS) driver_->CtxSynchronize();
+  if (driver_->CtxSetCurrent(ctx_) == CUDA_SUCCESS) {
+    driver_->CtxSynchronize();
+    // cuBLAS frees its workspace in the current context: before the
+    // context goes. (If the context cannot be made current the handle is
+    // left to die with the context rather than destroyed in another one.)
+    if (cublas_handle_ != nullptr) cublas_->Destroy(cublas_handle_);
+  }
   functions.clear();
   modules.clear();
   events.clear();

@@ -39,22 +39,30 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_cublas.h"
 #include "backend/cuda/cuda_driver.h"
 
 namespace phos::backend::cuda {
 
 class CudaContext final : public Context {
  public:
-  /// Creates a CUDA context on `device` (ordinal `ordinal`). Leaves the
-  /// calling thread's current context as it was.
-  static Status Create(std::shared_ptr<const CudaDriver> driver, int ordinal, CUdevice device,
-                       std::unique_ptr<Context>* out);
+  /// Creates a CUDA context on `device` (ordinal `ordinal`) and, when
+  /// `cublas` is non-null, a cuBLAS handle in it (a handle that cannot be
+  /// created — e.g. no memory left for its workspace — is logged and left
+  /// out; the context still works). Leaves the calling thread's current
+  /// context as it was.
+  static Status Create(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
+                       int ordinal, CUdevice device, std::unique_ptr<Context>* out);
   ~CudaContext() override;
 
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
 
   int device() const override { return ordinal_; }
+  /// kCublas: the cublasHandle_t made with the context, or nullptr.
+  void* library_handle(Library library) const override {
+    return library == Library::kCublas ? static_cast<void*>(cublas_handle_) : nullptr;
+  }
 
   Status Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) override;
   Status Free(DevicePtr ptr) override;
@@ -109,8 +117,9 @@ class CudaContext final : public Context {
     CUmemGenericAllocationHandle handle = 0;   // cuMemCreate
   };
 
-  CudaContext(std::shared_ptr<const CudaDriver> driver, int ordinal, CUdevice device, CUcontext ctx,
-              std::size_t granularity);
+  CudaContext(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
+              int ordinal, CUdevice device, CUcontext ctx, std::size_t granularity,
+              cublasHandle_t cublas_handle);
 
   /// cuCtxSetCurrent(ctx_) on the calling thread.
   Status MakeCurrent() const;
@@ -139,6 +148,10 @@ class CudaContext final : public Context {
   const CUdevice device_;
   const CUcontext ctx_;
   const std::size_t granularity_;
+  // Immutable after construction; destroyed (context current) in the
+  // destructor before the context. Null when cuBLAS is absent.
+  const std::shared_ptr<const CublasLibrary> cublas_;
+  const cublasHandle_t cublas_handle_;
 
   // mutex_ guards the five maps below and nothing else. It is never held
   // across a driver call that can block (synchronisation, copies, launches,

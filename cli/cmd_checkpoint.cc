@@ -1,0 +1,73 @@
+// phos checkpoint --pid P --gpu-only [--mode stop] [--out DIR] [--json]:
+// checkpoint the GPU state of a process running under phos (stop-the-world;
+// the app keeps running). Whole-process checkpoints (CRIU) come later.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/operation_stream.h"
+
+namespace phos::cli {
+namespace {
+
+struct CheckpointArgs {
+  int pid = 0;
+  bool gpu_only = false;
+  std::string mode = "stop";
+  std::string out;
+  std::string keep = "manual";
+  bool json = false;
+};
+
+int RunCheckpoint(const GlobalOptions& global, const CheckpointArgs& a) {
+  if (!a.gpu_only) {
+    std::cerr << "phos: whole-process checkpoint (CPU state through CRIU) is not implemented yet; "
+                 "use --gpu-only to checkpoint the process's GPU state (the app keeps running)\n";
+    return 2;
+  }
+  v1::CheckpointRequest req;
+  req.set_pid(a.pid);
+  req.set_gpu_only(true);
+  req.set_leave_running(true);
+  if (a.mode == "stop") {
+    req.set_mode(v1::MODE_STOP);
+  } else if (a.mode == "cow") {
+    req.set_mode(v1::MODE_COW);
+  } else if (a.mode == "recopy") {
+    req.set_mode(v1::MODE_RECOPY);
+  } else {
+    std::cerr << "phos: unknown --mode '" << a.mode << "' (stop, cow or recopy)\n";
+    return 2;
+  }
+  if (a.keep == "latest") req.set_keep(v1::KEEP_LATEST);
+  else if (a.keep == "best") req.set_keep(v1::KEEP_BEST);
+  else req.set_keep(v1::KEEP_MANUAL);
+  if (!a.out.empty()) req.set_out_dir(std::filesystem::absolute(a.out).lexically_normal().string());
+  std::unique_ptr<v1::Phos::Stub> stub;
+  if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
+  grpc::ClientContext ctx;
+  auto reader = stub->Checkpoint(&ctx, req);
+  return ShowOperation(reader.get(), "Checkpoint", "checkpoint", a.json);
+}
+
+}  // namespace
+
+void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
+  auto a = std::make_shared<CheckpointArgs>();
+  CLI::App* cmd = app->add_subcommand("checkpoint", "Checkpoint a process running under phos.");
+  cmd->add_option("--pid", a->pid, "The process (see `phos ps`)")->required();
+  cmd->add_flag("--gpu-only", a->gpu_only,
+                "Save the GPU state only (no CRIU); the app keeps running. Required for now.");
+  cmd->add_option("--mode", a->mode, "stop (stop-the-world; cow and recopy are not implemented yet)")
+      ->capture_default_str();
+  cmd->add_option("--out", a->out,
+                  "Image directory (must not exist); default <state dir>/checkpoints/<pid>-<time>");
+  cmd->add_option("--keep", a->keep, "Lifecycle class recorded in the image: manual, latest or best")
+      ->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
+  cmd->callback([global, a, exit_code] { *exit_code = RunCheckpoint(*global, *a); });
+}
+
+}  // namespace phos::cli

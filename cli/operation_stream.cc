@@ -1,0 +1,99 @@
+#include "cli/operation_stream.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "cli/client.h"
+#include "cli/format.h"
+
+namespace phos::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Line(const v1::Progress& p) {
+  std::string s = p.phase();
+  if (p.bytes_total() > 0) {
+    s += " " + HumanBytes(p.bytes_done()) + "/" + HumanBytes(p.bytes_total());
+    if (p.bytes_per_second() > 0) s += " (" + HumanBytes(static_cast<std::uint64_t>(p.bytes_per_second())) + "/s)";
+  }
+  if (!p.message().empty()) s += ": " + p.message();
+  return s;
+}
+
+void DrawBar(const v1::Progress& p) {
+  constexpr int kWidth = 30;
+  const double frac = p.bytes_total() > 0 ? static_cast<double>(p.bytes_done()) / p.bytes_total() : 0;
+  const int fill = static_cast<int>(frac * kWidth);
+  std::string bar(fill, '#');
+  bar.resize(kWidth, '.');
+  std::string text = "\r[" + bar + "] " + std::to_string(static_cast<int>(frac * 100)) + "% " + Line(p);
+  if (text.size() > 110) text.resize(110);
+  std::fprintf(stderr, "%s\033[K", text.c_str());
+  std::fflush(stderr);
+}
+
+std::string JsonLine(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+}  // namespace
+
+int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const std::string& rpc,
+                  const std::string& what, bool json) {
+  const bool tty = !json && isatty(STDERR_FILENO) == 1;
+  std::string last_phase;
+  Clock::time_point last_line{};
+  bool bar_drawn = false;
+  v1::OperationEvent ev;
+  v1::OperationEvent terminal;
+  bool have_terminal = false;
+  while (reader->Read(&ev)) {
+    if (json) std::cout << JsonLine(ev) << std::endl;
+    if (ev.has_progress()) {
+      if (json) continue;
+      if (tty) {
+        DrawBar(ev.progress());
+        bar_drawn = true;
+      } else if (ev.progress().phase() != last_phase || Clock::now() - last_line > std::chrono::seconds(1)) {
+        std::cerr << what << ": " << Line(ev.progress()) << "\n";
+        last_line = Clock::now();
+      }
+      last_phase = ev.progress().phase();
+    } else {
+      terminal = ev;
+      have_terminal = true;
+    }
+  }
+  if (bar_drawn) std::fprintf(stderr, "\r\033[K");
+  grpc::Status st = reader->Finish();
+  if (have_terminal && terminal.has_done()) {
+    const v1::OperationResult& r = terminal.done();
+    if (!json) {
+      std::cout << what << " OK: " << r.image_dir() << "\n"
+                << "  pid " << r.pid() << ", " << HumanBytes(r.bytes_written()) << " of GPU state";
+      for (const auto& [k, v] : r.counters()) std::cout << ", " << v << " " << k;
+      std::cout << "\n  stall " << r.stall_us() << " us, total " << r.total_ms() << " ms\n";
+    }
+    return 0;
+  }
+  const std::string message =
+      have_terminal && terminal.has_failed() ? terminal.failed().message() : st.error_message();
+  if (!json || !have_terminal) std::cerr << "phos: " << what << " failed: " << message << "\n";
+  if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) return 2;
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE && !have_terminal) {
+    std::cerr << "phos: " << DescribeRpcError(rpc, st) << "\n";
+  }
+  return 1;
+}
+
+}  // namespace phos::cli

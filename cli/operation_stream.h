@@ -1,0 +1,22 @@
+// Showing a long operation's OperationEvent stream (checkpoint, restore):
+// a redrawn progress bar on a terminal, plain progress lines otherwise (one
+// per phase change and at most one a second), the final result, or the
+// error. With --json every event is printed as one JSON object per line.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "phos.grpc.pb.h"
+
+namespace phos::cli {
+
+/// Reads `reader` to the end. Returns the exit code: 0 done, 1 failed,
+/// 2 the daemon does not implement what was asked (UNIMPLEMENTED).
+/// `what` names the operation in messages ("checkpoint", "restore").
+int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const std::string& rpc,
+                  const std::string& what, bool json);
+
+}  // namespace phos::cli

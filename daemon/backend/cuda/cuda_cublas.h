@@ -1,0 +1,50 @@
+// cuBLAS, loaded at run time for the per-context handles the cuda backend
+// prepares with every context (DESIGN §6: a pooled context comes with its
+// cuBLAS handle and workspace, so a session's first GEMM does not pay for
+// cublasCreate).
+//
+// Like the driver, cuBLAS is dlopen'ed, never linked: phosd must start where
+// the toolkit's libraries are absent. When it cannot be loaded the backend
+// logs that once and contexts simply have no handle
+// (Context::library_handle(Library::kCublas) == nullptr).
+//
+// The handle is created with the context current (cuBLAS's built-in CUDA
+// runtime uses the current driver context), which also allocates cuBLAS's
+// default workspace in that context; it is destroyed, with that context
+// current, before the context is.
+#pragma once
+
+#include <cublas_api.h>
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace phos::backend::cuda {
+
+/// The soname of the cuBLAS the toolkit headers describe
+/// ("libcublas.so.13" for CUDA 13).
+std::string DefaultCublasLibrary();
+
+/// The resolved library. Immutable after LoadCublas: shared by the backend
+/// and all its contexts without a lock.
+struct CublasLibrary {
+  std::string library;     // what was dlopen'ed
+  void* handle = nullptr;  // never dlclose'd (it runs CUDA runtime code)
+  cublasStatus_t (*Create)(cublasHandle_t*) = nullptr;       // cublasCreate_v2
+  cublasStatus_t (*Destroy)(cublasHandle_t) = nullptr;       // cublasDestroy_v2
+  cublasStatus_t (*GetVersion)(cublasHandle_t, int*) = nullptr;  // cublasGetVersion_v2
+  const char* (*GetStatusString)(cublasStatus_t) = nullptr;  // cublasGetStatusString
+};
+
+/// dlopens `library` and resolves the entry points above. Unavailable,
+/// naming the library and the dlerror, when it cannot.
+Status LoadCublas(const std::string& library, std::shared_ptr<const CublasLibrary>* out);
+
+/// "cublasCreate_v2: CUBLAS_STATUS_ALLOC_FAILED (...)" as a Status
+/// (ALLOC_FAILED -> OutOfMemory, NOT_INITIALIZED -> Unavailable, else
+/// Internal); OK for CUBLAS_STATUS_SUCCESS.
+Status CublasStatus(cublasStatus_t status, const std::string& what, const CublasLibrary* lib);
+
+}  // namespace phos::backend::cuda

@@ -1,0 +1,189 @@
+#include "engine/restore_task.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "common/hex.h"
+
+namespace phos::engine {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+bool Overlaps(std::uint64_t a, std::uint64_t an, std::uint64_t b, std::uint64_t bn) {
+  return a < b + bn && b < a + an;
+}
+}  // namespace
+
+Status RestoreTask::Prepare(const std::string& dir) {
+  result_.dir = dir;
+  progress_->SetPhase("open", "reading " + dir + "/manifest");
+  PHOS_RETURN_IF_ERROR(image::ImageReader::Open(dir, {}, &reader_));
+  const auto& m = reader_->manifest();
+  result_.source_pid = static_cast<std::uint64_t>(m.pid());
+  if (m.handles().empty()) {
+    return Status::Corruption(dir + " has no session metadata (manifest `handles` section): it was not "
+                              "written by a phos checkpoint and cannot be restored into a session");
+  }
+  PHOS_RETURN_IF_ERROR(DecodeSnapshot(m.handles(), &snap_).WithContext(dir + "/manifest"));
+  // The extents and the metadata must describe the same ranges.
+  std::set<std::pair<std::uint64_t, std::uint64_t>> listed;
+  for (const auto& b : snap_.buffers) listed.insert({b.address, b.bytes});
+  for (const auto& g : snap_.globals) listed.insert({g.address, g.bytes});
+  if (listed.size() != static_cast<std::size_t>(m.buffers_size())) {
+    return Status::Corruption(dir + ": the manifest lists " + std::to_string(m.buffers_size()) +
+                              " extents but its session metadata " + std::to_string(listed.size()));
+  }
+  std::uint64_t total = 0;
+  for (const auto& e : m.buffers()) {
+    if (!listed.count({e.device_address(), e.bytes()})) {
+      return Status::Corruption(dir + ": extent " + Hex(e.device_address()) +
+                                " is not in the image's session metadata");
+    }
+    total += e.bytes();
+  }
+  result_.bytes = total;
+  result_.buffers = static_cast<std::uint32_t>(snap_.buffers.size());
+  result_.globals = static_cast<std::uint32_t>(snap_.globals.size());
+  // Every checksum before anything touches the session.
+  progress_->SetPhase("verify", "verifying every chunk of " + dir + "/gpu.img", total);
+  std::uint64_t reported = 0;
+  PHOS_RETURN_IF_ERROR(reader_->VerifyAll([&](std::uint64_t done, std::uint64_t) {
+    progress_->AddBytes(done - reported);
+    reported = done;
+  }));
+  return Status::Ok();
+}
+
+Status RestoreTask::CheckFits(const session::SessionState& st) const {
+  for (const auto& g : snap_.globals) {
+    auto it = st.globals.find(g.address);
+    if (it == st.globals.end() || it->second != g.bytes) {
+      return Status::FailedPrecondition(
+          "the image holds module global " + Hex(g.address) + " (" + std::to_string(g.bytes) +
+          " bytes) that this session has not loaded at that address; restore into the process the image "
+          "was taken from (same program, same modules)");
+    }
+  }
+  // Buffers that stay: in the session and in the image with the same size.
+  std::map<std::uint64_t, std::uint64_t> image_buffers;
+  for (const auto& b : snap_.buffers) image_buffers[b.address] = b.bytes;
+  for (const auto& b : snap_.buffers) {
+    auto same = st.buffers.find(b.address);
+    if (same != st.buffers.end() && same->second == b.bytes) continue;  // kept
+    for (const auto& [ga, gn] : st.globals) {
+      if (Overlaps(b.address, b.bytes, ga, gn)) {
+        return Status::FailedPrecondition("cannot map buffer " + Hex(b.address) + " of the image: module global " +
+                                          Hex(ga) + " occupies that range");
+      }
+    }
+    for (const auto& [ka, kn] : st.buffers) {
+      auto in_image = image_buffers.find(ka);
+      const bool kept = in_image != image_buffers.end() && in_image->second == kn;
+      if (kept && Overlaps(b.address, b.bytes, ka, kn)) {
+        return Status::FailedPrecondition("cannot map buffer " + Hex(b.address) + " of the image: buffer " +
+                                          Hex(ka) + " of the session occupies that range");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status RestoreTask::Apply(session::SessionState& st) {
+  if (!reader_) return Status::FailedPrecondition("restore: Prepare() was not called");
+  const auto t0 = Clock::now();
+  auto stall = [&] {
+    result_.stall_us = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+  };
+  progress_->SetPhase("quiesce", "waiting for the session's GPU work to finish");
+  if (Status s = st.ctx->Synchronize(); !s.ok()) {
+    stall();
+    return Status::FailedPrecondition("the session's GPU context has a sticky error (" + s.message() +
+                                      "); restore refused, the session is unchanged");
+  }
+  if (Status s = CheckFits(st); !s.ok()) {
+    stall();
+    return s.WithContext("restore refused, the session is unchanged");
+  }
+  session::ReapRetained(st, true);
+
+  // From here on the session changes.
+  auto undefined = [&](const Status& s) {
+    stall();
+    return s.WithContext("restore failed part-way; the session's device state is undefined (restore a good "
+                         "image again or restart the app)");
+  };
+  std::map<std::uint64_t, std::uint64_t> image_buffers;
+  for (const auto& b : snap_.buffers) image_buffers[b.address] = b.bytes;
+  progress_->SetPhase("map", "making the session's buffers match the image");
+  for (auto it = st.buffers.begin(); it != st.buffers.end();) {
+    auto in_image = image_buffers.find(it->first);
+    if (in_image != image_buffers.end() && in_image->second == it->second) {
+      ++it;
+      continue;
+    }
+    if (Status s = st.ctx->Free(it->first); !s.ok()) return undefined(s.WithContext("freeing " + Hex(it->first)));
+    st.buffer_bytes -= it->second;
+    it = st.buffers.erase(it);
+    st.buffers_changed = true;
+    ++result_.freed;
+  }
+  for (const auto& [addr, bytes] : image_buffers) {
+    if (st.buffers.count(addr)) continue;
+    backend::DevicePtr got = 0;
+    Status s = st.ctx->Allocate(bytes, addr, &got);
+    if (s.ok() && got != addr) {
+      (void)st.ctx->Free(got);
+      s = Status::Internal("the backend placed it at " + Hex(got));
+    }
+    if (!s.ok()) {
+      return undefined(s.WithContext("allocating " + std::to_string(bytes) + " bytes at " + Hex(addr) +
+                                     " (the address may be taken)"));
+    }
+    st.buffers[addr] = bytes;
+    st.buffer_bytes += bytes;
+    st.buffers_changed = true;
+    ++result_.allocated;
+  }
+
+  const auto& m = reader_->manifest();
+  std::uint64_t max_chunk = 0;
+  for (const auto& e : m.buffers()) max_chunk = std::max<std::uint64_t>(max_chunk, e.chunk_bytes());
+  std::vector<std::byte> host(static_cast<std::size_t>(max_chunk));
+  const bool pinned = !host.empty() && st.ctx->RegisterHostMemory(host.data(), host.size()).ok();
+  backend::StreamHandle stream = 0;
+  Status s = st.ctx->CreateStream(0, 0, &stream);
+  progress_->SetPhase("copy", "copying the image to the device", result_.bytes);
+  for (int i = 0; s.ok() && i < m.buffers_size(); ++i) {
+    const auto& e = m.buffers(i);
+    const std::uint64_t chunks = e.chunk_bytes() == 0 ? 0 : (e.bytes() + e.chunk_bytes() - 1) / e.chunk_bytes();
+    for (std::uint64_t c = 0; s.ok() && c < chunks; ++c) {
+      std::size_t len = 0;
+      s = reader_->ReadChunk(static_cast<std::size_t>(i), c, host.data(), &len);
+      if (!s.ok()) break;
+      const std::uint64_t dst = e.device_address() + c * e.chunk_bytes();
+      s = st.ctx->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(host.data()), len,
+                              backend::CopyKind::kHostToDevice, stream);
+      // The host buffer is reused for the next chunk: wait for this copy.
+      if (s.ok()) s = st.ctx->SynchronizeStream(stream);
+      if (!s.ok()) s = s.WithContext("copying to " + Hex(dst));
+      progress_->AddBytes(len);
+    }
+  }
+  if (stream != 0) {
+    Status d = st.ctx->DestroyStream(stream);
+    if (!d.ok()) spdlog::warn("restore: cannot destroy the engine's stream: {}", d.ToString());
+  }
+  if (pinned) (void)st.ctx->UnregisterHostMemory(host.data());
+  if (s.ok()) s = st.ctx->Synchronize();
+  if (!s.ok()) return undefined(s);
+  stall();
+  return Status::Ok();
+}
+
+}  // namespace phos::engine

@@ -1,0 +1,94 @@
+#include "engine/session_snapshot.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <sstream>
+
+namespace phos::engine {
+
+SessionSnapshot CaptureSnapshot(const session::SessionState& st) {
+  SessionSnapshot s;
+  for (const auto& [addr, bytes] : st.buffers) s.buffers.push_back({addr, bytes});
+  for (const auto& [addr, bytes] : st.globals) s.globals.push_back({addr, bytes});
+  for (const auto& [id, h] : st.streams) s.streams.push_back(id);
+  for (const auto& [id, h] : st.events) s.events.push_back(id);
+  for (const auto& [id, h] : st.modules) s.modules.push_back(id);
+  for (const auto& [id, f] : st.functions) s.functions.emplace_back(id, f.module_id);
+  std::sort(s.streams.begin(), s.streams.end());
+  std::sort(s.events.begin(), s.events.end());
+  std::sort(s.modules.begin(), s.modules.end());
+  std::sort(s.functions.begin(), s.functions.end());
+  return s;
+}
+
+std::string EncodeSnapshot(const SessionSnapshot& s) {
+  std::ostringstream o;
+  o << "phos-session 1\n";
+  char line[96];
+  for (const auto& b : s.buffers) {
+    std::snprintf(line, sizeof line, "buffer 0x%" PRIx64 " %" PRIu64 "\n", b.address, b.bytes);
+    o << line;
+  }
+  for (const auto& g : s.globals) {
+    std::snprintf(line, sizeof line, "global 0x%" PRIx64 " %" PRIu64 "\n", g.address, g.bytes);
+    o << line;
+  }
+  for (auto id : s.streams) o << "stream " << id << "\n";
+  for (auto id : s.events) o << "event " << id << "\n";
+  for (auto id : s.modules) o << "module " << id << "\n";
+  for (const auto& [f, m] : s.functions) o << "function " << f << " " << m << "\n";
+  return o.str();
+}
+
+Status DecodeSnapshot(const std::string& text, SessionSnapshot* out) {
+  *out = SessionSnapshot{};
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  bool header = false;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    std::istringstream ls(line);
+    std::string kind;
+    ls >> kind;
+    auto bad = [&] { return Status::Corruption("session metadata line " + std::to_string(n) + " is malformed: '" + line + "'"); };
+    if (!header) {
+      int version = 0;
+      if (kind != "phos-session" || !(ls >> version)) return bad();
+      if (version != 1) {
+        return Status::FailedPrecondition("session metadata version " + std::to_string(version) +
+                                          " is newer than this phosd understands (1)");
+      }
+      header = true;
+      continue;
+    }
+    if (kind == "buffer" || kind == "global") {
+      std::string addr;
+      std::uint64_t bytes = 0;
+      if (!(ls >> addr >> bytes)) return bad();
+      DeviceRange r;
+      try {
+        r.address = std::stoull(addr, nullptr, 0);
+      } catch (...) {
+        return bad();
+      }
+      r.bytes = bytes;
+      (kind == "buffer" ? out->buffers : out->globals).push_back(r);
+    } else if (kind == "stream" || kind == "event" || kind == "module") {
+      std::uint32_t id = 0;
+      if (!(ls >> id)) return bad();
+      (kind == "stream" ? out->streams : kind == "event" ? out->events : out->modules).push_back(id);
+    } else if (kind == "function") {
+      std::uint32_t f = 0, m = 0;
+      if (!(ls >> f >> m)) return bad();
+      out->functions.emplace_back(f, m);
+    }
+    // Unknown kinds: written by a newer phosd; skipped.
+  }
+  if (!header) return Status::Corruption("session metadata is missing (no 'phos-session' header)");
+  return Status::Ok();
+}
+
+}  // namespace phos::engine

@@ -1,0 +1,53 @@
+// The session metadata a GPU-only image carries besides the buffer bytes,
+// stored in the manifest's opaque `handles` section (docs/protocols.md
+// "What a stop-the-world image holds").
+//
+// Encoding: UTF-8 text, one item per line, so `phos inspect --json` shows it
+// readably and later versions can add line kinds (readers skip kinds they
+// do not know):
+//
+//   phos-session 1
+//   buffer 0x7f0000000000 1048576      an allocation (cudaMalloc)
+//   global 0x7f00ffff0000 64           a module __device__ variable
+//   stream 3                           a stream's virtual id
+//   event 5
+//   module 1
+//   function 7 1                       function id, its module id
+//
+// Buffers and globals both have extents in gpu.img (in the manifest's
+// `buffers`, buffers first); a global's extent is restored into the
+// session's existing global at the same address, never allocated or freed.
+// Streams/events/modules/functions are recorded for the CRIU-based full
+// restore; module images are not kept by the session today, so a restore
+// into a fresh process cannot recreate modules from the image yet.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "session/call_handlers.h"
+
+namespace phos::engine {
+
+struct DeviceRange {
+  std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
+};
+
+struct SessionSnapshot {
+  std::vector<DeviceRange> buffers;  // ascending address
+  std::vector<DeviceRange> globals;  // ascending address
+  std::vector<std::uint32_t> streams, events, modules;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> functions;  // (function id, module id)
+};
+
+/// What the session holds now (consumer thread).
+SessionSnapshot CaptureSnapshot(const session::SessionState& st);
+std::string EncodeSnapshot(const SessionSnapshot& s);
+/// Corruption naming the line when the text is malformed.
+Status DecodeSnapshot(const std::string& text, SessionSnapshot* out);
+
+}  // namespace phos::engine

@@ -1,0 +1,260 @@
+// The Checkpoint and Restore RPCs (GPU-only, stop-the-world): find the
+// app's session, run the C/R engine's task on its consumer thread
+// (Session::PostControl) and stream OperationEvents while it runs.
+// docs/control-plane.md "Checkpoint and Restore".
+#include <sys/stat.h>
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <future>
+
+#include "common/version.h"
+#include "engine/checkpoint_task.h"
+#include "engine/progress.h"
+#include "engine/restore_task.h"
+#include "server/phos_service.h"
+
+namespace phos::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+grpc::StatusCode ToGrpcCode(const phos::Status& s) {
+  using C = phos::Status::Code;
+  switch (s.code()) {
+    case C::kOk: return grpc::StatusCode::OK;
+    case C::kInvalidArgument: return grpc::StatusCode::INVALID_ARGUMENT;
+    case C::kNotFound: return grpc::StatusCode::NOT_FOUND;
+    case C::kAlreadyExists: return grpc::StatusCode::ALREADY_EXISTS;
+    case C::kOutOfMemory: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case C::kNotSupported: return grpc::StatusCode::UNIMPLEMENTED;
+    case C::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
+    case C::kCorruption: return grpc::StatusCode::DATA_LOSS;
+    case C::kFailedPrecondition: return grpc::StatusCode::FAILED_PRECONDITION;
+    default: return grpc::StatusCode::INTERNAL;
+  }
+}
+
+const char* ModeName(v1::CheckpointMode m) {
+  switch (m) {
+    case v1::MODE_COW: return "cow";
+    case v1::MODE_RECOPY: return "recopy";
+    default: return "stop";
+  }
+}
+
+std::string Timestamp() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%S", &tm);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  char out[48];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms));
+  return out;
+}
+
+void WriteProgress(grpc::ServerWriter<v1::OperationEvent>* writer, const engine::ProgressSnapshot& p) {
+  v1::OperationEvent ev;
+  v1::Progress* out = ev.mutable_progress();
+  out->set_phase(p.phase);
+  out->set_message(p.message);
+  out->set_bytes_done(p.bytes_done);
+  out->set_bytes_total(p.bytes_total);
+  out->set_elapsed_ms(p.elapsed_ms);
+  out->set_bytes_per_second(p.bytes_per_second);
+  writer->Write(ev);  // a client that went away: the operation still completes
+}
+
+/// Streams progress until `done` is ready. The task the future belongs to
+/// must run to completion even if the client disconnects (it references
+/// this handler's locals), so this never returns early.
+phos::Status StreamUntilDone(std::future<phos::Status>& done, const engine::Progress& progress,
+                             grpc::ServerWriter<v1::OperationEvent>* writer) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    const bool ready = done.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready;
+    engine::ProgressSnapshot snap = progress.Snapshot();
+    if (snap.version != seen) {
+      seen = snap.version;
+      WriteProgress(writer, snap);
+    }
+    if (ready) return done.get();
+    // Wakes at each progress update; at most 50 ms between checks of done.
+    progress.WaitForChange(seen, std::chrono::milliseconds(50));
+  }
+}
+
+grpc::Status Fail(grpc::ServerWriter<v1::OperationEvent>* writer, const std::string& rpc,
+                  const phos::Status& s) {
+  const grpc::StatusCode code = ToGrpcCode(s);
+  spdlog::warn("rpc={} failed: {}", rpc, s.ToString());
+  v1::OperationEvent ev;
+  ev.mutable_failed()->set_code(static_cast<int32_t>(code));
+  ev.mutable_failed()->set_message(s.message());
+  writer->Write(ev);
+  return grpc::Status(code, s.message());
+}
+
+}  // namespace
+
+std::string PhosService::DefaultCheckpointRoot() const {
+  const char* env = std::getenv("PHOS_STATE_DIR");
+  std::string state;
+  if (env != nullptr && *env != '\0') {
+    state = env;
+  } else {
+    state = std::filesystem::path(socket_path_).parent_path().string();
+    if (state.empty()) state = ".";
+  }
+  return state + "/checkpoints";
+}
+
+grpc::Status PhosService::FindSession(int pid, std::shared_ptr<session::Session>* out) const {
+  if (pid <= 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a pid is required (--pid P)");
+  session::SessionServer* server = session_server_.load(std::memory_order_acquire);
+  if (server == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "phosd's data plane is not running (starting or stopping)");
+  }
+  *out = server->FindByPid(pid);
+  if (!*out) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no phos session for pid " + std::to_string(pid) +
+                                                         " — is it running under `phos run`? (`phos ps` lists sessions)");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
+                                     grpc::ServerWriter<v1::OperationEvent>* writer) {
+  const auto t0 = Clock::now();
+  if (!req->gpu_only()) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "whole-process checkpoint (CPU state through CRIU) is not implemented yet; "
+                        "--gpu-only checkpoints the GPU state of the session only");
+  }
+  if (req->mode() == v1::MODE_COW || req->mode() == v1::MODE_RECOPY) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, std::string("checkpoint mode '") + ModeName(req->mode()) +
+                                                             "' is not implemented yet (only 'stop' is)");
+  }
+  if (!req->out_dir().empty() && req->out_dir()[0] != '/') {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "out_dir must be an absolute path (got '" + req->out_dir() + "')");
+  }
+  std::shared_ptr<session::Session> sess;
+  if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
+
+  std::string dir = req->out_dir();
+  if (dir.empty()) {
+    const std::string name = req->name().empty() ? std::to_string(req->pid()) + "-" + Timestamp() : req->name();
+    dir = DefaultCheckpointRoot() + "/" + name;
+  }
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
+  if (ec) {
+    return Fail(writer, "Checkpoint",
+                phos::Status::IoError("cannot create " + std::filesystem::path(dir).parent_path().string() + ": " +
+                                      ec.message()));
+  }
+
+  image::v1::Manifest meta;
+  meta.set_session_id(sess->id());
+  meta.set_pid(req->pid());
+  for (const v1::SessionInfo& info : sessions_->ListForPid(req->pid())) {
+    if (info.session_id() == sess->id()) meta.add_cmdline(info.command());
+  }
+  meta.set_mode("stop");
+  switch (req->keep()) {
+    case v1::KEEP_LATEST: meta.set_keep(image::v1::KEEP_LATEST); break;
+    case v1::KEEP_BEST: meta.set_keep(image::v1::KEEP_BEST); break;
+    default: meta.set_keep(image::v1::KEEP_MANUAL); break;
+  }
+  if (req->keep() == v1::KEEP_BEST) meta.set_metric(req->metric_value());
+  backend::DeviceProperties props;
+  if (backend_->GetDeviceProperties(0, &props).ok()) meta.set_device_name(props.name);
+
+  spdlog::info("rpc=Checkpoint pid={} session={} mode=stop gpu-only dir={}", req->pid(), sess->id(), dir);
+  engine::Progress progress;
+  engine::CheckpointTask task(&progress);
+  if (phos::Status s = task.Prepare(dir, meta, {}); !s.ok()) return Fail(writer, "Checkpoint", s);
+  std::future<phos::Status> done =
+      sess->PostControl([&task](session::SessionState& st) { return task.Capture(st); });
+  phos::Status s = StreamUntilDone(done, progress, writer);
+  if (!s.ok()) {
+    task.Abort();
+    return Fail(writer, "Checkpoint", s.WithContext("checkpoint of pid " + std::to_string(req->pid()) +
+                                                    " failed; the app keeps running and earlier images are untouched"));
+  }
+  s = task.Commit();
+  if (!s.ok()) return Fail(writer, "Checkpoint", s.WithContext("committing " + dir));
+  WriteProgress(writer, progress.Snapshot());
+  const engine::CheckpointResult& r = task.result();
+  spdlog::info("rpc=Checkpoint pid={} committed {} ({} bytes, {} buffers, {} globals, stall {} us)", req->pid(),
+               dir, r.bytes, r.buffers, r.globals, r.stall_us);
+  v1::OperationEvent ev;
+  v1::OperationResult* out = ev.mutable_done();
+  out->set_image_dir(dir);
+  out->set_pid(req->pid());
+  out->set_stall_us(r.stall_us);
+  out->set_total_ms(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()));
+  out->set_bytes_written(r.bytes);
+  (*out->mutable_counters())["buffers"] = r.buffers;
+  (*out->mutable_counters())["globals"] = r.globals;
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest* req,
+                                  grpc::ServerWriter<v1::OperationEvent>* writer) {
+  const auto t0 = Clock::now();
+  if (!req->gpu_only()) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "restoring a whole process (CRIU) is not implemented yet; --gpu-only --pid P rolls a "
+                        "running session's GPU state back to the image");
+  }
+  if (req->image_dir().empty() || req->image_dir()[0] != '/') {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "image_dir must be an absolute path (got '" + req->image_dir() + "')");
+  }
+  std::shared_ptr<session::Session> sess;
+  if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
+  spdlog::info("rpc=Restore pid={} session={} gpu-only in place from {}", req->pid(), sess->id(), req->image_dir());
+  engine::Progress progress;
+  engine::RestoreTask task(&progress);
+  // Verification streams progress too; it runs here, while the app runs.
+  std::future<phos::Status> verified = std::async(std::launch::async, [&] { return task.Prepare(req->image_dir()); });
+  phos::Status s = StreamUntilDone(verified, progress, writer);
+  if (!s.ok()) {
+    return Fail(writer, "Restore", s.WithContext("restore refused; the session of pid " + std::to_string(req->pid()) +
+                                                 " is untouched"));
+  }
+  std::future<phos::Status> done = sess->PostControl([&task](session::SessionState& st) { return task.Apply(st); });
+  s = StreamUntilDone(done, progress, writer);
+  if (!s.ok()) return Fail(writer, "Restore", s);
+  const engine::RestoreResult& r = task.result();
+  spdlog::info("rpc=Restore pid={} restored {} ({} bytes, {} buffers, {} allocated, {} freed, stall {} us)",
+               req->pid(), req->image_dir(), r.bytes, r.buffers, r.allocated, r.freed, r.stall_us);
+  v1::OperationEvent ev;
+  v1::OperationResult* out = ev.mutable_done();
+  out->set_image_dir(req->image_dir());
+  out->set_pid(req->pid());
+  out->set_stall_us(r.stall_us);
+  out->set_total_ms(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()));
+  out->set_bytes_written(r.bytes);
+  (*out->mutable_counters())["buffers"] = r.buffers;
+  (*out->mutable_counters())["allocated"] = r.allocated;
+  (*out->mutable_counters())["freed"] = r.freed;
+  (*out->mutable_counters())["globals"] = r.globals;
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+}  // namespace phos::server

@@ -1,0 +1,62 @@
+// The spec table: argument roles of the runtime's (and later the
+// libraries') calls that touch device memory (DESIGN §3, "a spec table of
+// argument roles"). It is the single place these roles are written down:
+// the handlers (call_handlers.cc) compute each operand's exact byte range
+// from the decoded arguments — which needs the copy direction, pitches,
+// staging — and take the operand's role from here (AddOperand).
+//
+// Rows for cuBLAS / NCCL calls go here when they are forwarded: a GEMM row
+// names A and B read, C read+write (beta != 0) — operands are addressed by
+// index, so such a row just lists more of them.
+//
+// Symbol copies (cudaMemcpyToSymbol / FromSymbol) reach phosd as kMemcpy*
+// on the global's address (libphos.so resolves the symbol with
+// kModuleGetGlobal), so the memcpy rows cover them.
+//
+// Immutable after static initialisation: any thread may read it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "protocol/wire.h"
+#include "session/executor.h"
+
+namespace phos::session {
+
+enum class ArgRole : uint8_t {
+  kRead = 1,
+  kWrite = 2,      // every byte of the range is overwritten (or freed)
+  kReadWrite = 3,
+};
+
+struct OperandSpec {
+  const char* name = nullptr;   // the argument ("dst", "src", "C")
+  ArgRole role = ArgRole::kRead;
+};
+
+inline constexpr uint32_t kMaxSpecOperands = 4;
+
+struct CallSpec {
+  wire::ApiId api{};
+  const char* call = nullptr;   // "cudaMemcpyAsync"
+  uint32_t operand_count = 0;
+  OperandSpec operands[kMaxSpecOperands] = {};
+};
+
+/// Operand indices of the copy and memset rows.
+inline constexpr uint32_t kDstOperand = 0;
+inline constexpr uint32_t kSrcOperand = 1;
+
+/// Every row.
+std::span<const CallSpec> CallSpecs();
+/// The row of `api`; nullptr when the table has none.
+const CallSpec* FindCallSpec(wire::ApiId api);
+
+/// Adds operand `index` of `view->api` (its device-memory side only: the
+/// caller leaves out host operands) with the table's role. A call with no
+/// row, or an index past its operands, makes the view kUnknown (a table
+/// bug must not shrink an access set) and is logged once.
+void AddOperand(CallView* view, uint32_t index, uint64_t ptr, uint64_t bytes);
+
+}  // namespace phos::session

@@ -1,0 +1,253 @@
+#include "session/kernel_access.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "fatbin/fatbin_reader.h"
+#include "fatbin/nv_info.h"
+#include "ptx/ptx_ir.h"
+#include "ptx/ptx_parser.h"
+#include "signature/kernel_signature.h"
+#include "signature/signature_cache.h"
+
+namespace phos::session {
+namespace {
+
+constexpr uint32_t kFatbinContainerMagic = 0xBA55ED50u;  // fatbin_format.h
+constexpr unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
+
+std::mutex g_cache_dir_mu;
+std::string g_cache_dir;  // guarded by g_cache_dir_mu; read once by Cache()
+
+signature::SignatureCache& Cache() {
+  static signature::SignatureCache cache([] {
+    std::lock_guard<std::mutex> lock(g_cache_dir_mu);
+    return g_cache_dir;
+  }());
+  return cache;
+}
+
+// What the image says about its kernels.
+struct ImageKernels {
+  fatbin::CubinInfo cubin;  // every cubin's tables; the first naming a kernel wins
+  std::string ptx;          // the first PTX text
+  bool has_ptx = false;
+};
+
+void MergeCubin(std::span<const uint8_t> elf, ImageKernels* out) {
+  fatbin::CubinInfo ci;
+  if (Status s = fatbin::ReadCubinInfo(elf, &ci); !s.ok()) {
+    spdlog::warn("kernel access sets: unreadable cubin in a module image: {}", s.ToString());
+    return;
+  }
+  for (auto& k : ci.kernels)
+    if (out->cubin.Find(k.name) == nullptr) out->cubin.kernels.push_back(std::move(k));
+}
+
+Status ReadImage(std::span<const uint8_t> bytes, ImageKernels* out) {
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kElfMagic, 4) == 0) {
+    MergeCubin(bytes, out);
+    return Status::Ok();
+  }
+  uint32_t magic = 0;
+  if (bytes.size() >= 4) std::memcpy(&magic, bytes.data(), 4);
+  if (magic == kFatbinContainerMagic) {
+    fatbin::Fatbin fb;
+    PHOS_RETURN_IF_ERROR(fatbin::ParseFatbin(bytes, &fb));
+    for (const auto& e : fb.entries) {
+      if (e.is_elf()) {
+        MergeCubin(e.contents, out);
+      } else if (e.is_ptx()) {
+        out->has_ptx = true;
+        if (out->ptx.empty()) out->ptx = std::string(e.ptx_text());
+      }
+    }
+    return Status::Ok();
+  }
+  const auto* text = reinterpret_cast<const char*>(bytes.data());
+  std::string ptx(text, strnlen(text, bytes.size()));
+  if (ptx.find(".version") == std::string::npos) {
+    return Status::InvalidArgument("module image is neither a fatbin, a cubin nor PTX text");
+  }
+  out->ptx = std::move(ptx);
+  out->has_ptx = true;
+  return Status::Ok();
+}
+
+// PTX `.entry` parameter list -> (ordinal, offset, size), the layout rules
+// of the .param state space (each parameter aligned to its .align or its
+// element size).
+std::vector<signature::ParamInfo> PtxLayout(const ptx::Function& f) {
+  std::vector<signature::ParamInfo> out;
+  uint32_t offset = 0;
+  for (const ptx::VarDecl& d : f.params) {
+    const uint32_t elem = static_cast<uint32_t>(std::max(ptx::TypeBits(d.type), 8) / 8) * d.vec;
+    uint32_t count = 1;
+    for (int64_t dim : d.dims) count *= dim > 0 ? static_cast<uint32_t>(dim) : 1u;
+    const uint32_t align = d.align.value_or(elem);
+    if (align > 1) offset = (offset + align - 1) / align * align;
+    out.push_back({static_cast<uint32_t>(out.size()), offset, elem * count});
+    offset += elem * count;
+  }
+  return out;
+}
+
+// The size-only rule (instrument/signature's, for a signature that failed
+// to resolve): 8 bytes = candidate pointer, larger = scanned, smaller = none.
+signature::KernelSignature SizeOnly(const signature::KernelRequest& req) {
+  signature::KernelSignature sig;
+  sig.mangled_name = req.mangled_name;
+  sig.from_nv_info = true;
+  for (const auto& k : req.kparams) {
+    signature::ParamAccess a;
+    a.ordinal = k.ordinal;
+    a.offset = k.offset;
+    a.size = k.size;
+    a.layout_known = true;
+    a.role = k.size == 8   ? signature::AccessRole::kReadWrite
+             : k.size > 8 ? signature::AccessRole::kScanWords
+                          : signature::AccessRole::kNone;
+    sig.params.push_back(a);
+  }
+  std::sort(sig.params.begin(), sig.params.end(),
+            [](const auto& a, const auto& b) { return a.ordinal < b.ordinal; });
+  return sig;
+}
+
+std::shared_ptr<KernelAccessPlan> PlanFrom(const signature::KernelSignature& sig, AccessKind kind) {
+  auto plan = std::make_shared<KernelAccessPlan>();
+  plan->name = sig.mangled_name;
+  plan->kind = kind;
+  plan->typed = sig.fully_typed && !sig.extern_c;
+  for (const auto& p : sig.params) {
+    if (!p.layout_known) {  // a parameter we cannot place: nothing after it can be placed either
+      plan->kind = AccessKind::kUnknown;
+      plan->probes.clear();
+      break;
+    }
+    plan->param_bytes = std::max(plan->param_bytes, p.offset + p.size);
+    switch (p.role) {
+      case signature::AccessRole::kNone: break;
+      case signature::AccessRole::kRead:
+      case signature::AccessRole::kReadWrite:
+        if (p.size == 8) plan->probes.push_back({p.offset, p.ordinal, p.role == signature::AccessRole::kReadWrite, false});
+        break;
+      case signature::AccessRole::kScanWords:
+        for (uint32_t w = 0; w < signature::ScanWordCount(p.size); ++w) {
+          plan->probes.push_back({p.offset + 8 * w, p.ordinal, true, true});
+        }
+        break;
+    }
+  }
+  plan->word_hits.assign(plan->probes.size(), 0);
+  return plan;
+}
+
+// The buffer `v` lands in, from a start -> bytes map.
+inline bool Lookup(const std::map<uint64_t, uint64_t>& m, uint64_t v, uint64_t* start, uint64_t* bytes) {
+  auto it = m.upper_bound(v);
+  if (it == m.begin()) return false;
+  --it;
+  if (v - it->first >= it->second) return false;
+  *start = it->first;
+  *bytes = it->second;
+  return true;
+}
+
+}  // namespace
+
+void SetSignatureCacheDir(const std::string& dir) {
+  std::lock_guard<std::mutex> lock(g_cache_dir_mu);
+  g_cache_dir = dir;
+}
+
+std::shared_ptr<KernelAccessPlan> UnknownKernelPlan(const std::string& name) {
+  auto plan = std::make_shared<KernelAccessPlan>();
+  plan->name = name;
+  plan->kind = AccessKind::kUnknown;
+  return plan;
+}
+
+Status BuildModuleKernels(std::span<const std::byte> image, ModuleKernels* out) {
+  out->kernels.clear();
+  const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(image.data()), image.size());
+  ImageKernels ik;
+  PHOS_RETURN_IF_ERROR(ReadImage(bytes, &ik));
+  out->has_ptx = ik.has_ptx;
+
+  std::vector<signature::KernelRequest> requests;
+  for (const auto& k : ik.cubin.kernels) {
+    signature::KernelRequest r;
+    r.mangled_name = k.name;
+    r.has_nv_info = true;
+    for (const auto& p : k.params) r.kparams.push_back({p.ordinal, p.offset, p.size});
+    requests.push_back(std::move(r));
+  }
+  // Kernels no cubin describes (a PTX-only image): the PTX `.entry` lists.
+  if (requests.empty() && !ik.ptx.empty()) {
+    ptx::Module mod;
+    PHOS_RETURN_IF_ERROR(ptx::ParseModule(ik.ptx, &mod).WithContext("kernel access sets: PTX of a module image"));
+    for (ptx::Function* f : mod.Kernels()) {
+      signature::KernelRequest r;
+      r.mangled_name = f->name;
+      r.has_nv_info = true;  // the .entry list is the complete layout
+      r.kparams = PtxLayout(*f);
+      requests.push_back(std::move(r));
+    }
+  }
+  if (requests.empty()) return Status::Ok();
+
+  std::vector<signature::KernelSignature> sigs;
+  std::vector<Status> statuses;
+  (void)Cache().ResolveAll(signature::SignatureCache::HashFatbin(bytes), requests, &sigs, &statuses);
+  const AccessKind kind = ik.has_ptx ? AccessKind::kSpeculated : AccessKind::kUnvalidatable;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!statuses[i].ok()) {
+      spdlog::warn("kernel {}: signature not resolved ({}); every 8-byte parameter is a candidate pointer",
+                   requests[i].mangled_name, statuses[i].ToString());
+      out->kernels[requests[i].mangled_name] = PlanFrom(SizeOnly(requests[i]), kind);
+      continue;
+    }
+    out->kernels[requests[i].mangled_name] = PlanFrom(sigs[i], kind);
+  }
+  if (spdlog::should_log(spdlog::level::debug)) {
+    size_t typed = 0;
+    for (const auto& [name, plan] : out->kernels) typed += plan->typed ? 1 : 0;
+    spdlog::debug("kernel access plans: {} kernels ({} typed), {}", out->kernels.size(), typed,
+                  ik.has_ptx ? "PTX present (speculated)" : "no PTX (unvalidatable)");
+  }
+  return Status::Ok();
+}
+
+void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params,
+                         const std::map<uint64_t, uint64_t>& buffers, const std::map<uint64_t, uint64_t>& globals,
+                         CallView* view) {
+  view->kind = plan.kind;
+  view->ranges.clear();
+  if (plan.kind == AccessKind::kUnknown) return;
+  ++plan.launches;
+  for (size_t i = 0; i < plan.probes.size(); ++i) {
+    const AccessProbe& probe = plan.probes[i];
+    if (probe.offset + 8 > params.size()) continue;
+    uint64_t v = 0;
+    std::memcpy(&v, params.data() + probe.offset, 8);
+    if (v == 0) continue;
+    uint64_t start = 0, bytes = 0;
+    if (!Lookup(buffers, v, &start, &bytes) && !Lookup(globals, v, &start, &bytes)) continue;
+    if (probe.aggregate_word) ++plan.word_hits[i];
+    bool merged = false;
+    for (AccessRange& r : view->ranges) {
+      if (r.ptr == start) {
+        r.write = r.write || probe.write;
+        merged = true;
+        break;
+      }
+    }
+    if (!merged) view->ranges.push_back({start, bytes, probe.write});
+  }
+}
+
+}  // namespace phos::session

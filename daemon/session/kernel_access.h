@@ -1,0 +1,98 @@
+// Access sets of kernel launches, computed in phosd (DESIGN §3 "Read and
+// write sets"; docs/protocols.md "Access sets (implemented)").
+//
+// Deviation from DESIGN §3: the design has libphos.so compute access sets.
+// phosd computes them instead, from the call it decodes: the app is
+// untrusted (a set the app supplies could lie and silently corrupt a
+// checkpoint), and phosd already has the session's buffer map and every
+// module image.
+//
+// Two phases:
+//   module load  BuildModuleKernels: every kernel of the image gets a
+//                KernelAccessPlan — its parameter table (offset, size) from
+//                the cubin's .nv.info (EIATTR_KPARAM_INFO) or, for kernels
+//                only the PTX describes, the PTX `.entry` list; each
+//                parameter's role from instrument/signature (demangled name
+//                -> libclang; extern "C": every 8-byte parameter a
+//                read+write candidate). Signatures go through one
+//                process-wide SignatureCache (one libclang parse per image,
+//                milliseconds; a repeated image costs a hash lookup).
+//   launch       ComputeLaunchAccess: each pointer-role parameter, and each
+//                8-byte word of an aggregate, is looked up in the session's
+//                buffer map (and module globals); a hit adds the whole
+//                buffer with the role; a miss is ignored. No allocation for
+//                kernels touching up to 4 buffers; ~tens of ns per probe
+//                (docs/benchmarks.md "Kernel access sets").
+//
+// Ownership: plans belong to one session and are used on its consumer
+// thread only (no lock); the word-hit statistics are written there too.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "session/executor.h"
+
+namespace phos::session {
+
+/// One 8-byte value to look up at launch: a pointer parameter, or one word
+/// of an aggregate passed by value.
+struct AccessProbe {
+  uint32_t offset = 0;      // in the parameter buffer
+  uint32_t ordinal = 0;     // the parameter it belongs to
+  bool write = true;        // false only for `const T*`
+  bool aggregate_word = false;  // a word of a struct scanned for pointers
+};
+
+/// Everything a launch of one kernel needs to build its access set.
+struct KernelAccessPlan {
+  std::string name;                     // mangled
+  /// kSpeculated (its module has PTX: twin-able), kUnvalidatable (no PTX),
+  /// or kUnknown (no parameter layout: nothing to probe).
+  AccessKind kind = AccessKind::kUnknown;
+  /// Every parameter's role came from parsed types. False for extern "C"
+  /// kernels and size-only fallbacks: every 8-byte parameter is a
+  /// read+write candidate ("all candidates").
+  bool typed = false;
+  uint32_t param_bytes = 0;             // end of the last parameter
+  std::vector<AccessProbe> probes;      // in parameter order
+  // Per-kernel cache of which aggregate words turned out to be pointers:
+  // hits per probe (parallel to `probes`; only aggregate words counted).
+  // Statistics today; a future fast path may probe only words that ever hit.
+  std::vector<uint64_t> word_hits;
+  uint64_t launches = 0;
+};
+
+/// The plans of one module image, by mangled kernel name.
+struct ModuleKernels {
+  bool has_ptx = false;
+  std::unordered_map<std::string, std::shared_ptr<KernelAccessPlan>> kernels;
+};
+
+/// Reads an image (fatbin container, cubin ELF or PTX text) and builds a
+/// plan for each kernel in it. An image phos cannot read yields no plans
+/// (its launches are kUnknown) and an error naming why; the module still
+/// loads (the backend judges the image).
+Status BuildModuleKernels(std::span<const std::byte> image, ModuleKernels* out);
+
+/// A plan for a kernel the module does not describe (kUnknown, no probes).
+std::shared_ptr<KernelAccessPlan> UnknownKernelPlan(const std::string& name);
+
+/// Fills `view->kind` and `view->ranges` for one launch of `plan` with the
+/// parameter block `params` against the session's `buffers` and `globals`
+/// (start -> bytes). Probes past the end of `params` are ignored.
+void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params,
+                         const std::map<uint64_t, uint64_t>& buffers, const std::map<uint64_t, uint64_t>& globals,
+                         CallView* view);
+
+/// Where the process-wide signature cache keeps its files (empty: memory
+/// only, the default). Call before the first module load.
+void SetSignatureCacheDir(const std::string& dir);
+
+}  // namespace phos::session

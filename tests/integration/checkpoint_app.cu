@@ -1,0 +1,173 @@
+// A CUDA program whose device state the checkpoint/restore integration test
+// (checkpoint_restore_test.cc) controls step by step.
+//
+// State: `state` (256 Ki uint32, advanced by a kernel each step), `big`
+// (6 MiB: more than one 4 MiB image chunk, rewritten from the host each
+// step), `scratch` (64 KiB, constant pattern; the test frees it after a
+// checkpoint so the restore must re-create it at its old address), and
+// the __device__ variable `g_steps` (module global, counts kernel steps).
+//
+// Commands come as files CTL/cmd-N (N = 0, 1, ...; the content is the
+// command), so the test drives it without a terminal:
+//   step         one step; prints "step K checksum 0x.. steps G"
+//   print        prints "state checksum 0x.. steps G verify-step S
+//                verify-big B": S / B are the steps whose CPU references
+//                match `state` / `big` on the device (or -1)
+//   freescratch  cudaFree(scratch)
+//   checkscratch prints "scratch OK" / "scratch BAD" (reads the old pointer)
+//   alloc        allocates one more 1 MiB buffer (kept)
+//   quit
+// Every command ends with "ack N".
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#define CHECK(x)                                                                   \
+  do {                                                                             \
+    cudaError_t e_ = (x);                                                          \
+    if (e_ != cudaSuccess) {                                                       \
+      std::printf("checkpoint_app: %s failed: %s\n", #x, cudaGetErrorString(e_)); \
+      std::fflush(stdout);                                                         \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+constexpr int kN = 256 * 1024;
+constexpr size_t kBigBytes = 6u << 20;
+constexpr size_t kScratchBytes = 64u << 10;
+
+__device__ unsigned int g_steps;
+
+__global__ void Step(uint32_t* s, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) s[i] = s[i] * 1664525u + 1013904223u + static_cast<uint32_t>(i);
+  if (i == 0) g_steps += 1;
+}
+
+static uint32_t StepValue(uint32_t v, int i) { return v * 1664525u + 1013904223u + static_cast<uint32_t>(i); }
+
+static uint64_t Fnv(const void* p, size_t n, uint64_t h = 1469598103934665603ull) {
+  const unsigned char* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static void FillBig(std::vector<unsigned char>& big, int step) {
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<unsigned char>((i * 31 + step * 7) & 0xFF);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::printf("usage: checkpoint_app CTL_DIR\n");
+    return 2;
+  }
+  const std::string ctl = argv[1];
+  uint32_t* state = nullptr;
+  unsigned char* big = nullptr;
+  unsigned char* scratch = nullptr;
+  CHECK(cudaMalloc(&state, kN * sizeof(uint32_t)));
+  CHECK(cudaMalloc(&big, kBigBytes));
+  CHECK(cudaMalloc(&scratch, kScratchBytes));
+  std::vector<uint32_t> init(kN);
+  for (int i = 0; i < kN; ++i) init[i] = static_cast<uint32_t>(i * 2654435761u);
+  CHECK(cudaMemcpy(state, init.data(), kN * sizeof(uint32_t), cudaMemcpyHostToDevice));
+  std::vector<unsigned char> host_big(kBigBytes);
+  FillBig(host_big, 0);
+  CHECK(cudaMemcpy(big, host_big.data(), kBigBytes, cudaMemcpyHostToDevice));
+  std::vector<unsigned char> pattern(kScratchBytes);
+  for (size_t i = 0; i < kScratchBytes; ++i) pattern[i] = static_cast<unsigned char>(i * 13 + 5);
+  CHECK(cudaMemcpy(scratch, pattern.data(), kScratchBytes, cudaMemcpyHostToDevice));
+  unsigned int zero = 0;
+  CHECK(cudaMemcpyToSymbol(g_steps, &zero, sizeof zero));
+  CHECK(cudaDeviceSynchronize());
+  std::printf("checkpoint_app: ready pid %d\n", static_cast<int>(getpid()));
+  std::fflush(stdout);
+
+  int step = 0;
+  std::vector<uint32_t> host_state(kN);
+  std::vector<void*> extra;
+  for (int n = 0;; ++n) {
+    const std::string path = ctl + "/cmd-" + std::to_string(n);
+    std::string cmd;
+    for (int waited = 0;; ++waited) {
+      FILE* f = std::fopen(path.c_str(), "r");
+      if (f != nullptr) {
+        char buf[64] = {0};
+        size_t got = std::fread(buf, 1, sizeof buf - 1, f);
+        std::fclose(f);
+        cmd.assign(buf, got);
+        while (!cmd.empty() && (cmd.back() == '\n' || cmd.back() == ' ')) cmd.pop_back();
+        if (!cmd.empty()) break;
+      }
+      if (waited > 60 * 200) {
+        std::printf("checkpoint_app: no command %d for 60 s, exiting\n", n);
+        return 3;
+      }
+      usleep(5000);
+    }
+    if (cmd == "quit") {
+      std::printf("ack %d\n", n);
+      std::fflush(stdout);
+      break;
+    }
+    if (cmd == "step") {
+      ++step;
+      Step<<<(kN + 255) / 256, 256>>>(state, kN);
+      CHECK(cudaGetLastError());
+      FillBig(host_big, step);
+      CHECK(cudaMemcpy(big, host_big.data(), kBigBytes, cudaMemcpyHostToDevice));
+      CHECK(cudaDeviceSynchronize());
+    }
+    if (cmd == "step" || cmd == "print") {
+      CHECK(cudaMemcpy(host_state.data(), state, kN * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+      std::vector<unsigned char> got_big(kBigBytes);
+      CHECK(cudaMemcpy(got_big.data(), big, kBigBytes, cudaMemcpyDeviceToHost));
+      unsigned int steps = 0;
+      CHECK(cudaMemcpyFromSymbol(&steps, g_steps, sizeof steps));
+      const uint64_t sum = Fnv(got_big.data(), got_big.size(), Fnv(host_state.data(), kN * sizeof(uint32_t)));
+      if (cmd == "step") {
+        std::printf("step %d checksum 0x%016llx steps %u\n", step, static_cast<unsigned long long>(sum), steps);
+      } else {
+        // Which step's CPU reference equals the device state, and which
+        // step's pattern `big` holds (-1: none). After an in-place GPU
+        // restore the host's step counter is not rolled back (only CRIU
+        // would do that), so the two are reported separately.
+        int match = -1, match_big = -1;
+        std::vector<uint32_t> ref = init;
+        std::vector<unsigned char> ref_big(kBigBytes);
+        for (int k = 0; k <= step + 1; ++k) {
+          if (k > 0) {
+            for (int i = 0; i < kN; ++i) ref[i] = StepValue(ref[i], i);
+          }
+          if (match < 0 && std::memcmp(ref.data(), host_state.data(), kN * sizeof(uint32_t)) == 0) match = k;
+          FillBig(ref_big, k);
+          if (match_big < 0 && std::memcmp(ref_big.data(), got_big.data(), kBigBytes) == 0) match_big = k;
+        }
+        std::printf("state checksum 0x%016llx steps %u verify-step %d verify-big %d\n",
+                    static_cast<unsigned long long>(sum), steps, match, match_big);
+      }
+    } else if (cmd == "freescratch") {
+      CHECK(cudaFree(scratch));
+    } else if (cmd == "checkscratch") {
+      std::vector<unsigned char> got(kScratchBytes);
+      cudaError_t e = cudaMemcpy(got.data(), scratch, kScratchBytes, cudaMemcpyDeviceToHost);
+      std::printf("scratch %s\n", e == cudaSuccess && got == pattern ? "OK" : "BAD");
+    } else if (cmd == "alloc") {
+      void* p = nullptr;
+      CHECK(cudaMalloc(&p, 1u << 20));
+      extra.push_back(p);
+    } else if (cmd != "step") {
+      std::printf("checkpoint_app: unknown command '%s'\n", cmd.c_str());
+    }
+    std::printf("ack %d\n", n);
+    std::fflush(stdout);
+  }
+  std::printf("checkpoint_app: OK\n");
+  return 0;
+}

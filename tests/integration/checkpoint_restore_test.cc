@@ -1,0 +1,331 @@
+// Stop-the-world GPU-only checkpoint and in-place restore, end to end:
+// phosd (sim backend) + `phos run` + libphos.so + checkpoint_app.cu, driven
+// through `phos checkpoint` / `phos restore` / `phos inspect`.
+// docs/protocols.md "Stop-the-world", docs/control-plane.md.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// A child process with stdout+stderr on a pipe (as in integration_apps_test.cc).
+struct Child {
+  pid_t pid = -1;
+  int out = -1;
+  std::string output;
+
+  static Child Start(const std::vector<std::string>& argv) {
+    Child c;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return c;
+    c.pid = fork();
+    if (c.pid == 0) {
+      dup2(fds[1], 1);
+      dup2(fds[1], 2);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    c.out = fds[0];
+    return c;
+  }
+
+  bool ReadUntil(const std::string& needle, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (needle.empty() || output.find(needle) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0 || out < 0) return false;
+      pollfd p{out, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(out, buf, sizeof buf);
+      if (n <= 0) {
+        close(out);
+        out = -1;
+        return needle.empty() ? true : output.find(needle) != std::string::npos;
+      }
+      output.append(buf, n);
+    }
+    return true;
+  }
+
+  int Wait(std::chrono::milliseconds limit) {
+    ReadUntil("", limit);
+    const auto deadline = Clock::now() + limit;
+    int status = 0;
+    for (;;) {
+      pid_t r = waitpid(pid, &status, WNOHANG);
+      if (r == pid) break;
+      if (Clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        if (out >= 0) close(out);
+        out = -1;
+        pid = -1;
+        return -1000;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    if (out >= 0) {
+      ReadUntil("", 1000ms);
+      if (out >= 0) close(out);
+      out = -1;
+    }
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+};
+
+struct Result {
+  int rc;
+  std::string output;
+};
+
+class CheckpointRestoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/phos_cr_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    socket_ = dir_ + "/phosd.sock";
+    ctl_ = dir_ + "/ctl";
+    std::filesystem::create_directories(ctl_);
+    daemon_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", socket_});
+    ASSERT_TRUE(WaitReady(20s)) << daemon_.output;
+  }
+  void TearDown() override {
+    if (app_.pid > 0) {
+      kill(app_.pid, SIGKILL);
+      app_.Wait(5000ms);
+    }
+    if (daemon_.pid > 0) {
+      kill(daemon_.pid, SIGTERM);
+      EXPECT_NE(daemon_.Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  bool WaitReady(std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    const std::string data = socket_ + ".data";
+    while (Clock::now() < deadline) {
+      int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::strncpy(addr.sun_path, data.c_str(), sizeof(addr.sun_path) - 1);
+      const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+      close(fd);
+      if (ok) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+
+  // Starts checkpoint_app under phos run; returns its pid (the session's).
+  int StartApp() {
+    app_ = Child::Start({PHOS_BIN, "--socket", socket_, "run", "--lib", PHOS_LIB_PATH, "--", PHOS_CHECKPOINT_APP,
+                         ctl_});
+    if (!app_.ReadUntil("checkpoint_app: ready pid ", 60s) || !app_.ReadUntil("\n", 5s)) return -1;
+    std::smatch m;
+    std::regex re("ready pid (\\d+)");
+    if (!std::regex_search(app_.output, m, re)) return -1;
+    return std::stoi(m[1]);
+  }
+
+  // Sends one command to the app; returns what it printed for it.
+  std::string Cmd(const std::string& cmd) {
+    const int n = next_cmd_++;
+    const std::string tmp = ctl_ + "/tmp";
+    {
+      std::ofstream f(tmp);
+      f << cmd << "\n";
+    }
+    std::filesystem::rename(tmp, ctl_ + "/cmd-" + std::to_string(n));
+    const size_t from = app_.output.size();
+    const std::string ack = "ack " + std::to_string(n) + "\n";
+    EXPECT_TRUE(app_.ReadUntil(ack, 120s)) << "no ack for '" << cmd << "':\n" << app_.output;
+    return app_.output.substr(from);
+  }
+
+  Result Phos(std::vector<std::string> args) {
+    std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Child c = Child::Start(argv);
+    const int rc = c.Wait(120s);
+    return {rc, c.output};
+  }
+
+  static std::string Field(const std::string& text, const std::string& key) {
+    std::smatch m;
+    std::regex re(key + " (\\S+)");
+    return std::regex_search(text, m, re) ? std::string(m[1]) : "";
+  }
+
+  std::string dir_, socket_, ctl_;
+  Child daemon_, app_;
+  int next_cmd_ = 0;
+};
+
+TEST_F(CheckpointRestoreTest, CheckpointStepRestoreRollsTheDeviceStateBack) {
+  const int pid = StartApp();
+  ASSERT_GT(pid, 0) << app_.output;
+  std::string at3;
+  for (int i = 1; i <= 3; ++i) at3 = Cmd("step");
+  ASSERT_NE(at3.find("step 3 checksum"), std::string::npos) << at3;
+  const std::string sum3 = Field(at3, "checksum");
+  ASSERT_FALSE(sum3.empty());
+
+  const std::string img = dir_ + "/img1";
+  Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--out", img});
+  ASSERT_EQ(ck.rc, 0) << ck.output << daemon_.output;
+  EXPECT_NE(ck.output.find("checkpoint OK: " + img), std::string::npos) << ck.output;
+  EXPECT_NE(ck.output.find("stall "), std::string::npos) << ck.output;
+  EXPECT_NE(ck.output.find("checkpoint: copy"), std::string::npos) << ck.output;  // plain progress lines
+  EXPECT_TRUE(std::filesystem::exists(img + "/manifest"));
+  EXPECT_FALSE(std::filesystem::exists(img + ".tmp"));
+
+  // The app went on running; move it on, free a buffer, allocate another.
+  const std::string at4 = Cmd("step");
+  ASSERT_NE(at4.find("step 4 checksum"), std::string::npos) << at4;
+  EXPECT_NE(Field(at4, "checksum"), sum3);
+  const std::string sum4 = Field(at4, "checksum");
+  Cmd("step");
+  Cmd("freescratch");
+  Cmd("alloc");
+
+  Result rs = Phos({"restore", img, "--gpu-only", "--pid", std::to_string(pid)});
+  ASSERT_EQ(rs.rc, 0) << rs.output << daemon_.output;
+  EXPECT_NE(rs.output.find("restore OK: " + img), std::string::npos) << rs.output;
+  EXPECT_NE(rs.output.find("1 allocated"), std::string::npos) << rs.output;  // scratch, at its old address
+  EXPECT_NE(rs.output.find("1 freed"), std::string::npos) << rs.output;      // the buffer made after
+
+  // The device is back at step 3: kernel state, the multi-chunk buffer and
+  // the __device__ counter (a module global).
+  const std::string back = Cmd("print");
+  EXPECT_EQ(Field(back, "checksum"), sum3) << back;
+  EXPECT_EQ(Field(back, "verify-step"), "3") << back;
+  EXPECT_EQ(Field(back, "verify-big"), "3") << back;
+  EXPECT_EQ(Field(back, "steps"), "3") << back;
+  EXPECT_NE(Cmd("checkscratch").find("scratch OK"), std::string::npos);
+
+  // And continues correctly from there (the host's own step counter is not
+  // rolled back by a GPU-only restore: `big` gets step 6's pattern).
+  const std::string on = Cmd("step");
+  EXPECT_NE(on.find("steps 4"), std::string::npos) << on;
+  const std::string after = Cmd("print");
+  EXPECT_EQ(Field(after, "verify-step"), "4") << after;
+  EXPECT_EQ(Field(after, "verify-big"), "6") << after;
+  (void)sum4;
+
+  // `phos inspect` verifies the image.
+  Result in = Phos({"inspect", img});
+  EXPECT_EQ(in.rc, 0) << in.output;
+  EXPECT_NE(in.output.find("OK"), std::string::npos) << in.output;
+
+  // A corrupt image is refused before the session is touched.
+  {
+    std::fstream f(img + "/gpu.img", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(4096 + 100);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x5A);
+    f.seekp(4096 + 100);
+    f.write(&c, 1);
+  }
+  Result bad = Phos({"restore", img, "--gpu-only", "--pid", std::to_string(pid)});
+  EXPECT_EQ(bad.rc, 1) << bad.output;
+  EXPECT_NE(bad.output.find("checksum mismatch"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("untouched"), std::string::npos) << bad.output;
+  const std::string same = Cmd("print");
+  EXPECT_EQ(Field(same, "verify-step"), "4") << same;
+  EXPECT_EQ(Field(same, "steps"), "4") << same;
+  Result bad_inspect = Phos({"inspect", img});
+  EXPECT_EQ(bad_inspect.rc, 1) << bad_inspect.output;
+
+  EXPECT_NE(Cmd("quit").find("ack"), std::string::npos);
+  EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
+}
+
+TEST_F(CheckpointRestoreTest, DefaultDirectoryJsonAndRefusals) {
+  const int pid = StartApp();
+  ASSERT_GT(pid, 0) << app_.output;
+  Cmd("step");
+
+  // Default directory: <state dir = socket's dir>/checkpoints/<pid>-<time>;
+  // --json prints one event per line, progress and the result.
+  Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--json"});
+  ASSERT_EQ(ck.rc, 0) << ck.output << daemon_.output;
+  EXPECT_NE(ck.output.find("\"phase\":\"copy\""), std::string::npos) << ck.output;
+  EXPECT_NE(ck.output.find("\"stall_us\""), std::string::npos) << ck.output;
+  std::string image;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/checkpoints")) image = e.path().string();
+  ASSERT_FALSE(image.empty());
+  EXPECT_EQ(std::filesystem::path(image).filename().string().rfind(std::to_string(pid) + "-", 0), 0u) << image;
+  EXPECT_NE(ck.output.find(image), std::string::npos) << ck.output;
+  Result in = Phos({"inspect", image});
+  EXPECT_EQ(in.rc, 0) << in.output;
+
+  // The same --out twice: refused, the first image intact.
+  Result again = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--out", image});
+  EXPECT_EQ(again.rc, 1) << again.output;
+  EXPECT_EQ(Phos({"inspect", image}).rc, 0);
+
+  // No session for this pid.
+  Result none = Phos({"checkpoint", "--pid", std::to_string(getpid()), "--gpu-only"});
+  EXPECT_EQ(none.rc, 1) << none.output;
+  EXPECT_NE(none.output.find("no phos session for pid " + std::to_string(getpid())), std::string::npos)
+      << none.output;
+  Result none_restore = Phos({"restore", image, "--gpu-only", "--pid", std::to_string(getpid())});
+  EXPECT_EQ(none_restore.rc, 1) << none_restore.output;
+  EXPECT_NE(none_restore.output.find("no phos session"), std::string::npos) << none_restore.output;
+
+  // Not implemented yet: whole-process and the soft modes.
+  Result whole = Phos({"checkpoint", "--pid", std::to_string(pid)});
+  EXPECT_EQ(whole.rc, 2) << whole.output;
+  EXPECT_NE(whole.output.find("not implemented yet"), std::string::npos) << whole.output;
+  Result cow = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--mode", "cow"});
+  EXPECT_EQ(cow.rc, 2) << cow.output;
+  EXPECT_NE(cow.output.find("'cow' is not implemented yet"), std::string::npos) << cow.output;
+  Result whole_restore = Phos({"restore", image});
+  EXPECT_EQ(whole_restore.rc, 2) << whole_restore.output;
+
+  // A directory that is not an image.
+  Result notimg = Phos({"restore", dir_ + "/ctl", "--gpu-only", "--pid", std::to_string(pid)});
+  EXPECT_EQ(notimg.rc, 1) << notimg.output;
+
+  // The app is unaffected by all of this.
+  const std::string st = Cmd("print");
+  EXPECT_EQ(Field(st, "verify-step"), "1") << st;
+  Cmd("quit");
+  EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
+}
+
+TEST_F(CheckpointRestoreTest, NoDaemonIsAClearError) {
+  Child c = Child::Start({PHOS_BIN, "--socket", dir_ + "/nothing.sock", "checkpoint", "--pid", "1", "--gpu-only"});
+  EXPECT_EQ(c.Wait(60s), 1) << c.output;
+  EXPECT_NE(c.output.find(dir_ + "/nothing.sock"), std::string::npos) << c.output;  // says where it looked
+}
+
+}  // namespace

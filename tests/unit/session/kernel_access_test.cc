@@ -1,0 +1,308 @@
+// Access sets computed in phosd (daemon/session/kernel_access.h,
+// access_spec.h): kernel plans from the tests/apps fatbins (nvcc output),
+// launch-time lookups against a buffer map, the spec table of copies.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "session/access_spec.h"
+#include "session/kernel_access.h"
+
+namespace phos::session {
+namespace {
+
+std::vector<std::byte> ReadFixture(const std::string& name) {
+  const std::string path = std::string(PHOS_TEST_APPS_DIR) + "/" + name;
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << "missing fixture " << path << " (built by tests/apps)";
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(bytes.size());
+  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+std::vector<std::byte> AsImage(const std::string& text) {
+  std::vector<std::byte> out(text.size() + 1);
+  std::memcpy(out.data(), text.c_str(), text.size() + 1);
+  return out;
+}
+
+// The one plan whose mangled name contains `part` (kernel names are
+// mangled: "_Z10vector_addPKfS0_Pfi").
+std::shared_ptr<KernelAccessPlan> Plan(const ModuleKernels& mk, const std::string& part) {
+  std::shared_ptr<KernelAccessPlan> found;
+  for (const auto& [name, plan] : mk.kernels) {
+    if (name.find(part) != std::string::npos) {
+      EXPECT_EQ(found, nullptr) << "two kernels match " << part;
+      found = plan;
+    }
+  }
+  EXPECT_NE(found, nullptr) << "no kernel matches " << part;
+  return found;
+}
+
+ModuleKernels Load(const std::string& fixture) {
+  ModuleKernels mk;
+  Status s = BuildModuleKernels(ReadFixture(fixture), &mk);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return mk;
+}
+
+// A parameter block assembled word by word at given offsets.
+class Block {
+ public:
+  template <typename T>
+  Block& At(uint32_t offset, T v) {
+    if (bytes_.size() < offset + sizeof v) bytes_.resize(offset + sizeof v);
+    std::memcpy(bytes_.data() + offset, &v, sizeof v);
+    return *this;
+  }
+  std::span<const uint8_t> span() const { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// A fake session address space: 1000 buffers of 4 KiB with gaps, so most
+// addresses are not in a buffer.
+struct Space {
+  std::map<uint64_t, uint64_t> buffers, globals;
+  uint64_t Buf(int i) const { return 0x7f0000000000ull + static_cast<uint64_t>(i) * 0x2000; }
+  Space() {
+    for (int i = 0; i < 1000; ++i) buffers[Buf(i)] = 0x1000;
+  }
+};
+
+struct Expect {
+  uint64_t ptr;
+  bool write;
+};
+
+void ExpectRanges(const CallView& v, std::vector<Expect> want, const std::map<uint64_t, uint64_t>& sizes) {
+  ASSERT_EQ(v.ranges.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(v.ranges[i].ptr, want[i].ptr) << i;
+    EXPECT_EQ(v.ranges[i].bytes, sizes.at(want[i].ptr)) << "whole buffer " << i;
+    EXPECT_EQ(v.ranges[i].write, want[i].write) << i;
+  }
+}
+
+TEST(KernelAccessTest, ConstPointersAreReadOthersReadWrite) {
+  ModuleKernels mk = Load("vector_add.fatbin");
+  EXPECT_TRUE(mk.has_ptx);
+  auto plan = Plan(mk, "vector_add");
+  ASSERT_NE(plan, nullptr);
+  EXPECT_EQ(plan->kind, AccessKind::kSpeculated);
+  EXPECT_TRUE(plan->typed);
+  EXPECT_EQ(plan->probes.size(), 3u);  // a, b, c; n is a scalar
+  Space sp;
+  // vector_add(const float* a, const float* b, float* c, int n): 0, 8, 16, 24.
+  // Interior pointers name the whole buffer.
+  Block p;
+  p.At(0, sp.Buf(3) + 16).At(8, sp.Buf(7)).At(16, sp.Buf(9) + 0xffc).At(24, int32_t{1024});
+  CallView v;
+  ComputeLaunchAccess(*plan, p.span(), sp.buffers, sp.globals, &v);
+  EXPECT_EQ(v.kind, AccessKind::kSpeculated);
+  ExpectRanges(v, {{sp.Buf(3), false}, {sp.Buf(7), false}, {sp.Buf(9), true}}, sp.buffers);
+
+  // The same buffer through a const and a non-const pointer: once, written.
+  // A pointer into a gap between buffers, or one past the end, names nothing.
+  Block q;
+  q.At(0, sp.Buf(5)).At(8, sp.Buf(5) + 0x1000).At(16, sp.Buf(5) + 64).At(24, int32_t{1});
+  ComputeLaunchAccess(*plan, q.span(), sp.buffers, sp.globals, &v);
+  ExpectRanges(v, {{sp.Buf(5), true}}, sp.buffers);
+  EXPECT_EQ(plan->launches, 2u);
+}
+
+TEST(KernelAccessTest, ScalarsAreIgnoredEvenWhenTheyLookLikePointers) {
+  auto plan = Plan(Load("saxpy_loop.fatbin"), "saxpy");
+  ASSERT_NE(plan, nullptr);
+  // saxpy(float a, const float* x, float* y, int n): a@0, x@8, y@16, n@24.
+  Space sp;
+  Block p;
+  p.At(0, 1.5f).At(8, sp.Buf(1)).At(16, sp.Buf(2)).At(24, int32_t{64});
+  CallView v;
+  ComputeLaunchAccess(*plan, p.span(), sp.buffers, sp.globals, &v);
+  ExpectRanges(v, {{sp.Buf(1), false}, {sp.Buf(2), true}}, sp.buffers);
+}
+
+TEST(KernelAccessTest, StructOfPointersIsFoundByWordScan) {
+  auto plan = Plan(Load("struct_of_pointers.fatbin"), "combine");
+  ASSERT_NE(plan, nullptr);
+  EXPECT_EQ(plan->kind, AccessKind::kSpeculated);
+  // combine(Operands op, int bins); Operands = {const int* x, y; int* out,
+  // histogram; int n, scale} = 40 bytes at 0 -> 5 scanned words; bins @40.
+  ASSERT_EQ(plan->probes.size(), 5u);
+  for (const auto& pr : plan->probes) EXPECT_TRUE(pr.aggregate_word);
+  Space sp;
+  Block p;
+  p.At(0, sp.Buf(10)).At(8, sp.Buf(11)).At(16, sp.Buf(12)).At(24, sp.Buf(13));
+  p.At(32, int32_t{10000}).At(36, int32_t{7}).At(40, int32_t{16});
+  CallView v;
+  ComputeLaunchAccess(*plan, p.span(), sp.buffers, sp.globals, &v);
+  // Words of a struct have no types: every hit is read+write.
+  ExpectRanges(v, {{sp.Buf(10), true}, {sp.Buf(11), true}, {sp.Buf(12), true}, {sp.Buf(13), true}},
+               sp.buffers);
+  // The per-kernel word cache: the four pointer words hit, the n/scale word not.
+  EXPECT_EQ(plan->word_hits, (std::vector<uint64_t>{1, 1, 1, 1, 0}));
+}
+
+TEST(KernelAccessTest, PointerTableIsSpeculatedWithTheTableOnly) {
+  auto plan = Plan(Load("pointer_table.fatbin"), "scatter");
+  ASSERT_NE(plan, nullptr);
+  // scatter(int* const* dst_table, int tables, const int* src, int n): the
+  // destinations live in device memory (the table): speculation cannot see
+  // them, validation is what catches such writes.
+  Space sp;
+  const uint64_t table = sp.Buf(20), src = sp.Buf(21), dst0 = sp.Buf(22), dst1 = sp.Buf(23);
+  Block p;
+  p.At(0, table).At(8, int32_t{2}).At(16, src).At(24, int32_t{100});
+  CallView v;
+  ComputeLaunchAccess(*plan, p.span(), sp.buffers, sp.globals, &v);
+  EXPECT_EQ(v.kind, AccessKind::kSpeculated);
+  ASSERT_EQ(v.ranges.size(), 2u);
+  EXPECT_EQ(v.ranges[0].ptr, table);
+  EXPECT_EQ(v.ranges[1].ptr, src);
+  EXPECT_FALSE(v.ranges[1].write);  // const int*
+  for (const auto& r : v.ranges) EXPECT_TRUE(r.ptr != dst0 && r.ptr != dst1);
+}
+
+TEST(KernelAccessTest, SassOnlyModulesAreUnvalidatable) {
+  ModuleKernels mk = Load("vector_add.sass.fatbin");
+  EXPECT_FALSE(mk.has_ptx);
+  auto plan = Plan(mk, "vector_add");
+  ASSERT_NE(plan, nullptr);
+  EXPECT_EQ(plan->kind, AccessKind::kUnvalidatable);
+  Space sp;
+  Block p;
+  p.At(0, sp.Buf(1)).At(8, sp.Buf(2)).At(16, sp.Buf(3)).At(24, int32_t{1});
+  CallView v;
+  ComputeLaunchAccess(*plan, p.span(), sp.buffers, sp.globals, &v);
+  EXPECT_EQ(v.kind, AccessKind::kUnvalidatable);
+  ExpectRanges(v, {{sp.Buf(1), false}, {sp.Buf(2), false}, {sp.Buf(3), true}}, sp.buffers);
+}
+
+constexpr char kExternCPtx[] = R"PTX(
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .global .align 8 .u64 table_global[4];
+
+.visible .entry ext_kernel(
+    .param .u64 ext_p,
+    .param .u32 ext_n,
+    .param .align 8 .b8 ext_s[16],
+    .param .u64 ext_q)
+{
+    ret;
+}
+)PTX";
+
+TEST(KernelAccessTest, ExternCKernelsTreatEveryEightByteParamAsACandidate) {
+  ModuleKernels mk;
+  ASSERT_TRUE(BuildModuleKernels(AsImage(kExternCPtx), &mk).ok());
+  auto plan = Plan(mk, "ext_kernel");
+  ASSERT_NE(plan, nullptr);
+  EXPECT_EQ(plan->kind, AccessKind::kSpeculated);
+  EXPECT_FALSE(plan->typed);
+  // p@0 (candidate), n@8 (ignored), s@16 (16 bytes: 2 scanned words), q@32.
+  ASSERT_EQ(plan->probes.size(), 4u);
+  EXPECT_EQ(plan->probes[0].offset, 0u);
+  EXPECT_EQ(plan->probes[1].offset, 16u);
+  EXPECT_EQ(plan->probes[2].offset, 24u);
+  EXPECT_EQ(plan->probes[3].offset, 32u);
+  Space sp;
+  const uint64_t global = 0x600000000000ull;
+  sp.globals[global] = 32;
+  Block p;
+  p.At(0, sp.Buf(1)).At(8, static_cast<uint32_t>(sp.Buf(2))).At(16, uint64_t{42}).At(24, sp.Buf(3) + 8);
+  p.At(32, global + 8);
+  CallView v;
+  ComputeLaunchAccess(*plan, p.span(), sp.buffers, sp.globals, &v);
+  ExpectRanges(v, {{sp.Buf(1), true}, {sp.Buf(3), true}, {global, true}},
+               [&] {
+                 auto all = sp.buffers;
+                 all.insert(sp.globals.begin(), sp.globals.end());
+                 return all;
+               }());
+}
+
+TEST(KernelAccessTest, ShortParameterBlocksAndUnknownKernels) {
+  auto plan = Plan(Load("vector_add.fatbin"), "vector_add");
+  ASSERT_NE(plan, nullptr);
+  Space sp;
+  Block p;
+  p.At(0, sp.Buf(1));  // only 8 bytes: the other probes are past the end
+  CallView v;
+  ComputeLaunchAccess(*plan, p.span(), sp.buffers, sp.globals, &v);
+  ExpectRanges(v, {{sp.Buf(1), false}}, sp.buffers);
+  auto unknown = UnknownKernelPlan("not_in_module");
+  ComputeLaunchAccess(*unknown, p.span(), sp.buffers, sp.globals, &v);
+  EXPECT_EQ(v.kind, AccessKind::kUnknown);
+  EXPECT_FALSE(v.access_known());
+  EXPECT_TRUE(v.ranges.empty());
+}
+
+TEST(KernelAccessTest, UnreadableImagesYieldNoPlans) {
+  ModuleKernels mk;
+  EXPECT_FALSE(BuildModuleKernels(AsImage("garbage that is no image"), &mk).ok());
+  EXPECT_TRUE(mk.kernels.empty());
+}
+
+TEST(AccessSpecTest, CopiesAndMemsetsAreExactWithTableRoles) {
+  namespace op = wire::op;
+  for (wire::ApiId api : {op::kMemcpy, op::kMemcpyAsync, op::kMemcpy2D, op::kMemcpy2DAsync}) {
+    const CallSpec* spec = FindCallSpec(api);
+    ASSERT_NE(spec, nullptr);
+    CallView v;
+    v.api = api;
+    AddOperand(&v, kSrcOperand, 0x1000, 64);
+    AddOperand(&v, kDstOperand, 0x2000, 64);
+    EXPECT_EQ(v.kind, AccessKind::kExact) << spec->call;
+    ASSERT_EQ(v.ranges.size(), 2u);
+    EXPECT_FALSE(v.ranges[0].write) << spec->call;
+    EXPECT_TRUE(v.ranges[1].write) << spec->call;
+  }
+  for (wire::ApiId api : {op::kMemset, op::kMemsetAsync, op::kMemset2D, op::kMemset2DAsync, op::kFree}) {
+    CallView v;
+    v.api = api;
+    AddOperand(&v, kDstOperand, 0x2000, 8);
+    ASSERT_EQ(v.ranges.size(), 1u);
+    EXPECT_TRUE(v.ranges[0].write);
+    EXPECT_EQ(v.kind, AccessKind::kExact);
+  }
+  // A call the table does not describe never gets a (too small) exact set.
+  CallView v;
+  v.api = op::kLaunchKernel;
+  AddOperand(&v, kDstOperand, 0x2000, 8);
+  EXPECT_EQ(v.kind, AccessKind::kUnknown);
+}
+
+TEST(AccessStatsTest, CountsByKind) {
+  AccessStats stats;
+  CallView exact;
+  exact.Add(1, 1, true);
+  CallView no_memory;  // a stream call: exact, touches nothing, not counted
+  CallView spec;
+  spec.kind = AccessKind::kSpeculated;
+  CallView unval;
+  unval.kind = AccessKind::kUnvalidatable;
+  for (int i = 0; i < 3; ++i) stats.Count(exact);
+  stats.Count(no_memory);
+  stats.Count(spec);
+  stats.Count(spec);
+  stats.Count(unval);
+  EXPECT_EQ(stats.exact.load(), 3u);
+  EXPECT_EQ(stats.speculated.load(), 2u);
+  EXPECT_EQ(stats.unvalidatable.load(), 1u);
+  EXPECT_EQ(stats.unknown.load(), 0u);
+}
+
+}  // namespace
+}  // namespace phos::session
