@@ -1,6 +1,10 @@
 // phos status: what the daemon runs on.
+#include <cstdint>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -37,6 +41,14 @@ int RunStatus(const GlobalOptions& global, bool json) {
                     HumanBytes(g.free_memory_bytes())});
   }
   std::cout << "\n" << FormatTable({"GPU", "NAME", "CC", "SMS", "MEMORY", "FREE"}, rows);
+  if (!reply.counters().empty()) {
+    // Counters (context pool, fallbacks, ...) sorted by name: the proto map
+    // has no order.
+    std::map<std::string, uint64_t> sorted(reply.counters().begin(), reply.counters().end());
+    std::vector<std::vector<std::string>> counter_rows;
+    for (const auto& [name, value] : sorted) counter_rows.push_back({name, std::to_string(value)});
+    std::cout << "\n" << FormatTable({"COUNTER", "VALUE"}, counter_rows);
+  }
   return 0;
 }
 
