@@ -65,6 +65,7 @@ void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_
   cmd->add_option("--out", a->out,
                   "Image directory (must not exist); default <state dir>/checkpoints/<pid>-<time>");
   cmd->add_option("--keep", a->keep, "Lifecycle class recorded in the image: manual, latest or best")
+      ->check(CLI::IsMember({"manual", "latest", "best"}))
       ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunCheckpoint(*global, *a); });

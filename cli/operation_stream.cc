@@ -54,6 +54,10 @@ int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const
   std::string last_phase;
   Clock::time_point last_line{};
   bool bar_drawn = false;
+  // Plain mode: the last event not printed, so a phase's final byte count
+  // is shown when the next phase starts.
+  v1::Progress unprinted;
+  bool have_unprinted = false;
   v1::OperationEvent ev;
   v1::OperationEvent terminal;
   bool have_terminal = false;
@@ -65,8 +69,15 @@ int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const
         DrawBar(ev.progress());
         bar_drawn = true;
       } else if (ev.progress().phase() != last_phase || Clock::now() - last_line > std::chrono::seconds(1)) {
+        if (have_unprinted && ev.progress().phase() != last_phase && unprinted.bytes_total() > 0) {
+          std::cerr << what << ": " << Line(unprinted) << "\n";
+        }
         std::cerr << what << ": " << Line(ev.progress()) << "\n";
         last_line = Clock::now();
+        have_unprinted = false;
+      } else {
+        unprinted = ev.progress();
+        have_unprinted = true;
       }
       last_phase = ev.progress().phase();
     } else {

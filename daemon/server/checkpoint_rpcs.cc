@@ -135,11 +135,11 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   const auto t0 = Clock::now();
   if (!req->gpu_only()) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "whole-process checkpoint (CPU state through CRIU) is not implemented yet; "
-                        "--gpu-only checkpoints the GPU state of the session only");
+                        "Checkpoint: whole-process checkpoint (CPU state through CRIU) is not implemented yet; "
+                        "gpu_only (--gpu-only) checkpoints the GPU state of the session only");
   }
   if (req->mode() == v1::MODE_COW || req->mode() == v1::MODE_RECOPY) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, std::string("checkpoint mode '") + ModeName(req->mode()) +
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, std::string("Checkpoint: mode '") + ModeName(req->mode()) +
                                                              "' is not implemented yet (only 'stop' is)");
   }
   if (!req->out_dir().empty() && req->out_dir()[0] != '/') {
@@ -216,8 +216,8 @@ grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest
   const auto t0 = Clock::now();
   if (!req->gpu_only()) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "restoring a whole process (CRIU) is not implemented yet; --gpu-only --pid P rolls a "
-                        "running session's GPU state back to the image");
+                        "Restore: restoring a whole process (CRIU) is not implemented yet; gpu_only with a pid "
+                        "(--gpu-only --pid P) rolls a running session's GPU state back to the image");
   }
   if (req->image_dir().empty() || req->image_dir()[0] != '/') {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -16,6 +16,7 @@
 //   freescratch  cudaFree(scratch)
 //   checkscratch prints "scratch OK" / "scratch BAD" (reads the old pointer)
 //   alloc        allocates one more 1 MiB buffer (kept)
+//   fault        a kernel writes to an invalid address (sticky error)
 //   quit
 // Every command ends with "ack N".
 #include <cuda_runtime.h>
@@ -28,15 +29,8 @@
 #include <string>
 #include <vector>
 
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("checkpoint_app: %s failed: %s\n", #x, cudaGetErrorString(e_)); \
-      std::fflush(stdout);                                                         \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
+#define PHOS_PROGRAM_NAME "checkpoint_app"
+#include "program_checks.h"
 
 constexpr int kN = 256 * 1024;
 constexpr size_t kBigBytes = 6u << 20;
@@ -49,6 +43,8 @@ __global__ void Step(uint32_t* s, int n) {
   if (i < n) s[i] = s[i] * 1664525u + 1013904223u + static_cast<uint32_t>(i);
   if (i == 0) g_steps += 1;
 }
+
+__global__ void Fault(uint32_t* bad) { *bad = 1; }
 
 static uint32_t StepValue(uint32_t v, int i) { return v * 1664525u + 1013904223u + static_cast<uint32_t>(i); }
 
@@ -158,6 +154,10 @@ int main(int argc, char** argv) {
       std::vector<unsigned char> got(kScratchBytes);
       cudaError_t e = cudaMemcpy(got.data(), scratch, kScratchBytes, cudaMemcpyDeviceToHost);
       std::printf("scratch %s\n", e == cudaSuccess && got == pattern ? "OK" : "BAD");
+    } else if (cmd == "fault") {
+      Fault<<<1, 1>>>(reinterpret_cast<uint32_t*>(16));
+      cudaError_t e = cudaDeviceSynchronize();
+      std::printf("fault: %s\n", cudaGetErrorString(e));
     } else if (cmd == "alloc") {
       void* p = nullptr;
       CHECK(cudaMalloc(&p, 1u << 20));

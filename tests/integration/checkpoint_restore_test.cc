@@ -322,6 +322,23 @@ TEST_F(CheckpointRestoreTest, DefaultDirectoryJsonAndRefusals) {
   EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
 }
 
+// A context with a sticky kernel fault is refused: its device state is
+// meaningless. No image (and no .tmp) is left behind.
+TEST_F(CheckpointRestoreTest, StickyFaultRefusesTheCheckpoint) {
+  const int pid = StartApp();
+  ASSERT_GT(pid, 0) << app_.output;
+  Cmd("step");
+  const std::string f = Cmd("fault");
+  ASSERT_NE(f.find("fault: "), std::string::npos) << f;
+  ASSERT_EQ(f.find("fault: no error"), std::string::npos) << f;
+  const std::string img = dir_ + "/faulted";
+  Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--out", img});
+  EXPECT_EQ(ck.rc, 1) << ck.output;
+  EXPECT_NE(ck.output.find("sticky error"), std::string::npos) << ck.output;
+  EXPECT_FALSE(std::filesystem::exists(img));
+  EXPECT_FALSE(std::filesystem::exists(img + ".tmp"));
+}
+
 TEST_F(CheckpointRestoreTest, NoDaemonIsAClearError) {
   Child c = Child::Start({PHOS_BIN, "--socket", dir_ + "/nothing.sock", "checkpoint", "--pid", "1", "--gpu-only"});
   EXPECT_EQ(c.Wait(60s), 1) << c.output;
