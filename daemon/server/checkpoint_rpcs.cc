@@ -105,6 +105,7 @@ grpc::Status Fail(grpc::ServerWriter<v1::OperationEvent>* writer, const std::str
 }  // namespace
 
 std::string PhosService::DefaultCheckpointRoot() const {
+  if (!checkpoint_root_.empty()) return checkpoint_root_;
   const char* env = std::getenv("PHOS_STATE_DIR");
   std::string state;
   if (env != nullptr && *env != '\0') {

@@ -5,11 +5,15 @@
 
 #include <chrono>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "backend/backend_factory.h"
 #include "common/version.h"
+#include "image/recovery.h"
+#include "session/kernel_access.h"
 
 namespace phos::server {
 
@@ -41,6 +45,15 @@ Status Daemon::Start(const DaemonOptions& options) {
 
   service_ = std::make_unique<PhosService>(backend_.get(), why, &sessions_, options.socket_path);
   service_->set_context_pool(context_pool_.get());
+  service_->set_checkpoint_root(options.checkpoint_root);
+  // A daemon killed mid-checkpoint leaves `NAME.tmp`: never an image (no
+  // manifest), removed here and said so (image/recovery.h).
+  const std::string checkpoint_root = service_->DefaultCheckpointRoot();
+  // (RecoverDirectory logs each removal.)
+  if (Status r = image::RecoverDirectory(checkpoint_root); !r.ok()) {
+    spdlog::warn("cannot clean up incomplete checkpoints in {}: {}", checkpoint_root, r.ToString());
+  }
+  session::SetSignatureCacheDir(options.signature_cache_dir);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());

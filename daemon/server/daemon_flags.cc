@@ -27,6 +27,13 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "engine lands; recorded now)")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("2G");
+  app->add_option("--checkpoint-root", options->checkpoint_root,
+                  "Directory for checkpoints that name no --out (default $PHOS_STATE_DIR/checkpoints, "
+                  "else next to the socket); incomplete images (*.tmp) in it are removed at startup");
+  app->add_option("--signature-cache-dir", options->signature_cache_dir,
+                  "On-disk cache of kernel signatures parsed with libclang (saves 5-10 ms per new "
+                  "module image); empty = no cache")
+      ->capture_default_str();
   app->add_option("--sim-link-gbps", options->backend.sim.link_gbps,
                   "sim: modelled host<->device link bandwidth per copy engine in GB/s "
                   "(0 = unthrottled)")

@@ -14,6 +14,10 @@ inline constexpr const char* kDefaultSocketPath = "/run/phos/phosd.sock";
 /// $PHOS_SOCKET if set and non-empty, else kDefaultSocketPath.
 std::string DefaultSocketPath();
 
+/// $XDG_CACHE_HOME/phos/signatures, else $HOME/.cache/phos/signatures,
+/// else "" (no cache).
+std::string DefaultSignatureCacheDir();
+
 struct DaemonOptions {
   std::string socket_path = DefaultSocketPath();
   std::string log_level = "info";
@@ -23,6 +27,14 @@ struct DaemonOptions {
   int pool_size = 2;
   /// Bounded on-device reserve for soft copy-on-write shadows.
   std::uint64_t cow_reserve_bytes = 2ull << 30;
+  /// Where checkpoints go when a request names no directory; "" = derived
+  /// ($PHOS_STATE_DIR/checkpoints, else <socket dir>/checkpoints). Leftover
+  /// `*.tmp` images in it are removed at startup (image/recovery.h).
+  std::string checkpoint_root;
+  /// On-disk cache of kernel signatures (libclang parses, keyed by the
+  /// module's hash); "" disables it. Default: $XDG_CACHE_HOME/phos/signatures,
+  /// else ~/.cache/phos/signatures (see DefaultSignatureCacheDir).
+  std::string signature_cache_dir = DefaultSignatureCacheDir();
 };
 
 }  // namespace phos::server

@@ -54,9 +54,12 @@ class PhosService final : public v1::Phos::Service {
   void SetSessionServer(session::SessionServer* server) {
     session_server_.store(server, std::memory_order_release);
   }
-  /// Where default checkpoint images go: `<state dir>/checkpoints/`. The
-  /// state dir is $PHOS_STATE_DIR, else the control socket's directory.
+  /// Where default checkpoint images go: --checkpoint-root when given, else
+  /// `<state dir>/checkpoints/` with state dir = $PHOS_STATE_DIR, else the
+  /// control socket's directory.
   std::string DefaultCheckpointRoot() const;
+  /// --checkpoint-root ("" = derived). Set before serving.
+  void set_checkpoint_root(std::string root) { checkpoint_root_ = std::move(root); }
 
  private:
   /// The live session of `pid`, or a NOT_FOUND / UNAVAILABLE status.
@@ -70,6 +73,7 @@ class PhosService final : public v1::Phos::Service {
   const std::string socket_path_;
   const std::chrono::steady_clock::time_point started_;
   const backend::ContextPool* context_pool_ = nullptr;  // set before serving; the pool locks itself
+  std::string checkpoint_root_;                         // set before serving, read-only after
   std::atomic<session::SessionServer*> session_server_{nullptr};  // see SetSessionServer
 };
 

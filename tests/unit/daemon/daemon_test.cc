@@ -142,6 +142,21 @@ TEST_F(DaemonTest, SocketIsMode0660AndRemovedOnShutdown) {
   EXPECT_FALSE(std::filesystem::exists(options_.socket_path));
 }
 
+// A daemon killed mid-checkpoint leaves NAME.tmp; the next one removes it
+// at startup and leaves everything else alone.
+TEST_F(DaemonTest, IncompleteCheckpointsAreRemovedAtStartup) {
+  const std::string root = dir_ + "/checkpoints";
+  std::filesystem::create_directories(root + "/crashed.tmp");
+  std::filesystem::create_directories(root + "/latest/older.tmp");
+  std::filesystem::create_directories(root + "/not-an-image");
+  options_.checkpoint_root = root;
+  Daemon daemon;
+  ASSERT_TRUE(daemon.Start(options_).ok());
+  EXPECT_FALSE(std::filesystem::exists(root + "/crashed.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/latest/older.tmp"));
+  EXPECT_TRUE(std::filesystem::exists(root + "/not-an-image"));
+}
+
 TEST_F(DaemonTest, SecondDaemonOnTheSameSocketIsRefused) {
   Daemon first;
   ASSERT_TRUE(first.Start(options_).ok());
