@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "harness.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -21,83 +23,10 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using phos::testing::Child;
+using phos::testing::Clock;
 
 bool Exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
-
-// A child process with stdout+stderr on a pipe.
-struct Child {
-  pid_t pid = -1;
-  int out = -1;
-  std::string output;
-
-  static Child Start(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
-    Child c;
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return c;
-    c.pid = fork();
-    if (c.pid == 0) {
-      dup2(fds[1], 1);
-      dup2(fds[1], 2);
-      for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    c.out = fds[0];
-    return c;
-  }
-
-  // Reads output until `needle` appears or the process closes its output
-  // or the deadline passes. True if the needle was seen.
-  bool ReadUntil(const std::string& needle, std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (needle.empty() || output.find(needle) == std::string::npos) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0 || out < 0) return false;
-      pollfd p{out, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
-      char buf[4096];
-      ssize_t n = read(out, buf, sizeof buf);
-      if (n <= 0) {
-        close(out);
-        out = -1;
-        return needle.empty() ? true : output.find(needle) != std::string::npos;
-      }
-      output.append(buf, n);
-    }
-    return true;
-  }
-
-  // Waits for exit (killing the child after `limit`). Returns the exit
-  // status, or -signal, or -1000 on timeout.
-  int Wait(std::chrono::milliseconds limit) {
-    ReadUntil("", limit);
-    const auto deadline = Clock::now() + limit;
-    int status = 0;
-    for (;;) {
-      pid_t r = waitpid(pid, &status, WNOHANG);
-      if (r == pid) break;
-      if (Clock::now() > deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        if (out >= 0) close(out);
-        return -1000;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (out >= 0) {
-      ReadUntil("", std::chrono::milliseconds(1000));
-      if (out >= 0) close(out);
-      out = -1;
-    }
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-};
 
 size_t Count(const std::string& hay, const std::string& needle) {
   size_t n = 0;
@@ -113,23 +42,7 @@ class Daemon {
   ~Daemon() { Stop(); }
   const std::string& socket() const { return socket_; }
   // Waits until the data socket accepts a connection.
-  bool WaitReady(std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    const std::string data = socket_ + ".data";
-    while (Clock::now() < deadline) {
-      if (Exists(data)) {
-        int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        sockaddr_un addr{};
-        addr.sun_family = AF_UNIX;
-        std::strncpy(addr.sun_path, data.c_str(), sizeof(addr.sun_path) - 1);
-        const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-        close(fd);
-        if (ok) return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
+  bool WaitReady(std::chrono::milliseconds limit) { return phos::testing::WaitForDataSocket(socket_, limit); }
   void Kill() {
     if (child_.pid > 0) {
       kill(child_.pid, SIGKILL);
