@@ -166,6 +166,18 @@ Status EnqueueH2D(SessionState& st, uint64_t dst, std::span<const std::byte> src
   return EnqueueH2DPieces(st, src, {H2DPiece{dst, 0, src.size()}}, stream);
 }
 
+/// What the executor shows the admission hook about a call on the frame's
+/// stream (`stream` is its backend handle); the handler adds the operands.
+CallView ViewOnStream(const SessionState& st, const ring::Record& rec, backend::StreamHandle stream, bool sync) {
+  CallView v;
+  v.api = static_cast<ApiId>(rec.header.api_id);
+  v.session_id = st.session_id;
+  v.stream_id = rec.header.stream_id;
+  v.stream = stream;
+  v.synchronous = sync || rec.wants_reply();
+  return v;
+}
+
 // ---------------------------------------------------------------- device
 
 void HandleDevice(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
@@ -327,12 +339,7 @@ void HandleMemcpy(SessionState& st, const ring::Record& rec, std::span<const std
   if (Status s = Decode(p, &req, &tail); !s.ok()) return out->Fail(s);
   backend::StreamHandle stream = 0;
   if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
-  CallView v;
-  v.api = api;
-  v.session_id = st.session_id;
-  v.stream_id = rec.header.stream_id;
-  v.stream = stream;
-  v.synchronous = sync || rec.wants_reply();
+  CallView v = ViewOnStream(st, rec, stream, sync);
   const auto dir = static_cast<wire::CopyDir>(req.dir);
 
   if (dir == wire::CopyDir::kHostToDevice) {
@@ -457,12 +464,7 @@ void HandleMemset(SessionState& st, const ring::Record& rec, std::span<const std
   if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
   const uint64_t bytes = req.count * req.element_size;
   if (Status s = CheckDeviceRange(st, req.dst, bytes); !s.ok()) return out->Fail(s);
-  CallView v;
-  v.api = api;
-  v.session_id = st.session_id;
-  v.stream_id = rec.header.stream_id;
-  v.stream = stream;
-  v.synchronous = sync || rec.wants_reply();
+  CallView v = ViewOnStream(st, rec, stream, sync);
   AddOperand(&v, kDstOperand, req.dst, bytes);
   Status s = st.executor->Run(v, [&] {
     if (req.count) {
@@ -493,12 +495,7 @@ void HandleMemcpy2D(SessionState& st, const ring::Record& rec, std::span<const s
   if (Status s = Decode(p, &req, &tail); !s.ok()) return out->Fail(s);
   backend::StreamHandle stream = 0;
   if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
-  CallView v;
-  v.api = api;
-  v.session_id = st.session_id;
-  v.stream_id = rec.header.stream_id;
-  v.stream = stream;
-  v.synchronous = sync || rec.wants_reply();
+  CallView v = ViewOnStream(st, rec, stream, sync);
   const auto dir = static_cast<wire::CopyDir>(req.dir);
   if (req.width == 0 || req.height == 0) {  // nothing to copy; a synchronous copy still syncs
     if (sync) out->Fail(st.executor->Run(v, [&] { return SyncResult(st, st.ctx->SynchronizeStream(stream)); }));
@@ -642,12 +639,7 @@ void HandleMemset2D(SessionState& st, const ring::Record& rec, std::span<const s
   if (Status s = Decode(p, &req); !s.ok()) return out->Fail(s);
   backend::StreamHandle stream = 0;
   if (Status s = FindStream(st, rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
-  CallView v;
-  v.api = api;
-  v.session_id = st.session_id;
-  v.stream_id = rec.header.stream_id;
-  v.stream = stream;
-  v.synchronous = sync || rec.wants_reply();
+  CallView v = ViewOnStream(st, rec, stream, sync);
   uint64_t span = 0;
   const bool empty = req.width == 0 || req.height == 0;
   if (!empty) {
