@@ -299,8 +299,11 @@ TEST_P(BackendConformanceTest, MemsetWritesD8D16D32Patterns) {
   const std::size_t kBytes = 64 * 1024;
   DevicePtr a = 0;
   CT_ASSERT_OK(ctx_->Allocate(kBytes, 0, &a));
-  std::vector<std::uint8_t> model = RandomBytes(kBytes, 30);
-  CT_ASSERT_OK(ctx_->MemcpyAsync(a, H(model.data()), kBytes, CopyKind::kHostToDevice,
+  // The upload's source must stay untouched until the copy ran (it is
+  // async): `model` is a separate copy that the memsets are applied to.
+  const std::vector<std::uint8_t> initial = RandomBytes(kBytes, 30);
+  std::vector<std::uint8_t> model = initial;
+  CT_ASSERT_OK(ctx_->MemcpyAsync(a, H(initial.data()), kBytes, CopyKind::kHostToDevice,
                                  kDefaultStream));
   auto apply = [&](std::size_t off, std::uint32_t value, std::size_t size, std::size_t count) {
     for (std::size_t i = 0; i < count; ++i) {
