@@ -63,6 +63,23 @@ void BufferPool::WaitForRelease(std::chrono::milliseconds timeout) {
   released_.wait_for(lock, timeout);
 }
 
+std::uint64_t BufferPool::AddReclaimer(std::function<void()> reclaim) {
+  std::lock_guard<std::mutex> lock(reclaim_mu_);
+  const std::uint64_t token = next_reclaimer_++;
+  reclaimers_.emplace(token, std::move(reclaim));
+  return token;
+}
+
+void BufferPool::RemoveReclaimer(std::uint64_t token) {
+  std::lock_guard<std::mutex> lock(reclaim_mu_);
+  reclaimers_.erase(token);
+}
+
+void BufferPool::ReclaimAll() {
+  std::lock_guard<std::mutex> lock(reclaim_mu_);
+  for (auto& [token, reclaim] : reclaimers_) reclaim();
+}
+
 std::size_t BufferPool::free_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return free_.size();

@@ -11,6 +11,7 @@
 //
 // Thread-safe: mu_ guards free_; released_ wakes threads waiting for a
 // buffer. Backends never wait on released_ while holding their own lock.
+// reclaim_mu_ guards the reclaimers (see AddReclaimer).
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -53,6 +55,17 @@ class BufferPool {
   /// Waits until a buffer is released or `timeout` passes (bounded: callers
   /// re-check their own state, e.g. completions they could reap).
   void WaitForRelease(std::chrono::milliseconds timeout);
+  /// Backends that keep buffers in flight register a callback that
+  /// finishes their already-completed requests WITHOUT blocking, so that
+  /// with a shared pool one image's finished writes give their buffers back
+  /// even when no thread is calling into that image (else a writer of
+  /// another image could wait for them forever). Returns a token for
+  /// RemoveReclaimer, which waits for a running ReclaimAll to finish.
+  std::uint64_t AddReclaimer(std::function<void()> reclaim);
+  void RemoveReclaimer(std::uint64_t token);
+  /// Runs every registered reclaimer. Callers must not hold their own
+  /// backend lock (lock order: reclaim_mu_ -> backend mu_ -> pool mu_).
+  void ReclaimAll();
   std::size_t buffer_bytes() const { return bytes_; }
   std::size_t count() const { return all_.size(); }
   std::size_t free_count() const;
@@ -66,6 +79,9 @@ class BufferPool {
   std::condition_variable released_;
   std::vector<IoBuffer*> free_;
   std::size_t pinned_ = 0;  // all_[0..pinned_) were pinned
+  std::mutex reclaim_mu_;   // guards reclaimers_ and is held while they run
+  std::map<std::uint64_t, std::function<void()>> reclaimers_;
+  std::uint64_t next_reclaimer_ = 1;  // guarded by reclaim_mu_
 };
 
 }  // namespace phos::image

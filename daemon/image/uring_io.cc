@@ -45,11 +45,16 @@ Status UringIo::Open(const std::string& path, IoMode mode, const IoOptions& opti
     return Status::NotSupported(std::string("io_uring_queue_init failed: ") + std::strerror(-rc));
   }
   if (mode == IoMode::kWrite) SetWriteLifeHint(fd, options.write_life_hint, path);
+  UringIo* raw = io.get();
+  io->reclaim_token_ = io->pool_->AddReclaimer([raw] { raw->ReapCompleted(); });
   *out = std::move(io);
   return Status::Ok();
 }
 
 UringIo::~UringIo() {
+  // First, so no other image's waiter runs our reclaimer while we tear
+  // down (RemoveReclaimer waits for a running ReclaimAll; we hold no lock).
+  if (reclaim_token_ != 0) pool_->RemoveReclaimer(reclaim_token_);
   {
     std::unique_lock<std::mutex> lock(mu_);
     while (in_flight_ > 0 && ring_.ring_fd >= 0) ReapOneLocked();
@@ -121,6 +126,20 @@ void UringIo::CompleteLocked(Request* r, int res) {
   FinishLocked(r, Status::Ok());
 }
 
+void UringIo::ReapCompleted() {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  while (in_flight_ > 0) {
+    io_uring_cqe* cqe = nullptr;
+    if (io_uring_peek_cqe(&ring_, &cqe) != 0 || cqe == nullptr) return;
+    auto* r = static_cast<Request*>(io_uring_cqe_get_data(cqe));
+    const int res = cqe->res;
+    io_uring_cqe_seen(&ring_, cqe);
+    --in_flight_;
+    CompleteLocked(r, res);
+  }
+}
+
 void UringIo::ReapOneLocked() {
   io_uring_cqe* cqe = nullptr;
   int rc;
@@ -151,7 +170,11 @@ Status UringIo::Acquire(IoBuffer** out) {
     if (in_flight_ > 0) {
       ReapOneLocked();
     } else {
+      // Nothing of ours in flight: the buffers are out with other images
+      // sharing the pool. Let them finish what already completed (their
+      // own threads may have stopped calling in), then wait a bounded time.
       lock.unlock();
+      pool_->ReclaimAll();
       pool_->WaitForRelease(std::chrono::milliseconds(10));
       lock.lock();
     }

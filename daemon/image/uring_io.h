@@ -64,6 +64,9 @@ class UringIo : public IoBackend {
   Status SubmitLocked(Request* r);
   /// Waits for one completion and handles it. Requires mu_ and in_flight_ > 0.
   void ReapOneLocked();
+  /// Handles the completions already there, without waiting; skips if mu_
+  /// is busy (its holder is making progress). The pool's reclaimer.
+  void ReapCompleted();
   void CompleteLocked(Request* r, int res);
   void FinishLocked(Request* r, Status s);
 
@@ -74,6 +77,7 @@ class UringIo : public IoBackend {
   io_uring ring_{};
   std::size_t in_flight_ = 0;
   Status error_;  // first failed write (sticky)
+  std::uint64_t reclaim_token_ = 0;  // set in Open, before any other thread sees this
 };
 
 }  // namespace phos::image
