@@ -1,6 +1,7 @@
-// phos checkpoint --pid P --gpu-only [--mode stop] [--out DIR] [--json]:
-// checkpoint the GPU state of a process running under phos (stop-the-world;
-// the app keeps running). Whole-process checkpoints (CRIU) come later.
+// phos checkpoint --pid P --gpu-only [--mode cow|recopy|stop] [--out DIR]
+// [--unvalidated trust|stop] [--json]: checkpoint the GPU state of a process
+// running under phos; the app keeps running. Whole-process checkpoints
+// (CRIU) come later.
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -18,6 +19,7 @@ struct CheckpointArgs {
   std::string mode = "stop";
   std::string out;
   std::string keep = "manual";
+  std::string unvalidated;  // "" = the daemon's --unvalidated
   bool json = false;
 };
 
@@ -41,6 +43,8 @@ int RunCheckpoint(const GlobalOptions& global, const CheckpointArgs& a) {
     std::cerr << "phos: unknown --mode '" << a.mode << "' (stop, cow or recopy)\n";
     return 2;
   }
+  if (a.unvalidated == "trust") req.set_unvalidated(v1::UNVALIDATED_TRUST);
+  if (a.unvalidated == "stop") req.set_unvalidated(v1::UNVALIDATED_STOP);
   if (a.keep == "latest") req.set_keep(v1::KEEP_LATEST);
   else if (a.keep == "best") req.set_keep(v1::KEEP_BEST);
   else req.set_keep(v1::KEEP_MANUAL);
@@ -60,8 +64,17 @@ void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_
   cmd->add_option("--pid", a->pid, "The process (see `phos ps`)")->required();
   cmd->add_flag("--gpu-only", a->gpu_only,
                 "Save the GPU state only (no CRIU); the app keeps running. Required for now.");
-  cmd->add_option("--mode", a->mode, "stop (stop-the-world; cow and recopy are not implemented yet)")
+  cmd->add_option("--mode", a->mode,
+                  "cow: the image is the state at the start; the app runs on while buffers are saved, a "
+                  "write to an unsaved buffer first copies it aside (stall: milliseconds). recopy: the "
+                  "image is the state at the end; buffers are copied while the app runs, then what it "
+                  "rewrote is copied again in a short final stop. stop: the app waits for the whole copy")
+      ->check(CLI::IsMember({"stop", "cow", "recopy"}))
       ->capture_default_str();
+  cmd->add_option("--unvalidated", a->unvalidated,
+                  "Kernels without PTX during the checkpoint: trust (use their speculated access set) or "
+                  "stop (handle them stop-the-world); default: phosd's --unvalidated")
+      ->check(CLI::IsMember({"trust", "stop"}));
   cmd->add_option("--out", a->out,
                   "Image directory (must not exist); default <state dir>/checkpoints/<pid>-<time>");
   cmd->add_option("--keep", a->keep, "Lifecycle class recorded in the image: manual, latest or best")

@@ -1,4 +1,4 @@
-// phos restore DIR --gpu-only --pid P [--json]: roll the GPU state of a
+// phos restore DIR --gpu-only --pid P [--stop-the-world] [--json]: roll the GPU state of a
 // running process back to a GPU-only image (in place; every checksum is
 // verified before the process is touched). Whole-process restore (CRIU)
 // comes later.
@@ -17,6 +17,7 @@ struct RestoreArgs {
   std::string dir;
   int pid = 0;
   bool gpu_only = false;
+  bool concurrent = true;
   bool json = false;
 };
 
@@ -34,6 +35,7 @@ int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
   req.set_image_dir(std::filesystem::absolute(a.dir).lexically_normal().string());
   req.set_gpu_only(true);
   req.set_pid(a.pid);
+  req.set_concurrent(a.concurrent);
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
   grpc::ClientContext ctx;
@@ -49,6 +51,10 @@ void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
   cmd->add_option("dir", a->dir, "Image directory (from `phos checkpoint`)")->required();
   cmd->add_option("--pid", a->pid, "The running process to roll back (see `phos ps`)");
   cmd->add_flag("--gpu-only", a->gpu_only, "Restore the GPU state only, in place. Required for now.");
+  cmd->add_flag("--concurrent,!--stop-the-world", a->concurrent,
+                "--concurrent (default): the process resumes at once and buffers load in the background "
+                "in the order it first used them (a call needing one waits for it); --stop-the-world: "
+                "the process waits until everything is loaded");
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunRestore(*global, *a); });
 }

@@ -59,6 +59,7 @@ Status CheckpointTask::Capture(session::SessionState& st) {
                                       "); its device state cannot be checkpointed");
   }
   const SessionSnapshot snap = CaptureSnapshot(st);
+  result_.admitted_at_capture = st.executor->admitted();
   std::uint64_t total = 0;
   for (const auto& b : snap.buffers) total += b.bytes;
   for (const auto& g : snap.globals) total += g.bytes;

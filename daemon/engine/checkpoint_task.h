@@ -25,20 +25,13 @@
 #include <string>
 
 #include "common/status.h"
+#include "engine/operations.h"
 #include "engine/progress.h"
 #include "image/image_writer.h"
 #include "session/call_handlers.h"
 
 namespace phos::engine {
 
-struct CheckpointResult {
-  std::string dir;
-  std::uint64_t stall_us = 0;       // quiesce to resume
-  std::uint64_t bytes = 0;          // device bytes saved
-  std::uint32_t buffers = 0;        // allocations saved
-  std::uint32_t globals = 0;        // module globals saved
-  std::string io_backend;
-};
 
 class CheckpointTask {
  public:

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -45,7 +46,9 @@ Status RestoreTask::Prepare(const std::string& dir) {
                                 " is not in the image's session metadata");
     }
     total += e.bytes();
+    max_chunk_bytes_ = std::max<std::uint64_t>(max_chunk_bytes_, e.chunk_bytes());
   }
+  for (int i = 0; i < m.buffers_size(); ++i) extent_by_address_[m.buffers(i).device_address()] = static_cast<std::size_t>(i);
   result_.bytes = total;
   result_.buffers = static_cast<std::uint32_t>(snap_.buffers.size());
   result_.globals = static_cast<std::uint32_t>(snap_.globals.size());
@@ -93,31 +96,22 @@ Status RestoreTask::CheckFits(const session::SessionState& st) const {
   return Status::Ok();
 }
 
-Status RestoreTask::Apply(session::SessionState& st) {
+Status RestoreTask::Undefined(const Status& s) {
+  return s.WithContext("restore failed part-way; the session's device state is undefined (restore a good "
+                       "image again or restart the app)");
+}
+
+Status RestoreTask::MapBuffers(session::SessionState& st) {
   if (!reader_) return Status::FailedPrecondition("restore: Prepare() was not called");
-  const auto t0 = Clock::now();
-  auto stall = [&] {
-    result_.stall_us = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-  };
   progress_->SetPhase("quiesce", "waiting for the session's GPU work to finish");
   if (Status s = st.ctx->Synchronize(); !s.ok()) {
-    stall();
     return Status::FailedPrecondition("the session's GPU context has a sticky error (" + s.message() +
                                       "); restore refused, the session is unchanged");
   }
-  if (Status s = CheckFits(st); !s.ok()) {
-    stall();
-    return s.WithContext("restore refused, the session is unchanged");
-  }
+  if (Status s = CheckFits(st); !s.ok()) return s.WithContext("restore refused, the session is unchanged");
   session::ReapRetained(st, true);
 
   // From here on the session changes.
-  auto undefined = [&](const Status& s) {
-    stall();
-    return s.WithContext("restore failed part-way; the session's device state is undefined (restore a good "
-                         "image again or restart the app)");
-  };
   std::map<std::uint64_t, std::uint64_t> image_buffers;
   for (const auto& b : snap_.buffers) image_buffers[b.address] = b.bytes;
   progress_->SetPhase("map", "making the session's buffers match the image");
@@ -127,7 +121,7 @@ Status RestoreTask::Apply(session::SessionState& st) {
       ++it;
       continue;
     }
-    if (Status s = st.ctx->Free(it->first); !s.ok()) return undefined(s.WithContext("freeing " + Hex(it->first)));
+    if (Status s = st.ctx->Free(it->first); !s.ok()) return Undefined(s.WithContext("freeing " + Hex(it->first)));
     st.buffer_bytes -= it->second;
     it = st.buffers.erase(it);
     st.buffers_changed = true;
@@ -142,7 +136,7 @@ Status RestoreTask::Apply(session::SessionState& st) {
       s = Status::Internal("the backend placed it at " + Hex(got));
     }
     if (!s.ok()) {
-      return undefined(s.WithContext("allocating " + std::to_string(bytes) + " bytes at " + Hex(addr) +
+      return Undefined(s.WithContext("allocating " + std::to_string(bytes) + " bytes at " + Hex(addr) +
                                      " (the address may be taken)"));
     }
     st.buffers[addr] = bytes;
@@ -150,40 +144,58 @@ Status RestoreTask::Apply(session::SessionState& st) {
     st.buffers_changed = true;
     ++result_.allocated;
   }
+  return Status::Ok();
+}
 
+Status RestoreTask::LoadExtents(backend::Context* ctx, const std::vector<std::size_t>& extents) {
+  if (extents.empty()) return Status::Ok();
   const auto& m = reader_->manifest();
-  std::uint64_t max_chunk = 0;
-  for (const auto& e : m.buffers()) max_chunk = std::max<std::uint64_t>(max_chunk, e.chunk_bytes());
-  std::vector<std::byte> host(static_cast<std::size_t>(max_chunk));
-  const bool pinned = !host.empty() && st.ctx->RegisterHostMemory(host.data(), host.size()).ok();
+  std::vector<std::byte> host(static_cast<std::size_t>(max_chunk_bytes_));
+  const bool pinned = !host.empty() && ctx->RegisterHostMemory(host.data(), host.size()).ok();
   backend::StreamHandle stream = 0;
-  Status s = st.ctx->CreateStream(0, 0, &stream);
-  progress_->SetPhase("copy", "copying the image to the device", result_.bytes);
-  for (int i = 0; s.ok() && i < m.buffers_size(); ++i) {
-    const auto& e = m.buffers(i);
+  Status s = ctx->CreateStream(0, 0, &stream);
+  for (std::size_t i : extents) {
+    if (!s.ok()) break;
+    const auto& e = m.buffers(static_cast<int>(i));
     const std::uint64_t chunks = e.chunk_bytes() == 0 ? 0 : (e.bytes() + e.chunk_bytes() - 1) / e.chunk_bytes();
     for (std::uint64_t c = 0; s.ok() && c < chunks; ++c) {
       std::size_t len = 0;
-      s = reader_->ReadChunk(static_cast<std::size_t>(i), c, host.data(), &len);
+      s = reader_->ReadChunk(i, c, host.data(), &len);
       if (!s.ok()) break;
       const std::uint64_t dst = e.device_address() + c * e.chunk_bytes();
-      s = st.ctx->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(host.data()), len,
-                              backend::CopyKind::kHostToDevice, stream);
+      s = ctx->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(host.data()), len, backend::CopyKind::kHostToDevice,
+                           stream);
       // The host buffer is reused for the next chunk: wait for this copy.
-      if (s.ok()) s = st.ctx->SynchronizeStream(stream);
+      if (s.ok()) s = ctx->SynchronizeStream(stream);
       if (!s.ok()) s = s.WithContext("copying to " + Hex(dst));
       progress_->AddBytes(len);
     }
   }
   if (stream != 0) {
-    Status d = st.ctx->DestroyStream(stream);
+    Status d = ctx->DestroyStream(stream);
     if (!d.ok()) spdlog::warn("restore: cannot destroy the engine's stream: {}", d.ToString());
   }
-  if (pinned) (void)st.ctx->UnregisterHostMemory(host.data());
+  if (pinned) (void)ctx->UnregisterHostMemory(host.data());
+  return s;
+}
+
+Status RestoreTask::Apply(session::SessionState& st) {
+  const auto t0 = Clock::now();
+  auto stall = [&] {
+    result_.stall_us = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+  };
+  if (Status s = MapBuffers(st); !s.ok()) {
+    stall();
+    return s;
+  }
+  std::vector<std::size_t> all(static_cast<std::size_t>(reader_->manifest().buffers_size()));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  progress_->SetPhase("copy", "copying the image to the device", result_.bytes);
+  Status s = LoadExtents(st.ctx, all);
   if (s.ok()) s = st.ctx->Synchronize();
-  if (!s.ok()) return undefined(s);
   stall();
-  return Status::Ok();
+  return s.ok() ? s : Undefined(s);
 }
 
 }  // namespace phos::engine

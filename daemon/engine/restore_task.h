@@ -5,24 +5,38 @@
 //               chunk's checksum is checked BEFORE the session is touched;
 //               a corrupt or truncated image is refused naming the buffer,
 //               chunk and file offset. Also decodes the session metadata.
-//   Apply()     ON the session's consumer thread (control task): synchronise;
-//               check that the image fits (each global exists at its
-//               address with its size; no new buffer overlaps a global or a
-//               buffer that is kept) before changing anything; free the
-//               buffers that are not in the image, allocate the missing
-//               ones at their recorded addresses, copy every extent H2D in
-//               chunks (each chunk re-verified as it is read), synchronise.
-//               The buffer map is updated and republished.
-// Once Apply() has started freeing, a later failure (an address taken by
-// memory outside the session, a read error) leaves the session's device
-// state undefined; the error says so.
+//   Apply()     ON the session's consumer thread (control task), the
+//               stop-the-world restore: MapBuffers(), then every extent
+//               H2D (LoadExtents), synchronise.
+// The pieces are public so the concurrent restore (concurrent_restore.h)
+// shares them: it calls MapBuffers() and loads the globals with
+// LoadExtents() in its control task, and reads buffer chunks itself.
+//
+//   MapBuffers()  synchronise; check that the image fits (each global
+//                 exists at its address with its size; no new buffer
+//                 overlaps a global or a buffer that is kept) before
+//                 changing anything; free the buffers that are not in the
+//                 image, allocate the missing ones at their recorded
+//                 addresses. The buffer map is updated (republished by the
+//                 session after the control task).
+// Once MapBuffers() has started freeing, a later failure (an address taken
+// by memory outside the session, a read error) leaves the session's device
+// state undefined; the error says so (Undefined()).
+//
+// Threading: Prepare on the caller's thread; MapBuffers/LoadExtents/Apply
+// on the consumer thread; reader() is thread-safe after Prepare (the
+// concurrent restore's loader reads chunks on the caller's thread while
+// the session runs); snapshot()/extent_of() are immutable after Prepare.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
+#include "engine/operations.h"
 #include "engine/progress.h"
 #include "engine/session_snapshot.h"
 #include "image/image_reader.h"
@@ -30,27 +44,39 @@
 
 namespace phos::engine {
 
-struct RestoreResult {
-  std::string dir;
-  std::uint64_t stall_us = 0;
-  std::uint64_t bytes = 0;
-  std::uint32_t buffers = 0;        // buffers in the image
-  std::uint32_t allocated = 0;      // of those, allocated anew
-  std::uint32_t freed = 0;          // session buffers not in the image, freed
-  std::uint32_t globals = 0;
-  std::uint64_t source_pid = 0;     // the pid the image was taken from
-};
-
 class RestoreTask {
  public:
   explicit RestoreTask(Progress* progress) : progress_(progress) {}
 
   Status Prepare(const std::string& dir);
-  /// Consumer thread only (control task).
+  /// Consumer thread only (control task): the whole stop-the-world restore.
   Status Apply(session::SessionState& st);
 
+  /// Consumer thread: synchronise, CheckFits, free/allocate (see above).
+  /// Refusals before anything changed say "the session is unchanged";
+  /// later failures are Undefined().
+  Status MapBuffers(session::SessionState& st);
+  /// Consumer thread: copies the given extents (manifest indices) H2D on a
+  /// stream of its own, chunk by chunk (each re-verified as it is read),
+  /// and waits for them. Progress bytes are added per chunk.
+  Status LoadExtents(backend::Context* ctx, const std::vector<std::size_t>& extents);
+  /// `s` with the "device state is undefined" context.
+  static Status Undefined(const Status& s);
+
   const RestoreResult& result() const { return result_; }
+  RestoreResult* mutable_result() { return &result_; }
   const image::v1::Manifest& manifest() const { return reader_->manifest(); }
+  /// Thread-safe after Prepare.
+  image::ImageReader& reader() { return *reader_; }
+  const SessionSnapshot& snapshot() const { return snap_; }
+  /// The manifest extent holding the range at `address` (buffer or global);
+  /// -1 when none.
+  long extent_of(std::uint64_t address) const {
+    auto it = extent_by_address_.find(address);
+    return it == extent_by_address_.end() ? -1 : static_cast<long>(it->second);
+  }
+  /// The largest chunk of any extent (a host staging buffer's size).
+  std::uint64_t max_chunk_bytes() const { return max_chunk_bytes_; }
 
  private:
   Status CheckFits(const session::SessionState& st) const;
@@ -58,6 +84,8 @@ class RestoreTask {
   Progress* progress_;
   std::unique_ptr<image::ImageReader> reader_;
   SessionSnapshot snap_;
+  std::map<std::uint64_t, std::size_t> extent_by_address_;  // device address -> manifest extent
+  std::uint64_t max_chunk_bytes_ = 0;
   RestoreResult result_;
 };
 

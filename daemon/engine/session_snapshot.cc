@@ -38,6 +38,10 @@ std::string EncodeSnapshot(const SessionSnapshot& s) {
   for (auto id : s.events) o << "event " << id << "\n";
   for (auto id : s.modules) o << "module " << id << "\n";
   for (const auto& [f, m] : s.functions) o << "function " << f << " " << m << "\n";
+  for (auto a : s.first_use) {
+    std::snprintf(line, sizeof line, "first-use 0x%" PRIx64 "\n", a);
+    o << line;
+  }
   return o.str();
 }
 
@@ -80,6 +84,14 @@ Status DecodeSnapshot(const std::string& text, SessionSnapshot* out) {
       std::uint32_t id = 0;
       if (!(ls >> id)) return bad();
       (kind == "stream" ? out->streams : kind == "event" ? out->events : out->modules).push_back(id);
+    } else if (kind == "first-use") {
+      std::string addr;
+      if (!(ls >> addr)) return bad();
+      try {
+        out->first_use.push_back(std::stoull(addr, nullptr, 0));
+      } catch (...) {
+        return bad();
+      }
     } else if (kind == "function") {
       std::uint32_t f = 0, m = 0;
       if (!(ls >> f >> m)) return bad();

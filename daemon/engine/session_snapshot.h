@@ -13,6 +13,10 @@
 //   event 5
 //   module 1
 //   function 7 1                       function id, its module id
+//   first-use 0x7f0000000000           buffers in the order the app first
+//                                      used them after t1 (soft modes): a
+//                                      concurrent restore loads them in
+//                                      this order
 //
 // Buffers and globals both have extents in gpu.img (in the manifest's
 // `buffers`, buffers first); a global's extent is restored into the
@@ -42,6 +46,7 @@ struct SessionSnapshot {
   std::vector<DeviceRange> globals;  // ascending address
   std::vector<std::uint32_t> streams, events, modules;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> functions;  // (function id, module id)
+  std::vector<std::uint64_t> first_use;  // buffer addresses, first used first (may be empty)
 };
 
 /// What the session holds now (consumer thread).

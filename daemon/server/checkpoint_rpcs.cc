@@ -13,9 +13,8 @@
 #include <future>
 
 #include "common/version.h"
-#include "engine/checkpoint_task.h"
+#include "engine/operations.h"
 #include "engine/progress.h"
-#include "engine/restore_task.h"
 #include "server/phos_service.h"
 
 namespace phos::server {
@@ -36,14 +35,6 @@ grpc::StatusCode ToGrpcCode(const phos::Status& s) {
     case C::kCorruption: return grpc::StatusCode::DATA_LOSS;
     case C::kFailedPrecondition: return grpc::StatusCode::FAILED_PRECONDITION;
     default: return grpc::StatusCode::INTERNAL;
-  }
-}
-
-const char* ModeName(v1::CheckpointMode m) {
-  switch (m) {
-    case v1::MODE_COW: return "cow";
-    case v1::MODE_RECOPY: return "recopy";
-    default: return "stop";
   }
 }
 
@@ -89,6 +80,27 @@ phos::Status StreamUntilDone(std::future<phos::Status>& done, const engine::Prog
     // Wakes at each progress update; at most 50 ms between checks of done.
     progress.WaitForChange(seen, std::chrono::milliseconds(50));
   }
+}
+
+/// The operation's non-zero counters, by their docs/protocols.md names.
+void AddCounters(const engine::OperationCounters& c, v1::OperationResult* out) {
+  auto put = [out](const char* name, std::uint64_t v) {
+    if (v != 0) (*out->mutable_counters())[name] = v;
+  };
+  put("shadows", c.shadows);
+  put("shadow_bytes", c.shadow_bytes);
+  put("reserve_waits", c.reserve_waits);
+  put("writer_waits", c.writer_waits);
+  put("copier_yields", c.copier_yields);
+  put("recopy_rounds", c.recopy_rounds);
+  put("recopy_dirty_bytes", c.recopy_dirty_bytes);
+  put("twin_launches", c.twin_launches);
+  put("twin_misses", c.twin_misses);
+  put("unvalidated_kernels", c.unvalidated_kernels);
+  put("cow_fallbacks", c.cow_fallbacks);
+  put("recopy_misses", c.recopy_misses);
+  put("restore_rollbacks", c.restore_rollbacks);
+  put("absent_waits", c.absent_waits);
 }
 
 grpc::Status Fail(grpc::ServerWriter<v1::OperationEvent>* writer, const std::string& rpc,
@@ -139,10 +151,6 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
                         "Checkpoint: whole-process checkpoint (CPU state through CRIU) is not implemented yet; "
                         "gpu_only (--gpu-only) checkpoints the GPU state of the session only");
   }
-  if (req->mode() == v1::MODE_COW || req->mode() == v1::MODE_RECOPY) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, std::string("Checkpoint: mode '") + ModeName(req->mode()) +
-                                                             "' is not implemented yet (only 'stop' is)");
-  }
   if (!req->out_dir().empty() && req->out_dir()[0] != '/') {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "out_dir must be an absolute path (got '" + req->out_dir() + "')");
@@ -170,7 +178,13 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   for (const v1::SessionInfo& info : sessions_->ListForPid(req->pid())) {
     if (info.session_id() == sess->id()) meta.add_cmdline(info.command());
   }
-  meta.set_mode("stop");
+  engine::CheckpointOptions opts;
+  switch (req->mode()) {
+    case v1::MODE_COW: opts.mode = engine::Mode::kCow; break;
+    case v1::MODE_RECOPY: opts.mode = engine::Mode::kRecopy; break;
+    default: opts.mode = engine::Mode::kStop; break;
+  }
+  meta.set_mode(engine::ModeName(opts.mode));
   switch (req->keep()) {
     case v1::KEEP_LATEST: meta.set_keep(image::v1::KEEP_LATEST); break;
     case v1::KEEP_BEST: meta.set_keep(image::v1::KEEP_BEST); break;
@@ -180,24 +194,28 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   backend::DeviceProperties props;
   if (backend_->GetDeviceProperties(0, &props).ok()) meta.set_device_name(props.name);
 
-  spdlog::info("rpc=Checkpoint pid={} session={} mode=stop gpu-only dir={}", req->pid(), sess->id(), dir);
+  opts.dir = dir;
+  opts.metadata = meta;
+  opts.cow_reserve_bytes = cow_reserve_bytes_;
+  opts.recopy_rounds = recopy_rounds_;
+  const bool stop_unvalidated = req->unvalidated() == v1::UNVALIDATED_UNSPECIFIED
+                                    ? unvalidated_stop_
+                                    : req->unvalidated() == v1::UNVALIDATED_STOP;
+  opts.unvalidated = stop_unvalidated ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
+  spdlog::info("rpc=Checkpoint pid={} session={} mode={} gpu-only dir={}", req->pid(), sess->id(),
+               engine::ModeName(opts.mode), dir);
   engine::Progress progress;
-  engine::CheckpointTask task(&progress);
-  if (phos::Status s = task.Prepare(dir, meta, {}); !s.ok()) return Fail(writer, "Checkpoint", s);
+  engine::CheckpointResult r;
   std::future<phos::Status> done =
-      sess->PostControl([&task](session::SessionState& st) { return task.Capture(st); });
+      std::async(std::launch::async, [&] { return engine::Checkpoint(*sess, opts, &progress, &r); });
   phos::Status s = StreamUntilDone(done, progress, writer);
   if (!s.ok()) {
-    task.Abort();
     return Fail(writer, "Checkpoint", s.WithContext("checkpoint of pid " + std::to_string(req->pid()) +
                                                     " failed; the app keeps running and earlier images are untouched"));
   }
-  s = task.Commit();
-  if (!s.ok()) return Fail(writer, "Checkpoint", s.WithContext("committing " + dir));
   WriteProgress(writer, progress.Snapshot());
-  const engine::CheckpointResult& r = task.result();
-  spdlog::info("rpc=Checkpoint pid={} committed {} ({} bytes, {} buffers, {} globals, stall {} us)", req->pid(),
-               dir, r.bytes, r.buffers, r.globals, r.stall_us);
+  spdlog::info("rpc=Checkpoint pid={} committed {} (mode {}, {} bytes, {} buffers, {} globals, stall {} us)",
+               req->pid(), dir, engine::ModeName(r.mode), r.bytes, r.buffers, r.globals, r.stall_us);
   v1::OperationEvent ev;
   v1::OperationResult* out = ev.mutable_done();
   out->set_image_dir(dir);
@@ -208,6 +226,8 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   out->set_bytes_written(r.bytes);
   (*out->mutable_counters())["buffers"] = r.buffers;
   (*out->mutable_counters())["globals"] = r.globals;
+  (*out->mutable_counters())["mode_" + std::string(engine::ModeName(r.mode))] = 1;
+  AddCounters(r.counters, out);
   writer->Write(ev);
   return grpc::Status::OK;
 }
@@ -226,22 +246,19 @@ grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest
   }
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
-  spdlog::info("rpc=Restore pid={} session={} gpu-only in place from {}", req->pid(), sess->id(), req->image_dir());
+  spdlog::info("rpc=Restore pid={} session={} gpu-only in place from {} ({})", req->pid(), sess->id(),
+               req->image_dir(), req->concurrent() ? "concurrent" : "stop-the-world");
   engine::Progress progress;
-  engine::RestoreTask task(&progress);
-  // Verification streams progress too; it runs here, while the app runs.
-  std::future<phos::Status> verified = std::async(std::launch::async, [&] { return task.Prepare(req->image_dir()); });
-  phos::Status s = StreamUntilDone(verified, progress, writer);
-  if (!s.ok()) {
-    return Fail(writer, "Restore", s.WithContext("restore refused; the session of pid " + std::to_string(req->pid()) +
-                                                 " is untouched"));
-  }
-  std::future<phos::Status> done = sess->PostControl([&task](session::SessionState& st) { return task.Apply(st); });
-  s = StreamUntilDone(done, progress, writer);
+  engine::RestoreOptions opts;
+  opts.dir = req->image_dir();
+  opts.concurrent = req->concurrent();
+  engine::RestoreResult r;
+  std::future<phos::Status> done =
+      std::async(std::launch::async, [&] { return engine::Restore(*sess, opts, &progress, &r); });
+  phos::Status s = StreamUntilDone(done, progress, writer);
   if (!s.ok()) return Fail(writer, "Restore", s);
-  const engine::RestoreResult& r = task.result();
-  spdlog::info("rpc=Restore pid={} restored {} ({} bytes, {} buffers, {} allocated, {} freed, stall {} us)",
-               req->pid(), req->image_dir(), r.bytes, r.buffers, r.allocated, r.freed, r.stall_us);
+  spdlog::info("rpc=Restore pid={} restored {} ({} bytes, {} buffers, {} allocated, {} freed, stall {} us, total {} us)",
+               req->pid(), req->image_dir(), r.bytes, r.buffers, r.allocated, r.freed, r.stall_us, r.total_us);
   v1::OperationEvent ev;
   v1::OperationResult* out = ev.mutable_done();
   out->set_image_dir(req->image_dir());
@@ -254,6 +271,8 @@ grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest
   (*out->mutable_counters())["allocated"] = r.allocated;
   (*out->mutable_counters())["freed"] = r.freed;
   (*out->mutable_counters())["globals"] = r.globals;
+  (*out->mutable_counters())["total_us"] = r.total_us;
+  AddCounters(r.counters, out);
   writer->Write(ev);
   return grpc::Status::OK;
 }

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backend/backend_factory.h"
+#include "engine/engine_hook.h"
 #include "common/version.h"
 #include "image/recovery.h"
 #include "session/kernel_access.h"
@@ -46,6 +47,7 @@ Status Daemon::Start(const DaemonOptions& options) {
   service_ = std::make_unique<PhosService>(backend_.get(), why, &sessions_, options.socket_path);
   service_->set_context_pool(context_pool_.get());
   service_->set_checkpoint_root(options.checkpoint_root);
+  service_->set_engine_defaults(options.cow_reserve_bytes, options.unvalidated == "stop", options.recopy_rounds);
   // A daemon killed mid-checkpoint leaves `NAME.tmp`: never an image (no
   // manifest), removed here and said so (image/recovery.h).
   const std::string checkpoint_root = service_->DefaultCheckpointRoot();
@@ -80,6 +82,9 @@ Status Daemon::Start(const DaemonOptions& options) {
   session_options.context_pool = context_pool_.get();
   session_server_ = std::make_unique<session::SessionServer>(backend_.get(), session_options,
                                                              std::move(callbacks));
+  // Every session gets the C/R engine's admission hook (soft checkpoints,
+  // concurrent restores see its calls through it).
+  session_server_->SetHookFactory(engine::EngineHook::Make);
   const std::string data_path = session::SessionServer::DataSocketPath(options.socket_path);
   Status data_status = session_server_->Start(data_path);
   if (!data_status.ok()) {
@@ -87,9 +92,9 @@ Status Daemon::Start(const DaemonOptions& options) {
     return data_status.WithContext("cannot listen on the data-plane socket " + data_path);
   }
   service_->SetSessionServer(session_server_.get());  // Checkpoint/Restore find sessions here
-  spdlog::info("phosd {} listening on {} (pid {}, pool {}, cow-reserve {} MiB)", VersionString(),
-               options.socket_path, getpid(), options.pool_size,
-               options.cow_reserve_bytes >> 20);
+  spdlog::info("phosd {} listening on {} (pid {}, pool {}, cow-reserve {} MiB, unvalidated {}, recopy-rounds {})",
+               VersionString(), options.socket_path, getpid(), options.pool_size, options.cow_reserve_bytes >> 20,
+               options.unvalidated, options.recopy_rounds);
   return Status::Ok();
 }
 

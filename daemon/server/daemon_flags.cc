@@ -23,10 +23,20 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app->add_option("--cow-reserve", options->cow_reserve_bytes,
-                  "On-device reserve for copy-on-write shadows, e.g. 2G, 512M (used once the C/R "
-                  "engine lands; recorded now)")
+                  "Device memory copy-on-write checkpoints may take for shadow copies of buffers the "
+                  "app writes before they are saved, e.g. 2G, 512M; a writer waits when it is used up")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("2G");
+  app->add_option("--unvalidated", options->unvalidated,
+                  "Kernels with no PTX (their access set cannot be checked by a twin) while a checkpoint "
+                  "or restore is in flight: trust = run them with the speculated set, stop = handle "
+                  "them stop-the-world")
+      ->check(CLI::IsMember({"trust", "stop"}))
+      ->capture_default_str();
+  app->add_option("--recopy-rounds", options->recopy_rounds,
+                  "Soft recopy: copy rounds while the app runs (at most) before the final quiesce")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   app->add_option("--checkpoint-root", options->checkpoint_root,
                   "Directory for checkpoints that name no --out (default $PHOS_STATE_DIR/checkpoints, "
                   "else next to the socket); incomplete images (*.tmp) in it are removed at startup");

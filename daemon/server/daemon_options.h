@@ -27,6 +27,11 @@ struct DaemonOptions {
   int pool_size = 2;
   /// Bounded on-device reserve for soft copy-on-write shadows.
   std::uint64_t cow_reserve_bytes = 2ull << 30;
+  /// Kernels without PTX while an operation validates: "trust" admits them
+  /// with their speculated access set, "stop" handles them stop-the-world.
+  std::string unvalidated = "trust";
+  /// Soft recopy: rounds before the final quiesce at most.
+  int recopy_rounds = 5;
   /// Where checkpoints go when a request names no directory; "" = derived
   /// ($PHOS_STATE_DIR/checkpoints, else <socket dir>/checkpoints). Leftover
   /// `*.tmp` images in it are removed at startup (image/recovery.h).

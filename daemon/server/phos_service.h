@@ -60,6 +60,12 @@ class PhosService final : public v1::Phos::Service {
   std::string DefaultCheckpointRoot() const;
   /// --checkpoint-root ("" = derived). Set before serving.
   void set_checkpoint_root(std::string root) { checkpoint_root_ = std::move(root); }
+  /// Daemon-wide defaults of the C/R engine (flags); set before serving.
+  void set_engine_defaults(std::uint64_t cow_reserve_bytes, bool unvalidated_stop, int recopy_rounds) {
+    cow_reserve_bytes_ = cow_reserve_bytes;
+    unvalidated_stop_ = unvalidated_stop;
+    recopy_rounds_ = recopy_rounds;
+  }
 
  private:
   /// The live session of `pid`, or a NOT_FOUND / UNAVAILABLE status.
@@ -74,6 +80,9 @@ class PhosService final : public v1::Phos::Service {
   const std::chrono::steady_clock::time_point started_;
   const backend::ContextPool* context_pool_ = nullptr;  // set before serving; the pool locks itself
   std::string checkpoint_root_;                         // set before serving, read-only after
+  std::uint64_t cow_reserve_bytes_ = 2ull << 30;        // set before serving, read-only after
+  bool unvalidated_stop_ = false;                       // ditto
+  int recopy_rounds_ = 5;                               // ditto
   std::atomic<session::SessionServer*> session_server_{nullptr};  // see SetSessionServer
 };
 

@@ -799,6 +799,7 @@ void LoadImage(SessionState& st, uint32_t module_id, std::span<const std::byte> 
   Status s = st.executor->Run(v, [&] { return st.ctx->LoadModule(image.data(), image.size(), &h); });
   if (!s.ok()) return out->Fail(s);
   st.modules[module_id] = h;
+  st.module_images[module_id] = std::make_shared<const std::vector<std::byte>>(image.begin(), image.end());
   // Kernel access plans (kernel_access.h); an image phos cannot read still
   // loads, its launches have no access set (kUnknown).
   ModuleKernels& mk = st.module_kernels[module_id];
@@ -882,6 +883,7 @@ void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std
     });
     if (!s.ok()) return out->Fail(s);
     st.modules.erase(it);
+    st.module_images.erase(req.id);
     st.module_kernels.erase(req.id);
     std::erase_if(st.functions, [&](const auto& f) { return f.second.module_id == req.id; });
     return;
@@ -950,10 +952,18 @@ void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std
   } else {
     v.kind = AccessKind::kUnknown;  // a function recreated without its plan (defensive)
   }
+  LaunchArgs launch;
+  launch.function_id = req.function_id;
+  launch.module_id = fit->second.module_id;
+  launch.kernel = fit->second.access ? &fit->second.access->name : nullptr;
+  launch.function = fit->second.handle;
+  launch.grid = backend::Dim3{req.grid[0], req.grid[1], req.grid[2]};
+  launch.block = backend::Dim3{req.block[0], req.block[1], req.block[2]};
+  launch.shared_bytes = req.shared_bytes;
+  launch.params = &params;
+  v.launch = &launch;
   Status s = st.executor->Run(v, [&] {
-    return st.ctx->LaunchKernel(fit->second.handle, backend::Dim3{req.grid[0], req.grid[1], req.grid[2]},
-                                backend::Dim3{req.block[0], req.block[1], req.block[2]}, req.shared_bytes,
-                                stream, params);
+    return st.ctx->LaunchKernel(launch.function, launch.grid, launch.block, launch.shared_bytes, stream, params);
   });
   out->Fail(s);
 }
@@ -1051,6 +1061,7 @@ void ReleaseAll(SessionState& st) {
   st.streams.clear();
   st.modules.clear();
   st.module_kernels.clear();
+  st.module_images.clear();
   st.functions.clear();
   st.pending_images.clear();
   st.pending_image_bytes = 0;

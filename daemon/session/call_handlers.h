@@ -60,6 +60,10 @@ struct SessionState {
     std::shared_ptr<KernelAccessPlan> access;
   };
   std::unordered_map<uint32_t, Function> functions;
+  // The image each module was loaded from (module id -> bytes, as the app
+  // sent it): twins are built from its PTX (engine/twin_validator.h) and
+  // a full restore reloads modules from it. Shared: immutable once loaded.
+  std::unordered_map<uint32_t, std::shared_ptr<const std::vector<std::byte>>> module_images;
   // Kernel access plans of each loaded module (module id -> plans).
   std::unordered_map<uint32_t, ModuleKernels> module_kernels;
   // Module images arriving in staged pieces: module id -> bytes so far.

@@ -18,6 +18,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <absl/container/inlined_vector.h>
 
@@ -26,6 +28,8 @@
 #include "protocol/wire.h"
 
 namespace phos::session {
+
+struct SessionState;  // call_handlers.h
 
 /// A byte range of device memory a call reads or writes. For copies and
 /// memsets the exact bytes; for kernels the whole buffer (start and size of
@@ -61,6 +65,19 @@ enum class AccessKind : uint8_t {
 /// "exact", "speculated", "unvalidatable", "unknown".
 const char* AccessKindName(AccessKind kind);
 
+/// A kernel launch as the handler is about to run it (CallView::launch):
+/// what a hook needs to launch the kernel's twin instead (engine/
+/// twin_validator.h). Valid only during the hook calls.
+struct LaunchArgs {
+  uint32_t function_id = 0;             // the session's virtual function id
+  uint32_t module_id = 0;               // its module's virtual id
+  const std::string* kernel = nullptr;  // mangled name
+  backend::FunctionHandle function = 0;
+  backend::Dim3 grid, block;
+  unsigned shared_bytes = 0;
+  const std::vector<uint8_t>* params = nullptr;  // the parameter block
+};
+
 /// What the executor shows a hook about one call. Valid only during the
 /// hook call.
 struct CallView {
@@ -74,6 +91,8 @@ struct CallView {
   /// parameters appears once, read+write if any of them writes). Inline
   /// room for 4: most calls touch 1-3 buffers, no heap allocation.
   absl::InlinedVector<AccessRange, 4> ranges;
+  /// Kernel launches only (null otherwise).
+  const LaunchArgs* launch = nullptr;
 
   /// False only for kUnknown: the hook must assume the call may touch any
   /// buffer of the session.
@@ -116,6 +135,21 @@ class AdmissionHook {
   /// After an admitted call was handed to the backend (`result` is its
   /// enqueue/sync result).
   virtual void AfterCall(const CallView& call, const Status& result) = 0;
+  /// Kernel launches only (call.launch set), after BeforeCall admitted the
+  /// call: true = the hook launched the kernel itself (its twin, while a
+  /// checkpoint or restore validates speculation) and `*result` is that
+  /// launch's status; false = the handler launches the original kernel.
+  virtual bool LaunchInstead(const CallView& call, Status* result) {
+    (void)call;
+    (void)result;
+    return false;
+  }
+  /// The session is ending (the app exited or phosd stops): called on the
+  /// consumer thread before its GPU state is released, while the context
+  /// still works. A hook with work in flight on other threads (the C/R
+  /// engine's copier) stops it here, so nothing touches the context after
+  /// this returns.
+  virtual void SessionEnding(SessionState& st) { (void)st; }
 };
 
 /// Admits everything.
@@ -137,20 +171,26 @@ class Executor {
   Status Run(const CallView& call, Body&& body) {
     Status admitted = hook_->BeforeCall(call);
     if (!admitted.ok()) return admitted;
-    Status s = body();
+    Status s;
+    if (call.launch == nullptr || !hook_->LaunchInstead(call, &s)) s = body();
     hook_->AfterCall(call, s);
-    ++admitted_;
+    admitted_.store(admitted_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     stats_->Count(call);
     return s;
   }
 
-  uint64_t admitted() const { return admitted_; }
+  /// Calls admitted so far. Written by the consumer thread only; any
+  /// thread may read it (tests wait for a call count).
+  uint64_t admitted() const { return admitted_.load(std::memory_order_acquire); }
+  /// The session's hook (the C/R engine finds its per-session state
+  /// through it; consumer thread only).
+  AdmissionHook* hook() const { return hook_.get(); }
   /// Counts of admitted calls by access kind; shared with the registry.
   std::shared_ptr<const AccessStats> stats() const { return stats_; }
 
  private:
   std::unique_ptr<AdmissionHook> hook_;
-  uint64_t admitted_ = 0;
+  std::atomic<uint64_t> admitted_{0};
   std::shared_ptr<AccessStats> stats_ = std::make_shared<AccessStats>();
 };
 

@@ -216,6 +216,7 @@ void Session::Run() {
   spdlog::info("session {}: pid {} detached ({}); releasing its GPU state", id_, summary_.pid, why.ToString());
   ring_->Close();  // the app's waiters, if any, end with Unavailable
   FailControlTasks();
+  executor_.hook()->SessionEnding(state_);
   ReleaseAll(state_);
   ctx_.reset();
   state_.ctx = nullptr;

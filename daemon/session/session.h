@@ -95,6 +95,12 @@ class Session {
   /// PostControl + wait.
   Status RunControl(ControlFn fn);
 
+  /// The session's admission hook (set at construction, never replaced):
+  /// the C/R engine finds its per-session state through it. Any thread.
+  AdmissionHook* hook() const { return executor_.hook(); }
+  /// Calls admitted so far (any thread; tests wait for a count).
+  uint64_t admitted() const { return executor_.admitted(); }
+
  private:
   struct ControlTask {
     ControlFn fn;

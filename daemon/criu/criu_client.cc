@@ -1,0 +1,327 @@
+#include "criu/criu_client.h"
+
+#include <criu/criu.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "criu/criu_log.h"
+
+namespace phos::criu {
+namespace {
+
+// Serializes every libcriu call: libcriu reports errno through one static
+// (`saved_errno`) shared by all criu_local_* calls. See criu_client.h.
+std::mutex g_libcriu_mu;
+
+struct OptsDeleter {
+  void operator()(criu_opts* o) const { criu_local_free_opts(o); }
+};
+using OptsPtr = std::unique_ptr<criu_opts, OptsDeleter>;
+
+// Owns one directory fd.
+class DirFd {
+ public:
+  DirFd() = default;
+  DirFd(const DirFd&) = delete;
+  DirFd& operator=(const DirFd&) = delete;
+  ~DirFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+Status NewOpts(const std::string& criu_binary, OptsPtr* out) {
+  criu_opts* o = nullptr;  // must be null: init frees a non-null *o
+  if (criu_local_init_opts(&o) != 0 || o == nullptr) {
+    return Status::OutOfMemory("libcriu: criu_local_init_opts failed");
+  }
+  out->reset(o);
+  if (!criu_binary.empty() && criu_local_set_service_binary(o, criu_binary.c_str()) != 0) {
+    return Status::OutOfMemory("libcriu: criu_local_set_service_binary failed");
+  }
+  return Status::Ok();
+}
+
+std::string BinaryName(const std::string& criu_binary) {
+  return criu_binary.empty() ? std::string("criu") : criu_binary;
+}
+
+Status OpenDir(const std::string& what, const std::string& path, bool create, DirFd* out) {
+  if (path.empty()) return Status::InvalidArgument(what + ": empty directory path");
+  if (create && ::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::FromErrno(what + ": mkdir " + path, errno);
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return Status::NotFound(what + ": directory " + path + " does not exist");
+    return Status::FromErrno(what + ": open " + path, err);
+  }
+  out->reset(fd);
+  return Status::Ok();
+}
+
+// A dump into a directory that already holds images would mix two dumps
+// (CRIU overwrites only the files it writes this time).
+Status CheckNoImages(const std::string& what, const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) return Status::FromErrno(what + ": opendir " + path, errno);
+  std::string found;
+  while (dirent* e = ::readdir(d)) {
+    std::string_view name(e->d_name);
+    if (name.size() > 4 && name.substr(name.size() - 4) == ".img") {
+      found = std::string(name);
+      break;
+    }
+  }
+  ::closedir(d);
+  if (!found.empty()) {
+    return Status::AlreadyExists(what + ": " + path + " already holds CRIU images (" + found +
+                                 "); dump into a fresh directory");
+  }
+  return Status::Ok();
+}
+
+Status CheckLogFile(const std::string& what, const std::string& log_file) {
+  if (log_file.empty() || log_file.find('/') != std::string::npos) {
+    return Status::InvalidArgument(what + ": log_file '" + log_file +
+                                   "' must be a plain file name (CRIU writes it into the work "
+                                   "directory and refuses paths)");
+  }
+  return Status::Ok();
+}
+
+// Log, work dir and service binary: the parts every request shares.
+// `work_fd` must stay open until the call returns.
+Status SetLogging(criu_opts* o, const std::string& log_file, int log_level, int work_fd) {
+  if (criu_local_set_log_file(o, log_file.c_str()) != 0) {
+    return Status::OutOfMemory("libcriu: criu_local_set_log_file failed");
+  }
+  criu_local_set_log_level(o, log_level);
+  if (work_fd >= 0) criu_local_set_work_dir_fd(o, work_fd);
+  return Status::Ok();
+}
+
+Status AddExternals(criu_opts* o, const std::vector<std::string>& external) {
+  for (const std::string& e : external) {
+    if (criu_local_add_external(o, e.c_str()) != 0) {
+      return Status::InvalidArgument("libcriu: criu_local_add_external('" + e + "') failed");
+    }
+  }
+  return Status::Ok();
+}
+
+// Turns a failed libcriu return value into a Status naming the operation and
+// quoting the log. `pid` > 0 for dumps (checked for existence: a dump of a
+// dead pid says so up front).
+Status CriuFailure(const std::string& what, int ret, int err, const std::string& log_path,
+                   const std::string& criu_binary, pid_t pid) {
+  std::string quote = QuoteCriuLog(log_path);
+  std::string cr_err = err != 0 ? fmt::format(" (criu errno {}: {})", err, std::strerror(err)) : "";
+  switch (-ret) {
+    case ECONNREFUSED:
+    case ECOMM:
+      return Status::Unavailable(fmt::format(
+          "{}: could not run '{} swrk' (libcriu {}); is CRIU >= 4.0 installed and on PATH "
+          "(scripts/setup.sh), and are we root?{}",
+          what, BinaryName(criu_binary), ret, quote));
+    case EINVAL:
+    case EBADMSG:
+      return Status::Unavailable(fmt::format(
+          "{}: '{}' does not understand this request (libcriu {}); CRIU >= 4.0 is needed{}",
+          what, BinaryName(criu_binary), ret, quote));
+    default:
+      break;
+  }
+  if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+    return Status::NotFound(
+        fmt::format("{}: pid {} does not exist{}{}", what, pid, cr_err, quote));
+  }
+  return Status::FailedPrecondition(fmt::format("{}: CRIU failed (libcriu {}){}{}", what, ret,
+                                                cr_err, quote));
+}
+
+Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOptions& opts) {
+  const char* op = pre ? "criu pre-dump" : "criu dump";
+  std::string what = fmt::format("{} of pid {} into {}", op, pid, images_dir);
+  if (pid <= 0) return Status::InvalidArgument(what + ": invalid pid");
+  PHOS_RETURN_IF_ERROR(CheckLogFile(what, opts.log_file));
+
+  DirFd images;
+  PHOS_RETURN_IF_ERROR(OpenDir(what, images_dir, /*create=*/true, &images));
+  PHOS_RETURN_IF_ERROR(CheckNoImages(what, images_dir));
+  DirFd work;
+  if (!opts.work_dir.empty()) PHOS_RETURN_IF_ERROR(OpenDir(what, opts.work_dir, true, &work));
+  std::string log_path =
+      (opts.work_dir.empty() ? images_dir : opts.work_dir) + "/" + opts.log_file;
+  if (!opts.parent_dir.empty()) {
+    struct stat st {};
+    if (::fstatat(images.get(), opts.parent_dir.c_str(), &st, 0) != 0 || !S_ISDIR(st.st_mode)) {
+      return Status::NotFound(what + ": parent images '" + opts.parent_dir +
+                              "' (relative to the images directory) is not a directory");
+    }
+  }
+
+  std::lock_guard<std::mutex> lock(g_libcriu_mu);
+  OptsPtr o;
+  PHOS_RETURN_IF_ERROR(NewOpts(opts.criu_binary, &o));
+  criu_local_set_pid(o.get(), pid);
+  criu_local_set_images_dir_fd(o.get(), images.get());
+  PHOS_RETURN_IF_ERROR(SetLogging(o.get(), opts.log_file, opts.log_level, work.get()));
+  // A pre-dump always leaves the tree running; CRIU ignores the flag there.
+  criu_local_set_leave_running(o.get(), pre || opts.leave_running);
+  criu_local_set_shell_job(o.get(), opts.shell_job);
+  criu_local_set_tcp_established(o.get(), opts.tcp_established);
+  criu_local_set_file_locks(o.get(), opts.file_locks);
+  if (opts.ext_unix_sk) criu_local_set_ext_unix_sk(o.get(), true);
+  for (unsigned int ino : opts.external_unix_sk_inodes) {
+    if (criu_local_add_unix_sk(o.get(), ino) != 0) {
+      return Status::InvalidArgument(fmt::format("{}: cannot add external unix socket {}", what, ino));
+    }
+  }
+  criu_local_set_track_mem(o.get(), pre || opts.track_mem);
+  if (!opts.parent_dir.empty() &&
+      criu_local_set_parent_images(o.get(), opts.parent_dir.c_str()) != 0) {
+    return Status::OutOfMemory("libcriu: criu_local_set_parent_images failed");
+  }
+  PHOS_RETURN_IF_ERROR(AddExternals(o.get(), opts.external));
+  if (opts.timeout_s != 0) criu_local_set_timeout(o.get(), opts.timeout_s);
+
+  auto t0 = std::chrono::steady_clock::now();
+  int ret = pre ? criu_local_pre_dump(o.get()) : criu_local_dump(o.get());
+  int err = errno;
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (ret < 0) {
+    spdlog::warn("criu: {} failed ret={} ms={:.1f} log={}", what, ret, ms, log_path);
+    return CriuFailure(what, ret, err, log_path, opts.criu_binary, pid);
+  }
+  spdlog::info("criu: {} ok pid={} dir={} leave_running={} parent={} ms={:.1f}", op, pid,
+               images_dir, pre || opts.leave_running, opts.parent_dir, ms);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CriuClient::QueryFeatures(CriuFeatures* out, const std::string& criu_binary) {
+  if (out == nullptr) return Status::InvalidArgument("QueryFeatures: out is null");
+  *out = CriuFeatures{};
+  std::lock_guard<std::mutex> lock(g_libcriu_mu);
+  OptsPtr o;
+  PHOS_RETURN_IF_ERROR(NewOpts(criu_binary, &o));
+  int version = criu_local_get_version(o.get());
+  if (version < 0) {
+    return Status::Unavailable(fmt::format(
+        "could not run '{} swrk' to ask its version (libcriu {}); install CRIU >= 4.0 "
+        "(scripts/setup.sh)",
+        BinaryName(criu_binary), version));
+  }
+  out->version = version;
+  struct criu_feature_check features {};
+  features.mem_track = true;
+  features.lazy_pages = true;
+  features.pidfd_store = true;
+  int ret = criu_local_feature_check(o.get(), &features, sizeof features);
+  if (ret != 0) {
+    int err = errno;
+    return Status::Unavailable(fmt::format(
+        "'{}' could not probe the kernel (libcriu feature check {}, errno {}); run `{} check` "
+        "as root for the reason",
+        BinaryName(criu_binary), ret, err, BinaryName(criu_binary)));
+  }
+  out->mem_track = features.mem_track;
+  out->lazy_pages = features.lazy_pages;
+  out->pidfd_store = features.pidfd_store;
+  return Status::Ok();
+}
+
+Status CriuClient::Check(const std::string& criu_binary) {
+  if (::geteuid() != 0) {
+    return Status::Unavailable(fmt::format(
+        "CRIU needs root here (phos runs it privileged); euid is {}", ::geteuid()));
+  }
+  CriuFeatures f;
+  PHOS_RETURN_IF_ERROR(QueryFeatures(&f, criu_binary));
+  if (f.version < kMinCriuVersion) {
+    return Status::Unavailable(fmt::format(
+        "CRIU {}.{}.{} is too old; phos needs >= 4.0 (scripts/setup.sh installs it)",
+        f.version / 10000, f.version / 100 % 100, f.version % 100));
+  }
+  return Status::Ok();
+}
+
+Status CriuClient::PreDump(pid_t pid, const std::string& images_dir, const DumpOptions& opts) {
+  return DumpImpl(/*pre=*/true, pid, images_dir, opts);
+}
+
+Status CriuClient::Dump(pid_t pid, const std::string& images_dir, const DumpOptions& opts) {
+  return DumpImpl(/*pre=*/false, pid, images_dir, opts);
+}
+
+Status CriuClient::Restore(const std::string& images_dir, const RestoreOptions& opts,
+                           pid_t* restored_pid) {
+  std::string what = "criu restore from " + images_dir;
+  if (restored_pid == nullptr) return Status::InvalidArgument(what + ": restored_pid is null");
+  *restored_pid = -1;
+  PHOS_RETURN_IF_ERROR(CheckLogFile(what, opts.log_file));
+  DirFd images;
+  PHOS_RETURN_IF_ERROR(OpenDir(what, images_dir, /*create=*/false, &images));
+  // Every CRIU dump starts with inventory.img; without it CRIU's own error
+  // is less direct than this one.
+  if (::faccessat(images.get(), "inventory.img", F_OK, 0) != 0) {
+    return Status::Corruption(what + ": not a CRIU image directory (no inventory.img)");
+  }
+  DirFd work;
+  if (!opts.work_dir.empty()) PHOS_RETURN_IF_ERROR(OpenDir(what, opts.work_dir, true, &work));
+  std::string log_path =
+      (opts.work_dir.empty() ? images_dir : opts.work_dir) + "/" + opts.log_file;
+
+  std::lock_guard<std::mutex> lock(g_libcriu_mu);
+  OptsPtr o;
+  PHOS_RETURN_IF_ERROR(NewOpts(opts.criu_binary, &o));
+  criu_local_set_images_dir_fd(o.get(), images.get());
+  PHOS_RETURN_IF_ERROR(SetLogging(o.get(), opts.log_file, opts.log_level, work.get()));
+  criu_local_set_shell_job(o.get(), opts.shell_job);
+  criu_local_set_tcp_established(o.get(), opts.tcp_established);
+  criu_local_set_file_locks(o.get(), opts.file_locks);
+  if (opts.ext_unix_sk) criu_local_set_ext_unix_sk(o.get(), true);
+  PHOS_RETURN_IF_ERROR(AddExternals(o.get(), opts.external));
+  for (const auto& [fd, key] : opts.inherit_fds) {
+    if (criu_local_add_inherit_fd(o.get(), fd, key.c_str()) != 0) {
+      return Status::InvalidArgument(fmt::format("{}: cannot add inherit fd {} '{}'", what, fd, key));
+    }
+  }
+
+  auto t0 = std::chrono::steady_clock::now();
+  int ret = opts.detach ? criu_local_restore(o.get()) : criu_local_restore_child(o.get());
+  int err = errno;
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (ret <= 0) {
+    spdlog::warn("criu: {} failed ret={} ms={:.1f} log={}", what, ret, ms, log_path);
+    return CriuFailure(what, ret == 0 ? -EBADE : ret, err, log_path, opts.criu_binary, 0);
+  }
+  *restored_pid = ret;
+  spdlog::info("criu: restore ok dir={} pid={} detach={} ms={:.1f}", images_dir, ret, opts.detach,
+               ms);
+  return Status::Ok();
+}
+
+}  // namespace phos::criu

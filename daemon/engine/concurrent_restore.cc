@@ -1,0 +1,434 @@
+#include "engine/concurrent_restore.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+#include "common/hex.h"
+
+namespace phos::engine {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t MicrosSince(Clock::time_point t0) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+
+Status SessionGone(const Status& s, session::Session& session) {
+  if (s.code() != Status::Code::kUnavailable) return s;
+  return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the restore (" + s.message() +
+                             ")");
+}
+}  // namespace
+
+ConcurrentRestore::ConcurrentRestore(std::unique_ptr<RestoreTask> task, Progress* progress,
+                                     ConcurrentRestoreHooks hooks)
+    : task_(std::move(task)), progress_(progress), hooks_(std::move(hooks)) {}
+
+ConcurrentRestore::~ConcurrentRestore() = default;
+
+// ---------------------------------------------------------------- start (control task)
+
+Status ConcurrentRestore::Start(session::SessionState& st, EngineHook* hook) {
+  ctx_ = st.ctx;
+  st_ = &st;
+  PHOS_RETURN_IF_ERROR(task_->MapBuffers(st));
+  const SessionSnapshot& snap = task_->snapshot();
+  // Globals are small and live in module memory the app reaches by symbol:
+  // load them now rather than track them.
+  std::vector<std::size_t> globals;
+  std::uint64_t global_bytes = 0;
+  for (const auto& g : snap.globals) {
+    const long e = task_->extent_of(g.address);
+    if (e < 0) return RestoreTask::Undefined(Status::Internal("global " + Hex(g.address) + " has no extent"));
+    globals.push_back(static_cast<std::size_t>(e));
+    global_bytes += g.bytes;
+  }
+  progress_->SetPhase("globals", "loading " + std::to_string(globals.size()) + " module globals", global_bytes);
+  if (Status s = task_->LoadExtents(ctx_, globals); !s.ok()) return RestoreTask::Undefined(s);
+
+  std::vector<std::size_t> all;  // every buffer's extent (the synchronous fallback below)
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    for (const auto& r : snap.buffers) {
+      const long e = task_->extent_of(r.address);
+      if (e < 0) return RestoreTask::Undefined(Status::Internal("buffer " + Hex(r.address) + " has no extent"));
+      TrackedBuffer b;
+      b.address = r.address;
+      b.bytes = r.bytes;
+      b.state = kAbsent;
+      b.image_index = static_cast<std::size_t>(e);
+      total_bytes_ += r.bytes;
+      all.push_back(b.image_index);
+      table_.by_address.emplace(r.address, std::move(b));
+    }
+    // First-use order recorded at checkpoint, then the rest by address.
+    std::unordered_set<std::uint64_t> seen;
+    for (std::uint64_t a : snap.first_use) {
+      if (table_.by_address.count(a) && seen.insert(a).second) order_.push_back(a);
+    }
+    for (const auto& [a, b] : table_.by_address) {
+      if (!seen.count(a)) order_.push_back(a);
+    }
+  }
+  if (Status s = ctx_->CreateStream(backend::kStreamNonBlocking, 0, &stream_); !s.ok()) {
+    // No background loader without a stream: restore stop-the-world.
+    spdlog::warn("restore: no stream for the background loader ({}); loading every buffer now", s.ToString());
+    stream_ = 0;
+    progress_->SetPhase("copy", "copying the image to the device", total_bytes_);
+    if (Status l = task_->LoadExtents(ctx_, all); !l.ok()) return RestoreTask::Undefined(l);
+    std::lock_guard<std::mutex> lock(table_.mu);
+    for (auto& [a, b] : table_.by_address) {
+      b.state = kPresent;
+      present_stamp_[a] = ++present_;
+      load_order_.push_back(a);
+    }
+    return Status::Ok();
+  }
+  if (Status s = gate_.Init(ctx_); !s.ok()) spdlog::warn("restore: loader will not yield to app copies: {}", s.ToString());
+  validator_ = std::make_unique<TwinValidator>(ctx_);
+  hook->Install(shared_from_this());
+  progress_->SetPhase("load",
+                      "loading " + std::to_string(snap.buffers.size()) +
+                          " buffers in first-use order while the app runs (concurrent restore)",
+                      total_bytes_);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- admission (consumer thread)
+
+bool ConcurrentRestore::WaitPresent(std::unique_lock<std::mutex>& lock, const std::vector<TrackedBuffer*>& wanted) {
+  auto ready = [&] {
+    if (abandoned_) return true;
+    for (TrackedBuffer* b : wanted) {
+      if (b->state != kPresent) return false;
+    }
+    return true;
+  };
+  if (ready()) return false;
+  // Jump the loader's queue (a LOADING one is finished first anyway).
+  for (TrackedBuffer* b : wanted) {
+    if (b->state == kAbsent && !b->urgent) {
+      b->urgent = true;
+      urgent_.push_back(b->address);
+    }
+  }
+  table_.cv.notify_all();
+  table_.cv.wait(lock, ready);
+  return true;
+}
+
+bool ConcurrentRestore::WaitAllPresent(std::unique_lock<std::mutex>& lock) {
+  if (abandoned_ || all_present()) return false;
+  // The loader goes on in its own order; every buffer is needed anyway.
+  table_.cv.wait(lock, [&] { return abandoned_ || all_present(); });
+  return true;
+}
+
+Status ConcurrentRestore::Admit(const session::CallView& call) {
+  std::unique_lock<std::mutex> lock(table_.mu);
+  if (call.api == wire::op::kDeviceReset) {
+    // The context is replaced by the call: everything must be loaded, and
+    // nothing of ours may stay in the old context.
+    const auto t0 = Clock::now();
+    if (WaitAllPresent(lock)) {
+      ++counters_.absent_waits;
+      blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+    }
+    const bool drop = !abandoned_;
+    lock.unlock();
+    if (drop) DropDeviceState();
+    return Status::Ok();
+  }
+  if (abandoned_ || all_present()) return Status::Ok();
+  const bool unvalidatable = call.kind == session::AccessKind::kUnvalidatable;
+  const auto t0 = Clock::now();
+  bool waited = false;
+  if (!call.access_known() || unvalidatable) {
+    // May touch any buffer (or its set cannot be checked): --unvalidated=stop.
+    if (unvalidatable) ++counters_.unvalidated_kernels;
+    waited = WaitAllPresent(lock);
+  } else {
+    std::vector<TrackedBuffer*> hit;
+    for (const auto& r : call.ranges) {
+      table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) {
+        if (b.state != kPresent && std::find(hit.begin(), hit.end(), &b) == hit.end()) hit.push_back(&b);
+      });
+    }
+    if (!hit.empty()) waited = WaitPresent(lock, hit);
+  }
+  if (waited) {
+    ++counters_.absent_waits;
+    blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+  }
+  return Status::Ok();
+}
+
+bool ConcurrentRestore::LaunchInstead(const session::CallView& call, Status* result) {
+  if (!validator_ || call.kind != session::AccessKind::kSpeculated || call.launch == nullptr) return false;
+  std::uint64_t launched_at = 0;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    // Nothing absent any more: a load outside the set cannot see garbage.
+    if (abandoned_ || all_present()) return false;
+    launched_at = present_;
+  }
+  const std::string& name = call.launch->kernel ? *call.launch->kernel : std::string("?");
+  std::uint64_t ticket = 0;
+  Status s = validator_->Launch(*st_, *call.launch, call.stream, call.ranges, /*check_reads=*/true, &ticket);
+  if (s.code() == Status::Code::kNotSupported) {
+    if (warned_kernels_.insert(name).second) {
+      spdlog::warn("restore: kernel {} cannot be validated ({}); it waits until every buffer is loaded", name,
+                   s.message());
+    }
+    std::unique_lock<std::mutex> lock(table_.mu);
+    ++counters_.unvalidated_kernels;
+    const auto t0 = Clock::now();
+    if (WaitAllPresent(lock)) {
+      ++counters_.absent_waits;
+      blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+    }
+    return false;
+  }
+  *result = s;
+  if (!s.ok()) return true;
+  // Wait for the report now (the cost of validating during the restore
+  // window): a rollback must happen before the session's next call runs.
+  std::vector<TwinValidator::Collected> reports;
+  if (Status d = validator_->Drain(true, &reports); !d.ok()) {
+    spdlog::warn("restore: collecting the twin report of kernel {}: {}", name, d.ToString());
+  }
+  std::unique_lock<std::mutex> lock(table_.mu);
+  ++counters_.twin_launches;
+  std::string why;
+  for (const auto& r : reports) {
+    counters_.twin_misses += r.misses.size();
+    if (r.overflowed() && why.empty()) {
+      why = "its twin report overflowed (" + std::to_string(r.dropped) + " accesses unrecorded)";
+    }
+    for (const auto& m : r.misses) {
+      if (!why.empty()) break;
+      TrackedBuffer* b = table_.Find(m.address);
+      if (b == nullptr) continue;  // not restored memory (allocated since, a global, twin slots)
+      auto stamp = present_stamp_.find(b->address);
+      const bool was_present = b->state == kPresent && stamp != present_stamp_.end() && stamp->second <= launched_at;
+      if (!was_present) {
+        why = std::string(m.write ? "wrote " : "read ") + Hex(m.address) + " in buffer " + Hex(b->address) +
+              ", outside its speculated access set, before that buffer was loaded";
+      }
+    }
+  }
+  if (why.empty() || abandoned_) return true;
+  // Roll back: load everything while the session waits, then run the
+  // original kernel once more on complete input.
+  ++counters_.restore_rollbacks;
+  spdlog::warn("restore: kernel {} {}; loading every remaining buffer stop-the-world and re-running the kernel "
+               "(correct unless its outputs depend on their own previous values)",
+               name, why);
+  const auto t0 = Clock::now();
+  if (WaitAllPresent(lock)) {
+    ++counters_.absent_waits;
+    blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+  }
+  return false;  // the handler launches the original kernel
+}
+
+void ConcurrentRestore::Admitted(const session::CallView& call, const Status& /*result*/) {
+  if (IsHostDeviceCopy(call.api) && stream_ != 0) gate_.NoteAppCopy(ctx_, call.stream);
+}
+
+// ---------------------------------------------------------------- the loader (caller's thread)
+
+TrackedBuffer* ConcurrentRestore::NextToLoad() {
+  while (!urgent_.empty()) {
+    TrackedBuffer& b = table_.by_address.at(urgent_.front());
+    urgent_.pop_front();
+    if (b.state == kAbsent) return &b;
+  }
+  while (next_ < order_.size()) {
+    TrackedBuffer& b = table_.by_address.at(order_[next_]);
+    if (b.state == kAbsent) return &b;
+    ++next_;
+  }
+  return nullptr;
+}
+
+Status ConcurrentRestore::LoadAll() {
+  std::vector<std::byte> host(static_cast<std::size_t>(std::max<std::uint64_t>(task_->max_chunk_bytes(), 1)));
+  bool pinned = false;
+  {
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    if (!fenced_.load() && stream_ != 0) pinned = ctx_->RegisterHostMemory(host.data(), host.size()).ok();
+  }
+  Status status;
+  for (;;) {
+    TrackedBuffer* b = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      if (abandoned_) {
+        if (cancelled_) status = Status::Unavailable("the process exited during the restore");
+        break;
+      }
+      b = NextToLoad();
+      if (b == nullptr) break;
+      b->state = kLoading;
+    }
+    // address, bytes and image_index never change after Start: read unlocked.
+    status = LoadOne(*b, host.data());
+    {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      if (!status.ok()) {
+        if (cancelled_) status = Status::Unavailable("the process exited during the restore");
+        abandoned_ = true;  // waiters go on; the caller reports the failure
+        table_.cv.notify_all();
+        break;
+      }
+      b->state = kPresent;
+      b->urgent = false;
+      present_stamp_[b->address] = ++present_;
+      load_order_.push_back(b->address);
+      table_.cv.notify_all();
+    }
+    if (hooks_.loaded) hooks_.loaded(b->address);
+  }
+  if (pinned) {
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    if (!fenced_.load()) (void)ctx_->UnregisterHostMemory(host.data());
+  }
+  if (!status.ok() && status.code() != Status::Code::kUnavailable) return RestoreTask::Undefined(status);
+  return status;
+}
+
+Status ConcurrentRestore::LoadOne(const TrackedBuffer& b, std::byte* host) {
+  image::ImageReader& reader = task_->reader();
+  const auto& e = reader.manifest().buffers(static_cast<int>(b.image_index));
+  const std::uint64_t chunk = e.chunk_bytes();
+  const std::uint64_t chunks = chunk == 0 ? 0 : (e.bytes() + chunk - 1) / chunk;
+  for (std::uint64_t c = 0; c < chunks; ++c) {
+    std::size_t len = 0;
+    // Re-verified as it is read (the file could have changed since VerifyAll).
+    PHOS_RETURN_IF_ERROR(reader.ReadChunk(b.image_index, c, host, &len));
+    const std::uint64_t dst = b.address + c * chunk;
+    {
+      std::lock_guard<std::mutex> use(ctx_use_mu_);
+      if (fenced_.load()) return Status::Unavailable("the process exited during the restore");
+      gate_.YieldIfNeeded(ctx_);
+      Status s = ctx_->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(host), len, backend::CopyKind::kHostToDevice,
+                                   stream_);
+      // The host buffer is reused for the next chunk; PRESENT means on the device.
+      if (s.ok()) s = ctx_->SynchronizeStream(stream_);
+      if (!s.ok()) return s.WithContext("loading buffer " + Hex(b.address) + " chunk " + std::to_string(c));
+    }
+    progress_->AddBytes(len);
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- end (consumer thread)
+
+Status ConcurrentRestore::Finish(session::SessionState& /*st*/, EngineHook* hook) {
+  hook->Remove();
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    abandoned_ = true;
+    table_.cv.notify_all();
+  }
+  DropDeviceState();
+  return Status::Ok();
+}
+
+void ConcurrentRestore::Cancel(session::SessionState& /*st*/) {
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    cancelled_ = true;
+    abandoned_ = true;
+    table_.cv.notify_all();
+  }
+  DropDeviceState();
+}
+
+void ConcurrentRestore::DropDeviceState() {
+  if (device_state_dropped_) return;
+  device_state_dropped_ = true;
+  {
+    // After this the loader never touches the context again (it checks
+    // fenced_ under ctx_use_mu_ before every use).
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    fenced_.store(true);
+  }
+  validator_.reset();  // waits for its pending twins (none: each is drained at launch)
+  if (stream_ != 0) {
+    (void)ctx_->SynchronizeStream(stream_);
+    if (Status s = ctx_->DestroyStream(stream_); !s.ok()) spdlog::warn("restore: loader stream: {}", s.ToString());
+    stream_ = 0;
+  }
+  gate_.Destroy(ctx_);
+}
+
+OperationCounters ConcurrentRestore::counters() {
+  std::lock_guard<std::mutex> lock(table_.mu);
+  OperationCounters c = counters_;
+  c.copier_yields = gate_.yields();
+  return c;
+}
+
+std::vector<std::uint64_t> ConcurrentRestore::load_order() {
+  std::lock_guard<std::mutex> lock(table_.mu);
+  return load_order_;
+}
+
+// ---------------------------------------------------------------- the driver (caller's thread)
+
+Status RunConcurrentRestore(session::Session& session, EngineHook* hook, const RestoreOptions& options,
+                            Progress* progress, RestoreResult* result) {
+  return RunConcurrentRestoreWithHooks(session, hook, options, progress, result, {});
+}
+
+Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook, const RestoreOptions& options,
+                                     Progress* progress, RestoreResult* result, const ConcurrentRestoreHooks& hooks,
+                                     std::vector<std::uint64_t>* load_order) {
+  const auto t0 = Clock::now();
+  auto task = std::make_unique<RestoreTask>(progress);
+  // Every checksum before the session is touched.
+  PHOS_RETURN_IF_ERROR(task->Prepare(options.dir));
+  auto op = std::make_shared<ConcurrentRestore>(std::move(task), progress, hooks);
+  std::uint64_t stall_us = 0;
+  Status s = session.RunControl([&](session::SessionState& st) {
+    const auto t1 = Clock::now();
+    Status r = op->Start(st, hook);
+    stall_us = MicrosSince(t1);
+    return r;
+  });
+  auto fill = [&] {
+    *result = op->task().result();
+    result->dir = options.dir;
+    result->concurrent = true;
+    result->stall_us = stall_us;
+    result->counters = op->counters();
+  };
+  if (!s.ok()) {
+    fill();
+    return SessionGone(s, session);
+  }
+  spdlog::info("restore of pid {}: session resumed after {} us; loading {} buffers in the background",
+               session.pid(), stall_us, op->task().snapshot().buffers.size());
+  Status loaded = op->LoadAll();
+  const std::uint64_t total_us = MicrosSince(t0);
+  Status finished = session.RunControl([&](session::SessionState& st) { return op->Finish(st, hook); });
+  fill();
+  result->total_us = total_us;
+  if (load_order != nullptr) *load_order = op->load_order();
+  if (!loaded.ok()) return SessionGone(loaded, session);
+  if (!finished.ok()) return SessionGone(finished, session);
+  const OperationCounters& c = result->counters;
+  spdlog::info("restore of pid {}: every buffer present after {} us (stall {} us, {} calls waited {} us for "
+               "absent buffers, {} twin launches, {} rollbacks)",
+               session.pid(), total_us, stall_us, c.absent_waits, op->blocked_us() , c.twin_launches,
+               c.restore_rollbacks);
+  return Status::Ok();
+}
+
+}  // namespace phos::engine

@@ -1,0 +1,161 @@
+// Concurrent in-place restore (docs/protocols.md "Concurrent restore"): the
+// session resumes at once with every buffer ABSENT; a loader fills them in
+// first-use order while calls touching an absent buffer wait for it.
+//
+// Steps (RunConcurrentRestore drives them):
+//   Prepare     caller's thread: RestoreTask::Prepare — open the image and
+//               verify every checksum BEFORE the session is touched.
+//   Start()     control task (the stall, RestoreResult::stall_us):
+//               RestoreTask::MapBuffers (synchronise, CheckFits, free the
+//               buffers not in the image, allocate the missing ones at
+//               their addresses), load the module globals synchronously
+//               (small), mark every image buffer ABSENT, create the
+//               loader's stream and the twin validator, install into the
+//               EngineHook. The session resumes when it returns.
+//   LoadAll()   caller's thread: the loader. Order: urgent buffers (a call
+//               waits for them) first, then the image's first-use order
+//               (SessionSnapshot::first_use; empty for stop-mode images),
+//               then the rest by ascending address. ABSENT -> LOADING ->
+//               H2D chunk by chunk (the image's chunks, 4 MiB by default;
+//               each re-verified as it is read) on its own stream, yielding
+//               to app copies (CopyEngineGate) -> PRESENT, waiters notified.
+//   Finish()    control task once every buffer is PRESENT: uninstall, drop
+//               the validator, stream and gate. total_us ends here.
+// Admission (consumer thread, Admit): a call whose ranges (read or write)
+// touch an ABSENT or LOADING buffer marks those urgent and waits until they
+// are PRESENT (counters.absent_waits). A call with no access set (kUnknown)
+// and an unvalidatable kernel (no PTX; restore uses --unvalidated=stop
+// semantics: counters.unvalidated_kernels) wait until every buffer is
+// PRESENT. cudaFree of an absent buffer simply waits for it.
+// Validation: a speculated kernel admitted while some buffer is still not
+// PRESENT runs as its twin with check_reads (every range of the call
+// allowed), and the consumer thread waits for the twin's report right after
+// the launch (TwinValidator::Drain(true)) — the launch becomes synchronous
+// for the restore window only. A miss (load or store) in a buffer that was
+// not PRESENT when the twin launched, or a report that overflowed while
+// such buffers existed, rolls the restore back: every remaining buffer is
+// loaded while the consumer waits (stop-the-world from there on) and the
+// original kernel is launched once more (counters.restore_rollbacks).
+// LIMITATION: the kernel already ran once on partly unloaded input; the
+// re-run is correct for kernels whose outputs do not depend on their own
+// previous outputs (no in-place accumulation such as y += a*x into a buffer
+// it reads back); an in-place kernel is applied twice to its own outputs.
+//
+// Lock: TrackedBuffers::mu guards the buffer states, the urgent queue, the
+// loader's position, present stamps, the order log and the counters;
+// ctx_use_mu_ is held by the loader while it touches the context for one
+// chunk, and by Cancel()/DropDeviceState() to fence it out before the
+// session releases the context. Lock order: table_.mu before ctx_use_mu_.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/copy_engine_gate.h"
+#include "engine/engine_hook.h"
+#include "engine/operations.h"
+#include "engine/restore_task.h"
+#include "engine/tracked_buffers.h"
+#include "engine/twin_validator.h"
+
+namespace phos::engine {
+
+Status RunConcurrentRestore(session::Session& session, EngineHook* hook, const RestoreOptions& options,
+                            Progress* progress, RestoreResult* result);
+
+/// Observation points for tests (all optional).
+struct ConcurrentRestoreHooks {
+  /// Loader thread, no lock held, after buffer `address` became PRESENT.
+  /// Tests record the load order here or slow the loader down.
+  std::function<void(std::uint64_t address)> loaded;
+};
+
+/// RunConcurrentRestore with test hooks; `load_order` (optional) receives
+/// the addresses in the order the loader made them PRESENT.
+Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook, const RestoreOptions& options,
+                                     Progress* progress, RestoreResult* result, const ConcurrentRestoreHooks& hooks,
+                                     std::vector<std::uint64_t>* load_order = nullptr);
+
+class ConcurrentRestore final : public Operation, public std::enable_shared_from_this<ConcurrentRestore> {
+ public:
+  enum State : std::uint8_t { kAbsent, kLoading, kPresent };
+
+  /// `task`: prepared (image verified). Owned: the hook may keep the
+  /// operation after its driver gave up on the session.
+  ConcurrentRestore(std::unique_ptr<RestoreTask> task, Progress* progress, ConcurrentRestoreHooks hooks);
+  ~ConcurrentRestore() override;
+
+  /// Control task. On success the operation is installed (or, when the
+  /// loader's stream cannot be made, everything was loaded synchronously
+  /// and nothing is installed).
+  Status Start(session::SessionState& st, EngineHook* hook);
+  /// Caller's thread: the loader. Unavailable when the session ended.
+  Status LoadAll();
+  /// Control task: uninstall and drop device state.
+  Status Finish(session::SessionState& st, EngineHook* hook);
+
+  RestoreTask& task() { return *task_; }
+  /// Any thread.
+  OperationCounters counters();
+  std::vector<std::uint64_t> load_order();
+  std::uint64_t blocked_us() const { return blocked_us_.load(std::memory_order_relaxed); }
+
+  // Operation (consumer thread).
+  Status Admit(const session::CallView& call) override;
+  bool LaunchInstead(const session::CallView& call, Status* result) override;
+  void Admitted(const session::CallView& call, const Status& result) override;
+  void Cancel(session::SessionState& st) override;
+
+ private:
+  /// mu held: the loader's next buffer (urgent first), or null.
+  TrackedBuffer* NextToLoad();
+  /// Loader: one buffer's chunks H2D. mu NOT held.
+  Status LoadOne(const TrackedBuffer& b, std::byte* host);
+  /// mu held: waits until every buffer in `wanted` is PRESENT (marks the
+  /// absent ones urgent first). Returns true if it waited.
+  bool WaitPresent(std::unique_lock<std::mutex>& lock, const std::vector<TrackedBuffer*>& wanted);
+  /// mu held: waits until every buffer is PRESENT.
+  bool WaitAllPresent(std::unique_lock<std::mutex>& lock);
+  bool all_present() const { return present_ == table_.by_address.size(); }
+  /// Consumer thread: destroys the validator, the loader's stream and the
+  /// gate, and fences the loader out of the context. Idempotent.
+  void DropDeviceState();
+
+  const std::unique_ptr<RestoreTask> task_;
+  Progress* const progress_;
+  const ConcurrentRestoreHooks hooks_;
+  backend::Context* ctx_ = nullptr;            // the session's context at Start
+  const session::SessionState* st_ = nullptr;  // consumer thread only (LaunchInstead)
+  backend::StreamHandle stream_ = 0;           // the loader's
+  std::unique_ptr<TwinValidator> validator_;   // consumer thread only
+  CopyEngineGate gate_;
+  std::set<std::string> warned_kernels_;       // consumer thread only
+  bool device_state_dropped_ = false;          // consumer thread only
+  std::uint64_t total_bytes_ = 0;              // immutable after Start
+
+  TrackedBuffers table_;
+  // Guarded by table_.mu:
+  std::size_t present_ = 0;                    // buffers PRESENT
+  std::deque<std::uint64_t> urgent_;           // addresses calls wait for, oldest first
+  std::vector<std::uint64_t> order_;           // first-use order, then ascending address
+  std::size_t next_ = 0;                       // loader's position in order_
+  std::unordered_map<std::uint64_t, std::uint64_t> present_stamp_;  // address -> value of present_ once PRESENT
+  std::vector<std::uint64_t> load_order_;      // addresses as they became PRESENT
+  OperationCounters counters_;
+  bool abandoned_ = false;                     // cancelled, failed or finished: admit everything
+  bool cancelled_ = false;
+
+  std::mutex ctx_use_mu_;                      // see the file comment
+  std::atomic<bool> fenced_{false};            // set under ctx_use_mu_: the loader must not touch the context
+  std::atomic<std::uint64_t> blocked_us_{0};
+};
+
+}  // namespace phos::engine

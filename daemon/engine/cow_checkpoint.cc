@@ -1,0 +1,409 @@
+#include "engine/cow_checkpoint.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/hex.h"
+#include "engine/session_snapshot.h"
+
+namespace phos::engine {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t MicrosSince(Clock::time_point t0) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+}  // namespace
+
+CowCheckpoint::CowCheckpoint(const CheckpointOptions& options, Progress* progress, image::ImageWriter* writer)
+    : options_(options), progress_(progress), writer_(writer) {}
+
+CowCheckpoint::~CowCheckpoint() = default;
+
+Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook, CheckpointResult* result) {
+  ctx_ = st.ctx;
+  st_ = &st;
+  progress_->SetPhase("quiesce", "waiting for the session's GPU work to finish (t1)");
+  if (Status s = st.ctx->Synchronize(); !s.ok()) {
+    return Status::FailedPrecondition("the session's GPU context has a sticky error (" + s.message() +
+                                      "); its device state cannot be checkpointed");
+  }
+  snapshot_ = CaptureSnapshot(st);
+  std::uint64_t total = 0;
+  auto track = [&](const DeviceRange& r, bool global) -> Status {
+    TrackedBuffer b;
+    b.address = r.address;
+    b.bytes = r.bytes;
+    b.global = global;
+    b.state = kPending;
+    PHOS_RETURN_IF_ERROR(writer_->AddBuffer(r.address, r.bytes, &b.image_index));
+    total += r.bytes;
+    order_.push_back(r.address);
+    table_.by_address.emplace(r.address, std::move(b));
+    return Status::Ok();
+  };
+  for (const auto& r : snapshot_.buffers) PHOS_RETURN_IF_ERROR(track(r, false));
+  for (const auto& r : snapshot_.globals) PHOS_RETURN_IF_ERROR(track(r, true));
+  total_bytes_ = total;
+  result->admitted_at_capture = st.executor->admitted();
+  PHOS_RETURN_IF_ERROR(ctx_->CreateStream(backend::kStreamNonBlocking, 0, &stream_));
+  if (Status s = gate_.Init(ctx_); !s.ok()) spdlog::warn("checkpoint: copier will not yield to app copies: {}", s.ToString());
+  validator_ = std::make_unique<TwinValidator>(ctx_);
+  hook->Install(shared_from_this());
+  progress_->SetPhase("copy",
+                      "copying " + std::to_string(snapshot_.buffers.size()) + " buffers and " +
+                          std::to_string(snapshot_.globals.size()) + " globals while the app runs (copy-on-write)",
+                      total);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- admission (consumer thread)
+
+Status CowCheckpoint::Admit(const session::CallView& call) {
+  std::unique_lock<std::mutex> lock(table_.mu);
+  const std::uint64_t seq = ++seq_;
+  for (const auto& r : call.ranges) {
+    table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) {
+      if (b.first_use == 0) b.first_use = ++next_first_use_;
+    });
+  }
+  if (abandoned_) return Status::Ok();
+  const bool unvalidatable = call.kind == session::AccessKind::kUnvalidatable;
+  if (unvalidatable) ++counters_.unvalidated_kernels;
+  if (!call.access_known() || (unvalidatable && options_.unvalidated == UnvalidatedPolicy::kStop)) {
+    // The call may write any buffer: handle it stop-the-world.
+    const auto t0 = Clock::now();
+    ++counters_.writer_waits;
+    for (auto& [addr, b] : table_.by_address) b.urgent = b.state != kSaved;
+    table_.cv.notify_all();
+    table_.cv.wait(lock, [&] { return abandoned_ || saved_ == table_.by_address.size(); });
+    blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+    if (call.api == wire::op::kDeviceReset && !abandoned_) {
+      // The context is replaced by the call: nothing of ours may stay in it.
+      lock.unlock();
+      DropDeviceState();
+    }
+    return Status::Ok();
+  }
+  for (const auto& r : call.ranges) {
+    if (!r.write) continue;
+    std::vector<TrackedBuffer*> hit;
+    table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) { hit.push_back(&b); });
+    for (TrackedBuffer* b : hit) PHOS_RETURN_IF_ERROR(MakeWritable(lock, *b, call, seq));
+  }
+  return Status::Ok();
+}
+
+Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBuffer& b,
+                                   const session::CallView& call, std::uint64_t seq) {
+  const auto t0 = Clock::now();
+  bool waited = false;
+  while (!abandoned_) {
+    if (b.state == kShadowed || b.state == kSaved) break;
+    if (b.state == kPending && reserve_used_ + b.bytes <= options_.cow_reserve_bytes) {
+      backend::DevicePtr shadow = 0;
+      backend::EventHandle ready = 0;
+      Status s = ctx_->Allocate(b.bytes, 0, &shadow);
+      if (s.ok()) {
+        // Same stream as the call, before it: the call's write cannot
+        // overtake the copy of the t1 content.
+        s = ctx_->MemcpyAsync(shadow, b.address, b.bytes, backend::CopyKind::kDeviceToDevice, call.stream);
+        if (s.ok()) s = ctx_->CreateEvent(backend::kEventDisableTiming, &ready);
+        if (s.ok()) s = ctx_->RecordEvent(ready, call.stream);
+        if (!s.ok()) {
+          if (ready != 0) (void)ctx_->DestroyEvent(ready);
+          // The D2D may have been enqueued: let it finish before freeing.
+          (void)ctx_->SynchronizeStream(call.stream);
+          (void)ctx_->Free(shadow);
+        }
+      }
+      if (s.ok()) {
+        b.shadow = shadow;
+        b.shadow_ready = ready;
+        b.state = kShadowed;
+        b.safe_from = seq;
+        reserve_used_ += b.bytes;
+        ++counters_.shadows;
+        counters_.shadow_bytes += b.bytes;
+        break;
+      }
+      spdlog::debug("checkpoint: no shadow for {} ({} bytes): {}; the call waits", Hex(b.address), b.bytes,
+                    s.ToString());
+    }
+    // No room in the reserve (or the buffer is being saved): the copier
+    // takes this buffer next; the call waits until it is saved.
+    if (!waited) {
+      waited = true;
+      if (b.state == kPending) {
+        ++counters_.reserve_waits;
+      } else {
+        ++counters_.writer_waits;
+      }
+    }
+    b.urgent = true;
+    table_.cv.notify_all();
+    table_.cv.wait(lock, [&] { return abandoned_ || b.state == kSaved || b.state == kShadowed; });
+  }
+  if (waited) blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+bool CowCheckpoint::LaunchInstead(const session::CallView& call, Status* result) {
+  if (!validator_ || call.kind != session::AccessKind::kSpeculated || call.launch == nullptr) return false;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    if (abandoned_) return false;
+  }
+  std::uint64_t ticket = 0;
+  Status s = validator_->Launch(*st_, *call.launch, call.stream, call.ranges, /*check_reads=*/false, &ticket);
+  if (s.code() == Status::Code::kNotSupported) {
+    const std::string& name = call.launch->kernel ? *call.launch->kernel : std::string("?");
+    if (warned_kernels_.insert(name).second) {
+      spdlog::warn("checkpoint: kernel {} cannot be validated ({}); its speculated access set is trusted", name,
+                   s.message());
+    }
+    std::lock_guard<std::mutex> lock(table_.mu);
+    ++counters_.unvalidated_kernels;
+    return false;
+  }
+  *result = s;
+  if (s.ok()) {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    ticket_seq_[ticket] = seq_;
+    ++counters_.twin_launches;
+  }
+  return true;
+}
+
+void CowCheckpoint::Admitted(const session::CallView& call, const Status& /*result*/) {
+  if (IsHostDeviceCopy(call.api) && stream_ != 0) gate_.NoteAppCopy(ctx_, call.stream);
+}
+
+// ---------------------------------------------------------------- the copier (caller's thread)
+
+TrackedBuffer* CowCheckpoint::NextToSave() {
+  for (auto& [addr, b] : table_.by_address) {
+    if (b.urgent && (b.state == kPending || b.state == kShadowed)) return &b;
+  }
+  while (next_ < order_.size()) {
+    TrackedBuffer& b = table_.by_address.at(order_[next_]);
+    if (b.state == kPending || b.state == kShadowed) return &b;
+    ++next_;
+  }
+  return nullptr;
+}
+
+Status CowCheckpoint::CopyAll() {
+  const std::size_t chunk = static_cast<std::size_t>(image::kDefaultChunkBytes);
+  std::vector<std::byte> host(chunk);
+  bool pinned = false;
+  {
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    if (!fenced_.load()) pinned = ctx_->RegisterHostMemory(host.data(), host.size()).ok();
+  }
+  Status status;
+  std::vector<TwinValidator::Collected> reports;
+  for (;;) {
+    TrackedBuffer* b = nullptr;
+    backend::DevicePtr src = 0;
+    {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      if (abandoned_) {
+        status = cancelled_ ? Status::Unavailable("the process exited during the checkpoint")
+                            : Status::Internal("checkpoint abandoned");
+        break;
+      }
+      b = NextToSave();
+      if (b == nullptr) break;
+      src = b->state == kShadowed ? b->shadow : b->address;
+      if (b->state == kShadowed) {
+        std::lock_guard<std::mutex> use(ctx_use_mu_);
+        if (!fenced_.load()) (void)ctx_->StreamWaitEvent(stream_, b->shadow_ready);
+      }
+      b->state = kSaving;
+    }
+    status = SaveOne(*b, src, host.data(), chunk);
+    backend::DevicePtr shadow = 0;
+    backend::EventHandle ready = 0;
+    {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      b->state = kSaved;
+      b->urgent = false;
+      b->safe_from = seq_ + 1;
+      ++saved_;
+      shadow = b->shadow;
+      ready = b->shadow_ready;
+      b->shadow = 0;
+      b->shadow_ready = 0;
+      if (shadow != 0) reserve_used_ -= b->bytes;
+      if (!status.ok()) abandoned_ = true;  // waiters go on; the image is discarded
+      table_.cv.notify_all();
+    }
+    {
+      std::lock_guard<std::mutex> use(ctx_use_mu_);
+      if (!fenced_.load()) {
+        if (shadow != 0) (void)ctx_->Free(shadow);
+        if (ready != 0) (void)ctx_->DestroyEvent(ready);
+        if (validator_) (void)validator_->Drain(false, &reports);
+      }
+    }
+    if (!status.ok()) break;
+    CheckReports(reports);
+    reports.clear();
+  }
+  if (pinned) {
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    if (!fenced_.load()) (void)ctx_->UnregisterHostMemory(host.data());
+  }
+  return status;
+}
+
+Status CowCheckpoint::SaveOne(TrackedBuffer& b, backend::DevicePtr src, std::byte* host, std::size_t chunk) {
+  for (std::uint64_t off = 0; off < b.bytes; off += chunk) {
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, b.bytes - off));
+    {
+      std::lock_guard<std::mutex> use(ctx_use_mu_);
+      if (fenced_.load()) return Status::Unavailable("the process exited during the checkpoint");
+      gate_.YieldIfNeeded(ctx_);
+      Status s = ctx_->MemcpyAsync(reinterpret_cast<std::uint64_t>(host), src + off, len,
+                                   backend::CopyKind::kDeviceToHost, stream_);
+      if (s.ok()) s = ctx_->SynchronizeStream(stream_);
+      if (!s.ok()) {
+        return s.WithContext("copying buffer " + Hex(b.address) + " at offset " + std::to_string(off) +
+                             " to the host");
+      }
+    }
+    PHOS_RETURN_IF_ERROR(writer_->Write(b.image_index, off, host, len));
+    progress_->AddBytes(len);
+  }
+  return Status::Ok();
+}
+
+void CowCheckpoint::CheckReports(std::vector<TwinValidator::Collected>& reports) {
+  if (reports.empty()) return;
+  std::lock_guard<std::mutex> lock(table_.mu);
+  for (const auto& r : reports) {
+    std::uint64_t seq = 0;
+    if (auto it = ticket_seq_.find(r.ticket); it != ticket_seq_.end()) {
+      seq = it->second;
+      ticket_seq_.erase(it);
+    }
+    counters_.twin_misses += r.misses.size();
+    auto fall_back = [&](const std::string& why) {
+      if (!fallback_) {
+        fallback_ = true;
+        fallback_why_ = why;
+      }
+    };
+    if (r.overflowed()) {
+      fall_back("a kernel's twin report overflowed (" + std::to_string(r.dropped) + " accesses unrecorded)");
+      continue;
+    }
+    for (const auto& m : r.misses) {
+      if (!m.write) continue;
+      TrackedBuffer* b = table_.Find(m.address);
+      if (b == nullptr) continue;  // a buffer allocated after t1: not in the image
+      if (seq < b->safe_from) {
+        fall_back("kernel (function id " + std::to_string(m.kernel_id) + ") wrote " + Hex(m.address) +
+                  " in buffer " + Hex(b->address) + " outside its speculated access set before that buffer was saved");
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- end (consumer thread)
+
+Status CowCheckpoint::Finish(session::SessionState& st, EngineHook* hook, bool* fallback) {
+  hook->Remove();
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    abandoned_ = true;
+    table_.cv.notify_all();
+  }
+  if (validator_ && st.ctx == ctx_) {
+    std::vector<TwinValidator::Collected> reports;
+    if (Status s = validator_->Drain(true, &reports); !s.ok()) {
+      spdlog::warn("checkpoint: collecting twin reports: {}", s.ToString());
+    }
+    CheckReports(reports);
+  }
+  DropDeviceState();
+  // The first-use order seen since t1: a restore loads buffers in it.
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> used;
+    for (const auto& [addr, b] : table_.by_address) {
+      if (b.first_use != 0 && !b.global) used.emplace_back(b.first_use, addr);
+    }
+    std::sort(used.begin(), used.end());
+    snapshot_.first_use.clear();
+    for (const auto& [order, addr] : used) snapshot_.first_use.push_back(addr);
+    *fallback = fallback_;
+    if (fallback_) spdlog::warn("checkpoint: copy-on-write image discarded: {}", fallback_why_);
+  }
+  writer_->mutable_metadata()->set_handles(EncodeSnapshot(snapshot_));
+  return Status::Ok();
+}
+
+void CowCheckpoint::Cancel(session::SessionState& /*st*/) {
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    cancelled_ = true;
+    abandoned_ = true;
+    table_.cv.notify_all();
+  }
+  {
+    // Fence the copier out of the context for good.
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    fenced_.store(true);
+  }
+  DropDeviceState();
+}
+
+void CowCheckpoint::DropDeviceState() {
+  // Consumer thread. Lock order everywhere: table_.mu before ctx_use_mu_.
+  if (device_state_dropped_) return;
+  device_state_dropped_ = true;
+  {
+    // After this the copier never touches the context again (it checks
+    // fenced_ under ctx_use_mu_ before every use).
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    fenced_.store(true);
+  }
+  std::vector<backend::DevicePtr> shadows;
+  std::vector<backend::EventHandle> events;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    for (auto& [addr, b] : table_.by_address) {
+      if (b.shadow != 0) shadows.push_back(b.shadow);
+      if (b.shadow_ready != 0) events.push_back(b.shadow_ready);
+      b.shadow = 0;
+      b.shadow_ready = 0;
+    }
+  }
+  validator_.reset();  // waits for its pending twins
+  if (stream_ != 0) {
+    // Work of the copier (a D2H) or of a shadow D2D may still be queued.
+    (void)ctx_->SynchronizeStream(stream_);
+    if (Status s = ctx_->DestroyStream(stream_); !s.ok()) spdlog::warn("checkpoint: copier stream: {}", s.ToString());
+    stream_ = 0;
+  }
+  for (auto e : events) {
+    (void)ctx_->SynchronizeEvent(e);  // the shadow's D2D finished
+    (void)ctx_->DestroyEvent(e);
+  }
+  for (auto p : shadows) (void)ctx_->Free(p);
+  gate_.Destroy(ctx_);
+}
+
+OperationCounters CowCheckpoint::counters() {
+  std::lock_guard<std::mutex> lock(table_.mu);
+  OperationCounters c = counters_;
+  c.copier_yields = gate_.yields();
+  return c;
+}
+
+}  // namespace phos::engine

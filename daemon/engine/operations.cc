@@ -1,0 +1,161 @@
+// engine::Checkpoint / engine::Restore: pick the protocol, claim the
+// session, drive the steps (control tasks on the consumer thread, the
+// copier on this thread), fall back to stop-the-world where the protocol
+// says so. docs/protocols.md.
+#include "engine/operations.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "engine/checkpoint_task.h"
+#include "engine/concurrent_restore.h"
+#include "engine/cow_checkpoint.h"
+#include "engine/engine_hook.h"
+#include "engine/recopy_checkpoint.h"
+#include "engine/restore_task.h"
+
+namespace phos::engine {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t MicrosSince(Clock::time_point t0) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+
+Status SessionGone(const Status& s, session::Session& session) {
+  if (s.code() != Status::Code::kUnavailable) return s;
+  return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the operation (" + s.message() +
+                             "); no image was written");
+}
+
+/// Stop-the-world into options.dir (also the fallback of the soft modes).
+Status RunStop(session::Session& session, const CheckpointOptions& options, Progress* progress,
+               CheckpointResult* result) {
+  CheckpointTask task(progress);
+  image::v1::Manifest meta = options.metadata;
+  meta.set_mode("stop");
+  PHOS_RETURN_IF_ERROR(task.Prepare(options.dir, meta, options.image));
+  Status s = session.RunControl([&task](session::SessionState& st) { return task.Capture(st); });
+  if (!s.ok()) {
+    task.Abort();
+    return SessionGone(s, session);
+  }
+  PHOS_RETURN_IF_ERROR(task.Commit());
+  const CheckpointResult& r = task.result();
+  result->mode = Mode::kStop;
+  result->stall_us += r.stall_us;
+  result->bytes = r.bytes;
+  result->buffers = r.buffers;
+  result->globals = r.globals;
+  result->admitted_at_capture = r.admitted_at_capture;
+  result->io_backend = r.io_backend;
+  return Status::Ok();
+}
+
+Status RunCow(session::Session& session, EngineHook* hook, const CheckpointOptions& options, Progress* progress,
+              CheckpointResult* result) {
+  image::v1::Manifest meta = options.metadata;
+  meta.set_mode("cow");
+  std::unique_ptr<image::ImageWriter> writer;
+  PHOS_RETURN_IF_ERROR(image::ImageWriter::Open(options.dir, meta, options.image, &writer));
+  result->io_backend = std::string(writer->io_backend_name());
+  auto op = std::make_shared<CowCheckpoint>(options, progress, writer.get());
+  const auto t1 = Clock::now();
+  Status s = session.RunControl([&](session::SessionState& st) { return op->Start(st, hook, result); });
+  const std::uint64_t quiesce_us = MicrosSince(t1);
+  if (!s.ok()) {
+    // Start may have installed the operation before failing late.
+    (void)session.RunControl([&](session::SessionState&) {
+      hook->Remove();
+      return Status::Ok();
+    });
+    writer->Abort();
+    return SessionGone(s, session);
+  }
+  Status copied = op->CopyAll();
+  bool fallback = false;
+  Status finished = session.RunControl([&](session::SessionState& st) { return op->Finish(st, hook, &fallback); });
+  result->counters = op->counters();
+  result->stall_us = quiesce_us + op->blocked_us();
+  if (!copied.ok() || !finished.ok()) {
+    writer->Abort();
+    return SessionGone(!copied.ok() ? copied : finished, session);
+  }
+  if (fallback) {
+    writer->Abort();
+    ++result->counters.cow_fallbacks;
+    spdlog::warn("checkpoint of pid {}: copy-on-write discarded after a mis-speculated kernel; retrying "
+                 "stop-the-world", session.pid());
+    OperationCounters keep = result->counters;
+    Status stop = RunStop(session, options, progress, result);
+    result->counters = keep;
+    return stop;
+  }
+  progress->SetPhase("commit", "writing and syncing " + options.dir);
+  PHOS_RETURN_IF_ERROR(writer->Commit());
+  result->mode = Mode::kCow;
+  std::uint64_t bytes = 0;
+  for (const auto& b : writer->mutable_metadata()->buffers()) bytes += b.bytes();
+  result->bytes = bytes;
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* ModeName(Mode m) {
+  switch (m) {
+    case Mode::kCow: return "cow";
+    case Mode::kRecopy: return "recopy";
+    case Mode::kStop: return "stop";
+  }
+  return "?";
+}
+
+Status Checkpoint(session::Session& session, const CheckpointOptions& options, Progress* progress,
+                  CheckpointResult* result) {
+  *result = CheckpointResult{};
+  result->dir = options.dir;
+  result->mode = options.mode;
+  EngineHook* hook = EngineHook::Of(session.hook());
+  OperationClaim claim;
+  PHOS_RETURN_IF_ERROR(claim.Acquire(hook, session.id(), session.pid()));
+  if (options.mode != Mode::kStop && hook == nullptr) {
+    return Status::FailedPrecondition(std::string("mode '") + ModeName(options.mode) +
+                                      "' needs the engine's admission hook, which this session was created without");
+  }
+  switch (options.mode) {
+    case Mode::kStop: return RunStop(session, options, progress, result);
+    case Mode::kCow: return RunCow(session, hook, options, progress, result);
+    case Mode::kRecopy: return RunRecopy(session, hook, options, progress, result);
+  }
+  return Status::InvalidArgument("unknown checkpoint mode");
+}
+
+Status Restore(session::Session& session, const RestoreOptions& options, Progress* progress, RestoreResult* result) {
+  *result = RestoreResult{};
+  result->dir = options.dir;
+  result->concurrent = options.concurrent;
+  EngineHook* hook = EngineHook::Of(session.hook());
+  OperationClaim claim;
+  PHOS_RETURN_IF_ERROR(claim.Acquire(hook, session.id(), session.pid()));
+  if (options.concurrent) {
+    if (hook == nullptr) {
+      return Status::FailedPrecondition("a concurrent restore needs the engine's admission hook, which this "
+                                        "session was created without");
+    }
+    return RunConcurrentRestore(session, hook, options, progress, result);
+  }
+  const auto t0 = Clock::now();
+  RestoreTask task(progress);
+  PHOS_RETURN_IF_ERROR(task.Prepare(options.dir));
+  Status s = session.RunControl([&task](session::SessionState& st) { return task.Apply(st); });
+  if (!s.ok()) return SessionGone(s, session);
+  *result = task.result();
+  result->concurrent = false;
+  result->total_us = MicrosSince(t0);
+  return Status::Ok();
+}
+
+}  // namespace phos::engine

@@ -1,0 +1,101 @@
+// The C/R engine's entry points: one checkpoint or restore of one session's
+// GPU state, in any mode (docs/protocols.md). The gRPC handlers and the
+// engine tests call these; everything else in daemon/engine/ serves them.
+//
+// Threading: called on any thread except the session's consumer thread
+// (they post control tasks to it and wait). One operation per session at a
+// time: a second one while the first is in flight is refused with
+// FailedPrecondition ("a checkpoint of session N is already in progress") —
+// not queued (docs/protocols.md "Concurrent requests").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "engine/progress.h"
+#include "image/image_writer.h"
+#include "session/session.h"
+
+namespace phos::engine {
+
+enum class Mode { kStop, kCow, kRecopy };
+const char* ModeName(Mode m);
+
+/// What to do with a kernel that has no PTX (cannot be twinned) while an
+/// operation validates speculation (`phosd --unvalidated`).
+enum class UnvalidatedPolicy { kTrust, kStop };
+
+struct CheckpointOptions {
+  Mode mode = Mode::kStop;
+  std::string dir;                       // the image directory to create
+  image::v1::Manifest metadata;          // session fields of the manifest
+  image::ImageWriterOptions image;
+  /// Soft CoW: device bytes shadows may take (`--cow-reserve`).
+  std::uint64_t cow_reserve_bytes = 2ull << 30;
+  /// Soft recopy: at most this many rounds before the final quiesce.
+  int recopy_rounds = 5;
+  UnvalidatedPolicy unvalidated = UnvalidatedPolicy::kTrust;
+};
+
+/// Counters of one operation (also summed per session and daemon-wide for
+/// `phos ps` / `phos status`).
+struct OperationCounters {
+  std::uint64_t shadows = 0;             // cow: shadow copies made
+  std::uint64_t shadow_bytes = 0;
+  std::uint64_t reserve_waits = 0;       // cow: writers that waited (no reserve room)
+  std::uint64_t writer_waits = 0;        // calls that waited for a buffer being copied/loaded
+  std::uint64_t copier_yields = 0;       // copier chunks deferred behind an app copy
+  std::uint64_t recopy_rounds = 0;       // recopy: rounds before the final quiesce
+  std::uint64_t recopy_dirty_bytes = 0;  // recopy: bytes copied at the final quiesce
+  std::uint64_t twin_launches = 0;       // kernels launched as their twin
+  std::uint64_t twin_misses = 0;         // accesses outside the speculated set
+  std::uint64_t unvalidated_kernels = 0; // kernels without PTX met during the operation
+  std::uint64_t cow_fallbacks = 0;       // cow discarded and redone stop-the-world
+  std::uint64_t recopy_misses = 0;       // buffers re-dirtied by a twin report
+  std::uint64_t restore_rollbacks = 0;   // concurrent restore redone stop-the-world
+  std::uint64_t absent_waits = 0;        // restore: calls that waited for an absent buffer
+};
+
+struct CheckpointResult {
+  std::string dir;
+  Mode mode = Mode::kStop;               // the mode that produced the image (stop after a fallback)
+  std::uint64_t stall_us = 0;            // total time the app's calls could not be admitted
+  std::uint64_t bytes = 0;               // device bytes saved
+  std::uint32_t buffers = 0;
+  std::uint32_t globals = 0;
+  /// Calls the session had admitted when the image's state was fixed (t1
+  /// for stop/cow, t2 for recopy): the image equals the device state after
+  /// exactly these calls (tests replay a deterministic workload to it).
+  std::uint64_t admitted_at_capture = 0;
+  std::string io_backend;
+  OperationCounters counters;
+};
+
+Status Checkpoint(session::Session& session, const CheckpointOptions& options, Progress* progress,
+                  CheckpointResult* result);
+
+struct RestoreOptions {
+  std::string dir;
+  /// true: buffers start ABSENT and load in the background in first-use
+  /// order while the session runs; false: stop-the-world.
+  bool concurrent = false;
+};
+
+struct RestoreResult {
+  std::string dir;
+  bool concurrent = false;
+  std::uint64_t stall_us = 0;            // the app could not run at all
+  std::uint64_t total_us = 0;            // until every buffer was present
+  std::uint64_t bytes = 0;
+  std::uint32_t buffers = 0, allocated = 0, freed = 0, globals = 0;
+  std::uint64_t source_pid = 0;
+  OperationCounters counters;
+};
+
+/// In-place restore (roll the session back). Verifies every checksum of
+/// the image before touching the session.
+Status Restore(session::Session& session, const RestoreOptions& options, Progress* progress,
+               RestoreResult* result);
+
+}  // namespace phos::engine

@@ -1,0 +1,592 @@
+#include "engine/recopy_checkpoint.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/hex.h"
+
+namespace phos::engine {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t MicrosSince(Clock::time_point t0) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+
+Status SessionGone(const Status& s, session::Session& session) {
+  if (s.code() != Status::Code::kUnavailable) return s;
+  return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the operation (" + s.message() +
+                             "); no image was written");
+}
+
+/// Synchronous D2H of [address, address + bytes) into `host` (resized), in
+/// chunks on `stream`. The session is quiesced (t2): no yields.
+Status CopyNow(backend::Context* ctx, backend::StreamHandle stream, std::uint64_t address, std::uint64_t bytes,
+               std::vector<std::byte>* host) {
+  const std::uint64_t chunk = image::kDefaultChunkBytes;
+  host->resize(bytes);
+  for (std::uint64_t off = 0; off < bytes; off += chunk) {
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, bytes - off));
+    Status s = ctx->MemcpyAsync(reinterpret_cast<std::uint64_t>(host->data() + off), address + off, len,
+                                backend::CopyKind::kDeviceToHost, stream);
+    if (s.ok()) s = ctx->SynchronizeStream(stream);
+    if (!s.ok()) {
+      return s.WithContext("copying buffer " + Hex(address) + " at offset " + std::to_string(off) + " to the host");
+    }
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+RecopyCheckpoint::RecopyCheckpoint(const CheckpointOptions& options, Progress* progress)
+    : options_(options), progress_(progress) {}
+
+RecopyCheckpoint::~RecopyCheckpoint() = default;
+
+Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
+  ctx_ = st.ctx;
+  st_ = &st;
+  const SessionSnapshot snap = CaptureSnapshot(st);
+  std::uint64_t total = 0;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    auto track = [&](const DeviceRange& r, bool global) {
+      TrackedBuffer b;
+      b.address = r.address;
+      b.bytes = r.bytes;
+      b.global = global;
+      b.state = kDirty;
+      total += r.bytes;
+      order_.push_back(r.address);
+      table_.by_address.emplace(r.address, std::move(b));
+    };
+    for (const auto& r : snap.buffers) track(r, false);
+    for (const auto& r : snap.globals) track(r, true);
+    std::sort(order_.begin(), order_.end());
+  }
+  PHOS_RETURN_IF_ERROR(ctx_->CreateStream(backend::kStreamNonBlocking, 0, &stream_));
+  if (Status s = gate_.Init(ctx_); !s.ok()) spdlog::warn("checkpoint: copier will not yield to app copies: {}", s.ToString());
+  {
+    // No quiesce: work the app enqueued before now may still be writing any
+    // buffer. One write event per stream, and every buffer waits for all.
+    std::vector<backend::StreamHandle> streams = {backend::kDefaultStream};
+    for (const auto& [id, h] : st.streams) streams.push_back(h);
+    std::lock_guard<std::mutex> lock(table_.mu);
+    for (backend::StreamHandle h : streams) {
+      if (!RecordWriteLocked(h)) {
+        (void)ctx_->SynchronizeStream(h);  // rare: then that stream's writes are done
+        continue;
+      }
+      for (auto& [addr, b] : table_.by_address) b.written_on.push_back(h);
+    }
+  }
+  validator_ = std::make_unique<TwinValidator>(ctx_);
+  hook->Install(shared_from_this());
+  progress_->SetPhase("copy",
+                      "round 1: copying " + std::to_string(snap.buffers.size()) + " buffers and " +
+                          std::to_string(snap.globals.size()) + " globals while the app runs (recopy)",
+                      total);
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- admission (consumer thread)
+
+Status RecopyCheckpoint::Admit(const session::CallView& call) {
+  std::unique_lock<std::mutex> lock(table_.mu);
+  for (const auto& r : call.ranges) {
+    table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) {
+      if (b.first_use == 0) b.first_use = ++next_first_use_;
+    });
+  }
+  if (abandoned_) return Status::Ok();
+  if (call.api == wire::op::kDeviceReset) {
+    // Every buffer and global goes away and the context is replaced: the
+    // copier stops; t2 copies whatever the app has by then, fresh.
+    for (auto& [addr, b] : table_.by_address) {
+      b.freed = true;
+      ++b.generation;
+      b.state = kDirty;
+    }
+    reset_ = true;
+    abandoned_ = true;
+    abort_copy_.store(true);
+    table_.cv.notify_all();
+    lock.unlock();
+    DropDeviceState();  // fences the copier out (waits for its chunk in flight)
+    return Status::Ok();
+  }
+  if (call.api == wire::op::kFree && !call.ranges.empty()) {
+    // The memory goes away when the call runs: the copier must not be
+    // reading it then. Mark it freed (its copy is dropped), and if the
+    // copier has it, wait for the chunk in flight (cudaFree synchronises
+    // the device anyway).
+    TrackedBuffer* b = table_.Find(call.ranges.front().ptr);
+    if (b == nullptr || b->address != call.ranges.front().ptr) return Status::Ok();
+    b->freed = true;
+    ++b->generation;
+    const bool copying = b->state == kCopying;
+    b->state = kDirty;
+    if (!copying) return Status::Ok();
+    abort_copy_.store(true);
+    lock.unlock();
+    std::unique_lock<std::mutex> use(ctx_use_mu_, std::try_to_lock);
+    if (!use.owns_lock()) {
+      const auto t0 = Clock::now();
+      use.lock();
+      blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+      std::lock_guard<std::mutex> relock(table_.mu);
+      ++counters_.writer_waits;
+    }
+  }
+  return Status::Ok();
+}
+
+bool RecopyCheckpoint::LaunchInstead(const session::CallView& call, Status* result) {
+  if (!validator_ || call.kind != session::AccessKind::kSpeculated || call.launch == nullptr) return false;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    if (abandoned_) return false;
+  }
+  std::uint64_t ticket = 0;
+  Status s = validator_->Launch(*st_, *call.launch, call.stream, call.ranges, /*check_reads=*/false, &ticket);
+  if (s.code() == Status::Code::kNotSupported) {
+    const std::string& name = call.launch->kernel ? *call.launch->kernel : std::string("?");
+    if (warned_kernels_.insert(name).second) {
+      spdlog::warn("checkpoint: kernel {} cannot be validated ({}); its speculated access set is trusted", name,
+                   s.message());
+    }
+    std::lock_guard<std::mutex> lock(table_.mu);
+    ++counters_.unvalidated_kernels;
+    return false;
+  }
+  *result = s;
+  if (s.ok()) {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    ++counters_.twin_launches;
+  }
+  return true;
+}
+
+void RecopyCheckpoint::Admitted(const session::CallView& call, const Status& /*result*/) {
+  if (device_state_dropped_) return;  // after a reset (or t2): nothing of ours is in the context
+  if (IsHostDeviceCopy(call.api)) gate_.NoteAppCopy(ctx_, call.stream);
+  if (call.api == wire::op::kFree) return;  // handled in Admit
+  const bool unvalidatable = call.kind == session::AccessKind::kUnvalidatable;
+  const bool writes_anything =
+      !call.access_known() || (unvalidatable && options_.unvalidated == UnvalidatedPolicy::kStop);
+  std::unique_lock<std::mutex> lock(table_.mu);
+  if (unvalidatable) ++counters_.unvalidated_kernels;
+  if (abandoned_) return;
+  // The call's result does not matter: a failed call may have run in part.
+  std::vector<TrackedBuffer*> hit;
+  if (writes_anything) {
+    for (auto& [addr, b] : table_.by_address) hit.push_back(&b);
+  } else {
+    for (const auto& r : call.ranges) {
+      if (!r.write) continue;
+      table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) {
+        if (std::find(hit.begin(), hit.end(), &b) == hit.end()) hit.push_back(&b);
+      });
+    }
+  }
+  if (hit.empty()) return;
+  // The call is enqueued: an event recorded now completes after its write.
+  bool recorded = RecordWriteLocked(call.stream);
+  if (!recorded) {
+    // No event: let the write finish before the buffers become DIRTY, so
+    // every copy taken after that sees it (copies taken before are dropped
+    // by the generation bump below).
+    lock.unlock();
+    (void)ctx_->SynchronizeStream(call.stream);
+    lock.lock();
+    if (abandoned_) return;
+  }
+  for (TrackedBuffer* b : hit) MarkDirtyLocked(*b, recorded, call.stream);
+}
+
+bool RecopyCheckpoint::RecordWriteLocked(backend::StreamHandle stream) {
+  backend::EventHandle& ev = stream_events_[stream];
+  if (ev == 0) {
+    if (Status s = ctx_->CreateEvent(backend::kEventDisableTiming, &ev); !s.ok()) {
+      ev = 0;
+      spdlog::warn("checkpoint: cannot create a write event: {}", s.ToString());
+      return false;
+    }
+  }
+  if (Status s = ctx_->RecordEvent(ev, stream); !s.ok()) {
+    spdlog::warn("checkpoint: cannot record a write event: {}", s.ToString());
+    return false;
+  }
+  return true;
+}
+
+void RecopyCheckpoint::MarkDirtyLocked(TrackedBuffer& b, bool written_on_stream, backend::StreamHandle stream) {
+  ++b.generation;
+  b.state = kDirty;
+  if (written_on_stream && std::find(b.written_on.begin(), b.written_on.end(), stream) == b.written_on.end()) {
+    b.written_on.push_back(stream);
+  }
+}
+
+std::uint64_t RecopyCheckpoint::DirtyBytesLocked() const {
+  std::uint64_t n = 0;
+  for (const auto& [addr, b] : table_.by_address) {
+    if (!b.freed && b.state != kCopied) n += b.bytes;
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------- the copier (caller's thread)
+
+Status RecopyCheckpoint::CopyRounds() {
+  std::uint64_t dirty_before = 0;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    dirty_before = DirtyBytesLocked();
+  }
+  std::vector<TwinValidator::Collected> reports;
+  int rounds = 0;
+  while (rounds < options_.recopy_rounds && dirty_before > 0) {
+    for (std::uint64_t addr : order_) {
+      TrackedBuffer* b = nullptr;
+      std::uint64_t generation = 0;
+      {
+        std::lock_guard<std::mutex> lock(table_.mu);
+        if (abandoned_) break;
+        b = &table_.by_address.at(addr);
+        if (b->freed || b->state != kDirty) continue;
+        b->state = kCopying;
+        generation = b->generation;
+        abort_copy_.store(false);
+        // Waits on the copier's stream for every write admitted so far
+        // (their events were recorded after they were enqueued).
+        std::lock_guard<std::mutex> use(ctx_use_mu_);
+        if (!fenced_.load()) {
+          for (backend::StreamHandle s : b->written_on) (void)ctx_->StreamWaitEvent(stream_, stream_events_.at(s));
+        }
+        b->written_on.clear();
+      }
+      bool dropped = false;
+      Status s = CopyOne(*b, &dropped);
+      {
+        std::lock_guard<std::mutex> lock(table_.mu);
+        if (b->state == kCopying) {
+          b->state = s.ok() && !dropped && b->generation == generation && !b->freed ? kCopied : kDirty;
+        }
+        if (!s.ok() && !abandoned_) return s;  // a copy failed: no image
+      }
+      {
+        std::lock_guard<std::mutex> use(ctx_use_mu_);
+        if (!fenced_.load() && validator_) (void)validator_->Drain(false, &reports);
+      }
+      ApplyReports(reports);
+      reports.clear();
+    }
+    std::uint64_t dirty_after = 0;
+    {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      if (abandoned_) {
+        if (cancelled_) return Status::Unavailable("the process exited during the checkpoint");
+        return Status::Ok();  // a cudaDeviceReset: t2 copies what is there
+      }
+      ++rounds;
+      ++counters_.recopy_rounds;
+      dirty_after = DirtyBytesLocked();
+    }
+    spdlog::debug("checkpoint: recopy round {}: {} dirty bytes left (were {})", rounds, dirty_after, dirty_before);
+    // Go on only while a round pays: >= 10 % fewer dirty bytes.
+    const bool shrank = dirty_after * 10 <= dirty_before * 9;
+    dirty_before = dirty_after;
+    if (!shrank) break;
+    if (rounds < options_.recopy_rounds && dirty_after > 0) {
+      progress_->SetPhase("copy",
+                          "round " + std::to_string(rounds + 1) + ": recopying " + std::to_string(dirty_after) +
+                              " bytes written since their copy",
+                          dirty_after);
+    }
+  }
+  std::lock_guard<std::mutex> lock(table_.mu);
+  if (cancelled_) return Status::Unavailable("the process exited during the checkpoint");
+  return Status::Ok();
+}
+
+Status RecopyCheckpoint::CopyOne(TrackedBuffer& b, bool* dropped) {
+  const std::uint64_t chunk = image::kDefaultChunkBytes;
+  b.host.resize(b.bytes);  // the copier owns `host` while the buffer is COPYING
+  for (std::uint64_t off = 0; off < b.bytes; off += chunk) {
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, b.bytes - off));
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    if (fenced_.load() || abort_copy_.load()) {
+      *dropped = true;  // session ending, reset, or the buffer is being freed
+      return Status::Ok();
+    }
+    gate_.YieldIfNeeded(ctx_);
+    Status s = ctx_->MemcpyAsync(reinterpret_cast<std::uint64_t>(b.host.data() + off), b.address + off, len,
+                                 backend::CopyKind::kDeviceToHost, stream_);
+    if (s.ok()) s = ctx_->SynchronizeStream(stream_);
+    if (!s.ok()) {
+      return s.WithContext("copying buffer " + Hex(b.address) + " at offset " + std::to_string(off) +
+                           " to the host");
+    }
+    progress_->AddBytes(len);
+  }
+  return Status::Ok();
+}
+
+void RecopyCheckpoint::ApplyReports(std::vector<TwinValidator::Collected>& reports) {
+  if (reports.empty()) return;
+  std::lock_guard<std::mutex> lock(table_.mu);
+  for (const auto& r : reports) {
+    counters_.twin_misses += r.misses.size();
+    if (r.overflowed()) {
+      // Some writes went unrecorded: any buffer may have changed since its copy.
+      spdlog::warn("checkpoint: a kernel's twin report overflowed ({} accesses unrecorded); recopying every buffer",
+                   r.dropped);
+      for (auto& [addr, b] : table_.by_address) {
+        ++b.generation;
+        b.state = kDirty;
+      }
+      ++counters_.recopy_misses;
+      continue;
+    }
+    for (const auto& m : r.misses) {
+      if (!m.write) continue;
+      TrackedBuffer* b = table_.Find(m.address);
+      if (b == nullptr) continue;  // not tracked: t2 copies it fresh anyway
+      // The kernel completed (its report is in), so a copy taken from now
+      // on sees its write; one taken before is redone.
+      ++b->generation;
+      b->state = kDirty;
+      ++counters_.recopy_misses;
+      spdlog::debug("checkpoint: kernel (function id {}) wrote {} in buffer {} outside its speculated access set; "
+                    "recopying it", m.kernel_id, Hex(m.address), Hex(b->address));
+    }
+  }
+}
+
+// ---------------------------------------------------------------- t2 (consumer thread)
+
+Status RecopyCheckpoint::Final(session::SessionState& st, EngineHook* hook, CheckpointResult* result) {
+  progress_->SetPhase("quiesce", "final quiesce (t2): copying what is still dirty");
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    abandoned_ = true;
+    table_.cv.notify_all();
+  }
+  Status status = CaptureFinal(st, result);
+  result->admitted_at_capture = st.executor->admitted();
+  hook->Remove();
+  DropDeviceState();
+  return status;
+}
+
+Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResult* result) {
+  const bool same_context = st.ctx == ctx_ && !device_state_dropped_;
+  if (validator_ && same_context) {
+    std::vector<TwinValidator::Collected> reports;
+    if (Status s = validator_->Drain(true, &reports); !s.ok()) {
+      spdlog::warn("checkpoint: collecting twin reports: {}", s.ToString());
+    }
+    ApplyReports(reports);
+  }
+  if (Status s = st.ctx->Synchronize(); !s.ok()) {
+    return Status::FailedPrecondition("the session's GPU context has a sticky error (" + s.message() +
+                                      "); its device state cannot be checkpointed");
+  }
+  final_snapshot_ = CaptureSnapshot(st);
+  // The copies at t2 go through the copier's stream, or after a reset
+  // (context replaced) through one of the new context.
+  backend::StreamHandle stream = same_context ? stream_ : 0;
+  backend::StreamHandle temp = 0;
+  if (stream == 0) {
+    PHOS_RETURN_IF_ERROR(st.ctx->CreateStream(backend::kStreamNonBlocking, 0, &temp));
+    stream = temp;
+  }
+  // What each extent of the image takes: the staged copy (COPIED, same
+  // buffer as at Start) or a copy now (DIRTY, or allocated/re-allocated
+  // since Start). Decided under mu; the copies run without it (the copier
+  // has ended, so the `host` vectors are ours).
+  struct Plan {
+    DeviceRange range;
+    TrackedBuffer* tracked = nullptr;  // null: not tracked (or not the same buffer)
+    bool staged = false;
+  };
+  std::vector<Plan> plan;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    auto decide = [&](const DeviceRange& r, bool global) {
+      Plan p;
+      p.range = r;
+      auto it = table_.by_address.find(r.address);
+      if (same_context && it != table_.by_address.end() && !it->second.freed && it->second.bytes == r.bytes &&
+          it->second.global == global) {
+        p.tracked = &it->second;
+        p.staged = it->second.state == kCopied;
+      }
+      plan.push_back(p);
+    };
+    for (const auto& r : final_snapshot_.buffers) decide(r, false);
+    for (const auto& r : final_snapshot_.globals) decide(r, true);
+    // The first-use order seen since Start: a restore loads buffers in it.
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> used;
+    for (const auto& p : plan) {
+      if (p.tracked != nullptr && !p.tracked->global && p.tracked->first_use != 0) {
+        used.emplace_back(p.tracked->first_use, p.range.address);
+      }
+    }
+    std::sort(used.begin(), used.end());
+    for (const auto& [order, addr] : used) final_snapshot_.first_use.push_back(addr);
+  }
+  std::uint64_t copied_now = 0, total = 0;
+  Status status;
+  for (const Plan& p : plan) {
+    Extent e;
+    e.address = p.range.address;
+    e.bytes = p.range.bytes;
+    if (p.staged) {
+      e.host = std::move(p.tracked->host);
+    } else {
+      status = CopyNow(st.ctx, stream, p.range.address, p.range.bytes, &e.host);
+      if (!status.ok()) break;
+      copied_now += p.range.bytes;
+      if (p.tracked != nullptr) std::vector<std::byte>().swap(p.tracked->host);  // a stale copy
+    }
+    total += p.range.bytes;
+    extents_.push_back(std::move(e));
+  }
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    counters_.recopy_dirty_bytes += copied_now;
+  }
+  if (temp != 0) (void)st.ctx->DestroyStream(temp);
+  PHOS_RETURN_IF_ERROR(status);
+  result->bytes = total;
+  result->buffers = static_cast<std::uint32_t>(final_snapshot_.buffers.size());
+  result->globals = static_cast<std::uint32_t>(final_snapshot_.globals.size());
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- image (caller's thread, after t2)
+
+Status RecopyCheckpoint::WriteImage(image::ImageWriter* writer) {
+  std::uint64_t total = 0;
+  for (const auto& e : extents_) total += e.bytes;
+  progress_->SetPhase("write", "writing " + std::to_string(extents_.size()) + " extents copied up to t2", total);
+  for (auto& e : extents_) {
+    std::size_t index = 0;
+    PHOS_RETURN_IF_ERROR(writer->AddBuffer(e.address, e.bytes, &index));
+    if (e.bytes > 0) PHOS_RETURN_IF_ERROR(writer->WriteBuffer(index, e.host.data()));
+    progress_->AddBytes(e.bytes);
+    std::vector<std::byte>().swap(e.host);  // the writer staged it
+  }
+  writer->mutable_metadata()->set_handles(EncodeSnapshot(final_snapshot_));
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- end (consumer thread)
+
+void RecopyCheckpoint::Cancel(session::SessionState& /*st*/) {
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    cancelled_ = true;
+    abandoned_ = true;
+    table_.cv.notify_all();
+  }
+  DropDeviceState();
+}
+
+void RecopyCheckpoint::DropDeviceState() {
+  // Consumer thread. Lock order everywhere: table_.mu before ctx_use_mu_.
+  if (device_state_dropped_) return;
+  device_state_dropped_ = true;
+  {
+    // After this the copier never touches the context again (it checks
+    // fenced_ under ctx_use_mu_ before every use).
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    fenced_.store(true);
+  }
+  std::vector<backend::EventHandle> events;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    for (const auto& [stream, ev] : stream_events_) {
+      if (ev != 0) events.push_back(ev);
+    }
+    stream_events_.clear();
+    for (auto& [addr, b] : table_.by_address) b.written_on.clear();
+  }
+  validator_.reset();  // waits for its pending twins
+  if (stream_ != 0) {
+    // A StreamWaitEvent (or a D2H) of the copier may still be queued.
+    (void)ctx_->SynchronizeStream(stream_);
+    if (Status s = ctx_->DestroyStream(stream_); !s.ok()) spdlog::warn("checkpoint: copier stream: {}", s.ToString());
+    stream_ = 0;
+  }
+  for (auto e : events) (void)ctx_->DestroyEvent(e);
+  gate_.Destroy(ctx_);
+}
+
+OperationCounters RecopyCheckpoint::counters() {
+  std::lock_guard<std::mutex> lock(table_.mu);
+  OperationCounters c = counters_;
+  c.copier_yields = gate_.yields();
+  return c;
+}
+
+// ---------------------------------------------------------------- the driver
+
+Status RunRecopy(session::Session& session, EngineHook* hook, const CheckpointOptions& options, Progress* progress,
+                 CheckpointResult* result) {
+  image::v1::Manifest meta = options.metadata;
+  meta.set_mode("recopy");
+  // Opened first: an existing DIR is refused before the app is disturbed.
+  std::unique_ptr<image::ImageWriter> writer;
+  PHOS_RETURN_IF_ERROR(image::ImageWriter::Open(options.dir, meta, options.image, &writer));
+  result->io_backend = std::string(writer->io_backend_name());
+  auto op = std::make_shared<RecopyCheckpoint>(options, progress);
+  const auto t_start = Clock::now();
+  Status s = session.RunControl([&](session::SessionState& st) { return op->Start(st, hook); });
+  std::uint64_t stall_us = MicrosSince(t_start);
+  // Undoes Start on the consumer thread (a failure, not t2): uninstall and
+  // free what the operation holds in the context. When the session ended,
+  // SessionEnding did it already and this answers Unavailable.
+  auto undo = [&] {
+    (void)session.RunControl([&](session::SessionState& st) {
+      hook->Remove();
+      op->Cancel(st);
+      return Status::Ok();
+    });
+  };
+  if (!s.ok()) {
+    undo();
+    writer->Abort();
+    return SessionGone(s, session);
+  }
+  Status copied = op->CopyRounds();
+  Status finished = copied;
+  if (copied.ok()) {
+    const auto t2 = Clock::now();
+    finished = session.RunControl([&](session::SessionState& st) { return op->Final(st, hook, result); });
+    stall_us += MicrosSince(t2);
+  } else {
+    undo();
+  }
+  result->counters = op->counters();
+  result->stall_us = stall_us + op->blocked_us();
+  if (!finished.ok()) {
+    writer->Abort();
+    return SessionGone(finished, session);
+  }
+  if (Status w = op->WriteImage(writer.get()); !w.ok()) {
+    writer->Abort();
+    return w;
+  }
+  progress->SetPhase("commit", "writing and syncing " + options.dir);
+  PHOS_RETURN_IF_ERROR(writer->Commit());
+  result->mode = Mode::kRecopy;
+  return Status::Ok();
+}
+
+}  // namespace phos::engine

@@ -1,0 +1,73 @@
+// The buffers one soft operation tracks (docs/protocols.md: every buffer has
+// a C/R state per operation in flight), keyed by start address.
+//
+// Lock: `mu` (the operation's "engine lock") guards every field of every
+// TrackedBuffer and the map itself; `cv` is notified whenever a state
+// changes so calls waiting for a buffer wake. mu is held for state changes
+// and short backend enqueues only (StreamWaitEvent, RecordEvent), never
+// across a device or disk wait.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace phos::engine {
+
+struct TrackedBuffer {
+  std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
+  bool global = false;           // a module global (restored in place, never allocated)
+  std::uint8_t state = 0;        // the mode's state enum
+  bool urgent = false;           // a call waits for it: the worker takes it next
+  std::size_t image_index = 0;   // its extent in the image being written
+  std::uint32_t first_use = 0;   // 1-based order of first use during the operation (0: not used)
+  // Soft CoW.
+  backend::DevicePtr shadow = 0;             // device copy of the t1 content
+  backend::EventHandle shadow_ready = 0;     // recorded after the D2D into the shadow
+  std::uint64_t safe_from = std::numeric_limits<std::uint64_t>::max();  // admission seq from which writes are harmless
+  // Soft recopy.
+  std::uint64_t generation = 0;              // bumped by every admitted write
+  /// Streams that wrote it since the copier last took it: the copier waits
+  /// for each one's write event (RecopyCheckpoint::stream_events_) before
+  /// copying. One event per stream, not per buffer: writes of one buffer on
+  /// two streams are unordered, so "the last write" alone would not do.
+  std::vector<backend::StreamHandle> written_on;
+  bool freed = false;                        // the app freed it during the operation
+  std::vector<std::byte> host;               // the last copy (recopy stages in host memory)
+};
+
+class TrackedBuffers {
+ public:
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::uint64_t, TrackedBuffer> by_address;  // guarded by mu
+
+  /// mu held. Calls f(TrackedBuffer&) for each buffer overlapping
+  /// [ptr, ptr + bytes) (bytes 0 counts as 1).
+  template <typename F>
+  void ForEachOverlapping(std::uint64_t ptr, std::uint64_t bytes, F&& f) {
+    if (by_address.empty()) return;
+    const std::uint64_t end = ptr + (bytes == 0 ? 1 : bytes);
+    auto it = by_address.upper_bound(ptr);
+    if (it != by_address.begin()) --it;
+    for (; it != by_address.end() && it->first < end; ++it) {
+      TrackedBuffer& b = it->second;
+      if (b.address + b.bytes > ptr) f(b);
+    }
+  }
+  /// mu held. The buffer containing `address`, or null.
+  TrackedBuffer* Find(std::uint64_t address) {
+    auto it = by_address.upper_bound(address);
+    if (it == by_address.begin()) return nullptr;
+    --it;
+    return address < it->first + it->second.bytes ? &it->second : nullptr;
+  }
+};
+
+}  // namespace phos::engine

@@ -1,0 +1,266 @@
+// Soft copy-on-write checkpoints (daemon/engine/cow_checkpoint.h) against a
+// fake app (tests/unit/session/fake_app.h) in a real SessionServer on the
+// sim backend, with a throttled link so the copier is still busy while the
+// app writes:
+//   - the image is exactly the device state at t1 (result.admitted_at_capture
+//     calls), while the app rewrites buffers during the copy;
+//   - a tiny reserve makes writers wait for the copier and still loses nothing;
+//   - a kernel writing through a pointer table (outside its speculated set)
+//     is caught by its twin: the image is discarded and retaken stop-the-world;
+//   - a correctly speculated kernel runs as its twin and changes nothing.
+// Label `concurrency`: re-run under ThreadSanitizer.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/backend_factory.h"
+#include "engine/engine_hook.h"
+#include "engine/operations.h"
+#include "fake_app.h"
+#include "image/image_reader.h"
+#include "session/session_server.h"
+
+namespace phos::engine {
+namespace {
+
+using namespace std::chrono_literals;
+using session::testing::FakeApp;
+using wire::WireStatus;
+constexpr WireStatus kOk = WireStatus::kSuccess;
+
+std::vector<std::byte> ReadFixture(const std::string& name) {
+  std::ifstream f(std::string(PHOS_TEST_APPS_DIR) + "/" + name, std::ios::binary);
+  EXPECT_TRUE(f.good()) << name;
+  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(c.size());
+  if (!c.empty()) std::memcpy(out.data(), c.data(), c.size());
+  return out;
+}
+
+wire::LaunchRequest Grid(uint32_t blocks, uint32_t threads) {
+  wire::LaunchRequest g{};
+  g.grid[0] = blocks;
+  g.grid[1] = g.grid[2] = 1;
+  g.block[0] = threads;
+  g.block[1] = g.block[2] = 1;
+  return g;
+}
+
+class CowCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/phos-cow-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    backend::BackendOptions bo;
+    bo.kind = backend::BackendKind::kSim;
+    bo.sim.link_gbps = 0.5;  // 1 MiB ~ 2 ms: the copier is slow enough to race with the app
+    std::string why;
+    ASSERT_TRUE(backend::CreateBackend(bo, &backend_, &why).ok()) << why;
+    server_ = std::make_unique<session::SessionServer>(backend_.get(), session::SessionServerOptions{},
+                                                       session::SessionCallbacks{});
+    server_->SetHookFactory(EngineHook::Make);
+    ASSERT_TRUE(server_->Start(dir_ + "/phosd.sock.data").ok());
+    ASSERT_TRUE(FakeApp::Connect(dir_ + "/phosd.sock.data", &app_).ok());
+    for (int i = 0; i < 500 && !session_; ++i) {
+      session_ = server_->FindByPid(getpid());
+      if (!session_) std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(session_);
+  }
+  void TearDown() override {
+    app_.reset();
+    session_.reset();
+    server_->Stop();
+    server_.reset();
+    backend_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  /// Allocates `n` buffers of `bytes`, each memset to byte 1.
+  void MakeBuffers(int n, uint64_t bytes) {
+    for (int i = 0; i < n; ++i) {
+      uint64_t p = 0;
+      ASSERT_EQ(app_->Malloc(bytes, &p), kOk);
+      ASSERT_EQ(app_->Memset(p, 1, 1, bytes), kOk);
+      bufs_.push_back(p);
+    }
+    bytes_ = bytes;
+  }
+
+  /// Runs a CoW checkpoint while the app does synchronous memsets
+  /// (call i sets buffer i % n to byte (i % 250) + 2), then checks that the
+  /// image is exactly the state after result.admitted_at_capture calls.
+  void CheckImageIsT1(const CheckpointOptions& base, CheckpointResult* r) {
+    const uint64_t setup = session_->admitted();  // every setup call was synchronous
+    std::atomic<bool> stop{false};
+    std::atomic<int> writes{0};
+    std::thread writer([&] {
+      for (int i = 0; !stop.load(); ++i) {
+        if (app_->Memset(bufs_[i % bufs_.size()], (i % 250) + 2, 1, bytes_) != kOk) return;
+        writes.fetch_add(1);
+      }
+    });
+    // Let a few writes happen before t1.
+    while (writes.load() < 3) std::this_thread::sleep_for(1ms);
+    CheckpointOptions o = base;
+    o.mode = Mode::kCow;
+    o.dir = dir_ + "/img";
+    Progress progress;
+    Status s = Checkpoint(*session_, o, &progress, r);
+    stop.store(true);
+    writer.join();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(r->mode, Mode::kCow);
+    ASSERT_GE(r->admitted_at_capture, setup);
+    const uint64_t calls = r->admitted_at_capture - setup;  // loop calls before t1
+    ASSERT_GT(static_cast<uint64_t>(writes.load()), calls) << "the app wrote nothing during the checkpoint";
+
+    std::unique_ptr<image::ImageReader> reader;
+    ASSERT_TRUE(image::ImageReader::Open(o.dir, {}, &reader).ok());
+    ASSERT_EQ(reader->buffer_count(), bufs_.size());
+    std::vector<uint8_t> got(bytes_);
+    for (size_t k = 0; k < bufs_.size(); ++k) {
+      const auto& e = reader->manifest().buffers(static_cast<int>(k));
+      ASSERT_EQ(e.device_address(), bufs_[k]);
+      ASSERT_TRUE(reader->ReadBuffer(k, got.data()).ok());
+      uint8_t want = 1;
+      for (uint64_t i = 0; i < calls; ++i) {
+        if (i % bufs_.size() == k) want = static_cast<uint8_t>((i % 250) + 2);
+      }
+      for (uint64_t b = 0; b < bytes_; b += 4093) ASSERT_EQ(got[b], want) << "buffer " << k << " byte " << b;
+      ASSERT_EQ(got[bytes_ - 1], want) << "buffer " << k;
+    }
+  }
+
+  std::string dir_;
+  std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<session::SessionServer> server_;
+  std::unique_ptr<FakeApp> app_;
+  std::shared_ptr<session::Session> session_;
+  std::vector<uint64_t> bufs_;
+  uint64_t bytes_ = 0;
+};
+
+TEST_F(CowCheckpointTest, ImageIsTheStateAtT1WhileTheAppWrites) {
+  MakeBuffers(16, 1 << 20);
+  CheckpointResult r;
+  CheckImageIsT1({}, &r);
+  EXPECT_GT(r.counters.shadows, 0u) << "no write hit an unsaved buffer: the test raced nothing";
+}
+
+TEST_F(CowCheckpointTest, ExhaustedReserveMakesWritersWaitAndLosesNothing) {
+  MakeBuffers(16, 1 << 20);
+  CheckpointOptions o;
+  o.cow_reserve_bytes = 1 << 20;  // one shadow at a time
+  CheckpointResult r;
+  CheckImageIsT1(o, &r);
+  EXPECT_GT(r.counters.reserve_waits + r.counters.writer_waits, 0u);
+}
+
+TEST_F(CowCheckpointTest, MisSpeculatedKernelFallsBackToStopTheWorld) {
+  // Big buffers first (the copier is busy with them), the scatter targets last.
+  MakeBuffers(8, 1 << 20);
+  const int n = 256;
+  uint64_t table = 0, src = 0, dst0 = 0, dst1 = 0;
+  ASSERT_EQ(app_->Malloc(16, &table), kOk);
+  ASSERT_EQ(app_->Malloc(n * 4, &src), kOk);
+  ASSERT_EQ(app_->Malloc(n * 2, &dst0), kOk);
+  ASSERT_EQ(app_->Malloc(n * 2, &dst1), kOk);
+  ASSERT_GT(dst0, bufs_.back());
+  uint64_t ptrs[2] = {dst0, dst1};
+  ASSERT_EQ(app_->H2D(table, ptrs, sizeof ptrs), kOk);
+  std::vector<int> s(n);
+  for (int i = 0; i < n; ++i) s[i] = i;
+  ASSERT_EQ(app_->H2D(src, s.data(), n * 4), kOk);
+  ASSERT_EQ(app_->Memset(dst0, 0, 1, n * 2), kOk);
+  ASSERT_EQ(app_->Memset(dst1, 0, 1, n * 2), kOk);
+  ASSERT_EQ(app_->ModuleLoad(1, ReadFixture("pointer_table.fatbin")), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(1, 10, "_Z7scatterPKPiiPKii"), kOk) << app_->message();
+
+  CheckpointOptions o;
+  o.mode = Mode::kCow;
+  o.dir = dir_ + "/img";
+  Progress progress;
+  CheckpointResult r;
+  Status st;
+  std::thread cp([&] { st = Checkpoint(*session_, o, &progress, &r); });
+  while (progress.Snapshot().phase != "copy") std::this_thread::sleep_for(100us);
+  struct {
+    uint64_t table;
+    int32_t tables;
+    int32_t pad;
+    uint64_t src;
+    int32_t n;
+  } args{table, 2, 0, src, n};
+  ASSERT_EQ(app_->Launch(10, Grid(1, n), std::as_bytes(std::span(&args, 1))), kOk);
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  cp.join();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(r.counters.twin_launches, 1u);
+  EXPECT_GT(r.counters.twin_misses, 0u);
+  EXPECT_EQ(r.counters.cow_fallbacks, 1u);
+  EXPECT_EQ(r.mode, Mode::kStop);
+  // The stop-the-world retry saw the kernel's result (it ran before).
+  std::unique_ptr<image::ImageReader> reader;
+  ASSERT_TRUE(image::ImageReader::Open(o.dir, {}, &reader).ok());
+  bool found = false;
+  for (size_t k = 0; k < reader->buffer_count(); ++k) {
+    if (reader->manifest().buffers(static_cast<int>(k)).device_address() != dst0) continue;
+    std::vector<int> got(n / 2);
+    ASSERT_TRUE(reader->ReadBuffer(k, got.data()).ok());
+    for (int i = 0; i < n / 2; ++i) ASSERT_EQ(got[i], (2 * i) * 3 + 1) << i;
+    found = true;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(CowCheckpointTest, CorrectlySpeculatedKernelRunsAsItsTwin) {
+  MakeBuffers(8, 1 << 20);
+  const uint32_t n = 256;
+  uint64_t da = 0, db = 0, dc = 0;
+  ASSERT_EQ(app_->Malloc(n * 4, &da), kOk);
+  ASSERT_EQ(app_->Malloc(n * 4, &db), kOk);
+  ASSERT_EQ(app_->Malloc(n * 4, &dc), kOk);
+  std::vector<float> a(n, 1.5f), b(n, 2.0f);
+  ASSERT_EQ(app_->H2D(da, a.data(), n * 4), kOk);
+  ASSERT_EQ(app_->H2D(db, b.data(), n * 4), kOk);
+  ASSERT_EQ(app_->ModuleLoad(1, ReadFixture("vector_add.fatbin")), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(1, 10, "_Z10vector_addPKfS0_Pfi"), kOk) << app_->message();
+  CheckpointOptions o;
+  o.mode = Mode::kCow;
+  o.dir = dir_ + "/img";
+  Progress progress;
+  CheckpointResult r;
+  Status st;
+  std::thread cp([&] { st = Checkpoint(*session_, o, &progress, &r); });
+  while (progress.Snapshot().phase != "copy") std::this_thread::sleep_for(100us);
+  struct {
+    uint64_t a, b, c;
+    int32_t n;
+  } va{da, db, dc, static_cast<int32_t>(n)};
+  ASSERT_EQ(app_->Launch(10, Grid(1, n), std::as_bytes(std::span(&va, 1))), kOk);
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  cp.join();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(r.mode, Mode::kCow);
+  EXPECT_EQ(r.counters.cow_fallbacks, 0u);
+  EXPECT_EQ(r.counters.twin_misses, 0u);
+  // The kernel ran (as its twin) and computed the right thing.
+  std::vector<float> c(n);
+  ASSERT_EQ(app_->D2H(c.data(), dc, n * 4), kOk);
+  for (uint32_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(c[i], 3.5f) << i;
+  EXPECT_EQ(r.counters.twin_launches, 1u) << "checkpoint finished before the launch? (timing)";
+}
+
+}  // namespace
+}  // namespace phos::engine
