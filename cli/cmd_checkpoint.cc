@@ -20,6 +20,11 @@ struct CheckpointArgs {
   std::string out;
   std::string keep = "manual";
   std::string unvalidated;  // "" = the daemon's --unvalidated
+  std::string name;
+  double metric = 0;
+  bool has_metric = false;
+  bool lower_is_better = false;
+  unsigned keep_count = 0;
   bool json = false;
 };
 
@@ -48,6 +53,14 @@ int RunCheckpoint(const GlobalOptions& global, const CheckpointArgs& a) {
   if (a.keep == "latest") req.set_keep(v1::KEEP_LATEST);
   else if (a.keep == "best") req.set_keep(v1::KEEP_BEST);
   else req.set_keep(v1::KEEP_MANUAL);
+  if (a.keep == "best" && !a.has_metric) {
+    std::cerr << "phos: --keep best ranks images by a metric: give it with --metric VALUE\n";
+    return 2;
+  }
+  if (a.has_metric) req.set_metric_value(a.metric);
+  req.set_metric_lower_is_better(a.lower_is_better);
+  req.set_keep_count(a.keep_count);
+  req.set_name(a.name);
   if (!a.out.empty()) req.set_out_dir(std::filesystem::absolute(a.out).lexically_normal().string());
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
@@ -77,9 +90,17 @@ void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_
       ->check(CLI::IsMember({"trust", "stop"}));
   cmd->add_option("--out", a->out,
                   "Image directory (must not exist); default <state dir>/checkpoints/<pid>-<time>");
-  cmd->add_option("--keep", a->keep, "Lifecycle class recorded in the image: manual, latest or best")
+  cmd->add_option("--keep", a->keep,
+                  "Lifecycle class: manual (never deleted by phos), latest (phos keeps the newest "
+                  "--keep-count images of this class), best (keeps the --keep-count best by --metric). "
+                  "Applies to images in the checkpoint root (no --out)")
       ->check(CLI::IsMember({"manual", "latest", "best"}))
       ->capture_default_str();
+  cmd->add_option("--keep-count", a->keep_count, "How many images --keep latest/best keeps (default 3)");
+  cmd->add_option("--metric", a->metric, "The image's metric for --keep best (e.g. validation accuracy)")
+      ->each([a](const std::string&) { a->has_metric = true; });
+  cmd->add_flag("--lower-is-better", a->lower_is_better, "--keep best: smaller metrics are better (a loss)");
+  cmd->add_option("--name", a->name, "Image name in the checkpoint root (default <pid>-<UTC time>)");
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunCheckpoint(*global, *a); });
 }

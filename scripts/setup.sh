@@ -37,6 +37,7 @@ BOOKWORM_PKGS=(
   libzstd-dev liblz4-dev                                                  # compressed fatbin entries
   libgtest-dev libgmock-dev libbenchmark-dev                              # tests, benchmarks
   python3 procps                                                          # test helpers
+  python3-grpcio python3-protobuf                                         # Python SDK (cli/python)
 )
 TRIXIE_PKGS=(criu libcriu-dev)
 
@@ -92,6 +93,20 @@ EOF
   $SUDO apt-get install -y -qq --no-install-recommends -t trixie "${TRIXIE_PKGS[@]}" >/dev/null
   criu_ok || die "CRIU >= 4.0 still not installed (criu --version says '$(criu_version)')"
   say "CRIU $(criu_version) installed"
+fi
+
+# ---- 2b. fio (optional: the image-write benchmark's baseline) ------------
+# Optional because trixie's CRIU pulls trixie's libnl-3 while bookworm's fio
+# wants bookworm's libnl-route-3; apt resolves it by taking libnl-route-3
+# from trixie too. If that ever fails, only the benchmark loses its fio
+# baseline (it still compares with dd).
+if [[ -n "$(missing_pkgs fio)" ]] && ((!CHECK_ONLY)); then
+  if $SUDO apt-get install -y -qq --no-install-recommends fio >/dev/null 2>&1 ||
+     $SUDO apt-get install -y -qq --no-install-recommends fio libnl-route-3-200/trixie >/dev/null 2>&1; then
+    say "fio installed (benchmark baseline)"
+  else
+    say "fio: could not be installed (optional; tests/bench/image_write_compare.sh then compares with dd only)"
+  fi
 fi
 
 # ---- 3. CUDA toolkit (checked, not installed: it is large) ----------------

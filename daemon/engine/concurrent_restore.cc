@@ -206,9 +206,6 @@ bool ConcurrentRestore::LaunchInstead(const session::CallView& call, Status* res
   std::string why;
   for (const auto& r : reports) {
     counters_.twin_misses += r.misses.size();
-    if (r.overflowed() && why.empty()) {
-      why = "its twin report overflowed (" + std::to_string(r.dropped) + " accesses unrecorded)";
-    }
     for (const auto& m : r.misses) {
       if (!why.empty()) break;
       TrackedBuffer* b = table_.Find(m.address);
@@ -219,6 +216,10 @@ bool ConcurrentRestore::LaunchInstead(const session::CallView& call, Status* res
         why = std::string(m.write ? "wrote " : "read ") + Hex(m.address) + " in buffer " + Hex(b->address) +
               ", outside its speculated access set, before that buffer was loaded";
       }
+    }
+    // Unrecorded accesses may have touched any buffer not loaded at launch.
+    if (r.overflowed() && why.empty()) {
+      why = "overflowed its twin report (" + std::to_string(r.dropped) + " accesses unrecorded)";
     }
   }
   if (why.empty() || abandoned_) return true;
@@ -393,7 +394,9 @@ Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook
   const auto t0 = Clock::now();
   auto task = std::make_unique<RestoreTask>(progress);
   // Every checksum before the session is touched.
-  PHOS_RETURN_IF_ERROR(task->Prepare(options.dir));
+  if (Status p = task->Prepare(options.dir); !p.ok()) {
+    return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
+  }
   auto op = std::make_shared<ConcurrentRestore>(std::move(task), progress, hooks);
   std::uint64_t stall_us = 0;
   Status s = session.RunControl([&](session::SessionState& st) {

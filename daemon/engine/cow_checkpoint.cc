@@ -49,6 +49,8 @@ Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook, Checkpo
   for (const auto& r : snapshot_.globals) PHOS_RETURN_IF_ERROR(track(r, true));
   total_bytes_ = total;
   result->admitted_at_capture = st.executor->admitted();
+  result->buffers = static_cast<std::uint32_t>(snapshot_.buffers.size());
+  result->globals = static_cast<std::uint32_t>(snapshot_.globals.size());
   PHOS_RETURN_IF_ERROR(ctx_->CreateStream(backend::kStreamNonBlocking, 0, &stream_));
   if (Status s = gate_.Init(ctx_); !s.ok()) spdlog::warn("checkpoint: copier will not yield to app copies: {}", s.ToString());
   validator_ = std::make_unique<TwinValidator>(ctx_);

@@ -149,7 +149,9 @@ Status Restore(session::Session& session, const RestoreOptions& options, Progres
   }
   const auto t0 = Clock::now();
   RestoreTask task(progress);
-  PHOS_RETURN_IF_ERROR(task.Prepare(options.dir));
+  if (Status p = task.Prepare(options.dir); !p.ok()) {
+    return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
+  }
   Status s = session.RunControl([&task](session::SessionState& st) { return task.Apply(st); });
   if (!s.ok()) return SessionGone(s, session);
   *result = task.result();

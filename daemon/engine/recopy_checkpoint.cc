@@ -132,12 +132,18 @@ Status RecopyCheckpoint::Admit(const session::CallView& call) {
     if (!copying) return Status::Ok();
     abort_copy_.store(true);
     lock.unlock();
-    std::unique_lock<std::mutex> use(ctx_use_mu_, std::try_to_lock);
-    if (!use.owns_lock()) {
-      const auto t0 = Clock::now();
-      use.lock();
-      blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
-      std::lock_guard<std::mutex> relock(table_.mu);
+    bool waited = false;
+    {
+      std::unique_lock<std::mutex> use(ctx_use_mu_, std::try_to_lock);
+      if (!use.owns_lock()) {
+        const auto t0 = Clock::now();
+        use.lock();  // the chunk in flight finished; the next one sees abort_copy_
+        blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+        waited = true;
+      }
+    }
+    if (waited) {
+      lock.lock();  // after ctx_use_mu_ is released: mu is never taken under it
       ++counters_.writer_waits;
     }
   }

@@ -15,6 +15,7 @@
 #include "common/version.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
+#include "image/image_catalog.h"
 #include "server/phos_service.h"
 
 namespace phos::server {
@@ -83,9 +84,10 @@ phos::Status StreamUntilDone(std::future<phos::Status>& done, const engine::Prog
 }
 
 /// The operation's non-zero counters, by their docs/protocols.md names.
-void AddCounters(const engine::OperationCounters& c, v1::OperationResult* out) {
-  auto put = [out](const char* name, std::uint64_t v) {
-    if (v != 0) (*out->mutable_counters())[name] = v;
+std::map<std::string, std::uint64_t> CounterMap(const engine::OperationCounters& c) {
+  std::map<std::string, std::uint64_t> m;
+  auto put = [&m](const char* name, std::uint64_t v) {
+    if (v != 0) m[name] = v;
   };
   put("shadows", c.shadows);
   put("shadow_bytes", c.shadow_bytes);
@@ -101,7 +103,35 @@ void AddCounters(const engine::OperationCounters& c, v1::OperationResult* out) {
   put("recopy_misses", c.recopy_misses);
   put("restore_rollbacks", c.restore_rollbacks);
   put("absent_waits", c.absent_waits);
+  return m;
 }
+
+/// Shows the session as checkpointing/restoring in `phos ps` while the
+/// handler runs, and adds the operation's counters to the session's and
+/// the daemon's totals when it ends (success or not).
+class OperationRecord {
+ public:
+  OperationRecord(SessionRegistry* registry, std::uint64_t session_id, v1::SessionState state, const char* kind)
+      : registry_(registry), session_id_(session_id), kind_(kind) {
+    registry_->SetOperationState(session_id_, state);
+  }
+  ~OperationRecord() {
+    registry_->SetOperationState(session_id_, v1::SESSION_RUNNING);
+    counters_[std::string(kind_) + (ok_ ? "s" : "_failures")] += 1;
+    registry_->AddOperationCounters(session_id_, counters_);
+  }
+  void Finish(bool ok, const engine::OperationCounters& c) {
+    ok_ = ok;
+    counters_ = CounterMap(c);
+  }
+
+ private:
+  SessionRegistry* registry_;
+  std::uint64_t session_id_;
+  const char* kind_;
+  bool ok_ = false;
+  std::map<std::string, std::uint64_t> counters_;
+};
 
 grpc::Status Fail(grpc::ServerWriter<v1::OperationEvent>* writer, const std::string& rpc,
                   const phos::Status& s) {
@@ -158,10 +188,20 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
 
+  // Images that name no --out go to the catalog under the checkpoint root,
+  // one directory per lifecycle class, where retention applies
+  // (image/image_catalog.h); an explicit --out is the user's to manage.
+  image::KeepClass keep_class = image::KeepClass::kManual;
+  if (req->keep() == v1::KEEP_LATEST) keep_class = image::KeepClass::kLatest;
+  if (req->keep() == v1::KEEP_BEST) keep_class = image::KeepClass::kBest;
+  std::unique_ptr<image::ImageCatalog> catalog;
   std::string dir = req->out_dir();
   if (dir.empty()) {
+    if (phos::Status c = image::ImageCatalog::Open(DefaultCheckpointRoot(), &catalog); !c.ok()) {
+      return Fail(writer, "Checkpoint", c.WithContext("opening the checkpoint root"));
+    }
     const std::string name = req->name().empty() ? std::to_string(req->pid()) + "-" + Timestamp() : req->name();
-    dir = DefaultCheckpointRoot() + "/" + name;
+    dir = catalog->PathFor(keep_class, name);
   }
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::error_code ec;
@@ -206,14 +246,26 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
                engine::ModeName(opts.mode), dir);
   engine::Progress progress;
   engine::CheckpointResult r;
+  OperationRecord record(sessions_, sess->id(), v1::SESSION_CHECKPOINTING, "checkpoint");
   std::future<phos::Status> done =
       std::async(std::launch::async, [&] { return engine::Checkpoint(*sess, opts, &progress, &r); });
   phos::Status s = StreamUntilDone(done, progress, writer);
+  record.Finish(s.ok(), r.counters);
   if (!s.ok()) {
     return Fail(writer, "Checkpoint", s.WithContext("checkpoint of pid " + std::to_string(req->pid()) +
                                                     " failed; the app keeps running and earlier images are untouched"));
   }
   WriteProgress(writer, progress.Snapshot());
+  std::vector<std::string> deleted;
+  if (catalog && keep_class != image::KeepClass::kManual) {
+    image::RetentionPolicy policy;
+    if (req->keep_count() > 0) policy.keep_latest = policy.keep_best = req->keep_count();
+    policy.higher_is_better = !req->metric_lower_is_better();
+    if (phos::Status d = catalog->ApplyRetention(keep_class, policy, &deleted); !d.ok()) {
+      spdlog::warn("rpc=Checkpoint retention in {}: {}", catalog->ClassDir(keep_class), d.ToString());
+    }
+    for (const auto& name : deleted) spdlog::info("rpc=Checkpoint retention removed {}/{}", catalog->ClassDir(keep_class), name);
+  }
   spdlog::info("rpc=Checkpoint pid={} committed {} (mode {}, {} bytes, {} buffers, {} globals, stall {} us)",
                req->pid(), dir, engine::ModeName(r.mode), r.bytes, r.buffers, r.globals, r.stall_us);
   v1::OperationEvent ev;
@@ -227,7 +279,8 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   (*out->mutable_counters())["buffers"] = r.buffers;
   (*out->mutable_counters())["globals"] = r.globals;
   (*out->mutable_counters())["mode_" + std::string(engine::ModeName(r.mode))] = 1;
-  AddCounters(r.counters, out);
+  if (!deleted.empty()) (*out->mutable_counters())["images_removed_by_retention"] = deleted.size();
+  for (const auto& [name, value] : CounterMap(r.counters)) (*out->mutable_counters())[name] = value;
   writer->Write(ev);
   return grpc::Status::OK;
 }
@@ -253,9 +306,11 @@ grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest
   opts.dir = req->image_dir();
   opts.concurrent = req->concurrent();
   engine::RestoreResult r;
+  OperationRecord record(sessions_, sess->id(), v1::SESSION_RESTORING, "restore");
   std::future<phos::Status> done =
       std::async(std::launch::async, [&] { return engine::Restore(*sess, opts, &progress, &r); });
   phos::Status s = StreamUntilDone(done, progress, writer);
+  record.Finish(s.ok(), r.counters);
   if (!s.ok()) return Fail(writer, "Restore", s);
   spdlog::info("rpc=Restore pid={} restored {} ({} bytes, {} buffers, {} allocated, {} freed, stall {} us, total {} us)",
                req->pid(), req->image_dir(), r.bytes, r.buffers, r.allocated, r.freed, r.stall_us, r.total_us);
@@ -272,7 +327,7 @@ grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest
   (*out->mutable_counters())["freed"] = r.freed;
   (*out->mutable_counters())["globals"] = r.globals;
   (*out->mutable_counters())["total_us"] = r.total_us;
-  AddCounters(r.counters, out);
+  for (const auto& [name, value] : CounterMap(r.counters)) (*out->mutable_counters())[name] = value;
   writer->Write(ev);
   return grpc::Status::OK;
 }

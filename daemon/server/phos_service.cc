@@ -64,6 +64,8 @@ grpc::Status PhosService::Status(grpc::ServerContext*, const v1::StatusRequest*,
     context_pool_->ExportCounters(&counters);
     for (const auto& [name, value] : counters) (*reply->mutable_counters())[name] = value;
   }
+  // Checkpoints, restores and the C/R engine's fallbacks since start.
+  for (const auto& [name, value] : sessions_->DaemonCounters()) (*reply->mutable_counters())[name] = value;
   return grpc::Status::OK;
 }
 

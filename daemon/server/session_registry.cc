@@ -11,8 +11,38 @@ std::vector<v1::SessionInfo> SessionRegistry::ListForPid(int pid) const {
     if (pid != 0 && entry.info.pid() != pid) continue;
     out.push_back(entry.info);
     if (entry.live) entry.live(&out.back());
+    if (auto st = op_state_.find(id); st != op_state_.end() && out.back().state() == v1::SESSION_RUNNING) {
+      out.back().set_state(st->second);
+    }
+    if (auto c = op_counters_.find(id); c != op_counters_.end()) {
+      for (const auto& [name, value] : c->second) (*out.back().mutable_counters())[name] = value;
+    }
   }
   return out;
+}
+
+void SessionRegistry::SetOperationState(std::uint64_t session_id, v1::SessionState state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state == v1::SESSION_RUNNING) {
+    op_state_.erase(session_id);
+  } else if (sessions_.count(session_id)) {
+    op_state_[session_id] = state;
+  }
+}
+
+void SessionRegistry::AddOperationCounters(std::uint64_t session_id,
+                                           const std::map<std::string, std::uint64_t>& counters) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool live = sessions_.count(session_id) != 0;
+  for (const auto& [name, value] : counters) {
+    if (live) op_counters_[session_id][name] += value;
+    daemon_counters_[name] += value;
+  }
+}
+
+std::map<std::string, std::uint64_t> SessionRegistry::DaemonCounters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return daemon_counters_;
 }
 
 std::size_t SessionRegistry::size() const {
@@ -50,6 +80,8 @@ void SessionRegistry::Publish(const session::SessionSummary& s) {
 
 bool SessionRegistry::Remove(std::uint64_t session_id) {
   std::lock_guard<std::mutex> lock(mu_);
+  op_state_.erase(session_id);
+  op_counters_.erase(session_id);
   return sessions_.erase(session_id) > 0;
 }
 

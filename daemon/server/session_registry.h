@@ -34,6 +34,18 @@ class SessionRegistry {
   /// Removes a session; false if it was not there.
   bool Remove(std::uint64_t session_id);
 
+  /// The C/R engine's view of a session while an operation runs: the state
+  /// `phos ps` shows (SESSION_CHECKPOINTING / SESSION_RESTORING; RUNNING
+  /// again when it ends). Kept apart from the published description, which
+  /// the session replaces on every change.
+  void SetOperationState(std::uint64_t session_id, v1::SessionState state);
+  /// Adds an operation's counters (fallbacks, waits, twin launches...) to
+  /// the session's totals (SessionInfo.counters) and the daemon's
+  /// (DaemonCounters, `phos status`).
+  void AddOperationCounters(std::uint64_t session_id, const std::map<std::string, std::uint64_t>& counters);
+  /// Totals over every operation since phosd started.
+  std::map<std::string, std::uint64_t> DaemonCounters() const;
+
  private:
   mutable std::mutex mu_;
   struct Entry {
@@ -42,6 +54,11 @@ class SessionRegistry {
   };
   // session id -> description. Guarded by mu_.
   std::map<std::uint64_t, Entry> sessions_;
+  // Guarded by mu_: per-session operation state and counter totals (erased
+  // with the session), and the daemon-wide totals (never erased).
+  std::map<std::uint64_t, v1::SessionState> op_state_;
+  std::map<std::uint64_t, std::map<std::string, std::uint64_t>> op_counters_;
+  std::map<std::string, std::uint64_t> daemon_counters_;
 };
 
 }  // namespace phos::server

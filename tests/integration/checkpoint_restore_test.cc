@@ -192,14 +192,14 @@ TEST_F(CheckpointRestoreTest, DefaultDirectoryJsonAndRefusals) {
   ASSERT_GT(pid, 0) << app_.output;
   Cmd("step");
 
-  // Default directory: <state dir = socket's dir>/checkpoints/<pid>-<time>;
+  // Default directory: <state dir = socket's dir>/checkpoints/<class>/<pid>-<time>;
   // --json prints one event per line, progress and the result.
   Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--json"});
   ASSERT_EQ(ck.rc, 0) << ck.output << daemon_.output;
   EXPECT_NE(ck.output.find("\"phase\":\"copy\""), std::string::npos) << ck.output;
   EXPECT_NE(ck.output.find("\"stall_us\""), std::string::npos) << ck.output;
   std::string image;
-  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/checkpoints")) image = e.path().string();
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/checkpoints/manual")) image = e.path().string();
   ASSERT_FALSE(image.empty());
   EXPECT_EQ(std::filesystem::path(image).filename().string().rfind(std::to_string(pid) + "-", 0), 0u) << image;
   EXPECT_NE(ck.output.find(image), std::string::npos) << ck.output;
@@ -220,13 +220,13 @@ TEST_F(CheckpointRestoreTest, DefaultDirectoryJsonAndRefusals) {
   EXPECT_EQ(none_restore.rc, 1) << none_restore.output;
   EXPECT_NE(none_restore.output.find("no phos session"), std::string::npos) << none_restore.output;
 
-  // Not implemented yet: whole-process and the soft modes.
+  // Not implemented yet: whole-process checkpoints; an unknown mode.
   Result whole = Phos({"checkpoint", "--pid", std::to_string(pid)});
   EXPECT_EQ(whole.rc, 2) << whole.output;
   EXPECT_NE(whole.output.find("not implemented yet"), std::string::npos) << whole.output;
-  Result cow = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--mode", "cow"});
-  EXPECT_EQ(cow.rc, 2) << cow.output;
-  EXPECT_NE(cow.output.find("'cow' is not implemented yet"), std::string::npos) << cow.output;
+  Result bad_mode = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--mode", "fast"});
+  EXPECT_NE(bad_mode.rc, 0) << bad_mode.output;
+  EXPECT_NE(bad_mode.output.find("--mode"), std::string::npos) << bad_mode.output;
   Result whole_restore = Phos({"restore", image});
   EXPECT_EQ(whole_restore.rc, 2) << whole_restore.output;
 
@@ -256,6 +256,45 @@ TEST_F(CheckpointRestoreTest, StickyFaultRefusesTheCheckpoint) {
   EXPECT_NE(ck.output.find("sticky error"), std::string::npos) << ck.output;
   EXPECT_FALSE(std::filesystem::exists(img));
   EXPECT_FALSE(std::filesystem::exists(img + ".tmp"));
+}
+
+// Soft copy-on-write through the CLI, the `latest` lifecycle class with its
+// retention, a (default: concurrent) restore from the newest image, and the
+// operation counters in `phos status`.
+TEST_F(CheckpointRestoreTest, CowCheckpointsRetentionAndConcurrentRestore) {
+  const int pid = StartApp();
+  ASSERT_GT(pid, 0) << app_.output;
+  std::string last;
+  for (const char* name : {"a", "b", "c"}) {
+    last = Cmd("step");
+    Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--mode", "cow", "--keep", "latest",
+                      "--keep-count", "2", "--name", name});
+    ASSERT_EQ(ck.rc, 0) << ck.output << daemon_.output;
+  }
+  const std::string sum = Field(last, "checksum");
+  const std::string latest = dir_ + "/checkpoints/latest";
+  EXPECT_FALSE(std::filesystem::exists(latest + "/a")) << "retention kept more than --keep-count 2";
+  EXPECT_TRUE(std::filesystem::exists(latest + "/b/manifest"));
+  EXPECT_TRUE(std::filesystem::exists(latest + "/c/manifest"));
+  std::string mode;
+  Result in = Phos({"inspect", latest + "/c", "--json"});
+  EXPECT_EQ(in.rc, 0) << in.output;
+  EXPECT_NE(in.output.find("\"cow\""), std::string::npos) << in.output;
+
+  Cmd("step");
+  Cmd("step");
+  Result rs = Phos({"restore", latest + "/c", "--gpu-only", "--pid", std::to_string(pid)});
+  ASSERT_EQ(rs.rc, 0) << rs.output << daemon_.output;
+  const std::string back = Cmd("print");
+  EXPECT_EQ(Field(back, "checksum"), sum) << back;
+  EXPECT_EQ(Field(back, "verify-step"), "3") << back;
+
+  Result st = Phos({"status"});
+  EXPECT_EQ(st.rc, 0) << st.output;
+  EXPECT_NE(st.output.find("checkpoints"), std::string::npos) << st.output;
+  EXPECT_NE(st.output.find("restores"), std::string::npos) << st.output;
+  Cmd("quit");
+  EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
 }
 
 TEST_F(CheckpointRestoreTest, NoDaemonIsAClearError) {

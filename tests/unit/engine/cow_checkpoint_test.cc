@@ -121,6 +121,7 @@ class CowCheckpointTest : public ::testing::Test {
     writer.join();
     ASSERT_TRUE(s.ok()) << s.ToString();
     ASSERT_EQ(r->mode, Mode::kCow);
+    ASSERT_EQ(r->buffers, bufs_.size());
     ASSERT_GE(r->admitted_at_capture, setup);
     const uint64_t calls = r->admitted_at_capture - setup;  // loop calls before t1
     ASSERT_GT(static_cast<uint64_t>(writes.load()), calls) << "the app wrote nothing during the checkpoint";

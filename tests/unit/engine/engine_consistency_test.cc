@@ -92,6 +92,9 @@ WorkloadOptions Options(std::uint64_t seed) {
     o.steps = 160;
     o.max_kernel_elements = 4096;
   }
+  // PHOS_WORKLOAD_NO_GLOBAL=1: no kernel touching a module global (to tell
+  // a global's problem from a buffer's).
+  if (const char* e = std::getenv("PHOS_WORKLOAD_NO_GLOBAL"); e != nullptr && *e == '1') o.global_kernel = false;
   o.app_kernels = std::filesystem::exists(std::string(PHOS_TEST_APPS_DIR) + "/multi_stream.fatbin");
   return o;
 }
@@ -134,16 +137,37 @@ std::string Diff(const DeviceState& a, const DeviceState& b, const Workload& w) 
              std::to_string(static_cast<int>(bytes[first]));
     }
   }
-  if (a.global != b.global) return "the global phos_counter differs";
+  if (a.global != b.global) {
+    auto value = [](const std::vector<std::byte>& g) {
+      std::uint32_t v = 0;
+      if (g.size() >= sizeof v) std::memcpy(&v, g.data(), sizeof v);
+      return std::to_string(v) + " (" + std::to_string(g.size()) + " bytes)";
+    };
+    return "the global phos_counter differs: " + value(a.global) + " vs " + value(b.global);
+  }
   return "";
 }
 
-// Which steps wrote allocation `alloc` in [from, to) (for failure reports).
-std::string WritersOf(const Workload& w, int alloc, std::size_t from, std::size_t to) {
-  std::string out;
-  for (std::size_t i = from; i < to && i < w.steps.size(); ++i) {
-    const Step& s = w.steps[i];
-    if (s.dst.alloc == alloc && s.op != Op::kFree) out += "\n    step " + std::to_string(i) + ": " + s.Describe();
+// The last steps before `n` and the first ones from `n` on that wrote or
+// read allocation `alloc` (for failure reports).
+std::string TouchersOf(const Workload& w, int alloc, std::size_t n) {
+  auto touches = [&](const Step& s) {
+    return s.op != Op::kFree && (s.dst.alloc == alloc || s.src.alloc == alloc || s.src2.alloc == alloc);
+  };
+  std::vector<std::size_t> before, after;
+  for (std::size_t i = 0; i < w.steps.size(); ++i) {
+    if (!touches(w.steps[i])) continue;
+    (i < n ? before : after).push_back(i);
+  }
+  std::string out = "\n  steps touching alloc " + std::to_string(alloc) + " around the capture (after step " +
+                    std::to_string(n) + "):";
+  const std::size_t from = before.size() > 6 ? before.size() - 6 : 0;
+  for (std::size_t k = from; k < before.size(); ++k) {
+    out += "\n    step " + std::to_string(before[k]) + ": " + w.steps[before[k]].Describe();
+  }
+  out += "\n    -- capture --";
+  for (std::size_t k = 0; k < after.size() && k < 3; ++k) {
+    out += "\n    step " + std::to_string(after[k]) + ": " + w.steps[after[k]].Describe();
   }
   return out;
 }
@@ -321,11 +345,34 @@ class EngineConsistencyTest : public ::testing::Test {
   }
 
   // Reads every allocation live after step `k` back through the app (D2H).
+  // Its calls (syncs, D2H) are not workload steps: run.base moves past them.
   static bool ReadState(AppRun& run, std::size_t k, DeviceState* out, std::string* why) {
+    const std::uint64_t before = run.session->admitted();
+    bool ok = true;
     for (int a : run.w->LiveAfter(k)) {
-      if (!run.runner->ReadBack(a, &out->buffers[a], why)) return false;
+      if (ok) ok = run.runner->ReadBack(a, &out->buffers[a], why);
     }
-    return !run.w->uses_global || run.runner->ReadGlobal(&out->global, why);
+    if (ok && run.w->uses_global) ok = run.runner->ReadGlobal(&out->global, why);
+    run.base += run.session->admitted() - before;  // every read-back call was a synchronous call
+    return ok;
+  }
+
+  // Diagnosis of an image that is no replayed state: which step counts in
+  // [lo, hi] does it equal? (A fresh run, stepwise, compared after each.)
+  std::string MatchingPrefixes(const Workload& w, const DeviceState& image, std::size_t lo, std::size_t hi) {
+    std::string why;
+    AppRun* c = StartRun(w);
+    if (c == nullptr || !IssueStepwise(*c, 0, lo, &why)) return "diagnosis failed: " + why;
+    std::string found;
+    for (std::size_t k = lo; k <= hi && k <= w.steps.size(); ++k) {
+      if (k > lo && !IssueStepwise(*c, k - 1, k, &why)) return "diagnosis failed: " + why;
+      DeviceState st;
+      if (!ReadState(*c, k, &st, &why)) return "diagnosis failed: " + why;
+      if (Diff(image, st, w).empty()) found += " " + std::to_string(k);
+    }
+    EndRun(c);
+    return found.empty() ? "equals no state after " + std::to_string(lo) + ".." + std::to_string(hi) + " steps"
+                         : "equals the state after" + found + " steps";
   }
 
   // An image's contents, extents matched to allocations by this run's
@@ -489,12 +536,14 @@ TEST_P(ModeConsistencyTest, ImageEqualsReplayedState) {
   const std::size_t n = ra.admitted_at_capture - a->base;
   ASSERT_LE(n, total);
   std::printf("[ seed %llu mode %s ] capture after step %zu of %zu (requested at %zu; result mode %s, "
-              "%u buffers, %llu bytes, stall %llu us, shadows %llu, recopy rounds %llu, fallbacks %llu)\n",
+              "%u buffers, %llu bytes, stall %llu us, shadows %llu, recopy rounds %llu, fallbacks %llu, twin launches %llu, misses %llu)\n",
               static_cast<unsigned long long>(w.options.seed), ModeName(mode), n, total, trigger,
               ModeName(ra.mode), ra.buffers, static_cast<unsigned long long>(ra.bytes),
               static_cast<unsigned long long>(ra.stall_us), static_cast<unsigned long long>(ra.counters.shadows),
               static_cast<unsigned long long>(ra.counters.recopy_rounds),
-              static_cast<unsigned long long>(ra.counters.cow_fallbacks));
+              static_cast<unsigned long long>(ra.counters.cow_fallbacks),
+              static_cast<unsigned long long>(ra.counters.twin_launches),
+              static_cast<unsigned long long>(ra.counters.twin_misses));
   DeviceState image_a, final_a;
   ASSERT_TRUE(ImageState(img_a, *a, n, &image_a, &why)) << why;
   ASSERT_TRUE(ReadState(*a, total, &final_a, &why)) << why;
@@ -522,8 +571,9 @@ TEST_P(ModeConsistencyTest, ImageEqualsReplayedState) {
   std::string writers;
   if (!d.empty()) {
     const int alloc = std::atoi(d.c_str() + 6);  // "alloc N ..."
-    writers = "\n  writers of alloc " + std::to_string(alloc) + " in the 40 steps around the capture:" +
-              WritersOf(w, alloc, n > 20 ? n - 20 : 0, n + 20);
+    if (d.rfind("alloc ", 0) == 0) writers = TouchersOf(w, alloc, n);
+    const std::size_t lo = n > 25 ? std::max(n - 25, w.setup_steps) : w.setup_steps;
+    writers += "\n  image A " + MatchingPrefixes(w, image_a, lo, n + 5);
   }
   EXPECT_EQ(d, "") << ModeName(mode) << " image (seed " << w.options.seed << ", capture after step " << n
                    << ") differs from the replayed state" << writers;
@@ -633,11 +683,12 @@ INSTANTIATE_TEST_SUITE_P(Restore, RestoreConsistencyTest, ::testing::ValuesIn(Re
 
 class ModeTest : public EngineConsistencyTest, public ::testing::WithParamInterface<Mode> {};
 
-// The app exits while its checkpoint is copying: the checkpoint ends
-// (no hang, no crash) and leaves no image and no DIR.tmp. A soft mode's
-// state is not fully saved yet, so it must fail, saying why; a stop
-// checkpoint captured everything before the app left and may commit (then
-// the image must be complete).
+// The app exits while its checkpoint is writing its first chunk (an I/O
+// gate holds it there): the checkpoint ends (no hang, no crash) and leaves
+// no DIR.tmp. Stop and recopy have the whole state in host memory before
+// they write anything (recopy writes after t2), so they commit a complete
+// image; cow writes while the app runs and its t1 state is not saved yet,
+// so it must fail, saying why, and leave no image.
 TEST_P(ModeTest, SessionExitsMidCheckpoint) {
   const Mode mode = GetParam();
   const Workload w = Generate(Options(3));
@@ -653,23 +704,76 @@ TEST_P(ModeTest, SessionExitsMidCheckpoint) {
   Status s;
   std::thread ck([&] { s = TakeCheckpoint(*a, mode, img, &r, GatedFactory(gate)); });
   const bool reached = gate->WaitReached(10s);
-  a->app.reset();  // the app exits while the first chunk is being written
-  for (int i = 0; i < 300 && !a->session->finished(); ++i) std::this_thread::sleep_for(10ms);
+  a->app.reset();  // the app exits
+  // A stop checkpoint holds the consumer thread (its capture is a control
+  // task): the session cannot end before the gate opens.
+  const int polls = mode == Mode::kStop ? 20 : 300;
+  for (int i = 0; i < polls && !a->session->finished(); ++i) std::this_thread::sleep_for(10ms);
   gate->Open();
   ck.join();
   EXPECT_TRUE(reached) << "the checkpoint never wrote";
   EXPECT_FALSE(std::filesystem::exists(img + ".tmp"));
-  if (mode == Mode::kStop && s.ok()) {
-    std::unique_ptr<image::ImageReader> reader;
-    ASSERT_TRUE(image::ImageReader::Open(img, {}, &reader).ok());
-    EXPECT_TRUE(reader->VerifyAll().ok());
-  } else {
-    EXPECT_FALSE(s.ok()) << ModeName(mode) << " checkpoint of an exited app succeeded";
+  if (mode == Mode::kCow) {
+    EXPECT_FALSE(s.ok()) << "cow checkpoint of an exited app succeeded";
     EXPECT_FALSE(s.message().empty());
     EXPECT_FALSE(std::filesystem::exists(img)) << s.ToString();
     std::printf("[ %s ] the checkpoint of an exited app: %s\n", ModeName(mode), s.ToString().c_str());
+  } else {
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    std::unique_ptr<image::ImageReader> reader;
+    ASSERT_TRUE(image::ImageReader::Open(img, {}, &reader).ok());
+    EXPECT_TRUE(reader->VerifyAll().ok());
   }
+  for (int i = 0; i < 300 && !a->session->finished(); ++i) std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(a->session->finished());
+}
+
+// The app exits at some point of a checkpoint while it was busy (no gate:
+// several delays): whatever the point, the checkpoint ends, leaves no
+// DIR.tmp, and either commits an image whose every chunk verifies or fails
+// with a message and no image.
+TEST_P(ModeTest, SessionExitsAtAnyPoint) {
+  const Mode mode = GetParam();
+  const Workload w = Generate(Options(5));
+  int committed = 0, failed = 0;
+  for (int delay_us : {0, 300, 1000, 3000, 10000}) {
+    SCOPED_TRACE("exit " + std::to_string(delay_us) + " us after the request");
+    AppRun* a = StartRun(w);
+    ASSERT_NE(a, nullptr);
+    std::atomic<bool> exit{false};
+    std::thread app([&] {
+      std::string ignored;
+      for (std::size_t i = 0; i < w.steps.size() && !exit.load(); ++i) {
+        if (!a->runner->Issue(i, &ignored)) break;
+      }
+      while (!exit.load()) std::this_thread::sleep_for(1ms);
+      a->app.reset();  // on this thread: nobody else uses the app
+    });
+    ASSERT_TRUE(WaitAdmitted(*a, a->base + w.setup_steps));
+    const std::string img = dir_ + "/img" + std::to_string(delay_us);
+    CheckpointResult r;
+    Status s;
+    std::thread ck([&] { s = TakeCheckpoint(*a, mode, img, &r); });
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    exit.store(true);
+    app.join();
+    ck.join();
+    EXPECT_FALSE(std::filesystem::exists(img + ".tmp"));
+    if (s.ok()) {
+      ++committed;
+      std::unique_ptr<image::ImageReader> reader;
+      ASSERT_TRUE(image::ImageReader::Open(img, {}, &reader).ok());
+      EXPECT_TRUE(reader->VerifyAll().ok());
+    } else {
+      ++failed;
+      EXPECT_FALSE(s.message().empty());
+      EXPECT_FALSE(std::filesystem::exists(img)) << s.ToString();
+    }
+    for (int i = 0; i < 300 && !a->session->finished(); ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_TRUE(a->session->finished());
+  }
+  std::printf("[ %s ] app exits during a checkpoint: %d committed, %d failed cleanly\n", ModeName(mode),
+              committed, failed);
 }
 
 // A second checkpoint while one is in flight is refused at once

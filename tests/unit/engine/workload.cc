@@ -84,6 +84,17 @@ std::string Hex(std::uint64_t v) {
 
 // Generation state: which allocation is live, which stream owns it and
 // whether work on it may still be pending (see workload.h).
+Step Of(Op op) {
+  Step s;
+  s.op = op;
+  return s;
+}
+template <typename F>
+Step With(Step s, F&& set) {
+  set(s);
+  return s;
+}
+
 class Generator {
  public:
   explicit Generator(const WorkloadOptions& o) : o_(o), rng_(o.seed ^ 0x5eedc0ffee123457ull) {
@@ -102,7 +113,7 @@ class Generator {
     Setup();
     for (int i = 0; i < o_.steps; ++i) RandomStep();
     // End on a clean point: the final state is the state after every call.
-    Emit({.op = Op::kDeviceSync});
+    Emit(Of(Op::kDeviceSync));
     return std::move(w_);
   }
 
@@ -119,12 +130,13 @@ class Generator {
 
   void Setup() {
     // Modules and functions. Function ids: 1 ptx saxpy, 2 bump, 3.. app kernels.
-    Emit({.op = Op::kModuleLoad, .id = 1, .module = Module::kPtx});
-    Emit({.op = Op::kGetFunction, .id = 1, .module_id = 1, .kernel = Kernel::kPtxSaxpy});
-    Emit({.op = Op::kGetFunction, .id = 2, .module_id = 1, .kernel = Kernel::kPtxBump});
-    Emit({.op = Op::kGetGlobal, .module_id = 1});
+    Emit(With(Of(Op::kModuleLoad), [&](Step& x) { x.id = 1; x.module = Module::kPtx; }));
+    Emit(With(Of(Op::kGetFunction), [&](Step& x) { x.id = 1; x.module_id = 1; x.kernel = Kernel::kPtxSaxpy; }));
+    Emit(With(Of(Op::kGetFunction), [&](Step& x) { x.id = 2; x.module_id = 1; x.kernel = Kernel::kPtxBump; }));
+    Emit(With(Of(Op::kGetGlobal), [&](Step& x) { x.module_id = 1; }));
     w_.uses_global = true;
-    kernels_ = {{Kernel::kPtxSaxpy, 1}, {Kernel::kPtxBump, 2}};
+    kernels_ = {{Kernel::kPtxSaxpy, 1}};
+    if (o_.global_kernel) kernels_.push_back({Kernel::kPtxBump, 2});
     if (o_.app_kernels) {
       const struct {
         Module m;
@@ -135,13 +147,13 @@ class Generator {
       std::uint32_t id = 2;
       for (const auto& a : apps) {
         ++id;
-        Emit({.op = Op::kModuleLoad, .id = id, .module = a.m});
-        Emit({.op = Op::kGetFunction, .id = id, .module_id = id, .kernel = a.k});
+        Emit(With(Of(Op::kModuleLoad), [&](Step& x) { x.id = id; x.module = a.m; }));
+        Emit(With(Of(Op::kGetFunction), [&](Step& x) { x.id = id; x.module_id = id; x.kernel = a.k; }));
         kernels_.push_back({a.k, id});
       }
     }
-    for (int s = 1; s <= o_.streams; ++s) Emit({.op = Op::kStreamCreate, .id = static_cast<std::uint32_t>(s)});
-    for (int e = 1; e <= o_.events; ++e) Emit({.op = Op::kEventCreate, .id = static_cast<std::uint32_t>(e)});
+    for (int s = 1; s <= o_.streams; ++s) Emit(With(Of(Op::kStreamCreate), [&](Step& x) { x.id = static_cast<std::uint32_t>(s); }));
+    for (int e = 1; e <= o_.events; ++e) Emit(With(Of(Op::kEventCreate), [&](Step& x) { x.id = static_cast<std::uint32_t>(e); }));
     for (int b = 0; b < o_.buffers; ++b) slots_.push_back(NewAlloc());
     // Initialise every buffer with H2D copies (pieces of one frame each).
     for (int a : slots_) {
@@ -163,8 +175,8 @@ class Generator {
     al.owner = RandomStream();
     allocs_.push_back(al);
     w_.alloc_bytes.push_back(al.bytes);
-    Emit({.op = Op::kMalloc, .dst = {a, 0}, .bytes = al.bytes});
-    Step m{.op = Op::kMemset, .stream = al.owner, .dst = {a, 0}, .bytes = al.bytes};
+    Emit(With(Of(Op::kMalloc), [&](Step& x) { x.dst = {a, 0}; x.bytes = al.bytes; }));
+    Step m = With(Of(Op::kMemset), [&](Step& x) { x.stream = al.owner; x.dst = {a, 0}; x.bytes = al.bytes; });
     m.value = static_cast<std::uint32_t>(rng_.Next());
     m.element_size = 1;
     m.sync = rng_.Chance(30);
@@ -179,8 +191,8 @@ class Generator {
     if (a.owner == stream) return;
     if (a.pending) {
       const auto ev = static_cast<std::uint32_t>(1 + (next_event_++ % o_.events));
-      Emit({.op = Op::kEventRecord, .stream = a.owner, .id = ev});
-      Emit({.op = Op::kStreamWaitEvent, .stream = stream, .id = ev});
+      Emit(With(Of(Op::kEventRecord), [&](Step& x) { x.stream = a.owner; x.id = ev; }));
+      Emit(With(Of(Op::kStreamWaitEvent), [&](Step& x) { x.stream = stream; x.id = ev; }));
     }
     a.owner = stream;
   }
@@ -215,7 +227,7 @@ class Generator {
   int RandomLive() { return slots_[rng_.Range(0, slots_.size() - 1)]; }
 
   void H2D(int a, std::uint64_t off, std::uint64_t bytes, std::uint32_t stream) {
-    Step s{.op = Op::kH2D, .stream = stream, .dst = {a, off}, .bytes = bytes};
+    Step s = With(Of(Op::kH2D), [&](Step& x) { x.stream = stream; x.dst = {a, off}; x.bytes = bytes; });
     s.data_seed = rng_.Next();
     s.sync = rng_.Chance(30);
     EmitOnStream(s, {a});
@@ -238,7 +250,7 @@ class Generator {
       H2D(a, off, len, PickStream(a));
     } else if (r < 27) {  // memset
       const int a = RandomLive();
-      Step s{.op = Op::kMemset, .stream = PickStream(a)};
+      Step s = With(Of(Op::kMemset), [&](Step& x) { x.stream = PickStream(a); });
       s.element_size = 1u << rng_.Range(0, 2);
       std::uint64_t off, len;
       RandomRange(a, o_.max_copy_bytes, s.element_size, &off, &len);
@@ -252,7 +264,7 @@ class Generator {
       int src = RandomLive();
       if (src == dst) return;
       const std::uint64_t cap = std::min({o_.max_copy_bytes, allocs_[dst].bytes, allocs_[src].bytes});
-      Step s{.op = Op::kD2D, .stream = PickStream(dst)};
+      Step s = With(Of(Op::kD2D), [&](Step& x) { x.stream = PickStream(dst); });
       s.bytes = rng_.Range(1, cap);
       s.dst = {dst, rng_.Range(0, allocs_[dst].bytes - s.bytes)};
       s.src = {src, rng_.Range(0, allocs_[src].bytes - s.bytes)};
@@ -262,19 +274,19 @@ class Generator {
       Launch();
     } else if (r < 82) {
       const std::uint32_t st = RandomStream();
-      Emit({.op = Op::kStreamSync, .stream = st});
+      Emit(With(Of(Op::kStreamSync), [&](Step& x) { x.stream = st; }));
       SyncedStream(st);
     } else if (r < 84) {
-      Emit({.op = Op::kDeviceSync});
+      Emit(Of(Op::kDeviceSync));
       SyncedDevice();
     } else if (r < 90) {  // an ordering without a buffer hand-over
       const std::uint32_t from = RandomStream(), to = RandomStream();
       const auto ev = static_cast<std::uint32_t>(1 + (next_event_++ % o_.events));
-      Emit({.op = Op::kEventRecord, .stream = from, .id = ev});
-      Emit({.op = Op::kStreamWaitEvent, .stream = to, .id = ev});
+      Emit(With(Of(Op::kEventRecord), [&](Step& x) { x.stream = from; x.id = ev; }));
+      Emit(With(Of(Op::kStreamWaitEvent), [&](Step& x) { x.stream = to; x.id = ev; }));
     } else if (r < 94) {  // free one buffer, allocate another in its slot
       const std::size_t slot = rng_.Range(0, slots_.size() - 1);
-      Emit({.op = Op::kFree, .dst = {slots_[slot], 0}});
+      Emit(With(Of(Op::kFree), [&](Step& x) { x.dst = {slots_[slot], 0}; }));
       SyncedDevice();  // cudaFree synchronises the device
       slots_[slot] = NewAlloc();
     } else {  // a burst of small H2D copies on one stream
@@ -299,7 +311,7 @@ class Generator {
 
   void Launch() {
     const auto& [kernel, fid] = kernels_[rng_.Range(0, kernels_.size() - 1)];
-    Step s{.op = Op::kLaunch, .id = fid, .kernel = kernel};
+    Step s = With(Of(Op::kLaunch), [&](Step& x) { x.id = fid; x.kernel = kernel; });
     if (kernel == Kernel::kPtxBump) {
       // The global is only ever touched by bump, always on stream 1.
       s.stream = 1;

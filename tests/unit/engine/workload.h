@@ -54,6 +54,9 @@ struct WorkloadOptions {
   /// multi_stream's transform). The hand-written PTX module (saxpy + the
   /// global-bumping `bump`) is always used: it needs no nvcc.
   bool app_kernels = true;
+  /// Launch `bump` (a kernel that updates a module global, __device__
+  /// state outside every buffer) among the random steps.
+  bool global_kernel = true;
 };
 
 enum class Op : std::uint8_t {

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# C/R engine: application stall of stop / cow / recopy checkpoints and time
+# to first kernel of stop-the-world vs concurrent restores
+# (tests/bench/engine_stall_bench.cc; docs/benchmarks.md "C/R engine: stall
+# and restore"). Builds nothing: build the program first
+# (`ninja -C build engine_stall_bench`).
+#
+#   tests/bench/engine_stall_bench.sh [--build DIR] [PROGRAM FLAGS...]
+#
+# Defaults: 64 x 64 MiB = 4 GiB of buffers, sim link 25 GB/s (phosd
+# --sim-link-gbps 25), images under /var/tmp, --cow-reserve 2 GiB. The sim
+# keeps device memory in host RAM: peak host memory is about 2x the buffers
+# (shadows for cow, staging for recopy) plus the page cache of the images;
+# ~90 s on the 2-core development VM. PROGRAM FLAGS are appended (later
+# flags win), e.g. --json FILE, --modes stop,cow, --hot-buffers 8.
+set -euo pipefail
+
+build=build
+extra=()
+while (($#)); do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    *) extra+=("$1"); shift ;;
+  esac
+done
+bin=$build/tests/bench/engine_stall_bench
+[[ -x $bin ]] || { echo "engine_stall_bench.sh: $bin not built (ninja -C $build engine_stall_bench)" >&2; exit 1; }
+
+dir=/var/tmp
+for ((i = 0; i < ${#extra[@]}; i++)); do
+  [[ ${extra[i]} == --dir ]] && dir=${extra[i + 1]:-$dir}
+done
+
+echo "== machine"
+echo "host: $(uname -srm), nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+free -m | awk 'NR == 2 { printf "memory: %d MiB total, %d MiB available\n", $2, $7 }'
+df -h --output=source,fstype,size,avail "$dir" | tail -1 | awk -v d="$dir" '{ printf "disk (%s): %s %s, %s total, %s free\n", d, $1, $2, $3, $4 }'
+echo "git: $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$(dirname "$0")" diff --quiet HEAD -- daemon 2>/dev/null || echo ' (daemon/ modified)')"
+
+cmd=("$bin" --buffers 64 --buffer-mib 64 --link-gbps 25 --dir "$dir" --modes stop,cow,recopy --cow-reserve-mib 2048
+     "${extra[@]}")
+echo "== ${cmd[*]}"
+"${cmd[@]}"

@@ -1,0 +1,354 @@
+// Soft recopy checkpoints (daemon/engine/recopy_checkpoint.h) against a fake
+// app (tests/unit/session/fake_app.h) in a real SessionServer on the sim
+// backend, with a throttled link so the copier's rounds overlap the app:
+//   - the image is exactly the device state at t2 (result.admitted_at_capture
+//     calls) while the app keeps rewriting a hot set of buffers; cold
+//     buffers come from the rounds, not from the stall;
+//   - a buffer freed and one allocated during the operation;
+//   - a cudaDeviceReset during the operation (every tracked buffer goes);
+//   - a kernel writing through a pointer table (outside its speculated set)
+//     into a buffer already copied: its twin's report re-dirties it;
+//   - the app exiting mid-operation: a clean Unavailable, no image.
+// The randomized cross-mode check is engine_consistency_test.
+// Label `concurrency`: re-run under ThreadSanitizer.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/backend_factory.h"
+#include "engine/engine_hook.h"
+#include "engine/operations.h"
+#include "engine/session_snapshot.h"
+#include "fake_app.h"
+#include "image/image_reader.h"
+#include "session/session_server.h"
+
+namespace phos::engine {
+namespace {
+
+using namespace std::chrono_literals;
+using session::testing::FakeApp;
+using wire::WireStatus;
+constexpr WireStatus kOk = WireStatus::kSuccess;
+
+std::vector<std::byte> ReadFixture(const std::string& name) {
+  std::ifstream f(std::string(PHOS_TEST_APPS_DIR) + "/" + name, std::ios::binary);
+  EXPECT_TRUE(f.good()) << name;
+  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(c.size());
+  if (!c.empty()) std::memcpy(out.data(), c.data(), c.size());
+  return out;
+}
+
+class RecopyCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/phos-recopy-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    backend::BackendOptions bo;
+    bo.kind = backend::BackendKind::kSim;
+    bo.sim.link_gbps = 0.5;  // 1 MiB ~ 2 ms: a round takes long enough to race with the app
+    std::string why;
+    ASSERT_TRUE(backend::CreateBackend(bo, &backend_, &why).ok()) << why;
+    server_ = std::make_unique<session::SessionServer>(backend_.get(), session::SessionServerOptions{},
+                                                       session::SessionCallbacks{});
+    server_->SetHookFactory(EngineHook::Make);  // before the app connects: its session gets the hook
+    ASSERT_TRUE(server_->Start(dir_ + "/phosd.sock.data").ok());
+    ASSERT_TRUE(FakeApp::Connect(dir_ + "/phosd.sock.data", &app_).ok());
+    for (int i = 0; i < 500 && !session_; ++i) {
+      session_ = server_->FindByPid(getpid());
+      if (!session_) std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(session_);
+  }
+  void TearDown() override {
+    app_.reset();
+    session_.reset();
+    server_->Stop();
+    server_.reset();
+    backend_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  /// Allocates `n` buffers of `bytes`, each memset to byte 1.
+  void MakeBuffers(int n, uint64_t bytes) {
+    for (int i = 0; i < n; ++i) {
+      uint64_t p = 0;
+      ASSERT_EQ(app_->Malloc(bytes, &p), kOk);
+      ASSERT_EQ(app_->Memset(p, 1, 1, bytes), kOk);
+      bufs_.push_back(p);
+    }
+  }
+
+  CheckpointOptions Options() const {
+    CheckpointOptions o;
+    o.mode = Mode::kRecopy;
+    o.dir = dir_ + "/img";
+    return o;
+  }
+
+  /// Starts a recopy checkpoint on a thread and returns once its copier runs.
+  void StartCheckpoint(const CheckpointOptions& o) {
+    cp_ = std::thread([this, o] { cp_status_ = Checkpoint(*session_, o, &progress_, &result_); });
+    while (progress_.Snapshot().phase != "copy") std::this_thread::sleep_for(100us);
+  }
+  void JoinCheckpoint() { cp_.join(); }
+
+  /// The image's buffers: device address -> bytes.
+  std::map<uint64_t, std::vector<uint8_t>> ReadImage(const std::string& dir) {
+    std::map<uint64_t, std::vector<uint8_t>> out;
+    std::unique_ptr<image::ImageReader> reader;
+    Status s = image::ImageReader::Open(dir, {}, &reader);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (!s.ok()) return out;
+    EXPECT_EQ(reader->manifest().mode(), "recopy");
+    for (size_t k = 0; k < reader->buffer_count(); ++k) {
+      const auto& e = reader->manifest().buffers(static_cast<int>(k));
+      std::vector<uint8_t> bytes(e.bytes());
+      EXPECT_TRUE(reader->ReadBuffer(k, bytes.data()).ok());
+      out[e.device_address()] = std::move(bytes);
+    }
+    return out;
+  }
+
+  static void ExpectFilled(const std::vector<uint8_t>& got, uint8_t want, const std::string& what) {
+    size_t bad = 0;
+    for (uint8_t v : got) bad += v != want;
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " bytes differ from " << int(want);
+  }
+
+  std::string dir_;
+  std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<session::SessionServer> server_;
+  std::unique_ptr<FakeApp> app_;
+  std::shared_ptr<session::Session> session_;
+  std::vector<uint64_t> bufs_;
+  std::thread cp_;
+  Progress progress_;
+  CheckpointResult result_;
+  Status cp_status_;
+};
+
+// The app rewrites a hot set (4 of 16 buffers) with synchronous memsets
+// (call i sets buffer i % 4 to byte (i % 250) + 2) while the checkpoint
+// runs: the image is the state after exactly admitted_at_capture calls, and
+// the cold buffers were copied by the rounds (not again at t2).
+TEST_F(RecopyCheckpointTest, ImageIsTheStateAtT2WhileTheAppWrites) {
+  const uint64_t kBytes = 1 << 20;
+  MakeBuffers(16, kBytes);
+  const uint64_t setup = session_->admitted();  // every setup call was synchronous
+  const int kHot = 4;
+  std::atomic<bool> stop{false};
+  std::atomic<int> writes{0};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      if (app_->Memset(bufs_[i % kHot], (i % 250) + 2, 1, kBytes) != kOk) return;
+      writes.fetch_add(1);
+    }
+  });
+  while (writes.load() < 3) std::this_thread::sleep_for(1ms);
+  CheckpointOptions o = Options();
+  Status s = Checkpoint(*session_, o, &progress_, &result_);
+  stop.store(true);
+  writer.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(result_.mode, Mode::kRecopy);
+  ASSERT_GE(result_.admitted_at_capture, setup);
+  const uint64_t calls = result_.admitted_at_capture - setup;
+  ASSERT_GT(static_cast<uint64_t>(writes.load()), calls) << "the app wrote nothing after t2";
+  std::printf("recopy: %llu rounds, %llu bytes at t2, stall %llu us, %llu calls before t2, %d writes\n",
+              static_cast<unsigned long long>(result_.counters.recopy_rounds),
+              static_cast<unsigned long long>(result_.counters.recopy_dirty_bytes),
+              static_cast<unsigned long long>(result_.stall_us), static_cast<unsigned long long>(calls),
+              writes.load());
+  EXPECT_GT(result_.counters.recopy_rounds, 0u);
+  EXPECT_LE(result_.counters.recopy_rounds, static_cast<uint64_t>(o.recopy_rounds));
+  EXPECT_GT(result_.stall_us, 0u);
+  // The 12 cold buffers were never written: their round-1 copies stand.
+  EXPECT_LE(result_.counters.recopy_dirty_bytes, kHot * kBytes);
+  EXPECT_EQ(result_.buffers, 16u);
+  EXPECT_EQ(result_.bytes, 16 * kBytes);
+
+  auto image = ReadImage(o.dir);
+  ASSERT_EQ(image.size(), bufs_.size());
+  for (size_t k = 0; k < bufs_.size(); ++k) {
+    ASSERT_EQ(image.count(bufs_[k]), 1u) << k;
+    uint8_t want = 1;
+    for (uint64_t i = 0; i < calls; ++i) {
+      if (i % kHot == k) want = static_cast<uint8_t>((i % 250) + 2);
+    }
+    ExpectFilled(image[bufs_[k]], want, "buffer " + std::to_string(k));
+  }
+}
+
+// A buffer freed and one allocated while the rounds run: the freed one is
+// not in the image, the new one is (copied at t2), with their contents.
+TEST_F(RecopyCheckpointTest, BufferFreedAndBufferAllocatedDuringTheOperation) {
+  const uint64_t kBytes = 2 << 20;
+  MakeBuffers(8, kBytes);
+  const uint64_t setup = session_->admitted();
+  StartCheckpoint(Options());
+  uint64_t fresh = 0;
+  ASSERT_EQ(app_->Free(bufs_[3]), kOk);                    // call 1
+  ASSERT_EQ(app_->Malloc(3 << 20, &fresh), kOk);           // call 2
+  ASSERT_EQ(app_->Memset(fresh, 0x5a, 1, 3 << 20), kOk);   // call 3
+  ASSERT_EQ(app_->Memset(bufs_[0], 0x33, 1, kBytes), kOk); // call 4
+  JoinCheckpoint();
+  ASSERT_TRUE(cp_status_.ok()) << cp_status_.ToString();
+  const uint64_t calls = result_.admitted_at_capture - setup;
+  ASSERT_GE(calls, 4u) << "t2 came before the app's calls (timing)";
+  EXPECT_GE(result_.counters.recopy_dirty_bytes, uint64_t{3} << 20) << "the new buffer is copied at t2";
+
+  // The handles: the final buffer map, and the first-use order (buffer 0
+  // was used during the operation; the freed one is not listed).
+  image::v1::Manifest m;
+  ASSERT_TRUE(image::ReadManifest(Options().dir, &m).ok());
+  SessionSnapshot snap;
+  ASSERT_TRUE(DecodeSnapshot(m.handles(), &snap).ok());
+  EXPECT_EQ(snap.buffers.size(), 8u);
+  EXPECT_NE(std::find(snap.first_use.begin(), snap.first_use.end(), bufs_[0]), snap.first_use.end());
+  EXPECT_EQ(std::find(snap.first_use.begin(), snap.first_use.end(), bufs_[3]), snap.first_use.end());
+
+  auto image = ReadImage(Options().dir);
+  EXPECT_EQ(image.count(bufs_[3]), 0u) << "a freed buffer is in the image";
+  ASSERT_EQ(image.count(fresh), 1u) << "the buffer allocated during the operation is missing";
+  ASSERT_EQ(image.size(), 8u);
+  ExpectFilled(image[fresh], 0x5a, "new buffer");
+  ExpectFilled(image[bufs_[0]], 0x33, "buffer 0");
+  for (size_t k = 1; k < bufs_.size(); ++k) {
+    if (k != 3) ExpectFilled(image[bufs_[k]], 1, "buffer " + std::to_string(k));
+  }
+}
+
+// cudaDeviceReset while the rounds run frees every buffer and replaces the
+// context; the copier has nothing left to copy, so t2 follows soon: the
+// image holds what the app has at t2 — nothing, or what it allocated after
+// the reset.
+TEST_F(RecopyCheckpointTest, DeviceResetDuringTheOperation) {
+  MakeBuffers(8, 2 << 20);
+  const uint64_t setup = session_->admitted();
+  StartCheckpoint(Options());
+  ASSERT_EQ(app_->Empty(wire::op::kDeviceReset), kOk) << app_->message();  // call 1
+  uint64_t fresh = 0;
+  ASSERT_EQ(app_->Malloc(1 << 20, &fresh), kOk);          // call 2
+  ASSERT_EQ(app_->Memset(fresh, 7, 1, 1 << 20), kOk);     // call 3
+  JoinCheckpoint();
+  ASSERT_TRUE(cp_status_.ok()) << cp_status_.ToString();
+  const uint64_t calls = result_.admitted_at_capture - setup;
+  ASSERT_GE(calls, 1u) << "t2 came before the reset (timing)";
+  auto image = ReadImage(Options().dir);
+  for (uint64_t b : bufs_) EXPECT_EQ(image.count(b), 0u) << "a buffer the reset freed is in the image";
+  if (calls == 1) {
+    EXPECT_TRUE(image.empty());
+  } else {
+    ASSERT_EQ(image.size(), 1u);
+    ASSERT_EQ(image.count(fresh), 1u);
+    if (calls >= 3) ExpectFilled(image[fresh], 7, "buffer allocated after the reset");
+  }
+  // The session goes on normally.
+  std::vector<uint8_t> back(1 << 20);
+  ASSERT_EQ(app_->D2H(back.data(), fresh, back.size()), kOk);
+  ExpectFilled(back, 7, "device");
+}
+
+// scatter(table, 2, src, n) writes dst0/dst1 through the pointers in
+// `table`: its speculated set names no written buffer. dst0/dst1 are copied
+// early in round 1 (lowest addresses); the kernel runs while the copier is
+// on the big buffers; only its twin's report makes them DIRTY again.
+TEST_F(RecopyCheckpointTest, TwinMissRedirtiesACopiedBuffer) {
+  const int n = 256;
+  uint64_t table = 0, src = 0, dst0 = 0, dst1 = 0;
+  ASSERT_EQ(app_->Malloc(16, &table), kOk);
+  ASSERT_EQ(app_->Malloc(n * 4, &src), kOk);
+  ASSERT_EQ(app_->Malloc(n * 2, &dst0), kOk);
+  ASSERT_EQ(app_->Malloc(n * 2, &dst1), kOk);
+  MakeBuffers(8, 2 << 20);
+  ASSERT_LT(dst1, bufs_.front()) << "the scatter targets must come first in the copier's order";
+  uint64_t ptrs[2] = {dst0, dst1};
+  ASSERT_EQ(app_->H2D(table, ptrs, sizeof ptrs), kOk);
+  std::vector<int> s(n);
+  for (int i = 0; i < n; ++i) s[i] = i;
+  ASSERT_EQ(app_->H2D(src, s.data(), n * 4), kOk);
+  ASSERT_EQ(app_->Memset(dst0, 0, 1, n * 2), kOk);
+  ASSERT_EQ(app_->Memset(dst1, 0, 1, n * 2), kOk);
+  ASSERT_EQ(app_->ModuleLoad(1, ReadFixture("pointer_table.fatbin")), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(1, 10, "_Z7scatterPKPiiPKii"), kOk) << app_->message();
+  const uint64_t setup = session_->admitted();
+
+  StartCheckpoint(Options());
+  // dst0/dst1 are copied once the copier is into the first big buffer.
+  while (progress_.Snapshot().bytes_done < (1u << 20)) std::this_thread::sleep_for(100us);
+  struct {
+    uint64_t table;
+    int32_t tables;
+    int32_t pad;
+    uint64_t src;
+    int32_t n;
+  } args{table, 2, 0, src, n};
+  wire::LaunchRequest g{};
+  g.grid[0] = 1;
+  g.grid[1] = g.grid[2] = 1;
+  g.block[0] = n;
+  g.block[1] = g.block[2] = 1;
+  ASSERT_EQ(app_->Launch(10, g, std::as_bytes(std::span(&args, 1))), kOk);
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  JoinCheckpoint();
+  ASSERT_TRUE(cp_status_.ok()) << cp_status_.ToString();
+  ASSERT_GE(result_.admitted_at_capture - setup, 1u) << "t2 came before the launch (timing)";
+  EXPECT_EQ(result_.counters.twin_launches, 1u);
+  EXPECT_GT(result_.counters.twin_misses, 0u);
+  EXPECT_GE(result_.counters.recopy_misses, 2u) << "dst0 and dst1 were not re-dirtied";
+
+  auto image = ReadImage(Options().dir);
+  ASSERT_EQ(image.count(dst0), 1u);
+  ASSERT_EQ(image.count(dst1), 1u);
+  // scatter: element i goes to table[i % 2][i / 2] = src[i] * 3 + 1.
+  std::vector<int> got0(n / 2), got1(n / 2);
+  std::memcpy(got0.data(), image[dst0].data(), n * 2);
+  std::memcpy(got1.data(), image[dst1].data(), n * 2);
+  for (int i = 0; i < n / 2; ++i) {
+    ASSERT_EQ(got0[i], (2 * i) * 3 + 1) << i;
+    ASSERT_EQ(got1[i], (2 * i + 1) * 3 + 1) << i;
+  }
+}
+
+// The app exits while the copier runs: Unavailable naming the exit, no
+// image and no DIR.tmp left, phosd (this process) fine.
+TEST_F(RecopyCheckpointTest, SessionExitingMidOperation) {
+  MakeBuffers(16, 2 << 20);  // ~64 ms per round
+  StartCheckpoint(Options());
+  app_.reset();  // the app disconnects: the session ends
+  JoinCheckpoint();
+  EXPECT_EQ(cp_status_.code(), Status::Code::kUnavailable) << cp_status_.ToString();
+  EXPECT_NE(cp_status_.message().find("exited"), std::string::npos) << cp_status_.message();
+  EXPECT_FALSE(std::filesystem::exists(Options().dir));
+  EXPECT_FALSE(std::filesystem::exists(Options().dir + ".tmp"));
+}
+
+// An idle app: one round copies everything, t2 copies nothing.
+TEST_F(RecopyCheckpointTest, IdleSessionNeedsOneRoundAndNoCopyAtT2) {
+  MakeBuffers(4, 1 << 20);
+  CheckpointOptions o = Options();
+  ASSERT_TRUE(Checkpoint(*session_, o, &progress_, &result_).ok());
+  EXPECT_EQ(result_.counters.recopy_rounds, 1u);
+  EXPECT_EQ(result_.counters.recopy_dirty_bytes, 0u);
+  auto image = ReadImage(o.dir);
+  ASSERT_EQ(image.size(), 4u);
+  for (uint64_t b : bufs_) ExpectFilled(image[b], 1, "buffer");
+}
+
+}  // namespace
+}  // namespace phos::engine
