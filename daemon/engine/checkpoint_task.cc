@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/hex.h"
+#include "engine/session_sections.h"
 #include "engine/session_snapshot.h"
 
 namespace phos::engine {
@@ -63,7 +64,7 @@ Status CheckpointTask::Capture(session::SessionState& st) {
   std::uint64_t total = 0;
   for (const auto& b : snap.buffers) total += b.bytes;
   for (const auto& g : snap.globals) total += g.bytes;
-  writer_->mutable_metadata()->set_handles(EncodeSnapshot(snap));
+  SetSessionSections(snap, writer_->mutable_metadata());
 
   const std::size_t chunk = static_cast<std::size_t>(image::kDefaultChunkBytes);
   std::vector<std::byte> host(chunk);

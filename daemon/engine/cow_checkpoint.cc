@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "common/hex.h"
+#include "engine/session_sections.h"
 #include "engine/session_snapshot.h"
 
 namespace phos::engine {
@@ -346,7 +347,7 @@ Status CowCheckpoint::Finish(session::SessionState& st, EngineHook* hook, bool* 
     *fallback = fallback_;
     if (fallback_) spdlog::warn("checkpoint: copy-on-write image discarded: {}", fallback_why_);
   }
-  writer_->mutable_metadata()->set_handles(EncodeSnapshot(snapshot_));
+  SetSessionSections(snapshot_, writer_->mutable_metadata());
   return Status::Ok();
 }
 

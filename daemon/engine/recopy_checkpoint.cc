@@ -271,7 +271,12 @@ Status RecopyCheckpoint::CopyRounds() {
         // (their events were recorded after they were enqueued).
         std::lock_guard<std::mutex> use(ctx_use_mu_);
         if (!fenced_.load()) {
-          for (backend::StreamHandle s : b->written_on) (void)ctx_->StreamWaitEvent(stream_, stream_events_.at(s));
+          for (backend::StreamHandle s : b->written_on) {
+            // Without the wait the copy could miss a write the generation
+            // no longer reveals: no image rather than a wrong one.
+            Status w = ctx_->StreamWaitEvent(stream_, stream_events_.at(s));
+            if (!w.ok()) return w.WithContext("ordering the copy of buffer " + Hex(b->address) + " after its writes");
+          }
         }
         b->written_on.clear();
       }

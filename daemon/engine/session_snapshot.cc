@@ -7,6 +7,44 @@
 
 namespace phos::engine {
 
+namespace {
+
+void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
+  for (const auto& [id, image] : st.module_images) o->modules.push_back({id, image});
+  for (const auto& [id, h] : st.streams) {
+    SessionObjects::Stream s{id, 0, 0};
+    if (auto f = st.stream_flags.find(id); f != st.stream_flags.end()) {
+      s.flags = f->second.flags;
+      s.priority = f->second.priority;
+    }
+    o->streams.push_back(s);
+  }
+  for (const auto& [id, h] : st.events) {
+    auto f = st.event_flags.find(id);
+    o->events.push_back({id, f == st.event_flags.end() ? 0u : f->second});
+  }
+  for (const auto& [id, f] : st.functions) {
+    SessionObjects::Function r{id, f.module_id, f.access ? f.access->name : std::string(), {}};
+    r.attributes.assign(f.attributes.begin(), f.attributes.end());
+    o->functions.push_back(std::move(r));
+  }
+  for (const auto& [addr, bytes] : st.globals) {
+    SessionObjects::Global g{addr, bytes, 0, {}};
+    if (auto sym = st.global_symbols.find(addr); sym != st.global_symbols.end()) {
+      g.module_id = sym->second.module_id;
+      g.name = sym->second.name;
+    }
+    o->globals.push_back(std::move(g));
+  }
+  auto by_id = [](const auto& a, const auto& b) { return a.id < b.id; };
+  std::sort(o->modules.begin(), o->modules.end(), by_id);
+  std::sort(o->streams.begin(), o->streams.end(), by_id);
+  std::sort(o->events.begin(), o->events.end(), by_id);
+  std::sort(o->functions.begin(), o->functions.end(), by_id);
+}
+
+}  // namespace
+
 SessionSnapshot CaptureSnapshot(const session::SessionState& st) {
   SessionSnapshot s;
   for (const auto& [addr, bytes] : st.buffers) s.buffers.push_back({addr, bytes});
@@ -19,6 +57,7 @@ SessionSnapshot CaptureSnapshot(const session::SessionState& st) {
   std::sort(s.events.begin(), s.events.end());
   std::sort(s.modules.begin(), s.modules.end());
   std::sort(s.functions.begin(), s.functions.end());
+  CaptureObjects(st, &s.objects);
   return s;
 }
 

@@ -21,12 +21,16 @@
 // Buffers and globals both have extents in gpu.img (in the manifest's
 // `buffers`, buffers first); a global's extent is restored into the
 // session's existing global at the same address, never allocated or freed.
-// Streams/events/modules/functions are recorded for the CRIU-based full
-// restore; module images are not kept by the session today, so a restore
-// into a fresh process cannot recreate modules from the image yet.
+// Streams/events/modules/functions are listed here by id only; what a
+// restore into a FRESH session needs to recreate them (module images,
+// kernel names, creation flags, global symbols) is captured with the
+// snapshot (`objects`) and stored in the manifest's `streams` and
+// `modules` sections (engine/session_sections.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,12 +45,47 @@ struct DeviceRange {
   std::uint64_t bytes = 0;
 };
 
+/// Everything the app's virtual ids refer to, as a restore into a fresh
+/// session recreates it (engine/fresh_restore.h). Captured by
+/// CaptureSnapshot; not part of the `handles` text (DecodeSnapshot leaves
+/// it empty). Immutable after capture: module images are shared with the
+/// session (they never change once loaded).
+struct SessionObjects {
+  struct Module {
+    std::uint32_t id = 0;
+    std::shared_ptr<const std::vector<std::byte>> image;
+  };
+  struct Stream {
+    std::uint32_t id = 0, flags = 0;
+    std::int32_t priority = 0;
+  };
+  struct Event {
+    std::uint32_t id = 0, flags = 0;
+  };
+  struct Function {
+    std::uint32_t id = 0, module_id = 0;
+    std::string name;
+    std::vector<std::pair<std::int32_t, std::int32_t>> attributes;  // (wire attribute id, value)
+  };
+  struct Global {
+    std::uint64_t address = 0, bytes = 0;
+    std::uint32_t module_id = 0;  // 0: unknown origin (cannot be resolved again)
+    std::string name;
+  };
+  std::vector<Module> modules;      // ascending id
+  std::vector<Stream> streams;      // ascending id
+  std::vector<Event> events;        // ascending id
+  std::vector<Function> functions;  // ascending id
+  std::vector<Global> globals;      // ascending address
+};
+
 struct SessionSnapshot {
   std::vector<DeviceRange> buffers;  // ascending address
   std::vector<DeviceRange> globals;  // ascending address
   std::vector<std::uint32_t> streams, events, modules;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> functions;  // (function id, module id)
   std::vector<std::uint64_t> first_use;  // buffer addresses, first used first (may be empty)
+  SessionObjects objects;                // for a fresh restore (see above)
 };
 
 /// What the session holds now (consumer thread).

@@ -137,6 +137,19 @@ Status TwinValidator::BuildTwin(const std::vector<std::byte>& image, bool check_
   // The real offsets of the appended parameters: the twin's .entry lists.
   ptx::Module twin_module;
   PHOS_RETURN_IF_ERROR(ptx::ParseModule(entry->ptx, &twin_module).WithContext("re-parsing a twin module"));
+  // A twin module is a module of its own: its __device__ / __constant__ /
+  // texture variables would be separate copies, so a twin reading or
+  // writing one would not see (or change) the app's. Such modules are not
+  // twinned (found by the engine consistency test: a kernel counting into a
+  // __device__ counter lost its increments while it ran as its twin).
+  for (const ptx::TopItem& item : twin_module.items) {
+    const auto* var = std::get_if<ptx::VarDecl>(&item);
+    if (var != nullptr && (var->space == ptx::Space::kGlobal || var->space == ptx::Space::kConst ||
+                           var->space == ptx::Space::kTex)) {
+      return Status::NotSupported("the module has module-scope variable '" + var->name +
+                                  "' (a twin would use its own copy)");
+    }
+  }
   for (ptx::Function* f : twin_module.Kernels()) {
     if (!f->name.ends_with(twin::kTwinSuffix)) continue;
     TwinParamLayout layout;

@@ -709,11 +709,7 @@ void HandleStreamEvent(SessionState& st, const ring::Record& rec, std::span<cons
       return out->Fail(WireStatus::kInvalidValue, "stream id " + std::to_string(req.stream_id) + " is in use");
     }
     if (Status s = CheckRoom(st.streams.size(), "streams"); !s.ok()) return out->Fail(s);
-    backend::StreamHandle h = 0;
-    Status s = st.executor->Run(v, [&] { return st.ctx->CreateStream(req.flags, req.priority, &h); });
-    if (!s.ok()) return out->Fail(s);
-    st.streams[req.stream_id] = h;
-    return;
+    return out->Fail(CreateStreamWithId(st, req.stream_id, req.flags, req.priority, &v));
   }
   if (api == op::kEventCreate) {
     wire::EventCreateRequest req{};
@@ -722,11 +718,7 @@ void HandleStreamEvent(SessionState& st, const ring::Record& rec, std::span<cons
       return out->Fail(WireStatus::kInvalidValue, "event id " + std::to_string(req.event_id) + " is in use");
     }
     if (Status s = CheckRoom(st.events.size(), "events"); !s.ok()) return out->Fail(s);
-    backend::EventHandle h = 0;
-    Status s = st.executor->Run(v, [&] { return st.ctx->CreateEvent(req.flags, &h); });
-    if (!s.ok()) return out->Fail(s);
-    st.events[req.event_id] = h;
-    return;
+    return out->Fail(CreateEventWithId(st, req.event_id, req.flags, &v));
   }
   if (api == op::kEventElapsedTime) {
     wire::ElapsedTimeRequest req{};
@@ -772,6 +764,7 @@ void HandleStreamEvent(SessionState& st, const ring::Record& rec, std::span<cons
     Status s = st.executor->Run(v, [&] { return st.ctx->DestroyStream(it->second); });
     if (!s.ok()) return out->Fail(s);
     st.streams.erase(it);
+    st.stream_flags.erase(req.id);
     return;
   }
   backend::EventHandle ev = 0;
@@ -787,7 +780,10 @@ void HandleStreamEvent(SessionState& st, const ring::Record& rec, std::span<cons
     s = st.executor->Run(v, [&] { return SyncResult(st, st.ctx->SynchronizeEvent(ev)); });
   } else {  // kEventDestroy
     s = st.executor->Run(v, [&] { return st.ctx->DestroyEvent(ev); });
-    if (s.ok()) st.events.erase(req.id);
+    if (s.ok()) {
+      st.events.erase(req.id);
+      st.event_flags.erase(req.id);
+    }
   }
   out->Fail(s);
 }
@@ -795,17 +791,7 @@ void HandleStreamEvent(SessionState& st, const ring::Record& rec, std::span<cons
 // ---------------------------------------------------------------- modules and kernels
 
 void LoadImage(SessionState& st, uint32_t module_id, std::span<const std::byte> image, CallView& v, Outcome* out) {
-  backend::ModuleHandle h = 0;
-  Status s = st.executor->Run(v, [&] { return st.ctx->LoadModule(image.data(), image.size(), &h); });
-  if (!s.ok()) return out->Fail(s);
-  st.modules[module_id] = h;
-  st.module_images[module_id] = std::make_shared<const std::vector<std::byte>>(image.begin(), image.end());
-  // Kernel access plans (kernel_access.h); an image phos cannot read still
-  // loads, its launches have no access set (kUnknown).
-  ModuleKernels& mk = st.module_kernels[module_id];
-  if (Status a = BuildModuleKernels(image, &mk); !a.ok()) {
-    spdlog::warn("session {}: module {}: no kernel access sets: {}", st.session_id, module_id, a.ToString());
-  }
+  out->Fail(LoadModuleWithId(st, module_id, image, &v));
 }
 
 void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
@@ -886,6 +872,15 @@ void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std
     st.module_images.erase(req.id);
     st.module_kernels.erase(req.id);
     std::erase_if(st.functions, [&](const auto& f) { return f.second.module_id == req.id; });
+    // Its globals went with it: their ranges are no longer the session's.
+    for (auto g = st.global_symbols.begin(); g != st.global_symbols.end();) {
+      if (g->second.module_id != req.id) {
+        ++g;
+        continue;
+      }
+      st.globals.erase(g->first);
+      g = st.global_symbols.erase(g);
+    }
     return;
   }
   if (api == op::kModuleGetFunction || api == op::kModuleGetGlobal) {
@@ -913,21 +908,13 @@ void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std
     if (it == st.modules.end()) return out->Fail(Status::NotFound("unknown module id " + std::to_string(module_id)));
     std::string name(reinterpret_cast<const char*>(tail.data()), tail.size());
     if (api == op::kModuleGetFunction) {
-      backend::FunctionHandle f = 0;
-      Status s = st.executor->Run(v, [&] { return st.ctx->GetFunction(it->second, name, &f); });
+      Status s = GetFunctionWithId(st, module_id, function_id, name, &v);
       if (!s.ok()) return out->Fail(WireStatus::kNotFound, s.message());
-      std::shared_ptr<KernelAccessPlan> plan;
-      if (auto mk = st.module_kernels.find(module_id); mk != st.module_kernels.end()) {
-        if (auto k = mk->second.kernels.find(name); k != mk->second.kernels.end()) plan = k->second;
-      }
-      st.functions[function_id] = {module_id, f, plan ? std::move(plan) : UnknownKernelPlan(name)};
       return;
     }
-    backend::DevicePtr ptr = 0;
-    size_t bytes = 0;
-    Status s = st.executor->Run(v, [&] { return st.ctx->GetGlobal(it->second, name, &ptr, &bytes); });
+    uint64_t ptr = 0, bytes = 0;
+    Status s = GetGlobalOf(st, module_id, name, &ptr, &bytes, &v);
     if (!s.ok()) return out->Fail(WireStatus::kNotFound, s.message());
-    st.globals[ptr] = bytes;
     out->Set(wire::GetGlobalReply{ptr, bytes});
     return;
   }
@@ -948,7 +935,9 @@ void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std
   std::vector<uint8_t> params(req.param_bytes);
   if (!params.empty()) std::memcpy(params.data(), tail.data(), params.size());
   if (fit->second.access) {
-    ComputeLaunchAccess(*fit->second.access, params, st.buffers, st.globals, &v);
+    auto mk = st.module_kernels.find(fit->second.module_id);
+    const bool variables = mk == st.module_kernels.end() || mk->second.may_have_variables;
+    ComputeLaunchAccess(*fit->second.access, params, st.buffers, st.globals, &v, variables);
   } else {
     v.kind = AccessKind::kUnknown;  // a function recreated without its plan (defensive)
   }
@@ -1024,6 +1013,79 @@ void Dispatch(SessionState& st, const ring::Record& rec, std::span<const std::by
   }
 }
 
+Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const std::byte> image,
+                        const CallView* admit) {
+  if (module_id == 0 || st.modules.count(module_id)) {
+    return Status::InvalidArgument("module id " + std::to_string(module_id) + " is in use");
+  }
+  backend::ModuleHandle h = 0;
+  PHOS_RETURN_IF_ERROR(
+      RunMaybeAdmitted(st, admit, [&] { return st.ctx->LoadModule(image.data(), image.size(), &h); }));
+  st.modules[module_id] = h;
+  st.module_images[module_id] = std::make_shared<const std::vector<std::byte>>(image.begin(), image.end());
+  // Kernel access plans (kernel_access.h); an image phos cannot read still
+  // loads, its launches have no access set (kUnknown).
+  ModuleKernels& mk = st.module_kernels[module_id];
+  if (Status a = BuildModuleKernels(image, &mk); !a.ok()) {
+    spdlog::warn("session {}: module {}: no kernel access sets: {}", st.session_id, module_id, a.ToString());
+  }
+  return Status::Ok();
+}
+
+Status GetFunctionWithId(SessionState& st, uint32_t module_id, uint32_t function_id, const std::string& name,
+                         const CallView* admit) {
+  if (function_id == 0 || st.functions.count(function_id)) {
+    return Status::InvalidArgument("function id " + std::to_string(function_id) + " is in use");
+  }
+  auto it = st.modules.find(module_id);
+  if (it == st.modules.end()) return Status::NotFound("unknown module id " + std::to_string(module_id));
+  backend::FunctionHandle f = 0;
+  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->GetFunction(it->second, name, &f); }));
+  std::shared_ptr<KernelAccessPlan> plan;
+  if (auto mk = st.module_kernels.find(module_id); mk != st.module_kernels.end()) {
+    if (auto k = mk->second.kernels.find(name); k != mk->second.kernels.end()) plan = k->second;
+  }
+  st.functions[function_id] = {module_id, f, plan ? std::move(plan) : UnknownKernelPlan(name), {}};
+  return Status::Ok();
+}
+
+Status GetGlobalOf(SessionState& st, uint32_t module_id, const std::string& name, uint64_t* ptr, uint64_t* bytes,
+                   const CallView* admit) {
+  auto it = st.modules.find(module_id);
+  if (it == st.modules.end()) return Status::NotFound("unknown module id " + std::to_string(module_id));
+  backend::DevicePtr p = 0;
+  size_t n = 0;
+  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->GetGlobal(it->second, name, &p, &n); }));
+  st.globals[p] = n;
+  st.global_symbols[p] = SessionState::GlobalSymbol{module_id, name};
+  *ptr = p;
+  *bytes = n;
+  return Status::Ok();
+}
+
+Status CreateStreamWithId(SessionState& st, uint32_t stream_id, uint32_t flags, int32_t priority,
+                          const CallView* admit) {
+  if (stream_id == 0 || st.streams.count(stream_id)) {
+    return Status::InvalidArgument("stream id " + std::to_string(stream_id) + " is in use");
+  }
+  backend::StreamHandle h = 0;
+  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->CreateStream(flags, priority, &h); }));
+  st.streams[stream_id] = h;
+  st.stream_flags[stream_id] = SessionState::StreamFlags{flags, priority};
+  return Status::Ok();
+}
+
+Status CreateEventWithId(SessionState& st, uint32_t event_id, uint32_t flags, const CallView* admit) {
+  if (event_id == 0 || st.events.count(event_id)) {
+    return Status::InvalidArgument("event id " + std::to_string(event_id) + " is in use");
+  }
+  backend::EventHandle h = 0;
+  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->CreateEvent(flags, &h); }));
+  st.events[event_id] = h;
+  st.event_flags[event_id] = flags;
+  return Status::Ok();
+}
+
 void ReapRetained(SessionState& st, bool wait_all) {
   if (st.retained.empty()) return;
   if (wait_all) st.Defer(st.ctx->Synchronize());
@@ -1059,6 +1121,9 @@ void ReleaseAll(SessionState& st) {
   }
   st.events.clear();
   st.streams.clear();
+  st.event_flags.clear();
+  st.stream_flags.clear();
+  st.global_symbols.clear();
   st.modules.clear();
   st.module_kernels.clear();
   st.module_images.clear();

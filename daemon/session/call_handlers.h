@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -46,10 +47,26 @@ struct SessionState {
   bool buffers_changed = false;  // set by handlers; the Session republishes
   // Module globals (address -> bytes): device ranges the app may also copy.
   std::map<uint64_t, uint64_t> globals;
+  // Where each global came from (address -> module id and symbol name, as
+  // kModuleGetGlobal resolved it): a restore into a fresh session resolves
+  // it again (engine/fresh_restore.h). Same keys as `globals`.
+  struct GlobalSymbol {
+    uint32_t module_id = 0;
+    std::string name;
+  };
+  std::map<uint64_t, GlobalSymbol> global_symbols;
 
   // Virtual id -> backend handle.
   std::unordered_map<uint32_t, backend::StreamHandle> streams;
   std::unordered_map<uint32_t, backend::EventHandle> events;
+  // How each stream / event was created (virtual id -> creation flags),
+  // kept for a restore into a fresh session. Same keys as streams/events.
+  struct StreamFlags {
+    uint32_t flags = 0;
+    int32_t priority = 0;
+  };
+  std::unordered_map<uint32_t, StreamFlags> stream_flags;
+  std::unordered_map<uint32_t, uint32_t> event_flags;
   std::unordered_map<uint32_t, backend::ModuleHandle> modules;
   struct Function {
     uint32_t module_id = 0;
@@ -58,6 +75,9 @@ struct SessionState {
     // the module did not describe the kernel). A launch treats null as
     // kUnknown.
     std::shared_ptr<KernelAccessPlan> access;
+    // Attributes the app set (kFuncSetAttribute: wire attribute id ->
+    // value), re-applied by a restore into a fresh session.
+    std::map<int32_t, int32_t> attributes;
   };
   std::unordered_map<uint32_t, Function> functions;
   // The image each module was loaded from (module id -> bytes, as the app
@@ -158,6 +178,40 @@ void HandleFunctionAttributes(SessionState& st, const ring::Record& rec, std::sp
 /// (which also drops the old one's sticky kernel faults), no deferred error;
 /// the session stays connected and usable.
 void HandleDeviceReset(SessionState& st, const ring::Record& rec, std::span<const std::byte> payload, Outcome* out);
+
+// ---- State changes shared by the wire handlers and the C/R engine's
+// restore into a fresh session (engine/fresh_restore.h), which recreates an
+// image's objects under the app's old virtual ids. Each does one handler's
+// backend work and records the result in SessionState. `admit`: the wire
+// call's view, the backend work runs through the executor (handlers); null
+// from a control task (between two calls: nothing to admit). Refuse an id
+// of 0 or one in use (InvalidArgument); backend errors are returned as is.
+
+/// kModuleLoad: loads `image` as module `module_id` (keeps a copy of the
+/// image and builds its kernel access plans).
+Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const std::byte> image,
+                        const CallView* admit);
+/// kModuleGetFunction: resolves `name` in module `module_id` as `function_id`.
+Status GetFunctionWithId(SessionState& st, uint32_t module_id, uint32_t function_id, const std::string& name,
+                         const CallView* admit);
+/// kModuleGetGlobal: resolves the global `name` of module `module_id` and
+/// records it (globals, global_symbols).
+Status GetGlobalOf(SessionState& st, uint32_t module_id, const std::string& name, uint64_t* ptr, uint64_t* bytes,
+                   const CallView* admit);
+/// kStreamCreate / kEventCreate under a given virtual id.
+Status CreateStreamWithId(SessionState& st, uint32_t stream_id, uint32_t flags, int32_t priority,
+                          const CallView* admit);
+Status CreateEventWithId(SessionState& st, uint32_t event_id, uint32_t flags, const CallView* admit);
+/// kFuncSetAttribute (function_reset_handlers.cc): wire attribute id
+/// (wire::kFuncAttr*), recorded in Function::attributes.
+Status SetFunctionAttributeOf(SessionState& st, uint32_t function_id, int32_t attribute, int32_t value,
+                              const CallView* admit);
+
+/// `body` through the executor when `admit` is set, else directly.
+template <typename Body>
+Status RunMaybeAdmitted(SessionState& st, const CallView* admit, Body&& body) {
+  return admit != nullptr ? st.executor->Run(*admit, std::forward<Body>(body)) : body();
+}
 
 /// Releases everything the session holds (teardown): synchronise, drop
 /// retained host bytes, destroy events and streams, unload modules, free

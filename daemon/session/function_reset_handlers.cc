@@ -67,18 +67,26 @@ void HandleFunctionAttributes(SessionState& st, const ring::Record& rec, std::sp
   // kFuncSetAttribute
   wire::FuncSetAttributeRequest req{};
   if (Status s = DecodeExact(p, &req); !s.ok()) return out->Fail(s);
-  backend::FunctionHandle f = 0;
-  if (Status s = FindFunction(st, req.function_id, &f); !s.ok()) return out->Fail(s);
+  out->Fail(SetFunctionAttributeOf(st, req.function_id, req.attribute, req.value, &v));
+}
+
+Status SetFunctionAttributeOf(SessionState& st, uint32_t function_id, int32_t attribute, int32_t value,
+                              const CallView* admit) {
+  auto it = st.functions.find(function_id);
+  if (it == st.functions.end()) return Status::NotFound("unknown function id " + std::to_string(function_id));
   backend::FunctionAttribute attr{};
-  if (req.attribute == wire::kFuncAttrMaxDynamicSharedSize) {
+  if (attribute == wire::kFuncAttrMaxDynamicSharedSize) {
     attr = backend::FunctionAttribute::kMaxDynamicSharedSizeBytes;
-  } else if (req.attribute == wire::kFuncAttrPreferredCarveout) {
+  } else if (attribute == wire::kFuncAttrPreferredCarveout) {
     attr = backend::FunctionAttribute::kPreferredSharedMemoryCarveout;
   } else {
-    return out->Fail(WireStatus::kInvalidValue,
-                     "function attribute " + std::to_string(req.attribute) + " cannot be set (only 8 and 9)");
+    return Status::InvalidArgument("function attribute " + std::to_string(attribute) +
+                                   " cannot be set (only 8 and 9)");
   }
-  out->Fail(st.executor->Run(v, [&] { return st.ctx->SetFunctionAttribute(f, attr, req.value); }));
+  const backend::FunctionHandle f = it->second.handle;
+  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->SetFunctionAttribute(f, attr, value); }));
+  it->second.attributes[attribute] = value;
+  return Status::Ok();
 }
 
 void HandleDeviceReset(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {

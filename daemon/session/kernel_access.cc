@@ -177,6 +177,7 @@ Status BuildModuleKernels(std::span<const std::byte> image, ModuleKernels* out) 
   ImageKernels ik;
   PHOS_RETURN_IF_ERROR(ReadImage(bytes, &ik));
   out->has_ptx = ik.has_ptx;
+  out->may_have_variables = ik.ptx.empty() || PtxDeclaresModuleVariables(ik.ptx);
 
   std::vector<signature::KernelRequest> requests;
   for (const auto& k : ik.cubin.kernels) {
@@ -222,9 +223,37 @@ Status BuildModuleKernels(std::span<const std::byte> image, ModuleKernels* out) 
   return Status::Ok();
 }
 
+bool PtxDeclaresModuleVariables(std::string_view ptx) {
+  int depth = 0;  // brace depth: module scope is depth 0
+  std::size_t pos = 0;
+  while (pos < ptx.size()) {
+    std::size_t end = ptx.find('\n', pos);
+    if (end == std::string_view::npos) end = ptx.size();
+    std::string_view line = ptx.substr(pos, end - pos);
+    pos = end + 1;
+    std::size_t i = line.find_first_not_of(" \t");
+    if (i == std::string_view::npos) continue;
+    std::string_view t = line.substr(i);
+    if (depth == 0) {
+      for (std::string_view prefix : {".visible ", ".extern ", ".weak "}) {
+        if (t.rfind(prefix, 0) == 0) t = t.substr(prefix.size());
+      }
+      if (t.rfind(".global ", 0) == 0 || t.rfind(".const ", 0) == 0 || t.rfind(".tex ", 0) == 0 ||
+          t.rfind(".global.", 0) == 0 || t.rfind(".const.", 0) == 0) {
+        return true;
+      }
+    }
+    for (char c : line) {
+      if (c == '{') ++depth;
+      if (c == '}' && depth > 0) --depth;
+    }
+  }
+  return false;
+}
+
 void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params,
                          const std::map<uint64_t, uint64_t>& buffers, const std::map<uint64_t, uint64_t>& globals,
-                         CallView* view) {
+                         CallView* view, bool module_variables) {
   view->kind = plan.kind;
   view->ranges.clear();
   if (plan.kind == AccessKind::kUnknown) return;
@@ -247,6 +276,18 @@ void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params
       }
     }
     if (!merged) view->ranges.push_back({start, bytes, probe.write});
+  }
+  if (!module_variables) return;
+  for (const auto& [start, bytes] : globals) {
+    bool merged = false;
+    for (AccessRange& r : view->ranges) {
+      if (r.ptr == start) {
+        r.write = true;
+        merged = true;
+        break;
+      }
+    }
+    if (!merged) view->ranges.push_back({start, bytes, true});
   }
 }
 

@@ -72,6 +72,12 @@ struct KernelAccessPlan {
 /// The plans of one module image, by mangled kernel name.
 struct ModuleKernels {
   bool has_ptx = false;
+  /// The module may have module-scope variables (__device__, __constant__)
+  /// its kernels use by symbol — invisible in their parameters. False only
+  /// when the module's PTX was read and declares none; a SASS-only image
+  /// counts as "may". Launches of such modules add the session's globals
+  /// to their access set (ComputeLaunchAccess).
+  bool may_have_variables = true;
   std::unordered_map<std::string, std::shared_ptr<KernelAccessPlan>> kernels;
 };
 
@@ -81,15 +87,25 @@ struct ModuleKernels {
 /// loads (the backend judges the image).
 Status BuildModuleKernels(std::span<const std::byte> image, ModuleKernels* out);
 
+/// True when PTX text declares a module-scope variable in the global,
+/// const or texture state space (a line outside any function starting with
+/// `.global`, `.const`, `.tex`, optionally after `.visible`/`.extern`/`.weak`).
+bool PtxDeclaresModuleVariables(std::string_view ptx);
+
 /// A plan for a kernel the module does not describe (kUnknown, no probes).
 std::shared_ptr<KernelAccessPlan> UnknownKernelPlan(const std::string& name);
 
 /// Fills `view->kind` and `view->ranges` for one launch of `plan` with the
 /// parameter block `params` against the session's `buffers` and `globals`
 /// (start -> bytes). Probes past the end of `params` are ignored.
+/// `module_variables`: the kernel's module may use module-scope variables
+/// by symbol (ModuleKernels::may_have_variables): every global of the
+/// session is then added read+write (the session does not record which
+/// module a global belongs to; globals are few and small, so being
+/// conservative costs little and a checkpoint never misses a write).
 void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params,
                          const std::map<uint64_t, uint64_t>& buffers, const std::map<uint64_t, uint64_t>& globals,
-                         CallView* view);
+                         CallView* view, bool module_variables = false);
 
 /// Where the process-wide signature cache keeps its files (empty: memory
 /// only, the default). Call before the first module load.

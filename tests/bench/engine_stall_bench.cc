@@ -37,6 +37,15 @@
 // (everything the app needs is back), the engine's stall_us / total_us, and
 // the phase timeline (both modes verify every checksum first).
 //
+// Before the checkpoints it times one malloc + D2D of a buffer's size into
+// fresh memory (what a cow shadow costs the app's stream on this backend)
+// and one D2D into memory already touched.
+//
+// Variants for finding where time goes: --d2d false (no D2D in the
+// writer), --hot-buffers N (writes confined to N buffers), --trace-ms N
+// (list the app's synchronous calls slower than N ms during each
+// checkpoint, with their start relative to Checkpoint()).
+//
 // Only ratios measured in one run mean much on a shared machine.
 //
 //   build/tests/bench/engine_stall_bench --buffers 64 --buffer-mib 64 --link-gbps 25 --json out.json
@@ -422,6 +431,26 @@ int Main(int argc, char** argv) {
                f.buffers, f.buffer_mib, static_cast<double>(total) / (1ull << 30),
                static_cast<double>(NowUs() - fill0) / 1e6, f.link_gbps, f.copy_engines);
 
+  // ---- what one cow shadow costs on this backend, outside any operation:
+  // a fresh allocation of one buffer's size and a D2D into it (the sim
+  // faults in and zeroes fresh host pages), vs a D2D into memory already
+  // touched.
+  double shadow_fresh_ms = 0, d2d_warm_ms = 0;
+  {
+    std::uint64_t a = 0;
+    const std::int64_t c0 = NowUs();
+    if (app->Malloc(buf_bytes, &a) != kOk) return Fail("malloc: " + app->message());
+    if (app->D2D(a, bufs[0], buf_bytes, 0, true) != kOk) return Fail("d2d: " + app->message());
+    const std::int64_t c1 = NowUs();
+    if (app->D2D(a, bufs[1], buf_bytes, 0, true) != kOk) return Fail("d2d: " + app->message());
+    const std::int64_t c2 = NowUs();
+    if (app->Free(a) != kOk) return Fail("free: " + app->message());
+    shadow_fresh_ms = static_cast<double>(c1 - c0) / 1e3;
+    d2d_warm_ms = static_cast<double>(c2 - c1) / 1e3;
+    std::fprintf(stderr, "one buffer (%" PRIu64 " MiB): malloc + D2D into fresh memory %.1f ms, D2D into touched memory %.1f ms\n",
+                 f.buffer_mib, shadow_fresh_ms, d2d_warm_ms);
+  }
+
   // ---- checkpoints while the app writes
   std::vector<CheckpointRow> rows;
   {
@@ -555,6 +584,9 @@ int Main(int argc, char** argv) {
               " us, into %d of the buffers; cow reserve %" PRIu64 " MiB\n\n",
               f.touch, f.write_mib, f.d2d ? "1 D2D +" : "no D2D +", f.think_us,
               f.hot_buffers > 0 ? std::min(f.hot_buffers, f.buffers) : f.buffers, f.cow_reserve_mib);
+  std::printf("one buffer outside any operation: malloc + D2D into fresh memory %.1f ms (what a cow shadow costs the\n"
+              "app's stream), D2D into touched memory %.1f ms\n\n",
+              shadow_fresh_ms, d2d_warm_ms);
   std::printf("%-7s %-6s %10s %8s %10s %9s %12s %12s %9s %8s %7s %7s %6s\n", "mode", "image", "stall_ms",
               "vs_stop", "wall_ms", "vs_stop", "worst_call", "base_worst", "worst_it", "rate", "shadow", "waits",
               "rounds");
@@ -607,7 +639,8 @@ int Main(int argc, char** argv) {
     j << "{\"buffers\":" << f.buffers << ",\"buffer_mib\":" << f.buffer_mib << ",\"total_bytes\":" << total
       << ",\"link_gbps\":" << f.link_gbps << ",\"copy_engines\":" << f.copy_engines << ",\"touch\":" << f.touch
       << ",\"write_mib\":" << f.write_mib << ",\"d2d\":" << (f.d2d ? "true" : "false") << ",\"hot_buffers\":" << f.hot_buffers << ",\"think_us\":" << f.think_us << ",\"cow_reserve_mib\":"
-      << f.cow_reserve_mib << ",\"checkpoints\":[";
+      << f.cow_reserve_mib << ",\"shadow_fresh_ms\":" << shadow_fresh_ms << ",\"d2d_warm_ms\":" << d2d_warm_ms
+      << ",\"checkpoints\":[";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       j << (i ? "," : "") << "{\"mode\":\"" << r.mode << "\",\"image_mode\":\"" << r.result_mode

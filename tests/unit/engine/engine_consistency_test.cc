@@ -536,7 +536,8 @@ TEST_P(ModeConsistencyTest, ImageEqualsReplayedState) {
   const std::size_t n = ra.admitted_at_capture - a->base;
   ASSERT_LE(n, total);
   std::printf("[ seed %llu mode %s ] capture after step %zu of %zu (requested at %zu; result mode %s, "
-              "%u buffers, %llu bytes, stall %llu us, shadows %llu, recopy rounds %llu, fallbacks %llu, twin launches %llu, misses %llu)\n",
+              "%u buffers, %llu bytes, stall %llu us, shadows %llu, recopy rounds %llu, fallbacks %llu, "
+              "twin launches %llu, misses %llu)\n",
               static_cast<unsigned long long>(w.options.seed), ModeName(mode), n, total, trigger,
               ModeName(ra.mode), ra.buffers, static_cast<unsigned long long>(ra.bytes),
               static_cast<unsigned long long>(ra.stall_us), static_cast<unsigned long long>(ra.counters.shadows),
@@ -656,7 +657,8 @@ TEST_P(RestoreConsistencyTest, RestoreMatchesUninterrupted) {
   ASSERT_TRUE(IssueFast(*a, n, total, &why)) << why;
   DeviceState got;
   ASSERT_TRUE(ReadState(*a, total, &got, &why)) << why;
-  std::printf("[ restore %s ] stall %llu us, total %llu us, %u buffers (%u allocated, %u freed), absent waits %llu\n",
+  std::printf("[ restore %s ] stall %llu us, total %llu us, %u buffers (%u allocated, %u freed), "
+              "absent waits %llu\n",
               concurrent ? "concurrent" : "stop", static_cast<unsigned long long>(rr.stall_us),
               static_cast<unsigned long long>(rr.total_us), rr.buffers, rr.allocated, rr.freed,
               static_cast<unsigned long long>(rr.counters.absent_waits));

@@ -152,8 +152,12 @@ class Generator {
         kernels_.push_back({a.k, id});
       }
     }
-    for (int s = 1; s <= o_.streams; ++s) Emit(With(Of(Op::kStreamCreate), [&](Step& x) { x.id = static_cast<std::uint32_t>(s); }));
-    for (int e = 1; e <= o_.events; ++e) Emit(With(Of(Op::kEventCreate), [&](Step& x) { x.id = static_cast<std::uint32_t>(e); }));
+    for (std::uint32_t s = 1; s <= static_cast<std::uint32_t>(o_.streams); ++s) {
+      Emit(With(Of(Op::kStreamCreate), [&](Step& x) { x.id = s; }));
+    }
+    for (std::uint32_t e = 1; e <= static_cast<std::uint32_t>(o_.events); ++e) {
+      Emit(With(Of(Op::kEventCreate), [&](Step& x) { x.id = e; }));
+    }
     for (int b = 0; b < o_.buffers; ++b) slots_.push_back(NewAlloc());
     // Initialise every buffer with H2D copies (pieces of one frame each).
     for (int a : slots_) {
@@ -486,7 +490,8 @@ bool WorkloadRunner::Issue(std::size_t i, std::string* why) {
       return Check(app_->ModuleLoad(s.id, image), i, why);
     }
     case Op::kGetFunction: return Check(app_->GetFunction(s.module_id, s.id, KernelName(s.kernel)), i, why);
-    case Op::kGetGlobal: return Check(app_->GetGlobal(s.module_id, "phos_counter", &global_ptr_, &global_bytes_), i, why);
+    case Op::kGetGlobal:
+      return Check(app_->GetGlobal(s.module_id, "phos_counter", &global_ptr_, &global_bytes_), i, why);
     case Op::kStreamCreate: return Check(app_->StreamCreate(s.id), i, why);
     case Op::kEventCreate: return Check(app_->EventCreate(s.id), i, why);
     case Op::kMalloc: {

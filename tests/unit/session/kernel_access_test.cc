@@ -306,3 +306,41 @@ TEST(AccessStatsTest, CountsByKind) {
 
 }  // namespace
 }  // namespace phos::session
+
+namespace phos::session {
+namespace {
+
+// Module-scope variables are found at module scope only (a `.global` load
+// inside a function body is not a declaration).
+TEST(PtxModuleVariablesTest, FindsModuleScopeDeclarationsOnly) {
+  EXPECT_TRUE(PtxDeclaresModuleVariables(".version 8.0\n.target sm_90\n.visible .global .align 4 .u32 counter;\n"));
+  EXPECT_TRUE(PtxDeclaresModuleVariables(".const .align 8 .b8 table[64];\n"));
+  EXPECT_TRUE(PtxDeclaresModuleVariables(".extern .global .align 4 .u32 x;\n"));
+  EXPECT_FALSE(PtxDeclaresModuleVariables(
+      ".version 8.0\n.target sm_90\n.visible .entry k(\n.param .u64 p\n)\n{\n  .reg .b64 %rd<3>;\n"
+      "  ld.global.u32 %r1, [%rd1];\n  .global .u32 not_at_module_scope;\n}\n"));
+  EXPECT_FALSE(PtxDeclaresModuleVariables(""));
+}
+
+// A launch of a kernel whose module may use variables by symbol writes every
+// global of the session (conservatively); others do not.
+TEST(PtxModuleVariablesTest, LaunchAddsGlobalsWhenTheModuleMayUseThem) {
+  KernelAccessPlan plan;
+  plan.kind = AccessKind::kSpeculated;
+  plan.probes.push_back({0, 0, true, false});
+  std::map<uint64_t, uint64_t> buffers{{0x1000, 256}};
+  std::map<uint64_t, uint64_t> globals{{0x9000, 4}};
+  std::vector<uint8_t> params(8);
+  const uint64_t p = 0x1010;
+  std::memcpy(params.data(), &p, 8);
+  CallView without, with;
+  ComputeLaunchAccess(plan, params, buffers, globals, &without, false);
+  ComputeLaunchAccess(plan, params, buffers, globals, &with, true);
+  ASSERT_EQ(without.ranges.size(), 1u);
+  ASSERT_EQ(with.ranges.size(), 2u);
+  EXPECT_EQ(with.ranges[1].ptr, 0x9000u);
+  EXPECT_TRUE(with.ranges[1].write);
+}
+
+}  // namespace
+}  // namespace phos::session

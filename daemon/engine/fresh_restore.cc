@@ -1,0 +1,194 @@
+#include "engine/fresh_restore.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/hex.h"
+#include "engine/engine_hook.h"
+#include "engine/restore_task.h"
+#include "engine/session_sections.h"
+
+namespace phos::engine {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t MicrosSince(Clock::time_point t0) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+}
+
+/// FailedPrecondition naming what the session holds, or OK when it holds
+/// nothing a restore would collide with.
+Status CheckEmpty(const session::SessionState& st) {
+  const std::size_t held = st.buffers.size() + st.modules.size() + st.functions.size() + st.streams.size() +
+                           st.events.size() + st.globals.size() + st.pending_images.size();
+  if (held == 0) return Status::Ok();
+  return Status::FailedPrecondition(
+      "session " + std::to_string(st.session_id) + " is not empty (" + std::to_string(st.buffers.size()) +
+      " buffers, " + std::to_string(st.modules.size() + st.pending_images.size()) + " modules, " +
+      std::to_string(st.functions.size()) + " functions, " + std::to_string(st.streams.size()) + " streams, " +
+      std::to_string(st.events.size()) + " events); a fresh restore needs a session that has not made any of "
+      "them; it is unchanged");
+}
+
+/// Undoes Recreate on a session that was empty before it: what it created
+/// goes, in ReleaseAll's order. Unlike ReleaseAll it leaves the app's own
+/// things alone (pinned host segments it registered, retained copies).
+void ReleaseCreated(session::SessionState& st) {
+  Status s = st.ctx->Synchronize();
+  if (!s.ok()) spdlog::warn("fresh restore rollback: pending work ended with: {}", s.ToString());
+  for (auto& [id, h] : st.events) (void)st.ctx->DestroyEvent(h);
+  for (auto& [id, h] : st.streams) (void)st.ctx->DestroyStream(h);
+  for (auto& [id, h] : st.modules) (void)st.ctx->UnloadModule(h);
+  for (auto& [ptr, bytes] : st.buffers) {
+    Status f = st.ctx->Free(ptr);
+    if (!f.ok()) spdlog::warn("fresh restore rollback: freeing {}: {}", Hex(ptr), f.ToString());
+  }
+  st.events.clear();
+  st.event_flags.clear();
+  st.streams.clear();
+  st.stream_flags.clear();
+  st.modules.clear();
+  st.module_kernels.clear();
+  st.module_images.clear();
+  st.functions.clear();
+  st.globals.clear();
+  st.global_symbols.clear();
+  st.buffers.clear();
+  st.buffer_bytes = 0;
+  st.buffers_changed = true;
+}
+
+/// The whole restore on the consumer thread, once the session is known to
+/// be empty. On failure the caller releases what was created.
+Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::SessionHandles& handles,
+                const image::v1::SessionModules& modules, Progress* progress) {
+  progress->SetPhase("recreate", "loading " + std::to_string(modules.modules_size()) + " modules, " +
+                                     std::to_string(handles.functions_size()) + " functions, " +
+                                     std::to_string(handles.streams_size()) + " streams and " +
+                                     std::to_string(handles.events_size()) + " events with their ids");
+  for (const auto& m : modules.modules()) {
+    const auto* bytes = reinterpret_cast<const std::byte*>(m.image().data());
+    PHOS_RETURN_IF_ERROR(session::LoadModuleWithId(st, m.id(), std::span<const std::byte>(bytes, m.image().size()),
+                                                   nullptr)
+                             .WithContext("loading module " + std::to_string(m.id())));
+  }
+  for (const auto& f : handles.functions()) {
+    PHOS_RETURN_IF_ERROR(session::GetFunctionWithId(st, f.module_id(), f.id(), f.name(), nullptr)
+                             .WithContext("resolving function " + std::to_string(f.id()) + " ('" + f.name() +
+                                          "' of module " + std::to_string(f.module_id()) + ")"));
+    for (const auto& a : f.attributes()) {
+      PHOS_RETURN_IF_ERROR(session::SetFunctionAttributeOf(st, f.id(), a.attribute(), a.value(), nullptr)
+                               .WithContext("setting attribute " + std::to_string(a.attribute()) + " of function " +
+                                            std::to_string(f.id())));
+    }
+  }
+  for (const auto& g : handles.globals()) {
+    std::uint64_t at = 0, bytes = 0;
+    PHOS_RETURN_IF_ERROR(session::GetGlobalOf(st, g.module_id(), g.name(), &at, &bytes, nullptr)
+                             .WithContext("resolving global '" + g.name() + "' of module " +
+                                          std::to_string(g.module_id())));
+    if (at != g.address() || bytes != g.bytes()) {
+      return Status::FailedPrecondition(
+          "module global '" + g.name() + "' of module " + std::to_string(g.module_id()) + " is at " + Hex(at) +
+          " (" + std::to_string(bytes) + " bytes) in this context, the image has it at " + Hex(g.address()) + " (" +
+          std::to_string(g.bytes()) + " bytes); the app's pointers to it would be wrong (the backend placed the "
+          "module's globals elsewhere)");
+    }
+  }
+  for (const auto& s : handles.streams()) {
+    PHOS_RETURN_IF_ERROR(session::CreateStreamWithId(st, s.id(), s.flags(), s.priority(), nullptr)
+                             .WithContext("creating stream " + std::to_string(s.id())));
+  }
+  for (const auto& e : handles.events()) {
+    PHOS_RETURN_IF_ERROR(session::CreateEventWithId(st, e.id(), e.flags(), nullptr)
+                             .WithContext("creating event " + std::to_string(e.id())));
+  }
+
+  progress->SetPhase("map", "allocating the image's buffers at their addresses");
+  RestoreResult* r = task.mutable_result();
+  for (const auto& b : task.snapshot().buffers) {
+    backend::DevicePtr got = 0;
+    Status s = st.ctx->Allocate(b.bytes, b.address, &got);
+    if (s.ok() && got != b.address) {
+      (void)st.ctx->Free(got);
+      s = Status::Internal("the backend placed it at " + Hex(got));
+    }
+    if (!s.ok()) {
+      return s.WithContext("allocating " + std::to_string(b.bytes) + " bytes at " + Hex(b.address) +
+                           " (the address may be taken)");
+    }
+    st.buffers[b.address] = b.bytes;
+    st.buffer_bytes += b.bytes;
+    st.buffers_changed = true;
+    ++r->allocated;
+  }
+
+  std::vector<std::size_t> all(static_cast<std::size_t>(task.manifest().buffers_size()));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  progress->SetPhase("copy", "copying the image to the device", r->bytes);
+  PHOS_RETURN_IF_ERROR(task.LoadExtents(st.ctx, all));
+  return st.ctx->Synchronize();
+}
+
+}  // namespace
+
+Status RestoreFresh(session::Session& session, const RestoreOptions& options, Progress* progress,
+                    RestoreResult* result) {
+  *result = RestoreResult{};
+  result->dir = options.dir;
+  EngineHook* hook = EngineHook::Of(session.hook());
+  OperationClaim claim;
+  PHOS_RETURN_IF_ERROR(claim.Acquire(hook, session.id(), session.pid()));
+  if (options.concurrent) {
+    return Status::FailedPrecondition("a concurrent restore into a fresh session is not built yet; restore "
+                                      "stop-the-world");
+  }
+  const auto t0 = Clock::now();
+  const std::string untouched = "fresh restore refused; session " + std::to_string(session.id()) + " is untouched";
+  RestoreTask task(progress);
+  PHOS_RETURN_IF_ERROR(task.Prepare(options.dir).WithContext(untouched));
+  image::v1::SessionHandles handles;
+  image::v1::SessionModules modules;
+  PHOS_RETURN_IF_ERROR(ReadSessionSections(task.manifest(), task.snapshot(), &handles, &modules)
+                           .WithContext(options.dir + "/manifest")
+                           .WithContext(untouched));
+
+  Status s = session.RunControl([&](session::SessionState& st) -> Status {
+    const auto stall0 = Clock::now();
+    PHOS_RETURN_IF_ERROR(CheckEmpty(st));
+    progress->SetPhase("quiesce", "waiting for the session's GPU work to finish");
+    if (Status sync = st.ctx->Synchronize(); !sync.ok()) {
+      return Status::FailedPrecondition("the session's GPU context has a sticky error (" + sync.message() +
+                                        "); fresh restore refused, the session is unchanged");
+    }
+    Status r = Recreate(st, task, handles, modules, progress);
+    if (!r.ok()) {
+      // Back to empty: the app can retry (another image) or start over.
+      ReleaseCreated(st);
+      r = r.WithContext("fresh restore failed; everything it had created was released, session " +
+                        std::to_string(st.session_id) + " is empty again");
+    }
+    task.mutable_result()->stall_us = MicrosSince(stall0);
+    return r;
+  });
+  if (!s.ok()) {
+    if (s.code() == Status::Code::kUnavailable) {
+      return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the fresh restore (" +
+                                 s.message() + ")");
+    }
+    return s;
+  }
+  *result = task.result();
+  result->concurrent = false;
+  result->total_us = MicrosSince(t0);
+  spdlog::info("fresh restore of {} into session {} (pid {}): {} buffers, {} globals, {} bytes, {} us", options.dir,
+               session.id(), session.pid(), result->buffers, result->globals, result->bytes, result->total_us);
+  return Status::Ok();
+}
+
+}  // namespace phos::engine

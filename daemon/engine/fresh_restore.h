@@ -1,0 +1,51 @@
+// Restore of a GPU-only image into a FRESH session: one that has done
+// nothing yet (the app restored by CRIU reconnecting as a new session with
+// a new context, docs/criu.md "Proposed design for the whole-process
+// restore"). Unlike the in-place restore (restore_task.h), which needs the
+// session's modules and streams to exist already, this recreates
+// everything the app's virtual ids refer to, from the image's session
+// sections (session_sections.h), so the app's later calls — with its old
+// module/function/stream/event ids and its old device pointers — work:
+//
+//   caller's thread  claim the session; RestoreTask::Prepare (every
+//                    checksum verified); parse and cross-check the
+//                    `streams`/`modules` sections. A bad image is refused
+//                    here, before the session is touched.
+//   control task     (stop-the-world, on the session's consumer thread)
+//                    refuse a session that holds anything; load every
+//                    module with its id (ascending), resolve every function
+//                    with its id (kernel access plans as kModuleGetFunction
+//                    builds them) and re-apply its attributes, resolve
+//                    every global and require it at its recorded address
+//                    and size, create streams and events with their flags;
+//                    allocate every buffer at its recorded address; copy
+//                    every extent (buffers and globals) H2D; synchronise.
+//                    Any failure releases what was created (ReleaseAll):
+//                    the session is empty again and says so.
+//
+// Globals cannot be placed: the backend decides where a module's globals
+// go. The app holds their old addresses (cudaGetSymbolAddress, the
+// interposer's symbol cache), so a global that lands elsewhere refuses the
+// restore, naming both addresses. Modules are loaded before buffers are
+// allocated so a buffer never takes a global's old place.
+//
+// Not yet: a concurrent fresh restore (options.concurrent is refused),
+// pinned host segments, library handles (cuBLAS).
+//
+// Threading: as operations.h — any thread but the session's consumer; one
+// operation per session at a time (the engine's claim).
+#pragma once
+
+#include "common/status.h"
+#include "engine/operations.h"
+#include "engine/progress.h"
+#include "session/session.h"
+
+namespace phos::engine {
+
+/// `options.dir`: the image. result: bytes, buffers, allocated (= buffers),
+/// globals, stall_us = total_us (stop-the-world), source_pid.
+Status RestoreFresh(session::Session& session, const RestoreOptions& options, Progress* progress,
+                    RestoreResult* result);
+
+}  // namespace phos::engine

@@ -1,0 +1,142 @@
+#include "engine/session_sections.h"
+
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "common/hex.h"
+
+namespace phos::engine {
+
+void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manifest) {
+  manifest->set_handles(EncodeSnapshot(snap));
+  const SessionObjects& o = snap.objects;
+  image::v1::SessionHandles h;
+  h.set_version(1);
+  for (const auto& s : o.streams) {
+    auto* r = h.add_streams();
+    r->set_id(s.id);
+    r->set_flags(s.flags);
+    r->set_priority(s.priority);
+  }
+  for (const auto& e : o.events) {
+    auto* r = h.add_events();
+    r->set_id(e.id);
+    r->set_flags(e.flags);
+  }
+  for (const auto& f : o.functions) {
+    auto* r = h.add_functions();
+    r->set_id(f.id);
+    r->set_module_id(f.module_id);
+    r->set_name(f.name);
+    for (const auto& [attribute, value] : f.attributes) {
+      auto* a = r->add_attributes();
+      a->set_attribute(attribute);
+      a->set_value(value);
+    }
+  }
+  for (const auto& g : o.globals) {
+    auto* r = h.add_globals();
+    r->set_address(g.address);
+    r->set_bytes(g.bytes);
+    r->set_module_id(g.module_id);
+    r->set_name(g.name);
+  }
+  std::uint64_t module_bytes = 0;
+  for (const auto& m : o.modules) module_bytes += m.image ? m.image->size() : 0;
+  image::v1::SessionModules modules;
+  if (module_bytes <= kMaxStoredModuleBytes) {
+    for (const auto& m : o.modules) {
+      auto* r = modules.add_modules();
+      r->set_id(m.id);
+      if (m.image) r->set_image(m.image->data(), m.image->size());
+    }
+    h.set_modules_saved(true);
+  } else {
+    spdlog::warn("checkpoint: the session's {} module images ({} bytes) are too large for the manifest "
+                 "(limit {}); the image restores in place only, not into a fresh session",
+                 o.modules.size(), module_bytes, kMaxStoredModuleBytes);
+  }
+  manifest->set_streams(h.SerializeAsString());
+  manifest->set_modules(h.modules_saved() ? modules.SerializeAsString() : std::string());
+}
+
+Status ReadSessionSections(const image::v1::Manifest& manifest, const SessionSnapshot& snap,
+                           image::v1::SessionHandles* handles, image::v1::SessionModules* modules) {
+  if (manifest.streams().empty()) {
+    return Status::FailedPrecondition("the image has no stream/function/module records (manifest `streams` "
+                                      "section; written by an older phosd): it restores in place only");
+  }
+  if (!handles->ParseFromString(manifest.streams())) {
+    return Status::Corruption("the manifest's `streams` section is not a valid SessionHandles");
+  }
+  if (handles->version() != 1) {
+    return Status::FailedPrecondition("session records version " + std::to_string(handles->version()) +
+                                      " is newer than this phosd understands (1)");
+  }
+  if (!handles->modules_saved()) {
+    return Status::FailedPrecondition("the image was written without its module images (too large for the "
+                                      "manifest): it restores in place only");
+  }
+  if (!modules->ParseFromString(manifest.modules())) {
+    return Status::Corruption("the manifest's `modules` section is not a valid SessionModules");
+  }
+  // Cross-checks with the handles text: both were written from one snapshot.
+  std::set<std::uint32_t> module_ids;
+  for (const auto& m : modules->modules()) {
+    if (m.id() == 0 || !module_ids.insert(m.id()).second || m.image().empty()) {
+      return Status::Corruption("the manifest's `modules` section has a bad or repeated module " +
+                                std::to_string(m.id()));
+    }
+  }
+  if (module_ids != std::set<std::uint32_t>(snap.modules.begin(), snap.modules.end())) {
+    return Status::Corruption("the manifest's module images do not match the modules in its session metadata");
+  }
+  std::set<std::pair<std::uint32_t, std::uint32_t>> functions;
+  for (const auto& f : handles->functions()) {
+    if (!functions.insert({f.id(), f.module_id()}).second || !module_ids.count(f.module_id()) ||
+        f.name().empty()) {
+      return Status::Corruption("function record " + std::to_string(f.id()) +
+                                " is repeated, has no name, or names a module the image lacks");
+    }
+  }
+  if (functions != std::set<std::pair<std::uint32_t, std::uint32_t>>(snap.functions.begin(), snap.functions.end())) {
+    return Status::Corruption("the manifest's function records do not match its session metadata");
+  }
+  std::set<std::uint32_t> ids;
+  for (const auto& s : handles->streams()) {
+    if (s.id() == 0 || !ids.insert(s.id()).second) return Status::Corruption("bad or repeated stream record");
+  }
+  if (ids != std::set<std::uint32_t>(snap.streams.begin(), snap.streams.end())) {
+    return Status::Corruption("the manifest's stream records do not match its session metadata");
+  }
+  ids.clear();
+  for (const auto& e : handles->events()) {
+    if (e.id() == 0 || !ids.insert(e.id()).second) return Status::Corruption("bad or repeated event record");
+  }
+  if (ids != std::set<std::uint32_t>(snap.events.begin(), snap.events.end())) {
+    return Status::Corruption("the manifest's event records do not match its session metadata");
+  }
+  std::map<std::uint64_t, std::uint64_t> globals;
+  for (const auto& g : handles->globals()) {
+    if (g.module_id() == 0 || g.name().empty()) {
+      return Status::FailedPrecondition("module global " + Hex(g.address()) +
+                                        " has no recorded symbol: it cannot be resolved in a fresh session");
+    }
+    if (!module_ids.count(g.module_id())) {
+      return Status::Corruption("global " + Hex(g.address()) + " names module " + std::to_string(g.module_id()) +
+                                " the image lacks");
+    }
+    globals[g.address()] = g.bytes();
+  }
+  std::map<std::uint64_t, std::uint64_t> listed;
+  for (const auto& g : snap.globals) listed[g.address] = g.bytes;
+  if (globals != listed) {
+    return Status::Corruption("the manifest's global records do not match the globals of its session metadata");
+  }
+  return Status::Ok();
+}
+
+}  // namespace phos::engine
