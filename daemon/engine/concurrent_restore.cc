@@ -238,7 +238,7 @@ bool ConcurrentRestore::LaunchInstead(const session::CallView& call, Status* res
 }
 
 void ConcurrentRestore::Admitted(const session::CallView& call, const Status& /*result*/) {
-  if (IsHostDeviceCopy(call.api) && stream_ != 0) gate_.NoteAppCopy(ctx_, call.stream);
+  if (IsHostDeviceCopy(call) && stream_ != 0) gate_.NoteAppCopy(ctx_, call.stream);
 }
 
 // ---------------------------------------------------------------- the loader (caller's thread)

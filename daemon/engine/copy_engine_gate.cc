@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <thread>
+
 #include "protocol/wire.h"
 
 namespace phos::engine {
@@ -21,14 +23,20 @@ void CopyEngineGate::NoteAppCopy(backend::Context* ctx, backend::StreamHandle st
 
 bool CopyEngineGate::YieldIfNeeded(backend::Context* ctx) {
   if (event_ == 0 || !pending_.exchange(false, std::memory_order_acq_rel)) return false;
-  // An error here is the app's copy failing: its own call reports it.
-  (void)ctx->SynchronizeEvent(event_);
+  // Bounded: poll the event (an error is the app's copy failing: its own
+  // call reports it) for at most kMaxYield, then go on.
+  const auto deadline = std::chrono::steady_clock::now() + kMaxYield;
+  while (ctx->QueryEvent(event_).code() == Status::Code::kNotReady && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   yields_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
-bool IsHostDeviceCopy(wire::ApiId a) {
+bool IsHostDeviceCopy(const session::CallView& call) {
   namespace op = wire::op;
+  if (call.ranges.size() != 1) return false;
+  const wire::ApiId a = call.api;
   return a == op::kMemcpy || a == op::kMemcpyAsync || a == op::kMemcpy2D || a == op::kMemcpy2DAsync;
 }
 

@@ -100,16 +100,56 @@ Status CowCheckpoint::Admit(const session::CallView& call) {
   return Status::Ok();
 }
 
+Status CowCheckpoint::TakeShadow(std::uint64_t bytes, backend::DevicePtr* out) {
+  // A shadow the copier already saved and gave back, of the same size: no
+  // allocation (on the sim a fresh allocation costs page faults on every
+  // page; on a GPU an allocation can synchronise the device).
+  if (auto it = spare_shadows_.find(bytes); it != spare_shadows_.end()) {
+    *out = it->second;
+    spare_shadows_.erase(it);
+    return Status::Ok();
+  }
+  if (reserve_used_ + bytes > options_.cow_reserve_bytes) {
+    // Spares of other sizes hold reserve: give them back first.
+    for (const auto& [n, p] : spare_shadows_) {
+      (void)ctx_->Free(p);
+      reserve_used_ -= n;
+    }
+    spare_shadows_.clear();
+  }
+  if (reserve_used_ + bytes > options_.cow_reserve_bytes) return Status::OutOfMemory("copy-on-write reserve is full");
+  PHOS_RETURN_IF_ERROR(ctx_->Allocate(bytes, 0, out));
+  reserve_used_ += bytes;
+  return Status::Ok();
+}
+
+void CowCheckpoint::GiveBackShadow(std::uint64_t bytes, backend::DevicePtr shadow) {
+  spare_shadows_.emplace(bytes, shadow);  // still counted in reserve_used_
+}
+
 Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBuffer& b,
                                    const session::CallView& call, std::uint64_t seq) {
   const auto t0 = Clock::now();
   bool waited = false;
   while (!abandoned_) {
     if (b.state == kShadowed || b.state == kSaved) break;
-    if (b.state == kPending && reserve_used_ + b.bytes <= options_.cow_reserve_bytes) {
+    if (b.state == kSaving && b.shadow != 0) break;  // shadowed while being saved
+    if (b.state == kSaving && saving_ == &b && chunk_busy_) {
+      // The copier is reading one chunk of B right now: a write may not
+      // start before that chunk is in host memory. At most one chunk.
+      if (!waited) {
+        waited = true;
+        ++counters_.writer_waits;
+      }
+      table_.cv.wait(lock, [&] { return abandoned_ || !(saving_ == &b && chunk_busy_) || b.state == kSaved; });
+      continue;
+    }
+    if (b.state == kPending || b.state == kSaving) {
+      // The t1 content of B (for a buffer being saved: of its chunks not
+      // yet saved) goes to a shadow first; the copier reads the rest there.
       backend::DevicePtr shadow = 0;
       backend::EventHandle ready = 0;
-      Status s = ctx_->Allocate(b.bytes, 0, &shadow);
+      Status s = TakeShadow(b.bytes, &shadow);
       if (s.ok()) {
         // Same stream as the call, before it: the call's write cannot
         // overtake the copy of the t1 content.
@@ -118,17 +158,17 @@ Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBu
         if (s.ok()) s = ctx_->RecordEvent(ready, call.stream);
         if (!s.ok()) {
           if (ready != 0) (void)ctx_->DestroyEvent(ready);
-          // The D2D may have been enqueued: let it finish before freeing.
+          // The D2D may have been enqueued: let it finish before reuse.
           (void)ctx_->SynchronizeStream(call.stream);
-          (void)ctx_->Free(shadow);
+          GiveBackShadow(b.bytes, shadow);
         }
       }
       if (s.ok()) {
         b.shadow = shadow;
         b.shadow_ready = ready;
-        b.state = kShadowed;
+        if (b.state == kSaving) ++counters_.shadows_while_saving;
+        if (b.state == kPending) b.state = kShadowed;
         b.safe_from = seq;
-        reserve_used_ += b.bytes;
         ++counters_.shadows;
         counters_.shadow_bytes += b.bytes;
         break;
@@ -136,15 +176,11 @@ Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBu
       spdlog::debug("checkpoint: no shadow for {} ({} bytes): {}; the call waits", Hex(b.address), b.bytes,
                     s.ToString());
     }
-    // No room in the reserve (or the buffer is being saved): the copier
-    // takes this buffer next; the call waits until it is saved.
+    // No room in the reserve: the copier takes this buffer next; the call
+    // waits until it is saved.
     if (!waited) {
       waited = true;
-      if (b.state == kPending) {
-        ++counters_.reserve_waits;
-      } else {
-        ++counters_.writer_waits;
-      }
+      ++counters_.reserve_waits;
     }
     b.urgent = true;
     table_.cv.notify_all();
@@ -182,7 +218,7 @@ bool CowCheckpoint::LaunchInstead(const session::CallView& call, Status* result)
 }
 
 void CowCheckpoint::Admitted(const session::CallView& call, const Status& /*result*/) {
-  if (IsHostDeviceCopy(call.api) && stream_ != 0) gate_.NoteAppCopy(ctx_, call.stream);
+  if (IsHostDeviceCopy(call) && stream_ != 0) gate_.NoteAppCopy(ctx_, call.stream);
 }
 
 // ---------------------------------------------------------------- the copier (caller's thread)
@@ -241,14 +277,13 @@ Status CowCheckpoint::CopyAll() {
       ready = b->shadow_ready;
       b->shadow = 0;
       b->shadow_ready = 0;
-      if (shadow != 0) reserve_used_ -= b->bytes;
+      if (shadow != 0) GiveBackShadow(b->bytes, shadow);
       if (!status.ok()) abandoned_ = true;  // waiters go on; the image is discarded
       table_.cv.notify_all();
     }
     {
       std::lock_guard<std::mutex> use(ctx_use_mu_);
       if (!fenced_.load()) {
-        if (shadow != 0) (void)ctx_->Free(shadow);
         if (ready != 0) (void)ctx_->DestroyEvent(ready);
         if (validator_) (void)validator_->Drain(false, &reports);
       }
@@ -265,24 +300,48 @@ Status CowCheckpoint::CopyAll() {
 }
 
 Status CowCheckpoint::SaveOne(TrackedBuffer& b, backend::DevicePtr src, std::byte* host, std::size_t chunk) {
-  for (std::uint64_t off = 0; off < b.bytes; off += chunk) {
+  Status status;
+  for (std::uint64_t off = 0; off < b.bytes && status.ok(); off += chunk) {
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, b.bytes - off));
     {
+      // A writer may have shadowed B since the last chunk: read the rest
+      // from the shadow. While a chunk is read from B itself, writers of B
+      // wait (chunk_busy_) — one chunk at most.
+      std::lock_guard<std::mutex> lock(table_.mu);
+      if (b.shadow != 0 && src != b.shadow) {
+        src = b.shadow;
+        std::lock_guard<std::mutex> use(ctx_use_mu_);
+        if (!fenced_.load()) (void)ctx_->StreamWaitEvent(stream_, b.shadow_ready);
+      }
+      saving_ = &b;
+      chunk_busy_ = src == b.address;
+    }
+    {
       std::lock_guard<std::mutex> use(ctx_use_mu_);
-      if (fenced_.load()) return Status::Unavailable("the process exited during the checkpoint");
-      gate_.YieldIfNeeded(ctx_);
-      Status s = ctx_->MemcpyAsync(reinterpret_cast<std::uint64_t>(host), src + off, len,
+      if (fenced_.load()) {
+        status = Status::Unavailable("the process exited during the checkpoint");
+      } else {
+        gate_.YieldIfNeeded(ctx_);
+        status = ctx_->MemcpyAsync(reinterpret_cast<std::uint64_t>(host), src + off, len,
                                    backend::CopyKind::kDeviceToHost, stream_);
-      if (s.ok()) s = ctx_->SynchronizeStream(stream_);
-      if (!s.ok()) {
-        return s.WithContext("copying buffer " + Hex(b.address) + " at offset " + std::to_string(off) +
-                             " to the host");
+        if (status.ok()) status = ctx_->SynchronizeStream(stream_);
+        if (!status.ok()) {
+          status = status.WithContext("copying buffer " + Hex(b.address) + " at offset " + std::to_string(off) +
+                                      " to the host");
+        }
       }
     }
-    PHOS_RETURN_IF_ERROR(writer_->Write(b.image_index, off, host, len));
+    {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      chunk_busy_ = false;
+      saving_ = nullptr;
+      table_.cv.notify_all();
+    }
+    if (!status.ok()) break;
+    status = writer_->Write(b.image_index, off, host, len);
     progress_->AddBytes(len);
   }
-  return Status::Ok();
+  return status;
 }
 
 void CowCheckpoint::CheckReports(std::vector<TwinValidator::Collected>& reports) {
@@ -380,6 +439,8 @@ void CowCheckpoint::DropDeviceState() {
   std::vector<backend::EventHandle> events;
   {
     std::lock_guard<std::mutex> lock(table_.mu);
+    for (const auto& [n, p] : spare_shadows_) shadows.push_back(p);
+    spare_shadows_.clear();
     for (auto& [addr, b] : table_.by_address) {
       if (b.shadow != 0) shadows.push_back(b.shadow);
       if (b.shadow_ready != 0) events.push_back(b.shadow_ready);

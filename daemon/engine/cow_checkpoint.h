@@ -24,7 +24,11 @@
 //   B PENDING, reserve has room -> D2D B -> shadow on the call's stream
 //                                  (event recorded after it), B SHADOWED
 //   B PENDING, no room          -> B urgent; wait until SAVED
-//   B SAVING                    -> wait until SAVED
+//   B SAVING, reserve has room  -> wait for the chunk being read (if it is
+//                                  read from B itself), then shadow B as
+//                                  above; the copier reads the remaining
+//                                  chunks from the shadow
+//   B SAVING, no room           -> wait until SAVED
 //   B SHADOWED / SAVED          -> admit
 // Reads never wait. Kernel arguments are never rewritten. A call with no
 // access set (kUnknown) — or an unvalidatable kernel under
@@ -38,6 +42,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -84,6 +89,11 @@ class CowCheckpoint final : public Operation, public std::enable_shared_from_thi
   /// `seq` — shadow or wait. Returns a refusal only when cancelled.
   Status MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBuffer& b, const session::CallView& call,
                       std::uint64_t seq);
+  /// mu held: a shadow of `bytes` (a spare one of that size, else a new
+  /// allocation within the reserve); OutOfMemory when the reserve is full.
+  Status TakeShadow(std::uint64_t bytes, backend::DevicePtr* out);
+  /// mu held: a saved buffer's shadow, kept for reuse (still in the reserve).
+  void GiveBackShadow(std::uint64_t bytes, backend::DevicePtr shadow);
   /// mu held: waits until every buffer is SAVED.
   void WaitAllSaved(std::unique_lock<std::mutex>& lock);
   /// Copier: copies one buffer (from `src`: itself or its shadow) to the image.
@@ -113,6 +123,9 @@ class CowCheckpoint final : public Operation, public std::enable_shared_from_thi
   TrackedBuffers table_;
   // Guarded by table_.mu:
   std::size_t saved_ = 0;                        // buffers SAVED
+  TrackedBuffer* saving_ = nullptr;              // the buffer the copier is reading a chunk of
+  bool chunk_busy_ = false;                      // ... directly from the buffer (not its shadow)
+  std::multimap<std::uint64_t, backend::DevicePtr> spare_shadows_;  // bytes -> saved shadows for reuse
   bool abandoned_ = false;                       // cancelled, failed or finished: admit everything
   std::uint64_t seq_ = 0;                        // admissions so far (Admit)
   std::uint64_t reserve_used_ = 0;

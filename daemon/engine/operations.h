@@ -43,6 +43,7 @@ struct CheckpointOptions {
 struct OperationCounters {
   std::uint64_t shadows = 0;             // cow: shadow copies made
   std::uint64_t shadow_bytes = 0;
+  std::uint64_t shadows_while_saving = 0;// cow: of those, buffers shadowed while the copier was saving them
   std::uint64_t reserve_waits = 0;       // cow: writers that waited (no reserve room)
   std::uint64_t writer_waits = 0;        // calls that waited for a buffer being copied/loaded
   std::uint64_t copier_yields = 0;       // copier chunks deferred behind an app copy

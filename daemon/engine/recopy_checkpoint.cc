@@ -178,7 +178,7 @@ bool RecopyCheckpoint::LaunchInstead(const session::CallView& call, Status* resu
 
 void RecopyCheckpoint::Admitted(const session::CallView& call, const Status& /*result*/) {
   if (device_state_dropped_) return;  // after a reset (or t2): nothing of ours is in the context
-  if (IsHostDeviceCopy(call.api)) gate_.NoteAppCopy(ctx_, call.stream);
+  if (IsHostDeviceCopy(call)) gate_.NoteAppCopy(ctx_, call.stream);
   if (call.api == wire::op::kFree) return;  // handled in Admit
   const bool unvalidatable = call.kind == session::AccessKind::kUnvalidatable;
   const bool writes_anything =
@@ -493,7 +493,7 @@ Status RecopyCheckpoint::WriteImage(image::ImageWriter* writer) {
     progress_->AddBytes(e.bytes);
     std::vector<std::byte>().swap(e.host);  // the writer staged it
   }
-  writer->mutable_metadata()->set_handles(EncodeSnapshot(final_snapshot_));
+  SetSessionSections(final_snapshot_, writer->mutable_metadata());
   return Status::Ok();
 }
 

@@ -38,6 +38,10 @@
 #include "common/status.h"
 #include "session/call_handlers.h"
 
+namespace phos::image::v1 {
+class Manifest;
+}  // namespace phos::image::v1
+
 namespace phos::engine {
 
 struct DeviceRange {
@@ -93,5 +97,9 @@ SessionSnapshot CaptureSnapshot(const session::SessionState& st);
 std::string EncodeSnapshot(const SessionSnapshot& s);
 /// Corruption naming the line when the text is malformed.
 Status DecodeSnapshot(const std::string& text, SessionSnapshot* out);
+
+/// Sets the manifest's handles, streams and modules sections from `snap`
+/// (every checkpoint path calls this; session_sections.h, where it lives).
+void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manifest);
 
 }  // namespace phos::engine

@@ -91,6 +91,7 @@ std::map<std::string, std::uint64_t> CounterMap(const engine::OperationCounters&
   };
   put("shadows", c.shadows);
   put("shadow_bytes", c.shadow_bytes);
+  put("shadows_while_saving", c.shadows_while_saving);
   put("reserve_waits", c.reserve_waits);
   put("writer_waits", c.writer_waits);
   put("copier_yields", c.copier_yields);

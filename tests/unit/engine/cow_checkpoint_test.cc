@@ -168,6 +168,49 @@ TEST_F(CowCheckpointTest, ExhaustedReserveMakesWritersWaitAndLosesNothing) {
   EXPECT_GT(r.counters.reserve_waits + r.counters.writer_waits, 0u);
 }
 
+// Buffers of several chunks: a write to a buffer the copier is in the
+// middle of saving waits for at most the chunk being read, shadows the
+// buffer, and the copier reads the remaining chunks from the shadow.
+TEST_F(CowCheckpointTest, WritesToABufferBeingSavedShadowTheRest) {
+  MakeBuffers(4, 16 << 20);
+  CheckpointResult r;
+  CheckImageIsT1({}, &r);
+  EXPECT_GT(r.counters.shadows, 0u);
+}
+
+// The app writes the last buffer only once the copier is inside it: the
+// write waits for at most the chunk being read, the buffer is shadowed
+// mid-save, and the image still holds the t1 content of every byte.
+TEST_F(CowCheckpointTest, WriteInTheMiddleOfSavingABuffer) {
+  MakeBuffers(3, 16 << 20);
+  CheckpointOptions o;
+  o.mode = Mode::kCow;
+  o.dir = dir_ + "/img";
+  Progress progress;
+  CheckpointResult r;
+  Status st;
+  std::thread cp([&] { st = Checkpoint(*session_, o, &progress, &r); });
+  // Inside the last buffer: more than 2 buffers and one chunk done.
+  for (;;) {
+    const ProgressSnapshot p = progress.Snapshot();
+    if (p.phase == "copy" && p.bytes_done > (2u * (16u << 20)) + (4u << 20)) break;
+    if (p.phase == "commit" || p.phase == "done") break;
+    std::this_thread::sleep_for(100us);
+  }
+  ASSERT_EQ(app_->Memset(bufs_[2], 0x77, 1, bytes_), kOk);
+  cp.join();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(r.counters.shadows_while_saving, 1u) << "the write did not land while the buffer was being saved";
+  std::unique_ptr<image::ImageReader> reader;
+  ASSERT_TRUE(image::ImageReader::Open(o.dir, {}, &reader).ok());
+  std::vector<uint8_t> got(bytes_);
+  ASSERT_TRUE(reader->ReadBuffer(2, got.data()).ok());
+  for (uint64_t b = 0; b < bytes_; b += 4093) ASSERT_EQ(got[b], 1) << "byte " << b;
+  std::vector<uint8_t> now(4096);
+  ASSERT_EQ(app_->D2H(now.data(), bufs_[2] + bytes_ - 4096, 4096), kOk);
+  EXPECT_EQ(now[0], 0x77);
+}
+
 TEST_F(CowCheckpointTest, MisSpeculatedKernelFallsBackToStopTheWorld) {
   // Big buffers first (the copier is busy with them), the scatter targets last.
   MakeBuffers(8, 1 << 20);

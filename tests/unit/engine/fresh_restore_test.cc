@@ -1,6 +1,6 @@
 // Restore into a FRESH session (daemon/engine/fresh_restore.h): app A builds
 // state (modules, functions, a function attribute, streams, events,
-// buffers, a module global), is checkpointed (stop and cow) and leaves;
+// buffers, a module global), is checkpointed (stop, cow, recopy) and leaves;
 // app B connects as a new session, the image is restored into it, and B
 // goes on with A's virtual ids and device pointers. Also: a non-empty
 // session and a corrupt image are refused without touching the session; a
@@ -240,7 +240,7 @@ TEST_P(FreshRestoreModeTest, NewSessionContinuesWithTheOldIds) {
   Checkpoint(Mode::kStop, dir_ + "/img2");
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, FreshRestoreModeTest, ::testing::Values(Mode::kStop, Mode::kCow),
+INSTANTIATE_TEST_SUITE_P(Modes, FreshRestoreModeTest, ::testing::Values(Mode::kStop, Mode::kCow, Mode::kRecopy),
                          [](const auto& info) { return std::string(ModeName(info.param)); });
 
 TEST_F(FreshRestoreTest, LaunchNeedsTheRestoredAttribute) {
