@@ -33,9 +33,14 @@ ConcurrentRestore::~ConcurrentRestore() = default;
 // ---------------------------------------------------------------- start (control task)
 
 Status ConcurrentRestore::Start(session::SessionState& st, EngineHook* hook) {
+  PHOS_RETURN_IF_ERROR(task_->MapBuffers(st));
+  Status s = StartMapped(st, hook);
+  return s.ok() ? s : RestoreTask::Undefined(s);
+}
+
+Status ConcurrentRestore::StartMapped(session::SessionState& st, EngineHook* hook) {
   ctx_ = st.ctx;
   st_ = &st;
-  PHOS_RETURN_IF_ERROR(task_->MapBuffers(st));
   const SessionSnapshot& snap = task_->snapshot();
   // Globals are small and live in module memory the app reaches by symbol:
   // load them now rather than track them.
@@ -43,19 +48,19 @@ Status ConcurrentRestore::Start(session::SessionState& st, EngineHook* hook) {
   std::uint64_t global_bytes = 0;
   for (const auto& g : snap.globals) {
     const long e = task_->extent_of(g.address);
-    if (e < 0) return RestoreTask::Undefined(Status::Internal("global " + Hex(g.address) + " has no extent"));
+    if (e < 0) return Status::Internal("global " + Hex(g.address) + " has no extent");
     globals.push_back(static_cast<std::size_t>(e));
     global_bytes += g.bytes;
   }
   progress_->SetPhase("globals", "loading " + std::to_string(globals.size()) + " module globals", global_bytes);
-  if (Status s = task_->LoadExtents(ctx_, globals); !s.ok()) return RestoreTask::Undefined(s);
+  PHOS_RETURN_IF_ERROR(task_->LoadExtents(ctx_, globals).WithContext("loading the module globals"));
 
   std::vector<std::size_t> all;  // every buffer's extent (the synchronous fallback below)
   {
     std::lock_guard<std::mutex> lock(table_.mu);
     for (const auto& r : snap.buffers) {
       const long e = task_->extent_of(r.address);
-      if (e < 0) return RestoreTask::Undefined(Status::Internal("buffer " + Hex(r.address) + " has no extent"));
+      if (e < 0) return Status::Internal("buffer " + Hex(r.address) + " has no extent");
       TrackedBuffer b;
       b.address = r.address;
       b.bytes = r.bytes;
@@ -79,7 +84,7 @@ Status ConcurrentRestore::Start(session::SessionState& st, EngineHook* hook) {
     spdlog::warn("restore: no stream for the background loader ({}); loading every buffer now", s.ToString());
     stream_ = 0;
     progress_->SetPhase("copy", "copying the image to the device", total_bytes_);
-    if (Status l = task_->LoadExtents(ctx_, all); !l.ok()) return RestoreTask::Undefined(l);
+    PHOS_RETURN_IF_ERROR(task_->LoadExtents(ctx_, all));
     std::lock_guard<std::mutex> lock(table_.mu);
     for (auto& [a, b] : table_.by_address) {
       b.state = kPresent;
@@ -397,11 +402,21 @@ Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook
   if (Status p = task->Prepare(options.dir); !p.ok()) {
     return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
   }
+  // In place: make the session's buffer map match the image, then track.
+  ControlStep step = [hook](session::SessionState& st, ConcurrentRestore& op) { return op.Start(st, hook); };
+  return DriveConcurrentRestore(session, hook, std::move(task), step, options, progress, result, hooks, load_order,
+                                t0);
+}
+
+Status DriveConcurrentRestore(session::Session& session, EngineHook* hook, std::unique_ptr<RestoreTask> task,
+                              const ControlStep& step, const RestoreOptions& options, Progress* progress,
+                              RestoreResult* result, const ConcurrentRestoreHooks& hooks,
+                              std::vector<std::uint64_t>* load_order, Clock::time_point t0) {
   auto op = std::make_shared<ConcurrentRestore>(std::move(task), progress, hooks);
   std::uint64_t stall_us = 0;
   Status s = session.RunControl([&](session::SessionState& st) {
     const auto t1 = Clock::now();
-    Status r = op->Start(st, hook);
+    Status r = step(st, *op);
     stall_us = MicrosSince(t1);
     return r;
   });
@@ -429,7 +444,7 @@ Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook
   const OperationCounters& c = result->counters;
   spdlog::info("restore of pid {}: every buffer present after {} us (stall {} us, {} calls waited {} us for "
                "absent buffers, {} twin launches, {} rollbacks)",
-               session.pid(), total_us, stall_us, c.absent_waits, op->blocked_us() , c.twin_launches,
+               session.pid(), total_us, stall_us, c.absent_waits, op->blocked_us(), c.twin_launches,
                c.restore_rollbacks);
   return Status::Ok();
 }

@@ -2,16 +2,28 @@
 // session resumes at once with every buffer ABSENT; a loader fills them in
 // first-use order while calls touching an absent buffer wait for it.
 //
-// Steps (RunConcurrentRestore drives them):
+// Two restores share this machinery (DriveConcurrentRestore drives both):
+// the in-place one (RunConcurrentRestore: roll a live session back) and the
+// fresh one (fresh_restore.h, RestoreFresh with options.concurrent: a new,
+// empty session gets the app's handles recreated first). They differ only
+// in how the image's buffers come to be mapped at their recorded
+// addresses (the ControlStep); from StartMapped() on they are the same.
+//
+// Steps:
 //   Prepare     caller's thread: RestoreTask::Prepare — open the image and
 //               verify every checksum BEFORE the session is touched.
-//   Start()     control task (the stall, RestoreResult::stall_us):
-//               RestoreTask::MapBuffers (synchronise, CheckFits, free the
-//               buffers not in the image, allocate the missing ones at
-//               their addresses), load the module globals synchronously
-//               (small), mark every image buffer ABSENT, create the
-//               loader's stream and the twin validator, install into the
-//               EngineHook. The session resumes when it returns.
+//   control     (the stall, RestoreResult::stall_us) the ControlStep maps
+//               the image's buffers, then calls StartMapped(). In place
+//               that is Start(): RestoreTask::MapBuffers (synchronise,
+//               CheckFits, free the buffers not in the image, allocate the
+//               missing ones at their addresses), then StartMapped().
+//   StartMapped() the session already holds every image buffer at its
+//               recorded address (and every global): load the module
+//               globals synchronously (small), mark every image buffer
+//               ABSENT, create the loader's stream and the twin validator
+//               (after the mapping: their memory cannot take an address the
+//               image needs), install into the EngineHook. The session
+//               resumes when the control task returns.
 //   LoadAll()   caller's thread: the loader. Order: urgent buffers (a call
 //               waits for them) first, then the image's first-use order
 //               (SessionSnapshot::first_use; empty for stop-mode images),
@@ -49,6 +61,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -68,6 +81,8 @@
 
 namespace phos::engine {
 
+class ConcurrentRestore;
+
 Status RunConcurrentRestore(session::Session& session, EngineHook* hook, const RestoreOptions& options,
                             Progress* progress, RestoreResult* result);
 
@@ -77,6 +92,23 @@ struct ConcurrentRestoreHooks {
   /// Tests record the load order here or slow the loader down.
   std::function<void(std::uint64_t address)> loaded;
 };
+
+/// The control task of a concurrent restore (consumer thread, the stall):
+/// maps every buffer of the image (op.task()) at its recorded address, then
+/// calls op.StartMapped(st, hook). On failure it leaves the session as its
+/// error says (in place: unchanged or undefined; fresh: empty again).
+using ControlStep = std::function<Status(session::SessionState& st, ConcurrentRestore& op)>;
+
+/// The driver both concurrent restores share. `task`: prepared (image
+/// verified). Runs `step` as a control task, then the loader on the
+/// caller's thread, then Finish as a control task. result: the task's
+/// result plus concurrent, stall_us (the control task), total_us (from
+/// `t0` to the last buffer present), counters. `load_order` (optional):
+/// the addresses in the order they became PRESENT.
+Status DriveConcurrentRestore(session::Session& session, EngineHook* hook, std::unique_ptr<RestoreTask> task,
+                              const ControlStep& step, const RestoreOptions& options, Progress* progress,
+                              RestoreResult* result, const ConcurrentRestoreHooks& hooks,
+                              std::vector<std::uint64_t>* load_order, std::chrono::steady_clock::time_point t0);
 
 /// RunConcurrentRestore with test hooks; `load_order` (optional) receives
 /// the addresses in the order the loader made them PRESENT.
@@ -93,10 +125,16 @@ class ConcurrentRestore final : public Operation, public std::enable_shared_from
   ConcurrentRestore(std::unique_ptr<RestoreTask> task, Progress* progress, ConcurrentRestoreHooks hooks);
   ~ConcurrentRestore() override;
 
-  /// Control task. On success the operation is installed (or, when the
-  /// loader's stream cannot be made, everything was loaded synchronously
-  /// and nothing is installed).
+  /// Control task, in place: RestoreTask::MapBuffers, then StartMapped.
+  /// Failures after the first change are RestoreTask::Undefined.
   Status Start(session::SessionState& st, EngineHook* hook);
+  /// Control task, once every image buffer and global is mapped at its
+  /// recorded address. On success the operation is installed (or, when the
+  /// loader's stream cannot be made, everything was loaded synchronously
+  /// and nothing is installed). A failure (a global's or, in the fallback,
+  /// a buffer's load) leaves the operation uninstalled and the device
+  /// state partly loaded; the caller says what that means.
+  Status StartMapped(session::SessionState& st, EngineHook* hook);
   /// Caller's thread: the loader. Unavailable when the session ended.
   Status LoadAll();
   /// Control task: uninstall and drop device state.

@@ -7,17 +7,10 @@
 
 #include "common/hex.h"
 #include "engine/session_sections.h"
+#include "engine/operation_util.h"
 #include "engine/session_snapshot.h"
 
 namespace phos::engine {
-
-namespace {
-using Clock = std::chrono::steady_clock;
-
-std::uint64_t MicrosSince(Clock::time_point t0) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-}
-}  // namespace
 
 CowCheckpoint::CowCheckpoint(const CheckpointOptions& options, Progress* progress, image::ImageWriter* writer)
     : options_(options), progress_(progress), writer_(writer) {}
@@ -197,23 +190,19 @@ bool CowCheckpoint::LaunchInstead(const session::CallView& call, Status* result)
     if (abandoned_) return false;
   }
   std::uint64_t ticket = 0;
-  Status s = validator_->Launch(*st_, *call.launch, call.stream, call.ranges, /*check_reads=*/false, &ticket);
-  if (s.code() == Status::Code::kNotSupported) {
-    const std::string& name = call.launch->kernel ? *call.launch->kernel : std::string("?");
-    if (warned_kernels_.insert(name).second) {
-      spdlog::warn("checkpoint: kernel {} cannot be validated ({}); its speculated access set is trusted", name,
-                   s.message());
+  switch (twins_.Launch(validator_.get(), *st_, call, /*check_reads=*/false, "checkpoint",
+                        "its speculated access set is trusted", &ticket, result)) {
+    case TwinLauncher::Outcome::kNoTwin: {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      ++counters_.unvalidated_kernels;
+      return false;
     }
-    std::lock_guard<std::mutex> lock(table_.mu);
-    ++counters_.unvalidated_kernels;
-    return false;
+    case TwinLauncher::Outcome::kFailed: return true;
+    case TwinLauncher::Outcome::kLaunched: break;
   }
-  *result = s;
-  if (s.ok()) {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    ticket_seq_[ticket] = seq_;
-    ++counters_.twin_launches;
-  }
+  std::lock_guard<std::mutex> lock(table_.mu);
+  ticket_seq_[ticket] = seq_;
+  ++counters_.twin_launches;
   return true;
 }
 

@@ -52,6 +52,7 @@
 
 #include "engine/copy_engine_gate.h"
 #include "engine/engine_hook.h"
+#include "engine/operation_util.h"
 #include "engine/operations.h"
 #include "engine/session_snapshot.h"
 #include "engine/tracked_buffers.h"
@@ -117,7 +118,7 @@ class CowCheckpoint final : public Operation, public std::enable_shared_from_thi
 
   SessionSnapshot snapshot_;                     // at t1; first_use filled by Finish
   std::uint64_t total_bytes_ = 0;
-  std::set<std::string> warned_kernels_;         // consumer thread only
+  TwinLauncher twins_;         // consumer thread only
   bool device_state_dropped_ = false;            // consumer thread only
 
   TrackedBuffers table_;

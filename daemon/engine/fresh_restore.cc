@@ -3,11 +3,14 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/hex.h"
+#include "engine/concurrent_restore.h"
 #include "engine/engine_hook.h"
 #include "engine/restore_task.h"
 #include "engine/session_sections.h"
@@ -63,8 +66,9 @@ void ReleaseCreated(session::SessionState& st) {
   st.buffers_changed = true;
 }
 
-/// The whole restore on the consumer thread, once the session is known to
-/// be empty. On failure the caller releases what was created.
+/// On the consumer thread, once the session is known to be empty: every
+/// handle with its id, every buffer allocated at its address (no bytes
+/// copied yet). On failure the caller releases what was created.
 Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::SessionHandles& handles,
                 const image::v1::SessionModules& modules, Progress* progress) {
   progress->SetPhase("recreate", "loading " + std::to_string(modules.modules_size()) + " modules, " +
@@ -127,63 +131,105 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
     st.buffers_changed = true;
     ++r->allocated;
   }
+  return Status::Ok();
+}
 
+/// Stop-the-world: every extent (buffers and globals) H2D.
+Status CopyAll(session::SessionState& st, RestoreTask& task, Progress* progress) {
   std::vector<std::size_t> all(static_cast<std::size_t>(task.manifest().buffers_size()));
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  progress->SetPhase("copy", "copying the image to the device", r->bytes);
+  progress->SetPhase("copy", "copying the image to the device", task.result().bytes);
   PHOS_RETURN_IF_ERROR(task.LoadExtents(st.ctx, all));
   return st.ctx->Synchronize();
+}
+
+/// The control task's common part: refuse a non-empty or faulted session
+/// unchanged, recreate and map, then `finish` (copy everything, or hand
+/// the buffers to the concurrent loader). A failure after the first change
+/// releases what was created.
+Status RecreateInto(session::SessionState& st, RestoreTask& task, const image::v1::SessionHandles& handles,
+                    const image::v1::SessionModules& modules, Progress* progress,
+                    const std::function<Status()>& finish) {
+  PHOS_RETURN_IF_ERROR(CheckEmpty(st));
+  progress->SetPhase("quiesce", "waiting for the session's GPU work to finish");
+  if (Status sync = st.ctx->Synchronize(); !sync.ok()) {
+    return Status::FailedPrecondition("the session's GPU context has a sticky error (" + sync.message() +
+                                      "); fresh restore refused, the session is unchanged");
+  }
+  Status r = Recreate(st, task, handles, modules, progress);
+  if (r.ok()) r = finish();
+  if (!r.ok()) {
+    // Back to empty: the app can retry (another image) or start over.
+    ReleaseCreated(st);
+    r = r.WithContext("fresh restore failed; everything it had created was released, session " +
+                      std::to_string(st.session_id) + " is empty again");
+  }
+  return r;
+}
+
+Status SessionExited(const Status& s, session::Session& session) {
+  if (s.code() != Status::Code::kUnavailable) return s;
+  return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the fresh restore (" +
+                             s.message() + ")");
 }
 
 }  // namespace
 
 Status RestoreFresh(session::Session& session, const RestoreOptions& options, Progress* progress,
                     RestoreResult* result) {
+  return RestoreFreshWithHooks(session, options, progress, result, {}, nullptr);
+}
+
+Status RestoreFreshWithHooks(session::Session& session, const RestoreOptions& options, Progress* progress,
+                             RestoreResult* result, const ConcurrentRestoreHooks& hooks,
+                             std::vector<std::uint64_t>* load_order) {
   *result = RestoreResult{};
   result->dir = options.dir;
+  result->concurrent = options.concurrent;
   EngineHook* hook = EngineHook::Of(session.hook());
   OperationClaim claim;
   PHOS_RETURN_IF_ERROR(claim.Acquire(hook, session.id(), session.pid()));
-  if (options.concurrent) {
-    return Status::FailedPrecondition("a concurrent restore into a fresh session is not built yet; restore "
-                                      "stop-the-world");
+  if (options.concurrent && hook == nullptr) {
+    return Status::FailedPrecondition("a concurrent restore needs the engine's admission hook, which this "
+                                      "session was created without");
   }
   const auto t0 = Clock::now();
   const std::string untouched = "fresh restore refused; session " + std::to_string(session.id()) + " is untouched";
-  RestoreTask task(progress);
-  PHOS_RETURN_IF_ERROR(task.Prepare(options.dir).WithContext(untouched));
-  image::v1::SessionHandles handles;
-  image::v1::SessionModules modules;
-  PHOS_RETURN_IF_ERROR(ReadSessionSections(task.manifest(), task.snapshot(), &handles, &modules)
+  auto task = std::make_unique<RestoreTask>(progress);
+  PHOS_RETURN_IF_ERROR(task->Prepare(options.dir).WithContext(untouched));
+  // Shared with the concurrent ControlStep (a copyable std::function).
+  auto handles = std::make_shared<image::v1::SessionHandles>();
+  auto modules = std::make_shared<image::v1::SessionModules>();
+  PHOS_RETURN_IF_ERROR(ReadSessionSections(task->manifest(), task->snapshot(), handles.get(), modules.get())
                            .WithContext(options.dir + "/manifest")
                            .WithContext(untouched));
 
+  if (options.concurrent) {
+    // Recreate and map here; from there on it is the concurrent restore:
+    // every image buffer ABSENT, globals loaded synchronously, the loader
+    // in first-use order, calls touching an absent buffer wait.
+    ControlStep step = [hook, handles, modules, progress](session::SessionState& st, ConcurrentRestore& op) {
+      return RecreateInto(st, op.task(), *handles, *modules, progress, [&] { return op.StartMapped(st, hook); });
+    };
+    Status s = DriveConcurrentRestore(session, hook, std::move(task), step, options, progress, result, hooks,
+                                      load_order, t0);
+    if (s.ok()) {
+      spdlog::info("fresh restore of {} into session {} (pid {}): {} buffers, {} globals, {} bytes; resumed after "
+                   "{} us, every buffer present after {} us (concurrent)",
+                   options.dir, session.id(), session.pid(), result->buffers, result->globals, result->bytes,
+                   result->stall_us, result->total_us);
+    }
+    return s;  // an exited session already says so (DriveConcurrentRestore)
+  }
+
   Status s = session.RunControl([&](session::SessionState& st) -> Status {
     const auto stall0 = Clock::now();
-    PHOS_RETURN_IF_ERROR(CheckEmpty(st));
-    progress->SetPhase("quiesce", "waiting for the session's GPU work to finish");
-    if (Status sync = st.ctx->Synchronize(); !sync.ok()) {
-      return Status::FailedPrecondition("the session's GPU context has a sticky error (" + sync.message() +
-                                        "); fresh restore refused, the session is unchanged");
-    }
-    Status r = Recreate(st, task, handles, modules, progress);
-    if (!r.ok()) {
-      // Back to empty: the app can retry (another image) or start over.
-      ReleaseCreated(st);
-      r = r.WithContext("fresh restore failed; everything it had created was released, session " +
-                        std::to_string(st.session_id) + " is empty again");
-    }
-    task.mutable_result()->stall_us = MicrosSince(stall0);
+    Status r = RecreateInto(st, *task, *handles, *modules, progress, [&] { return CopyAll(st, *task, progress); });
+    task->mutable_result()->stall_us = MicrosSince(stall0);
     return r;
   });
-  if (!s.ok()) {
-    if (s.code() == Status::Code::kUnavailable) {
-      return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the fresh restore (" +
-                                 s.message() + ")");
-    }
-    return s;
-  }
-  *result = task.result();
+  if (!s.ok()) return SessionExited(s, session);
+  *result = task->result();
   result->concurrent = false;
   result->total_us = MicrosSince(t0);
   spdlog::info("fresh restore of {} into session {} (pid {}): {} buffers, {} globals, {} bytes, {} us", options.dir,

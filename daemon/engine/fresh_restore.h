@@ -29,14 +29,31 @@
 // restore, naming both addresses. Modules are loaded before buffers are
 // allocated so a buffer never takes a global's old place.
 //
-// Not yet: a concurrent fresh restore (options.concurrent is refused),
-// pinned host segments, library handles (cuBLAS).
+// Concurrent (options.concurrent, docs/protocols.md "Concurrent restore"):
+// the control task recreates the handles and allocates every buffer as
+// above, then, instead of copying, hands the mapped session to the
+// concurrent restore (concurrent_restore.h, ConcurrentRestore::StartMapped:
+// globals loaded synchronously, every buffer ABSENT, the operation
+// installed in the EngineHook) and returns: the session resumes at once. A
+// loader on the caller's thread fills the buffers in the image's first-use
+// order; a call touching an absent buffer waits while that buffer jumps the
+// queue; kernels run as read-checked twins with rollback — all shared with
+// the in-place concurrent restore (DriveConcurrentRestore). A failure in
+// the control task releases what was created (empty again); a failure
+// while loading leaves the device state undefined (the error says so), and
+// the session ending while loading ends the restore with Unavailable.
+//
+// Not yet: pinned host segments, library handles (cuBLAS).
 //
 // Threading: as operations.h — any thread but the session's consumer; one
 // operation per session at a time (the engine's claim).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "common/status.h"
+#include "engine/concurrent_restore.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
 #include "session/session.h"
@@ -44,8 +61,18 @@
 namespace phos::engine {
 
 /// `options.dir`: the image. result: bytes, buffers, allocated (= buffers),
-/// globals, stall_us = total_us (stop-the-world), source_pid.
+/// globals, source_pid; stop-the-world: stall_us ~ total_us; concurrent:
+/// stall_us = the control task, total_us until every buffer was present,
+/// counters (absent_waits, twin_launches, restore_rollbacks, ...).
+/// `options.concurrent` needs the session's EngineHook.
 Status RestoreFresh(session::Session& session, const RestoreOptions& options, Progress* progress,
                     RestoreResult* result);
+
+/// RestoreFresh with the concurrent restore's test hooks (used only when
+/// options.concurrent); `load_order` (optional) receives the addresses in
+/// the order the loader made them PRESENT.
+Status RestoreFreshWithHooks(session::Session& session, const RestoreOptions& options, Progress* progress,
+                             RestoreResult* result, const ConcurrentRestoreHooks& hooks,
+                             std::vector<std::uint64_t>* load_order = nullptr);
 
 }  // namespace phos::engine

@@ -12,23 +12,13 @@
 #include "engine/concurrent_restore.h"
 #include "engine/cow_checkpoint.h"
 #include "engine/engine_hook.h"
+#include "engine/operation_util.h"
 #include "engine/recopy_checkpoint.h"
 #include "engine/restore_task.h"
 
 namespace phos::engine {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-
-std::uint64_t MicrosSince(Clock::time_point t0) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-}
-
-Status SessionGone(const Status& s, session::Session& session) {
-  if (s.code() != Status::Code::kUnavailable) return s;
-  return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the operation (" + s.message() +
-                             "); no image was written");
-}
 
 /// Stop-the-world into options.dir (also the fallback of the soft modes).
 Status RunStop(session::Session& session, const CheckpointOptions& options, Progress* progress,
@@ -40,7 +30,7 @@ Status RunStop(session::Session& session, const CheckpointOptions& options, Prog
   Status s = session.RunControl([&task](session::SessionState& st) { return task.Capture(st); });
   if (!s.ok()) {
     task.Abort();
-    return SessionGone(s, session);
+    return SessionGone(s, session, "no image was written");
   }
   PHOS_RETURN_IF_ERROR(task.Commit());
   const CheckpointResult& r = task.result();
@@ -72,7 +62,7 @@ Status RunCow(session::Session& session, EngineHook* hook, const CheckpointOptio
       return Status::Ok();
     });
     writer->Abort();
-    return SessionGone(s, session);
+    return SessionGone(s, session, "no image was written");
   }
   Status copied = op->CopyAll();
   bool fallback = false;
@@ -81,7 +71,7 @@ Status RunCow(session::Session& session, EngineHook* hook, const CheckpointOptio
   result->stall_us = quiesce_us + op->blocked_us();
   if (!copied.ok() || !finished.ok()) {
     writer->Abort();
-    return SessionGone(!copied.ok() ? copied : finished, session);
+    return SessionGone(!copied.ok() ? copied : finished, session, "no image was written");
   }
   if (fallback) {
     writer->Abort();
@@ -153,7 +143,7 @@ Status Restore(session::Session& session, const RestoreOptions& options, Progres
     return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
   }
   Status s = session.RunControl([&task](session::SessionState& st) { return task.Apply(st); });
-  if (!s.ok()) return SessionGone(s, session);
+  if (!s.ok()) return SessionGone(s, session, "the restore did not complete");
   *result = task.result();
   result->concurrent = false;
   result->total_us = MicrosSince(t0);

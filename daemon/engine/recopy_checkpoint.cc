@@ -10,17 +10,6 @@
 namespace phos::engine {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-
-std::uint64_t MicrosSince(Clock::time_point t0) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-}
-
-Status SessionGone(const Status& s, session::Session& session) {
-  if (s.code() != Status::Code::kUnavailable) return s;
-  return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the operation (" + s.message() +
-                             "); no image was written");
-}
 
 /// Synchronous D2H of [address, address + bytes) into `host` (resized), in
 /// chunks on `stream`. The session is quiesced (t2): no yields.
@@ -157,22 +146,18 @@ bool RecopyCheckpoint::LaunchInstead(const session::CallView& call, Status* resu
     if (abandoned_) return false;
   }
   std::uint64_t ticket = 0;
-  Status s = validator_->Launch(*st_, *call.launch, call.stream, call.ranges, /*check_reads=*/false, &ticket);
-  if (s.code() == Status::Code::kNotSupported) {
-    const std::string& name = call.launch->kernel ? *call.launch->kernel : std::string("?");
-    if (warned_kernels_.insert(name).second) {
-      spdlog::warn("checkpoint: kernel {} cannot be validated ({}); its speculated access set is trusted", name,
-                   s.message());
+  switch (twins_.Launch(validator_.get(), *st_, call, /*check_reads=*/false, "checkpoint",
+                        "its speculated access set is trusted", &ticket, result)) {
+    case TwinLauncher::Outcome::kNoTwin: {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      ++counters_.unvalidated_kernels;
+      return false;
     }
-    std::lock_guard<std::mutex> lock(table_.mu);
-    ++counters_.unvalidated_kernels;
-    return false;
+    case TwinLauncher::Outcome::kFailed: return true;
+    case TwinLauncher::Outcome::kLaunched: break;
   }
-  *result = s;
-  if (s.ok()) {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    ++counters_.twin_launches;
-  }
+  std::lock_guard<std::mutex> lock(table_.mu);
+  ++counters_.twin_launches;
   return true;
 }
 
@@ -573,7 +558,7 @@ Status RunRecopy(session::Session& session, EngineHook* hook, const CheckpointOp
   if (!s.ok()) {
     undo();
     writer->Abort();
-    return SessionGone(s, session);
+    return SessionGone(s, session, "no image was written");
   }
   Status copied = op->CopyRounds();
   Status finished = copied;
@@ -588,7 +573,7 @@ Status RunRecopy(session::Session& session, EngineHook* hook, const CheckpointOp
   result->stall_us = stall_us + op->blocked_us();
   if (!finished.ok()) {
     writer->Abort();
-    return SessionGone(finished, session);
+    return SessionGone(finished, session, "no image was written");
   }
   if (Status w = op->WriteImage(writer.get()); !w.ok()) {
     writer->Abort();

@@ -51,6 +51,7 @@
 
 #include "engine/copy_engine_gate.h"
 #include "engine/engine_hook.h"
+#include "engine/operation_util.h"
 #include "engine/operations.h"
 #include "engine/session_snapshot.h"
 #include "engine/tracked_buffers.h"
@@ -129,7 +130,7 @@ class RecopyCheckpoint final : public Operation, public std::enable_shared_from_
   backend::StreamHandle stream_ = 0;             // the copier's
   std::unique_ptr<TwinValidator> validator_;     // null when twins are unavailable or dropped
   CopyEngineGate gate_;
-  std::set<std::string> warned_kernels_;         // consumer thread only
+  TwinLauncher twins_;         // consumer thread only
   bool device_state_dropped_ = false;            // consumer thread only
 
   TrackedBuffers table_;

@@ -22,9 +22,9 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/backend_factory.h"
 #include "engine/engine_hook.h"
 #include "engine/operations.h"
+#include "engine_test_env.h"
 #include "fake_app.h"
 #include "image/image_reader.h"
 #include "session/session_server.h"
@@ -37,53 +37,20 @@ using session::testing::FakeApp;
 using wire::WireStatus;
 constexpr WireStatus kOk = WireStatus::kSuccess;
 
-std::vector<std::byte> ReadFixture(const std::string& name) {
-  std::ifstream f(std::string(PHOS_TEST_APPS_DIR) + "/" + name, std::ios::binary);
-  EXPECT_TRUE(f.good()) << name;
-  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(c.size());
-  if (!c.empty()) std::memcpy(out.data(), c.data(), c.size());
-  return out;
-}
-
-wire::LaunchRequest Grid(uint32_t blocks, uint32_t threads) {
-  wire::LaunchRequest g{};
-  g.grid[0] = blocks;
-  g.grid[1] = g.grid[2] = 1;
-  g.block[0] = threads;
-  g.block[1] = g.block[2] = 1;
-  return g;
-}
+using testing::Grid;
+using testing::ReadAppFixture;
 
 class CowCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/phos-cow-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    backend::BackendOptions bo;
-    bo.kind = backend::BackendKind::kSim;
-    bo.sim.link_gbps = 0.5;  // 1 MiB ~ 2 ms: the copier is slow enough to race with the app
-    std::string why;
-    ASSERT_TRUE(backend::CreateBackend(bo, &backend_, &why).ok()) << why;
-    server_ = std::make_unique<session::SessionServer>(backend_.get(), session::SessionServerOptions{},
-                                                       session::SessionCallbacks{});
-    server_->SetHookFactory(EngineHook::Make);
-    ASSERT_TRUE(server_->Start(dir_ + "/phosd.sock.data").ok());
-    ASSERT_TRUE(FakeApp::Connect(dir_ + "/phosd.sock.data", &app_).ok());
-    for (int i = 0; i < 500 && !session_; ++i) {
-      session_ = server_->FindByPid(getpid());
-      if (!session_) std::this_thread::sleep_for(10ms);
-    }
-    ASSERT_TRUE(session_);
+    // 0.5 GB/s: 1 MiB ~ 2 ms, the copier is slow enough to race with the app.
+    ASSERT_TRUE(env_.Start("phos-cow-test", 0.5).ok());
+    ASSERT_TRUE(env_.Connect(&app_, &session_).ok());
+    dir_ = env_.dir();
   }
   void TearDown() override {
     app_.reset();
     session_.reset();
-    server_->Stop();
-    server_.reset();
-    backend_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   /// Allocates `n` buffers of `bytes`, each memset to byte 1.
@@ -143,9 +110,8 @@ class CowCheckpointTest : public ::testing::Test {
     }
   }
 
+  testing::EngineTestEnv env_;  // declared first: destroyed after the app and session
   std::string dir_;
-  std::unique_ptr<backend::Backend> backend_;
-  std::unique_ptr<session::SessionServer> server_;
   std::unique_ptr<FakeApp> app_;
   std::shared_ptr<session::Session> session_;
   std::vector<uint64_t> bufs_;
@@ -228,7 +194,7 @@ TEST_F(CowCheckpointTest, MisSpeculatedKernelFallsBackToStopTheWorld) {
   ASSERT_EQ(app_->H2D(src, s.data(), n * 4), kOk);
   ASSERT_EQ(app_->Memset(dst0, 0, 1, n * 2), kOk);
   ASSERT_EQ(app_->Memset(dst1, 0, 1, n * 2), kOk);
-  ASSERT_EQ(app_->ModuleLoad(1, ReadFixture("pointer_table.fatbin")), kOk) << app_->message();
+  ASSERT_EQ(app_->ModuleLoad(1, ReadAppFixture("pointer_table.fatbin")), kOk) << app_->message();
   ASSERT_EQ(app_->GetFunction(1, 10, "_Z7scatterPKPiiPKii"), kOk) << app_->message();
 
   CheckpointOptions o;
@@ -278,7 +244,7 @@ TEST_F(CowCheckpointTest, CorrectlySpeculatedKernelRunsAsItsTwin) {
   std::vector<float> a(n, 1.5f), b(n, 2.0f);
   ASSERT_EQ(app_->H2D(da, a.data(), n * 4), kOk);
   ASSERT_EQ(app_->H2D(db, b.data(), n * 4), kOk);
-  ASSERT_EQ(app_->ModuleLoad(1, ReadFixture("vector_add.fatbin")), kOk) << app_->message();
+  ASSERT_EQ(app_->ModuleLoad(1, ReadAppFixture("vector_add.fatbin")), kOk) << app_->message();
   ASSERT_EQ(app_->GetFunction(1, 10, "_Z10vector_addPKfS0_Pfi"), kOk) << app_->message();
   CheckpointOptions o;
   o.mode = Mode::kCow;

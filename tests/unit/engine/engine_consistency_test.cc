@@ -38,10 +38,10 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/backend_factory.h"
 #include "engine/engine_hook.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
+#include "engine_test_env.h"
 #include "fake_app.h"
 #include "image/image_reader.h"
 #include "image/io_backend.h"
@@ -251,44 +251,18 @@ struct AppRun {
 class EngineConsistencyTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/phos-engine-consistency-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    backend::BackendOptions bo;
-    bo.kind = backend::BackendKind::kSim;
-    std::string why;
-    ASSERT_TRUE(backend::CreateBackend(bo, &backend_, &why).ok()) << why;
-    server_ = std::make_unique<SessionServer>(backend_.get(), session::SessionServerOptions{},
-                                              session::SessionCallbacks{});
-    server_->SetHookFactory([](std::uint64_t id) { return EngineHook::Make(id); });
-    data_path_ = dir_ + "/phosd.sock.data";
-    ASSERT_TRUE(server_->Start(data_path_).ok());
+    ASSERT_TRUE(env_.Start("phos-engine-consistency").ok());
+    dir_ = env_.dir();
   }
-  void TearDown() override {
-    runs_.clear();
-    server_->Stop();
-    server_.reset();
-    backend_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { runs_.clear(); }
 
   // Connects a new app and finds its (new) session.
   AppRun* StartRun(const Workload& w) {
     auto run = std::make_unique<AppRun>();
     run->w = &w;
-    EXPECT_TRUE(FakeApp::Connect(data_path_, &run->app).ok());
-    if (!run->app) return nullptr;
-    for (int i = 0; i < 500; ++i) {
-      auto s = server_->FindByPid(getpid());
-      if (s && s->id() > last_session_id_ && !s->finished()) {
-        run->session = std::move(s);
-        break;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    EXPECT_TRUE(run->session) << "no new session";
-    if (!run->session) return nullptr;
-    last_session_id_ = run->session->id();
+    Status c = env_.Connect(&run->app, &run->session);
+    EXPECT_TRUE(c.ok()) << c.ToString();
+    if (!c.ok()) return nullptr;
     run->base = run->session->admitted();
     run->runner = std::make_unique<WorkloadRunner>(w, run->app.get(), PHOS_TEST_APPS_DIR);
     runs_.push_back(std::move(run));
@@ -454,11 +428,9 @@ class EngineConsistencyTest : public ::testing::Test {
     return lo + (w.options.seed * 7919 + salt) % span;
   }
 
-  std::string dir_, data_path_;
-  std::unique_ptr<backend::Backend> backend_;
-  std::unique_ptr<SessionServer> server_;
+  testing::EngineTestEnv env_;  // declared first: destroyed after the runs
+  std::string dir_;
   std::vector<std::unique_ptr<AppRun>> runs_;
-  std::uint64_t last_session_id_ = 0;
   std::uint64_t cow_reserve_ = 2ull << 30;
 };
 

@@ -5,15 +5,27 @@
 // goes on with A's virtual ids and device pointers. Also: a non-empty
 // session and a corrupt image are refused without touching the session; a
 // global the backend places elsewhere refuses the restore and leaves the
-// session empty. Real SessionServer on the sim backend, fake apps
-// (tests/unit/session/fake_app.h). Label `concurrency`: re-run under TSan.
+// session empty. Concurrent fresh restore (options.concurrent): B reads
+// its buffers in random order the moment the control task returns and
+// launches function 10 on stream 3 while the loader runs (every read sees
+// the image, the launch computes a + b), some reads wait for absent
+// buffers, the loader follows the image's first-use order, and B exiting
+// while the loader runs ends the restore cleanly. Real SessionServer on
+// the sim backend, fake apps (tests/unit/session/fake_app.h). Label
+// `concurrency`: re-run under TSan.
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -23,8 +35,10 @@
 #include "engine/engine_hook.h"
 #include "engine/fresh_restore.h"
 #include "engine/operations.h"
+#include "engine/session_snapshot.h"
 #include "fake_app.h"
 #include "image/image_reader.h"
+#include "image/image_writer.h"
 #include "session/session_server.h"
 #include "test_ptx.h"
 
@@ -78,6 +92,80 @@ struct VectorAddParams {
   uint64_t a, b, c;
   int32_t n;
 };
+
+// Distinct content per buffer and per 4-byte word.
+std::vector<std::byte> Pattern(int i, uint64_t bytes) {
+  std::vector<std::byte> out(bytes);
+  uint32_t x = 0x9E3779B9u * static_cast<uint32_t>(i + 1);
+  for (uint64_t off = 0; off < bytes; off += 4) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    std::memcpy(out.data() + off, &x, std::min<uint64_t>(4, bytes - off));
+  }
+  return out;
+}
+
+/// Every extent of image `dir` by device address.
+std::map<uint64_t, std::vector<std::byte>> ReadImage(const std::string& dir) {
+  std::map<uint64_t, std::vector<std::byte>> out;
+  std::unique_ptr<image::ImageReader> reader;
+  EXPECT_TRUE(image::ImageReader::Open(dir, {}, &reader).ok());
+  if (!reader) return out;
+  for (size_t i = 0; i < reader->buffer_count(); ++i) {
+    const auto& e = reader->manifest().buffers(static_cast<int>(i));
+    std::vector<std::byte> data(e.bytes());
+    EXPECT_TRUE(reader->ReadBuffer(i, data.data()).ok());
+    out[e.device_address()] = std::move(data);
+  }
+  return out;
+}
+
+/// Image `from` rewritten into `to` with its first-use order replaced by
+/// `first_use`; everything else of the manifest (session sections too) kept.
+Status RewriteWithFirstUse(const std::string& from, const std::string& to, const std::vector<uint64_t>& first_use) {
+  std::unique_ptr<image::ImageReader> reader;
+  PHOS_RETURN_IF_ERROR(image::ImageReader::Open(from, {}, &reader));
+  const image::v1::Manifest& m = reader->manifest();
+  SessionSnapshot snap;
+  PHOS_RETURN_IF_ERROR(DecodeSnapshot(m.handles(), &snap));
+  snap.first_use = first_use;
+  std::unique_ptr<image::ImageWriter> writer;
+  PHOS_RETURN_IF_ERROR(image::ImageWriter::Open(to, m, {}, &writer));
+  for (int i = 0; i < m.buffers_size(); ++i) {
+    std::vector<std::byte> data(m.buffers(i).bytes());
+    PHOS_RETURN_IF_ERROR(reader->ReadBuffer(static_cast<size_t>(i), data.data()));
+    size_t index = 0;
+    PHOS_RETURN_IF_ERROR(writer->AddBuffer(m.buffers(i).device_address(), data.size(), &index));
+    PHOS_RETURN_IF_ERROR(writer->WriteBuffer(index, data.data()));
+  }
+  writer->mutable_metadata()->set_handles(EncodeSnapshot(snap));
+  return writer->Commit();
+}
+
+/// The image's first-use order (image buffers only, first occurrence), then
+/// its other buffers by ascending address: the order an undisturbed loader
+/// follows.
+std::vector<uint64_t> ExpectedLoadOrder(const std::string& dir) {
+  image::v1::Manifest m;
+  std::unique_ptr<image::ImageReader> reader;
+  EXPECT_TRUE(image::ImageReader::Open(dir, {}, &reader).ok());
+  if (!reader) return {};
+  SessionSnapshot snap;
+  EXPECT_TRUE(DecodeSnapshot(reader->manifest().handles(), &snap).ok());
+  std::vector<uint64_t> buffers, out;
+  for (const auto& b : snap.buffers) buffers.push_back(b.address);
+  std::sort(buffers.begin(), buffers.end());
+  for (uint64_t a : snap.first_use) {
+    if (std::binary_search(buffers.begin(), buffers.end(), a) && std::find(out.begin(), out.end(), a) == out.end()) {
+      out.push_back(a);
+    }
+  }
+  for (uint64_t a : buffers) {
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  }
+  return out;
+}
 
 class FreshRestoreTest : public ::testing::Test {
  protected:
@@ -204,6 +292,77 @@ class FreshRestoreTest : public ::testing::Test {
     for (int i = 0; i < kN; ++i) ASSERT_EQ(c[i], a_[i] + b_[i]) << i;
   }
 
+  /// A's extra buffers beside a, b, c: many small ones and one of three
+  /// image chunks, each holding Pattern(i).
+  void MakeExtraBuffers() {
+    std::vector<uint64_t> sizes;
+    for (int i = 0; i < 20; ++i) sizes.push_back((16u << 10) * (1 + (i * 7) % 16));
+    sizes.push_back(9u << 20);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      uint64_t p = 0;
+      ASSERT_EQ(app_->Malloc(sizes[i], &p), kOk) << app_->message();
+      const auto data = Pattern(static_cast<int>(i), sizes[i]);
+      ASSERT_EQ(app_->H2D(p, data.data(), data.size()), kOk) << app_->message();
+      extra_.push_back(p);
+    }
+  }
+
+  Status RestoreConcurrent(const std::string& dir, Progress* progress, RestoreResult* r,
+                           const ConcurrentRestoreHooks& hooks, std::vector<uint64_t>* loaded) {
+    RestoreOptions o;
+    o.dir = dir;
+    o.concurrent = true;
+    return RestoreFreshWithHooks(*session_, o, progress, r, hooks, loaded);
+  }
+
+  /// Blocks until the restore's control task has started (a phase it sets):
+  /// every call the app posts from then on runs after the control task.
+  static void WaitForControlTask(Progress& progress) {
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    uint64_t seen = 0;
+    for (;;) {
+      ProgressSnapshot s = progress.Snapshot();
+      for (const char* p : {"quiesce", "recreate", "map", "globals", "load"}) {
+        if (s.phase == p) return;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return;
+      progress.WaitForChange(s.version == seen ? seen : s.version, 5ms);
+      seen = s.version;
+    }
+  }
+
+  /// "" when the app reads `want` at `address`, else what differs.
+  std::string Check(uint64_t address, const std::vector<std::byte>& want) {
+    std::vector<std::byte> got(want.size());
+    if (app_->D2H(got.data(), address, got.size()) != kOk) return "D2H of " + std::to_string(address) +
+                                                                  " failed: " + app_->message();
+    if (got == want) return "";
+    size_t k = 0;
+    while (got[k] == want[k]) ++k;
+    return "buffer 0x" + ToHex(address) + " differs at byte " + std::to_string(k);
+  }
+  static std::string ToHex(uint64_t v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(v));
+    return b;
+  }
+
+  /// LaunchAndCheck for another thread: "" or what went wrong.
+  std::string LaunchOnStream3() {
+    VectorAddParams p{da_, db_, dc_, kN};
+    if (app_->Launch(kVectorAdd, Grid((kN + 255) / 256, 256, kDynamicShared - 1024), Bytes(p), kStream) != kOk) {
+      return "launch: " + app_->message();
+    }
+    if (app_->EventRecord(kEvent, kStream) != kOk) return "event record: " + app_->message();
+    if (app_->EventSync(kEvent) != kOk) return "event sync: " + app_->message();
+    std::vector<float> c(kN);
+    if (app_->D2H(c.data(), dc_, kN * 4) != kOk) return "D2H c: " + app_->message();
+    for (int i = 0; i < kN; ++i) {
+      if (c[i] != a_[i] + b_[i]) return "c[" + std::to_string(i) + "] != a + b";
+    }
+    return "";
+  }
+
   std::string dir_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<session::SessionServer> server_;
@@ -211,6 +370,7 @@ class FreshRestoreTest : public ::testing::Test {
   std::shared_ptr<session::Session> session_;
   std::vector<float> a_, b_;
   uint64_t da_ = 0, db_ = 0, dc_ = 0;
+  std::vector<uint64_t> extra_;
 };
 
 class FreshRestoreModeTest : public FreshRestoreTest, public ::testing::WithParamInterface<Mode> {};
@@ -363,6 +523,183 @@ TEST_F(FreshRestoreTest, CorruptImageIsRefusedBeforeTouchingTheSession) {
   Status good = Restore(img);
   ASSERT_TRUE(good.ok()) << good.ToString();
   LaunchAndCheck();
+}
+
+// ---------------------------------------------------------------- concurrent fresh restore
+
+class ConcurrentFreshRestoreTest : public FreshRestoreTest, public ::testing::WithParamInterface<Mode> {};
+
+// B reads every buffer in random order the moment the control task returns
+// and launches function 10 on stream 3 at a random point among the reads:
+// each read sees the image's bytes, the launch computes a + b (its inputs
+// waited for, or its twin checked its loads), and the loader (slowed down
+// so that it cannot win every race) made some call wait in some run.
+TEST_P(ConcurrentFreshRestoreTest, ReadsAndALaunchDuringTheLoaderSeeTheImage) {
+  BuildVectorAddState();
+  MakeExtraBuffers();
+  const std::string img = dir_ + "/img";
+  Checkpoint(GetParam(), img);
+  const auto image = ReadImage(img);
+  ASSERT_EQ(image.size(), extra_.size() + 3);
+  uint64_t previous = session_->id();
+  Disconnect();
+
+  const unsigned seed = std::random_device{}();
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937 rng(seed);
+  uint64_t absent_waits = 0;
+  for (int run = 0; run < 3; ++run) {
+    Connect(previous);
+    previous = session_->id();
+    std::vector<uint64_t> order;
+    for (const auto& [addr, bytes] : image) order.push_back(addr);
+    std::shuffle(order.begin(), order.end(), rng);
+    const size_t launch_at = std::uniform_int_distribution<size_t>(0, order.size())(rng);
+    Progress progress;
+    std::vector<std::string> errors;
+    std::thread app([&] {
+      WaitForControlTask(progress);
+      bool launched = false;
+      for (size_t k = 0; k <= order.size(); ++k) {
+        if (k == launch_at) {
+          std::string e = LaunchOnStream3();
+          if (!e.empty()) errors.push_back("launch: " + e);
+          launched = true;
+        }
+        if (k == order.size()) break;
+        if (launched && order[k] == dc_) continue;  // holds a + b now (checked)
+        std::string e = Check(order[k], image.at(order[k]));
+        if (!e.empty()) errors.push_back(e);
+      }
+    });
+    ConcurrentRestoreHooks hooks;
+    hooks.loaded = [](uint64_t) { std::this_thread::sleep_for(2ms); };
+    RestoreResult rr;
+    std::vector<uint64_t> loaded;
+    Status s = RestoreConcurrent(img, &progress, &rr, hooks, &loaded);
+    app.join();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(errors.empty()) << "run " << run << ": " << errors.front();
+    EXPECT_TRUE(rr.concurrent);
+    EXPECT_EQ(rr.buffers, image.size());
+    EXPECT_EQ(rr.allocated, image.size());
+    EXPECT_EQ(loaded.size(), image.size());
+    EXPECT_GE(rr.total_us, rr.stall_us);
+    EXPECT_EQ(rr.counters.restore_rollbacks, 0u);
+    absent_waits += rr.counters.absent_waits;
+    EXPECT_FALSE(EngineHook::Of(session_->hook())->installed()) << "the operation stayed installed";
+    // Done: every buffer holds the image (c: a + b, the launch's result).
+    for (const auto& [addr, bytes] : image) {
+      if (addr != dc_) EXPECT_EQ(Check(addr, bytes), "") << "after run " << run;
+    }
+    ASSERT_EQ(LaunchOnStream3(), "");
+    Disconnect();
+  }
+  EXPECT_GT(absent_waits, 0u) << "no call ever waited for an absent buffer";
+}
+
+// With nobody waiting, the loader follows the image's first-use order, then
+// ascending addresses: the order the checkpoint recorded, and an order
+// planted in a rewritten copy of the image.
+TEST_P(ConcurrentFreshRestoreTest, LoaderFollowsTheImagesFirstUseOrder) {
+  BuildVectorAddState();
+  MakeExtraBuffers();
+  const std::string img = dir_ + "/img", planted = dir_ + "/planted";
+  Checkpoint(GetParam(), img);
+  const std::vector<uint64_t> first_use = {extra_[9], dc_, extra_[2], extra_[20], da_, extra_[0]};
+  ASSERT_TRUE(RewriteWithFirstUse(img, planted, first_use).ok());
+  uint64_t previous = session_->id();
+  Disconnect();
+
+  for (const std::string& dir : {img, planted}) {
+    Connect(previous);
+    previous = session_->id();
+    Progress progress;
+    RestoreResult rr;
+    std::vector<uint64_t> loaded;
+    Status s = RestoreConcurrent(dir, &progress, &rr, {}, &loaded);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const std::vector<uint64_t> want = ExpectedLoadOrder(dir);
+    EXPECT_EQ(loaded, want) << dir;
+    if (dir == planted) {
+      ASSERT_GE(loaded.size(), first_use.size());
+      EXPECT_TRUE(std::equal(first_use.begin(), first_use.end(), loaded.begin())) << "planted order not followed";
+    }
+    EXPECT_EQ(rr.counters.absent_waits, 0u);
+    ExpectDeviceEqualsImage(dir);
+    LaunchAndCheck();
+    Disconnect();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ConcurrentFreshRestoreTest, ::testing::Values(Mode::kStop, Mode::kCow),
+                         [](const auto& info) { return std::string(ModeName(info.param)); });
+
+// B exits while the loader runs: the restore ends with Unavailable, the
+// session tears down (its buffers freed: the next session restores the
+// image at the same addresses), nothing crashes or hangs.
+TEST_F(FreshRestoreTest, ConcurrentRestoreEndsCleanlyWhenTheSessionEnds) {
+  BuildVectorAddState();
+  MakeExtraBuffers();
+  const std::string img = dir_ + "/img";
+  Checkpoint(Mode::kStop, img);
+  const size_t n = extra_.size() + 3;
+  uint64_t previous = session_->id();
+  Disconnect();
+
+  Connect(previous);
+  previous = session_->id();
+  std::atomic<int> loaded{0};
+  ConcurrentRestoreHooks hooks;
+  hooks.loaded = [&](uint64_t) {
+    loaded.fetch_add(1);
+    std::this_thread::sleep_for(10ms);
+  };
+  Progress progress;
+  RestoreResult rr;
+  Status s;
+  std::thread restore([&] { s = RestoreConcurrent(img, &progress, &rr, hooks, nullptr); });
+  for (int i = 0; i < 2000 && loaded.load() < 3; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_GE(loaded.load(), 3);
+  std::shared_ptr<session::Session> ending = session_;
+  app_.reset();  // B exits
+  restore.join();
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s.ToString();
+  EXPECT_LT(loaded.load(), static_cast<int>(n));
+  session_.reset();
+  for (int i = 0; i < 500 && !ending->finished(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(ending->finished());
+
+  Connect(previous);
+  Status again = Restore(img);
+  ASSERT_TRUE(again.ok()) << again.ToString();
+  ExpectDeviceEqualsImage(img);
+  LaunchAndCheck();
+}
+
+// Refusals of the concurrent variant leave the session as the stop-the-world
+// ones do: a non-empty session unchanged, nothing installed.
+TEST_F(FreshRestoreTest, ConcurrentRestoreIntoANonEmptySessionIsRefusedUnchanged) {
+  BuildVectorAddState();
+  const std::string img = dir_ + "/img";
+  Checkpoint(Mode::kStop, img);
+  const uint64_t a_session = session_->id();
+  Disconnect();
+
+  Connect(a_session);
+  uint64_t mine = 0;
+  ASSERT_EQ(app_->Malloc(4096, &mine), kOk);
+  ASSERT_EQ(app_->Memset(mine, 0x42, 1, 4096), kOk);
+  Progress progress;
+  RestoreResult rr;
+  Status s = RestoreConcurrent(img, &progress, &rr, {}, nullptr);
+  ASSERT_EQ(s.code(), Status::Code::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("not empty"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(EngineHook::Of(session_->hook())->installed());
+  std::vector<uint8_t> got(4096);
+  ASSERT_EQ(app_->D2H(got.data(), mine, 4096), kOk);
+  for (uint8_t v : got) ASSERT_EQ(v, 0x42);
+  EXPECT_NE(app_->StreamQuery(kStream), kOk) << "stream 3 was created by a refused restore";
 }
 
 }  // namespace

@@ -27,10 +27,10 @@
 
 #include <gtest/gtest.h>
 
-#include "backend/backend_factory.h"
 #include "engine/engine_hook.h"
 #include "engine/operations.h"
 #include "engine/session_snapshot.h"
+#include "engine_test_env.h"
 #include "fake_app.h"
 #include "image/image_reader.h"
 #include "session/session_server.h"
@@ -43,44 +43,19 @@ using session::testing::FakeApp;
 using wire::WireStatus;
 constexpr WireStatus kOk = WireStatus::kSuccess;
 
-std::vector<std::byte> ReadFixture(const std::string& name) {
-  std::ifstream f(std::string(PHOS_TEST_APPS_DIR) + "/" + name, std::ios::binary);
-  EXPECT_TRUE(f.good()) << name;
-  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(c.size());
-  if (!c.empty()) std::memcpy(out.data(), c.data(), c.size());
-  return out;
-}
+using testing::ReadAppFixture;
 
 class RecopyCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/phos-recopy-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    backend::BackendOptions bo;
-    bo.kind = backend::BackendKind::kSim;
-    bo.sim.link_gbps = 0.5;  // 1 MiB ~ 2 ms: a round takes long enough to race with the app
-    std::string why;
-    ASSERT_TRUE(backend::CreateBackend(bo, &backend_, &why).ok()) << why;
-    server_ = std::make_unique<session::SessionServer>(backend_.get(), session::SessionServerOptions{},
-                                                       session::SessionCallbacks{});
-    server_->SetHookFactory(EngineHook::Make);  // before the app connects: its session gets the hook
-    ASSERT_TRUE(server_->Start(dir_ + "/phosd.sock.data").ok());
-    ASSERT_TRUE(FakeApp::Connect(dir_ + "/phosd.sock.data", &app_).ok());
-    for (int i = 0; i < 500 && !session_; ++i) {
-      session_ = server_->FindByPid(getpid());
-      if (!session_) std::this_thread::sleep_for(10ms);
-    }
-    ASSERT_TRUE(session_);
+    // 0.5 GB/s: 1 MiB ~ 2 ms, a round takes long enough to race with the app.
+    ASSERT_TRUE(env_.Start("phos-recopy-test", 0.5).ok());
+    ASSERT_TRUE(env_.Connect(&app_, &session_).ok());
+    dir_ = env_.dir();
   }
   void TearDown() override {
     app_.reset();
     session_.reset();
-    server_->Stop();
-    server_.reset();
-    backend_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   /// Allocates `n` buffers of `bytes`, each memset to byte 1.
@@ -130,9 +105,8 @@ class RecopyCheckpointTest : public ::testing::Test {
     EXPECT_EQ(bad, 0u) << what << ": " << bad << " bytes differ from " << int(want);
   }
 
+  testing::EngineTestEnv env_;  // declared first: destroyed after the app and session
   std::string dir_;
-  std::unique_ptr<backend::Backend> backend_;
-  std::unique_ptr<session::SessionServer> server_;
   std::unique_ptr<FakeApp> app_;
   std::shared_ptr<session::Session> session_;
   std::vector<uint64_t> bufs_;
@@ -284,7 +258,7 @@ TEST_F(RecopyCheckpointTest, TwinMissRedirtiesACopiedBuffer) {
   ASSERT_EQ(app_->H2D(src, s.data(), n * 4), kOk);
   ASSERT_EQ(app_->Memset(dst0, 0, 1, n * 2), kOk);
   ASSERT_EQ(app_->Memset(dst1, 0, 1, n * 2), kOk);
-  ASSERT_EQ(app_->ModuleLoad(1, ReadFixture("pointer_table.fatbin")), kOk) << app_->message();
+  ASSERT_EQ(app_->ModuleLoad(1, ReadAppFixture("pointer_table.fatbin")), kOk) << app_->message();
   ASSERT_EQ(app_->GetFunction(1, 10, "_Z7scatterPKPiiPKii"), kOk) << app_->message();
   const uint64_t setup = session_->admitted();
 
@@ -298,12 +272,7 @@ TEST_F(RecopyCheckpointTest, TwinMissRedirtiesACopiedBuffer) {
     uint64_t src;
     int32_t n;
   } args{table, 2, 0, src, n};
-  wire::LaunchRequest g{};
-  g.grid[0] = 1;
-  g.grid[1] = g.grid[2] = 1;
-  g.block[0] = n;
-  g.block[1] = g.block[2] = 1;
-  ASSERT_EQ(app_->Launch(10, g, std::as_bytes(std::span(&args, 1))), kOk);
+  ASSERT_EQ(app_->Launch(10, testing::Grid(1, n), std::as_bytes(std::span(&args, 1))), kOk);
   ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
   JoinCheckpoint();
   ASSERT_TRUE(cp_status_.ok()) << cp_status_.ToString();

@@ -19,6 +19,7 @@
 
 #include "backend/backend_factory.h"
 #include "engine/twin_validator.h"
+#include "engine_test_env.h"
 #include "session/call_handlers.h"
 #include "session/kernel_access.h"
 #include "twin/twin_cache.h"
@@ -38,14 +39,7 @@ constexpr char kVectorAdd[] = "_Z10vector_addPKfS0_Pfi";  // vector_add(const fl
     ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
   } while (0)
 
-std::vector<std::byte> ReadFixture(const std::string& name) {
-  std::ifstream f(std::string(PHOS_TEST_APPS_DIR) + "/" + name, std::ios::binary);
-  EXPECT_TRUE(f.good()) << name;
-  std::vector<char> c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(c.size());
-  if (!c.empty()) std::memcpy(out.data(), c.data(), c.size());
-  return out;
-}
+using testing::ReadAppFixture;
 
 // A kernel parameter block (the layout of the kernels' .nv.info tables).
 struct Params {
@@ -80,7 +74,7 @@ class TwinValidatorTest : public ::testing::Test {
   // Registers module `id` as the app loaded it: the image, and the access
   // plans phosd builds at load (the original is not needed for twins).
   void AddModule(uint32_t id, const std::string& fixture) {
-    auto image = std::make_shared<const std::vector<std::byte>>(ReadFixture(fixture));
+    auto image = std::make_shared<const std::vector<std::byte>>(ReadAppFixture(fixture));
     ASSERT_FALSE(image->empty());
     st_.module_images[id] = image;
     (void)session::BuildModuleKernels(*image, &st_.module_kernels[id]);

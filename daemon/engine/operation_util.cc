@@ -1,0 +1,28 @@
+#include "engine/operation_util.h"
+
+#include <spdlog/spdlog.h>
+
+namespace phos::engine {
+
+Status SessionGone(const Status& s, const session::Session& session, const std::string& outcome) {
+  if (s.code() != Status::Code::kUnavailable) return s;
+  return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the operation (" + s.message() +
+                             "); " + outcome);
+}
+
+TwinLauncher::Outcome TwinLauncher::Launch(TwinValidator* validator, const session::SessionState& st,
+                                           const session::CallView& call, bool check_reads, const char* what,
+                                           const char* policy, std::uint64_t* ticket, Status* status) {
+  Status s = validator->Launch(st, *call.launch, call.stream, call.ranges, check_reads, ticket);
+  if (s.code() == Status::Code::kNotSupported) {
+    const std::string name = call.launch->kernel ? *call.launch->kernel : std::string("?");
+    if (warned_.insert(name).second) {
+      spdlog::warn("{}: kernel {} cannot be validated ({}); {}", what, name, s.message(), policy);
+    }
+    return Outcome::kNoTwin;
+  }
+  *status = s;
+  return s.ok() ? Outcome::kLaunched : Outcome::kFailed;
+}
+
+}  // namespace phos::engine
