@@ -27,6 +27,19 @@ std::string AccessCounts(const v1::SessionInfo& si) {
          std::to_string(si.calls_unvalidatable());
 }
 
+// The C/R engine's history of the session: checkpoints / restores /
+// fallbacks (mis-speculations handled: CoW retaken stop-the-world, recopy
+// buffers re-dirtied, concurrent restores rolled back). `--json` has every
+// counter by name.
+std::string CrCounts(const v1::SessionInfo& si) {
+  auto get = [&si](const char* name) -> uint64_t {
+    auto it = si.counters().find(name);
+    return it == si.counters().end() ? 0 : it->second;
+  };
+  const uint64_t fallbacks = get("cow_fallbacks") + get("recopy_misses") + get("restore_rollbacks");
+  return std::to_string(get("checkpoints")) + "/" + std::to_string(get("restores")) + "/" + std::to_string(fallbacks);
+}
+
 int RunPs(const GlobalOptions& global, int pid, bool json) {
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
@@ -47,10 +60,12 @@ int RunPs(const GlobalOptions& global, int pid, bool json) {
   for (const v1::SessionInfo& si : reply.sessions()) {
     rows.push_back({std::to_string(si.pid()), std::to_string(si.session_id()),
                     std::to_string(si.device()), HumanBytes(si.device_memory_bytes()),
-                    std::to_string(si.buffer_count()), AccessCounts(si), StateName(si.state()), si.command()});
+                    std::to_string(si.buffer_count()), AccessCounts(si), CrCounts(si), StateName(si.state()),
+                    si.command()});
   }
   std::cout << FormatTable(
-      {"PID", "SESSION", "GPU", "GPU-MEM", "BUFFERS", "CALLS(EX/SPEC/UNVAL)", "STATE", "COMMAND"}, rows);
+      {"PID", "SESSION", "GPU", "GPU-MEM", "BUFFERS", "CALLS(EX/SPEC/UNVAL)", "C/R(CKPT/RST/FALLBACK)", "STATE",
+       "COMMAND"}, rows);
   return 0;
 }
 

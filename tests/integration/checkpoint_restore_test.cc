@@ -289,6 +289,10 @@ TEST_F(CheckpointRestoreTest, CowCheckpointsRetentionAndConcurrentRestore) {
   EXPECT_EQ(Field(back, "checksum"), sum) << back;
   EXPECT_EQ(Field(back, "verify-step"), "3") << back;
 
+  // `phos ps`: 3 checkpoints, 1 restore, no fallback for this session.
+  Result ps = Phos({"ps", "--pid", std::to_string(pid)});
+  EXPECT_EQ(ps.rc, 0) << ps.output;
+  EXPECT_NE(ps.output.find("3/1/0"), std::string::npos) << ps.output;
   Result st = Phos({"status"});
   EXPECT_EQ(st.rc, 0) << st.output;
   EXPECT_NE(st.output.find("checkpoints"), std::string::npos) << st.output;
