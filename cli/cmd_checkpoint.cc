@@ -1,7 +1,8 @@
-// phos checkpoint --pid P --gpu-only [--mode cow|recopy|stop] [--out DIR]
-// [--unvalidated trust|stop] [--json]: checkpoint the GPU state of a process
-// running under phos; the app keeps running. Whole-process checkpoints
-// (CRIU) come later.
+// phos checkpoint --pid P [--gpu-only] [--mode cow|recopy|stop] [--out DIR]
+// [--unvalidated trust|stop] [--json]: checkpoint a process running under
+// phos — its GPU state, and without --gpu-only its CPU state through CRIU
+// (docs/criu.md "Whole-process checkpoint and restore"); the app keeps
+// running.
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -29,14 +30,9 @@ struct CheckpointArgs {
 };
 
 int RunCheckpoint(const GlobalOptions& global, const CheckpointArgs& a) {
-  if (!a.gpu_only) {
-    std::cerr << "phos: whole-process checkpoint (CPU state through CRIU) is not implemented yet; "
-                 "use --gpu-only to checkpoint the process's GPU state (the app keeps running)\n";
-    return 2;
-  }
   v1::CheckpointRequest req;
   req.set_pid(a.pid);
-  req.set_gpu_only(true);
+  req.set_gpu_only(a.gpu_only);
   req.set_leave_running(true);
   if (a.mode == "stop") {
     req.set_mode(v1::MODE_STOP);
@@ -76,7 +72,8 @@ void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_
   CLI::App* cmd = app->add_subcommand("checkpoint", "Checkpoint a process running under phos.");
   cmd->add_option("--pid", a->pid, "The process (see `phos ps`)")->required();
   cmd->add_flag("--gpu-only", a->gpu_only,
-                "Save the GPU state only (no CRIU); the app keeps running. Required for now.");
+                "Save the GPU state only (no CRIU). Default: the whole process — its GPU state and, "
+                "through CRIU (root), its CPU state in DIR/criu/; the app keeps running either way");
   cmd->add_option("--mode", a->mode,
                   "cow: the image is the state at the start; the app runs on while buffers are saved, a "
                   "write to an unsaved buffer first copies it aside (stall: milliseconds). recopy: the "

@@ -1,7 +1,17 @@
-// phos restore DIR --gpu-only --pid P [--stop-the-world] [--json]: roll the GPU state of a
-// running process back to a GPU-only image (in place; every checksum is
-// verified before the process is touched). Whole-process restore (CRIU)
-// comes later.
+// phos restore DIR [--detach] [--json]: restore a whole process (CRIU + its
+// GPU state) from a whole-process image (docs/criu.md "Whole-process
+// checkpoint and restore"); prints its pid and, without --detach, waits
+// until it exits.
+// phos restore DIR --gpu-only --pid P [--stop-the-world] [--json]: roll the
+// GPU state of a running process back to an image (in place; every
+// checksum is verified before the process is touched).
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -18,43 +28,76 @@ struct RestoreArgs {
   int pid = 0;
   bool gpu_only = false;
   bool concurrent = true;
+  bool detach = false;
   bool json = false;
 };
 
+/// Waits until `pid` exits. The restored process is not our child (CRIU
+/// re-parents it to init or to phosd's subreaper, docs/criu.md "Who reaps
+/// the restored process"), so waitpid() cannot be used: a pidfd becomes
+/// readable when the process exits (fallback: poll /proc/PID every 100 ms).
+void WaitForExit(pid_t pid) {
+  const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pfd >= 0) {
+    pollfd p{pfd, POLLIN, 0};
+    while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+    }
+    close(pfd);
+    return;
+  }
+  while (kill(pid, 0) == 0 || errno != ESRCH) usleep(100 * 1000);
+}
+
 int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
-  if (!a.gpu_only) {
-    std::cerr << "phos: restoring a whole process (CRIU) is not implemented yet; use --gpu-only --pid P to roll "
-                 "a running process's GPU state back to the image\n";
+  if (a.gpu_only && a.pid <= 0) {
+    std::cerr << "phos: --gpu-only restores in place into a running process: give its --pid\n";
     return 2;
   }
-  if (a.pid <= 0) {
-    std::cerr << "phos: --gpu-only restores in place into a running process: give its --pid\n";
+  if (!a.gpu_only && a.pid > 0) {
+    std::cerr << "phos: --pid names the running process of a --gpu-only restore; a whole-process restore "
+                 "recreates the image's process with its old pid\n";
     return 2;
   }
   v1::RestoreRequest req;
   req.set_image_dir(std::filesystem::absolute(a.dir).lexically_normal().string());
-  req.set_gpu_only(true);
+  req.set_gpu_only(a.gpu_only);
   req.set_pid(a.pid);
   req.set_concurrent(a.concurrent);
+  req.set_detach(a.detach);
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
   grpc::ClientContext ctx;
   auto reader = stub->Restore(&ctx, req);
-  return ShowOperation(reader.get(), "Restore", "restore", a.json);
+  v1::OperationResult result;
+  const int rc = ShowOperation(reader.get(), "Restore", "restore", a.json, &result);
+  if (rc != 0 || a.gpu_only) return rc;
+  if (!a.json) std::cout << "restored pid " << result.pid() << "\n" << std::flush;
+  if (a.detach) return 0;
+  WaitForExit(result.pid());
+  if (!a.json) {
+    std::cout << "pid " << result.pid()
+              << " exited (its exit status is not available: the restored process is not phos's child)\n";
+  }
+  return 0;
 }
 
 }  // namespace
 
 void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
   auto a = std::make_shared<RestoreArgs>();
-  CLI::App* cmd = app->add_subcommand("restore", "Restore a process (GPU state, in place) from an image.");
+  CLI::App* cmd = app->add_subcommand("restore", "Restore a process (or, --gpu-only, its GPU state) from an image.");
   cmd->add_option("dir", a->dir, "Image directory (from `phos checkpoint`)")->required();
-  cmd->add_option("--pid", a->pid, "The running process to roll back (see `phos ps`)");
-  cmd->add_flag("--gpu-only", a->gpu_only, "Restore the GPU state only, in place. Required for now.");
+  cmd->add_option("--pid", a->pid, "--gpu-only: the running process to roll back (see `phos ps`)");
+  cmd->add_flag("--gpu-only", a->gpu_only,
+                "Restore the GPU state only, in place into the running --pid. Default: restore the whole "
+                "process from a whole-process image (CRIU, root; its old pid must be free)");
+  cmd->add_flag("--detach", a->detach,
+                "Whole-process restore: return once the process runs (default: wait until it exits)");
   cmd->add_flag("--concurrent,!--stop-the-world", a->concurrent,
-                "--concurrent (default): the process resumes at once and buffers load in the background "
-                "in the order it first used them (a call needing one waits for it); --stop-the-world: "
-                "the process waits until everything is loaded");
+                "--gpu-only: --concurrent (default): the process resumes at once and buffers load in the "
+                "background in the order it first used them (a call needing one waits for it); "
+                "--stop-the-world: the process waits until everything is loaded. A whole-process restore "
+                "is always stop-the-world");
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunRestore(*global, *a); });
 }

@@ -25,5 +25,7 @@ void AddInspectCommand(CLI::App* app, int* exit_code);
 void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 /// phos restore DIR --gpu-only --pid P [--json] (cmd_restore.cc).
 void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
+/// phos send-image DIR --to HOST:PORT --peer-token FILE [--name N] (cmd_send_image.cc): no daemon needed.
+void AddSendImageCommand(CLI::App* app, int* exit_code);
 
 }  // namespace phos::cli

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   phos::cli::AddInspectCommand(&app, &exit_code);
   phos::cli::AddCheckpointCommand(&app, &global, &exit_code);
   phos::cli::AddRestoreCommand(&app, &global, &exit_code);
+  phos::cli::AddSendImageCommand(&app, &exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

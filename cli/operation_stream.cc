@@ -49,7 +49,7 @@ std::string JsonLine(const google::protobuf::Message& m) {
 }  // namespace
 
 int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const std::string& rpc,
-                  const std::string& what, bool json) {
+                  const std::string& what, bool json, v1::OperationResult* result) {
   const bool tty = !json && isatty(STDERR_FILENO) == 1;
   std::string last_phase;
   Clock::time_point last_line{};
@@ -89,6 +89,7 @@ int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const
   grpc::Status st = reader->Finish();
   if (have_terminal && terminal.has_done()) {
     const v1::OperationResult& r = terminal.done();
+    if (result != nullptr) *result = r;
     if (!json) {
       std::cout << what << " OK: " << r.image_dir() << "\n"
                 << "  pid " << r.pid() << ", " << HumanBytes(r.bytes_written()) << " of GPU state";

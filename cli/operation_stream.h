@@ -16,7 +16,8 @@ namespace phos::cli {
 /// Reads `reader` to the end. Returns the exit code: 0 done, 1 failed,
 /// 2 the daemon does not implement what was asked (UNIMPLEMENTED).
 /// `what` names the operation in messages ("checkpoint", "restore").
+/// `result` (optional) receives the final OperationResult on success.
 int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const std::string& rpc,
-                  const std::string& what, bool json);
+                  const std::string& what, bool json, v1::OperationResult* result = nullptr);
 
 }  // namespace phos::cli

@@ -37,7 +37,14 @@ void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
     o->globals.push_back(std::move(g));
   }
   auto by_id = [](const auto& a, const auto& b) { return a.id < b.id; };
-  std::sort(o->modules.begin(), o->modules.end(), by_id);
+  // Modules in the order the app loaded them (a fresh restore reloads them
+  // in this order: backends place module variables by allocation order).
+  auto loaded = [&st](std::uint32_t id) {
+    auto it = st.module_load_order.find(id);
+    return it == st.module_load_order.end() ? UINT64_MAX : it->second;
+  };
+  std::sort(o->modules.begin(), o->modules.end(),
+            [&](const auto& a, const auto& b) { return std::make_pair(loaded(a.id), a.id) < std::make_pair(loaded(b.id), b.id); });
   std::sort(o->streams.begin(), o->streams.end(), by_id);
   std::sort(o->events.begin(), o->events.end(), by_id);
   std::sort(o->functions.begin(), o->functions.end(), by_id);

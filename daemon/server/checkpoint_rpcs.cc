@@ -17,6 +17,7 @@
 #include "engine/progress.h"
 #include "image/image_catalog.h"
 #include "server/phos_service.h"
+#include "server/process_checkpoint.h"
 
 namespace phos::server {
 namespace {
@@ -177,11 +178,6 @@ grpc::Status PhosService::FindSession(int pid, std::shared_ptr<session::Session>
 grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
                                      grpc::ServerWriter<v1::OperationEvent>* writer) {
   const auto t0 = Clock::now();
-  if (!req->gpu_only()) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "Checkpoint: whole-process checkpoint (CPU state through CRIU) is not implemented yet; "
-                        "gpu_only (--gpu-only) checkpoints the GPU state of the session only");
-  }
   if (!req->out_dir().empty() && req->out_dir()[0] != '/') {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "out_dir must be an absolute path (got '" + req->out_dir() + "')");
@@ -243,13 +239,19 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
                                     ? unvalidated_stop_
                                     : req->unvalidated() == v1::UNVALIDATED_STOP;
   opts.unvalidated = stop_unvalidated ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
-  spdlog::info("rpc=Checkpoint pid={} session={} mode={} gpu-only dir={}", req->pid(), sess->id(),
-               engine::ModeName(opts.mode), dir);
+  const bool whole = !req->gpu_only();
+  spdlog::info("rpc=Checkpoint pid={} session={} mode={} {} dir={}", req->pid(), sess->id(),
+               engine::ModeName(opts.mode), whole ? "whole-process" : "gpu-only", dir);
   engine::Progress progress;
   engine::CheckpointResult r;
+  ProcessCheckpointResult pr;  // whole-process only (process_checkpoint.h)
   OperationRecord record(sessions_, sess->id(), v1::SESSION_CHECKPOINTING, "checkpoint");
-  std::future<phos::Status> done =
-      std::async(std::launch::async, [&] { return engine::Checkpoint(*sess, opts, &progress, &r); });
+  std::future<phos::Status> done = std::async(std::launch::async, [&] {
+    if (!whole) return engine::Checkpoint(*sess, opts, &progress, &r);
+    phos::Status ps = CheckpointProcess(*sess, opts, &progress, &pr);
+    r = pr.gpu;
+    return ps;
+  });
   phos::Status s = StreamUntilDone(done, progress, writer);
   record.Finish(s.ok(), r.counters);
   if (!s.ok()) {
@@ -281,6 +283,10 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   (*out->mutable_counters())["globals"] = r.globals;
   (*out->mutable_counters())["mode_" + std::string(engine::ModeName(r.mode))] = 1;
   if (!deleted.empty()) (*out->mutable_counters())["images_removed_by_retention"] = deleted.size();
+  if (whole) {
+    (*out->mutable_counters())["criu_dump_ms"] = pr.criu_dump_ms;
+    (*out->mutable_counters())["attempts"] = static_cast<std::uint64_t>(pr.attempts);
+  }
   for (const auto& [name, value] : CounterMap(r.counters)) (*out->mutable_counters())[name] = value;
   writer->Write(ev);
   return grpc::Status::OK;
@@ -289,15 +295,11 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
 grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest* req,
                                   grpc::ServerWriter<v1::OperationEvent>* writer) {
   const auto t0 = Clock::now();
-  if (!req->gpu_only()) {
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "Restore: restoring a whole process (CRIU) is not implemented yet; gpu_only with a pid "
-                        "(--gpu-only --pid P) rolls a running session's GPU state back to the image");
-  }
   if (req->image_dir().empty() || req->image_dir()[0] != '/') {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "image_dir must be an absolute path (got '" + req->image_dir() + "')");
   }
+  if (!req->gpu_only()) return RestoreWholeProcess(req, writer);
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
   spdlog::info("rpc=Restore pid={} session={} gpu-only in place from {} ({})", req->pid(), sess->id(),
@@ -329,6 +331,36 @@ grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest
   (*out->mutable_counters())["globals"] = r.globals;
   (*out->mutable_counters())["total_us"] = r.total_us;
   for (const auto& [name, value] : CounterMap(r.counters)) (*out->mutable_counters())[name] = value;
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::RestoreWholeProcess(const v1::RestoreRequest* req,
+                                              grpc::ServerWriter<v1::OperationEvent>* writer) {
+  const auto t0 = Clock::now();
+  session::SessionServer* server = session_server_.load(std::memory_order_acquire);
+  if (server == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "phosd's data plane is not running (starting or stopping)");
+  }
+  spdlog::info("rpc=Restore whole process from {}", req->image_dir());
+  engine::Progress progress;
+  ProcessRestoreResult r;
+  std::future<phos::Status> done = std::async(
+      std::launch::async, [&] { return RestoreProcess(server, req->image_dir(), &progress, &r); });
+  phos::Status s = StreamUntilDone(done, progress, writer);
+  if (!s.ok()) return Fail(writer, "Restore", s);
+  v1::OperationEvent ev;
+  v1::OperationResult* out = ev.mutable_done();
+  out->set_image_dir(req->image_dir());
+  out->set_pid(r.pid);
+  out->set_stall_us(r.gpu.stall_us);
+  out->set_total_ms(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()));
+  out->set_bytes_written(r.gpu.bytes);
+  (*out->mutable_counters())["buffers"] = r.gpu.buffers;
+  (*out->mutable_counters())["globals"] = r.gpu.globals;
+  (*out->mutable_counters())["session_id"] = r.session_id;
+  (*out->mutable_counters())["criu_restore_ms"] = r.criu_restore_ms;
   writer->Write(ev);
   return grpc::Status::OK;
 }

@@ -55,6 +55,12 @@ Status Daemon::Start(const DaemonOptions& options) {
   if (Status r = image::RecoverDirectory(checkpoint_root); !r.ok()) {
     spdlog::warn("cannot clean up incomplete checkpoints in {}: {}", checkpoint_root, r.ToString());
   }
+  if (!options.listen.empty()) {
+    if (Status p = peer_server_.Start(options, checkpoint_root); !p.ok()) {
+      Shutdown();
+      return p.WithContext("cannot start the peer plane");
+    }
+  }
   session::SetSignatureCacheDir(options.signature_cache_dir);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
@@ -108,6 +114,7 @@ void Daemon::Shutdown() {
   // It is destroyed only after the gRPC server stopped: a Checkpoint or
   // Restore RPC may still hold it (its sessions have ended, so their
   // control tasks fail with Unavailable and the RPCs return).
+  peer_server_.Shutdown();  // no new transfers; in-flight ones get a grace period
   if (session_server_) session_server_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -44,6 +44,16 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "On-disk cache of kernel signatures parsed with libclang (saves 5-10 ms per new "
                   "module image); empty = no cache")
       ->capture_default_str();
+  app->add_option("--listen", options->listen,
+                  "Serve the peer plane (migration transport, docs/migration.md) on TCP HOST:PORT "
+                  "(port 0 = any free one, logged); needs --peer-token. Default: no TCP listener");
+  app->add_option("--peer-token", options->peer_token_file,
+                  "File whose first line is the token daemons share for the peer plane; must be "
+                  "mode 0600 or stricter");
+  app->add_option("--max-receive-bytes", options->max_receive_bytes,
+                  "Largest image a peer may send, e.g. 512G")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("1T");
   app->add_option("--sim-link-gbps", options->backend.sim.link_gbps,
                   "sim: modelled host<->device link bandwidth per copy engine in GB/s "
                   "(0 = unthrottled)")
@@ -67,6 +77,10 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
 }
 
 Status FinishDaemonFlags(const DaemonFlagValues& raw, DaemonOptions* options) {
+  if (!options->listen.empty() && options->peer_token_file.empty()) {
+    return Status::InvalidArgument("--listen " + options->listen +
+                                   " needs --peer-token FILE (peers authenticate with a shared token)");
+  }
   PHOS_RETURN_IF_ERROR(backend::ParseBackendKind(raw.backend, &options->backend.kind));
   if (!raw.sim_va_base.empty()) {
     char* end = nullptr;

@@ -40,6 +40,13 @@ struct DaemonOptions {
   /// module's hash); "" disables it. Default: $XDG_CACHE_HOME/phos/signatures,
   /// else ~/.cache/phos/signatures (see DefaultSignatureCacheDir).
   std::string signature_cache_dir = DefaultSignatureCacheDir();
+  /// Peer plane (docs/migration.md): HOST:PORT of the TCP PhosPeer server;
+  /// "" = nothing listens on TCP. Needs peer_token_file.
+  std::string listen;
+  /// File whose first line is the token peers share (mode 0600 or stricter).
+  std::string peer_token_file;
+  /// Largest image a peer may send (ReceiveImage).
+  std::uint64_t max_receive_bytes = 1ull << 40;
 };
 
 }  // namespace phos::server

@@ -70,6 +70,8 @@ class PhosService final : public v1::Phos::Service {
  private:
   /// The live session of `pid`, or a NOT_FOUND / UNAVAILABLE status.
   grpc::Status FindSession(int pid, std::shared_ptr<session::Session>* out) const;
+  /// Restore RPC, gpu_only = false (process_checkpoint.h).
+  grpc::Status RestoreWholeProcess(const v1::RestoreRequest* req, grpc::ServerWriter<v1::OperationEvent>* writer);
 
   // All members are set at construction and only read afterwards; the
   // pointees are thread-safe (Backend's contract, SessionRegistry's mutex).

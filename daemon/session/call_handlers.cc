@@ -870,6 +870,7 @@ void HandleModule(SessionState& st, const ring::Record& rec, std::span<const std
     if (!s.ok()) return out->Fail(s);
     st.modules.erase(it);
     st.module_images.erase(req.id);
+    st.module_load_order.erase(req.id);
     st.module_kernels.erase(req.id);
     std::erase_if(st.functions, [&](const auto& f) { return f.second.module_id == req.id; });
     // Its globals went with it: their ranges are no longer the session's.
@@ -1023,6 +1024,7 @@ Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const st
       RunMaybeAdmitted(st, admit, [&] { return st.ctx->LoadModule(image.data(), image.size(), &h); }));
   st.modules[module_id] = h;
   st.module_images[module_id] = std::make_shared<const std::vector<std::byte>>(image.begin(), image.end());
+  st.module_load_order[module_id] = st.next_module_load++;
   // Kernel access plans (kernel_access.h); an image phos cannot read still
   // loads, its launches have no access set (kUnknown).
   ModuleKernels& mk = st.module_kernels[module_id];
@@ -1127,6 +1129,7 @@ void ReleaseAll(SessionState& st) {
   st.modules.clear();
   st.module_kernels.clear();
   st.module_images.clear();
+  st.module_load_order.clear();
   st.functions.clear();
   st.pending_images.clear();
   st.pending_image_bytes = 0;

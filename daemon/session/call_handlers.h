@@ -84,6 +84,11 @@ struct SessionState {
   // sent it): twins are built from its PTX (engine/twin_validator.h) and
   // a full restore reloads modules from it. Shared: immutable once loaded.
   std::unordered_map<uint32_t, std::shared_ptr<const std::vector<std::byte>>> module_images;
+  // The order modules were loaded in (module id -> sequence number): a
+  // fresh restore reloads them in that order, so a backend that places
+  // module variables by allocation order puts them where they were.
+  std::unordered_map<uint32_t, uint64_t> module_load_order;
+  uint64_t next_module_load = 0;
   // Kernel access plans of each loaded module (module id -> plans).
   std::unordered_map<uint32_t, ModuleKernels> module_kernels;
   // Module images arriving in staged pieces: module id -> bytes so far.

@@ -97,8 +97,36 @@ Status Session::Start() {
   return Status::Ok();
 }
 
+void Session::OpenGate() {
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    gate_open_ = true;
+  }
+  gate_cv_.notify_all();
+}
+
+void Session::WaitGate() {
+  std::unique_lock<std::mutex> lock(gate_mu_);
+  while (!gate_open_ && !stop_requested_.load(std::memory_order_acquire)) {
+    if (ctl_pending_.load(std::memory_order_acquire)) {
+      lock.unlock();
+      RunControlTasks();
+      lock.lock();
+      continue;
+    }
+    // Woken by OpenGate, PostControl and RequestStop (each notifies under
+    // or after gate_mu_), so no wake-up is lost; the timeout only bounds a
+    // wait on a state change this loop did not foresee.
+    gate_cv_.wait_for(lock, std::chrono::milliseconds(200));
+  }
+}
+
 void Session::RequestStop() {
   if (stop_requested_.exchange(true, std::memory_order_acq_rel)) return;
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);  // a gated consumer re-checks stop_requested_
+  }
+  gate_cv_.notify_all();
   // The ring may not exist when Start() failed; then nothing waits on it.
   // ring_ is set before the thread starts and never reset before Join.
   if (ring_) ring_->Close();
@@ -124,6 +152,10 @@ std::future<Status> Session::PostControl(ControlFn fn) {
   }
   // ring_ is set before the thread starts and lives until ~Session.
   ring_->Interrupt();
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);  // a gated consumer re-checks ctl_pending_
+  }
+  gate_cv_.notify_all();
   return f;
 }
 
@@ -174,6 +206,7 @@ void Session::Run() {
   spdlog::info("session {}: pid {} ({}) attached", id_, summary_.pid, summary_.command);
   Status why;
   std::vector<std::byte> payload;
+  WaitGate();
   for (;;) {
     if (ctl_pending_.load(std::memory_order_acquire)) RunControlTasks();
     ring::Record rec;

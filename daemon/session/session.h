@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -81,6 +82,17 @@ class Session {
   /// one cudaDeviceReset swaps in); null = backend->CreateContext. Set
   /// before Start(); the pool must outlive the session.
   void set_context_pool(backend::ContextPool* pool) { pool_ = pool; }
+  /// Start() with the consumer held: it runs control tasks but takes no
+  /// call off the ring until OpenGate(). A session adopted for a restored
+  /// process (whole-process restore) is gated so the GPU state is back
+  /// (a control task) before the first call it finds in the restored ring
+  /// executes. Set before Start().
+  void set_start_gated() { gate_open_ = false; }
+  /// Lets a gated consumer take calls. Any thread; idempotent.
+  void OpenGate();
+  /// The ring region (its memfd and geometry): the whole-process checkpoint
+  /// finds the app's mapping of it. Immutable after construction.
+  const ring::SharedRegion& region() const { return *region_; }
 
   /// A function run ON the consumer thread between two calls (the C/R
   /// engine's control tasks: stop-the-world checkpoint, in-place restore).
@@ -139,6 +151,14 @@ class Session {
   std::deque<std::unique_ptr<ControlTask>> ctl_queue_;
   bool ctl_closed_ = false;  // set by the consumer at teardown
   std::atomic<bool> ctl_pending_{false};
+
+  // Start gate (set_start_gated / OpenGate). gate_mu_ guards gate_open_;
+  // gate_cv_ wakes the held consumer (OpenGate, PostControl, RequestStop).
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  bool gate_open_ = true;
+  /// Consumer thread: runs control tasks until the gate opens or a stop.
+  void WaitGate();
 
   std::thread thread_;
   std::atomic<bool> stop_requested_{false};

@@ -55,7 +55,7 @@ void SessionServer::AcceptOne() {
     if (s.code() != Status::Code::kNotReady) spdlog::warn("data plane: refused a connection: {}", s.ToString());
     return;
   }
-  const uint64_t id = next_id_++;
+  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
   std::unique_ptr<ring::SharedRegion> region;
   s = conn->Establish(options_.ring, id, &region);
   if (!s.ok()) {
@@ -81,6 +81,30 @@ void SessionServer::AcceptOne() {
   sessions_.emplace(id, std::move(session));
 }
 
+Status SessionServer::Adopt(std::unique_ptr<ring::ChannelConnection> conn,
+                            std::unique_ptr<ring::SharedRegion> region, std::shared_ptr<Session>* out) {
+  if (stop_.load(std::memory_order_acquire)) return Status::Unavailable("data plane is stopping");
+  const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_ptr<AdmissionHook> hook;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (hook_factory_) hook = hook_factory_(id);
+  }
+  auto session = std::make_shared<Session>(id, std::move(conn), std::move(region), backend_, std::move(hook),
+                                           callbacks_);
+  session->set_on_finished([this] { Wake(); });
+  session->set_context_pool(options_.context_pool);
+  session->set_start_gated();
+  PHOS_RETURN_IF_ERROR(session->Start().WithContext("starting the adopted session"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_.emplace(id, session);
+  }
+  Wake();  // the server thread polls the new socket from its next round
+  *out = std::move(session);
+  return Status::Ok();
+}
+
 std::shared_ptr<Session> SessionServer::FindByPid(pid_t pid) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<Session> found;
@@ -88,6 +112,14 @@ std::shared_ptr<Session> SessionServer::FindByPid(pid_t pid) const {
     if (s->pid() == pid && !s->finished() && !s->stop_requested()) found = s;  // ids grow: the newest wins
   }
   return found;
+}
+
+bool SessionServer::PidHasSession(pid_t pid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, s] : sessions_) {
+    if (s->pid() == pid && !s->finished()) return true;
+  }
+  return false;
 }
 
 void SessionServer::Reap(bool all) {

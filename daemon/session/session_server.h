@@ -66,7 +66,20 @@ class SessionServer {
   /// uses it (e.g. posts a control task); its consumer may still end
   /// meanwhile, which PostControl reports as Unavailable.
   std::shared_ptr<Session> FindByPid(pid_t pid) const;
+  /// True while any session of `pid` has not finished tearing down
+  /// (including one whose stop was requested: its GPU memory is still
+  /// allocated). The whole-process restore waits for this to turn false.
+  bool PidHasSession(pid_t pid) const;
   const std::string& path() const { return path_; }
+
+  /// Adopts a connection phosd did not accept (whole-process restore: its
+  /// end of the socketpair CRIU gave the restored app, and the restored
+  /// app's ring memfd mapped again): a new session id, the hook factory's
+  /// hook, started GATED (Session::set_start_gated: the caller restores the
+  /// GPU state with control tasks, then calls OpenGate()). Polled for
+  /// hang-ups like any session. Any thread.
+  Status Adopt(std::unique_ptr<ring::ChannelConnection> conn, std::unique_ptr<ring::SharedRegion> region,
+               std::shared_ptr<Session>* out);
 
  private:
   void Loop();
@@ -90,7 +103,7 @@ class SessionServer {
   // engine's RPCs); the last holder destroys (joins) the Session.
   std::map<uint64_t, std::shared_ptr<Session>> sessions_;
   HookFactory hook_factory_;
-  uint64_t next_id_ = 1;  // server thread only
+  std::atomic<uint64_t> next_id_{1};  // AcceptOne (server thread) and Adopt (any thread)
 };
 
 }  // namespace phos::session

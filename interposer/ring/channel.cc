@@ -301,6 +301,15 @@ Status ChannelListener::Accept(int timeout_ms, std::unique_ptr<ChannelConnection
   return Status::Ok();
 }
 
+std::unique_ptr<ChannelConnection> ChannelConnection::Adopt(int fd, pid_t pid, uid_t uid, Hello hello) {
+  std::unique_ptr<ChannelConnection> c(new ChannelConnection());
+  c->fd_ = fd;
+  c->peer_pid_ = pid;
+  c->peer_uid_ = uid;
+  c->hello_ = std::move(hello);
+  return c;
+}
+
 ChannelConnection::~ChannelConnection() {
   if (fd_ >= 0) close(fd_);
 }

@@ -108,6 +108,11 @@ class ChannelConnection {
   /// owns *memfd). Never blocks: NotReady when no record is queued;
   /// Corruption for a malformed record or one without exactly one fd.
   Status ReceiveHostSegment(HostSegmentRecord* rec, int* memfd);
+  /// A connection phosd did not accept: its end of a socketpair whose other
+  /// end CRIU handed to a restored app (whole-process restore,
+  /// daemon/server/process_restore.h). `pid`/`uid`/`hello` come from the
+  /// checkpoint image (SO_PEERCRED would name phosd itself). Takes `fd`.
+  static std::unique_ptr<ChannelConnection> Adopt(int fd, pid_t pid, uid_t uid, Hello hello);
 
  private:
   friend class ChannelListener;

@@ -64,6 +64,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string ctl = argv[1];
+  // Load the module (its __device__ variable) before any cudaMalloc: a
+  // restore into a fresh context (whole-process restore) reloads modules
+  // first, and the sim places module variables first-fit, so g_steps gets
+  // its old address back only if it was placed first here too
+  // (docs/criu.md "Limits").
+  unsigned int zero = 0;
+  CHECK(cudaMemcpyToSymbol(g_steps, &zero, sizeof zero));
   uint32_t* state = nullptr;
   unsigned char* big = nullptr;
   unsigned char* scratch = nullptr;
@@ -79,8 +86,6 @@ int main(int argc, char** argv) {
   std::vector<unsigned char> pattern(kScratchBytes);
   for (size_t i = 0; i < kScratchBytes; ++i) pattern[i] = static_cast<unsigned char>(i * 13 + 5);
   CHECK(cudaMemcpy(scratch, pattern.data(), kScratchBytes, cudaMemcpyHostToDevice));
-  unsigned int zero = 0;
-  CHECK(cudaMemcpyToSymbol(g_steps, &zero, sizeof zero));
   CHECK(cudaDeviceSynchronize());
   std::printf("checkpoint_app: ready pid %d\n", static_cast<int>(getpid()));
   std::fflush(stdout);

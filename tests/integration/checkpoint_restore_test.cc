@@ -220,15 +220,14 @@ TEST_F(CheckpointRestoreTest, DefaultDirectoryJsonAndRefusals) {
   EXPECT_EQ(none_restore.rc, 1) << none_restore.output;
   EXPECT_NE(none_restore.output.find("no phos session"), std::string::npos) << none_restore.output;
 
-  // Not implemented yet: whole-process checkpoints; an unknown mode.
-  Result whole = Phos({"checkpoint", "--pid", std::to_string(pid)});
-  EXPECT_EQ(whole.rc, 2) << whole.output;
-  EXPECT_NE(whole.output.find("not implemented yet"), std::string::npos) << whole.output;
+  // An unknown mode. (Whole-process checkpoints: process_restore_test.cc.)
   Result bad_mode = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--mode", "fast"});
   EXPECT_NE(bad_mode.rc, 0) << bad_mode.output;
   EXPECT_NE(bad_mode.output.find("--mode"), std::string::npos) << bad_mode.output;
+  // A GPU-only image is no whole-process image.
   Result whole_restore = Phos({"restore", image});
-  EXPECT_EQ(whole_restore.rc, 2) << whole_restore.output;
+  EXPECT_EQ(whole_restore.rc, 1) << whole_restore.output;
+  EXPECT_NE(whole_restore.output.find("not a whole-process image"), std::string::npos) << whole_restore.output;
 
   // A directory that is not an image.
   Result notimg = Phos({"restore", dir_ + "/ctl", "--gpu-only", "--pid", std::to_string(pid)});

@@ -219,11 +219,11 @@ class SdkDaemonTest(unittest.TestCase):
             phos.restore(os.path.join(self.dir, "no-such-image"), self.pid, socket=self.socket).wait(30)
         self.assertNotEqual(cm.exception.code, grpc.StatusCode.OK)
 
-        # Whole-process checkpoints: phosd's own UNIMPLEMENTED message.
+        # Whole-process restore of a directory that is no whole-process image.
         with self.assertRaises(phos.PhosError) as cm:
-            phos.checkpoint(pid=self.pid, gpu_only=False, socket=self.socket).wait(30)
-        self.assertEqual(cm.exception.code, grpc.StatusCode.UNIMPLEMENTED)
-        self.assertIn("not implemented", cm.exception.message)
+            phos.restore(os.path.join(self.dir, "no-such-image"), self.pid, gpu_only=False, socket=self.socket).wait(30)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("not a whole-process image", cm.exception.message)
 
         # No daemon: at once, UNAVAILABLE.
         with self.assertRaises(phos.PhosError) as cm:

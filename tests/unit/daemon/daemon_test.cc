@@ -105,12 +105,8 @@ TEST_F(DaemonTest, LongOperationsAnswerUnimplementedNamingTheRpc) {
   ASSERT_TRUE(daemon.Start(options_).ok());
   auto stub = Connect();
   v1::Phos::Stub* s = stub.get();
-  ExpectUnimplemented<v1::CheckpointRequest>(
-      [s](grpc::ClientContext* c, const v1::CheckpointRequest& r) { return s->Checkpoint(c, r); },
-      "Checkpoint");
-  ExpectUnimplemented<v1::RestoreRequest>(
-      [s](grpc::ClientContext* c, const v1::RestoreRequest& r) { return s->Restore(c, r); },
-      "Restore");
+  // Checkpoint and Restore are implemented (GPU-only and whole-process):
+  // tests/integration/checkpoint_restore_test.cc, process_restore_test.cc.
   ExpectUnimplemented<v1::MigrateRequest>(
       [s](grpc::ClientContext* c, const v1::MigrateRequest& r) { return s->Migrate(c, r); },
       "Migrate");

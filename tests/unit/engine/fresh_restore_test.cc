@@ -147,7 +147,6 @@ Status RewriteWithFirstUse(const std::string& from, const std::string& to, const
 /// its other buffers by ascending address: the order an undisturbed loader
 /// follows.
 std::vector<uint64_t> ExpectedLoadOrder(const std::string& dir) {
-  image::v1::Manifest m;
   std::unique_ptr<image::ImageReader> reader;
   EXPECT_TRUE(image::ImageReader::Open(dir, {}, &reader).ok());
   if (!reader) return {};
@@ -587,10 +586,16 @@ TEST_P(ConcurrentFreshRestoreTest, ReadsAndALaunchDuringTheLoaderSeeTheImage) {
     EXPECT_GE(rr.total_us, rr.stall_us);
     EXPECT_EQ(rr.counters.restore_rollbacks, 0u);
     absent_waits += rr.counters.absent_waits;
+    std::printf("run %d: launch after %zu of %zu reads; %llu absent waits, %llu twin launches, stall %llu us, total %llu us\n",
+                run, launch_at, order.size(), static_cast<unsigned long long>(rr.counters.absent_waits),
+                static_cast<unsigned long long>(rr.counters.twin_launches),
+                static_cast<unsigned long long>(rr.stall_us), static_cast<unsigned long long>(rr.total_us));
     EXPECT_FALSE(EngineHook::Of(session_->hook())->installed()) << "the operation stayed installed";
     // Done: every buffer holds the image (c: a + b, the launch's result).
     for (const auto& [addr, bytes] : image) {
-      if (addr != dc_) EXPECT_EQ(Check(addr, bytes), "") << "after run " << run;
+      if (addr != dc_) {
+        EXPECT_EQ(Check(addr, bytes), "") << "after run " << run;
+      }
     }
     ASSERT_EQ(LaunchOnStream3(), "");
     Disconnect();

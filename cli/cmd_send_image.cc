@@ -1,0 +1,90 @@
+// phos send-image DIR --to HOST:PORT --peer-token FILE [--name N]: streams an
+// image directory straight from this process to a phosd started with
+// --listen (the migration transport, docs/migration.md). No local daemon is
+// needed. Prints the destination's path of the committed copy on stdout
+// (one line, for scripts); a summary and, on a terminal, progress on stderr.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "server/peer_client.h"
+#include "server/peer_token.h"
+
+namespace phos::cli {
+namespace {
+
+struct SendImageArgs {
+  std::string dir, to, token_file, name;
+  std::uint64_t chunk_bytes = 2ull << 20;
+  std::uint64_t max_rate = 0;
+};
+
+int RunSendImage(const SendImageArgs& a) {
+  std::string token;
+  if (Status s = server::LoadPeerToken(a.token_file, &token); !s.ok()) {
+    std::cerr << "phos: send-image: " << s.message() << "\n";
+    return 1;
+  }
+  std::string name = a.name;
+  if (name.empty()) {
+    std::filesystem::path p(a.dir);
+    name = (p.filename().empty() ? p.parent_path() : p).filename().string();
+  }
+  const bool tty = isatty(2) != 0;
+  auto last = std::chrono::steady_clock::now();
+  server::SendProgress progress = [&](std::uint64_t done, std::uint64_t total) {
+    if (!tty) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done != total && now - last < std::chrono::milliseconds(200)) return;
+    last = now;
+    std::fprintf(stderr, "\rsend-image: %s / %s", HumanBytes(done).c_str(), HumanBytes(total).c_str());
+    if (done == total) std::fprintf(stderr, "\n");
+  };
+  server::SendImageOptions options;
+  options.chunk_bytes = a.chunk_bytes;
+  options.max_bytes_per_sec = a.max_rate;
+  server::SendImageResult result;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = server::SendImage(a.to, token, a.dir, name, progress, &result, options);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!s.ok()) {
+    if (tty) std::fprintf(stderr, "\n");
+    std::cerr << "phos: send-image: " << s.message() << "\n";
+    return 1;
+  }
+  std::cout << result.path << std::endl;
+  std::fprintf(stderr, "send-image OK: %s -> %s:%s, %s in %u files, %.3f s, %.0f MB/s\n", a.dir.c_str(),
+               a.to.c_str(), result.path.c_str(), HumanBytes(result.bytes).c_str(), result.files, secs,
+               static_cast<double>(result.bytes) / 1e6 / (secs > 0 ? secs : 1e-9));
+  return 0;
+}
+
+}  // namespace
+
+void AddSendImageCommand(CLI::App* app, int* exit_code) {
+  auto args = std::make_shared<SendImageArgs>();
+  CLI::App* cmd = app->add_subcommand(
+      "send-image",
+      "Stream a checkpoint image directory to another phosd (started with --listen) as "
+      "<its checkpoint root>/incoming/NAME; prints that path. No local daemon needed.");
+  cmd->add_option("DIR", args->dir, "The image directory (every regular file under it is sent)")->required();
+  cmd->add_option("--to", args->to, "The destination daemon's --listen address, HOST:PORT")->required();
+  cmd->add_option("--peer-token", args->token_file, "File holding the destination's peer token (mode 0600)")
+      ->required();
+  cmd->add_option("--name", args->name, "Name on the destination (default: DIR's last component)");
+  cmd->add_option("--chunk-size", args->chunk_bytes, "Bytes per message, e.g. 1M, 4M")
+      ->transform(CLI::AsSizeValue(false))
+      ->default_str("2M");
+  cmd->add_option("--max-rate", args->max_rate, "Cap on bytes per second, e.g. 100M (default: no cap)")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->callback([args, exit_code] { *exit_code = RunSendImage(*args); });
+}
+
+}  // namespace phos::cli

@@ -1,0 +1,87 @@
+// ImageReceiver: the destination side of PhosPeer.ReceiveImage — turns one
+// stream of ImageChunk messages into a committed image directory
+// (proto/peer.proto, docs/migration.md).
+//
+//   Begin(ImageBegin)  checks the name and the size limit, creates
+//                      <incoming>/<name>.tmp/ (a stale one is replaced)
+//   Data(FileData)     appends to the file being received (created, with its
+//                      parent directories, by its first chunk); xxh3 is
+//                      computed as bytes arrive; no fsync per chunk
+//   FileEnd(FileEnd)   checks size and xxh3, applies the mode, fsyncs, closes
+//   End(ImageEnd)      checks counts, fsyncs the directories, renames .tmp to
+//                      <incoming>/<name> (never over an existing one) and
+//                      fsyncs <incoming>
+//   Discard()          removes the .tmp (the destination refused the data)
+//
+// A receiver dropped without End or Discard (the source vanished) leaves the
+// .tmp: image::RecoverDirectory removes it at the next phosd start, and the
+// next transfer of the same name replaces it.
+//
+// Threading: one receiver belongs to one RPC thread; not shared. The caller
+// makes sure two receivers never hold the same name at once (PeerService's
+// in-flight set).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "peer.pb.h"
+
+struct XXH3_state_s;
+
+namespace phos::server {
+
+struct ImageReceiverOptions {
+  /// <checkpoint root>/incoming; created (0700) if missing.
+  std::string incoming_dir;
+  /// Largest image accepted (announced and actual bytes).
+  std::uint64_t max_bytes = 1ull << 40;
+};
+
+/// One path component usable as an image name: [A-Za-z0-9._-], 1-200
+/// characters, not "."/"..", not ending in ".tmp". Empty = valid, else why not.
+std::string CheckImageName(std::string_view name);
+/// A relative file path inside an image: '/'-separated non-empty components,
+/// none "." or "..", no leading '/', no NUL, at most 4096 bytes.
+std::string CheckRelativePath(std::string_view path);
+
+class ImageReceiver {
+ public:
+  static Status Begin(const ImageReceiverOptions& options, const peer::v1::ImageBegin& begin,
+                      std::unique_ptr<ImageReceiver>* out);
+  ~ImageReceiver();  // closes an open file; leaves the .tmp
+  ImageReceiver(const ImageReceiver&) = delete;
+  ImageReceiver& operator=(const ImageReceiver&) = delete;
+
+  Status Data(const peer::v1::FileData& data);
+  Status FileEnd(const peer::v1::FileEnd& end);
+  Status End(const peer::v1::ImageEnd& end, peer::v1::ReceiveImageReply* reply);
+  void Discard();
+
+  const std::string& tmp_dir() const { return tmp_dir_; }
+  std::uint64_t bytes() const { return total_bytes_; }
+
+ private:
+  ImageReceiver() = default;
+  Status OpenFile(const std::string& rel);
+  void CloseFile();
+
+  ImageReceiverOptions options_;
+  std::string name_, tmp_dir_, final_dir_;
+  std::uint64_t announced_bytes_ = 0;
+  std::uint64_t total_bytes_ = 0;
+  std::uint32_t files_ = 0;
+  std::vector<std::string> dirs_;  // created under tmp_dir_, fsynced at End
+  // The file being received (fd_ < 0: none).
+  int fd_ = -1;
+  std::string file_rel_;
+  std::uint64_t file_bytes_ = 0;
+  XXH3_state_s* xxh_ = nullptr;
+  bool finished_ = false;  // committed or discarded
+};
+
+}  // namespace phos::server

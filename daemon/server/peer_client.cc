@@ -1,0 +1,197 @@
+#include "server/peer_client.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <xxhash.h>
+
+#include "peer.grpc.pb.h"
+#include "server/peer_token.h"
+
+namespace phos::server {
+namespace {
+
+namespace fs = std::filesystem;
+using peer::v1::ImageChunk;
+
+struct FileEntry {
+  std::string rel;
+  std::string abs;
+  std::uint64_t size = 0;
+  std::uint32_t mode = 0;
+};
+
+Status ListFiles(const std::string& dir, std::vector<FileEntry>* files, std::uint64_t* total) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Status::NotFound(dir + " is not a directory");
+  fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec);
+  if (ec) return Status::IoError("list " + dir + ": " + ec.message());
+  *total = 0;
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) return Status::IoError("list " + dir + ": " + ec.message());
+    const fs::file_status st = it->symlink_status(ec);
+    if (ec) return Status::IoError("stat " + it->path().string() + ": " + ec.message());
+    if (fs::is_directory(st)) continue;
+    if (!fs::is_regular_file(st)) {
+      return Status::InvalidArgument(it->path().string() +
+                                     " is not a regular file (symlinks, sockets and devices are not sent)");
+    }
+    FileEntry f;
+    f.abs = it->path().string();
+    f.rel = fs::relative(it->path(), dir, ec).generic_string();
+    if (ec) return Status::IoError("relative path of " + f.abs + ": " + ec.message());
+    f.size = it->file_size(ec);
+    if (ec) return Status::IoError("size of " + f.abs + ": " + ec.message());
+    f.mode = static_cast<std::uint32_t>(st.permissions()) & 0777;
+    *total += f.size;
+    files->push_back(std::move(f));
+  }
+  std::sort(files->begin(), files->end(), [](const FileEntry& a, const FileEntry& b) { return a.rel < b.rel; });
+  return Status::Ok();
+}
+
+Status FromGrpc(const std::string& host_port, const grpc::Status& g) {
+  const std::string msg = "peer " + host_port + ": " + g.error_message();
+  switch (g.error_code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return Status::FailedPrecondition("peer " + host_port + " refused the token (UNAUTHENTICATED): " +
+                                        g.error_message());
+    case grpc::StatusCode::INVALID_ARGUMENT: return Status::InvalidArgument(msg);
+    case grpc::StatusCode::ALREADY_EXISTS: return Status::AlreadyExists(msg);
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return Status::OutOfMemory(msg);
+    case grpc::StatusCode::DATA_LOSS: return Status::Corruption(msg);
+    case grpc::StatusCode::UNAVAILABLE: return Status::Unavailable(msg);
+    case grpc::StatusCode::NOT_FOUND: return Status::NotFound(msg);
+    default: return Status::IoError(msg + " (" + std::to_string(static_cast<int>(g.error_code())) + ")");
+  }
+}
+
+}  // namespace
+
+Status SendImage(const std::string& host_port, const std::string& token, const std::string& dir,
+                 const std::string& name, const SendProgress& progress, SendImageResult* result,
+                 const SendImageOptions& options) {
+  if (options.chunk_bytes == 0 || options.chunk_bytes > (16ull << 20)) {
+    return Status::InvalidArgument("chunk size must be 1 byte to 16 MiB");
+  }
+  std::vector<FileEntry> files;
+  std::uint64_t total = 0;
+  PHOS_RETURN_IF_ERROR(ListFiles(dir, &files, &total));
+
+  auto channel = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                 std::chrono::milliseconds(options.connect_timeout_ms))) {
+    return Status::Unavailable("cannot reach peer " + host_port + " within " +
+                               std::to_string(options.connect_timeout_ms) + " ms (is its phosd started with --listen?)");
+  }
+  auto stub = peer::v1::PhosPeer::NewStub(channel);
+  grpc::ClientContext context;
+  context.AddMetadata(kPeerTokenHeader, token);
+  peer::v1::ReceiveImageReply reply;
+  std::unique_ptr<grpc::ClientWriter<ImageChunk>> writer = stub->ReceiveImage(&context, &reply);
+
+  // A failed Write means the stream is over (the peer refused, or the
+  // connection broke): Finish() says why.
+  auto finish_error = [&](Status local) -> Status {
+    grpc::Status g = writer->Finish();
+    return g.ok() ? local : FromGrpc(host_port, g);
+  };
+
+  ImageChunk msg;
+  msg.mutable_begin()->set_name(name);
+  msg.mutable_begin()->set_total_bytes(total);
+  msg.mutable_begin()->set_file_count(static_cast<std::uint32_t>(files.size()));
+  if (!writer->Write(msg)) return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
+  if (progress) progress(0, total);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::uint64_t sent = 0;
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xxh(XXH3_createState(), &XXH3_freeState);
+  if (!xxh) return Status::OutOfMemory("XXH3_createState");
+  for (const FileEntry& f : files) {
+    const int fd = open(f.abs.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+      writer->WritesDone();  // the destination sees no ImageEnd: nothing is committed
+      return finish_error(Status::FromErrno("open " + f.abs, errno));
+    }
+    XXH3_64bits_reset(xxh.get());
+    std::uint64_t off = 0;
+    Status local;
+    for (;;) {
+      msg.Clear();
+      peer::v1::FileData* data = msg.mutable_data();
+      data->set_path(f.rel);
+      data->set_offset(off);
+      std::string* buf = data->mutable_data();
+      buf->resize(options.chunk_bytes);
+      std::size_t got = 0;
+      while (got < buf->size()) {  // fill a whole chunk (short reads happen)
+        const ssize_t n = read(fd, buf->data() + got, buf->size() - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+          local = Status::FromErrno("read " + f.abs, errno);
+          break;
+        }
+        if (n == 0) break;
+        got += static_cast<std::size_t>(n);
+      }
+      if (!local.ok() || got == 0) break;
+      buf->resize(got);
+      XXH3_64bits_update(xxh.get(), buf->data(), got);
+      off += got;
+      sent += got;
+      if (off > f.size) break;  // grew while being read: reported below
+      if (!writer->Write(msg)) {
+        close(fd);
+        return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
+      }
+      if (progress) progress(sent, total);
+      if (options.max_bytes_per_sec > 0) {
+        // Sleep until the average rate is back under the cap (bounded by one chunk's time).
+        const auto due = t0 + std::chrono::duration<double>(static_cast<double>(sent) /
+                                                            static_cast<double>(options.max_bytes_per_sec));
+        std::this_thread::sleep_until(std::chrono::time_point_cast<std::chrono::steady_clock::duration>(due));
+      }
+    }
+    close(fd);
+    if (local.ok() && off != f.size) {
+      local = Status::FailedPrecondition(f.abs + " changed size while being sent (" + std::to_string(f.size) + " -> " +
+                                         std::to_string(off) + " bytes); the image directory must not be written");
+    }
+    if (!local.ok()) {
+      writer->WritesDone();
+      return finish_error(local);
+    }
+    msg.Clear();
+    peer::v1::FileEnd* end = msg.mutable_file_end();
+    end->set_path(f.rel);
+    end->set_size(f.size);
+    end->set_xxh3(XXH3_64bits_digest(xxh.get()));
+    end->set_mode(f.mode);
+    if (!writer->Write(msg)) return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
+  }
+  msg.Clear();
+  msg.mutable_end()->set_file_count(static_cast<std::uint32_t>(files.size()));
+  msg.mutable_end()->set_total_bytes(sent);
+  if (!writer->Write(msg, grpc::WriteOptions().set_last_message())) {
+    return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
+  }
+  grpc::Status g = writer->Finish();
+  if (!g.ok()) return FromGrpc(host_port, g);
+  result->path = reply.path();
+  result->bytes = reply.bytes();
+  result->files = reply.files();
+  return Status::Ok();
+}
+
+}  // namespace phos::server

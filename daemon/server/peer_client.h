@@ -1,0 +1,46 @@
+// The source side of the peer plane: streams an image directory to another
+// phosd's PhosPeer.ReceiveImage (proto/peer.proto, docs/migration.md). Used
+// by `phos send-image` now and by Migrate later.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+
+namespace phos::server {
+
+struct SendImageOptions {
+  /// Bytes per FileData message (1-4 MiB is the sweet spot; the receiver
+  /// takes up to 16 MiB).
+  std::uint64_t chunk_bytes = 2ull << 20;
+  /// Throttle to this many bytes per second; 0 = as fast as possible.
+  std::uint64_t max_bytes_per_sec = 0;
+  /// How long to wait for the peer to accept the connection.
+  int connect_timeout_ms = 5000;
+};
+
+struct SendImageResult {
+  std::string path;  // the committed directory on the destination
+  std::uint64_t bytes = 0;
+  std::uint32_t files = 0;
+};
+
+/// Called after every chunk (and once at 0) with bytes sent and the total.
+using SendProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+/// Streams every regular file under `dir` (recursively, sorted by path) to
+/// the daemon at `host_port` as image `name`, authenticated with `token`.
+/// Anything in `dir` other than regular files and directories (symlinks,
+/// sockets, ...) is refused before a byte is sent; so is a file whose size
+/// changes while it is read (the directory must not be written meanwhile).
+/// Errors name the peer and, for its refusals, carry its message:
+/// FailedPrecondition for a wrong token (UNAUTHENTICATED), AlreadyExists,
+/// InvalidArgument, OutOfMemory (over its --max-receive-bytes), Corruption,
+/// Unavailable (not reachable).
+Status SendImage(const std::string& host_port, const std::string& token, const std::string& dir,
+                 const std::string& name, const SendProgress& progress, SendImageResult* result,
+                 const SendImageOptions& options = {});
+
+}  // namespace phos::server

@@ -1,0 +1,172 @@
+#include "server/peer_service.h"
+
+#include <chrono>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "server/image_receiver.h"
+#include "server/peer_token.h"
+
+namespace phos::server {
+namespace {
+
+using peer::v1::ImageChunk;
+
+// Data chunks are 1-4 MiB; leave room for larger ones and the framing.
+constexpr int kMaxMessageBytes = (16 << 20) + (64 << 10);
+// Distinct refused hosts remembered for "log once"; beyond it, each
+// refusal is logged at debug only (a scan cannot fill the log or memory).
+constexpr std::size_t kMaxRefusedHosts = 1024;
+
+grpc::Status ToGrpc(const Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (s.code()) {
+    case Status::Code::kOk: return grpc::Status::OK;
+    case Status::Code::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case Status::Code::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case Status::Code::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
+    case Status::Code::kOutOfMemory: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case Status::Code::kCorruption: code = grpc::StatusCode::DATA_LOSS; break;
+    case Status::Code::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case Status::Code::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    default: break;
+  }
+  return grpc::Status(code, s.message());
+}
+
+// "ipv4:10.0.0.5:41234" -> "ipv4:10.0.0.5" (ports change per connection).
+std::string PeerHost(const std::string& peer) {
+  const auto colon = peer.rfind(':');
+  return colon == std::string::npos || colon < 5 ? peer : peer.substr(0, colon);
+}
+
+}  // namespace
+
+PeerService::PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes)
+    : token_(std::move(token)),
+      incoming_dir_(std::move(checkpoint_root) + "/incoming"),
+      max_receive_bytes_(max_receive_bytes) {}
+
+grpc::Status PeerService::Authenticate(grpc::ServerContext* context) {
+  const auto& md = context->client_metadata();
+  const auto it = md.find(kPeerTokenHeader);
+  const std::string_view presented =
+      it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
+  if (it != md.end() && PeerTokenMatches(token_, presented)) return grpc::Status::OK;
+  const std::string host = PeerHost(context->peer());
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (refused_hosts_.size() < kMaxRefusedHosts) first = refused_hosts_.insert(host).second;
+  }
+  if (first) {
+    spdlog::warn("peer: refused a call from {}: {} (further refusals of this host are not logged)", host, it == md.end() ? "no peer token" : "wrong peer token");
+  } else {
+    spdlog::debug("peer: refused a call from {}", context->peer());
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "peer token missing or wrong (both daemons need the same --peer-token contents)");
+}
+
+grpc::Status PeerService::ReceiveImage(grpc::ServerContext* context, grpc::ServerReader<ImageChunk>* reader,
+                                       peer::v1::ReceiveImageReply* reply) {
+  if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  const auto t0 = std::chrono::steady_clock::now();
+  grpc::Status g = Receive(context, reader, reply);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (g.ok()) {
+    spdlog::info("peer: received {} ({} files, {} bytes) from {} in {:.2f} s ({:.0f} MB/s)", reply->path(),
+                 reply->files(), reply->bytes(), context->peer(), secs, reply->bytes() / 1e6 / std::max(secs, 1e-6));
+  } else {
+    spdlog::warn("peer: ReceiveImage from {} failed: {}", context->peer(), g.error_message());
+  }
+  return g;
+}
+
+grpc::Status PeerService::Receive(grpc::ServerContext* context, grpc::ServerReader<ImageChunk>* reader,
+                                  peer::v1::ReceiveImageReply* reply) {
+  ImageChunk chunk;
+  if (!reader->Read(&chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "stream ended before ImageBegin");
+  if (chunk.kind_case() != ImageChunk::kBegin) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the stream must start with ImageBegin");
+  }
+  const std::string name = chunk.begin().name();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!in_flight_.insert(name).second) {
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "a transfer of '" + name + "' is in progress");
+    }
+  }
+  struct Release {  // the name is free again however this returns
+    PeerService* self;
+    std::string name;
+    ~Release() {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->in_flight_.erase(name);
+    }
+  } release{this, name};
+
+  ImageReceiverOptions options;
+  options.incoming_dir = incoming_dir_;
+  options.max_bytes = max_receive_bytes_;
+  std::unique_ptr<ImageReceiver> receiver;
+  if (Status s = ImageReceiver::Begin(options, chunk.begin(), &receiver); !s.ok()) return ToGrpc(s);
+  spdlog::info("peer: receiving '{}' ({} bytes, {} files) from {} into {}", name, chunk.begin().total_bytes(),
+               chunk.begin().file_count(), context->peer(), receiver->tmp_dir());
+
+  // The destination's own refusals discard the .tmp; a source that goes
+  // away leaves it (see image_receiver.h).
+  while (reader->Read(&chunk)) {
+    Status s;
+    switch (chunk.kind_case()) {
+      case ImageChunk::kData: s = receiver->Data(chunk.data()); break;
+      case ImageChunk::kFileEnd: s = receiver->FileEnd(chunk.file_end()); break;
+      case ImageChunk::kEnd: {
+        s = receiver->End(chunk.end(), reply);
+        if (s.ok()) return grpc::Status::OK;
+        break;
+      }
+      default: s = Status::InvalidArgument("unexpected message in the image stream"); break;
+    }
+    if (!s.ok()) {
+      receiver->Discard();
+      return ToGrpc(s.WithContext("image '" + name + "'"));
+    }
+  }
+  spdlog::warn("peer: the source of '{}' went away after {} bytes{}; left {} (removed at the next start)", name,
+               receiver->bytes(), context->IsCancelled() ? " (cancelled)" : "", receiver->tmp_dir());
+  return grpc::Status(grpc::StatusCode::CANCELLED, "stream ended before ImageEnd");
+}
+
+Status PeerServer::Start(const DaemonOptions& options, const std::string& checkpoint_root) {
+  std::string token;
+  PHOS_RETURN_IF_ERROR(LoadPeerToken(options.peer_token_file, &token).WithContext("--peer-token"));
+  service_ = std::make_unique<PeerService>(std::move(token), checkpoint_root, options.max_receive_bytes);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    server_.reset();
+    service_.reset();
+    port_ = 0;
+    return Status::IoError("cannot listen on " + options.listen + " (--listen HOST:PORT; is the port in use?)");
+  }
+  spdlog::info("peer: listening on {} (port {}), images to {}/incoming, limit {} bytes; no TLS (docs/migration.md)",
+               options.listen, port_, checkpoint_root, options.max_receive_bytes);
+  return Status::Ok();
+}
+
+void PeerServer::Shutdown() {
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+    server_.reset();
+  }
+  service_.reset();
+  port_ = 0;
+}
+
+}  // namespace phos::server

@@ -1,0 +1,65 @@
+// PeerService: phosd's PhosPeer gRPC service (proto/peer.proto), the
+// daemon-to-daemon plane of live migration (docs/migration.md), and
+// PeerServer, the TCP server that carries it (`--listen`).
+//
+// Every call is authenticated first: the `phos-peer-token` metadata header
+// must equal the daemon's token (constant-time compare); others get
+// UNAUTHENTICATED and their address is logged once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/status.h"
+#include "peer.grpc.pb.h"
+#include "server/daemon_options.h"
+
+namespace phos::server {
+
+class PeerService final : public peer::v1::PhosPeer::Service {
+ public:
+  /// Images go to `<checkpoint_root>/incoming/<name>`.
+  PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes);
+
+  grpc::Status ReceiveImage(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
+                            peer::v1::ReceiveImageReply* reply) override;
+
+ private:
+  grpc::Status Authenticate(grpc::ServerContext* context);
+  grpc::Status Receive(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
+                       peer::v1::ReceiveImageReply* reply);
+
+  const std::string token_;
+  const std::string incoming_dir_;
+  const std::uint64_t max_receive_bytes_;
+
+  std::mutex mu_;  // guards in_flight_ and refused_hosts_
+  std::set<std::string> in_flight_;      // image names being received now
+  std::set<std::string> refused_hosts_;  // hosts already logged as refused (bounded)
+};
+
+/// The TCP server of the peer plane; inert unless Start() is called.
+class PeerServer {
+ public:
+  ~PeerServer() { Shutdown(); }
+  /// Loads options.peer_token_file, listens on options.listen and serves
+  /// PeerService. The token is checked before anything listens.
+  Status Start(const DaemonOptions& options, const std::string& checkpoint_root);
+  /// Stops serving (in-flight transfers get a short grace period). Idempotent.
+  void Shutdown();
+  /// The port actually bound (options.listen may say port 0); 0 when not started.
+  int port() const { return port_; }
+
+ private:
+  // Owned by the Daemon's thread; the service outlives the server.
+  std::unique_ptr<PeerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace phos::server

@@ -1,0 +1,71 @@
+// Whole-process checkpoint and restore (docs/criu.md "Whole-process
+// checkpoint and restore"): the app's GPU state through the C/R engine and
+// its CPU state through CRIU, in one image directory:
+//
+//   DIR/manifest, DIR/gpu.img ...  the engine's GPU image (as --gpu-only)
+//   DIR/criu/                      CRIU's images + criu-dump.log
+//   DIR/process.txt                process_image.h; written last
+//
+// Checkpoint: engine::Checkpoint (any mode), then ONE control task on the
+// session's consumer thread (no call runs meanwhile) that checks no call
+// was admitted since the engine fixed the GPU state (else the GPU image
+// and the CPU image would describe different instants: the attempt is
+// discarded and redone, at most kMaxAttempts times), and runs the CRIU
+// dump (leave_running; the app's channel socket declared external). The
+// ring needs no saved consumer state: between two calls RingServer has no
+// frame pending and its head is published in the region, so the dumped
+// region holds it (a new RingServer starts from the published head).
+//
+// Restore: CRIU restores the process (same pid, detached) with one end of
+// a fresh socketpair in place of its channel socket; phosd maps the ring
+// memfd CRIU recreated (/proc/PID/map_files), checks its geometry against
+// the image, adopts a GATED session around both (SessionServer::Adopt),
+// restores the GPU state into it (engine::RestoreFresh, stop-the-world)
+// and only then lets the consumer take the restored app's calls.
+//
+// Threading: any thread except a session's consumer (as engine
+// operations). Root only (CRIU).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "engine/operations.h"
+#include "engine/progress.h"
+#include "server/process_image.h"
+#include "session/session.h"
+#include "session/session_server.h"
+
+namespace phos::server {
+
+struct ProcessCheckpointResult {
+  engine::CheckpointResult gpu;
+  ProcessImage image;
+  uint64_t criu_dump_ms = 0;  // the CRIU dump (the app's calls wait this long)
+  int attempts = 0;           // GPU checkpoints made (> 1: calls raced the dump)
+};
+
+inline constexpr int kMaxProcessCheckpointAttempts = 3;
+
+/// `gpu.dir` must not exist. On a CRIU failure the directory keeps the GPU
+/// image and criu/criu-dump.log but no process.txt (the error says so).
+Status CheckpointProcess(session::Session& session, const engine::CheckpointOptions& gpu,
+                         engine::Progress* progress, ProcessCheckpointResult* result);
+
+struct ProcessRestoreResult {
+  pid_t pid = 0;
+  uint64_t session_id = 0;
+  engine::RestoreResult gpu;
+  uint64_t criu_restore_ms = 0;
+};
+
+/// Restores the process of image `dir` (its pid must be free). On any
+/// failure after CRIU restored the process, the process is killed (it
+/// could not run without its GPU state).
+Status RestoreProcess(session::SessionServer* server, const std::string& dir, engine::Progress* progress,
+                      ProcessRestoreResult* result);
+
+}  // namespace phos::server

@@ -1,0 +1,52 @@
+// What a whole-process checkpoint adds to a GPU image directory besides
+// CRIU's images (DIR/criu/): DIR/process.txt, the facts phosd needs to
+// re-attach the restored app (docs/criu.md "Whole-process checkpoint and
+// restore"). A text file of `key value` lines, written last (tmp + rename):
+// its presence marks a complete whole-process image.
+//
+// Also the /proc and sock_diag look-ups both sides need. Plain functions; no
+// shared state.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+#include "ring/ring_layout.h"
+
+namespace phos::server {
+
+inline constexpr const char* kProcessImageFile = "process.txt";
+inline constexpr const char* kCriuSubdir = "criu";
+
+struct ProcessImage {
+  int version = 1;
+  pid_t pid = 0;                 // the app's pid (CRIU restores it with the same one)
+  uid_t uid = 0;
+  uint64_t session_id = 0;       // the session that was checkpointed (informational)
+  uint64_t channel_inode = 0;    // inode of the APP's end of its channel socket
+  uint64_t ring_start = 0;       // the app's mapping of the ring memfd [start, end)
+  uint64_t ring_end = 0;
+  ring::RingGeometry geometry;   // phosd's copy; the restored region must match it
+  uint64_t ring_head = 0;        // consumer position at the dump (informational)
+  uint64_t admitted = 0;         // calls admitted when both states were fixed
+  bool shell_job = false;        // the app is not its own session leader
+  std::string cmdline;           // NUL-separated argv (the channel hello)
+};
+
+Status WriteProcessImage(const std::string& dir, const ProcessImage& image);
+/// NotFound when DIR has no process.txt (a GPU-only image).
+Status ReadProcessImage(const std::string& dir, ProcessImage* image);
+
+/// The inode of the peer of the connected unix socket `fd` (sock_diag
+/// UNIX_DIAG_PEER; needs CONFIG_UNIX_DIAG, which CRIU needs too).
+Status UnixPeerInode(int fd, uint64_t* inode);
+/// The app's mapping of the memfd whose inode is `inode` (from
+/// /proc/PID/maps; offset 0, exactly `bytes` long).
+Status FindMemfdMapping(pid_t pid, uint64_t inode, uint64_t bytes, uint64_t* start, uint64_t* end);
+/// True if /proc/PID/fd holds socket:[inode].
+bool ProcessHoldsSocket(pid_t pid, uint64_t inode);
+
+}  // namespace phos::server

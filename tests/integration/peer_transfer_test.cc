@@ -1,0 +1,323 @@
+// The migration transport end to end (docs/migration.md): a destination
+// phosd with --listen/--peer-token, `phos send-image` as the source, and raw
+// PhosPeer streams for what a well-behaved source never sends.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "image/image_writer.h"
+#include "peer.grpc.pb.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using phos::testing::Child;
+using phos::testing::Clock;
+using phos::testing::WaitForDataSocket;
+using namespace std::chrono_literals;
+
+struct Result {
+  int rc;
+  std::string output;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteFile(const std::string& path, const std::string& bytes, mode_t mode = 0600) {
+  fs::create_directories(fs::path(path).parent_path());
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  chmod(path.c_str(), mode);
+}
+
+std::string RandomBytes(std::size_t n, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) s[i] = static_cast<char>(rng());
+  return s;
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class PeerTransferTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/phos_peer_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    root_ = dir_ + "/dstroot";
+    incoming_ = root_ + "/incoming";
+    token_ = dir_ + "/token";
+    WriteFile(token_, "  s3cret-peer-token \nsecond line is ignored\n");
+    StartDestination();
+  }
+  void TearDown() override {
+    if (daemon_.pid > 0) {
+      kill(daemon_.pid, SIGTERM);
+      EXPECT_NE(daemon_.Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
+    }
+    fs::remove_all(dir_);
+  }
+
+  void StartDestination() {
+    const std::string sock = dir_ + "/dst.sock";
+    daemon_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--pool", "0", "--socket", sock,
+                            "--checkpoint-root", root_, "--listen", "127.0.0.1:0", "--peer-token", token_,
+                            "--max-receive-bytes", "64M"});
+    ASSERT_TRUE(daemon_.ReadUntil("(port ", 20s)) << daemon_.output;
+    ASSERT_TRUE(daemon_.ReadUntil(")", 5s)) << daemon_.output;
+    std::smatch m;
+    const std::string out = daemon_.output;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex("\\(port (\\d+)\\)"))) << out;
+    port_ = std::stoi(m[1]);
+    ASSERT_TRUE(WaitForDataSocket(sock, 20s)) << daemon_.output;
+  }
+  std::string To() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  Result Phos(std::vector<std::string> args) {
+    std::vector<std::string> argv = {PHOS_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Child c = Child::Start(argv);
+    const int rc = c.Wait(120s);
+    return {rc, c.output};
+  }
+
+  // A GPU-only image (ImageWriter) plus a criu/ tree standing for the
+  // process part: nested directories, an empty file, a multi-chunk file.
+  std::string MakeImage(const std::string& name) {
+    const std::string img = dir_ + "/src/" + name;
+    fs::create_directories(dir_ + "/src");
+    phos::image::v1::Manifest meta;
+    meta.set_session_id(7);
+    meta.set_pid(4242);
+    meta.set_mode("stop");
+    meta.set_device_name("sim0");
+    phos::image::ImageWriterOptions o;
+    o.chunk_bytes = 1 << 20;
+    o.io.force_pwrite = true;
+    std::unique_ptr<phos::image::ImageWriter> w;
+    EXPECT_TRUE(phos::image::ImageWriter::Open(img, meta, o, &w).ok());
+    const std::string b0 = RandomBytes((3 << 20) + 4097, 1), b1 = RandomBytes(12345, 2);
+    std::size_t i0 = 0, i1 = 0;
+    EXPECT_TRUE(w->AddBuffer(0x7c0000000000, b0.size(), &i0).ok());
+    EXPECT_TRUE(w->AddBuffer(0x7c0000800000, b1.size(), &i1).ok());
+    EXPECT_TRUE(w->WriteBuffer(i0, b0.data()).ok());
+    EXPECT_TRUE(w->WriteBuffer(i1, b1.data()).ok());
+    phos::Status c = w->Commit();
+    EXPECT_TRUE(c.ok()) << c.ToString();
+    WriteFile(img + "/criu/pages-1.img", RandomBytes((5 << 20) + 123, 3));
+    WriteFile(img + "/criu/inventory.img", "inventory", 0640);
+    WriteFile(img + "/criu/empty.img", "");
+    WriteFile(img + "/criu/sub/deep/core-1.img", RandomBytes(777, 4));
+    return img;
+  }
+
+  // Every regular file under a and b, same relative paths, same bytes and modes.
+  static void ExpectSameTree(const std::string& a, const std::string& b) {
+    std::vector<std::string> fa, fb;
+    for (const auto& e : fs::recursive_directory_iterator(a))
+      if (e.is_regular_file()) fa.push_back(fs::relative(e.path(), a).string());
+    for (const auto& e : fs::recursive_directory_iterator(b))
+      if (e.is_regular_file()) fb.push_back(fs::relative(e.path(), b).string());
+    std::sort(fa.begin(), fa.end());
+    std::sort(fb.begin(), fb.end());
+    ASSERT_EQ(fa, fb);
+    for (const std::string& f : fa) {
+      EXPECT_TRUE(ReadAll(a + "/" + f) == ReadAll(b + "/" + f)) << f << " differs";
+      EXPECT_EQ(fs::status(a + "/" + f).permissions(), fs::status(b + "/" + f).permissions()) << f;
+    }
+  }
+
+  std::unique_ptr<phos::peer::v1::PhosPeer::Stub> Stub() {
+    return phos::peer::v1::PhosPeer::NewStub(grpc::CreateChannel(To(), grpc::InsecureChannelCredentials()));
+  }
+
+  // Sends `msgs` on one ReceiveImage stream (ignoring early refusals) and
+  // returns the final status.
+  grpc::Status RawSend(const std::vector<phos::peer::v1::ImageChunk>& msgs, const std::string& token) {
+    auto stub = Stub();
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("phos-peer-token", token);
+    phos::peer::v1::ReceiveImageReply reply;
+    auto w = stub->ReceiveImage(&ctx, &reply);
+    for (const auto& m : msgs)
+      if (!w->Write(m)) break;
+    w->WritesDone();
+    return w->Finish();
+  }
+  static phos::peer::v1::ImageChunk Begin(const std::string& name, std::uint64_t total) {
+    phos::peer::v1::ImageChunk c;
+    c.mutable_begin()->set_name(name);
+    c.mutable_begin()->set_total_bytes(total);
+    c.mutable_begin()->set_file_count(1);
+    return c;
+  }
+  static phos::peer::v1::ImageChunk Data(const std::string& path, const std::string& bytes) {
+    phos::peer::v1::ImageChunk c;
+    c.mutable_data()->set_path(path);
+    c.mutable_data()->set_data(bytes);
+    return c;
+  }
+
+  std::string dir_, root_, incoming_, token_;
+  int port_ = 0;
+  Child daemon_;
+};
+
+TEST_F(PeerTransferTest, SendsAnImageByteIdenticalAndInspectVerifiesIt) {
+  const std::string img = MakeImage("img1");
+  Result r = Phos({"send-image", img, "--to", To(), "--peer-token", token_, "--chunk-size", "1M"});
+  ASSERT_EQ(r.rc, 0) << r.output << daemon_.output;
+  const std::string dst = incoming_ + "/img1";
+  EXPECT_NE(r.output.find(dst + "\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("send-image OK"), std::string::npos) << r.output;
+  EXPECT_EQ(Entries(incoming_), std::vector<std::string>{"img1"});  // no .tmp left
+  ExpectSameTree(img, dst);
+  Result in = Phos({"inspect", dst});
+  EXPECT_EQ(in.rc, 0) << in.output;
+
+  // The name is taken now; another name is fine.
+  Result again = Phos({"send-image", img, "--to", To(), "--peer-token", token_});
+  EXPECT_EQ(again.rc, 1) << again.output;
+  EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
+  Result other = Phos({"send-image", img + "/", "--to", To(), "--peer-token", token_, "--name", "img1-b"});
+  ASSERT_EQ(other.rc, 0) << other.output;
+  ExpectSameTree(img, incoming_ + "/img1-b");
+}
+
+TEST_F(PeerTransferTest, WrongOrMissingTokenIsRefusedAndNothingWritten) {
+  const std::string img = MakeImage("img2");
+  const std::string bad = dir_ + "/bad-token";
+  WriteFile(bad, "not-the-token\n");
+  for (int i = 0; i < 2; ++i) {
+    Result r = Phos({"send-image", img, "--to", To(), "--peer-token", bad});
+    EXPECT_EQ(r.rc, 1) << r.output;
+    EXPECT_NE(r.output.find("UNAUTHENTICATED"), std::string::npos) << r.output;
+  }
+  // A token that is a prefix of the right one, and none at all.
+  EXPECT_EQ(RawSend({Begin("img2", 0)}, "s3cret-peer").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(RawSend({Begin("img2", 0)}, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Entries(incoming_).empty()) << "nothing may be written for a refused peer";
+  // The refused host is logged once.
+  daemon_.ReadUntil("never printed", 300ms);
+  std::size_t n = 0;
+  for (std::size_t at = 0; (at = daemon_.output.find("peer: refused a call from ipv4:127.0.0.1", at)) !=
+                           std::string::npos;
+       ++at)
+    ++n;
+  EXPECT_EQ(n, 1u) << daemon_.output;
+  // The right token (trimmed first line of the file) works.
+  EXPECT_TRUE(RawSend({Begin("img2", 0), [] {
+                         phos::peer::v1::ImageChunk c;
+                         c.mutable_end();
+                         return c;
+                       }()},
+                      "s3cret-peer-token")
+                  .ok());
+}
+
+TEST_F(PeerTransferTest, DaemonRefusesAnUnsafeOrMissingTokenFile) {
+  const std::string open_token = dir_ + "/open-token";
+  WriteFile(open_token, "abc\n", 0644);
+  const std::string empty = dir_ + "/empty-token";
+  WriteFile(empty, " \n", 0600);
+  struct Case {
+    std::string file, message;
+  };
+  for (const Case& c : {Case{open_token, "readable by group and others (mode 0644)"},
+                        Case{empty, "is empty"}, Case{dir_ + "/missing", "does not exist"}}) {
+    Child d = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--pool", "0", "--socket", dir_ + "/bad.sock",
+                            "--checkpoint-root", dir_ + "/badroot", "--listen", "127.0.0.1:0", "--peer-token",
+                            c.file});
+    EXPECT_EQ(d.Wait(20s), 1) << d.output;
+    EXPECT_NE(d.output.find(c.message), std::string::npos) << d.output;
+    EXPECT_NE(d.output.find(c.file), std::string::npos) << d.output;
+  }
+  // --listen without a token is refused at parse time.
+  Child d = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", dir_ + "/bad.sock", "--listen",
+                          "127.0.0.1:0"});
+  EXPECT_NE(d.Wait(20s), 0);
+  EXPECT_NE(d.output.find("needs --peer-token"), std::string::npos) << d.output;
+}
+
+TEST_F(PeerTransferTest, KilledSourceLeavesOnlyTmpWhichARestartRemoves) {
+  const std::string img = dir_ + "/src/big";
+  WriteFile(img + "/gpu.img", RandomBytes(24 << 20, 5));
+  Child src = Child::Start({PHOS_BIN, "send-image", img, "--to", To(), "--peer-token", token_, "--chunk-size", "1M",
+                            "--max-rate", "4M"});
+  const std::string part = incoming_ + "/big.tmp/gpu.img";
+  const auto deadline = Clock::now() + 20s;
+  std::error_code ec;
+  while (Clock::now() < deadline && (!fs::exists(part, ec) || fs::file_size(part, ec) < (2u << 20)))
+    std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(fs::exists(part)) << daemon_.output;
+  kill(src.pid, SIGKILL);
+  src.Wait(5s);
+  ASSERT_TRUE(daemon_.ReadUntil("went away", 10s)) << daemon_.output;
+  EXPECT_EQ(Entries(incoming_), std::vector<std::string>{"big.tmp"});
+  EXPECT_LT(fs::file_size(part), 24u << 20);
+
+  kill(daemon_.pid, SIGTERM);
+  ASSERT_EQ(daemon_.Wait(10s), 0) << daemon_.output;
+  StartDestination();
+  EXPECT_TRUE(Entries(incoming_).empty()) << daemon_.output;
+  EXPECT_NE(daemon_.output.find("removed incomplete checkpoint " + incoming_ + "/big.tmp"), std::string::npos)
+      << daemon_.output;
+}
+
+TEST_F(PeerTransferTest, RefusesPathTraversalBadNamesOversizeAndDamage) {
+  const std::string tok = "s3cret-peer-token";
+  for (const std::string path : {"../escape", "/tmp/abs-escape", "a/../../escape", "a//b", "./x", ""}) {
+    grpc::Status s = RawSend({Begin("evil", 100), Data(path, "x")}, tok);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << path << ": " << s.error_message();
+  }
+  EXPECT_FALSE(fs::exists(incoming_ + "/../escape"));
+  EXPECT_FALSE(fs::exists(root_ + "/escape"));
+  EXPECT_FALSE(fs::exists("/tmp/abs-escape"));
+  for (const std::string name : {"../up", "a/b", "x.tmp", ".", ""}) {
+    grpc::Status s = RawSend({Begin(name, 1)}, tok);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name << ": " << s.error_message();
+  }
+  EXPECT_FALSE(fs::exists(root_ + "/up"));
+  // Over --max-receive-bytes (64M) announced, and more than announced sent.
+  grpc::Status big = RawSend({Begin("big", 100u << 20)}, tok);
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << big.error_message();
+  EXPECT_NE(big.error_message().find("--max-receive-bytes"), std::string::npos) << big.error_message();
+  grpc::Status over = RawSend({Begin("over", 4), Data("f", "12345678")}, tok);
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << over.error_message();
+  // A wrong checksum.
+  phos::peer::v1::ImageChunk end;
+  end.mutable_file_end()->set_path("f");
+  end.mutable_file_end()->set_size(3);
+  end.mutable_file_end()->set_xxh3(12345);
+  grpc::Status damaged = RawSend({Begin("damaged", 3), Data("f", "abc"), end}, tok);
+  EXPECT_EQ(damaged.error_code(), grpc::StatusCode::DATA_LOSS) << damaged.error_message();
+  // Refusals leave nothing behind.
+  EXPECT_TRUE(Entries(incoming_).empty());
+}
+
+}  // namespace

@@ -1,0 +1,300 @@
+// Whole-process checkpoint and restore, end to end (docs/criu.md
+// "Whole-process checkpoint and restore"): phosd (sim) + `phos run` +
+// checkpoint_app; `phos checkpoint` without --gpu-only saves the GPU state
+// and, through CRIU, the process; the app is killed; `phos restore DIR
+// --detach` brings it back with the same pid, and the restored app's
+// device state and host state are those of the checkpoint.
+//
+// The app runs in its own session (setsid) with stdout on a log file
+// opened O_APPEND (CRIU does not check the size of such a file on
+// restore) and stdin on /dev/null, so CRIU needs neither --shell-job nor
+// inherited pipes. This test process is a child subreaper: the restored
+// app (detached by CRIU from phosd's swrk child) is re-parented to it, so
+// the test can kill and reap it.
+//
+// Skips ("skipped: CRIU unavailable ...") when CriuClient::Check fails
+// (not root, no criu binary, a kernel CRIU cannot probe).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "criu/criu_client.h"
+#include "harness.h"
+
+namespace {
+
+using phos::testing::Child;
+using phos::testing::Clock;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+struct Result {
+  int rc;
+  std::string output;
+};
+
+class ProcessRestoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { check_ = new phos::Status(phos::criu::CriuClient::Check()); }
+  static void TearDownTestSuite() {
+    delete check_;
+    check_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (!check_->ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << check_->ToString();
+    ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    char tmpl[] = "/tmp/phos_pr_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    socket_ = dir_ + "/phosd.sock";
+    ctl_ = dir_ + "/ctl";
+    log_ = dir_ + "/app.log";
+    fs::create_directories(ctl_);
+    ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  }
+
+  void StartDaemon() {
+    daemon_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", socket_});
+    ASSERT_TRUE(phos::testing::WaitForDataSocket(socket_, 20s)) << daemon_.output;
+  }
+  // A fresh phosd for the restore. The sim places module variables
+  // next-fit (never at an address its daemon used before), and a restore
+  // into a fresh context needs the app's __device__ variables back at their
+  // old addresses: only a daemon that has placed nothing yet gives them
+  // (docs/criu.md "Limits").
+  void RestartDaemon() {
+    kill(daemon_.pid, SIGTERM);
+    ASSERT_NE(daemon_.Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
+    ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  }
+  void TearDown() override {
+    KillApp();
+    if (daemon_.pid > 0) {
+      kill(daemon_.pid, SIGTERM);
+      EXPECT_NE(daemon_.Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
+    }
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  // The app (or its restored copy: our child through the subreaper).
+  void KillApp() {
+    if (app_pid_ <= 0) return;
+    kill(app_pid_, SIGKILL);
+    int st;
+    waitpid(app_pid_, &st, 0);
+    app_pid_ = -1;
+  }
+
+  std::string Log() const {
+    std::ifstream f(log_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+
+  // Waits until the log, from byte `from`, contains `needle`; returns that part.
+  bool WaitLog(size_t from, const std::string& needle, std::chrono::milliseconds limit, std::string* out) {
+    const auto deadline = Clock::now() + limit;
+    for (;;) {
+      std::string all = Log();
+      std::string tail = all.size() > from ? all.substr(from) : "";
+      if (tail.find(needle) != std::string::npos) {
+        *out = tail;
+        return true;
+      }
+      if (Clock::now() > deadline) {
+        *out = tail;
+        return false;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+
+  // checkpoint_app under phos run, in its own session, output on the log.
+  pid_t StartApp() {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setsid();
+      const int in = open("/dev/null", O_RDONLY);
+      const int out = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(in, 0);
+      dup2(out, 1);
+      dup2(out, 2);
+      syscall(SYS_close_range, 3u, ~0u, 0u);
+      std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_, "run", "--lib", PHOS_LIB_PATH, "--",
+                                       PHOS_CHECKPOINT_APP, ctl_};
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    app_pid_ = pid;
+    std::string out;
+    if (!WaitLog(0, "checkpoint_app: ready pid ", 60s, &out) || !WaitLog(0, "\n", 5s, &out)) return -1;
+    std::smatch m;
+    if (!std::regex_search(out, m, std::regex("ready pid (\\d+)"))) return -1;
+    return std::stoi(m[1]);
+  }
+
+  std::string Cmd(const std::string& cmd) {
+    const int n = next_cmd_++;
+    const size_t from = Log().size();
+    const std::string tmp = ctl_ + "/tmp";
+    {
+      std::ofstream f(tmp);
+      f << cmd << "\n";
+    }
+    fs::rename(tmp, ctl_ + "/cmd-" + std::to_string(n));
+    std::string out;
+    EXPECT_TRUE(WaitLog(from, "ack " + std::to_string(n) + "\n", 30s, &out))
+        << "no ack for '" << cmd << "':\n" << Log();
+    return out;
+  }
+
+  // Rewinds the command files to command `n` (what the restored app waits for).
+  void RewindCommands(int n) {
+    for (int k = n; k < next_cmd_; ++k) fs::remove(ctl_ + "/cmd-" + std::to_string(k));
+    next_cmd_ = n;
+  }
+
+  Result Phos(std::vector<std::string> args) {
+    std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Child c = Child::Start(argv);
+    const int rc = c.Wait(60s);
+    return {rc, c.output};
+  }
+
+  // phosd's output so far (for failure messages).
+  std::string DaemonLog() {
+    daemon_.ReadUntil("\x01never", 200ms);
+    return daemon_.output;
+  }
+
+  static std::string Field(const std::string& text, const std::string& key) {
+    std::smatch m;
+    return std::regex_search(text, m, std::regex(key + " (\\S+)")) ? std::string(m[1]) : "";
+  }
+
+  // Checkpoint (whole process), one more step, kill, restore: the restored
+  // app holds the checkpoint's state and then steps exactly as before.
+  void RoundTrip(pid_t pid, const std::string& mode, int steps_done, const std::string& sum_at) {
+    const std::string img = dir_ + "/img-" + mode;
+    Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--mode", mode, "--out", img});
+    ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << DaemonLog();
+    EXPECT_TRUE(fs::exists(img + "/process.txt")) << ck.output;
+    EXPECT_TRUE(fs::exists(img + "/criu/inventory.img")) << ck.output;
+    EXPECT_TRUE(fs::exists(img + "/criu/criu-dump.log")) << ck.output;
+    const int at_checkpoint = next_cmd_;
+
+    // The app kept running: one more step.
+    const std::string next = Cmd("step");
+    const std::string sum_next = Field(next, "checksum");
+    ASSERT_NE(next.find("step " + std::to_string(steps_done + 1) + " checksum"), std::string::npos) << next;
+    ASSERT_NE(sum_next, sum_at);
+
+    KillApp();
+    RewindCommands(at_checkpoint);
+    ASSERT_NO_FATAL_FAILURE(RestartDaemon());
+    Result rs = Phos({"restore", img, "--detach"});
+    ASSERT_EQ(rs.rc, 0) << rs.output << "\nphosd:\n" << DaemonLog() << "\napp:\n" << Log();
+    EXPECT_NE(rs.output.find("restored pid " + std::to_string(pid)), std::string::npos) << rs.output;
+    app_pid_ = pid;  // same pid, and our child (subreaper)
+
+    const std::string p = Cmd("print");
+    EXPECT_EQ(Field(p, "checksum"), sum_at) << p;
+    EXPECT_EQ(Field(p, "steps"), std::to_string(steps_done)) << p;
+    EXPECT_EQ(Field(p, "verify-step"), std::to_string(steps_done)) << p;
+    EXPECT_EQ(Field(p, "verify-big"), std::to_string(steps_done)) << p;
+    const std::string again = Cmd("step");
+    EXPECT_NE(again.find("step " + std::to_string(steps_done + 1) + " checksum " + sum_next), std::string::npos)
+        << again << "\nexpected checksum " << sum_next;
+  }
+
+  static phos::Status* check_;
+  std::string dir_, socket_, ctl_, log_;
+  Child daemon_;
+  pid_t app_pid_ = -1;
+  int next_cmd_ = 0;
+};
+
+phos::Status* ProcessRestoreTest::check_ = nullptr;
+
+TEST_F(ProcessRestoreTest, StopAndCowCheckpointsRestoreTheWholeProcess) {
+  const pid_t pid = StartApp();
+  ASSERT_GT(pid, 0) << Log();
+  std::string s;
+  for (int i = 0; i < 3; ++i) s = Cmd("step");
+  const std::string sum3 = Field(s, "checksum");
+  ASSERT_FALSE(sum3.empty()) << s;
+  ASSERT_NO_FATAL_FAILURE(RoundTrip(pid, "stop", 3, sum3));
+  // The restored process is checkpointed and restored again, in cow mode.
+  s = Cmd("step");  // step 5
+  ASSERT_NE(s.find("step 5 checksum"), std::string::npos) << s;
+  ASSERT_NO_FATAL_FAILURE(RoundTrip(pid, "cow", 5, Field(s, "checksum")));
+  Cmd("quit");
+}
+
+TEST_F(ProcessRestoreTest, FailuresAreClearAndLeaveTheAppAlone) {
+  const pid_t pid = StartApp();
+  ASSERT_GT(pid, 0) << Log();
+  const std::string s = Cmd("step");
+  const std::string img = dir_ + "/img";
+  Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--out", img});
+  ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << DaemonLog();
+
+  // Restoring while the process still runs: refused, the app is untouched.
+  Result busy = Phos({"restore", img, "--detach"});
+  EXPECT_EQ(busy.rc, 1) << busy.output;
+  EXPECT_NE(busy.output.find("pid " + std::to_string(pid) + " exists"), std::string::npos) << busy.output;
+  EXPECT_EQ(Field(Cmd("print"), "checksum"), Field(s, "checksum"));
+
+  // A corrupt CRIU image: CRIU's error, quoted from its log.
+  const std::string bad = dir_ + "/bad";
+  fs::copy(img, bad, fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(bad + "/criu")) {
+    if (e.path().filename().string().rfind("core-", 0) == 0) fs::remove(e.path());
+  }
+  const int at_checkpoint = next_cmd_ - 1;  // the print above came after the checkpoint
+  KillApp();
+  RewindCommands(at_checkpoint);
+  Result corrupt = Phos({"restore", bad, "--detach"});
+  EXPECT_EQ(corrupt.rc, 1) << corrupt.output;
+  EXPECT_NE(corrupt.output.find("criu restore"), std::string::npos) << corrupt.output;
+  EXPECT_NE(corrupt.output.find("criu-restore.log"), std::string::npos) << corrupt.output;
+  EXPECT_NE(kill(pid, 0), 0) << "a failed restore left pid " << pid << " running";
+
+  // The good image still restores.
+  ASSERT_NO_FATAL_FAILURE(RestartDaemon());
+  Result ok = Phos({"restore", img, "--detach"});
+  ASSERT_EQ(ok.rc, 0) << ok.output << "\nphosd:\n" << DaemonLog();
+  app_pid_ = pid;
+  EXPECT_EQ(Field(Cmd("print"), "checksum"), Field(s, "checksum"));
+
+  // A GPU-only checkpoint still works on the restored process.
+  Result gpu = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--out", dir_ + "/gpu"});
+  EXPECT_EQ(gpu.rc, 0) << gpu.output;
+  Result notwhole = Phos({"restore", dir_ + "/gpu"});
+  EXPECT_EQ(notwhole.rc, 1) << notwhole.output;
+  EXPECT_NE(notwhole.output.find("not a whole-process image"), std::string::npos) << notwhole.output;
+}
+
+}  // namespace
