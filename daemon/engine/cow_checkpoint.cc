@@ -125,8 +125,16 @@ Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBu
   const auto t0 = Clock::now();
   bool waited = false;
   while (!abandoned_) {
-    if (b.state == kShadowed || b.state == kSaved) break;
-    if (b.state == kSaving && b.shadow != 0) break;  // shadowed while being saved
+    if (b.state == kSaved) break;
+    if (b.shadow != 0 && (b.state == kShadowed || b.state == kSaving)) {
+      // Shadowed by an earlier writer, whose D2D into the shadow is queued
+      // on ITS stream: a write on another stream could run before that copy
+      // and put post-t1 bytes into the shadow. Order this call's stream
+      // after the shadow copy (an enqueue, no wait). Found by
+      // engine_consistency_test (two streams bumping one __device__ counter).
+      if (b.shadow_ready != 0) (void)ctx_->StreamWaitEvent(call.stream, b.shadow_ready);
+      break;
+    }
     if (b.state == kSaving && saving_ == &b && chunk_busy_) {
       // The copier is reading one chunk of B right now: a write may not
       // start before that chunk is in host memory. At most one chunk.
@@ -262,19 +270,39 @@ Status CowCheckpoint::CopyAll() {
       b->urgent = false;
       b->safe_from = seq_ + 1;
       ++saved_;
+      // The shadow stays attached until its D2D is known complete: a writer
+      // may have shadowed B after the copier had read B itself (the copy
+      // into the shadow can still be queued on the app's stream); reusing
+      // the shadow before that copy ran would let it overwrite the next
+      // buffer's t1 content (found by engine_consistency_test under load).
       shadow = b->shadow;
       ready = b->shadow_ready;
-      b->shadow = 0;
-      b->shadow_ready = 0;
-      if (shadow != 0) GiveBackShadow(b->bytes, shadow);
       if (!status.ok()) abandoned_ = true;  // waiters go on; the image is discarded
       table_.cv.notify_all();
     }
+    bool shadow_idle = false;
     {
       std::lock_guard<std::mutex> use(ctx_use_mu_);
       if (!fenced_.load()) {
-        if (ready != 0) (void)ctx_->DestroyEvent(ready);
+        if (ready != 0) {
+          shadow_idle = ctx_->SynchronizeEvent(ready).ok();
+          (void)ctx_->DestroyEvent(ready);
+        } else {
+          shadow_idle = true;
+        }
         if (validator_) (void)validator_->Drain(false, &reports);
+      }
+    }
+    if (shadow != 0) {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      if (b->shadow == shadow) {  // not already released by DropDeviceState
+        b->shadow = 0;
+        b->shadow_ready = 0;
+        if (shadow_idle) {
+          GiveBackShadow(b->bytes, shadow);
+        } else {
+          shadows_to_free_.push_back(shadow);  // freed with the device state
+        }
       }
     }
     if (!status.ok()) break;
@@ -430,6 +458,8 @@ void CowCheckpoint::DropDeviceState() {
     std::lock_guard<std::mutex> lock(table_.mu);
     for (const auto& [n, p] : spare_shadows_) shadows.push_back(p);
     spare_shadows_.clear();
+    shadows.insert(shadows.end(), shadows_to_free_.begin(), shadows_to_free_.end());
+    shadows_to_free_.clear();
     for (auto& [addr, b] : table_.by_address) {
       if (b.shadow != 0) shadows.push_back(b.shadow);
       if (b.shadow_ready != 0) events.push_back(b.shadow_ready);

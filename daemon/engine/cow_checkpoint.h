@@ -133,7 +133,7 @@ class CowCheckpoint final : public Operation, public std::enable_shared_from_thi
   std::size_t next_ = 0;                         // copier's position in order_
   std::vector<std::uint64_t> order_;             // addresses, ascending
   std::unordered_map<std::uint64_t, std::uint64_t> ticket_seq_;  // twin ticket -> admission seq
-  std::vector<std::uint64_t> shadows_to_free_;   // freed by the copier outside mu
+  std::vector<std::uint64_t> shadows_to_free_;   // shadows whose D2D could not be confirmed done: freed with the device state
   OperationCounters counters_;
   std::uint32_t next_first_use_ = 0;
   bool cancelled_ = false;
