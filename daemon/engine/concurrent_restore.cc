@@ -1,5 +1,7 @@
 #include "engine/concurrent_restore.h"
 
+#include "engine/operation_util.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -9,20 +11,6 @@
 #include "common/hex.h"
 
 namespace phos::engine {
-
-namespace {
-using Clock = std::chrono::steady_clock;
-
-std::uint64_t MicrosSince(Clock::time_point t0) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-}
-
-Status SessionGone(const Status& s, session::Session& session) {
-  if (s.code() != Status::Code::kUnavailable) return s;
-  return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the restore (" + s.message() +
-                             ")");
-}
-}  // namespace
 
 ConcurrentRestore::ConcurrentRestore(std::unique_ptr<RestoreTask> task, Progress* progress,
                                      ConcurrentRestoreHooks hooks)
@@ -429,7 +417,7 @@ Status DriveConcurrentRestore(session::Session& session, EngineHook* hook, std::
   };
   if (!s.ok()) {
     fill();
-    return SessionGone(s, session);
+    return SessionGone(s, session, "the restore did not complete");
   }
   spdlog::info("restore of pid {}: session resumed after {} us; loading {} buffers in the background",
                session.pid(), stall_us, op->task().snapshot().buffers.size());
@@ -439,8 +427,8 @@ Status DriveConcurrentRestore(session::Session& session, EngineHook* hook, std::
   fill();
   result->total_us = total_us;
   if (load_order != nullptr) *load_order = op->load_order();
-  if (!loaded.ok()) return SessionGone(loaded, session);
-  if (!finished.ok()) return SessionGone(finished, session);
+  if (!loaded.ok()) return SessionGone(loaded, session, "the restore did not complete");
+  if (!finished.ok()) return SessionGone(finished, session, "the restore did not complete");
   const OperationCounters& c = result->counters;
   spdlog::info("restore of pid {}: every buffer present after {} us (stall {} us, {} calls waited {} us for "
                "absent buffers, {} twin launches, {} rollbacks)",
