@@ -32,9 +32,9 @@ struct RestoreArgs {
   bool json = false;
 };
 
-/// Waits until `pid` exits. The restored process is not our child (CRIU
-/// re-parents it to init or to phosd's subreaper, docs/criu.md "Who reaps
-/// the restored process"), so waitpid() cannot be used: a pidfd becomes
+/// Waits until `pid` exits, when phosd could not report its status (it
+/// reaps restored processes as their subreaper; if that failed, the
+/// process is init's). Not our child, so no waitpid(): a pidfd becomes
 /// readable when the process exits (fallback: poll /proc/PID every 100 ms).
 void WaitForExit(pid_t pid) {
   const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -69,14 +69,22 @@ int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
   grpc::ClientContext ctx;
   auto reader = stub->Restore(&ctx, req);
   v1::OperationResult result;
+  // Without --detach the stream stays open until the process exits: a
+  // "running" event prints "restored pid N" as soon as it runs.
   const int rc = ShowOperation(reader.get(), "Restore", "restore", a.json, &result);
   if (rc != 0 || a.gpu_only) return rc;
-  if (!a.json) std::cout << "restored pid " << result.pid() << "\n" << std::flush;
-  if (a.detach) return 0;
+  if (a.detach) {
+    if (!a.json) std::cout << "restored pid " << result.pid() << "\n" << std::flush;
+    return 0;
+  }
+  if (result.has_exit_status()) {
+    if (!a.json) std::cout << "pid " << result.pid() << " exited with status " << result.exit_status() << "\n";
+    return result.exit_status();
+  }
+  // phosd could not reap it (not its child): wait here, status unknown.
   WaitForExit(result.pid());
   if (!a.json) {
-    std::cout << "pid " << result.pid()
-              << " exited (its exit status is not available: the restored process is not phos's child)\n";
+    std::cout << "pid " << result.pid() << " exited (its exit status is unknown: phosd is not its parent)\n";
   }
   return 0;
 }
@@ -92,7 +100,8 @@ void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
                 "Restore the GPU state only, in place into the running --pid. Default: restore the whole "
                 "process from a whole-process image (CRIU, root; its old pid must be free)");
   cmd->add_flag("--detach", a->detach,
-                "Whole-process restore: return once the process runs (default: wait until it exits)");
+                "Whole-process restore: return once the process runs (default: wait until it exits and "
+                "return its exit status)");
   cmd->add_flag("--concurrent,!--stop-the-world", a->concurrent,
                 "--gpu-only: --concurrent (default): the process resumes at once and buffers load in the "
                 "background in the order it first used them (a call needing one waits for it); "

@@ -1,10 +1,20 @@
-// phos run [--lib PATH] [--] CMD ARGS...: run an unmodified CUDA program
-// against phosd by preloading libphos.so (docs/interposer.md "libphos.so and
-// phos run"). Programs that link the CUDA runtime statically (nvcc's
-// default) cannot be interposed and are refused.
+// phos run [--lib PATH] [--no-pid-ns] [--] CMD ARGS...: run an unmodified
+// CUDA program against phosd by preloading libphos.so (docs/interposer.md
+// "libphos.so and phos run"). Programs that link the CUDA runtime
+// statically (nvcc's default) cannot be interposed and are refused.
+//
+// Pid namespace (default when allowed, docs/criu.md "Pid namespaces"): the
+// program runs as pid 1 of a new pid namespace and leads its own session,
+// so CRIU can restore its image while the original still runs, any number
+// of times, on any host (the restored copy gets a new pid namespace, so its
+// pid can never collide). `phos run` stays as its parent in our namespace:
+// it forwards signals and exits with the program's status.
 #include <elf.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -149,7 +159,41 @@ std::string DriverShimDir(const std::string& lib, std::string* error) {
   return dir;
 }
 
-int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::string> args) {
+/// True if `pid` has a handler for `sig` (SigCgt in /proc/PID/status).
+bool CatchesSignal(pid_t pid, int sig) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    const unsigned long long mask = std::strtoull(line.c_str() + 7, nullptr, 16);
+    return ((mask >> (sig - 1)) & 1ull) != 0;
+  }
+  return false;
+}
+
+/// The parent side of a pid-namespaced run: waits for `child` (pid 1 of its
+/// namespace) and relays signals. The kernel drops signals whose action is
+/// the default for a namespace's init, even from outside, so a signal the
+/// program does not catch is turned into SIGKILL: the program then ends as
+/// it would have without the namespace (its exit status says SIGKILL).
+int SuperviseChild(pid_t child, const sigset_t& relayed) {
+  for (;;) {
+    siginfo_t info{};
+    const int sig = sigwaitinfo(&relayed, &info);
+    if (sig < 0) continue;  // EINTR
+    if (sig == SIGCHLD) {
+      int status = 0;
+      const pid_t r = waitpid(child, &status, WNOHANG);
+      if (r != child) continue;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+      continue;
+    }
+    kill(child, CatchesSignal(child, sig) ? sig : SIGKILL);
+  }
+}
+
+int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::string> args, bool pid_ns) {
   if (!args.empty() && args.front() == "--") args.erase(args.begin());
   if (args.empty()) {
     std::cerr << "phos run: no command given (usage: phos run [--lib PATH] [--] CMD ARGS...)\n";
@@ -205,6 +249,43 @@ int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::st
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  if (pid_ns) {
+    // unshare(CLONE_NEWPID) puts our NEXT child in the new namespace (as
+    // its pid 1). Needs CAP_SYS_ADMIN: without it run as before (a
+    // whole-process image is then restorable only once the pid is free).
+    if (unshare(CLONE_NEWPID) == 0) {
+      sigset_t relayed;
+      sigemptyset(&relayed);
+      for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGALRM})
+        sigaddset(&relayed, s);
+      sigset_t old;
+      sigprocmask(SIG_BLOCK, &relayed, &old);
+      const pid_t child = fork();
+      if (child < 0) {
+        std::cerr << "phos run: fork: " << std::strerror(errno) << "\n";
+        return 126;
+      }
+      if (child == 0) {
+        sigprocmask(SIG_SETMASK, &old, nullptr);
+        // No PR_SET_PDEATHSIG: CRIU restores it, and a restored copy's
+        // parent at restore time (criu swrk) exits at once — it would kill
+        // every restored copy. SIGKILL of `phos run` itself (uncatchable,
+        // not relayed) therefore leaves the program running; kill the
+        // program (its pid in `phos ps`) instead.
+        // Its own session: CRIU then needs no --shell-job, and a restore
+        // into a new namespace has the session leader inside it.
+        setsid();
+        execv(path.c_str(), argv.data());
+        std::cerr << "phos run: exec " << path << ": " << std::strerror(errno) << "\n";
+        _exit(126);
+      }
+      return SuperviseChild(child, relayed);
+    }
+    if (errno != EPERM) {
+      std::cerr << "phos run: warning: no pid namespace (unshare: " << std::strerror(errno)
+                << "); the program runs in ours\n";
+    }
+  }
   execv(path.c_str(), argv.data());
   std::cerr << "phos run: exec " << path << ": " << std::strerror(errno) << "\n";
   return 126;
@@ -214,20 +295,32 @@ int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::st
 
 void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
   auto lib = std::make_shared<std::string>();
+  auto no_pid_ns = std::make_shared<bool>(false);
   CLI::App* cmd = app->add_subcommand(
       "run",
       "Run a CUDA program on phosd: preloads libphos.so so the program's CUDA calls go to the daemon "
       "(which must be running). The program must be built with `nvcc -cudart shared`. Exits with the "
       "program's status.");
   cmd->add_option("--lib", *lib, "libphos.so to preload (default $PHOS_LIB, else the one installed with phos)");
+  cmd->add_flag("--no-pid-ns", *no_pid_ns,
+                "Run the program in our pid namespace. Default (when allowed, i.e. as root): the program is "
+                "pid 1 of a new pid namespace, so its whole-process images can be restored while it still "
+                "runs and on hosts where its pid is taken (`phos ps` shows its pid as seen from here). "
+                "Signals to `phos run` are relayed; one the program does not catch ends it with SIGKILL");
+  // prefix_command: CLI11 stops at the first non-option and leaves the rest,
+  // in order, in remaining(). After an explicit `--`, the words go to the
+  // positional instead and CLI11 leaves that `--` at the end of
+  // remaining(): it is ours, not the program's.
   auto positional = std::make_shared<std::vector<std::string>>();
   cmd->add_option("command", *positional, "the program and its arguments (after `--` if they look like options)");
   cmd->prefix_command();
   cmd->fallthrough(false);  // the program and its arguments are not phos options
-  cmd->callback([cmd, lib, positional, global, exit_code] {
+  cmd->callback([cmd, lib, no_pid_ns, positional, global, exit_code] {
+    std::vector<std::string> rest = cmd->remaining();
+    if (!positional->empty() && !rest.empty() && rest.back() == "--") rest.pop_back();
     std::vector<std::string> args = *positional;
-    for (auto& a : cmd->remaining()) args.push_back(a);
-    *exit_code = RunProgram(*global, *lib, std::move(args));
+    for (auto& a : rest) args.push_back(a);
+    *exit_code = RunProgram(*global, *lib, std::move(args), !*no_pid_ns);
   });
 }
 

@@ -27,5 +27,9 @@ void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_
 void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 /// phos send-image DIR --to HOST:PORT --peer-token FILE [--name N] (cmd_send_image.cc): no daemon needed.
 void AddSendImageCommand(CLI::App* app, int* exit_code);
+// phos migrate (cmd_migrate.cc).
+void AddMigrateCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
+/// phos template save|start|list|rm (cmd_template.cc, docs/templates.md).
+void AddTemplateCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 
 }  // namespace phos::cli

@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   phos::cli::AddCheckpointCommand(&app, &global, &exit_code);
   phos::cli::AddRestoreCommand(&app, &global, &exit_code);
   phos::cli::AddSendImageCommand(&app, &exit_code);
+  phos::cli::AddMigrateCommand(&app, &global, &exit_code);
+  phos::cli::AddTemplateCommand(&app, &global, &exit_code);
 
   CLI11_PARSE(app, argc, argv);
   return exit_code;

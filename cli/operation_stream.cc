@@ -65,6 +65,14 @@ int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const
     if (json) std::cout << JsonLine(ev) << std::endl;
     if (ev.has_progress()) {
       if (json) continue;
+      if (ev.progress().phase() == "running") {
+        // The operation's process runs now (restore without --detach): say
+        // so at once, on stdout, while the stream waits for its exit.
+        if (bar_drawn) std::fprintf(stderr, "\r\033[K");
+        bar_drawn = false;
+        std::cout << ev.progress().message() << std::endl;
+        continue;
+      }
       if (tty) {
         DrawBar(ev.progress());
         bar_drawn = true;
@@ -103,7 +111,12 @@ int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const
   if (!json || !have_terminal) std::cerr << "phos: " << what << " failed: " << message << "\n";
   if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) return 2;
   if (st.error_code() == grpc::StatusCode::UNAVAILABLE && !have_terminal) {
-    std::cerr << "phos: " << DescribeRpcError(rpc, st) << "\n";
+    // The stream broke before its terminal event: phosd went away (exited,
+    // was killed, or crashed) while the operation ran.
+    std::cerr << "phos: " << what << ": phosd closed the connection before the " << what
+              << " finished (" << st.error_message()
+              << "): did it exit or crash? Check its log. An incomplete image is never committed; phosd removes "
+                 "its leftovers (*.tmp) at its next start\n";
   }
   return 1;
 }

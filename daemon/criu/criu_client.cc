@@ -5,10 +5,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -23,7 +25,17 @@ namespace {
 
 // Serializes every libcriu call: libcriu reports errno through one static
 // (`saved_errno`) shared by all criu_local_* calls. See criu_client.h.
+// Also guards g_default_binary.
 std::mutex g_libcriu_mu;
+// CriuClient::SetDefaultBinary's value ("" = libcriu's default, `criu` on
+// PATH). Guarded by g_libcriu_mu.
+std::string g_default_binary;
+
+// The binary a call runs: its own option, else the process default.
+// Caller holds g_libcriu_mu.
+std::string ResolveBinary(const std::string& criu_binary) {
+  return criu_binary.empty() ? g_default_binary : criu_binary;
+}
 
 struct OptsDeleter {
   void operator()(criu_opts* o) const { criu_local_free_opts(o); }
@@ -49,6 +61,7 @@ class DirFd {
   int fd_ = -1;
 };
 
+// `criu_binary` is already resolved (ResolveBinary); "" = libcriu's default.
 Status NewOpts(const std::string& criu_binary, OptsPtr* out) {
   criu_opts* o = nullptr;  // must be null: init frees a non-null *o
   if (criu_local_init_opts(&o) != 0 || o == nullptr) {
@@ -130,11 +143,28 @@ Status AddExternals(criu_opts* o, const std::vector<std::string>& external) {
   return Status::Ok();
 }
 
+// Below this much free space, a failed CRIU call says the filesystem is full.
+constexpr std::uint64_t kNearlyFullBytes = 1ull << 20;
+
+// CRIU reports a full disk only in its log (cr_errno stays 0), and when the
+// log is on the same full filesystem it may stay empty: then nothing would
+// say why. So a failure names the filesystem of `dir` when it has (almost)
+// no room left.
+std::string FullDiskHint(const std::string& dir) {
+  struct statvfs v {};
+  if (dir.empty() || ::statvfs(dir.c_str(), &v) != 0) return "";
+  const std::uint64_t free_bytes = static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+  if (free_bytes >= kNearlyFullBytes) return "";
+  return fmt::format("; the filesystem holding {} has only {} bytes free (No space left on device is the "
+                     "likely cause): free space there or write the images elsewhere",
+                     dir, free_bytes);
+}
+
 // Turns a failed libcriu return value into a Status naming the operation and
 // quoting the log. `pid` > 0 for dumps (checked for existence: a dump of a
-// dead pid says so up front).
+// dead pid says so up front); `images_dir` is checked for a full filesystem.
 Status CriuFailure(const std::string& what, int ret, int err, const std::string& log_path,
-                   const std::string& criu_binary, pid_t pid) {
+                   const std::string& criu_binary, pid_t pid, const std::string& images_dir) {
   std::string quote = QuoteCriuLog(log_path);
   std::string cr_err = err != 0 ? fmt::format(" (criu errno {}: {})", err, std::strerror(err)) : "";
   switch (-ret) {
@@ -156,8 +186,8 @@ Status CriuFailure(const std::string& what, int ret, int err, const std::string&
     return Status::NotFound(
         fmt::format("{}: pid {} does not exist{}{}", what, pid, cr_err, quote));
   }
-  return Status::FailedPrecondition(fmt::format("{}: CRIU failed (libcriu {}){}{}", what, ret,
-                                                cr_err, quote));
+  return Status::FailedPrecondition(fmt::format("{}: CRIU failed (libcriu {}){}{}{}", what, ret,
+                                                cr_err, FullDiskHint(images_dir), quote));
 }
 
 Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOptions& opts) {
@@ -182,8 +212,9 @@ Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOp
   }
 
   std::lock_guard<std::mutex> lock(g_libcriu_mu);
+  const std::string binary = ResolveBinary(opts.criu_binary);
   OptsPtr o;
-  PHOS_RETURN_IF_ERROR(NewOpts(opts.criu_binary, &o));
+  PHOS_RETURN_IF_ERROR(NewOpts(binary, &o));
   criu_local_set_pid(o.get(), pid);
   criu_local_set_images_dir_fd(o.get(), images.get());
   PHOS_RETURN_IF_ERROR(SetLogging(o.get(), opts.log_file, opts.log_level, work.get()));
@@ -212,7 +243,7 @@ Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOp
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (ret < 0) {
     spdlog::warn("criu: {} failed ret={} ms={:.1f} log={}", what, ret, ms, log_path);
-    return CriuFailure(what, ret, err, log_path, opts.criu_binary, pid);
+    return CriuFailure(what, ret, err, log_path, binary, pid, images_dir);
   }
   spdlog::info("criu: {} ok pid={} dir={} leave_running={} parent={} ms={:.1f}", op, pid,
                images_dir, pre || opts.leave_running, opts.parent_dir, ms);
@@ -221,18 +252,29 @@ Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOp
 
 }  // namespace
 
+void CriuClient::SetDefaultBinary(const std::string& criu_binary) {
+  std::lock_guard<std::mutex> lock(g_libcriu_mu);
+  g_default_binary = criu_binary;
+}
+
+std::string CriuClient::DefaultBinary() {
+  std::lock_guard<std::mutex> lock(g_libcriu_mu);
+  return BinaryName(g_default_binary);
+}
+
 Status CriuClient::QueryFeatures(CriuFeatures* out, const std::string& criu_binary) {
   if (out == nullptr) return Status::InvalidArgument("QueryFeatures: out is null");
   *out = CriuFeatures{};
   std::lock_guard<std::mutex> lock(g_libcriu_mu);
+  const std::string binary = ResolveBinary(criu_binary);
   OptsPtr o;
-  PHOS_RETURN_IF_ERROR(NewOpts(criu_binary, &o));
+  PHOS_RETURN_IF_ERROR(NewOpts(binary, &o));
   int version = criu_local_get_version(o.get());
   if (version < 0) {
     return Status::Unavailable(fmt::format(
         "could not run '{} swrk' to ask its version (libcriu {}); install CRIU >= 4.0 "
         "(scripts/setup.sh)",
-        BinaryName(criu_binary), version));
+        BinaryName(binary), version));
   }
   out->version = version;
   struct criu_feature_check features {};
@@ -245,7 +287,7 @@ Status CriuClient::QueryFeatures(CriuFeatures* out, const std::string& criu_bina
     return Status::Unavailable(fmt::format(
         "'{}' could not probe the kernel (libcriu feature check {}, errno {}); run `{} check` "
         "as root for the reason",
-        BinaryName(criu_binary), ret, err, BinaryName(criu_binary)));
+        BinaryName(binary), ret, err, BinaryName(binary)));
   }
   out->mem_track = features.mem_track;
   out->lazy_pages = features.lazy_pages;
@@ -295,8 +337,9 @@ Status CriuClient::Restore(const std::string& images_dir, const RestoreOptions& 
       (opts.work_dir.empty() ? images_dir : opts.work_dir) + "/" + opts.log_file;
 
   std::lock_guard<std::mutex> lock(g_libcriu_mu);
+  const std::string binary = ResolveBinary(opts.criu_binary);
   OptsPtr o;
-  PHOS_RETURN_IF_ERROR(NewOpts(opts.criu_binary, &o));
+  PHOS_RETURN_IF_ERROR(NewOpts(binary, &o));
   criu_local_set_images_dir_fd(o.get(), images.get());
   PHOS_RETURN_IF_ERROR(SetLogging(o.get(), opts.log_file, opts.log_level, work.get()));
   criu_local_set_shell_job(o.get(), opts.shell_job);
@@ -316,7 +359,7 @@ Status CriuClient::Restore(const std::string& images_dir, const RestoreOptions& 
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (ret <= 0) {
     spdlog::warn("criu: {} failed ret={} ms={:.1f} log={}", what, ret, ms, log_path);
-    return CriuFailure(what, ret == 0 ? -EBADE : ret, err, log_path, opts.criu_binary, 0);
+    return CriuFailure(what, ret == 0 ? -EBADE : ret, err, log_path, binary, 0, images_dir);
   }
   *restored_pid = ret;
   spdlog::info("criu: restore ok dir={} pid={} detach={} ms={:.1f}", images_dir, ret, opts.detach,

@@ -1,11 +1,21 @@
 #include "engine/operation_util.h"
 
+#include <signal.h>
+
+#include <cerrno>
+
 #include <spdlog/spdlog.h>
 
 namespace phos::engine {
 
 Status SessionGone(const Status& s, const session::Session& session, const std::string& outcome) {
   if (s.code() != Status::Code::kUnavailable) return s;
+  // Unavailable also comes from elsewhere (CRIU that cannot run, a peer):
+  // only say "exited" when the session really ended (its control tasks fail
+  // with "... has ended") or the process is gone.
+  const bool ended = session.finished() || s.message().find("has ended") != std::string::npos ||
+                     (kill(session.pid(), 0) != 0 && errno == ESRCH);
+  if (!ended) return s.WithContext(outcome);
   return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the operation (" + s.message() +
                              "); " + outcome);
 }

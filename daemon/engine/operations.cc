@@ -27,7 +27,11 @@ Status RunStop(session::Session& session, const CheckpointOptions& options, Prog
   image::v1::Manifest meta = options.metadata;
   meta.set_mode("stop");
   PHOS_RETURN_IF_ERROR(task.Prepare(options.dir, meta, options.image));
-  Status s = session.RunControl([&task](session::SessionState& st) { return task.Capture(st); });
+  Status s = session.RunControl([&](session::SessionState& st) {
+    Status c = task.Capture(st);
+    if (c.ok() && options.at_capture) c = options.at_capture(st);
+    return c;
+  });
   if (!s.ok()) {
     task.Abort();
     return SessionGone(s, session, "no image was written");
@@ -53,7 +57,11 @@ Status RunCow(session::Session& session, EngineHook* hook, const CheckpointOptio
   result->io_backend = std::string(writer->io_backend_name());
   auto op = std::make_shared<CowCheckpoint>(options, progress, writer.get());
   const auto t1 = Clock::now();
-  Status s = session.RunControl([&](session::SessionState& st) { return op->Start(st, hook, result); });
+  Status s = session.RunControl([&](session::SessionState& st) {
+    Status c = op->Start(st, hook, result);
+    if (c.ok() && options.at_capture) c = options.at_capture(st);
+    return c;
+  });
   const std::uint64_t quiesce_us = MicrosSince(t1);
   if (!s.ok()) {
     // Start may have installed the operation before failing late.

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/status.h"
@@ -36,6 +37,12 @@ struct CheckpointOptions {
   /// Soft recopy: at most this many rounds before the final quiesce.
   int recopy_rounds = 5;
   UnvalidatedPolicy unvalidated = UnvalidatedPolicy::kTrust;
+  /// Run ON the consumer thread inside the control task that fixes the
+  /// image's state (t1 for stop/cow, t2 for recopy), after the capture,
+  /// with no call admitted in between. Live migration freezes the app here
+  /// (server/migration.h). A failure fails the checkpoint (no image). May
+  /// run twice when cow falls back to stop-the-world.
+  std::function<Status(session::SessionState&)> at_capture;
 };
 
 /// Counters of one operation (also summed per session and daemon-wide for

@@ -564,7 +564,11 @@ Status RunRecopy(session::Session& session, EngineHook* hook, const CheckpointOp
   Status finished = copied;
   if (copied.ok()) {
     const auto t2 = Clock::now();
-    finished = session.RunControl([&](session::SessionState& st) { return op->Final(st, hook, result); });
+    finished = session.RunControl([&](session::SessionState& st) {
+      Status f = op->Final(st, hook, result);
+      if (f.ok() && options.at_capture) f = options.at_capture(st);
+      return f;
+    });
     stall_us += MicrosSince(t2);
   } else {
     undo();

@@ -2,6 +2,7 @@
 // app's session, run the C/R engine's task on its consumer thread
 // (Session::PostControl) and stream OperationEvents while it runs.
 // docs/control-plane.md "Checkpoint and Restore".
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <spdlog/spdlog.h>
@@ -256,7 +257,8 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   record.Finish(s.ok(), r.counters);
   if (!s.ok()) {
     return Fail(writer, "Checkpoint", s.WithContext("checkpoint of pid " + std::to_string(req->pid()) +
-                                                    " failed; the app keeps running and earlier images are untouched"));
+                                                    (kill(req->pid(), 0) == 0 ? " failed; the app keeps running and earlier images are untouched"
+                                                                              : " failed; earlier images are untouched")));
   }
   WriteProgress(writer, progress.Snapshot());
   std::vector<std::string> deleted;
@@ -285,21 +287,20 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   if (!deleted.empty()) (*out->mutable_counters())["images_removed_by_retention"] = deleted.size();
   if (whole) {
     (*out->mutable_counters())["criu_dump_ms"] = pr.criu_dump_ms;
-    (*out->mutable_counters())["attempts"] = static_cast<std::uint64_t>(pr.attempts);
   }
   for (const auto& [name, value] : CounterMap(r.counters)) (*out->mutable_counters())[name] = value;
   writer->Write(ev);
   return grpc::Status::OK;
 }
 
-grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest* req,
+grpc::Status PhosService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                                   grpc::ServerWriter<v1::OperationEvent>* writer) {
   const auto t0 = Clock::now();
   if (req->image_dir().empty() || req->image_dir()[0] != '/') {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "image_dir must be an absolute path (got '" + req->image_dir() + "')");
   }
-  if (!req->gpu_only()) return RestoreWholeProcess(req, writer);
+  if (!req->gpu_only()) return RestoreWholeProcess(ctx, req, writer);
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
   spdlog::info("rpc=Restore pid={} session={} gpu-only in place from {} ({})", req->pid(), sess->id(),
@@ -335,7 +336,18 @@ grpc::Status PhosService::Restore(grpc::ServerContext*, const v1::RestoreRequest
   return grpc::Status::OK;
 }
 
-grpc::Status PhosService::RestoreWholeProcess(const v1::RestoreRequest* req,
+void PhosService::WaitForRestoredExit(grpc::ServerContext* ctx, int pid, bool detach, v1::OperationResult* out) {
+  if (detach) return;
+  for (;;) {
+    if (auto e = restored_.WaitExit(pid, std::chrono::milliseconds(200)); e.has_value()) {
+      if (e->known) out->set_exit_status(e->status);
+      return;
+    }
+    if (ctx->IsCancelled()) return;  // the client went away; the process runs on
+  }
+}
+
+grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                                               grpc::ServerWriter<v1::OperationEvent>* writer) {
   const auto t0 = Clock::now();
   session::SessionServer* server = session_server_.load(std::memory_order_acquire);
@@ -346,7 +358,11 @@ grpc::Status PhosService::RestoreWholeProcess(const v1::RestoreRequest* req,
   engine::Progress progress;
   ProcessRestoreResult r;
   std::future<phos::Status> done = std::async(
-      std::launch::async, [&] { return RestoreProcess(server, req->image_dir(), &progress, &r); });
+      std::launch::async, [&] {
+        phos::Status rs = RestoreProcess(server, req->image_dir(), &progress, &r);
+        if (rs.ok()) restored_.Track(r.pid);
+        return rs;
+      });
   phos::Status s = StreamUntilDone(done, progress, writer);
   if (!s.ok()) return Fail(writer, "Restore", s);
   v1::OperationEvent ev;
@@ -361,6 +377,13 @@ grpc::Status PhosService::RestoreWholeProcess(const v1::RestoreRequest* req,
   (*out->mutable_counters())["globals"] = r.gpu.globals;
   (*out->mutable_counters())["session_id"] = r.session_id;
   (*out->mutable_counters())["criu_restore_ms"] = r.criu_restore_ms;
+  if (!req->detach()) {
+    v1::OperationEvent running;
+    running.mutable_progress()->set_phase("running");
+    running.mutable_progress()->set_message("restored pid " + std::to_string(r.pid));
+    writer->Write(running);
+    WaitForRestoredExit(ctx, r.pid, req->detach(), out);
+  }
   writer->Write(ev);
   return grpc::Status::OK;
 }

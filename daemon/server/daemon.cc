@@ -1,6 +1,7 @@
 #include "server/daemon.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backend/backend_factory.h"
+#include "criu/criu_client.h"
 #include "engine/engine_hook.h"
 #include "common/version.h"
 #include "image/recovery.h"
@@ -39,6 +41,14 @@ Status Daemon::Start(const DaemonOptions& options) {
   spdlog::info("backend={} ({}) devices={}: {}", backend_->name(), backend_->detail(),
                backend_->device_count(), why);
 
+  // Processes phosd restores (CRIU detaches them) become our children, so
+  // phosd can reap them and report their exit status
+  // (server/restored_processes.h).
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    spdlog::warn("cannot become a child subreaper ({}): exit statuses of restored processes will be unknown",
+                 std::strerror(errno));
+  }
+
   // The pool starts filling at once, in the background (DESIGN §6).
   backend::ContextPoolOptions pool_options;
   pool_options.contexts_per_device = options.pool_size;
@@ -48,6 +58,10 @@ Status Daemon::Start(const DaemonOptions& options) {
   service_->set_context_pool(context_pool_.get());
   service_->set_checkpoint_root(options.checkpoint_root);
   service_->set_engine_defaults(options.cow_reserve_bytes, options.unvalidated == "stop", options.recopy_rounds);
+  // Every CRIU call of this process (CriuClient::Check included) runs the
+  // --criu-binary one; "" keeps libcriu's default, criu on PATH.
+  criu::CriuClient::SetDefaultBinary(options.criu_binary);
+  if (!options.criu_binary.empty()) spdlog::info("criu binary: {}", options.criu_binary);
   // A daemon killed mid-checkpoint leaves `NAME.tmp`: never an image (no
   // manifest), removed here and said so (image/recovery.h).
   const std::string checkpoint_root = service_->DefaultCheckpointRoot();
@@ -55,8 +69,16 @@ Status Daemon::Start(const DaemonOptions& options) {
   if (Status r = image::RecoverDirectory(checkpoint_root); !r.ok()) {
     spdlog::warn("cannot clean up incomplete checkpoints in {}: {}", checkpoint_root, r.ToString());
   }
+  // Templates (docs/templates.md): after the recovery above; copies them
+  // to the in-memory cache in the background.
+  service_->set_template_cache(options.template_cache);
+  service_->OpenTemplates();
   if (!options.listen.empty()) {
-    if (Status p = peer_server_.Start(options, checkpoint_root); !p.ok()) {
+    PhosService* service = service_.get();  // outlives the peer server (Shutdown order)
+    PeerRestorer restorer = [service](const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply) {
+      return service->RestoreForPeer(dir, resume, reply);
+    };
+    if (Status p = peer_server_.Start(options, checkpoint_root, std::move(restorer)); !p.ok()) {
       Shutdown();
       return p.WithContext("cannot start the peer plane");
     }

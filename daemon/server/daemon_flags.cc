@@ -1,8 +1,40 @@
 #include "server/daemon_flags.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
 
 namespace phos::server {
+namespace {
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// An explicitly named CRIU binary must be runnable, so a typo is refused at
+// startup instead of failing the first whole-process checkpoint. A bare
+// name is looked up on PATH, as libcriu's execlp() will do.
+Status CheckCriuBinary(const std::string& binary) {
+  if (binary.find('/') != std::string::npos) {
+    if (IsExecutableFile(binary)) return Status::Ok();
+    return Status::InvalidArgument("--criu-binary " + binary + ": not an executable file");
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    if (IsExecutableFile(dir + "/" + binary)) return Status::Ok();
+    start = end + 1;
+  }
+  return Status::InvalidArgument("--criu-binary " + binary + ": no executable of that name on PATH (" + dirs +
+                                 "); give a path");
+}
+
+}  // namespace
 
 void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw) {
   app->add_option("--socket", options->socket_path,
@@ -54,6 +86,14 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "Largest image a peer may send, e.g. 512G")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("1T");
+  app->add_option("--criu-binary", options->criu_binary,
+                  "CRIU binary for whole-process checkpoints and restores (a path, or a name looked "
+                  "up on PATH; it must be CRIU >= 4.0). Default: criu on PATH");
+  app->add_option("--template-cache", options->template_cache,
+                  "Where phosd keeps in-memory copies of serverless templates, so a start reads no disk: "
+                  "auto (a private directory under /dev/shm), off, or a tmpfs directory; a directory "
+                  "that is not tmpfs is not used (logged)")
+      ->capture_default_str();
   app->add_option("--sim-link-gbps", options->backend.sim.link_gbps,
                   "sim: modelled host<->device link bandwidth per copy engine in GB/s "
                   "(0 = unthrottled)")
@@ -82,6 +122,7 @@ Status FinishDaemonFlags(const DaemonFlagValues& raw, DaemonOptions* options) {
                                    " needs --peer-token FILE (peers authenticate with a shared token)");
   }
   PHOS_RETURN_IF_ERROR(backend::ParseBackendKind(raw.backend, &options->backend.kind));
+  if (!options->criu_binary.empty()) PHOS_RETURN_IF_ERROR(CheckCriuBinary(options->criu_binary));
   if (!raw.sim_va_base.empty()) {
     char* end = nullptr;
     unsigned long long v = std::strtoull(raw.sim_va_base.c_str(), &end, 16);

@@ -47,6 +47,16 @@ struct DaemonOptions {
   std::string peer_token_file;
   /// Largest image a peer may send (ReceiveImage).
   std::uint64_t max_receive_bytes = 1ull << 40;
+  /// The criu binary whole-process checkpoints and restores run (a path, or
+  /// a name looked up on PATH); "" = libcriu's default, `criu` on PATH.
+  /// Daemon::Start makes it CRIU's process-wide default
+  /// (criu::CriuClient::SetDefaultBinary), so CriuClient::Check and every
+  /// dump/restore use the same one.
+  std::string criu_binary;
+  /// In-memory copies of serverless templates (docs/templates.md): "auto"
+  /// = a private tmpfs directory under /dev/shm, "off" = none (starts read
+  /// <checkpoint root>/templates), else a tmpfs directory.
+  std::string template_cache = "auto";
 };
 
 }  // namespace phos::server

@@ -194,4 +194,21 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
   return Status::Ok();
 }
 
+Status RestoreOnPeer(const std::string& host_port, const std::string& token, const std::string& name, bool resume,
+                     peer::v1::RestoreImageReply* reply, int connect_timeout_ms) {
+  auto channel = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms))) {
+    return Status::Unavailable("peer " + host_port + " is not reachable (is `phos daemon --listen` running there?)");
+  }
+  auto stub = peer::v1::PhosPeer::NewStub(channel);
+  grpc::ClientContext context;
+  context.AddMetadata(kPeerTokenHeader, token);
+  peer::v1::RestoreImageRequest request;
+  request.set_name(name);
+  request.set_resume(resume);
+  const grpc::Status g = stub->RestoreImage(&context, request, reply);
+  if (!g.ok()) return FromGrpc(host_port, g);
+  return Status::Ok();
+}
+
 }  // namespace phos::server

@@ -3,6 +3,8 @@
 // by `phos send-image` now and by Migrate later.
 #pragma once
 
+#include "peer.pb.h"
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -42,5 +44,11 @@ using SendProgress = std::function<void(std::uint64_t done, std::uint64_t total)
 Status SendImage(const std::string& host_port, const std::string& token, const std::string& dir,
                  const std::string& name, const SendProgress& progress, SendImageResult* result,
                  const SendImageOptions& options = {});
+
+/// Asks the daemon at `host_port` to restore the whole-process image it
+/// received as `name` and, with `resume`, let it run (PhosPeer.RestoreImage).
+/// Answers once the process runs there; errors as SendImage's.
+Status RestoreOnPeer(const std::string& host_port, const std::string& token, const std::string& name, bool resume,
+                     peer::v1::RestoreImageReply* reply, int connect_timeout_ms = 5000);
 
 }  // namespace phos::server

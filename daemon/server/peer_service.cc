@@ -43,10 +43,35 @@ std::string PeerHost(const std::string& peer) {
 
 }  // namespace
 
-PeerService::PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes)
+PeerService::PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
+                         PeerRestorer restorer)
     : token_(std::move(token)),
       incoming_dir_(std::move(checkpoint_root) + "/incoming"),
-      max_receive_bytes_(max_receive_bytes) {}
+      max_receive_bytes_(max_receive_bytes),
+      restorer_(std::move(restorer)) {}
+
+grpc::Status PeerService::RestoreImage(grpc::ServerContext* context, const peer::v1::RestoreImageRequest* request,
+                                       peer::v1::RestoreImageReply* reply) {
+  if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  if (std::string why = CheckImageName(request->name()); !why.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (in_flight_.count(request->name()) != 0) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "image '" + request->name() + "' is still being received");
+    }
+  }
+  if (!restorer_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this phosd cannot restore for peers");
+  const std::string dir = incoming_dir_ + "/" + request->name();
+  spdlog::info("peer: {} asks to restore {}", context->peer(), dir);
+  if (Status s = restorer_(dir, request->resume(), reply); !s.ok()) {
+    spdlog::warn("peer: restoring {} for {} failed: {}", dir, context->peer(), s.ToString());
+    return ToGrpc(s.WithContext("restoring " + dir + " on the destination"));
+  }
+  return grpc::Status::OK;
+}
 
 grpc::Status PeerService::Authenticate(grpc::ServerContext* context) {
   const auto& md = context->client_metadata();
@@ -139,10 +164,11 @@ grpc::Status PeerService::Receive(grpc::ServerContext* context, grpc::ServerRead
   return grpc::Status(grpc::StatusCode::CANCELLED, "stream ended before ImageEnd");
 }
 
-Status PeerServer::Start(const DaemonOptions& options, const std::string& checkpoint_root) {
+Status PeerServer::Start(const DaemonOptions& options, const std::string& checkpoint_root, PeerRestorer restorer) {
   std::string token;
   PHOS_RETURN_IF_ERROR(LoadPeerToken(options.peer_token_file, &token).WithContext("--peer-token"));
-  service_ = std::make_unique<PeerService>(std::move(token), checkpoint_root, options.max_receive_bytes);
+  service_ = std::make_unique<PeerService>(std::move(token), checkpoint_root, options.max_receive_bytes,
+                                           std::move(restorer));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(service_.get());

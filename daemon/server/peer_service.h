@@ -7,6 +7,8 @@
 // UNAUTHENTICATED and their address is logged once.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -21,10 +23,20 @@
 
 namespace phos::server {
 
+/// Restores the whole-process image in a directory and (resume) lets it
+/// run; the daemon's gRPC service provides it (PhosService::RestoreForPeer).
+using PeerRestorer =
+    std::function<Status(const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply)>;
+
 class PeerService final : public peer::v1::PhosPeer::Service {
  public:
-  /// Images go to `<checkpoint_root>/incoming/<name>`.
-  PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes);
+  /// Images go to `<checkpoint_root>/incoming/<name>`. `restorer` serves
+  /// RestoreImage (immutable; may answer Unavailable while phosd starts).
+  PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
+              PeerRestorer restorer);
+
+  grpc::Status RestoreImage(grpc::ServerContext* context, const peer::v1::RestoreImageRequest* request,
+                            peer::v1::RestoreImageReply* reply) override;
 
   grpc::Status ReceiveImage(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
                             peer::v1::ReceiveImageReply* reply) override;
@@ -37,6 +49,7 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   const std::string token_;
   const std::string incoming_dir_;
   const std::uint64_t max_receive_bytes_;
+  const PeerRestorer restorer_;
 
   std::mutex mu_;  // guards in_flight_ and refused_hosts_
   std::set<std::string> in_flight_;      // image names being received now
@@ -49,7 +62,7 @@ class PeerServer {
   ~PeerServer() { Shutdown(); }
   /// Loads options.peer_token_file, listens on options.listen and serves
   /// PeerService. The token is checked before anything listens.
-  Status Start(const DaemonOptions& options, const std::string& checkpoint_root);
+  Status Start(const DaemonOptions& options, const std::string& checkpoint_root, PeerRestorer restorer);
   /// Stops serving (in-flight transfers get a short grace period). Idempotent.
   void Shutdown();
   /// The port actually bound (options.listen may say port 0); 0 when not started.

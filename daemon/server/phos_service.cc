@@ -78,18 +78,8 @@ grpc::Status PhosService::ListSessions(grpc::ServerContext*, const v1::ListSessi
 }
 
 // Checkpoint and Restore: server/checkpoint_rpcs.cc.
-grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest*,
-                                  grpc::ServerWriter<v1::OperationEvent>*) {
-  return Unimplemented("Migrate", "arrives with the CRIU and migration issue");
-}
-grpc::Status PhosService::TemplateSave(grpc::ServerContext*, const v1::TemplateSaveRequest*,
-                                       grpc::ServerWriter<v1::OperationEvent>*) {
-  return Unimplemented("TemplateSave", "arrives with the serverless templates issue");
-}
-grpc::Status PhosService::TemplateStart(grpc::ServerContext*, const v1::TemplateStartRequest*,
-                                        grpc::ServerWriter<v1::OperationEvent>*) {
-  return Unimplemented("TemplateStart", "arrives with the serverless templates issue");
-}
+// Migrate: server/migrate_rpcs.cc.
+// TemplateSave, TemplateStart, TemplateList, TemplateRemove: server/template_rpcs.cc.
 grpc::Status PhosService::WatchOperation(grpc::ServerContext*, const v1::WatchOperationRequest*,
                                          grpc::ServerWriter<v1::OperationEvent>*) {
   return Unimplemented("WatchOperation", "arrives with the C/R engine issue");

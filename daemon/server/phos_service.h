@@ -12,8 +12,11 @@
 
 #include "backend/backend.h"
 #include "backend/context_pool.h"
+#include "peer.pb.h"
 #include "phos.grpc.pb.h"
+#include "server/restored_processes.h"
 #include "server/session_registry.h"
+#include "server/template_store.h"
 #include "session/session_server.h"
 
 namespace phos::server {
@@ -42,6 +45,11 @@ class PhosService final : public v1::Phos::Service {
                             grpc::ServerWriter<v1::OperationEvent>* writer) override;
   grpc::Status TemplateStart(grpc::ServerContext* ctx, const v1::TemplateStartRequest* req,
                              grpc::ServerWriter<v1::OperationEvent>* writer) override;
+  // Template RPCs: server/template_rpcs.cc (docs/templates.md).
+  grpc::Status TemplateList(grpc::ServerContext* ctx, const v1::TemplateListRequest* req,
+                            v1::TemplateListReply* reply) override;
+  grpc::Status TemplateRemove(grpc::ServerContext* ctx, const v1::TemplateRemoveRequest* req,
+                              v1::TemplateRemoveReply* reply) override;
   grpc::Status WatchOperation(grpc::ServerContext* ctx, const v1::WatchOperationRequest* req,
                               grpc::ServerWriter<v1::OperationEvent>* writer) override;
 
@@ -54,12 +62,23 @@ class PhosService final : public v1::Phos::Service {
   void SetSessionServer(session::SessionServer* server) {
     session_server_.store(server, std::memory_order_release);
   }
+  /// The destination side of a migration (PhosPeer.RestoreImage, called
+  /// by the peer server): restores the whole-process image in `dir`, with
+  /// `resume` SIGCONTs it (it was dumped stopped), and fills `reply`.
+  phos::Status RestoreForPeer(const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply);
   /// Where default checkpoint images go: --checkpoint-root when given, else
   /// `<state dir>/checkpoints/` with state dir = $PHOS_STATE_DIR, else the
   /// control socket's directory.
   std::string DefaultCheckpointRoot() const;
   /// --checkpoint-root ("" = derived). Set before serving.
   void set_checkpoint_root(std::string root) { checkpoint_root_ = std::move(root); }
+  /// --template-cache: "auto" (default: a private tmpfs directory under
+  /// /dev/shm), "off", or a tmpfs directory. Set before OpenTemplates.
+  void set_template_cache(std::string dir) { template_cache_ = std::move(dir); }
+  /// Opens the template store, <checkpoint root>/templates, and its
+  /// in-memory cache (template_store.h). Call before serving; a failure is
+  /// logged and the template RPCs answer UNAVAILABLE with it.
+  void OpenTemplates();
   /// Daemon-wide defaults of the C/R engine (flags); set before serving.
   void set_engine_defaults(std::uint64_t cow_reserve_bytes, bool unvalidated_stop, int recopy_rounds) {
     cow_reserve_bytes_ = cow_reserve_bytes;
@@ -70,8 +89,15 @@ class PhosService final : public v1::Phos::Service {
  private:
   /// The live session of `pid`, or a NOT_FOUND / UNAVAILABLE status.
   grpc::Status FindSession(int pid, std::shared_ptr<session::Session>* out) const;
+  /// After a whole-process restore: without `detach`, streams a "running"
+  /// event and waits for the process to exit (or the client to go away),
+  /// then fills `out`'s exit status (restored_processes.h).
+  void WaitForRestoredExit(grpc::ServerContext* ctx, int pid, bool detach, v1::OperationResult* out);
+  /// OK when the template store is open, else UNAVAILABLE saying why.
+  grpc::Status TemplatesReady() const;
   /// Restore RPC, gpu_only = false (process_checkpoint.h).
-  grpc::Status RestoreWholeProcess(const v1::RestoreRequest* req, grpc::ServerWriter<v1::OperationEvent>* writer);
+  grpc::Status RestoreWholeProcess(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
+                                   grpc::ServerWriter<v1::OperationEvent>* writer);
 
   // All members are set at construction and only read afterwards; the
   // pointees are thread-safe (Backend's contract, SessionRegistry's mutex).
@@ -86,6 +112,10 @@ class PhosService final : public v1::Phos::Service {
   bool unvalidated_stop_ = false;                       // ditto
   int recopy_rounds_ = 5;                               // ditto
   std::atomic<session::SessionServer*> session_server_{nullptr};  // see SetSessionServer
+  std::string template_cache_ = "auto";        // set before OpenTemplates, read-only after
+  std::unique_ptr<TemplateStore> templates_;   // set by OpenTemplates before serving; locks itself
+  phos::Status templates_status_;              // why templates_ is null; set with it
+  RestoredProcesses restored_;  // reaps what Restore restored (thread-safe)
 };
 
 }  // namespace phos::server

@@ -16,6 +16,7 @@
 
 #include "criu/criu_client.h"
 #include "engine/fresh_restore.h"
+#include "image/file_util.h"
 #include "ring/channel.h"
 
 namespace phos::server {
@@ -27,9 +28,9 @@ uint64_t MsSince(Clock::time_point t0) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
 }
 
-/// Consumer thread: what the dump needs from the session, and the refusals
-/// that must come before any image is written.
-Status Describe(session::Session& sess, session::SessionState& st, ProcessImage* im) {
+}  // namespace
+
+Status DescribeForDump(session::Session& sess, session::SessionState& st, ProcessImage* im) {
   if (st.host_segments.count() != 0) {
     return Status::NotSupported("pid " + std::to_string(sess.pid()) + " holds " +
                                 std::to_string(st.host_segments.count()) +
@@ -38,6 +39,7 @@ Status Describe(session::Session& sess, session::SessionState& st, ProcessImage*
   }
   im->pid = sess.pid();
   im->session_id = sess.id();
+  im->cmdline = sess.cmdline();  // the restored session's hello (phos ps COMMAND)
   im->geometry = sess.region().geometry();
   PHOS_RETURN_IF_ERROR(UnixPeerInode(sess.fd(), &im->channel_inode).WithContext("finding the app's channel socket"));
   if (!ProcessHoldsSocket(im->pid, im->channel_inode)) {
@@ -51,11 +53,30 @@ Status Describe(session::Session& sess, session::SessionState& st, ProcessImage*
   struct stat ps;
   if (stat(("/proc/" + std::to_string(im->pid)).c_str(), &ps) != 0) return Status::FromErrno("stat /proc/PID", errno);
   im->uid = ps.st_uid;
+  PHOS_RETURN_IF_ERROR(PidNamespaceRole(im->pid, &im->pid_namespace));
   // CRIU refuses a task whose session leader lies outside the dumped tree
   // unless --shell-job is given on both sides (docs/criu.md "shell_job").
   const pid_t sid = getsid(im->pid);
   im->shell_job = sid != im->pid;
   return Status::Ok();
+}
+
+namespace {
+
+/// Makes everything in `work` durable (CRIU does not fsync its images:
+/// syncfs of that filesystem) and renames it to `final` (never over an
+/// existing directory), then syncs the parent.
+Status CommitDirectory(const std::string& work, const std::string& final_dir) {
+  const int fd = open(work.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return image::ErrnoError("open", work, errno);
+  const int rc = syncfs(fd);
+  const int err = errno;
+  close(fd);
+  if (rc != 0) return image::ErrnoError("syncfs", work, err);
+  if (renameat2(AT_FDCWD, work.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) != 0) {
+    return image::ErrnoError("rename " + work + " to", final_dir, errno);
+  }
+  return image::FsyncDir(std::filesystem::path(final_dir).parent_path().string());
 }
 
 }  // namespace
@@ -65,54 +86,81 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
   PHOS_RETURN_IF_ERROR(criu::CriuClient::Check().WithContext(
       "whole-process checkpoint needs CRIU (--gpu-only checkpoints the GPU state without it)"));
   ProcessImage im;
-  PHOS_RETURN_IF_ERROR(sess.RunControl([&](session::SessionState& st) { return Describe(sess, st, &im); }));
-  for (int attempt = 1;; ++attempt) {
-    result->attempts = attempt;
-    engine::CheckpointResult r;
-    PHOS_RETURN_IF_ERROR(engine::Checkpoint(sess, gpu, progress, &r));
-    result->gpu = r;
-    bool raced = false;
-    uint64_t dump_ms = 0;
-    Status s = sess.RunControl([&](session::SessionState& st) -> Status {
-      // No call runs while this task does. If none ran since the engine
-      // fixed the GPU state, the device holds exactly the image's state
-      // and the CPU state dumped now is the one that goes with it.
-      const uint64_t now = st.executor->admitted();
-      if (now != r.admitted_at_capture) {
-        raced = true;
-        spdlog::info("process checkpoint pid={}: {} call(s) ran between the GPU capture and the dump; retrying",
-                     im.pid, now - r.admitted_at_capture);
-        return Status::Ok();
-      }
-      im.admitted = now;
-      im.ring_head = reinterpret_cast<const ring::RegionHeader*>(st.region_base)->head.load(std::memory_order_acquire);
-      criu::DumpOptions d;
-      d.leave_running = true;
-      d.shell_job = im.shell_job;
-      d.external = {"unix[" + std::to_string(im.channel_inode) + "]"};
-      const auto t0 = Clock::now();
-      Status ds = criu::CriuClient::Dump(im.pid, gpu.dir + "/" + kCriuSubdir, d);
-      dump_ms = MsSince(t0);
-      return ds;
-    });
-    if (!s.ok()) {
-      return s.WithContext("CRIU dump of pid " + std::to_string(im.pid) + " failed; the app keeps running; " +
-                           gpu.dir + " holds only the GPU image (restorable with --gpu-only)");
-    }
-    if (!raced) {
-      result->criu_dump_ms = dump_ms;
-      PHOS_RETURN_IF_ERROR(WriteProcessImage(gpu.dir, im));
-      result->image = im;
-      return Status::Ok();
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(gpu.dir, ec);
-    if (attempt >= kMaxProcessCheckpointAttempts) {
-      return Status::Unavailable("pid " + std::to_string(im.pid) + " kept making GPU calls between the GPU capture "
-                                 "and the CRIU dump (" + std::to_string(attempt) +
-                                 " attempts); checkpoint it with --mode stop or when it is less busy");
-    }
+  PHOS_RETURN_IF_ERROR(sess.RunControl([&](session::SessionState& st) { return DescribeForDump(sess, st, &im); }));
+  // The whole image is built in DIR.tmp and renamed to DIR last, so a crash
+  // (phosd killed, disk full, CRIU failing) never leaves a DIR that looks
+  // whole; phosd's start-up recovery removes *.tmp under its checkpoint
+  // root (image/recovery.h).
+  const std::string final_dir = gpu.dir;
+  const std::string work_dir = final_dir + ".tmp";
+  std::error_code ec;
+  if (std::filesystem::exists(final_dir, ec)) {
+    return Status::AlreadyExists(final_dir + " exists; choose another --out or remove it");
   }
+  std::filesystem::remove_all(work_dir, ec);  // a leftover of a crashed attempt
+  engine::CheckpointOptions gpu_here = gpu;
+  gpu_here.dir = work_dir;
+  // CRIU writes next to the GPU image while the engine's writer still
+  // stages it (work_dir.tmp, renamed to work_dir at its commit); the CRIU
+  // directory moves into work_dir after that.
+  const std::string criu_tmp = final_dir + ".criu.tmp";
+  std::filesystem::remove_all(criu_tmp, ec);
+  // CRIU dumps INSIDE the control task that fixes the GPU image's state
+  // (engine at_capture: t1 for stop/cow, t2 for recopy), so no call can run
+  // between the two captures: the GPU image and the CPU image describe the
+  // same instant by construction. The app's calls wait for the dump (~0.1 s,
+  // criu_dump_ms).
+  uint64_t dump_ms = 0;
+  gpu_here.at_capture = [&](session::SessionState& st) -> Status {
+    im.admitted = st.executor->admitted();
+    im.ring_head = reinterpret_cast<const ring::RegionHeader*>(st.region_base)->head.load(std::memory_order_acquire);
+    // No progress phase of its own: for cow the copy phase follows at once
+    // and must keep its byte counts (criu_dump_ms is in the result).
+    std::filesystem::remove_all(criu_tmp, ec);  // a cow fallback captures again
+    criu::DumpOptions d;
+    d.leave_running = true;
+    d.shell_job = im.shell_job;
+    d.external = {"unix[" + std::to_string(im.channel_inode) + "]"};
+    const auto t0 = Clock::now();
+    Status ds = criu::CriuClient::Dump(im.pid, criu_tmp, d);
+    dump_ms = MsSince(t0);
+    if (!ds.ok()) {
+      // CRIU's log is the useful part of its failure: keep it by the target
+      // (a rename: it needs no space on a full disk); an empty one is not kept.
+      const std::string log = criu_tmp + "/criu-dump.log";
+      const std::string kept = final_dir + ".criu-dump.log";
+      std::error_code lec;
+      const bool keep = std::filesystem::file_size(log, lec) > 0 && !lec && rename(log.c_str(), kept.c_str()) == 0;
+      return ds.WithContext("CRIU dump of pid " + std::to_string(im.pid) +
+                            (keep ? " (CRIU's log kept as " + kept + ")" : std::string()));
+    }
+    return ds;
+  };
+  engine::CheckpointResult r;
+  Status s = engine::Checkpoint(sess, gpu_here, progress, &r);
+  result->gpu = r;
+  if (!s.ok()) {
+    std::filesystem::remove_all(work_dir, ec);
+    std::filesystem::remove_all(criu_tmp, ec);
+    return s.WithContext(kill(im.pid, 0) == 0 ? "no image was committed; the app keeps running"
+                                              : "no image was committed");
+  }
+  result->criu_dump_ms = dump_ms;
+  Status w;
+  if (rename(criu_tmp.c_str(), (work_dir + "/" + kCriuSubdir).c_str()) != 0) {
+    w = image::ErrnoError("rename " + criu_tmp + " to", work_dir + "/" + kCriuSubdir, errno);
+  }
+  if (w.ok()) w = WriteProcessImage(work_dir, im);
+  if (w.ok()) w = CommitDirectory(work_dir, final_dir);
+  if (!w.ok()) {
+    std::filesystem::remove_all(work_dir, ec);
+    std::filesystem::remove_all(criu_tmp, ec);
+    return w.WithContext("committing " + final_dir + " (nothing was committed" +
+                         (kill(im.pid, 0) == 0 ? "; the app keeps running)" : ")"));
+  }
+  result->gpu.dir = final_dir;
+  result->image = im;
+  return Status::Ok();
 }
 
 Status RestoreProcess(session::SessionServer* server, const std::string& dir, engine::Progress* progress,
@@ -120,17 +168,21 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   ProcessImage im;
   PHOS_RETURN_IF_ERROR(ReadProcessImage(dir, &im));
   const std::string criu_dir = dir + "/" + kCriuSubdir;
-  if (kill(im.pid, 0) == 0 || errno != ESRCH) {
+  const bool original_alive = kill(im.pid, 0) == 0 || errno != ESRCH;
+  if (original_alive && !im.pid_namespace) {
     return Status::FailedPrecondition("pid " + std::to_string(im.pid) +
-                                      " exists: CRIU restores the process with its old pid; stop the running copy first");
+                                      " exists: CRIU restores this image with its old pid (it was not taken in its "
+                                      "own pid namespace: `phos run --no-pid-ns`); stop the running copy first");
   }
   PHOS_RETURN_IF_ERROR(criu::CriuClient::Check().WithContext("whole-process restore needs CRIU"));
   // The killed original's session may still be tearing down (its hang-up
   // is noticed asynchronously): its device memory must be free before the
   // GPU state is recreated at the same addresses. Bounded: a consumer
-  // finishes its current call and tears down.
+  // finishes its current call and tears down. (A LIVE original in its own
+  // pid namespace keeps its session: the restore then fails on the device
+  // addresses it holds, with a message saying so.)
   const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (server->PidHasSession(im.pid)) {
+  while (!original_alive && server->PidHasSession(im.pid)) {
     if (Clock::now() > deadline) {
       return Status::FailedPrecondition("the session of the old pid " + std::to_string(im.pid) +
                                         " is still tearing down after 10 s; try again");
@@ -149,6 +201,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   ro.shell_job = im.shell_job;
   ro.inherit_fds = {{sv[1], "socket:[" + std::to_string(im.channel_inode) + "]"}};
   pid_t pid = 0;
+  if (progress != nullptr) progress->SetPhase("criu-restore", "CRIU restores the process of " + dir);
   const auto t0 = Clock::now();
   Status s = criu::CriuClient::Restore(criu_dir, ro, &pid);
   close(sv[1]);
@@ -162,7 +215,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
     kill(pid, SIGKILL);  // it cannot run without its ring and GPU state
     return why.WithContext("restored pid " + std::to_string(pid) + " killed");
   };
-  if (pid != im.pid) {
+  if (!im.pid_namespace && pid != im.pid) {
     close(sv[0]);
     return fail(Status::Internal("CRIU restored pid " + std::to_string(pid) + ", the image's is " +
                                  std::to_string(im.pid)));
@@ -204,6 +257,11 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   gro.dir = dir;
   gro.concurrent = false;  // the gate opens once everything is loaded
   s = engine::RestoreFresh(*sess, gro, progress, &result->gpu);
+  if (!s.ok() && original_alive && server->PidHasSession(im.pid)) {
+    s = s.WithContext("pid " + std::to_string(im.pid) + ", the process this image was taken from, still runs on "
+                      "this phosd and holds the image's device addresses (one device address space per phosd): "
+                      "restore it with another phosd, or end pid " + std::to_string(im.pid) + " first");
+  }
   if (!s.ok()) {
     Status e = fail(s.WithContext("restoring the GPU state"));
     sess->OpenGate();  // lets the consumer see the hang-up and tear down

@@ -6,12 +6,12 @@
 //   DIR/criu/                      CRIU's images + criu-dump.log
 //   DIR/process.txt                process_image.h; written last
 //
-// Checkpoint: engine::Checkpoint (any mode), then ONE control task on the
-// session's consumer thread (no call runs meanwhile) that checks no call
-// was admitted since the engine fixed the GPU state (else the GPU image
-// and the CPU image would describe different instants: the attempt is
-// discarded and redone, at most kMaxAttempts times), and runs the CRIU
-// dump (leave_running; the app's channel socket declared external). The
+// Checkpoint: engine::Checkpoint (any mode) with the CRIU dump run inside
+// the engine's capture control task (CheckpointOptions::at_capture: t1 for
+// stop/cow, t2 for recopy): no call runs between the GPU capture and the
+// dump, so both images describe the same instant. The app's channel socket
+// is declared external. Everything is staged in DIR.tmp (CRIU's part in
+// DIR.criu.tmp until the GPU image committed) and renamed to DIR last. The
 // ring needs no saved consumer state: between two calls RingServer has no
 // frame pending and its head is published in the region, so the dumped
 // region holds it (a new RingServer starts from the published head).
@@ -45,13 +45,16 @@ struct ProcessCheckpointResult {
   engine::CheckpointResult gpu;
   ProcessImage image;
   uint64_t criu_dump_ms = 0;  // the CRIU dump (the app's calls wait this long)
-  int attempts = 0;           // GPU checkpoints made (> 1: calls raced the dump)
 };
 
-inline constexpr int kMaxProcessCheckpointAttempts = 3;
+/// Consumer thread (a control task): fills what a CRIU dump of the
+/// session's process needs (pid, channel socket inode, ring mapping,
+/// shell_job, pid namespace) and refuses what cannot be dumped (pinned host
+/// segments, a pid namespace it does not lead). Live migration uses it too.
+Status DescribeForDump(session::Session& session, session::SessionState& st, ProcessImage* image);
 
-/// `gpu.dir` must not exist. On a CRIU failure the directory keeps the GPU
-/// image and criu/criu-dump.log but no process.txt (the error says so).
+/// `gpu.dir` must not exist; it appears only complete. On a CRIU failure
+/// nothing is committed and CRIU's log is kept as DIR.criu-dump.log.
 Status CheckpointProcess(session::Session& session, const engine::CheckpointOptions& gpu,
                          engine::Progress* progress, ProcessCheckpointResult* result);
 

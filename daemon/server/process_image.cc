@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 namespace phos::server {
 namespace {
@@ -71,6 +72,7 @@ Status WriteProcessImage(const std::string& dir, const ProcessImage& im) {
       << "ring_head " << im.ring_head << "\n"
       << "admitted " << im.admitted << "\n"
       << "shell_job " << (im.shell_job ? 1 : 0) << "\n"
+      << "pid_namespace " << (im.pid_namespace ? 1 : 0) << "\n"
       << "cmdline_hex " << Hex(im.cmdline) << "\n";
     f.flush();
     if (!f) return Status::IoError("cannot write " + tmp);
@@ -132,6 +134,8 @@ Status ReadProcessImage(const std::string& dir, ProcessImage* im) {
   im->ring_head = num("ring_head");
   im->admitted = num("admitted");
   im->shell_job = num("shell_job") != 0;
+  // Absent in images written before pid namespaces (then: false).
+  if (kv.count("pid_namespace") != 0) im->pid_namespace = num("pid_namespace") != 0;
   if (!ok || !Unhex(kv["cmdline_hex"], &im->cmdline)) {
     return Status::Corruption(path + ": missing or malformed fields");
   }
@@ -227,6 +231,30 @@ bool ProcessHoldsSocket(pid_t pid, uint64_t inode) {
     if (n > 0 && std::string(buf, static_cast<size_t>(n)) == want) return true;
   }
   return false;
+}
+
+Status PidNamespaceRole(pid_t pid, bool* own_ns) {
+  *own_ns = false;
+  const std::string path = "/proc/" + std::to_string(pid) + "/status";
+  std::ifstream f(path);
+  if (!f) return Status::NotFound("pid " + std::to_string(pid) + " does not exist (" + path + ")");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream in(line.substr(6));
+    std::vector<long> ids;
+    for (long v; in >> v;) ids.push_back(v);
+    if (ids.size() <= 1) return Status::Ok();  // our namespace
+    if (ids.back() == 1 && ids.size() == 2) {
+      *own_ns = true;
+      return Status::Ok();
+    }
+    return Status::NotSupported("pid " + std::to_string(pid) + " is pid " + std::to_string(ids.back()) +
+                                " of a pid namespace " + (ids.size() > 2 ? "nested below another" : "it does not lead") +
+                                ": CRIU dumps a pid namespace from its init only; run the app with `phos run` "
+                                "(its own namespace) or `phos run --no-pid-ns`");
+  }
+  return Status::Ok();  // a kernel without NSpid has no namespaces to care about
 }
 
 }  // namespace phos::server

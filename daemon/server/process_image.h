@@ -33,6 +33,10 @@ struct ProcessImage {
   uint64_t ring_head = 0;        // consumer position at the dump (informational)
   uint64_t admitted = 0;         // calls admitted when both states were fixed
   bool shell_job = false;        // the app is not its own session leader
+  // The app is pid 1 of its own pid namespace (`phos run`'s default):
+  // CRIU restores it into a NEW namespace, so the restored copy has another
+  // host pid and the original may still run (docs/criu.md "Pid namespaces").
+  bool pid_namespace = false;
   std::string cmdline;           // NUL-separated argv (the channel hello)
 };
 
@@ -46,6 +50,11 @@ Status UnixPeerInode(int fd, uint64_t* inode);
 /// The app's mapping of the memfd whose inode is `inode` (from
 /// /proc/PID/maps; offset 0, exactly `bytes` long).
 Status FindMemfdMapping(pid_t pid, uint64_t inode, uint64_t bytes, uint64_t* start, uint64_t* end);
+/// How `pid` sits in pid namespaces, from /proc/PID/status NSpid: `*own_ns`
+/// = it is pid 1 of a namespace below ours. NotSupported when it is a
+/// member of such a namespace but not its init (CRIU dumps a namespace
+/// from its init only).
+Status PidNamespaceRole(pid_t pid, bool* own_ns);
 /// True if /proc/PID/fd holds socket:[inode].
 bool ProcessHoldsSocket(pid_t pid, uint64_t inode);
 

@@ -105,6 +105,11 @@ void Session::OpenGate() {
   gate_cv_.notify_all();
 }
 
+void Session::CloseGate() {
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  gate_open_ = false;
+}
+
 void Session::WaitGate() {
   std::unique_lock<std::mutex> lock(gate_mu_);
   while (!gate_open_ && !stop_requested_.load(std::memory_order_acquire)) {
@@ -208,7 +213,10 @@ void Session::Run() {
   std::vector<std::byte> payload;
   WaitGate();
   for (;;) {
-    if (ctl_pending_.load(std::memory_order_acquire)) RunControlTasks();
+    if (ctl_pending_.load(std::memory_order_acquire)) {
+      RunControlTasks();
+      WaitGate();  // a control task may have closed it (CloseGate)
+    }
     ring::Record rec;
     Status s = ring_->Next(&rec);
     // NotReady: Interrupt() (a control task was queued; run at the top of

@@ -74,6 +74,8 @@ class Session {
   uint64_t id() const { return id_; }
   int fd() const { return conn_->fd(); }
   pid_t pid() const { return conn_->peer_pid(); }
+  /// The app's NUL-separated argv from its hello (immutable).
+  const std::string& cmdline() const { return conn_->hello().cmdline; }
   bool finished() const { return finished_.load(std::memory_order_acquire); }
   bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
   /// Called once the consumer finished (used by the server to wake up).
@@ -90,6 +92,11 @@ class Session {
   void set_start_gated() { gate_open_ = false; }
   /// Lets a gated consumer take calls. Any thread; idempotent.
   void OpenGate();
+  /// Holds the consumer again after the current control task: it runs
+  /// control tasks but takes no call until OpenGate(). Consumer thread only
+  /// (from a control task): live migration keeps the frozen app's posted
+  /// calls in the ring while its state travels (server/migration.h).
+  void CloseGate();
   /// The ring region (its memfd and geometry): the whole-process checkpoint
   /// finds the app's mapping of it. Immutable after construction.
   const ring::SharedRegion& region() const { return *region_; }

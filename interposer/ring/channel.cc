@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sstream>
+#include <fstream>
 #include <vector>
 
 #include <fcntl.h>
@@ -14,6 +16,24 @@
 
 namespace phos::ring {
 namespace {
+
+/// True when `host_pid` is `ns_pid` inside its own pid namespace: an app
+/// started by `phos run` (pid 1 of a new namespace) says getpid() = 1 in its
+/// hello while SO_PEERCRED names it as phosd sees it. The innermost NSpid
+/// of /proc/HOST_PID/status is the pid the app itself sees.
+bool IsPidInOwnNamespace(pid_t host_pid, long ns_pid) {
+  std::ifstream f("/proc/" + std::to_string(host_pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream in(line.substr(6));
+    long v = 0, last = -1;
+    while (in >> v) last = v;
+    return last >= 0 && last == ns_pid;
+  }
+  return false;
+}
+
 
 constexpr uint32_t kHelloMagic = 0x48534850;    // "PHSH"
 constexpr uint32_t kWelcomeMagic = 0x57534850;  // "PHSW"
@@ -284,7 +304,7 @@ Status ChannelListener::Accept(int timeout_ms, std::unique_ptr<ChannelConnection
                                      ", phosd speaks " + std::to_string(kProtocolVersion));
     } else if (w.cmdline_bytes > kMaxCmdlineBytes || sizeof(w) + w.cmdline_bytes != n) {
       s = Status::Corruption("ring channel: hello length does not match its command line");
-    } else if (w.pid != cred.pid) {
+    } else if (w.pid != cred.pid && !IsPidInOwnNamespace(cred.pid, w.pid)) {
       s = Status::InvalidArgument("ring channel: hello claims pid " + std::to_string(w.pid) +
                                   " but the socket's peer is pid " + std::to_string(cred.pid));
     }
@@ -294,7 +314,7 @@ Status ChannelListener::Accept(int timeout_ms, std::unique_ptr<ChannelConnection
     return s;
   }
   c->hello_.protocol_version = w.version;
-  c->hello_.pid = w.pid;
+  c->hello_.pid = cred.pid;  // as phosd sees it (the app may be in its own pid namespace)
   c->hello_.session_id = w.session_id;
   c->hello_.cmdline.assign(reinterpret_cast<const char*>(buf.data()) + sizeof(w), w.cmdline_bytes);
   *out = std::move(c);

@@ -5,14 +5,20 @@
 // results, so a run under phos (cuda or sim backend) can be compared with a
 // native run by the printed line alone. Exit status: 0 match, 1 mismatch,
 // 2 CUDA error.
+//
+// Every program also calls AppMidpoint() once, in the middle of its GPU
+// work, so a test can checkpoint it at a known point (see AppMidpoint).
 #pragma once
 
 #include <cuda_runtime.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #define APP_CHECK(call)                                                         \
   do {                                                                          \
@@ -55,4 +61,34 @@ inline int AppReport(const char* name, uint64_t checksum, size_t mismatches) {
               mismatches == 0 ? "OK" : "MISMATCH");
   if (mismatches != 0) std::fprintf(stderr, "%s: %zu results differ from the CPU reference\n", name, mismatches);
   return mismatches == 0 ? 0 : 1;
+}
+
+// The pause point of the end-to-end checkpoint/restore tests
+// (tests/integration/e2e_process_test.cc). Called once in the middle of a
+// program's GPU work: some kernels have run (or are queued) and device
+// buffers hold intermediate results. Without PHOS_APP_PAUSE it does nothing.
+// With PHOS_APP_PAUSE=PATH it prints "NAME: paused at midpoint ..." on
+// STDERR (stdout stays exactly the uninterrupted run's, so outputs can be
+// compared byte for byte) and sleeps in 5 ms steps while PATH exists:
+// the test checkpoints the process meanwhile, and removing PATH releases
+// the original and every restored copy alike (they poll the same path).
+// Bounded: after kMaxWait the program gives up, says so, and goes on.
+// Device work queued before the pause is not synchronised on purpose: a
+// checkpoint must cope with it.
+inline void AppMidpoint(const char* name) {
+  const char* path = std::getenv("PHOS_APP_PAUSE");
+  if (path == nullptr || *path == '\0') return;
+  std::fprintf(stderr, "%s: paused at midpoint; remove %s to continue\n", name, path);
+  std::fflush(stderr);
+  constexpr auto kMaxWait = std::chrono::minutes(10);
+  const auto deadline = std::chrono::steady_clock::now() + kMaxWait;
+  while (access(path, F_OK) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "%s: %s still exists after 10 minutes; continuing\n", name, path);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::fprintf(stderr, "%s: resumed after midpoint\n", name);
+  std::fflush(stderr);
 }

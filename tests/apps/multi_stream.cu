@@ -64,6 +64,7 @@ int main() {
     APP_CHECK(cudaMemcpyAsync(hout + off, dout + off, chunk * sizeof(unsigned int), cudaMemcpyDeviceToHost, st));
     APP_CHECK(cudaEventRecord(done[c], st));
   }
+  AppMidpoint("multi_stream");  // chunks transformed (or queued), sums not yet
   for (int c = 0; c < chunks; ++c) APP_CHECK(cudaStreamWaitEvent(final_stream, done[c], 0));
   chunk_sums<<<chunks, 128, 0, final_stream>>>(dout, chunk, dsums);
   APP_CHECK(cudaGetLastError());

@@ -36,6 +36,7 @@ int main() {
   APP_CHECK(cudaMemcpy(dtable, bufs.data(), tables * sizeof(int*), cudaMemcpyHostToDevice));
   scatter<<<(n + 255) / 256, 256>>>(dtable, tables, dsrc, n);
   APP_CHECK(cudaGetLastError());
+  AppMidpoint("pointer_table");  // the scattered buffers on the device only
   std::vector<int> out(n);
   for (int t = 0; t < tables; ++t)
     APP_CHECK(cudaMemcpy(out.data() + t * per_table, bufs[t], per_table * sizeof(int),

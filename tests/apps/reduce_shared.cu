@@ -59,6 +59,7 @@ int main() {
   APP_CHECK(cudaMemset(dsum, 0, sizeof(unsigned long long)));
   reduce_sum<<<64, kBlock>>>(din, dsum, n);
   APP_CHECK(cudaGetLastError());
+  AppMidpoint("reduce_shared");  // the sum is on the device, the maxima not yet
   block_max<<<blocks, kBlock>>>(din, dmax, n);
   APP_CHECK(cudaGetLastError());
   unsigned long long sum = 0;

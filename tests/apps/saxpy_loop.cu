@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     saxpy<<<(n + 127) / 128, 128>>>(a, dx, dy, n);
     APP_CHECK(cudaGetLastError());
     for (int i = 0; i < n; ++i) ref[i] = std::fmaf(a, x[i], ref[i]);
+    if (it == iters / 2) AppMidpoint("saxpy_loop");  // y half-way through the loop
   }
   APP_CHECK(cudaMemcpy(y.data(), dy, bytes, cudaMemcpyDeviceToHost));
   size_t bad = 0;

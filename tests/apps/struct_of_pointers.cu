@@ -50,6 +50,7 @@ int main() {
   op.scale = scale;
   combine<<<(n + 127) / 128, 128>>>(op, bins);
   APP_CHECK(cudaGetLastError());
+  AppMidpoint("struct_of_pointers");  // out and the histogram on the device only
   APP_CHECK(cudaMemcpy(out.data(), dout, n * sizeof(int), cudaMemcpyDeviceToHost));
   APP_CHECK(cudaMemcpy(hist.data(), dhist, bins * sizeof(int), cudaMemcpyDeviceToHost));
   std::vector<int> ref_hist(bins, 0);

@@ -29,6 +29,7 @@ int main() {
   const int block = 256;
   vector_add<<<(n + block - 1) / block, block>>>(da, db, dc, n);
   APP_CHECK(cudaGetLastError());
+  AppMidpoint("vector_add");  // c holds the sums on the device only
   APP_CHECK(cudaMemcpy(c.data(), dc, bytes, cudaMemcpyDeviceToHost));
   size_t bad = 0;
   for (int i = 0; i < n; ++i)

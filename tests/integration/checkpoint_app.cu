@@ -58,6 +58,23 @@ static void FillBig(std::vector<unsigned char>& big, int step) {
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<unsigned char>((i * 31 + step * 7) & 0xFF);
 }
 
+// Our pid as phosd and the tests see it: under `phos run` we are pid 1 of
+// our own pid namespace, but /proc is the host's, whose NSpid line starts
+// with the pid in /proc's namespace.
+static long HostPid() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  char line[256];
+  long pid = getpid();
+  while (f != nullptr && std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "NSpid:", 6) == 0) {
+      pid = std::strtol(line + 6, nullptr, 10);
+      break;
+    }
+  }
+  if (f != nullptr) std::fclose(f);
+  return pid;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::printf("usage: checkpoint_app CTL_DIR\n");
@@ -87,7 +104,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < kScratchBytes; ++i) pattern[i] = static_cast<unsigned char>(i * 13 + 5);
   CHECK(cudaMemcpy(scratch, pattern.data(), kScratchBytes, cudaMemcpyHostToDevice));
   CHECK(cudaDeviceSynchronize());
-  std::printf("checkpoint_app: ready pid %d\n", static_cast<int>(getpid()));
+  std::printf("checkpoint_app: ready pid %d\n", static_cast<int>(HostPid()));
   std::fflush(stdout);
 
   int step = 0;

@@ -228,11 +228,12 @@ TEST_F(IntegrationTest, KilledAppReleasesItsSession) {
   Daemon d(dir_);
   ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
   Child hold = Child::Start(
-      {PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", ErrorPaths(), "hold", "64"});
+      {PHOS_BIN, "--socket", d.socket(), "run", "--no-pid-ns", "--lib", PHOS_LIB_PATH, "--", ErrorPaths(), "hold",
+       "64"});
   ASSERT_TRUE(hold.ReadUntil("hold: ready", std::chrono::seconds(60))) << hold.output;
   std::string ps = PsJson(d.socket());
   EXPECT_NE(ps.find("\"device_memory_bytes\": \"67108864\""), std::string::npos) << ps;
-  // `phos run` execs the program, so the child's pid is the app's.
+  // `phos run --no-pid-ns` execs the program, so the child's pid is the app's.
   EXPECT_NE(ps.find("\"pid\": " + std::to_string(hold.pid) + ","), std::string::npos) << ps;
   kill(hold.pid, SIGKILL);
   hold.Wait(std::chrono::seconds(10));

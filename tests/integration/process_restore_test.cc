@@ -138,7 +138,10 @@ class ProcessRestoreTest : public ::testing::Test {
       dup2(out, 1);
       dup2(out, 2);
       syscall(SYS_close_range, 3u, ~0u, 0u);
-      std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_, "run", "--lib", PHOS_LIB_PATH, "--",
+      // --no-pid-ns: this test covers images restored with their old pid
+      // (the app is `phos run` itself); e2e_process_test covers the
+      // default, pid-namespaced runs.
+      std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_, "run", "--no-pid-ns", "--lib", PHOS_LIB_PATH, "--",
                                        PHOS_CHECKPOINT_APP, ctl_};
       std::vector<char*> args;
       for (auto& a : argv) args.push_back(a.data());

@@ -107,19 +107,22 @@ TEST_F(DaemonTest, LongOperationsAnswerUnimplementedNamingTheRpc) {
   v1::Phos::Stub* s = stub.get();
   // Checkpoint and Restore are implemented (GPU-only and whole-process):
   // tests/integration/checkpoint_restore_test.cc, process_restore_test.cc.
-  ExpectUnimplemented<v1::MigrateRequest>(
-      [s](grpc::ClientContext* c, const v1::MigrateRequest& r) { return s->Migrate(c, r); },
-      "Migrate");
-  ExpectUnimplemented<v1::TemplateSaveRequest>(
-      [s](grpc::ClientContext* c, const v1::TemplateSaveRequest& r) {
-        return s->TemplateSave(c, r);
-      },
-      "TemplateSave");
-  ExpectUnimplemented<v1::TemplateStartRequest>(
-      [s](grpc::ClientContext* c, const v1::TemplateStartRequest& r) {
-        return s->TemplateStart(c, r);
-      },
-      "TemplateStart");
+  // Migrate and the templates are implemented too (migrate_test,
+  // template_test); here an empty request must be refused, not "succeed".
+  {
+    grpc::ClientContext c;
+    auto reader = s->Migrate(&c, v1::MigrateRequest());
+    v1::OperationEvent ev;
+    while (reader->Read(&ev)) EXPECT_FALSE(ev.has_done()) << "an empty Migrate request succeeded";
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext c;
+    auto reader = s->TemplateStart(&c, v1::TemplateStartRequest());
+    v1::OperationEvent ev;
+    while (reader->Read(&ev)) EXPECT_FALSE(ev.has_done()) << "an empty TemplateStart request succeeded";
+    EXPECT_NE(reader->Finish().error_code(), grpc::StatusCode::OK);
+  }
   ExpectUnimplemented<v1::WatchOperationRequest>(
       [s](grpc::ClientContext* c, const v1::WatchOperationRequest& r) {
         return s->WatchOperation(c, r);

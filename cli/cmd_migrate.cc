@@ -1,0 +1,80 @@
+// phos migrate --pid P --to HOST:PORT --peer-token FILE [--mode recopy|stop]
+// [--rounds N] [--max-rate R] [--json]: live-migrate a process under phos
+// to another phosd (started with --listen and the same token). The local
+// phosd does the work (server/migration.h); this prints its progress, the
+// new pid at the destination and the downtime. docs/migration.md.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/operation_stream.h"
+#include "server/peer_token.h"
+
+namespace phos::cli {
+namespace {
+
+struct MigrateArgs {
+  int pid = 0;
+  std::string to, token_file, mode = "recopy";
+  unsigned rounds = 0;
+  std::uint64_t max_rate = 0;
+  bool json = false;
+};
+
+int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
+  std::string token;
+  if (Status s = server::LoadPeerToken(a.token_file, &token); !s.ok()) {
+    std::cerr << "phos: migrate: " << s.message() << "\n";
+    return 1;
+  }
+  v1::MigrateRequest req;
+  req.set_pid(a.pid);
+  req.set_destination(a.to);
+  req.set_peer_token(token);
+  req.set_mode(a.mode == "stop" ? v1::MODE_STOP : v1::MODE_RECOPY);
+  req.set_max_precopy_rounds(a.rounds);
+  req.set_max_bytes_per_sec(a.max_rate);
+  std::unique_ptr<v1::Phos::Stub> stub;
+  if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
+  grpc::ClientContext ctx;
+  auto reader = stub->Migrate(&ctx, req);
+  v1::OperationResult result;
+  const int rc = ShowOperation(reader.get(), "Migrate", "migrate", a.json, &result);
+  if (rc != 0) return rc;
+  if (!a.json) {
+    const auto& c = result.counters();
+    auto get = [&c](const char* k) { return c.count(k) ? c.at(k) : 0; };
+    std::cout << "migrated pid " << a.pid << " to " << a.to << " as pid " << result.pid() << "\n"
+              << "  downtime " << get("downtime_us") / 1000.0 << " ms (frozen here -> running there): criu dump "
+              << get("criu_dump_ms") << " ms, transfer " << get("transfer_ms") << " ms, restore there: criu "
+              << get("destination_criu_restore_ms") << " ms + gpu " << get("destination_gpu_restore_us") / 1000.0
+              << " ms; " << get("dirty_bytes_at_stop") << " bytes were dirty at the freeze\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddMigrateCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
+  auto a = std::make_shared<MigrateArgs>();
+  CLI::App* cmd = app->add_subcommand(
+      "migrate",
+      "Live-migrate a process (GPU state + CRIU) to another phosd: recopy rounds while it runs, then it is "
+      "frozen, dumped, sent, restored there; it is killed here only after the destination runs it. On any "
+      "failure it resumes here. Prints the new pid and the downtime.");
+  cmd->add_option("--pid", a->pid, "The process (see `phos ps`)")->required();
+  cmd->add_option("--to", a->to, "The destination phosd's --listen address, HOST:PORT")->required();
+  cmd->add_option("--peer-token", a->token_file, "File holding the destination's peer token (mode 0600)")
+      ->required();
+  cmd->add_option("--mode", a->mode, "recopy (default: copy rounds while the app runs, then freeze) or stop")
+      ->check(CLI::IsMember({"recopy", "stop"}));
+  cmd->add_option("--rounds", a->rounds, "Most recopy rounds before the freeze (default: phosd's --recopy-rounds)");
+  cmd->add_option("--max-rate", a->max_rate, "Cap on the transfer's bytes per second, e.g. 100M (default: none)")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
+  cmd->callback([global, a, exit_code] { *exit_code = RunMigrate(*global, *a); });
+}
+
+}  // namespace phos::cli

@@ -1,0 +1,114 @@
+// The Migrate RPC (source side of `phos migrate`) and RestoreForPeer (the
+// destination side, reached through PhosPeer.RestoreImage). The protocol is
+// server/migration.h; docs/migration.md "phos migrate".
+#include <signal.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <future>
+
+#include "engine/operations.h"
+#include "engine/progress.h"
+#include "server/migration.h"
+#include "server/phos_service.h"
+#include "server/process_checkpoint.h"
+#include "server/rpc_events.h"
+
+namespace phos::server {
+
+grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest* req,
+                                  grpc::ServerWriter<v1::OperationEvent>* writer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (req->destination().empty() || req->destination().find(':') == std::string::npos) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "destination must be HOST:PORT of a phosd started with --listen (got '" +
+                            req->destination() + "')");
+  }
+  if (req->peer_token().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "no peer token: give the destination's token file with --peer-token FILE");
+  }
+  std::shared_ptr<session::Session> sess;
+  if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
+
+  MigrateOptions o;
+  o.destination = req->destination();
+  o.token = req->peer_token();
+  const auto now_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  o.name = "migrate-" + std::to_string(req->pid()) + "-" + std::to_string(now_ms);
+  o.staging_dir = DefaultCheckpointRoot() + "/outgoing/" + o.name + ".tmp";
+  o.max_bytes_per_sec = req->max_bytes_per_sec();
+  o.gpu.mode = req->mode() == v1::MODE_STOP ? engine::Mode::kStop
+               : req->mode() == v1::MODE_COW ? engine::Mode::kCow
+                                              : engine::Mode::kRecopy;
+  o.gpu.recopy_rounds = req->max_precopy_rounds() > 0 ? static_cast<int>(req->max_precopy_rounds()) : recopy_rounds_;
+  o.gpu.cow_reserve_bytes = cow_reserve_bytes_;
+  o.gpu.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
+  image::v1::Manifest meta;
+  meta.set_session_id(sess->id());
+  meta.set_pid(req->pid());
+  meta.set_mode(engine::ModeName(o.gpu.mode));
+  meta.set_keep(image::v1::KEEP_MANUAL);
+  o.gpu.metadata = meta;
+  spdlog::info("rpc=Migrate pid={} session={} to {} mode={}", req->pid(), sess->id(), o.destination,
+               engine::ModeName(o.gpu.mode));
+
+  engine::Progress progress;
+  MigrateResult r;
+  std::future<phos::Status> done =
+      std::async(std::launch::async, [&] { return MigrateProcess(*sess, o, &progress, &r); });
+  phos::Status s = StreamUntilDone(done, progress, writer);
+  if (!s.ok()) return FailOperation(writer, "Migrate", s.WithContext("migration of pid " + std::to_string(req->pid())));
+  v1::OperationEvent ev;
+  v1::OperationResult* out = ev.mutable_done();
+  out->set_image_dir(o.destination + ":incoming/" + o.name);
+  out->set_pid(r.destination_pid);
+  out->set_stall_us(r.downtime_us);
+  out->set_total_ms(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()));
+  out->set_bytes_written(r.bytes_sent);
+  auto& c = *out->mutable_counters();
+  c["downtime_us"] = r.downtime_us;
+  c["source_pid"] = static_cast<uint64_t>(r.source_pid);
+  c["gpu_bytes"] = r.gpu.bytes;
+  c["dirty_bytes_at_stop"] = r.dirty_bytes_at_stop;
+  c["recopy_rounds"] = r.gpu.counters.recopy_rounds;
+  c["criu_dump_ms"] = r.criu_dump_ms;
+  c["transfer_ms"] = r.transfer_ms;
+  c["destination_criu_restore_ms"] = r.destination_criu_restore_ms;
+  c["destination_gpu_restore_us"] = r.destination_gpu_restore_us;
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply) {
+  session::SessionServer* server = session_server_.load(std::memory_order_acquire);
+  if (server == nullptr) return phos::Status::Unavailable("phosd's data plane is not running (starting or stopping)");
+  ProcessRestoreResult r;
+  engine::Progress progress;  // the engine reports into one; nobody watches it here
+  PHOS_RETURN_IF_ERROR(RestoreProcess(server, dir, &progress, &r));
+  restored_.Track(r.pid);
+  // CRIU restores a process dumped stopped as stopped: let it run now that
+  // its GPU state is back. This is the first instruction at the destination.
+  if (resume && kill(r.pid, SIGCONT) != 0) {
+    const int err = errno;
+    kill(r.pid, SIGKILL);
+    return phos::Status::FromErrno("SIGCONT restored pid " + std::to_string(r.pid) + " (killed)", err);
+  }
+  reply->set_resumed_unix_ns(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  reply->set_pid(r.pid);
+  reply->set_criu_restore_ms(r.criu_restore_ms);
+  reply->set_gpu_restore_us(r.gpu.stall_us);
+  reply->set_gpu_bytes(r.gpu.bytes);
+  spdlog::info("peer restore: {} runs as pid {} (criu {} ms, gpu {} bytes)", dir, r.pid, r.criu_restore_ms,
+               r.gpu.bytes);
+  return phos::Status::Ok();
+}
+
+}  // namespace phos::server

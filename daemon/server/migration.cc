@@ -1,0 +1,172 @@
+#include "server/migration.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "criu/criu_client.h"
+#include "peer.pb.h"
+#include "ring/ring_layout.h"
+#include "server/peer_client.h"
+#include "server/process_checkpoint.h"
+#include "server/process_image.h"
+
+namespace phos::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t RealtimeNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+uint64_t MsSince(Clock::time_point t0) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+}
+
+/// True when every thread of `pid` is stopped ('T' or 't' in
+/// /proc/PID/task/TID/stat); false while one still runs.
+bool AllThreadsStopped(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool all = true;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(dir + "/" + e->d_name + "/stat");
+    std::string stat;
+    std::getline(f, stat);
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= stat.size()) continue;  // thread gone
+    const char state = stat[paren + 2];
+    if (state != 'T' && state != 't') all = false;
+  }
+  closedir(d);
+  return all;
+}
+
+/// SIGSTOP, then waits (bounded: 2 s, sleeping 1 ms between looks) until
+/// the kernel stopped every thread — CRIU must see the state we froze.
+Status Freeze(pid_t pid) {
+  if (kill(pid, SIGSTOP) != 0) return Status::FromErrno("SIGSTOP pid " + std::to_string(pid), errno);
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (!AllThreadsStopped(pid)) {
+    if (Clock::now() > deadline) {
+      kill(pid, SIGCONT);
+      return Status::Unavailable("pid " + std::to_string(pid) + " did not stop within 2 s of SIGSTOP");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::Progress* progress,
+                      MigrateResult* result) {
+  if (o.gpu.mode == engine::Mode::kCow) {
+    return Status::InvalidArgument(
+        "migration uses --mode recopy (default) or stop: copy-on-write keeps the app running after t1, "
+        "which a migration cannot use");
+  }
+  PHOS_RETURN_IF_ERROR(criu::CriuClient::Check().WithContext("migration needs CRIU"));
+  ProcessImage im;
+  PHOS_RETURN_IF_ERROR(sess.RunControl([&](session::SessionState& st) { return DescribeForDump(sess, st, &im); }));
+  result->source_pid = im.pid;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(o.staging_dir).parent_path(), ec);
+  std::filesystem::remove_all(o.staging_dir, ec);
+
+  // Set on the consumer thread by at_capture, read here after
+  // engine::Checkpoint returned (RunControl's future orders the two).
+  bool frozen = false;
+  engine::CheckpointOptions gpu = o.gpu;
+  gpu.dir = o.staging_dir;
+  gpu.at_capture = [&](session::SessionState& st) -> Status {
+    if (frozen) return Status::Ok();  // already frozen (a second capture after a fallback)
+    PHOS_RETURN_IF_ERROR(Freeze(im.pid));
+    result->stopped_unix_ns = RealtimeNs();
+    sess.CloseGate();  // calls posted before the freeze wait in the ring
+    frozen = true;
+    im.admitted = st.executor->admitted();
+    im.ring_head = reinterpret_cast<const ring::RegionHeader*>(st.region_base)->head.load(std::memory_order_acquire);
+    return Status::Ok();
+  };
+  auto abandon = [&](const Status& why, const std::string& what) {
+    if (frozen) {
+      sess.OpenGate();
+      kill(im.pid, SIGCONT);
+    }
+    std::filesystem::remove_all(o.staging_dir, ec);
+    return why.WithContext(what + "; migration abandoned: pid " + std::to_string(im.pid) +
+                           (frozen ? " was resumed and keeps running here" : " keeps running here"));
+  };
+
+  Status s = engine::Checkpoint(sess, gpu, progress, &result->gpu);
+  if (!s.ok()) return abandon(s, "GPU checkpoint");
+  result->dirty_bytes_at_stop = result->gpu.counters.recopy_dirty_bytes;
+  if (!frozen) return abandon(Status::Internal("the capture point never froze the app"), "freeze");
+
+  if (progress != nullptr) progress->SetPhase("criu-dump", "CRIU dumps the frozen pid " + std::to_string(im.pid));
+  criu::DumpOptions d;
+  d.leave_running = true;  // it stays stopped (SIGSTOP) until we decide
+  d.shell_job = im.shell_job;
+  d.external = {"unix[" + std::to_string(im.channel_inode) + "]"};
+  auto t0 = Clock::now();
+  s = criu::CriuClient::Dump(im.pid, o.staging_dir + "/" + kCriuSubdir, d);
+  result->criu_dump_ms = MsSince(t0);
+  if (s.ok()) s = WriteProcessImage(o.staging_dir, im);
+  if (!s.ok()) return abandon(s, "CRIU dump of pid " + std::to_string(im.pid));
+
+  t0 = Clock::now();
+  SendImageResult sent;
+  SendImageOptions so;
+  so.max_bytes_per_sec = o.max_bytes_per_sec;
+  // SendImage reports running totals; Progress counts increments.
+  std::uint64_t reported = 0;
+  SendProgress on_sent = [&](std::uint64_t done, std::uint64_t total) {
+    if (progress == nullptr) return;
+    if (done == 0) {
+      progress->SetPhase("transfer", "sending the image to " + o.destination, total);
+      reported = 0;
+      return;
+    }
+    if (done > reported) progress->AddBytes(done - reported);
+    reported = done;
+  };
+  s = SendImage(o.destination, o.token, o.staging_dir, o.name, on_sent, &sent, so);
+  result->transfer_ms = MsSince(t0);
+  result->bytes_sent = sent.bytes;
+  if (!s.ok()) return abandon(s, "sending the image to " + o.destination);
+
+  if (progress != nullptr) progress->SetPhase("remote-restore", o.destination + " restores the process");
+  peer::v1::RestoreImageReply reply;
+  s = RestoreOnPeer(o.destination, o.token, o.name, /*resume=*/true, &reply);
+  if (!s.ok()) return abandon(s, "restore on " + o.destination);
+
+  // The destination runs it: only now does the source copy end.
+  kill(im.pid, SIGKILL);
+  sess.OpenGate();  // the consumer notices the hang-up and releases the GPU state
+  std::filesystem::remove_all(o.staging_dir, ec);
+  result->destination_pid = reply.pid();
+  result->resumed_unix_ns = reply.resumed_unix_ns();
+  result->destination_criu_restore_ms = reply.criu_restore_ms();
+  result->destination_gpu_restore_us = reply.gpu_restore_us();
+  const std::int64_t down = result->resumed_unix_ns - result->stopped_unix_ns;
+  result->downtime_us = down > 0 ? static_cast<std::uint64_t>(down / 1000) : 0;
+  spdlog::info("migrate: pid {} -> {} pid {}: downtime {} us (dirty at t2 {} bytes, sent {} bytes in {} ms, criu "
+               "dump {} ms, remote criu restore {} ms, remote gpu restore {} us)",
+               im.pid, o.destination, reply.pid(), result->downtime_us, result->dirty_bytes_at_stop, sent.bytes,
+               result->transfer_ms, result->criu_dump_ms, reply.criu_restore_ms(), reply.gpu_restore_us());
+  return Status::Ok();
+}
+
+}  // namespace phos::server

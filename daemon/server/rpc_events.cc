@@ -1,0 +1,65 @@
+#include "server/rpc_events.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdint>
+
+namespace phos::server {
+
+grpc::StatusCode ToGrpcCode(const phos::Status& s) {
+  using C = phos::Status::Code;
+  switch (s.code()) {
+    case C::kOk: return grpc::StatusCode::OK;
+    case C::kInvalidArgument: return grpc::StatusCode::INVALID_ARGUMENT;
+    case C::kNotFound: return grpc::StatusCode::NOT_FOUND;
+    case C::kAlreadyExists: return grpc::StatusCode::ALREADY_EXISTS;
+    case C::kOutOfMemory: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case C::kNotSupported: return grpc::StatusCode::UNIMPLEMENTED;
+    case C::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
+    case C::kCorruption: return grpc::StatusCode::DATA_LOSS;
+    case C::kFailedPrecondition: return grpc::StatusCode::FAILED_PRECONDITION;
+    default: return grpc::StatusCode::INTERNAL;
+  }
+}
+
+void WriteProgress(grpc::ServerWriter<v1::OperationEvent>* writer, const engine::ProgressSnapshot& p) {
+  v1::OperationEvent ev;
+  v1::Progress* out = ev.mutable_progress();
+  out->set_phase(p.phase);
+  out->set_message(p.message);
+  out->set_bytes_done(p.bytes_done);
+  out->set_bytes_total(p.bytes_total);
+  out->set_elapsed_ms(p.elapsed_ms);
+  out->set_bytes_per_second(p.bytes_per_second);
+  writer->Write(ev);
+}
+
+phos::Status StreamUntilDone(std::future<phos::Status>& done, const engine::Progress& progress,
+                             grpc::ServerWriter<v1::OperationEvent>* writer) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    const bool ready = done.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready;
+    engine::ProgressSnapshot snap = progress.Snapshot();
+    if (snap.version != seen) {
+      seen = snap.version;
+      WriteProgress(writer, snap);
+    }
+    if (ready) return done.get();
+    // Wakes at each progress update; at most 50 ms between checks of done.
+    progress.WaitForChange(seen, std::chrono::milliseconds(50));
+  }
+}
+
+grpc::Status FailOperation(grpc::ServerWriter<v1::OperationEvent>* writer, const std::string& rpc,
+                           const phos::Status& s) {
+  const grpc::StatusCode code = ToGrpcCode(s);
+  spdlog::warn("rpc={} failed: {}", rpc, s.ToString());
+  v1::OperationEvent ev;
+  ev.mutable_failed()->set_code(static_cast<int32_t>(code));
+  ev.mutable_failed()->set_message(s.message());
+  writer->Write(ev);
+  return grpc::Status(code, s.message());
+}
+
+}  // namespace phos::server

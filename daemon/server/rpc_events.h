@@ -1,0 +1,37 @@
+// Streaming a long operation's OperationEvents from a gRPC handler: the
+// progress events while a task runs, the terminal `failed` event, and the
+// phos::Status -> gRPC code mapping. Used by the template RPCs
+// (template_rpcs.cc); checkpoint_rpcs.cc has its own copies of the same
+// helpers (they could move here).
+//
+// Stateless functions; a ServerWriter is written from the handler's thread
+// only.
+#pragma once
+
+#include <future>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/status.h"
+#include "engine/progress.h"
+#include "phos.grpc.pb.h"
+
+namespace phos::server {
+
+grpc::StatusCode ToGrpcCode(const phos::Status& s);
+
+/// One progress event (a client that went away is ignored: the operation
+/// still completes).
+void WriteProgress(grpc::ServerWriter<v1::OperationEvent>* writer, const engine::ProgressSnapshot& p);
+
+/// Streams progress until `done` is ready and returns its status. Never
+/// returns early: the task may reference the caller's locals.
+phos::Status StreamUntilDone(std::future<phos::Status>& done, const engine::Progress& progress,
+                             grpc::ServerWriter<v1::OperationEvent>* writer);
+
+/// Logs, writes the terminal `failed` event and returns the matching status.
+grpc::Status FailOperation(grpc::ServerWriter<v1::OperationEvent>* writer, const std::string& rpc,
+                           const phos::Status& s);
+
+}  // namespace phos::server

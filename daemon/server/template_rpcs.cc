@@ -1,0 +1,347 @@
+// The template RPCs (docs/templates.md): TemplateSave = a whole-process
+// checkpoint (process_checkpoint.h) committed into the TemplateStore, then
+// (by default) the source process ended; TemplateStart = a whole-process
+// restore from the template's in-memory copy; TemplateList, TemplateRemove.
+//
+// One device address space per phosd: an instance's buffers must be at the
+// template's device addresses, so while the source (saved with
+// leave_running) or an earlier instance of the same template runs on this
+// phosd, a start cannot succeed; it is refused up front, naming the pid.
+#include <signal.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "engine/operations.h"
+#include "engine/progress.h"
+#include "image/file_util.h"
+#include "server/phos_service.h"
+#include "server/process_checkpoint.h"
+#include "server/rpc_events.h"
+#include "server/template_store.h"
+
+namespace phos::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t MsSince(Clock::time_point t0) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+}
+
+grpc::Status FromStatus(const phos::Status& s) { return grpc::Status(ToGrpcCode(s), s.message()); }
+
+/// The instance's session is still published: phosd has not released its
+/// device memory yet (a session is unpublished only after ReleaseAll).
+bool SessionLive(const SessionRegistry* sessions, const TemplateInstance& i) {
+  for (const v1::SessionInfo& s : sessions->ListForPid(i.pid)) {
+    if (s.session_id() == i.session_id) return true;
+  }
+  return false;
+}
+
+/// The process exists and has not exited (a zombie has).
+bool ProcessRunning(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return false;
+  const size_t paren = stat.rfind(')');  // the command may contain spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+/// Waits (bounded) until `i`'s session is gone; true if it is.
+bool WaitSessionGone(const SessionRegistry* sessions, const TemplateInstance& i, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (SessionLive(sessions, i)) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+}  // namespace
+
+void PhosService::OpenTemplates() {
+  TemplateStore::Options o;
+  o.root = DefaultCheckpointRoot() + "/templates";
+  if (template_cache_ == "off") {
+    o.cache_root.clear();
+  } else if (template_cache_.empty() || template_cache_ == "auto") {
+    o.cache_root = TemplateStore::DefaultCacheRoot(o.root);
+  } else {
+    o.cache_root = template_cache_;
+  }
+  templates_status_ = TemplateStore::Open(o, &templates_);
+  if (!templates_status_.ok()) {
+    templates_status_ = templates_status_.WithContext("templates are unavailable in this phosd");
+    spdlog::warn("{}", templates_status_.ToString());
+  }
+}
+
+grpc::Status PhosService::TemplatesReady() const {
+  if (templates_) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, templates_status_.ok()
+                                                         ? std::string("the template store is not open yet")
+                                                         : templates_status_.message());
+}
+
+grpc::Status PhosService::TemplateSave(grpc::ServerContext*, const v1::TemplateSaveRequest* req,
+                                       grpc::ServerWriter<v1::OperationEvent>* writer) {
+  const auto t0 = Clock::now();
+  if (grpc::Status g = TemplatesReady(); !g.ok()) return g;
+  if (phos::Status n = TemplateStore::CheckName(req->name()); !n.ok()) return FromStatus(n);
+  std::shared_ptr<session::Session> sess;
+  if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) {
+    return grpc::Status(g.error_code(), "cannot save template " + req->name() + ": " + g.error_message());
+  }
+  TemplateStore::Lease lease = templates_->Acquire(req->name());
+  std::string staging;
+  if (phos::Status s = templates_->PrepareStaging(lease, &staging); !s.ok()) {
+    return FailOperation(writer, "TemplateSave", s.WithContext("template " + req->name()));
+  }
+
+  engine::CheckpointOptions opts;
+  switch (req->mode()) {
+    case v1::MODE_COW: opts.mode = engine::Mode::kCow; break;
+    case v1::MODE_RECOPY: opts.mode = engine::Mode::kRecopy; break;
+    default: opts.mode = engine::Mode::kStop; break;
+  }
+  std::string command;
+  for (const v1::SessionInfo& info : sessions_->ListForPid(req->pid())) {
+    if (info.session_id() == sess->id()) command = info.command();
+  }
+  image::v1::Manifest meta;
+  meta.set_session_id(sess->id());
+  meta.set_pid(req->pid());
+  meta.add_cmdline(command);
+  meta.set_mode(engine::ModeName(opts.mode));
+  meta.set_keep(image::v1::KEEP_MANUAL);
+  backend::DeviceProperties props;
+  if (backend_->GetDeviceProperties(0, &props).ok()) meta.set_device_name(props.name);
+  opts.dir = staging;
+  opts.metadata = meta;
+  opts.cow_reserve_bytes = cow_reserve_bytes_;
+  opts.recopy_rounds = recopy_rounds_;
+  opts.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
+  spdlog::info("rpc=TemplateSave name={} pid={} session={} mode={}{}", req->name(), req->pid(), sess->id(),
+               engine::ModeName(opts.mode), req->leave_running() ? " leave-running" : "");
+
+  engine::Progress progress;
+  ProcessCheckpointResult pr;
+  sessions_->SetOperationState(sess->id(), v1::SESSION_CHECKPOINTING);
+  std::future<phos::Status> done =
+      std::async(std::launch::async, [&] { return CheckpointProcess(*sess, opts, &progress, &pr); });
+  phos::Status s = StreamUntilDone(done, progress, writer);
+  TemplateMeta tm;
+  if (s.ok()) {
+    progress.SetPhase("commit", "committing template " + req->name());
+    WriteProgress(writer, progress.Snapshot());
+    tm.saved_unix_ms = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                      std::chrono::system_clock::now().time_since_epoch())
+                                                      .count());
+    tm.source_pid = req->pid();
+    tm.source_command = command;
+    tm.mode = engine::ModeName(pr.gpu.mode);
+    s = templates_->Commit(lease, staging, &tm);
+  }
+  sessions_->SetOperationState(sess->id(), v1::SESSION_RUNNING);
+  sessions_->AddOperationCounters(sess->id(), {{s.ok() ? "template_saves" : "template_save_failures", 1}});
+  if (!s.ok()) {
+    (void)image::RemoveTree(staging);
+    return FailOperation(writer, "TemplateSave",
+                         s.WithContext("saving template " + req->name() + " from pid " + std::to_string(req->pid()) +
+                                       " failed; the app keeps running and an earlier template of that name is "
+                                       "untouched"));
+  }
+
+  // The source's device addresses are the template's: while it runs, no
+  // instance can start on this phosd. End it (default), and wait until its
+  // session released its device memory so the next start finds it free.
+  const TemplateInstance source{req->pid(), sess->id(), true};
+  bool source_gone = false;
+  sess.reset();
+  if (req->leave_running()) {
+    templates_->AddInstance(lease, source);
+  } else {
+    progress.SetPhase("stop-source", "ending the source pid " + std::to_string(req->pid()));
+    WriteProgress(writer, progress.Snapshot());
+    if (kill(req->pid(), SIGKILL) != 0 && errno != ESRCH) {
+      spdlog::warn("rpc=TemplateSave cannot kill the source pid {}: {}", req->pid(), std::strerror(errno));
+    }
+    source_gone = WaitSessionGone(sessions_, source, std::chrono::seconds(10));
+    if (!source_gone) {
+      // Still recorded, so a start names it instead of failing on addresses.
+      templates_->AddInstance(lease, source);
+      spdlog::warn("rpc=TemplateSave the session of the source pid {} did not end within 10 s", req->pid());
+    }
+  }
+
+  std::uint64_t fill_ms = 0;
+  if (!templates_->cache_root().empty()) {
+    progress.SetPhase("cache", "copying template " + req->name() + " to " + templates_->cache_root());
+    WriteProgress(writer, progress.Snapshot());
+    if (phos::Status c = templates_->Fill(lease, &fill_ms); !c.ok()) {
+      spdlog::warn("rpc=TemplateSave {}: no in-memory copy ({}); starts will read {}", req->name(), c.ToString(),
+                   templates_->DirOf(req->name()));
+    }
+  }
+  std::string cache_dir;
+  for (const TemplateView& v : templates_->List([](const TemplateInstance&) { return true; })) {
+    if (v.meta.name == req->name()) cache_dir = v.cache_dir;
+  }
+  spdlog::info("rpc=TemplateSave committed {} ({} bytes, criu dump {} ms, source {})", templates_->DirOf(req->name()),
+               tm.bytes, pr.criu_dump_ms,
+               req->leave_running() ? "left running" : source_gone ? "ended" : "killed, session still ending");
+
+  v1::OperationEvent ev;
+  v1::OperationResult* out = ev.mutable_done();
+  out->set_image_dir(templates_->DirOf(req->name()));
+  out->set_pid(req->pid());
+  out->set_stall_us(pr.gpu.stall_us);
+  out->set_total_ms(MsSince(t0));
+  out->set_bytes_written(pr.gpu.bytes);
+  auto& c = *out->mutable_counters();
+  c["template_bytes"] = tm.bytes;
+  c["buffers"] = pr.gpu.buffers;
+  c["criu_dump_ms"] = pr.criu_dump_ms;
+  c["source_ended"] = req->leave_running() ? 0 : 1;
+  c["cached"] = cache_dir.empty() ? 0 : 1;
+  c["cache_fill_ms"] = fill_ms;
+  c["mode_" + tm.mode] = 1;
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::TemplateStartRequest* req,
+                                        grpc::ServerWriter<v1::OperationEvent>* writer) {
+  const auto t0 = Clock::now();
+  if (grpc::Status g = TemplatesReady(); !g.ok()) return g;
+  if (phos::Status n = TemplateStore::CheckName(req->name()); !n.ok()) return FromStatus(n);
+  session::SessionServer* server = session_server_.load(std::memory_order_acquire);
+  if (server == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "phosd's data plane is not running (starting or stopping)");
+  }
+  engine::Progress progress;
+  ProcessRestoreResult r;
+  std::string dir;
+  bool from_cache = false, tracked = false;
+  std::uint64_t fill_ms = 0;
+  {
+    // Held until the instance runs: starts of one template are serialised
+    // (the second then sees the first instance and is refused).
+    TemplateStore::Lease lease = templates_->Acquire(req->name());
+    phos::Status s = templates_->StartDir(lease, &dir, &from_cache, &fill_ms);
+    if (!s.ok()) return FailOperation(writer, "TemplateStart", s);
+    auto alive = [this](const TemplateInstance& i) { return SessionLive(sessions_, i); };
+    for (const TemplateInstance& i : templates_->LiveInstances(lease, alive)) {
+      if (!ProcessRunning(i.pid) && WaitSessionGone(sessions_, i, std::chrono::seconds(10))) continue;
+      const std::string who = i.source ? "its source process (saved with --leave-running)" : "an instance of it";
+      return FailOperation(
+          writer, "TemplateStart",
+          phos::Status::FailedPrecondition(
+              "cannot start template " + req->name() + ": pid " + std::to_string(i.pid) + ", " + who +
+              ", still runs on this phosd and holds the template's device addresses (all processes of one phosd "
+              "share one device address space, and an instance needs its buffers at the template's addresses); "
+              "wait until pid " + std::to_string(i.pid) + " exits or end it (kill " + std::to_string(i.pid) +
+              "), or start the template on another phosd"));
+    }
+    spdlog::info("rpc=TemplateStart name={} from {}{}", req->name(), dir,
+                 from_cache ? (fill_ms > 0 ? " (cache filled now)" : " (cache)") : " (disk)");
+    std::future<phos::Status> done = std::async(std::launch::async, [&] {
+      phos::Status rs = RestoreProcess(server, dir, &progress, &r);
+      if (rs.ok()) tracked = restored_.Track(r.pid);
+      return rs;
+    });
+    s = StreamUntilDone(done, progress, writer);
+    if (!s.ok()) {
+      // engine/fresh_restore.cc's words when a buffer's address is in use
+      // (by a process this store does not know of: checked above otherwise).
+      if (s.message().find("address may be taken") != std::string::npos) {
+        s = s.WithContext("another process on this phosd holds device memory at the template's addresses (`phos "
+                          "ps` lists them; start the template on a phosd where they are free)");
+      }
+      return FailOperation(writer, "TemplateStart", s.WithContext("cannot start template " + req->name()));
+    }
+    templates_->AddInstance(lease, TemplateInstance{r.pid, r.session_id, false});
+  }
+  const std::uint64_t running_ms = MsSince(t0);
+  sessions_->AddOperationCounters(r.session_id, {{"template_starts", 1}});
+  spdlog::info("rpc=TemplateStart name={} pid {} runs (session {}; criu {} ms, gpu {} us, total {} ms)", req->name(),
+               r.pid, r.session_id, r.criu_restore_ms, r.gpu.total_us, running_ms);
+
+  v1::OperationEvent ev;
+  v1::OperationResult* out = ev.mutable_done();
+  out->set_image_dir(dir);
+  out->set_pid(r.pid);
+  out->set_stall_us(r.gpu.stall_us);
+  out->set_total_ms(running_ms);
+  out->set_bytes_written(r.gpu.bytes);
+  auto& c = *out->mutable_counters();
+  c["criu_restore_ms"] = r.criu_restore_ms;
+  c["gpu_restore_ms"] = r.gpu.total_us / 1000;
+  c["gpu_restore_us"] = r.gpu.total_us;
+  c["running_ms"] = running_ms;
+  c["from_cache"] = from_cache ? 1 : 0;
+  c["cache_fill_ms"] = fill_ms;
+  c["buffers"] = r.gpu.buffers;
+  c["session_id"] = r.session_id;
+  if (!req->detach() && tracked) {
+    v1::OperationEvent running;
+    running.mutable_progress()->set_phase("running");
+    running.mutable_progress()->set_message("started pid " + std::to_string(r.pid));
+    writer->Write(running);
+    WaitForRestoredExit(ctx, r.pid, false, out);
+  }
+  // Not tracked (phosd is not its subreaper): the result comes now without
+  // an exit status and the CLI waits for the pid itself.
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::TemplateList(grpc::ServerContext*, const v1::TemplateListRequest*,
+                                       v1::TemplateListReply* reply) {
+  if (grpc::Status g = TemplatesReady(); !g.ok()) return g;
+  reply->set_root(templates_->root());
+  reply->set_cache_root(templates_->cache_root());
+  reply->set_cache_note(templates_->cache_note());
+  auto alive = [this](const TemplateInstance& i) { return SessionLive(sessions_, i); };
+  for (const TemplateView& v : templates_->List(alive)) {
+    v1::TemplateInfo* t = reply->add_templates();
+    t->set_name(v.meta.name);
+    t->set_dir(v.dir);
+    t->set_cache_dir(v.cache_dir);
+    t->set_bytes(v.meta.bytes);
+    t->set_source_pid(v.meta.source_pid);
+    t->set_source_command(v.meta.source_command);
+    t->set_saved_unix_ms(v.meta.saved_unix_ms);
+    t->set_mode(v.meta.mode);
+    for (const TemplateInstance& i : v.instances) t->add_running_pids(i.pid);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::TemplateRemove(grpc::ServerContext*, const v1::TemplateRemoveRequest* req,
+                                         v1::TemplateRemoveReply* reply) {
+  if (grpc::Status g = TemplatesReady(); !g.ok()) return g;
+  if (phos::Status n = TemplateStore::CheckName(req->name()); !n.ok()) return FromStatus(n);
+  TemplateStore::Lease lease = templates_->Acquire(req->name());
+  if (phos::Status s = templates_->Remove(lease); !s.ok()) {
+    spdlog::warn("rpc=TemplateRemove {}: {}", req->name(), s.ToString());
+    return FromStatus(s);
+  }
+  spdlog::info("rpc=TemplateRemove removed {}", templates_->DirOf(req->name()));
+  reply->set_removed_dir(templates_->DirOf(req->name()));
+  return grpc::Status::OK;
+}
+
+}  // namespace phos::server

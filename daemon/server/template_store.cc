@@ -1,0 +1,470 @@
+#include "server/template_store.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include "image/file_util.h"
+#include "server/process_image.h"
+
+namespace phos::server {
+namespace fs = std::filesystem;
+
+struct TemplateStore::Entry {
+  std::mutex op;                            // a Lease holds it
+  bool present = false;                     // a template is committed (mu_)
+  TemplateMeta meta;                        // mu_
+  std::uint64_t cached_id = 0;              // id of the valid cache copy, 0 = none (mu_)
+  std::vector<TemplateInstance> instances;  // mu_
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t MsSince(Clock::time_point t0) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+}
+
+std::string Hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string FormatMeta(const TemplateMeta& m) {
+  std::string cmd = m.source_command;
+  std::replace(cmd.begin(), cmd.end(), '\n', ' ');
+  std::ostringstream o;
+  o << "name " << m.name << "\nid " << Hex(m.id) << "\nsaved_unix_ms " << m.saved_unix_ms << "\nsource_pid "
+    << m.source_pid << "\nmode " << m.mode << "\nbytes " << m.bytes << "\nsource_command " << cmd << "\n";
+  return o.str();
+}
+
+Status ReadMeta(const std::string& dir, TemplateMeta* m) {
+  std::string text;
+  PHOS_RETURN_IF_ERROR(image::ReadSmallFile(dir + "/" + kTemplateMetaFile, 1 << 16, &text));
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t sp = line.find(' ');
+    const std::string key = line.substr(0, sp);
+    const std::string value = sp == std::string::npos ? "" : line.substr(sp + 1);
+    try {
+      if (key == "name") m->name = value;
+      if (key == "id") m->id = std::stoull(value, nullptr, 16);
+      if (key == "saved_unix_ms") m->saved_unix_ms = std::stoull(value);
+      if (key == "source_pid") m->source_pid = std::stoi(value);
+      if (key == "mode") m->mode = value;
+      if (key == "bytes") m->bytes = std::stoull(value);
+      if (key == "source_command") m->source_command = value;
+    } catch (const std::exception&) {
+      return Status::Corruption(dir + "/" + kTemplateMetaFile + ": bad value for " + key + ": '" + value + "'");
+    }
+  }
+  if (m->id == 0) return Status::Corruption(dir + "/" + kTemplateMetaFile + " has no id");
+  return Status::Ok();
+}
+
+std::uint64_t TreeBytes(const std::string& dir) {
+  std::uint64_t n = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) n += it->file_size(ec);
+  }
+  return n;
+}
+
+std::uint64_t NewId() {
+  std::random_device rd;
+  std::uint64_t id = 0;
+  while (id == 0) id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return id;
+}
+
+/// Renames `from` to `to`; if `to` exists the two are exchanged and the old
+/// `to` (now at `from`) is removed. Either way `to` is complete at every
+/// instant.
+Status InstallDirectory(const std::string& from, const std::string& to) {
+  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return Status::Ok();
+  if (errno != EEXIST) return image::ErrnoError("rename " + from + " to", to, errno);
+  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
+    return image::ErrnoError("exchange " + from + " with", to, errno);
+  }
+  if (Status r = image::RemoveTree(from); !r.ok()) spdlog::warn("template store: {} (the replaced copy)", r.ToString());
+  return Status::Ok();
+}
+
+}  // namespace
+
+TemplateStore::TemplateStore(const Options& options) : root_(options.root) {}
+
+TemplateStore::~TemplateStore() {
+  stopping_.store(true);
+  if (warm_.joinable()) warm_.join();
+  // An empty cache (no template left) is not left behind in /dev/shm.
+  if (!cache_root_.empty()) {
+    rmdir((cache_root_ + "/.staging").c_str());
+    rmdir(cache_root_.c_str());  // fails (fine) while it holds copies
+  }
+}
+
+Status TemplateStore::CheckName(const std::string& name) {
+  const bool chars_ok = std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+  });
+  const bool tmp = name.size() >= 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+  if (name.empty() || name.size() > 100 || !chars_ok || name[0] == '.' || tmp) {
+    return Status::InvalidArgument("bad template name '" + name +
+                                   "': use 1-100 characters of A-Z a-z 0-9 _ . -, not starting with '.' and not "
+                                   "ending in .tmp");
+  }
+  return Status::Ok();
+}
+
+std::string TemplateStore::DefaultCacheRoot(const std::string& root) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: one cache per template root
+  for (unsigned char c : root) h = (h ^ c) * 0x100000001b3ull;
+  return "/dev/shm/phos-templates-" + std::to_string(geteuid()) + "-" + Hex(h).substr(0, 12);
+}
+
+Status TemplateStore::Open(const Options& options, std::unique_ptr<TemplateStore>* out) {
+  std::unique_ptr<TemplateStore> store(new TemplateStore(options));
+  std::error_code ec;
+  fs::create_directories(store->root_ + "/.staging", ec);
+  if (ec) return Status::IoError("cannot create the template directory " + store->root_ + "/.staging: " + ec.message());
+  store->SetUpCache(options.cache_root);
+  PHOS_RETURN_IF_ERROR(store->Load());
+  if (options.warm && !store->cache_root_.empty()) store->warm_ = std::thread([s = store.get()] { s->WarmLoop(); });
+  *out = std::move(store);
+  return Status::Ok();
+}
+
+namespace {
+
+/// NotSupported unless `dir` (existing) is a directory of phosd's uid, not
+/// writable by others, on tmpfs. /dev/shm is world-writable: a symlink or
+/// someone else's directory planted under the expected name is not used.
+Status CheckCacheDir(const std::string& dir) {
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0) return Status::FromErrno("stat " + dir, errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022) != 0) {
+    return Status::NotSupported(dir + " is not a directory owned by uid " + std::to_string(geteuid()) +
+                                " and writable only by it");
+  }
+  struct statfs sf;
+  if (statfs(dir.c_str(), &sf) != 0) return Status::FromErrno("statfs " + dir, errno);
+  if (static_cast<unsigned long>(sf.f_type) != static_cast<unsigned long>(TMPFS_MAGIC)) {
+    char type[24];
+    std::snprintf(type, sizeof type, "0x%lx", static_cast<unsigned long>(sf.f_type));
+    return Status::NotSupported(dir + " is not on tmpfs (filesystem type " + type + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void TemplateStore::SetUpCache(const std::string& wanted) {
+  if (wanted.empty()) {
+    cache_note_ = "the template cache is off (--template-cache off): starts read templates from " + root_;
+    spdlog::info("templates: {}", cache_note_);
+    return;
+  }
+  // Checked now, created only when the first template is copied into it
+  // (EnsureCacheDir): a phosd without templates leaves nothing in /dev/shm.
+  std::error_code ec;
+  Status s = fs::exists(wanted, ec) ? CheckCacheDir(wanted) : Status::Ok();
+  if (s.ok() && !fs::exists(wanted, ec)) {
+    struct statfs sf;
+    const std::string parent = fs::path(wanted).parent_path().string();
+    if (statfs(parent.c_str(), &sf) != 0) {
+      s = Status::FromErrno("statfs " + parent + " (the parent of " + wanted + ")", errno);
+    } else if (static_cast<unsigned long>(sf.f_type) != static_cast<unsigned long>(TMPFS_MAGIC)) {
+      s = Status::NotSupported(parent + " is not on tmpfs");
+    }
+  }
+  if (!s.ok()) {
+    cache_note_ = "no template cache: " + s.message() + "; starts read templates from " + root_;
+    spdlog::warn("templates: {}", cache_note_);
+    return;
+  }
+  cache_root_ = wanted;
+  spdlog::info("templates: in-memory copies in {} (tmpfs)", cache_root_);
+}
+
+Status TemplateStore::EnsureCacheDir() {
+  if (mkdir(cache_root_.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::FromErrno("mkdir " + cache_root_, errno);
+  }
+  PHOS_RETURN_IF_ERROR(CheckCacheDir(cache_root_));
+  if (mkdir((cache_root_ + "/.staging").c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::FromErrno("mkdir " + cache_root_ + "/.staging", errno);
+  }
+  return Status::Ok();
+}
+
+Status TemplateStore::Load() {
+  // Saves interrupted by a crash, and replaced templates not yet removed.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root_ + "/.staging", ec)) {
+    spdlog::info("templates: removing {} (an interrupted save)", e.path().string());
+    fs::remove_all(e.path(), ec);
+  }
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || !CheckName(name).ok()) continue;
+    TemplateMeta meta;
+    ProcessImage im;
+    Status s = ReadMeta(e.path().string(), &meta);
+    if (s.ok()) s = ReadProcessImage(e.path().string(), &im);
+    if (!s.ok()) {
+      spdlog::warn("templates: skipping {}: {}", e.path().string(), s.ToString());
+      continue;
+    }
+    auto entry = std::make_shared<Entry>();
+    entry->present = true;
+    entry->meta = meta;
+    entry->meta.name = name;
+    entries_[name] = entry;
+  }
+  if (ec) return Status::IoError("cannot list " + root_ + ": " + ec.message());
+  if (cache_root_.empty() || !fs::exists(cache_root_, ec)) return Status::Ok();
+  // Cache copies of a phosd that ran before: kept if they are the current
+  // version of a template, else removed (with interrupted copies).
+  fs::remove_all(cache_root_ + "/.staging", ec);
+  for (const auto& e : fs::directory_iterator(cache_root_, ec)) {
+    const std::string name = e.path().filename().string();
+    auto it = entries_.find(name);
+    TemplateMeta meta;
+    if (it != entries_.end() && ReadMeta(e.path().string(), &meta).ok() && meta.id == it->second->meta.id &&
+        fs::exists(e.path() / kProcessImageFile)) {
+      it->second->cached_id = meta.id;
+      continue;
+    }
+    spdlog::info("templates: removing stale cache copy {}", e.path().string());
+    fs::remove_all(e.path(), ec);
+  }
+  return Status::Ok();
+}
+
+void TemplateStore::WarmLoop() {
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [name, e] : entries_) {
+      if (e->present && e->cached_id != e->meta.id) names.push_back(name);
+    }
+  }
+  for (const std::string& name : names) {
+    if (stopping_.load()) return;
+    Lease lease = Acquire(name);
+    std::uint64_t ms = 0;
+    if (Status s = Fill(lease, &ms); !s.ok()) spdlog::warn("templates: warming the cache copy of {}: {}", name, s.ToString());
+  }
+}
+
+TemplateStore::Lease TemplateStore::Acquire(const std::string& name) {
+  Lease lease;
+  lease.name_ = name;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& slot = entries_[name];
+    if (!slot) slot = std::make_shared<Entry>();
+    lease.entry_ = slot;
+  }
+  lease.lock_ = std::unique_lock<std::mutex>(lease.entry_->op);
+  return lease;
+}
+
+bool TemplateStore::Get(const Lease& lease, TemplateMeta* meta) const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!lease.entry_->present) return false;
+  *meta = lease.entry_->meta;
+  return true;
+}
+
+Status TemplateStore::PrepareStaging(const Lease& lease, std::string* dir) {
+  *dir = root_ + "/.staging/" + lease.name();
+  PHOS_RETURN_IF_ERROR(image::RemoveTree(*dir));
+  PHOS_RETURN_IF_ERROR(image::RemoveTree(*dir + ".tmp"));
+  std::error_code ec;
+  fs::create_directories(root_ + "/.staging", ec);
+  if (ec) return Status::IoError("cannot create " + root_ + "/.staging: " + ec.message());
+  return Status::Ok();
+}
+
+Status TemplateStore::Commit(const Lease& lease, const std::string& staged, TemplateMeta* meta) {
+  meta->name = lease.name();
+  meta->id = NewId();
+  meta->bytes = TreeBytes(staged);
+  PHOS_RETURN_IF_ERROR(image::WriteFileDurable(staged + "/" + kTemplateMetaFile, FormatMeta(*meta), 0));
+  PHOS_RETURN_IF_ERROR(image::FsyncDir(staged));
+  const std::string final_dir = DirOf(lease.name());
+  PHOS_RETURN_IF_ERROR(InstallDirectory(staged, final_dir));
+  PHOS_RETURN_IF_ERROR(image::FsyncDir(root_));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    lease.entry_->present = true;
+    lease.entry_->meta = *meta;
+  }
+  // The cache copy of the replaced template is of no use any more.
+  if (!cache_root_.empty()) (void)image::RemoveTree(cache_root_ + "/" + lease.name());
+  return Status::Ok();
+}
+
+bool TemplateStore::CacheValid(const Lease& lease, std::string* dir) const {
+  if (cache_root_.empty()) return false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (lease.entry_->cached_id == 0 || lease.entry_->cached_id != lease.entry_->meta.id) return false;
+  }
+  *dir = cache_root_ + "/" + lease.name();
+  // A stat on tmpfs: catches a copy someone removed under us.
+  std::error_code ec;
+  return fs::exists(*dir + "/" + kProcessImageFile, ec);
+}
+
+Status TemplateStore::FillLocked(const Lease& lease, const TemplateMeta& meta, std::uint64_t* fill_ms) {
+  const auto t0 = Clock::now();
+  PHOS_RETURN_IF_ERROR(EnsureCacheDir().WithContext("the template cache"));
+  const std::string staging = cache_root_ + "/.staging/" + lease.name();
+  PHOS_RETURN_IF_ERROR(image::RemoveTree(staging));
+  std::error_code ec;
+  // File by file: the copy of a large template stops early when phosd does.
+  const fs::path from = DirOf(lease.name());
+  fs::create_directories(staging, ec);
+  for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (stopping_.load()) {
+      (void)image::RemoveTree(staging);
+      return Status::Unavailable("phosd is stopping");
+    }
+    const fs::path to = fs::path(staging) / fs::relative(it->path(), from);
+    if (it->is_directory()) {
+      fs::create_directories(to, ec);
+    } else {
+      fs::copy_file(it->path(), to, fs::copy_options::overwrite_existing, ec);
+    }
+    if (ec) break;
+  }
+  if (ec) {
+    (void)image::RemoveTree(staging);
+    return image::ErrnoError("copying " + from.string() + " to", staging, ec.value());
+  }
+  PHOS_RETURN_IF_ERROR(InstallDirectory(staging, cache_root_ + "/" + lease.name()));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    lease.entry_->cached_id = meta.id;
+  }
+  *fill_ms = MsSince(t0);
+  spdlog::info("templates: {} copied to {} ({} bytes, {} ms)", lease.name(), cache_root_, meta.bytes, *fill_ms);
+  return Status::Ok();
+}
+
+Status TemplateStore::Fill(const Lease& lease, std::uint64_t* fill_ms) {
+  *fill_ms = 0;
+  TemplateMeta meta;
+  if (cache_root_.empty() || !Get(lease, &meta)) return Status::Ok();
+  std::string dir;
+  if (CacheValid(lease, &dir)) return Status::Ok();
+  return FillLocked(lease, meta, fill_ms);
+}
+
+Status TemplateStore::StartDir(const Lease& lease, std::string* dir, bool* from_cache, std::uint64_t* fill_ms) {
+  *fill_ms = 0;
+  *from_cache = false;
+  TemplateMeta meta;
+  if (!Get(lease, &meta)) {
+    return Status::NotFound("no template '" + lease.name() + "' in " + root_ +
+                            " (`phos template list` shows the saved ones; `phos template save " + lease.name() +
+                            " --pid P` makes one)");
+  }
+  if (!cache_root_.empty()) {
+    if (CacheValid(lease, dir)) {
+      *from_cache = true;
+      return Status::Ok();
+    }
+    Status s = FillLocked(lease, meta, fill_ms);
+    if (s.ok()) {
+      *dir = cache_root_ + "/" + lease.name();
+      *from_cache = true;
+      return Status::Ok();
+    }
+    spdlog::warn("templates: cannot copy {} to the cache ({}); this start reads {}", lease.name(), s.ToString(),
+                 DirOf(lease.name()));
+  }
+  *dir = DirOf(lease.name());
+  return Status::Ok();
+}
+
+Status TemplateStore::Remove(const Lease& lease) {
+  TemplateMeta meta;
+  if (!Get(lease, &meta)) {
+    return Status::NotFound("no template '" + lease.name() + "' in " + root_ + " (`phos template list` shows them)");
+  }
+  // Out of ROOT first (one rename: never half a template under its name),
+  // then deleted.
+  const std::string doomed = root_ + "/.staging/" + lease.name() + ".removed";
+  PHOS_RETURN_IF_ERROR(image::RemoveTree(doomed));
+  if (rename(DirOf(lease.name()).c_str(), doomed.c_str()) != 0) {
+    return image::ErrnoError("rename " + DirOf(lease.name()) + " to", doomed, errno);
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    lease.entry_->present = false;
+    lease.entry_->cached_id = 0;
+    lease.entry_->meta = TemplateMeta{};
+  }
+  (void)image::FsyncDir(root_);
+  if (Status r = image::RemoveTree(doomed); !r.ok()) spdlog::warn("templates: {}", r.ToString());
+  if (!cache_root_.empty()) (void)image::RemoveTree(cache_root_ + "/" + lease.name());
+  return Status::Ok();
+}
+
+void TemplateStore::AddInstance(const Lease& lease, const TemplateInstance& instance) {
+  std::lock_guard<std::mutex> l(mu_);
+  lease.entry_->instances.push_back(instance);
+}
+
+std::vector<TemplateInstance> TemplateStore::LiveInstances(
+    const Lease& lease, const std::function<bool(const TemplateInstance&)>& alive) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& v = lease.entry_->instances;
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const TemplateInstance& i) { return !alive(i); }), v.end());
+  return v;
+}
+
+std::vector<TemplateView> TemplateStore::List(const std::function<bool(const TemplateInstance&)>& alive) {
+  std::vector<TemplateView> out;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [name, e] : entries_) {
+    auto& v = e->instances;
+    v.erase(std::remove_if(v.begin(), v.end(), [&](const TemplateInstance& i) { return !alive(i); }), v.end());
+    if (!e->present) continue;
+    TemplateView view;
+    view.meta = e->meta;
+    view.dir = DirOf(name);
+    if (!cache_root_.empty() && e->cached_id == e->meta.id) view.cache_dir = cache_root_ + "/" + name;
+    view.instances = v;
+    out.push_back(std::move(view));
+  }
+  return out;  // entries_ is a std::map: sorted by name
+}
+
+}  // namespace phos::server

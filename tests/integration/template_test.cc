@@ -1,0 +1,334 @@
+// Serverless templates, end to end (docs/templates.md): phosd (sim) +
+// saxpy_loop under `phos run`, held at its midpoint (PHOS_APP_PAUSE,
+// tests/apps/common.h); `phos template save`, then instances started with
+// `phos template start`, each printing exactly what an uninterrupted run
+// prints. Also the refusals: a start while the source (--leave-running) or
+// an earlier instance still holds the template's device addresses, a
+// missing template, a dead pid.
+//
+// Runs twice: with `phos run`'s default (the app is pid 1 of its own pid
+// namespace: instances get new pids) and with --no-pid-ns (instances get
+// the source's pid back, so it must have ended).
+//
+// The app's stdout is a file opened O_APPEND (CRIU restores it as is: every
+// instance appends to it) and stdin /dev/null; each instance's output is
+// what the file gained. Instances are phosd's children (it is a child
+// subreaper), which reaps them and reports their exit status.
+//
+// Skips ("skipped: CRIU unavailable ...") when CriuClient::Check fails.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/magic.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "criu/criu_client.h"
+#include "harness.h"
+
+namespace {
+
+using phos::testing::Child;
+using phos::testing::Clock;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+constexpr const char* kIters = "64";  // saxpy_loop pauses after iteration 32
+
+struct Result {
+  int rc;
+  std::string output;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool Contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+class TemplateTest : public ::testing::TestWithParam<bool> {
+ protected:
+  static void SetUpTestSuite() { check_ = new phos::Status(phos::criu::CriuClient::Check()); }
+  static void TearDownTestSuite() {
+    delete check_;
+    check_ = nullptr;
+  }
+
+  bool pid_ns() const { return GetParam(); }
+
+  void SetUp() override {
+    if (!check_->ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << check_->ToString();
+    char tmpl[] = "/tmp/phos_tpl_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    // The in-memory tier in a directory of our own (removed in TearDown);
+    // /dev/shm is tmpfs on Linux, else phosd falls back to disk (checked).
+    char cache[] = "/dev/shm/phos_tpl_cache_XXXXXX";
+    ASSERT_NE(mkdtemp(cache), nullptr);
+    cache_ = cache;
+    struct statfs sf;
+    cache_is_tmpfs_ = statfs(cache_.c_str(), &sf) == 0 &&
+                      static_cast<unsigned long>(sf.f_type) == static_cast<unsigned long>(TMPFS_MAGIC);
+    socket_ = dir_ + "/phosd.sock";
+    out_ = dir_ + "/app.out";
+    err_ = dir_ + "/app.err";
+    pause_ = dir_ + "/pause";
+    daemon_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", socket_, "--checkpoint-root",
+                            dir_ + "/ckpt", "--template-cache", cache_});
+    ASSERT_TRUE(phos::testing::WaitForDataSocket(socket_, 20s)) << daemon_.output;
+  }
+
+  void TearDown() override {
+    if (app_ > 0) {
+      kill(app_, SIGKILL);
+      waitpid(app_, nullptr, 0);
+    }
+    if (daemon_.pid > 0) {
+      kill(daemon_.pid, SIGTERM);
+      EXPECT_NE(daemon_.Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
+    }
+    if (!dir_.empty()) fs::remove_all(dir_);
+    if (!cache_.empty()) fs::remove_all(cache_);
+  }
+
+  // saxpy_loop under `phos run` (our child), in its own session, stdout on
+  // out_ (O_APPEND), stderr on err_; with `pause` it stops at its midpoint
+  // while pause_ exists.
+  pid_t StartApp(bool pause) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setsid();
+      const int in = open("/dev/null", O_RDONLY);
+      const int out = open(out_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      const int err = open(err_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(in, 0);
+      dup2(out, 1);
+      dup2(err, 2);
+      syscall(SYS_close_range, 3u, ~0u, 0u);
+      if (pause) setenv("PHOS_APP_PAUSE", pause_.c_str(), 1);
+      std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_, "run", "--lib", PHOS_LIB_PATH};
+      if (!pid_ns()) argv.push_back("--no-pid-ns");
+      argv.insert(argv.end(), {"--", std::string(PHOS_APPS_DIR) + "/saxpy_loop", kIters});
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+  // Waits for our child `pid`; its wait status, or -1 after `limit`.
+  static int WaitChild(pid_t pid, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    int st = 0;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+      if (Clock::now() > deadline) return -1;
+      std::this_thread::sleep_for(10ms);
+    }
+    return st;
+  }
+
+  // Waits until a process that is not our child is gone.
+  static bool WaitGone(pid_t pid, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (kill(pid, 0) == 0 || errno != ESRCH) {
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(10ms);
+    }
+    return true;
+  }
+
+  bool WaitErr(const std::string& needle, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (!Contains(ReadFile(err_), needle)) {
+      if (Clock::now() > deadline) return false;
+      std::this_thread::sleep_for(10ms);
+    }
+    return true;
+  }
+
+  Result Phos(std::vector<std::string> args) {
+    std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Child c = Child::Start(argv);
+    const int rc = c.Wait(60s);
+    return {rc, c.output};
+  }
+
+  // Reads what phosd logged so far (its output is a pipe: never let it fill).
+  void DrainDaemon() { daemon_.ReadUntil("\x01never", 20ms); }
+
+  std::string DaemonLog() {
+    daemon_.ReadUntil("\x01never", 200ms);
+    return daemon_.output;
+  }
+
+  // The pid of the only phos session (`phos ps --json`), 0 if none or several.
+  int SessionPid() {
+    Result ps = Phos({"ps", "--json"});
+    std::smatch m;
+    std::vector<int> pids;
+    for (std::string s = ps.output; std::regex_search(s, m, std::regex("\"pid\":\\s*(\\d+)")); s = m.suffix()) {
+      pids.push_back(std::stoi(m[1]));
+    }
+    return pids.size() == 1 ? pids[0] : 0;
+  }
+
+  static std::string Counter(const std::string& json, const std::string& key) {
+    std::smatch m;
+    return std::regex_search(json, m, std::regex("\"" + key + "\":\\s*\"?(\\d+)")) ? std::string(m[1]) : "";
+  }
+
+  // One uninterrupted run: its stdout is what every instance must print.
+  std::string ReferenceOutput() {
+    const pid_t pid = StartApp(false);
+    const int st = WaitChild(pid, 60s);
+    EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0) << "reference run: status " << st << "\n"
+                                                                    << ReadFile(err_);
+    const std::string out = ReadFile(out_);
+    fs::remove(out_);
+    return out;
+  }
+
+  // The source: saxpy_loop held at its midpoint; returns its pid as phosd
+  // sees it (our child app_ is `phos run` in the pid-namespace case).
+  int StartPausedSource() {
+    std::ofstream(pause_).put('\n');
+    app_ = StartApp(true);
+    EXPECT_TRUE(WaitErr("paused at midpoint", 60s)) << ReadFile(err_) << "\nphosd:\n" << DaemonLog();
+    return SessionPid();
+  }
+
+  static phos::Status* check_;
+  std::string dir_, cache_, socket_, out_, err_, pause_;
+  bool cache_is_tmpfs_ = false;
+  Child daemon_;
+  pid_t app_ = -1;  // our child: `phos run` (or the app itself without a pid namespace)
+};
+
+phos::Status* TemplateTest::check_ = nullptr;
+
+TEST_P(TemplateTest, SavedTemplateStartsTenInstancesThatMatchAnUninterruptedRun) {
+  const std::string reference = ReferenceOutput();
+  ASSERT_TRUE(Contains(reference, "saxpy_loop: checksum 0x")) << reference;
+  const int source = StartPausedSource();
+  ASSERT_GT(source, 0) << "no single phos session for the paused app";
+
+  // Saved with --leave-running: the source keeps the template's device
+  // addresses, so a start is refused, naming it.
+  Result keep = Phos({"template", "save", "fn", "--pid", std::to_string(source), "--leave-running"});
+  ASSERT_EQ(keep.rc, 0) << keep.output << "\nphosd:\n" << DaemonLog();
+  EXPECT_EQ(kill(source, 0), 0) << "--leave-running ended the source";
+  Result busy = Phos({"template", "start", "fn"});
+  EXPECT_EQ(busy.rc, 1) << busy.output;
+  EXPECT_TRUE(Contains(busy.output, "pid " + std::to_string(source) + ", its source process")) << busy.output;
+  EXPECT_TRUE(Contains(busy.output, "holds the template's device addresses")) << busy.output;
+
+  // Saved again (replacing the template), the default: the source ends.
+  Result save = Phos({"template", "save", "fn", "--pid", std::to_string(source), "--mode", "cow"});
+  ASSERT_EQ(save.rc, 0) << save.output << "\nphosd:\n" << DaemonLog();
+  EXPECT_TRUE(Contains(save.output, "was ended")) << save.output;
+  const int st = WaitChild(app_, 10s);
+  app_ = -1;
+  ASSERT_NE(st, -1) << "the source did not end after the save";
+  EXPECT_TRUE(fs::exists(dir_ + "/ckpt/templates/fn/process.txt"));
+  EXPECT_TRUE(fs::exists(dir_ + "/ckpt/templates/fn/template.txt"));
+  EXPECT_EQ(ReadFile(out_), "") << "the source printed before its end";
+  Result list = Phos({"template", "list", "--json"});
+  EXPECT_EQ(list.rc, 0) << list.output;
+  EXPECT_EQ(std::regex_search(list.output, std::regex("\"name\":\\s*\"fn\"")), true) << list.output;
+
+  // The pause file still exists: an instance stays at the midpoint, and a
+  // second start is refused while it runs.
+  Result first = Phos({"template", "start", "fn", "--detach"});
+  ASSERT_EQ(first.rc, 0) << first.output << "\nphosd:\n" << DaemonLog();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(first.output, m, std::regex("started pid (\\d+)"))) << first.output;
+  const int instance = std::stoi(m[1]);
+  if (pid_ns()) {
+    EXPECT_NE(instance, source) << "an instance in its own pid namespace got the source's pid";
+  } else {
+    EXPECT_EQ(instance, source);
+  }
+  Result second = Phos({"template", "start", "fn", "--detach"});
+  EXPECT_EQ(second.rc, 1) << second.output;
+  EXPECT_TRUE(Contains(second.output, "pid " + std::to_string(instance) + ", an instance of it, still runs"))
+      << second.output;
+  size_t seen = ReadFile(out_).size();
+  fs::remove(pause_);
+  ASSERT_TRUE(WaitGone(instance, 30s)) << "instance " << instance << " did not finish";
+  EXPECT_EQ(ReadFile(out_).substr(seen), reference);
+
+  // Ten instances, one after another, each waited for (exit status 0).
+  for (int k = 0; k < 10; ++k) {
+    seen = ReadFile(out_).size();
+    Result r = k == 0 ? Phos({"template", "start", "fn", "--json"}) : Phos({"template", "start", "fn"});
+    DrainDaemon();
+    ASSERT_EQ(r.rc, 0) << "start " << k << ":\n" << r.output << "\nphosd:\n" << DaemonLog();
+    EXPECT_EQ(ReadFile(out_).substr(seen), reference) << "start " << k;
+    if (k == 0) {
+      // Timings to "running", and where the start read the template.
+      EXPECT_FALSE(Counter(r.output, "criu_restore_ms").empty()) << r.output;
+      EXPECT_FALSE(Counter(r.output, "gpu_restore_us").empty()) << r.output;
+      EXPECT_FALSE(Counter(r.output, "running_ms").empty()) << r.output;
+      EXPECT_TRUE(std::regex_search(r.output, std::regex("\"exit_status\":\\s*0\\b"))) << r.output;
+      if (cache_is_tmpfs_) {
+        EXPECT_EQ(Counter(r.output, "from_cache"), "1") << r.output;
+        EXPECT_TRUE(Contains(r.output, cache_ + "/fn")) << r.output;
+      }
+    } else {
+      EXPECT_TRUE(Contains(r.output, "started pid ")) << r.output;
+      EXPECT_TRUE(Contains(r.output, "exited with status 0")) << r.output;
+    }
+  }
+
+  Result rm = Phos({"template", "rm", "fn"});
+  EXPECT_EQ(rm.rc, 0) << rm.output;
+  EXPECT_FALSE(fs::exists(dir_ + "/ckpt/templates/fn"));
+  EXPECT_FALSE(fs::exists(cache_ + "/fn"));
+  Result gone = Phos({"template", "start", "fn"});
+  EXPECT_EQ(gone.rc, 1) << gone.output;
+  EXPECT_TRUE(Contains(gone.output, "no template 'fn'")) << gone.output;
+}
+
+TEST_P(TemplateTest, MissingTemplateAndDeadPidFailClearly) {
+  Result missing = Phos({"template", "start", "nope"});
+  EXPECT_EQ(missing.rc, 1) << missing.output;
+  EXPECT_TRUE(Contains(missing.output, "no template 'nope'")) << missing.output;
+  EXPECT_TRUE(Contains(missing.output, "phos template save nope --pid P")) << missing.output;
+
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  Result save = Phos({"template", "save", "fn", "--pid", std::to_string(dead)});
+  EXPECT_EQ(save.rc, 1) << save.output;
+  EXPECT_TRUE(Contains(save.output, "cannot save template fn: no phos session for pid " + std::to_string(dead)))
+      << save.output;
+  EXPECT_FALSE(fs::exists(dir_ + "/ckpt/templates/fn"));
+
+  Result bad = Phos({"template", "save", "../x", "--pid", "1"});
+  EXPECT_EQ(bad.rc, 1) << bad.output;
+  EXPECT_TRUE(Contains(bad.output, "bad template name '../x'")) << bad.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(PidNamespace, TemplateTest, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "OwnPidNs" : "NoPidNs"; });
+
+}  // namespace
