@@ -82,6 +82,7 @@ int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
     return result.exit_status();
   }
   // phosd could not reap it (not its child): wait here, status unknown.
+  if (!a.json) std::cout << "restored pid " << result.pid() << "\n" << std::flush;
   WaitForExit(result.pid());
   if (!a.json) {
     std::cout << "pid " << result.pid() << " exited (its exit status is unknown: phosd is not its parent)\n";

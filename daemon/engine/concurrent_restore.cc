@@ -421,6 +421,7 @@ Status DriveConcurrentRestore(session::Session& session, EngineHook* hook, std::
   }
   spdlog::info("restore of pid {}: session resumed after {} us; loading {} buffers in the background",
                session.pid(), stall_us, op->task().snapshot().buffers.size());
+  if (options.on_resumed) options.on_resumed();
   Status loaded = op->LoadAll();
   const std::uint64_t total_us = MicrosSince(t0);
   Status finished = session.RunControl([&](session::SessionState& st) { return op->Finish(st, hook); });

@@ -88,6 +88,10 @@ struct RestoreOptions {
   /// true: buffers start ABSENT and load in the background in first-use
   /// order while the session runs; false: stop-the-world.
   bool concurrent = false;
+  /// Concurrent only: called on the caller's thread once the session may
+  /// run again (the control task finished, buffers still loading). A
+  /// whole-process restore opens its session's gate here.
+  std::function<void()> on_resumed;
 };
 
 struct RestoreResult {

@@ -357,10 +357,11 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
   spdlog::info("rpc=Restore whole process from {}", req->image_dir());
   engine::Progress progress;
   ProcessRestoreResult r;
+  bool tracked = false;  // phosd reaps it: its exit status can be reported
   std::future<phos::Status> done = std::async(
       std::launch::async, [&] {
         phos::Status rs = RestoreProcess(server, req->image_dir(), &progress, &r);
-        if (rs.ok()) restored_.Track(r.pid);
+        if (rs.ok()) tracked = restored_.Track(r.pid);
         return rs;
       });
   phos::Status s = StreamUntilDone(done, progress, writer);
@@ -377,7 +378,7 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
   (*out->mutable_counters())["globals"] = r.gpu.globals;
   (*out->mutable_counters())["session_id"] = r.session_id;
   (*out->mutable_counters())["criu_restore_ms"] = r.criu_restore_ms;
-  if (!req->detach()) {
+  if (!req->detach() && tracked) {  // else the CLI waits for the pid itself
     v1::OperationEvent running;
     running.mutable_progress()->set_phase("running");
     running.mutable_progress()->set_message("restored pid " + std::to_string(r.pid));

@@ -90,21 +90,29 @@ phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, pe
   if (server == nullptr) return phos::Status::Unavailable("phosd's data plane is not running (starting or stopping)");
   ProcessRestoreResult r;
   engine::Progress progress;  // the engine reports into one; nobody watches it here
-  PHOS_RETURN_IF_ERROR(RestoreProcess(server, dir, &progress, &r));
+  ProcessRestoreOptions ro;
+  ro.concurrent = true;  // it runs while its buffers load, in first-use order
+  std::int64_t resumed_ns = 0;
+  phos::Status cont;
+  // CRIU restores a process dumped stopped as stopped: let it run the
+  // moment its session may take calls. This is the first instruction at
+  // the destination (the downtime's end).
+  ro.on_running = [&](pid_t pid) {
+    if (resume && kill(pid, SIGCONT) != 0) cont = phos::Status::FromErrno("SIGCONT restored pid " + std::to_string(pid), errno);
+    resumed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  };
+  PHOS_RETURN_IF_ERROR(RestoreProcess(server, dir, &progress, &r, ro));
   restored_.Track(r.pid);
-  // CRIU restores a process dumped stopped as stopped: let it run now that
-  // its GPU state is back. This is the first instruction at the destination.
-  if (resume && kill(r.pid, SIGCONT) != 0) {
-    const int err = errno;
+  if (!cont.ok()) {
     kill(r.pid, SIGKILL);
-    return phos::Status::FromErrno("SIGCONT restored pid " + std::to_string(r.pid) + " (killed)", err);
+    return cont.WithContext("killed it");
   }
-  reply->set_resumed_unix_ns(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  reply->set_resumed_unix_ns(resumed_ns);
   reply->set_pid(r.pid);
   reply->set_criu_restore_ms(r.criu_restore_ms);
-  reply->set_gpu_restore_us(r.gpu.stall_us);
+  reply->set_gpu_restore_us(r.gpu.stall_us);  // concurrent: until it could run
   reply->set_gpu_bytes(r.gpu.bytes);
   spdlog::info("peer restore: {} runs as pid {} (criu {} ms, gpu {} bytes)", dir, r.pid, r.criu_restore_ms,
                r.gpu.bytes);

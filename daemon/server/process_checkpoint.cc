@@ -164,7 +164,7 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
 }
 
 Status RestoreProcess(session::SessionServer* server, const std::string& dir, engine::Progress* progress,
-                      ProcessRestoreResult* result) {
+                      ProcessRestoreResult* result, const ProcessRestoreOptions& options) {
   ProcessImage im;
   PHOS_RETURN_IF_ERROR(ReadProcessImage(dir, &im));
   const std::string criu_dir = dir + "/" + kCriuSubdir;
@@ -255,7 +255,15 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   result->session_id = sess->id();
   engine::RestoreOptions gro;
   gro.dir = dir;
-  gro.concurrent = false;  // the gate opens once everything is loaded
+  gro.concurrent = options.concurrent;
+  bool running = false;  // the gate opened (this thread only)
+  auto let_run = [&] {
+    if (running) return;
+    running = true;
+    sess->OpenGate();
+    if (options.on_running) options.on_running(pid);
+  };
+  gro.on_resumed = let_run;  // concurrent: as soon as the control task is done
   s = engine::RestoreFresh(*sess, gro, progress, &result->gpu);
   if (!s.ok() && original_alive && server->PidHasSession(im.pid)) {
     s = s.WithContext("pid " + std::to_string(im.pid) + ", the process this image was taken from, still runs on "
@@ -267,7 +275,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
     sess->OpenGate();  // lets the consumer see the hang-up and tear down
     return e;
   }
-  sess->OpenGate();
+  let_run();  // stop-the-world: only now
   spdlog::info("process restore: pid {} back from {} as session {} (criu {} ms, gpu {} bytes)", pid, dir,
                sess->id(), result->criu_restore_ms, result->gpu.bytes);
   return Status::Ok();

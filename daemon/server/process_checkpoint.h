@@ -30,6 +30,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/status.h"
@@ -65,10 +66,20 @@ struct ProcessRestoreResult {
   uint64_t criu_restore_ms = 0;
 };
 
+struct ProcessRestoreOptions {
+  /// Concurrent GPU restore: the process runs as soon as its handles and
+  /// buffer mappings are back; buffers load in first-use order meanwhile
+  /// (a call needing an absent one waits). Default: stop-the-world.
+  bool concurrent = false;
+  /// Called (restoring thread) the moment the process may run: its
+  /// session's gate just opened. Migration SIGCONTs its stopped process here.
+  std::function<void(pid_t)> on_running;
+};
+
 /// Restores the process of image `dir` (its pid must be free). On any
 /// failure after CRIU restored the process, the process is killed (it
 /// could not run without its GPU state).
 Status RestoreProcess(session::SessionServer* server, const std::string& dir, engine::Progress* progress,
-                      ProcessRestoreResult* result);
+                      ProcessRestoreResult* result, const ProcessRestoreOptions& options = {});
 
 }  // namespace phos::server
