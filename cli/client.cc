@@ -1,5 +1,12 @@
 #include "cli/client.h"
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <sys/stat.h>
 
 #include <chrono>
@@ -60,6 +67,18 @@ void PrintJson(const google::protobuf::Message& message) {
   opts.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(message, &out, opts);
   std::cout << out;
+}
+
+void WaitForExit(int pid) {
+  const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pfd >= 0) {
+    pollfd p{pfd, POLLIN, 0};
+    while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+    }
+    close(pfd);
+    return;
+  }
+  while (kill(pid, 0) == 0 || errno != ESRCH) usleep(100 * 1000);
 }
 
 }  // namespace phos::cli

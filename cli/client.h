@@ -26,4 +26,10 @@ bool ConnectOrExplain(const std::string& socket_path, int timeout_ms,
 /// `--json`); every field is printed, defaults included.
 void PrintJson(const google::protobuf::Message& message);
 
+/// Waits until `pid` exits, for a restored process (restore, template
+/// start) whose exit status phosd could not report (it could not reap it).
+/// Not our child, so no waitpid(): a pidfd becomes readable when the
+/// process exits (fallback: poll /proc/PID every 100 ms).
+void WaitForExit(int pid);
+
 }  // namespace phos::cli

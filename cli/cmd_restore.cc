@@ -32,22 +32,6 @@ struct RestoreArgs {
   bool json = false;
 };
 
-/// Waits until `pid` exits, when phosd could not report its status (it
-/// reaps restored processes as their subreaper; if that failed, the
-/// process is init's). Not our child, so no waitpid(): a pidfd becomes
-/// readable when the process exits (fallback: poll /proc/PID every 100 ms).
-void WaitForExit(pid_t pid) {
-  const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (pfd >= 0) {
-    pollfd p{pfd, POLLIN, 0};
-    while (poll(&p, 1, -1) < 0 && errno == EINTR) {
-    }
-    close(pfd);
-    return;
-  }
-  while (kill(pid, 0) == 0 || errno != ESRCH) usleep(100 * 1000);
-}
-
 int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
   if (a.gpu_only && a.pid <= 0) {
     std::cerr << "phos: --gpu-only restores in place into a running process: give its --pid\n";

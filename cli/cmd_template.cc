@@ -31,21 +31,6 @@ struct TemplateArgs {
   bool json = false;
 };
 
-/// Waits until `pid` exits, for a start whose pid phosd could not reap (it
-/// is not phosd's child: no exit status). A pidfd is readable once it
-/// exited; fallback: poll /proc every 100 ms.
-void WaitForExit(pid_t pid) {
-  const int pfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (pfd >= 0) {
-    pollfd p{pfd, POLLIN, 0};
-    while (poll(&p, 1, -1) < 0 && errno == EINTR) {
-    }
-    close(pfd);
-    return;
-  }
-  while (kill(pid, 0) == 0 || errno != ESRCH) usleep(100 * 1000);
-}
-
 int RunSave(const GlobalOptions& global, const TemplateArgs& a) {
   v1::TemplateSaveRequest req;
   req.set_name(a.name);

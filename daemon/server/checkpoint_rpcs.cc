@@ -19,27 +19,12 @@
 #include "image/image_catalog.h"
 #include "server/phos_service.h"
 #include "server/process_checkpoint.h"
+#include "server/rpc_events.h"
 
 namespace phos::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-grpc::StatusCode ToGrpcCode(const phos::Status& s) {
-  using C = phos::Status::Code;
-  switch (s.code()) {
-    case C::kOk: return grpc::StatusCode::OK;
-    case C::kInvalidArgument: return grpc::StatusCode::INVALID_ARGUMENT;
-    case C::kNotFound: return grpc::StatusCode::NOT_FOUND;
-    case C::kAlreadyExists: return grpc::StatusCode::ALREADY_EXISTS;
-    case C::kOutOfMemory: return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case C::kNotSupported: return grpc::StatusCode::UNIMPLEMENTED;
-    case C::kUnavailable: return grpc::StatusCode::UNAVAILABLE;
-    case C::kCorruption: return grpc::StatusCode::DATA_LOSS;
-    case C::kFailedPrecondition: return grpc::StatusCode::FAILED_PRECONDITION;
-    default: return grpc::StatusCode::INTERNAL;
-  }
-}
 
 std::string Timestamp() {
   const auto now = std::chrono::system_clock::now();
@@ -52,37 +37,6 @@ std::string Timestamp() {
   char out[48];
   std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms));
   return out;
-}
-
-void WriteProgress(grpc::ServerWriter<v1::OperationEvent>* writer, const engine::ProgressSnapshot& p) {
-  v1::OperationEvent ev;
-  v1::Progress* out = ev.mutable_progress();
-  out->set_phase(p.phase);
-  out->set_message(p.message);
-  out->set_bytes_done(p.bytes_done);
-  out->set_bytes_total(p.bytes_total);
-  out->set_elapsed_ms(p.elapsed_ms);
-  out->set_bytes_per_second(p.bytes_per_second);
-  writer->Write(ev);  // a client that went away: the operation still completes
-}
-
-/// Streams progress until `done` is ready. The task the future belongs to
-/// must run to completion even if the client disconnects (it references
-/// this handler's locals), so this never returns early.
-phos::Status StreamUntilDone(std::future<phos::Status>& done, const engine::Progress& progress,
-                             grpc::ServerWriter<v1::OperationEvent>* writer) {
-  std::uint64_t seen = 0;
-  for (;;) {
-    const bool ready = done.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready;
-    engine::ProgressSnapshot snap = progress.Snapshot();
-    if (snap.version != seen) {
-      seen = snap.version;
-      WriteProgress(writer, snap);
-    }
-    if (ready) return done.get();
-    // Wakes at each progress update; at most 50 ms between checks of done.
-    progress.WaitForChange(seen, std::chrono::milliseconds(50));
-  }
 }
 
 /// The operation's non-zero counters, by their docs/protocols.md names.
@@ -136,17 +90,6 @@ class OperationRecord {
   std::map<std::string, std::uint64_t> counters_;
 };
 
-grpc::Status Fail(grpc::ServerWriter<v1::OperationEvent>* writer, const std::string& rpc,
-                  const phos::Status& s) {
-  const grpc::StatusCode code = ToGrpcCode(s);
-  spdlog::warn("rpc={} failed: {}", rpc, s.ToString());
-  v1::OperationEvent ev;
-  ev.mutable_failed()->set_code(static_cast<int32_t>(code));
-  ev.mutable_failed()->set_message(s.message());
-  writer->Write(ev);
-  return grpc::Status(code, s.message());
-}
-
 }  // namespace
 
 std::string PhosService::DefaultCheckpointRoot() const {
@@ -196,7 +139,7 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   std::string dir = req->out_dir();
   if (dir.empty()) {
     if (phos::Status c = image::ImageCatalog::Open(DefaultCheckpointRoot(), &catalog); !c.ok()) {
-      return Fail(writer, "Checkpoint", c.WithContext("opening the checkpoint root"));
+      return FailOperation(writer, "Checkpoint", c.WithContext("opening the checkpoint root"));
     }
     const std::string name = req->name().empty() ? std::to_string(req->pid()) + "-" + Timestamp() : req->name();
     dir = catalog->PathFor(keep_class, name);
@@ -205,7 +148,7 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
   if (ec) {
-    return Fail(writer, "Checkpoint",
+    return FailOperation(writer, "Checkpoint",
                 phos::Status::IoError("cannot create " + std::filesystem::path(dir).parent_path().string() + ": " +
                                       ec.message()));
   }
@@ -256,7 +199,7 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   phos::Status s = StreamUntilDone(done, progress, writer);
   record.Finish(s.ok(), r.counters);
   if (!s.ok()) {
-    return Fail(writer, "Checkpoint", s.WithContext("checkpoint of pid " + std::to_string(req->pid()) +
+    return FailOperation(writer, "Checkpoint", s.WithContext("checkpoint of pid " + std::to_string(req->pid()) +
                                                     (kill(req->pid(), 0) == 0 ? " failed; the app keeps running and earlier images are untouched"
                                                                               : " failed; earlier images are untouched")));
   }
@@ -315,7 +258,7 @@ grpc::Status PhosService::Restore(grpc::ServerContext* ctx, const v1::RestoreReq
       std::async(std::launch::async, [&] { return engine::Restore(*sess, opts, &progress, &r); });
   phos::Status s = StreamUntilDone(done, progress, writer);
   record.Finish(s.ok(), r.counters);
-  if (!s.ok()) return Fail(writer, "Restore", s);
+  if (!s.ok()) return FailOperation(writer, "Restore", s);
   spdlog::info("rpc=Restore pid={} restored {} ({} bytes, {} buffers, {} allocated, {} freed, stall {} us, total {} us)",
                req->pid(), req->image_dir(), r.bytes, r.buffers, r.allocated, r.freed, r.stall_us, r.total_us);
   v1::OperationEvent ev;
@@ -365,7 +308,7 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
         return rs;
       });
   phos::Status s = StreamUntilDone(done, progress, writer);
-  if (!s.ok()) return Fail(writer, "Restore", s);
+  if (!s.ok()) return FailOperation(writer, "Restore", s);
   v1::OperationEvent ev;
   v1::OperationResult* out = ev.mutable_done();
   out->set_image_dir(req->image_dir());

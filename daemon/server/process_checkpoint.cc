@@ -168,7 +168,14 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   ProcessImage im;
   PHOS_RETURN_IF_ERROR(ReadProcessImage(dir, &im));
   const std::string criu_dir = dir + "/" + kCriuSubdir;
-  const bool original_alive = kill(im.pid, 0) == 0 || errno != ESRCH;
+  auto pid_exists = [&] { return kill(im.pid, 0) == 0 || errno != ESRCH; };
+  if (!im.pid_namespace && pid_exists()) {
+    // `kill -9 P; phos restore` races with P's reaping (a zombie keeps its
+    // pid; phosd reaps restored processes asynchronously): give it 2 s.
+    const auto reaped_by = Clock::now() + std::chrono::seconds(2);
+    while (pid_exists() && Clock::now() < reaped_by) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const bool original_alive = pid_exists();
   if (original_alive && !im.pid_namespace) {
     return Status::FailedPrecondition("pid " + std::to_string(im.pid) +
                                       " exists: CRIU restores this image with its old pid (it was not taken in its "

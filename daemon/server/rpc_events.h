@@ -1,8 +1,7 @@
 // Streaming a long operation's OperationEvents from a gRPC handler: the
 // progress events while a task runs, the terminal `failed` event, and the
-// phos::Status -> gRPC code mapping. Used by the template RPCs
-// (template_rpcs.cc); checkpoint_rpcs.cc has its own copies of the same
-// helpers (they could move here).
+// phos::Status -> gRPC code mapping. Used by every long-operation RPC
+// (checkpoint_rpcs.cc, migrate_rpcs.cc, template_rpcs.cc).
 //
 // Stateless functions; a ServerWriter is written from the handler's thread
 // only.
