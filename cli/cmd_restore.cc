@@ -88,10 +88,9 @@ void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
                 "Whole-process restore: return once the process runs (default: wait until it exits and "
                 "return its exit status)");
   cmd->add_flag("--concurrent,!--stop-the-world", a->concurrent,
-                "--gpu-only: --concurrent (default): the process resumes at once and buffers load in the "
-                "background in the order it first used them (a call needing one waits for it); "
-                "--stop-the-world: the process waits until everything is loaded. A whole-process restore "
-                "is always stop-the-world");
+                "--concurrent (default): the process resumes at once and buffers load in the background in "
+                "the order it first used them (a call needing one waits for it); --stop-the-world: the "
+                "process waits until everything is loaded");
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunRestore(*global, *a); });
 }

@@ -303,7 +303,9 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
   bool tracked = false;  // phosd reaps it: its exit status can be reported
   std::future<phos::Status> done = std::async(
       std::launch::async, [&] {
-        phos::Status rs = RestoreProcess(server, req->image_dir(), &progress, &r);
+        ProcessRestoreOptions ro;
+        ro.concurrent = req->concurrent();  // the CLI's default: runs while buffers load
+        phos::Status rs = RestoreProcess(server, req->image_dir(), &progress, &r, ro);
         if (rs.ok()) tracked = restored_.Track(r.pid);
         return rs;
       });
