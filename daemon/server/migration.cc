@@ -78,6 +78,11 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
         "which a migration cannot use");
   }
   PHOS_RETURN_IF_ERROR(criu::CriuClient::Check().WithContext("migration needs CRIU"));
+  // Before anything is frozen: a wrong token or a peer that is not there
+  // must cost the app nothing.
+  PHOS_RETURN_IF_ERROR(PingPeer(o.destination, o.token)
+                           .WithContext("migration not started; pid " + std::to_string(sess.pid()) +
+                                        " keeps running here"));
   ProcessImage im;
   PHOS_RETURN_IF_ERROR(sess.RunControl([&](session::SessionState& st) { return DescribeForDump(sess, st, &im); }));
   result->source_pid = im.pid;

@@ -211,4 +211,20 @@ Status RestoreOnPeer(const std::string& host_port, const std::string& token, con
   return Status::Ok();
 }
 
+Status PingPeer(const std::string& host_port, const std::string& token, int connect_timeout_ms) {
+  auto channel = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms))) {
+    return Status::Unavailable("peer " + host_port + " is not reachable (is `phos daemon --listen` running there?)");
+  }
+  auto stub = peer::v1::PhosPeer::NewStub(channel);
+  grpc::ClientContext context;
+  context.AddMetadata(kPeerTokenHeader, token);
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms));
+  peer::v1::PingRequest request;
+  peer::v1::PingReply reply;
+  const grpc::Status g = stub->Ping(&context, request, &reply);
+  if (!g.ok()) return FromGrpc(host_port, g);
+  return Status::Ok();
+}
+
 }  // namespace phos::server

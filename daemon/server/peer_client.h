@@ -51,4 +51,8 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
 Status RestoreOnPeer(const std::string& host_port, const std::string& token, const std::string& name, bool resume,
                      peer::v1::RestoreImageReply* reply, int connect_timeout_ms = 5000);
 
+/// Checks that the daemon at `host_port` answers and accepts `token`
+/// (PhosPeer.Ping); errors as SendImage's.
+Status PingPeer(const std::string& host_port, const std::string& token, int connect_timeout_ms = 5000);
+
 }  // namespace phos::server

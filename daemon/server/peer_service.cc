@@ -1,5 +1,7 @@
 #include "server/peer_service.h"
 
+#include "common/version.h"
+
 #include <chrono>
 #include <utility>
 
@@ -49,6 +51,13 @@ PeerService::PeerService(std::string token, std::string checkpoint_root, std::ui
       incoming_dir_(std::move(checkpoint_root) + "/incoming"),
       max_receive_bytes_(max_receive_bytes),
       restorer_(std::move(restorer)) {}
+
+grpc::Status PeerService::Ping(grpc::ServerContext* context, const peer::v1::PingRequest*,
+                               peer::v1::PingReply* reply) {
+  if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  reply->set_version(VersionString());
+  return grpc::Status::OK;
+}
 
 grpc::Status PeerService::RestoreImage(grpc::ServerContext* context, const peer::v1::RestoreImageRequest* request,
                                        peer::v1::RestoreImageReply* reply) {

@@ -35,6 +35,8 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
               PeerRestorer restorer);
 
+  grpc::Status Ping(grpc::ServerContext* context, const peer::v1::PingRequest* request,
+                    peer::v1::PingReply* reply) override;
   grpc::Status RestoreImage(grpc::ServerContext* context, const peer::v1::RestoreImageRequest* request,
                             peer::v1::RestoreImageReply* reply) override;
 

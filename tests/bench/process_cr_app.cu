@@ -1,0 +1,149 @@
+// The application of tests/bench/process_cr_bench.sh (docs/benchmarks.md
+// "Whole process: checkpoint, restore, migration, templates"): a CUDA
+// program with a device-memory footprint large enough that copies matter,
+// which keeps writing part of it while the benchmark checkpoints, migrates
+// or templates it, and logs when each of its iterations finished — so the
+// script sees, from the app's side, how long it was stopped and when a
+// restored copy ran its first kernel.
+//
+//   process_cr_app MIB [DIRTY_MIB] [PERIOD_US]
+//
+// Allocates a 4 KiB counter buffer, then MIB MiB in buffers of at most
+// 16 MiB, fills them (cudaMemset: on the sim a PTX kernel over hundreds of
+// MiB would take minutes), prints "process_cr_app: ready pid P gpu_mib M"
+// and loops:
+//   - cudaMemset of DIRTY_MIB MiB (default 4), walking round the buffers,
+//     so a checkpoint always finds buffers written since its start;
+//   - one small kernel (Tick: 32 threads increment the counter buffer);
+//   - a 4-byte cudaMemcpy of the counter back (a synchronous call: the
+//     iteration ends when the kernel is done);
+//   - prints "iter K end_us T dur_us D" (T: CLOCK_REALTIME in µs, so a
+//     restored copy's lines compare with the script's clock; D: the
+//     iteration's own duration) and sleeps PERIOD_US (default 2000).
+// The counter must equal the iteration number: a restored copy whose
+// device state does not match its host state says so and exits 1.
+// A restored copy continues the loop where the image left it, writing to
+// the same log (opened O_APPEND by the script).
+//
+// No __device__ variables on purpose: a whole-process restore reloads
+// modules and needs module variables at their old addresses, which the
+// sim gives only in a phosd that has placed nothing yet (docs/criu.md
+// "Limits"); without them every restore and template start works in a
+// phosd whose memory at the app's addresses is free.
+//
+// Bounded: the loop ends 15 minutes (CLOCK_REALTIME) after the original
+// started, so a copy the script failed to kill does not run forever.
+#include <cuda_runtime.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e = (x);                                                                  \
+    if (e != cudaSuccess) {                                                               \
+      std::printf("process_cr_app: %s failed: %s\n", #x, cudaGetErrorString(e));       \
+      std::fflush(stdout);                                                                \
+      std::exit(2);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+__global__ void Tick(uint32_t* c) { c[threadIdx.x] += 1; }
+
+static long long NowUs() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+// Our pid as phosd sees it: under `phos run` we are pid 1 of our own pid
+// namespace; /proc/self/status's NSpid line starts with the pid in /proc's
+// (the host's) namespace.
+static long HostPid() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  char line[256];
+  long pid = getpid();
+  while (f != nullptr && std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "NSpid:", 6) == 0) {
+      pid = std::strtol(line + 6, nullptr, 10);
+      break;
+    }
+  }
+  if (f != nullptr) std::fclose(f);
+  return pid;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::printf("usage: process_cr_app MIB [DIRTY_MIB] [PERIOD_US]\n");
+    return 2;
+  }
+  const size_t mib = std::strtoull(argv[1], nullptr, 10);
+  const size_t dirty_mib = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 4;
+  const long period_us = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 2000;
+  if (mib == 0 || period_us < 0) {
+    std::printf("process_cr_app: MIB must be > 0 and PERIOD_US >= 0\n");
+    return 2;
+  }
+  constexpr size_t kMiB = 1u << 20;
+  constexpr size_t kMaxBuffer = 16 * kMiB;
+  const long long deadline = NowUs() + 15LL * 60 * 1000000;
+
+  uint32_t* counter = nullptr;
+  CHECK(cudaMalloc(&counter, 4096));
+  CHECK(cudaMemset(counter, 0, 4096));
+  std::vector<unsigned char*> bufs;
+  std::vector<size_t> sizes;
+  for (size_t left = mib * kMiB; left > 0;) {
+    const size_t n = left < kMaxBuffer ? left : kMaxBuffer;
+    unsigned char* p = nullptr;
+    CHECK(cudaMalloc(&p, n));
+    CHECK(cudaMemset(p, static_cast<int>(bufs.size() * 37 + 1) & 0xff, n));
+    bufs.push_back(p);
+    sizes.push_back(n);
+    left -= n;
+  }
+  CHECK(cudaDeviceSynchronize());
+  std::printf("process_cr_app: ready pid %ld gpu_mib %zu buffers %zu\n", HostPid(), mib, bufs.size() + 1);
+  std::fflush(stdout);
+
+  size_t cursor_buf = 0, cursor_off = 0;
+  uint32_t host = 0;
+  for (unsigned long long iter = 1; NowUs() < deadline; ++iter) {
+    const long long t0 = NowUs();
+    // DIRTY_MIB MiB, continuing where the last iteration stopped.
+    for (size_t left = dirty_mib * kMiB; left > 0;) {
+      size_t n = sizes[cursor_buf] - cursor_off;
+      if (n > left) n = left;
+      CHECK(cudaMemset(bufs[cursor_buf] + cursor_off, static_cast<int>(iter & 0xff), n));
+      left -= n;
+      cursor_off += n;
+      if (cursor_off == sizes[cursor_buf]) {
+        cursor_off = 0;
+        cursor_buf = (cursor_buf + 1) % bufs.size();
+      }
+    }
+    Tick<<<1, 32>>>(counter);
+    CHECK(cudaGetLastError());
+    CHECK(cudaMemcpy(&host, counter, sizeof host, cudaMemcpyDeviceToHost));
+    const long long t1 = NowUs();
+    std::printf("iter %llu end_us %lld dur_us %lld\n", iter, t1, t1 - t0);
+    std::fflush(stdout);
+    if (host != static_cast<uint32_t>(iter)) {
+      // A restored copy gets its host state (iter) and its device state
+      // (the counter) from one instant of the image, so they must agree:
+      // a mismatch is a broken restore, and the script fails on it.
+      std::printf("process_cr_app: counter %u != iteration %llu\n", host, iter);
+      std::fflush(stdout);
+      return 1;
+    }
+    if (period_us > 0) usleep(static_cast<useconds_t>(period_us));
+  }
+  std::printf("process_cr_app: 15 minutes are up, exiting\n");
+  return 0;
+}

@@ -1,0 +1,420 @@
+// `phos migrate` end to end (issue #6; docs/migration.md, server/migration.h):
+// two phosds on this machine, A (the source) and B (the destination, with
+// --listen 127.0.0.1:0 and a --peer-token file), saxpy_loop under `phos run`
+// on A, paused at its midpoint (tests/apps/common.h AppMidpoint:
+// PHOS_APP_PAUSE=FILE, released by removing FILE).
+//
+//   OutputIdentical (recopy and stop, plain and --json output): the
+//     migration succeeds and reports the new pid and a downtime; the source
+//     pid is gone (its `phos run` ends as killed), the copy runs under B, B
+//     keeps the received image in incoming/, and released, the copy prints
+//     exactly what an uninterrupted run prints.
+//   DestinationDiesMidway: B is SIGKILLed while the (rate-capped) transfer
+//     runs: the migration fails saying it was abandoned and the pid keeps
+//     running here; the source runs on, unfrozen, still served by A (phos
+//     ps), nothing is left in A's outgoing/, and released it finishes with
+//     the reference output.
+//   WrongTokenRefused: a token file with other contents: refused, saying so;
+//     nothing arrives at B; the source runs on and finishes correctly.
+//
+// The app runs as in e2e_process_test.cc (process_harness.h): own session,
+// stdin /dev/null, stdout/stderr on O_APPEND files — the copy reopens the
+// same files by path, and stdout holds only the program's result line, so
+// it can be compared byte for byte with the reference run's. The app's host
+// pid comes from `phos ps --json`. The copy at B is not our child: it is
+// waited for through /proc.
+//
+// Skips ("skipped: CRIU unavailable ...") when CriuClient::Check fails.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "criu/criu_client.h"
+#include "harness.h"
+#include "process_harness.h"
+
+namespace {
+
+using phos::testing::Child;
+using phos::testing::Clock;
+using phos::testing::ProcessEnded;
+using phos::testing::ReadFile;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+// The program and its iteration count: ~0.8 s uninterrupted on the sim (every
+// launch runs in phosd's PTX interpreter); the midpoint is half-way.
+const std::string kApp = std::string(PHOS_APPS_DIR) + "/saxpy_loop";
+const std::string kIters = "200";
+
+struct Result {
+  int rc;
+  std::string output;
+};
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+bool Contains(const std::string& text, const std::string& needle) {
+  return Lower(text).find(Lower(needle)) != std::string::npos;
+}
+
+// 32 random hex digits in a new file of mode 0600 (phosd and phos refuse a
+// token file others can read).
+void WriteToken(const std::string& path, std::string* token) {
+  std::random_device rd;
+  char hex[33];
+  for (int i = 0; i < 32; i += 8) std::snprintf(hex + i, 9, "%08x", static_cast<unsigned>(rd()));
+  *token = hex;
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0) << path;
+  const std::string line = *token + "\n";
+  ASSERT_EQ(write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size())) << path;
+  close(fd);
+}
+
+// The uninterrupted run's stdout (every test's processes run the same build:
+// computed once).
+std::string& Reference() {
+  static std::string ref;
+  return ref;
+}
+
+class MigrateTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { check_ = new phos::Status(phos::criu::CriuClient::Check()); }
+  static void TearDownTestSuite() {
+    delete check_;
+    check_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (!check_->ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << check_->ToString();
+    char tmpl[] = "/tmp/phos_migrate_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    sock_a_ = dir_ + "/a.sock";
+    sock_b_ = dir_ + "/b.sock";
+    root_a_ = dir_ + "/root-a";
+    root_b_ = dir_ + "/root-b";
+    token_file_ = dir_ + "/token";
+    pause_ = dir_ + "/pause";
+    out_ = dir_ + "/app.out";
+    err_ = dir_ + "/app.err";
+    ASSERT_NO_FATAL_FAILURE(WriteToken(token_file_, &token_));
+
+    daemon_a_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", sock_a_, "--checkpoint-root", root_a_});
+    ASSERT_TRUE(phos::testing::WaitForDataSocket(sock_a_, 20s)) << "phosd A:\n" << daemon_a_.output;
+
+    daemon_b_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", sock_b_, "--checkpoint-root",
+                              root_b_, "--listen", "127.0.0.1:0", "--peer-token", token_file_});
+    // "peer: listening on 127.0.0.1:0 (port N)": the port it bound.
+    ASSERT_TRUE(daemon_b_.ReadUntil("(port ", 20s)) << "phosd B:\n" << daemon_b_.output;
+    ASSERT_TRUE(daemon_b_.ReadUntil(")", 5s)) << "phosd B:\n" << daemon_b_.output;
+    std::smatch m;
+    const std::string log = daemon_b_.output;
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("\\(port (\\d+)\\)"))) << log;
+    to_ = "127.0.0.1:" + m[1].str();
+    ASSERT_TRUE(phos::testing::WaitForDataSocket(sock_b_, 20s)) << "phosd B:\n" << daemon_b_.output;
+  }
+
+  void TearDown() override {
+    for (pid_t p : kill_list_) {
+      if (p > 0 && !ProcessEnded(p)) kill(p, SIGKILL);
+    }
+    if (run_ > 0) {
+      kill(run_, SIGKILL);
+      waitpid(run_, nullptr, 0);
+    }
+    for (Child* d : {&daemon_a_, &daemon_b_}) {
+      if (d->pid > 0) {
+        kill(d->pid, SIGTERM);
+        EXPECT_NE(d->Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
+      }
+    }
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  static std::string DaemonLog(Child& d) {
+    if (d.pid > 0) d.ReadUntil("\x01never", 200ms);
+    return d.output;
+  }
+  std::string Logs() {
+    return "\nphosd A:\n" + DaemonLog(daemon_a_) + "\nphosd B:\n" + DaemonLog(daemon_b_) + "\napp stderr:\n" +
+           ReadFile(err_);
+  }
+
+  static std::vector<std::string> PhosArgv(const std::string& socket, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {PHOS_BIN, "--socket", socket};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  static Result Phos(const std::string& socket, const std::vector<std::string>& args) {
+    Child c = Child::Start(PhosArgv(socket, args));
+    const int rc = c.Wait(60s);
+    return {rc, c.output};
+  }
+
+  std::vector<std::string> MigrateArgs(pid_t pid, const std::string& token_file) const {
+    return {"migrate", "--pid", std::to_string(pid), "--to", to_, "--peer-token", token_file};
+  }
+
+  // `phos run` saxpy_loop on A (our child in run_), output appended to
+  // out_/err_; paused at its midpoint when `pause`.
+  void StartApp(bool pause) {
+    const std::vector<std::string> argv =
+        PhosArgv(sock_a_, {"run", "--lib", PHOS_LIB_PATH, "--", kApp, kIters});
+    if (pause) {
+      run_ = phos::testing::StartDetached(argv, out_, err_, {"PHOS_APP_PAUSE=" + pause_});
+    } else {
+      run_ = phos::testing::StartDetached(argv, out_, err_, {}, {"PHOS_APP_PAUSE"});
+    }
+    ASSERT_GT(run_, 0);
+  }
+
+  // The host pids of saxpy_loop's sessions on the phosd at `socket`.
+  std::vector<pid_t> Sessions(const std::string& socket) {
+    Result ps = Phos(socket, {"ps", "--json"});
+    EXPECT_EQ(ps.rc, 0) << ps.output;
+    return phos::testing::SessionPids(ps.output, kApp);
+  }
+
+  // The one saxpy_loop session's host pid on `socket`, waiting up to 10 s
+  // for it; -1 (and a failure) if there is none.
+  pid_t AppPid(const std::string& socket) {
+    const auto deadline = Clock::now() + 10s;
+    for (;;) {
+      const std::vector<pid_t> pids = Sessions(socket);
+      if (pids.size() == 1) return pids[0];
+      if (Clock::now() > deadline) {
+        ADD_FAILURE() << pids.size() << " sessions of " << kApp << " in phos --socket " << socket << " ps";
+        return -1;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
+  // The uninterrupted run's stdout (on A; once per test binary).
+  void GetReference(std::string* ref) {
+    if (Reference().empty()) {
+      StartApp(/*pause=*/false);
+      const int rc = phos::testing::WaitChildExit(&run_, 60s);
+      const std::string out = ReadFile(out_);
+      ASSERT_EQ(rc, 0) << "saxpy_loop uninterrupted under phos run:\n" << out << Logs();
+      ASSERT_NE(out.find("saxpy_loop: checksum 0x"), std::string::npos) << out;
+      ASSERT_NE(out.find(" OK\n"), std::string::npos) << out;
+      Reference() = out;
+      fs::remove(out_);
+      fs::remove(err_);
+    }
+    *ref = Reference();
+  }
+
+  // Starts saxpy_loop paused at its midpoint; its host pid in pid_.
+  void StartPaused() {
+    std::ofstream(pause_).put('\n');
+    ASSERT_NO_FATAL_FAILURE(StartApp(/*pause=*/true));
+    ASSERT_TRUE(phos::testing::WaitFileText(err_, "paused at midpoint", 60s))
+        << "saxpy_loop did not reach its midpoint:\n" << ReadFile(out_) << Logs();
+    pid_ = AppPid(sock_a_);
+    ASSERT_GT(pid_, 0);
+    kill_list_.push_back(pid_);
+  }
+
+  // After a failed migration: the source runs on, not stopped, A still
+  // lists it, nothing is left in A's outgoing/, and released it finishes
+  // with the reference output.
+  void CheckSourceRunsOn(const std::string& ref, const std::string& migrate_output) {
+    ASSERT_FALSE(ProcessEnded(pid_)) << "pid " << pid_ << " ended after the failed migration:\n"
+                                     << migrate_output << Logs();
+    // SIGCONT was sent before the RPC answered; allow the kernel a moment.
+    const auto deadline = Clock::now() + 2s;
+    char state = phos::testing::ProcessState(pid_);
+    while ((state == 'T' || state == 't') && Clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+      state = phos::testing::ProcessState(pid_);
+    }
+    EXPECT_TRUE(state != 'T' && state != 't') << "pid " << pid_ << " is still stopped (state " << state
+                                              << ") after the failed migration:\n" << migrate_output;
+    EXPECT_TRUE(phos::testing::ChildRunning(run_)) << "phos run ended after the failed migration";
+    const std::vector<pid_t> on_a = Sessions(sock_a_);
+    EXPECT_TRUE(std::count(on_a.begin(), on_a.end(), pid_) == 1) << "phos ps on A does not list pid " << pid_;
+    EXPECT_TRUE(phos::testing::ListDir(root_a_ + "/outgoing").empty())
+        << "left in A's outgoing/: " << phos::testing::JoinNames(phos::testing::ListDir(root_a_ + "/outgoing"));
+
+    fs::remove(pause_);
+    EXPECT_EQ(phos::testing::WaitChildExit(&run_, 60s), 0) << ReadFile(err_) << Logs();
+    EXPECT_EQ(ReadFile(out_), ref) << "the source after the failed migration:\n" << ReadFile(err_);
+    EXPECT_NE(ReadFile(err_).find("resumed after midpoint"), std::string::npos) << ReadFile(err_);
+  }
+
+  static phos::Status* check_;
+  std::string dir_, sock_a_, sock_b_, root_a_, root_b_, token_file_, token_, pause_, out_, err_, to_;
+  Child daemon_a_, daemon_b_;
+  pid_t run_ = -1;  // phos run on A (our child)
+  pid_t pid_ = -1;  // the app's host pid on A
+  std::vector<pid_t> kill_list_;  // app pids (the source and the copy) to kill if a test ends early
+};
+
+phos::Status* MigrateTest::check_ = nullptr;
+
+// ------------------------------------------------------------ it works
+
+using ModeOutput = std::tuple<std::string, bool>;  // --mode, --json
+
+class MigrateOutput : public MigrateTest, public ::testing::WithParamInterface<ModeOutput> {};
+
+TEST_P(MigrateOutput, Migrate_OutputIdentical) {
+  const auto& [mode, json] = GetParam();
+  std::string ref;
+  ASSERT_NO_FATAL_FAILURE(GetReference(&ref));
+  ASSERT_NO_FATAL_FAILURE(StartPaused());
+
+  std::vector<std::string> args = MigrateArgs(pid_, token_file_);
+  if (mode != "recopy") args.insert(args.end(), {"--mode", mode});  // recopy is the default
+  if (json) args.push_back("--json");
+  const Result mg = Phos(sock_a_, args);
+  ASSERT_EQ(mg.rc, 0) << mg.output << Logs();
+
+  // The new pid and the downtime, from the summary or the terminal event.
+  pid_t copy = -1;
+  double downtime_ms = -1;
+  std::smatch m;
+  if (json) {
+    // {"done":{"image_dir":"HOST:PORT:incoming/NAME","pid":Q,...,"counters":{...,"downtime_us":"N"}}}
+    // (uint64 as a JSON string).
+    ASSERT_TRUE(std::regex_search(mg.output, m, std::regex(R"re(\{"done":\{.*"pid":(\d+),)re"))) << mg.output;
+    copy = std::stoi(m[1]);
+    ASSERT_TRUE(std::regex_search(mg.output, m, std::regex(R"re("downtime_us":"(\d+)")re"))) << mg.output;
+    downtime_ms = std::stod(m[1]) / 1000.0;
+    ASSERT_TRUE(std::regex_search(mg.output, m, std::regex(R"re("source_pid":"(\d+)")re"))) << mg.output;
+    EXPECT_EQ(std::stoi(m[1]), pid_) << mg.output;
+    EXPECT_TRUE(Contains(mg.output, "\"phase\":\"transfer\"")) << mg.output;
+  } else {
+    const std::regex line("migrated pid " + std::to_string(pid_) + " to " + std::regex_replace(to_, std::regex("\\."), "\\.") +
+                          " as pid (\\d+)\n");
+    ASSERT_TRUE(std::regex_search(mg.output, m, line)) << mg.output;
+    copy = std::stoi(m[1]);
+    ASSERT_TRUE(std::regex_search(mg.output, m, std::regex("downtime ([0-9.]+) ms"))) << mg.output;
+    downtime_ms = std::stod(m[1]);
+  }
+  kill_list_.push_back(copy);
+  EXPECT_GT(downtime_ms, 0) << mg.output;
+  EXPECT_LT(downtime_ms, 30000) << mg.output;
+
+  // The source is gone: killed once B ran the copy (its phos run reports that).
+  const int rc = phos::testing::WaitChildExit(&run_, 20s);
+  EXPECT_TRUE(rc == 128 + SIGKILL || rc == -SIGKILL) << "phos run ended with " << rc << " after the migration";
+  EXPECT_TRUE(phos::testing::WaitEnded(pid_, 10s)) << "the source pid " << pid_ << " still runs after the migration";
+  // A drops the session (its consumer sees the hang-up).
+  const auto deadline = Clock::now() + 10s;
+  while (!Sessions(sock_a_).empty() && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(Sessions(sock_a_).empty()) << "phos ps on A still lists saxpy_loop after the migration";
+  EXPECT_TRUE(phos::testing::ListDir(root_a_ + "/outgoing").empty())
+      << "left in A's outgoing/: " << phos::testing::JoinNames(phos::testing::ListDir(root_a_ + "/outgoing"));
+
+  // The copy runs under B, and B keeps the image it restored from.
+  ASSERT_FALSE(ProcessEnded(copy)) << "the copy (pid " << copy << ") is not running:\n" << Logs();
+  EXPECT_EQ(AppPid(sock_b_), copy) << "phos ps on B";
+  const std::vector<std::string> incoming = phos::testing::ListDir(root_b_ + "/incoming");
+  ASSERT_EQ(incoming.size(), 1u) << "B's incoming/: " << phos::testing::JoinNames(incoming);
+  const std::string img = root_b_ + "/incoming/" + incoming[0];
+  EXPECT_EQ(incoming[0].rfind("migrate-" + std::to_string(pid_) + "-", 0), 0u) << incoming[0];
+  if (json) {
+    EXPECT_NE(mg.output.find(to_ + ":incoming/" + incoming[0] + "\""), std::string::npos) << mg.output;
+  }
+  for (const char* f : {"manifest", "gpu.img", "process.txt", "criu/inventory.img"}) {
+    EXPECT_TRUE(fs::exists(img + "/" + f)) << img << "/" << f << " missing; it holds "
+                                           << phos::testing::JoinNames(phos::testing::ListDir(img));
+  }
+
+  // Released, the copy prints what an uninterrupted run prints.
+  fs::remove(pause_);
+  ASSERT_TRUE(phos::testing::WaitEnded(copy, 60s)) << "the copy (pid " << copy << ") did not finish:\n" << Logs();
+  EXPECT_EQ(ReadFile(out_), ref) << "the migrated copy (" << mode << "):\n" << ReadFile(err_);
+  EXPECT_NE(ReadFile(err_).find("resumed after midpoint"), std::string::npos) << ReadFile(err_);
+}
+
+std::string ParamName(const ::testing::TestParamInfo<ModeOutput>& info) {
+  return std::get<0>(info.param) + (std::get<1>(info.param) ? "_json" : "_text");
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MigrateOutput,
+                         ::testing::Values(ModeOutput{"recopy", false}, ModeOutput{"recopy", true},
+                                           ModeOutput{"stop", false}, ModeOutput{"stop", true}),
+                         ParamName);
+
+// ------------------------------------------------------- it fails safely
+
+// The image is ~1.1 MiB; capped at 200 KiB/s its transfer takes ~5 s. B is
+// SIGKILLed 1 s into it.
+TEST_F(MigrateTest, Migrate_DestinationDiesMidway) {
+  std::string ref;
+  ASSERT_NO_FATAL_FAILURE(GetReference(&ref));
+  ASSERT_NO_FATAL_FAILURE(StartPaused());
+
+  std::vector<std::string> args = MigrateArgs(pid_, token_file_);
+  args.insert(args.end(), {"--max-rate", "200K"});
+  Child mg = Child::Start(PhosArgv(sock_a_, args));
+  // Progress lines go to stderr (not a terminal): "migrate: transfer ...".
+  ASSERT_TRUE(mg.ReadUntil("migrate: transfer", 30s)) << "no transfer phase:\n" << mg.output << Logs();
+  std::this_thread::sleep_for(1s);
+  mg.ReadUntil("\x01never", 10ms);
+  ASSERT_TRUE(phos::testing::ChildRunning(mg.pid) && mg.output.find("remote-restore") == std::string::npos)
+      << "the transfer ended within 1 s (the test needs it to run longer: more data or a lower --max-rate):\n"
+      << mg.output;
+
+  kill(daemon_b_.pid, SIGKILL);
+  EXPECT_EQ(daemon_b_.Wait(10s), -SIGKILL);
+  const int rc = mg.Wait(60s);
+  EXPECT_NE(rc, 0) << mg.output;
+  EXPECT_NE(rc, -1000) << "phos migrate did not end within 60 s of the destination's death:\n" << mg.output;
+  EXPECT_TRUE(Contains(mg.output, "migration abandoned")) << mg.output;
+  EXPECT_TRUE(Contains(mg.output, "pid " + std::to_string(pid_))) << mg.output;
+  EXPECT_TRUE(Contains(mg.output, "keeps running here")) << mg.output;
+
+  ASSERT_NO_FATAL_FAILURE(CheckSourceRunsOn(ref, mg.output));
+}
+
+TEST_F(MigrateTest, Migrate_WrongTokenRefused) {
+  std::string ref;
+  ASSERT_NO_FATAL_FAILURE(GetReference(&ref));
+  ASSERT_NO_FATAL_FAILURE(StartPaused());
+
+  const std::string wrong_file = dir_ + "/wrong-token";
+  std::string wrong;
+  ASSERT_NO_FATAL_FAILURE(WriteToken(wrong_file, &wrong));
+  ASSERT_NE(wrong, token_);
+  const Result mg = Phos(sock_a_, MigrateArgs(pid_, wrong_file));
+  EXPECT_NE(mg.rc, 0) << mg.output;
+  EXPECT_TRUE(Contains(mg.output, "token")) << mg.output;
+  EXPECT_TRUE(Contains(mg.output, "keeps running here")) << mg.output;
+  EXPECT_EQ(mg.output.find(wrong), std::string::npos) << "the message shows the token:\n" << mg.output;
+
+  // Nothing reached B.
+  EXPECT_TRUE(phos::testing::ListDir(root_b_ + "/incoming").empty())
+      << "B's incoming/: " << phos::testing::JoinNames(phos::testing::ListDir(root_b_ + "/incoming"));
+  EXPECT_TRUE(Sessions(sock_b_).empty()) << "phos ps on B lists saxpy_loop";
+
+  ASSERT_NO_FATAL_FAILURE(CheckSourceRunsOn(ref, mg.output));
+}
+
+}  // namespace
