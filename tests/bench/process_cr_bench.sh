@@ -23,7 +23,8 @@
 #    stop-the-world baseline of that round); then the app is killed and
 #    every image restored into A twice — `phos restore --detach` (concurrent,
 #    the default) and `--stop-the-world` — each copy killed after its first
-#    kernel. (The app has no __device__ variables, so a restore needs no
+#    kernel, and phosd waited for until its session is gone (the next
+#    restore must not pay for the teardown). (The app has no __device__ variables, so a restore needs no
 #    fresh phosd, docs/criu.md "Limits"; one phosd has one device address
 #    space, hence restores one at a time.)
 # 2. Migration A -> B (B: --listen 127.0.0.1:0 --peer-token): for each size
@@ -36,19 +37,20 @@
 #    source app's cold start (launch -> first kernel) is the baseline.
 #
 # Both daemons run with --sim-link-gbps (default 25: a PCIe 4/5 x16 link per
-# copy engine). Images go to --work (default a new directory under
-# /var/tmp: disk, as in production). Needs root and CRIU (criu on PATH).
+# copy engine). Images, logs and sockets go to a new directory under --work
+# (default /var/tmp: disk, as in production), removed at the end unless
+# --keep. Needs root and CRIU (criu on PATH).
 # ~2-3 minutes with the defaults on the 2-core development VM.
 set -euo pipefail
 
 build=build
-work=
+work=/var/tmp
 link_gbps=25
 ckpt_mib=256
-ckpt_reps=2
+ckpt_reps=3
 migrate_mib="64 256 1024"
 template_mib="16 256"
-template_starts=5
+template_starts=8
 keep=0
 while (($#)); do
   case $1 in
@@ -61,7 +63,7 @@ while (($#)); do
     --template-mib) template_mib=$2; shift 2 ;;
     --template-starts) template_starts=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "process_cr_bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -77,9 +79,8 @@ command -v criu >/dev/null || die "criu is not on PATH (scripts/setup.sh install
 command -v jq >/dev/null || die "jq is not installed"
 
 commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')
-[[ -n $work ]] || work=$(mktemp -d /var/tmp/phos-pcr-bench-XXXXXX)
-mkdir -p "$work"
-work=$(realpath "$work")
+[[ -d $work ]] || die "--work $work is not a directory"
+work=$(mktemp -d "$(realpath "$work")/phos-pcr-bench-XXXXXX")
 cd "$work"
 
 # ------------------------------------------------------------------ processes
@@ -88,16 +89,21 @@ declare -a run_pids=()    # `phos run` parents (our children)
 declare -a app_pids=()    # host pids of apps and restored copies
 templates_made=()
 
-stop_pid() {  # SIGKILL a pid and wait (bounded) until it is gone
-  local p=$1
+# Ours and still the app: a pid the script tracked may have ended (killed
+# by phosd after a migration or a template save) and been reused since.
+is_app() { grep -qa process_cr_app "/proc/$1/cmdline" 2>/dev/null; }
+stop_pid() {  # SIGKILL an app pid and wait (bounded) until it is gone
+  local p=$1 q keep=()
   [[ -n $p ]] || return 0
-  kill -9 "$p" 2>/dev/null || true
-  for _ in $(seq 500); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.01; done
-  echo "process_cr_bench.sh: warning: pid $p still exists 5 s after SIGKILL" >&2
+  if is_app "$p"; then kill -9 "$p" 2>/dev/null || true; fi
+  for _ in $(seq 500); do kill -0 "$p" 2>/dev/null || break; sleep 0.01; done
+  kill -0 "$p" 2>/dev/null && echo "process_cr_bench.sh: warning: pid $p still exists 5 s after SIGKILL" >&2
+  for q in "${app_pids[@]}"; do [[ $q == "$p" ]] || keep+=("$q"); done
+  app_pids=("${keep[@]}")
 }
 cleanup() {
   local p
-  for p in "${app_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${app_pids[@]}"; do if is_app "$p"; then kill -9 "$p" 2>/dev/null || true; fi; done
   for p in "${run_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
   for t in "${templates_made[@]}"; do "$phos" --socket "$work/a.sock" template rm "$t" >/dev/null 2>&1 || true; done
   for p in $daemon_a $daemon_b; do kill "$p" 2>/dev/null || true; done
@@ -169,12 +175,23 @@ phase_ms() {
   jq -r --arg p "$2" 'select(.progress != null and .progress.phase == $p) | .progress.elapsed_ms' "$1" | head -1
 }
 
-# verify_ms FILE: from the first "verify" progress event to the first event
-# of the phase after it (checksum verification of gpu.img before a restore).
+# verify_ms FILE: from the first to the last "verify" progress event
+# (checksum verification of every chunk of gpu.img before a restore).
 verify_ms() {
-  jq -r 'select(.progress != null) | "\(.progress.phase) \(.progress.elapsed_ms)"' "$1" |
-    awk '$1 == "verify" && v == "" { v = $2 } v != "" && $1 != "verify" { print $2 - v; found = 1; exit }
-         END { if (!found) print "-" }'
+  jq -r 'select(.progress != null and .progress.phase == "verify") | .progress.elapsed_ms' "$1" |
+    awk 'NR == 1 { a = $1 } { b = $1 } END { if (NR) print b - a; else print "-" }'
+}
+
+# wait_idle SOCKET: until phosd has no live session (a killed copy's session
+# tears down asynchronously; the next restore or start must not pay for it).
+wait_idle() {
+  local n
+  for _ in $(seq 200); do
+    n=$("$phos" --socket "$1" ps --json | jq '[.sessions[]? | select(.state != "SESSION_EXITED")] | length')
+    [[ $n == 0 ]] && return 0
+    sleep 0.05
+  done
+  die "phosd ($1) still has $n sessions 10 s after their processes were killed"
 }
 
 # gaps LOG FROM TO: "max_gap_us median_gap_us iterations" over the iter
@@ -253,6 +270,7 @@ done
 stop_pid "$APP_PID"
 for p in "${run_pids[@]}"; do wait "$p" 2>/dev/null || true; done
 run_pids=()
+wait_idle "$work/a.sock"
 
 echo
 echo "restores into phosd A (the original killed; each copy killed after its first kernel):"
@@ -276,6 +294,7 @@ for im in "${images[@]}"; do
       "$(done_field "$out" .total_ms)" "$(awk -v s="$(done_field "$out" .stall_us)" 'BEGIN{printf "%.1f", s/1000}')" \
       "$(awk -v a="$first" -v b="${first_of[stop-the-world]}" 'BEGIN{printf "%.1f%%", 100*a/b}')"
     stop_pid "$pid"
+    wait_idle "$work/a.sock"
   done
 done
 echo "(first_kernel: from before the CLI was started to the restored copy's first iteration ending, app clock;"
@@ -324,6 +343,7 @@ for mib in $migrate_mib; do
         (rate > 0 ? 1000 * gpu / rate : 0), (rate > 0 ? 1000 * dirty / rate : 0), 1000 * gpu / (link * 1e9),
         dump, dcriu, dgpu / 1000, gap / 1000, sprintf("%.0f%%", 100 * down / stopdown) }'
     stop_pid "$pid"
+    wait_idle "$work/b.sock"; wait_idle "$work/a.sock"
     for p in "${run_pids[@]}"; do wait "$p" 2>/dev/null || true; done
     run_pids=()
   done
@@ -334,7 +354,7 @@ echo " gpu/pcie: the GPU image over the modelled ${link_gbps} GB/s link; app_gap
 # ------------------------------------------------------------------ 3. templates
 echo
 echo "== 3. template starts on phosd A (app: one small kernel per 1 ms iteration, no writes)"
-printf '%-6s %-5s %11s %9s %10s %11s %12s %9s %12s %14s %12s\n' MiB start running_ms criu_ms gpu_ms pre_criu_ms verify_ms cli_ms first_kernel first-cli_floor above_criu
+printf '%-6s %-5s %11s %9s %14s %11s %10s %9s %9s %13s %11s %12s\n' MiB start running_ms criu_ms running-criu pre_criu_ms verify_ms gpu_ms cli_ms first_kernel -cli_floor floor-criu
 for mib in $template_mib; do
   log=$work/tpl-$mib.log
   start_app "$log" "$mib" 0 1000
@@ -363,13 +383,18 @@ for mib in $template_mib; do
     # Time to first kernel as phosd would see it: from the script's clock
     # minus the CLI floor (process start + connect + one RPC).
     est=$(( (first_us - cli_floor) / 1000 ))
-    printf '%-6s %-5s %11s %9s %10s %11s %12s %9s %12s %14s %12s\n' "$mib" "$k" "$(c running_ms)" "$criu_ms" \
-      "$(c gpu_restore_ms)" "$pre" "$(verify_ms "$out")" "$cli" "$((first_us / 1000))" "$est" "$((est - criu_ms))"
+    run_ms=$(c running_ms)
+    printf '%-6s %-5s %11s %9s %14s %11s %10s %9s %9s %13s %11s %12s\n' "$mib" "$k" "$run_ms" "$criu_ms" \
+      "$((run_ms - criu_ms))" "$pre" "$(verify_ms "$out")" "$(c gpu_restore_ms)" "$cli" "$((first_us / 1000))" "$est" \
+      "$((est - criu_ms))"
     stop_pid "$pid"
+    wait_idle "$work/a.sock"
   done
   echo "$mib MiB: cold start of the source app (phos run -> first kernel): $cold ms; save: $(done_field "$work/tpl-save-$mib.json" .total_ms) ms, template $(done_field "$work/tpl-save-$mib.json" '.counters.template_bytes') bytes"
 done
-echo "(first_kernel: from before the CLI was started to the instance's first iteration ending, app clock;"
-echo " first-cli_floor: that minus the CLI floor; above_criu: that minus criu_ms — the goal is <= 10 ms)"
+echo "(running-criu: phosd's time to \"running\" beyond CRIU's restore — the issue's goal: <= 10 ms;"
+echo " pre_criu_ms: request -> CRIU restore starts; verify_ms: checksums of gpu.img; gpu_ms: GPU restore incl. loading;"
+echo " first_kernel: from before the CLI was started to the instance's first iteration ending (app clock);"
+echo " -cli_floor: that minus the CLI floor (an estimate from phosd's side); floor-criu: that minus criu_ms)"
 echo
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
