@@ -146,6 +146,10 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
                                               : "no image was committed");
   }
   result->criu_dump_ms = dump_ms;
+  // stop-the-world's stall counts its capture only; the dump ran in the
+  // same control task, so the app waited for it too (cow/recopy already
+  // time the whole control task).
+  if (r.mode == engine::Mode::kStop) result->gpu.stall_us += dump_ms * 1000;
   Status w;
   if (rename(criu_tmp.c_str(), (work_dir + "/" + kCriuSubdir).c_str()) != 0) {
     w = image::ErrnoError("rename " + criu_tmp + " to", work_dir + "/" + kCriuSubdir, errno);

@@ -246,11 +246,9 @@ for rep in $(seq "$ckpt_reps"); do
     stall=$(done_field "$img.json" .stall_us)
     dump=$(done_field "$img.json" '.counters.criu_dump_ms')
     # The app's calls also wait for the CRIU dump (it runs in the control
-    # task that captures the GPU state): cow and recopy count it in
-    # stall_us, stop does not (engine/operations.cc RunStop), so it is
-    # added here for stop to compare like with like.
+    # task that captures the GPU state); stall_us includes it in every mode
+    # (process_checkpoint.cc adds it for stop since e2a1ee9's successor).
     full=$stall
-    [[ $mode == stop ]] && full=$((stall + dump * 1000))
     stall_of[$mode.$rep]=$full; gap_of[$mode.$rep]=$gmax
     # progress: iterations that ended during the checkpoint vs what the
     # baseline rate (median gap just before) would have given.
