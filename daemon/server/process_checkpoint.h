@@ -20,7 +20,7 @@
 // a fresh socketpair in place of its channel socket; phosd maps the ring
 // memfd CRIU recreated (/proc/PID/map_files), checks its geometry against
 // the image, adopts a GATED session around both (SessionServer::Adopt),
-// restores the GPU state into it (engine::RestoreFresh, stop-the-world)
+// restores the GPU state into it (engine::RestoreFresh, concurrent or not)
 // and only then lets the consumer take the restored app's calls.
 //
 // Threading: any thread except a session's consumer (as engine

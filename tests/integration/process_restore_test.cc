@@ -97,8 +97,16 @@ class ProcessRestoreTest : public ::testing::Test {
   void KillApp() {
     if (app_pid_ <= 0) return;
     kill(app_pid_, SIGKILL);
-    int st;
-    waitpid(app_pid_, &st, 0);
+    // A restored app is phosd's child (phosd is a subreaper and reaps it);
+    // if phosd stops first, the zombie comes to us. Reap whichever way,
+    // until the pid is gone (bounded).
+    const auto deadline = Clock::now() + 10s;
+    while (Clock::now() < deadline) {
+      int st;
+      waitpid(app_pid_, &st, WNOHANG);
+      if (kill(app_pid_, 0) != 0 && errno == ESRCH) break;
+      std::this_thread::sleep_for(5ms);
+    }
     app_pid_ = -1;
   }
 

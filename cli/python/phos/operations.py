@@ -142,7 +142,8 @@ class OperationHandle:
 
         Raises:
             PhosError: the operation failed or phosd refused it (e.g. NOT_FOUND:
-                no session for the pid; UNIMPLEMENTED: gpu_only=False).
+                no session for the pid, or not a whole-process image;
+                DATA_LOSS: a corrupt image).
             TimeoutError: still running after `timeout` seconds (the operation
                 goes on; call wait() again).
         """
@@ -191,9 +192,9 @@ def checkpoint(name=None, pid=None, mode="cow", gpu_only=True, out=None, keep="m
             to a buffer not yet saved first copies it aside), "recopy" (the
             state at the end; rewritten buffers are copied again in a short
             final stop) or "stop" (the application waits for the whole copy).
-        gpu_only: save the GPU state only (no CRIU). Whole-process checkpoints
-            (False) are not implemented in phosd yet: wait() raises PhosError
-            UNIMPLEMENTED.
+        gpu_only: save the GPU state only (no CRIU). False: the whole process
+            (GPU state plus its CPU state through CRIU, docs/criu.md; phosd
+            must run as root), in any mode, the app running on.
         out: image directory (must not exist); default: a directory under
             phosd's checkpoint root, where `keep` retention applies.
         keep: "manual" (never deleted by phos), "latest" (phosd keeps the newest
@@ -234,7 +235,7 @@ def checkpoint(name=None, pid=None, mode="cow", gpu_only=True, out=None, keep="m
 
 
 def restore(image_dir, pid, gpu_only=True, concurrent=True, socket=None):
-    """Starts restoring a process's GPU state from an image; returns an OperationHandle.
+    """Starts restoring a process's GPU state (gpu_only=False: the whole process); returns an OperationHandle.
 
     GPU-only restores are in place: the live session of `pid` is rolled back
     to the image (phosd verifies every checksum first and leaves the process
@@ -243,8 +244,14 @@ def restore(image_dir, pid, gpu_only=True, concurrent=True, socket=None):
     Args:
         image_dir: the image (OperationResult.image_dir of a checkpoint).
         pid: the running process to roll back.
-        gpu_only: restore the GPU state only. Whole-process restores (False)
-            are not implemented in phosd yet: wait() raises PhosError.
+        gpu_only: restore the GPU state only. False: recreate the process of
+            a whole-process image with its old pid (CRIU; phosd must run as
+            root; `pid` is not used by phosd then but must still be a
+            positive int). The request does not detach: wait() returns only
+            once the restored process has exited (at once if phosd cannot
+            reap it); meanwhile .progress.phase is "running" (its message
+            names the pid). OperationResult.pid is the restored process's
+            pid; its exit status is not reported in OperationResult.
         concurrent: True: the process resumes at once and buffers load in the
             background in the order it first uses them; False: it waits until
             everything is loaded (stop-the-world).
