@@ -20,6 +20,7 @@ struct MigrateArgs {
   std::string to, token_file, mode = "recopy";
   unsigned rounds = 0;
   std::uint64_t max_rate = 0;
+  bool no_precopy = false;
   bool json = false;
 };
 
@@ -36,6 +37,7 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
   req.set_mode(a.mode == "stop" ? v1::MODE_STOP : v1::MODE_RECOPY);
   req.set_max_precopy_rounds(a.rounds);
   req.set_max_bytes_per_sec(a.max_rate);
+  req.set_no_precopy(a.no_precopy);
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
   grpc::ClientContext ctx;
@@ -50,7 +52,10 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
               << "  downtime " << get("downtime_us") / 1000.0 << " ms (frozen here -> running there): criu dump "
               << get("criu_dump_ms") << " ms, transfer " << get("transfer_ms") << " ms, restore there: criu "
               << get("destination_criu_restore_ms") << " ms + gpu " << get("destination_gpu_restore_us") / 1000.0
-              << " ms; " << get("dirty_bytes_at_stop") << " bytes were dirty at the freeze\n";
+              << " ms; " << get("dirty_bytes_at_stop") << " bytes were dirty at the freeze\n"
+              << "  pre-copy: " << get("precopy_bytes_sent") << " bytes sent while it ran; after the freeze "
+              << get("bytes_after_stop") << " of the image's " << result.bytes_written() << " bytes crossed ("
+              << get("precopied_bytes") << " came from the pre-copy)\n";
   }
   return 0;
 }
@@ -61,8 +66,8 @@ void AddMigrateCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
   auto a = std::make_shared<MigrateArgs>();
   CLI::App* cmd = app->add_subcommand(
       "migrate",
-      "Live-migrate a process (GPU state + CRIU) to another phosd: recopy rounds while it runs, then it is "
-      "frozen, dumped, sent, restored there; it is killed here only after the destination runs it. On any "
+      "Live-migrate a process (GPU state + CRIU) to another phosd: recopy rounds while it runs stream its "
+      "buffers to the destination, then it is frozen, dumped, what changed is sent, and it is restored there; it is killed here only after the destination runs it. On any "
       "failure it resumes here. Prints the new pid and the downtime.");
   cmd->add_option("--pid", a->pid, "The process (see `phos ps`)")->required();
   cmd->add_option("--to", a->to, "The destination phosd's --listen address, HOST:PORT")->required();
@@ -73,6 +78,9 @@ void AddMigrateCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
   cmd->add_option("--rounds", a->rounds, "Most recopy rounds before the freeze (default: phosd's --recopy-rounds)");
   cmd->add_option("--max-rate", a->max_rate, "Cap on the transfer's bytes per second, e.g. 100M (default: none)")
       ->transform(CLI::AsSizeValue(false));
+  cmd->add_flag("--no-precopy", a->no_precopy,
+                "Recopy: do not stream buffer copies to the destination while the app runs; send the whole image "
+                "after the freeze (longer downtime; a baseline for comparisons)");
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunMigrate(*global, *a); });
 }

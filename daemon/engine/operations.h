@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
+#include "engine/precopy_sink.h"
 #include "engine/progress.h"
 #include "image/image_writer.h"
 #include "session/session.h"
@@ -43,6 +45,11 @@ struct CheckpointOptions {
   /// (server/migration.h). A failure fails the checkpoint (no image). May
   /// run twice when cow falls back to stop-the-world.
   std::function<Status(session::SessionState&)> at_capture;
+  /// Recopy only: every copy a round stages is handed here as it is taken
+  /// (live migration's pre-copy, engine/precopy_sink.h), and extents still
+  /// equal to a handed-over copy at t2 are written as references, not
+  /// bytes. Not owned; must outlive the call. Null: a normal image.
+  PrecopySink* precopy = nullptr;
 };
 
 /// Counters of one operation (also summed per session and daemon-wide for
@@ -78,6 +85,10 @@ struct CheckpointResult {
   std::uint64_t admitted_at_capture = 0;
   std::string io_backend;
   OperationCounters counters;
+  /// With CheckpointOptions::precopy: the extents written as references
+  /// (their bytes are only at the sink's receiver).
+  std::vector<PrecopiedExtent> precopied;
+  std::uint64_t precopied_bytes = 0;
 };
 
 Status Checkpoint(session::Session& session, const CheckpointOptions& options, Progress* progress,
@@ -92,6 +103,14 @@ struct RestoreOptions {
   /// run again (the control task finished, buffers still loading). A
   /// whole-process restore opens its session's gate here.
   std::function<void()> on_resumed;
+  /// The caller verified every checksum of this image and knows its files
+  /// did not change since (a template's in-memory copy, TemplateStore):
+  /// the full pre-restore verification (RestoreTask::Prepare) is skipped.
+  /// Each chunk is still verified as it is loaded; a bad one fails the
+  /// restore (concurrent: calls touching a buffer that never loaded are
+  /// refused, never run on its missing bytes). false: verify everything
+  /// before the session is touched.
+  bool verified = false;
 };
 
 struct RestoreResult {

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "common/hex.h"
+#include "image/image_layout.h"
 
 namespace phos::engine {
 
@@ -265,15 +266,22 @@ Status RecopyCheckpoint::CopyRounds() {
         }
         b->written_on.clear();
       }
+      b->copy_id = 0;  // `host` is about to be overwritten
       bool dropped = false;
       Status s = CopyOne(*b, &dropped);
+      bool copied = false;
       {
         std::lock_guard<std::mutex> lock(table_.mu);
         if (b->state == kCopying) {
           b->state = s.ok() && !dropped && b->generation == generation && !b->freed ? kCopied : kDirty;
+          copied = b->state == kCopied;
         }
         if (!s.ok() && !abandoned_) return s;  // a copy failed: no image
       }
+      // A write admitted from here on makes the copy stale (DIRTY again);
+      // it is still a true copy of the moment it was taken, and the next
+      // round supersedes it.
+      if (copied && options_.precopy != nullptr) PHOS_RETURN_IF_ERROR(HandOver(*b));
       {
         std::lock_guard<std::mutex> use(ctx_use_mu_);
         if (!fenced_.load() && validator_) (void)validator_->Drain(false, &reports);
@@ -329,6 +337,24 @@ Status RecopyCheckpoint::CopyOne(TrackedBuffer& b, bool* dropped) {
     }
     progress_->AddBytes(len);
   }
+  return Status::Ok();
+}
+
+Status RecopyCheckpoint::HandOver(TrackedBuffer& b) {
+  const std::uint64_t chunk = options_.image.chunk_bytes;
+  b.host_xxh3.clear();
+  for (std::uint64_t off = 0; off < b.bytes; off += chunk) {
+    b.host_xxh3.push_back(image::Xxh3(b.host.data() + off, static_cast<std::size_t>(std::min(chunk, b.bytes - off))));
+  }
+  StagedCopy c;
+  c.copy_id = ++next_copy_id_;
+  c.address = b.address;
+  c.bytes = b.bytes;
+  c.data = b.host.data();
+  c.chunk_bytes = chunk;
+  c.chunk_xxh3 = &b.host_xxh3;
+  PHOS_RETURN_IF_ERROR(options_.precopy->Staged(c).WithContext("pre-copy of buffer " + Hex(b.address)));
+  b.copy_id = c.copy_id;
   return Status::Ok();
 }
 
@@ -442,7 +468,12 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
     Extent e;
     e.address = p.range.address;
     e.bytes = p.range.bytes;
-    if (p.staged) {
+    if (p.staged && p.tracked->copy_id != 0) {
+      // Handed over in a round and unchanged since: the receiver has it.
+      e.copy_id = p.tracked->copy_id;
+      e.xxh3 = std::move(p.tracked->host_xxh3);
+      std::vector<std::byte>().swap(p.tracked->host);
+    } else if (p.staged) {
       e.host = std::move(p.tracked->host);
     } else {
       status = CopyNow(st.ctx, stream, p.range.address, p.range.bytes, &e.host);
@@ -467,14 +498,19 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
 
 // ---------------------------------------------------------------- image (caller's thread, after t2)
 
-Status RecopyCheckpoint::WriteImage(image::ImageWriter* writer) {
+Status RecopyCheckpoint::WriteImage(image::ImageWriter* writer, std::vector<PrecopiedExtent>* precopied) {
   std::uint64_t total = 0;
   for (const auto& e : extents_) total += e.bytes;
   progress_->SetPhase("write", "writing " + std::to_string(extents_.size()) + " extents copied up to t2", total);
   for (auto& e : extents_) {
     std::size_t index = 0;
     PHOS_RETURN_IF_ERROR(writer->AddBuffer(e.address, e.bytes, &index));
-    if (e.bytes > 0) PHOS_RETURN_IF_ERROR(writer->WriteBuffer(index, e.host.data()));
+    if (e.copy_id != 0) {
+      PHOS_RETURN_IF_ERROR(writer->WriteElsewhere(index, e.xxh3));
+      precopied->push_back(PrecopiedExtent{e.address, e.bytes, e.copy_id});
+    } else if (e.bytes > 0) {
+      PHOS_RETURN_IF_ERROR(writer->WriteBuffer(index, e.host.data()));
+    }
     progress_->AddBytes(e.bytes);
     std::vector<std::byte>().swap(e.host);  // the writer staged it
   }
@@ -579,12 +615,13 @@ Status RunRecopy(session::Session& session, EngineHook* hook, const CheckpointOp
     writer->Abort();
     return SessionGone(finished, session, "no image was written");
   }
-  if (Status w = op->WriteImage(writer.get()); !w.ok()) {
+  if (Status w = op->WriteImage(writer.get(), &result->precopied); !w.ok()) {
     writer->Abort();
     return w;
   }
   progress->SetPhase("commit", "writing and syncing " + options.dir);
   PHOS_RETURN_IF_ERROR(writer->Commit());
+  for (const auto& e : result->precopied) result->precopied_bytes += e.bytes;
   result->mode = Mode::kRecopy;
   return Status::Ok();
 }

@@ -21,6 +21,10 @@
 //   WriteImage() the caller's thread, the app runs again: every staged host
 //               copy into the image (ImageWriter writes each chunk exactly
 //               once, so nothing is written before t2).
+// Pre-copy (options.precopy, live migration): each copy that ends COPIED is
+// checksummed per image chunk and handed to the sink with a fresh copy id
+// on the copier's thread; at t2 an extent whose staged copy was handed over
+// is written as a reference (ImageWriter::WriteElsewhere), the rest as bytes.
 // Admission: recopy never blocks a call (except cudaFree of a buffer the
 // copier is reading: it waits for that one chunk). Admitted() — after the
 // call was enqueued — marks every buffer the call writes DIRTY, bumps its
@@ -77,8 +81,9 @@ class RecopyCheckpoint final : public Operation, public std::enable_shared_from_
   Status CopyRounds();
   /// t2. Fills admitted_at_capture, buffers, globals, bytes.
   Status Final(session::SessionState& st, EngineHook* hook, CheckpointResult* result);
-  /// After Final: the staged copies and the session metadata into `writer`.
-  Status WriteImage(image::ImageWriter* writer);
+  /// After Final: the staged copies and the session metadata into `writer`;
+  /// the extents written as pre-copy references are added to `precopied`.
+  Status WriteImage(image::ImageWriter* writer, std::vector<PrecopiedExtent>* precopied);
 
   /// Counters so far (any thread).
   OperationCounters counters();
@@ -97,6 +102,8 @@ class RecopyCheckpoint final : public Operation, public std::enable_shared_from_
     std::uint64_t address = 0;
     std::uint64_t bytes = 0;
     std::vector<std::byte> host;
+    std::uint64_t copy_id = 0;            // pre-copy: written as a reference to this copy
+    std::vector<std::uint64_t> xxh3;      // its chunk checksums
   };
 
   /// mu held: the buffer becomes DIRTY (generation++); when `stream` is
@@ -115,6 +122,9 @@ class RecopyCheckpoint final : public Operation, public std::enable_shared_from_
   /// Copier: copies one buffer into its host vector. *dropped when a free
   /// of the buffer interrupted it.
   Status CopyOne(TrackedBuffer& b, bool* dropped);
+  /// Copier, pre-copy only: checksums the COPIED buffer's staged copy and
+  /// hands it to options_.precopy under a new copy id.
+  Status HandOver(TrackedBuffer& b);
   /// Applies collected twin reports. mu NOT held.
   void ApplyReports(std::vector<TwinValidator::Collected>& reports);
   /// Consumer thread: destroys the validator, the copier's stream, the write
@@ -141,6 +151,7 @@ class RecopyCheckpoint final : public Operation, public std::enable_shared_from_
   bool cancelled_ = false;                       // the session ended
   bool reset_ = false;                           // a cudaDeviceReset freed every tracked buffer
   std::uint32_t next_first_use_ = 0;
+  std::uint64_t next_copy_id_ = 0;               // copier only (pre-copy ids; not under mu)
   OperationCounters counters_;
 
   // Written by Final (consumer thread) before WriteImage runs on the

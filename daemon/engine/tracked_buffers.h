@@ -40,6 +40,11 @@ struct TrackedBuffer {
   std::vector<backend::StreamHandle> written_on;
   bool freed = false;                        // the app freed it during the operation
   std::vector<std::byte> host;               // the last copy (recopy stages in host memory)
+  // Pre-copy (CheckpointOptions::precopy): the id `host` was handed to the
+  // sink under (0: not handed over, or overwritten since) and its chunk
+  // checksums. Owned like `host`: by the copier, then by Final/WriteImage.
+  std::uint64_t copy_id = 0;
+  std::vector<std::uint64_t> host_xxh3;
 };
 
 class TrackedBuffers {

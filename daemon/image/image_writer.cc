@@ -179,6 +179,30 @@ Status ImageWriter::WriteBuffer(std::size_t buffer, const void* data) {
   return Status::Ok();
 }
 
+Status ImageWriter::WriteElsewhere(std::size_t buffer, const std::vector<std::uint64_t>& chunk_xxh3) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ != State::kOpen) return Status::FailedPrecondition("image writer is closed");
+  if (buffer >= buffers_.size()) return Status::InvalidArgument("image has no buffer " + std::to_string(buffer));
+  if (options_.host_tier) {
+    return Status::InvalidArgument("an image kept in the host tier cannot leave buffer bytes to someone else");
+  }
+  BufferState* b = buffers_[buffer].get();
+  if (chunk_xxh3.size() != b->chunks.size()) {
+    return Status::InvalidArgument("buffer " + Hex(b->addr) + " has " + std::to_string(b->chunks.size()) +
+                                   " chunks, " + std::to_string(chunk_xxh3.size()) + " checksums given");
+  }
+  for (std::size_t c = 0; c < b->chunks.size(); ++c) {
+    if (b->chunks[c] != ChunkState::kEmpty) {
+      return Status::InvalidArgument("chunk " + std::to_string(c) + " of buffer " + Hex(b->addr) + " written twice");
+    }
+  }
+  for (std::size_t c = 0; c < b->chunks.size(); ++c) {
+    b->xxh3[c] = chunk_xxh3[c];
+    b->chunks[c] = ChunkState::kDone;
+  }
+  return Status::Ok();
+}
+
 Status ImageWriter::Commit() {
   std::shared_ptr<HostImage> host;
   {
@@ -235,7 +259,7 @@ Status ImageWriter::Commit() {
     s = io_->WriteAsync(hb, 0, kGpuImgHeaderBlock);
     if (s.ok()) s = io_->Drain();
     if (s.ok()) s = io_->Truncate(manifest_.gpu_img_bytes());
-    if (s.ok()) s = io_->Sync();
+    if (s.ok() && options_.durable) s = io_->Sync();
     if (!s.ok()) return fail(s);
     io_.reset();  // closes gpu.img
 
@@ -245,7 +269,7 @@ Status ImageWriter::Commit() {
       s = WriteFileDurable(tmp_dir_ + "/" + std::string(kManifestName), bytes,
                            options_.io.write_life_hint);
     }
-    if (s.ok()) s = FsyncDir(tmp_dir_);
+    if (s.ok() && options_.durable) s = FsyncDir(tmp_dir_);
     if (s.ok() && ::renameat2(AT_FDCWD, tmp_dir_.c_str(), AT_FDCWD, dir_.c_str(),
                               RENAME_NOREPLACE) != 0) {
       const int err = errno;
@@ -253,7 +277,7 @@ Status ImageWriter::Commit() {
                         : ErrnoError("rename " + tmp_dir_ + " to", dir_, err);
     }
     if (!s.ok()) return fail(s);
-    s = FsyncDir(ParentOf(dir_));
+    s = options_.durable ? FsyncDir(ParentOf(dir_)) : Status::Ok();
     if (!s.ok()) {
       // The image is complete and in place; only its durability is unknown.
       spdlog::warn("image: {} committed but its directory could not be synced: {}", dir_,

@@ -77,6 +77,7 @@ Status ImageReceiver::Begin(const ImageReceiverOptions& options, const peer::v1:
   r->options_ = options;
   r->name_ = begin.name();
   r->announced_bytes_ = begin.total_bytes();
+  r->skip_fsync_ = begin.skip_fsync();
   r->final_dir_ = options.incoming_dir + "/" + begin.name();
   r->tmp_dir_ = r->final_dir_ + ".tmp";
   // The parent (checkpoint root) may not exist yet on a fresh daemon.
@@ -150,33 +151,52 @@ Status ImageReceiver::Data(const peer::v1::FileData& data) {
     return Status::InvalidArgument("chunk of '" + file_rel_ + "' at offset " + std::to_string(data.offset()) +
                                    ", expected " + std::to_string(file_bytes_) + " (chunks must be contiguous)");
   }
-  const std::string& bytes = data.data();
+  const char* bytes = data.data().data();
+  std::size_t size = data.data().size();
+  if (data.has_ref()) {
+    if (size != 0) return Status::InvalidArgument("a chunk of '" + file_rel_ + "' carries both bytes and a pre-copy reference");
+    if (!options_.precopy) {
+      return Status::FailedPrecondition("a chunk of '" + file_rel_ + "' refers to a pre-copy, but no pre-copy of '" +
+                                        name_ + "' was received (or it expired)");
+    }
+    PHOS_RETURN_IF_ERROR(options_.precopy->Read(data.ref(), &bytes).WithContext("'" + file_rel_ + "' at offset " +
+                                                                              std::to_string(data.offset())));
+    size = static_cast<std::size_t>(data.ref().length());
+  }
   const std::uint64_t limit = std::min(announced_bytes_, options_.max_bytes);
-  if (total_bytes_ + bytes.size() > limit) {
+  if (total_bytes_ + size > limit) {
     return Status::OutOfMemory("image '" + name_ + "' exceeds " + std::to_string(limit) + " bytes (" +
                                (limit == announced_bytes_ ? "its announced size" : "--max-receive-bytes") + ")");
   }
-  XXH3_64bits_update(xxh_, bytes.data(), bytes.size());
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = write(fd_, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return image::ErrnoError("write", tmp_dir_ + "/" + file_rel_, errno);
-    }
-    done += static_cast<std::size_t>(n);
-  }
+  // FileEnd's xxh3 covers the bytes the stream carried; pre-copied parts are
+  // covered by the image's chunk checksums (proto/peer.proto).
+  if (!data.has_ref()) XXH3_64bits_update(xxh_, bytes, size);
+  PHOS_RETURN_IF_ERROR(Append(bytes, size));
+  if (data.has_ref()) precopied_bytes_ += size;
   // Start writeback of every completed 64 MiB now (no waiting), so the
   // fsync at FileEnd finds little left to write — the disk works while the
-  // network delivers instead of after.
+  // network delivers instead of after. Not for an image nobody fsyncs.
   constexpr std::uint64_t kWritebackStep = 64ull << 20;
   const std::uint64_t before = file_bytes_ / kWritebackStep;
-  file_bytes_ += bytes.size();
-  total_bytes_ += bytes.size();
-  if (file_bytes_ / kWritebackStep != before) {
+  file_bytes_ += size;
+  total_bytes_ += size;
+  if (!skip_fsync_ && file_bytes_ / kWritebackStep != before) {
     const std::uint64_t end = (file_bytes_ / kWritebackStep) * kWritebackStep;
     (void)sync_file_range(fd_, static_cast<off_t>(end - kWritebackStep), static_cast<off_t>(kWritebackStep),
                           SYNC_FILE_RANGE_WRITE);
+  }
+  return Status::Ok();
+}
+
+Status ImageReceiver::Append(const char* bytes, std::size_t n) {
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t w = write(fd_, bytes + done, n - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return image::ErrnoError("write", tmp_dir_ + "/" + file_rel_, errno);
+    }
+    done += static_cast<std::size_t>(w);
   }
   return Status::Ok();
 }
@@ -198,7 +218,7 @@ Status ImageReceiver::FileEnd(const peer::v1::FileEnd& end) {
   }
   const mode_t mode = end.mode() == 0 ? 0600 : static_cast<mode_t>(end.mode() & 0777);
   if (fchmod(fd_, mode) != 0) return image::ErrnoError("chmod", tmp_dir_ + "/" + file_rel_, errno);
-  if (fsync(fd_) != 0) return image::ErrnoError("fsync", tmp_dir_ + "/" + file_rel_, errno);
+  if (!skip_fsync_ && fsync(fd_) != 0) return image::ErrnoError("fsync", tmp_dir_ + "/" + file_rel_, errno);
   CloseFile();
   ++files_;
   return Status::Ok();
@@ -215,8 +235,10 @@ Status ImageReceiver::End(const peer::v1::ImageEnd& end, peer::v1::ReceiveImageR
   // Deepest first, then the image directory itself: every entry durable
   // before the rename makes the image visible.
   std::sort(dirs_.begin(), dirs_.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
-  for (const std::string& d : dirs_) PHOS_RETURN_IF_ERROR(image::FsyncDir(d));
-  PHOS_RETURN_IF_ERROR(image::FsyncDir(tmp_dir_));
+  if (!skip_fsync_) {
+    for (const std::string& d : dirs_) PHOS_RETURN_IF_ERROR(image::FsyncDir(d));
+    PHOS_RETURN_IF_ERROR(image::FsyncDir(tmp_dir_));
+  }
   if (renameat2(AT_FDCWD, tmp_dir_.c_str(), AT_FDCWD, final_dir_.c_str(), RENAME_NOREPLACE) != 0) {
     if (errno == EEXIST || errno == ENOTEMPTY) {
       return Status::AlreadyExists(final_dir_ + " appeared while receiving; the transfer was not committed");
@@ -224,7 +246,7 @@ Status ImageReceiver::End(const peer::v1::ImageEnd& end, peer::v1::ReceiveImageR
     return image::ErrnoError("rename to", final_dir_, errno);
   }
   finished_ = true;  // visible now: never Discard it
-  PHOS_RETURN_IF_ERROR(image::FsyncDir(options_.incoming_dir));
+  if (!skip_fsync_) PHOS_RETURN_IF_ERROR(image::FsyncDir(options_.incoming_dir));
   reply->set_path(final_dir_);
   reply->set_bytes(total_bytes_);
   reply->set_files(files_);

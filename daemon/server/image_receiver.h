@@ -6,7 +6,9 @@
 //                      <incoming>/<name>.tmp/ (a stale one is replaced)
 //   Data(FileData)     appends to the file being received (created, with its
 //                      parent directories, by its first chunk); xxh3 is
-//                      computed as bytes arrive; no fsync per chunk
+//                      computed as bytes arrive; no fsync per chunk. A chunk
+//                      with a PrecopyRef appends bytes of a pre-copied
+//                      buffer copy (options.precopy) instead
 //   FileEnd(FileEnd)   checks size and xxh3, applies the mode, fsyncs, closes
 //   End(ImageEnd)      checks counts, fsyncs the directories, renames .tmp to
 //                      <incoming>/<name> (never over an existing one) and
@@ -30,6 +32,7 @@
 
 #include "common/status.h"
 #include "peer.pb.h"
+#include "server/precopy_store.h"
 
 struct XXH3_state_s;
 
@@ -40,6 +43,9 @@ struct ImageReceiverOptions {
   std::string incoming_dir;
   /// Largest image accepted (announced and actual bytes).
   std::uint64_t max_bytes = 1ull << 40;
+  /// The sealed pre-copy of this image's name, if the source sent one:
+  /// PrecopyRef chunks read from it (refused without one).
+  std::shared_ptr<const PrecopyStore> precopy;
 };
 
 /// One path component usable as an image name: [A-Za-z0-9._-], 1-200
@@ -64,17 +70,23 @@ class ImageReceiver {
 
   const std::string& tmp_dir() const { return tmp_dir_; }
   std::uint64_t bytes() const { return total_bytes_; }
+  /// Of bytes(): those taken from the pre-copy.
+  std::uint64_t precopied_bytes() const { return precopied_bytes_; }
 
  private:
   ImageReceiver() = default;
   Status OpenFile(const std::string& rel);
+  /// Appends bytes to the open file (no checksum).
+  Status Append(const char* bytes, std::size_t n);
   void CloseFile();
 
   ImageReceiverOptions options_;
   std::string name_, tmp_dir_, final_dir_;
   std::uint64_t announced_bytes_ = 0;
   std::uint64_t total_bytes_ = 0;
+  std::uint64_t precopied_bytes_ = 0;
   std::uint32_t files_ = 0;
+  bool skip_fsync_ = false;  // ImageBegin.skip_fsync
   std::vector<std::string> dirs_;  // created under tmp_dir_, fsynced at End
   // The file being received (fd_ < 0: none).
   int fd_ = -1;

@@ -42,6 +42,7 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   o.name = "migrate-" + std::to_string(req->pid()) + "-" + std::to_string(now_ms);
   o.staging_dir = DefaultCheckpointRoot() + "/outgoing/" + o.name + ".tmp";
   o.max_bytes_per_sec = req->max_bytes_per_sec();
+  o.precopy = !req->no_precopy();
   o.gpu.mode = req->mode() == v1::MODE_STOP ? engine::Mode::kStop
                : req->mode() == v1::MODE_COW ? engine::Mode::kCow
                                               : engine::Mode::kRecopy;
@@ -79,6 +80,10 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   c["recopy_rounds"] = r.gpu.counters.recopy_rounds;
   c["criu_dump_ms"] = r.criu_dump_ms;
   c["transfer_ms"] = r.transfer_ms;
+  c["precopy_bytes_sent"] = r.precopy_bytes_sent;
+  c["precopy_copies"] = r.precopy_copies;
+  c["precopied_bytes"] = r.precopied_bytes;
+  c["bytes_after_stop"] = r.bytes_streamed_after_stop;
   c["destination_criu_restore_ms"] = r.destination_criu_restore_ms;
   c["destination_gpu_restore_us"] = r.destination_gpu_restore_us;
   writer->Write(ev);

@@ -9,12 +9,17 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <thread>
 
 #include "criu/criu_client.h"
 #include "peer.pb.h"
 #include "ring/ring_layout.h"
+#include "image/image_layout.h"
+#include "image/image_reader.h"
 #include "server/peer_client.h"
+#include "server/precopy_sender.h"
 #include "server/process_checkpoint.h"
 #include "server/process_image.h"
 
@@ -68,6 +73,28 @@ Status Freeze(pid_t pid) {
   return Status::Ok();
 }
 
+/// The image's pre-copied extents as ranges of gpu.img (SendImage sends
+/// them as references): the manifest in `dir` gives each buffer's extent.
+Status PrecopiedRanges(const std::string& dir, const std::vector<engine::PrecopiedExtent>& precopied,
+                       std::map<std::string, std::vector<PrecopiedRange>>* out) {
+  if (precopied.empty()) return Status::Ok();
+  image::v1::Manifest m;
+  PHOS_RETURN_IF_ERROR(image::ReadManifest(dir, &m));
+  std::map<std::uint64_t, const engine::PrecopiedExtent*> by_address;
+  for (const auto& e : precopied) by_address[e.address] = &e;
+  std::vector<PrecopiedRange>& ranges = (*out)[std::string(image::kGpuImgName)];
+  for (const auto& b : m.buffers()) {
+    auto it = by_address.find(b.device_address());
+    if (it == by_address.end() || it->second->bytes != b.bytes()) continue;
+    ranges.push_back(PrecopiedRange{b.extent_offset(), b.bytes(), it->second->copy_id, 0});
+    by_address.erase(it);
+  }
+  if (!by_address.empty()) {
+    return Status::Internal(std::to_string(by_address.size()) + " pre-copied extents are not in " + dir + "'s manifest");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::Progress* progress,
@@ -83,6 +110,15 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   PHOS_RETURN_IF_ERROR(PingPeer(o.destination, o.token)
                            .WithContext("migration not started; pid " + std::to_string(sess.pid()) +
                                         " keeps running here"));
+  // Pre-copy: the recopy rounds stream every copy to the destination while
+  // the app runs (engine/precopy_sink.h). Opened before anything is
+  // frozen, so a destination that refuses costs the app nothing.
+  std::unique_ptr<PrecopySender> precopy;
+  if (o.gpu.mode == engine::Mode::kRecopy && o.precopy) {
+    PHOS_RETURN_IF_ERROR(PrecopySender::Open(o.destination, o.token, o.name, o.max_bytes_per_sec, &precopy)
+                             .WithContext("migration not started; pid " + std::to_string(sess.pid()) +
+                                          " keeps running here"));
+  }
   ProcessImage im;
   PHOS_RETURN_IF_ERROR(sess.RunControl([&](session::SessionState& st) { return DescribeForDump(sess, st, &im); }));
   result->source_pid = im.pid;
@@ -95,6 +131,8 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   bool frozen = false;
   engine::CheckpointOptions gpu = o.gpu;
   gpu.dir = o.staging_dir;
+  gpu.precopy = precopy.get();
+  gpu.image.durable = false;  // staged only until it is sent
   gpu.at_capture = [&](session::SessionState& st) -> Status {
     if (frozen) return Status::Ok();  // already frozen (a second capture after a fallback)
     PHOS_RETURN_IF_ERROR(Freeze(im.pid));
@@ -119,6 +157,19 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   if (!s.ok()) return abandon(s, "GPU checkpoint");
   result->dirty_bytes_at_stop = result->gpu.counters.recopy_dirty_bytes;
   if (!frozen) return abandon(Status::Internal("the capture point never froze the app"), "freeze");
+  SendImageOptions so;
+  so.max_bytes_per_sec = o.max_bytes_per_sec;
+  so.skip_fsync = true;  // restored at once; a crash there fails the migration anyway
+  if (precopy) {
+    PrecopyStats stats;
+    s = precopy->Finish(&stats);
+    if (!s.ok()) return abandon(s, "ending the pre-copy stream to " + o.destination);
+    result->precopy_bytes_sent = stats.bytes;
+    result->precopy_copies = stats.copies;
+    s = PrecopiedRanges(o.staging_dir, result->gpu.precopied, &so.precopied);
+    if (!s.ok()) return abandon(s, "mapping the pre-copied buffers into the image");
+    result->precopied_bytes = result->gpu.precopied_bytes;
+  }
 
   if (progress != nullptr) progress->SetPhase("criu-dump", "CRIU dumps the frozen pid " + std::to_string(im.pid));
   criu::DumpOptions d;
@@ -133,8 +184,6 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
 
   t0 = Clock::now();
   SendImageResult sent;
-  SendImageOptions so;
-  so.max_bytes_per_sec = o.max_bytes_per_sec;
   // SendImage reports running totals; Progress counts increments.
   std::uint64_t reported = 0;
   SendProgress on_sent = [&](std::uint64_t done, std::uint64_t total) {
@@ -150,6 +199,7 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   s = SendImage(o.destination, o.token, o.staging_dir, o.name, on_sent, &sent, so);
   result->transfer_ms = MsSince(t0);
   result->bytes_sent = sent.bytes;
+  result->bytes_streamed_after_stop = sent.streamed_bytes;
   if (!s.ok()) return abandon(s, "sending the image to " + o.destination);
 
   if (progress != nullptr) progress->SetPhase("remote-restore", o.destination + " restores the process");
@@ -167,10 +217,13 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   result->destination_gpu_restore_us = reply.gpu_restore_us();
   const std::int64_t down = result->resumed_unix_ns - result->stopped_unix_ns;
   result->downtime_us = down > 0 ? static_cast<std::uint64_t>(down / 1000) : 0;
-  spdlog::info("migrate: pid {} -> {} pid {}: downtime {} us (dirty at t2 {} bytes, sent {} bytes in {} ms, criu "
+  spdlog::info("migrate: pid {} -> {} pid {}: downtime {} us (pre-copy {} bytes in {} copies while it ran; dirty "
+               "at t2 {} bytes; after the freeze {} of the image's {} bytes streamed in {} ms, {} pre-copied; criu "
                "dump {} ms, remote criu restore {} ms, remote gpu restore {} us)",
-               im.pid, o.destination, reply.pid(), result->downtime_us, result->dirty_bytes_at_stop, sent.bytes,
-               result->transfer_ms, result->criu_dump_ms, reply.criu_restore_ms(), reply.gpu_restore_us());
+               im.pid, o.destination, reply.pid(), result->downtime_us, result->precopy_bytes_sent,
+               result->precopy_copies, result->dirty_bytes_at_stop, sent.streamed_bytes, sent.bytes,
+               result->transfer_ms, result->precopied_bytes, result->criu_dump_ms, reply.criu_restore_ms(),
+               reply.gpu_restore_us());
   return Status::Ok();
 }
 

@@ -2,25 +2,29 @@
 // docs/migration.md "phos migrate").
 //
 //   1. engine::Checkpoint in recopy mode (default) or stop: recopy rounds
-//      stage the buffers in host memory while the app runs.
+//      stage the buffers in host memory while the app runs, and stream
+//      every copy to the destination as it is taken (PrecopySender ->
+//      PhosPeer.Precopy; the destination holds them in memory).
 //   2. At the capture point (t2; CheckpointOptions::at_capture, on the
 //      consumer thread) the app is frozen: SIGSTOP, waited for until every
 //      thread is stopped, and the session's gate closed so calls it posted
 //      meanwhile stay in the ring. Downtime starts here.
 //   3. CRIU dumps the stopped process (leave_running: it stays stopped);
 //      the image (GPU + CRIU) is staged under <root>/outgoing/NAME.tmp.
-//   4. The image is streamed to the destination (PhosPeer.ReceiveImage),
-//      which then restores it and lets it run (PhosPeer.RestoreImage).
+//   4. The image is streamed to the destination (PhosPeer.ReceiveImage):
+//      extents unchanged since their pre-copy travel as references (the
+//      staged gpu.img has holes there), so after the freeze only what was
+//      dirty at t2, the manifest and CRIU's images cross the wire. The
+//      destination then restores it and lets it run (PhosPeer.RestoreImage).
 //      Downtime ends when the destination sends SIGCONT.
 //   5. Only after the destination confirmed is the source process killed.
 //      Any failure before that (CRIU, the stream, the destination dying or
 //      refusing) reopens the gate and SIGCONTs the source: it keeps running
 //      as if nothing happened, and the error says so.
 //
-// Deviation from the design (docs/migration.md): the buffers are
-// streamed after the freeze, from a staging directory, not during the
-// recopy rounds, so downtime grows with the whole image, not with the bytes
-// dirty at t2. The staging is the piece to replace.
+// What still grows with the whole image after the freeze
+// (docs/migration.md "Pre-copy streaming"): the destination copies the
+// pre-copied bytes from memory into its gpu.img before restoring.
 //
 // Threading: any thread except the session's consumer.
 #pragma once
@@ -44,6 +48,9 @@ struct MigrateOptions {
   std::string staging_dir;         // where the image is staged here (must not exist)
   engine::CheckpointOptions gpu;   // mode stop or recopy; dir is set from staging_dir
   std::uint64_t max_bytes_per_sec = 0;
+  /// Recopy: stream the rounds' copies during the rounds (default). false:
+  /// every byte travels after the freeze (the benchmark's baseline).
+  bool precopy = true;
 };
 
 struct MigrateResult {
@@ -53,7 +60,11 @@ struct MigrateResult {
   std::int64_t resumed_unix_ns = 0;   // the destination let it run (first instruction there)
   std::uint64_t downtime_us = 0;      // resumed - stopped
   std::uint64_t dirty_bytes_at_stop = 0;  // recopy: bytes copied at t2
-  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_sent = 0;                 // the image's bytes at the destination
+  std::uint64_t bytes_streamed_after_stop = 0;  // of them, sent after the freeze
+  std::uint64_t precopy_bytes_sent = 0;         // sent while the app ran (superseded copies included)
+  std::uint64_t precopy_copies = 0;
+  std::uint64_t precopied_bytes = 0;            // image bytes the destination took from the pre-copy
   std::uint64_t criu_dump_ms = 0;
   std::uint64_t transfer_ms = 0;
   std::uint64_t destination_criu_restore_ms = 0;

@@ -60,7 +60,9 @@ Status ListFiles(const std::string& dir, std::vector<FileEntry>* files, std::uin
   return Status::Ok();
 }
 
-Status FromGrpc(const std::string& host_port, const grpc::Status& g) {
+}  // namespace
+
+Status PeerStatus(const std::string& host_port, const grpc::Status& g) {
   const std::string msg = "peer " + host_port + ": " + g.error_message();
   switch (g.error_code()) {
     case grpc::StatusCode::UNAUTHENTICATED:
@@ -76,7 +78,6 @@ Status FromGrpc(const std::string& host_port, const grpc::Status& g) {
   }
 }
 
-}  // namespace
 
 Status SendImage(const std::string& host_port, const std::string& token, const std::string& dir,
                  const std::string& name, const SendProgress& progress, SendImageResult* result,
@@ -104,21 +105,35 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
   // connection broke): Finish() says why.
   auto finish_error = [&](Status local) -> Status {
     grpc::Status g = writer->Finish();
-    return g.ok() ? local : FromGrpc(host_port, g);
+    return g.ok() ? local : PeerStatus(host_port, g);
   };
 
   ImageChunk msg;
   msg.mutable_begin()->set_name(name);
   msg.mutable_begin()->set_total_bytes(total);
   msg.mutable_begin()->set_file_count(static_cast<std::uint32_t>(files.size()));
+  msg.mutable_begin()->set_skip_fsync(options.skip_fsync);
   if (!writer->Write(msg)) return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
   if (progress) progress(0, total);
 
   const auto t0 = std::chrono::steady_clock::now();
-  std::uint64_t sent = 0;
+  std::uint64_t sent = 0, streamed = 0;
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xxh(XXH3_createState(), &XXH3_freeState);
   if (!xxh) return Status::OutOfMemory("XXH3_createState");
   for (const FileEntry& f : files) {
+    std::vector<PrecopiedRange> refs;
+    if (auto it = options.precopied.find(f.rel); it != options.precopied.end()) refs = it->second;
+    std::sort(refs.begin(), refs.end(),
+              [](const PrecopiedRange& a, const PrecopiedRange& b) { return a.offset < b.offset; });
+    for (std::size_t i = 0; i < refs.size(); ++i) {
+      const bool overlaps = i > 0 && refs[i].offset < refs[i - 1].offset + refs[i - 1].length;
+      if (refs[i].length == 0 || refs[i].offset > f.size || refs[i].length > f.size - refs[i].offset || overlaps) {
+        writer->WritesDone();
+        return finish_error(Status::InvalidArgument("pre-copied range [" + std::to_string(refs[i].offset) + ", +" +
+                                                    std::to_string(refs[i].length) + ") of " + f.rel +
+                                                    " is empty, overlaps another or lies outside the file"));
+      }
+    }
     const int fd = open(f.abs.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
       writer->WritesDone();  // the destination sees no ImageEnd: nothing is committed
@@ -126,48 +141,66 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
     }
     XXH3_64bits_reset(xxh.get());
     std::uint64_t off = 0;
+    std::size_t next_ref = 0;
     Status local;
-    for (;;) {
+    while (off < f.size && local.ok()) {
       msg.Clear();
       peer::v1::FileData* data = msg.mutable_data();
       data->set_path(f.rel);
       data->set_offset(off);
-      std::string* buf = data->mutable_data();
-      buf->resize(options.chunk_bytes);
-      std::size_t got = 0;
-      while (got < buf->size()) {  // fill a whole chunk (short reads happen)
-        const ssize_t n = read(fd, buf->data() + got, buf->size() - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          local = Status::FromErrno("read " + f.abs, errno);
-          break;
+      std::uint64_t advance = 0;
+      if (next_ref < refs.size() && refs[next_ref].offset == off) {
+        const PrecopiedRange& r = refs[next_ref++];
+        data->mutable_ref()->set_copy_id(r.copy_id);
+        data->mutable_ref()->set_copy_offset(r.copy_offset);
+        data->mutable_ref()->set_length(r.length);
+        advance = r.length;
+      } else {
+        // Bytes up to the next pre-copied range (or the end), one chunk at most.
+        const std::uint64_t stop = next_ref < refs.size() ? refs[next_ref].offset : f.size;
+        std::string* buf = data->mutable_data();
+        buf->resize(static_cast<std::size_t>(std::min(options.chunk_bytes, stop - off)));
+        std::size_t got = 0;
+        while (got < buf->size()) {  // short reads happen
+          const ssize_t n = pread(fd, buf->data() + got, buf->size() - got, static_cast<off_t>(off + got));
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0) {
+            local = Status::FromErrno("read " + f.abs, errno);
+            break;
+          }
+          if (n == 0) {
+            local = Status::FailedPrecondition(f.abs + " shrank while being sent (" + std::to_string(f.size) +
+                                               " bytes listed); the image directory must not be written");
+            break;
+          }
+          got += static_cast<std::size_t>(n);
         }
-        if (n == 0) break;
-        got += static_cast<std::size_t>(n);
+        if (!local.ok()) break;
+        XXH3_64bits_update(xxh.get(), buf->data(), got);
+        advance = got;
+        streamed += got;
       }
-      if (!local.ok() || got == 0) break;
-      buf->resize(got);
-      XXH3_64bits_update(xxh.get(), buf->data(), got);
-      off += got;
-      sent += got;
-      if (off > f.size) break;  // grew while being read: reported below
+      off += advance;
+      sent += advance;
       if (!writer->Write(msg)) {
         close(fd);
         return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
       }
       if (progress) progress(sent, total);
-      if (options.max_bytes_per_sec > 0) {
+      if (options.max_bytes_per_sec > 0 && !msg.data().has_ref()) {
         // Sleep until the average rate is back under the cap (bounded by one chunk's time).
-        const auto due = t0 + std::chrono::duration<double>(static_cast<double>(sent) /
+        const auto due = t0 + std::chrono::duration<double>(static_cast<double>(streamed) /
                                                             static_cast<double>(options.max_bytes_per_sec));
         std::this_thread::sleep_until(std::chrono::time_point_cast<std::chrono::steady_clock::duration>(due));
       }
     }
-    close(fd);
-    if (local.ok() && off != f.size) {
+    struct stat after {};
+    if (local.ok() && (fstat(fd, &after) != 0 || static_cast<std::uint64_t>(after.st_size) != f.size)) {
       local = Status::FailedPrecondition(f.abs + " changed size while being sent (" + std::to_string(f.size) + " -> " +
-                                         std::to_string(off) + " bytes); the image directory must not be written");
+                                         std::to_string(after.st_size) +
+                                         " bytes); the image directory must not be written");
     }
+    close(fd);
     if (!local.ok()) {
       writer->WritesDone();
       return finish_error(local);
@@ -187,9 +220,10 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
     return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
   }
   grpc::Status g = writer->Finish();
-  if (!g.ok()) return FromGrpc(host_port, g);
+  if (!g.ok()) return PeerStatus(host_port, g);
   result->path = reply.path();
   result->bytes = reply.bytes();
+  result->streamed_bytes = streamed;
   result->files = reply.files();
   return Status::Ok();
 }
@@ -207,7 +241,7 @@ Status RestoreOnPeer(const std::string& host_port, const std::string& token, con
   request.set_name(name);
   request.set_resume(resume);
   const grpc::Status g = stub->RestoreImage(&context, request, reply);
-  if (!g.ok()) return FromGrpc(host_port, g);
+  if (!g.ok()) return PeerStatus(host_port, g);
   return Status::Ok();
 }
 
@@ -223,7 +257,7 @@ Status PingPeer(const std::string& host_port, const std::string& token, int conn
   peer::v1::PingRequest request;
   peer::v1::PingReply reply;
   const grpc::Status g = stub->Ping(&context, request, &reply);
-  if (!g.ok()) return FromGrpc(host_port, g);
+  if (!g.ok()) return PeerStatus(host_port, g);
   return Status::Ok();
 }
 

@@ -3,15 +3,29 @@
 // by `phos send-image` now and by Migrate later.
 #pragma once
 
+#include <grpcpp/support/status.h>
+
 #include "peer.pb.h"
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
 namespace phos::server {
+
+/// A part of a file the destination takes from its pre-copy of the image
+/// (PhosPeer.Precopy) instead of the stream: bytes [offset, offset +
+/// length) of the file are bytes [copy_offset, +length) of copy `copy_id`.
+struct PrecopiedRange {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::uint64_t copy_id = 0;
+  std::uint64_t copy_offset = 0;
+};
 
 struct SendImageOptions {
   /// Bytes per FileData message (1-4 MiB is the sweet spot; the receiver
@@ -21,13 +35,24 @@ struct SendImageOptions {
   std::uint64_t max_bytes_per_sec = 0;
   /// How long to wait for the peer to accept the connection.
   int connect_timeout_ms = 5000;
+  /// Relative path -> its pre-copied parts (any order, disjoint, inside the
+  /// file): sent as references, never read here (the file may have holes
+  /// there). Empty: every byte travels.
+  std::map<std::string, std::vector<PrecopiedRange>> precopied;
+  /// The destination may skip its fsyncs (the image lives until restored).
+  bool skip_fsync = false;
 };
 
 struct SendImageResult {
   std::string path;  // the committed directory on the destination
-  std::uint64_t bytes = 0;
+  std::uint64_t bytes = 0;          // the image's bytes (pre-copied ones included)
+  std::uint64_t streamed_bytes = 0; // of them, the bytes this stream carried
   std::uint32_t files = 0;
 };
+
+/// A peer's gRPC error as a Status naming the peer: FailedPrecondition for
+/// a refused token, the matching code for the peer's own refusals.
+Status PeerStatus(const std::string& host_port, const grpc::Status& g);
 
 /// Called after every chunk (and once at 0) with bytes sent and the total.
 using SendProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;

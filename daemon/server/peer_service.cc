@@ -144,10 +144,13 @@ grpc::Status PeerService::Receive(grpc::ServerContext* context, grpc::ServerRead
   ImageReceiverOptions options;
   options.incoming_dir = incoming_dir_;
   options.max_bytes = max_receive_bytes_;
+  options.precopy = TakePrecopy(name);
   std::unique_ptr<ImageReceiver> receiver;
   if (Status s = ImageReceiver::Begin(options, chunk.begin(), &receiver); !s.ok()) return ToGrpc(s);
-  spdlog::info("peer: receiving '{}' ({} bytes, {} files) from {} into {}", name, chunk.begin().total_bytes(),
-               chunk.begin().file_count(), context->peer(), receiver->tmp_dir());
+  spdlog::info("peer: receiving '{}' ({} bytes, {} files{}) from {} into {}", name, chunk.begin().total_bytes(),
+               chunk.begin().file_count(),
+               options.precopy ? ", " + std::to_string(options.precopy->bytes()) + " bytes pre-copied" : "",
+               context->peer(), receiver->tmp_dir());
 
   // The destination's own refusals discard the .tmp; a source that goes
   // away leaves it (see image_receiver.h).
@@ -171,6 +174,86 @@ grpc::Status PeerService::Receive(grpc::ServerContext* context, grpc::ServerRead
   spdlog::warn("peer: the source of '{}' went away after {} bytes{}; left {} (removed at the next start)", name,
                receiver->bytes(), context->IsCancelled() ? " (cancelled)" : "", receiver->tmp_dir());
   return grpc::Status(grpc::StatusCode::CANCELLED, "stream ended before ImageEnd");
+}
+
+void PeerService::DropExpiredPrecopiesLocked() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = precopies_.begin(); it != precopies_.end();) {
+    if (it->second.sealed && now - it->second.sealed_at > kPrecopyTtl) {
+      spdlog::warn("peer: dropping the pre-copy of '{}' ({} bytes): no image claimed it within {} s", it->first,
+                   it->second.store->bytes(), kPrecopyTtl.count());
+      it = precopies_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::shared_ptr<const PrecopyStore> PeerService::TakePrecopy(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DropExpiredPrecopiesLocked();
+  auto it = precopies_.find(name);
+  if (it == precopies_.end() || !it->second.sealed) return nullptr;
+  std::shared_ptr<const PrecopyStore> store = std::move(it->second.store);
+  precopies_.erase(it);
+  return store;
+}
+
+grpc::Status PeerService::Precopy(grpc::ServerContext* context, grpc::ServerReader<peer::v1::PrecopyChunk>* reader,
+                                  peer::v1::PrecopyReply* reply) {
+  if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  peer::v1::PrecopyChunk chunk;
+  if (!reader->Read(&chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "stream ended before PrecopyBegin");
+  if (chunk.kind_case() != peer::v1::PrecopyChunk::kBegin) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the pre-copy stream must start with PrecopyBegin");
+  }
+  const std::string name = chunk.begin().name();
+  if (std::string why = CheckImageName(name); !why.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why + " ('" + name + "')");
+  }
+  auto store = std::make_shared<PrecopyStore>(name, max_receive_bytes_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    DropExpiredPrecopiesLocked();
+    auto it = precopies_.find(name);
+    if (it != precopies_.end() && !it->second.sealed) {
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "a pre-copy of '" + name + "' is in progress");
+    }
+    precopies_[name] = HeldPrecopy{store, false, {}};  // replaces a sealed, unclaimed one
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = ReceivePrecopy(store, context, reader);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = precopies_.find(name);
+  const bool ours = it != precopies_.end() && it->second.store == store;
+  if (!s.ok()) {
+    if (ours) precopies_.erase(it);  // a broken pre-copy is never used
+    spdlog::warn("peer: pre-copy of '{}' from {} failed: {}", name, context->peer(), s.ToString());
+    return ToGrpc(s.WithContext("pre-copy of '" + name + "'"));
+  }
+  if (ours) {
+    it->second.sealed = true;
+    it->second.sealed_at = std::chrono::steady_clock::now();
+  }
+  reply->set_copies(store->copies());
+  reply->set_bytes(store->bytes());
+  spdlog::info("peer: pre-copy of '{}' from {}: {} copies, {} bytes held, {:.2f} s", name, context->peer(),
+               reply->copies(), reply->bytes(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return grpc::Status::OK;
+}
+
+Status PeerService::ReceivePrecopy(const std::shared_ptr<PrecopyStore>& store, grpc::ServerContext* context,
+                                   grpc::ServerReader<peer::v1::PrecopyChunk>* reader) {
+  peer::v1::PrecopyChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (chunk.kind_case() != peer::v1::PrecopyChunk::kData) {
+      return Status::InvalidArgument("unexpected message in the pre-copy stream");
+    }
+    PHOS_RETURN_IF_ERROR(store->Add(chunk.data()));
+  }
+  if (context->IsCancelled()) return Status::Unavailable("the source went away (stream cancelled)");
+  return store->Seal();
 }
 
 Status PeerServer::Start(const DaemonOptions& options, const std::string& checkpoint_root, PeerRestorer restorer) {

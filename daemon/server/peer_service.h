@@ -9,7 +9,9 @@
 
 #include <functional>
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -20,6 +22,7 @@
 #include "common/status.h"
 #include "peer.grpc.pb.h"
 #include "server/daemon_options.h"
+#include "server/precopy_store.h"
 
 namespace phos::server {
 
@@ -42,19 +45,39 @@ class PeerService final : public peer::v1::PhosPeer::Service {
 
   grpc::Status ReceiveImage(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
                             peer::v1::ReceiveImageReply* reply) override;
+  grpc::Status Precopy(grpc::ServerContext* context, grpc::ServerReader<peer::v1::PrecopyChunk>* reader,
+                       peer::v1::PrecopyReply* reply) override;
+
+  /// How long a sealed pre-copy waits for its ReceiveImage before it is
+  /// dropped (checked whenever a pre-copy or an image arrives).
+  static constexpr std::chrono::seconds kPrecopyTtl{120};
 
  private:
   grpc::Status Authenticate(grpc::ServerContext* context);
   grpc::Status Receive(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
                        peer::v1::ReceiveImageReply* reply);
+  Status ReceivePrecopy(const std::shared_ptr<PrecopyStore>& store, grpc::ServerContext* context,
+                        grpc::ServerReader<peer::v1::PrecopyChunk>* reader);
+  /// mu_ held: forgets sealed pre-copies older than kPrecopyTtl.
+  void DropExpiredPrecopiesLocked();
+  /// The sealed pre-copy of `name`, removed from the registry (its image
+  /// claims it), or null.
+  std::shared_ptr<const PrecopyStore> TakePrecopy(const std::string& name);
+
+  struct HeldPrecopy {
+    std::shared_ptr<PrecopyStore> store;
+    bool sealed = false;
+    std::chrono::steady_clock::time_point sealed_at;
+  };
 
   const std::string token_;
   const std::string incoming_dir_;
   const std::uint64_t max_receive_bytes_;
   const PeerRestorer restorer_;
 
-  std::mutex mu_;  // guards in_flight_ and refused_hosts_
+  std::mutex mu_;  // guards in_flight_, precopies_ and refused_hosts_
   std::set<std::string> in_flight_;      // image names being received now
+  std::map<std::string, HeldPrecopy> precopies_;  // by image name: streaming or sealed, not yet claimed
   std::set<std::string> refused_hosts_;  // hosts already logged as refused (bounded)
 };
 

@@ -5,7 +5,9 @@
 // PHOS_APP_PAUSE=FILE, released by removing FILE).
 //
 //   OutputIdentical (recopy and stop, plain and --json output): the
-//     migration succeeds and reports the new pid and a downtime; the source
+//     migration succeeds and reports the new pid and a downtime (--json:
+//     recopy pre-copied every device byte of the paused app while it ran,
+//     and only the rest crossed after the freeze; stop pre-copied none); the source
 //     pid is gone (its `phos run` ends as killed), the copy runs under B, B
 //     keeps the received image in incoming/, and released, the copy prints
 //     exactly what an uninterrupted run prints.
@@ -308,6 +310,28 @@ TEST_P(MigrateOutput, Migrate_OutputIdentical) {
     ASSERT_TRUE(std::regex_search(mg.output, m, std::regex(R"re("source_pid":"(\d+)")re"))) << mg.output;
     EXPECT_EQ(std::stoi(m[1]), pid_) << mg.output;
     EXPECT_TRUE(Contains(mg.output, "\"phase\":\"transfer\"")) << mg.output;
+    // Pre-copy: the app is paused (writes nothing), so in recopy mode every
+    // device byte went during the rounds and none after the freeze; stop
+    // has no rounds.
+    auto counter = [&](const std::string& key) -> long long {
+      std::smatch c;
+      if (!std::regex_search(mg.output, c, std::regex("\"" + key + "\":\"(\\d+)\""))) return -1;
+      return std::stoll(c[1]);
+    };
+    ASSERT_TRUE(std::regex_search(mg.output, m, std::regex(R"re("bytes_written":"(\d+)")re"))) << mg.output;
+    const long long image_bytes = std::stoll(m[1]);
+    const long long gpu_bytes = counter("gpu_bytes"), precopied = counter("precopied_bytes");
+    const long long after = counter("bytes_after_stop"), sent_early = counter("precopy_bytes_sent");
+    ASSERT_GT(gpu_bytes, 0) << mg.output;
+    if (mode == "recopy") {
+      EXPECT_EQ(precopied, gpu_bytes) << "every device byte should have been pre-copied:\n" << mg.output;
+      EXPECT_GE(sent_early, gpu_bytes) << mg.output;
+      EXPECT_EQ(after, image_bytes - precopied) << mg.output;
+    } else {
+      EXPECT_EQ(precopied, 0) << mg.output;
+      EXPECT_EQ(sent_early, 0) << mg.output;
+      EXPECT_EQ(after, image_bytes) << mg.output;
+    }
   } else {
     const std::regex line("migrated pid " + std::to_string(pid_) + " to " + std::regex_replace(to_, std::regex("\\."), "\\.") +
                           " as pid (\\d+)\n");
@@ -315,6 +339,7 @@ TEST_P(MigrateOutput, Migrate_OutputIdentical) {
     copy = std::stoi(m[1]);
     ASSERT_TRUE(std::regex_search(mg.output, m, std::regex("downtime ([0-9.]+) ms"))) << mg.output;
     downtime_ms = std::stod(m[1]);
+    EXPECT_TRUE(std::regex_search(mg.output, std::regex("pre-copy: \\d+ bytes sent while it ran"))) << mg.output;
   }
   kill_list_.push_back(copy);
   EXPECT_GT(downtime_ms, 0) << mg.output;

@@ -1,0 +1,110 @@
+#include "server/precopy_store.h"
+
+#include <cstring>
+
+#include "common/hex.h"
+
+namespace phos::server {
+
+Status PrecopyStore::Add(const peer::v1::PrecopyData& d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sealed_) return Status::FailedPrecondition("pre-copy '" + name_ + "' already ended");
+  if (d.copy_id() == 0) return Status::InvalidArgument("pre-copy chunk without a copy id");
+  const std::string& data = d.data();
+  if (d.copy_id() != last_id_) {
+    // A new copy: ids increase, and the previous copy must be whole.
+    if (d.copy_id() < last_id_) {
+      return Status::InvalidArgument("pre-copy copy id " + std::to_string(d.copy_id()) + " after " +
+                                     std::to_string(last_id_) + " (ids must increase)");
+    }
+    if (last_id_ != 0) {
+      const Copy& prev = by_id_.at(last_id_);
+      if (prev.received != prev.bytes.size()) {
+        return Status::InvalidArgument("pre-copy copy " + std::to_string(last_id_) + " ended after " +
+                                       std::to_string(prev.received) + " of " + std::to_string(prev.bytes.size()) +
+                                       " bytes");
+      }
+    }
+    if (d.offset() != 0) return Status::InvalidArgument("first chunk of pre-copy copy " + std::to_string(d.copy_id()) +
+                                                        " is not at offset 0");
+    if (d.bytes() == 0) return Status::InvalidArgument("pre-copy copy " + std::to_string(d.copy_id()) + " is empty");
+    // The source superseded its older copy of this address: drop it first,
+    // so a buffer copied in every round is held once.
+    if (auto it = by_address_.find(d.address()); it != by_address_.end()) {
+      auto old = by_id_.find(it->second);
+      held_bytes_ -= old->second.bytes.size();
+      by_id_.erase(old);
+    }
+    if (held_bytes_ + d.bytes() > max_bytes_) {
+      return Status::OutOfMemory("pre-copy '" + name_ + "' would hold " + std::to_string(held_bytes_ + d.bytes()) +
+                                 " bytes, over this daemon's limit of " + std::to_string(max_bytes_) +
+                                 " (--max-receive-bytes)");
+    }
+    Copy c;
+    c.address = d.address();
+    c.bytes.resize(d.bytes());
+    held_bytes_ += d.bytes();
+    by_id_.emplace(d.copy_id(), std::move(c));
+    by_address_[d.address()] = d.copy_id();
+    last_id_ = d.copy_id();
+  }
+  Copy& c = by_id_.at(last_id_);
+  if (d.bytes() != c.bytes.size() || d.address() != c.address) {
+    return Status::InvalidArgument("pre-copy copy " + std::to_string(d.copy_id()) + " changed its address or size");
+  }
+  if (d.offset() != c.received || data.size() > c.bytes.size() - c.received) {
+    return Status::InvalidArgument("pre-copy copy " + std::to_string(d.copy_id()) + ": chunk at offset " +
+                                   std::to_string(d.offset()) + " of " + std::to_string(data.size()) +
+                                   " bytes, expected offset " + std::to_string(c.received) + " within " +
+                                   std::to_string(c.bytes.size()) + " bytes");
+  }
+  std::memcpy(c.bytes.data() + c.received, data.data(), data.size());
+  c.received += data.size();
+  return Status::Ok();
+}
+
+Status PrecopyStore::Seal() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (last_id_ != 0) {
+    const Copy& c = by_id_.at(last_id_);
+    if (c.received != c.bytes.size()) {
+      return Status::InvalidArgument("pre-copy '" + name_ + "' ended inside copy " + std::to_string(last_id_));
+    }
+  }
+  sealed_ = true;
+  return Status::Ok();
+}
+
+Status PrecopyStore::Read(const peer::v1::PrecopyRef& ref, const char** bytes) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!sealed_) return Status::FailedPrecondition("pre-copy '" + name_ + "' has not ended yet");
+  }
+  // Sealed: immutable from here on.
+  const auto it = by_id_.find(ref.copy_id());
+  if (it == by_id_.end()) {
+    return Status::NotFound("pre-copy '" + name_ + "' holds no copy " + std::to_string(ref.copy_id()) +
+                            " (never sent, or superseded by a newer copy of its buffer)");
+  }
+  const std::string& b = it->second.bytes;
+  if (ref.length() == 0 || ref.copy_offset() > b.size() || ref.length() > b.size() - ref.copy_offset()) {
+    return Status::InvalidArgument("pre-copy reference [" + std::to_string(ref.copy_offset()) + ", +" +
+                                   std::to_string(ref.length()) + ") is outside copy " +
+                                   std::to_string(ref.copy_id()) + " of buffer " + Hex(it->second.address) + " (" +
+                                   std::to_string(b.size()) + " bytes)");
+  }
+  *bytes = b.data() + ref.copy_offset();
+  return Status::Ok();
+}
+
+std::uint64_t PrecopyStore::copies() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return by_id_.size();
+}
+
+std::uint64_t PrecopyStore::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_bytes_;
+}
+
+}  // namespace phos::server
