@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#define XXH_INLINE_ALL  // header-only: the test needs one checksum, not the library
+#include <xxhash.h>
 
 #include <chrono>
 #include <filesystem>
@@ -183,6 +185,47 @@ class PeerTransferTest : public ::testing::Test {
     return c;
   }
 
+  // Sends `msgs` on one Precopy stream and returns the final status.
+  grpc::Status RawPrecopy(const std::vector<phos::peer::v1::PrecopyChunk>& msgs, const std::string& token,
+                          phos::peer::v1::PrecopyReply* reply = nullptr) {
+    auto stub = Stub();
+    grpc::ClientContext ctx;
+    if (!token.empty()) ctx.AddMetadata("phos-peer-token", token);
+    phos::peer::v1::PrecopyReply r;
+    auto w = stub->Precopy(&ctx, reply != nullptr ? reply : &r);
+    for (const auto& m : msgs)
+      if (!w->Write(m)) break;
+    w->WritesDone();
+    return w->Finish();
+  }
+  static phos::peer::v1::PrecopyChunk PrecopyBegin(const std::string& name) {
+    phos::peer::v1::PrecopyChunk c;
+    c.mutable_begin()->set_name(name);
+    return c;
+  }
+  static phos::peer::v1::PrecopyChunk PrecopyData(std::uint64_t id, std::uint64_t address, std::uint64_t bytes,
+                                                  std::uint64_t offset, const std::string& data) {
+    phos::peer::v1::PrecopyChunk c;
+    auto* d = c.mutable_data();
+    d->set_copy_id(id);
+    d->set_address(address);
+    d->set_bytes(bytes);
+    d->set_offset(offset);
+    d->set_data(data);
+    return c;
+  }
+  static phos::peer::v1::ImageChunk Ref(const std::string& path, std::uint64_t offset, std::uint64_t id,
+                                        std::uint64_t copy_offset, std::uint64_t length) {
+    phos::peer::v1::ImageChunk c;
+    c.mutable_data()->set_path(path);
+    c.mutable_data()->set_offset(offset);
+    auto* r = c.mutable_data()->mutable_ref();
+    r->set_copy_id(id);
+    r->set_copy_offset(copy_offset);
+    r->set_length(length);
+    return c;
+  }
+
   std::string dir_, root_, incoming_, token_;
   int port_ = 0;
   Child daemon_;
@@ -318,6 +361,76 @@ TEST_F(PeerTransferTest, RefusesPathTraversalBadNamesOversizeAndDamage) {
   EXPECT_EQ(damaged.error_code(), grpc::StatusCode::DATA_LOSS) << damaged.error_message();
   // Refusals leave nothing behind.
   EXPECT_TRUE(Entries(incoming_).empty());
+}
+
+// Pre-copy (PhosPeer.Precopy + PrecopyRef, docs/migration.md "Pre-copy
+// streaming"): copies sent ahead fill the image's file where the stream
+// refers to them; a newer copy of an address supersedes the older; refs to
+// superseded, unknown or out-of-range copies, refs with no pre-copy, and a
+// pre-copy over --max-receive-bytes are refused and leave nothing.
+TEST_F(PeerTransferTest, PrecopyRefsFillTheFileAndBadRefsAreRefused) {
+  const std::string tok = "s3cret-peer-token";
+  const std::string old_copy = RandomBytes(3000, 7), new_copy = RandomBytes(3000, 8), other = RandomBytes(500, 9);
+  auto precopy = [&](const std::string& name) {
+    phos::peer::v1::PrecopyReply reply;
+    grpc::Status g = RawPrecopy({PrecopyBegin(name), PrecopyData(1, 0x1000, 3000, 0, old_copy.substr(0, 1000)),
+                                 PrecopyData(1, 0x1000, 3000, 1000, old_copy.substr(1000)),
+                                 PrecopyData(2, 0x9000, 500, 0, other),
+                                 PrecopyData(3, 0x1000, 3000, 0, new_copy)},
+                                tok, &reply);
+    EXPECT_TRUE(g.ok()) << g.error_message();
+    EXPECT_EQ(reply.copies(), 2u) << "copy 1 was superseded by copy 3";
+    EXPECT_EQ(reply.bytes(), 3500u);
+  };
+  // "AB" + new_copy[10, 110) + other + "CD": 2 + 100 + 500 + 2 bytes, 4 carried.
+  precopy("pre");
+  const std::string want = "AB" + new_copy.substr(10, 100) + other + "CD";
+  phos::peer::v1::ImageChunk ab = Data("gpu.img", "AB"), cd = Data("gpu.img", "CD");
+  cd.mutable_data()->set_offset(602);
+  phos::peer::v1::ImageChunk end;
+  end.mutable_file_end()->set_path("gpu.img");
+  end.mutable_file_end()->set_size(want.size());
+  end.mutable_file_end()->set_xxh3(XXH3_64bits("ABCD", 4));  // the carried bytes only
+  phos::peer::v1::ImageChunk image_end;
+  image_end.mutable_end()->set_file_count(1);
+  image_end.mutable_end()->set_total_bytes(want.size());
+  grpc::Status g = RawSend({Begin("pre", want.size()), ab, Ref("gpu.img", 2, 3, 10, 100), Ref("gpu.img", 102, 2, 0, 500),
+                            cd, end, image_end},
+                           tok);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_TRUE(ReadAll(incoming_ + "/pre/gpu.img") == want);
+  // The pre-copy was claimed by that image: a second image cannot use it.
+  g = RawSend({Begin("pre2", 100), Ref("gpu.img", 0, 3, 0, 100)}, tok);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << g.error_message();
+  EXPECT_NE(g.error_message().find("no pre-copy"), std::string::npos) << g.error_message();
+
+  precopy("bad");
+  const std::vector<std::pair<phos::peer::v1::ImageChunk, grpc::StatusCode>> bad = {
+      {Ref("gpu.img", 0, 1, 0, 100), grpc::StatusCode::NOT_FOUND},           // superseded
+      {Ref("gpu.img", 0, 99, 0, 100), grpc::StatusCode::NOT_FOUND},          // never sent
+      {Ref("gpu.img", 0, 3, 2990, 11), grpc::StatusCode::INVALID_ARGUMENT},  // past the copy's end
+      {Ref("gpu.img", 0, 3, 0, 0), grpc::StatusCode::INVALID_ARGUMENT},      // empty
+  };
+  for (const auto& [ref, code] : bad) {
+    precopy("bad");
+    g = RawSend({Begin("bad", 5000), ref}, tok);
+    EXPECT_EQ(g.error_code(), code) << ref.DebugString() << ": " << g.error_message();
+  }
+  // Broken pre-copy streams: ids going back, a copy cut short, over the limit (64M).
+  g = RawPrecopy({PrecopyBegin("x"), PrecopyData(2, 1, 10, 0, "0123456789"), PrecopyData(1, 2, 1, 0, "a")}, tok);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << g.error_message();
+  g = RawPrecopy({PrecopyBegin("x"), PrecopyData(1, 1, 10, 0, "01234")}, tok);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << g.error_message();
+  g = RawPrecopy({PrecopyBegin("x"), PrecopyData(1, 1, 65u << 20, 0, "0")}, tok);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << g.error_message();
+  EXPECT_NE(g.error_message().find("--max-receive-bytes"), std::string::npos) << g.error_message();
+  // Those failed pre-copies are forgotten: a ref to them finds none.
+  g = RawSend({Begin("x", 100), Ref("gpu.img", 0, 1, 0, 1)}, tok);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << g.error_message();
+  // And the token is checked.
+  g = RawPrecopy({PrecopyBegin("y")}, "wrong");
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::UNAUTHENTICATED) << g.error_message();
+  EXPECT_EQ(Entries(incoming_), std::vector<std::string>{"pre"});
 }
 
 }  // namespace

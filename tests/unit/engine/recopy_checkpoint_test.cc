@@ -8,7 +8,12 @@
 //   - a cudaDeviceReset during the operation (every tracked buffer goes);
 //   - a kernel writing through a pointer table (outside its speculated set)
 //     into a buffer already copied: its twin's report re-dirties it;
-//   - the app exiting mid-operation: a clean Unavailable, no image.
+//   - the app exiting mid-operation: a clean Unavailable, no image;
+//   - pre-copy (CheckpointOptions::precopy, live migration): the sink gets
+//     every good copy while the app writes, the image refers to the latest
+//     copy of each unchanged buffer instead of holding its bytes, and filled
+//     from the sink's copies it is exactly the state at t2; a failing sink
+//     fails the checkpoint and the app runs on.
 // The randomized cross-mode check is engine_consistency_test.
 // Label `concurrency`: re-run under ThreadSanitizer.
 #include <unistd.h>
@@ -32,6 +37,8 @@
 #include "engine/session_snapshot.h"
 #include "engine_test_env.h"
 #include "fake_app.h"
+#include "engine/precopy_sink.h"
+#include "image/image_layout.h"
 #include "image/image_reader.h"
 #include "session/session_server.h"
 
@@ -317,6 +324,132 @@ TEST_F(RecopyCheckpointTest, IdleSessionNeedsOneRoundAndNoCopyAtT2) {
   auto image = ReadImage(o.dir);
   ASSERT_EQ(image.size(), 4u);
   for (uint64_t b : bufs_) ExpectFilled(image[b], 1, "buffer");
+}
+
+/// Keeps every copy handed over (copier thread; read after the checkpoint).
+class RecordingSink : public PrecopySink {
+ public:
+  struct Copy {
+    uint64_t address = 0;
+    std::vector<uint8_t> bytes;
+    std::vector<uint64_t> xxh3;
+  };
+  Status Staged(const StagedCopy& c) override {
+    if (fail_after >= 0 && static_cast<int>(copies.size()) >= fail_after) {
+      return Status::Unavailable("the destination went away");
+    }
+    EXPECT_GT(c.copy_id, last_id) << "copy ids must increase";
+    last_id = c.copy_id;
+    EXPECT_EQ(c.chunk_bytes, image::kDefaultChunkBytes);
+    Copy k;
+    k.address = c.address;
+    const auto* p = reinterpret_cast<const uint8_t*>(c.data);
+    k.bytes.assign(p, p + c.bytes);
+    k.xxh3 = *c.chunk_xxh3;
+    copies[c.copy_id] = std::move(k);
+    return Status::Ok();
+  }
+  std::map<uint64_t, Copy> copies;
+  uint64_t last_id = 0;
+  int fail_after = -1;  // >= 0: fail once this many copies were taken
+};
+
+// The hot/cold workload of ImageIsTheStateAtT2WhileTheAppWrites with a
+// pre-copy sink: cold buffers reach the image as references to their
+// (only) copy, hot ones as bytes or as a reference to their latest copy;
+// with the referenced bytes filled in from the sink, the image is the
+// state at t2.
+TEST_F(RecopyCheckpointTest, PrecopySinkGetsTheCopiesAndTheImageRefersToThem) {
+  const uint64_t kBytes = 1 << 20;
+  MakeBuffers(16, kBytes);
+  const uint64_t setup = session_->admitted();
+  const int kHot = 4;
+  std::atomic<bool> stop{false};
+  std::atomic<int> writes{0};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      if (app_->Memset(bufs_[i % kHot], (i % 250) + 2, 1, kBytes) != kOk) return;
+      writes.fetch_add(1);
+    }
+  });
+  while (writes.load() < 3) std::this_thread::sleep_for(1ms);
+  RecordingSink sink;
+  CheckpointOptions o = Options();
+  o.precopy = &sink;
+  Status s = Checkpoint(*session_, o, &progress_, &result_);
+  stop.store(true);
+  writer.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const uint64_t calls = result_.admitted_at_capture - setup;
+
+  // Every cold buffer went to the sink and is referenced; nothing is
+  // referenced twice, and only the newest copy of an address.
+  std::map<uint64_t, uint64_t> newest;  // address -> newest copy id
+  for (const auto& [id, c] : sink.copies) newest[c.address] = id;
+  std::map<uint64_t, uint64_t> referenced;  // address -> copy id
+  uint64_t ref_bytes = 0;
+  for (const PrecopiedExtent& e : result_.precopied) {
+    ASSERT_EQ(referenced.count(e.address), 0u) << "address referenced twice";
+    referenced[e.address] = e.copy_id;
+    ASSERT_EQ(sink.copies.count(e.copy_id), 1u) << "a reference to a copy the sink never got";
+    EXPECT_EQ(e.copy_id, newest[e.address]) << "a reference to a superseded copy";
+    EXPECT_EQ(e.bytes, kBytes);
+    ref_bytes += e.bytes;
+  }
+  EXPECT_EQ(result_.precopied_bytes, ref_bytes);
+  for (size_t k = kHot; k < bufs_.size(); ++k) EXPECT_EQ(referenced.count(bufs_[k]), 1u) << "cold buffer " << k;
+  EXPECT_EQ(ref_bytes + result_.counters.recopy_dirty_bytes, result_.bytes)
+      << "every extent is either referenced or copied at t2";
+
+  // The receiver's job: fill the holes from the copies, after checking each
+  // chunk's checksum in the manifest against the copy's.
+  image::v1::Manifest m;
+  ASSERT_TRUE(image::ReadManifest(o.dir, &m).ok());
+  {
+    std::fstream img(o.dir + "/" + std::string(image::kGpuImgName), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(img.good());
+    for (const auto& b : m.buffers()) {
+      auto it = referenced.find(b.device_address());
+      if (it == referenced.end()) continue;
+      const RecordingSink::Copy& c = sink.copies.at(it->second);
+      ASSERT_EQ(static_cast<size_t>(b.chunk_xxh3_size()), c.xxh3.size());
+      for (int k = 0; k < b.chunk_xxh3_size(); ++k) EXPECT_EQ(b.chunk_xxh3(k), c.xxh3[static_cast<size_t>(k)]);
+      img.seekp(static_cast<std::streamoff>(b.extent_offset()));
+      img.write(reinterpret_cast<const char*>(c.bytes.data()), static_cast<std::streamsize>(c.bytes.size()));
+    }
+  }
+  auto image = ReadImage(o.dir);  // verifies every chunk
+  ASSERT_EQ(image.size(), bufs_.size());
+  for (size_t k = 0; k < bufs_.size(); ++k) {
+    uint8_t want = 1;
+    for (uint64_t i = 0; i < calls; ++i) {
+      if (i % kHot == k) want = static_cast<uint8_t>((i % 250) + 2);
+    }
+    ExpectFilled(image[bufs_[k]], want, "buffer " + std::to_string(k));
+  }
+}
+
+// The sink fails (the destination died) after 2 copies: no image, and the
+// app's calls still run.
+TEST_F(RecopyCheckpointTest, FailingPrecopySinkFailsTheCheckpointNotTheApp) {
+  MakeBuffers(6, 1 << 20);
+  RecordingSink sink;
+  sink.fail_after = 2;
+  CheckpointOptions o = Options();
+  o.precopy = &sink;
+  Status s = Checkpoint(*session_, o, &progress_, &result_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("destination went away"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("pre-copy of buffer"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(std::filesystem::exists(o.dir));
+  EXPECT_FALSE(std::filesystem::exists(o.dir + ".tmp"));
+  EXPECT_EQ(app_->Memset(bufs_[0], 7, 1, 1 << 20), kOk);
+  // A later checkpoint without the sink works.
+  o.precopy = nullptr;
+  s = Checkpoint(*session_, o, &progress_, &result_);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto image = ReadImage(o.dir);
+  ExpectFilled(image[bufs_[0]], 7, "buffer 0");
 }
 
 }  // namespace
