@@ -28,17 +28,21 @@ Status PrecopyStore::Add(const peer::v1::PrecopyData& d) {
     if (d.offset() != 0) return Status::InvalidArgument("first chunk of pre-copy copy " + std::to_string(d.copy_id()) +
                                                         " is not at offset 0");
     if (d.bytes() == 0) return Status::InvalidArgument("pre-copy copy " + std::to_string(d.copy_id()) + " is empty");
-    // The source superseded its older copy of this address: drop it first,
-    // so a buffer copied in every round is held once.
-    if (auto it = by_address_.find(d.address()); it != by_address_.end()) {
-      auto old = by_id_.find(it->second);
-      held_bytes_ -= old->second.bytes.size();
-      by_id_.erase(old);
-    }
-    if (held_bytes_ + d.bytes() > max_bytes_) {
-      return Status::OutOfMemory("pre-copy '" + name_ + "' would hold " + std::to_string(held_bytes_ + d.bytes()) +
+    // The source superseded its older copy of this address: it is dropped,
+    // so a buffer copied in every round is held once — but only once the
+    // new copy is accepted (a refused Add changes nothing).
+    auto superseded = by_id_.end();
+    if (auto it = by_address_.find(d.address()); it != by_address_.end()) superseded = by_id_.find(it->second);
+    const std::uint64_t freed = superseded == by_id_.end() ? 0 : superseded->second.bytes.size();
+    if (held_bytes_ - freed + d.bytes() > max_bytes_ || d.bytes() > max_bytes_) {
+      return Status::OutOfMemory("pre-copy '" + name_ + "' would hold " +
+                                 std::to_string(held_bytes_ - freed + d.bytes()) +
                                  " bytes, over this daemon's limit of " + std::to_string(max_bytes_) +
                                  " (--max-receive-bytes)");
+    }
+    if (superseded != by_id_.end()) {
+      held_bytes_ -= freed;
+      by_id_.erase(superseded);
     }
     Copy c;
     c.address = d.address();
