@@ -16,10 +16,10 @@
 // pid namespace by default as root): if `phos restore` refuses because the
 // original's pid exists, the test FAILS.
 //
-// Process plumbing as in process_restore_test.cc: the app runs in its own
-// session with stdin /dev/null and stdout/stderr on separate files opened
-// O_APPEND (CRIU needs no option for that; a pipe to this test would make
-// the dump fail). stdout holds only the program's result line, so it can be
+// Process plumbing from process_harness.h: the app runs in its own session
+// with stdin /dev/null and stdout/stderr on separate files opened O_APPEND
+// (CRIU needs no option for that; a pipe to this test would make the dump
+// fail). stdout holds only the program's result line, so it can be
 // compared byte for byte; the midpoint messages go to stderr. The app's
 // host pid comes from `phos ps --json` (not from the app, which sees itself
 // as pid 1 in its namespace). A restored app is not our child (phosd, or
@@ -32,8 +32,6 @@
 // phosd's reason: the round trip runs by itself once that limit is lifted.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,17 +44,20 @@
 #include <regex>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
-#include "criu/criu_client.h"
 #include "harness.h"
+#include "process_harness.h"
 
 namespace {
 
 using phos::testing::Child;
-using phos::testing::Clock;
+using phos::testing::ProcessEnded;
+using phos::testing::ReadFile;
+using phos::testing::RunPhos;
+using phos::testing::WaitChildExit;
+using phos::testing::WaitEnded;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -77,36 +78,6 @@ std::vector<std::string> AppArgs(const std::string& app) {
   return {};
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Gone, or a zombie nobody has reaped yet (it runs no more either way).
-bool ProcessEnded(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(f, stat)) return true;
-  const size_t paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
-}
-
-bool WaitEnded(pid_t pid, std::chrono::milliseconds limit) {
-  const auto deadline = Clock::now() + limit;
-  while (!ProcessEnded(pid)) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
-
-struct Result {
-  int rc;
-  std::string output;
-};
-
 // A program started by the test: `phos run` (our child) and the files its
 // output goes to.
 struct App {
@@ -123,19 +94,14 @@ std::map<std::string, std::string>& References() {
 
 class E2eProcess : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { check_ = new phos::Status(phos::criu::CriuClient::Check()); }
-  static void TearDownTestSuite() {
-    delete check_;
-    check_ = nullptr;
-  }
-
   void SetUp() override {
-    if (!check_->ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << check_->ToString();
+    const phos::Status& criu = phos::testing::CriuAvailable();
+    if (!criu.ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << criu.ToString();
     char tmpl[] = "/tmp/phos_e2e_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     pause_ = dir_ + "/pause";
-    ASSERT_NO_FATAL_FAILURE(StartDaemon(dir_ + "/phosd.sock", &daemon_));
+    ASSERT_TRUE(phos::testing::StartSimDaemon(dir_ + "/phosd.sock", {}, &daemon_));
   }
 
   void TearDown() override {
@@ -148,35 +114,14 @@ class E2eProcess : public ::testing::Test {
         waitpid(a->child, nullptr, 0);
       }
     }
-    for (Child* d : {&daemon_, &daemon2_}) {
-      if (d->pid > 0) {
-        kill(d->pid, SIGTERM);
-        EXPECT_NE(d->Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
-      }
-    }
+    for (Child* d : {&daemon_, &daemon2_}) EXPECT_TRUE(phos::testing::StopDaemon(d));
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
-  static void StartDaemon(const std::string& socket, Child* d) {
-    *d = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", socket});
-    ASSERT_TRUE(phos::testing::WaitForDataSocket(socket, 20s)) << d->output;
-  }
-
-  static std::string DaemonLog(Child& d) {
-    if (d.pid > 0) d.ReadUntil("\x01never", 200ms);
-    return d.output;
-  }
   std::string Logs() {
-    return "\nphosd:\n" + DaemonLog(daemon_) + (daemon2_.pid > 0 ? "\nsecond phosd:\n" + DaemonLog(daemon2_) : "") +
-           "\napp stderr:\n" + ReadAll(first_.err);
-  }
-
-  Result Phos(const std::string& socket, std::vector<std::string> args) {
-    std::vector<std::string> argv = {PHOS_BIN, "--socket", socket};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Child c = Child::Start(argv);
-    const int rc = c.Wait(60s);
-    return {rc, c.output};
+    return "\nphosd:\n" + phos::testing::DaemonOutput(&daemon_) +
+           (daemon2_.pid > 0 ? "\nsecond phosd:\n" + phos::testing::DaemonOutput(&daemon2_) : "") +
+           "\napp stderr:\n" + ReadFile(first_.err);
   }
 
   // `phos run APP` in its own session, stdin /dev/null, stdout/stderr on
@@ -185,81 +130,15 @@ class E2eProcess : public ::testing::Test {
     App a;
     a.out = dir_ + "/" + tag + ".out";
     a.err = dir_ + "/" + tag + ".err";
-    std::vector<std::string> argv = {PHOS_BIN, "--socket", dir_ + "/phosd.sock", "run", "--lib", PHOS_LIB_PATH,
-                                     "--", std::string(PHOS_APPS_DIR) + "/" + app};
-    for (const auto& x : AppArgs(app)) argv.push_back(x);
-    const std::string env = "PHOS_APP_PAUSE=" + pause_;
-    a.child = fork();
-    if (a.child == 0) {
-      setsid();
-      const int in = open("/dev/null", O_RDONLY);
-      const int out = open(a.out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      const int err = open(a.err.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(in, 0);
-      dup2(out, 1);
-      dup2(err, 2);
-      syscall(SYS_close_range, 3u, ~0u, 0u);
-      if (pause) {
-        putenv(const_cast<char*>(env.c_str()));
-      } else {
-        unsetenv("PHOS_APP_PAUSE");
-      }
-      std::vector<char*> args;
-      for (auto& x : argv) args.push_back(x.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
+    std::vector<std::string> args = {"run", "--lib", PHOS_LIB_PATH, "--", std::string(PHOS_APPS_DIR) + "/" + app};
+    for (const auto& x : AppArgs(app)) args.push_back(x);
+    const std::vector<std::string> argv = phos::testing::PhosArgv(dir_ + "/phosd.sock", args);
+    if (pause) {
+      a.child = phos::testing::StartDetached(argv, a.out, a.err, {"PHOS_APP_PAUSE=" + pause_});
+    } else {
+      a.child = phos::testing::StartDetached(argv, a.out, a.err, {}, {"PHOS_APP_PAUSE"});
     }
     return a;
-  }
-
-  // Waits for our child `phos run` to exit; its status (or -signal), or
-  // -1000 if it did not within `limit` (then it is killed).
-  static int WaitChild(App* a, std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    int st = 0;
-    for (;;) {
-      if (waitpid(a->child, &st, WNOHANG) == a->child) break;
-      if (Clock::now() > deadline) {
-        kill(a->child, SIGKILL);
-        waitpid(a->child, &st, 0);
-        a->child = -1;
-        return -1000;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    a->child = -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-  }
-
-  static bool WaitText(const std::string& path, const std::string& needle, std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (ReadAll(path).find(needle) == std::string::npos) {
-      if (Clock::now() > deadline) return false;
-      std::this_thread::sleep_for(5ms);
-    }
-    return true;
-  }
-
-  // The host pid of `app`'s session on the phosd at `socket`, from `phos
-  // ps --json` (field order as proto/phos.proto SessionInfo: pid, then
-  // command). -1 if there is none within 10 s.
-  pid_t AppPid(const std::string& socket, const std::string& app) {
-    static const std::regex session(R"re("pid":\s*(\d+),\s*"command":\s*"((?:[^"\\]|\\.)*)")re");
-    const auto deadline = Clock::now() + 10s;
-    for (;;) {
-      Result ps = Phos(socket, {"ps", "--json"});
-      EXPECT_EQ(ps.rc, 0) << ps.output;
-      const std::string& o = ps.output;
-      for (auto it = std::sregex_iterator(o.begin(), o.end(), session); it != std::sregex_iterator(); ++it) {
-        if ((*it)[2].str().find(app) != std::string::npos) return std::stoi((*it)[1]);
-      }
-      if (Clock::now() > deadline) {
-        ADD_FAILURE() << "no session of " << app << " in phos ps:\n" << o;
-        return -1;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
   }
 
   // The uninterrupted run's stdout (computed on first use, on this test's
@@ -271,9 +150,9 @@ class E2eProcess : public ::testing::Test {
       return;
     }
     App a = StartApp(app, "reference", /*pause=*/false);
-    const int rc = WaitChild(&a, 60s);
-    const std::string out = ReadAll(a.out);
-    ASSERT_EQ(rc, 0) << app << " uninterrupted under phos run:\n" << out << ReadAll(a.err) << Logs();
+    const int rc = WaitChildExit(&a.child, 60s);
+    const std::string out = ReadFile(a.out);
+    ASSERT_EQ(rc, 0) << app << " uninterrupted under phos run:\n" << out << ReadFile(a.err) << Logs();
     ASSERT_NE(out.find(app + ": checksum 0x"), std::string::npos) << out;
     ASSERT_NE(out.find(" OK\n"), std::string::npos) << out;
     refs[app] = out;
@@ -284,9 +163,9 @@ class E2eProcess : public ::testing::Test {
   void StartPaused(const std::string& app, App* a, pid_t* pid) {
     std::ofstream(pause_).put('\n');
     *a = StartApp(app, "first", /*pause=*/true);
-    ASSERT_TRUE(WaitText(a->err, "paused at midpoint", 60s)) << app << " did not reach its midpoint:\n"
-                                                             << ReadAll(a->out) << Logs();
-    *pid = AppPid(dir_ + "/phosd.sock", std::string(PHOS_APPS_DIR) + "/" + app);
+    ASSERT_TRUE(phos::testing::WaitFileText(a->err, "paused at midpoint", 60s))
+        << app << " did not reach its midpoint:\n" << ReadFile(a->out) << Logs();
+    *pid = phos::testing::WaitSessionPid(dir_ + "/phosd.sock", std::string(PHOS_APPS_DIR) + "/" + app, 10s);
     ASSERT_GT(*pid, 0);
     kill_list_.push_back(*pid);
   }
@@ -295,7 +174,8 @@ class E2eProcess : public ::testing::Test {
   // whole-process checkpoint because of pinned host memory (its message).
   void Checkpoint(pid_t pid, const std::string& mode, std::string* img, std::string* refused) {
     *img = dir_ + "/img-" + mode;
-    Result ck = Phos(dir_ + "/phosd.sock", {"checkpoint", "--pid", std::to_string(pid), "--mode", mode, "--out", *img});
+    phos::testing::PhosResult ck =
+        RunPhos(dir_ + "/phosd.sock", {"checkpoint", "--pid", std::to_string(pid), "--mode", mode, "--out", *img});
     if (ck.rc != 0 && ck.output.find("pinned host segment") != std::string::npos) {
       *refused = ck.output;
       return;
@@ -307,7 +187,7 @@ class E2eProcess : public ::testing::Test {
 
   // `phos restore img --detach` on the phosd at `socket`; the restored pid.
   pid_t Restore(const std::string& socket, const std::string& img) {
-    Result rs = Phos(socket, {"restore", img, "--detach"});
+    phos::testing::PhosResult rs = RunPhos(socket, {"restore", img, "--detach"});
     EXPECT_EQ(rs.rc, 0) << rs.output << Logs();
     if (rs.rc != 0) return -1;
     std::smatch m;
@@ -323,18 +203,33 @@ class E2eProcess : public ::testing::Test {
   // After a refused checkpoint: released, the app finishes as usual.
   void CheckRefusalLeftAppAlone(const std::string& ref) {
     fs::remove(pause_);
-    EXPECT_EQ(WaitChild(&first_, 60s), 0) << ReadAll(first_.err) << Logs();
-    EXPECT_EQ(ReadAll(first_.out), ref);
+    EXPECT_EQ(WaitChildExit(&first_.child, 60s), 0) << ReadFile(first_.err) << Logs();
+    EXPECT_EQ(ReadFile(first_.out), ref);
   }
 
-  static phos::Status* check_;
+  // What every test starts with: `app`'s reference output in *ref, the app
+  // started paused at its midpoint (first_; its host pid in *pid) and
+  // checkpointed whole in `mode` into *img. When phosd refuses the
+  // checkpoint (pinned host memory), the app is checked to run on
+  // correctly and the test is skipped: the caller returns if IsSkipped().
+  void StartAndCheckpoint(const std::string& app, const std::string& mode, std::string* ref, pid_t* pid,
+                          std::string* img) {
+    ASSERT_NO_FATAL_FAILURE(Reference(app, ref));
+    ASSERT_NO_FATAL_FAILURE(StartPaused(app, &first_, pid));
+    std::string refused;
+    ASSERT_NO_FATAL_FAILURE(Checkpoint(*pid, mode, img, &refused));
+    if (!refused.empty()) {
+      ASSERT_NO_FATAL_FAILURE(CheckRefusalLeftAppAlone(*ref));
+      GTEST_SKIP() << "skipped: phosd refuses a whole-process checkpoint of " << app
+                   << " (docs/criu.md \"Limits\"): " << refused;
+    }
+  }
+
   std::string dir_, pause_;
   Child daemon_, daemon2_;
   App first_, second_;
   std::vector<pid_t> kill_list_;  // app pids (ours and restored) to kill if a test ends early
 };
-
-phos::Status* E2eProcess::check_ = nullptr;
 
 // ------------------------------------------------ every program, every mode
 
@@ -360,22 +255,14 @@ class E2eRoundTrip : public E2eProcess,
 // restored run prints what an uninterrupted run prints.
 TEST_P(E2eRoundTrip, RestoredRunMatchesUninterrupted) {
   const auto& [app, mode] = GetParam();
-  std::string ref;
-  ASSERT_NO_FATAL_FAILURE(Reference(app, &ref));
-
+  std::string ref, img;
   pid_t pid = -1;
-  ASSERT_NO_FATAL_FAILURE(StartPaused(app, &first_, &pid));
-  std::string img, refused;
-  ASSERT_NO_FATAL_FAILURE(Checkpoint(pid, mode, &img, &refused));
-  if (!refused.empty()) {
-    ASSERT_NO_FATAL_FAILURE(CheckRefusalLeftAppAlone(ref));
-    GTEST_SKIP() << "skipped: phosd refuses a whole-process checkpoint of " << app
-                 << " (docs/criu.md \"Limits\"): " << refused;
-  }
-  const size_t out_at = ReadAll(first_.out).size();  // 0: the result is printed at the end
+  ASSERT_NO_FATAL_FAILURE(StartAndCheckpoint(app, mode, &ref, &pid, &img));
+  if (IsSkipped()) return;
+  const size_t out_at = ReadFile(first_.out).size();  // 0: the result is printed at the end
 
   kill(pid, SIGKILL);
-  const int rc = WaitChild(&first_, 20s);
+  const int rc = WaitChildExit(&first_.child, 20s);
   EXPECT_TRUE(rc == -SIGKILL || rc == 128 + SIGKILL) << "phos run ended with " << rc << " after SIGKILL of pid "
                                                      << pid;
   ASSERT_TRUE(WaitEnded(pid, 10s)) << "pid " << pid << " still runs after SIGKILL";
@@ -384,10 +271,10 @@ TEST_P(E2eRoundTrip, RestoredRunMatchesUninterrupted) {
   ASSERT_GT(restored, 0);
   fs::remove(pause_);
   ASSERT_TRUE(WaitEnded(restored, 60s)) << "restored pid " << restored << " did not finish:\n"
-                                        << ReadAll(first_.err) << Logs();
-  EXPECT_EQ(ReadAll(first_.out).substr(out_at), ref) << "restored " << app << " (" << mode << "):\n"
-                                                     << ReadAll(first_.err);
-  EXPECT_NE(ReadAll(first_.err).find("resumed after midpoint"), std::string::npos) << ReadAll(first_.err);
+                                        << ReadFile(first_.err) << Logs();
+  EXPECT_EQ(ReadFile(first_.out).substr(out_at), ref) << "restored " << app << " (" << mode << "):\n"
+                                                     << ReadFile(first_.err);
+  EXPECT_NE(ReadFile(first_.err).find("resumed after midpoint"), std::string::npos) << ReadFile(first_.err);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAppsAllModes, E2eRoundTrip, ::testing::ValuesIn(AppsTimesModes()), ParamName);
@@ -403,17 +290,10 @@ class E2eSecondCopy : public E2eProcess,
 
 TEST_P(E2eSecondCopy, RunsBesideTheOriginal) {
   const auto& [app, mode] = GetParam();
-  std::string ref;
-  ASSERT_NO_FATAL_FAILURE(Reference(app, &ref));
+  std::string ref, img;
   pid_t pid = -1;
-  ASSERT_NO_FATAL_FAILURE(StartPaused(app, &first_, &pid));
-  std::string img, refused;
-  ASSERT_NO_FATAL_FAILURE(Checkpoint(pid, mode, &img, &refused));
-  if (!refused.empty()) {
-    ASSERT_NO_FATAL_FAILURE(CheckRefusalLeftAppAlone(ref));
-    GTEST_SKIP() << "skipped: phosd refuses a whole-process checkpoint of " << app
-                 << " (docs/criu.md \"Limits\"): " << refused;
-  }
+  ASSERT_NO_FATAL_FAILURE(StartAndCheckpoint(app, mode, &ref, &pid, &img));
+  if (IsSkipped()) return;
   ASSERT_FALSE(ProcessEnded(pid)) << "the checkpoint did not leave pid " << pid << " running";
 
   // The copy reopens the app's output files by path: move the original's
@@ -430,23 +310,24 @@ TEST_P(E2eSecondCopy, RunsBesideTheOriginal) {
     ASSERT_GE(fd, 0) << f;
     close(fd);
   }
-  const size_t out_at = ReadAll(first_.out).size();
+  const size_t out_at = ReadFile(first_.out).size();
 
   const std::string socket2 = dir_ + "/phosd2.sock";
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(socket2, &daemon2_));
+  ASSERT_TRUE(phos::testing::StartSimDaemon(socket2, {}, &daemon2_));
   const pid_t copy = Restore(socket2, img);
   ASSERT_GT(copy, 0) << "restoring a second copy while pid " << pid << " runs (needs `phos run`'s pid namespace)";
   EXPECT_NE(copy, pid);
   EXPECT_FALSE(ProcessEnded(pid)) << "the original (pid " << pid << ") stopped when the copy was restored";
-  EXPECT_EQ(AppPid(socket2, std::string(PHOS_APPS_DIR) + "/" + app), copy) << "phos ps on the second phosd";
+  EXPECT_EQ(phos::testing::WaitSessionPid(socket2, std::string(PHOS_APPS_DIR) + "/" + app, 10s), copy)
+      << "phos ps on the second phosd";
 
   fs::remove(pause_);  // releases both: they poll the same path
-  EXPECT_EQ(WaitChild(&first_, 60s), 0) << "the original:\n" << ReadAll(first_.err) << Logs();
+  EXPECT_EQ(WaitChildExit(&first_.child, 60s), 0) << "the original:\n" << ReadFile(first_.err) << Logs();
   ASSERT_TRUE(WaitEnded(copy, 60s)) << "the copy (pid " << copy << ") did not finish:\n"
-                                    << ReadAll(second_.err) << Logs();
-  EXPECT_EQ(ReadAll(first_.out).substr(out_at), ref) << "the original:\n" << ReadAll(first_.err);
-  EXPECT_EQ(ReadAll(second_.out), ref) << "the copy:\n" << ReadAll(second_.err);
-  EXPECT_NE(ReadAll(second_.err).find("resumed after midpoint"), std::string::npos) << ReadAll(second_.err);
+                                    << ReadFile(second_.err) << Logs();
+  EXPECT_EQ(ReadFile(first_.out).substr(out_at), ref) << "the original:\n" << ReadFile(first_.err);
+  EXPECT_EQ(ReadFile(second_.out), ref) << "the copy:\n" << ReadFile(second_.err);
+  EXPECT_NE(ReadFile(second_.err).find("resumed after midpoint"), std::string::npos) << ReadFile(second_.err);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllAppsAllModes, E2eSecondCopy, ::testing::ValuesIn(AppsTimesModes()), ParamName);

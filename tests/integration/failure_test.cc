@@ -22,11 +22,9 @@
 //
 // Skips ("skipped: ...") when CRIU is unavailable, or when a case cannot set
 // up its condition (a tmpfs mount refused).
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,20 +43,20 @@
 #include <thread>
 #include <vector>
 
-#include "criu/criu_client.h"
 #include "harness.h"
+#include "process_harness.h"
 
 namespace {
 
 using phos::testing::Child;
 using phos::testing::Clock;
+using phos::testing::Field;
+using phos::testing::JoinNames;
+using phos::testing::KillAndWaitGone;
+using phos::testing::ListDir;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-
-struct Result {
-  int rc;
-  std::string output;
-};
+using Result = phos::testing::PhosResult;
 
 // Device memory the slow checkpoints copy on top of checkpoint_app's ~7 MiB.
 constexpr int kExtraMiB = 24;
@@ -73,21 +71,6 @@ std::string Lower(std::string s) {
 
 bool Contains(const std::string& text, const std::string& needle) {
   return Lower(text).find(Lower(needle)) != std::string::npos;
-}
-
-// Entries of `dir` (names), sorted; empty when it does not exist.
-std::vector<std::string> List(const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-std::string Join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s.empty() ? "(nothing)" : s;
 }
 
 // The real criu binary (PATH), for the wrapper of case a.
@@ -123,32 +106,15 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
   return out;
 }
 
-// SIGKILLs `pid` and waits (bounded) until it is gone: reaped by us if it
-// is our child or was re-parented to us (we are a subreaper), else by its
-// parent (`phos run`, or phosd for a restored process).
-bool KillAndWaitGone(pid_t pid, std::chrono::milliseconds limit = 10s) {
-  if (pid <= 0) return true;
-  kill(pid, SIGKILL);
-  const auto deadline = Clock::now() + limit;
-  for (;;) {
-    int st;
-    waitpid(pid, &st, WNOHANG);
-    if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-}
-
-class FailureTest : public ::testing::Test {
+// The app (original or restored) and `phos run` are ended with
+// KillAndWaitGone: reaped by us if our child or re-parented to us (we are a
+// subreaper), else by their parent (`phos run`, or phosd for a restored
+// process).
+class FailureTest : public ::testing::Test, protected phos::testing::CheckpointAppDriver {
  protected:
-  static void SetUpTestSuite() { check_ = new phos::Status(phos::criu::CriuClient::Check()); }
-  static void TearDownTestSuite() {
-    delete check_;
-    check_ = nullptr;
-  }
-
   void SetUp() override {
-    if (!check_->ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << check_->ToString();
+    const phos::Status& criu = phos::testing::CriuAvailable();
+    if (!criu.ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << criu.ToString();
     ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
     char tmpl[] = "/tmp/phos_fail_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -173,77 +139,28 @@ class FailureTest : public ::testing::Test {
 
   // phosd on the sim with this test's socket and checkpoint root, plus `extra` flags.
   void StartDaemon(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {PHOS_BIN, "daemon", "--backend", "sim", "--socket", socket_,
-                                     "--checkpoint-root", root_};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    daemon_ = Child::Start(argv);
-    ASSERT_TRUE(phos::testing::WaitForDataSocket(socket_, 20s)) << daemon_.output;
+    std::vector<std::string> flags = {"--checkpoint-root", root_};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    ASSERT_TRUE(phos::testing::StartSimDaemon(socket_, flags, &daemon_));
   }
-  void StopDaemon() {
-    if (daemon_.pid <= 0) return;
-    kill(daemon_.pid, SIGTERM);
-    EXPECT_NE(daemon_.Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
-  }
+  void StopDaemon() { EXPECT_TRUE(phos::testing::StopDaemon(&daemon_)); }
   // phosd's output so far (for failure messages).
-  std::string DaemonLog() {
-    daemon_.ReadUntil("\x01never", 100ms);
-    return daemon_.output;
-  }
-
-  std::string Log() const {
-    std::ifstream f(log_);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  }
-
-  // Waits until the log, from byte `from`, contains `needle`; returns that part.
-  bool WaitLog(size_t from, const std::string& needle, std::chrono::milliseconds limit, std::string* out) {
-    const auto deadline = Clock::now() + limit;
-    for (;;) {
-      std::string all = Log();
-      std::string tail = all.size() > from ? all.substr(from) : "";
-      if (tail.find(needle) != std::string::npos) {
-        *out = tail;
-        return true;
-      }
-      if (Clock::now() > deadline) {
-        *out = tail;
-        return false;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-  }
+  std::string DaemonLog() { return phos::testing::DaemonOutput(&daemon_, 100ms); }
 
   // `phos run` of `program`. PHOS_FAILURE_TEST_RUN_ARGS adds one flag to
   // `phos run` (e.g. --no-pid-ns, to compare).
   std::vector<std::string> RunArgv(const std::vector<std::string>& program) const {
-    std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_, "run", "--lib", PHOS_LIB_PATH};
-    if (const char* x = std::getenv("PHOS_FAILURE_TEST_RUN_ARGS"); x != nullptr && *x != '\0') argv.push_back(x);
-    argv.push_back("--");
-    argv.insert(argv.end(), program.begin(), program.end());
-    return argv;
+    std::vector<std::string> args = {"run", "--lib", PHOS_LIB_PATH};
+    if (const char* x = std::getenv("PHOS_FAILURE_TEST_RUN_ARGS"); x != nullptr && *x != '\0') args.push_back(x);
+    args.push_back("--");
+    args.insert(args.end(), program.begin(), program.end());
+    return phos::testing::PhosArgv(socket_, args);
   }
 
   // checkpoint_app under `phos run`, in its own session, output on the log.
   // Sets run_pid_ (our child) and app_pid_ (the app as seen here).
   void StartApp() {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setsid();
-      const int in = open("/dev/null", O_RDONLY);
-      const int out = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(in, 0);
-      dup2(out, 1);
-      dup2(out, 2);
-      syscall(SYS_close_range, 3u, ~0u, 0u);
-      std::vector<std::string> argv = RunArgv({PHOS_CHECKPOINT_APP, ctl_});
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
+    const pid_t pid = phos::testing::StartDetached(RunArgv({PHOS_CHECKPOINT_APP, ctl_}), log_, log_);
     ASSERT_GT(pid, 0);
     run_pid_ = pid;
     // Ready once the line is complete; a run that exits first fails at once.
@@ -277,29 +194,6 @@ class FailureTest : public ::testing::Test {
     app_pid_ = run_pid_ = -1;
   }
 
-  // Sends one command; waits (up to `limit`) for its ack. The log part.
-  bool TryCmd(const std::string& cmd, std::chrono::milliseconds limit, std::string* out) {
-    const int n = next_cmd_++;
-    const size_t from = Log().size();
-    const std::string tmp = ctl_ + "/tmp";
-    {
-      std::ofstream f(tmp);
-      f << cmd << "\n";
-    }
-    fs::rename(tmp, ctl_ + "/cmd-" + std::to_string(n));
-    return WaitLog(from, "ack " + std::to_string(n) + "\n", limit, out);
-  }
-  std::string Cmd(const std::string& cmd) {
-    std::string out;
-    EXPECT_TRUE(TryCmd(cmd, 30s, &out)) << "no ack for '" << cmd << "':\n" << Log();
-    return out;
-  }
-  // Rewinds the command files to command `n` (what a restored app waits for).
-  void RewindCommands(int n) {
-    for (int k = n; k < next_cmd_; ++k) fs::remove(ctl_ + "/cmd-" + std::to_string(k));
-    next_cmd_ = n;
-  }
-
   // Shows what phos said about a failure (the error line) in the test's
   // output, so a run documents the messages users get.
   static void Show(const std::string& what, const std::string& output) {
@@ -312,23 +206,8 @@ class FailureTest : public ::testing::Test {
     }
   }
 
-  static std::string Field(const std::string& text, const std::string& key) {
-    std::smatch m;
-    return std::regex_search(text, m, std::regex(key + " (\\S+)")) ? std::string(m[1]) : "";
-  }
-
-  Result Phos(std::vector<std::string> args) {
-    std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Child c = Child::Start(argv);
-    const int rc = c.Wait(60s);
-    return {rc, c.output};
-  }
-  Child PhosAsync(std::vector<std::string> args) {
-    std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return Child::Start(argv);
-  }
+  Result Phos(const std::vector<std::string>& args) { return phos::testing::RunPhos(socket_, args); }
+  Child PhosAsync(const std::vector<std::string>& args) { return Child::Start(phos::testing::PhosArgv(socket_, args)); }
 
   // A good whole-process image taken after `steps` steps, to check later.
   struct Earlier {
@@ -368,9 +247,9 @@ class FailureTest : public ::testing::Test {
   void ExpectNoImage(const std::string& dir) {
     const std::string parent = fs::path(dir).parent_path().string();
     EXPECT_FALSE(fs::exists(dir)) << dir << " exists after a failed checkpoint; " << parent
-                                  << " holds: " << Join(List(parent));
+                                  << " holds: " << JoinNames(ListDir(parent));
     EXPECT_FALSE(fs::exists(dir + ".tmp")) << dir << ".tmp was left behind; " << parent
-                                           << " holds: " << Join(List(parent));
+                                           << " holds: " << JoinNames(ListDir(parent));
   }
 
   // `phos inspect` verifies every checksum of the GPU image; process.txt
@@ -430,26 +309,22 @@ class FailureTest : public ::testing::Test {
   // be taken for an image); at most CRIU's log kept next to the image
   // (IMG.criu-dump.log), and then whole, never a truncated copy.
   void ExpectNothingHalfWritten() {
-    for (const auto& name : List(mount_)) {
+    for (const auto& name : ListDir(mount_)) {
       const std::string path = mount_ + "/" + name;
       std::error_code ec;
       const auto bytes = fs::file_size(path, ec);
       std::cout << "[ left     ] on the full tmpfs: " << name << " (" << bytes << " bytes)\n";
-      EXPECT_FALSE(fs::is_directory(path)) << "left on the full tmpfs: " << Join(List(mount_));
+      EXPECT_FALSE(fs::is_directory(path)) << "left on the full tmpfs: " << JoinNames(ListDir(mount_));
       EXPECT_TRUE(name == "img.criu-dump.log" && !ec && bytes > 0)
           << path << " was left half-written on the full tmpfs (" << bytes << " bytes)";
     }
   }
 
-  static phos::Status* check_;
-  std::string dir_, socket_, ctl_, log_, root_, mount_;
+  std::string dir_, socket_, root_, mount_;
   Child daemon_;
   pid_t run_pid_ = -1;
   pid_t app_pid_ = -1;
-  int next_cmd_ = 0;
 };
-
-phos::Status* FailureTest::check_ = nullptr;
 
 // a. CRIU fails: phosd runs a wrapper (--criu-binary) that exits 1 at once
 // (before speaking CRIU's RPC) while a marker file exists, or once anything
@@ -533,7 +408,7 @@ TEST_F(FailureTest, FullDiskFailsClearlyAndLeavesNothingHalfWritten) {
   EXPECT_TRUE(Contains(a.output, "no space")) << a.output;
   ExpectNoImage(mount_ + "/img");
   ExpectNothingHalfWritten();
-  for (const auto& name : List(mount_)) fs::remove(mount_ + "/" + name);  // room for the next part
+  for (const auto& name : ListDir(mount_)) fs::remove(mount_ + "/" + name);  // room for the next part
   ExpectAppProgresses(3);
 
   // Room for the GPU image (its size + 1 MiB), not for CRIU's images (the
@@ -616,10 +491,10 @@ TEST_F(FailureTest, PhosdKilledDuringACheckpointIsCleanedUpOnRestart) {
   const std::string manual = root_ + "/manual";
   Child ck = StartSlowCheckpoint({"--name", "slow"}, 300ms);
   std::vector<std::string> tmps;
-  for (const auto& name : List(manual)) {
+  for (const auto& name : ListDir(manual)) {
     if (name.rfind("slow", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".tmp") tmps.push_back(name);
   }
-  ASSERT_FALSE(tmps.empty()) << "no slow*.tmp in " << manual << " during the copy: " << Join(List(manual))
+  ASSERT_FALSE(tmps.empty()) << "no slow*.tmp in " << manual << " during the copy: " << JoinNames(ListDir(manual))
                              << "\n" << ck.output;
   kill(daemon_.pid, SIGKILL);
   EXPECT_EQ(daemon_.Wait(10s), -SIGKILL);

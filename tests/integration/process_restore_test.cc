@@ -14,50 +14,34 @@
 //
 // Skips ("skipped: CRIU unavailable ...") when CriuClient::Check fails
 // (not root, no criu binary, a kernel CRIU cannot probe).
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "criu/criu_client.h"
 #include "harness.h"
+#include "process_harness.h"
 
 namespace {
 
 using phos::testing::Child;
-using phos::testing::Clock;
+using phos::testing::Field;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using Result = phos::testing::PhosResult;
 
-struct Result {
-  int rc;
-  std::string output;
-};
-
-class ProcessRestoreTest : public ::testing::Test {
+class ProcessRestoreTest : public ::testing::Test, protected phos::testing::CheckpointAppDriver {
  protected:
-  static void SetUpTestSuite() { check_ = new phos::Status(phos::criu::CriuClient::Check()); }
-  static void TearDownTestSuite() {
-    delete check_;
-    check_ = nullptr;
-  }
-
   void SetUp() override {
-    if (!check_->ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << check_->ToString();
+    const phos::Status& criu = phos::testing::CriuAvailable();
+    if (!criu.ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << criu.ToString();
     ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
     char tmpl[] = "/tmp/phos_pr_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -69,26 +53,19 @@ class ProcessRestoreTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(StartDaemon());
   }
 
-  void StartDaemon() {
-    daemon_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", socket_});
-    ASSERT_TRUE(phos::testing::WaitForDataSocket(socket_, 20s)) << daemon_.output;
-  }
+  void StartDaemon() { ASSERT_TRUE(phos::testing::StartSimDaemon(socket_, {}, &daemon_)); }
   // A fresh phosd for the restore. The sim places module variables
   // next-fit (never at an address its daemon used before), and a restore
   // into a fresh context needs the app's __device__ variables back at their
   // old addresses: only a daemon that has placed nothing yet gives them
   // (docs/criu.md "Limits").
   void RestartDaemon() {
-    kill(daemon_.pid, SIGTERM);
-    ASSERT_NE(daemon_.Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
+    ASSERT_TRUE(phos::testing::StopDaemon(&daemon_));
     ASSERT_NO_FATAL_FAILURE(StartDaemon());
   }
   void TearDown() override {
     KillApp();
-    if (daemon_.pid > 0) {
-      kill(daemon_.pid, SIGTERM);
-      EXPECT_NE(daemon_.Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
-    }
+    EXPECT_TRUE(phos::testing::StopDaemon(&daemon_));
     prctl(PR_SET_CHILD_SUBREAPER, 0);
     if (!dir_.empty()) fs::remove_all(dir_);
   }
@@ -96,67 +73,20 @@ class ProcessRestoreTest : public ::testing::Test {
   // The app (or its restored copy: our child through the subreaper).
   void KillApp() {
     if (app_pid_ <= 0) return;
-    kill(app_pid_, SIGKILL);
     // A restored app is phosd's child (phosd is a subreaper and reaps it);
     // if phosd stops first, the zombie comes to us. Reap whichever way,
     // until the pid is gone (bounded).
-    const auto deadline = Clock::now() + 10s;
-    while (Clock::now() < deadline) {
-      int st;
-      waitpid(app_pid_, &st, WNOHANG);
-      if (kill(app_pid_, 0) != 0 && errno == ESRCH) break;
-      std::this_thread::sleep_for(5ms);
-    }
+    phos::testing::KillAndWaitGone(app_pid_, 10s);
     app_pid_ = -1;
-  }
-
-  std::string Log() const {
-    std::ifstream f(log_);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  }
-
-  // Waits until the log, from byte `from`, contains `needle`; returns that part.
-  bool WaitLog(size_t from, const std::string& needle, std::chrono::milliseconds limit, std::string* out) {
-    const auto deadline = Clock::now() + limit;
-    for (;;) {
-      std::string all = Log();
-      std::string tail = all.size() > from ? all.substr(from) : "";
-      if (tail.find(needle) != std::string::npos) {
-        *out = tail;
-        return true;
-      }
-      if (Clock::now() > deadline) {
-        *out = tail;
-        return false;
-      }
-      std::this_thread::sleep_for(5ms);
-    }
   }
 
   // checkpoint_app under phos run, in its own session, output on the log.
   pid_t StartApp() {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setsid();
-      const int in = open("/dev/null", O_RDONLY);
-      const int out = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(in, 0);
-      dup2(out, 1);
-      dup2(out, 2);
-      syscall(SYS_close_range, 3u, ~0u, 0u);
-      // --no-pid-ns: this test covers images restored with their old pid
-      // (the app is `phos run` itself); e2e_process_test covers the
-      // default, pid-namespaced runs.
-      std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_, "run", "--no-pid-ns", "--lib", PHOS_LIB_PATH, "--",
-                                       PHOS_CHECKPOINT_APP, ctl_};
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
+    // --no-pid-ns: this test covers images restored with their old pid
+    // (the app is `phos run` itself); e2e_process_test covers the
+    // default, pid-namespaced runs.
+    const std::vector<std::string> run = {"run", "--no-pid-ns", "--lib", PHOS_LIB_PATH, "--", PHOS_CHECKPOINT_APP, ctl_};
+    const pid_t pid = phos::testing::StartDetached(phos::testing::PhosArgv(socket_, run), log_, log_);
     app_pid_ = pid;
     std::string out;
     if (!WaitLog(0, "checkpoint_app: ready pid ", 60s, &out) || !WaitLog(0, "\n", 5s, &out)) return -1;
@@ -165,45 +95,10 @@ class ProcessRestoreTest : public ::testing::Test {
     return std::stoi(m[1]);
   }
 
-  std::string Cmd(const std::string& cmd) {
-    const int n = next_cmd_++;
-    const size_t from = Log().size();
-    const std::string tmp = ctl_ + "/tmp";
-    {
-      std::ofstream f(tmp);
-      f << cmd << "\n";
-    }
-    fs::rename(tmp, ctl_ + "/cmd-" + std::to_string(n));
-    std::string out;
-    EXPECT_TRUE(WaitLog(from, "ack " + std::to_string(n) + "\n", 30s, &out))
-        << "no ack for '" << cmd << "':\n" << Log();
-    return out;
-  }
-
-  // Rewinds the command files to command `n` (what the restored app waits for).
-  void RewindCommands(int n) {
-    for (int k = n; k < next_cmd_; ++k) fs::remove(ctl_ + "/cmd-" + std::to_string(k));
-    next_cmd_ = n;
-  }
-
-  Result Phos(std::vector<std::string> args) {
-    std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Child c = Child::Start(argv);
-    const int rc = c.Wait(60s);
-    return {rc, c.output};
-  }
+  Result Phos(const std::vector<std::string>& args) { return phos::testing::RunPhos(socket_, args); }
 
   // phosd's output so far (for failure messages).
-  std::string DaemonLog() {
-    daemon_.ReadUntil("\x01never", 200ms);
-    return daemon_.output;
-  }
-
-  static std::string Field(const std::string& text, const std::string& key) {
-    std::smatch m;
-    return std::regex_search(text, m, std::regex(key + " (\\S+)")) ? std::string(m[1]) : "";
-  }
+  std::string DaemonLog() { return phos::testing::DaemonOutput(&daemon_); }
 
   // Checkpoint (whole process), one more step, kill, restore: the restored
   // app holds the checkpoint's state and then steps exactly as before.
@@ -240,14 +135,10 @@ class ProcessRestoreTest : public ::testing::Test {
         << again << "\nexpected checksum " << sum_next;
   }
 
-  static phos::Status* check_;
-  std::string dir_, socket_, ctl_, log_;
+  std::string dir_, socket_;
   Child daemon_;
   pid_t app_pid_ = -1;
-  int next_cmd_ = 0;
 };
-
-phos::Status* ProcessRestoreTest::check_ = nullptr;
 
 TEST_F(ProcessRestoreTest, StopAndCowCheckpointsRestoreTheWholeProcess) {
   const pid_t pid = StartApp();

@@ -16,11 +16,9 @@
 // subreaper), which reaps them and reports their exit status.
 //
 // Skips ("skipped: CRIU unavailable ...") when CriuClient::Check fails.
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <linux/magic.h>
@@ -30,50 +28,36 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "criu/criu_client.h"
 #include "harness.h"
+#include "process_harness.h"
 
 namespace {
 
 using phos::testing::Child;
-using phos::testing::Clock;
+using phos::testing::ReadFile;
+using phos::testing::WaitGone;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using Result = phos::testing::PhosResult;
 
 constexpr const char* kIters = "64";  // saxpy_loop pauses after iteration 32
-
-struct Result {
-  int rc;
-  std::string output;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 bool Contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
 
 class TemplateTest : public ::testing::TestWithParam<bool> {
  protected:
-  static void SetUpTestSuite() { check_ = new phos::Status(phos::criu::CriuClient::Check()); }
-  static void TearDownTestSuite() {
-    delete check_;
-    check_ = nullptr;
-  }
-
   bool pid_ns() const { return GetParam(); }
 
   void SetUp() override {
-    if (!check_->ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << check_->ToString();
+    const phos::Status& criu = phos::testing::CriuAvailable();
+    if (!criu.ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << criu.ToString();
     char tmpl[] = "/tmp/phos_tpl_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -89,9 +73,8 @@ class TemplateTest : public ::testing::TestWithParam<bool> {
     out_ = dir_ + "/app.out";
     err_ = dir_ + "/app.err";
     pause_ = dir_ + "/pause";
-    daemon_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", socket_, "--checkpoint-root",
-                            dir_ + "/ckpt", "--template-cache", cache_});
-    ASSERT_TRUE(phos::testing::WaitForDataSocket(socket_, 20s)) << daemon_.output;
+    ASSERT_TRUE(phos::testing::StartSimDaemon(
+        socket_, {"--checkpoint-root", dir_ + "/ckpt", "--template-cache", cache_}, &daemon_));
   }
 
   void TearDown() override {
@@ -99,10 +82,7 @@ class TemplateTest : public ::testing::TestWithParam<bool> {
       kill(app_, SIGKILL);
       waitpid(app_, nullptr, 0);
     }
-    if (daemon_.pid > 0) {
-      kill(daemon_.pid, SIGTERM);
-      EXPECT_NE(daemon_.Wait(10000ms), -1000) << "phosd did not stop on SIGTERM";
-    }
+    EXPECT_TRUE(phos::testing::StopDaemon(&daemon_));
     if (!dir_.empty()) fs::remove_all(dir_);
     if (!cache_.empty()) fs::remove_all(cache_);
   }
@@ -111,83 +91,24 @@ class TemplateTest : public ::testing::TestWithParam<bool> {
   // out_ (O_APPEND), stderr on err_; with `pause` it stops at its midpoint
   // while pause_ exists.
   pid_t StartApp(bool pause) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setsid();
-      const int in = open("/dev/null", O_RDONLY);
-      const int out = open(out_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      const int err = open(err_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(in, 0);
-      dup2(out, 1);
-      dup2(err, 2);
-      syscall(SYS_close_range, 3u, ~0u, 0u);
-      if (pause) setenv("PHOS_APP_PAUSE", pause_.c_str(), 1);
-      std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_, "run", "--lib", PHOS_LIB_PATH};
-      if (!pid_ns()) argv.push_back("--no-pid-ns");
-      argv.insert(argv.end(), {"--", std::string(PHOS_APPS_DIR) + "/saxpy_loop", kIters});
-      std::vector<char*> args;
-      for (auto& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    return pid;
+    std::vector<std::string> args = {"run", "--lib", PHOS_LIB_PATH};
+    if (!pid_ns()) args.push_back("--no-pid-ns");
+    args.insert(args.end(), {"--", std::string(PHOS_APPS_DIR) + "/saxpy_loop", kIters});
+    std::vector<std::string> env;
+    if (pause) env.push_back("PHOS_APP_PAUSE=" + pause_);
+    return phos::testing::StartDetached(phos::testing::PhosArgv(socket_, args), out_, err_, env);
   }
 
-  // Waits for our child `pid`; its wait status, or -1 after `limit`.
-  static int WaitChild(pid_t pid, std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    int st = 0;
-    while (waitpid(pid, &st, WNOHANG) == 0) {
-      if (Clock::now() > deadline) return -1;
-      std::this_thread::sleep_for(10ms);
-    }
-    return st;
-  }
-
-  // Waits until a process that is not our child is gone.
-  static bool WaitGone(pid_t pid, std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (kill(pid, 0) == 0 || errno != ESRCH) {
-      if (Clock::now() > deadline) return false;
-      std::this_thread::sleep_for(10ms);
-    }
-    return true;
-  }
-
-  bool WaitErr(const std::string& needle, std::chrono::milliseconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (!Contains(ReadFile(err_), needle)) {
-      if (Clock::now() > deadline) return false;
-      std::this_thread::sleep_for(10ms);
-    }
-    return true;
-  }
-
-  Result Phos(std::vector<std::string> args) {
-    std::vector<std::string> argv = {PHOS_BIN, "--socket", socket_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Child c = Child::Start(argv);
-    const int rc = c.Wait(60s);
-    return {rc, c.output};
-  }
+  Result Phos(const std::vector<std::string>& args) { return phos::testing::RunPhos(socket_, args); }
 
   // Reads what phosd logged so far (its output is a pipe: never let it fill).
-  void DrainDaemon() { daemon_.ReadUntil("\x01never", 20ms); }
+  void DrainDaemon() { phos::testing::DaemonOutput(&daemon_, 20ms); }
 
-  std::string DaemonLog() {
-    daemon_.ReadUntil("\x01never", 200ms);
-    return daemon_.output;
-  }
+  std::string DaemonLog() { return phos::testing::DaemonOutput(&daemon_); }
 
   // The pid of the only phos session (`phos ps --json`), 0 if none or several.
   int SessionPid() {
-    Result ps = Phos({"ps", "--json"});
-    std::smatch m;
-    std::vector<int> pids;
-    for (std::string s = ps.output; std::regex_search(s, m, std::regex("\"pid\":\\s*(\\d+)")); s = m.suffix()) {
-      pids.push_back(std::stoi(m[1]));
-    }
+    const std::vector<pid_t> pids = phos::testing::SessionPids(Phos({"ps", "--json"}).output, "");
     return pids.size() == 1 ? pids[0] : 0;
   }
 
@@ -198,10 +119,9 @@ class TemplateTest : public ::testing::TestWithParam<bool> {
 
   // One uninterrupted run: its stdout is what every instance must print.
   std::string ReferenceOutput() {
-    const pid_t pid = StartApp(false);
-    const int st = WaitChild(pid, 60s);
-    EXPECT_TRUE(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0) << "reference run: status " << st << "\n"
-                                                                    << ReadFile(err_);
+    pid_t pid = StartApp(false);
+    const int rc = phos::testing::WaitChildExit(&pid, 60s);
+    EXPECT_EQ(rc, 0) << "reference run: status " << rc << "\n" << ReadFile(err_);
     const std::string out = ReadFile(out_);
     fs::remove(out_);
     return out;
@@ -212,18 +132,16 @@ class TemplateTest : public ::testing::TestWithParam<bool> {
   int StartPausedSource() {
     std::ofstream(pause_).put('\n');
     app_ = StartApp(true);
-    EXPECT_TRUE(WaitErr("paused at midpoint", 60s)) << ReadFile(err_) << "\nphosd:\n" << DaemonLog();
+    EXPECT_TRUE(phos::testing::WaitFileText(err_, "paused at midpoint", 60s)) << ReadFile(err_) << "\nphosd:\n"
+                                                                          << DaemonLog();
     return SessionPid();
   }
 
-  static phos::Status* check_;
   std::string dir_, cache_, socket_, out_, err_, pause_;
   bool cache_is_tmpfs_ = false;
   Child daemon_;
   pid_t app_ = -1;  // our child: `phos run` (or the app itself without a pid namespace)
 };
-
-phos::Status* TemplateTest::check_ = nullptr;
 
 TEST_P(TemplateTest, SavedTemplateStartsTenInstancesThatMatchAnUninterruptedRun) {
   const std::string reference = ReferenceOutput();
@@ -245,9 +163,7 @@ TEST_P(TemplateTest, SavedTemplateStartsTenInstancesThatMatchAnUninterruptedRun)
   Result save = Phos({"template", "save", "fn", "--pid", std::to_string(source), "--mode", "cow"});
   ASSERT_EQ(save.rc, 0) << save.output << "\nphosd:\n" << DaemonLog();
   EXPECT_TRUE(Contains(save.output, "was ended")) << save.output;
-  const int st = WaitChild(app_, 10s);
-  app_ = -1;
-  ASSERT_NE(st, -1) << "the source did not end after the save";
+  ASSERT_NE(phos::testing::WaitChildExit(&app_, 10s), -1000) << "the source did not end after the save";
   EXPECT_TRUE(fs::exists(dir_ + "/ckpt/templates/fn/process.txt"));
   EXPECT_TRUE(fs::exists(dir_ + "/ckpt/templates/fn/template.txt"));
   EXPECT_EQ(ReadFile(out_), "") << "the source printed before its end";
@@ -326,6 +242,73 @@ TEST_P(TemplateTest, MissingTemplateAndDeadPidFailClearly) {
   Result bad = Phos({"template", "save", "../x", "--pid", "1"});
   EXPECT_EQ(bad.rc, 1) << bad.output;
   EXPECT_TRUE(Contains(bad.output, "bad template name '../x'")) << bad.output;
+}
+
+// Flips one byte of the first buffer's data in DIR/gpu.img (the 4 KiB
+// header block comes first, then the extents): that chunk's checksum no
+// longer matches. A write, so the file's mtime and ctime change.
+void CorruptGpuImage(const std::string& dir) {
+  std::fstream f(dir + "/gpu.img", std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << dir;
+  const std::streamoff off = 4096 + 100;
+  char x = 0;
+  f.seekg(off);
+  f.read(&x, 1);
+  x = static_cast<char>(x ^ 0x5a);
+  f.seekp(off);
+  f.write(&x, 1);
+  ASSERT_TRUE(f.good()) << dir;
+}
+
+// A start skips the full verification only for an in-memory copy verified
+// when it was made whose files did not change since ("preverified": 1).
+// Corrupted after that: the damaged copy is found (its files changed),
+// verified again, replaced by a fresh copy of the intact template, and the
+// instance prints what an uninterrupted run prints. With the template on
+// disk corrupted too, the start is refused naming the checksum that does
+// not match, and no instance is left running.
+TEST_P(TemplateTest, ACorruptedTemplateIsRefusedAndADamagedCopyIsReplaced) {
+  const std::string reference = ReferenceOutput();
+  ASSERT_TRUE(Contains(reference, "saxpy_loop: checksum 0x")) << reference;
+  const int source = StartPausedSource();
+  ASSERT_GT(source, 0) << "no single phos session for the paused app";
+  Result save = Phos({"template", "save", "fn", "--pid", std::to_string(source)});
+  ASSERT_EQ(save.rc, 0) << save.output << "\nphosd:\n" << DaemonLog();
+  ASSERT_NE(phos::testing::WaitChildExit(&app_, 10s), -1000) << "the source did not end after the save";
+  fs::remove(pause_);  // instances run to the end
+  const std::string root = dir_ + "/ckpt/templates/fn", copy = cache_ + "/fn";
+
+  size_t seen = ReadFile(out_).size();
+  Result good = Phos({"template", "start", "fn", "--json"});
+  DrainDaemon();
+  ASSERT_EQ(good.rc, 0) << good.output << "\nphosd:\n" << DaemonLog();
+  EXPECT_EQ(ReadFile(out_).substr(seen), reference);
+  EXPECT_EQ(Counter(good.output, "preverified"), cache_is_tmpfs_ ? "1" : "0") << good.output;
+
+  if (cache_is_tmpfs_) {
+    ASSERT_TRUE(fs::exists(copy + "/gpu.img"));
+    ASSERT_NO_FATAL_FAILURE(CorruptGpuImage(copy));
+    seen = ReadFile(out_).size();
+    Result healed = Phos({"template", "start", "fn", "--json"});
+    ASSERT_EQ(healed.rc, 0) << healed.output << "\nphosd:\n" << DaemonLog();
+    EXPECT_EQ(ReadFile(out_).substr(seen), reference) << "an instance from a damaged copy printed something else";
+    EXPECT_EQ(Counter(healed.output, "preverified"), "1") << healed.output;
+    EXPECT_TRUE(Contains(DaemonLog(), "fails verification")) << "phosd did not say the copy was damaged";
+  }
+
+  ASSERT_NO_FATAL_FAILURE(CorruptGpuImage(root));
+  if (cache_is_tmpfs_) {
+    ASSERT_NO_FATAL_FAILURE(CorruptGpuImage(copy));
+  }
+  seen = ReadFile(out_).size();
+  Result bad = Phos({"template", "start", "fn"});
+  DrainDaemon();
+  std::cout << "[ message  ] corrupt template: " << bad.output;  // what users get
+  EXPECT_EQ(bad.rc, 1) << bad.output;
+  EXPECT_TRUE(Contains(bad.output, "cannot start template fn")) << bad.output;
+  EXPECT_TRUE(Contains(bad.output, "checksum mismatch in " + root + "/gpu.img")) << bad.output;
+  EXPECT_EQ(ReadFile(out_).substr(seen), "") << "an instance of a corrupt template ran";
+  EXPECT_EQ(SessionPid(), 0) << "a session is left after the refused start";
 }
 
 INSTANTIATE_TEST_SUITE_P(PidNamespace, TemplateTest, ::testing::Values(true, false),

@@ -8,6 +8,9 @@ import grpc
 from ._stubs import pb_grpc
 from .errors import PhosError
 
+# Status and ListSessions answer from memory; a daemon that takes longer is stuck.
+QUERY_TIMEOUT_S = 10.0
+
 # daemon/server/daemon_options.h kDefaultSocketPath.
 DEFAULT_SOCKET_PATH = "/run/phos/phosd.sock"
 # The CLI's connect timeout (cli/commands.h GlobalOptions::connect_timeout_ms).
@@ -49,3 +52,14 @@ def connect(socket=None, rpc=None, timeout_s=CONNECT_TIMEOUT_S):
                         "no phosd answering on %s (stale socket or permission denied: the socket is mode "
                         "0660, run as its owner or group); %s" % (path, _how_to_start(path)), rpc)
     return channel, pb_grpc.PhosStub(channel)
+
+
+def call(rpc, method_name, request, socket, timeout_s=QUERY_TIMEOUT_S):
+    """One unary RPC on a channel of its own; its reply. Failures raise PhosError."""
+    channel, stub = connect(socket, rpc)
+    try:
+        return getattr(stub, method_name)(request, timeout=timeout_s)
+    except grpc.RpcError as e:
+        raise PhosError.from_rpc_error(rpc, e) from None
+    finally:
+        channel.close()

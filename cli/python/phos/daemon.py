@@ -1,23 +1,7 @@
 """Unary queries: daemon status and the sessions it serves."""
-import grpc
-
-from . import _channel
+from ._channel import QUERY_TIMEOUT_S, call  # noqa: F401  (QUERY_TIMEOUT_S was defined here first)
 from ._convert import message_to_dict
 from ._stubs import pb
-from .errors import PhosError
-
-# Status and ListSessions answer from memory; a daemon that takes longer is stuck.
-QUERY_TIMEOUT_S = 10.0
-
-
-def _call(rpc, method_name, request, socket):
-    channel, stub = _channel.connect(socket, rpc)
-    try:
-        return getattr(stub, method_name)(request, timeout=QUERY_TIMEOUT_S)
-    except grpc.RpcError as e:
-        raise PhosError.from_rpc_error(rpc, e) from None
-    finally:
-        channel.close()
 
 
 def status(socket=None):
@@ -34,7 +18,7 @@ def status(socket=None):
     Raises:
         PhosError: UNAVAILABLE when no daemon answers on the socket.
     """
-    return message_to_dict(_call("Status", "Status", pb.StatusRequest(), socket))
+    return message_to_dict(call("Status", "Status", pb.StatusRequest(), socket))
 
 
 def sessions(socket=None, pid=None):
@@ -50,5 +34,5 @@ def sessions(socket=None, pid=None):
     """
     if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
         raise ValueError("pid must be a positive int (got %r)" % (pid,))
-    reply = _call("ListSessions", "ListSessions", pb.ListSessionsRequest(pid=pid or 0), socket)
+    reply = call("ListSessions", "ListSessions", pb.ListSessionsRequest(pid=pid or 0), socket)
     return [message_to_dict(s) for s in reply.sessions]

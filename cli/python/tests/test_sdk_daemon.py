@@ -4,91 +4,24 @@ status, sessions and the errors phosd answers.
 
 Binaries come from $PHOS_TEST_PHOSD, $PHOS_TEST_PHOS, $PHOS_TEST_LIB and
 $PHOS_TEST_CHECKPOINT_APP (set by ctest, cli/python/CMakeLists.txt), else
-from build/ in the repository.
+from build/ in the repository (phosd_harness.py).
 """
 import os
 import re
 import shutil
-import socket as socketlib
-import subprocess
+import signal
+import sys
 import tempfile
-import threading
-import time
 import unittest
 
 import grpc
 
 import phos
 
-REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # phosd_harness, beside this file
+from phosd_harness import LIBPHOS, PHOS, PHOSD, Child, binary, start_sim_daemon  # noqa: E402
 
-
-def _binary(env, default):
-    return os.environ.get(env) or os.path.join(REPO, "build", default)
-
-
-PHOSD = _binary("PHOS_TEST_PHOSD", "daemon/phosd")
-PHOS = _binary("PHOS_TEST_PHOS", "cli/phos")
-LIBPHOS = _binary("PHOS_TEST_LIB", "interposer/client/libphos.so")
-APP = _binary("PHOS_TEST_CHECKPOINT_APP", "tests/integration/checkpoint_app")
-
-
-class Child:
-    """A child process whose stdout+stderr a thread collects (the app prints
-    its answers there)."""
-
-    def __init__(self, argv, env=None):
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-        self._cond = threading.Condition()
-        self._out = ""  # guarded by _cond
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self):
-        for chunk in iter(lambda: self.proc.stdout.read1(4096), b""):
-            with self._cond:
-                self._out += chunk.decode(errors="replace")
-                self._cond.notify_all()
-
-    @property
-    def output(self):
-        with self._cond:
-            return self._out
-
-    def read_until(self, pattern, timeout_s, start=0):
-        """Waits for `pattern` (a regex) in the output after offset `start`; returns the match or None."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                m = re.compile(pattern).search(self._out, start)
-                left = deadline - time.monotonic()
-                if m or left <= 0 or (self.proc.poll() is not None and not self._cond.wait(0.2)):
-                    return m
-                self._cond.wait(min(left, 0.5))
-
-    def stop(self, sig_term=True, timeout_s=10):
-        if self.proc.poll() is None:
-            self.proc.terminate() if sig_term else self.proc.kill()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        return self.proc.returncode
-
-
-def wait_for_data_socket(control_socket, timeout_s):
-    """phosd is ready for sessions once its data socket (<control>.data) accepts."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        s = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_SEQPACKET)
-        try:
-            s.connect(control_socket + ".data")
-            return True
-        except OSError:
-            time.sleep(0.05)
-        finally:
-            s.close()
-    return False
+APP = binary("PHOS_TEST_CHECKPOINT_APP", "tests/integration/checkpoint_app")
 
 
 class SdkDaemonTest(unittest.TestCase):
@@ -101,11 +34,8 @@ class SdkDaemonTest(unittest.TestCase):
         cls.socket = os.path.join(cls.dir, "phosd.sock")
         cls.ctl = os.path.join(cls.dir, "ctl")
         os.makedirs(cls.ctl)
-        cls.daemon = Child([PHOSD, "--backend", "sim", "--socket", cls.socket, "--pool", "1"])
         cls.app = None
-        if not wait_for_data_socket(cls.socket, 20):
-            cls.daemon.stop()
-            raise AssertionError("phosd did not start:\n" + cls.daemon.output)
+        cls.daemon = start_sim_daemon(cls.socket, "--pool", "1")
         cls.app = Child([PHOS, "--socket", cls.socket, "run", "--lib", LIBPHOS, "--", APP, cls.ctl])
         m = cls.app.read_until(r"checkpoint_app: ready pid (\d+)\n", 60)
         if not m:
@@ -116,6 +46,13 @@ class SdkDaemonTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        # The app outlives a killed `phos run` when it runs in its own pid
+        # namespace (as root): end it by its host pid first.
+        if getattr(cls, "pid", None):
+            try:
+                os.kill(cls.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if cls.app is not None:
             cls.app.stop(sig_term=False)
         rc = cls.daemon.stop()

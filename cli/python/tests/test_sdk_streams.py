@@ -1,0 +1,277 @@
+"""The SDK's template, migration and restore calls against a scripted phosd:
+a gRPC server in this process (the generated PhosServicer) on a temporary
+unix socket that records each request and answers with the events a test
+gives it. Checks what is sent (fields, the peer token read from its file)
+and how the streams are read: the `running` event's pid available while the
+operation goes on, exit_status present or absent, the migration's result,
+failures and refusals. Runs anywhere (no phosd, no CRIU); the real daemon is
+test_sdk_process.py's.
+"""
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import unittest
+from concurrent import futures
+
+import grpc
+
+import phos
+from phos._stubs import pb, pb_grpc
+
+
+def progress(phase, message=""):
+    return pb.OperationEvent(operation_id=7, progress=pb.Progress(phase=phase, message=message))
+
+
+def done(**fields):
+    return pb.OperationEvent(operation_id=7, done=pb.OperationResult(**fields))
+
+
+def failed(code, message):
+    return pb.OperationEvent(operation_id=7, failed=pb.OperationError(code=code.value[0], message=message))
+
+
+class ScriptedPhos(pb_grpc.PhosServicer):
+    """Answers every streaming RPC with the script the test queued for it:
+    a list of events, a threading.Event (wait for the test before going
+    on) or a grpc.StatusCode (end the call with that status)."""
+
+    def __init__(self):
+        self.requests = queue.Queue()  # (rpc, request) in arrival order
+        self.scripts = {}  # rpc -> list of steps; set by the test before the call
+        self.templates = [pb.TemplateInfo(name="fn", dir="/t/fn", bytes=123, source_pid=11, running_pids=[40, 41])]
+
+    def _play(self, rpc, request, context):
+        self.requests.put((rpc, request))
+        for step in self.scripts.pop(rpc):
+            if isinstance(step, threading.Event):
+                step.wait(10)
+            elif isinstance(step, grpc.StatusCode):
+                context.abort(step, "scripted %s" % step.name)
+            else:
+                yield step
+
+    def Restore(self, request, context):
+        yield from self._play("Restore", request, context)
+
+    def Migrate(self, request, context):
+        yield from self._play("Migrate", request, context)
+
+    def TemplateSave(self, request, context):
+        yield from self._play("TemplateSave", request, context)
+
+    def TemplateStart(self, request, context):
+        yield from self._play("TemplateStart", request, context)
+
+    def TemplateList(self, request, context):
+        self.requests.put(("TemplateList", request))
+        return pb.TemplateListReply(templates=self.templates, root="/t")
+
+    def TemplateRemove(self, request, context):
+        self.requests.put(("TemplateRemove", request))
+        if request.name != "fn":
+            context.abort(grpc.StatusCode.NOT_FOUND, "no template '%s'" % request.name)
+        return pb.TemplateRemoveReply(removed_dir="/t/fn")
+
+
+class SdkStreamsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="phos_sdk_streams_")
+        cls.socket = os.path.join(cls.dir, "phosd.sock")
+        cls.phosd = ScriptedPhos()
+        cls.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_PhosServicer_to_server(cls.phosd, cls.server)
+        cls.server.add_insecure_port("unix:" + cls.socket)
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop(grace=None)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def script(self, rpc, *steps):
+        self.phosd.scripts[rpc] = list(steps)
+
+    def sent(self, rpc):
+        got_rpc, request = self.phosd.requests.get(timeout=10)
+        self.assertEqual(got_rpc, rpc)
+        return request
+
+    def token_file(self, text="s3cret\n", mode=0o600):
+        path = os.path.join(self.dir, "token-%d" % len(os.listdir(self.dir)))
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, mode)
+        return path
+
+    # ------------------------------------------------------------ restore
+
+    def test_restore_running_pid_before_the_exit_status(self):
+        go_on = threading.Event()
+        self.script("Restore", progress("criu-restore", "criu"), progress("running", "restored pid 4242"), go_on,
+                    done(image_dir="/img", pid=4242, total_ms=5, exit_status=3, counters={"criu_restore_ms": 2}))
+        handle = phos.restore("/img", 1, gpu_only=False, socket=self.socket)
+        self.assertEqual(handle.wait_running(10), 4242)
+        self.assertEqual(handle.running_pid, 4242)
+        self.assertFalse(handle.done(), "the stream stays open while the restored process runs")
+        self.assertEqual(handle.progress.phase, "running")
+        with self.assertRaises(TimeoutError):
+            handle.wait(0.05)
+        go_on.set()
+        result = handle.wait(10)
+        self.assertEqual(result.pid, 4242)
+        self.assertEqual(result.exit_status, 3)
+        self.assertEqual(result.counters, {"criu_restore_ms": 2})
+        req = self.sent("Restore")
+        self.assertFalse(req.gpu_only)
+        self.assertFalse(req.detach)
+        self.assertEqual(req.image_dir, "/img")
+
+    def test_restore_without_exit_status(self):
+        # Detached, or phosd is not the process's reaper: no `running` event,
+        # no exit status; the result names the pid.
+        self.script("Restore", done(image_dir="/img", pid=99))
+        handle = phos.restore("/img", 1, gpu_only=False, socket=self.socket, detach=True)
+        self.assertEqual(handle.wait_running(10), 99)
+        result = handle.wait(10)
+        self.assertIsNone(result.exit_status)
+        self.assertEqual(result.pid, 99)
+        self.assertTrue(self.sent("Restore").detach)
+
+    def test_exit_status_zero_is_not_none(self):
+        self.script("Restore", progress("running", "restored pid 5"), done(pid=5, exit_status=0))
+        self.assertEqual(phos.restore("/img", 1, gpu_only=False, socket=self.socket).wait(10).exit_status, 0)
+        self.sent("Restore")
+
+    def test_failure_before_running(self):
+        self.script("Restore", failed(grpc.StatusCode.DATA_LOSS, "bad image"), grpc.StatusCode.DATA_LOSS)
+        handle = phos.restore("/img", 1, gpu_only=False, socket=self.socket)
+        with self.assertRaises(phos.PhosError) as cm:
+            handle.wait_running(10)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.DATA_LOSS)
+        self.assertEqual(cm.exception.message, "bad image")
+        self.assertIsNone(handle.running_pid)
+        self.sent("Restore")
+
+    # ---------------------------------------------------------- templates
+
+    def test_template_save(self):
+        self.script("TemplateSave", progress("criu-dump"), progress("commit"),
+                    done(image_dir="/t/fn", pid=12, counters={"source_ended": 1}))
+        result = phos.template_save("fn", 12, mode="cow", socket=self.socket).wait(10)
+        self.assertEqual((result.image_dir, result.pid, result.mode), ("/t/fn", 12, "cow"))
+        self.assertEqual(result.counters["source_ended"], 1)
+        req = self.sent("TemplateSave")
+        self.assertEqual((req.name, req.pid, req.mode, req.leave_running), ("fn", 12, pb.MODE_COW, False))
+
+        self.script("TemplateSave", done(image_dir="/t/fn", pid=12))
+        phos.template_save("fn", 12, leave_running=True, socket=self.socket).wait(10)
+        req = self.sent("TemplateSave")
+        self.assertEqual((req.mode, req.leave_running), (pb.MODE_STOP, True))
+
+    def test_template_start_detached_returns_the_pid(self):
+        self.script("TemplateStart", progress("criu-restore"), done(pid=31, counters={"running_ms": 4}))
+        self.assertEqual(phos.template_start("fn", socket=self.socket), 31)
+        req = self.sent("TemplateStart")
+        self.assertEqual((req.name, req.detach), ("fn", True))
+
+    def test_template_start_attached_gives_pid_then_exit_status(self):
+        go_on = threading.Event()
+        self.script("TemplateStart", progress("running", "started pid 32"), go_on, done(pid=32, exit_status=137))
+        handle = phos.template_start("fn", detach=False, socket=self.socket)
+        self.assertIsInstance(handle, phos.OperationHandle)
+        self.assertEqual(handle.wait_running(10), 32)
+        self.assertFalse(handle.done())
+        self.assertIn("template fn", repr(handle))
+        go_on.set()
+        self.assertEqual(handle.wait(10).exit_status, 137)
+        self.assertFalse(self.sent("TemplateStart").detach)
+
+    def test_template_start_refused(self):
+        self.script("TemplateStart", failed(grpc.StatusCode.NOT_FOUND, "no template 'nope'"),
+                    grpc.StatusCode.NOT_FOUND)
+        with self.assertRaises(phos.PhosError) as cm:
+            phos.template_start("nope", socket=self.socket)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("no template 'nope'", str(cm.exception))
+        self.sent("TemplateStart")
+
+    def test_template_list_and_remove(self):
+        templates = phos.template_list(socket=self.socket)
+        self.assertEqual([t["name"] for t in templates], ["fn"])
+        self.assertEqual(templates[0]["running_pids"], [40, 41])
+        self.assertEqual(templates[0]["bytes"], 123)
+        self.sent("TemplateList")
+        self.assertEqual(phos.template_remove("fn", socket=self.socket), "/t/fn")
+        self.assertEqual(self.sent("TemplateRemove").name, "fn")
+        with self.assertRaises(phos.PhosError) as cm:
+            phos.template_remove("other", socket=self.socket)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.sent("TemplateRemove")
+
+    def test_template_bad_arguments(self):
+        for call in (lambda: phos.template_save("", 1, socket=self.socket),
+                     lambda: phos.template_save("fn", 0, socket=self.socket),
+                     lambda: phos.template_save("fn", 1, mode="fast", socket=self.socket),
+                     lambda: phos.template_start(None, socket=self.socket),
+                     lambda: phos.template_remove(3, socket=self.socket)):
+            with self.assertRaises(ValueError):
+                call()
+        self.assertTrue(self.phosd.requests.empty(), "a bad argument reached phosd")
+
+    # ---------------------------------------------------------- migration
+
+    def test_migrate_result_and_request(self):
+        self.script("Migrate", progress("recopy"), progress("transfer"),
+                    done(image_dir="127.0.0.1:7070:incoming/m", pid=900, stall_us=1500, total_ms=80,
+                         bytes_written=4096, counters={"downtime_us": 1500, "source_pid": 21, "transfer_ms": 9}))
+        handle = phos.migrate(21, "127.0.0.1:7070", peer_token_file=self.token_file("  s3cret \nignored\n"),
+                              mode="stop", rounds=2, max_rate=1000, socket=self.socket, no_precopy=True)
+        result = handle.wait(10)
+        self.assertIsInstance(result, phos.MigrationResult)
+        self.assertEqual((result.pid, result.source_pid, result.downtime_us), (900, 21, 1500))
+        self.assertEqual((result.destination, result.mode, result.bytes_sent), ("127.0.0.1:7070", "stop", 4096))
+        self.assertEqual(result.image_dir, "127.0.0.1:7070:incoming/m")
+        self.assertEqual(result.counters["transfer_ms"], 9)
+        self.assertEqual(handle.running_pid, 900)
+        req = self.sent("Migrate")
+        self.assertEqual((req.pid, req.destination, req.peer_token), (21, "127.0.0.1:7070", "s3cret"))
+        self.assertEqual((req.mode, req.max_precopy_rounds, req.max_bytes_per_sec), (pb.MODE_STOP, 2, 1000))
+        self.assertTrue(req.no_precopy)
+
+        self.script("Migrate", failed(grpc.StatusCode.UNAUTHENTICATED, "wrong token"),
+                    grpc.StatusCode.UNAUTHENTICATED)
+        with self.assertRaises(phos.PhosError) as cm:
+            phos.migrate(21, "h:1", peer_token="x", socket=self.socket).wait(10)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+        req = self.sent("Migrate")
+        self.assertEqual((req.peer_token, req.mode, req.no_precopy), ("x", pb.MODE_RECOPY, False))
+
+    def test_migrate_refuses_bad_tokens_and_arguments(self):
+        cases = {
+            "does not exist": dict(peer_token_file=os.path.join(self.dir, "missing")),
+            "readable by group and others (mode 0644); make it private: chmod 600":
+                dict(peer_token_file=self.token_file(mode=0o644)),
+            "accessible by group": dict(peer_token_file=self.token_file(mode=0o620)),
+            "is empty": dict(peer_token_file=self.token_file(text="  \n")),
+            "not a regular file": dict(peer_token_file=self.dir),
+            "one of them": dict(),
+        }
+        for words, kwargs in cases.items():
+            with self.subTest(words), self.assertRaises(ValueError) as cm:
+                phos.migrate(21, "h:1", socket=self.socket, **kwargs)
+            self.assertIn(words, str(cm.exception))
+        good = self.token_file()
+        for bad in [dict(mode="cow"), dict(to="nohost"), dict(rounds=-1), dict(max_rate=1.5), dict(pid=0),
+                    dict(peer_token="x")]:
+            args = {"pid": 21, "to": "h:1", "peer_token_file": good, **bad}
+            with self.subTest(**bad), self.assertRaises(ValueError):
+                phos.migrate(socket=self.socket, **args)
+        self.assertTrue(self.phosd.requests.empty(), "a refused migration reached phosd")
+
+
+if __name__ == "__main__":
+    unittest.main()
