@@ -64,6 +64,13 @@ Status PrecopySender::Staged(const engine::StagedCopy& copy) {
     d->set_bytes(copy.bytes);
     d->set_offset(off);
     d->set_data(copy.data + off, static_cast<std::size_t>(len));
+    if (off == 0) {
+      d->set_chunk_bytes(copy.chunk_bytes);
+      for (std::uint64_t x : *copy.chunk_xxh3) d->add_chunk_xxh3(x);
+    } else if (off == kChunkBytes) {
+      d->clear_chunk_bytes();
+      d->clear_chunk_xxh3();
+    }
     if (!writer_->Write(msg)) return StreamError();
     stats_.bytes += len;
     if (max_bytes_per_sec_ > 0) {

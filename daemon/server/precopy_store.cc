@@ -1,5 +1,8 @@
 #include "server/precopy_store.h"
 
+#include <xxhash.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "common/hex.h"
@@ -9,6 +12,13 @@ namespace phos::server {
 Status PrecopyStore::Add(const peer::v1::PrecopyData& d) {
   std::lock_guard<std::mutex> lock(mu_);
   if (sealed_) return Status::FailedPrecondition("pre-copy '" + name_ + "' already ended");
+  if (failed_) return Status::FailedPrecondition("pre-copy '" + name_ + "' failed earlier");
+  Status s = AddLocked(d);
+  failed_ = !s.ok();
+  return s;
+}
+
+Status PrecopyStore::AddLocked(const peer::v1::PrecopyData& d) {
   if (d.copy_id() == 0) return Status::InvalidArgument("pre-copy chunk without a copy id");
   const std::string& data = d.data();
   if (d.copy_id() != last_id_) {
@@ -28,6 +38,15 @@ Status PrecopyStore::Add(const peer::v1::PrecopyData& d) {
     if (d.offset() != 0) return Status::InvalidArgument("first chunk of pre-copy copy " + std::to_string(d.copy_id()) +
                                                         " is not at offset 0");
     if (d.bytes() == 0) return Status::InvalidArgument("pre-copy copy " + std::to_string(d.copy_id()) + " is empty");
+    // Checksums are required: they are what makes a pre-copied extent as
+    // trustworthy as streamed bytes (proto/peer.proto).
+    const std::uint64_t cb = d.chunk_bytes();
+    if (cb == 0 || static_cast<std::uint64_t>(d.chunk_xxh3_size()) != d.bytes() / cb + (d.bytes() % cb != 0)) {
+      return Status::InvalidArgument("pre-copy copy " + std::to_string(d.copy_id()) + " of " +
+                                     std::to_string(d.bytes()) + " bytes carries " +
+                                     std::to_string(d.chunk_xxh3_size()) + " checksums of " + std::to_string(cb) +
+                                     "-byte chunks");
+    }
     // The source superseded its older copy of this address: it is dropped,
     // so a buffer copied in every round is held once — but only once the
     // new copy is accepted (a refused Add changes nothing).
@@ -46,6 +65,8 @@ Status PrecopyStore::Add(const peer::v1::PrecopyData& d) {
     }
     Copy c;
     c.address = d.address();
+    c.chunk_bytes = cb;
+    c.chunk_xxh3.assign(d.chunk_xxh3().begin(), d.chunk_xxh3().end());
     c.bytes.resize(d.bytes());
     held_bytes_ += d.bytes();
     by_id_.emplace(d.copy_id(), std::move(c));
@@ -64,11 +85,25 @@ Status PrecopyStore::Add(const peer::v1::PrecopyData& d) {
   }
   std::memcpy(c.bytes.data() + c.received, data.data(), data.size());
   c.received += data.size();
+  if (c.received == c.bytes.size()) return CheckCopyLocked(last_id_, c);
+  return Status::Ok();
+}
+
+Status PrecopyStore::CheckCopyLocked(std::uint64_t id, const Copy& c) const {
+  for (std::size_t k = 0; k < c.chunk_xxh3.size(); ++k) {
+    const std::uint64_t off = k * c.chunk_bytes;
+    const std::uint64_t len = std::min<std::uint64_t>(c.chunk_bytes, c.bytes.size() - off);
+    if (XXH3_64bits(c.bytes.data() + off, static_cast<std::size_t>(len)) != c.chunk_xxh3[k]) {
+      return Status::Corruption("pre-copy copy " + std::to_string(id) + " of buffer " + Hex(c.address) + ": chunk " +
+                                std::to_string(k) + " does not match its checksum (damaged in transit)");
+    }
+  }
   return Status::Ok();
 }
 
 Status PrecopyStore::Seal() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (failed_) return Status::FailedPrecondition("pre-copy '" + name_ + "' failed earlier");
   if (last_id_ != 0) {
     const Copy& c = by_id_.at(last_id_);
     if (c.received != c.bytes.size()) {

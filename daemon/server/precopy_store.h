@@ -4,7 +4,9 @@
 //
 //   Add(PrecopyData)  the Precopy RPC thread appends chunks; a copy of an
 //                     address already held replaces the older copy (the
-//                     source superseded it) once its first chunk arrives
+//                     source superseded it) once its first chunk arrives;
+//                     a complete copy is checked against the chunk
+//                     checksums its first chunk carried (Corruption if not)
 //   Seal()            the stream ended cleanly: no more Adds; from now on
 //                     the store is immutable and Read may be called
 //   Read(ref)         the ReceiveImage thread: the bytes a PrecopyRef names
@@ -23,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "common/status.h"
 #include "peer.pb.h"
@@ -33,6 +36,8 @@ class PrecopyStore {
  public:
   PrecopyStore(std::string name, std::uint64_t max_bytes) : name_(std::move(name)), max_bytes_(max_bytes) {}
 
+  /// A failed Add poisons the store (every later Add and Seal fails): the
+  /// stream that fed it is over.
   Status Add(const peer::v1::PrecopyData& data);
   /// Fails when a copy is incomplete (the stream was cut inside one).
   Status Seal();
@@ -48,12 +53,18 @@ class PrecopyStore {
     std::uint64_t address = 0;
     std::string bytes;          // sized to the whole copy at its first chunk
     std::uint64_t received = 0; // contiguous bytes received
+    std::uint64_t chunk_bytes = 0;
+    std::vector<std::uint64_t> chunk_xxh3;  // checked once the copy is complete
   };
+  Status AddLocked(const peer::v1::PrecopyData& data);
+  /// mu_ held: the copy just completed; its bytes against its checksums.
+  Status CheckCopyLocked(std::uint64_t id, const Copy& c) const;
 
   const std::string name_;
   const std::uint64_t max_bytes_;
   mutable std::mutex mu_;  // guards the fields below until sealed_
   bool sealed_ = false;
+  bool failed_ = false;  // an Add failed: no more Adds, never sealed
   std::map<std::uint64_t, Copy> by_id_;                        // copy id -> copy
   std::unordered_map<std::uint64_t, std::uint64_t> by_address_;  // address -> newest copy id
   std::uint64_t last_id_ = 0;

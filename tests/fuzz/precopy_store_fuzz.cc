@@ -5,11 +5,19 @@
 //
 // The input is a script of operations, each starting with one op byte:
 //   0: Add — then copy id (1 byte), address (1 byte), copy size (2 bytes
-//      LE), offset (2 bytes LE), data length (1 byte) and that many bytes
+//      LE), offset (2 bytes LE), chunk size (1 byte), checksum count (1
+//      byte; each checksum is that count's index), data length (1 byte) and
+//      that many bytes: any malformed chunk
+//   3: a well-formed copy — copy id, address (1 byte each), data length (1
+//      byte) and that many bytes, with correct 16-byte-chunk checksums, sent
+//      as two chunks
 //   1: Seal
 //   2: Read — copy id (1 byte), copy offset (2 bytes LE), length (2 bytes
 //      LE); on success every returned byte is touched (ASan checks bounds)
 // Invariant checked: bytes() never exceeds the 4 KiB limit.
+#include <xxhash.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -41,11 +49,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in{data, size};
   uint64_t op = 0;
   while (in.Take(1, &op)) {
-    switch (op % 3) {
+    switch (op % 4) {
       case 0: {
-        uint64_t id, addr, bytes, offset, len;
+        uint64_t id, addr, bytes, offset, cb, sums, len;
         if (!in.Take(1, &id) || !in.Take(1, &addr) || !in.Take(2, &bytes) || !in.Take(2, &offset) ||
-            !in.Take(1, &len) || in.n < len) {
+            !in.Take(1, &cb) || !in.Take(1, &sums) || !in.Take(1, &len) || in.n < len) {
           return 0;
         }
         phos::peer::v1::PrecopyData d;
@@ -53,9 +61,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         d.set_address(addr);
         d.set_bytes(bytes);
         d.set_offset(offset);
+        d.set_chunk_bytes(cb);
+        for (uint64_t k = 0; k < sums; ++k) d.add_chunk_xxh3(k);
         d.set_data(reinterpret_cast<const char*>(in.p), len);
         in.p += len;
         in.n -= len;
+        (void)store.Add(d);
+        break;
+      }
+      case 3: {
+        uint64_t id, addr, len;
+        if (!in.Take(1, &id) || !in.Take(1, &addr) || !in.Take(1, &len) || len == 0 || in.n < len) return 0;
+        const std::string copy(reinterpret_cast<const char*>(in.p), len);
+        in.p += len;
+        in.n -= len;
+        phos::peer::v1::PrecopyData d;
+        d.set_copy_id(id);
+        d.set_address(addr);
+        d.set_bytes(len);
+        d.set_chunk_bytes(16);
+        for (uint64_t off = 0; off < len; off += 16) {
+          d.add_chunk_xxh3(XXH3_64bits(copy.data() + off, std::min<uint64_t>(16, len - off)));
+        }
+        const uint64_t half = len / 2;
+        d.set_data(copy.substr(0, half));
+        (void)store.Add(d);
+        d.clear_chunk_xxh3();
+        d.set_offset(half);
+        d.set_data(copy.substr(half));
         (void)store.Add(d);
         break;
       }

@@ -203,6 +203,8 @@ class PeerTransferTest : public ::testing::Test {
     c.mutable_begin()->set_name(name);
     return c;
   }
+  // One chunk of a copy; the first (offset 0) carries `sums` checksums of
+  // 1 KiB chunks (bogus ones: for streams that must fail before they matter).
   static phos::peer::v1::PrecopyChunk PrecopyData(std::uint64_t id, std::uint64_t address, std::uint64_t bytes,
                                                   std::uint64_t offset, const std::string& data) {
     phos::peer::v1::PrecopyChunk c;
@@ -212,7 +214,26 @@ class PeerTransferTest : public ::testing::Test {
     d->set_bytes(bytes);
     d->set_offset(offset);
     d->set_data(data);
+    if (offset == 0) {
+      d->set_chunk_bytes(1024);
+      for (std::uint64_t k = 0; k < (bytes + 1023) / 1024; ++k) d->add_chunk_xxh3(k);
+    }
     return c;
+  }
+  // A whole copy with correct checksums of 1 KiB chunks, sent in pieces
+  // split at `split` (0: one piece).
+  static std::vector<phos::peer::v1::PrecopyChunk> PrecopyCopy(std::uint64_t id, std::uint64_t address,
+                                                               const std::string& copy, std::size_t split = 0) {
+    std::vector<phos::peer::v1::PrecopyChunk> out;
+    const std::size_t cut = split == 0 ? copy.size() : split;
+    out.push_back(PrecopyData(id, address, copy.size(), 0, copy.substr(0, cut)));
+    auto* d = out.back().mutable_data();
+    d->clear_chunk_xxh3();
+    for (std::size_t off = 0; off < copy.size(); off += 1024) {
+      d->add_chunk_xxh3(XXH3_64bits(copy.data() + off, std::min<std::size_t>(1024, copy.size() - off)));
+    }
+    if (cut < copy.size()) out.push_back(PrecopyData(id, address, copy.size(), cut, copy.substr(cut)));
+    return out;
   }
   static phos::peer::v1::ImageChunk Ref(const std::string& path, std::uint64_t offset, std::uint64_t id,
                                         std::uint64_t copy_offset, std::uint64_t length) {
@@ -373,11 +394,12 @@ TEST_F(PeerTransferTest, PrecopyRefsFillTheFileAndBadRefsAreRefused) {
   const std::string old_copy = RandomBytes(3000, 7), new_copy = RandomBytes(3000, 8), other = RandomBytes(500, 9);
   auto precopy = [&](const std::string& name) {
     phos::peer::v1::PrecopyReply reply;
-    grpc::Status g = RawPrecopy({PrecopyBegin(name), PrecopyData(1, 0x1000, 3000, 0, old_copy.substr(0, 1000)),
-                                 PrecopyData(1, 0x1000, 3000, 1000, old_copy.substr(1000)),
-                                 PrecopyData(2, 0x9000, 500, 0, other),
-                                 PrecopyData(3, 0x1000, 3000, 0, new_copy)},
-                                tok, &reply);
+    std::vector<phos::peer::v1::PrecopyChunk> msgs = {PrecopyBegin(name)};
+    for (auto part : {PrecopyCopy(1, 0x1000, old_copy, 1000), PrecopyCopy(2, 0x9000, other),
+                      PrecopyCopy(3, 0x1000, new_copy, 2048)}) {
+      msgs.insert(msgs.end(), part.begin(), part.end());
+    }
+    grpc::Status g = RawPrecopy(msgs, tok, &reply);
     EXPECT_TRUE(g.ok()) << g.error_message();
     EXPECT_EQ(reply.copies(), 2u) << "copy 1 was superseded by copy 3";
     EXPECT_EQ(reply.bytes(), 3500u);
@@ -417,13 +439,25 @@ TEST_F(PeerTransferTest, PrecopyRefsFillTheFileAndBadRefsAreRefused) {
     EXPECT_EQ(g.error_code(), code) << ref.DebugString() << ": " << g.error_message();
   }
   // Broken pre-copy streams: ids going back, a copy cut short, over the limit (64M).
-  g = RawPrecopy({PrecopyBegin("x"), PrecopyData(2, 1, 10, 0, "0123456789"), PrecopyData(1, 2, 1, 0, "a")}, tok);
+  g = RawPrecopy({PrecopyBegin("x"), PrecopyCopy(2, 1, "0123456789")[0], PrecopyData(1, 2, 1, 0, "a")}, tok);
   EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << g.error_message();
   g = RawPrecopy({PrecopyBegin("x"), PrecopyData(1, 1, 10, 0, "01234")}, tok);
   EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << g.error_message();
   g = RawPrecopy({PrecopyBegin("x"), PrecopyData(1, 1, 65u << 20, 0, "0")}, tok);
   EXPECT_EQ(g.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << g.error_message();
   EXPECT_NE(g.error_message().find("--max-receive-bytes"), std::string::npos) << g.error_message();
+  // No checksums, and bytes that do not match theirs (damaged in transit).
+  phos::peer::v1::PrecopyChunk bare = PrecopyData(1, 1, 4, 0, "abcd");
+  bare.mutable_data()->clear_chunk_xxh3();
+  g = RawPrecopy({PrecopyBegin("x"), bare}, tok);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << g.error_message();
+  EXPECT_NE(g.error_message().find("checksums"), std::string::npos) << g.error_message();
+  std::vector<phos::peer::v1::PrecopyChunk> damaged = PrecopyCopy(1, 1, RandomBytes(3000, 10), 1500);
+  damaged.back().mutable_data()->mutable_data()->at(7) ^= 1;
+  damaged.insert(damaged.begin(), PrecopyBegin("x"));
+  g = RawPrecopy(damaged, tok);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::DATA_LOSS) << g.error_message();
+  EXPECT_NE(g.error_message().find("chunk 1 does not match"), std::string::npos) << g.error_message();
   // Those failed pre-copies are forgotten: a ref to them finds none.
   g = RawSend({Begin("x", 100), Ref("gpu.img", 0, 1, 0, 1)}, tok);
   EXPECT_EQ(g.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << g.error_message();
