@@ -114,6 +114,10 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "sim: base of the device address range (hex); must match between daemons "
                   "that restore each other's images")
       ->default_str("0x7c0000000000");
+  // Fault injection for migrate_test; the empty group keeps it out of --help.
+  app->add_flag("--test-drop-restore-reply", options->test_drop_restore_reply,
+                "Tests only: every peer RestoreImage restores, then answers UNAVAILABLE (a lost reply)")
+      ->group("");
 }
 
 Status FinishDaemonFlags(const DaemonFlagValues& raw, DaemonOptions* options) {

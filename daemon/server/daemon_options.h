@@ -57,6 +57,11 @@ struct DaemonOptions {
   /// = a private tmpfs directory under /dev/shm, "off" = none (starts read
   /// <checkpoint root>/templates), else a tmpfs directory.
   std::string template_cache = "auto";
+  /// Tests only (hidden --test-drop-restore-reply): the peer plane's every
+  /// RestoreImage restores and resumes as asked, records the outcome, then
+  /// answers UNAVAILABLE — the reply lost after the copy already runs, which
+  /// the source recovers with RestoreStatus (docs/migration.md).
+  bool test_drop_restore_reply = false;
 };
 
 }  // namespace phos::server

@@ -11,7 +11,10 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
+#include "common/hex.h"
 #include "image/file_util.h"
+#include "image/image_layout.h"
+#include "image/manifest_file.h"
 
 namespace phos::server {
 namespace {
@@ -127,7 +130,19 @@ Status ImageReceiver::OpenFile(const std::string& rel) {
     if (std::find(dirs_.begin(), dirs_.end(), dir) == dirs_.end()) dirs_.push_back(dir);
   }
   const std::string path = tmp_dir_ + "/" + rel;
-  fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (rel == image::kGpuImgName && options_.precopy) {
+    // The pre-copy's file already holds the copies: it becomes gpu.img.
+    std::string precopied;
+    PHOS_RETURN_IF_ERROR(options_.precopy->TakeFile(&precopied, &gpu_end_));
+    if (renameat2(AT_FDCWD, precopied.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) != 0) {
+      if (errno == EEXIST) return Status::InvalidArgument("file '" + rel + "' sent twice");
+      return image::ErrnoError("move the pre-copy " + precopied + " to", path, errno);
+    }
+    relayout_ = true;
+    fd_ = open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+  } else {
+    fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  }
   if (fd_ < 0) {
     if (errno == EEXIST) return Status::InvalidArgument("file '" + rel + "' sent twice");
     return image::ErrnoError("create", path, errno);
@@ -153,14 +168,14 @@ Status ImageReceiver::Data(const peer::v1::FileData& data) {
   }
   const char* bytes = data.data().data();
   std::size_t size = data.data().size();
+  const bool laying_out = relayout_ && file_rel_ == image::kGpuImgName;  // gpu.img around a pre-copy
   if (data.has_ref()) {
     if (size != 0) return Status::InvalidArgument("a chunk of '" + file_rel_ + "' carries both bytes and a pre-copy reference");
     if (!options_.precopy) {
       return Status::FailedPrecondition("a chunk of '" + file_rel_ + "' refers to a pre-copy, but no pre-copy of '" +
                                         name_ + "' was received (or it expired)");
     }
-    PHOS_RETURN_IF_ERROR(options_.precopy->Read(data.ref(), &bytes).WithContext("'" + file_rel_ + "' at offset " +
-                                                                              std::to_string(data.offset())));
+    if (!laying_out) return Status::InvalidArgument("pre-copy references are only for gpu.img, not '" + file_rel_ + "'");
     size = static_cast<std::size_t>(data.ref().length());
   }
   const std::uint64_t limit = std::min(announced_bytes_, options_.max_bytes);
@@ -168,10 +183,14 @@ Status ImageReceiver::Data(const peer::v1::FileData& data) {
     return Status::OutOfMemory("image '" + name_ + "' exceeds " + std::to_string(limit) + " bytes (" +
                                (limit == announced_bytes_ ? "its announced size" : "--max-receive-bytes") + ")");
   }
-  // FileEnd's xxh3 covers the bytes the stream carried; pre-copied parts are
-  // covered by the image's chunk checksums (proto/peer.proto).
+  // FileEnd's xxh3 covers the bytes the stream carried; pre-copied parts
+  // were checked on arrival (PrecopyStore) against the manifest's values.
   if (!data.has_ref()) XXH3_64bits_update(xxh_, bytes, size);
-  PHOS_RETURN_IF_ERROR(Append(bytes, size));
+  if (laying_out) {
+    PHOS_RETURN_IF_ERROR(PlaceGpuImgChunk(data, bytes, size));
+  } else {
+    PHOS_RETURN_IF_ERROR(WriteAt(bytes, size, file_bytes_));
+  }
   if (data.has_ref()) precopied_bytes_ += size;
   // Start writeback of every completed 64 MiB now (no waiting), so the
   // fsync at FileEnd finds little left to write — the disk works while the
@@ -180,7 +199,7 @@ Status ImageReceiver::Data(const peer::v1::FileData& data) {
   const std::uint64_t before = file_bytes_ / kWritebackStep;
   file_bytes_ += size;
   total_bytes_ += size;
-  if (!skip_fsync_ && file_bytes_ / kWritebackStep != before) {
+  if (!skip_fsync_ && !laying_out && file_bytes_ / kWritebackStep != before) {
     const std::uint64_t end = (file_bytes_ / kWritebackStep) * kWritebackStep;
     (void)sync_file_range(fd_, static_cast<off_t>(end - kWritebackStep), static_cast<off_t>(kWritebackStep),
                           SYNC_FILE_RANGE_WRITE);
@@ -188,10 +207,10 @@ Status ImageReceiver::Data(const peer::v1::FileData& data) {
   return Status::Ok();
 }
 
-Status ImageReceiver::Append(const char* bytes, std::size_t n) {
+Status ImageReceiver::WriteAt(const char* bytes, std::size_t n, std::uint64_t offset) {
   std::size_t done = 0;
   while (done < n) {
-    const ssize_t w = write(fd_, bytes + done, n - done);
+    const ssize_t w = pwrite(fd_, bytes + done, n - done, static_cast<off_t>(offset + done));
     if (w < 0) {
       if (errno == EINTR) continue;
       return image::ErrnoError("write", tmp_dir_ + "/" + file_rel_, errno);
@@ -199,6 +218,92 @@ Status ImageReceiver::Append(const char* bytes, std::size_t n) {
     done += static_cast<std::size_t>(w);
   }
   return Status::Ok();
+}
+
+Status ImageReceiver::PlaceGpuImgChunk(const peer::v1::FileData& data, const char* bytes, std::size_t size) {
+  const std::uint64_t src = data.offset();
+  if (data.has_ref()) {
+    PrecopyStore::Placement where;
+    PHOS_RETURN_IF_ERROR(options_.precopy->Lookup(data.ref().copy_id(), &where)
+                             .WithContext("'" + file_rel_ + "' at offset " + std::to_string(src)));
+    const peer::v1::PrecopyRef& ref = data.ref();
+    if (ref.length() == 0 || ref.copy_offset() > where.bytes || ref.length() > where.bytes - ref.copy_offset()) {
+      return Status::InvalidArgument("pre-copy reference [" + std::to_string(ref.copy_offset()) + ", +" +
+                                     std::to_string(ref.length()) + ") is outside copy " +
+                                     std::to_string(ref.copy_id()) + " of buffer " + Hex(where.address) + " (" +
+                                     std::to_string(where.bytes) + " bytes)");
+    }
+    spans_.push_back(Span{src, ref.length(), where.file_offset + ref.copy_offset()});
+    inline_run_ = false;
+    return Status::Ok();
+  }
+  if (!inline_run_) {
+    // A new run of streamed bytes, placed after everything so far at the
+    // same offset modulo 4 KiB as in the source's file.
+    const std::uint64_t base = image::RoundUp(gpu_end_, image::kAlign);
+    spans_.push_back(Span{src, 0, base + src % image::kAlign});
+    inline_run_ = true;
+  }
+  Span& run = spans_.back();
+  const std::uint64_t dst = run.dst + run.len;
+  PHOS_RETURN_IF_ERROR(WriteAt(bytes, size, dst));
+  run.len += size;
+  gpu_end_ = std::max(gpu_end_, dst + size);
+  return Status::Ok();
+}
+
+Status ImageReceiver::LayOutGpuImg() {
+  const std::string manifest_path = tmp_dir_ + "/" + std::string(image::kManifestName);
+  std::string bytes;
+  PHOS_RETURN_IF_ERROR(image::ReadSmallFile(manifest_path, 64ull << 20, &bytes)
+                           .WithContext("an image with pre-copied extents needs its manifest"));
+  image::v1::Manifest m;
+  PHOS_RETURN_IF_ERROR(image::DecodeManifestFile(
+      std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()), &m));
+  // Every extent's bytes lie in one span (a copy, or a run of streamed bytes).
+  for (auto& b : *m.mutable_buffers()) {
+    if (b.bytes() == 0) continue;
+    const std::uint64_t off = b.extent_offset();
+    auto it = std::upper_bound(spans_.begin(), spans_.end(), off,
+                               [](std::uint64_t v, const Span& sp) { return v < sp.src; });
+    if (it == spans_.begin() || off - (it - 1)->src > (it - 1)->len || b.bytes() > (it - 1)->len - (off - (it - 1)->src)) {
+      return Status::Corruption("buffer " + Hex(b.device_address()) + "'s extent [" + std::to_string(off) + ", +" +
+                                std::to_string(b.bytes()) + ") of gpu.img was not received in one piece");
+    }
+    const std::uint64_t dst = (it - 1)->dst + (off - (it - 1)->src);
+    if (dst % image::kAlign != 0) {
+      return Status::Internal("buffer " + Hex(b.device_address()) + " would start at unaligned offset " +
+                              std::to_string(dst));
+    }
+    b.set_extent_offset(dst);
+  }
+  std::uint64_t file_end = gpu_end_;
+  for (const Span& sp : spans_) file_end = std::max(file_end, sp.dst + sp.len);
+  for (const auto& b : m.buffers()) {
+    file_end = std::max(file_end, b.extent_offset() + image::RoundUp(b.bytes(), image::kAlign));
+  }
+  m.set_gpu_img_bytes(image::RoundUp(file_end, image::kAlign));
+  const std::string gpu_path = tmp_dir_ + "/" + std::string(image::kGpuImgName);
+  const int fd = open(gpu_path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return image::ErrnoError("open", gpu_path, errno);
+  std::uint8_t block[image::kGpuImgHeaderBlock] = {};
+  image::GpuImgHeader h;
+  h.image_id = m.image_id();
+  h.file_bytes = m.gpu_img_bytes();
+  image::EncodeGpuImgHeader(h, block);
+  Status s;
+  if (pwrite(fd, block, sizeof(block), 0) != static_cast<ssize_t>(sizeof(block))) {
+    s = image::ErrnoError("write the header of", gpu_path, errno);
+  } else if (ftruncate(fd, static_cast<off_t>(m.gpu_img_bytes())) != 0) {
+    s = image::ErrnoError("truncate", gpu_path, errno);
+  } else if (!skip_fsync_ && fsync(fd) != 0) {
+    s = image::ErrnoError("fsync", gpu_path, errno);
+  }
+  close(fd);
+  PHOS_RETURN_IF_ERROR(s);
+  std::string encoded;
+  PHOS_RETURN_IF_ERROR(image::EncodeManifestFile(m, &encoded));
+  return image::WriteFileDurable(manifest_path, encoded, 0);
 }
 
 Status ImageReceiver::FileEnd(const peer::v1::FileEnd& end) {
@@ -232,6 +337,7 @@ Status ImageReceiver::End(const peer::v1::ImageEnd& end, peer::v1::ReceiveImageR
                               std::to_string(end.total_bytes()) + " bytes; received " + std::to_string(files_) +
                               " files, " + std::to_string(total_bytes_) + " bytes");
   }
+  if (relayout_) PHOS_RETURN_IF_ERROR(LayOutGpuImg());
   // Deepest first, then the image directory itself: every entry durable
   // before the rename makes the image visible.
   std::sort(dirs_.begin(), dirs_.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });

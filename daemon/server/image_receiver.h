@@ -6,14 +6,22 @@
 //                      <incoming>/<name>.tmp/ (a stale one is replaced)
 //   Data(FileData)     appends to the file being received (created, with its
 //                      parent directories, by its first chunk); xxh3 is
-//                      computed as bytes arrive; no fsync per chunk. A chunk
-//                      with a PrecopyRef appends bytes of a pre-copied
-//                      buffer copy (options.precopy) instead
+//                      computed as bytes arrive; no fsync per chunk
+//   End(ImageEnd)      (with a pre-copy: lays gpu.img out first, below)
 //   FileEnd(FileEnd)   checks size and xxh3, applies the mode, fsyncs, closes
 //   End(ImageEnd)      checks counts, fsyncs the directories, renames .tmp to
 //                      <incoming>/<name> (never over an existing one) and
 //                      fsyncs <incoming>
 //   Discard()          removes the .tmp (the destination refused the data)
+//
+// With a pre-copy (options.precopy, live migration; docs/migration.md
+// "Pre-copy streaming") gpu.img is not written from offset 0 up: the
+// pre-copy's file, which already holds the copies, becomes gpu.img; a
+// FileData with a PrecopyRef only records where its bytes already are, and
+// streamed bytes are appended (each run keeping its offset modulo 4 KiB, so
+// aligned extents stay aligned). End then reads the manifest, moves every
+// extent's offset to where its bytes are, writes the gpu.img header and the
+// new manifest. Nothing pre-copied is copied again after the freeze.
 //
 // A receiver dropped without End or Discard (the source vanished) leaves the
 // .tmp: image::RecoverDirectory removes it at the next phosd start, and the
@@ -43,9 +51,9 @@ struct ImageReceiverOptions {
   std::string incoming_dir;
   /// Largest image accepted (announced and actual bytes).
   std::uint64_t max_bytes = 1ull << 40;
-  /// The sealed pre-copy of this image's name, if the source sent one:
-  /// PrecopyRef chunks read from it (refused without one).
-  std::shared_ptr<const PrecopyStore> precopy;
+  /// The sealed pre-copy of this image's name, if the source sent one
+  /// (PrecopyRefs are refused without one).
+  std::shared_ptr<PrecopyStore> precopy;
 };
 
 /// One path component usable as an image name: [A-Za-z0-9._-], 1-200
@@ -76,8 +84,12 @@ class ImageReceiver {
  private:
   ImageReceiver() = default;
   Status OpenFile(const std::string& rel);
-  /// Appends bytes to the open file (no checksum).
-  Status Append(const char* bytes, std::size_t n);
+  /// Writes bytes at `offset` of the open file (no checksum).
+  Status WriteAt(const char* bytes, std::size_t n, std::uint64_t offset);
+  /// gpu.img with a pre-copy: where this chunk's bytes go (or already are).
+  Status PlaceGpuImgChunk(const peer::v1::FileData& data, const char* bytes, std::size_t size);
+  /// End with a pre-copy: extents moved to where their bytes are, header, manifest.
+  Status LayOutGpuImg();
   void CloseFile();
 
   ImageReceiverOptions options_;
@@ -87,6 +99,15 @@ class ImageReceiver {
   std::uint64_t precopied_bytes_ = 0;
   std::uint32_t files_ = 0;
   bool skip_fsync_ = false;  // ImageBegin.skip_fsync
+  // Pre-copy layout of gpu.img: source file offset ranges -> offsets in
+  // our gpu.img (sorted by source offset: the stream is in order).
+  struct Span {
+    std::uint64_t src = 0, len = 0, dst = 0;
+  };
+  bool relayout_ = false;   // gpu.img came from the pre-copy
+  std::vector<Span> spans_;
+  bool inline_run_ = false; // the last span holds streamed bytes and may grow
+  std::uint64_t gpu_end_ = 0;  // end of what our gpu.img holds
   std::vector<std::string> dirs_;  // created under tmp_dir_, fsynced at End
   // The file being received (fd_ < 0: none).
   int fd_ = -1;

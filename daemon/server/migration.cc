@@ -95,6 +95,71 @@ Status PrecopiedRanges(const std::string& dir, const std::vector<engine::Precopi
   return Status::Ok();
 }
 
+// ---- a lost RestoreImage reply (docs/migration.md "Lost restore reply")
+
+/// True when RestoreOnPeer's error is the destination's own refusal (its
+/// gRPC status, PeerStatus-mapped): it answered, so it runs no copy. Other
+/// errors (Unavailable, IoError: a lost connection, a deadline, a cancelled
+/// call, a status PeerStatus does not map) may hide a copy that runs.
+bool DestinationRefused(const Status& s) {
+  switch (s.code()) {
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kNotFound:
+    case Status::Code::kFailedPrecondition:
+    case Status::Code::kAlreadyExists:
+    case Status::Code::kCorruption:
+    case Status::Code::kOutOfMemory: return true;
+    default: return false;
+  }
+}
+
+enum class RemoteRestore { kRunning, kNotRunning, kCannotTell };
+
+constexpr auto kStatusPollInterval = std::chrono::milliseconds(200);
+constexpr int kStatusCallTimeoutMs = 1000;                    // each RestoreStatus, connecting included
+constexpr auto kStatusSilenceLimit = std::chrono::seconds(15);  // no answer for this long: cannot tell
+constexpr auto kStatusRestoringLimit = std::chrono::minutes(5); // still RESTORING after this: cannot tell
+
+/// Polls the destination's RestoreStatus for `name` until it says how the
+/// restore ended. kRunning fills `reply` with what RestoreImage would have
+/// answered; `detail` says why for the other two. Bounded: gives up after
+/// kStatusSilenceLimit without an answer or kStatusRestoringLimit in all.
+RemoteRestore AskRestoreOutcome(const std::string& dest, const std::string& token, const std::string& name,
+                                peer::v1::RestoreImageReply* reply, std::string* detail) {
+  const auto start = Clock::now();
+  auto last_answer = start;
+  for (;;) {
+    peer::v1::RestoreStatusReply st;
+    const Status q = RestoreStatusOnPeer(dest, token, name, &st, kStatusCallTimeoutMs);
+    const auto now = Clock::now();
+    if (q.ok()) {
+      last_answer = now;
+      switch (st.state()) {
+        case peer::v1::RESTORE_STATE_RUNNING: *reply = st.restored(); return RemoteRestore::kRunning;
+        case peer::v1::RESTORE_STATE_FAILED: *detail = "the restore there failed: " + st.error(); return RemoteRestore::kNotRunning;
+        case peer::v1::RESTORE_STATE_RESTORING: break;
+        default:  // UNKNOWN: it never started, and now never will (the answer fenced the name)
+          *detail = dest + " never started restoring '" + name + "'";
+          return RemoteRestore::kNotRunning;
+      }
+      if (now - start >= kStatusRestoringLimit) {
+        *detail = dest + " was still restoring '" + name + "' after " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - start).count()) + " s";
+        return RemoteRestore::kCannotTell;
+      }
+    } else if (q.code() == Status::Code::kNotSupported) {
+      *detail = q.message();
+      return RemoteRestore::kCannotTell;
+    } else if (now - last_answer >= kStatusSilenceLimit) {
+      *detail = "no answer from " + dest + " to RestoreStatus for " +
+                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - last_answer).count()) +
+                " s (last: " + q.message() + ")";
+      return RemoteRestore::kCannotTell;
+    }
+    std::this_thread::sleep_for(kStatusPollInterval);
+  }
+}
+
 }  // namespace
 
 Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::Progress* progress,
@@ -204,7 +269,36 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
 
   if (progress != nullptr) progress->SetPhase("remote-restore", o.destination + " restores the process");
   peer::v1::RestoreImageReply reply;
-  s = RestoreOnPeer(o.destination, o.token, o.name, /*resume=*/true, &reply);
+  bool request_sent = false;
+  s = RestoreOnPeer(o.destination, o.token, o.name, /*resume=*/true, &reply, &request_sent);
+  if (!s.ok() && request_sent && !DestinationRefused(s)) {
+    // The destination may have restored and resumed the copy and only its
+    // reply was lost: ask it before resuming here (docs/migration.md "Lost
+    // restore reply").
+    spdlog::warn("migrate: RestoreImage on {} ended without its answer ({}); asking it what became of '{}'",
+                 o.destination, s.message(), o.name);
+    std::string detail;
+    switch (AskRestoreOutcome(o.destination, o.token, o.name, &reply, &detail)) {
+      case RemoteRestore::kRunning:
+        spdlog::warn("migrate: the reply of RestoreImage on {} was lost ({}); RestoreStatus says pid {} runs there: "
+                     "recovered, the migration goes on",
+                     o.destination, s.message(), reply.pid());
+        s = Status::Ok();
+        break;
+      case RemoteRestore::kNotRunning:
+        return abandon(s, "restore on " + o.destination + " (" + detail + ")");
+      case RemoteRestore::kCannotTell: {
+        // Resuming here keeps the app alive whatever happened there; the
+        // price is a possible second copy, which the error names.
+        const std::string why = "restore on " + o.destination +
+                                ": its reply was lost and whether the copy runs there cannot be told (" + detail +
+                                "); THE COPY AT " + o.destination + " MAY ALSO BE RUNNING: check `phos ps` on " +
+                                o.destination + "'s host and end one of the two";
+        spdlog::error("migrate: pid {}: {}", im.pid, why);
+        return abandon(s, why);
+      }
+    }
+  }
   if (!s.ok()) return abandon(s, "restore on " + o.destination);
 
   // The destination runs it: only now does the source copy end.

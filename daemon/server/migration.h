@@ -4,7 +4,8 @@
 //   1. engine::Checkpoint in recopy mode (default) or stop: recopy rounds
 //      stage the buffers in host memory while the app runs, and stream
 //      every copy to the destination as it is taken (PrecopySender ->
-//      PhosPeer.Precopy; the destination holds them in memory).
+//      PhosPeer.Precopy; the destination writes them into what becomes
+//      the received image's gpu.img).
 //   2. At the capture point (t2; CheckpointOptions::at_capture, on the
 //      consumer thread) the app is frozen: SIGSTOP, waited for until every
 //      thread is stopped, and the session's gate closed so calls it posted
@@ -21,10 +22,6 @@
 //      Any failure before that (CRIU, the stream, the destination dying or
 //      refusing) reopens the gate and SIGCONTs the source: it keeps running
 //      as if nothing happened, and the error says so.
-//
-// What still grows with the whole image after the freeze
-// (docs/migration.md "Pre-copy streaming"): the destination copies the
-// pre-copied bytes from memory into its gpu.img before restoring.
 //
 // Threading: any thread except the session's consumer.
 #pragma once
@@ -73,8 +70,11 @@ struct MigrateResult {
 };
 
 /// Migrates the process of `session`. On success the source process has
-/// been killed; on failure it runs on (unfrozen) and nothing was restored
-/// at the destination.
+/// been killed; on failure it runs on (unfrozen) and, except in one case,
+/// nothing runs at the destination: when the destination became
+/// unreachable after it was asked to restore and never answered whether it
+/// did, the error says that the copy there may run too (docs/migration.md
+/// "Lost restore reply").
 Status MigrateProcess(session::Session& session, const MigrateOptions& options, engine::Progress* progress,
                       MigrateResult* result);
 

@@ -229,7 +229,8 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
 }
 
 Status RestoreOnPeer(const std::string& host_port, const std::string& token, const std::string& name, bool resume,
-                     peer::v1::RestoreImageReply* reply, int connect_timeout_ms) {
+                     peer::v1::RestoreImageReply* reply, bool* request_sent, int connect_timeout_ms) {
+  if (request_sent != nullptr) *request_sent = false;
   auto channel = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms))) {
     return Status::Unavailable("peer " + host_port + " is not reachable (is `phos daemon --listen` running there?)");
@@ -240,7 +241,31 @@ Status RestoreOnPeer(const std::string& host_port, const std::string& token, con
   peer::v1::RestoreImageRequest request;
   request.set_name(name);
   request.set_resume(resume);
+  if (request_sent != nullptr) *request_sent = true;  // from here on the peer may run it
   const grpc::Status g = stub->RestoreImage(&context, request, reply);
+  if (!g.ok()) return PeerStatus(host_port, g);
+  return Status::Ok();
+}
+
+Status RestoreStatusOnPeer(const std::string& host_port, const std::string& token, const std::string& name,
+                           peer::v1::RestoreStatusReply* reply, int timeout_ms) {
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto channel = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(deadline)) {
+    return Status::Unavailable("peer " + host_port + " is not reachable within " + std::to_string(timeout_ms) +
+                               " ms");
+  }
+  auto stub = peer::v1::PhosPeer::NewStub(channel);
+  grpc::ClientContext context;
+  context.AddMetadata(kPeerTokenHeader, token);
+  context.set_deadline(deadline);
+  peer::v1::RestoreStatusRequest request;
+  request.set_name(name);
+  const grpc::Status g = stub->RestoreStatus(&context, request, reply);
+  if (g.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    return Status::NotSupported("peer " + host_port + " cannot report restore outcomes (RestoreStatus: " +
+                                g.error_message() + "; an older phosd?)");
+  }
   if (!g.ok()) return PeerStatus(host_port, g);
   return Status::Ok();
 }

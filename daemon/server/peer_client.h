@@ -73,8 +73,22 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
 /// Asks the daemon at `host_port` to restore the whole-process image it
 /// received as `name` and, with `resume`, let it run (PhosPeer.RestoreImage).
 /// Answers once the process runs there; errors as SendImage's.
+/// `request_sent` (optional) says whether the request went out: false when
+/// the peer could not even be reached, so it cannot have restored anything.
+/// After an error with it true, only RestoreStatusOnPeer can tell whether
+/// the copy runs there (the reply may be what was lost).
 Status RestoreOnPeer(const std::string& host_port, const std::string& token, const std::string& name, bool resume,
-                     peer::v1::RestoreImageReply* reply, int connect_timeout_ms = 5000);
+                     peer::v1::RestoreImageReply* reply, bool* request_sent = nullptr,
+                     int connect_timeout_ms = 5000);
+
+/// What became of the RestoreImage of `name` at `host_port`
+/// (PhosPeer.RestoreStatus); the whole call (connecting included) is
+/// bounded by `timeout_ms`. Errors as SendImage's; NotSupported when the
+/// peer's phosd predates RestoreStatus (UNIMPLEMENTED).
+/// Note: an UNKNOWN answer fences `name` there (a later RestoreImage of it
+/// is refused).
+Status RestoreStatusOnPeer(const std::string& host_port, const std::string& token, const std::string& name,
+                           peer::v1::RestoreStatusReply* reply, int timeout_ms);
 
 /// Checks that the daemon at `host_port` answers and accepts `token`
 /// (PhosPeer.Ping); errors as SendImage's.

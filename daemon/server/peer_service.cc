@@ -46,11 +46,12 @@ std::string PeerHost(const std::string& peer) {
 }  // namespace
 
 PeerService::PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
-                         PeerRestorer restorer)
+                         PeerRestorer restorer, bool drop_restore_replies)
     : token_(std::move(token)),
       incoming_dir_(std::move(checkpoint_root) + "/incoming"),
       max_receive_bytes_(max_receive_bytes),
-      restorer_(std::move(restorer)) {}
+      restorer_(std::move(restorer)),
+      drop_restore_replies_(drop_restore_replies) {}
 
 grpc::Status PeerService::Ping(grpc::ServerContext* context, const peer::v1::PingRequest*,
                                peer::v1::PingReply* reply) {
@@ -65,21 +66,93 @@ grpc::Status PeerService::RestoreImage(grpc::ServerContext* context, const peer:
   if (std::string why = CheckImageName(request->name()); !why.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
   }
+  if (!restorer_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this phosd cannot restore for peers");
+  const std::string& name = request->name();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (in_flight_.count(request->name()) != 0) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "image '" + request->name() + "' is still being received");
+    if (in_flight_.count(name) != 0) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "image '" + name + "' is still being received");
     }
+    if (auto it = restores_.find(name); it != restores_.end()) {
+      if (it->second.state == peer::v1::RESTORE_STATE_RESTORING) {
+        return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "a restore of '" + name + "' is in progress");
+      }
+      if (it->second.state == peer::v1::RESTORE_STATE_UNKNOWN) {
+        // Fenced (RestoreStatus): the source was told no copy runs here and
+        // resumed its own; running one now would make two.
+        spdlog::warn("peer: refused to restore '{}' for {}: RestoreStatus already told the source no restore of it "
+                     "started here",
+                     name, context->peer());
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "the source was already told no restore of '" + name +
+                                "' started here (RestoreStatus) and resumed its own copy");
+      }
+    }
+    RecordRestoreLocked(name, RestoreRecord{peer::v1::RESTORE_STATE_RESTORING, {}, {}});
   }
-  if (!restorer_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this phosd cannot restore for peers");
-  const std::string dir = incoming_dir_ + "/" + request->name();
+  // The gRPC sync server runs this handler to its end even when the caller
+  // went away meanwhile (only context->IsCancelled() would tell, and the
+  // restore does not look): the outcome is recorded either way, for
+  // RestoreStatus.
+  const std::string dir = incoming_dir_ + "/" + name;
   spdlog::info("peer: {} asks to restore {}", context->peer(), dir);
+  grpc::Status answer = grpc::Status::OK;
   if (Status s = restorer_(dir, request->resume(), reply); !s.ok()) {
     spdlog::warn("peer: restoring {} for {} failed: {}", dir, context->peer(), s.ToString());
-    return ToGrpc(s.WithContext("restoring " + dir + " on the destination"));
+    answer = ToGrpc(s.WithContext("restoring " + dir + " on the destination"));
+    std::lock_guard<std::mutex> lock(mu_);
+    RecordRestoreLocked(name, RestoreRecord{peer::v1::RESTORE_STATE_FAILED, {}, answer.error_message()});
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    RecordRestoreLocked(name, RestoreRecord{peer::v1::RESTORE_STATE_RUNNING, *reply, {}});
   }
+  if (drop_restore_replies_) {
+    spdlog::warn("peer: --test-drop-restore-reply: answering UNAVAILABLE instead of the outcome of restoring '{}' "
+                 "({})",
+                 name, answer.ok() ? "it runs as pid " + std::to_string(reply->pid()) : answer.error_message());
+    reply->Clear();
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "reply dropped on purpose (--test-drop-restore-reply); ask RestoreStatus");
+  }
+  return answer;
+}
+
+grpc::Status PeerService::RestoreStatus(grpc::ServerContext* context, const peer::v1::RestoreStatusRequest* request,
+                                        peer::v1::RestoreStatusReply* reply) {
+  if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  const std::string& name = request->name();
+  if (std::string why = CheckImageName(name); !why.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = restores_.find(name);
+    if (it == restores_.end()) {
+      // Fence it: a RestoreImage of this name still on its way must not
+      // start a copy once the source heard that none runs.
+      RecordRestoreLocked(name, RestoreRecord{});
+    } else {
+      reply->set_state(it->second.state);
+      if (it->second.state == peer::v1::RESTORE_STATE_RUNNING) *reply->mutable_restored() = it->second.reply;
+      if (it->second.state == peer::v1::RESTORE_STATE_FAILED) reply->set_error(it->second.error);
+    }
+  }
+  // A source polls every 200 ms while a restore runs: only answers that end
+  // its polling are logged at info.
+  spdlog::log(reply->state() == peer::v1::RESTORE_STATE_RESTORING ? spdlog::level::debug : spdlog::level::info,
+              "peer: {} asks what became of the restore of '{}': {}", context->peer(), name,
+              peer::v1::RestoreState_Name(reply->state()));
   return grpc::Status::OK;
+}
+
+void PeerService::RecordRestoreLocked(const std::string& name, RestoreRecord record) {
+  const bool inserted = restores_.insert_or_assign(name, std::move(record)).second;
+  if (!inserted) return;
+  restore_order_.push_back(name);
+  while (restore_order_.size() > kMaxRestoreRecords) {
+    restores_.erase(restore_order_.front());
+    restore_order_.pop_front();
+  }
 }
 
 grpc::Status PeerService::Authenticate(grpc::ServerContext* context) {
@@ -189,12 +262,12 @@ void PeerService::DropExpiredPrecopiesLocked() {
   }
 }
 
-std::shared_ptr<const PrecopyStore> PeerService::TakePrecopy(const std::string& name) {
+std::shared_ptr<PrecopyStore> PeerService::TakePrecopy(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   DropExpiredPrecopiesLocked();
   auto it = precopies_.find(name);
   if (it == precopies_.end() || !it->second.sealed) return nullptr;
-  std::shared_ptr<const PrecopyStore> store = std::move(it->second.store);
+  std::shared_ptr<PrecopyStore> store = std::move(it->second.store);
   precopies_.erase(it);
   return store;
 }
@@ -211,7 +284,22 @@ grpc::Status PeerService::Precopy(grpc::ServerContext* context, grpc::ServerRead
   if (std::string why = CheckImageName(name); !why.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why + " ('" + name + "')");
   }
-  auto store = std::make_shared<PrecopyStore>(name, max_receive_bytes_);
+  // <root>/precopy/NAME.SEQ.tmp: unique per stream, so a replaced store's
+  // clean-up never meets its successor's files; phosd's start-up recovery
+  // removes what a crash leaves (*.tmp under the root's subdirectories).
+  std::uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    seq = ++precopy_seq_;
+  }
+  const std::string root = incoming_dir_.substr(0, incoming_dir_.rfind('/'));
+  std::unique_ptr<PrecopyStore> opened;
+  if (Status s = PrecopyStore::Open(name, root + "/precopy/" + name + "." + std::to_string(seq) + ".tmp",
+                                    max_receive_bytes_, &opened);
+      !s.ok()) {
+    return ToGrpc(s.WithContext("pre-copy of '" + name + "'"));
+  }
+  std::shared_ptr<PrecopyStore> store = std::move(opened);
   {
     std::lock_guard<std::mutex> lock(mu_);
     DropExpiredPrecopiesLocked();
@@ -260,7 +348,10 @@ Status PeerServer::Start(const DaemonOptions& options, const std::string& checkp
   std::string token;
   PHOS_RETURN_IF_ERROR(LoadPeerToken(options.peer_token_file, &token).WithContext("--peer-token"));
   service_ = std::make_unique<PeerService>(std::move(token), checkpoint_root, options.max_receive_bytes,
-                                           std::move(restorer));
+                                           std::move(restorer), options.test_drop_restore_reply);
+  if (options.test_drop_restore_reply) {
+    spdlog::warn("peer: --test-drop-restore-reply: every RestoreImage answers UNAVAILABLE after restoring (tests only)");
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(service_.get());

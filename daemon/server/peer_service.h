@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,13 +36,18 @@ class PeerService final : public peer::v1::PhosPeer::Service {
  public:
   /// Images go to `<checkpoint_root>/incoming/<name>`. `restorer` serves
   /// RestoreImage (immutable; may answer Unavailable while phosd starts).
+  /// `drop_restore_replies` (tests only, --test-drop-restore-reply): every
+  /// RestoreImage restores as asked, records its outcome, then answers
+  /// UNAVAILABLE instead — a reply lost after the copy already runs.
   PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
-              PeerRestorer restorer);
+              PeerRestorer restorer, bool drop_restore_replies = false);
 
   grpc::Status Ping(grpc::ServerContext* context, const peer::v1::PingRequest* request,
                     peer::v1::PingReply* reply) override;
   grpc::Status RestoreImage(grpc::ServerContext* context, const peer::v1::RestoreImageRequest* request,
                             peer::v1::RestoreImageReply* reply) override;
+  grpc::Status RestoreStatus(grpc::ServerContext* context, const peer::v1::RestoreStatusRequest* request,
+                             peer::v1::RestoreStatusReply* reply) override;
 
   grpc::Status ReceiveImage(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
                             peer::v1::ReceiveImageReply* reply) override;
@@ -51,6 +57,8 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   /// How long a sealed pre-copy waits for its ReceiveImage before it is
   /// dropped (checked whenever a pre-copy or an image arrives).
   static constexpr std::chrono::seconds kPrecopyTtl{120};
+  /// Restore outcomes remembered for RestoreStatus (the oldest is dropped).
+  static constexpr std::size_t kMaxRestoreRecords = 256;
 
  private:
   grpc::Status Authenticate(grpc::ServerContext* context);
@@ -62,7 +70,19 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   void DropExpiredPrecopiesLocked();
   /// The sealed pre-copy of `name`, removed from the registry (its image
   /// claims it), or null.
-  std::shared_ptr<const PrecopyStore> TakePrecopy(const std::string& name);
+  std::shared_ptr<PrecopyStore> TakePrecopy(const std::string& name);
+
+  /// What RestoreStatus answers about one image name. RESTORE_STATE_UNKNOWN
+  /// here means "fenced": RestoreStatus already answered UNKNOWN for a name
+  /// no restore had started for, so a later RestoreImage of it is refused.
+  struct RestoreRecord {
+    peer::v1::RestoreState state = peer::v1::RESTORE_STATE_UNKNOWN;
+    peer::v1::RestoreImageReply reply;  // RUNNING: what RestoreImage answered
+    std::string error;                  // FAILED: why
+  };
+  /// mu_ held: sets `name`'s record (a new name drops the oldest beyond
+  /// kMaxRestoreRecords).
+  void RecordRestoreLocked(const std::string& name, RestoreRecord record);
 
   struct HeldPrecopy {
     std::shared_ptr<PrecopyStore> store;
@@ -74,11 +94,15 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   const std::string incoming_dir_;
   const std::uint64_t max_receive_bytes_;
   const PeerRestorer restorer_;
+  const bool drop_restore_replies_;
 
-  std::mutex mu_;  // guards in_flight_, precopies_ and refused_hosts_
+  std::mutex mu_;  // guards in_flight_, precopies_, refused_hosts_, restores_ and restore_order_
   std::set<std::string> in_flight_;      // image names being received now
   std::map<std::string, HeldPrecopy> precopies_;  // by image name: streaming or sealed, not yet claimed
+  std::uint64_t precopy_seq_ = 0;  // makes each pre-copy's directory name unique
   std::set<std::string> refused_hosts_;  // hosts already logged as refused (bounded)
+  std::map<std::string, RestoreRecord> restores_;  // by image name; at most kMaxRestoreRecords
+  std::deque<std::string> restore_order_;          // restores_'s names, oldest first
 };
 
 /// The TCP server of the peer plane; inert unless Start() is called.

@@ -1,13 +1,49 @@
 #include "server/precopy_store.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cstring>
+#include <memory>
+
+#include <spdlog/spdlog.h>
 
 #include "common/hex.h"
+#include "image/file_util.h"
+#include "image/image_layout.h"
 
 namespace phos::server {
+
+Status PrecopyStore::Open(const std::string& name, const std::string& dir, std::uint64_t max_bytes,
+                          std::unique_ptr<PrecopyStore>* out) {
+  std::unique_ptr<PrecopyStore> s(new PrecopyStore());
+  s->name_ = name;
+  s->dir_ = dir;
+  s->path_ = dir + "/" + std::string(image::kGpuImgName);
+  s->max_bytes_ = max_bytes;
+  s->end_ = image::kGpuImgHeaderBlock;  // the header is written when the image is laid out
+  const std::string parent = dir.substr(0, dir.rfind('/'));
+  if (mkdir(parent.c_str(), 0700) != 0 && errno != EEXIST) return image::ErrnoError("mkdir", parent, errno);
+  PHOS_RETURN_IF_ERROR(image::RemoveTree(dir));  // a dead source's leftover of the same name
+  if (mkdir(dir.c_str(), 0700) != 0) return image::ErrnoError("mkdir", dir, errno);
+  s->fd_ = open(s->path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (s->fd_ < 0) return image::ErrnoError("create", s->path_, errno);
+  s->xxh_ = XXH3_createState();
+  if (s->xxh_ == nullptr) return Status::OutOfMemory("XXH3_createState");
+  *out = std::move(s);
+  return Status::Ok();
+}
+
+PrecopyStore::~PrecopyStore() {
+  if (fd_ >= 0) close(fd_);
+  if (xxh_ != nullptr) XXH3_freeState(xxh_);
+  if (!dir_.empty()) {
+    if (Status s = image::RemoveTree(dir_); !s.ok()) spdlog::warn("peer: cannot remove {}: {}", dir_, s.ToString());
+  }
+}
 
 Status PrecopyStore::Add(const peer::v1::PrecopyData& d) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -22,24 +58,27 @@ Status PrecopyStore::AddLocked(const peer::v1::PrecopyData& d) {
   if (d.copy_id() == 0) return Status::InvalidArgument("pre-copy chunk without a copy id");
   const std::string& data = d.data();
   if (d.copy_id() != last_id_) {
-    // A new copy: ids increase, and the previous copy must be whole.
+    // A new copy: ids increase, and the previous copy must be whole. Every
+    // check comes before any change: a refused Add changes nothing.
     if (d.copy_id() < last_id_) {
       return Status::InvalidArgument("pre-copy copy id " + std::to_string(d.copy_id()) + " after " +
                                      std::to_string(last_id_) + " (ids must increase)");
     }
     if (last_id_ != 0) {
       const Copy& prev = by_id_.at(last_id_);
-      if (prev.received != prev.bytes.size()) {
+      if (prev.received != prev.where.bytes) {
         return Status::InvalidArgument("pre-copy copy " + std::to_string(last_id_) + " ended after " +
-                                       std::to_string(prev.received) + " of " + std::to_string(prev.bytes.size()) +
+                                       std::to_string(prev.received) + " of " + std::to_string(prev.where.bytes) +
                                        " bytes");
       }
     }
-    if (d.offset() != 0) return Status::InvalidArgument("first chunk of pre-copy copy " + std::to_string(d.copy_id()) +
-                                                        " is not at offset 0");
+    if (d.offset() != 0) {
+      return Status::InvalidArgument("first chunk of pre-copy copy " + std::to_string(d.copy_id()) +
+                                     " is not at offset 0");
+    }
     if (d.bytes() == 0) return Status::InvalidArgument("pre-copy copy " + std::to_string(d.copy_id()) + " is empty");
-    // Checksums are required: they are what makes a pre-copied extent as
-    // trustworthy as streamed bytes (proto/peer.proto).
+    // Checksums are required: they make a pre-copied extent as trustworthy
+    // as streamed bytes (proto/peer.proto).
     const std::uint64_t cb = d.chunk_bytes();
     if (cb == 0 || static_cast<std::uint64_t>(d.chunk_xxh3_size()) != d.bytes() / cb + (d.bytes() % cb != 0)) {
       return Status::InvalidArgument("pre-copy copy " + std::to_string(d.copy_id()) + " of " +
@@ -47,55 +86,75 @@ Status PrecopyStore::AddLocked(const peer::v1::PrecopyData& d) {
                                      std::to_string(d.chunk_xxh3_size()) + " checksums of " + std::to_string(cb) +
                                      "-byte chunks");
     }
-    // The source superseded its older copy of this address: it is dropped,
-    // so a buffer copied in every round is held once — but only once the
-    // new copy is accepted (a refused Add changes nothing).
+    // Where it goes: over the copy of the same address it supersedes when
+    // the size is the same (that copy is never referenced again), else at
+    // the end of the file.
     auto superseded = by_id_.end();
     if (auto it = by_address_.find(d.address()); it != by_address_.end()) superseded = by_id_.find(it->second);
-    const std::uint64_t freed = superseded == by_id_.end() ? 0 : superseded->second.bytes.size();
-    if (held_bytes_ - freed + d.bytes() > max_bytes_ || d.bytes() > max_bytes_) {
-      return Status::OutOfMemory("pre-copy '" + name_ + "' would hold " +
-                                 std::to_string(held_bytes_ - freed + d.bytes()) +
+    const bool in_place = superseded != by_id_.end() && superseded->second.where.bytes == d.bytes();
+    const std::uint64_t slot = image::RoundUp(d.bytes(), image::kAlign);
+    if (!in_place && (slot > max_bytes_ || end_ - image::kGpuImgHeaderBlock > max_bytes_ - slot)) {
+      return Status::OutOfMemory("pre-copy '" + name_ + "' would grow to " +
+                                 std::to_string(end_ - image::kGpuImgHeaderBlock + slot) +
                                  " bytes, over this daemon's limit of " + std::to_string(max_bytes_) +
                                  " (--max-receive-bytes)");
     }
-    if (superseded != by_id_.end()) {
-      held_bytes_ -= freed;
-      by_id_.erase(superseded);
-    }
     Copy c;
-    c.address = d.address();
+    c.where.address = d.address();
+    c.where.bytes = d.bytes();
+    c.where.file_offset = in_place ? superseded->second.where.file_offset : end_;
     c.chunk_bytes = cb;
     c.chunk_xxh3.assign(d.chunk_xxh3().begin(), d.chunk_xxh3().end());
-    c.bytes.resize(d.bytes());
+    if (superseded != by_id_.end()) {
+      held_bytes_ -= superseded->second.where.bytes;
+      by_id_.erase(superseded);
+    }
+    if (!in_place) end_ += slot;
     held_bytes_ += d.bytes();
     by_id_.emplace(d.copy_id(), std::move(c));
     by_address_[d.address()] = d.copy_id();
     last_id_ = d.copy_id();
+    XXH3_64bits_reset(xxh_);
   }
   Copy& c = by_id_.at(last_id_);
-  if (d.bytes() != c.bytes.size() || d.address() != c.address) {
+  if (d.bytes() != c.where.bytes || d.address() != c.where.address) {
     return Status::InvalidArgument("pre-copy copy " + std::to_string(d.copy_id()) + " changed its address or size");
   }
-  if (d.offset() != c.received || data.size() > c.bytes.size() - c.received) {
+  if (d.offset() != c.received || data.size() > c.where.bytes - c.received) {
     return Status::InvalidArgument("pre-copy copy " + std::to_string(d.copy_id()) + ": chunk at offset " +
                                    std::to_string(d.offset()) + " of " + std::to_string(data.size()) +
                                    " bytes, expected offset " + std::to_string(c.received) + " within " +
-                                   std::to_string(c.bytes.size()) + " bytes");
+                                   std::to_string(c.where.bytes) + " bytes");
   }
-  std::memcpy(c.bytes.data() + c.received, data.data(), data.size());
-  c.received += data.size();
-  if (c.received == c.bytes.size()) return CheckCopyLocked(last_id_, c);
-  return Status::Ok();
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = pwrite(fd_, data.data() + done, data.size() - done,
+                             static_cast<off_t>(c.where.file_offset + c.received + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return image::ErrnoError("write", path_, errno);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return HashLocked(c, data.data(), data.size());
 }
 
-Status PrecopyStore::CheckCopyLocked(std::uint64_t id, const Copy& c) const {
-  for (std::size_t k = 0; k < c.chunk_xxh3.size(); ++k) {
-    const std::uint64_t off = k * c.chunk_bytes;
-    const std::uint64_t len = std::min<std::uint64_t>(c.chunk_bytes, c.bytes.size() - off);
-    if (XXH3_64bits(c.bytes.data() + off, static_cast<std::size_t>(len)) != c.chunk_xxh3[k]) {
-      return Status::Corruption("pre-copy copy " + std::to_string(id) + " of buffer " + Hex(c.address) + ": chunk " +
-                                std::to_string(k) + " does not match its checksum (damaged in transit)");
+Status PrecopyStore::HashLocked(Copy& c, const char* data, std::size_t n) {
+  while (n > 0) {
+    const std::uint64_t k = c.received / c.chunk_bytes;
+    const std::uint64_t chunk_end = std::min(c.where.bytes, (k + 1) * c.chunk_bytes);
+    const std::size_t take = static_cast<std::size_t>(std::min<std::uint64_t>(n, chunk_end - c.received));
+    XXH3_64bits_update(xxh_, data, take);
+    c.received += take;
+    data += take;
+    n -= take;
+    if (c.received == chunk_end) {
+      if (XXH3_64bits_digest(xxh_) != c.chunk_xxh3[k]) {
+        return Status::Corruption("pre-copy copy " + std::to_string(last_id_) + " of buffer " +
+                                  Hex(c.where.address) + ": chunk " + std::to_string(k) +
+                                  " does not match its checksum (damaged in transit)");
+      }
+      XXH3_64bits_reset(xxh_);
     }
   }
   return Status::Ok();
@@ -106,7 +165,7 @@ Status PrecopyStore::Seal() {
   if (failed_) return Status::FailedPrecondition("pre-copy '" + name_ + "' failed earlier");
   if (last_id_ != 0) {
     const Copy& c = by_id_.at(last_id_);
-    if (c.received != c.bytes.size()) {
+    if (c.received != c.where.bytes) {
       return Status::InvalidArgument("pre-copy '" + name_ + "' ended inside copy " + std::to_string(last_id_));
     }
   }
@@ -114,25 +173,25 @@ Status PrecopyStore::Seal() {
   return Status::Ok();
 }
 
-Status PrecopyStore::Read(const peer::v1::PrecopyRef& ref, const char** bytes) const {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!sealed_) return Status::FailedPrecondition("pre-copy '" + name_ + "' has not ended yet");
-  }
-  // Sealed: immutable from here on.
-  const auto it = by_id_.find(ref.copy_id());
+Status PrecopyStore::Lookup(std::uint64_t copy_id, Placement* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sealed_) return Status::FailedPrecondition("pre-copy '" + name_ + "' has not ended yet");
+  const auto it = by_id_.find(copy_id);
   if (it == by_id_.end()) {
-    return Status::NotFound("pre-copy '" + name_ + "' holds no copy " + std::to_string(ref.copy_id()) +
+    return Status::NotFound("pre-copy '" + name_ + "' holds no copy " + std::to_string(copy_id) +
                             " (never sent, or superseded by a newer copy of its buffer)");
   }
-  const std::string& b = it->second.bytes;
-  if (ref.length() == 0 || ref.copy_offset() > b.size() || ref.length() > b.size() - ref.copy_offset()) {
-    return Status::InvalidArgument("pre-copy reference [" + std::to_string(ref.copy_offset()) + ", +" +
-                                   std::to_string(ref.length()) + ") is outside copy " +
-                                   std::to_string(ref.copy_id()) + " of buffer " + Hex(it->second.address) + " (" +
-                                   std::to_string(b.size()) + " bytes)");
-  }
-  *bytes = b.data() + ref.copy_offset();
+  *out = it->second.where;
+  return Status::Ok();
+}
+
+Status PrecopyStore::TakeFile(std::string* path, std::uint64_t* end) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sealed_) return Status::FailedPrecondition("pre-copy '" + name_ + "' has not ended yet");
+  if (taken_) return Status::FailedPrecondition("pre-copy '" + name_ + "' was already claimed");
+  taken_ = true;
+  *path = path_;
+  *end = end_;
   return Status::Ok();
 }
 

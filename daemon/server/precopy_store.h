@@ -1,23 +1,32 @@
-// PrecopyStore: the destination's memory of one migration's pre-copied
-// buffer copies (PhosPeer.Precopy, proto/peer.proto; docs/migration.md
-// "Pre-copy streaming"), until the image that refers to them is received.
+// PrecopyStore: the destination's side of one migration's pre-copy
+// (PhosPeer.Precopy, proto/peer.proto; docs/migration.md "Pre-copy
+// streaming"). The copies are written, as they arrive and while the app
+// still runs at the source, into what becomes the received image's gpu.img:
+// <root>/precopy/<name>.tmp/gpu.img. When the image arrives
+// (ReceiveImage), ImageReceiver moves that file into the image and lays the
+// image out around the copies already in it, so after the freeze only the
+// bytes that were not pre-copied are written.
 //
-//   Add(PrecopyData)  the Precopy RPC thread appends chunks; a copy of an
-//                     address already held replaces the older copy (the
-//                     source superseded it) once its first chunk arrives;
-//                     a complete copy is checked against the chunk
-//                     checksums its first chunk carried (Corruption if not)
-//   Seal()            the stream ended cleanly: no more Adds; from now on
-//                     the store is immutable and Read may be called
-//   Read(ref)         the ReceiveImage thread: the bytes a PrecopyRef names
+//   Open()            creates the directory and the file (a stale one of
+//                     the same name is replaced); the first 4 KiB stay free
+//                     for the gpu.img header
+//   Add(PrecopyData)  the Precopy RPC thread: a copy's first chunk places it
+//                     — over the previous copy of the same address when the
+//                     size is the same (the source superseded it), else at
+//                     the end — and later chunks are written in order; each
+//                     image chunk is checked against the checksums the first
+//                     chunk carried as soon as its bytes are in (Corruption)
+//   Seal()            the stream ended cleanly: no more Adds; Lookup may run
+//   Lookup(id)        where copy `id` lies in the file (after Seal)
+//   TakeFile()        the ReceiveImage thread, after Seal: the file's path
+//                     and size; the caller moves the file away
+// Dropped unsealed or unclaimed, the store removes its directory.
 //
-// Bounded: the bytes held (copies in progress included) never exceed
-// max_bytes (the daemon's --max-receive-bytes); an Add past it fails.
+// Bounded: the file never grows past max_bytes (+ the header block): an
+// Add past it fails (--max-receive-bytes). A failed Add poisons the store.
 //
-// Threading: mu_ guards everything until Seal(). After Seal() nothing
-// changes, so Read returns pointers into the store without the lock (it
-// checks sealed_ under the lock first); the store is shared through a
-// shared_ptr, so the bytes live as long as a reader holds it.
+// Threading: mu_ guards every field. Adds come from one RPC thread; after
+// Seal() the placement map is immutable, but Lookup still locks (cheap).
 #pragma once
 
 #include <cstdint>
@@ -30,45 +39,67 @@
 #include "common/status.h"
 #include "peer.pb.h"
 
+struct XXH3_state_s;
+
 namespace phos::server {
 
 class PrecopyStore {
  public:
-  PrecopyStore(std::string name, std::uint64_t max_bytes) : name_(std::move(name)), max_bytes_(max_bytes) {}
+  struct Placement {
+    std::uint64_t file_offset = 0;  // 4 KiB aligned
+    std::uint64_t bytes = 0;
+    std::uint64_t address = 0;
+  };
+
+  /// `dir` = <root>/precopy/<name>.tmp (created; a stale one is removed).
+  static Status Open(const std::string& name, const std::string& dir, std::uint64_t max_bytes,
+                     std::unique_ptr<PrecopyStore>* out);
+  ~PrecopyStore();  // removes the directory (and the file unless taken)
+  PrecopyStore(const PrecopyStore&) = delete;
+  PrecopyStore& operator=(const PrecopyStore&) = delete;
 
   /// A failed Add poisons the store (every later Add and Seal fails): the
   /// stream that fed it is over.
   Status Add(const peer::v1::PrecopyData& data);
   /// Fails when a copy is incomplete (the stream was cut inside one).
   Status Seal();
-  /// The bytes of `ref`; only after Seal(). Errors name the copy.
-  Status Read(const peer::v1::PrecopyRef& ref, const char** bytes) const;
+  /// Where copy `id` is; NotFound when never sent or superseded.
+  Status Lookup(std::uint64_t copy_id, Placement* out) const;
+  /// After Seal: the file's path and its end (4 KiB aligned). The caller
+  /// renames the file away; the store no longer removes it.
+  Status TakeFile(std::string* path, std::uint64_t* end);
 
   std::uint64_t copies() const;
-  std::uint64_t bytes() const;  // held now
+  std::uint64_t bytes() const;  // bytes of the copies held now
   const std::string& name() const { return name_; }
 
  private:
   struct Copy {
-    std::uint64_t address = 0;
-    std::string bytes;          // sized to the whole copy at its first chunk
-    std::uint64_t received = 0; // contiguous bytes received
+    Placement where;
+    std::uint64_t received = 0;  // contiguous bytes received
     std::uint64_t chunk_bytes = 0;
-    std::vector<std::uint64_t> chunk_xxh3;  // checked once the copy is complete
+    std::vector<std::uint64_t> chunk_xxh3;
   };
-  Status AddLocked(const peer::v1::PrecopyData& data);
-  /// mu_ held: the copy just completed; its bytes against its checksums.
-  Status CheckCopyLocked(std::uint64_t id, const Copy& c) const;
 
-  const std::string name_;
-  const std::uint64_t max_bytes_;
-  mutable std::mutex mu_;  // guards the fields below until sealed_
+  PrecopyStore() = default;
+  Status AddLocked(const peer::v1::PrecopyData& data);
+  /// mu_ held: hashes `n` bytes of the current copy at its `received`
+  /// offset, checking each image chunk as it completes.
+  Status HashLocked(Copy& c, const char* data, std::size_t n);
+
+  std::string name_, dir_, path_;
+  std::uint64_t max_bytes_ = 0;
+  int fd_ = -1;
+  mutable std::mutex mu_;  // guards everything below
   bool sealed_ = false;
-  bool failed_ = false;  // an Add failed: no more Adds, never sealed
-  std::map<std::uint64_t, Copy> by_id_;                        // copy id -> copy
+  bool failed_ = false;    // an Add failed: no more Adds, never sealed
+  bool taken_ = false;     // TakeFile moved the file out
+  std::map<std::uint64_t, Copy> by_id_;                          // copy id -> copy
   std::unordered_map<std::uint64_t, std::uint64_t> by_address_;  // address -> newest copy id
   std::uint64_t last_id_ = 0;
+  std::uint64_t end_ = 0;          // next free (aligned) file offset
   std::uint64_t held_bytes_ = 0;
+  XXH3_state_s* xxh_ = nullptr;    // the current image chunk's running hash
 };
 
 }  // namespace phos::server

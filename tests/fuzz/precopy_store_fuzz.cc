@@ -1,7 +1,8 @@
 // libFuzzer target for the destination's pre-copy store
 // (daemon/server/precopy_store.h): a source on the network chooses every
-// field of every PrecopyData and PrecopyRef, so no sequence of them may
-// crash phosd, read outside a copy, or grow the store past its limit.
+// field of every PrecopyData, so no sequence of them may crash phosd, place
+// a copy outside the file's bounds or over another live copy, or grow the
+// file past its limit. The store's file lives under /dev/shm.
 //
 // The input is a script of operations, each starting with one op byte:
 //   0: Add — then copy id (1 byte), address (1 byte), copy size (2 bytes
@@ -12,8 +13,8 @@
 //      byte) and that many bytes, with correct 16-byte-chunk checksums, sent
 //      as two chunks
 //   1: Seal
-//   2: Read — copy id (1 byte), copy offset (2 bytes LE), length (2 bytes
-//      LE); on success every returned byte is touched (ASan checks bounds)
+//   2: Lookup — copy id (1 byte); a found copy must lie past the header
+//      block, 4 KiB aligned, inside the limit
 // Invariant checked: bytes() never exceeds the 4 KiB limit.
 #include <xxhash.h>
 
@@ -21,7 +22,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
+
+#include <unistd.h>
 
 #include "server/precopy_store.h"
 
@@ -45,7 +49,10 @@ constexpr uint64_t kLimit = 4096;
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  phos::server::PrecopyStore store("fuzz", kLimit);
+  static const std::string dir = "/dev/shm/phos-precopy-fuzz-" + std::to_string(getpid()) + "/s.tmp";
+  std::unique_ptr<phos::server::PrecopyStore> owned;
+  if (!phos::server::PrecopyStore::Open("fuzz", dir, kLimit, &owned).ok()) abort();
+  phos::server::PrecopyStore& store = *owned;
   Input in{data, size};
   uint64_t op = 0;
   while (in.Take(1, &op)) {
@@ -94,17 +101,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 1: (void)store.Seal(); break;
       case 2: {
-        uint64_t id, off, len;
-        if (!in.Take(1, &id) || !in.Take(2, &off) || !in.Take(2, &len)) return 0;
-        phos::peer::v1::PrecopyRef ref;
-        ref.set_copy_id(id);
-        ref.set_copy_offset(off);
-        ref.set_length(len);
-        const char* bytes = nullptr;
-        if (store.Read(ref, &bytes).ok()) {
-          volatile char sum = 0;
-          for (uint64_t i = 0; i < len; ++i) sum = static_cast<char>(sum + bytes[i]);
-          (void)sum;
+        uint64_t id;
+        if (!in.Take(1, &id)) return 0;
+        phos::server::PrecopyStore::Placement p;
+        if (store.Lookup(id, &p).ok()) {
+          if (p.file_offset < 4096 || p.file_offset % 4096 != 0 || p.bytes == 0 ||
+              p.file_offset - 4096 + p.bytes > kLimit) {
+            abort();
+          }
         }
         break;
       }

@@ -126,8 +126,12 @@ class MigrateTest : public ::testing::Test {
     daemon_a_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", sock_a_, "--checkpoint-root", root_a_});
     ASSERT_TRUE(phos::testing::WaitForDataSocket(sock_a_, 20s)) << "phosd A:\n" << daemon_a_.output;
 
-    daemon_b_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", sock_b_, "--checkpoint-root",
-                              root_b_, "--listen", "127.0.0.1:0", "--peer-token", token_file_});
+    std::vector<std::string> argv_b = {PHOS_BIN,        "daemon",  "--backend",     "sim",
+                                       "--socket",      sock_b_,   "--checkpoint-root", root_b_,
+                                       "--listen",      "127.0.0.1:0", "--peer-token", token_file_};
+    const std::vector<std::string> extra_b = DestinationExtraFlags();
+    argv_b.insert(argv_b.end(), extra_b.begin(), extra_b.end());
+    daemon_b_ = Child::Start(argv_b);
     // "peer: listening on 127.0.0.1:0 (port N)": the port it bound.
     ASSERT_TRUE(daemon_b_.ReadUntil("(port ", 20s)) << "phosd B:\n" << daemon_b_.output;
     ASSERT_TRUE(daemon_b_.ReadUntil(")", 5s)) << "phosd B:\n" << daemon_b_.output;
@@ -154,6 +158,9 @@ class MigrateTest : public ::testing::Test {
     }
     if (!dir_.empty()) fs::remove_all(dir_);
   }
+
+  // More flags for phosd B (a fixture for fault injection overrides it).
+  virtual std::vector<std::string> DestinationExtraFlags() const { return {}; }
 
   static std::string DaemonLog(Child& d) {
     if (d.pid > 0) d.ReadUntil("\x01never", 200ms);
@@ -440,6 +447,95 @@ TEST_F(MigrateTest, Migrate_WrongTokenRefused) {
   EXPECT_TRUE(Sessions(sock_b_).empty()) << "phos ps on B lists saxpy_loop";
 
   ASSERT_NO_FATAL_FAILURE(CheckSourceRunsOn(ref, mg.output));
+}
+
+
+// ------------------------------------------------- a lost restore reply
+
+// B runs with --test-drop-restore-reply: it restores and resumes the copy,
+// then answers RestoreImage with UNAVAILABLE, as if the connection dropped
+// just after the copy started running. The source must not resume its own
+// copy: it asks B's RestoreStatus, hears RUNNING, and completes the
+// migration (docs/migration.md "Lost restore reply").
+class MigrateLostReplyTest : public MigrateTest {
+ protected:
+  std::vector<std::string> DestinationExtraFlags() const override { return {"--test-drop-restore-reply"}; }
+
+  // Live (not zombie) processes running saxpy_loop whose stdout is out_:
+  // the source and copies of this test's app, never another test's.
+  std::vector<pid_t> AppProcesses() const {
+    std::error_code ec;
+    const fs::path app = fs::weakly_canonical(kApp, ec);
+    const fs::path out = fs::weakly_canonical(out_, ec);
+    std::vector<pid_t> pids;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.empty() || !std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isdigit(c); })) {
+        continue;
+      }
+      std::error_code e1, e2;
+      const fs::path exe = fs::read_symlink(e.path() / "exe", e1);
+      const fs::path fd1 = fs::read_symlink(e.path() / "fd" / "1", e2);
+      if (e1 || e2 || exe != app || fd1 != out) continue;
+      const pid_t pid = static_cast<pid_t>(std::stol(name));
+      const char state = phos::testing::ProcessState(pid);
+      if (state != 'Z' && state != 'X' && state != '\0') pids.push_back(pid);
+    }
+    return pids;
+  }
+};
+
+TEST_F(MigrateLostReplyTest, Migrate_LostRestoreReplyRecovered) {
+  std::string ref;
+  ASSERT_NO_FATAL_FAILURE(GetReference(&ref));
+  ASSERT_NO_FATAL_FAILURE(StartPaused());
+  ASSERT_EQ(AppProcesses(), std::vector<pid_t>{pid_}) << "before the migration";
+
+  // --mode stop: what is tested happens after the image arrived, however
+  // it got there (no pre-copy stream to depend on).
+  std::vector<std::string> args = MigrateArgs(pid_, token_file_);
+  args.insert(args.end(), {"--mode", "stop"});
+  const Result mg = Phos(sock_a_, args);
+  if (mg.rc != 0) {  // both copies may run: TearDown ends every one
+    for (pid_t p : AppProcesses()) kill_list_.push_back(p);
+  }
+  ASSERT_EQ(mg.rc, 0) << "the lost reply was not recovered:\n" << mg.output << Logs();
+  std::smatch m;
+  const std::regex line("migrated pid " + std::to_string(pid_) + " to " +
+                        std::regex_replace(to_, std::regex("\\."), "\\.") + " as pid (\\d+)\n");
+  ASSERT_TRUE(std::regex_search(mg.output, m, line)) << mg.output;
+  const pid_t copy = std::stoi(m[1]);
+  kill_list_.push_back(copy);
+  ASSERT_TRUE(std::regex_search(mg.output, m, std::regex("downtime ([0-9.]+) ms"))) << mg.output;
+  EXPECT_GT(std::stod(m[1]), 0) << "the downtime comes from RestoreStatus's copy of the reply:\n" << mg.output;
+
+  // The reply really was dropped, and the source recovered through RestoreStatus.
+  const std::string log_a = DaemonLog(daemon_a_), log_b = DaemonLog(daemon_b_);
+  EXPECT_TRUE(Contains(log_b, "answering UNAVAILABLE instead of the outcome")) << log_b;
+  EXPECT_TRUE(Contains(log_b, "RESTORE_STATE_RUNNING")) << log_b;
+  EXPECT_TRUE(Contains(log_a, "RestoreStatus says pid " + std::to_string(copy) + " runs there")) << log_a;
+  EXPECT_FALSE(Contains(log_a, "migration abandoned")) << log_a;
+
+  // The source is gone (killed as on the normal path) and A forgot it.
+  const int rc = phos::testing::WaitChildExit(&run_, 20s);
+  EXPECT_TRUE(rc == 128 + SIGKILL || rc == -SIGKILL) << "phos run ended with " << rc << " after the migration";
+  EXPECT_TRUE(phos::testing::WaitEnded(pid_, 10s)) << "the source pid " << pid_ << " still runs after the migration";
+  const auto deadline = Clock::now() + 10s;
+  while (!Sessions(sock_a_).empty() && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(Sessions(sock_a_).empty()) << "phos ps on A still lists saxpy_loop after the migration";
+  EXPECT_TRUE(phos::testing::ListDir(root_a_ + "/outgoing").empty())
+      << "left in A's outgoing/: " << phos::testing::JoinNames(phos::testing::ListDir(root_a_ + "/outgoing"));
+
+  // Exactly one copy runs, at B.
+  ASSERT_FALSE(ProcessEnded(copy)) << "the copy (pid " << copy << ") is not running:\n" << Logs();
+  EXPECT_EQ(AppPid(sock_b_), copy) << "phos ps on B";
+  EXPECT_EQ(AppProcesses(), std::vector<pid_t>{copy}) << "saxpy_loop processes writing " << out_;
+
+  // Released, the copy prints what an uninterrupted run prints.
+  fs::remove(pause_);
+  ASSERT_TRUE(phos::testing::WaitEnded(copy, 60s)) << "the copy (pid " << copy << ") did not finish:\n" << Logs();
+  EXPECT_EQ(ReadFile(out_), ref) << "the migrated copy:\n" << ReadFile(err_);
+  EXPECT_NE(ReadFile(err_).find("resumed after midpoint"), std::string::npos) << ReadFile(err_);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <regex>
 #include <string>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "image/image_reader.h"
 #include "image/image_writer.h"
 #include "peer.grpc.pb.h"
 
@@ -223,14 +225,16 @@ class PeerTransferTest : public ::testing::Test {
   // A whole copy with correct checksums of 1 KiB chunks, sent in pieces
   // split at `split` (0: one piece).
   static std::vector<phos::peer::v1::PrecopyChunk> PrecopyCopy(std::uint64_t id, std::uint64_t address,
-                                                               const std::string& copy, std::size_t split = 0) {
+                                                               const std::string& copy, std::size_t split = 0,
+                                                               std::size_t chunk = 1024) {
     std::vector<phos::peer::v1::PrecopyChunk> out;
     const std::size_t cut = split == 0 ? copy.size() : split;
     out.push_back(PrecopyData(id, address, copy.size(), 0, copy.substr(0, cut)));
     auto* d = out.back().mutable_data();
     d->clear_chunk_xxh3();
-    for (std::size_t off = 0; off < copy.size(); off += 1024) {
-      d->add_chunk_xxh3(XXH3_64bits(copy.data() + off, std::min<std::size_t>(1024, copy.size() - off)));
+    d->set_chunk_bytes(chunk);
+    for (std::size_t off = 0; off < copy.size(); off += chunk) {
+      d->add_chunk_xxh3(XXH3_64bits(copy.data() + off, std::min<std::size_t>(chunk, copy.size() - off)));
     }
     if (cut < copy.size()) out.push_back(PrecopyData(id, address, copy.size(), cut, copy.substr(cut)));
     return out;
@@ -392,11 +396,12 @@ TEST_F(PeerTransferTest, RefusesPathTraversalBadNamesOversizeAndDamage) {
 TEST_F(PeerTransferTest, PrecopyRefsFillTheFileAndBadRefsAreRefused) {
   const std::string tok = "s3cret-peer-token";
   const std::string old_copy = RandomBytes(3000, 7), new_copy = RandomBytes(3000, 8), other = RandomBytes(500, 9);
+  const std::string streamed = RandomBytes(10000, 11);
   auto precopy = [&](const std::string& name) {
     phos::peer::v1::PrecopyReply reply;
     std::vector<phos::peer::v1::PrecopyChunk> msgs = {PrecopyBegin(name)};
-    for (auto part : {PrecopyCopy(1, 0x1000, old_copy, 1000), PrecopyCopy(2, 0x9000, other),
-                      PrecopyCopy(3, 0x1000, new_copy, 2048)}) {
+    for (auto part : {PrecopyCopy(1, 0x1000, old_copy, 1000, 4096), PrecopyCopy(2, 0x9000, other, 0, 4096),
+                      PrecopyCopy(3, 0x1000, new_copy, 2048, 4096)}) {
       msgs.insert(msgs.end(), part.begin(), part.end());
     }
     grpc::Status g = RawPrecopy(msgs, tok, &reply);
@@ -404,27 +409,97 @@ TEST_F(PeerTransferTest, PrecopyRefsFillTheFileAndBadRefsAreRefused) {
     EXPECT_EQ(reply.copies(), 2u) << "copy 1 was superseded by copy 3";
     EXPECT_EQ(reply.bytes(), 3500u);
   };
-  // "AB" + new_copy[10, 110) + other + "CD": 2 + 100 + 500 + 2 bytes, 4 carried.
   precopy("pre");
-  const std::string want = "AB" + new_copy.substr(10, 100) + other + "CD";
-  phos::peer::v1::ImageChunk ab = Data("gpu.img", "AB"), cd = Data("gpu.img", "CD");
-  cd.mutable_data()->set_offset(602);
+  // The source's image, as a migration writes it: buffers 0x1000 and 0x9000
+  // pre-copied (holes in gpu.img, only their checksums in the manifest),
+  // 0x5000 written.
+  const std::string src = dir_ + "/src/pre";
+  fs::create_directories(dir_ + "/src");
+  {
+    phos::image::v1::Manifest meta;
+    meta.set_session_id(7);
+    meta.set_pid(4242);
+    meta.set_mode("recopy");
+    phos::image::ImageWriterOptions o;
+    o.chunk_bytes = 4096;
+    o.io.force_pwrite = true;
+    o.durable = false;
+    std::unique_ptr<phos::image::ImageWriter> w;
+    ASSERT_TRUE(phos::image::ImageWriter::Open(src, meta, o, &w).ok());
+    std::size_t ia = 0, ib = 0, ic = 0;
+    ASSERT_TRUE(w->AddBuffer(0x1000, new_copy.size(), &ia).ok());
+    ASSERT_TRUE(w->AddBuffer(0x5000, streamed.size(), &ib).ok());
+    ASSERT_TRUE(w->AddBuffer(0x9000, other.size(), &ic).ok());
+    ASSERT_TRUE(w->WriteElsewhere(ia, {XXH3_64bits(new_copy.data(), new_copy.size())}).ok());
+    ASSERT_TRUE(w->WriteBuffer(ib, streamed.data()).ok());
+    ASSERT_TRUE(w->WriteElsewhere(ic, {XXH3_64bits(other.data(), other.size())}).ok());
+    phos::Status c = w->Commit();
+    ASSERT_TRUE(c.ok()) << c.ToString();
+  }
+  phos::image::v1::Manifest m;
+  ASSERT_TRUE(phos::image::ReadManifest(src, &m).ok());
+  std::map<std::uint64_t, std::uint64_t> ref_of = {{0x1000, 3}, {0x9000, 2}};  // address -> copy id
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> refs;     // file offset -> (bytes, copy)
+  for (const auto& b : m.buffers()) {
+    if (ref_of.count(b.device_address())) refs[b.extent_offset()] = {b.bytes(), ref_of[b.device_address()]};
+  }
+  ASSERT_EQ(refs.size(), 2u);
+  // The stream: gpu.img (streamed parts + references), then the manifest.
+  const std::string gpu = ReadAll(src + "/gpu.img"), manifest = ReadAll(src + "/manifest");
+  std::vector<phos::peer::v1::ImageChunk> msgs = {Begin("pre", gpu.size() + manifest.size())};
+  msgs[0].mutable_begin()->set_file_count(2);
+  std::string carried;
+  for (std::uint64_t off = 0; off < gpu.size();) {
+    auto next = refs.lower_bound(off);
+    if (next != refs.end() && next->first == off) {
+      msgs.push_back(Ref("gpu.img", off, next->second.second, 0, next->second.first));
+      off += next->second.first;
+      continue;
+    }
+    const std::uint64_t stop = next == refs.end() ? gpu.size() : next->first;
+    msgs.push_back(Data("gpu.img", gpu.substr(off, stop - off)));
+    msgs.back().mutable_data()->set_offset(off);
+    carried += gpu.substr(off, stop - off);
+    off = stop;
+  }
   phos::peer::v1::ImageChunk end;
   end.mutable_file_end()->set_path("gpu.img");
-  end.mutable_file_end()->set_size(want.size());
-  end.mutable_file_end()->set_xxh3(XXH3_64bits("ABCD", 4));  // the carried bytes only
+  end.mutable_file_end()->set_size(gpu.size());
+  end.mutable_file_end()->set_xxh3(XXH3_64bits(carried.data(), carried.size()));  // the carried bytes only
+  msgs.push_back(end);
+  msgs.push_back(Data("manifest", manifest));
+  end.mutable_file_end()->set_path("manifest");
+  end.mutable_file_end()->set_size(manifest.size());
+  end.mutable_file_end()->set_xxh3(XXH3_64bits(manifest.data(), manifest.size()));
+  msgs.push_back(end);
   phos::peer::v1::ImageChunk image_end;
-  image_end.mutable_end()->set_file_count(1);
-  image_end.mutable_end()->set_total_bytes(want.size());
-  grpc::Status g = RawSend({Begin("pre", want.size()), ab, Ref("gpu.img", 2, 3, 10, 100), Ref("gpu.img", 102, 2, 0, 500),
-                            cd, end, image_end},
-                           tok);
+  image_end.mutable_end()->set_file_count(2);
+  image_end.mutable_end()->set_total_bytes(gpu.size() + manifest.size());
+  msgs.push_back(image_end);
+  grpc::Status g = RawSend(msgs, tok);
   ASSERT_TRUE(g.ok()) << g.error_message();
-  EXPECT_TRUE(ReadAll(incoming_ + "/pre/gpu.img") == want);
+  // The destination's image reads back whole, every chunk verified.
+  std::unique_ptr<phos::image::ImageReader> reader;
+  phos::Status rs = phos::image::ImageReader::Open(incoming_ + "/pre", {}, &reader);
+  ASSERT_TRUE(rs.ok()) << rs.ToString();
+  std::map<std::uint64_t, std::string> want = {{0x1000, new_copy}, {0x5000, streamed}, {0x9000, other}};
+  ASSERT_EQ(reader->buffer_count(), 3u);
+  for (std::size_t k = 0; k < reader->buffer_count(); ++k) {
+    const auto& e = reader->manifest().buffers(static_cast<int>(k));
+    std::string got(e.bytes(), '\0');
+    rs = reader->ReadBuffer(k, got.data());
+    ASSERT_TRUE(rs.ok()) << rs.ToString();
+    EXPECT_TRUE(got == want[e.device_address()]) << "buffer " << e.device_address();
+  }
+  EXPECT_TRUE(reader->VerifyAll().ok());
   // The pre-copy was claimed by that image: a second image cannot use it.
   g = RawSend({Begin("pre2", 100), Ref("gpu.img", 0, 3, 0, 100)}, tok);
   EXPECT_EQ(g.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << g.error_message();
   EXPECT_NE(g.error_message().find("no pre-copy"), std::string::npos) << g.error_message();
+  // A reference in any other file than gpu.img.
+  precopy("other");
+  g = RawSend({Begin("other", 100), Ref("criu/pages-1.img", 0, 3, 0, 100)}, tok);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << g.error_message();
 
   precopy("bad");
   const std::vector<std::pair<phos::peer::v1::ImageChunk, grpc::StatusCode>> bad = {
@@ -465,6 +540,7 @@ TEST_F(PeerTransferTest, PrecopyRefsFillTheFileAndBadRefsAreRefused) {
   g = RawPrecopy({PrecopyBegin("y")}, "wrong");
   EXPECT_EQ(g.error_code(), grpc::StatusCode::UNAUTHENTICATED) << g.error_message();
   EXPECT_EQ(Entries(incoming_), std::vector<std::string>{"pre"});
+  EXPECT_TRUE(Entries(root_ + "/precopy").empty()) << "pre-copy files left behind";
 }
 
 }  // namespace
