@@ -106,6 +106,34 @@ class RecopyCheckpointTest : public ::testing::Test {
     return out;
   }
 
+  /// Runs a checkpoint with `o` while a thread rewrites a hot set — the
+  /// first `hot` buffers of `bytes` each — with synchronous memsets (call i
+  /// sets buffer i % hot to byte (i % 250) + 2). *writes: memsets done.
+  Status CheckpointWhileWriting(int hot, uint64_t bytes, const CheckpointOptions& o, int* writes) {
+    std::atomic<bool> stop{false};
+    std::atomic<int> done{0};
+    std::thread writer([&] {
+      for (int i = 0; !stop.load(); ++i) {
+        if (app_->Memset(bufs_[i % hot], (i % 250) + 2, 1, bytes) != kOk) return;
+        done.fetch_add(1);
+      }
+    });
+    while (done.load() < 3) std::this_thread::sleep_for(1ms);
+    Status s = Checkpoint(*session_, o, &progress_, &result_);
+    stop.store(true);
+    writer.join();
+    *writes = done.load();
+    return s;
+  }
+  /// The byte buffer k holds after `calls` of those memsets (1: never written).
+  static uint8_t HotSetByte(size_t k, uint64_t calls, int hot) {
+    uint8_t want = 1;
+    for (uint64_t i = 0; i < calls; ++i) {
+      if (i % static_cast<uint64_t>(hot) == k) want = static_cast<uint8_t>((i % 250) + 2);
+    }
+    return want;
+  }
+
   static void ExpectFilled(const std::vector<uint8_t>& got, uint8_t want, const std::string& what) {
     size_t bad = 0;
     for (uint8_t v : got) bad += v != want;
@@ -132,29 +160,18 @@ TEST_F(RecopyCheckpointTest, ImageIsTheStateAtT2WhileTheAppWrites) {
   MakeBuffers(16, kBytes);
   const uint64_t setup = session_->admitted();  // every setup call was synchronous
   const int kHot = 4;
-  std::atomic<bool> stop{false};
-  std::atomic<int> writes{0};
-  std::thread writer([&] {
-    for (int i = 0; !stop.load(); ++i) {
-      if (app_->Memset(bufs_[i % kHot], (i % 250) + 2, 1, kBytes) != kOk) return;
-      writes.fetch_add(1);
-    }
-  });
-  while (writes.load() < 3) std::this_thread::sleep_for(1ms);
   CheckpointOptions o = Options();
-  Status s = Checkpoint(*session_, o, &progress_, &result_);
-  stop.store(true);
-  writer.join();
+  int writes = 0;
+  Status s = CheckpointWhileWriting(kHot, kBytes, o, &writes);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(result_.mode, Mode::kRecopy);
   ASSERT_GE(result_.admitted_at_capture, setup);
   const uint64_t calls = result_.admitted_at_capture - setup;
-  ASSERT_GT(static_cast<uint64_t>(writes.load()), calls) << "the app wrote nothing after t2";
+  ASSERT_GT(static_cast<uint64_t>(writes), calls) << "the app wrote nothing after t2";
   std::printf("recopy: %llu rounds, %llu bytes at t2, stall %llu us, %llu calls before t2, %d writes\n",
               static_cast<unsigned long long>(result_.counters.recopy_rounds),
               static_cast<unsigned long long>(result_.counters.recopy_dirty_bytes),
-              static_cast<unsigned long long>(result_.stall_us), static_cast<unsigned long long>(calls),
-              writes.load());
+              static_cast<unsigned long long>(result_.stall_us), static_cast<unsigned long long>(calls), writes);
   EXPECT_GT(result_.counters.recopy_rounds, 0u);
   EXPECT_LE(result_.counters.recopy_rounds, static_cast<uint64_t>(o.recopy_rounds));
   EXPECT_GT(result_.stall_us, 0u);
@@ -167,11 +184,7 @@ TEST_F(RecopyCheckpointTest, ImageIsTheStateAtT2WhileTheAppWrites) {
   ASSERT_EQ(image.size(), bufs_.size());
   for (size_t k = 0; k < bufs_.size(); ++k) {
     ASSERT_EQ(image.count(bufs_[k]), 1u) << k;
-    uint8_t want = 1;
-    for (uint64_t i = 0; i < calls; ++i) {
-      if (i % kHot == k) want = static_cast<uint8_t>((i % 250) + 2);
-    }
-    ExpectFilled(image[bufs_[k]], want, "buffer " + std::to_string(k));
+    ExpectFilled(image[bufs_[k]], HotSetByte(k, calls, kHot), "buffer " + std::to_string(k));
   }
 }
 
@@ -364,21 +377,11 @@ TEST_F(RecopyCheckpointTest, PrecopySinkGetsTheCopiesAndTheImageRefersToThem) {
   MakeBuffers(16, kBytes);
   const uint64_t setup = session_->admitted();
   const int kHot = 4;
-  std::atomic<bool> stop{false};
-  std::atomic<int> writes{0};
-  std::thread writer([&] {
-    for (int i = 0; !stop.load(); ++i) {
-      if (app_->Memset(bufs_[i % kHot], (i % 250) + 2, 1, kBytes) != kOk) return;
-      writes.fetch_add(1);
-    }
-  });
-  while (writes.load() < 3) std::this_thread::sleep_for(1ms);
   RecordingSink sink;
   CheckpointOptions o = Options();
   o.precopy = &sink;
-  Status s = Checkpoint(*session_, o, &progress_, &result_);
-  stop.store(true);
-  writer.join();
+  int writes = 0;
+  Status s = CheckpointWhileWriting(kHot, kBytes, o, &writes);
   ASSERT_TRUE(s.ok()) << s.ToString();
   const uint64_t calls = result_.admitted_at_capture - setup;
 
@@ -421,11 +424,7 @@ TEST_F(RecopyCheckpointTest, PrecopySinkGetsTheCopiesAndTheImageRefersToThem) {
   auto image = ReadImage(o.dir);  // verifies every chunk
   ASSERT_EQ(image.size(), bufs_.size());
   for (size_t k = 0; k < bufs_.size(); ++k) {
-    uint8_t want = 1;
-    for (uint64_t i = 0; i < calls; ++i) {
-      if (i % kHot == k) want = static_cast<uint8_t>((i % 250) + 2);
-    }
-    ExpectFilled(image[bufs_[k]], want, "buffer " + std::to_string(k));
+    ExpectFilled(image[bufs_[k]], HotSetByte(k, calls, kHot), "buffer " + std::to_string(k));
   }
 }
 
