@@ -11,9 +11,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -23,18 +26,88 @@
 namespace phos::criu {
 namespace {
 
-// Serializes every libcriu call: libcriu reports errno through one static
-// (`saved_errno`) shared by all criu_local_* calls. See criu_client.h.
-// Also guards g_default_binary.
+// Locks of this file, in the order they may be taken (each later one is a
+// leaf taken with or without the earlier ones, never the reverse):
+//   g_libcriu_mu  serializes every libcriu call: libcriu reports errno
+//                 through one static (`saved_errno`) shared by all
+//                 criu_local_* calls. See criu_client.h. Held for a whole
+//                 CRIU operation (up to seconds).
+//   g_binary_mu   guards g_default_binary.
+//   g_check_mu    guards g_checked (Check()'s cache). Never held while CRIU
+//                 runs, so a cached Check() does not wait for a dump.
 std::mutex g_libcriu_mu;
+std::mutex g_binary_mu;
+std::mutex g_check_mu;
 // CriuClient::SetDefaultBinary's value ("" = libcriu's default, `criu` on
-// PATH). Guarded by g_libcriu_mu.
+// PATH). Guarded by g_binary_mu.
 std::string g_default_binary;
 
 // The binary a call runs: its own option, else the process default.
-// Caller holds g_libcriu_mu.
 std::string ResolveBinary(const std::string& criu_binary) {
-  return criu_binary.empty() ? g_default_binary : criu_binary;
+  if (!criu_binary.empty()) return criu_binary;
+  std::lock_guard<std::mutex> lock(g_binary_mu);
+  return g_default_binary;
+}
+
+// The file a binary name stands for, as Check()'s cache compares it: a
+// replaced (new inode), edited (size, mtime, ctime) or re-pointed (a
+// symlink: stat follows it) binary is a different one.
+struct BinaryIdentity {
+  std::string path;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;
+  bool operator==(const BinaryIdentity&) const = default;
+};
+
+std::int64_t Nanos(const struct timespec& t) { return std::int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; }
+
+// Finds the file libcriu would exec for `name` (its execlp: a name with a
+// '/' is a path, a bare name is looked up on PATH, "/bin:/usr/bin" when
+// PATH is unset) and stats it. False when there is none: nothing is then
+// cached and Check() probes (and fails) every time.
+bool IdentifyBinary(const std::string& name, BinaryIdentity* out) {
+  std::vector<std::string> candidates;
+  if (name.find('/') != std::string::npos) {
+    candidates.push_back(name);
+  } else {
+    const char* env = std::getenv("PATH");
+    const std::string path = env != nullptr ? env : "/bin:/usr/bin";
+    std::size_t from = 0;
+    for (;;) {
+      const std::size_t colon = path.find(':', from);
+      const std::string dir = path.substr(from, colon == std::string::npos ? std::string::npos : colon - from);
+      candidates.push_back((dir.empty() ? std::string(".") : dir) + "/" + name);
+      if (colon == std::string::npos) break;
+      from = colon + 1;
+    }
+  }
+  for (const std::string& c : candidates) {
+    struct stat st {};
+    if (::stat(c.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(c.c_str(), X_OK) != 0) continue;
+    out->path = c;
+    out->dev = st.st_dev;
+    out->ino = st.st_ino;
+    out->size = st.st_size;
+    out->mtime_ns = Nanos(st.st_mtim);
+    out->ctime_ns = Nanos(st.st_ctim);
+    return true;
+  }
+  return false;
+}
+
+// Check()'s cache: binary name (BinaryName of the resolved binary) -> the
+// identity of the file that passed. Only passes are stored. Guarded by
+// g_check_mu.
+std::map<std::string, BinaryIdentity> g_checked;
+
+// Drops the remembered pass of `criu_binary` (resolved; "" = "criu") after
+// a CRIU call with it failed: the next Check() probes again.
+void ForgetCheck(const std::string& criu_binary) {
+  std::lock_guard<std::mutex> lock(g_check_mu);
+  g_checked.erase(criu_binary.empty() ? std::string("criu") : criu_binary);
 }
 
 struct OptsDeleter {
@@ -243,6 +316,7 @@ Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOp
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (ret < 0) {
     spdlog::warn("criu: {} failed ret={} ms={:.1f} log={}", what, ret, ms, log_path);
+    ForgetCheck(binary);
     return CriuFailure(what, ret, err, log_path, binary, pid, images_dir);
   }
   spdlog::info("criu: {} ok pid={} dir={} leave_running={} parent={} ms={:.1f}", op, pid,
@@ -253,12 +327,12 @@ Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOp
 }  // namespace
 
 void CriuClient::SetDefaultBinary(const std::string& criu_binary) {
-  std::lock_guard<std::mutex> lock(g_libcriu_mu);
+  std::lock_guard<std::mutex> lock(g_binary_mu);
   g_default_binary = criu_binary;
 }
 
 std::string CriuClient::DefaultBinary() {
-  std::lock_guard<std::mutex> lock(g_libcriu_mu);
+  std::lock_guard<std::mutex> lock(g_binary_mu);
   return BinaryName(g_default_binary);
 }
 
@@ -300,14 +374,42 @@ Status CriuClient::Check(const std::string& criu_binary) {
     return Status::Unavailable(fmt::format(
         "CRIU needs root here (phos runs it privileged); euid is {}", ::geteuid()));
   }
+  const std::string name = BinaryName(ResolveBinary(criu_binary));
+  BinaryIdentity id;
+  const bool identified = IdentifyBinary(name, &id);
+  if (identified) {
+    std::lock_guard<std::mutex> lock(g_check_mu);
+    auto it = g_checked.find(name);
+    if (it != g_checked.end() && it->second == id) return Status::Ok();
+  }
+  // Probed without g_check_mu (it takes g_libcriu_mu and runs criu twice);
+  // two Checks missing at once both probe, and agree.
+  const auto t0 = std::chrono::steady_clock::now();
   CriuFeatures f;
-  PHOS_RETURN_IF_ERROR(QueryFeatures(&f, criu_binary));
-  if (f.version < kMinCriuVersion) {
-    return Status::Unavailable(fmt::format(
+  Status s = QueryFeatures(&f, name);
+  if (s.ok() && f.version < kMinCriuVersion) {
+    s = Status::Unavailable(fmt::format(
         "CRIU {}.{}.{} is too old; phos needs >= 4.0 (scripts/setup.sh installs it)",
         f.version / 10000, f.version / 100 % 100, f.version % 100));
   }
-  return Status::Ok();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(g_check_mu);
+  if (s.ok() && identified) {
+    // Remembered only when it passed: a failure is re-probed next time.
+    g_checked[name] = id;
+    spdlog::info("criu: {} ({}) checked: version {} mem_track={} ({:.1f} ms); remembered until that file changes "
+                 "or a CRIU call with it fails",
+                 name, id.path, f.version, f.mem_track, ms);
+  } else {
+    g_checked.erase(name);
+    if (!s.ok()) spdlog::info("criu: check of {} failed ({:.1f} ms): {}", name, ms, s.ToString());
+  }
+  return s;
+}
+
+void CriuClient::ForgetChecks() {
+  std::lock_guard<std::mutex> lock(g_check_mu);
+  g_checked.clear();
 }
 
 Status CriuClient::PreDump(pid_t pid, const std::string& images_dir, const DumpOptions& opts) {
@@ -359,6 +461,7 @@ Status CriuClient::Restore(const std::string& images_dir, const RestoreOptions& 
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (ret <= 0) {
     spdlog::warn("criu: {} failed ret={} ms={:.1f} log={}", what, ret, ms, log_path);
+    ForgetCheck(binary);
     return CriuFailure(what, ret == 0 ? -EBADE : ret, err, log_path, binary, 0, images_dir);
   }
   *restored_pid = ret;

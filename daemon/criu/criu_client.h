@@ -12,7 +12,8 @@
 // criu_client.cc (owner: that file). CRIU operations take tens of ms to
 // seconds, so the serialization costs nothing measurable today; a daemon
 // that wants parallel dumps of different apps can lift it once errno is not
-// needed from libcriu.
+// needed from libcriu. Check()'s cache and the default binary have mutexes
+// of their own, so a cached Check() never waits for a dump in progress.
 //
 // Children: each call forks `criu swrk` and waits for it (waitpid on that
 // pid). A caller must therefore not reap children with waitpid(-1) or set
@@ -111,7 +112,7 @@ class CriuClient {
   /// `--criu-binary`): a path, or a name looked up on PATH (libcriu
   /// execlp()s it as `BINARY swrk FD`). "" = libcriu's default, `criu` on
   /// PATH. Process-wide; set it before the first CRIU call (phosd does so
-  /// at startup). Guarded by the libcriu mutex in criu_client.cc, so it may
+  /// at startup). Guarded by a mutex of its own in criu_client.cc, so it may
   /// be read and set from any thread.
   static void SetDefaultBinary(const std::string& criu_binary);
   /// The binary a call with an empty `criu_binary` runs ("criu" when unset).
@@ -128,7 +129,28 @@ class CriuClient {
   /// remains the full diagnosis.
   ///
   /// `criu_binary` empty = DefaultBinary(), the one Dump/Restore use too.
+  ///
+  /// Cached: the probe forks `criu swrk` twice (~10 ms + ~100 ms, the kernel
+  /// probe forks iptables and more), and phosd checks before every
+  /// whole-process checkpoint, restore, migration and template start. A
+  /// PASSED check is remembered per binary together with the identity of
+  /// the file it runs (path as execlp finds it, device, inode, size, mtime,
+  /// ctime), so replacing or editing the binary makes the next Check probe
+  /// again. A FAILED check is never remembered (the next one probes: the
+  /// operator may be fixing the setup), and any failed Dump/PreDump/Restore
+  /// with a binary drops that binary's remembered pass, so after CRIU broke
+  /// the next Check probes and refuses up front. What the cache cannot see:
+  /// a binary that starts failing without its file changing (a wrapper
+  /// script whose behaviour depends on other files, a kernel setting
+  /// changed at run time); the first CRIU call then fails on its own, with
+  /// the same kind of error, and the Check after it probes again.
+  /// Only the euid test runs on every call.
   static Status Check(const std::string& criu_binary = "");
+
+  /// Forgets every remembered passed Check() (the next one probes again).
+  /// For tests, and for callers that changed something the cache cannot
+  /// see.
+  static void ForgetChecks();
 
   /// Version and optional features of the criu binary on this kernel.
   static Status QueryFeatures(CriuFeatures* out, const std::string& criu_binary = "");

@@ -132,10 +132,13 @@ Status ConcurrentRestore::Admit(const session::CallView& call) {
       blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
     }
     const bool drop = !abandoned_;
+    // The reset ends every buffer: nothing of a failed load is left to guard.
+    load_error_ = Status::Ok();
     lock.unlock();
     if (drop) DropDeviceState();
     return Status::Ok();
   }
+  if (!load_error_.ok()) return RefuseIfUnloaded(call);
   if (abandoned_ || all_present()) return Status::Ok();
   const bool unvalidatable = call.kind == session::AccessKind::kUnvalidatable;
   const auto t0 = Clock::now();
@@ -157,7 +160,28 @@ Status ConcurrentRestore::Admit(const session::CallView& call) {
     ++counters_.absent_waits;
     blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
   }
+  // Woken by a failed loader: what it waited for may never have come.
+  if (!load_error_.ok()) return RefuseIfUnloaded(call);
   return Status::Ok();
+}
+
+Status ConcurrentRestore::RefuseIfUnloaded(const session::CallView& call) {
+  if (all_present()) return Status::Ok();
+  std::string why;
+  if (!call.access_known() || call.kind == session::AccessKind::kUnvalidatable) {
+    why = "buffers never loaded and this call's accesses unknown";
+  } else {
+    for (const auto& r : call.ranges) {
+      table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) {
+        if (why.empty() && b.state != kPresent) why = "buffer " + Hex(b.address) + " never loaded";
+      });
+      if (!why.empty()) break;
+    }
+  }
+  if (why.empty()) return Status::Ok();
+  // The reason first: the app's reply keeps only a message's first 40 and
+  // last 61 bytes (session/call_handlers.cc), the cause is last.
+  return Status(load_error_.code(), why + ": call refused (the restore failed: " + load_error_.message() + ")");
 }
 
 bool ConcurrentRestore::LaunchInstead(const session::CallView& call, Status* result) {
@@ -271,12 +295,25 @@ Status ConcurrentRestore::LoadAll() {
       b->state = kLoading;
     }
     // address, bytes and image_index never change after Start: read unlocked.
-    status = LoadOne(*b, host.data());
+    bool paused = false;
+    status = LoadOne(*b, host.data(), &paused);
     {
       std::lock_guard<std::mutex> lock(table_.mu);
+      if (status.ok() && paused) {
+        // Back in the queue at its place (NextToLoad's position still
+        // points at it), after the urgent buffers a call waits for.
+        b->state = kAbsent;
+        continue;
+      }
       if (!status.ok()) {
-        if (cancelled_) status = Status::Unavailable("the process exited during the restore");
-        abandoned_ = true;  // waiters go on; the caller reports the failure
+        if (cancelled_) {
+          status = Status::Unavailable("the process exited during the restore");
+        } else if (status.code() != Status::Code::kUnavailable) {
+          // Set before the waiters wake: they are refused, never run on the
+          // missing bytes (Admit); the caller reports the failure.
+          load_error_ = status;
+        }
+        abandoned_ = true;
         table_.cv.notify_all();
         break;
       }
@@ -296,12 +333,41 @@ Status ConcurrentRestore::LoadAll() {
   return status;
 }
 
-Status ConcurrentRestore::LoadOne(const TrackedBuffer& b, std::byte* host) {
+bool ConcurrentRestore::ShouldPause(const TrackedBuffer& b) {
+  std::lock_guard<std::mutex> lock(table_.mu);
+  if (b.urgent || abandoned_) return false;
+  for (std::uint64_t a : urgent_) {
+    if (table_.by_address.at(a).state == kAbsent) return true;
+  }
+  return false;
+}
+
+Status ConcurrentRestore::LoadOne(const TrackedBuffer& b, std::byte* host, bool* paused) {
+  *paused = false;
   image::ImageReader& reader = task_->reader();
   const auto& e = reader.manifest().buffers(static_cast<int>(b.image_index));
   const std::uint64_t chunk = e.chunk_bytes();
   const std::uint64_t chunks = chunk == 0 ? 0 : (e.bytes() + chunk - 1) / chunk;
-  for (std::uint64_t c = 0; c < chunks; ++c) {
+  std::uint64_t first = 0;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    auto it = resume_at_.find(b.address);
+    if (it != resume_at_.end()) {
+      first = it->second;
+      resume_at_.erase(it);
+    }
+  }
+  for (std::uint64_t c = first; c < chunks; ++c) {
+    // A call waits for another buffer: serve it first (a big buffer's
+    // chunks would otherwise keep it waiting for up to the whole buffer;
+    // measured: the first kernel of a template start waited 3-8 ms behind
+    // a 16 MiB buffer). Resumed at chunk c later.
+    if (c > first && ShouldPause(b)) {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      resume_at_[b.address] = c;
+      *paused = true;
+      return Status::Ok();
+    }
     std::size_t len = 0;
     // Re-verified as it is read (the file could have changed since VerifyAll).
     PHOS_RETURN_IF_ERROR(reader.ReadChunk(b.image_index, c, host, &len));
@@ -332,6 +398,17 @@ Status ConcurrentRestore::Finish(session::SessionState& /*st*/, EngineHook* hook
   }
   DropDeviceState();
   return Status::Ok();
+}
+
+Status ConcurrentRestore::Fail(session::SessionState& /*st*/) {
+  // Stays installed (the hook keeps it) to refuse calls on unloaded buffers.
+  DropDeviceState();
+  return Status::Ok();
+}
+
+bool ConcurrentRestore::load_failed() {
+  std::lock_guard<std::mutex> lock(table_.mu);
+  return !load_error_.ok();
 }
 
 void ConcurrentRestore::Cancel(session::SessionState& /*st*/) {
@@ -386,8 +463,8 @@ Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook
                                      std::vector<std::uint64_t>* load_order) {
   const auto t0 = Clock::now();
   auto task = std::make_unique<RestoreTask>(progress);
-  // Every checksum before the session is touched.
-  if (Status p = task->Prepare(options.dir); !p.ok()) {
+  // Every checksum before the session is touched (unless the caller did).
+  if (Status p = task->Prepare(options.dir, !options.verified); !p.ok()) {
     return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
   }
   // In place: make the session's buffer map match the image, then track.
@@ -424,7 +501,9 @@ Status DriveConcurrentRestore(session::Session& session, EngineHook* hook, std::
   if (options.on_resumed) options.on_resumed();
   Status loaded = op->LoadAll();
   const std::uint64_t total_us = MicrosSince(t0);
-  Status finished = session.RunControl([&](session::SessionState& st) { return op->Finish(st, hook); });
+  const bool failed = op->load_failed();
+  Status finished = session.RunControl(
+      [&](session::SessionState& st) { return failed ? op->Fail(st) : op->Finish(st, hook); });
   fill();
   result->total_us = total_us;
   if (load_order != nullptr) *load_order = op->load_order();

@@ -31,8 +31,21 @@
 //               H2D chunk by chunk (the image's chunks, 4 MiB by default;
 //               each re-verified as it is read) on its own stream, yielding
 //               to app copies (CopyEngineGate) -> PRESENT, waiters notified.
+//               Between two chunks a buffer nobody waits for is paused
+//               (back to ABSENT, resumed at that chunk) when a call waits
+//               for another absent buffer: a waiting call waits for at most
+//               one chunk of something else.
 //   Finish()    control task once every buffer is PRESENT: uninstall, drop
 //               the validator, stream and gate. total_us ends here.
+//   Fail()      instead of Finish when the loader failed (a chunk that does
+//               not match its checksum, a read or copy error; not the
+//               session ending): drop the validator, stream and gate but
+//               stay installed, so that from then on a call touching a
+//               buffer that never became PRESENT (or one whose access set
+//               is unknown) is refused with the loader's error instead of
+//               running on bytes that were never restored. Calls touching
+//               only PRESENT buffers still run. It stays until the session
+//               ends, another operation is installed, or a cudaDeviceReset.
 // Admission (consumer thread, Admit): a call whose ranges (read or write)
 // touch an ABSENT or LOADING buffer marks those urgent and waits until they
 // are PRESENT (counters.absent_waits). A call with no access set (kUnknown)
@@ -100,8 +113,9 @@ struct ConcurrentRestoreHooks {
 using ControlStep = std::function<Status(session::SessionState& st, ConcurrentRestore& op)>;
 
 /// The driver both concurrent restores share. `task`: prepared (image
-/// verified). Runs `step` as a control task, then the loader on the
-/// caller's thread, then Finish as a control task. result: the task's
+/// verified, or options.verified). Runs `step` as a control task, then the
+/// loader on the caller's thread, then Finish (Fail when the loader failed)
+/// as a control task. result: the task's
 /// result plus concurrent, stall_us (the control task), total_us (from
 /// `t0` to the last buffer present), counters. `load_order` (optional):
 /// the addresses in the order they became PRESENT.
@@ -139,6 +153,11 @@ class ConcurrentRestore final : public Operation, public std::enable_shared_from
   Status LoadAll();
   /// Control task: uninstall and drop device state.
   Status Finish(session::SessionState& st, EngineHook* hook);
+  /// Control task after LoadAll failed (load_failed()): drop device state,
+  /// stay installed refusing calls on unloaded buffers (file comment).
+  Status Fail(session::SessionState& st);
+  /// Any thread: LoadAll failed for another reason than the session ending.
+  bool load_failed();
 
   RestoreTask& task() { return *task_; }
   /// Any thread.
@@ -155,13 +174,21 @@ class ConcurrentRestore final : public Operation, public std::enable_shared_from
  private:
   /// mu held: the loader's next buffer (urgent first), or null.
   TrackedBuffer* NextToLoad();
-  /// Loader: one buffer's chunks H2D. mu NOT held.
-  Status LoadOne(const TrackedBuffer& b, std::byte* host);
+  /// Loader: one buffer's chunks H2D, from where a paused load stopped.
+  /// Between two chunks it pauses (*paused, OK) when a call waits for
+  /// another, absent buffer and this one is not wanted urgently. mu NOT
+  /// held.
+  Status LoadOne(const TrackedBuffer& b, std::byte* host, bool* paused);
+  /// Loader, mu NOT held: an absent urgent buffer waits and `b` is not urgent.
+  bool ShouldPause(const TrackedBuffer& b);
   /// mu held: waits until every buffer in `wanted` is PRESENT (marks the
   /// absent ones urgent first). Returns true if it waited.
   bool WaitPresent(std::unique_lock<std::mutex>& lock, const std::vector<TrackedBuffer*>& wanted);
   /// mu held: waits until every buffer is PRESENT.
   bool WaitAllPresent(std::unique_lock<std::mutex>& lock);
+  /// mu held, load_error_ set: the refusal of a call touching a buffer that
+  /// is not PRESENT (or of unknown access), else OK.
+  Status RefuseIfUnloaded(const session::CallView& call);
   bool all_present() const { return present_ == table_.by_address.size(); }
   /// Consumer thread: destroys the validator, the loader's stream and the
   /// gate, and fences the loader out of the context. Idempotent.
@@ -185,11 +212,13 @@ class ConcurrentRestore final : public Operation, public std::enable_shared_from
   std::deque<std::uint64_t> urgent_;           // addresses calls wait for, oldest first
   std::vector<std::uint64_t> order_;           // first-use order, then ascending address
   std::size_t next_ = 0;                       // loader's position in order_
+  std::unordered_map<std::uint64_t, std::uint64_t> resume_at_;  // address -> first chunk a paused load left
   std::unordered_map<std::uint64_t, std::uint64_t> present_stamp_;  // address -> value of present_ once PRESENT
   std::vector<std::uint64_t> load_order_;      // addresses as they became PRESENT
   OperationCounters counters_;
-  bool abandoned_ = false;                     // cancelled, failed or finished: admit everything
+  bool abandoned_ = false;                     // cancelled, failed or finished: no more waiting
   bool cancelled_ = false;
+  Status load_error_;                          // LoadAll's failure (not a cancel): refuse calls on unloaded buffers
 
   std::mutex ctx_use_mu_;                      // see the file comment
   std::atomic<bool> fenced_{false};            // set under ctx_use_mu_: the loader must not touch the context

@@ -8,7 +8,8 @@
 // module/function/stream/event ids and its old device pointers — work:
 //
 //   caller's thread  claim the session; RestoreTask::Prepare (every
-//                    checksum verified); parse and cross-check the
+//                    checksum verified, unless options.verified says the
+//                    caller did); parse and cross-check the
 //                    `streams`/`modules` sections. A bad image is refused
 //                    here, before the session is touched.
 //   control task     (stop-the-world, on the session's consumer thread)

@@ -147,7 +147,7 @@ Status Restore(session::Session& session, const RestoreOptions& options, Progres
   }
   const auto t0 = Clock::now();
   RestoreTask task(progress);
-  if (Status p = task.Prepare(options.dir); !p.ok()) {
+  if (Status p = task.Prepare(options.dir, !options.verified); !p.ok()) {
     return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
   }
   Status s = session.RunControl([&task](session::SessionState& st) { return task.Apply(st); });

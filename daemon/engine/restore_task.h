@@ -5,6 +5,10 @@
 //               chunk's checksum is checked BEFORE the session is touched;
 //               a corrupt or truncated image is refused naming the buffer,
 //               chunk and file offset. Also decodes the session metadata.
+//               `verify_all` false (RestoreOptions::verified: the caller
+//               verified this image already) skips VerifyAll only: the
+//               manifest and gpu.img's header and length are still checked
+//               (Open), and every chunk is still verified as it is read.
 //   Apply()     ON the session's consumer thread (control task), the
 //               stop-the-world restore: MapBuffers(), then every extent
 //               H2D (LoadExtents), synchronise.
@@ -48,7 +52,7 @@ class RestoreTask {
  public:
   explicit RestoreTask(Progress* progress) : progress_(progress) {}
 
-  Status Prepare(const std::string& dir);
+  Status Prepare(const std::string& dir, bool verify_all = true);
   /// Consumer thread only (control task): the whole stop-the-world restore.
   Status Apply(session::SessionState& st);
 

@@ -11,6 +11,7 @@
 
 #include "engine/operations.h"
 #include "engine/progress.h"
+#include "server/clock_util.h"
 #include "server/migration.h"
 #include "server/phos_service.h"
 #include "server/process_checkpoint.h"
@@ -36,10 +37,7 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   MigrateOptions o;
   o.destination = req->destination();
   o.token = req->peer_token();
-  const auto now_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  o.name = "migrate-" + std::to_string(req->pid()) + "-" + std::to_string(now_ms);
+  o.name = "migrate-" + std::to_string(req->pid()) + "-" + std::to_string(RealtimeNs() / 1000000);
   o.staging_dir = DefaultCheckpointRoot() + "/outgoing/" + o.name + ".tmp";
   o.max_bytes_per_sec = req->max_bytes_per_sec();
   o.precopy = !req->no_precopy();
@@ -97,6 +95,13 @@ phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, pe
   engine::Progress progress;  // the engine reports into one; nobody watches it here
   ProcessRestoreOptions ro;
   ro.concurrent = true;  // it runs while its buffers load, in first-use order
+  // No full checksum pass before the restore (it would read the whole
+  // gpu.img in the downtime, and O_DIRECT reads of a file just written
+  // first wait for its writeback): every byte was checked on arrival —
+  // streamed files against FileEnd's xxh3, pre-copied buffers against
+  // their chunk checksums (PrecopyStore), the values the manifest holds —
+  // and the concurrent restore checks each chunk again as it loads it.
+  ro.image_verified = true;
   std::int64_t resumed_ns = 0;
   phos::Status cont;
   // CRIU restores a process dumped stopped as stopped: let it run the
@@ -104,9 +109,7 @@ phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, pe
   // the destination (the downtime's end).
   ro.on_running = [&](pid_t pid) {
     if (resume && kill(pid, SIGCONT) != 0) cont = phos::Status::FromErrno("SIGCONT restored pid " + std::to_string(pid), errno);
-    resumed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count();
+    resumed_ns = RealtimeNs();
   };
   PHOS_RETURN_IF_ERROR(RestoreProcess(server, dir, &progress, &r, ro));
   restored_.Track(r.pid);

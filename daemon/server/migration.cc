@@ -18,6 +18,7 @@
 #include "ring/ring_layout.h"
 #include "image/image_layout.h"
 #include "image/image_reader.h"
+#include "server/clock_util.h"
 #include "server/peer_client.h"
 #include "server/precopy_sender.h"
 #include "server/process_checkpoint.h"
@@ -25,17 +26,6 @@
 
 namespace phos::server {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-std::int64_t RealtimeNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-uint64_t MsSince(Clock::time_point t0) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
-}
 
 /// True when every thread of `pid` is stopped ('T' or 't' in
 /// /proc/PID/task/TID/stat); false while one still runs.

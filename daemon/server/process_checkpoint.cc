@@ -18,17 +18,9 @@
 #include "engine/fresh_restore.h"
 #include "image/file_util.h"
 #include "ring/channel.h"
+#include "server/clock_util.h"
 
 namespace phos::server {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-uint64_t MsSince(Clock::time_point t0) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
-}
-
-}  // namespace
 
 Status DescribeForDump(session::Session& sess, session::SessionState& st, ProcessImage* im) {
   if (st.host_segments.count() != 0) {
@@ -267,6 +259,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   engine::RestoreOptions gro;
   gro.dir = dir;
   gro.concurrent = options.concurrent;
+  gro.verified = options.image_verified;
   bool running = false;  // the gate opened (this thread only)
   auto let_run = [&] {
     if (running) return;

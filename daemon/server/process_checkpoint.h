@@ -74,6 +74,11 @@ struct ProcessRestoreOptions {
   /// Called (restoring thread) the moment the process may run: its
   /// session's gate just opened. Migration SIGCONTs its stopped process here.
   std::function<void(pid_t)> on_running;
+  /// Every checksum of the GPU image was verified by the caller and its
+  /// files did not change since (a template's in-memory copy): the engine
+  /// skips its full pre-restore verification (engine::RestoreOptions::
+  /// verified). `phos restore DIR` leaves it false.
+  bool image_verified = false;
 };
 
 /// Restores the process of image `dir` (its pid must be free). On any

@@ -17,6 +17,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/proc_nspid.h"
+
 namespace phos::server {
 namespace {
 
@@ -235,26 +237,18 @@ bool ProcessHoldsSocket(pid_t pid, uint64_t inode) {
 
 Status PidNamespaceRole(pid_t pid, bool* own_ns) {
   *own_ns = false;
-  const std::string path = "/proc/" + std::to_string(pid) + "/status";
-  std::ifstream f(path);
-  if (!f) return Status::NotFound("pid " + std::to_string(pid) + " does not exist (" + path + ")");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("NSpid:", 0) != 0) continue;
-    std::istringstream in(line.substr(6));
-    std::vector<long> ids;
-    for (long v; in >> v;) ids.push_back(v);
-    if (ids.size() <= 1) return Status::Ok();  // our namespace
-    if (ids.back() == 1 && ids.size() == 2) {
-      *own_ns = true;
-      return Status::Ok();
-    }
-    return Status::NotSupported("pid " + std::to_string(pid) + " is pid " + std::to_string(ids.back()) +
-                                " of a pid namespace " + (ids.size() > 2 ? "nested below another" : "it does not lead") +
-                                ": CRIU dumps a pid namespace from its init only; run the app with `phos run` "
-                                "(its own namespace) or `phos run --no-pid-ns`");
+  std::vector<long> ids;
+  PHOS_RETURN_IF_ERROR(ReadNsPids(pid, &ids));
+  // Empty: a kernel without NSpid has no namespaces to care about; one: ours.
+  if (ids.size() <= 1) return Status::Ok();
+  if (ids.back() == 1 && ids.size() == 2) {
+    *own_ns = true;
+    return Status::Ok();
   }
-  return Status::Ok();  // a kernel without NSpid has no namespaces to care about
+  return Status::NotSupported("pid " + std::to_string(pid) + " is pid " + std::to_string(ids.back()) +
+                              " of a pid namespace " + (ids.size() > 2 ? "nested below another" : "it does not lead") +
+                              ": CRIU dumps a pid namespace from its init only; run the app with `phos run` "
+                              "(its own namespace) or `phos run --no-pid-ns`");
 }
 
 }  // namespace phos::server

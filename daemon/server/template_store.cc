@@ -18,27 +18,64 @@
 #include <sstream>
 
 #include "image/file_util.h"
+#include "image/image_layout.h"
+#include "image/image_reader.h"
+#include "server/clock_util.h"
 #include "server/process_image.h"
 
 namespace phos::server {
 namespace fs = std::filesystem;
+
+namespace {
+
+/// What identifies one file's content without reading it: any write
+/// changes mtime and ctime (ctime cannot be set from user space), a
+/// replacement changes the inode.
+struct FileStamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+/// The stamps of the files a verification covers: the manifest (it holds
+/// the checksums) and gpu.img. Empty when either cannot be stat'ed.
+std::vector<FileStamp> StampImage(const std::string& dir) {
+  std::vector<FileStamp> out;
+  for (std::string_view name : {image::kManifestName, image::kGpuImgName}) {
+    struct stat st {};
+    if (stat((dir + "/" + std::string(name)).c_str(), &st) != 0) return {};
+    out.push_back({st.st_dev, st.st_ino, st.st_size,
+                   std::int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+                   std::int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec});
+  }
+  return out;
+}
+
+/// Every checksum of the image in `dir` (ImageReader: manifest, gpu.img
+/// header and length, every chunk).
+Status VerifyImage(const std::string& dir) {
+  std::unique_ptr<image::ImageReader> reader;
+  PHOS_RETURN_IF_ERROR(image::ImageReader::Open(dir, {}, &reader));
+  return reader->VerifyAll();
+}
+
+}  // namespace
 
 struct TemplateStore::Entry {
   std::mutex op;                            // a Lease holds it
   bool present = false;                     // a template is committed (mu_)
   TemplateMeta meta;                        // mu_
   std::uint64_t cached_id = 0;              // id of the valid cache copy, 0 = none (mu_)
+  /// StampImage of the cache copy taken before it was verified; empty = not
+  /// verified by this phosd (mu_).
+  std::vector<FileStamp> verified_stamps;
   std::vector<TemplateInstance> instances;  // mu_
 };
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-std::uint64_t MsSince(Clock::time_point t0) {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
-}
 
 std::string Hex(std::uint64_t v) {
   char buf[24];
@@ -151,7 +188,10 @@ Status TemplateStore::Open(const Options& options, std::unique_ptr<TemplateStore
   if (ec) return Status::IoError("cannot create the template directory " + store->root_ + "/.staging: " + ec.message());
   store->SetUpCache(options.cache_root);
   PHOS_RETURN_IF_ERROR(store->Load());
-  if (options.warm && !store->cache_root_.empty()) store->warm_ = std::thread([s = store.get()] { s->WarmLoop(); });
+  const bool any = !store->entries_.empty();  // Load() made entries for committed templates only
+  if (options.warm && any && (!store->cache_root_.empty() || options.prepare)) {
+    store->warm_ = std::thread([s = store.get(), prepare = options.prepare] { s->WarmLoop(prepare); });
+  }
   *out = std::move(store);
   return Status::Ok();
 }
@@ -263,7 +303,9 @@ Status TemplateStore::Load() {
   return Status::Ok();
 }
 
-void TemplateStore::WarmLoop() {
+void TemplateStore::WarmLoop(const std::function<void()>& prepare) {
+  if (prepare) prepare();
+  if (cache_root_.empty()) return;
   std::vector<std::string> names;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -322,6 +364,7 @@ Status TemplateStore::Commit(const Lease& lease, const std::string& staged, Temp
     std::lock_guard<std::mutex> l(mu_);
     lease.entry_->present = true;
     lease.entry_->meta = *meta;
+    lease.entry_->verified_stamps.clear();  // the copy (removed below) was of the replaced template
   }
   // The cache copy of the replaced template is of no use any more.
   if (!cache_root_.empty()) (void)image::RemoveTree(cache_root_ + "/" + lease.name());
@@ -367,13 +410,57 @@ Status TemplateStore::FillLocked(const Lease& lease, const TemplateMeta& meta, s
     (void)image::RemoveTree(staging);
     return image::ErrnoError("copying " + from.string() + " to", staging, ec.value());
   }
+  // Verified before it is installed, so no start ever uses a bad copy. The
+  // stamps are taken first: a change during the verification shows later.
+  const auto v0 = Clock::now();
+  std::vector<FileStamp> stamps = StampImage(staging);
+  if (Status v = VerifyImage(staging); !v.ok()) {
+    (void)image::RemoveTree(staging);
+    return v.WithContext("the template " + from.string() + " fails its checksum verification (copied to the cache)");
+  }
+  const std::uint64_t verify_ms = MsSince(v0);
   PHOS_RETURN_IF_ERROR(InstallDirectory(staging, cache_root_ + "/" + lease.name()));
   {
     std::lock_guard<std::mutex> l(mu_);
     lease.entry_->cached_id = meta.id;
+    lease.entry_->verified_stamps = std::move(stamps);
   }
   *fill_ms = MsSince(t0);
-  spdlog::info("templates: {} copied to {} ({} bytes, {} ms)", lease.name(), cache_root_, meta.bytes, *fill_ms);
+  spdlog::info("templates: {} copied to {} and verified ({} bytes, {} ms, of which verification {} ms)", lease.name(),
+               cache_root_, meta.bytes, *fill_ms, verify_ms);
+  return Status::Ok();
+}
+
+Status TemplateStore::VerifiedCopy(const Lease& lease, const TemplateMeta& meta, std::string* dir,
+                                   std::uint64_t* fill_ms) {
+  *fill_ms = 0;
+  if (CacheValid(lease, dir)) {
+    std::vector<FileStamp> now = StampImage(*dir);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!now.empty() && now == lease.entry_->verified_stamps) return Status::Ok();
+    }
+    // Made by an earlier phosd (never verified by this one), or its files
+    // changed since: verify it now.
+    const auto t0 = Clock::now();
+    Status v = VerifyImage(*dir);
+    if (v.ok()) {
+      std::lock_guard<std::mutex> l(mu_);
+      lease.entry_->verified_stamps = std::move(now);
+      spdlog::info("templates: the in-memory copy {} verified ({} ms)", *dir, MsSince(t0));
+      return Status::Ok();
+    }
+    spdlog::warn("templates: the in-memory copy {} fails verification ({}); removing it and copying {} again", *dir,
+                 v.ToString(), DirOf(lease.name()));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      lease.entry_->cached_id = 0;
+      lease.entry_->verified_stamps.clear();
+    }
+    (void)image::RemoveTree(*dir);
+  }
+  PHOS_RETURN_IF_ERROR(FillLocked(lease, meta, fill_ms));
+  *dir = cache_root_ + "/" + lease.name();
   return Status::Ok();
 }
 
@@ -382,13 +469,14 @@ Status TemplateStore::Fill(const Lease& lease, std::uint64_t* fill_ms) {
   TemplateMeta meta;
   if (cache_root_.empty() || !Get(lease, &meta)) return Status::Ok();
   std::string dir;
-  if (CacheValid(lease, &dir)) return Status::Ok();
-  return FillLocked(lease, meta, fill_ms);
+  return VerifiedCopy(lease, meta, &dir, fill_ms);
 }
 
-Status TemplateStore::StartDir(const Lease& lease, std::string* dir, bool* from_cache, std::uint64_t* fill_ms) {
+Status TemplateStore::StartDir(const Lease& lease, std::string* dir, bool* from_cache, std::uint64_t* fill_ms,
+                               bool* verified) {
   *fill_ms = 0;
   *from_cache = false;
+  *verified = false;
   TemplateMeta meta;
   if (!Get(lease, &meta)) {
     return Status::NotFound("no template '" + lease.name() + "' in " + root_ +
@@ -396,18 +484,14 @@ Status TemplateStore::StartDir(const Lease& lease, std::string* dir, bool* from_
                             " --pid P` makes one)");
   }
   if (!cache_root_.empty()) {
-    if (CacheValid(lease, dir)) {
-      *from_cache = true;
-      return Status::Ok();
-    }
-    Status s = FillLocked(lease, meta, fill_ms);
+    Status s = VerifiedCopy(lease, meta, dir, fill_ms);
     if (s.ok()) {
-      *dir = cache_root_ + "/" + lease.name();
       *from_cache = true;
+      *verified = true;
       return Status::Ok();
     }
-    spdlog::warn("templates: cannot copy {} to the cache ({}); this start reads {}", lease.name(), s.ToString(),
-                 DirOf(lease.name()));
+    spdlog::warn("templates: no verified in-memory copy of {} ({}); this start reads {} and verifies it", lease.name(),
+                 s.ToString(), DirOf(lease.name()));
   }
   *dir = DirOf(lease.name());
   return Status::Ok();
@@ -429,6 +513,7 @@ Status TemplateStore::Remove(const Lease& lease) {
     std::lock_guard<std::mutex> l(mu_);
     lease.entry_->present = false;
     lease.entry_->cached_id = 0;
+    lease.entry_->verified_stamps.clear();
     lease.entry_->meta = TemplateMeta{};
   }
   (void)image::FsyncDir(root_);

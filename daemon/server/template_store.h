@@ -28,6 +28,20 @@
 // CACHE is created with the first copy and removed when phosd stops if it
 // holds none (a phosd without templates leaves nothing in /dev/shm).
 //
+// Verified once: every checksum of a cache copy's gpu.img is verified when
+// the copy is made (before it is installed: a copy that fails is never
+// used) or, for a copy an earlier phosd made, by the warm-up thread or the
+// first start. The identity of its `manifest` and `gpu.img` (inode, size,
+// mtime, ctime) is recorded then, and StartDir reports the copy as verified
+// only while both files still have it: a start then skips the full
+// pre-restore verification (engine RestoreOptions::verified; chunks are
+// still verified as they load). A copy whose files changed is verified
+// again; one that fails is removed and copied again from ROOT (whose
+// verification then fails too if ROOT is damaged, and the start restores
+// from ROOT with full verification: it is refused, naming what is corrupt).
+// Starts from ROOT (no cache) always verify: a disk file can rot without
+// its identity changing.
+//
 // Locking: `mu_` guards entries_ and every Entry's fields except `op`. Each
 // Entry's `op` mutex (held through a Lease) serialises the long operations
 // on one name — save, start, remove, cache fill — so no two of them touch
@@ -88,6 +102,10 @@ class TemplateStore {
     std::string root;        // <checkpoint root>/templates
     std::string cache_root;  // "" = no cache
     bool warm = true;        // fill missing cache copies in the background
+    /// Run first by the warm-up thread when a template exists at Open
+    /// (phosd: CriuClient::Check(), whose answer is then cached for the
+    /// first start). Empty = none.
+    std::function<void()> prepare;
   };
   static Status Open(const Options& options, std::unique_ptr<TemplateStore>* out);
   ~TemplateStore();  // stops the warm-up thread (after the copy in progress)
@@ -129,11 +147,15 @@ class TemplateStore {
   /// Commits the staged image as the template (see the file comment).
   /// `meta.bytes` is filled here. On failure the old template is intact.
   Status Commit(const Lease& lease, const std::string& staged, TemplateMeta* meta);
-  /// The directory a start restores from: the valid cache copy (filled
-  /// first if missing: *fill_ms > 0), or ROOT/NAME without a cache or when
-  /// filling it fails (logged). NotFound when no template is committed.
-  Status StartDir(const Lease& lease, std::string* dir, bool* from_cache, std::uint64_t* fill_ms);
-  /// Makes sure the cache holds the template (after a save). No-op without a cache.
+  /// The directory a start restores from: the valid, verified cache copy
+  /// (made first if missing: *fill_ms > 0; verified first if not yet or
+  /// changed), or ROOT/NAME without a cache or when that fails (logged).
+  /// *verified: every checksum of *dir was verified and its files did not
+  /// change since (the restore may skip its full verification); false for
+  /// ROOT/NAME. NotFound when no template is committed.
+  Status StartDir(const Lease& lease, std::string* dir, bool* from_cache, std::uint64_t* fill_ms, bool* verified);
+  /// Makes sure the cache holds a verified copy of the template (after a
+  /// save; the warm-up thread). No-op without a cache.
   Status Fill(const Lease& lease, std::uint64_t* fill_ms);
   /// Removes the template (and its cache copy). NotFound when none.
   Status Remove(const Lease& lease);
@@ -153,7 +175,10 @@ class TemplateStore {
   Status EnsureCacheDir();   // creates cache_root_ (0700) and re-checks it
   Status FillLocked(const Lease& lease, const TemplateMeta& meta, std::uint64_t* fill_ms);
   bool CacheValid(const Lease& lease, std::string* dir) const;
-  void WarmLoop();
+  /// The valid cache copy, verified now unless its recorded identity still
+  /// matches; a copy failing verification is removed and made again.
+  Status VerifiedCopy(const Lease& lease, const TemplateMeta& meta, std::string* dir, std::uint64_t* fill_ms);
+  void WarmLoop(const std::function<void()>& prepare);
 
   const std::string root_;
   std::string cache_root_;  // set at Open, read-only after

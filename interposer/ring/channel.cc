@@ -2,8 +2,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <sstream>
-#include <fstream>
 #include <vector>
 
 #include <fcntl.h>
@@ -14,24 +12,19 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/proc_nspid.h"
+
 namespace phos::ring {
 namespace {
 
 /// True when `host_pid` is `ns_pid` inside its own pid namespace: an app
 /// started by `phos run` (pid 1 of a new namespace) says getpid() = 1 in its
 /// hello while SO_PEERCRED names it as phosd sees it. The innermost NSpid
-/// of /proc/HOST_PID/status is the pid the app itself sees.
+/// of /proc/HOST_PID/status is the pid the app itself sees (daemon side:
+/// only the accepting end of the channel runs this).
 bool IsPidInOwnNamespace(pid_t host_pid, long ns_pid) {
-  std::ifstream f("/proc/" + std::to_string(host_pid) + "/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("NSpid:", 0) != 0) continue;
-    std::istringstream in(line.substr(6));
-    long v = 0, last = -1;
-    while (in >> v) last = v;
-    return last >= 0 && last == ns_pid;
-  }
-  return false;
+  std::vector<long> ids;
+  return ReadNsPids(host_pid, &ids).ok() && !ids.empty() && ids.back() == ns_pid;
 }
 
 

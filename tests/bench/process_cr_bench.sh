@@ -7,7 +7,7 @@
 #
 #   tests/bench/process_cr_bench.sh [--build DIR] [--work DIR] [--link-gbps G]
 #       [--ckpt-mib N] [--ckpt-reps N] [--migrate-mib "A B C"]
-#       [--template-mib "A B"] [--template-starts N] [--keep]
+#       [--template-mib "A B"] [--template-starts N] [--sections "1 2 3"] [--keep]
 #
 # The app is tests/bench/process_cr_app (MIB of device memory in <= 16 MiB
 # buffers plus a 4 KiB counter; every iteration memsets DIRTY MiB, runs one
@@ -29,7 +29,9 @@
 #    space, hence restores one at a time.)
 # 2. Migration A -> B (B: --listen 127.0.0.1:0 --peer-token): for each size
 #    in --migrate-mib, a fresh app (1 MiB per 2 ms iteration), `phos migrate
-#    --mode recopy` and `--mode stop`; the migrated copy is killed on B.
+#    --mode stop`, `--mode recopy --no-precopy` (every byte after the
+#    freeze) and `--mode recopy` (pre-copy: the rounds stream to B); the
+#    migrated copy is killed on B.
 # 3. Templates (phosd A): for each size in --template-mib, an app with no
 #    writes (one kernel per 1 ms iteration: a function waiting for work),
 #    `phos template save`, then --template-starts x (`phos template start
@@ -52,6 +54,7 @@ migrate_mib="64 256 1024"
 template_mib="16 256"
 template_starts=8
 keep=0
+sections="1 2 3"  # which of the numbered parts below run
 while (($#)); do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -62,6 +65,7 @@ while (($#)); do
     --migrate-mib) migrate_mib=$2; shift 2 ;;
     --template-mib) template_mib=$2; shift 2 ;;
     --template-starts) template_starts=$2; shift 2 ;;
+    --sections) sections=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "process_cr_bench.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -222,7 +226,10 @@ for _ in 1 2 3; do
 done
 echo "cli floor (phos ps, best of 3): $((cli_floor / 1000)) ms"
 
+want() { [[ " $sections " == *" $1 "* ]]; }
+
 # ------------------------------------------------------------------ 1. checkpoint + restore
+if want 1; then
 echo
 echo "== 1. whole-process checkpoint on one running app ($ckpt_mib MiB, 1 MiB written per 2 ms iteration), then restores"
 log=$work/ckpt-app.log
@@ -298,7 +305,10 @@ done
 echo "(first_kernel: from before the CLI was started to the restored copy's first iteration ending, app clock;"
 echo " pre_criu_ms: phosd's request -> CRIU restore starts; verify_ms: checksum verification of gpu.img)"
 
+fi  # section 1
+
 # ------------------------------------------------------------------ 2. migration
+if want 2; then
 echo
 echo "== 2. phos migrate A -> B over loopback (app writes 1 MiB per 2 ms iteration)"
 start_daemon b --listen 127.0.0.1:0 --peer-token "$work/peer.token"
@@ -308,37 +318,42 @@ for _ in $(seq 100); do
   [[ -n $port ]] && break; sleep 0.05
 done
 [[ -n $port ]] || die "phosd B logged no port ($work/phosd-b.log)"
-printf '%-6s %-7s %9s %9s %11s %11s %12s %10s %12s %12s %13s %11s %9s %10s %11s\n' \
-  MiB mode gpu_MiB dirty_MiB downtime_ms transfer_ms link_MB/s gpu/link_ms dirty/link_ms gpu/pcie_ms criu_dump_ms dst_criu_ms dst_gpu_ms app_gap_ms down/stop_down
+printf '%-6s %-10s %9s %9s %10s %10s %11s %11s %12s %10s %12s %12s %13s %11s %9s %10s %11s\n' \
+  MiB mode gpu_MiB dirty_MiB precopy_MiB after_MiB downtime_ms transfer_ms link_MB/s gpu/link_ms after/link_ms gpu/pcie_ms criu_dump_ms dst_criu_ms dst_gpu_ms app_gap_ms down/stop_down
 for mib in $migrate_mib; do
   declare -A down_of=()
-  for mode in stop recopy; do
+  # recopy: buffers stream to B during the rounds (pre-copy); recopy-np:
+  # --no-precopy, every byte after the freeze (the design before pre-copy).
+  for mode in stop recopy-np recopy; do
+    extra=(--mode "${mode%-np}")
+    [[ $mode == recopy-np ]] && extra+=(--no-precopy)
     log=$work/mig-$mib-$mode.log
     start_app "$log" "$mib" 1 2000
     sleep 1
     out=$work/mig-$mib-$mode.json
     n0=$(lines "$log")
     "$phos" --socket "$work/a.sock" migrate --pid "$APP_PID" --to "127.0.0.1:$port" --peer-token "$work/peer.token" \
-      --mode "$mode" --json >"$out" || { tail -3 "$out" >&2; die "migrate --mode $mode of pid $APP_PID ($mib MiB) failed"; }
+      "${extra[@]}" --json >"$out" || { tail -3 "$out" >&2; die "migrate --mode $mode of pid $APP_PID ($mib MiB) failed"; }
     check_done "$out" "migrate --mode $mode ($mib MiB)"
     pid=$(done_field "$out" .pid); app_pids+=("$pid")
     wait_line "$log" "$(lines "$log")" '^iter ' 10 >/dev/null
     read -r gmax _ _ < <(gaps "$log" "$n0" "$(lines "$log")")
     c() { done_field "$out" ".counters.$1"; }
     gpu=$(c gpu_bytes); dirty=$(c dirty_bytes_at_stop); down=$(c downtime_us); xfer=$(c transfer_ms)
-    sent=$(done_field "$out" .bytes_written)
+    sent=$(done_field "$out" .bytes_written); after=$(c bytes_after_stop); pre=$(c precopy_bytes_sent)
     down_of[$mode]=$down
     awk -v mib="$mib" -v mode="$mode" -v gpu="$gpu" -v dirty="${dirty:-0}" -v down="$down" -v xfer="$xfer" -v sent="$sent" \
+        -v after="${after:-0}" -v pre="${pre:-0}" \
         -v link="$link_gbps" -v dump="$(c criu_dump_ms)" -v dcriu="$(c destination_criu_restore_ms)" \
         -v dgpu="$(c destination_gpu_restore_us)" -v gap="$gmax" -v stopdown="${down_of[stop]}" 'BEGIN {
-      rate = xfer > 0 ? sent / (xfer / 1000) : 0          # bytes/s over loopback gRPC, this transfer
+      rate = xfer > 0 ? after / (xfer / 1000) : 0         # bytes/s over loopback gRPC, after the freeze
       # --mode stop copies every buffer after the freeze: all of it is
       # "dirty at the stop" (phosd reports 0: no recopy round ran).
       dcol = sprintf("%.1f", dirty / 1048576)
       if (mode == "stop") { dirty = gpu; dcol = "(all)" }
-      printf "%-6s %-7s %9.0f %9s %11.0f %11s %12.0f %10.0f %12.1f %12.1f %13s %11s %9.1f %10.0f %11s\n",
-        mib, mode, gpu / 1048576, dcol, down / 1000, xfer, rate / 1e6,
-        (rate > 0 ? 1000 * gpu / rate : 0), (rate > 0 ? 1000 * dirty / rate : 0), 1000 * gpu / (link * 1e9),
+      printf "%-6s %-10s %9.0f %9s %10.1f %10.1f %11.0f %11s %12.0f %10.0f %12.1f %12.1f %13s %11s %9.1f %10.0f %11s\n",
+        mib, mode, gpu / 1048576, dcol, pre / 1048576, after / 1048576, down / 1000, xfer, rate / 1e6,
+        (rate > 0 ? 1000 * gpu / rate : 0), (rate > 0 ? 1000 * after / rate : 0), 1000 * gpu / (link * 1e9),
         dump, dcriu, dgpu / 1000, gap / 1000, sprintf("%.0f%%", 100 * down / stopdown) }'
     stop_pid "$pid"
     wait_idle "$work/b.sock"; wait_idle "$work/a.sock"
@@ -346,13 +361,17 @@ for mib in $migrate_mib; do
     run_pids=()
   done
 done
-echo "(link_MB/s: bytes sent (GPU image + CRIU) / transfer_ms of that migration; gpu/link, dirty/link: those bytes at that rate;"
+echo "(precopy: bytes streamed to B during the recopy rounds; after: bytes streamed after the freeze (dirty GPU bytes + manifest"
+echo " + CRIU's images); link_MB/s: after / transfer_ms; gpu/link, after/link: those bytes at that rate;"
 echo " gpu/pcie: the GPU image over the modelled ${link_gbps} GB/s link; app_gap: longest pause between two iterations, app clock)"
 
+fi  # section 2
+
 # ------------------------------------------------------------------ 3. templates
+if want 3; then
 echo
 echo "== 3. template starts on phosd A (app: one small kernel per 1 ms iteration, no writes)"
-printf '%-6s %-5s %11s %9s %14s %11s %10s %9s %9s %13s %11s %12s\n' MiB start running_ms criu_ms running-criu pre_criu_ms verify_ms gpu_ms cli_ms first_kernel -cli_floor floor-criu
+printf '%-6s %-5s %11s %9s %14s %11s %10s %9s %9s %13s %11s %12s %11s %11s\n' MiB start running_ms criu_ms running-criu pre_criu_ms verify_ms gpu_ms cli_ms first_kernel -cli_floor floor-criu kernel-run goal_ms
 for mib in $template_mib; do
   log=$work/tpl-$mib.log
   start_app "$log" "$mib" 0 1000
@@ -382,9 +401,18 @@ for mib in $template_mib; do
     # minus the CLI floor (process start + connect + one RPC).
     est=$(( (first_us - cli_floor) / 1000 ))
     run_ms=$(c running_ms)
-    printf '%-6s %-5s %11s %9s %14s %11s %10s %9s %9s %13s %11s %12s\n' "$mib" "$k" "$run_ms" "$criu_ms" \
+    # The first kernel after phosd let the instance run, both CLOCK_REALTIME
+    # (phosd's running_unix_us, absent before it existed: "-"), and the
+    # issue's goal measured with it: running-criu + kernel-run (<= 10 ms).
+    run_at=$(c running_unix_us)
+    krun=-; goal=-
+    if [[ -n $run_at ]]; then
+      krun=$(awk -v e="$(awk '{print $4}' <<<"$l")" -v r="$run_at" 'BEGIN { printf "%.1f", (e - r) / 1000 }')
+      goal=$(awk -v k="$krun" -v a="$run_ms" -v b="$criu_ms" 'BEGIN { printf "%.1f", a - b + k }')
+    fi
+    printf '%-6s %-5s %11s %9s %14s %11s %10s %9s %9s %13s %11s %12s %11s %11s\n' "$mib" "$k" "$run_ms" "$criu_ms" \
       "$((run_ms - criu_ms))" "$pre" "$(verify_ms "$out")" "$(c gpu_restore_ms)" "$cli" "$((first_us / 1000))" "$est" \
-      "$((est - criu_ms))"
+      "$((est - criu_ms))" "$krun" "$goal"
     stop_pid "$pid"
     wait_idle "$work/a.sock"
   done
@@ -393,6 +421,9 @@ done
 echo "(running-criu: phosd's time to \"running\" beyond CRIU's restore — the issue's goal: <= 10 ms;"
 echo " pre_criu_ms: request -> CRIU restore starts; verify_ms: checksums of gpu.img; gpu_ms: GPU restore incl. loading;"
 echo " first_kernel: from before the CLI was started to the instance's first iteration ending (app clock);"
-echo " -cli_floor: that minus the CLI floor (an estimate from phosd's side); floor-criu: that minus criu_ms)"
+echo " -cli_floor: that minus the CLI floor (an estimate from phosd's side); floor-criu: that minus criu_ms;"
+echo " kernel-run: phosd's running instant (running_unix_us) to that first iteration's end, same clock;"
+echo " goal_ms: running-criu + kernel-run, what phos adds to CRIU until the first kernel is done)"
+fi  # section 3
 echo
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

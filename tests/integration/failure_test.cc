@@ -353,7 +353,10 @@ TEST_F(FailureTest, CriuFailureLeavesTheAppAndEarlierImagesAlone) {
   ASSERT_NO_FATAL_FAILURE(TakeEarlier(2, dir_ + "/early", &early));
   ExpectAppProgresses(3);
 
-  // CRIU cannot even be started: refused before anything is written.
+  // CRIU cannot even be started. Its earlier passed check is cached (the
+  // wrapper file did not change: criu_client.h "Check's cache"), so this
+  // fails at the dump, inside the checkpoint: no image is committed, the
+  // error names the binary, and the next Check() probes again.
   { std::ofstream(marker) << "1\n"; }
   const std::string nocriu = dir_ + "/nocriu";
   Result a = Phos({"checkpoint", "--pid", std::to_string(app_pid_), "--out", nocriu});

@@ -1,0 +1,207 @@
+// RestoreOptions::verified (operations.h): the caller vouches that the
+// image was verified (a template's in-memory copy), so the fresh restore
+// skips the full pre-restore verification — and must still never let the
+// app compute on bytes that were not restored:
+//
+//   - a good image restores with `verified` (stop-the-world and concurrent);
+//   - a corrupt image WITHOUT `verified` is refused before the session is
+//     touched (as always);
+//   - a corrupt image WITH `verified` (the caller was wrong: changed after
+//     it was verified) gets past Prepare; the concurrent loader meets the
+//     bad chunk and fails the restore with Corruption naming it, and the
+//     app's calls touching a buffer that never loaded are refused (before
+//     and after the restore returned), while a buffer loaded before the
+//     failure reads back right.
+//
+// Sim backend, real SessionServer with the engine hook, fake apps
+// (engine_test_env.h). Label `concurrency`: re-run under TSan.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/fresh_restore.h"
+#include "engine/operations.h"
+#include "engine/progress.h"
+#include "engine_test_env.h"
+#include "image/image_reader.h"
+
+namespace phos::engine::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using session::testing::FakeApp;
+constexpr wire::WireStatus kOk = wire::WireStatus::kSuccess;
+
+std::vector<std::byte> Pattern(int seed, std::uint64_t bytes) {
+  std::vector<std::byte> out(bytes);
+  std::uint32_t x = 0x9E3779B9u * static_cast<std::uint32_t>(seed + 1);
+  for (std::uint64_t i = 0; i < bytes; ++i) {
+    x = x * 1664525u + 1013904223u;
+    out[i] = static_cast<std::byte>(x >> 24);
+  }
+  return out;
+}
+
+class VerifiedRestoreTest : public ::testing::Test {
+ protected:
+  // Three buffers, allocated in address order: `low_` (64 KiB), `big_`
+  // (9 MiB: three 4 MiB image chunks), `high_` (64 KiB).
+  void SetUp() override {
+    ASSERT_TRUE(env_.Start("phos-verified-restore-test").ok());
+    ASSERT_TRUE(env_.Connect(&app_, &session_).ok());
+    const std::uint64_t sizes[3] = {64u << 10, 9u << 20, 64u << 10};
+    std::uint64_t* ptrs[3] = {&low_, &big_, &high_};
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(app_->Malloc(sizes[i], ptrs[i]), kOk) << app_->message();
+      data_.push_back(Pattern(i, sizes[i]));
+      ASSERT_EQ(app_->H2D(*ptrs[i], data_[i].data(), sizes[i]), kOk) << app_->message();
+    }
+    ASSERT_LT(low_, big_);
+    ASSERT_LT(big_, high_);
+    img_ = env_.dir() + "/img";
+    bad_ = env_.dir() + "/bad";
+    CheckpointOptions o;
+    o.mode = Mode::kStop;
+    o.dir = img_;
+    Progress progress;
+    CheckpointResult r;
+    Status s = engine::Checkpoint(*session_, o, &progress, &r);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    // `bad_`: one byte of big_'s second chunk flipped.
+    std::filesystem::copy(img_, bad_);
+    std::unique_ptr<image::ImageReader> reader;
+    ASSERT_TRUE(image::ImageReader::Open(bad_, {}, &reader).ok());
+    std::uint64_t off = 0;
+    for (int i = 0; i < reader->manifest().buffers_size(); ++i) {
+      const auto& e = reader->manifest().buffers(i);
+      if (e.device_address() == big_) off = e.extent_offset() + e.chunk_bytes() + 100;
+    }
+    ASSERT_NE(off, 0u);
+    reader.reset();
+    std::fstream f(bad_ + "/gpu.img", std::ios::in | std::ios::out | std::ios::binary);
+    char x = 0;
+    f.seekg(static_cast<std::streamoff>(off));
+    f.read(&x, 1);
+    x = static_cast<char>(x ^ 0x5a);
+    f.seekp(static_cast<std::streamoff>(off));
+    f.write(&x, 1);
+    ASSERT_TRUE(f.good());
+    f.close();
+    NewApp();
+  }
+
+  void TearDown() override {
+    app_.reset();
+    session_.reset();
+  }
+
+  // The app leaves; a new one connects (an empty session).
+  void NewApp() {
+    std::shared_ptr<session::Session> old = session_;
+    app_.reset();
+    session_.reset();
+    for (int i = 0; i < 500 && !old->finished(); ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(old->finished());
+    ASSERT_TRUE(env_.Connect(&app_, &session_).ok());
+  }
+
+  RestoreOptions Options(const std::string& dir, bool concurrent, bool verified) {
+    RestoreOptions o;
+    o.dir = dir;
+    o.concurrent = concurrent;
+    o.verified = verified;
+    return o;
+  }
+
+  void ExpectReads(std::uint64_t ptr, const std::vector<std::byte>& want) {
+    std::vector<std::byte> got(want.size());
+    ASSERT_EQ(app_->D2H(got.data(), ptr, got.size()), kOk) << app_->message();
+    EXPECT_TRUE(got == want) << "buffer 0x" << std::hex << ptr;
+  }
+
+  // Blocks until the restore's control task ran (the loader's phase): calls
+  // posted from then on are admitted by the restore.
+  static void WaitForLoadPhase(Progress& progress) {
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    std::uint64_t seen = 0;
+    for (;;) {
+      ProgressSnapshot s = progress.Snapshot();
+      if (s.phase == "load" || std::chrono::steady_clock::now() > deadline) return;
+      progress.WaitForChange(s.version == seen ? seen : s.version, 5ms);
+      seen = s.version;
+    }
+  }
+
+  EngineTestEnv env_;
+  std::unique_ptr<FakeApp> app_;
+  std::shared_ptr<session::Session> session_;
+  std::uint64_t low_ = 0, big_ = 0, high_ = 0;
+  std::vector<std::vector<std::byte>> data_;
+  std::string img_, bad_;
+};
+
+TEST_F(VerifiedRestoreTest, AGoodImageRestoresWithoutTheFullVerification) {
+  for (bool concurrent : {false, true}) {
+    SCOPED_TRACE(concurrent ? "concurrent" : "stop-the-world");
+    Progress progress;
+    RestoreResult r;
+    Status s = RestoreFresh(*session_, Options(img_, concurrent, true), &progress, &r);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ExpectReads(low_, data_[0]);
+    ExpectReads(big_, data_[1]);
+    ExpectReads(high_, data_[2]);
+    NewApp();
+  }
+}
+
+TEST_F(VerifiedRestoreTest, ACorruptImageIsRefusedUpFrontUnlessVerified) {
+  Progress progress;
+  RestoreResult r;
+  Status s = RestoreFresh(*session_, Options(bad_, true, false), &progress, &r);
+  ASSERT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("untouched"), std::string::npos) << s.ToString();
+  // Untouched: the good image restores into the same session.
+  Status good = RestoreFresh(*session_, Options(img_, true, false), &progress, &r);
+  ASSERT_TRUE(good.ok()) << good.ToString();
+  ExpectReads(big_, data_[1]);
+}
+
+// `verified` but corrupt: the loader finds the bad chunk. The app first
+// reads low_ (loaded before the bad chunk: right), then big_ and high_
+// (never loaded: refused, not garbage), during and after the restore.
+TEST_F(VerifiedRestoreTest, ACorruptChunkMetWhileLoadingFailsAndUnloadedBuffersAreRefused) {
+  Progress progress;
+  RestoreResult r;
+  Status s;
+  std::thread restore([&] { s = RestoreFresh(*session_, Options(bad_, true, true), &progress, &r); });
+  WaitForLoadPhase(progress);
+  ASSERT_EQ(progress.Snapshot().phase, "load");
+  std::vector<std::byte> got(data_[0].size());
+  EXPECT_EQ(app_->D2H(got.data(), low_, got.size()), kOk) << app_->message();
+  EXPECT_TRUE(got == data_[0]) << "low_ was loaded before the bad chunk and must read back right";
+  std::vector<std::byte> big(data_[1].size());
+  EXPECT_NE(app_->D2H(big.data(), big_, big.size()), kOk) << "a read of the buffer with the bad chunk was admitted";
+  EXPECT_NE(app_->message().find("never loaded"), std::string::npos) << app_->message();
+  restore.join();
+  ASSERT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("undefined"), std::string::npos) << s.ToString();
+  // After the restore gave up: still refused.
+  EXPECT_NE(app_->D2H(big.data(), big_, big.size()), kOk) << "big_ read after the failed restore";
+  std::vector<std::byte> high(data_[2].size());
+  EXPECT_NE(app_->D2H(high.data(), high_, high.size()), kOk) << "high_ (never loaded) read after the failed restore";
+  EXPECT_NE(app_->message().find("never loaded"), std::string::npos) << app_->message();
+  EXPECT_EQ(app_->D2H(got.data(), low_, got.size()), kOk) << app_->message();
+  EXPECT_TRUE(got == data_[0]);
+}
+
+}  // namespace
+}  // namespace phos::engine::testing
