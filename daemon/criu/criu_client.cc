@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/file_identity.h"
 #include "criu/criu_log.h"
 
 namespace phos::criu {
@@ -50,19 +51,12 @@ std::string ResolveBinary(const std::string& criu_binary) {
 }
 
 // The file a binary name stands for, as Check()'s cache compares it: a
-// replaced (new inode), edited (size, mtime, ctime) or re-pointed (a
-// symlink: stat follows it) binary is a different one.
+// replaced, edited or re-pointed binary is a different one (FileIdentity).
 struct BinaryIdentity {
   std::string path;
-  dev_t dev = 0;
-  ino_t ino = 0;
-  off_t size = 0;
-  std::int64_t mtime_ns = 0;
-  std::int64_t ctime_ns = 0;
+  FileIdentity file;
   bool operator==(const BinaryIdentity&) const = default;
 };
-
-std::int64_t Nanos(const struct timespec& t) { return std::int64_t{t.tv_sec} * 1000000000 + t.tv_nsec; }
 
 // Finds the file libcriu would exec for `name` (its execlp: a name with a
 // '/' is a path, a bare name is looked up on PATH, "/bin:/usr/bin" when
@@ -88,11 +82,7 @@ bool IdentifyBinary(const std::string& name, BinaryIdentity* out) {
     struct stat st {};
     if (::stat(c.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(c.c_str(), X_OK) != 0) continue;
     out->path = c;
-    out->dev = st.st_dev;
-    out->ino = st.st_ino;
-    out->size = st.st_size;
-    out->mtime_ns = Nanos(st.st_mtim);
-    out->ctime_ns = Nanos(st.st_ctim);
+    out->file = FileIdentity::Of(st);
     return true;
   }
   return false;

@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/file_identity.h"
 #include "image/file_util.h"
 #include "image/image_layout.h"
 #include "image/image_reader.h"
@@ -28,28 +29,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// What identifies one file's content without reading it: any write
-/// changes mtime and ctime (ctime cannot be set from user space), a
-/// replacement changes the inode.
-struct FileStamp {
-  dev_t dev = 0;
-  ino_t ino = 0;
-  off_t size = 0;
-  std::int64_t mtime_ns = 0;
-  std::int64_t ctime_ns = 0;
-  bool operator==(const FileStamp&) const = default;
-};
-
 /// The stamps of the files a verification covers: the manifest (it holds
 /// the checksums) and gpu.img. Empty when either cannot be stat'ed.
-std::vector<FileStamp> StampImage(const std::string& dir) {
-  std::vector<FileStamp> out;
+std::vector<FileIdentity> StampImage(const std::string& dir) {
+  std::vector<FileIdentity> out;
   for (std::string_view name : {image::kManifestName, image::kGpuImgName}) {
-    struct stat st {};
-    if (stat((dir + "/" + std::string(name)).c_str(), &st) != 0) return {};
-    out.push_back({st.st_dev, st.st_ino, st.st_size,
-                   std::int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
-                   std::int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec});
+    FileIdentity id;
+    if (!IdentifyFile(dir + "/" + std::string(name), &id)) return {};
+    out.push_back(id);
   }
   return out;
 }
@@ -71,7 +58,7 @@ struct TemplateStore::Entry {
   std::uint64_t cached_id = 0;              // id of the valid cache copy, 0 = none (mu_)
   /// StampImage of the cache copy taken before it was verified; empty = not
   /// verified by this phosd (mu_).
-  std::vector<FileStamp> verified_stamps;
+  std::vector<FileIdentity> verified_stamps;
   std::vector<TemplateInstance> instances;  // mu_
 };
 
@@ -413,7 +400,7 @@ Status TemplateStore::FillLocked(const Lease& lease, const TemplateMeta& meta, s
   // Verified before it is installed, so no start ever uses a bad copy. The
   // stamps are taken first: a change during the verification shows later.
   const auto v0 = Clock::now();
-  std::vector<FileStamp> stamps = StampImage(staging);
+  std::vector<FileIdentity> stamps = StampImage(staging);
   if (Status v = VerifyImage(staging); !v.ok()) {
     (void)image::RemoveTree(staging);
     return v.WithContext("the template " + from.string() + " fails its checksum verification (copied to the cache)");
@@ -435,7 +422,7 @@ Status TemplateStore::VerifiedCopy(const Lease& lease, const TemplateMeta& meta,
                                    std::uint64_t* fill_ms) {
   *fill_ms = 0;
   if (CacheValid(lease, dir)) {
-    std::vector<FileStamp> now = StampImage(*dir);
+    std::vector<FileIdentity> now = StampImage(*dir);
     {
       std::lock_guard<std::mutex> l(mu_);
       if (!now.empty() && now == lease.entry_->verified_stamps) return Status::Ok();

@@ -251,6 +251,20 @@ class MigrateTest : public ::testing::Test {
   // After a failed migration: the source runs on, not stopped, A still
   // lists it, nothing is left in A's outgoing/, and released it finishes
   // with the reference output.
+  /// After a migration that succeeded: the source was killed once B ran the
+  /// copy (its phos run reports that), A dropped the session (its consumer
+  /// saw the hang-up) and left nothing in outgoing/.
+  void ExpectSourceGone() {
+    const int rc = phos::testing::WaitChildExit(&run_, 20s);
+    EXPECT_TRUE(rc == 128 + SIGKILL || rc == -SIGKILL) << "phos run ended with " << rc << " after the migration";
+    EXPECT_TRUE(phos::testing::WaitEnded(pid_, 10s)) << "the source pid " << pid_ << " still runs after the migration";
+    const auto deadline = Clock::now() + 10s;
+    while (!Sessions(sock_a_).empty() && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+    EXPECT_TRUE(Sessions(sock_a_).empty()) << "phos ps on A still lists saxpy_loop after the migration";
+    EXPECT_TRUE(phos::testing::ListDir(root_a_ + "/outgoing").empty())
+        << "left in A's outgoing/: " << phos::testing::JoinNames(phos::testing::ListDir(root_a_ + "/outgoing"));
+  }
+
   void CheckSourceRunsOn(const std::string& ref, const std::string& migrate_output) {
     ASSERT_FALSE(ProcessEnded(pid_)) << "pid " << pid_ << " ended after the failed migration:\n"
                                      << migrate_output << Logs();
@@ -352,16 +366,7 @@ TEST_P(MigrateOutput, Migrate_OutputIdentical) {
   EXPECT_GT(downtime_ms, 0) << mg.output;
   EXPECT_LT(downtime_ms, 30000) << mg.output;
 
-  // The source is gone: killed once B ran the copy (its phos run reports that).
-  const int rc = phos::testing::WaitChildExit(&run_, 20s);
-  EXPECT_TRUE(rc == 128 + SIGKILL || rc == -SIGKILL) << "phos run ended with " << rc << " after the migration";
-  EXPECT_TRUE(phos::testing::WaitEnded(pid_, 10s)) << "the source pid " << pid_ << " still runs after the migration";
-  // A drops the session (its consumer sees the hang-up).
-  const auto deadline = Clock::now() + 10s;
-  while (!Sessions(sock_a_).empty() && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  EXPECT_TRUE(Sessions(sock_a_).empty()) << "phos ps on A still lists saxpy_loop after the migration";
-  EXPECT_TRUE(phos::testing::ListDir(root_a_ + "/outgoing").empty())
-      << "left in A's outgoing/: " << phos::testing::JoinNames(phos::testing::ListDir(root_a_ + "/outgoing"));
+  ExpectSourceGone();
 
   // The copy runs under B, and B keeps the image it restored from.
   ASSERT_FALSE(ProcessEnded(copy)) << "the copy (pid " << copy << ") is not running:\n" << Logs();
@@ -516,15 +521,7 @@ TEST_F(MigrateLostReplyTest, Migrate_LostRestoreReplyRecovered) {
   EXPECT_TRUE(Contains(log_a, "RestoreStatus says pid " + std::to_string(copy) + " runs there")) << log_a;
   EXPECT_FALSE(Contains(log_a, "migration abandoned")) << log_a;
 
-  // The source is gone (killed as on the normal path) and A forgot it.
-  const int rc = phos::testing::WaitChildExit(&run_, 20s);
-  EXPECT_TRUE(rc == 128 + SIGKILL || rc == -SIGKILL) << "phos run ended with " << rc << " after the migration";
-  EXPECT_TRUE(phos::testing::WaitEnded(pid_, 10s)) << "the source pid " << pid_ << " still runs after the migration";
-  const auto deadline = Clock::now() + 10s;
-  while (!Sessions(sock_a_).empty() && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  EXPECT_TRUE(Sessions(sock_a_).empty()) << "phos ps on A still lists saxpy_loop after the migration";
-  EXPECT_TRUE(phos::testing::ListDir(root_a_ + "/outgoing").empty())
-      << "left in A's outgoing/: " << phos::testing::JoinNames(phos::testing::ListDir(root_a_ + "/outgoing"));
+  ExpectSourceGone();
 
   // Exactly one copy runs, at B.
   ASSERT_FALSE(ProcessEnded(copy)) << "the copy (pid " << copy << ") is not running:\n" << Logs();

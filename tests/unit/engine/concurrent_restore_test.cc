@@ -32,6 +32,7 @@
 #include "engine/operations.h"
 #include "engine/progress.h"
 #include "engine/session_snapshot.h"
+#include "engine_test_env.h"
 #include "fake_app.h"
 #include "image/image_reader.h"
 #include "image/image_writer.h"
@@ -53,19 +54,6 @@ constexpr WireStatus kOk = WireStatus::kSuccess;
     ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
   } while (0)
 
-// The content buffer `i` holds at checkpoint time: distinct per buffer and
-// per 4-byte word.
-std::vector<std::byte> Pattern(int i, std::uint64_t bytes) {
-  std::vector<std::byte> out(bytes);
-  std::uint32_t x = 0x9E3779B9u * static_cast<std::uint32_t>(i + 1);
-  for (std::uint64_t off = 0; off < bytes; off += 4) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    std::memcpy(out.data() + off, &x, std::min<std::uint64_t>(4, bytes - off));
-  }
-  return out;
-}
 
 class ConcurrentRestoreTest : public ::testing::Test {
  protected:

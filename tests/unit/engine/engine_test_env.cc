@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,18 @@
 #include "engine/engine_hook.h"
 
 namespace phos::engine::testing {
+
+std::vector<std::byte> Pattern(int seed, std::uint64_t bytes) {
+  std::vector<std::byte> out(bytes);
+  std::uint32_t x = 0x9E3779B9u * static_cast<std::uint32_t>(seed + 1);
+  for (std::uint64_t off = 0; off < bytes; off += 4) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    std::memcpy(out.data() + off, &x, std::min<std::uint64_t>(4, bytes - off));
+  }
+  return out;
+}
 
 std::vector<std::byte> ReadAppFixture(const std::string& name) {
   std::ifstream f(std::string(PHOS_TEST_APPS_DIR) + "/" + name, std::ios::binary);

@@ -23,6 +23,9 @@ namespace phos::engine::testing {
 /// empty (and a test failure) when it is missing.
 std::vector<std::byte> ReadAppFixture(const std::string& name);
 
+/// Deterministic test content: distinct per seed and per 4-byte word.
+std::vector<std::byte> Pattern(int seed, std::uint64_t bytes);
+
 /// A 1-D launch: `blocks` blocks of `threads` threads.
 wire::LaunchRequest Grid(uint32_t blocks, uint32_t threads);
 

@@ -41,15 +41,6 @@ using namespace std::chrono_literals;
 using session::testing::FakeApp;
 constexpr wire::WireStatus kOk = wire::WireStatus::kSuccess;
 
-std::vector<std::byte> Pattern(int seed, std::uint64_t bytes) {
-  std::vector<std::byte> out(bytes);
-  std::uint32_t x = 0x9E3779B9u * static_cast<std::uint32_t>(seed + 1);
-  for (std::uint64_t i = 0; i < bytes; ++i) {
-    x = x * 1664525u + 1013904223u;
-    out[i] = static_cast<std::byte>(x >> 24);
-  }
-  return out;
-}
 
 class VerifiedRestoreTest : public ::testing::Test {
  protected:
