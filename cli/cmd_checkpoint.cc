@@ -9,6 +9,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/criu_flags.h"
 #include "cli/operation_stream.h"
 
 namespace phos::cli {
@@ -26,6 +27,7 @@ struct CheckpointArgs {
   bool has_metric = false;
   bool lower_is_better = false;
   unsigned keep_count = 0;
+  CriuFlags criu;
   bool json = false;
 };
 
@@ -34,6 +36,7 @@ int RunCheckpoint(const GlobalOptions& global, const CheckpointArgs& a) {
   req.set_pid(a.pid);
   req.set_gpu_only(a.gpu_only);
   req.set_leave_running(true);
+  ToProto(a.criu, req.mutable_criu());
   if (a.mode == "stop") {
     req.set_mode(v1::MODE_STOP);
   } else if (a.mode == "cow") {
@@ -98,6 +101,7 @@ void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_
       ->each([a](const std::string&) { a->has_metric = true; });
   cmd->add_flag("--lower-is-better", a->lower_is_better, "--keep best: smaller metrics are better (a loss)");
   cmd->add_option("--name", a->name, "Image name in the checkpoint root (default <pid>-<UTC time>)");
+  AddCriuFlags(cmd, &a->criu);
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunCheckpoint(*global, *a); });
 }

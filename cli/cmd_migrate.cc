@@ -9,6 +9,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/criu_flags.h"
 #include "cli/operation_stream.h"
 #include "server/peer_token.h"
 
@@ -21,6 +22,7 @@ struct MigrateArgs {
   unsigned rounds = 0;
   std::uint64_t max_rate = 0;
   bool no_precopy = false;
+  CriuFlags criu;
   bool json = false;
 };
 
@@ -38,6 +40,7 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
   req.set_max_precopy_rounds(a.rounds);
   req.set_max_bytes_per_sec(a.max_rate);
   req.set_no_precopy(a.no_precopy);
+  ToProto(a.criu, req.mutable_criu());
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
   grpc::ClientContext ctx;
@@ -81,6 +84,7 @@ void AddMigrateCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
   cmd->add_flag("--no-precopy", a->no_precopy,
                 "Recopy: do not stream buffer copies to the destination while the app runs; send the whole image "
                 "after the freeze (longer downtime; a baseline for comparisons)");
+  AddCriuFlags(cmd, &a->criu);
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunMigrate(*global, *a); });
 }

@@ -18,6 +18,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/criu_flags.h"
 #include "cli/operation_stream.h"
 
 namespace phos::cli {
@@ -29,6 +30,7 @@ struct RestoreArgs {
   bool gpu_only = false;
   bool concurrent = true;
   bool detach = false;
+  CriuFlags criu;
   bool json = false;
 };
 
@@ -45,6 +47,7 @@ int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
   v1::RestoreRequest req;
   req.set_image_dir(std::filesystem::absolute(a.dir).lexically_normal().string());
   req.set_gpu_only(a.gpu_only);
+  ToProto(a.criu, req.mutable_criu());
   req.set_pid(a.pid);
   req.set_concurrent(a.concurrent);
   req.set_detach(a.detach);
@@ -91,6 +94,7 @@ void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
                 "--concurrent (default): the process resumes at once and buffers load in the background in "
                 "the order it first used them (a call needing one waits for it); --stop-the-world: the "
                 "process waits until everything is loaded");
+  AddCriuFlags(cmd, &a->criu, /*restore=*/true);
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunRestore(*global, *a); });
 }

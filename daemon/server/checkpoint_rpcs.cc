@@ -192,7 +192,7 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   OperationRecord record(sessions_, sess->id(), v1::SESSION_CHECKPOINTING, "checkpoint");
   std::future<phos::Status> done = std::async(std::launch::async, [&] {
     if (!whole) return engine::Checkpoint(*sess, opts, &progress, &r);
-    phos::Status ps = CheckpointProcess(*sess, opts, &progress, &pr);
+    phos::Status ps = CheckpointProcess(*sess, opts, &progress, &pr, FromProto(req->criu()));
     r = pr.gpu;
     return ps;
   });
@@ -305,6 +305,7 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
       std::launch::async, [&] {
         ProcessRestoreOptions ro;
         ro.concurrent = req->concurrent();  // the CLI's default: runs while buffers load
+        ro.criu = FromProto(req->criu());
         phos::Status rs = RestoreProcess(server, req->image_dir(), &progress, &r, ro);
         if (rs.ok()) tracked = restored_.Track(r.pid);
         return rs;

@@ -41,6 +41,7 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   o.staging_dir = DefaultCheckpointRoot() + "/outgoing/" + o.name + ".tmp";
   o.max_bytes_per_sec = req->max_bytes_per_sec();
   o.precopy = !req->no_precopy();
+  o.criu = FromProto(req->criu());
   o.gpu.mode = req->mode() == v1::MODE_STOP ? engine::Mode::kStop
                : req->mode() == v1::MODE_COW ? engine::Mode::kCow
                                               : engine::Mode::kRecopy;

@@ -175,7 +175,8 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
                                           " keeps running here"));
   }
   ProcessImage im;
-  PHOS_RETURN_IF_ERROR(sess.RunControl([&](session::SessionState& st) { return DescribeForDump(sess, st, &im); }));
+  PHOS_RETURN_IF_ERROR(
+      sess.RunControl([&](session::SessionState& st) { return DescribeForDump(sess, st, &im, o.criu); }));
   result->source_pid = im.pid;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(o.staging_dir).parent_path(), ec);
@@ -230,6 +231,8 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   criu::DumpOptions d;
   d.leave_running = true;  // it stays stopped (SIGSTOP) until we decide
   d.shell_job = im.shell_job;
+  d.tcp_established = im.tcp_established;
+  d.file_locks = im.file_locks;
   d.external = {"unix[" + std::to_string(im.channel_inode) + "]"};
   auto t0 = Clock::now();
   s = criu::CriuClient::Dump(im.pid, o.staging_dir + "/" + kCriuSubdir, d);

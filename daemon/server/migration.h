@@ -34,6 +34,7 @@
 #include "common/status.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
+#include "server/process_image.h"
 #include "session/session.h"
 
 namespace phos::server {
@@ -48,6 +49,7 @@ struct MigrateOptions {
   /// Recopy: stream the rounds' copies during the rounds (default). false:
   /// every byte travels after the freeze (the benchmark's baseline).
   bool precopy = true;
+  CriuUserOptions criu;            // --shell-job/--tcp-established/--file-locks
 };
 
 struct MigrateResult {

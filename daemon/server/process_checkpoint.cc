@@ -22,7 +22,8 @@
 
 namespace phos::server {
 
-Status DescribeForDump(session::Session& sess, session::SessionState& st, ProcessImage* im) {
+Status DescribeForDump(session::Session& sess, session::SessionState& st, ProcessImage* im,
+                       const CriuUserOptions& criu) {
   if (st.host_segments.count() != 0) {
     return Status::NotSupported("pid " + std::to_string(sess.pid()) + " holds " +
                                 std::to_string(st.host_segments.count()) +
@@ -49,7 +50,9 @@ Status DescribeForDump(session::Session& sess, session::SessionState& st, Proces
   // CRIU refuses a task whose session leader lies outside the dumped tree
   // unless --shell-job is given on both sides (docs/criu.md "shell_job").
   const pid_t sid = getsid(im->pid);
-  im->shell_job = sid != im->pid;
+  im->shell_job = sid != im->pid || criu.shell_job;
+  im->tcp_established = criu.tcp_established;
+  im->file_locks = criu.file_locks;
   return Status::Ok();
 }
 
@@ -74,11 +77,12 @@ Status CommitDirectory(const std::string& work, const std::string& final_dir) {
 }  // namespace
 
 Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions& gpu, engine::Progress* progress,
-                         ProcessCheckpointResult* result) {
+                         ProcessCheckpointResult* result, const CriuUserOptions& criu) {
   PHOS_RETURN_IF_ERROR(criu::CriuClient::Check().WithContext(
       "whole-process checkpoint needs CRIU (--gpu-only checkpoints the GPU state without it)"));
   ProcessImage im;
-  PHOS_RETURN_IF_ERROR(sess.RunControl([&](session::SessionState& st) { return DescribeForDump(sess, st, &im); }));
+  PHOS_RETURN_IF_ERROR(
+      sess.RunControl([&](session::SessionState& st) { return DescribeForDump(sess, st, &im, criu); }));
   // The whole image is built in DIR.tmp and renamed to DIR last, so a crash
   // (phosd killed, disk full, CRIU failing) never leaves a DIR that looks
   // whole; phosd's start-up recovery removes *.tmp under its checkpoint
@@ -112,6 +116,8 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
     criu::DumpOptions d;
     d.leave_running = true;
     d.shell_job = im.shell_job;
+    d.tcp_established = im.tcp_established;
+    d.file_locks = im.file_locks;
     d.external = {"unix[" + std::to_string(im.channel_inode) + "]"};
     const auto t0 = Clock::now();
     Status ds = criu::CriuClient::Dump(im.pid, criu_tmp, d);
@@ -201,7 +207,10 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   fcntl(sv[0], F_SETFD, FD_CLOEXEC);
   criu::RestoreOptions ro;
   ro.detach = true;  // re-parented to init (or a subreaper): phosd does not reap it
-  ro.shell_job = im.shell_job;
+  // What the dump used, plus what this restore asks for.
+  ro.shell_job = im.shell_job || options.criu.shell_job;
+  ro.tcp_established = im.tcp_established || options.criu.tcp_established;
+  ro.file_locks = im.file_locks || options.criu.file_locks;
   ro.inherit_fds = {{sv[1], "socket:[" + std::to_string(im.channel_inode) + "]"}};
   pid_t pid = 0;
   if (progress != nullptr) progress->SetPhase("criu-restore", "CRIU restores the process of " + dir);

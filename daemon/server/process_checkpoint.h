@@ -50,14 +50,17 @@ struct ProcessCheckpointResult {
 
 /// Consumer thread (a control task): fills what a CRIU dump of the
 /// session's process needs (pid, channel socket inode, ring mapping,
-/// shell_job, pid namespace) and refuses what cannot be dumped (pinned host
-/// segments, a pid namespace it does not lead). Live migration uses it too.
-Status DescribeForDump(session::Session& session, session::SessionState& st, ProcessImage* image);
+/// shell_job, pid namespace, the user's CRIU options) and refuses what
+/// cannot be dumped (pinned host segments, a pid namespace it does not
+/// lead). Live migration uses it too.
+Status DescribeForDump(session::Session& session, session::SessionState& st, ProcessImage* image,
+                       const CriuUserOptions& criu = {});
 
 /// `gpu.dir` must not exist; it appears only complete. On a CRIU failure
 /// nothing is committed and CRIU's log is kept as DIR.criu-dump.log.
 Status CheckpointProcess(session::Session& session, const engine::CheckpointOptions& gpu,
-                         engine::Progress* progress, ProcessCheckpointResult* result);
+                         engine::Progress* progress, ProcessCheckpointResult* result,
+                         const CriuUserOptions& criu = {});
 
 struct ProcessRestoreResult {
   pid_t pid = 0;
@@ -79,6 +82,8 @@ struct ProcessRestoreOptions {
   /// skips its full pre-restore verification (engine::RestoreOptions::
   /// verified). `phos restore DIR` leaves it false.
   bool image_verified = false;
+  /// Added to what the image's dump used (`phos restore --tcp-established`...).
+  CriuUserOptions criu;
 };
 
 /// Restores the process of image `dir` (its pid must be free). On any

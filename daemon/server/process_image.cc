@@ -75,6 +75,8 @@ Status WriteProcessImage(const std::string& dir, const ProcessImage& im) {
       << "admitted " << im.admitted << "\n"
       << "shell_job " << (im.shell_job ? 1 : 0) << "\n"
       << "pid_namespace " << (im.pid_namespace ? 1 : 0) << "\n"
+      << "tcp_established " << (im.tcp_established ? 1 : 0) << "\n"
+      << "file_locks " << (im.file_locks ? 1 : 0) << "\n"
       << "cmdline_hex " << Hex(im.cmdline) << "\n";
     f.flush();
     if (!f) return Status::IoError("cannot write " + tmp);
@@ -138,6 +140,9 @@ Status ReadProcessImage(const std::string& dir, ProcessImage* im) {
   im->shell_job = num("shell_job") != 0;
   // Absent in images written before pid namespaces (then: false).
   if (kv.count("pid_namespace") != 0) im->pid_namespace = num("pid_namespace") != 0;
+  // Absent in images written before the CRIU options were recorded.
+  if (kv.count("tcp_established") != 0) im->tcp_established = num("tcp_established") != 0;
+  if (kv.count("file_locks") != 0) im->file_locks = num("file_locks") != 0;
   if (!ok || !Unhex(kv["cmdline_hex"], &im->cmdline)) {
     return Status::Corruption(path + ": missing or malformed fields");
   }

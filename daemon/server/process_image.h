@@ -21,6 +21,15 @@ namespace phos::server {
 inline constexpr const char* kProcessImageFile = "process.txt";
 inline constexpr const char* kCriuSubdir = "criu";
 
+/// CRIU options a user asks for (`--shell-job`, `--tcp-established`,
+/// `--file-locks`; CriuOptions in proto/phos.proto). A dump records what it
+/// used in the image, so its restore uses the same.
+struct CriuUserOptions {
+  bool shell_job = false;        // force it (phosd turns it on itself for an app that is not its session leader)
+  bool tcp_established = false;  // dump/restore established TCP connections
+  bool file_locks = false;       // dump/restore held file locks
+};
+
 struct ProcessImage {
   int version = 1;
   pid_t pid = 0;                 // the app's pid (CRIU restores it with the same one)
@@ -37,6 +46,8 @@ struct ProcessImage {
   // CRIU restores it into a NEW namespace, so the restored copy has another
   // host pid and the original may still run (docs/criu.md "Pid namespaces").
   bool pid_namespace = false;
+  bool tcp_established = false;  // dumped with --tcp-established: restore needs it too
+  bool file_locks = false;       // dumped with --file-locks: restore needs it too
   std::string cmdline;           // NUL-separated argv (the channel hello)
 };
 

@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "engine/progress.h"
 #include "phos.grpc.pb.h"
+#include "server/process_image.h"
 
 namespace phos::server {
 
@@ -32,5 +33,10 @@ phos::Status StreamUntilDone(std::future<phos::Status>& done, const engine::Prog
 /// Logs, writes the terminal `failed` event and returns the matching status.
 grpc::Status FailOperation(grpc::ServerWriter<v1::OperationEvent>* writer, const std::string& rpc,
                            const phos::Status& s);
+
+/// A request's CriuOptions as the process code takes them.
+inline CriuUserOptions FromProto(const v1::CriuOptions& c) {
+  return CriuUserOptions{c.shell_job(), c.tcp_established(), c.file_locks()};
+}
 
 }  // namespace phos::server

@@ -16,10 +16,14 @@
 //   freescratch  cudaFree(scratch)
 //   checkscratch prints "scratch OK" / "scratch BAD" (reads the old pointer)
 //   alloc        allocates one more 1 MiB buffer (kept)
+//   lock         takes an exclusive flock on CTL/lock and holds it; prints
+//                "locked" (CRIU dumps it only with --file-locks)
 //   fault        a kernel writes to an invalid address (sticky error)
 //   quit
 // Every command ends with "ack N".
 #include <cuda_runtime.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -180,6 +184,9 @@ int main(int argc, char** argv) {
       Fault<<<1, 1>>>(reinterpret_cast<uint32_t*>(16));
       cudaError_t e = cudaDeviceSynchronize();
       std::printf("fault: %s\n", cudaGetErrorString(e));
+    } else if (cmd == "lock") {
+      const int fd = open((ctl + "/lock").c_str(), O_RDWR | O_CREAT, 0600);  // held until exit
+      std::printf("%s\n", fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 ? "locked" : "lock failed");
     } else if (cmd == "alloc") {
       void* p = nullptr;
       CHECK(cudaMalloc(&p, 1u << 20));

@@ -14,12 +14,15 @@
 //
 // Skips ("skipped: CRIU unavailable ...") when CriuClient::Check fails
 // (not root, no criu binary, a kernel CRIU cannot probe).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <regex>
@@ -197,6 +200,51 @@ TEST_F(ProcessRestoreTest, FailuresAreClearAndLeaveTheAppAlone) {
   Result notwhole = Phos({"restore", dir_ + "/gpu"});
   EXPECT_EQ(notwhole.rc, 1) << notwhole.output;
   EXPECT_NE(notwhole.output.find("not a whole-process image"), std::string::npos) << notwhole.output;
+}
+
+// CRIU options (--file-locks, --tcp-established): CRIU refuses a process
+// holding a file lock unless asked; asked, the image records the options,
+// and the restore (without the flags) brings the lock back.
+TEST_F(ProcessRestoreTest, FileLocksAreRefusedUnlessAskedAndComeBack) {
+  const pid_t pid = StartApp();
+  ASSERT_GT(pid, 0) << Log();
+  const std::string s = Cmd("step");
+  ASSERT_NE(Cmd("lock").find("locked"), std::string::npos) << Log();
+  // True when someone else (the app) holds CTL/lock.
+  auto held_elsewhere = [&] {
+    const int fd = open((ctl_ + "/lock").c_str(), O_RDWR);
+    if (fd < 0) return false;
+    const bool busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return busy;
+  };
+  ASSERT_TRUE(held_elsewhere());
+
+  const std::string refused = dir_ + "/nolocks";
+  Result no = Phos({"checkpoint", "--pid", std::to_string(pid), "--out", refused});
+  EXPECT_NE(no.rc, 0) << no.output;
+  EXPECT_NE(no.output.find("criu dump of pid"), std::string::npos) << no.output;
+  EXPECT_FALSE(fs::exists(refused)) << no.output;
+  EXPECT_EQ(Field(Cmd("print"), "checksum"), Field(s, "checksum")) << "the app should run on unharmed";
+
+  const std::string img = dir_ + "/locks";
+  Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--file-locks", "--tcp-established", "--out", img});
+  ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << DaemonLog();
+  const std::string process = phos::testing::ReadFile(img + "/process.txt");
+  EXPECT_NE(process.find("file_locks 1"), std::string::npos) << process;
+  EXPECT_NE(process.find("tcp_established 1"), std::string::npos) << process;
+
+  const int at_checkpoint = next_cmd_;
+  KillApp();
+  EXPECT_FALSE(held_elsewhere()) << "the lock outlived the killed app";
+  RewindCommands(at_checkpoint);
+  ASSERT_NO_FATAL_FAILURE(RestartDaemon());
+  Result rs = Phos({"restore", img, "--detach"});
+  ASSERT_EQ(rs.rc, 0) << rs.output << "\nphosd:\n" << DaemonLog() << "\napp:\n" << Log();
+  app_pid_ = pid;
+  EXPECT_TRUE(held_elsewhere()) << "the restored app does not hold its lock again";
+  EXPECT_EQ(Field(Cmd("print"), "checksum"), Field(s, "checksum"));
+  Cmd("quit");
 }
 
 }  // namespace
