@@ -300,9 +300,17 @@ Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOp
   PHOS_RETURN_IF_ERROR(AddExternals(o.get(), opts.external));
   if (opts.timeout_s != 0) criu_local_set_timeout(o.get(), opts.timeout_s);
 
+  // One dump at a time per phosd: two CRIU dumps of processes in their own
+  // pid namespaces at once were seen to collide in CRIU's parasite (it
+  // mounts a proc of the task's namespace at a fixed path: "Can't create a
+  // directory (-17)", "can't get /proc fd"; docs/criu.md "Concurrent
+  // dumps"). A dump takes ~0.1 s; checkpoints of other apps wait that long.
+  static std::mutex dump_mu;
+  std::unique_lock<std::mutex> one_dump(dump_mu);
   auto t0 = std::chrono::steady_clock::now();
   int ret = pre ? criu_local_pre_dump(o.get()) : criu_local_dump(o.get());
   int err = errno;
+  one_dump.unlock();
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (ret < 0) {
     spdlog::warn("criu: {} failed ret={} ms={:.1f} log={}", what, ret, ms, log_path);
