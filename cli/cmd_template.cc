@@ -60,14 +60,14 @@ int RunStart(const GlobalOptions& global, const TemplateArgs& a) {
   grpc::ClientContext ctx;
   auto reader = stub->TemplateStart(&ctx, req);
   v1::OperationResult result;
-  // Without --detach the stream stays open until the instance exits; its
-  // "running" event prints "started pid N" as soon as it runs.
-  const int rc = ShowOperation(reader.get(), "TemplateStart", "template start", a.json, &result);
+  // The "running" event prints "started pid N" as soon as the instance
+  // runs. --detach returns right then (its buffers may still be loading;
+  // --json waits for the result and its counters); without it the stream
+  // stays open until the instance exits.
+  const int rc = ShowOperation(reader.get(), "TemplateStart", "template start", a.json, &result,
+                               a.detach && !a.json ? &ctx : nullptr);
   if (rc != 0) return rc;
-  if (a.detach) {
-    if (!a.json) std::cout << "started pid " << result.pid() << "\n" << std::flush;
-    return 0;
-  }
+  if (a.detach) return 0;
   if (result.has_exit_status()) {
     if (!a.json) std::cout << "pid " << result.pid() << " exited with status " << result.exit_status() << "\n";
     return result.exit_status();

@@ -49,7 +49,8 @@ std::string JsonLine(const google::protobuf::Message& m) {
 }  // namespace
 
 int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const std::string& rpc,
-                  const std::string& what, bool json, v1::OperationResult* result) {
+                  const std::string& what, bool json, v1::OperationResult* result,
+                  grpc::ClientContext* stop_at_running) {
   const bool tty = !json && isatty(STDERR_FILENO) == 1;
   std::string last_phase;
   Clock::time_point last_line{};
@@ -71,6 +72,11 @@ int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const
         if (bar_drawn) std::fprintf(stderr, "\r\033[K");
         bar_drawn = false;
         std::cout << ev.progress().message() << std::endl;
+        if (stop_at_running != nullptr) {
+          stop_at_running->TryCancel();
+          (void)reader->Finish();  // CANCELLED: we asked for it
+          return 0;
+        }
         continue;
       }
       if (tty) {

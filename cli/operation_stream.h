@@ -17,7 +17,13 @@ namespace phos::cli {
 /// 2 the daemon does not implement what was asked (UNIMPLEMENTED).
 /// `what` names the operation in messages ("checkpoint", "restore").
 /// `result` (optional) receives the final OperationResult on success.
+/// `stop_at_running` (optional, not with json): the call's context; at the
+/// "running" event (the operation's process runs) its message is printed,
+/// the call is cancelled (the daemon finishes the operation regardless) and
+/// 0 returned without a result — `phos template start --detach` prints the
+/// pid the moment the instance runs, not once every buffer has loaded.
 int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const std::string& rpc,
-                  const std::string& what, bool json, v1::OperationResult* result = nullptr);
+                  const std::string& what, bool json, v1::OperationResult* result = nullptr,
+                  grpc::ClientContext* stop_at_running = nullptr);
 
 }  // namespace phos::cli

@@ -36,10 +36,11 @@ void WriteProgress(grpc::ServerWriter<v1::OperationEvent>* writer, const engine:
 }
 
 phos::Status StreamUntilDone(std::future<phos::Status>& done, const engine::Progress& progress,
-                             grpc::ServerWriter<v1::OperationEvent>* writer) {
+                             grpc::ServerWriter<v1::OperationEvent>* writer, const std::function<void()>& on_wake) {
   std::uint64_t seen = 0;
   for (;;) {
     const bool ready = done.wait_for(std::chrono::milliseconds(0)) == std::future_status::ready;
+    if (on_wake) on_wake();
     engine::ProgressSnapshot snap = progress.Snapshot();
     if (snap.version != seen) {
       seen = snap.version;

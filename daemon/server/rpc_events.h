@@ -7,6 +7,7 @@
 // only.
 #pragma once
 
+#include <functional>
 #include <future>
 #include <string>
 
@@ -26,9 +27,13 @@ grpc::StatusCode ToGrpcCode(const phos::Status& s);
 void WriteProgress(grpc::ServerWriter<v1::OperationEvent>* writer, const engine::ProgressSnapshot& p);
 
 /// Streams progress until `done` is ready and returns its status. Never
-/// returns early: the task may reference the caller's locals.
+/// returns early: the task may reference the caller's locals. `on_wake`
+/// (optional) runs on this thread at every wake, before the progress is
+/// written: the place to write an event the task only flags (the writer is
+/// not thread-safe).
 phos::Status StreamUntilDone(std::future<phos::Status>& done, const engine::Progress& progress,
-                             grpc::ServerWriter<v1::OperationEvent>* writer);
+                             grpc::ServerWriter<v1::OperationEvent>* writer,
+                             const std::function<void()>& on_wake = {});
 
 /// Logs, writes the terminal `failed` event and returns the matching status.
 grpc::Status FailOperation(grpc::ServerWriter<v1::OperationEvent>* writer, const std::string& rpc,

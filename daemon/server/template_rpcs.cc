@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -268,9 +269,24 @@ grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::Temp
     // A verified cache copy whose files did not change since (StartDir):
     // no full verification; chunks are still verified as they load.
     ro.image_verified = verified;
-    ro.on_running = [&](pid_t) {
+    // The instance runs: say so at once ("started pid N"), not when every
+    // buffer has loaded. The worker only flags it; this thread writes it.
+    std::atomic<pid_t> running_pid{0};
+    bool running_sent = false;
+    ro.on_running = [&](pid_t pid) {
       running_at = Clock::now();
       running_unix_ns = RealtimeNs();
+      running_pid.store(pid);
+      progress.Notify();
+    };
+    auto send_running = [&] {
+      const pid_t pid = running_pid.load();
+      if (pid == 0 || running_sent) return;
+      running_sent = true;
+      v1::OperationEvent running;
+      running.mutable_progress()->set_phase("running");
+      running.mutable_progress()->set_message("started pid " + std::to_string(pid));
+      writer->Write(running);
     };
     // The restore fulfils `result` and only then wakes the stream
     // (Notify), so the reply leaves as soon as it is done rather than at
@@ -283,7 +299,7 @@ grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::Temp
       result.set_value(rs);
       progress.Notify();
     });
-    s = StreamUntilDone(done, progress, writer);
+    s = StreamUntilDone(done, progress, writer, send_running);
     worker.join();  // it may still be in Notify()
     if (!s.ok()) {
       // engine/fresh_restore.cc's words when a buffer's address is in use
@@ -324,13 +340,8 @@ grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::Temp
   c["preverified"] = verified ? 1 : 0;
   c["buffers"] = r.gpu.buffers;
   c["session_id"] = r.session_id;
-  if (!req->detach() && tracked) {
-    v1::OperationEvent running;
-    running.mutable_progress()->set_phase("running");
-    running.mutable_progress()->set_message("started pid " + std::to_string(r.pid));
-    writer->Write(running);
-    WaitForRestoredExit(ctx, r.pid, false, out);
-  }
+  // (The "running" event went out when the instance started to run.)
+  if (!req->detach() && tracked) WaitForRestoredExit(ctx, r.pid, false, out);
   // Not tracked (phosd is not its subreaper): the result comes now without
   // an exit status and the CLI waits for the pid itself.
   writer->Write(ev);
