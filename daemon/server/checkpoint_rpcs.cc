@@ -301,16 +301,20 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
   engine::Progress progress;
   ProcessRestoreResult r;
   bool tracked = false;  // phosd reaps it: its exit status can be reported
+  // Without --detach: "restored pid N" the moment it runs (buffers may
+  // still load behind it); --detach answers with the result.
+  RunningAnnouncer announce(writer, progress, "restored pid");
   std::future<phos::Status> done = std::async(
       std::launch::async, [&] {
         ProcessRestoreOptions ro;
         ro.concurrent = req->concurrent();  // the CLI's default: runs while buffers load
         ro.criu = FromProto(req->criu());
+        if (!req->detach()) ro.on_running = [&](pid_t pid) { announce.Ran(pid); };
         phos::Status rs = RestoreProcess(server, req->image_dir(), &progress, &r, ro);
         if (rs.ok()) tracked = restored_.Track(r.pid);
         return rs;
       });
-  phos::Status s = StreamUntilDone(done, progress, writer);
+  phos::Status s = StreamUntilDone(done, progress, writer, [&] { announce.WriteIfRan(); });
   if (!s.ok()) return FailOperation(writer, "Restore", s);
   v1::OperationEvent ev;
   v1::OperationResult* out = ev.mutable_done();
@@ -324,13 +328,9 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
   (*out->mutable_counters())["globals"] = r.gpu.globals;
   (*out->mutable_counters())["session_id"] = r.session_id;
   (*out->mutable_counters())["criu_restore_ms"] = r.criu_restore_ms;
-  if (!req->detach() && tracked) {  // else the CLI waits for the pid itself
-    v1::OperationEvent running;
-    running.mutable_progress()->set_phase("running");
-    running.mutable_progress()->set_message("restored pid " + std::to_string(r.pid));
-    writer->Write(running);
-    WaitForRestoredExit(ctx, r.pid, req->detach(), out);
-  }
+  // (The "running" event went out when it started to run.) Not tracked:
+  // the CLI waits for the pid itself.
+  if (!req->detach() && tracked) WaitForRestoredExit(ctx, r.pid, req->detach(), out);
   writer->Write(ev);
   return grpc::Status::OK;
 }

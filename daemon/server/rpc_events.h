@@ -7,6 +7,9 @@
 // only.
 #pragma once
 
+#include <sys/types.h>
+
+#include <atomic>
 #include <functional>
 #include <future>
 #include <string>
@@ -38,6 +41,39 @@ phos::Status StreamUntilDone(std::future<phos::Status>& done, const engine::Prog
 /// Logs, writes the terminal `failed` event and returns the matching status.
 grpc::Status FailOperation(grpc::ServerWriter<v1::OperationEvent>* writer, const std::string& rpc,
                            const phos::Status& s);
+
+/// The `running` progress event ("<prefix> N") of a whole-process restore
+/// or template start, sent the moment the process runs rather than when its
+/// buffers have loaded: the restoring thread calls Ran(pid) (from
+/// ProcessRestoreOptions::on_running), which only flags it and wakes the
+/// stream; the handler thread writes it from StreamUntilDone's on_wake
+/// (WriteIfRan), since a ServerWriter is not thread-safe.
+class RunningAnnouncer {
+ public:
+  RunningAnnouncer(grpc::ServerWriter<v1::OperationEvent>* writer, engine::Progress& progress,
+                   std::string prefix)
+      : writer_(writer), progress_(progress), prefix_(std::move(prefix)) {}
+  void Ran(pid_t pid) {  // any thread
+    pid_.store(pid);
+    progress_.Notify();
+  }
+  void WriteIfRan() {  // the handler thread
+    const pid_t pid = pid_.load();
+    if (pid == 0 || sent_) return;
+    sent_ = true;
+    v1::OperationEvent ev;
+    ev.mutable_progress()->set_phase("running");
+    ev.mutable_progress()->set_message(prefix_ + " " + std::to_string(pid));
+    writer_->Write(ev);
+  }
+
+ private:
+  grpc::ServerWriter<v1::OperationEvent>* const writer_;
+  engine::Progress& progress_;
+  const std::string prefix_;
+  std::atomic<pid_t> pid_{0};
+  bool sent_ = false;  // handler thread only
+};
 
 /// A request's CriuOptions as the process code takes them.
 inline CriuUserOptions FromProto(const v1::CriuOptions& c) {

@@ -270,23 +270,12 @@ grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::Temp
     // no full verification; chunks are still verified as they load.
     ro.image_verified = verified;
     // The instance runs: say so at once ("started pid N"), not when every
-    // buffer has loaded. The worker only flags it; this thread writes it.
-    std::atomic<pid_t> running_pid{0};
-    bool running_sent = false;
+    // buffer has loaded.
+    RunningAnnouncer announce(writer, progress, "started pid");
     ro.on_running = [&](pid_t pid) {
       running_at = Clock::now();
       running_unix_ns = RealtimeNs();
-      running_pid.store(pid);
-      progress.Notify();
-    };
-    auto send_running = [&] {
-      const pid_t pid = running_pid.load();
-      if (pid == 0 || running_sent) return;
-      running_sent = true;
-      v1::OperationEvent running;
-      running.mutable_progress()->set_phase("running");
-      running.mutable_progress()->set_message("started pid " + std::to_string(pid));
-      writer->Write(running);
+      announce.Ran(pid);
     };
     // The restore fulfils `result` and only then wakes the stream
     // (Notify), so the reply leaves as soon as it is done rather than at
@@ -299,7 +288,7 @@ grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::Temp
       result.set_value(rs);
       progress.Notify();
     });
-    s = StreamUntilDone(done, progress, writer, send_running);
+    s = StreamUntilDone(done, progress, writer, [&] { announce.WriteIfRan(); });
     worker.join();  // it may still be in Notify()
     if (!s.ok()) {
       // engine/fresh_restore.cc's words when a buffer's address is in use
