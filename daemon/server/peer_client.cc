@@ -62,6 +62,17 @@ Status ListFiles(const std::string& dir, std::vector<FileEntry>* files, std::uin
 
 }  // namespace
 
+Status ConnectPeer(const std::string& host_port, std::chrono::system_clock::time_point deadline,
+                   std::unique_ptr<peer::v1::PhosPeer::Stub>* stub) {
+  auto channel = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(deadline)) {
+    return Status::Unavailable("peer " + host_port +
+                               " is not reachable (is its phosd started with `phos daemon --listen`?)");
+  }
+  *stub = peer::v1::PhosPeer::NewStub(channel);
+  return Status::Ok();
+}
+
 Status PeerStatus(const std::string& host_port, const grpc::Status& g) {
   const std::string msg = "peer " + host_port + ": " + g.error_message();
   switch (g.error_code()) {
@@ -89,13 +100,9 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
   std::uint64_t total = 0;
   PHOS_RETURN_IF_ERROR(ListFiles(dir, &files, &total));
 
-  auto channel = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
-                                 std::chrono::milliseconds(options.connect_timeout_ms))) {
-    return Status::Unavailable("cannot reach peer " + host_port + " within " +
-                               std::to_string(options.connect_timeout_ms) + " ms (is its phosd started with --listen?)");
-  }
-  auto stub = peer::v1::PhosPeer::NewStub(channel);
+  std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
+  PHOS_RETURN_IF_ERROR(ConnectPeer(
+      host_port, std::chrono::system_clock::now() + std::chrono::milliseconds(options.connect_timeout_ms), &stub));
   grpc::ClientContext context;
   context.AddMetadata(kPeerTokenHeader, token);
   peer::v1::ReceiveImageReply reply;
@@ -231,11 +238,9 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
 Status RestoreOnPeer(const std::string& host_port, const std::string& token, const std::string& name, bool resume,
                      peer::v1::RestoreImageReply* reply, bool* request_sent, int connect_timeout_ms) {
   if (request_sent != nullptr) *request_sent = false;
-  auto channel = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms))) {
-    return Status::Unavailable("peer " + host_port + " is not reachable (is `phos daemon --listen` running there?)");
-  }
-  auto stub = peer::v1::PhosPeer::NewStub(channel);
+  std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
+  PHOS_RETURN_IF_ERROR(
+      ConnectPeer(host_port, std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms), &stub));
   grpc::ClientContext context;
   context.AddMetadata(kPeerTokenHeader, token);
   peer::v1::RestoreImageRequest request;
@@ -250,12 +255,8 @@ Status RestoreOnPeer(const std::string& host_port, const std::string& token, con
 Status RestoreStatusOnPeer(const std::string& host_port, const std::string& token, const std::string& name,
                            peer::v1::RestoreStatusReply* reply, int timeout_ms) {
   const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
-  auto channel = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
-  if (!channel->WaitForConnected(deadline)) {
-    return Status::Unavailable("peer " + host_port + " is not reachable within " + std::to_string(timeout_ms) +
-                               " ms");
-  }
-  auto stub = peer::v1::PhosPeer::NewStub(channel);
+  std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
+  PHOS_RETURN_IF_ERROR(ConnectPeer(host_port, deadline, &stub));
   grpc::ClientContext context;
   context.AddMetadata(kPeerTokenHeader, token);
   context.set_deadline(deadline);
@@ -271,11 +272,9 @@ Status RestoreStatusOnPeer(const std::string& host_port, const std::string& toke
 }
 
 Status PingPeer(const std::string& host_port, const std::string& token, int connect_timeout_ms) {
-  auto channel = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms))) {
-    return Status::Unavailable("peer " + host_port + " is not reachable (is `phos daemon --listen` running there?)");
-  }
-  auto stub = peer::v1::PhosPeer::NewStub(channel);
+  std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
+  PHOS_RETURN_IF_ERROR(
+      ConnectPeer(host_port, std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms), &stub));
   grpc::ClientContext context;
   context.AddMetadata(kPeerTokenHeader, token);
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms));

@@ -5,11 +5,14 @@
 
 #include <grpcpp/support/status.h>
 
+#include "peer.grpc.pb.h"
 #include "peer.pb.h"
 
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,12 @@ struct SendImageResult {
   std::uint64_t streamed_bytes = 0; // of them, the bytes this stream carried
   std::uint32_t files = 0;
 };
+
+/// Connects to the peer daemon at `host_port` (waiting until `deadline`)
+/// and makes a stub for it (the stub keeps the channel alive). Unavailable,
+/// naming the peer, when it does not accept the connection in time.
+Status ConnectPeer(const std::string& host_port, std::chrono::system_clock::time_point deadline,
+                   std::unique_ptr<peer::v1::PhosPeer::Stub>* stub);
 
 /// A peer's gRPC error as a Status naming the peer: FailedPrecondition for
 /// a refused token, the matching code for the peer's own refusals.

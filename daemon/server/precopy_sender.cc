@@ -18,12 +18,8 @@ Status PrecopySender::Open(const std::string& host_port, const std::string& toke
   std::unique_ptr<PrecopySender> s(new PrecopySender());
   s->host_port_ = host_port;
   s->max_bytes_per_sec_ = max_bytes_per_sec;
-  s->channel_ = grpc::CreateChannel(host_port, grpc::InsecureChannelCredentials());
-  if (!s->channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                     std::chrono::milliseconds(kConnectTimeoutMs))) {
-    return Status::Unavailable("peer " + host_port + " is not reachable (is `phos daemon --listen` running there?)");
-  }
-  s->stub_ = peer::v1::PhosPeer::NewStub(s->channel_);
+  PHOS_RETURN_IF_ERROR(ConnectPeer(
+      host_port, std::chrono::system_clock::now() + std::chrono::milliseconds(kConnectTimeoutMs), &s->stub_));
   s->context_.AddMetadata(kPeerTokenHeader, token);
   s->writer_ = s->stub_->Precopy(&s->context_, &s->reply_);
   peer::v1::PrecopyChunk begin;

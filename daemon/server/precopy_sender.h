@@ -55,7 +55,6 @@ class PrecopySender final : public engine::PrecopySink {
 
   std::string host_port_;
   std::uint64_t max_bytes_per_sec_ = 0;
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<peer::v1::PhosPeer::Stub> stub_;
   grpc::ClientContext context_;
   peer::v1::PrecopyReply reply_;
