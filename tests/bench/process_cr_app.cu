@@ -43,6 +43,8 @@
 #include <cstring>
 #include <vector>
 
+#include "host_pid.h"
+
 #define CHECK(x)                                                                          \
   do {                                                                                    \
     cudaError_t e = (x);                                                                  \
@@ -59,23 +61,6 @@ static long long NowUs() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<long long>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
-}
-
-// Our pid as phosd sees it: under `phos run` we are pid 1 of our own pid
-// namespace; /proc/self/status's NSpid line starts with the pid in /proc's
-// (the host's) namespace.
-static long HostPid() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  char line[256];
-  long pid = getpid();
-  while (f != nullptr && std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::strncmp(line, "NSpid:", 6) == 0) {
-      pid = std::strtol(line + 6, nullptr, 10);
-      break;
-    }
-  }
-  if (f != nullptr) std::fclose(f);
-  return pid;
 }
 
 int main(int argc, char** argv) {

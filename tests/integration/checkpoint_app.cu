@@ -34,6 +34,7 @@
 #include <vector>
 
 #define PHOS_PROGRAM_NAME "checkpoint_app"
+#include "host_pid.h"
 #include "program_checks.h"
 
 constexpr int kN = 256 * 1024;
@@ -60,23 +61,6 @@ static uint64_t Fnv(const void* p, size_t n, uint64_t h = 1469598103934665603ull
 
 static void FillBig(std::vector<unsigned char>& big, int step) {
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<unsigned char>((i * 31 + step * 7) & 0xFF);
-}
-
-// Our pid as phosd and the tests see it: under `phos run` we are pid 1 of
-// our own pid namespace, but /proc is the host's, whose NSpid line starts
-// with the pid in /proc's namespace.
-static long HostPid() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  char line[256];
-  long pid = getpid();
-  while (f != nullptr && std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::strncmp(line, "NSpid:", 6) == 0) {
-      pid = std::strtol(line + 6, nullptr, 10);
-      break;
-    }
-  }
-  if (f != nullptr) std::fclose(f);
-  return pid;
 }
 
 int main(int argc, char** argv) {
