@@ -191,7 +191,6 @@ Status ImageReceiver::Data(const peer::v1::FileData& data) {
   } else {
     PHOS_RETURN_IF_ERROR(WriteAt(bytes, size, file_bytes_));
   }
-  if (data.has_ref()) precopied_bytes_ += size;
   // Start writeback of every completed 64 MiB now (no waiting), so the
   // fsync at FileEnd finds little left to write — the disk works while the
   // network delivers instead of after. Not for an image nobody fsyncs.

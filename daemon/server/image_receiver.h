@@ -78,8 +78,6 @@ class ImageReceiver {
 
   const std::string& tmp_dir() const { return tmp_dir_; }
   std::uint64_t bytes() const { return total_bytes_; }
-  /// Of bytes(): those taken from the pre-copy.
-  std::uint64_t precopied_bytes() const { return precopied_bytes_; }
 
  private:
   ImageReceiver() = default;
@@ -96,7 +94,6 @@ class ImageReceiver {
   std::string name_, tmp_dir_, final_dir_;
   std::uint64_t announced_bytes_ = 0;
   std::uint64_t total_bytes_ = 0;
-  std::uint64_t precopied_bytes_ = 0;
   std::uint32_t files_ = 0;
   bool skip_fsync_ = false;  // ImageBegin.skip_fsync
   // Pre-copy layout of gpu.img: source file offset ranges -> offsets in

@@ -91,8 +91,6 @@ Status PrecopySender::Finish(PrecopyStats* stats) {
     broken_ = PeerStatus(host_port_, g);
     return broken_;
   }
-  stats_.held_copies = reply_.copies();
-  stats_.held_bytes = reply_.bytes();
   *stats = stats_;
   return Status::Ok();
 }

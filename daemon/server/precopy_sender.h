@@ -34,7 +34,6 @@ namespace phos::server {
 struct PrecopyStats {
   std::uint64_t copies = 0;   // handed over by the engine
   std::uint64_t bytes = 0;    // sent
-  std::uint64_t held_copies = 0, held_bytes = 0;  // the destination's count (superseded copies dropped)
 };
 
 class PrecopySender final : public engine::PrecopySink {
@@ -45,8 +44,6 @@ class PrecopySender final : public engine::PrecopySink {
 
   Status Staged(const engine::StagedCopy& copy) override;
   Status Finish(PrecopyStats* stats);
-
-  const PrecopyStats& stats() const { return stats_; }
 
  private:
   PrecopySender() = default;

@@ -71,7 +71,6 @@ class PrecopyStore {
 
   std::uint64_t copies() const;
   std::uint64_t bytes() const;  // bytes of the copies held now
-  const std::string& name() const { return name_; }
 
  private:
   struct Copy {
