@@ -107,10 +107,8 @@ std::string PhosService::DefaultCheckpointRoot() const {
 
 grpc::Status PhosService::FindSession(int pid, std::shared_ptr<session::Session>* out) const {
   if (pid <= 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a pid is required (--pid P)");
-  session::SessionServer* server = session_server_.load(std::memory_order_acquire);
-  if (server == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "phosd's data plane is not running (starting or stopping)");
-  }
+  session::SessionServer* server = nullptr;
+  if (phos::Status d = DataPlane(&server); !d.ok()) return ToGrpcStatus(d);
   *out = server->FindByPid(pid);
   if (!*out) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "no phos session for pid " + std::to_string(pid) +
@@ -279,8 +277,13 @@ grpc::Status PhosService::Restore(grpc::ServerContext* ctx, const v1::RestoreReq
   return grpc::Status::OK;
 }
 
-void PhosService::WaitForRestoredExit(grpc::ServerContext* ctx, int pid, bool detach, v1::OperationResult* out) {
-  if (detach) return;
+phos::Status PhosService::DataPlane(session::SessionServer** out) const {
+  *out = session_server_.load(std::memory_order_acquire);
+  if (*out == nullptr) return phos::Status::Unavailable("phosd's data plane is not running (starting or stopping)");
+  return phos::Status::Ok();
+}
+
+void PhosService::WaitForRestoredExit(grpc::ServerContext* ctx, int pid, v1::OperationResult* out) {
   for (;;) {
     if (auto e = restored_.WaitExit(pid, std::chrono::milliseconds(200)); e.has_value()) {
       if (e->known) out->set_exit_status(e->status);
@@ -293,10 +296,8 @@ void PhosService::WaitForRestoredExit(grpc::ServerContext* ctx, int pid, bool de
 grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                                               grpc::ServerWriter<v1::OperationEvent>* writer) {
   const auto t0 = Clock::now();
-  session::SessionServer* server = session_server_.load(std::memory_order_acquire);
-  if (server == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "phosd's data plane is not running (starting or stopping)");
-  }
+  session::SessionServer* server = nullptr;
+  if (phos::Status d = DataPlane(&server); !d.ok()) return ToGrpcStatus(d);
   spdlog::info("rpc=Restore whole process from {}", req->image_dir());
   engine::Progress progress;
   ProcessRestoreResult r;
@@ -330,7 +331,7 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
   (*out->mutable_counters())["criu_restore_ms"] = r.criu_restore_ms;
   // (The "running" event went out when it started to run.) Not tracked:
   // the CLI waits for the pid itself.
-  if (!req->detach() && tracked) WaitForRestoredExit(ctx, r.pid, req->detach(), out);
+  if (!req->detach() && tracked) WaitForRestoredExit(ctx, r.pid, out);
   writer->Write(ev);
   return grpc::Status::OK;
 }

@@ -90,8 +90,8 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
 }
 
 phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply) {
-  session::SessionServer* server = session_server_.load(std::memory_order_acquire);
-  if (server == nullptr) return phos::Status::Unavailable("phosd's data plane is not running (starting or stopping)");
+  session::SessionServer* server = nullptr;
+  PHOS_RETURN_IF_ERROR(DataPlane(&server));
   ProcessRestoreResult r;
   engine::Progress progress;  // the engine reports into one; nobody watches it here
   ProcessRestoreOptions ro;

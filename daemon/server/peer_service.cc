@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "server/grpc_status.h"
 #include "server/image_receiver.h"
 #include "server/peer_token.h"
 
@@ -20,22 +21,6 @@ constexpr int kMaxMessageBytes = (16 << 20) + (64 << 10);
 // Distinct refused hosts remembered for "log once"; beyond it, each
 // refusal is logged at debug only (a scan cannot fill the log or memory).
 constexpr std::size_t kMaxRefusedHosts = 1024;
-
-grpc::Status ToGrpc(const Status& s) {
-  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
-  switch (s.code()) {
-    case Status::Code::kOk: return grpc::Status::OK;
-    case Status::Code::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case Status::Code::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
-    case Status::Code::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
-    case Status::Code::kOutOfMemory: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
-    case Status::Code::kCorruption: code = grpc::StatusCode::DATA_LOSS; break;
-    case Status::Code::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
-    case Status::Code::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
-    default: break;
-  }
-  return grpc::Status(code, s.message());
-}
 
 // "ipv4:10.0.0.5:41234" -> "ipv4:10.0.0.5" (ports change per connection).
 std::string PeerHost(const std::string& peer) {
@@ -99,7 +84,7 @@ grpc::Status PeerService::RestoreImage(grpc::ServerContext* context, const peer:
   grpc::Status answer = grpc::Status::OK;
   if (Status s = restorer_(dir, request->resume(), reply); !s.ok()) {
     spdlog::warn("peer: restoring {} for {} failed: {}", dir, context->peer(), s.ToString());
-    answer = ToGrpc(s.WithContext("restoring " + dir + " on the destination"));
+    answer = ToGrpcStatus(s.WithContext("restoring " + dir + " on the destination"));
     std::lock_guard<std::mutex> lock(mu_);
     RecordRestoreLocked(name, RestoreRecord{peer::v1::RESTORE_STATE_FAILED, {}, answer.error_message()});
   } else {
@@ -219,7 +204,7 @@ grpc::Status PeerService::Receive(grpc::ServerContext* context, grpc::ServerRead
   options.max_bytes = max_receive_bytes_;
   options.precopy = TakePrecopy(name);
   std::unique_ptr<ImageReceiver> receiver;
-  if (Status s = ImageReceiver::Begin(options, chunk.begin(), &receiver); !s.ok()) return ToGrpc(s);
+  if (Status s = ImageReceiver::Begin(options, chunk.begin(), &receiver); !s.ok()) return ToGrpcStatus(s);
   spdlog::info("peer: receiving '{}' ({} bytes, {} files{}) from {} into {}", name, chunk.begin().total_bytes(),
                chunk.begin().file_count(),
                options.precopy ? ", " + std::to_string(options.precopy->bytes()) + " bytes pre-copied" : "",
@@ -241,7 +226,7 @@ grpc::Status PeerService::Receive(grpc::ServerContext* context, grpc::ServerRead
     }
     if (!s.ok()) {
       receiver->Discard();
-      return ToGrpc(s.WithContext("image '" + name + "'"));
+      return ToGrpcStatus(s.WithContext("image '" + name + "'"));
     }
   }
   spdlog::warn("peer: the source of '{}' went away after {} bytes{}; left {} (removed at the next start)", name,
@@ -297,7 +282,7 @@ grpc::Status PeerService::Precopy(grpc::ServerContext* context, grpc::ServerRead
   if (Status s = PrecopyStore::Open(name, root + "/precopy/" + name + "." + std::to_string(seq) + ".tmp",
                                     max_receive_bytes_, &opened);
       !s.ok()) {
-    return ToGrpc(s.WithContext("pre-copy of '" + name + "'"));
+    return ToGrpcStatus(s.WithContext("pre-copy of '" + name + "'"));
   }
   std::shared_ptr<PrecopyStore> store = std::move(opened);
   {
@@ -317,7 +302,7 @@ grpc::Status PeerService::Precopy(grpc::ServerContext* context, grpc::ServerRead
   if (!s.ok()) {
     if (ours) precopies_.erase(it);  // a broken pre-copy is never used
     spdlog::warn("peer: pre-copy of '{}' from {} failed: {}", name, context->peer(), s.ToString());
-    return ToGrpc(s.WithContext("pre-copy of '" + name + "'"));
+    return ToGrpcStatus(s.WithContext("pre-copy of '" + name + "'"));
   }
   if (ours) {
     it->second.sealed = true;

@@ -89,10 +89,14 @@ class PhosService final : public v1::Phos::Service {
  private:
   /// The live session of `pid`, or a NOT_FOUND / UNAVAILABLE status.
   grpc::Status FindSession(int pid, std::shared_ptr<session::Session>* out) const;
-  /// After a whole-process restore: without `detach`, streams a "running"
-  /// event and waits for the process to exit (or the client to go away),
-  /// then fills `out`'s exit status (restored_processes.h).
-  void WaitForRestoredExit(grpc::ServerContext* ctx, int pid, bool detach, v1::OperationResult* out);
+  /// The data plane (SetSessionServer), or UNAVAILABLE while phosd starts
+  /// or stops.
+  phos::Status DataPlane(session::SessionServer** out) const;
+  /// After a whole-process restore without --detach: waits for the process
+  /// to exit (or the client to go away), then fills `out`'s exit status
+  /// (restored_processes.h). The "running" event went out before
+  /// (RunningAnnouncer).
+  void WaitForRestoredExit(grpc::ServerContext* ctx, int pid, v1::OperationResult* out);
   /// OK when the template store is open, else UNAVAILABLE saying why.
   grpc::Status TemplatesReady() const;
   /// Restore RPC, gpu_only = false (process_checkpoint.h).

@@ -19,11 +19,10 @@
 #include "common/status.h"
 #include "engine/progress.h"
 #include "phos.grpc.pb.h"
+#include "server/grpc_status.h"
 #include "server/process_image.h"
 
 namespace phos::server {
-
-grpc::StatusCode ToGrpcCode(const phos::Status& s);
 
 /// One progress event (a client that went away is ignored: the operation
 /// still completes).

@@ -33,8 +33,6 @@
 namespace phos::server {
 namespace {
 
-grpc::Status FromStatus(const phos::Status& s) { return grpc::Status(ToGrpcCode(s), s.message()); }
-
 /// The instance's session is still published: phosd has not released its
 /// device memory yet (a session is unpublished only after ReleaseAll).
 bool SessionLive(const SessionRegistry* sessions, const TemplateInstance& i) {
@@ -103,7 +101,7 @@ grpc::Status PhosService::TemplateSave(grpc::ServerContext*, const v1::TemplateS
                                        grpc::ServerWriter<v1::OperationEvent>* writer) {
   const auto t0 = Clock::now();
   if (grpc::Status g = TemplatesReady(); !g.ok()) return g;
-  if (phos::Status n = TemplateStore::CheckName(req->name()); !n.ok()) return FromStatus(n);
+  if (phos::Status n = TemplateStore::CheckName(req->name()); !n.ok()) return ToGrpcStatus(n);
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) {
     return grpc::Status(g.error_code(), "cannot save template " + req->name() + ": " + g.error_message());
@@ -228,11 +226,9 @@ grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::Temp
                                         grpc::ServerWriter<v1::OperationEvent>* writer) {
   const auto t0 = Clock::now();
   if (grpc::Status g = TemplatesReady(); !g.ok()) return g;
-  if (phos::Status n = TemplateStore::CheckName(req->name()); !n.ok()) return FromStatus(n);
-  session::SessionServer* server = session_server_.load(std::memory_order_acquire);
-  if (server == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "phosd's data plane is not running (starting or stopping)");
-  }
+  if (phos::Status n = TemplateStore::CheckName(req->name()); !n.ok()) return ToGrpcStatus(n);
+  session::SessionServer* server = nullptr;
+  if (phos::Status d = DataPlane(&server); !d.ok()) return ToGrpcStatus(d);
   engine::Progress progress;
   ProcessRestoreResult r;
   std::string dir;
@@ -330,7 +326,7 @@ grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::Temp
   c["buffers"] = r.gpu.buffers;
   c["session_id"] = r.session_id;
   // (The "running" event went out when the instance started to run.)
-  if (!req->detach() && tracked) WaitForRestoredExit(ctx, r.pid, false, out);
+  if (!req->detach() && tracked) WaitForRestoredExit(ctx, r.pid, out);
   // Not tracked (phosd is not its subreaper): the result comes now without
   // an exit status and the CLI waits for the pid itself.
   writer->Write(ev);
@@ -362,11 +358,11 @@ grpc::Status PhosService::TemplateList(grpc::ServerContext*, const v1::TemplateL
 grpc::Status PhosService::TemplateRemove(grpc::ServerContext*, const v1::TemplateRemoveRequest* req,
                                          v1::TemplateRemoveReply* reply) {
   if (grpc::Status g = TemplatesReady(); !g.ok()) return g;
-  if (phos::Status n = TemplateStore::CheckName(req->name()); !n.ok()) return FromStatus(n);
+  if (phos::Status n = TemplateStore::CheckName(req->name()); !n.ok()) return ToGrpcStatus(n);
   TemplateStore::Lease lease = templates_->Acquire(req->name());
   if (phos::Status s = templates_->Remove(lease); !s.ok()) {
     spdlog::warn("rpc=TemplateRemove {}: {}", req->name(), s.ToString());
-    return FromStatus(s);
+    return ToGrpcStatus(s);
   }
   spdlog::info("rpc=TemplateRemove removed {}", templates_->DirOf(req->name()));
   reply->set_removed_dir(templates_->DirOf(req->name()));
