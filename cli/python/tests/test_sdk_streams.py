@@ -65,6 +65,21 @@ class ScriptedPhos(pb_grpc.PhosServicer):
     def TemplateStart(self, request, context):
         yield from self._play("TemplateStart", request, context)
 
+    def Status(self, request, context):
+        self.requests.put(("Status", request))
+        return pb.StatusReply(version="0.1.0 abc", backend="sim", daemon_pid=9, socket_path="/s", session_count=2,
+                              uptime_ms=2**53 + 1,  # not exact as a double: must come back an int, not via float
+                              gpus=[pb.GpuInfo(ordinal=0, name="sim0", total_memory_bytes=2**40, uuid="u")],
+                              counters={"fallbacks": 2**64 - 1, "none": 0})
+
+    def ListSessions(self, request, context):
+        self.requests.put(("ListSessions", request))
+        return pb.ListSessionsReply(sessions=[
+            pb.SessionInfo(session_id=2**62 + 3, pid=5, command="app --x", state=pb.SESSION_CHECKPOINTING,
+                           buffer_count=4, counters={"cow_copies": 7}),
+            pb.SessionInfo(pid=6, state=42),  # a state this SDK does not know (a newer phosd): its number
+        ])
+
     def TemplateList(self, request, context):
         self.requests.put(("TemplateList", request))
         return pb.TemplateListReply(templates=self.templates, root="/t")
@@ -91,6 +106,13 @@ class SdkStreamsTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.server.stop(grace=None)
         shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def setUp(self):
+        # What an earlier test left behind (a request it did not collect
+        # because it failed) must not fail this one too.
+        while not self.phosd.requests.empty():
+            self.phosd.requests.get_nowait()
+        self.phosd.scripts.clear()
 
     def script(self, rpc, *steps):
         self.phosd.scripts[rpc] = list(steps)
@@ -155,6 +177,58 @@ class SdkStreamsTest(unittest.TestCase):
         self.assertEqual(cm.exception.message, "bad image")
         self.assertIsNone(handle.running_pid)
         self.sent("Restore")
+
+    # ------------------------------------------------------------ queries
+
+    def test_status_and_sessions_are_plain_dicts(self):
+        # Every field, defaults included; 64-bit integers as ints (not the
+        # strings of JSON), enums by their short lower-case name, maps as
+        # dicts, in every protobuf runtime the SDK supports.
+        st = phos.status(socket=self.socket)
+        self.assertEqual(st, {
+            "version": "0.1.0 abc", "backend": "sim", "backend_detail": "",
+            "gpus": [{"ordinal": 0, "name": "sim0", "total_memory_bytes": 2**40, "free_memory_bytes": 0,
+                      "compute_capability_major": 0, "compute_capability_minor": 0, "multiprocessor_count": 0,
+                      "uuid": "u"}],
+            "uptime_ms": 2**53 + 1, "daemon_pid": 9, "socket_path": "/s", "session_count": 2,
+            "counters": {"fallbacks": 2**64 - 1, "none": 0}})
+        self.assertEqual(list(st), ["version", "backend", "backend_detail", "gpus", "uptime_ms", "daemon_pid",
+                                    "socket_path", "session_count", "counters"])  # the .proto's order
+        for key in ("uptime_ms", "daemon_pid", "session_count"):
+            self.assertIs(type(st[key]), int, key)
+        self.assertIs(type(st["gpus"][0]["total_memory_bytes"]), int)
+        self.assertIs(type(st["counters"]["fallbacks"]), int)
+        self.assertIsInstance(self.sent("Status"), pb.StatusRequest)
+
+        sessions = phos.sessions(socket=self.socket, pid=5)
+        self.assertEqual(sessions, [
+            {"session_id": 2**62 + 3, "pid": 5, "command": "app --x", "device": 0, "device_memory_bytes": 0,
+             "buffer_count": 4, "state": "checkpointing", "started_unix_ms": 0, "calls_exact": 0,
+             "calls_speculated": 0, "calls_unvalidatable": 0, "counters": {"cow_copies": 7}},
+            {"session_id": 0, "pid": 6, "command": "", "device": 0, "device_memory_bytes": 0, "buffer_count": 0,
+             "state": 42, "started_unix_ms": 0, "calls_exact": 0, "calls_speculated": 0, "calls_unvalidatable": 0,
+             "counters": {}}])
+        self.assertIs(type(sessions[0]["session_id"]), int)
+        self.assertEqual(self.sent("ListSessions").pid, 5)
+
+    def test_message_to_dict_fills_what_json_format_leaves_out(self):
+        # Unset message fields, `optional` scalars and oneof members have
+        # presence: MessageToDict omits them; the SDK's dicts show their
+        # defaults, as they always did.
+        from phos._convert import message_to_dict
+        self.assertEqual(message_to_dict(pb.OperationResult(counters={"x": 2**63})),
+                         {"image_dir": "", "pid": 0, "stall_us": 0, "total_ms": 0, "bytes_written": 0,
+                          "counters": {"x": 2**63}, "exit_status": 0})
+        event = message_to_dict(pb.OperationEvent(operation_id=3, progress=pb.Progress(phase="load",
+                                                                                       bytes_per_second=0.5)))
+        self.assertEqual(event["operation_id"], 3)
+        self.assertEqual(event["progress"], {"phase": "load", "message": "", "bytes_done": 0, "bytes_total": 0,
+                                             "elapsed_ms": 0, "bytes_per_second": 0.5})
+        self.assertEqual(event["failed"], {"code": 0, "message": ""})
+        self.assertEqual(event["done"]["counters"], {})
+        req = message_to_dict(pb.CheckpointRequest(mode=pb.MODE_COW, metric_value=float("inf")))
+        self.assertEqual((req["mode"], req["keep"], req["metric_value"]), ("cow", "unspecified", float("inf")))
+        self.assertEqual(req["criu"], {"shell_job": False, "tcp_established": False, "file_locks": False})
 
     # ---------------------------------------------------------- templates
 
