@@ -16,7 +16,7 @@ once it has exited, with its exit status. The handle exposes that pid at once
 import dataclasses
 import re
 import threading
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import grpc
 
@@ -112,6 +112,7 @@ class OperationHandle:
         # Written by the reader thread only; read by anyone under _lock.
         self._lock = threading.Lock()
         self._progress = None
+        self._phases = []  # each phase once, in the order it first came
         self._running_pid = None
         self._result = None
         self._error = None
@@ -136,6 +137,8 @@ class OperationHandle:
                     with self._lock:
                         self._progress = Progress(p.phase, p.message, p.bytes_done, p.bytes_total, p.elapsed_ms,
                                                   p.bytes_per_second)
+                        if p.phase not in self._phases:
+                            self._phases.append(p.phase)
                         if m:
                             self._running_pid = int(m.group(1))
                     if m:
@@ -176,6 +179,17 @@ class OperationHandle:
         """The latest Progress phosd reported, or None before the first."""
         with self._lock:
             return self._progress
+
+    @property
+    def phases(self) -> List[str]:
+        """The phases of the progress events so far, each once, in the order
+        each first came (e.g. ["criu-restore", "running", "load"]).
+
+        Events of different phases may interleave (a concurrent restore's
+        "load" events go on after its "running" event): ask whether a phase
+        was reported here, not which came last (progress)."""
+        with self._lock:
+            return list(self._phases)
 
     @property
     def operation_id(self) -> Optional[int]:

@@ -139,7 +139,10 @@ class SdkStreamsTest(unittest.TestCase):
         self.assertEqual(handle.wait_running(10), 4242)
         self.assertEqual(handle.running_pid, 4242)
         self.assertFalse(handle.done(), "the stream stays open while the restored process runs")
+        # Here the script holds the stream after `running`, so it is the
+        # latest; against a real phosd only handle.phases is certain.
         self.assertEqual(handle.progress.phase, "running")
+        self.assertEqual(handle.phases, ["criu-restore", "running"])
         with self.assertRaises(TimeoutError):
             handle.wait(0.05)
         go_on.set()
@@ -151,6 +154,22 @@ class SdkStreamsTest(unittest.TestCase):
         self.assertFalse(req.gpu_only)
         self.assertFalse(req.detach)
         self.assertEqual(req.image_dir, "/img")
+
+    def test_load_events_after_running(self):
+        # A concurrent restore goes on loading buffers after the process runs:
+        # `load` events follow `running`, and the handle keeps the pid.
+        go_on = threading.Event()
+        self.script("Restore", progress("criu-restore"), progress("running", "restored pid 77"),
+                    progress("load", "1/2"), progress("load", "2/2"), go_on, done(pid=77, exit_status=0))
+        handle = phos.restore("/img", 1, gpu_only=False, socket=self.socket)
+        self.assertEqual(handle.wait_running(10), 77)
+        self.assertIn("running", handle.phases)
+        go_on.set()
+        self.assertEqual(handle.wait(10).exit_status, 0)
+        self.assertEqual(handle.phases, ["criu-restore", "running", "load"])
+        self.assertEqual((handle.progress.phase, handle.progress.message), ("load", "2/2"))
+        self.assertEqual(handle.running_pid, 77)
+        self.sent("Restore")
 
     def test_restore_without_exit_status(self):
         # Detached, or phosd is not the process's reaper: no `running` event,
