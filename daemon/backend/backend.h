@@ -191,6 +191,19 @@ class Context {
   /// sticky error, if any.
   virtual Status Synchronize() = 0;
 
+  /// The context's owner is gone (its app died or phosd is stopping) and
+  /// nobody will read the results of its queued work: drop what has not
+  /// started and stop what runs as soon as the backend can; Synchronize()
+  /// then returns soon. Returns at once; any thread (also while another
+  /// thread is inside a call on this context); idempotent. Only for a
+  /// context about to be released (the session's teardown); later work
+  /// fails or is dropped.
+  ///   sim: queued ops are skipped, a running kernel stops between blocks.
+  ///   cuda: the default does nothing: the driver cannot cancel submitted
+  ///     work; destroying the context ends it (real kernels take
+  ///     microseconds to milliseconds, not the sim's seconds).
+  virtual void Abandon() {}
+
   // ---- modules and kernels ---------------------------------------------------
   /// Loads a module from an image (fatbin, cubin or PTX text, as
   /// cuModuleLoadData takes it).

@@ -31,6 +31,13 @@ struct SimOptions {
   double link_gbps = 0.0;
   /// Copy engines: at most this many H2D/D2H copies run at once.
   int copy_engines = 2;
+  /// Ops a stream holds queued before enqueueing more waits (0 = no bound).
+  /// A GPU's launch queue is bounded too (the driver blocks cuLaunchKernel
+  /// when its push buffer is full); the sim's kernels run 10^3 times slower,
+  /// so its queue is short: a quiesce (which waits for queued work) then
+  /// stalls an app that launches ahead of the GPU for a few kernels, not
+  /// for everything it managed to queue.
+  int stream_depth = 8;
 };
 
 struct CudaOptions {

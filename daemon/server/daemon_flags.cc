@@ -103,6 +103,11 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "sim: number of copy engines (concurrent host<->device copies)")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
+  app->add_option("--sim-stream-depth", options->backend.sim.stream_depth,
+                  "sim: ops a stream queues before the app's next launch waits (like a GPU's bounded launch "
+                  "queue; a checkpoint's quiesce waits for what is queued); 0 = unbounded")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   app->add_option("--sim-memory", options->backend.sim.memory_bytes,
                   "sim: modelled device memory per GPU, e.g. 80G")
       ->transform(CLI::AsSizeValue(false))

@@ -11,9 +11,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
+#include "common/proc_stat.h"
 #include "criu/criu_client.h"
 #include "engine/fresh_restore.h"
 #include "image/file_util.h"
@@ -24,13 +26,23 @@ namespace phos::server {
 
 Status DescribeForDump(session::Session& sess, session::SessionState& st, ProcessImage* im,
                        const CriuUserOptions& criu) {
-  if (st.host_segments.count() != 0) {
-    return Status::NotSupported("pid " + std::to_string(sess.pid()) + " holds " +
-                                std::to_string(st.host_segments.count()) +
-                                " pinned host segment(s) (cudaHostAlloc / cudaHostRegister): a whole-process "
-                                "checkpoint cannot re-attach them yet; use --gpu-only");
-  }
   im->pid = sess.pid();
+  // Pinned host segments are MAP_SHARED memfd mappings in the app: CRIU
+  // saves their pages with the process; the restore re-attaches them
+  // (AttachHostSegments). Each must still be mapped where the app had it.
+  im->host_segments.clear();
+  for (const session::HostSegmentTable::SegmentInfo& h : st.host_segments.List()) {
+    char path[96];
+    std::snprintf(path, sizeof path, "/proc/%d/map_files/%llx-%llx", im->pid,
+                  static_cast<unsigned long long>(h.app_base), static_cast<unsigned long long>(h.app_base + h.bytes));
+    if (access(path, F_OK) != 0) {
+      return Status::FailedPrecondition("pid " + std::to_string(im->pid) + "'s pinned host segment " +
+                                        std::to_string(h.id) + " is no longer mapped as one piece at its address (" +
+                                        path + ": " + std::strerror(errno) +
+                                        "); a whole-process image could not re-attach it (use --gpu-only)");
+    }
+    im->host_segments.push_back(ProcessImage::HostSegment{h.id, h.app_base, h.bytes});
+  }
   im->session_id = sess.id();
   im->cmdline = sess.cmdline();  // the restored session's hello (phos ps COMMAND)
   im->geometry = sess.region().geometry();
@@ -72,6 +84,34 @@ Status CommitDirectory(const std::string& work, const std::string& final_dir) {
     return image::ErrnoError("rename " + work + " to", final_dir, errno);
   }
   return image::FsyncDir(std::filesystem::path(final_dir).parent_path().string());
+}
+
+/// Re-attaches the restored app's pinned host segments to its adopted
+/// (still gated) session: each is the restored MAP_SHARED memfd mapping at
+/// the app address it had, reopened through /proc/PID/map_files (as the
+/// ring is) and registered under its old id, before any call the app
+/// queued can use it. CRIU restores memfd seals; a segment that came back
+/// without F_SEAL_SHRINK is sealed here (HostSegmentTable::Add requires it:
+/// a shrink would fault phosd's mapping).
+Status AttachHostSegments(session::Session& sess, pid_t pid, const ProcessImage& im) {
+  for (const ProcessImage::HostSegment& h : im.host_segments) {
+    char path[96];
+    std::snprintf(path, sizeof path, "/proc/%d/map_files/%llx-%llx", pid, static_cast<unsigned long long>(h.app_base),
+                  static_cast<unsigned long long>(h.app_base + h.bytes));
+    const int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(std::string("open ") + path + " (restored pinned host segment)", errno);
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (seals >= 0 && !(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+      const int err = errno;
+      close(fd);
+      return Status::FromErrno(std::string("sealing ") + path + " (restored pinned host segment)", err);
+    }
+    Status s = sess.RunControl([&](session::SessionState& st) {
+      return st.host_segments.Add(h.id, h.app_base, h.bytes, fd, st.ctx);  // takes fd
+    });
+    PHOS_RETURN_IF_ERROR(s.WithContext("re-attaching pinned host segment " + std::to_string(h.id)));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -177,8 +217,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
     const auto reaped_by = Clock::now() + std::chrono::seconds(2);
     while (pid_exists() && Clock::now() < reaped_by) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const bool original_alive = pid_exists();
-  if (original_alive && !im.pid_namespace) {
+  if (pid_exists() && !im.pid_namespace) {
     return Status::FailedPrecondition("pid " + std::to_string(im.pid) +
                                       " exists: CRIU restores this image with its old pid (it was not taken in its "
                                       "own pid namespace: `phos run --no-pid-ns`); stop the running copy first");
@@ -186,17 +225,20 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   PHOS_RETURN_IF_ERROR(criu::CriuClient::Check().WithContext("whole-process restore needs CRIU"));
   // The killed original's session may still be tearing down (its hang-up
   // is noticed asynchronously): its device memory must be free before the
-  // GPU state is recreated at the same addresses. Bounded: a consumer
-  // finishes its current call and tears down. (A LIVE original in its own
-  // pid namespace keeps its session: the restore then fails on the device
-  // addresses it holds, with a message saying so.)
+  // GPU state is recreated at the same addresses. A dead app's queued work
+  // is abandoned (session.cc), so this takes milliseconds; the bound only
+  // guards against a teardown that hangs. (A LIVE original in its own pid
+  // namespace keeps its session: the restore then fails on the device
+  // addresses it holds, with a message saying so.) A zombie counts as
+  // dead: it holds its pid, not its GPU state.
   const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (!original_alive && server->PidHasSession(im.pid)) {
+  while (!ProcessRunning(im.pid) && server->PidHasSession(im.pid)) {
     if (Clock::now() > deadline) {
-      return Status::FailedPrecondition("the session of the old pid " + std::to_string(im.pid) +
-                                        " is still tearing down after 10 s; try again");
+      return Status::FailedPrecondition("pid " + std::to_string(im.pid) +
+                                        " has ended but its phos session is still releasing its GPU state after "
+                                        "10 s; try again (phosd's log says what the session is doing)");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
 
   // sv[0]: phosd's new channel end; sv[1]: the app's, in place of its old
@@ -265,6 +307,11 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   s = server->Adopt(ring::ChannelConnection::Adopt(sv[0], pid, im.uid, std::move(hello)), std::move(region), &sess);
   if (!s.ok()) return fail(s);
   result->session_id = sess->id();
+  if (Status a = AttachHostSegments(*sess, pid, im); !a.ok()) {
+    Status e = fail(a);
+    sess->OpenGate();  // lets the consumer see the hang-up and tear down
+    return e;
+  }
   engine::RestoreOptions gro;
   gro.dir = dir;
   gro.concurrent = options.concurrent;
@@ -278,7 +325,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   };
   gro.on_resumed = let_run;  // concurrent: as soon as the control task is done
   s = engine::RestoreFresh(*sess, gro, progress, &result->gpu);
-  if (!s.ok() && original_alive && server->PidHasSession(im.pid)) {
+  if (!s.ok() && ProcessRunning(im.pid) && server->PidHasSession(im.pid)) {
     s = s.WithContext("pid " + std::to_string(im.pid) + ", the process this image was taken from, still runs on "
                       "this phosd and holds the image's device addresses (one device address space per phosd): "
                       "restore it with another phosd, or end pid " + std::to_string(im.pid) + " first");

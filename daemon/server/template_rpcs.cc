@@ -20,6 +20,7 @@
 #include <future>
 #include <thread>
 
+#include "common/proc_stat.h"
 #include "criu/criu_client.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
@@ -40,27 +41,6 @@ bool SessionLive(const SessionRegistry* sessions, const TemplateInstance& i) {
     if (s.session_id() == i.session_id) return true;
   }
   return false;
-}
-
-/// The process exists and has not exited (a zombie has).
-bool ProcessRunning(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(f, stat)) return false;
-  const size_t paren = stat.rfind(')');  // the command may contain spaces and parentheses
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
-  const char state = stat[paren + 2];
-  return state != 'Z' && state != 'X';
-}
-
-/// Waits (bounded) until `i`'s session is gone; true if it is.
-bool WaitSessionGone(const SessionRegistry* sessions, const TemplateInstance& i, std::chrono::seconds limit) {
-  const auto deadline = Clock::now() + limit;
-  while (SessionLive(sessions, i)) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
 }
 
 }  // namespace
@@ -102,6 +82,8 @@ grpc::Status PhosService::TemplateSave(grpc::ServerContext*, const v1::TemplateS
   const auto t0 = Clock::now();
   if (grpc::Status g = TemplatesReady(); !g.ok()) return g;
   if (phos::Status n = TemplateStore::CheckName(req->name()); !n.ok()) return ToGrpcStatus(n);
+  v1::TemplateSaveRequest resolved;
+  ResolveLauncherPid(&req, &resolved);
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) {
     return grpc::Status(g.error_code(), "cannot save template " + req->name() + ": " + g.error_message());
@@ -178,7 +160,7 @@ grpc::Status PhosService::TemplateSave(grpc::ServerContext*, const v1::TemplateS
     if (kill(req->pid(), SIGKILL) != 0 && errno != ESRCH) {
       spdlog::warn("rpc=TemplateSave cannot kill the source pid {}: {}", req->pid(), std::strerror(errno));
     }
-    source_gone = WaitSessionGone(sessions_, source, std::chrono::seconds(10));
+    source_gone = sessions_->WaitRemoved(source.session_id, std::chrono::seconds(10));
     if (!source_gone) {
       // Still recorded, so a start names it instead of failing on addresses.
       templates_->AddInstance(lease, source);
@@ -244,7 +226,14 @@ grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::Temp
     if (!s.ok()) return FailOperation(writer, "TemplateStart", s);
     auto alive = [this](const TemplateInstance& i) { return SessionLive(sessions_, i); };
     for (const TemplateInstance& i : templates_->LiveInstances(lease, alive)) {
-      if (!ProcessRunning(i.pid) && WaitSessionGone(sessions_, i, std::chrono::seconds(10))) continue;
+      if (!ProcessRunning(i.pid)) {
+        if (sessions_->WaitRemoved(i.session_id, std::chrono::seconds(10))) continue;
+        return FailOperation(writer, "TemplateStart",
+                             phos::Status::FailedPrecondition(
+                                 "cannot start template " + req->name() + " yet: pid " + std::to_string(i.pid) +
+                                 " has ended but its phos session is still releasing the template's device "
+                                 "addresses after 10 s; try again (phosd's log says what the session is doing)"));
+      }
       const std::string who = i.source ? "its source process (saved with --leave-running)" : "an instance of it";
       return FailOperation(
           writer, "TemplateStart",

@@ -71,7 +71,12 @@ Status Session::NewContext(int device, std::unique_ptr<backend::Context>* out) {
 }
 
 Status Session::Start() {
-  PHOS_RETURN_IF_ERROR(NewContext(0, &ctx_));
+  {
+    std::unique_ptr<backend::Context> ctx;
+    PHOS_RETURN_IF_ERROR(NewContext(0, &ctx));
+    std::lock_guard<std::mutex> lock(ctx_mu_);
+    ctx_ = std::move(ctx);
+  }
   ring::RingOptions opts;
   ring::ChannelConnection* conn = conn_.get();
   opts.alive = [conn] { return conn->PeerAlive(); };
@@ -88,7 +93,13 @@ Status Session::Start() {
   state_.replace_context = [this]() -> Status {
     std::unique_ptr<backend::Context> fresh;
     PHOS_RETURN_IF_ERROR(NewContext(state_.device, &fresh));
-    ctx_ = std::move(fresh);  // the old context's destructor lets its (no) work drain
+    std::unique_ptr<backend::Context> old;
+    {
+      std::lock_guard<std::mutex> lock(ctx_mu_);
+      old = std::move(ctx_);
+      ctx_ = std::move(fresh);
+    }
+    old.reset();  // its destructor lets its (no) work drain, outside ctx_mu_
     state_.ctx = ctx_.get();
     return Status::Ok();
   };
@@ -132,9 +143,24 @@ void Session::RequestStop() {
     std::lock_guard<std::mutex> lock(gate_mu_);  // a gated consumer re-checks stop_requested_
   }
   gate_cv_.notify_all();
+  // What the app queued is abandoned: the consumer may be waiting on the
+  // backend (a full sim stream) and must not wait for that work to run.
+  // Not while a control task runs: its own device work (a stop-the-world
+  // checkpoint's copies, made after its quiesce drained the app's work)
+  // finishes, and the image it writes is whole; the task's end abandons.
+  {
+    std::lock_guard<std::mutex> lock(ctx_mu_);
+    if (ctx_ && !in_control_task_) ctx_->Abandon();
+  }
   // The ring may not exist when Start() failed; then nothing waits on it.
   // ring_ is set before the thread starts and never reset before Join.
   if (ring_) ring_->Close();
+}
+
+void Session::SetInControlTask(bool running) {
+  std::lock_guard<std::mutex> lock(ctx_mu_);
+  in_control_task_ = running;
+  if (!running && stop_requested_.load(std::memory_order_acquire) && ctx_) ctx_->Abandon();
 }
 
 void Session::Join() {
@@ -178,7 +204,9 @@ void Session::RunControlTasks() {
       task = std::move(ctl_queue_.front());
       ctl_queue_.pop_front();
     }
+    SetInControlTask(true);
     Status s = task->fn(state_);
+    SetInControlTask(false);
     if (state_.buffers_changed) {
       state_.buffers_changed = false;
       Publish();
@@ -226,6 +254,13 @@ void Session::Run() {
       why = s;
       break;
     }
+    // The app hung up (or phosd stops): what it queued is abandoned, not
+    // run — nobody will read the results, and on the sim a queue of
+    // kernels could take minutes (docs/interposer.md "Session end").
+    if (stop_requested_.load(std::memory_order_acquire)) {
+      why = Status::Unavailable("the app hung up");
+      break;
+    }
     payload = ring::RingServer::CopyPayload(rec);
     std::span<const std::byte> p(payload);
     if (rec.has_staging) p = p.subspan(std::min(p.size(), sizeof(ring::StagingRef)));
@@ -257,9 +292,16 @@ void Session::Run() {
   spdlog::info("session {}: pid {} detached ({}); releasing its GPU state", id_, summary_.pid, why.ToString());
   ring_->Close();  // the app's waiters, if any, end with Unavailable
   FailControlTasks();
+  // The app is gone or misbehaved: the work it queued on the backend is
+  // dropped, so the teardown below takes milliseconds however much was
+  // queued (a restore waiting for this pid's addresses, phosd's SIGTERM).
+  if (ctx_) ctx_->Abandon();
   executor_.hook()->SessionEnding(state_);
   ReleaseAll(state_);
-  ctx_.reset();
+  {
+    std::lock_guard<std::mutex> lock(ctx_mu_);
+    ctx_.reset();
+  }
   state_.ctx = nullptr;
   if (callbacks_.unpublish) callbacks_.unpublish(id_);
   finished_.store(true, std::memory_order_release);

@@ -66,7 +66,8 @@ class Session {
   /// Creates the context and starts the consumer thread.
   Status Start();
   /// Closes the ring: the app's waiters and the consumer wake; the consumer
-  /// tears down. Any thread; idempotent.
+  /// tears down. The work the app queued is abandoned (Context::Abandon):
+  /// nobody will read its results. Any thread; idempotent.
   void RequestStop();
   /// Waits for the consumer thread (after it tore down).
   void Join();
@@ -145,8 +146,15 @@ class Session {
   SessionSummary summary_;              // consumer thread only (after Start)
 
   // Consumer-thread state (created in Start, used by the thread only,
-  // destroyed after Join).
+  // destroyed after Join). ctx_ is replaced (device reset) and dropped
+  // (teardown) by the consumer under ctx_mu_, which RequestStop holds to
+  // abandon it from another thread; the consumer reads it without the lock.
+  std::mutex ctx_mu_;
   std::unique_ptr<backend::Context> ctx_;
+  bool in_control_task_ = false;  // guarded by ctx_mu_: RequestStop then leaves the abandoning to the task's end
+  /// Consumer thread: marks a control task running or done (a stop
+  /// requested meanwhile abandons the context when it is done).
+  void SetInControlTask(bool running);
   std::unique_ptr<ring::RingServer> ring_;
   Executor executor_;
   SessionState state_;

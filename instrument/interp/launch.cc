@@ -42,6 +42,12 @@ void Worker(const Program& program, int kernel, Dim3 grid, Dim3 block, unsigned 
   const uint64_t nblocks = uint64_t{grid.x} * grid.y * grid.z;
   uint64_t icount = 0, done = 0;
   while (!s->stop.load(std::memory_order_relaxed)) {
+    if (options.cancel != nullptr && options.cancel->load(std::memory_order_relaxed)) {
+      std::lock_guard lock(s->mu);
+      if (s->first_error.ok()) s->first_error = Status::Unavailable("ptx interp: launch abandoned");
+      s->stop.store(true, std::memory_order_relaxed);
+      break;
+    }
     const uint64_t i = s->next_block.fetch_add(1, std::memory_order_relaxed);
     if (i >= nblocks) break;
     b.ctaid[0] = static_cast<uint32_t>(i % grid.x);

@@ -8,6 +8,7 @@
 // waits at it; a barrier once every live thread of the block waits at one.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -35,6 +36,10 @@ struct LaunchOptions {
   uint64_t max_instructions_per_thread = 0;
   // Filled in when non-null.
   LaunchStats* stats = nullptr;
+  // When non-null and set (by another thread), no further block starts and
+  // the launch ends with Unavailable once the running blocks finish: the owner
+  // abandons the kernel (its app died; nobody will read the result).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Runs `kernel` (mangled .entry name) over `grid` x `block` threads.

@@ -2,6 +2,7 @@
 
 #include "common/hex.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -38,7 +39,7 @@ void Fill(unsigned char* dst, std::uint32_t value, std::size_t element_size, std
 
 SimContext::SimContext(std::shared_ptr<SimShared> shared, int device, std::uint64_t id)
     : shared_(std::move(shared)), device_(device), id_(id) {
-  default_stream_.stream = std::make_unique<SimStream>();
+  default_stream_.stream = NewStream();
   default_stream_.blocking = false;  // it is the one the others synchronise with
 }
 
@@ -52,6 +53,10 @@ SimContext::~SimContext() {
   functions_.clear();
   modules_.clear();  // releases module variables while we still own them
   shared_->memory->FreeAllOwnedBy(id_);
+}
+
+std::unique_ptr<SimStream> SimContext::NewStream() const {
+  return std::make_unique<SimStream>(static_cast<std::size_t>(std::max(0, shared_->options.stream_depth)), abandoned_);
 }
 
 std::uint64_t SimContext::NewHandleLocked() { return (id_ << 32) | ++next_handle_; }
@@ -178,7 +183,7 @@ Status SimContext::CreateStream(unsigned flags, int priority, StreamHandle* out)
   std::lock_guard<std::mutex> lock(mu_);
   ReapRetiredLocked();
   StreamEntry e;
-  e.stream = std::make_unique<SimStream>();
+  e.stream = NewStream();
   e.blocking = (flags & kStreamNonBlocking) == 0;
   const StreamHandle h = NewHandleLocked();
   streams_.emplace(h, std::move(e));
@@ -406,6 +411,12 @@ Status SimContext::Synchronize() {
   return first;
 }
 
+void SimContext::Abandon() {
+  // Streams and queued kernels share the flag: nothing else to do, and no
+  // lock (a consumer may hold mu_ while it waits in Enqueue for room).
+  abandoned_->store(true, std::memory_order_relaxed);
+}
+
 // ---- modules and kernels ---------------------------------------------------------
 
 Status SimContext::LoadModule(const void* image, std::size_t size, ModuleHandle* out) {
@@ -510,10 +521,12 @@ Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
   SimShared* shared = shared_.get();
   std::lock_guard<std::mutex> lock(mu_);
   const std::uint64_t owner = id_;
+  std::shared_ptr<std::atomic<bool>> cancel = abandoned_;
   return EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes, params,
-                                owner]() -> Status {
+                                owner, cancel]() -> Status {
     SimKernelMemory memory(shared->memory.get(), owner);
     interp::LaunchOptions options;
+    options.cancel = cancel.get();
     return interp::LaunchKernel(module->program(), name, {grid.x, grid.y, grid.z},
                                 {block.x, block.y, block.z}, shared_memory_bytes,
                                 params.data(), params.size(), &memory, options)

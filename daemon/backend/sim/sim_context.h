@@ -3,6 +3,7 @@
 // in the PTX interpreter.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -52,6 +53,10 @@ class SimContext final : public Context {
   Status ElapsedTime(EventHandle start, EventHandle end, float* ms) override;
 
   Status Synchronize() override;
+  /// Sets the flag every stream and queued kernel of this context reads:
+  /// queued ops are skipped, running kernels stop between blocks. Returns
+  /// at once (lock-free); Synchronize() then returns soon.
+  void Abandon() override;
 
   Status LoadModule(const void* image, std::size_t size, ModuleHandle* out) override;
   Status UnloadModule(ModuleHandle module) override;
@@ -76,6 +81,8 @@ class SimContext final : public Context {
     std::uint64_t seq = 0;
   };
 
+  /// A stream with the sim's queue bound and this context's abandon flag.
+  std::unique_ptr<SimStream> NewStream() const;
   // All *Locked helpers: the caller holds mu_.
   std::uint64_t NewHandleLocked();
   Status FindStreamLocked(StreamHandle handle, StreamEntry** out);
@@ -94,6 +101,9 @@ class SimContext final : public Context {
   const std::shared_ptr<SimShared> shared_;
   const int device_;
   const std::uint64_t id_;  // tags this context's handles (high 32 bits)
+  // Set once by Abandon(); read by every stream and queued kernel launch
+  // (they share it, so it outlives the context if one of them does).
+  const std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
 
   // mu_ protects every member below, and serialises enqueueing so the
   // default-stream dependencies of concurrent enqueues never form a cycle.

@@ -19,6 +19,9 @@ struct SimStream::Progress::State {
   Status error;                            // first failure (sticky)
   bool closing = false;                    // worker exits once the queue is empty
   bool started = false;                    // worker thread exists
+  // The owner's abandon flag (null = never): set, ops are skipped. Immutable.
+  std::shared_ptr<const std::atomic<bool>> abandoned;
+  bool Abandoned() const { return abandoned && abandoned->load(std::memory_order_relaxed); }
 };
 
 bool SimStream::Progress::Done(std::uint64_t seq) const {
@@ -36,7 +39,10 @@ Status SimStream::Progress::error() const {
   return state_->error;
 }
 
-SimStream::SimStream() : state_(std::make_shared<Progress::State>()) {}
+SimStream::SimStream(std::size_t max_queued, std::shared_ptr<const std::atomic<bool>> abandoned)
+    : state_(std::make_shared<Progress::State>()), max_queued_(max_queued) {
+  state_->abandoned = std::move(abandoned);
+}
 
 SimStream::~SimStream() {
   bool started;
@@ -52,7 +58,12 @@ SimStream::~SimStream() {
 std::uint64_t SimStream::Enqueue(Op op, std::function<void()> after) {
   std::uint64_t seq;
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    std::unique_lock<std::mutex> lock(state_->mu);
+    if (max_queued_ > 0) {
+      // done_cv is notified after every op (run or skipped); once the owner
+      // abandons, the running op ends soon and the rest are skipped.
+      state_->done_cv.wait(lock, [&] { return state_->queue.size() < max_queued_ || state_->Abandoned(); });
+    }
     state_->queue.push_back(Progress::State::Item{std::move(op), std::move(after)});
     seq = ++state_->enqueued;
     if (!state_->started) {
@@ -77,14 +88,16 @@ bool SimStream::Idle() const {
 void SimStream::Run(std::shared_ptr<Progress::State> s) {
   for (;;) {
     Progress::State::Item item;
+    bool skip = false;
     {
       std::unique_lock<std::mutex> lock(s->mu);
       s->work_cv.wait(lock, [&] { return s->closing || !s->queue.empty(); });
       if (s->queue.empty()) return;  // closing and drained
       item = std::move(s->queue.front());
       s->queue.pop_front();
+      skip = s->Abandoned();
     }
-    Status st = item.op();
+    Status st = skip ? Status::Unavailable("abandoned: the stream's owner is gone") : item.op();
     item.op = nullptr;  // release what the op captured before reporting completion
     {
       std::lock_guard<std::mutex> lock(s->mu);

@@ -9,6 +9,7 @@
 // Progress handle, which stays valid after the stream is destroyed.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -44,13 +45,25 @@ class SimStream {
     std::shared_ptr<State> state_;
   };
 
-  SimStream();
+  /// `max_queued`: Enqueue waits while this many ops wait to start (0 = no
+  /// bound; SimOptions::stream_depth). `abandoned` (may be null): the
+  /// owner's flag (SimContext::Abandon); once it is set, ops are skipped
+  /// instead of run — each still counts as completed, with its `after`, so
+  /// nobody waiting on the stream hangs, and the stream's sticky error
+  /// becomes Unavailable — and Enqueue no longer waits for room. The op
+  /// running when it is set finishes on its own (a kernel stops early: it
+  /// reads the same flag between blocks).
+  explicit SimStream(std::size_t max_queued = 0, std::shared_ptr<const std::atomic<bool>> abandoned = nullptr);
   /// Lets queued work finish, then joins the worker.
   ~SimStream();
   SimStream(const SimStream&) = delete;
   SimStream& operator=(const SimStream&) = delete;
 
-  /// Appends an op; returns its sequence number. `after`, if set, runs on
+  /// Appends an op; returns its sequence number. With a bound, first waits
+  /// (blocking) until fewer than max_queued ops wait to start — at most as
+  /// long as the running op takes, since every queued op only waits for
+  /// work enqueued before it. An abandoned stream never waits. `after`, if
+  /// set, runs on
   /// the worker in the same critical section that counts the op completed
   /// (an event record uses it: whoever sees the event complete also sees the
   /// stream caught up, and the reverse). It must be quick and must not call
@@ -66,6 +79,7 @@ class SimStream {
   static void Run(std::shared_ptr<Progress::State> state);
 
   std::shared_ptr<Progress::State> state_;  // queue, counters, error: see State
+  const std::size_t max_queued_;            // immutable
   std::thread worker_;  // started by the first Enqueue (under State::mu); joined by ~SimStream
 };
 
