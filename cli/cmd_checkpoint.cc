@@ -1,8 +1,8 @@
-// phos checkpoint --pid P [--gpu-only] [--mode cow|recopy|stop] [--out DIR]
-// [--unvalidated trust|stop] [--json]: checkpoint a process running under
-// phos — its GPU state, and without --gpu-only its CPU state through CRIU
-// (docs/criu.md "Whole-process checkpoint and restore"); the app keeps
-// running.
+// phos checkpoint PID|NAME [--gpu-only] [--mode cow|recopy|stop] [--out DIR]
+// [--unvalidated trust|stop] [--leave-running|--kill] [--json]: checkpoint a
+// process running under phos — its GPU state, and without --gpu-only its
+// CPU state through CRIU (docs/criu.md "Whole-process checkpoint and
+// restore"); the app keeps running unless --kill.
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -10,15 +10,19 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/criu_flags.h"
+#include "cli/checkpoint_options.h"
 #include "cli/operation_stream.h"
+#include "cli/target.h"
 
 namespace phos::cli {
 namespace {
 
 struct CheckpointArgs {
-  int pid = 0;
+  TargetArgs target;
   bool gpu_only = false;
-  std::string mode = "stop";
+  std::string mode = "cow";
+  bool leave_running = false;  // the default; the flag only says so
+  bool kill = false;
   std::string out;
   std::string keep = "manual";
   std::string unvalidated;  // "" = the daemon's --unvalidated
@@ -32,21 +36,15 @@ struct CheckpointArgs {
 };
 
 int RunCheckpoint(const GlobalOptions& global, const CheckpointArgs& a) {
+  const int pid = ResolveTarget(global, a.target, "checkpoint");
+  if (pid == 0) return 2;
   v1::CheckpointRequest req;
-  req.set_pid(a.pid);
+  req.set_pid(pid);
   req.set_gpu_only(a.gpu_only);
-  req.set_leave_running(true);
+  req.set_leave_running(!a.kill);
+  req.set_kill(a.kill);
   ToProto(a.criu, req.mutable_criu());
-  if (a.mode == "stop") {
-    req.set_mode(v1::MODE_STOP);
-  } else if (a.mode == "cow") {
-    req.set_mode(v1::MODE_COW);
-  } else if (a.mode == "recopy") {
-    req.set_mode(v1::MODE_RECOPY);
-  } else {
-    std::cerr << "phos: unknown --mode '" << a.mode << "' (stop, cow or recopy)\n";
-    return 2;
-  }
+  req.set_mode(ModeFromName(a.mode));
   if (a.unvalidated == "trust") req.set_unvalidated(v1::UNVALIDATED_TRUST);
   if (a.unvalidated == "stop") req.set_unvalidated(v1::UNVALIDATED_STOP);
   if (a.keep == "latest") req.set_keep(v1::KEEP_LATEST);
@@ -72,18 +70,16 @@ int RunCheckpoint(const GlobalOptions& global, const CheckpointArgs& a) {
 
 void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
   auto a = std::make_shared<CheckpointArgs>();
-  CLI::App* cmd = app->add_subcommand("checkpoint", "Checkpoint a process running under phos.");
-  cmd->add_option("--pid", a->pid, "The process (see `phos ps`)")->required();
+  CLI::App* cmd = app->add_subcommand(
+      "checkpoint",
+      "Checkpoint a process running under phos into an image directory; it keeps running (default) or, with "
+      "--kill, is ended once the image is committed.");
+  AddTargetOptions(cmd, &a->target);
   cmd->add_flag("--gpu-only", a->gpu_only,
                 "Save the GPU state only (no CRIU). Default: the whole process — its GPU state and, "
                 "through CRIU (root), its CPU state in DIR/criu/; the app keeps running either way");
-  cmd->add_option("--mode", a->mode,
-                  "cow: the image is the state at the start; the app runs on while buffers are saved, a "
-                  "write to an unsaved buffer first copies it aside (stall: milliseconds). recopy: the "
-                  "image is the state at the end; buffers are copied while the app runs, then what it "
-                  "rewrote is copied again in a short final stop. stop: the app waits for the whole copy")
-      ->check(CLI::IsMember({"stop", "cow", "recopy"}))
-      ->capture_default_str();
+  AddModeOption(cmd, &a->mode, {"cow", "recopy", "stop"});
+  AddEndOptions(cmd, &a->leave_running, &a->kill, /*kill_by_default=*/false);
   cmd->add_option("--unvalidated", a->unvalidated,
                   "Kernels without PTX during the checkpoint: trust (use their speculated access set) or "
                   "stop (handle them stop-the-world); default: phosd's --unvalidated")

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -71,14 +72,20 @@ void PrintSummary(const std::string& dir, const image::v1::Manifest& m) {
   };
   for (const auto& f : fields) std::cout << f[0] << std::string(10 - f[0].size(), ' ') << f[1] << "\n";
   std::cout << "\n";
+  // FIRST-USE: the buffer's place in first_use_order (a concurrent restore
+  // loads buffers in that order, then the rest); "-" = not used during the
+  // checkpoint.
+  std::map<std::uint64_t, int> first_use;
+  for (int k = 0; k < m.first_use_order_size(); ++k) first_use.emplace(m.first_use_order(k), k + 1);
   std::vector<std::vector<std::string>> rows;
   for (int i = 0; i < m.buffers_size(); ++i) {
     const auto& b = m.buffers(i);
+    const auto fu = first_use.find(b.device_address());
     rows.push_back({std::to_string(i), Hex(b.device_address()), std::to_string(b.bytes()),
                     std::to_string(b.chunk_xxh3_size()), HumanBytes(b.chunk_bytes()),
-                    std::to_string(b.extent_offset())});
+                    std::to_string(b.extent_offset()), fu == first_use.end() ? "-" : std::to_string(fu->second)});
   }
-  std::cout << FormatTable({"#", "ADDRESS", "BYTES", "CHUNKS", "CHUNK-SIZE", "FILE-OFFSET"}, rows);
+  std::cout << FormatTable({"#", "ADDRESS", "BYTES", "CHUNKS", "CHUNK-SIZE", "FILE-OFFSET", "FIRST-USE"}, rows);
 }
 
 int RunInspect(const std::string& dir, bool json, bool verify, bool pread) {

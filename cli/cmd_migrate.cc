@@ -1,4 +1,4 @@
-// phos migrate --pid P --to HOST:PORT --peer-token FILE [--mode recopy|stop]
+// phos migrate PID|NAME --to HOST:PORT --peer-token FILE [--mode recopy|stop]
 // [--rounds N] [--max-rate R] [--json]: live-migrate a process under phos
 // to another phosd (started with --listen and the same token). The local
 // phosd does the work (server/migration.h); this prints its progress, the
@@ -10,14 +10,16 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/criu_flags.h"
+#include "cli/checkpoint_options.h"
 #include "cli/operation_stream.h"
+#include "cli/target.h"
 #include "server/peer_token.h"
 
 namespace phos::cli {
 namespace {
 
 struct MigrateArgs {
-  int pid = 0;
+  TargetArgs target;
   std::string to, token_file, mode = "recopy";
   unsigned rounds = 0;
   std::uint64_t max_rate = 0;
@@ -32,11 +34,13 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
     std::cerr << "phos: migrate: " << s.message() << "\n";
     return 1;
   }
+  const int pid = ResolveTarget(global, a.target, "migrate");
+  if (pid == 0) return 2;
   v1::MigrateRequest req;
-  req.set_pid(a.pid);
+  req.set_pid(pid);
   req.set_destination(a.to);
   req.set_peer_token(token);
-  req.set_mode(a.mode == "stop" ? v1::MODE_STOP : v1::MODE_RECOPY);
+  req.set_mode(ModeFromName(a.mode));
   req.set_max_precopy_rounds(a.rounds);
   req.set_max_bytes_per_sec(a.max_rate);
   req.set_no_precopy(a.no_precopy);
@@ -51,7 +55,7 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
   if (!a.json) {
     const auto& c = result.counters();
     auto get = [&c](const char* k) { return c.count(k) ? c.at(k) : 0; };
-    std::cout << "migrated pid " << a.pid << " to " << a.to << " as pid " << result.pid() << "\n"
+    std::cout << "migrated pid " << pid << " to " << a.to << " as pid " << result.pid() << "\n"
               << "  downtime " << get("downtime_us") / 1000.0 << " ms (frozen here -> running there): criu dump "
               << get("criu_dump_ms") << " ms, transfer " << get("transfer_ms") << " ms, restore there: criu "
               << get("destination_criu_restore_ms") << " ms + gpu " << get("destination_gpu_restore_us") / 1000.0
@@ -72,12 +76,11 @@ void AddMigrateCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
       "Live-migrate a process (GPU state + CRIU) to another phosd: recopy rounds while it runs stream its "
       "buffers to the destination, then it is frozen, dumped, what changed is sent, and it is restored there; it is killed here only after the destination runs it. On any "
       "failure it resumes here. Prints the new pid and the downtime.");
-  cmd->add_option("--pid", a->pid, "The process (see `phos ps`)")->required();
+  AddTargetOptions(cmd, &a->target);
   cmd->add_option("--to", a->to, "The destination phosd's --listen address, HOST:PORT")->required();
   cmd->add_option("--peer-token", a->token_file, "File holding the destination's peer token (mode 0600)")
       ->required();
-  cmd->add_option("--mode", a->mode, "recopy (default: copy rounds while the app runs, then freeze) or stop")
-      ->check(CLI::IsMember({"recopy", "stop"}));
+  AddModeOption(cmd, &a->mode, {"recopy", "stop"});
   cmd->add_option("--rounds", a->rounds, "Most recopy rounds before the freeze (default: phosd's --recopy-rounds)");
   cmd->add_option("--max-rate", a->max_rate, "Cap on the transfer's bytes per second, e.g. 100M (default: none)")
       ->transform(CLI::AsSizeValue(false));

@@ -58,13 +58,14 @@ int RunPs(const GlobalOptions& global, int pid, bool json) {
   }
   std::vector<std::vector<std::string>> rows;
   for (const v1::SessionInfo& si : reply.sessions()) {
-    rows.push_back({std::to_string(si.pid()), std::to_string(si.session_id()),
+    rows.push_back({std::to_string(si.pid()), si.launcher_pid() > 0 ? std::to_string(si.launcher_pid()) : "-",
+                    si.name().empty() ? "-" : si.name(), std::to_string(si.session_id()),
                     std::to_string(si.device()), HumanBytes(si.device_memory_bytes()),
                     std::to_string(si.buffer_count()), AccessCounts(si), CrCounts(si), StateName(si.state()),
                     si.command()});
   }
   std::cout << FormatTable(
-      {"PID", "SESSION", "GPU", "GPU-MEM", "BUFFERS", "CALLS(EX/SPEC/UNVAL)", "C/R(CKPT/RST/FALLBACK)", "STATE",
+      {"PID", "LAUNCHER", "NAME", "SESSION", "GPU", "GPU-MEM", "BUFFERS", "CALLS(EX/SPEC/UNVAL)", "C/R(CKPT/RST/FALLBACK)", "STATE",
        "COMMAND"}, rows);
   return 0;
 }
@@ -75,8 +76,9 @@ void AddPsCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
   auto pid = std::make_shared<int>(0);
   auto json = std::make_shared<bool>(false);
   CLI::App* cmd = app->add_subcommand(
-      "ps", "List the processes running under phos: pid, GPU memory, buffers, state.");
-  cmd->add_option("--pid", *pid, "Only this process");
+      "ps", "List the processes running under phos: pid (LAUNCHER: the `phos run` that started it; NAME: its "
+            "--name), GPU memory, buffers, state.");
+  cmd->add_option("--pid", *pid, "Only this process (its pid or its `phos run`'s)");
   cmd->add_flag("--json", *json, "Print as JSON (for tools)");
   cmd->callback([global, pid, json, exit_code] { *exit_code = RunPs(*global, *pid, *json); });
 }

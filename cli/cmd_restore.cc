@@ -2,7 +2,7 @@
 // GPU state) from a whole-process image (docs/criu.md "Whole-process
 // checkpoint and restore"); prints its pid and, without --detach, waits
 // until it exits.
-// phos restore DIR --gpu-only --pid P [--stop-the-world] [--json]: roll the
+// phos restore DIR --gpu-only --pid PID|NAME [--stop-the-world] [--json]: roll the
 // GPU state of a running process back to an image (in place; every
 // checksum is verified before the process is touched).
 #include <poll.h>
@@ -20,13 +20,14 @@
 #include "cli/commands.h"
 #include "cli/criu_flags.h"
 #include "cli/operation_stream.h"
+#include "cli/target.h"
 
 namespace phos::cli {
 namespace {
 
 struct RestoreArgs {
   std::string dir;
-  int pid = 0;
+  TargetArgs target;  // --gpu-only: the running process
   bool gpu_only = false;
   bool concurrent = true;
   bool detach = false;
@@ -35,11 +36,11 @@ struct RestoreArgs {
 };
 
 int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
-  if (a.gpu_only && a.pid <= 0) {
+  if (a.gpu_only && a.target.pid.empty()) {
     std::cerr << "phos: --gpu-only restores in place into a running process: give its --pid\n";
     return 2;
   }
-  if (!a.gpu_only && a.pid > 0) {
+  if (!a.gpu_only && !a.target.pid.empty()) {
     std::cerr << "phos: --pid names the running process of a --gpu-only restore; a whole-process restore "
                  "recreates the image's process with its old pid\n";
     return 2;
@@ -48,7 +49,11 @@ int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
   req.set_image_dir(std::filesystem::absolute(a.dir).lexically_normal().string());
   req.set_gpu_only(a.gpu_only);
   ToProto(a.criu, req.mutable_criu());
-  req.set_pid(a.pid);
+  if (a.gpu_only) {
+    const int pid = ResolveTarget(global, a.target, "restore");
+    if (pid == 0) return 2;
+    req.set_pid(pid);
+  }
   req.set_concurrent(a.concurrent);
   req.set_detach(a.detach);
   std::unique_ptr<v1::Phos::Stub> stub;
@@ -83,7 +88,7 @@ void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
   auto a = std::make_shared<RestoreArgs>();
   CLI::App* cmd = app->add_subcommand("restore", "Restore a process (or, --gpu-only, its GPU state) from an image.");
   cmd->add_option("dir", a->dir, "Image directory (from `phos checkpoint`)")->required();
-  cmd->add_option("--pid", a->pid, "--gpu-only: the running process to roll back (see `phos ps`)");
+  AddTargetOptions(cmd, &a->target, /*positional=*/false);  // --gpu-only: the running process to roll back
   cmd->add_flag("--gpu-only", a->gpu_only,
                 "Restore the GPU state only, in place into the running --pid. Default: restore the whole "
                 "process from a whole-process image (CRIU, root; its old pid must be free)");

@@ -1,4 +1,4 @@
-// phos run [--lib PATH] [--no-pid-ns] [--] CMD ARGS...: run an unmodified
+// phos run [--name NAME] [--lib PATH] [--no-pid-ns] [--] CMD ARGS...: run an unmodified
 // CUDA program against phosd by preloading libphos.so (docs/interposer.md
 // "libphos.so and phos run"). Programs that link the CUDA runtime
 // statically (nvcc's default) cannot be interposed and are refused.
@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/client.h"
 #include "cli/commands.h"
 
 namespace phos::cli {
@@ -193,7 +194,34 @@ int SuperviseChild(pid_t child, const sigset_t& relayed) {
   }
 }
 
-int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::string> args, bool pid_ns) {
+/// Tells phosd that this process launches a program (RegisterRun), so the
+/// program's session shows our pid and `name`, and commands accept either.
+/// With a name, failing is an error (the name would not work); without
+/// one it only costs the convenience, so a phosd that is not there yet is
+/// not (the program reports that itself when it makes its first call).
+bool RegisterWithDaemon(const GlobalOptions& global, const std::string& name) {
+  struct stat st {};
+  if (name.empty() && stat(global.socket_path.c_str(), &st) != 0) return true;
+  std::unique_ptr<v1::Phos::Stub> stub;
+  if (Status c = ConnectToDaemon(global.socket_path, global.connect_timeout_ms, &stub); !c.ok()) {
+    if (name.empty()) return true;
+    std::cerr << "phos run: cannot reserve the name '" << name << "': " << c.message() << "\n";
+    return false;
+  }
+  grpc::ClientContext ctx;
+  v1::RegisterRunRequest req;
+  req.set_launcher_pid(getpid());
+  req.set_name(name);
+  v1::RegisterRunReply reply;
+  grpc::Status rpc = stub->RegisterRun(&ctx, req, &reply);
+  if (rpc.ok()) return true;
+  if (name.empty() && rpc.error_code() == grpc::StatusCode::UNIMPLEMENTED) return true;  // an older phosd
+  std::cerr << "phos run: " << rpc.error_message() << "\n";
+  return false;
+}
+
+int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::string> args, bool pid_ns,
+               const std::string& name) {
   if (!args.empty() && args.front() == "--") args.erase(args.begin());
   if (args.empty()) {
     std::cerr << "phos run: no command given (usage: phos run [--lib PATH] [--] CMD ARGS...)\n";
@@ -246,6 +274,7 @@ int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::st
     setenv("LD_LIBRARY_PATH", path_list.c_str(), 1);
   }
   setenv("PHOS_SOCKET", global.socket_path.c_str(), 1);
+  if (!RegisterWithDaemon(global, name)) return 1;
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -295,6 +324,7 @@ int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::st
 
 void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
   auto lib = std::make_shared<std::string>();
+  auto name = std::make_shared<std::string>();
   auto no_pid_ns = std::make_shared<bool>(false);
   CLI::App* cmd = app->add_subcommand(
       "run",
@@ -302,6 +332,10 @@ void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
       "(which must be running). The program must be built with `nvcc -cudart shared`. Exits with the "
       "program's status.");
   cmd->add_option("--lib", *lib, "libphos.so to preload (default $PHOS_LIB, else the one installed with phos)");
+  cmd->add_option("--name", *name,
+                  "A name for the program, unique on this phosd (like `docker run --name`): `phos ps` shows it and "
+                  "`phos checkpoint NAME` (every command that takes a pid) finds the program by it. Refused when "
+                  "another running program holds it");
   cmd->add_flag("--no-pid-ns", *no_pid_ns,
                 "Run the program in our pid namespace. Default (when allowed, i.e. as root): the program is "
                 "pid 1 of a new pid namespace, so its whole-process images can be restored while it still "
@@ -315,12 +349,12 @@ void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
   cmd->add_option("command", *positional, "the program and its arguments (after `--` if they look like options)");
   cmd->prefix_command();
   cmd->fallthrough(false);  // the program and its arguments are not phos options
-  cmd->callback([cmd, lib, no_pid_ns, positional, global, exit_code] {
+  cmd->callback([cmd, lib, name, no_pid_ns, positional, global, exit_code] {
     std::vector<std::string> rest = cmd->remaining();
     if (!positional->empty() && !rest.empty() && rest.back() == "--") rest.pop_back();
     std::vector<std::string> args = *positional;
     for (auto& a : rest) args.push_back(a);
-    *exit_code = RunProgram(*global, *lib, std::move(args), !*no_pid_ns);
+    *exit_code = RunProgram(*global, *lib, std::move(args), !*no_pid_ns, *name);
   });
 }
 

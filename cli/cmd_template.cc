@@ -1,4 +1,4 @@
-// phos template save NAME --pid P [--mode stop|cow|recopy] [--leave-running] [--json]
+// phos template save NAME --pid PID|NAME [--mode stop|cow|recopy] [--kill|--leave-running] [--json]
 // phos template start NAME [--detach] [--json]
 // phos template list [--json]
 // phos template rm NAME
@@ -17,26 +17,31 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/checkpoint_options.h"
 #include "cli/operation_stream.h"
+#include "cli/target.h"
 
 namespace phos::cli {
 namespace {
 
 struct TemplateArgs {
   std::string name;
-  int pid = 0;
+  TargetArgs target;
   std::string mode = "stop";
   bool leave_running = false;
+  bool kill = true;
   bool detach = false;
   bool json = false;
 };
 
 int RunSave(const GlobalOptions& global, const TemplateArgs& a) {
+  const int pid = ResolveTarget(global, a.target, "template save");
+  if (pid == 0) return 2;
   v1::TemplateSaveRequest req;
   req.set_name(a.name);
-  req.set_pid(a.pid);
-  req.set_mode(a.mode == "cow" ? v1::MODE_COW : a.mode == "recopy" ? v1::MODE_RECOPY : v1::MODE_STOP);
-  req.set_leave_running(a.leave_running);
+  req.set_pid(pid);
+  req.set_mode(ModeFromName(a.mode));
+  req.set_leave_running(!a.kill);
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
   grpc::ClientContext ctx;
@@ -44,8 +49,8 @@ int RunSave(const GlobalOptions& global, const TemplateArgs& a) {
   v1::OperationResult result;
   const int rc = ShowOperation(reader.get(), "TemplateSave", "template save", a.json, &result);
   if (rc != 0 || a.json) return rc;
-  std::cout << "saved template " << a.name << " from pid " << a.pid << "; pid " << a.pid
-            << (a.leave_running ? " keeps running (no instance can start on this phosd until it ends)"
+  std::cout << "saved template " << a.name << " from pid " << result.pid() << "; pid " << result.pid()
+            << (!a.kill ? " keeps running (no instance can start on this phosd until it ends)"
                                 : " was ended")
             << "\n";
   return 0;
@@ -143,15 +148,13 @@ void AddTemplateCommand(CLI::App* app, const GlobalOptions* global, int* exit_co
   auto save = std::make_shared<TemplateArgs>();
   CLI::App* s = group->add_subcommand(
       "save", "Save a process running under phos as template NAME (whole process: GPU state + CRIU, root), "
-              "replacing an older NAME once the new one is committed. The process is then ended.");
+              "replacing an older NAME once the new one is committed. The process is then ended (--kill, the "
+              "default: it holds the template's device addresses, so no instance can start on this phosd while "
+              "it runs; docs/templates.md) unless --leave-running.");
   s->add_option("name", save->name, "Template name ([A-Za-z0-9_.-])")->required();
-  s->add_option("--pid", save->pid, "The process (see `phos ps`)")->required();
-  s->add_option("--mode", save->mode, "Checkpoint mode (see `phos checkpoint --help`)")
-      ->check(CLI::IsMember({"stop", "cow", "recopy"}))
-      ->capture_default_str();
-  s->add_flag("--leave-running", save->leave_running,
-              "Keep the process running. It holds the template's device addresses, so no instance can "
-              "start on this phosd while it runs (docs/templates.md)");
+  AddTargetOptions(s, &save->target, /*positional=*/false);
+  AddModeOption(s, &save->mode, {"cow", "recopy", "stop"});
+  AddEndOptions(s, &save->leave_running, &save->kill, /*kill_by_default=*/true);
   s->add_flag("--json", save->json, "Print every event as one JSON object per line");
   s->callback([global, save, exit_code] { *exit_code = RunSave(*global, *save); });
 

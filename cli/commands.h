@@ -17,13 +17,13 @@ struct GlobalOptions {
 void AddDaemonCommand(CLI::App* app, int* exit_code);
 void AddStatusCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 void AddPsCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
-/// phos run [--lib PATH] [--] CMD ARGS... (cmd_run.cc).
+/// phos run [--name NAME] [--lib PATH] [--] CMD ARGS... (cmd_run.cc).
 void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 /// phos inspect DIR [--json] (cmd_inspect.cc): runs without a daemon.
 void AddInspectCommand(CLI::App* app, int* exit_code);
-/// phos checkpoint --pid P --gpu-only [--mode stop] [--out DIR] [--json] (cmd_checkpoint.cc).
+/// phos checkpoint PID|NAME [--gpu-only] [--mode cow|recopy|stop] [--kill] [--out DIR] [--json] (cmd_checkpoint.cc).
 void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
-/// phos restore DIR --gpu-only --pid P [--json] (cmd_restore.cc).
+/// phos restore DIR [--gpu-only --pid PID|NAME] [--json] (cmd_restore.cc).
 void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 /// phos send-image DIR --to HOST:PORT --peer-token FILE [--name N] (cmd_send_image.cc): no daemon needed.
 void AddSendImageCommand(CLI::App* app, int* exit_code);

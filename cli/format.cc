@@ -19,6 +19,15 @@ std::string HumanBytes(std::uint64_t bytes) {
   return buf;
 }
 
+std::string HumanMicros(std::uint64_t us) {
+  char buf[32];
+  const double ms = static_cast<double>(us) / 1000.0;
+  if (ms >= 1000.0) std::snprintf(buf, sizeof(buf), "%.2f s", ms / 1000.0);
+  else if (ms >= 10.0) std::snprintf(buf, sizeof(buf), "%.1f ms", ms);
+  else std::snprintf(buf, sizeof(buf), "%.2f ms", ms);
+  return buf;
+}
+
 std::string HumanDuration(std::uint64_t ms) {
   std::uint64_t s = ms / 1000;
   std::uint64_t d = s / 86400, h = (s / 3600) % 24, m = (s / 60) % 60, sec = s % 60;

@@ -108,7 +108,10 @@ int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const
       std::cout << what << " OK: " << r.image_dir() << "\n"
                 << "  pid " << r.pid() << ", " << HumanBytes(r.bytes_written()) << " of GPU state";
       for (const auto& [k, v] : r.counters()) std::cout << ", " << v << " " << k;
-      std::cout << "\n  stall " << r.stall_us() << " us, total " << r.total_ms() << " ms\n";
+      // The stall is what the app felt (how long its calls were held); the
+      // total is how long the operation took, the app running meanwhile.
+      std::cout << "\n  stall " << HumanMicros(r.stall_us()) << " (the app was held this long), took "
+                << HumanMicros(r.total_ms() * 1000) << "\n";
     }
     return 0;
   }

@@ -111,8 +111,10 @@ grpc::Status PhosService::FindSession(int pid, std::shared_ptr<session::Session>
   if (phos::Status d = DataPlane(&server); !d.ok()) return ToGrpcStatus(d);
   *out = server->FindByPid(pid);
   if (!*out) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no phos session for pid " + std::to_string(pid) +
-                                                         " — is it running under `phos run`? (`phos ps` lists sessions)");
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "no phos session for pid " + std::to_string(pid) +
+                            " (neither a program's pid nor the pid of the `phos run` that started one) — is it "
+                            "running under `phos run`? (`phos ps` lists sessions with their launcher pids and names)");
   }
   return grpc::Status::OK;
 }
@@ -124,6 +126,8 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "out_dir must be an absolute path (got '" + req->out_dir() + "')");
   }
+  v1::CheckpointRequest resolved;
+  ResolveLauncherPid(&req, &resolved);
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
 
@@ -159,9 +163,9 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   }
   engine::CheckpointOptions opts;
   switch (req->mode()) {
-    case v1::MODE_COW: opts.mode = engine::Mode::kCow; break;
+    case v1::MODE_STOP: opts.mode = engine::Mode::kStop; break;
     case v1::MODE_RECOPY: opts.mode = engine::Mode::kRecopy; break;
-    default: opts.mode = engine::Mode::kStop; break;
+    default: opts.mode = engine::Mode::kCow; break;  // MODE_UNSPECIFIED: the app keeps running
   }
   meta.set_mode(engine::ModeName(opts.mode));
   switch (req->keep()) {
@@ -214,6 +218,28 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   }
   spdlog::info("rpc=Checkpoint pid={} committed {} (mode {}, {} bytes, {} buffers, {} globals, stall {} us)",
                req->pid(), dir, engine::ModeName(r.mode), r.bytes, r.buffers, r.globals, r.stall_us);
+  // --kill: the image is committed; end the process and wait until its
+  // session gave its GPU state back, so the GPU is free when we answer.
+  bool killed = false;
+  if (req->kill()) {
+    const std::uint64_t session_id = sess->id();
+    sess.reset();
+    progress.SetPhase("kill", "image committed; ending pid " + std::to_string(req->pid()));
+    WriteProgress(writer, progress.Snapshot());
+    if (kill(req->pid(), SIGKILL) != 0 && errno != ESRCH) {
+      return FailOperation(writer, "Checkpoint",
+                           phos::Status::FromErrno("kill pid " + std::to_string(req->pid()), errno)
+                               .WithContext("the image " + dir + " is committed, but the process was not ended"));
+    }
+    killed = sessions_->WaitRemoved(session_id, std::chrono::seconds(10));
+    if (!killed) {
+      return FailOperation(writer, "Checkpoint",
+                           phos::Status::Unavailable("pid " + std::to_string(req->pid()) +
+                                                     " was killed but its session still holds its GPU state after "
+                                                     "10 s (phosd's log says why); the image " + dir +
+                                                     " is committed"));
+    }
+  }
   v1::OperationEvent ev;
   v1::OperationResult* out = ev.mutable_done();
   out->set_image_dir(dir);
@@ -226,6 +252,7 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   (*out->mutable_counters())["globals"] = r.globals;
   (*out->mutable_counters())["mode_" + std::string(engine::ModeName(r.mode))] = 1;
   if (!deleted.empty()) (*out->mutable_counters())["images_removed_by_retention"] = deleted.size();
+  if (killed) (*out->mutable_counters())["killed"] = 1;
   if (whole) {
     (*out->mutable_counters())["criu_dump_ms"] = pr.criu_dump_ms;
   }
@@ -242,6 +269,8 @@ grpc::Status PhosService::Restore(grpc::ServerContext* ctx, const v1::RestoreReq
                         "image_dir must be an absolute path (got '" + req->image_dir() + "')");
   }
   if (!req->gpu_only()) return RestoreWholeProcess(ctx, req, writer);
+  v1::RestoreRequest resolved;
+  ResolveLauncherPid(&req, &resolved);
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
   spdlog::info("rpc=Restore pid={} session={} gpu-only in place from {} ({})", req->pid(), sess->id(),

@@ -31,6 +31,8 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "no peer token: give the destination's token file with --peer-token FILE");
   }
+  v1::MigrateRequest resolved;
+  ResolveLauncherPid(&req, &resolved);
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
 

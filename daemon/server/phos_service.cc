@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/version.h"
+#include "server/grpc_status.h"
 
 namespace phos::server {
 namespace {
@@ -74,6 +75,15 @@ grpc::Status PhosService::ListSessions(grpc::ServerContext*, const v1::ListSessi
   for (const v1::SessionInfo& s : sessions_->ListForPid(req->pid())) {
     *reply->add_sessions() = s;
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::RegisterRun(grpc::ServerContext*, const v1::RegisterRunRequest* req,
+                                      v1::RegisterRunReply*) {
+  phos::Status s = sessions_->runs().Register(req->launcher_pid(), req->name());
+  if (!s.ok()) return ToGrpcStatus(s);
+  spdlog::info("rpc=RegisterRun launcher_pid={}{}", req->launcher_pid(),
+               req->name().empty() ? "" : " name=" + req->name());
   return grpc::Status::OK;
 }
 

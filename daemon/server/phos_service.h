@@ -34,6 +34,8 @@ class PhosService final : public v1::Phos::Service {
   void set_context_pool(const backend::ContextPool* pool) { context_pool_ = pool; }
   grpc::Status ListSessions(grpc::ServerContext* ctx, const v1::ListSessionsRequest* req,
                             v1::ListSessionsReply* reply) override;
+  grpc::Status RegisterRun(grpc::ServerContext* ctx, const v1::RegisterRunRequest* req,
+                           v1::RegisterRunReply* reply) override;
 
   grpc::Status Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
                           grpc::ServerWriter<v1::OperationEvent>* writer) override;
@@ -89,6 +91,18 @@ class PhosService final : public v1::Phos::Service {
  private:
   /// The live session of `pid`, or a NOT_FOUND / UNAVAILABLE status.
   grpc::Status FindSession(int pid, std::shared_ptr<session::Session>* out) const;
+  /// A request naming its process by the pid of the `phos run` that
+  /// started it is answered as if it named the program's pid: *req is
+  /// pointed at `copy`, a copy with that pid. Every RPC taking a pid calls
+  /// this first, so the rest of it (messages, image metadata) sees one pid.
+  template <class Request>
+  void ResolveLauncherPid(const Request** req, Request* copy) const {
+    const int program = sessions_->ResolvePid((*req)->pid());
+    if (program == 0 || program == (*req)->pid()) return;
+    *copy = **req;
+    copy->set_pid(program);
+    *req = copy;
+  }
   /// The data plane (SetSessionServer), or UNAVAILABLE while phosd starts
   /// or stops.
   phos::Status DataPlane(session::SessionServer** out) const;

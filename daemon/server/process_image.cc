@@ -78,6 +78,9 @@ Status WriteProcessImage(const std::string& dir, const ProcessImage& im) {
       << "tcp_established " << (im.tcp_established ? 1 : 0) << "\n"
       << "file_locks " << (im.file_locks ? 1 : 0) << "\n"
       << "cmdline_hex " << Hex(im.cmdline) << "\n";
+    for (const ProcessImage::HostSegment& h : im.host_segments) {
+      f << "host_segment " << h.id << " " << h.app_base << " " << h.bytes << "\n";
+    }
     f.flush();
     if (!f) return Status::IoError("cannot write " + tmp);
   }
@@ -94,7 +97,16 @@ Status ReadProcessImage(const std::string& dir, ProcessImage* im) {
   }
   std::map<std::string, std::string> kv;
   std::string line;
+  im->host_segments.clear();
+  bool segments_ok = true;
   while (std::getline(f, line)) {
+    if (line.rfind("host_segment ", 0) == 0) {  // repeated: not a key/value line
+      std::istringstream in(line.substr(13));
+      ProcessImage::HostSegment h;
+      if (!(in >> h.id >> h.app_base >> h.bytes) || h.id == 0 || h.bytes == 0) segments_ok = false;
+      im->host_segments.push_back(h);
+      continue;
+    }
     const size_t sp = line.find(' ');
     if (sp == std::string::npos) {
       if (!line.empty()) kv[line] = "";
@@ -143,7 +155,7 @@ Status ReadProcessImage(const std::string& dir, ProcessImage* im) {
   // Absent in images written before the CRIU options were recorded.
   if (kv.count("tcp_established") != 0) im->tcp_established = num("tcp_established") != 0;
   if (kv.count("file_locks") != 0) im->file_locks = num("file_locks") != 0;
-  if (!ok || !Unhex(kv["cmdline_hex"], &im->cmdline)) {
+  if (!ok || !segments_ok || !Unhex(kv["cmdline_hex"], &im->cmdline)) {
     return Status::Corruption(path + ": missing or malformed fields");
   }
   if (im->version != 1) return Status::Corruption(path + ": unknown version " + std::to_string(im->version));

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "ring/ring_layout.h"
@@ -49,6 +50,17 @@ struct ProcessImage {
   bool tcp_established = false;  // dumped with --tcp-established: restore needs it too
   bool file_locks = false;       // dumped with --file-locks: restore needs it too
   std::string cmdline;           // NUL-separated argv (the channel hello)
+  // The app's pinned host segments (cudaMallocHost / cudaHostAlloc arena):
+  // MAP_SHARED memfd mappings, so CRIU saves their pages like the ring's;
+  // the restore reopens each through /proc/PID/map_files and registers it
+  // with the new session under the same id and app address. One
+  // `host_segment ID APP_BASE BYTES` line each.
+  struct HostSegment {
+    uint64_t id = 0;
+    uint64_t app_base = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<HostSegment> host_segments;
 };
 
 Status WriteProcessImage(const std::string& dir, const ProcessImage& image);

@@ -8,7 +8,7 @@ std::vector<v1::SessionInfo> SessionRegistry::ListForPid(int pid) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<v1::SessionInfo> out;
   for (const auto& [id, entry] : sessions_) {
-    if (pid != 0 && entry.info.pid() != pid) continue;
+    if (pid != 0 && entry.info.pid() != pid && entry.info.launcher_pid() != pid) continue;
     out.push_back(entry.info);
     if (entry.live) entry.live(&out.back());
     if (auto st = op_state_.find(id); st != op_state_.end() && out.back().state() == v1::SESSION_RUNNING) {
@@ -55,8 +55,39 @@ void SessionRegistry::Upsert(const v1::SessionInfo& info, LiveFields live) {
   sessions_[info.session_id()] = Entry{info, std::move(live)};
 }
 
+int SessionRegistry::ResolvePid(int target) const {
+  if (target <= 0) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, entry] : sessions_) {
+    if (entry.info.pid() == target) return target;
+  }
+  int found = 0;
+  for (const auto& [id, entry] : sessions_) {
+    if (entry.info.launcher_pid() == target) found = entry.info.pid();  // ids grow: the newest wins
+  }
+  return found;
+}
+
 void SessionRegistry::Publish(const session::SessionSummary& s) {
+  std::optional<RunInfo> run;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = run_of_.find(s.session_id); it != run_of_.end()) {
+      run = it->second;
+      known = true;
+    }
+  }
+  if (!known) {
+    run = runs_.BindSession(s.session_id, s.pid);  // reads /proc: outside mu_
+    std::lock_guard<std::mutex> lock(mu_);
+    run_of_[s.session_id] = run;
+  }
   v1::SessionInfo info;
+  if (run) {
+    info.set_launcher_pid(run->launcher_pid);
+    info.set_name(run->name);
+  }
   info.set_session_id(s.session_id);
   info.set_pid(s.pid);
   info.set_command(s.command);
@@ -79,10 +110,22 @@ void SessionRegistry::Publish(const session::SessionSummary& s) {
 }
 
 bool SessionRegistry::Remove(std::uint64_t session_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  op_state_.erase(session_id);
-  op_counters_.erase(session_id);
-  return sessions_.erase(session_id) > 0;
+  runs_.UnbindSession(session_id);
+  bool removed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    op_state_.erase(session_id);
+    op_counters_.erase(session_id);
+    run_of_.erase(session_id);
+    removed = sessions_.erase(session_id) > 0;
+  }
+  removed_cv_.notify_all();
+  return removed;
+}
+
+bool SessionRegistry::WaitRemoved(std::uint64_t session_id, std::chrono::milliseconds limit) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return removed_cv_.wait_for(lock, limit, [&] { return sessions_.count(session_id) == 0; });
 }
 
 }  // namespace phos::server

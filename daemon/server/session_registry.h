@@ -2,13 +2,17 @@
 // sessions as apps connect; the C/R engine reads and changes their state.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "phos.pb.h"
+#include "server/run_registry.h"
 #include "session/session.h"
 
 namespace phos::server {
@@ -17,7 +21,7 @@ class SessionRegistry {
  public:
   /// A copy of every session's public description, ordered by session id.
   std::vector<v1::SessionInfo> List() const;
-  /// Only the sessions of one pid (pid 0 = all).
+  /// Only the sessions of one pid, the program's or its launcher's (pid 0 = all).
   std::vector<v1::SessionInfo> ListForPid(int pid) const;
   std::size_t size() const;
 
@@ -33,6 +37,17 @@ class SessionRegistry {
   void Publish(const session::SessionSummary& summary);
   /// Removes a session; false if it was not there.
   bool Remove(std::uint64_t session_id);
+  /// Waits until session `session_id` is removed (its GPU state is
+  /// released: a session is removed only after its teardown), at most
+  /// `limit`; true when it is gone.
+  bool WaitRemoved(std::uint64_t session_id, std::chrono::milliseconds limit) const;
+
+  /// `phos run` launchers (RegisterRun): a session published after its
+  /// launcher registered shows the launcher's pid and the run's name.
+  RunRegistry& runs() { return runs_; }
+  /// The host pid of the live session `target` names: its own pid, or the
+  /// pid of the `phos run` that started it; 0 when none.
+  int ResolvePid(int target) const;
 
   /// The C/R engine's view of a session while an operation runs: the state
   /// `phos ps` shows (SESSION_CHECKPOINTING / SESSION_RESTORING; RUNNING
@@ -47,13 +62,18 @@ class SessionRegistry {
   std::map<std::string, std::uint64_t> DaemonCounters() const;
 
  private:
+  RunRegistry runs_;  // locks itself; never called with mu_ held
   mutable std::mutex mu_;
+  mutable std::condition_variable removed_cv_;  // notified by Remove (with mu_ released)
   struct Entry {
     v1::SessionInfo info;
     LiveFields live;  // may be empty
   };
   // session id -> description. Guarded by mu_.
   std::map<std::uint64_t, Entry> sessions_;
+  // Guarded by mu_: the run each published session belongs to, looked up
+  // once at its first Publish (nullopt: none); erased with the session.
+  std::map<std::uint64_t, std::optional<RunInfo>> run_of_;
   // Guarded by mu_: per-session operation state and counter totals (erased
   // with the session), and the daemon-wide totals (never erased).
   std::map<std::uint64_t, v1::SessionState> op_state_;

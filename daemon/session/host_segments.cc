@@ -77,6 +77,12 @@ Status HostSegmentTable::Add(uint64_t segment_id, uint64_t app_base, uint64_t by
   return Status::Ok();
 }
 
+std::vector<HostSegmentTable::SegmentInfo> HostSegmentTable::List() const {
+  std::vector<SegmentInfo> out;
+  for (const auto& [base, seg] : by_app_base_) out.push_back(SegmentInfo{seg.id, base, seg.bytes});
+  return out;
+}
+
 Status HostSegmentTable::Translate(uint64_t app_addr, uint64_t bytes, std::byte** out) const {
   auto it = by_app_base_.upper_bound(app_addr);
   if (it != by_app_base_.begin()) {

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <vector>
 
 #include "backend/backend.h"
 #include "common/status.h"
@@ -52,6 +53,16 @@ class HostSegmentTable {
   /// Unregisters every segment from `ctx` (if registered with it); the
   /// mappings stay.
   void Unregister(backend::Context* ctx);
+
+  /// What a whole-process image records of a segment: CRIU saves its
+  /// pages (a MAP_SHARED memfd mapping in the app), and the restore
+  /// re-attaches the restored mapping under the same id and app address.
+  struct SegmentInfo {
+    uint64_t id = 0;
+    uint64_t app_base = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<SegmentInfo> List() const;
 
   size_t count() const { return by_app_base_.size(); }
   uint64_t total_bytes() const { return total_bytes_; }

@@ -223,10 +223,11 @@ class SdkStreamsTest(unittest.TestCase):
         self.assertEqual(sessions, [
             {"session_id": 2**62 + 3, "pid": 5, "command": "app --x", "device": 0, "device_memory_bytes": 0,
              "buffer_count": 4, "state": "checkpointing", "started_unix_ms": 0, "calls_exact": 0,
-             "calls_speculated": 0, "calls_unvalidatable": 0, "counters": {"cow_copies": 7}},
+             "calls_speculated": 0, "calls_unvalidatable": 0, "counters": {"cow_copies": 7}, "launcher_pid": 0,
+             "name": ""},
             {"session_id": 0, "pid": 6, "command": "", "device": 0, "device_memory_bytes": 0, "buffer_count": 0,
              "state": 42, "started_unix_ms": 0, "calls_exact": 0, "calls_speculated": 0, "calls_unvalidatable": 0,
-             "counters": {}}])
+             "counters": {}, "launcher_pid": 0, "name": ""}])
         self.assertIs(type(sessions[0]["session_id"]), int)
         self.assertEqual(self.sent("ListSessions").pid, 5)
 
