@@ -31,6 +31,7 @@ Status RestoreTask::Prepare(const std::string& dir, bool verify_all) {
                               "written by a phos checkpoint and cannot be restored into a session");
   }
   PHOS_RETURN_IF_ERROR(DecodeSnapshot(m.handles(), &snap_).WithContext(dir + "/manifest"));
+  if (m.first_use_order_size() > 0) snap_.first_use.assign(m.first_use_order().begin(), m.first_use_order().end());
   // The extents and the metadata must describe the same ranges.
   std::set<std::pair<std::uint64_t, std::uint64_t>> listed;
   for (const auto& b : snap_.buffers) listed.insert({b.address, b.bytes});

@@ -12,6 +12,8 @@ namespace phos::engine {
 
 void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manifest) {
   manifest->set_handles(EncodeSnapshot(snap));
+  manifest->clear_first_use_order();
+  for (std::uint64_t a : snap.first_use) manifest->add_first_use_order(a);
   const SessionObjects& o = snap.objects;
   image::v1::SessionHandles h;
   h.set_version(1);

@@ -11,12 +11,14 @@
 // Label `concurrency`: re-run under ThreadSanitizer.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -123,6 +125,18 @@ TEST_F(CowCheckpointTest, ImageIsTheStateAtT1WhileTheAppWrites) {
   CheckpointResult r;
   CheckImageIsT1({}, &r);
   EXPECT_GT(r.counters.shadows, 0u) << "no write hit an unsaved buffer: the test raced nothing";
+  // The buffers written during the checkpoint are in the manifest's
+  // first-use order (what a concurrent restore loads first; `phos inspect`
+  // shows it), each once, each one of the app's.
+  std::unique_ptr<image::ImageReader> reader;
+  ASSERT_TRUE(image::ImageReader::Open(dir_ + "/img", {}, &reader).ok());
+  const auto& order = reader->manifest().first_use_order();
+  EXPECT_GT(order.size(), 0) << "a write hit an unsaved buffer, so it was used during the checkpoint";
+  std::set<uint64_t> seen;
+  for (uint64_t a : order) {
+    EXPECT_NE(std::find(bufs_.begin(), bufs_.end(), a), bufs_.end()) << a;
+    EXPECT_TRUE(seen.insert(a).second) << "listed twice: " << a;
+  }
 }
 
 TEST_F(CowCheckpointTest, ExhaustedReserveMakesWritersWaitAndLosesNothing) {
