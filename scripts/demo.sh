@@ -9,11 +9,12 @@
 #   2. `saxpy_loop N` (an unmodified CUDA program built with -cudart shared:
 #      N kernel launches on one buffer, then a checksum of it) runs once
 #      uninterrupted under `phos run`: the reference answer;
-#   3. it runs again; half-way through its launches it pauses (makes no
-#      CUDA call; its GPU still works through the launches it queued) and
-#      is checkpointed with `phos checkpoint --mode cow`, progress shown,
-#      without being stopped. The cow "stall" reported is mostly the wait
-#      for those queued kernels (t1: the image is the state after them);
+#   3. it runs again, named `saxpy` (`phos run --name`); while it is busy
+#      launching kernels it is checkpointed with `phos checkpoint saxpy`
+#      (cow, the default: it keeps running), progress shown. The stall
+#      reported is what the app felt: the wait for the few kernels it had
+#      queued (the sim's queue is short, like a GPU's launch queue) and
+#      CRIU's dump of its CPU state;
 #   4. the app is killed (SIGKILL: a crash, a preemption);
 #   5. `phos restore` brings it back from the image; it finishes the other
 #      half of its launches and prints the same checksum as the reference.
@@ -34,7 +35,6 @@ N=${PHOS_DEMO_ITERS:-3000}  # ~3 ms per launch on the sim: ~10 s per run
 WORK=$(mktemp -d /tmp/phos-demo-XXXXXX)
 SOCK=$WORK/phosd.sock
 IMG=$WORK/saxpy.img
-PAUSE=$WORK/pause
 DAEMON=""
 APP_PIDS=()
 
@@ -78,10 +78,10 @@ app_pid() {
 # --shell-job on both sides (and the same terminal at restore). A file
 # opened O_APPEND (`>>`) is reopened by path at restore, and CRIU does not
 # check its size (the app may have written more since the dump).
-start_app() {  # start_app OUTFILE [ENV=VALUE...]
+start_app() {  # start_app OUTFILE [phos run flags...]
   local out=$1
   shift
-  env "$@" setsid "$PHOS" --socket "$SOCK" run -- "$APP" "$N" </dev/null >>"$out" 2>>"$WORK/app.err" &
+  setsid "$PHOS" --socket "$SOCK" run "$@" -- "$APP" "$N" </dev/null >>"$out" 2>>"$WORK/app.err" &
   APP_PIDS+=($!)
   disown "$!"  # its death by SIGKILL below is expected: no job notice from bash
 }
@@ -99,24 +99,17 @@ $PHOS --socket "$SOCK" run -- "$APP" "$N" | tee "$WORK/reference.out"
 echo "demo: took $(( ($(date +%s%N) - T0) / 1000000 )) ms"
 REFERENCE=$(tail -n 1 "$WORK/reference.out")
 
-echo; echo "demo: 2) the same run, checkpointed half-way"
-# The program's pause point (tests/apps/common.h AppMidpoint): with
-# PHOS_APP_PAUSE set it stops MAKING CUDA calls half-way through its loop
-# while the file exists; its queued kernels keep running on the GPU. The
-# pause gives the checkpoint a moment in which the app makes no GPU calls
-# between phosd's GPU capture and the CRIU dump, which a whole-process
-# checkpoint needs (docs/criu.md "Checkpoint"; a busy app is retried, then
-# refused with that reason).
-touch "$PAUSE"
-start_app "$WORK/app.out" PHOS_APP_PAUSE="$PAUSE"
-for _ in $(seq 1 600); do grep -q "paused at midpoint" "$WORK/app.err" 2>/dev/null && break; sleep 0.05; done
-grep -q "paused at midpoint" "$WORK/app.err" || { echo "demo: the app never reached its midpoint:"; cat "$WORK/app.err"; exit 1; }
+echo; echo "demo: 2) the same run, checkpointed while it runs"
+echo "\$ phos run --name saxpy -- $APP $N &"
+start_app "$WORK/app.out" --name saxpy
 PID=$(app_pid)
 APP_PIDS+=("$PID")
+# A quarter of its launches or so: it is busy launching kernels now.
+sleep "$(awk -v n="$N" 'BEGIN{printf "%.1f", n * 0.003 / 4}')"
 echo "\$ phos ps"; $PHOS --socket "$SOCK" ps
-echo; echo "\$ phos checkpoint --pid $PID --mode cow --out $IMG"
-$PHOS --socket "$SOCK" checkpoint --pid "$PID" --mode cow --out "$IMG"
-kill -0 "$PID" && echo "demo: pid $PID is still running after its checkpoint (the stall above: its queued kernels finishing)"
+echo; echo "\$ phos checkpoint saxpy --out $IMG"
+$PHOS --socket "$SOCK" checkpoint saxpy --out "$IMG"
+kill -0 "$PID" && echo "demo: pid $PID kept running through its checkpoint (the stall above is all it felt)"
 du -sh "$IMG" "$IMG/criu" | sed 's/^/demo: image /'
 
 echo; echo "demo: 3) kill -9 $PID (the app dies half-way; it has printed nothing)"
@@ -125,7 +118,6 @@ for _ in $(seq 1 200); do [[ -e /proc/$PID ]] || break; sleep 0.05; done
 echo "demo: its output so far: '$(cat "$WORK/app.out")'"
 
 echo; echo "demo: 4) restore it and let it finish"
-rm -f "$PAUSE"  # nothing holds it at its midpoint any more
 echo "\$ phos restore $IMG"
 $PHOS --socket "$SOCK" restore "$IMG"
 RESTORED=$(tail -n 1 "$WORK/app.out")
