@@ -2,6 +2,7 @@
 // kMemcpy[Async], kMemset[Async], kMemcpy2D[Async], kMemset2D[Async],
 // kHostSegmentRegister, kHostCopyStats (rows in interposer/protocol/calls.def;
 // docs/interposer.md "Pinned host memory and copies").
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -36,8 +37,8 @@ void HandleFree(SessionState& st, const CallContext& call, const wire::PointerRe
   if (req.ptr == 0) return;  // cudaFree(nullptr) is a no-op
   auto it = st.buffers.find(req.ptr);
   if (it == st.buffers.end()) {
-    return out->Fail(WireStatus::kInvalidValue, "cudaFree: 0x" + std::to_string(req.ptr) +
-                                                    " is not the start of a buffer of this session");
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cudaFree: 0x{:x} is not the start of a buffer of this session", req.ptr));
   }
   CallView v;
   v.api = call.api();
