@@ -9,7 +9,8 @@
 //     ring region, executor, one pinned host segment, two buffers), which
 //     runs a sequence of records built from the input, then is released as
 //     a session's teardown does.
-// Checked per input: the victim's buffer keeps its bytes; every range the
+// Checked per input: the victim's buffer keeps its bytes; device memory is
+// all free again once A is released (no leak); every range the
 // executor admits for A (its access set) lies in a buffer or global of A;
 // a successful reply has the row's reply size and fits the slot.
 //
@@ -35,6 +36,8 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <spdlog/spdlog.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -106,8 +109,10 @@ struct World {
   backend::DevicePtr victim_ptr = 0;
   std::vector<std::byte> victim_bytes;
   int segment_fd = -1;  // sealed memfd of A's pinned segment (dup'ed per input)
+  uint64_t free_bytes = 0;  // device memory free with only the victim's buffer
 
   World() {
+    spdlog::set_level(spdlog::level::err);  // a session's teardown logs every kernel fault at info
     if (!backend::CreateSimBackend(backend::SimOptions{}, &backend).ok()) Die("no sim backend");
     if (!backend->CreateContext(0, &victim).ok()) Die("no victim context");
     if (!victim->Allocate(kVictimBytes, 0, &victim_ptr).ok()) Die("victim allocation");
@@ -124,6 +129,8 @@ struct World {
         fcntl(segment_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
       Die("pinned segment memfd");
     }
+    uint64_t total = 0;
+    if (!victim->GetMemoryInfo(&free_bytes, &total).ok()) Die("memory info");
   }
 
   void CheckVictim() {
@@ -135,6 +142,14 @@ struct World {
       Die("victim read back");
     }
     if (std::memcmp(now.data(), victim_bytes.data(), kVictimBytes) != 0) Die("the victim session's buffer changed");
+    // The fuzzed session is gone: everything it allocated is free again.
+    uint64_t free_now = 0, total = 0;
+    if (!victim->GetMemoryInfo(&free_now, &total).ok()) Die("memory info");
+    if (free_now != free_bytes) {
+      std::fprintf(stderr, "free device memory %llu, %llu before the session\n",
+                   static_cast<unsigned long long>(free_now), static_cast<unsigned long long>(free_bytes));
+      Die("a released session left device memory allocated");
+    }
   }
 };
 
