@@ -6,7 +6,8 @@
 // Two sessions share one sim backend (as in phosd, one address space):
 //   * the victim: a context holding a buffer of known bytes;
 //   * the fuzzed session A: a fresh SessionState per input (its own context,
-//     ring region, executor, one pinned host segment, two buffers), which
+//     ring region, setup channel (a socketpair), executor, one pinned host
+//     segment, two buffers), which
 //     runs a sequence of records built from the input, then is released as
 //     a session's teardown does.
 // Checked per input: the victim's buffer keeps its bytes; device memory is
@@ -21,13 +22,16 @@
 //                 kApiCount, ...)
 //   u8 flags      bit 0 call (wants a reply), bit 1 staged, bits 2-3 stream
 //                 id 0..3 (bit 4: a u32 stream id follows instead), bit 5 the
-//                 row's exact request size (Tail rows: + a u8 tail length)
+//                 row's exact request size (Tail rows: + a u8 tail length),
+//                 bit 6 send a host segment channel record first
 //   u16 length    payload bytes (only when bit 5 is clear), then the payload;
+//   bit 6: u8 mode of the channel record (SendSegmentRecord);
 //   staged: u8 chunk, u32 bytes, u64 offset, then the piece's bytes.
 // 8-byte words of the payload whose top 16 bits are a marker become real
 // addresses (so the fuzzer reaches the checks past "invalid pointer"):
 //   0xA0A0 / 0xA1A1: A's buffers + low 20 bits; 0xB0B0: the victim's buffer
-//   + low bits; 0xC0C0: A's pinned segment (app address) + low bits.
+//   + low bits; 0xC0C0: A's pinned segment (app address) + low bits;
+//   0xC1C1: a range where segments the input registers may go + low 32 bits.
 // Sizes that only make the sim slow, not phosd wrong, are clamped (grid and
 // block dims, 2D heights, allocation and module image sizes).
 // Seeds: tests/fuzz/corpus/dispatch/ (made by make_dispatch_seeds.py).
@@ -35,6 +39,7 @@
 // what a seed or a crash input does: dispatch_fuzz -runs=0 FILE).
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -66,6 +71,8 @@ constexpr uint64_t kVictimBytes = 64 << 10;
 constexpr uint64_t kBufferBytes[2] = {4096, 256 << 10};
 constexpr uint64_t kSegmentBytes = 2 << 20;
 constexpr uint64_t kSegmentApp = 0x6a0000000000ull;  // A's pinned segment, as the app would see it
+constexpr uint64_t kSegmentApp2 = 0x6b0000000000ull;  // where the fuzzer's own segments go (marker 0xC1C1)
+constexpr uint64_t kMaxFuzzSegmentBytes = 8 << 20;
 constexpr uint32_t kChunkCount = 4;
 constexpr uint32_t kChunkBytes = 64 << 10;
 
@@ -164,6 +171,8 @@ struct Fuzzed {
   std::unique_ptr<ring::SharedRegion> region;
   std::unique_ptr<ring::RingServer> ring;
   std::unique_ptr<session::Executor> executor;
+  std::unique_ptr<ring::ChannelConnection> channel;  // phosd's end of the setup channel
+  int app_fd = -1;                                   // the app's end
   SessionState st;
   backend::DevicePtr buffers[2] = {};
 
@@ -177,6 +186,10 @@ struct Fuzzed {
     if (!ring::SharedRegion::CreateAnonymous(c, 2, &region).ok()) Die("no region");
     ring = std::make_unique<ring::RingServer>(region->base(), region->geometry(), ring::RingOptions{});
     executor = std::make_unique<session::Executor>(std::make_unique<IsolationHook>(&st));
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) Die("socketpair");
+    channel = ring::ChannelConnection::Adopt(sv[0], getpid(), getuid(), ring::Hello{});
+    app_fd = sv[1];
     st.session_id = 2;
     st.device = 0;
     st.backend = w.backend.get();
@@ -185,6 +198,7 @@ struct Fuzzed {
     st.region_base = static_cast<std::byte*>(region->base());
     st.geometry = region->geometry();
     st.executor = executor.get();
+    st.channel = channel.get();
     st.replace_context = [this, &w]() -> Status {
       std::unique_ptr<backend::Context> fresh;
       PHOS_RETURN_IF_ERROR(w.backend->CreateContext(0, &fresh));
@@ -203,6 +217,7 @@ struct Fuzzed {
   }
   ~Fuzzed() {
     session::ReleaseAll(st);  // the teardown a session runs when its app goes
+    close(app_fd);
   }
 };
 
@@ -248,6 +263,7 @@ void Substitute(std::vector<uint8_t>* p, const Fuzzed& a, const World& w) {
       case 0xA1A1: SetWord(p, at, a.buffers[1] + low); break;
       case 0xB0B0: SetWord(p, at, w.victim_ptr + low); break;
       case 0xC0C0: SetWord(p, at, kSegmentApp + low); break;
+      case 0xC1C1: SetWord(p, at, kSegmentApp2 + (v & 0xFFFFFFFFull)); break;
       default: break;
     }
   }
@@ -262,6 +278,45 @@ bool As(std::vector<uint8_t>& p, T* out) {
 template <typename T>
 void Put(std::vector<uint8_t>& p, const T& v) {
   std::memcpy(p.data(), &v, sizeof(T));
+}
+
+/// The app side of kHostSegmentRegister: a channel record (channel.cc's
+/// SegmentWire) with a memfd, before the call. `mode` (from the input):
+/// bit 0 seal the memfd, bit 1 a record that disagrees with the call,
+/// bit 2 a bad magic, bit 3 no fd.
+void SendSegmentRecord(int fd, const std::vector<uint8_t>& payload, uint8_t mode) {
+  wire::HostSegmentRequest req{};
+  if (payload.size() >= sizeof req) std::memcpy(&req, payload.data(), sizeof req);
+  struct {
+    uint32_t magic, version;
+    uint64_t segment_id, bytes, app_base;
+  } w{(mode & 4) ? 0x12345678u : 0x47534850u, 1, req.segment_id + ((mode & 2) ? 1 : 0), req.bytes, req.app_base};
+  int memfd = -1;
+  if (!(mode & 8)) {
+    memfd = memfd_create("dispatch-fuzz-seg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (memfd < 0) Die("memfd_create");
+    // Add() wants a file of exactly `bytes`; big requests get a small file.
+    if (ftruncate(memfd, req.bytes <= kMaxFuzzSegmentBytes ? static_cast<off_t>(req.bytes) : 4096) != 0) {
+      Die("ftruncate");
+    }
+    if (mode & 1) (void)fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  }
+  iovec iov{&w, sizeof w};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  if (memfd >= 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+  }
+  (void)sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);  // a full socket just drops the record
+  if (memfd >= 0) close(memfd);
 }
 
 /// Keeps work that is legal but only slow on the sim small.
@@ -334,6 +389,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::vector<uint8_t> payload = in.Bytes(len);
       Substitute(&payload, a, w);
       Clamp(static_cast<wire::ApiId>(api), payload);
+      if (flags & 0x40) SendSegmentRecord(a.app_fd, payload, in.Int<uint8_t>());
 
       ring::Record rec;
       rec.header.kind = static_cast<uint16_t>(ring::FrameKind::kCall);

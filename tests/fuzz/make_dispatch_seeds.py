@@ -5,7 +5,10 @@ The record format is dispatch_fuzz.cc's (front to back, little-endian):
 u8 selector (a row of interposer/protocol/calls.def), u8 flags, u16 length,
 payload, and for staged records u8 chunk, u32 bytes, u64 offset, piece.
 Pointers use the fuzzer's markers: 0xA0A0/0xA1A1 (the session's buffers),
-0xB0B0 (another session's buffer), 0xC0C0 (its pinned segment).
+0xB0B0 (another session's buffer), 0xC0C0 (its pinned segment), 0xC1C1
+(where segments the input registers go). A host segment registration may
+first send its channel record (segment_mode: bit 0 sealed, 1 mismatched,
+2 bad magic, 3 no fd).
 Run from anywhere: python3 tests/fuzz/make_dispatch_seeds.py
 """
 import os
@@ -17,14 +20,17 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 ROWS = [m.group(1) for m in re.finditer(r"^PHOS_CALL\((\w+),",
         open(os.path.join(ROOT, "interposer/protocol/calls.def")).read(), re.M)]
 
-A0, A1, B0, C0 = 0xA0A0 << 48, 0xA1A1 << 48, 0xB0B0 << 48, 0xC0C0 << 48
+A0, A1, B0, C0, C1 = 0xA0A0 << 48, 0xA1A1 << 48, 0xB0B0 << 48, 0xC0C0 << 48, 0xC1C1 << 48
 NO_CHUNK = 0xFFFFFFFF
 H2D, D2H, D2D, P2D, D2P = 1, 2, 3, 4, 5
 
 
-def rec(op, payload=b"", call=True, stream=0, staging=None):
+def rec(op, payload=b"", call=True, stream=0, staging=None, segment_mode=None):
     flags = (1 if call else 0) | (2 if staging else 0) | ((stream & 3) << 2)
+    flags |= 0x40 if segment_mode is not None else 0
     out = struct.pack("<BBH", ROWS.index(op), flags, len(payload)) + payload
+    if segment_mode is not None:
+        out += struct.pack("<B", segment_mode)
     if staging:
         chunk, offset, piece = staging
         out += struct.pack("<BIQ", chunk, len(piece), offset) + piece
@@ -144,6 +150,17 @@ SEEDS = {
         rec("Malloc", struct.pack("<Q", 1 << 16)),
         rec("Free", struct.pack("<Q", A0)),
         rec("Free", struct.pack("<Q", B0)),
+    ],
+    "segments": [
+        rec("HostSegmentRegister", struct.pack("<QQQ", 5, 1 << 21, C1), segment_mode=1),
+        rec("MemcpyAsync", memcpy(A1, C1 + 4096, 8192, P2D), call=False),
+        rec("Memcpy2D", memcpy2d(C1 + 65536, A1, 256, 128, 100, 16, D2P)),
+        rec("HostCopyStats"),
+        rec("HostSegmentRegister", struct.pack("<QQQ", 5, 1 << 21, C1 + (4 << 20)), segment_mode=1),
+        rec("HostSegmentRegister", struct.pack("<QQQ", 6, 1 << 21, C1 + (8 << 20)), segment_mode=0),
+        rec("HostSegmentRegister", struct.pack("<QQQ", 7, 1 << 21, C1 + (8 << 20)), segment_mode=3),
+        rec("HostSegmentRegister", struct.pack("<QQQ", 8, 1 << 21, C1 + (8 << 20))),
+        rec("HostSegmentRegister", struct.pack("<QQQ", 9, 1 << 21, C0), segment_mode=1),
     ],
     "device": [
         rec("GetDeviceCount"),
