@@ -37,7 +37,7 @@ BOOKWORM_PKGS=(
   libzstd-dev liblz4-dev                                                  # compressed fatbin entries
   libgtest-dev libgmock-dev libbenchmark-dev                              # tests, benchmarks
   python3 procps                                                          # test helpers
-  python3-grpcio python3-protobuf                                         # Python SDK (cli/python)
+  python3-grpcio python3-protobuf python3-venv                            # Python SDK (cli/python), its PyPI venv
 )
 TRIXIE_PKGS=(criu libcriu-dev)
 
@@ -107,6 +107,40 @@ if [[ -n "$(missing_pkgs fio)" ]] && ((!CHECK_ONLY)); then
   else
     say "fio: could not be installed (optional; tests/bench/image_write_compare.sh then compares with dd only)"
   fi
+fi
+
+# ---- 2c. Python SDK venv: PyPI's newest grpcio and protobuf ---------------
+# The SDK's tests run twice: with Debian's python3-grpcio/python3-protobuf,
+# and (ctest's python_sdk_venv_*) installed by pip, as a user installs it,
+# into a venv layered on this one, which holds the newest grpcio and protobuf
+# PyPI has within cli/python/pyproject.toml's bounds (and the packaging tools;
+# not phos itself: the tests install it from the source tree). Made once from
+# PyPI; again when those bounds change. For PyPI's newest again: remove it and
+# run this script. PHOS_SDK_VENV moves it (then also cmake -DPHOS_SDK_VENV=).
+SDK_VENV=${PHOS_SDK_VENV:-/opt/phos/sdk-venv}
+SDK_PYPROJECT="$(cd "$(dirname "$0")/.." && pwd)/cli/python/pyproject.toml"
+# One requirement a line, e.g. "protobuf>=4.21,<8".
+SDK_REQS=$(/usr/bin/python3 -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$SDK_PYPROJECT")
+sdk_venv_ok() {
+  "$SDK_VENV/bin/python" -c 'import grpc, google.protobuf, setuptools, wheel' 2>/dev/null &&
+    [[ "$(cat "$SDK_VENV/phos-requirements.txt" 2>/dev/null)" == "$SDK_REQS" ]]
+}
+sdk_venv_versions() {
+  "$SDK_VENV/bin/python" -c 'import grpc, google.protobuf as p; print("protobuf", p.__version__, "grpcio", grpc.__version__)'
+}
+if sdk_venv_ok; then
+  say "Python SDK venv $SDK_VENV: present ($(sdk_venv_versions))"
+else
+  ((CHECK_ONLY)) && { say "missing: the Python SDK venv $SDK_VENV (PyPI's grpcio and protobuf)"; exit 1; }
+  say "making the Python SDK venv $SDK_VENV from PyPI: ${SDK_REQS//$'\n'/ }"
+  $SUDO mkdir -p "$(dirname "$SDK_VENV")"
+  [[ -x "$SDK_VENV/bin/python" ]] || $SUDO /usr/bin/python3 -m venv "$SDK_VENV"
+  mapfile -t reqs <<<"$SDK_REQS"
+  $SUDO "$SDK_VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel "${reqs[@]}" ||
+    die "could not install into $SDK_VENV from PyPI (pip above says why; the venv needs network access once)"
+  printf '%s\n' "$SDK_REQS" | $SUDO tee "$SDK_VENV/phos-requirements.txt" >/dev/null
+  sdk_venv_ok || die "the Python SDK venv $SDK_VENV is still not usable"
+  say "Python SDK venv $SDK_VENV: $(sdk_venv_versions)"
 fi
 
 # ---- 3. CUDA toolkit (checked, not installed: it is large) ----------------

@@ -33,12 +33,16 @@ def default_proto_path():
     return os.environ.get("PHOS_PROTO") or os.path.normpath(os.path.join(here, "..", "..", "proto", "phos.proto"))
 
 
+def have_protoc():
+    """Whether protoc and grpc_python_plugin are on PATH (the first choice)."""
+    return bool(shutil.which("protoc") and shutil.which("grpc_python_plugin"))
+
+
 def _compiler_argv(include_root, out_dir):
-    protoc = shutil.which("protoc")
-    plugin = shutil.which("grpc_python_plugin")
     common = ["-I", include_root, "--python_out=" + out_dir, "--grpc_python_out=" + out_dir]
-    if protoc and plugin:
-        return [protoc, "--plugin=protoc-gen-grpc_python=" + plugin] + common
+    if have_protoc():
+        return [shutil.which("protoc"), "--plugin=protoc-gen-grpc_python=" + shutil.which("grpc_python_plugin")] + \
+            common
     try:
         import grpc_tools  # noqa: F401  (only to know it is there)
     except ImportError:

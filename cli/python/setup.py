@@ -39,4 +39,13 @@ class SdistWithProto(sdist):
         shutil.copyfile(os.path.join(HERE, "gen_stubs.py"), os.path.join(base_dir, "gen_stubs.py"))
 
 
-setup(cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProto})
+def build_requires():
+    """What generating the stubs needs besides setuptools: nothing where
+    protoc and grpc_python_plugin are on PATH (gen_stubs.py uses them first:
+    Debian's, whose code every protobuf/grpcio the SDK supports imports),
+    else grpcio-tools, which pip's isolated build environment then gets
+    (setuptools' build backend reports setup_requires as build requirements)."""
+    return [] if gen_stubs.have_protoc() else ["grpcio-tools"]
+
+
+setup(cmdclass={"build_py": BuildPyWithStubs, "sdist": SdistWithProto}, setup_requires=build_requires())

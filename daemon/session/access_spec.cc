@@ -3,38 +3,64 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <vector>
 
 namespace phos::session {
 namespace {
 
-namespace op = wire::op;
+using wire::AccessRule;
+
 constexpr OperandSpec kDst{"dst", ArgRole::kWrite};
 constexpr OperandSpec kSrc{"src", ArgRole::kRead};
 
 // Copies: dst written, src read (host sides are left out by the handler:
 // H2D names dst only, D2H src only, pinned copies their device side).
-// Memsets: dst written. cudaFree: the buffer is gone (a write). 2D rows:
-// the range spans first row start to last row end (pitch * (height-1) +
-// width), a superset of the bytes touched.
-constexpr CallSpec kSpecs[] = {
-    {op::kMemcpy, "cudaMemcpy", 2, {kDst, kSrc}},
-    {op::kMemcpyAsync, "cudaMemcpyAsync", 2, {kDst, kSrc}},
-    {op::kMemcpy2D, "cudaMemcpy2D", 2, {kDst, kSrc}},
-    {op::kMemcpy2DAsync, "cudaMemcpy2DAsync", 2, {kDst, kSrc}},
-    {op::kMemset, "cudaMemset", 1, {kDst}},
-    {op::kMemsetAsync, "cudaMemsetAsync", 1, {kDst}},
-    {op::kMemset2D, "cudaMemset2D", 1, {kDst}},
-    {op::kMemset2DAsync, "cudaMemset2DAsync", 1, {kDst}},
-    {op::kFree, "cudaFree", 1, {{"ptr", ArgRole::kWrite}}},
-    // cuBLAS / NCCL rows come with their forwarding.
-};
+// Fills (memsets): dst written. Release (cudaFree): the buffer is gone (a
+// write). 2D calls: the range spans first row start to last row end
+// (pitch * (height-1) + width), a superset of the bytes touched.
+constexpr OperandSpec kCopyOperands[] = {kDst, kSrc};
+constexpr OperandSpec kFillOperands[] = {kDst};
+constexpr OperandSpec kReleaseOperands[] = {{"ptr", ArgRole::kWrite}};
+static_assert(kDstOperand == 0 && kSrcOperand == 1);
+
+std::vector<CallSpec> BuildSpecs() {
+  std::vector<CallSpec> specs;
+  for (const wire::CallRow& row : wire::kCalls) {
+    std::span<const OperandSpec> ops = RuleOperands(row.access);
+    if (ops.empty()) continue;
+    CallSpec spec;
+    spec.api = row.id;
+    spec.call = row.api;
+    spec.operand_count = static_cast<uint32_t>(ops.size());
+    for (size_t i = 0; i < ops.size() && i < kMaxSpecOperands; ++i) spec.operands[i] = ops[i];
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+const std::vector<CallSpec>& Specs() {
+  static const std::vector<CallSpec> specs = BuildSpecs();
+  return specs;
+}
 
 }  // namespace
 
-std::span<const CallSpec> CallSpecs() { return kSpecs; }
+std::span<const OperandSpec> RuleOperands(AccessRule rule) {
+  switch (rule) {
+    case AccessRule::kCopy: return kCopyOperands;
+    case AccessRule::kFill: return kFillOperands;
+    case AccessRule::kRelease: return kReleaseOperands;
+    case AccessRule::kNoDeviceMemory:
+    case AccessRule::kKernel:
+    case AccessRule::kWhole: return {};
+  }
+  return {};
+}
+
+std::span<const CallSpec> CallSpecs() { return Specs(); }
 
 const CallSpec* FindCallSpec(wire::ApiId api) {
-  for (const CallSpec& s : kSpecs)
+  for (const CallSpec& s : Specs())
     if (s.api == api) return &s;
   return nullptr;
 }

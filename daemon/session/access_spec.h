@@ -1,13 +1,17 @@
 // The spec table: argument roles of the runtime's (and later the
 // libraries') calls that touch device memory (DESIGN §3, "a spec table of
-// argument roles"). It is the single place these roles are written down:
-// the handlers (call_handlers.cc) compute each operand's exact byte range
-// from the decoded arguments — which needs the copy direction, pitches,
-// staging — and take the operand's role from here (AddOperand).
+// argument roles"). Each row of the table of forwarded calls
+// (interposer/protocol/calls.def) names an access rule (wire::AccessRule);
+// this file gives each rule its operands and roles, and CallSpecs() is one
+// CallSpec per row whose rule has operands — built from calls.def, so no
+// second list of ops exists. The handlers (memory_handlers.cc) compute each
+// operand's exact byte range from the decoded arguments — which needs the
+// copy direction, pitches, staging — and take the operand's role from here
+// (AddOperand).
 //
-// Rows for cuBLAS / NCCL calls go here when they are forwarded: a GEMM row
+// cuBLAS / NCCL calls get a rule here when they are forwarded: a GEMM rule
 // names A and B read, C read+write (beta != 0) — operands are addressed by
-// index, so such a row just lists more of them.
+// index, so such a rule just lists more of them.
 //
 // Symbol copies (cudaMemcpyToSymbol / FromSymbol) reach phosd as kMemcpy*
 // on the global's address (libphos.so resolves the symbol with
@@ -19,6 +23,7 @@
 #include <cstdint>
 #include <span>
 
+#include "protocol/calls.h"
 #include "protocol/wire.h"
 #include "session/executor.h"
 
@@ -48,7 +53,11 @@ struct CallSpec {
 inline constexpr uint32_t kDstOperand = 0;
 inline constexpr uint32_t kSrcOperand = 1;
 
-/// Every row.
+/// The operands of an access rule (none for kNoDeviceMemory, kKernel —
+/// computed from the kernel's plan — and kWhole).
+std::span<const OperandSpec> RuleOperands(wire::AccessRule rule);
+
+/// One row per call of calls.def whose access rule has operands.
 std::span<const CallSpec> CallSpecs();
 /// The row of `api`; nullptr when the table has none.
 const CallSpec* FindCallSpec(wire::ApiId api);

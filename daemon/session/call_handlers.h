@@ -1,7 +1,9 @@
 // Decoding and executing wire calls (interposer/protocol/wire.h) against a
-// session's backend Context. One handler per op group; Dispatch() picks one
-// by api id. Everything here runs on the session's consumer thread only:
-// SessionState has no lock because exactly one thread touches it.
+// session's backend Context. Every call is a row of the table of forwarded
+// calls (interposer/protocol/calls.def), which names its handler;
+// Dispatch() runs the row of a record's api id (handlers.h lists the
+// handler files). Everything here runs on the session's consumer thread
+// only: SessionState has no lock because exactly one thread touches it.
 #pragma once
 
 #include <array>
@@ -18,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "common/status.h"
+#include "protocol/calls.h"
 #include "protocol/wire.h"
 #include "ring/channel.h"
 #include "ring/record.h"
@@ -168,21 +171,18 @@ struct Outcome {
 
 /// Executes one decoded record. `payload` is a private copy of the frame's
 /// payload (after the StagingRef for staged pieces). Never throws; any
-/// malformed input becomes kInvalidValue, any unknown api id kNotSupported.
+/// malformed input becomes kInvalidValue, any unknown api id kNotSupported,
+/// a staged record of a row that does not allow staging kNotSupported.
 void Dispatch(SessionState& st, const ring::Record& record, std::span<const std::byte> payload,
               Outcome* out);
+/// The row of calls.def Dispatch runs for `api` (nullptr: answered
+/// kNotSupported). Tests check that it is wire::FindCallRow(api) for every row.
+const wire::CallRow* DispatchedRow(wire::ApiId api);
 
 /// Frees host bytes of H2D copies that have run. `wait_all`: synchronise
 /// the context first and free everything (teardown, memory pressure).
 void ReapRetained(SessionState& st, bool wait_all);
 
-/// kFuncGetAttributes / kFuncSetAttribute (function_reset_handlers.cc).
-void HandleFunctionAttributes(SessionState& st, const ring::Record& rec, std::span<const std::byte> payload,
-                              Outcome* out);
-/// kDeviceReset (function_reset_handlers.cc): ReleaseAll, a fresh context
-/// (which also drops the old one's sticky kernel faults), no deferred error;
-/// the session stays connected and usable.
-void HandleDeviceReset(SessionState& st, const ring::Record& rec, std::span<const std::byte> payload, Outcome* out);
 
 // ---- State changes shared by the wire handlers and the C/R engine's
 // restore into a fresh session (engine/fresh_restore.h), which recreates an

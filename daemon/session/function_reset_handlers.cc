@@ -1,30 +1,18 @@
 // Handlers for function attributes (kFuncGetAttributes, kFuncSetAttribute)
-// and cudaDeviceReset (kDeviceReset). Like every handler they run on the
-// session's consumer thread only (call_handlers.h).
+// and cudaDeviceReset (kDeviceReset); rows in interposer/protocol/calls.def.
+// Like every handler they run on the session's consumer thread only
+// (call_handlers.h).
 #include <spdlog/spdlog.h>
 
-#include <cstring>
 #include <string>
 
-#include "session/call_handlers.h"
+#include "session/handlers.h"
 
 namespace phos::session {
 
-using wire::ApiId;
 using wire::WireStatus;
-namespace op = wire::op;
 
 namespace {
-
-template <typename T>
-Status DecodeExact(std::span<const std::byte> payload, T* out) {
-  if (payload.size() != sizeof(T)) {
-    return Status::InvalidArgument("wire: payload of " + std::to_string(payload.size()) + " bytes, expected " +
-                                   std::to_string(sizeof(T)));
-  }
-  std::memcpy(out, payload.data(), sizeof(T));
-  return Status::Ok();
-}
 
 Status FindFunction(const SessionState& st, uint32_t id, backend::FunctionHandle* out) {
   auto it = st.functions.find(id);
@@ -35,38 +23,31 @@ Status FindFunction(const SessionState& st, uint32_t id, backend::FunctionHandle
 
 }  // namespace
 
-void HandleFunctionAttributes(SessionState& st, const ring::Record& rec, std::span<const std::byte> p,
-                              Outcome* out) {
-  const auto api = static_cast<ApiId>(rec.header.api_id);
-  CallView v;
-  v.api = api;
-  v.session_id = st.session_id;
-  v.synchronous = rec.wants_reply();
-  if (api == op::kFuncGetAttributes) {
-    wire::HandleRequest req{};
-    if (Status s = DecodeExact(p, &req); !s.ok()) return out->Fail(s);
-    backend::FunctionHandle f = 0;
-    if (Status s = FindFunction(st, req.id, &f); !s.ok()) return out->Fail(s);
-    backend::FunctionAttributes a;
-    Status s = st.executor->Run(v, [&] { return st.ctx->GetFunctionAttributes(f, &a); });
-    if (!s.ok()) return out->Fail(s);
-    wire::FunctionAttributesReply r{};
-    r.shared_size_bytes = a.shared_size_bytes;
-    r.const_size_bytes = a.const_size_bytes;
-    r.local_size_bytes = a.local_size_bytes;
-    r.max_threads_per_block = a.max_threads_per_block;
-    r.num_regs = a.num_regs;
-    r.ptx_version = a.ptx_version;
-    r.binary_version = a.binary_version;
-    r.cache_mode_ca = a.cache_mode_ca;
-    r.max_dynamic_shared_size_bytes = a.max_dynamic_shared_size_bytes;
-    r.preferred_shared_memory_carveout = a.preferred_shared_memory_carveout;
-    out->Set(r);
-    return;
-  }
-  // kFuncSetAttribute
-  wire::FuncSetAttributeRequest req{};
-  if (Status s = DecodeExact(p, &req); !s.ok()) return out->Fail(s);
+void HandleFuncGetAttributes(SessionState& st, const CallContext& call, const wire::HandleRequest& req,
+                             Outcome* out) {
+  CallView v = ViewOf(st, call);
+  backend::FunctionHandle f = 0;
+  if (Status s = FindFunction(st, req.id, &f); !s.ok()) return out->Fail(s);
+  backend::FunctionAttributes a;
+  Status s = st.executor->Run(v, [&] { return st.ctx->GetFunctionAttributes(f, &a); });
+  if (!s.ok()) return out->Fail(s);
+  wire::FunctionAttributesReply r{};
+  r.shared_size_bytes = a.shared_size_bytes;
+  r.const_size_bytes = a.const_size_bytes;
+  r.local_size_bytes = a.local_size_bytes;
+  r.max_threads_per_block = a.max_threads_per_block;
+  r.num_regs = a.num_regs;
+  r.ptx_version = a.ptx_version;
+  r.binary_version = a.binary_version;
+  r.cache_mode_ca = a.cache_mode_ca;
+  r.max_dynamic_shared_size_bytes = a.max_dynamic_shared_size_bytes;
+  r.preferred_shared_memory_carveout = a.preferred_shared_memory_carveout;
+  out->Set(r);
+}
+
+void HandleFuncSetAttribute(SessionState& st, const CallContext& call, const wire::FuncSetAttributeRequest& req,
+                            Outcome* out) {
+  CallView v = ViewOf(st, call);
   out->Fail(SetFunctionAttributeOf(st, req.function_id, req.attribute, req.value, &v));
 }
 
@@ -89,12 +70,10 @@ Status SetFunctionAttributeOf(SessionState& st, uint32_t function_id, int32_t at
   return Status::Ok();
 }
 
-void HandleDeviceReset(SessionState& st, const ring::Record& rec, std::span<const std::byte> p, Outcome* out) {
-  if (!p.empty()) return out->Fail(WireStatus::kInvalidValue, "wire: this call takes no payload");
-  CallView v;
-  v.api = op::kDeviceReset;
-  v.session_id = st.session_id;
-  v.synchronous = rec.wants_reply();
+/// ReleaseAll, a fresh context (which also drops the old one's sticky kernel
+/// faults), no deferred error; the session stays connected and usable.
+void HandleDeviceReset(SessionState& st, const CallContext& call, const wire::NoPayload& req, Outcome* out) {
+  CallView v = ViewOf(st, call);
   v.kind = AccessKind::kUnknown;  // it frees every buffer of the session
   Status s = st.executor->Run(v, [&] {
     ReleaseAll(st);  // waits for pending work (its errors are dropped, as the reset drops them)

@@ -15,9 +15,12 @@
 //     name, inline copy data, a parameter block) whose length the struct
 //     names. phosd copies the payload out of shared memory once and checks
 //     every length against the payload size (the app is not trusted).
-//   * One wire op per operation, keyed by ONE canonical ApiId (below): the
-//     runtime and driver variants of an operation (cudaMalloc, cuMemAlloc_v2,
-//     ...) are all sent with the canonical id. "Sync" ops are sent with
+//   * One wire op per operation, keyed by ONE canonical ApiId (op::k*
+//     below, one per row of protocol/calls.def — the table of forwarded
+//     calls, which also says each op's payload structs, staging, sync and
+//     access rule; docs/interposer.md "Adding a call"): the runtime and
+//     driver variants of an operation (cudaMalloc, cuMemAlloc_v2, ...) are
+//     all sent with the canonical id. "Sync" ops are sent with
 //     RingClient::Call and answer in the completion slot; "posted" ops are
 //     sent with RingClient::Post (no round trip). Any op may be sent either
 //     way: a posted op's error is deferred (see errors below), a called op's
@@ -109,58 +112,28 @@ std::string_view WireStatusName(WireStatus s);
 
 // ---------------------------------------------------------------- ops
 
-/// The canonical ApiId of each op. The client sends these ids; phosd
-/// answers any other id with kNotSupported (and stays usable).
+/// Ids of phos-private ops (above every generated id), beside the generated
+/// ones: a row of calls.def names its id as call_ids::k_<Api>.
+namespace call_ids {
+using enum interposer::ApiId;
+inline constexpr ApiId k_phosHostCopyStats = static_cast<ApiId>(0x10000);
+}  // namespace call_ids
+
+/// The canonical ApiId of each op, one constant per row of calls.def
+/// (op::k<Op>; the row says what the op carries and how phosd runs it).
+/// The client sends these ids; phosd answers any other id with
+/// kNotSupported (and stays usable).
 namespace op {
-// device queries (sync)
-inline constexpr ApiId kGetDeviceCount = ApiId::k_cudaGetDeviceCount;        // - -> DeviceCountReply
-inline constexpr ApiId kGetDeviceProperties = ApiId::k_cudaGetDeviceProperties;  // DevicePropsRequest -> chunk
-inline constexpr ApiId kDeviceGetAttribute = ApiId::k_cudaDeviceGetAttribute;  // DeviceAttributeRequest -> ValueReply
-inline constexpr ApiId kMemGetInfo = ApiId::k_cudaMemGetInfo;                // - -> MemGetInfoReply
-// memory
-inline constexpr ApiId kMalloc = ApiId::k_cudaMalloc;                  // MallocRequest -> MallocReply (sync)
-inline constexpr ApiId kFree = ApiId::k_cudaFree;                      // PointerRequest (sync: syncs the device first)
-inline constexpr ApiId kMemcpy = ApiId::k_cudaMemcpy;                  // MemcpyRequest (+ inline bytes); sync
-inline constexpr ApiId kMemcpyAsync = ApiId::k_cudaMemcpyAsync;        // MemcpyRequest (+ inline bytes) or staging pieces; posted
-inline constexpr ApiId kMemset = ApiId::k_cudaMemset;                  // MemsetRequest; sync
-inline constexpr ApiId kMemsetAsync = ApiId::k_cudaMemsetAsync;        // MemsetRequest; posted
-// streams (the frame's stream_id names the stream for sync/query/wait)
-inline constexpr ApiId kStreamCreate = ApiId::k_cudaStreamCreateWithPriority;  // StreamCreateRequest
-inline constexpr ApiId kStreamDestroy = ApiId::k_cudaStreamDestroy;            // HandleRequest
-inline constexpr ApiId kStreamSynchronize = ApiId::k_cudaStreamSynchronize;    // -
-inline constexpr ApiId kStreamQuery = ApiId::k_cudaStreamQuery;                // -
-inline constexpr ApiId kStreamWaitEvent = ApiId::k_cudaStreamWaitEvent;        // HandleRequest (the event)
-// events
-inline constexpr ApiId kEventCreate = ApiId::k_cudaEventCreateWithFlags;  // EventCreateRequest
-inline constexpr ApiId kEventRecord = ApiId::k_cudaEventRecord;           // HandleRequest; frame stream; posted
-inline constexpr ApiId kEventQuery = ApiId::k_cudaEventQuery;             // HandleRequest
-inline constexpr ApiId kEventSynchronize = ApiId::k_cudaEventSynchronize; // HandleRequest
-inline constexpr ApiId kEventElapsedTime = ApiId::k_cudaEventElapsedTime; // ElapsedTimeRequest -> ElapsedTimeReply
-inline constexpr ApiId kEventDestroy = ApiId::k_cudaEventDestroy;         // HandleRequest
-// context
-inline constexpr ApiId kDeviceSynchronize = ApiId::k_cudaDeviceSynchronize;  // -
-inline constexpr ApiId kGetLastError = ApiId::k_cudaGetLastError;            // - ; returns + clears the deferred error
-inline constexpr ApiId kPeekAtLastError = ApiId::k_cudaPeekAtLastError;      // - ; returns, keeps it
-// modules and kernels
-inline constexpr ApiId kModuleLoad = ApiId::k_cuModuleLoadData;           // ModuleLoadRequest (+ image) / pieces
-inline constexpr ApiId kModuleUnload = ApiId::k_cuModuleUnload;           // HandleRequest
-inline constexpr ApiId kModuleGetFunction = ApiId::k_cuModuleGetFunction; // GetFunctionRequest + name
-inline constexpr ApiId kModuleGetGlobal = ApiId::k_cuModuleGetGlobal_v2;  // GetGlobalRequest + name -> GetGlobalReply
-inline constexpr ApiId kLaunchKernel = ApiId::k_cuLaunchKernel;           // LaunchRequest + params; posted
-// function attributes (sync)
-inline constexpr ApiId kFuncGetAttributes = ApiId::k_cuFuncGetAttribute;  // HandleRequest (function) -> FunctionAttributesReply
-inline constexpr ApiId kFuncSetAttribute = ApiId::k_cuFuncSetAttribute;   // FuncSetAttributeRequest
-// device reset (sync): releases everything the session holds; it stays connected
-inline constexpr ApiId kDeviceReset = ApiId::k_cudaDeviceReset;           // -
-// pinned host memory and 2D copies (docs/interposer.md "Pinned host memory and copies")
-inline constexpr ApiId kHostSegmentRegister = ApiId::k_cudaMallocHost;  // HostSegmentRequest after the channel record; sync
-inline constexpr ApiId kMemcpy2D = ApiId::k_cudaMemcpy2D;               // Memcpy2DRequest (+ packed rows); sync
-inline constexpr ApiId kMemcpy2DAsync = ApiId::k_cudaMemcpy2DAsync;     // Memcpy2DRequest (+ packed rows) or pieces; posted
-inline constexpr ApiId kMemset2D = ApiId::k_cudaMemset2D;               // Memset2DRequest; sync
-inline constexpr ApiId kMemset2DAsync = ApiId::k_cudaMemset2DAsync;     // Memset2DRequest; posted
-/// phos-private ops have ids from 0x10000 up (above every generated id).
-inline constexpr ApiId kHostCopyStats = static_cast<ApiId>(0x10000);    // - -> HostCopyStatsReply
+#define PHOS_CALL(Op, Api, ...) inline constexpr ApiId k##Op = call_ids::k_##Api;
+#include "protocol/calls.def"
+#undef PHOS_CALL
 }  // namespace op
+
+/// Markers for calls.def's Request and Reply columns: no payload; no reply
+/// bytes; reply bytes of variable length (inline D2H data or a ChunkReply).
+struct NoPayload {};
+struct NoReply {};
+struct ReplyBytes {};
 
 // ---------------------------------------------------------------- payloads
 

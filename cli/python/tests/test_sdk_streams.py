@@ -199,36 +199,38 @@ class SdkStreamsTest(unittest.TestCase):
 
     # ------------------------------------------------------------ queries
 
+    def assert_message_dict(self, got, message_type, expected, apart=()):
+        """`got` has every field of `message_type`, in the .proto's order; those
+        in `expected` are equal, types included; those in `apart` the caller
+        checks; the others are at their default (falsy). Fields phosd gains
+        later do not break it."""
+        self.assertEqual(list(got), [f.name for f in message_type.DESCRIPTOR.fields])
+        self.assertEqual({k: got[k] for k in expected}, expected)
+        for key, value in expected.items():
+            self.assertIs(type(got[key]), type(value), key)
+        for key in set(got) - set(expected) - set(apart):
+            self.assertFalse(got[key], key)
+
     def test_status_and_sessions_are_plain_dicts(self):
         # Every field, defaults included; 64-bit integers as ints (not the
         # strings of JSON), enums by their short lower-case name, maps as
         # dicts, in every protobuf runtime the SDK supports.
         st = phos.status(socket=self.socket)
-        self.assertEqual(st, {
-            "version": "0.1.0 abc", "backend": "sim", "backend_detail": "",
-            "gpus": [{"ordinal": 0, "name": "sim0", "total_memory_bytes": 2**40, "free_memory_bytes": 0,
-                      "compute_capability_major": 0, "compute_capability_minor": 0, "multiprocessor_count": 0,
-                      "uuid": "u"}],
-            "uptime_ms": 2**53 + 1, "daemon_pid": 9, "socket_path": "/s", "session_count": 2,
-            "counters": {"fallbacks": 2**64 - 1, "none": 0}})
-        self.assertEqual(list(st), ["version", "backend", "backend_detail", "gpus", "uptime_ms", "daemon_pid",
-                                    "socket_path", "session_count", "counters"])  # the .proto's order
-        for key in ("uptime_ms", "daemon_pid", "session_count"):
-            self.assertIs(type(st[key]), int, key)
-        self.assertIs(type(st["gpus"][0]["total_memory_bytes"]), int)
+        self.assert_message_dict(st, pb.StatusReply, {
+            "version": "0.1.0 abc", "backend": "sim", "backend_detail": "", "uptime_ms": 2**53 + 1, "daemon_pid": 9,
+            "socket_path": "/s", "session_count": 2, "counters": {"fallbacks": 2**64 - 1, "none": 0}}, apart=["gpus"])
+        self.assertEqual(len(st["gpus"]), 1)
+        self.assert_message_dict(st["gpus"][0], pb.GpuInfo, {"ordinal": 0, "name": "sim0", "total_memory_bytes": 2**40,
+                                                             "free_memory_bytes": 0, "uuid": "u"})
         self.assertIs(type(st["counters"]["fallbacks"]), int)
         self.assertIsInstance(self.sent("Status"), pb.StatusRequest)
 
         sessions = phos.sessions(socket=self.socket, pid=5)
-        self.assertEqual(sessions, [
-            {"session_id": 2**62 + 3, "pid": 5, "command": "app --x", "device": 0, "device_memory_bytes": 0,
-             "buffer_count": 4, "state": "checkpointing", "started_unix_ms": 0, "calls_exact": 0,
-             "calls_speculated": 0, "calls_unvalidatable": 0, "counters": {"cow_copies": 7}, "launcher_pid": 0,
-             "name": ""},
-            {"session_id": 0, "pid": 6, "command": "", "device": 0, "device_memory_bytes": 0, "buffer_count": 0,
-             "state": 42, "started_unix_ms": 0, "calls_exact": 0, "calls_speculated": 0, "calls_unvalidatable": 0,
-             "counters": {}, "launcher_pid": 0, "name": ""}])
-        self.assertIs(type(sessions[0]["session_id"]), int)
+        self.assertEqual(len(sessions), 2)
+        self.assert_message_dict(sessions[0], pb.SessionInfo, {
+            "session_id": 2**62 + 3, "pid": 5, "command": "app --x", "buffer_count": 4, "state": "checkpointing",
+            "calls_exact": 0, "counters": {"cow_copies": 7}})
+        self.assert_message_dict(sessions[1], pb.SessionInfo, {"pid": 6, "state": 42, "counters": {}})
         self.assertEqual(self.sent("ListSessions").pid, 5)
 
     def test_message_to_dict_fills_what_json_format_leaves_out(self):

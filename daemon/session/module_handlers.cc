@@ -1,0 +1,239 @@
+// Modules, functions, globals and launches: kModuleLoad (inline, or staged
+// pieces + commit), kModuleUnload, kModuleGetFunction, kModuleGetGlobal,
+// kLaunchKernel (rows in interposer/protocol/calls.def), and the module
+// state changes a restore into a fresh session shares (call_handlers.h).
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "session/handlers.h"
+
+namespace phos::session {
+
+using wire::WireStatus;
+
+namespace {
+
+void LoadImage(SessionState& st, uint32_t module_id, std::span<const std::byte> image, CallView& v, Outcome* out) {
+  out->Fail(LoadModuleWithId(st, module_id, image, &v));
+}
+
+/// The name after a GetFunction / GetGlobal request: exactly `name_bytes`
+/// bytes, 1 to kMaxNameBytes; false after out->Fail.
+bool SymbolName(const CallContext& call, uint32_t name_bytes, std::string* name, Outcome* out) {
+  if (name_bytes != call.tail.size() || name_bytes == 0 || name_bytes > wire::kMaxNameBytes) {
+    out->Fail(WireStatus::kInvalidValue, "bad symbol name length");
+    return false;
+  }
+  name->assign(reinterpret_cast<const char*>(call.tail.data()), call.tail.size());
+  return true;
+}
+
+}  // namespace
+
+void HandleModuleLoad(SessionState& st, const CallContext& call, const wire::ModuleLoadRequest& req, Outcome* out) {
+  CallView v = ViewOf(st, call);
+  const auto phase = static_cast<wire::ModuleLoadPhase>(req.phase);
+  if (req.module_id == 0 || st.modules.count(req.module_id)) {
+    return out->Fail(WireStatus::kInvalidValue, "module id " + std::to_string(req.module_id) + " is in use");
+  }
+  if (Status s = CheckRoom(st.modules.size() + st.pending_images.size(), "modules"); !s.ok()) {
+    return out->Fail(s);
+  }
+  if (req.total_bytes > wire::kMaxModuleImageBytes) {
+    return out->Fail(WireStatus::kInvalidValue, "module image larger than phos accepts");
+  }
+  if (phase == wire::ModuleLoadPhase::kInline) {
+    if (call.tail.size() != req.total_bytes) return out->Fail(WireStatus::kInvalidValue, "module image size mismatch");
+    return LoadImage(st, req.module_id, call.tail, v, out);
+  }
+  if (phase == wire::ModuleLoadPhase::kPiece) {
+    if (!call.rec.has_staging) return out->Fail(WireStatus::kInvalidValue, "module piece without staging");
+    const ring::StagingRef& ref = call.rec.staging;
+    if (ref.offset > req.total_bytes || ref.bytes > req.total_bytes - ref.offset) {
+      return out->Fail(WireStatus::kInvalidValue, "module piece outside its image");
+    }
+    auto it = st.pending_images.find(req.module_id);
+    if (it == st.pending_images.end()) {
+      if (st.pending_image_bytes + req.total_bytes > kMaxPendingImageBytes) {
+        return out->Fail(WireStatus::kMemoryAllocation, "too many module images in flight");
+      }
+      it = st.pending_images.emplace(req.module_id, SessionState::PendingImage{}).first;
+      it->second.bytes.resize(req.total_bytes);
+      st.pending_image_bytes += req.total_bytes;
+    }
+    if (it->second.bytes.size() != req.total_bytes) {
+      return out->Fail(WireStatus::kInvalidValue, "module pieces disagree on the image size");
+    }
+    std::span<const std::byte> src = st.ring->StagingBytes(ref);
+    if (!src.empty()) std::memcpy(it->second.bytes.data() + ref.offset, src.data(), src.size());
+    it->second.received += src.size();
+    return;
+  }
+  if (phase == wire::ModuleLoadPhase::kCommit) {
+    auto it = st.pending_images.find(req.module_id);
+    if (it == st.pending_images.end()) {
+      return out->Fail(WireStatus::kInvalidValue, "module commit without pieces");
+    }
+    SessionState::PendingImage image = std::move(it->second);
+    st.pending_images.erase(it);
+    st.pending_image_bytes -= image.bytes.size();
+    if (image.received != image.bytes.size()) {
+      return out->Fail(WireStatus::kInvalidValue, "module image incomplete (" + std::to_string(image.received) +
+                                                      " of " + std::to_string(image.bytes.size()) + " bytes)");
+    }
+    return LoadImage(st, req.module_id, image.bytes, v, out);
+  }
+  return out->Fail(WireStatus::kInvalidValue, "module load: unknown phase");
+}
+
+void HandleModuleUnload(SessionState& st, const CallContext& call, const wire::HandleRequest& req, Outcome* out) {
+  CallView v = ViewOf(st, call);
+  auto it = st.modules.find(req.id);
+  if (it == st.modules.end()) return out->Fail(Status::NotFound("unknown module id " + std::to_string(req.id)));
+  Status s = st.executor->Run(v, [&] {
+    st.Defer(st.ctx->Synchronize());  // kernels of the module finish first
+    return st.ctx->UnloadModule(it->second);
+  });
+  if (!s.ok()) return out->Fail(s);
+  st.modules.erase(it);
+  st.module_images.erase(req.id);
+  st.module_load_order.erase(req.id);
+  st.module_kernels.erase(req.id);
+  std::erase_if(st.functions, [&](const auto& f) { return f.second.module_id == req.id; });
+  // Its globals went with it: their ranges are no longer the session's.
+  for (auto g = st.global_symbols.begin(); g != st.global_symbols.end();) {
+    if (g->second.module_id != req.id) {
+      ++g;
+      continue;
+    }
+    st.globals.erase(g->first);
+    g = st.global_symbols.erase(g);
+  }
+}
+
+void HandleModuleGetFunction(SessionState& st, const CallContext& call, const wire::GetFunctionRequest& req,
+                             Outcome* out) {
+  CallView v = ViewOf(st, call);
+  if (req.function_id == 0 || st.functions.count(req.function_id)) {
+    return out->Fail(WireStatus::kInvalidValue, "function id " + std::to_string(req.function_id) + " is in use");
+  }
+  if (Status s = CheckRoom(st.functions.size(), "functions"); !s.ok()) return out->Fail(s);
+  std::string name;
+  if (!SymbolName(call, req.name_bytes, &name, out)) return;
+  if (!st.modules.count(req.module_id)) {
+    return out->Fail(Status::NotFound("unknown module id " + std::to_string(req.module_id)));
+  }
+  Status s = GetFunctionWithId(st, req.module_id, req.function_id, name, &v);
+  if (!s.ok()) return out->Fail(WireStatus::kNotFound, s.message());
+}
+
+void HandleModuleGetGlobal(SessionState& st, const CallContext& call, const wire::GetGlobalRequest& req,
+                           Outcome* out) {
+  CallView v = ViewOf(st, call);
+  std::string name;
+  if (!SymbolName(call, req.name_bytes, &name, out)) return;
+  if (!st.modules.count(req.module_id)) {
+    return out->Fail(Status::NotFound("unknown module id " + std::to_string(req.module_id)));
+  }
+  uint64_t ptr = 0, bytes = 0;
+  Status s = GetGlobalOf(st, req.module_id, name, &ptr, &bytes, &v);
+  if (!s.ok()) return out->Fail(WireStatus::kNotFound, s.message());
+  out->Set(wire::GetGlobalReply{ptr, bytes});
+}
+
+void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::LaunchRequest& req, Outcome* out) {
+  CallView v = ViewOf(st, call);
+  const std::span<const std::byte> tail = call.tail;
+  if (req.param_bytes != tail.size() || req.param_bytes > wire::kMaxParamBytes) {
+    return out->Fail(WireStatus::kInvalidValue, "launch: bad parameter block size");
+  }
+  auto fit = st.functions.find(req.function_id);
+  if (fit == st.functions.end()) {
+    return out->Fail(Status::NotFound("unknown function id " + std::to_string(req.function_id)));
+  }
+  backend::StreamHandle stream = 0;
+  if (Status s = FindStream(st, call.rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
+  v.stream_id = call.rec.header.stream_id;
+  v.stream = stream;
+  std::vector<uint8_t> params(req.param_bytes);
+  if (!params.empty()) std::memcpy(params.data(), tail.data(), params.size());
+  if (fit->second.access) {
+    auto mk = st.module_kernels.find(fit->second.module_id);
+    const bool variables = mk == st.module_kernels.end() || mk->second.may_have_variables;
+    ComputeLaunchAccess(*fit->second.access, params, st.buffers, st.globals, &v, variables);
+  } else {
+    v.kind = AccessKind::kUnknown;  // a function recreated without its plan (defensive)
+  }
+  LaunchArgs launch;
+  launch.function_id = req.function_id;
+  launch.module_id = fit->second.module_id;
+  launch.kernel = fit->second.access ? &fit->second.access->name : nullptr;
+  launch.function = fit->second.handle;
+  launch.grid = backend::Dim3{req.grid[0], req.grid[1], req.grid[2]};
+  launch.block = backend::Dim3{req.block[0], req.block[1], req.block[2]};
+  launch.shared_bytes = req.shared_bytes;
+  launch.params = &params;
+  v.launch = &launch;
+  Status s = st.executor->Run(v, [&] {
+    return st.ctx->LaunchKernel(launch.function, launch.grid, launch.block, launch.shared_bytes, stream, params);
+  });
+  out->Fail(s);
+}
+
+// ---------------------------------------------------------------- shared with a restore (call_handlers.h)
+
+Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const std::byte> image,
+                        const CallView* admit) {
+  if (module_id == 0 || st.modules.count(module_id)) {
+    return Status::InvalidArgument("module id " + std::to_string(module_id) + " is in use");
+  }
+  backend::ModuleHandle h = 0;
+  PHOS_RETURN_IF_ERROR(
+      RunMaybeAdmitted(st, admit, [&] { return st.ctx->LoadModule(image.data(), image.size(), &h); }));
+  st.modules[module_id] = h;
+  st.module_images[module_id] = std::make_shared<const std::vector<std::byte>>(image.begin(), image.end());
+  st.module_load_order[module_id] = st.next_module_load++;
+  // Kernel access plans (kernel_access.h); an image phos cannot read still
+  // loads, its launches have no access set (kUnknown).
+  ModuleKernels& mk = st.module_kernels[module_id];
+  if (Status a = BuildModuleKernels(image, &mk); !a.ok()) {
+    spdlog::warn("session {}: module {}: no kernel access sets: {}", st.session_id, module_id, a.ToString());
+  }
+  return Status::Ok();
+}
+
+Status GetFunctionWithId(SessionState& st, uint32_t module_id, uint32_t function_id, const std::string& name,
+                         const CallView* admit) {
+  if (function_id == 0 || st.functions.count(function_id)) {
+    return Status::InvalidArgument("function id " + std::to_string(function_id) + " is in use");
+  }
+  auto it = st.modules.find(module_id);
+  if (it == st.modules.end()) return Status::NotFound("unknown module id " + std::to_string(module_id));
+  backend::FunctionHandle f = 0;
+  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->GetFunction(it->second, name, &f); }));
+  std::shared_ptr<KernelAccessPlan> plan;
+  if (auto mk = st.module_kernels.find(module_id); mk != st.module_kernels.end()) {
+    if (auto k = mk->second.kernels.find(name); k != mk->second.kernels.end()) plan = k->second;
+  }
+  st.functions[function_id] = {module_id, f, plan ? std::move(plan) : UnknownKernelPlan(name), {}};
+  return Status::Ok();
+}
+
+Status GetGlobalOf(SessionState& st, uint32_t module_id, const std::string& name, uint64_t* ptr, uint64_t* bytes,
+                   const CallView* admit) {
+  auto it = st.modules.find(module_id);
+  if (it == st.modules.end()) return Status::NotFound("unknown module id " + std::to_string(module_id));
+  backend::DevicePtr p = 0;
+  size_t n = 0;
+  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->GetGlobal(it->second, name, &p, &n); }));
+  st.globals[p] = n;
+  st.global_symbols[p] = SessionState::GlobalSymbol{module_id, name};
+  *ptr = p;
+  *bytes = n;
+  return Status::Ok();
+}
+
+}  // namespace phos::session

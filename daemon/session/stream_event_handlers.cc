@@ -1,0 +1,171 @@
+// Streams, events, device synchronisation and the deferred error:
+// kStreamCreate/Destroy/Synchronize/Query/WaitEvent, kEventCreate/Record/
+// Query/Synchronize/ElapsedTime/Destroy, kDeviceSynchronize, kGetLastError,
+// kPeekAtLastError (rows in interposer/protocol/calls.def). The frame's
+// stream_id names the stream of stream-ordered calls.
+#include <string>
+
+#include "session/handlers.h"
+
+namespace phos::session {
+
+using wire::WireStatus;
+
+namespace {
+
+/// The view of a stream or event call: the frame's stream id (its backend
+/// handle is added once the handler found it).
+CallView StreamView(const SessionState& st, const CallContext& call) {
+  CallView v = ViewOf(st, call);
+  v.stream_id = call.rec.header.stream_id;
+  return v;
+}
+
+/// The frame's stream, into `v`; false after out->Fail.
+bool FrameStream(SessionState& st, const CallContext& call, CallView* v, backend::StreamHandle* stream,
+                 Outcome* out) {
+  if (Status s = FindStream(st, call.rec.header.stream_id, stream); !s.ok()) {
+    out->Fail(s);
+    return false;
+  }
+  v->stream = *stream;
+  return true;
+}
+
+/// An event call on the frame's stream: finds both, then runs `body(stream, event)`.
+template <typename Body>
+void OnEvent(SessionState& st, const CallContext& call, uint32_t event_id, Outcome* out, Body&& body) {
+  CallView v = StreamView(st, call);
+  backend::StreamHandle stream = 0;
+  if (!FrameStream(st, call, &v, &stream, out)) return;
+  backend::EventHandle ev = 0;
+  if (Status s = FindEvent(st, event_id, &ev); !s.ok()) return out->Fail(s);
+  out->Fail(st.executor->Run(v, [&] { return body(stream, ev); }));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- streams
+
+void HandleStreamCreate(SessionState& st, const CallContext& call, const wire::StreamCreateRequest& req,
+                        Outcome* out) {
+  CallView v = StreamView(st, call);
+  if (req.stream_id == 0 || st.streams.count(req.stream_id)) {
+    return out->Fail(WireStatus::kInvalidValue, "stream id " + std::to_string(req.stream_id) + " is in use");
+  }
+  if (Status s = CheckRoom(st.streams.size(), "streams"); !s.ok()) return out->Fail(s);
+  out->Fail(CreateStreamWithId(st, req.stream_id, req.flags, req.priority, &v));
+}
+
+void HandleStreamDestroy(SessionState& st, const CallContext& call, const wire::HandleRequest& req, Outcome* out) {
+  CallView v = StreamView(st, call);
+  backend::StreamHandle frame_stream = 0;
+  if (!FrameStream(st, call, &v, &frame_stream, out)) return;
+  auto it = st.streams.find(req.id);
+  if (it == st.streams.end()) return out->Fail(Status::NotFound("unknown stream id " + std::to_string(req.id)));
+  v.stream_id = req.id;
+  v.stream = it->second;
+  Status s = st.executor->Run(v, [&] { return st.ctx->DestroyStream(it->second); });
+  if (!s.ok()) return out->Fail(s);
+  st.streams.erase(it);
+  st.stream_flags.erase(req.id);
+}
+
+namespace {
+void SyncOrQuery(SessionState& st, const CallContext& call, bool sync, Outcome* out) {
+  CallView v = StreamView(st, call);
+  backend::StreamHandle stream = 0;
+  if (!FrameStream(st, call, &v, &stream, out)) return;
+  Status s = st.executor->Run(v, [&] {
+    return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : st.ctx->QueryStream(stream);
+  });
+  ReapRetained(st, false);
+  out->Fail(s);
+}
+}  // namespace
+
+void HandleStreamSynchronize(SessionState& st, const CallContext& call, const wire::NoPayload& req, Outcome* out) {
+  SyncOrQuery(st, call, /*sync=*/true, out);
+}
+
+void HandleStreamQuery(SessionState& st, const CallContext& call, const wire::NoPayload& req, Outcome* out) {
+  SyncOrQuery(st, call, /*sync=*/false, out);
+}
+
+void HandleStreamWaitEvent(SessionState& st, const CallContext& call, const wire::HandleRequest& req,
+                           Outcome* out) {
+  OnEvent(st, call, req.id, out, [&](backend::StreamHandle stream, backend::EventHandle ev) {
+    return st.ctx->StreamWaitEvent(stream, ev);
+  });
+}
+
+// ---------------------------------------------------------------- events
+
+void HandleEventCreate(SessionState& st, const CallContext& call, const wire::EventCreateRequest& req,
+                       Outcome* out) {
+  CallView v = StreamView(st, call);
+  if (req.event_id == 0 || st.events.count(req.event_id)) {
+    return out->Fail(WireStatus::kInvalidValue, "event id " + std::to_string(req.event_id) + " is in use");
+  }
+  if (Status s = CheckRoom(st.events.size(), "events"); !s.ok()) return out->Fail(s);
+  out->Fail(CreateEventWithId(st, req.event_id, req.flags, &v));
+}
+
+void HandleEventRecord(SessionState& st, const CallContext& call, const wire::HandleRequest& req, Outcome* out) {
+  OnEvent(st, call, req.id, out, [&](backend::StreamHandle stream, backend::EventHandle ev) {
+    return st.ctx->RecordEvent(ev, stream);
+  });
+}
+
+void HandleEventQuery(SessionState& st, const CallContext& call, const wire::HandleRequest& req, Outcome* out) {
+  OnEvent(st, call, req.id, out,
+          [&](backend::StreamHandle, backend::EventHandle ev) { return st.ctx->QueryEvent(ev); });
+}
+
+void HandleEventSynchronize(SessionState& st, const CallContext& call, const wire::HandleRequest& req,
+                            Outcome* out) {
+  OnEvent(st, call, req.id, out, [&](backend::StreamHandle, backend::EventHandle ev) {
+    return SyncResult(st, st.ctx->SynchronizeEvent(ev));
+  });
+}
+
+void HandleEventElapsedTime(SessionState& st, const CallContext& call, const wire::ElapsedTimeRequest& req,
+                            Outcome* out) {
+  CallView v = StreamView(st, call);
+  backend::EventHandle a = 0, b = 0;
+  if (Status s = FindEvent(st, req.start_event, &a); !s.ok()) return out->Fail(s);
+  if (Status s = FindEvent(st, req.end_event, &b); !s.ok()) return out->Fail(s);
+  float ms = 0;
+  Status s = st.executor->Run(v, [&] { return st.ctx->ElapsedTime(a, b, &ms); });
+  if (!s.ok()) return out->Fail(s);
+  out->Set(wire::ElapsedTimeReply{ms, 0});
+}
+
+void HandleEventDestroy(SessionState& st, const CallContext& call, const wire::HandleRequest& req, Outcome* out) {
+  OnEvent(st, call, req.id, out,
+          [&](backend::StreamHandle, backend::EventHandle ev) { return st.ctx->DestroyEvent(ev); });
+  if (out->ok()) {
+    st.events.erase(req.id);
+    st.event_flags.erase(req.id);
+  }
+}
+
+// ---------------------------------------------------------------- device sync, last error
+
+void HandleDeviceSynchronize(SessionState& st, const CallContext& call, const wire::NoPayload& req,
+                             Outcome* out) {
+  CallView v = StreamView(st, call);
+  Status s = st.executor->Run(v, [&] { return SyncResult(st, st.ctx->Synchronize()); });
+  ReapRetained(st, false);
+  out->Fail(s);
+}
+
+void HandleGetLastError(SessionState& st, const CallContext& call, const wire::NoPayload& req, Outcome* out) {
+  out->Fail(SyncResult(st, Status::Ok()));
+}
+
+void HandlePeekAtLastError(SessionState& st, const CallContext& call, const wire::NoPayload& req, Outcome* out) {
+  out->Fail(st.deferred);
+}
+
+}  // namespace phos::session

@@ -1,0 +1,202 @@
+// The table of forwarded calls (interposer/protocol/calls.def, calls.h) and
+// phosd's dispatch built from it (daemon/session/call_handlers.cc): ids are
+// unique and unchanged on the wire, every row is dispatched to its handler,
+// staging is refused where a row does not allow it, unknown ids and
+// malformed payloads are answered without touching the session, and the
+// access rules give the copy/memset/free rows their operands.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "protocol/calls.h"
+#include "session/access_spec.h"
+#include "session/call_handlers.h"
+
+namespace phos::session {
+namespace {
+
+using wire::ApiId;
+using wire::CallRow;
+using wire::WireStatus;
+
+/// Dispatches one record against an empty SessionState (no context, no
+/// ring): fine for every answer that must come before a handler touches
+/// the session.
+Outcome DispatchBare(uint32_t api, std::span<const std::byte> payload, bool staged, bool call = true) {
+  SessionState st;
+  ring::Record rec;
+  rec.header.api_id = api;
+  rec.header.flags = call ? ring::kFlagWantsReply : 0;
+  rec.has_staging = staged;
+  Outcome out;
+  Dispatch(st, rec, payload, &out);
+  return out;
+}
+
+TEST(CallTableTest, IdsAndNamesAreUnique) {
+  std::set<uint32_t> ids;
+  std::set<std::string> ops;
+  for (const CallRow& r : wire::kCalls) {
+    EXPECT_TRUE(ids.insert(static_cast<uint32_t>(r.id)).second) << r.op << ": id used by another row";
+    EXPECT_TRUE(ops.insert(r.op).second) << r.op << ": op name used twice";
+  }
+  EXPECT_EQ(ids.size(), wire::kCallCount);
+}
+
+TEST(CallTableTest, IdsAreGeneratedOrPrivate) {
+  for (const CallRow& r : wire::kCalls) {
+    const auto id = static_cast<uint32_t>(r.id);
+    const bool generated = id < interposer::kApiCount;
+    const bool phos_private = id >= 0x10000;
+    EXPECT_TRUE(generated || phos_private) << r.op << " = " << id;
+    EXPECT_EQ(phos_private, std::string(r.api).rfind("phos", 0) == 0) << r.op << " (" << r.api << ")";
+  }
+}
+
+// Wire compatibility: the numeric ids of the ops that existed before the
+// table (the canonical ApiIds wire.h listed by hand) are unchanged.
+TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
+  namespace op = wire::op;
+  const std::vector<std::pair<ApiId, ApiId>> expected = {
+      {op::kGetDeviceCount, ApiId::k_cudaGetDeviceCount},
+      {op::kGetDeviceProperties, ApiId::k_cudaGetDeviceProperties},
+      {op::kDeviceGetAttribute, ApiId::k_cudaDeviceGetAttribute},
+      {op::kMemGetInfo, ApiId::k_cudaMemGetInfo},
+      {op::kMalloc, ApiId::k_cudaMalloc},
+      {op::kFree, ApiId::k_cudaFree},
+      {op::kMemcpy, ApiId::k_cudaMemcpy},
+      {op::kMemcpyAsync, ApiId::k_cudaMemcpyAsync},
+      {op::kMemset, ApiId::k_cudaMemset},
+      {op::kMemsetAsync, ApiId::k_cudaMemsetAsync},
+      {op::kStreamCreate, ApiId::k_cudaStreamCreateWithPriority},
+      {op::kStreamDestroy, ApiId::k_cudaStreamDestroy},
+      {op::kStreamSynchronize, ApiId::k_cudaStreamSynchronize},
+      {op::kStreamQuery, ApiId::k_cudaStreamQuery},
+      {op::kStreamWaitEvent, ApiId::k_cudaStreamWaitEvent},
+      {op::kEventCreate, ApiId::k_cudaEventCreateWithFlags},
+      {op::kEventRecord, ApiId::k_cudaEventRecord},
+      {op::kEventQuery, ApiId::k_cudaEventQuery},
+      {op::kEventSynchronize, ApiId::k_cudaEventSynchronize},
+      {op::kEventElapsedTime, ApiId::k_cudaEventElapsedTime},
+      {op::kEventDestroy, ApiId::k_cudaEventDestroy},
+      {op::kDeviceSynchronize, ApiId::k_cudaDeviceSynchronize},
+      {op::kGetLastError, ApiId::k_cudaGetLastError},
+      {op::kPeekAtLastError, ApiId::k_cudaPeekAtLastError},
+      {op::kModuleLoad, ApiId::k_cuModuleLoadData},
+      {op::kModuleUnload, ApiId::k_cuModuleUnload},
+      {op::kModuleGetFunction, ApiId::k_cuModuleGetFunction},
+      {op::kModuleGetGlobal, ApiId::k_cuModuleGetGlobal_v2},
+      {op::kLaunchKernel, ApiId::k_cuLaunchKernel},
+      {op::kFuncGetAttributes, ApiId::k_cuFuncGetAttribute},
+      {op::kFuncSetAttribute, ApiId::k_cuFuncSetAttribute},
+      {op::kDeviceReset, ApiId::k_cudaDeviceReset},
+      {op::kHostSegmentRegister, ApiId::k_cudaMallocHost},
+      {op::kMemcpy2D, ApiId::k_cudaMemcpy2D},
+      {op::kMemcpy2DAsync, ApiId::k_cudaMemcpy2DAsync},
+      {op::kMemset2D, ApiId::k_cudaMemset2D},
+      {op::kMemset2DAsync, ApiId::k_cudaMemset2DAsync},
+      {op::kHostCopyStats, static_cast<ApiId>(0x10000)},
+  };
+  for (const auto& [got, want] : expected) {
+    EXPECT_EQ(static_cast<uint32_t>(got), static_cast<uint32_t>(want));
+    EXPECT_NE(wire::FindCallRow(got), nullptr) << static_cast<uint32_t>(got);
+  }
+  EXPECT_EQ(expected.size(), wire::kCallCount) << "a new row: add its id here";
+}
+
+TEST(CallTableTest, EveryRowIsDispatchedToItsHandler) {
+  for (const CallRow& r : wire::kCalls) {
+    EXPECT_EQ(DispatchedRow(r.id), &r) << r.op;
+    EXPECT_EQ(wire::FindCallRow(r.id), &r) << r.op;
+  }
+  EXPECT_EQ(DispatchedRow(static_cast<ApiId>(0x10001)), nullptr);
+}
+
+TEST(CallTableTest, StagingIsRefusedForRowsThatDoNotAllowIt) {
+  std::set<std::string> staged;
+  for (const CallRow& r : wire::kCalls) {
+    if (r.staged()) {
+      staged.insert(r.op);
+      continue;
+    }
+    std::vector<std::byte> payload(r.request_bytes);
+    Outcome out = DispatchBare(static_cast<uint32_t>(r.id), payload, /*staged=*/true);
+    EXPECT_EQ(out.status, WireStatus::kNotSupported) << r.op;
+    EXPECT_NE(out.message.find("staged"), std::string::npos) << r.op << ": " << out.message;
+  }
+  // The calls that carry staging pieces today.
+  EXPECT_EQ(staged, (std::set<std::string>{"Memcpy", "MemcpyAsync", "ModuleLoad", "Memcpy2DAsync"}));
+}
+
+TEST(CallTableTest, UnknownIdsAnswerNotSupported) {
+  std::set<uint32_t> rows;
+  for (const CallRow& r : wire::kCalls) rows.insert(static_cast<uint32_t>(r.id));
+  std::vector<uint32_t> unknown = {0x10001, 0x7fffffff, 0xffffffff, static_cast<uint32_t>(interposer::kApiCount)};
+  for (uint32_t id = 0; id < interposer::kApiCount && unknown.size() < 40; id += 37) {
+    if (!rows.count(id)) unknown.push_back(id);
+  }
+  const std::byte junk[16] = {};
+  for (uint32_t id : unknown) {
+    for (bool staged : {false, true}) {
+      Outcome out = DispatchBare(id, junk, staged);
+      EXPECT_EQ(out.status, WireStatus::kNotSupported) << id;
+    }
+  }
+}
+
+TEST(CallTableTest, PayloadsOfTheWrongSizeAreInvalidBeforeAnyHandlerRuns) {
+  for (const CallRow& r : wire::kCalls) {
+    std::vector<std::byte> longer(r.request_bytes + 1);
+    if (r.shape == wire::PayloadShape::kExact) {
+      EXPECT_EQ(DispatchBare(static_cast<uint32_t>(r.id), longer, false).status, WireStatus::kInvalidValue) << r.op;
+    }
+    if (r.request_bytes > 0) {
+      std::vector<std::byte> shorter(r.request_bytes - 1);
+      EXPECT_EQ(DispatchBare(static_cast<uint32_t>(r.id), shorter, false).status, WireStatus::kInvalidValue)
+          << r.op;
+      EXPECT_EQ(DispatchBare(static_cast<uint32_t>(r.id), {}, false).status, WireStatus::kInvalidValue) << r.op;
+    }
+  }
+}
+
+TEST(CallTableTest, RepliesFitACompletionSlot) {
+  for (const CallRow& r : wire::kCalls) {
+    EXPECT_LE(r.reply_bytes, ring::kSlotResultBytes) << r.op;
+    if (r.reply_variable) {
+      EXPECT_EQ(r.reply_bytes, 0u) << r.op;
+    }
+  }
+}
+
+TEST(CallTableTest, AccessRulesGiveTheSpecRows) {
+  for (const CallRow& r : wire::kCalls) {
+    const CallSpec* spec = FindCallSpec(r.id);
+    switch (r.access) {
+      case wire::AccessRule::kCopy:
+        ASSERT_NE(spec, nullptr) << r.op;
+        EXPECT_EQ(spec->operand_count, 2u) << r.op;
+        EXPECT_EQ(spec->operands[kDstOperand].role, ArgRole::kWrite) << r.op;
+        EXPECT_EQ(spec->operands[kSrcOperand].role, ArgRole::kRead) << r.op;
+        break;
+      case wire::AccessRule::kFill:
+      case wire::AccessRule::kRelease:
+        ASSERT_NE(spec, nullptr) << r.op;
+        EXPECT_EQ(spec->operand_count, 1u) << r.op;
+        EXPECT_EQ(spec->operands[kDstOperand].role, ArgRole::kWrite) << r.op;
+        break;
+      case wire::AccessRule::kNoDeviceMemory:
+      case wire::AccessRule::kKernel:
+      case wire::AccessRule::kWhole: EXPECT_EQ(spec, nullptr) << r.op; break;
+    }
+    if (spec != nullptr) {
+      EXPECT_STREQ(spec->call, r.api);
+    }
+  }
+  EXPECT_EQ(FindCallSpec(wire::op::kMemcpyAsync)->call, std::string("cudaMemcpyAsync"));
+}
+
+}  // namespace
+}  // namespace phos::session
