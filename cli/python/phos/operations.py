@@ -12,7 +12,7 @@ _KEEPS = {"manual": pb.KEEP_MANUAL, "latest": pb.KEEP_LATEST, "best": pb.KEEP_BE
 
 
 def checkpoint(name=None, pid=None, mode="cow", gpu_only=True, out=None, keep="manual", metric=None, socket=None, *,
-               keep_count=0, lower_is_better=False):
+               keep_count=0, lower_is_better=False, kill=False):
     """Starts a checkpoint of a process running under `phos run`; returns an OperationHandle.
 
     The application keeps running (in "cow" and "recopy" modes it is stopped
@@ -42,6 +42,10 @@ def checkpoint(name=None, pid=None, mode="cow", gpu_only=True, out=None, keep="m
         keep_count: how many images keep="latest"/"best" keeps (0: phosd's
             default, 3).
         lower_is_better: keep="best" ranks smaller metrics first (a loss).
+        kill: once the image is committed, end the process (SIGKILL); the
+            operation finishes when its GPU memory is free (preemption: save,
+            then give the GPU away). Default False: it keeps running. The
+            result's counters then hold "killed": 1.
 
     Raises:
         ValueError: a bad argument (unknown mode or keep, keep="best" without
@@ -58,7 +62,8 @@ def checkpoint(name=None, pid=None, mode="cow", gpu_only=True, out=None, keep="m
         raise ValueError('keep="best" ranks images by a metric: pass metric=VALUE')
     if isinstance(keep_count, bool) or not isinstance(keep_count, int) or keep_count < 0:
         raise ValueError("keep_count must be an int >= 0 (got %r)" % (keep_count,))
-    req = pb.CheckpointRequest(pid=pid, mode=_MODES[mode], leave_running=True, gpu_only=bool(gpu_only),
+    req = pb.CheckpointRequest(pid=pid, mode=_MODES[mode], leave_running=not kill, kill=bool(kill),
+                               gpu_only=bool(gpu_only),
                                keep=_KEEPS[keep], keep_count=keep_count,
                                metric_lower_is_better=bool(lower_is_better))
     if metric is not None:

@@ -53,6 +53,9 @@ class ScriptedPhos(pb_grpc.PhosServicer):
             else:
                 yield step
 
+    def Checkpoint(self, request, context):
+        yield from self._play("Checkpoint", request, context)
+
     def Restore(self, request, context):
         yield from self._play("Restore", request, context)
 
@@ -253,6 +256,18 @@ class SdkStreamsTest(unittest.TestCase):
         self.assertEqual(req["criu"], {"shell_job": False, "tcp_established": False, "file_locks": False})
 
     # ---------------------------------------------------------- templates
+
+    def test_checkpoint_leaves_running_by_default_and_kill_ends_it(self):
+        self.script("Checkpoint", done(image_dir="/i/a", pid=7))
+        phos.checkpoint(pid=7, socket=self.socket).wait(10)
+        req = self.sent("Checkpoint")
+        self.assertEqual((req.pid, req.mode, req.kill, req.leave_running), (7, pb.MODE_COW, False, True))
+
+        self.script("Checkpoint", done(image_dir="/i/b", pid=7, counters={"killed": 1}))
+        result = phos.checkpoint(pid=7, kill=True, socket=self.socket).wait(10)
+        self.assertEqual(result.counters["killed"], 1)
+        req = self.sent("Checkpoint")
+        self.assertEqual((req.kill, req.leave_running), (True, False))
 
     def test_template_save(self):
         self.script("TemplateSave", progress("criu-dump"), progress("commit"),
