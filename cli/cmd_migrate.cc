@@ -13,7 +13,7 @@
 #include "cli/checkpoint_options.h"
 #include "cli/operation_stream.h"
 #include "cli/target.h"
-#include "server/peer_token.h"
+#include "peer/peer_token.h"
 
 namespace phos::cli {
 namespace {
@@ -30,7 +30,7 @@ struct MigrateArgs {
 
 int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
   std::string token;
-  if (Status s = server::LoadPeerToken(a.token_file, &token); !s.ok()) {
+  if (Status s = peer::LoadPeerToken(a.token_file, &token); !s.ok()) {
     std::cerr << "phos: migrate: " << s.message() << "\n";
     return 1;
   }

@@ -21,7 +21,7 @@ std::string StateName(v1::SessionState state) {
   }
 }
 
-// Calls by access-set kind (DESIGN §3): exact / speculated / unvalidatable.
+// Calls by access-set kind (docs/protocols.md "Access sets (implemented)"): exact / speculated / unvalidatable.
 std::string AccessCounts(const v1::SessionInfo& si) {
   return std::to_string(si.calls_exact()) + "/" + std::to_string(si.calls_speculated()) + "/" +
          std::to_string(si.calls_unvalidatable());

@@ -27,6 +27,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/self_dir.h"
 
 namespace phos::cli {
 namespace {
@@ -53,14 +54,6 @@ std::string ResolveOnPath(const std::string& cmd) {
   return "";
 }
 
-std::string SelfDir() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "";
-  std::string p(buf, n);
-  const size_t slash = p.rfind('/');
-  return slash == std::string::npos ? "." : p.substr(0, slash);
-}
 
 // What the ELF file says about how it uses the CUDA runtime.
 struct CudartLinkage {

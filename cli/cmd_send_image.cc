@@ -14,8 +14,8 @@
 
 #include "cli/commands.h"
 #include "cli/format.h"
-#include "server/peer_client.h"
-#include "server/peer_token.h"
+#include "peer/peer_client.h"
+#include "peer/peer_token.h"
 
 namespace phos::cli {
 namespace {
@@ -28,7 +28,7 @@ struct SendImageArgs {
 
 int RunSendImage(const SendImageArgs& a) {
   std::string token;
-  if (Status s = server::LoadPeerToken(a.token_file, &token); !s.ok()) {
+  if (Status s = peer::LoadPeerToken(a.token_file, &token); !s.ok()) {
     std::cerr << "phos: send-image: " << s.message() << "\n";
     return 1;
   }
@@ -39,7 +39,7 @@ int RunSendImage(const SendImageArgs& a) {
   }
   const bool tty = isatty(2) != 0;
   auto last = std::chrono::steady_clock::now();
-  server::SendProgress progress = [&](std::uint64_t done, std::uint64_t total) {
+  peer::SendProgress progress = [&](std::uint64_t done, std::uint64_t total) {
     if (!tty) return;
     const auto now = std::chrono::steady_clock::now();
     if (done != total && now - last < std::chrono::milliseconds(200)) return;
@@ -47,12 +47,12 @@ int RunSendImage(const SendImageArgs& a) {
     std::fprintf(stderr, "\rsend-image: %s / %s", HumanBytes(done).c_str(), HumanBytes(total).c_str());
     if (done == total) std::fprintf(stderr, "\n");
   };
-  server::SendImageOptions options;
+  peer::SendImageOptions options;
   options.chunk_bytes = a.chunk_bytes;
   options.max_bytes_per_sec = a.max_rate;
-  server::SendImageResult result;
+  peer::SendImageResult result;
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = server::SendImage(a.to, token, a.dir, name, progress, &result, options);
+  Status s = peer::SendImage(a.to, token, a.dir, name, progress, &result, options);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!s.ok()) {
     if (tty) std::fprintf(stderr, "\n");

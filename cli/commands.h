@@ -14,7 +14,11 @@ struct GlobalOptions {
   int connect_timeout_ms = 2000;
 };
 
-void AddDaemonCommand(CLI::App* app, int* exit_code);
+/// `phos daemon ARGS` is phosd: when argv asks for it, execs phosd (never
+/// returns on success; 127 when it cannot), else returns -1 (cmd_daemon.cc).
+int ExecDaemonIfAsked(int argc, char** argv);
+/// Lists `daemon` in `phos --help` (ExecDaemonIfAsked runs it).
+void AddDaemonCommand(CLI::App* app);
 void AddStatusCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 void AddPsCommand(CLI::App* app, const GlobalOptions* global, int* exit_code);
 /// phos run [--name NAME] [--lib PATH] [--] CMD ARGS... (cmd_run.cc).

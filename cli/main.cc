@@ -1,11 +1,13 @@
-// phos: the command-line front end of phos (DESIGN §8).
+// phos: the command-line front end of phos (docs/control-plane.md).
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "common/version.h"
-#include "server/daemon_options.h"
+#include "common/socket_path.h"
 
 int main(int argc, char** argv) {
+  // `phos daemon ...` is phosd (the CLI does not link the daemon).
+  if (const int rc = phos::cli::ExecDaemonIfAsked(argc, argv); rc >= 0) return rc;
   CLI::App app{
       "phos: checkpoint, restore and live-migrate running GPU processes while they keep "
       "running.\nStart the daemon with `phos daemon`, then use the other commands."};
@@ -15,13 +17,13 @@ int main(int argc, char** argv) {
   app.fallthrough();
 
   phos::cli::GlobalOptions global;
-  global.socket_path = phos::server::DefaultSocketPath();
+  global.socket_path = phos::DefaultSocketPath();
   app.add_option("--socket", global.socket_path,
                  "phosd's control socket (default $PHOS_SOCKET or /run/phos/phosd.sock)")
       ->capture_default_str();
 
   int exit_code = 0;
-  phos::cli::AddDaemonCommand(&app, &exit_code);
+  phos::cli::AddDaemonCommand(&app);
   phos::cli::AddStatusCommand(&app, &global, &exit_code);
   phos::cli::AddPsCommand(&app, &global, &exit_code);
   phos::cli::AddRunCommand(&app, &global, &exit_code);

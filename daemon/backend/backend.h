@@ -1,4 +1,4 @@
-// The narrow interface phosd drives a GPU through (DESIGN §7).
+// The narrow interface phosd drives a GPU through (docs/backends.md).
 //
 // Two implementations: `cuda` (the driver API, dlopen'ed at start) and `sim`
 // (a functional GPU in the daemon's memory). Everything above this line —
@@ -28,7 +28,7 @@
 
 namespace phos::backend {
 
-/// A device virtual address. Real and stable (DESIGN §2): the same value is
+/// A device virtual address. Real and stable (docs/backends.md): the same value is
 /// valid in the app, in phosd, and after a restore.
 using DevicePtr = std::uint64_t;
 
@@ -109,7 +109,7 @@ enum class FunctionAttribute {
 };
 
 /// GPU libraries whose per-context state a backend may prepare together with
-/// the context (DESIGN §6: the pool hides their set-up cost too).
+/// the context (docs/backends.md "Context pool": the pool hides their set-up cost too).
 enum class Library {
   kCublas,  // a cublasHandle_t
 };

@@ -14,7 +14,7 @@ enum class BackendKind { kAuto, kCuda, kSim };
 /// Parses "auto" / "cuda" / "sim".
 Status ParseBackendKind(const std::string& text, BackendKind* out);
 
-/// The sim device model (DESIGN §7). Defaults model one H100.
+/// The sim device model (docs/backends.md). Defaults model one H100.
 struct SimOptions {
   int device_count = 1;
   /// Modelled device memory per device; allocations beyond it fail with
@@ -43,7 +43,7 @@ struct SimOptions {
 struct CudaOptions {
   /// The driver library to dlopen.
   std::string driver_library = "libcuda.so.1";
-  /// cuBLAS, for the handle prepared with every context (DESIGN §6). Empty =
+  /// cuBLAS, for the handle prepared with every context (docs/backends.md "Context pool"). Empty =
   /// the soname of the toolkit phos was built with (libcublas.so.13 for CUDA
   /// 13); "none" = do not load it. If it cannot be loaded the backend logs
   /// that once and contexts have no cuBLAS handle.

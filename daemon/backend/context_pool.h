@@ -1,4 +1,4 @@
-// The context pool (DESIGN §6): per GPU, up to N contexts created ahead of
+// The context pool (docs/backends.md "Context pool"): per GPU, up to N contexts created ahead of
 // time, so a new session, a cudaDeviceReset or a restore takes one at once
 // instead of paying for context creation (hundreds of milliseconds on a real
 // GPU, with the cuBLAS handle the cuda backend prepares in each context).

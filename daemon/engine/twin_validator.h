@@ -1,4 +1,4 @@
-// The C/R engine's twin validator (DESIGN §3 "Validation"; docs/instrument.md
+// The C/R engine's twin validator (docs/protocols.md "Access sets (implemented)" "Validation"; docs/instrument.md
 // "Twin kernels"): while a checkpoint or restore is in flight, a kernel
 // launch whose access set was speculated runs as its twin — the same kernel
 // with every global access checked against the speculated ranges, misses

@@ -1,4 +1,4 @@
-// Reusable page-aligned staging buffers for image I/O (DESIGN §5: "from
+// Reusable page-aligned staging buffers for image I/O (docs/image-format.md: "from
 // reusable pinned buffers, no per-object allocation").
 //
 // Buffers are allocated once with posix_memalign (4 KiB aligned, as O_DIRECT

@@ -1,4 +1,4 @@
-// HostTier: checkpoint images kept in phosd's memory (DESIGN §5 tiers: fault
+// HostTier: checkpoint images kept in phosd's memory (docs/image-format.md tiers: fault
 // tolerance — a restore after an app crash needs no disk — and serverless
 // templates). An image here is the same manifest plus its buffers' bytes.
 //

@@ -1,4 +1,4 @@
-// ImageWriter: writes one checkpoint directory (DESIGN §5).
+// ImageWriter: writes one checkpoint directory (docs/image-format.md).
 //
 //   Open(DIR)            creates DIR.tmp/ and DIR.tmp/gpu.img
 //   AddBuffer(addr, n)   reserves a 4 KiB-aligned extent in gpu.img

@@ -1,4 +1,4 @@
-// Lifecycle classes and their retention plans (DESIGN §5, FDP study).
+// Lifecycle classes and their retention plans (docs/image-format.md, FDP study).
 //
 //   latest  rotated: keep the newest N (by created time)
 //   best    keep the top-k by the metric given with the checkpoint (higher

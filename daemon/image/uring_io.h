@@ -1,4 +1,4 @@
-// UringIo: io_uring + O_DIRECT IoBackend (DESIGN §5, storage study).
+// UringIo: io_uring + O_DIRECT IoBackend (docs/image-format.md, storage study).
 //
 // One ring per open file; requests in flight are bounded by the staging
 // buffers (IoOptions::queue_depth private ones, or a shared pool).

@@ -18,10 +18,18 @@
 #include "engine/progress.h"
 #include "image/image_catalog.h"
 #include "server/phos_service.h"
-#include "server/process_checkpoint.h"
+#include "process/process_checkpoint.h"
 #include "server/rpc_events.h"
 
 namespace phos::server {
+
+// The concepts these RPCs adapt (daemon/process, templates, peer).
+using process::CheckpointProcess;
+using process::ProcessCheckpointResult;
+using process::ProcessRestoreOptions;
+using process::ProcessRestoreResult;
+using process::RestoreProcess;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

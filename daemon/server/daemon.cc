@@ -49,7 +49,7 @@ Status Daemon::Start(const DaemonOptions& options) {
                  std::strerror(errno));
   }
 
-  // The pool starts filling at once, in the background (DESIGN §6).
+  // The pool starts filling at once, in the background (docs/backends.md "Context pool").
   backend::ContextPoolOptions pool_options;
   pool_options.contexts_per_device = options.pool_size;
   context_pool_ = std::make_unique<backend::ContextPool>(backend_.get(), pool_options);
@@ -75,10 +75,15 @@ Status Daemon::Start(const DaemonOptions& options) {
   service_->OpenTemplates();
   if (!options.listen.empty()) {
     PhosService* service = service_.get();  // outlives the peer server (Shutdown order)
-    PeerRestorer restorer = [service](const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply) {
+    peer::PeerRestorer restorer = [service](const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply) {
       return service->RestoreForPeer(dir, resume, reply);
     };
-    if (Status p = peer_server_.Start(options, checkpoint_root, std::move(restorer)); !p.ok()) {
+    peer::PeerServerOptions po;
+    po.listen = options.listen;
+    po.peer_token_file = options.peer_token_file;
+    po.max_receive_bytes = options.max_receive_bytes;
+    po.test_drop_restore_reply = options.test_drop_restore_reply;
+    if (Status p = peer_server_.Start(po, checkpoint_root, std::move(restorer)); !p.ok()) {
       Shutdown();
       return p.WithContext("cannot start the peer plane");
     }
@@ -87,7 +92,7 @@ Status Daemon::Start(const DaemonOptions& options) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
-  // Socket mode 0660 (DESIGN §1: access to the socket is access to phosd).
+  // Socket mode 0660 (docs/architecture.md "Path 1": access to the socket is access to phosd).
   // Set through the umask so the socket is never, even briefly, wider.
   mode_t old_umask = umask(0117);
   server_ = builder.BuildAndStart();

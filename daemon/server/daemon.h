@@ -14,7 +14,7 @@
 #include "backend/context_pool.h"
 #include "common/status.h"
 #include "server/daemon_options.h"
-#include "server/peer_service.h"
+#include "peer/peer_service.h"
 #include "server/phos_service.h"
 #include "server/session_registry.h"
 #include "server/socket_guard.h"
@@ -59,7 +59,7 @@ class Daemon {
   std::unique_ptr<grpc::Server> server_;
   // The TCP peer plane (--listen); started after the checkpoint root is
   // known, stopped first in Shutdown().
-  PeerServer peer_server_;
+  peer::PeerServer peer_server_;
   // The data plane; created in Start() after the backend, stopped first in
   // Shutdown() (apps waiting in calls are released) and destroyed before
   // the backend. Its sessions publish into sessions_.

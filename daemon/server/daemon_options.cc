@@ -4,16 +4,6 @@
 
 namespace phos::server {
 
-std::string DefaultSocketPath() {
-  const char* env = std::getenv("PHOS_SOCKET");
-  if (env != nullptr && env[0] != '\0') return env;
-  return kDefaultSocketPath;
-}
-
-}  // namespace phos::server
-
-namespace phos::server {
-
 std::string DefaultSignatureCacheDir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/')
     return std::string(xdg) + "/phos/signatures";

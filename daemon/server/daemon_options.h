@@ -5,14 +5,10 @@
 #include <string>
 
 #include "backend/backend_factory.h"
+#include "common/socket_path.h"
 
 namespace phos::server {
 
-/// The default control socket; $PHOS_SOCKET overrides it, --socket too.
-inline constexpr const char* kDefaultSocketPath = "/run/phos/phosd.sock";
-
-/// $PHOS_SOCKET if set and non-empty, else kDefaultSocketPath.
-std::string DefaultSocketPath();
 
 /// $XDG_CACHE_HOME/phos/signatures, else $HOME/.cache/phos/signatures,
 /// else "" (no cache).
@@ -22,7 +18,7 @@ struct DaemonOptions {
   std::string socket_path = DefaultSocketPath();
   std::string log_level = "info";
   backend::BackendOptions backend;
-  /// Contexts pre-created per GPU by the context pool (DESIGN §6); 0
+  /// Contexts pre-created per GPU by the context pool (docs/backends.md "Context pool"); 0
   /// disables it (every session creates its context on demand).
   int pool_size = 2;
   /// Bounded on-device reserve for soft copy-on-write shadows.

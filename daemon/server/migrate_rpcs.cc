@@ -11,13 +11,22 @@
 
 #include "engine/operations.h"
 #include "engine/progress.h"
-#include "server/clock_util.h"
-#include "server/migration.h"
+#include "common/clock_util.h"
+#include "peer/migration.h"
 #include "server/phos_service.h"
-#include "server/process_checkpoint.h"
+#include "process/process_checkpoint.h"
 #include "server/rpc_events.h"
 
 namespace phos::server {
+
+// The concepts these RPCs adapt (daemon/process, templates, peer).
+using process::ProcessRestoreOptions;
+using process::ProcessRestoreResult;
+using process::RestoreProcess;
+using peer::MigrateOptions;
+using peer::MigrateResult;
+using peer::MigrateProcess;
+
 
 grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest* req,
                                   grpc::ServerWriter<v1::OperationEvent>* writer) {

@@ -5,7 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/version.h"
-#include "server/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace phos::server {
 namespace {

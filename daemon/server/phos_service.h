@@ -14,9 +14,9 @@
 #include "backend/context_pool.h"
 #include "peer.pb.h"
 #include "phos.grpc.pb.h"
-#include "server/restored_processes.h"
+#include "process/restored_processes.h"
 #include "server/session_registry.h"
-#include "server/template_store.h"
+#include "templates/template_store.h"
 #include "session/session_server.h"
 
 namespace phos::server {
@@ -131,9 +131,9 @@ class PhosService final : public v1::Phos::Service {
   int recopy_rounds_ = 5;                               // ditto
   std::atomic<session::SessionServer*> session_server_{nullptr};  // see SetSessionServer
   std::string template_cache_ = "auto";        // set before OpenTemplates, read-only after
-  std::unique_ptr<TemplateStore> templates_;   // set by OpenTemplates before serving; locks itself
+  std::unique_ptr<templates::TemplateStore> templates_;   // set by OpenTemplates before serving; locks itself
   phos::Status templates_status_;              // why templates_ is null; set with it
-  RestoredProcesses restored_;  // reaps what Restore restored (thread-safe)
+  process::RestoredProcesses restored_;  // reaps what Restore restored (thread-safe)
 };
 
 }  // namespace phos::server

@@ -19,8 +19,8 @@
 #include "common/status.h"
 #include "engine/progress.h"
 #include "phos.grpc.pb.h"
-#include "server/grpc_status.h"
-#include "server/process_image.h"
+#include "common/grpc_status.h"
+#include "process/process_image.h"
 
 namespace phos::server {
 
@@ -75,8 +75,8 @@ class RunningAnnouncer {
 };
 
 /// A request's CriuOptions as the process code takes them.
-inline CriuUserOptions FromProto(const v1::CriuOptions& c) {
-  return CriuUserOptions{c.shell_job(), c.tcp_established(), c.file_locks()};
+inline process::CriuUserOptions FromProto(const v1::CriuOptions& c) {
+  return process::CriuUserOptions{c.shell_job(), c.tcp_established(), c.file_locks()};
 }
 
 }  // namespace phos::server

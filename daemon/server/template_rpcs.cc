@@ -25,13 +25,26 @@
 #include "engine/operations.h"
 #include "engine/progress.h"
 #include "image/file_util.h"
-#include "server/clock_util.h"
+#include "common/clock_util.h"
 #include "server/phos_service.h"
-#include "server/process_checkpoint.h"
+#include "process/process_checkpoint.h"
 #include "server/rpc_events.h"
-#include "server/template_store.h"
+#include "templates/template_store.h"
 
 namespace phos::server {
+
+// The concepts these RPCs adapt (daemon/process, templates, peer).
+using process::CheckpointProcess;
+using process::ProcessCheckpointResult;
+using process::ProcessRestoreOptions;
+using process::ProcessRestoreResult;
+using process::RestoreProcess;
+using process::ProcessImage;
+using templates::TemplateStore;
+using templates::TemplateInstance;
+using templates::TemplateMeta;
+using templates::TemplateView;
+
 namespace {
 
 /// The instance's session is still published: phosd has not released its

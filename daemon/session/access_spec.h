@@ -1,5 +1,5 @@
 // The spec table: argument roles of the runtime's (and later the
-// libraries') calls that touch device memory (DESIGN §3, "a spec table of
+// libraries') calls that touch device memory (docs/protocols.md "Access sets (implemented)", "a spec table of
 // argument roles"). Each row of the table of forwarded calls
 // (interposer/protocol/calls.def) names an access rule (wire::AccessRule);
 // this file gives each rule its operands and roles, and CallSpecs() is one

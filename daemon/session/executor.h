@@ -1,4 +1,4 @@
-// The executor: admits each decoded call before it runs (DESIGN §4: "every
+// The executor: admits each decoded call before it runs (docs/protocols.md: "every
 // call is admitted by the executor only after the protocol has looked at
 // its access set").
 //
@@ -40,7 +40,7 @@ struct AccessRange {
   bool write = false;
 };
 
-/// How a call's access set was obtained (DESIGN §3; docs/protocols.md
+/// How a call's access set was obtained (docs/protocols.md "Access sets (implemented)"; docs/protocols.md
 /// "Access sets (implemented)"). phosd computes every set from the decoded
 /// call; the app never supplies one.
 enum class AccessKind : uint8_t {

@@ -1,7 +1,7 @@
-// Access sets of kernel launches, computed in phosd (DESIGN §3 "Read and
+// Access sets of kernel launches, computed in phosd (docs/protocols.md "Access sets (implemented)" "Read and
 // write sets"; docs/protocols.md "Access sets (implemented)").
 //
-// Deviation from DESIGN §3: the design has libphos.so compute access sets.
+// Deviation from docs/protocols.md "Access sets (implemented)": the design has libphos.so compute access sets.
 // phosd computes them instead, from the call it decodes: the app is
 // untrusted (a set the app supplies could lie and silently corrupt a
 // checkpoint), and phosd already has the session's buffer map and every

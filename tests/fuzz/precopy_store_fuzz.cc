@@ -1,5 +1,5 @@
 // libFuzzer target for the destination's pre-copy store
-// (daemon/server/precopy_store.h): a source on the network chooses every
+// (daemon/image/precopy_store.h): a source on the network chooses every
 // field of every PrecopyData, so no sequence of them may crash phosd, place
 // a copy outside the file's bounds or over another live copy, or grow the
 // file past its limit. The store's file lives under /dev/shm.
@@ -27,7 +27,7 @@
 
 #include <unistd.h>
 
-#include "server/precopy_store.h"
+#include "image/precopy_store.h"
 
 namespace {
 
@@ -50,9 +50,9 @@ constexpr uint64_t kLimit = 4096;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = "/dev/shm/phos-precopy-fuzz-" + std::to_string(getpid()) + "/s.tmp";
-  std::unique_ptr<phos::server::PrecopyStore> owned;
-  if (!phos::server::PrecopyStore::Open("fuzz", dir, kLimit, &owned).ok()) abort();
-  phos::server::PrecopyStore& store = *owned;
+  std::unique_ptr<phos::image::PrecopyStore> owned;
+  if (!phos::image::PrecopyStore::Open("fuzz", dir, kLimit, &owned).ok()) abort();
+  phos::image::PrecopyStore& store = *owned;
   Input in{data, size};
   uint64_t op = 0;
   while (in.Take(1, &op)) {
@@ -103,7 +103,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 2: {
         uint64_t id;
         if (!in.Take(1, &id)) return 0;
-        phos::server::PrecopyStore::Placement p;
+        phos::image::PrecopyStore::Placement p;
         if (store.Lookup(id, &p).ok()) {
           if (p.file_offset < 4096 || p.file_offset % 4096 != 0 || p.bytes == 0 ||
               p.file_offset - 4096 + p.bytes > kLimit) {

@@ -48,7 +48,7 @@ class MigrationResult:
 def load_peer_token(path):
     """The peer token in the file at `path`: its first line, whitespace-trimmed.
 
-    The same checks as phos and phosd (daemon/server/peer_token.cc): the file
+    The same checks as phos and phosd (daemon/peer/peer_token.cc): the file
     must exist, be a regular file, be private to its owner (no group or
     other permission bit: whoever reads the token can push images to the
     destination) and hold a non-empty first line. Raises ValueError saying

@@ -1,5 +1,5 @@
 // The `cuda` backend: phos::backend::Backend over the CUDA driver API,
-// dlopen'ed at start (DESIGN §7). CreateCudaBackend (backend_factory.h) is
+// dlopen'ed at start (docs/backends.md). CreateCudaBackend (backend_factory.h) is
 // the only way in; it returns Unavailable, with the reason, where there is no
 // driver or no GPU, so the same phosd binary runs on machines without one.
 #pragma once

@@ -5,7 +5,7 @@
 // share it — one session's Synchronize would wait for every other session's
 // work, one faulting kernel would poison all sessions (CUDA errors of device
 // work are sticky per context), and a restore could never get the "fresh
-// context" DESIGN §4 asks for. The context pool (DESIGN §6) wants several
+// context" docs/protocols.md asks for. The context pool (docs/backends.md "Context pool") wants several
 // independent contexts per GPU, created ahead of time; cuCtxCreate gives
 // exactly that. (The backend retains the primary context only to answer
 // Backend::GetMemoryInfo, see cuda_backend.h.)
@@ -15,7 +15,7 @@
 //
 // Device memory comes from the virtual-memory API (cuMemAddressReserve at a
 // chosen address, cuMemCreate, cuMemMap, cuMemSetAccess), so a restore can map
-// each buffer at its old address (DESIGN §2). Physical allocations made this
+// each buffer at its old address (docs/backends.md). Physical allocations made this
 // way belong to the process, not to the context; this Context tracks the ones
 // it made and frees them when destroyed.
 //

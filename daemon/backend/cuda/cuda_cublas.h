@@ -1,5 +1,5 @@
 // cuBLAS, loaded at run time for the per-context handles the cuda backend
-// prepares with every context (DESIGN §6: a pooled context comes with its
+// prepares with every context (docs/backends.md "Context pool": a pooled context comes with its
 // cuBLAS handle and workspace, so a session's first GEMM does not pay for
 // cublasCreate).
 //

@@ -1,4 +1,4 @@
-// The CUDA driver API, loaded at run time (DESIGN §7).
+// The CUDA driver API, loaded at run time (docs/backends.md).
 //
 // phos never links against libcuda: the same phosd binary must start on a
 // machine with no NVIDIA driver and fall back to the sim backend. LoadCudaDriver

@@ -1,5 +1,5 @@
 // The sim Backend: N modelled H100s sharing one reserved device address
-// range (DESIGN §7). CreateSimBackend (backend_factory.h) makes one.
+// range (docs/backends.md). CreateSimBackend (backend_factory.h) makes one.
 #pragma once
 
 #include <memory>

@@ -36,11 +36,11 @@
 #include "common/status.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
-#include "server/process_image.h"
+#include "process/process_image.h"
 #include "session/session.h"
 #include "session/session_server.h"
 
-namespace phos::server {
+namespace phos::process {
 
 struct ProcessCheckpointResult {
   engine::CheckpointResult gpu;
@@ -92,4 +92,4 @@ struct ProcessRestoreOptions {
 Status RestoreProcess(session::SessionServer* server, const std::string& dir, engine::Progress* progress,
                       ProcessRestoreResult* result, const ProcessRestoreOptions& options = {});
 
-}  // namespace phos::server
+}  // namespace phos::process

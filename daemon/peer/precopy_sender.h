@@ -29,7 +29,7 @@
 #include "engine/precopy_sink.h"
 #include "peer.grpc.pb.h"
 
-namespace phos::server {
+namespace phos::peer {
 
 struct PrecopyStats {
   std::uint64_t copies = 0;   // handed over by the engine
@@ -62,4 +62,4 @@ class PrecopySender final : public engine::PrecopySink {
   PrecopyStats stats_;
 };
 
-}  // namespace phos::server
+}  // namespace phos::peer

@@ -7,7 +7,7 @@
 
 #include "common/status.h"
 
-namespace phos::server {
+namespace phos {
 
 grpc::StatusCode ToGrpcCode(const phos::Status& s);
 
@@ -16,4 +16,4 @@ inline grpc::Status ToGrpcStatus(const phos::Status& s) {
   return s.ok() ? grpc::Status::OK : grpc::Status(ToGrpcCode(s), s.message());
 }
 
-}  // namespace phos::server
+}  // namespace phos

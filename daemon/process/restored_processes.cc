@@ -1,4 +1,4 @@
-#include "server/restored_processes.h"
+#include "process/restored_processes.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -15,7 +15,7 @@
 #define P_PIDFD 3
 #endif
 
-namespace phos::server {
+namespace phos::process {
 
 RestoredProcesses::RestoredProcesses() {
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -98,4 +98,4 @@ void RestoredProcesses::ReaperLoop() {
   }
 }
 
-}  // namespace phos::server
+}  // namespace phos::process

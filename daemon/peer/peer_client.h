@@ -18,7 +18,7 @@
 
 #include "common/status.h"
 
-namespace phos::server {
+namespace phos::peer {
 
 /// A part of a file the destination takes from its pre-copy of the image
 /// (PhosPeer.Precopy) instead of the stream: bytes [offset, offset +
@@ -103,4 +103,4 @@ Status RestoreStatusOnPeer(const std::string& host_port, const std::string& toke
 /// (PhosPeer.Ping); errors as SendImage's.
 Status PingPeer(const std::string& host_port, const std::string& token, int connect_timeout_ms = 5000);
 
-}  // namespace phos::server
+}  // namespace phos::peer

@@ -17,7 +17,7 @@
 #include "common/status.h"
 #include "ring/ring_layout.h"
 
-namespace phos::server {
+namespace phos::process {
 
 inline constexpr const char* kProcessImageFile = "process.txt";
 inline constexpr const char* kCriuSubdir = "criu";
@@ -81,4 +81,4 @@ Status PidNamespaceRole(pid_t pid, bool* own_ns);
 /// True if /proc/PID/fd holds socket:[inode].
 bool ProcessHoldsSocket(pid_t pid, uint64_t inode);
 
-}  // namespace phos::server
+}  // namespace phos::process

@@ -66,7 +66,7 @@
 
 #include "common/status.h"
 
-namespace phos::server {
+namespace phos::templates {
 
 inline constexpr const char* kTemplateMetaFile = "template.txt";
 
@@ -189,4 +189,4 @@ class TemplateStore {
   std::thread warm_;
 };
 
-}  // namespace phos::server
+}  // namespace phos::templates

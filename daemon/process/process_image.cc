@@ -1,4 +1,4 @@
-#include "server/process_image.h"
+#include "process/process_image.h"
 
 #include <fcntl.h>
 #include <linux/netlink.h>
@@ -19,7 +19,7 @@
 
 #include "common/proc_nspid.h"
 
-namespace phos::server {
+namespace phos::process {
 namespace {
 
 std::string Hex(const std::string& s) {
@@ -268,4 +268,4 @@ Status PidNamespaceRole(pid_t pid, bool* own_ns) {
                               "(its own namespace) or `phos run --no-pid-ns`");
 }
 
-}  // namespace phos::server
+}  // namespace phos::process

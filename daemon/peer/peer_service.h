@@ -22,10 +22,9 @@
 
 #include "common/status.h"
 #include "peer.grpc.pb.h"
-#include "server/daemon_options.h"
-#include "server/precopy_store.h"
+#include "image/precopy_store.h"
 
-namespace phos::server {
+namespace phos::peer {
 
 /// Restores the whole-process image in a directory and (resume) lets it
 /// run; the daemon's gRPC service provides it (PhosService::RestoreForPeer).
@@ -64,13 +63,13 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   grpc::Status Authenticate(grpc::ServerContext* context);
   grpc::Status Receive(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
                        peer::v1::ReceiveImageReply* reply);
-  Status ReceivePrecopy(const std::shared_ptr<PrecopyStore>& store, grpc::ServerContext* context,
+  Status ReceivePrecopy(const std::shared_ptr<image::PrecopyStore>& store, grpc::ServerContext* context,
                         grpc::ServerReader<peer::v1::PrecopyChunk>* reader);
   /// mu_ held: forgets sealed pre-copies older than kPrecopyTtl.
   void DropExpiredPrecopiesLocked();
   /// The sealed pre-copy of `name`, removed from the registry (its image
   /// claims it), or null.
-  std::shared_ptr<PrecopyStore> TakePrecopy(const std::string& name);
+  std::shared_ptr<image::PrecopyStore> TakePrecopy(const std::string& name);
 
   /// What RestoreStatus answers about one image name. RESTORE_STATE_UNKNOWN
   /// here means "fenced": RestoreStatus already answered UNKNOWN for a name
@@ -85,7 +84,7 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   void RecordRestoreLocked(const std::string& name, RestoreRecord record);
 
   struct HeldPrecopy {
-    std::shared_ptr<PrecopyStore> store;
+    std::shared_ptr<image::PrecopyStore> store;
     bool sealed = false;
     std::chrono::steady_clock::time_point sealed_at;
   };
@@ -105,13 +104,22 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   std::deque<std::string> restore_order_;          // restores_'s names, oldest first
 };
 
+/// What the peer plane is told at start (phosd's --listen, --peer-token,
+/// --max-receive-bytes and the tests' --test-drop-restore-reply).
+struct PeerServerOptions {
+  std::string listen;            // HOST:PORT
+  std::string peer_token_file;   // first line: the token
+  std::uint64_t max_receive_bytes = 1ull << 40;
+  bool test_drop_restore_reply = false;
+};
+
 /// The TCP server of the peer plane; inert unless Start() is called.
 class PeerServer {
  public:
   ~PeerServer() { Shutdown(); }
   /// Loads options.peer_token_file, listens on options.listen and serves
   /// PeerService. The token is checked before anything listens.
-  Status Start(const DaemonOptions& options, const std::string& checkpoint_root, PeerRestorer restorer);
+  Status Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer);
   /// Stops serving (in-flight transfers get a short grace period). Idempotent.
   void Shutdown();
   /// The port actually bound (options.listen may say port 0); 0 when not started.
@@ -124,4 +132,4 @@ class PeerServer {
   int port_ = 0;
 };
 
-}  // namespace phos::server
+}  // namespace phos::peer

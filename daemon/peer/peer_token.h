@@ -7,7 +7,7 @@
 
 #include "common/status.h"
 
-namespace phos::server {
+namespace phos::peer {
 
 /// The gRPC metadata header that carries the token on every PhosPeer call.
 inline constexpr const char* kPeerTokenHeader = "phos-peer-token";
@@ -22,4 +22,4 @@ Status LoadPeerToken(const std::string& path, std::string* token);
 /// the first difference is (no timing oracle for guessing the token).
 bool PeerTokenMatches(std::string_view expected, std::string_view presented);
 
-}  // namespace phos::server
+}  // namespace phos::peer

@@ -22,7 +22,7 @@
 #include <optional>
 #include <thread>
 
-namespace phos::server {
+namespace phos::process {
 
 class RestoredProcesses {
  public:
@@ -55,4 +55,4 @@ class RestoredProcesses {
   std::thread reaper_;
 };
 
-}  // namespace phos::server
+}  // namespace phos::process

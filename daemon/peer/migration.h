@@ -34,10 +34,10 @@
 #include "common/status.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
-#include "server/process_image.h"
+#include "process/process_image.h"
 #include "session/session.h"
 
-namespace phos::server {
+namespace phos::peer {
 
 struct MigrateOptions {
   std::string destination;         // HOST:PORT of the peer phosd (--listen)
@@ -49,7 +49,7 @@ struct MigrateOptions {
   /// Recopy: stream the rounds' copies during the rounds (default). false:
   /// every byte travels after the freeze (the benchmark's baseline).
   bool precopy = true;
-  CriuUserOptions criu;            // --shell-job/--tcp-established/--file-locks
+  process::CriuUserOptions criu;            // --shell-job/--tcp-established/--file-locks
 };
 
 struct MigrateResult {
@@ -80,4 +80,4 @@ struct MigrateResult {
 Status MigrateProcess(session::Session& session, const MigrateOptions& options, engine::Progress* progress,
                       MigrateResult* result);
 
-}  // namespace phos::server
+}  // namespace phos::peer

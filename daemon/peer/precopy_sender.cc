@@ -1,13 +1,13 @@
-#include "server/precopy_sender.h"
+#include "peer/precopy_sender.h"
 
 #include <algorithm>
 #include <thread>
 
 #include "common/hex.h"
-#include "server/peer_client.h"
-#include "server/peer_token.h"
+#include "peer/peer_client.h"
+#include "peer/peer_token.h"
 
-namespace phos::server {
+namespace phos::peer {
 namespace {
 constexpr std::uint64_t kChunkBytes = 2ull << 20;  // as SendImage's FileData
 constexpr int kConnectTimeoutMs = 5000;
@@ -95,4 +95,4 @@ Status PrecopySender::Finish(PrecopyStats* stats) {
   return Status::Ok();
 }
 
-}  // namespace phos::server
+}  // namespace phos::peer

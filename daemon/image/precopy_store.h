@@ -41,7 +41,7 @@
 
 struct XXH3_state_s;
 
-namespace phos::server {
+namespace phos::image {
 
 class PrecopyStore {
  public:
@@ -101,4 +101,4 @@ class PrecopyStore {
   XXH3_state_s* xxh_ = nullptr;    // the current image chunk's running hash
 };
 
-}  // namespace phos::server
+}  // namespace phos::image

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cstdint>
 
-namespace phos::server {
+namespace phos {
 
 using Clock = std::chrono::steady_clock;
 
@@ -25,4 +25,4 @@ inline std::int64_t RealtimeNs() {
   return std::int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
-}  // namespace phos::server
+}  // namespace phos

@@ -40,11 +40,11 @@
 
 #include "common/status.h"
 #include "peer.pb.h"
-#include "server/precopy_store.h"
+#include "image/precopy_store.h"
 
 struct XXH3_state_s;
 
-namespace phos::server {
+namespace phos::image {
 
 struct ImageReceiverOptions {
   /// <checkpoint root>/incoming; created (0700) if missing.
@@ -114,4 +114,4 @@ class ImageReceiver {
   bool finished_ = false;  // committed or discarded
 };
 
-}  // namespace phos::server
+}  // namespace phos::image

@@ -1,4 +1,4 @@
-#include "server/peer_client.h"
+#include "peer/peer_client.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,9 +16,9 @@
 #include <xxhash.h>
 
 #include "peer.grpc.pb.h"
-#include "server/peer_token.h"
+#include "peer/peer_token.h"
 
-namespace phos::server {
+namespace phos::peer {
 namespace {
 
 namespace fs = std::filesystem;
@@ -285,4 +285,4 @@ Status PingPeer(const std::string& host_port, const std::string& token, int conn
   return Status::Ok();
 }
 
-}  // namespace phos::server
+}  // namespace phos::peer

@@ -1,4 +1,4 @@
-#include "server/process_checkpoint.h"
+#include "process/process_checkpoint.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -20,9 +20,9 @@
 #include "engine/fresh_restore.h"
 #include "image/file_util.h"
 #include "ring/channel.h"
-#include "server/clock_util.h"
+#include "common/clock_util.h"
 
-namespace phos::server {
+namespace phos::process {
 
 Status DescribeForDump(session::Session& sess, session::SessionState& st, ProcessImage* im,
                        const CriuUserOptions& criu) {
@@ -341,4 +341,4 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   return Status::Ok();
 }
 
-}  // namespace phos::server
+}  // namespace phos::process

@@ -1,4 +1,4 @@
-#include "server/template_store.h"
+#include "templates/template_store.h"
 
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -21,10 +21,14 @@
 #include "image/file_util.h"
 #include "image/image_layout.h"
 #include "image/image_reader.h"
-#include "server/clock_util.h"
-#include "server/process_image.h"
+#include "common/clock_util.h"
+#include "process/process_image.h"
 
-namespace phos::server {
+namespace phos::templates {
+
+using process::kProcessImageFile;
+using process::ProcessImage;
+using process::ReadProcessImage;
 namespace fs = std::filesystem;
 
 namespace {
@@ -539,4 +543,4 @@ std::vector<TemplateView> TemplateStore::List(const std::function<bool(const Tem
   return out;  // entries_ is a std::map: sorted by name
 }
 
-}  // namespace phos::server
+}  // namespace phos::templates

@@ -1,4 +1,4 @@
-#include "server/image_receiver.h"
+#include "image/image_receiver.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -16,7 +16,7 @@
 #include "image/image_layout.h"
 #include "image/manifest_file.h"
 
-namespace phos::server {
+namespace phos::image {
 namespace {
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
@@ -365,4 +365,4 @@ void ImageReceiver::Discard() {
   if (Status s = image::RemoveTree(tmp_dir_); !s.ok()) spdlog::warn("peer: cannot remove {}: {}", tmp_dir_, s.ToString());
 }
 
-}  // namespace phos::server
+}  // namespace phos::image

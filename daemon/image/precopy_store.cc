@@ -1,4 +1,4 @@
-#include "server/precopy_store.h"
+#include "image/precopy_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 #include "image/file_util.h"
 #include "image/image_layout.h"
 
-namespace phos::server {
+namespace phos::image {
 
 Status PrecopyStore::Open(const std::string& name, const std::string& dir, std::uint64_t max_bytes,
                           std::unique_ptr<PrecopyStore>* out) {
@@ -205,4 +205,4 @@ std::uint64_t PrecopyStore::bytes() const {
   return held_bytes_;
 }
 
-}  // namespace phos::server
+}  // namespace phos::image

@@ -1,6 +1,6 @@
-#include "server/grpc_status.h"
+#include "common/grpc_status.h"
 
-namespace phos::server {
+namespace phos {
 
 grpc::StatusCode ToGrpcCode(const phos::Status& s) {
   using C = phos::Status::Code;
@@ -18,4 +18,4 @@ grpc::StatusCode ToGrpcCode(const phos::Status& s) {
   }
 }
 
-}  // namespace phos::server
+}  // namespace phos

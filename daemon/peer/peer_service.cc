@@ -1,4 +1,4 @@
-#include "server/peer_service.h"
+#include "peer/peer_service.h"
 
 #include "common/version.h"
 
@@ -7,11 +7,16 @@
 
 #include <spdlog/spdlog.h>
 
-#include "server/grpc_status.h"
-#include "server/image_receiver.h"
-#include "server/peer_token.h"
+#include "common/grpc_status.h"
+#include "image/image_receiver.h"
+#include "peer/peer_token.h"
 
-namespace phos::server {
+namespace phos::peer {
+
+using image::CheckImageName;
+using image::ImageReceiver;
+using image::ImageReceiverOptions;
+using image::PrecopyStore;
 namespace {
 
 using peer::v1::ImageChunk;
@@ -329,7 +334,7 @@ Status PeerService::ReceivePrecopy(const std::shared_ptr<PrecopyStore>& store, g
   return store->Seal();
 }
 
-Status PeerServer::Start(const DaemonOptions& options, const std::string& checkpoint_root, PeerRestorer restorer) {
+Status PeerServer::Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer) {
   std::string token;
   PHOS_RETURN_IF_ERROR(LoadPeerToken(options.peer_token_file, &token).WithContext("--peer-token"));
   service_ = std::make_unique<PeerService>(std::move(token), checkpoint_root, options.max_receive_bytes,
@@ -363,4 +368,4 @@ void PeerServer::Shutdown() {
   port_ = 0;
 }
 
-}  // namespace phos::server
+}  // namespace phos::peer

@@ -1,4 +1,4 @@
-#include "server/peer_token.h"
+#include "peer/peer_token.h"
 
 #include <sys/stat.h>
 
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
-namespace phos::server {
+namespace phos::peer {
 
 Status LoadPeerToken(const std::string& path, std::string* token) {
   if (path.empty()) return Status::InvalidArgument("no peer token file given (--peer-token FILE)");
@@ -56,4 +56,4 @@ bool PeerTokenMatches(std::string_view expected, std::string_view presented) {
   return result == 0 && !expected.empty();
 }
 
-}  // namespace phos::server
+}  // namespace phos::peer

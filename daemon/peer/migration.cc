@@ -1,4 +1,4 @@
-#include "server/migration.h"
+#include "peer/migration.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -18,13 +18,18 @@
 #include "ring/ring_layout.h"
 #include "image/image_layout.h"
 #include "image/image_reader.h"
-#include "server/clock_util.h"
-#include "server/peer_client.h"
-#include "server/precopy_sender.h"
-#include "server/process_checkpoint.h"
-#include "server/process_image.h"
+#include "common/clock_util.h"
+#include "peer/peer_client.h"
+#include "peer/precopy_sender.h"
+#include "process/process_checkpoint.h"
+#include "process/process_image.h"
 
-namespace phos::server {
+namespace phos::peer {
+
+using process::DescribeForDump;
+using process::kCriuSubdir;
+using process::ProcessImage;
+using process::WriteProcessImage;
 namespace {
 
 /// True when every thread of `pid` is stopped ('T' or 't' in
@@ -314,4 +319,4 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   return Status::Ok();
 }
 
-}  // namespace phos::server
+}  // namespace phos::peer
