@@ -1,4 +1,4 @@
-// Access roles of kernel parameters (DESIGN §3 "Read and write sets").
+// Access roles of kernel parameters (docs/protocols.md "Access sets (implemented)" "Read and write sets").
 //
 // For every parameter of a kernel, phos decides what the launch may do to the
 // buffers the parameter's value lands in:

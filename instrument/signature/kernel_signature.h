@@ -1,5 +1,5 @@
 // Kernel signatures: for every parameter of a kernel, its place in the
-// parameter buffer and its access role (DESIGN §3; docs/instrument.md
+// parameter buffer and its access role (docs/protocols.md "Access sets (implemented)"; docs/instrument.md
 // "Kernel signatures and access roles").
 //
 // Sources, merged:

@@ -1,5 +1,5 @@
 // The twin-kernel calling convention and report format (docs/instrument.md,
-// "Twin kernels"; DESIGN §3 "Validation"). This header is THE contract between
+// "Twin kernels"; docs/protocols.md "Access sets (implemented)" "Validation"). This header is THE contract between
 // the twin pass (which generates device code), the interposer (which launches
 // twins) and phosd (which reads reports). Everything here is little-endian
 // device memory, naturally aligned.

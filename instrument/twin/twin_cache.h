@@ -1,4 +1,4 @@
-// Cache of twin modules keyed by the PTX text (DESIGN §3: "Twins are
+// Cache of twin modules keyed by the PTX text (docs/protocols.md "Access sets (implemented)": "Twins are
 // JIT-loaded once per kernel and cached by PTX hash").
 //
 // Key: XXH3-128 of the PTX text, its length, and XXH3-64 of the options that

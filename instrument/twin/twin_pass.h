@@ -1,5 +1,5 @@
 // The twin-kernel pass: PTX module -> PTX module in which every kernel checks
-// its global accesses against speculated ranges (DESIGN §3 "Validation";
+// its global accesses against speculated ranges (docs/protocols.md "Access sets (implemented)" "Validation";
 // calling convention and report format in twin/twin_abi.h; user-level
 // description in docs/instrument.md "Twin kernels").
 //

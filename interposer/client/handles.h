@@ -1,5 +1,5 @@
 // Virtual ids for streams, events, modules and functions, minted app-side
-// (DESIGN §2). Thread-safe. A cudaStream_t / cudaEvent_t handed to the app
+// (docs/backends.md). Thread-safe. A cudaStream_t / cudaEvent_t handed to the app
 // is the id itself cast to a pointer; stream ids start above the reserved
 // handles cudaStreamLegacy (1) and cudaStreamPerThread (2).
 //

@@ -1,6 +1,6 @@
 // Waiting without burning a core: bounded spin, then futex.
 //
-// DESIGN §1: a cross-process round trip is ~0.1-0.3 µs when both sides spin
+// docs/architecture.md "Path 1": a cross-process round trip is ~0.1-0.3 µs when both sides spin
 // and ~50 µs when both block in futex_wait, so a waiter first polls its
 // condition for a bounded time (WaitPolicy::spin_ns, default 20 µs, checked
 // against CLOCK_MONOTONIC every 32 pauses) and then sleeps on an EventWord
