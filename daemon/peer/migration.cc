@@ -200,8 +200,7 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
     result->stopped_unix_ns = RealtimeNs();
     sess.CloseGate();  // calls posted before the freeze wait in the ring
     frozen = true;
-    im.admitted = st.executor->admitted();
-    im.ring_head = reinterpret_cast<const ring::RegionHeader*>(st.region_base)->head.load(std::memory_order_acquire);
+    process::RecordCapturePoint(st, &im);
     return Status::Ok();
   };
   auto abandon = [&](const Status& why, const std::string& what) {
@@ -233,19 +232,12 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   }
 
   if (progress != nullptr) progress->SetPhase("criu-dump", "CRIU dumps the frozen pid " + std::to_string(im.pid));
-  criu::DumpOptions d;
-  d.leave_running = true;  // it stays stopped (SIGSTOP) until we decide
-  d.shell_job = im.shell_job;
-  d.tcp_established = im.tcp_established;
-  d.file_locks = im.file_locks;
-  d.external = {"unix[" + std::to_string(im.channel_inode) + "]"};
-  auto t0 = Clock::now();
-  s = criu::CriuClient::Dump(im.pid, o.staging_dir + "/" + kCriuSubdir, d);
-  result->criu_dump_ms = MsSince(t0);
+  // It stays stopped (SIGSTOP) through the dump until we decide.
+  s = process::DumpProcess(im, o.staging_dir + "/" + kCriuSubdir, &result->criu_dump_ms);
   if (s.ok()) s = WriteProcessImage(o.staging_dir, im);
   if (!s.ok()) return abandon(s, "CRIU dump of pid " + std::to_string(im.pid));
 
-  t0 = Clock::now();
+  auto t0 = Clock::now();
   SendImageResult sent;
   // SendImage reports running totals; Progress counts increments.
   std::uint64_t reported = 0;

@@ -86,6 +86,30 @@ Status CommitDirectory(const std::string& work, const std::string& final_dir) {
   return image::FsyncDir(std::filesystem::path(final_dir).parent_path().string());
 }
 
+}  // namespace
+
+void RecordCapturePoint(const session::SessionState& st, ProcessImage* im) {
+  im->admitted = st.executor->admitted();
+  im->ring_head = st.ring->published_head();
+}
+
+Status DumpProcess(const ProcessImage& im, const std::string& criu_dir, std::uint64_t* ms) {
+  criu::DumpOptions d;
+  d.leave_running = true;
+  d.shell_job = im.shell_job;
+  d.tcp_established = im.tcp_established;
+  d.file_locks = im.file_locks;
+  // The app's end of its channel socket: phosd's end is not dumped; the
+  // restore hands in a new one (RestoreProcess).
+  d.external = {"unix[" + std::to_string(im.channel_inode) + "]"};
+  const auto t0 = Clock::now();
+  Status s = criu::CriuClient::Dump(im.pid, criu_dir, d);
+  *ms = MsSince(t0);
+  return s;
+}
+
+namespace {
+
 /// Re-attaches the restored app's pinned host segments to its adopted
 /// (still gated) session: each is the restored MAP_SHARED memfd mapping at
 /// the app address it had, reopened through /proc/PID/map_files (as the
@@ -148,20 +172,11 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
   // criu_dump_ms).
   uint64_t dump_ms = 0;
   gpu_here.at_capture = [&](session::SessionState& st) -> Status {
-    im.admitted = st.executor->admitted();
-    im.ring_head = reinterpret_cast<const ring::RegionHeader*>(st.region_base)->head.load(std::memory_order_acquire);
+    RecordCapturePoint(st, &im);
     // No progress phase of its own: for cow the copy phase follows at once
     // and must keep its byte counts (criu_dump_ms is in the result).
     std::filesystem::remove_all(criu_tmp, ec);  // a cow fallback captures again
-    criu::DumpOptions d;
-    d.leave_running = true;
-    d.shell_job = im.shell_job;
-    d.tcp_established = im.tcp_established;
-    d.file_locks = im.file_locks;
-    d.external = {"unix[" + std::to_string(im.channel_inode) + "]"};
-    const auto t0 = Clock::now();
-    Status ds = criu::CriuClient::Dump(im.pid, criu_tmp, d);
-    dump_ms = MsSince(t0);
+    Status ds = DumpProcess(im, criu_tmp, &dump_ms);
     if (!ds.ok()) {
       // CRIU's log is the useful part of its failure: keep it by the target
       // (a rename: it needs no space on a full disk); an empty one is not kept.

@@ -56,6 +56,17 @@ struct ProcessCheckpointResult {
 Status DescribeForDump(session::Session& session, session::SessionState& st, ProcessImage* image,
                        const CriuUserOptions& criu = {});
 
+/// At the capture point (consumer thread, inside the engine's capture
+/// control task): the calls admitted and the ring position, which the image
+/// records so the restored consumer starts where the dump left it.
+void RecordCapturePoint(const session::SessionState& st, ProcessImage* image);
+
+/// CRIU's dump of the process `image` describes (its session found by
+/// DescribeForDump) into `criu_dir`, with the options the image records.
+/// The process keeps running, or stays stopped if it was stopped (a
+/// migration's freeze). *ms: how long the dump took.
+Status DumpProcess(const ProcessImage& image, const std::string& criu_dir, std::uint64_t* ms);
+
 /// `gpu.dir` must not exist; it appears only complete. On a CRIU failure
 /// nothing is committed and CRIU's log is kept as DIR.criu-dump.log.
 Status CheckpointProcess(session::Session& session, const engine::CheckpointOptions& gpu,

@@ -152,6 +152,10 @@ class RingServer {
   void Close();
   bool closed() const;
   const RingGeometry& geometry() const { return geometry_; }
+  /// The consumer position as published in the region (between two calls
+  /// it equals the private one): what a whole-process image records.
+  /// Consumer thread.
+  uint64_t published_head() const { return header_->head.load(std::memory_order_acquire); }
 
   /// Makes the consumer's current or next Next() return NotReady
   /// ("interrupted") instead of sleeping: phosd's control tasks (C/R
