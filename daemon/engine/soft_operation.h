@@ -32,7 +32,11 @@
 //   protocol marks "guarded by table_.mu". table_.cv is notified on every
 //   change a waiter may be waiting for. mu is held for state changes and
 //   non-blocking backend enqueues (StreamWaitEvent, RecordEvent, a D2D
-//   MemcpyAsync) only, never across a device or disk wait.
+//   MemcpyAsync) only, never across a disk wait nor, on the normal paths,
+//   a device wait (rare paths that still do, left as they were: cow
+//   allocating a shadow, and synchronising a call's stream after a failed
+//   shadow enqueue; recopy's Start synchronising a stream whose write event
+//   could not be recorded).
 //   ctx_use_mu_ is held by the worker for each use of the context (one
 //   chunk, one StreamWaitEvent, one Drain), and by the consumer thread to
 //   set fenced_ (DropDeviceState) or to wait out a chunk in flight (recopy's
