@@ -200,9 +200,12 @@ class ConcurrentRestore final : public SoftOperation {
   Status RefuseIfUnloaded(const session::CallView& call);
   bool all_present() const { return present_ == table_.by_address.size(); }
 
+  // The image: mapped and its globals loaded by Start (consumer thread),
+  // then read chunk by chunk by the loader only; the result read after the
+  // driver ended. Never used by two threads at once.
   const std::unique_ptr<RestoreTask> task_;
-  const ConcurrentRestoreHooks hooks_;
-  const ControlStep step_;
+  const ConcurrentRestoreHooks hooks_;         // immutable; `loaded` runs on the loader, no lock held
+  const ControlStep step_;                     // immutable; run by Start
   std::uint64_t total_bytes_ = 0;              // consumer thread, written by StartMapped only
   bool failed_ = false;                        // load_failed() when Work returned (the driver's thread; Finish
                                                // reads it after: posting the control task orders them)

@@ -181,7 +181,7 @@ class SoftOperation : public Operation, public std::enable_shared_from_this<Soft
   /// forgets) what the protocol holds in the context.
   virtual void DetachLeftoversLocked(DeviceLeftovers* out) { (void)out; }
 
-  Progress* const progress_;
+  Progress* const progress_;                     // not owned; thread-safe (its own lock, progress.h)
   const char* const what_;
   const char* const worker_;
   backend::Context* ctx_ = nullptr;              // the session's context at Start (written once, before the worker runs)
