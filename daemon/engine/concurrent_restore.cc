@@ -13,22 +13,26 @@
 namespace phos::engine {
 
 ConcurrentRestore::ConcurrentRestore(std::unique_ptr<RestoreTask> task, Progress* progress,
-                                     ConcurrentRestoreHooks hooks)
-    : task_(std::move(task)), progress_(progress), hooks_(std::move(hooks)) {}
+                                     ConcurrentRestoreHooks hooks, ControlStep step)
+    : SoftOperation(progress, "restore", "loader", /*check_reads=*/true, "it waits until every buffer is loaded"),
+      task_(std::move(task)),
+      hooks_(std::move(hooks)),
+      step_(std::move(step)) {}
 
 ConcurrentRestore::~ConcurrentRestore() = default;
 
 // ---------------------------------------------------------------- start (control task)
 
-Status ConcurrentRestore::Start(session::SessionState& st, EngineHook* hook) {
+Status ConcurrentRestore::Start(session::SessionState& st, EngineHook* /*hook*/) { return step_(st, *this); }
+
+Status ConcurrentRestore::StartInPlace(session::SessionState& st, EngineHook* hook) {
   PHOS_RETURN_IF_ERROR(task_->MapBuffers(st));
   Status s = StartMapped(st, hook);
   return s.ok() ? s : RestoreTask::Undefined(s);
 }
 
 Status ConcurrentRestore::StartMapped(session::SessionState& st, EngineHook* hook) {
-  ctx_ = st.ctx;
-  st_ = &st;
+  Bind(st);
   const SessionSnapshot& snap = task_->snapshot();
   // Globals are small and live in module memory the app reaches by symbol:
   // load them now rather than track them.
@@ -44,20 +48,22 @@ Status ConcurrentRestore::StartMapped(session::SessionState& st, EngineHook* hoo
   PHOS_RETURN_IF_ERROR(task_->LoadExtents(ctx_, globals).WithContext("loading the module globals"));
 
   std::vector<std::size_t> all;  // every buffer's extent (the synchronous fallback below)
+  std::vector<TrackedBuffer> tracked;
+  for (const auto& r : snap.buffers) {
+    const long e = task_->extent_of(r.address);
+    if (e < 0) return Status::Internal("buffer " + Hex(r.address) + " has no extent");
+    TrackedBuffer b;
+    b.address = r.address;
+    b.bytes = r.bytes;
+    b.state = kAbsent;
+    b.image_index = static_cast<std::size_t>(e);
+    total_bytes_ += r.bytes;
+    all.push_back(b.image_index);
+    tracked.push_back(std::move(b));
+  }
+  Track(std::move(tracked));
   {
     std::lock_guard<std::mutex> lock(table_.mu);
-    for (const auto& r : snap.buffers) {
-      const long e = task_->extent_of(r.address);
-      if (e < 0) return Status::Internal("buffer " + Hex(r.address) + " has no extent");
-      TrackedBuffer b;
-      b.address = r.address;
-      b.bytes = r.bytes;
-      b.state = kAbsent;
-      b.image_index = static_cast<std::size_t>(e);
-      total_bytes_ += r.bytes;
-      all.push_back(b.image_index);
-      table_.by_address.emplace(r.address, std::move(b));
-    }
     // First-use order recorded at checkpoint, then the rest by address.
     std::unordered_set<std::uint64_t> seen;
     for (std::uint64_t a : snap.first_use) {
@@ -67,10 +73,9 @@ Status ConcurrentRestore::StartMapped(session::SessionState& st, EngineHook* hoo
       if (!seen.count(a)) order_.push_back(a);
     }
   }
-  if (Status s = ctx_->CreateStream(backend::kStreamNonBlocking, 0, &stream_); !s.ok()) {
+  if (Status s = OpenWorker(); !s.ok()) {
     // No background loader without a stream: restore stop-the-world.
     spdlog::warn("restore: no stream for the background loader ({}); loading every buffer now", s.ToString());
-    stream_ = 0;
     progress_->SetPhase("copy", "copying the image to the device", total_bytes_);
     PHOS_RETURN_IF_ERROR(task_->LoadExtents(ctx_, all));
     std::lock_guard<std::mutex> lock(table_.mu);
@@ -81,9 +86,7 @@ Status ConcurrentRestore::StartMapped(session::SessionState& st, EngineHook* hoo
     }
     return Status::Ok();
   }
-  if (Status s = gate_.Init(ctx_); !s.ok()) spdlog::warn("restore: loader will not yield to app copies: {}", s.ToString());
-  validator_ = std::make_unique<TwinValidator>(ctx_);
-  hook->Install(shared_from_this());
+  InstallOperation(hook);
   progress_->SetPhase("load",
                       "loading " + std::to_string(snap.buffers.size()) +
                           " buffers in first-use order while the app runs (concurrent restore)",
@@ -110,15 +113,13 @@ bool ConcurrentRestore::WaitPresent(std::unique_lock<std::mutex>& lock, const st
     }
   }
   table_.cv.notify_all();
-  table_.cv.wait(lock, ready);
+  WaitLocked(lock, ready);
   return true;
 }
 
 bool ConcurrentRestore::WaitAllPresent(std::unique_lock<std::mutex>& lock) {
-  if (abandoned_ || all_present()) return false;
   // The loader goes on in its own order; every buffer is needed anyway.
-  table_.cv.wait(lock, [&] { return abandoned_ || all_present(); });
-  return true;
+  return WaitLocked(lock, [&] { return all_present(); });
 }
 
 Status ConcurrentRestore::Admit(const session::CallView& call) {
@@ -129,7 +130,7 @@ Status ConcurrentRestore::Admit(const session::CallView& call) {
     const auto t0 = Clock::now();
     if (WaitAllPresent(lock)) {
       ++counters_.absent_waits;
-      blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+      AddBlocked(t0);
     }
     const bool drop = !abandoned_;
     // The reset ends every buffer: nothing of a failed load is left to guard.
@@ -158,7 +159,7 @@ Status ConcurrentRestore::Admit(const session::CallView& call) {
   }
   if (waited) {
     ++counters_.absent_waits;
-    blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+    AddBlocked(t0);
   }
   // Woken by a failed loader: what it waited for may never have come.
   if (!load_error_.ok()) return RefuseIfUnloaded(call);
@@ -184,34 +185,25 @@ Status ConcurrentRestore::RefuseIfUnloaded(const session::CallView& call) {
   return Status(load_error_.code(), why + ": call refused (the restore failed: " + load_error_.message() + ")");
 }
 
-bool ConcurrentRestore::LaunchInstead(const session::CallView& call, Status* result) {
-  if (!validator_ || call.kind != session::AccessKind::kSpeculated || call.launch == nullptr) return false;
-  std::uint64_t launched_at = 0;
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    // Nothing absent any more: a load outside the set cannot see garbage.
-    if (abandoned_ || all_present()) return false;
-    launched_at = present_;
+bool ConcurrentRestore::WantsTwinLocked(std::uint64_t* mark) {
+  // Nothing absent any more: a load outside the set cannot see garbage.
+  if (all_present()) return false;
+  *mark = present_;  // a buffer stamped later was not present at the launch
+  return true;
+}
+
+void ConcurrentRestore::NoTwinLocked(std::unique_lock<std::mutex>& lock) {
+  // Restore has no --unvalidated=trust: accesses that cannot be checked
+  // run on complete input only.
+  const auto t0 = Clock::now();
+  if (WaitAllPresent(lock)) {
+    ++counters_.absent_waits;
+    AddBlocked(t0);
   }
+}
+
+bool ConcurrentRestore::AfterTwin(const session::CallView& call, std::uint64_t launched_at) {
   const std::string& name = call.launch->kernel ? *call.launch->kernel : std::string("?");
-  std::uint64_t ticket = 0;
-  Status s = validator_->Launch(*st_, *call.launch, call.stream, call.ranges, /*check_reads=*/true, &ticket);
-  if (s.code() == Status::Code::kNotSupported) {
-    if (warned_kernels_.insert(name).second) {
-      spdlog::warn("restore: kernel {} cannot be validated ({}); it waits until every buffer is loaded", name,
-                   s.message());
-    }
-    std::unique_lock<std::mutex> lock(table_.mu);
-    ++counters_.unvalidated_kernels;
-    const auto t0 = Clock::now();
-    if (WaitAllPresent(lock)) {
-      ++counters_.absent_waits;
-      blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
-    }
-    return false;
-  }
-  *result = s;
-  if (!s.ok()) return true;
   // Wait for the report now (the cost of validating during the restore
   // window): a rollback must happen before the session's next call runs.
   std::vector<TwinValidator::Collected> reports;
@@ -219,7 +211,6 @@ bool ConcurrentRestore::LaunchInstead(const session::CallView& call, Status* res
     spdlog::warn("restore: collecting the twin report of kernel {}: {}", name, d.ToString());
   }
   std::unique_lock<std::mutex> lock(table_.mu);
-  ++counters_.twin_launches;
   std::string why;
   for (const auto& r : reports) {
     counters_.twin_misses += r.misses.size();
@@ -249,13 +240,9 @@ bool ConcurrentRestore::LaunchInstead(const session::CallView& call, Status* res
   const auto t0 = Clock::now();
   if (WaitAllPresent(lock)) {
     ++counters_.absent_waits;
-    blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+    AddBlocked(t0);
   }
   return false;  // the handler launches the original kernel
-}
-
-void ConcurrentRestore::Admitted(const session::CallView& call, const Status& /*result*/) {
-  if (IsHostDeviceCopy(call) && stream_ != 0) gate_.NoteAppCopy(ctx_, call.stream);
 }
 
 // ---------------------------------------------------------------- the loader (caller's thread)
@@ -277,10 +264,9 @@ TrackedBuffer* ConcurrentRestore::NextToLoad() {
 Status ConcurrentRestore::LoadAll() {
   std::vector<std::byte> host(static_cast<std::size_t>(std::max<std::uint64_t>(task_->max_chunk_bytes(), 1)));
   bool pinned = false;
-  {
-    std::lock_guard<std::mutex> use(ctx_use_mu_);
-    if (!fenced_.load() && stream_ != 0) pinned = ctx_->RegisterHostMemory(host.data(), host.size()).ok();
-  }
+  UseContext([&] {
+    if (stream_ != 0) pinned = ctx_->RegisterHostMemory(host.data(), host.size()).ok();
+  });
   Status status;
   for (;;) {
     TrackedBuffer* b = nullptr;
@@ -325,10 +311,7 @@ Status ConcurrentRestore::LoadAll() {
     }
     if (hooks_.loaded) hooks_.loaded(b->address);
   }
-  if (pinned) {
-    std::lock_guard<std::mutex> use(ctx_use_mu_);
-    if (!fenced_.load()) (void)ctx_->UnregisterHostMemory(host.data());
-  }
+  if (pinned) UseContext([&] { (void)ctx_->UnregisterHostMemory(host.data()); });
   if (!status.ok() && status.code() != Status::Code::kUnavailable) return RestoreTask::Undefined(status);
   return status;
 }
@@ -372,16 +355,15 @@ Status ConcurrentRestore::LoadOne(const TrackedBuffer& b, std::byte* host, bool*
     // Re-verified as it is read (the file could have changed since VerifyAll).
     PHOS_RETURN_IF_ERROR(reader.ReadChunk(b.image_index, c, host, &len));
     const std::uint64_t dst = b.address + c * chunk;
-    {
-      std::lock_guard<std::mutex> use(ctx_use_mu_);
-      if (fenced_.load()) return Status::Unavailable("the process exited during the restore");
+    Status s;
+    const bool used = UseContext([&] {
       gate_.YieldIfNeeded(ctx_);
-      Status s = ctx_->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(host), len, backend::CopyKind::kHostToDevice,
-                                   stream_);
+      s = ctx_->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(host), len, backend::CopyKind::kHostToDevice, stream_);
       // The host buffer is reused for the next chunk; PRESENT means on the device.
       if (s.ok()) s = ctx_->SynchronizeStream(stream_);
-      if (!s.ok()) return s.WithContext("loading buffer " + Hex(b.address) + " chunk " + std::to_string(c));
-    }
+    });
+    if (!used) return Status::Unavailable("the process exited during the restore");
+    if (!s.ok()) return s.WithContext("loading buffer " + Hex(b.address) + " chunk " + std::to_string(c));
     progress_->AddBytes(len);
   }
   return Status::Ok();
@@ -389,19 +371,20 @@ Status ConcurrentRestore::LoadOne(const TrackedBuffer& b, std::byte* host, bool*
 
 // ---------------------------------------------------------------- end (consumer thread)
 
-Status ConcurrentRestore::Finish(session::SessionState& /*st*/, EngineHook* hook) {
-  hook->Remove();
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    abandoned_ = true;
-    table_.cv.notify_all();
-  }
-  DropDeviceState();
-  return Status::Ok();
+Status ConcurrentRestore::Work() {
+  Status loaded = LoadAll();
+  failed_ = load_failed();
+  return loaded;
 }
 
-Status ConcurrentRestore::Fail(session::SessionState& /*st*/) {
-  // Stays installed (the hook keeps it) to refuse calls on unloaded buffers.
+Status ConcurrentRestore::Finish(session::SessionState& /*st*/, EngineHook* hook, const Status& /*worked*/) {
+  if (failed_) {
+    // Stays installed (the hook keeps it) to refuse calls on unloaded buffers.
+    DropDeviceState();
+    return Status::Ok();
+  }
+  hook->Remove();
+  Abandon();
   DropDeviceState();
   return Status::Ok();
 }
@@ -409,41 +392,6 @@ Status ConcurrentRestore::Fail(session::SessionState& /*st*/) {
 bool ConcurrentRestore::load_failed() {
   std::lock_guard<std::mutex> lock(table_.mu);
   return !load_error_.ok();
-}
-
-void ConcurrentRestore::Cancel(session::SessionState& /*st*/) {
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    cancelled_ = true;
-    abandoned_ = true;
-    table_.cv.notify_all();
-  }
-  DropDeviceState();
-}
-
-void ConcurrentRestore::DropDeviceState() {
-  if (device_state_dropped_) return;
-  device_state_dropped_ = true;
-  {
-    // After this the loader never touches the context again (it checks
-    // fenced_ under ctx_use_mu_ before every use).
-    std::lock_guard<std::mutex> use(ctx_use_mu_);
-    fenced_.store(true);
-  }
-  validator_.reset();  // waits for its pending twins (none: each is drained at launch)
-  if (stream_ != 0) {
-    (void)ctx_->SynchronizeStream(stream_);
-    if (Status s = ctx_->DestroyStream(stream_); !s.ok()) spdlog::warn("restore: loader stream: {}", s.ToString());
-    stream_ = 0;
-  }
-  gate_.Destroy(ctx_);
-}
-
-OperationCounters ConcurrentRestore::counters() {
-  std::lock_guard<std::mutex> lock(table_.mu);
-  OperationCounters c = counters_;
-  c.copier_yields = gate_.yields();
-  return c;
 }
 
 std::vector<std::uint64_t> ConcurrentRestore::load_order() {
@@ -468,7 +416,7 @@ Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook
     return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
   }
   // In place: make the session's buffer map match the image, then track.
-  ControlStep step = [hook](session::SessionState& st, ConcurrentRestore& op) { return op.Start(st, hook); };
+  ControlStep step = [hook](session::SessionState& st, ConcurrentRestore& op) { return op.StartInPlace(st, hook); };
   return DriveConcurrentRestore(session, hook, std::move(task), step, options, progress, result, hooks, load_order,
                                 t0);
 }
@@ -477,42 +425,28 @@ Status DriveConcurrentRestore(session::Session& session, EngineHook* hook, std::
                               const ControlStep& step, const RestoreOptions& options, Progress* progress,
                               RestoreResult* result, const ConcurrentRestoreHooks& hooks,
                               std::vector<std::uint64_t>* load_order, Clock::time_point t0) {
-  auto op = std::make_shared<ConcurrentRestore>(std::move(task), progress, hooks);
-  std::uint64_t stall_us = 0;
-  Status s = session.RunControl([&](session::SessionState& st) {
-    const auto t1 = Clock::now();
-    Status r = step(st, *op);
-    stall_us = MicrosSince(t1);
-    return r;
-  });
-  auto fill = [&] {
-    *result = op->task().result();
-    result->dir = options.dir;
-    result->concurrent = true;
-    result->stall_us = stall_us;
-    result->counters = op->counters();
+  auto op = std::make_shared<ConcurrentRestore>(std::move(task), progress, hooks, step);
+  SoftRun run;
+  auto resumed = [&] {
+    spdlog::info("restore of pid {}: session resumed after {} us; loading {} buffers in the background",
+                 session.pid(), run.start_task_us, op->task().snapshot().buffers.size());
+    if (options.on_resumed) options.on_resumed();
   };
-  if (!s.ok()) {
-    fill();
-    return SessionGone(s, session, "the restore did not complete");
-  }
-  spdlog::info("restore of pid {}: session resumed after {} us; loading {} buffers in the background",
-               session.pid(), stall_us, op->task().snapshot().buffers.size());
-  if (options.on_resumed) options.on_resumed();
-  Status loaded = op->LoadAll();
-  const std::uint64_t total_us = MicrosSince(t0);
-  const bool failed = op->load_failed();
-  Status finished = session.RunControl(
-      [&](session::SessionState& st) { return failed ? op->Fail(st) : op->Finish(st, hook); });
-  fill();
-  result->total_us = total_us;
+  Status s = DriveSoftOperation(session, hook, *op, resumed, "the restore did not complete", &run);
+  *result = op->task().result();
+  result->dir = options.dir;
+  result->concurrent = true;
+  result->stall_us = run.start_task_us;  // the control task only
+  result->counters = op->counters();
+  if (!run.started) return s;
+  result->total_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(run.worked_at - t0).count());
   if (load_order != nullptr) *load_order = op->load_order();
-  if (!loaded.ok()) return SessionGone(loaded, session, "the restore did not complete");
-  if (!finished.ok()) return SessionGone(finished, session, "the restore did not complete");
+  if (!s.ok()) return s;
   const OperationCounters& c = result->counters;
   spdlog::info("restore of pid {}: every buffer present after {} us (stall {} us, {} calls waited {} us for "
                "absent buffers, {} twin launches, {} rollbacks)",
-               session.pid(), total_us, stall_us, c.absent_waits, op->blocked_us(), c.twin_launches,
+               session.pid(), result->total_us, result->stall_us, c.absent_waits, op->blocked_us(), c.twin_launches,
                c.restore_rollbacks);
   return Status::Ok();
 }

@@ -2,19 +2,21 @@
 // session resumes at once with every buffer ABSENT; a loader fills them in
 // first-use order while calls touching an absent buffer wait for it.
 //
-// Two restores share this machinery (DriveConcurrentRestore drives both):
+// Two restores share this machinery (DriveConcurrentRestore drives both,
+// through DriveSoftOperation like every soft operation, soft_operation.h):
 // the in-place one (RunConcurrentRestore: roll a live session back) and the
 // fresh one (fresh_restore.h, RestoreFresh with options.concurrent: a new,
 // empty session gets the app's handles recreated first). They differ only
 // in how the image's buffers come to be mapped at their recorded
-// addresses (the ControlStep); from StartMapped() on they are the same.
+// addresses (the ControlStep that Start() runs); from StartMapped() on
+// they are the same.
 //
 // Steps:
 //   Prepare     caller's thread: RestoreTask::Prepare — open the image and
 //               verify every checksum BEFORE the session is touched.
 //   control     (the stall, RestoreResult::stall_us) the ControlStep maps
 //               the image's buffers, then calls StartMapped(). In place
-//               that is Start(): RestoreTask::MapBuffers (synchronise,
+//               that is StartInPlace(): RestoreTask::MapBuffers (synchronise,
 //               CheckFits, free the buffers not in the image, allocate the
 //               missing ones at their addresses), then StartMapped().
 //   StartMapped() the session already holds every image buffer at its
@@ -24,7 +26,7 @@
 //               (after the mapping: their memory cannot take an address the
 //               image needs), install into the EngineHook. The session
 //               resumes when the control task returns.
-//   LoadAll()   caller's thread: the loader. Order: urgent buffers (a call
+//   Work()      caller's thread: the loader (LoadAll). Order: urgent buffers (a call
 //               waits for them) first, then the image's first-use order
 //               (SessionSnapshot::first_use; empty for stop-mode images),
 //               then the rest by ascending address. ABSENT -> LOADING ->
@@ -36,8 +38,9 @@
 //               for another absent buffer: a waiting call waits for at most
 //               one chunk of something else.
 //   Finish()    control task once every buffer is PRESENT: uninstall, drop
-//               the validator, stream and gate. total_us ends here.
-//   Fail()      instead of Finish when the loader failed (a chunk that does
+//               the validator, stream and gate. total_us ends when the
+//               loader returned.
+//               When the loader failed instead (a chunk that does
 //               not match its checksum, a read or copy error; not the
 //               session ending): drop the validator, stream and gate but
 //               stay installed, so that from then on a call touching a
@@ -66,11 +69,10 @@
 // previous outputs (no in-place accumulation such as y += a*x into a buffer
 // it reads back); an in-place kernel is applied twice to its own outputs.
 //
-// Lock: TrackedBuffers::mu guards the buffer states, the urgent queue, the
-// loader's position, present stamps, the order log and the counters;
-// ctx_use_mu_ is held by the loader while it touches the context for one
-// chunk, and by Cancel()/DropDeviceState() to fence it out before the
-// session releases the context. Lock order: table_.mu before ctx_use_mu_.
+// Locks: the soft-operation rule (soft_operation.h): table_.mu guards the
+// table and every member below marked so (the urgent queue, the loader's
+// position, present stamps, the order log, the load error); the loader
+// touches the context only through UseContext.
 #pragma once
 
 #include <atomic>
@@ -85,10 +87,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/copy_engine_gate.h"
 #include "engine/engine_hook.h"
 #include "engine/operations.h"
 #include "engine/restore_task.h"
+#include "engine/soft_operation.h"
 #include "engine/tracked_buffers.h"
 #include "engine/twin_validator.h"
 
@@ -130,18 +132,30 @@ Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook
                                      Progress* progress, RestoreResult* result, const ConcurrentRestoreHooks& hooks,
                                      std::vector<std::uint64_t>* load_order = nullptr);
 
-class ConcurrentRestore final : public Operation, public std::enable_shared_from_this<ConcurrentRestore> {
+class ConcurrentRestore final : public SoftOperation {
  public:
   enum State : std::uint8_t { kAbsent, kLoading, kPresent };
 
   /// `task`: prepared (image verified). Owned: the hook may keep the
-  /// operation after its driver gave up on the session.
-  ConcurrentRestore(std::unique_ptr<RestoreTask> task, Progress* progress, ConcurrentRestoreHooks hooks);
+  /// operation after its driver gave up on the session. `step`: what
+  /// Start() runs (StartInPlace, or the fresh restore's recreation).
+  ConcurrentRestore(std::unique_ptr<RestoreTask> task, Progress* progress, ConcurrentRestoreHooks hooks,
+                    ControlStep step);
   ~ConcurrentRestore() override;
+
+  // SoftOperation.
+  /// Control task: the ControlStep (which ends in StartMapped).
+  Status Start(session::SessionState& st, EngineHook* hook) override;
+  /// Caller's thread: the loader (LoadAll). Unavailable when the session ended.
+  Status Work() override;
+  /// Control task: uninstall and drop device state; after a failed load
+  /// (load_failed() when Work returned) drop device state but stay
+  /// installed, refusing calls on unloaded buffers (file comment).
+  Status Finish(session::SessionState& st, EngineHook* hook, const Status& worked) override;
 
   /// Control task, in place: RestoreTask::MapBuffers, then StartMapped.
   /// Failures after the first change are RestoreTask::Undefined.
-  Status Start(session::SessionState& st, EngineHook* hook);
+  Status StartInPlace(session::SessionState& st, EngineHook* hook);
   /// Control task, once every image buffer and global is mapped at its
   /// recorded address. On success the operation is installed (or, when the
   /// loader's stream cannot be made, everything was loaded synchronously
@@ -149,29 +163,24 @@ class ConcurrentRestore final : public Operation, public std::enable_shared_from
   /// a buffer's load) leaves the operation uninstalled and the device
   /// state partly loaded; the caller says what that means.
   Status StartMapped(session::SessionState& st, EngineHook* hook);
-  /// Caller's thread: the loader. Unavailable when the session ended.
-  Status LoadAll();
-  /// Control task: uninstall and drop device state.
-  Status Finish(session::SessionState& st, EngineHook* hook);
-  /// Control task after LoadAll failed (load_failed()): drop device state,
-  /// stay installed refusing calls on unloaded buffers (file comment).
-  Status Fail(session::SessionState& st);
   /// Any thread: LoadAll failed for another reason than the session ending.
   bool load_failed();
 
   RestoreTask& task() { return *task_; }
   /// Any thread.
-  OperationCounters counters();
   std::vector<std::uint64_t> load_order();
-  std::uint64_t blocked_us() const { return blocked_us_.load(std::memory_order_relaxed); }
 
   // Operation (consumer thread).
   Status Admit(const session::CallView& call) override;
-  bool LaunchInstead(const session::CallView& call, Status* result) override;
-  void Admitted(const session::CallView& call, const Status& result) override;
-  void Cancel(session::SessionState& st) override;
 
  private:
+  // SoftOperation: a speculated kernel runs as its read-checked twin while
+  // a buffer is not PRESENT; a miss rolls back (file comment).
+  bool WantsTwinLocked(std::uint64_t* mark) override;
+  void NoTwinLocked(std::unique_lock<std::mutex>& lock) override;
+  bool AfterTwin(const session::CallView& call, std::uint64_t mark) override;
+
+  Status LoadAll();
   /// mu held: the loader's next buffer (urgent first), or null.
   TrackedBuffer* NextToLoad();
   /// Loader: one buffer's chunks H2D, from where a paused load stopped.
@@ -190,23 +199,17 @@ class ConcurrentRestore final : public Operation, public std::enable_shared_from
   /// is not PRESENT (or of unknown access), else OK.
   Status RefuseIfUnloaded(const session::CallView& call);
   bool all_present() const { return present_ == table_.by_address.size(); }
-  /// Consumer thread: destroys the validator, the loader's stream and the
-  /// gate, and fences the loader out of the context. Idempotent.
-  void DropDeviceState();
 
+  // The image: mapped and its globals loaded by Start (consumer thread),
+  // then read chunk by chunk by the loader only; the result read after the
+  // driver ended. Never used by two threads at once.
   const std::unique_ptr<RestoreTask> task_;
-  Progress* const progress_;
-  const ConcurrentRestoreHooks hooks_;
-  backend::Context* ctx_ = nullptr;            // the session's context at Start
-  const session::SessionState* st_ = nullptr;  // consumer thread only (LaunchInstead)
-  backend::StreamHandle stream_ = 0;           // the loader's
-  std::unique_ptr<TwinValidator> validator_;   // consumer thread only
-  CopyEngineGate gate_;
-  std::set<std::string> warned_kernels_;       // consumer thread only
-  bool device_state_dropped_ = false;          // consumer thread only
-  std::uint64_t total_bytes_ = 0;              // immutable after Start
+  const ConcurrentRestoreHooks hooks_;         // immutable; `loaded` runs on the loader, no lock held
+  const ControlStep step_;                     // immutable; run by Start
+  std::uint64_t total_bytes_ = 0;              // consumer thread, written by StartMapped only
+  bool failed_ = false;                        // load_failed() when Work returned (the driver's thread; Finish
+                                               // reads it after: posting the control task orders them)
 
-  TrackedBuffers table_;
   // Guarded by table_.mu:
   std::size_t present_ = 0;                    // buffers PRESENT
   std::deque<std::uint64_t> urgent_;           // addresses calls wait for, oldest first
@@ -215,14 +218,7 @@ class ConcurrentRestore final : public Operation, public std::enable_shared_from
   std::unordered_map<std::uint64_t, std::uint64_t> resume_at_;  // address -> first chunk a paused load left
   std::unordered_map<std::uint64_t, std::uint64_t> present_stamp_;  // address -> value of present_ once PRESENT
   std::vector<std::uint64_t> load_order_;      // addresses as they became PRESENT
-  OperationCounters counters_;
-  bool abandoned_ = false;                     // cancelled, failed or finished: no more waiting
-  bool cancelled_ = false;
   Status load_error_;                          // LoadAll's failure (not a cancel): refuse calls on unloaded buffers
-
-  std::mutex ctx_use_mu_;                      // see the file comment
-  std::atomic<bool> fenced_{false};            // set under ctx_use_mu_: the loader must not touch the context
-  std::atomic<std::uint64_t> blocked_us_{0};
 };
 
 }  // namespace phos::engine

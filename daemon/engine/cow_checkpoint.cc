@@ -12,14 +12,17 @@
 
 namespace phos::engine {
 
-CowCheckpoint::CowCheckpoint(const CheckpointOptions& options, Progress* progress, image::ImageWriter* writer)
-    : options_(options), progress_(progress), writer_(writer) {}
+CowCheckpoint::CowCheckpoint(const CheckpointOptions& options, Progress* progress, image::ImageWriter* writer,
+                             CheckpointResult* result)
+    : SoftOperation(progress, "checkpoint", "copier", /*check_reads=*/false, "its speculated access set is trusted"),
+      options_(options),
+      writer_(writer),
+      result_(result) {}
 
 CowCheckpoint::~CowCheckpoint() = default;
 
-Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook, CheckpointResult* result) {
-  ctx_ = st.ctx;
-  st_ = &st;
+Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
+  Bind(st);
   progress_->SetPhase("quiesce", "waiting for the session's GPU work to finish (t1)");
   if (Status s = st.ctx->Synchronize(); !s.ok()) {
     return Status::FailedPrecondition("the session's GPU context has a sticky error (" + s.message() +
@@ -27,6 +30,8 @@ Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook, Checkpo
   }
   snapshot_ = CaptureSnapshot(st);
   std::uint64_t total = 0;
+  std::vector<TrackedBuffer> tracked;
+  std::vector<std::uint64_t> order;
   auto track = [&](const DeviceRange& r, bool global) -> Status {
     TrackedBuffer b;
     b.address = r.address;
@@ -35,24 +40,28 @@ Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook, Checkpo
     b.state = kPending;
     PHOS_RETURN_IF_ERROR(writer_->AddBuffer(r.address, r.bytes, &b.image_index));
     total += r.bytes;
-    order_.push_back(r.address);
-    table_.by_address.emplace(r.address, std::move(b));
+    order.push_back(r.address);
+    tracked.push_back(std::move(b));
     return Status::Ok();
   };
   for (const auto& r : snapshot_.buffers) PHOS_RETURN_IF_ERROR(track(r, false));
   for (const auto& r : snapshot_.globals) PHOS_RETURN_IF_ERROR(track(r, true));
-  total_bytes_ = total;
-  result->admitted_at_capture = st.executor->admitted();
-  result->buffers = static_cast<std::uint32_t>(snapshot_.buffers.size());
-  result->globals = static_cast<std::uint32_t>(snapshot_.globals.size());
-  PHOS_RETURN_IF_ERROR(ctx_->CreateStream(backend::kStreamNonBlocking, 0, &stream_));
-  if (Status s = gate_.Init(ctx_); !s.ok()) spdlog::warn("checkpoint: copier will not yield to app copies: {}", s.ToString());
-  validator_ = std::make_unique<TwinValidator>(ctx_);
-  hook->Install(shared_from_this());
+  Track(std::move(tracked));
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    order_ = std::move(order);
+  }
+  result_->admitted_at_capture = st.executor->admitted();
+  result_->buffers = static_cast<std::uint32_t>(snapshot_.buffers.size());
+  result_->globals = static_cast<std::uint32_t>(snapshot_.globals.size());
+  PHOS_RETURN_IF_ERROR(OpenWorker());
+  InstallOperation(hook);
   progress_->SetPhase("copy",
                       "copying " + std::to_string(snapshot_.buffers.size()) + " buffers and " +
                           std::to_string(snapshot_.globals.size()) + " globals while the app runs (copy-on-write)",
                       total);
+  // Live migration freezes the app here: t1, nothing admitted since.
+  if (options_.at_capture) PHOS_RETURN_IF_ERROR(options_.at_capture(st));
   return Status::Ok();
 }
 
@@ -61,11 +70,7 @@ Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook, Checkpo
 Status CowCheckpoint::Admit(const session::CallView& call) {
   std::unique_lock<std::mutex> lock(table_.mu);
   const std::uint64_t seq = ++seq_;
-  for (const auto& r : call.ranges) {
-    table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) {
-      if (b.first_use == 0) b.first_use = ++next_first_use_;
-    });
-  }
+  NoteFirstUseLocked(call);
   if (abandoned_) return Status::Ok();
   const bool unvalidatable = call.kind == session::AccessKind::kUnvalidatable;
   if (unvalidatable) ++counters_.unvalidated_kernels;
@@ -75,8 +80,8 @@ Status CowCheckpoint::Admit(const session::CallView& call) {
     ++counters_.writer_waits;
     for (auto& [addr, b] : table_.by_address) b.urgent = b.state != kSaved;
     table_.cv.notify_all();
-    table_.cv.wait(lock, [&] { return abandoned_ || saved_ == table_.by_address.size(); });
-    blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+    WaitLocked(lock, [&] { return saved_ == table_.by_address.size(); });
+    AddBlocked(t0);
     if (call.api == wire::op::kDeviceReset && !abandoned_) {
       // The context is replaced by the call: nothing of ours may stay in it.
       lock.unlock();
@@ -142,7 +147,7 @@ Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBu
         waited = true;
         ++counters_.writer_waits;
       }
-      table_.cv.wait(lock, [&] { return abandoned_ || !(saving_ == &b && chunk_busy_) || b.state == kSaved; });
+      WaitLocked(lock, [&] { return !(saving_ == &b && chunk_busy_) || b.state == kSaved; });
       continue;
     }
     if (b.state == kPending || b.state == kSaving) {
@@ -185,37 +190,15 @@ Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBu
     }
     b.urgent = true;
     table_.cv.notify_all();
-    table_.cv.wait(lock, [&] { return abandoned_ || b.state == kSaved || b.state == kShadowed; });
+    WaitLocked(lock, [&] { return b.state == kSaved || b.state == kShadowed; });
   }
-  if (waited) blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+  if (waited) AddBlocked(t0);
   return Status::Ok();
 }
 
-bool CowCheckpoint::LaunchInstead(const session::CallView& call, Status* result) {
-  if (!validator_ || call.kind != session::AccessKind::kSpeculated || call.launch == nullptr) return false;
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    if (abandoned_) return false;
-  }
-  std::uint64_t ticket = 0;
-  switch (twins_.Launch(validator_.get(), *st_, call, /*check_reads=*/false, "checkpoint",
-                        "its speculated access set is trusted", &ticket, result)) {
-    case TwinLauncher::Outcome::kNoTwin: {
-      std::lock_guard<std::mutex> lock(table_.mu);
-      ++counters_.unvalidated_kernels;
-      return false;
-    }
-    case TwinLauncher::Outcome::kFailed: return true;
-    case TwinLauncher::Outcome::kLaunched: break;
-  }
-  std::lock_guard<std::mutex> lock(table_.mu);
+void CowCheckpoint::TwinLaunchedLocked(std::uint64_t ticket) {
+  // A report of this twin is judged against the admission it ran at.
   ticket_seq_[ticket] = seq_;
-  ++counters_.twin_launches;
-  return true;
-}
-
-void CowCheckpoint::Admitted(const session::CallView& call, const Status& /*result*/) {
-  if (IsHostDeviceCopy(call) && stream_ != 0) gate_.NoteAppCopy(ctx_, call.stream);
 }
 
 // ---------------------------------------------------------------- the copier (caller's thread)
@@ -236,10 +219,7 @@ Status CowCheckpoint::CopyAll() {
   const std::size_t chunk = static_cast<std::size_t>(image::kDefaultChunkBytes);
   std::vector<std::byte> host(chunk);
   bool pinned = false;
-  {
-    std::lock_guard<std::mutex> use(ctx_use_mu_);
-    if (!fenced_.load()) pinned = ctx_->RegisterHostMemory(host.data(), host.size()).ok();
-  }
+  UseContext([&] { pinned = ctx_->RegisterHostMemory(host.data(), host.size()).ok(); });
   Status status;
   std::vector<TwinValidator::Collected> reports;
   for (;;) {
@@ -255,10 +235,7 @@ Status CowCheckpoint::CopyAll() {
       b = NextToSave();
       if (b == nullptr) break;
       src = b->state == kShadowed ? b->shadow : b->address;
-      if (b->state == kShadowed) {
-        std::lock_guard<std::mutex> use(ctx_use_mu_);
-        if (!fenced_.load()) (void)ctx_->StreamWaitEvent(stream_, b->shadow_ready);
-      }
+      if (b->state == kShadowed) UseContext([&] { (void)ctx_->StreamWaitEvent(stream_, b->shadow_ready); });
       b->state = kSaving;
     }
     status = SaveOne(*b, src, host.data(), chunk);
@@ -281,18 +258,15 @@ Status CowCheckpoint::CopyAll() {
       table_.cv.notify_all();
     }
     bool shadow_idle = false;
-    {
-      std::lock_guard<std::mutex> use(ctx_use_mu_);
-      if (!fenced_.load()) {
-        if (ready != 0) {
-          shadow_idle = ctx_->SynchronizeEvent(ready).ok();
-          (void)ctx_->DestroyEvent(ready);
-        } else {
-          shadow_idle = true;
-        }
-        if (validator_) (void)validator_->Drain(false, &reports);
+    UseContext([&] {
+      if (ready != 0) {
+        shadow_idle = ctx_->SynchronizeEvent(ready).ok();
+        (void)ctx_->DestroyEvent(ready);
+      } else {
+        shadow_idle = true;
       }
-    }
+      if (validator_) (void)validator_->Drain(false, &reports);
+    });
     if (shadow != 0) {
       std::lock_guard<std::mutex> lock(table_.mu);
       if (b->shadow == shadow) {  // not already released by DropDeviceState
@@ -309,10 +283,7 @@ Status CowCheckpoint::CopyAll() {
     CheckReports(reports);
     reports.clear();
   }
-  if (pinned) {
-    std::lock_guard<std::mutex> use(ctx_use_mu_);
-    if (!fenced_.load()) (void)ctx_->UnregisterHostMemory(host.data());
-  }
+  if (pinned) UseContext([&] { (void)ctx_->UnregisterHostMemory(host.data()); });
   return status;
 }
 
@@ -327,27 +298,22 @@ Status CowCheckpoint::SaveOne(TrackedBuffer& b, backend::DevicePtr src, std::byt
       std::lock_guard<std::mutex> lock(table_.mu);
       if (b.shadow != 0 && src != b.shadow) {
         src = b.shadow;
-        std::lock_guard<std::mutex> use(ctx_use_mu_);
-        if (!fenced_.load()) (void)ctx_->StreamWaitEvent(stream_, b.shadow_ready);
+        UseContext([&] { (void)ctx_->StreamWaitEvent(stream_, b.shadow_ready); });
       }
       saving_ = &b;
       chunk_busy_ = src == b.address;
     }
-    {
-      std::lock_guard<std::mutex> use(ctx_use_mu_);
-      if (fenced_.load()) {
-        status = Status::Unavailable("the process exited during the checkpoint");
-      } else {
-        gate_.YieldIfNeeded(ctx_);
-        status = ctx_->MemcpyAsync(reinterpret_cast<std::uint64_t>(host), src + off, len,
-                                   backend::CopyKind::kDeviceToHost, stream_);
-        if (status.ok()) status = ctx_->SynchronizeStream(stream_);
-        if (!status.ok()) {
-          status = status.WithContext("copying buffer " + Hex(b.address) + " at offset " + std::to_string(off) +
-                                      " to the host");
-        }
+    const bool used = UseContext([&] {
+      gate_.YieldIfNeeded(ctx_);
+      status = ctx_->MemcpyAsync(reinterpret_cast<std::uint64_t>(host), src + off, len,
+                                 backend::CopyKind::kDeviceToHost, stream_);
+      if (status.ok()) status = ctx_->SynchronizeStream(stream_);
+      if (!status.ok()) {
+        status = status.WithContext("copying buffer " + Hex(b.address) + " at offset " + std::to_string(off) +
+                                    " to the host");
       }
-    }
+    });
+    if (!used) status = Status::Unavailable("the process exited during the checkpoint");
     {
       std::lock_guard<std::mutex> lock(table_.mu);
       chunk_busy_ = false;
@@ -395,13 +361,11 @@ void CowCheckpoint::CheckReports(std::vector<TwinValidator::Collected>& reports)
 
 // ---------------------------------------------------------------- end (consumer thread)
 
-Status CowCheckpoint::Finish(session::SessionState& st, EngineHook* hook, bool* fallback) {
+Status CowCheckpoint::Finish(session::SessionState& st, EngineHook* hook, const Status& /*worked*/) {
+  // Also after a failed copy: the image is aborted by the driver's caller,
+  // but the device state must go and the reports say nothing then.
   hook->Remove();
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    abandoned_ = true;
-    table_.cv.notify_all();
-  }
+  Abandon();
   if (validator_ && st.ctx == ctx_) {
     std::vector<TwinValidator::Collected> reports;
     if (Status s = validator_->Drain(true, &reports); !s.ok()) {
@@ -420,73 +384,30 @@ Status CowCheckpoint::Finish(session::SessionState& st, EngineHook* hook, bool* 
     std::sort(used.begin(), used.end());
     snapshot_.first_use.clear();
     for (const auto& [order, addr] : used) snapshot_.first_use.push_back(addr);
-    *fallback = fallback_;
     if (fallback_) spdlog::warn("checkpoint: copy-on-write image discarded: {}", fallback_why_);
   }
   SetSessionSections(snapshot_, writer_->mutable_metadata());
   return Status::Ok();
 }
 
-void CowCheckpoint::Cancel(session::SessionState& /*st*/) {
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    cancelled_ = true;
-    abandoned_ = true;
-    table_.cv.notify_all();
-  }
-  {
-    // Fence the copier out of the context for good.
-    std::lock_guard<std::mutex> use(ctx_use_mu_);
-    fenced_.store(true);
-  }
-  DropDeviceState();
-}
-
-void CowCheckpoint::DropDeviceState() {
-  // Consumer thread. Lock order everywhere: table_.mu before ctx_use_mu_.
-  if (device_state_dropped_) return;
-  device_state_dropped_ = true;
-  {
-    // After this the copier never touches the context again (it checks
-    // fenced_ under ctx_use_mu_ before every use).
-    std::lock_guard<std::mutex> use(ctx_use_mu_);
-    fenced_.store(true);
-  }
-  std::vector<backend::DevicePtr> shadows;
-  std::vector<backend::EventHandle> events;
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    for (const auto& [n, p] : spare_shadows_) shadows.push_back(p);
-    spare_shadows_.clear();
-    shadows.insert(shadows.end(), shadows_to_free_.begin(), shadows_to_free_.end());
-    shadows_to_free_.clear();
-    for (auto& [addr, b] : table_.by_address) {
-      if (b.shadow != 0) shadows.push_back(b.shadow);
-      if (b.shadow_ready != 0) events.push_back(b.shadow_ready);
-      b.shadow = 0;
-      b.shadow_ready = 0;
-    }
-  }
-  validator_.reset();  // waits for its pending twins
-  if (stream_ != 0) {
-    // Work of the copier (a D2H) or of a shadow D2D may still be queued.
-    (void)ctx_->SynchronizeStream(stream_);
-    if (Status s = ctx_->DestroyStream(stream_); !s.ok()) spdlog::warn("checkpoint: copier stream: {}", s.ToString());
-    stream_ = 0;
-  }
-  for (auto e : events) {
-    (void)ctx_->SynchronizeEvent(e);  // the shadow's D2D finished
-    (void)ctx_->DestroyEvent(e);
-  }
-  for (auto p : shadows) (void)ctx_->Free(p);
-  gate_.Destroy(ctx_);
-}
-
-OperationCounters CowCheckpoint::counters() {
+bool CowCheckpoint::fallback() {
   std::lock_guard<std::mutex> lock(table_.mu);
-  OperationCounters c = counters_;
-  c.copier_yields = gate_.yields();
-  return c;
+  return fallback_;
+}
+
+void CowCheckpoint::DetachLeftoversLocked(DeviceLeftovers* out) {
+  // Spare shadows, shadows whose D2D was not confirmed, and shadows still
+  // attached (their D2D may be queued on an app stream: wait for its event).
+  for (const auto& [n, p] : spare_shadows_) out->allocations.push_back(p);
+  spare_shadows_.clear();
+  out->allocations.insert(out->allocations.end(), shadows_to_free_.begin(), shadows_to_free_.end());
+  shadows_to_free_.clear();
+  for (auto& [addr, b] : table_.by_address) {
+    if (b.shadow != 0) out->allocations.push_back(b.shadow);
+    if (b.shadow_ready != 0) out->events_to_wait.push_back(b.shadow_ready);
+    b.shadow = 0;
+    b.shadow_ready = 0;
+  }
 }
 
 }  // namespace phos::engine

@@ -12,17 +12,13 @@
 #include "common/hex.h"
 #include "engine/concurrent_restore.h"
 #include "engine/engine_hook.h"
+#include "engine/operation_util.h"
 #include "engine/restore_task.h"
 #include "engine/session_sections.h"
 
 namespace phos::engine {
 
 namespace {
-using Clock = std::chrono::steady_clock;
-
-std::uint64_t MicrosSince(Clock::time_point t0) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-}
 
 /// FailedPrecondition naming what the session holds, or OK when it holds
 /// nothing a restore would collide with.

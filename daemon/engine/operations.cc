@@ -1,7 +1,9 @@
 // engine::Checkpoint / engine::Restore: pick the protocol, claim the
 // session, drive the steps (control tasks on the consumer thread, the
 // copier on this thread), fall back to stop-the-world where the protocol
-// says so. docs/protocols.md.
+// says so. docs/protocols.md. The soft protocols (cow here, recopy and
+// concurrent restore in their files) all run through DriveSoftOperation
+// (soft_operation.h); what is left here and there is the image around it.
 #include "engine/operations.h"
 
 #include <spdlog/spdlog.h>
@@ -15,6 +17,7 @@
 #include "engine/operation_util.h"
 #include "engine/recopy_checkpoint.h"
 #include "engine/restore_task.h"
+#include "engine/soft_operation.h"
 
 namespace phos::engine {
 
@@ -55,33 +58,20 @@ Status RunCow(session::Session& session, EngineHook* hook, const CheckpointOptio
   std::unique_ptr<image::ImageWriter> writer;
   PHOS_RETURN_IF_ERROR(image::ImageWriter::Open(options.dir, meta, options.image, &writer));
   result->io_backend = std::string(writer->io_backend_name());
-  auto op = std::make_shared<CowCheckpoint>(options, progress, writer.get());
-  const auto t1 = Clock::now();
-  Status s = session.RunControl([&](session::SessionState& st) {
-    Status c = op->Start(st, hook, result);
-    if (c.ok() && options.at_capture) c = options.at_capture(st);
-    return c;
-  });
-  const std::uint64_t quiesce_us = MicrosSince(t1);
-  if (!s.ok()) {
-    // Start may have installed the operation before failing late.
-    (void)session.RunControl([&](session::SessionState&) {
-      hook->Remove();
-      return Status::Ok();
-    });
+  auto op = std::make_shared<CowCheckpoint>(options, progress, writer.get(), result);
+  SoftRun run;
+  Status s = DriveSoftOperation(session, hook, *op, nullptr, "no image was written", &run);
+  if (!run.started) {
     writer->Abort();
-    return SessionGone(s, session, "no image was written");
+    return s;
   }
-  Status copied = op->CopyAll();
-  bool fallback = false;
-  Status finished = session.RunControl([&](session::SessionState& st) { return op->Finish(st, hook, &fallback); });
   result->counters = op->counters();
-  result->stall_us = quiesce_us + op->blocked_us();
-  if (!copied.ok() || !finished.ok()) {
+  result->stall_us = run.start_us + op->blocked_us();  // t1 and the admission waits
+  if (!s.ok()) {
     writer->Abort();
-    return SessionGone(!copied.ok() ? copied : finished, session, "no image was written");
+    return s;
   }
-  if (fallback) {
+  if (op->fallback()) {
     writer->Abort();
     ++result->counters.cow_fallbacks;
     spdlog::warn("checkpoint of pid {}: copy-on-write discarded after a mis-speculated kernel; retrying "

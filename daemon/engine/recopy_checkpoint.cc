@@ -31,34 +31,38 @@ Status CopyNow(backend::Context* ctx, backend::StreamHandle stream, std::uint64_
 }
 }  // namespace
 
-RecopyCheckpoint::RecopyCheckpoint(const CheckpointOptions& options, Progress* progress)
-    : options_(options), progress_(progress) {}
+RecopyCheckpoint::RecopyCheckpoint(const CheckpointOptions& options, Progress* progress, CheckpointResult* result)
+    : SoftOperation(progress, "checkpoint", "copier", /*check_reads=*/false, "its speculated access set is trusted"),
+      options_(options),
+      result_(result) {}
 
 RecopyCheckpoint::~RecopyCheckpoint() = default;
 
 Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
-  ctx_ = st.ctx;
-  st_ = &st;
+  Bind(st);
   const SessionSnapshot snap = CaptureSnapshot(st);
   std::uint64_t total = 0;
+  std::vector<TrackedBuffer> tracked;
+  std::vector<std::uint64_t> order;
+  auto track = [&](const DeviceRange& r, bool global) {
+    TrackedBuffer b;
+    b.address = r.address;
+    b.bytes = r.bytes;
+    b.global = global;
+    b.state = kDirty;
+    total += r.bytes;
+    order.push_back(r.address);
+    tracked.push_back(std::move(b));
+  };
+  for (const auto& r : snap.buffers) track(r, false);
+  for (const auto& r : snap.globals) track(r, true);
+  std::sort(order.begin(), order.end());
+  Track(std::move(tracked));
   {
     std::lock_guard<std::mutex> lock(table_.mu);
-    auto track = [&](const DeviceRange& r, bool global) {
-      TrackedBuffer b;
-      b.address = r.address;
-      b.bytes = r.bytes;
-      b.global = global;
-      b.state = kDirty;
-      total += r.bytes;
-      order_.push_back(r.address);
-      table_.by_address.emplace(r.address, std::move(b));
-    };
-    for (const auto& r : snap.buffers) track(r, false);
-    for (const auto& r : snap.globals) track(r, true);
-    std::sort(order_.begin(), order_.end());
+    order_ = std::move(order);
   }
-  PHOS_RETURN_IF_ERROR(ctx_->CreateStream(backend::kStreamNonBlocking, 0, &stream_));
-  if (Status s = gate_.Init(ctx_); !s.ok()) spdlog::warn("checkpoint: copier will not yield to app copies: {}", s.ToString());
+  PHOS_RETURN_IF_ERROR(OpenWorker());
   {
     // No quiesce: work the app enqueued before now may still be writing any
     // buffer. One write event per stream, and every buffer waits for all.
@@ -73,8 +77,7 @@ Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
       for (auto& [addr, b] : table_.by_address) b.written_on.push_back(h);
     }
   }
-  validator_ = std::make_unique<TwinValidator>(ctx_);
-  hook->Install(shared_from_this());
+  InstallOperation(hook);
   progress_->SetPhase("copy",
                       "round 1: copying " + std::to_string(snap.buffers.size()) + " buffers and " +
                           std::to_string(snap.globals.size()) + " globals while the app runs (recopy)",
@@ -86,11 +89,7 @@ Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
 
 Status RecopyCheckpoint::Admit(const session::CallView& call) {
   std::unique_lock<std::mutex> lock(table_.mu);
-  for (const auto& r : call.ranges) {
-    table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) {
-      if (b.first_use == 0) b.first_use = ++next_first_use_;
-    });
-  }
+  NoteFirstUseLocked(call);
   if (abandoned_) return Status::Ok();
   if (call.api == wire::op::kDeviceReset) {
     // Every buffer and global goes away and the context is replaced: the
@@ -128,7 +127,7 @@ Status RecopyCheckpoint::Admit(const session::CallView& call) {
       if (!use.owns_lock()) {
         const auto t0 = Clock::now();
         use.lock();  // the chunk in flight finished; the next one sees abort_copy_
-        blocked_us_.fetch_add(MicrosSince(t0), std::memory_order_relaxed);
+        AddBlocked(t0);
         waited = true;
       }
     }
@@ -140,31 +139,7 @@ Status RecopyCheckpoint::Admit(const session::CallView& call) {
   return Status::Ok();
 }
 
-bool RecopyCheckpoint::LaunchInstead(const session::CallView& call, Status* result) {
-  if (!validator_ || call.kind != session::AccessKind::kSpeculated || call.launch == nullptr) return false;
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    if (abandoned_) return false;
-  }
-  std::uint64_t ticket = 0;
-  switch (twins_.Launch(validator_.get(), *st_, call, /*check_reads=*/false, "checkpoint",
-                        "its speculated access set is trusted", &ticket, result)) {
-    case TwinLauncher::Outcome::kNoTwin: {
-      std::lock_guard<std::mutex> lock(table_.mu);
-      ++counters_.unvalidated_kernels;
-      return false;
-    }
-    case TwinLauncher::Outcome::kFailed: return true;
-    case TwinLauncher::Outcome::kLaunched: break;
-  }
-  std::lock_guard<std::mutex> lock(table_.mu);
-  ++counters_.twin_launches;
-  return true;
-}
-
-void RecopyCheckpoint::Admitted(const session::CallView& call, const Status& /*result*/) {
-  if (device_state_dropped_) return;  // after a reset (or t2): nothing of ours is in the context
-  if (IsHostDeviceCopy(call)) gate_.NoteAppCopy(ctx_, call.stream);
+void RecopyCheckpoint::AdmittedCall(const session::CallView& call, const Status& /*result*/) {
   if (call.api == wire::op::kFree) return;  // handled in Admit
   const bool unvalidatable = call.kind == session::AccessKind::kUnvalidatable;
   const bool writes_anything =
@@ -255,14 +230,17 @@ Status RecopyCheckpoint::CopyRounds() {
         abort_copy_.store(false);
         // Waits on the copier's stream for every write admitted so far
         // (their events were recorded after they were enqueued).
-        std::lock_guard<std::mutex> use(ctx_use_mu_);
-        if (!fenced_.load()) {
+        Status ordered;
+        UseContext([&] {
           for (backend::StreamHandle s : b->written_on) {
             // Without the wait the copy could miss a write the generation
             // no longer reveals: no image rather than a wrong one.
-            Status w = ctx_->StreamWaitEvent(stream_, stream_events_.at(s));
-            if (!w.ok()) return w.WithContext("ordering the copy of buffer " + Hex(b->address) + " after its writes");
+            ordered = ctx_->StreamWaitEvent(stream_, stream_events_.at(s));
+            if (!ordered.ok()) return;
           }
+        });
+        if (!ordered.ok()) {
+          return ordered.WithContext("ordering the copy of buffer " + Hex(b->address) + " after its writes");
         }
         b->written_on.clear();
       }
@@ -282,10 +260,9 @@ Status RecopyCheckpoint::CopyRounds() {
       // it is still a true copy of the moment it was taken, and the next
       // round supersedes it.
       if (copied && options_.precopy != nullptr) PHOS_RETURN_IF_ERROR(HandOver(*b));
-      {
-        std::lock_guard<std::mutex> use(ctx_use_mu_);
-        if (!fenced_.load() && validator_) (void)validator_->Drain(false, &reports);
-      }
+      UseContext([&] {
+        if (validator_) (void)validator_->Drain(false, &reports);
+      });
       ApplyReports(reports);
       reports.clear();
     }
@@ -322,15 +299,22 @@ Status RecopyCheckpoint::CopyOne(TrackedBuffer& b, bool* dropped) {
   b.host.resize(b.bytes);  // the copier owns `host` while the buffer is COPYING
   for (std::uint64_t off = 0; off < b.bytes; off += chunk) {
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, b.bytes - off));
-    std::lock_guard<std::mutex> use(ctx_use_mu_);
-    if (fenced_.load() || abort_copy_.load()) {
+    Status s;
+    bool aborted = false;
+    const bool used = UseContext([&] {
+      if (abort_copy_.load()) {
+        aborted = true;
+        return;
+      }
+      gate_.YieldIfNeeded(ctx_);
+      s = ctx_->MemcpyAsync(reinterpret_cast<std::uint64_t>(b.host.data() + off), b.address + off, len,
+                            backend::CopyKind::kDeviceToHost, stream_);
+      if (s.ok()) s = ctx_->SynchronizeStream(stream_);
+    });
+    if (!used || aborted) {
       *dropped = true;  // session ending, reset, or the buffer is being freed
       return Status::Ok();
     }
-    gate_.YieldIfNeeded(ctx_);
-    Status s = ctx_->MemcpyAsync(reinterpret_cast<std::uint64_t>(b.host.data() + off), b.address + off, len,
-                                 backend::CopyKind::kDeviceToHost, stream_);
-    if (s.ok()) s = ctx_->SynchronizeStream(stream_);
     if (!s.ok()) {
       return s.WithContext("copying buffer " + Hex(b.address) + " at offset " + std::to_string(off) +
                            " to the host");
@@ -391,15 +375,24 @@ void RecopyCheckpoint::ApplyReports(std::vector<TwinValidator::Collected>& repor
 
 // ---------------------------------------------------------------- t2 (consumer thread)
 
-Status RecopyCheckpoint::Final(session::SessionState& st, EngineHook* hook, CheckpointResult* result) {
-  progress_->SetPhase("quiesce", "final quiesce (t2): copying what is still dirty");
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    abandoned_ = true;
-    table_.cv.notify_all();
+Status RecopyCheckpoint::Finish(session::SessionState& st, EngineHook* hook, const Status& worked) {
+  if (!worked.ok()) {
+    // A failed copier: no t2, no image; free what the operation holds.
+    hook->Remove();
+    Cancel(st);
+    return worked;
   }
-  Status status = CaptureFinal(st, result);
-  result->admitted_at_capture = st.executor->admitted();
+  Status f = Final(st, hook);
+  // Live migration freezes the app here: t2, nothing admitted since.
+  if (f.ok() && options_.at_capture) f = options_.at_capture(st);
+  return f;
+}
+
+Status RecopyCheckpoint::Final(session::SessionState& st, EngineHook* hook) {
+  progress_->SetPhase("quiesce", "final quiesce (t2): copying what is still dirty");
+  Abandon();
+  Status status = CaptureFinal(st, result_);
+  result_->admitted_at_capture = st.executor->admitted();
   hook->Remove();
   DropDeviceState();
   return status;
@@ -520,51 +513,12 @@ Status RecopyCheckpoint::WriteImage(image::ImageWriter* writer, std::vector<Prec
 
 // ---------------------------------------------------------------- end (consumer thread)
 
-void RecopyCheckpoint::Cancel(session::SessionState& /*st*/) {
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    cancelled_ = true;
-    abandoned_ = true;
-    table_.cv.notify_all();
+void RecopyCheckpoint::DetachLeftoversLocked(DeviceLeftovers* out) {
+  for (const auto& [stream, ev] : stream_events_) {
+    if (ev != 0) out->events.push_back(ev);
   }
-  DropDeviceState();
-}
-
-void RecopyCheckpoint::DropDeviceState() {
-  // Consumer thread. Lock order everywhere: table_.mu before ctx_use_mu_.
-  if (device_state_dropped_) return;
-  device_state_dropped_ = true;
-  {
-    // After this the copier never touches the context again (it checks
-    // fenced_ under ctx_use_mu_ before every use).
-    std::lock_guard<std::mutex> use(ctx_use_mu_);
-    fenced_.store(true);
-  }
-  std::vector<backend::EventHandle> events;
-  {
-    std::lock_guard<std::mutex> lock(table_.mu);
-    for (const auto& [stream, ev] : stream_events_) {
-      if (ev != 0) events.push_back(ev);
-    }
-    stream_events_.clear();
-    for (auto& [addr, b] : table_.by_address) b.written_on.clear();
-  }
-  validator_.reset();  // waits for its pending twins
-  if (stream_ != 0) {
-    // A StreamWaitEvent (or a D2H) of the copier may still be queued.
-    (void)ctx_->SynchronizeStream(stream_);
-    if (Status s = ctx_->DestroyStream(stream_); !s.ok()) spdlog::warn("checkpoint: copier stream: {}", s.ToString());
-    stream_ = 0;
-  }
-  for (auto e : events) (void)ctx_->DestroyEvent(e);
-  gate_.Destroy(ctx_);
-}
-
-OperationCounters RecopyCheckpoint::counters() {
-  std::lock_guard<std::mutex> lock(table_.mu);
-  OperationCounters c = counters_;
-  c.copier_yields = gate_.yields();
-  return c;
+  stream_events_.clear();
+  for (auto& [addr, b] : table_.by_address) b.written_on.clear();
 }
 
 // ---------------------------------------------------------------- the driver
@@ -577,43 +531,22 @@ Status RunRecopy(session::Session& session, EngineHook* hook, const CheckpointOp
   std::unique_ptr<image::ImageWriter> writer;
   PHOS_RETURN_IF_ERROR(image::ImageWriter::Open(options.dir, meta, options.image, &writer));
   result->io_backend = std::string(writer->io_backend_name());
-  auto op = std::make_shared<RecopyCheckpoint>(options, progress);
-  const auto t_start = Clock::now();
-  Status s = session.RunControl([&](session::SessionState& st) { return op->Start(st, hook); });
-  std::uint64_t stall_us = MicrosSince(t_start);
-  // Undoes Start on the consumer thread (a failure, not t2): uninstall and
-  // free what the operation holds in the context. When the session ended,
-  // SessionEnding did it already and this answers Unavailable.
-  auto undo = [&] {
-    (void)session.RunControl([&](session::SessionState& st) {
-      hook->Remove();
-      op->Cancel(st);
-      return Status::Ok();
-    });
-  };
-  if (!s.ok()) {
-    undo();
+  auto op = std::make_shared<RecopyCheckpoint>(options, progress, result);
+  SoftRun run;
+  Status s = DriveSoftOperation(session, hook, *op, nullptr, "no image was written", &run);
+  if (!run.started) {
     writer->Abort();
-    return SessionGone(s, session, "no image was written");
-  }
-  Status copied = op->CopyRounds();
-  Status finished = copied;
-  if (copied.ok()) {
-    const auto t2 = Clock::now();
-    finished = session.RunControl([&](session::SessionState& st) {
-      Status f = op->Final(st, hook, result);
-      if (f.ok() && options.at_capture) f = options.at_capture(st);
-      return f;
-    });
-    stall_us += MicrosSince(t2);
-  } else {
-    undo();
+    return s;
   }
   result->counters = op->counters();
+  // The stall: Start, and t2 when the rounds ended well (after a failed
+  // copier Finish only undid the operation).
+  std::uint64_t stall_us = run.start_us;
+  if (run.worked) stall_us += run.finish_us;
   result->stall_us = stall_us + op->blocked_us();
-  if (!finished.ok()) {
+  if (!s.ok()) {
     writer->Abort();
-    return SessionGone(finished, session, "no image was written");
+    return s;
   }
   if (Status w = op->WriteImage(writer.get(), &result->precopied); !w.ok()) {
     writer->Abort();

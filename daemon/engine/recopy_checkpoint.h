@@ -1,11 +1,11 @@
 // Soft recopy checkpoint (`--mode recopy`, docs/protocols.md "Soft
 // recopy"): the image holds the device state at the final quiesce t2.
 //
-// Steps (RunRecopy drives them):
+// Steps (RunRecopy, through DriveSoftOperation):
 //   Start()     control task (consumer thread), no quiesce: snapshot buffers
 //               + globals (every one DIRTY), create the copier's stream and
 //               the twin validator, install into the EngineHook.
-//   CopyRounds() the caller's thread: the copier. Rounds; in each it takes
+//   Work()      = CopyRounds(), the caller's thread: the copier. Rounds; in each it takes
 //               every DIRTY buffer (DIRTY -> COPYING: waits on its stream
 //               for the writes admitted so far, remembers the generation),
 //               copies it D2H in 4 MiB chunks into the buffer's host staging
@@ -14,10 +14,12 @@
 //               generation), else it stays DIRTY. Rounds go on while the
 //               dirty bytes shrink by >= 10 % per round, at most
 //               options.recopy_rounds.
-//   Final()     control task = t2 (the stall): collect every twin report,
-//               synchronise, take the final snapshot, copy what is DIRTY
-//               (and buffers allocated or re-allocated since Start), remove
-//               the operation, drop its device state.
+//   Finish()    control task. After a failed copier: remove and cancel
+//               (no image). Else Final() = t2 (the stall): collect every
+//               twin report, synchronise, take the final snapshot, copy what
+//               is DIRTY (and buffers allocated or re-allocated since
+//               Start), remove the operation, drop its device state; then
+//               options.at_capture.
 //   WriteImage() the caller's thread, the app runs again: every staged host
 //               copy into the image (ImageWriter writes each chunk exactly
 //               once, so nothing is written before t2).
@@ -35,13 +37,12 @@
 // its speculated set dirties the buffer hit (recopy_misses); an overflowed
 // report dirties everything.
 //
-// Locks: TrackedBuffers::mu guards the buffer states (not `host`: see
-// below), stream_events_, the counters and the flags; ctx_use_mu_ is held
-// by the copier while it touches the context for one chunk, by Cancel() to
-// fence the copier out, and by a cudaFree to wait for a chunk in flight.
-// Order: mu before ctx_use_mu_; the copier never takes mu while holding
-// ctx_use_mu_. A buffer's `host` vector belongs to the copier while the
-// buffer is COPYING and to Final()/WriteImage() after the copier ended.
+// Locks: the soft-operation rule (soft_operation.h): table_.mu guards the
+// table (not `host`/`host_xxh3`/`copy_id`: a buffer's staged copy belongs
+// to the copier while the buffer is COPYING and to Final()/WriteImage()
+// after the copier ended) and every member below marked so; the copier
+// touches the context only through UseContext; a cudaFree of a buffer the
+// copier is reading takes ctx_use_mu_ to wait out the chunk in flight.
 #pragma once
 
 #include <atomic>
@@ -53,11 +54,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/copy_engine_gate.h"
-#include "engine/engine_hook.h"
-#include "engine/operation_util.h"
 #include "engine/operations.h"
 #include "engine/session_snapshot.h"
+#include "engine/soft_operation.h"
 #include "engine/tracked_buffers.h"
 #include "engine/twin_validator.h"
 #include "image/image_writer.h"
@@ -69,32 +68,25 @@ namespace phos::engine {
 Status RunRecopy(session::Session& session, EngineHook* hook, const CheckpointOptions& options, Progress* progress,
                  CheckpointResult* result);
 
-class RecopyCheckpoint final : public Operation, public std::enable_shared_from_this<RecopyCheckpoint> {
+class RecopyCheckpoint final : public SoftOperation {
  public:
   enum State : std::uint8_t { kDirty, kCopying, kCopied };
 
-  RecopyCheckpoint(const CheckpointOptions& options, Progress* progress);
+  /// `result`: filled at t2 (admitted_at_capture, buffers, globals, bytes).
+  RecopyCheckpoint(const CheckpointOptions& options, Progress* progress, CheckpointResult* result);
   ~RecopyCheckpoint() override;
 
-  Status Start(session::SessionState& st, EngineHook* hook);
+  // SoftOperation.
+  Status Start(session::SessionState& st, EngineHook* hook) override;
   /// The copier; OK also when a cudaDeviceReset ended the rounds early.
-  Status CopyRounds();
-  /// t2. Fills admitted_at_capture, buffers, globals, bytes.
-  Status Final(session::SessionState& st, EngineHook* hook, CheckpointResult* result);
-  /// After Final: the staged copies and the session metadata into `writer`;
+  Status Work() override { return CopyRounds(); }
+  Status Finish(session::SessionState& st, EngineHook* hook, const Status& worked) override;
+  /// After Finish: the staged copies and the session metadata into `writer`;
   /// the extents written as pre-copy references are added to `precopied`.
   Status WriteImage(image::ImageWriter* writer, std::vector<PrecopiedExtent>* precopied);
 
-  /// Counters so far (any thread).
-  OperationCounters counters();
-  /// Microseconds calls spent blocked in Admit.
-  std::uint64_t blocked_us() const { return blocked_us_.load(std::memory_order_relaxed); }
-
   // Operation (consumer thread).
   Status Admit(const session::CallView& call) override;
-  bool LaunchInstead(const session::CallView& call, Status* result) override;
-  void Admitted(const session::CallView& call, const Status& result) override;
-  void Cancel(session::SessionState& st) override;
 
  private:
   /// One extent of the image, fixed at t2.
@@ -112,8 +104,15 @@ class RecopyCheckpoint final : public Operation, public std::enable_shared_from_
   /// mu held: records the write event of `stream` after the call just
   /// enqueued on it. False when it could not (then the caller must make
   /// sure the copier's copies of what the call wrote are dropped — they are,
-  /// by the generation bump — and retaken after the write: see Admitted).
+  /// by the generation bump — and retaken after the write: see AdmittedCall).
   bool RecordWriteLocked(backend::StreamHandle stream);
+  // SoftOperation.
+  void AdmittedCall(const session::CallView& call, const Status& result) override;
+  void DetachLeftoversLocked(DeviceLeftovers* out) override;
+
+  Status CopyRounds();
+  /// t2 (control task).
+  Status Final(session::SessionState& st, EngineHook* hook);
   /// Final's work before it uninstalls: twin reports, synchronise, the
   /// final snapshot, the copies at t2.
   Status CaptureFinal(session::SessionState& st, CheckpointResult* result);
@@ -127,42 +126,23 @@ class RecopyCheckpoint final : public Operation, public std::enable_shared_from_
   Status HandOver(TrackedBuffer& b);
   /// Applies collected twin reports. mu NOT held.
   void ApplyReports(std::vector<TwinValidator::Collected>& reports);
-  /// Consumer thread: destroys the validator, the copier's stream, the write
-  /// events and the gate's event, and fences the copier out of the context
-  /// (Final, Cancel, or before a cudaDeviceReset replaces the context).
-  /// Idempotent.
-  void DropDeviceState();
 
   const CheckpointOptions options_;
-  Progress* const progress_;
-  backend::Context* ctx_ = nullptr;              // the session's context at Start
-  const session::SessionState* st_ = nullptr;    // consumer thread only (LaunchInstead)
-  backend::StreamHandle stream_ = 0;             // the copier's
-  std::unique_ptr<TwinValidator> validator_;     // null when twins are unavailable or dropped
-  CopyEngineGate gate_;
-  TwinLauncher twins_;         // consumer thread only
-  bool device_state_dropped_ = false;            // consumer thread only
+  CheckpointResult* const result_;               // written by Final (consumer thread), read after the driver
 
-  TrackedBuffers table_;
   // Guarded by table_.mu:
-  std::vector<std::uint64_t> order_;             // tracked addresses, ascending (immutable after Start)
+  std::vector<std::uint64_t> order_;             // tracked addresses, ascending: set by Start under mu, read-only
+                                                 // after (the copier reads it unlocked)
   std::unordered_map<backend::StreamHandle, backend::EventHandle> stream_events_;  // write event per app stream
-  bool abandoned_ = false;                       // cancelled, reset, or t2 reached: admit everything as is
-  bool cancelled_ = false;                       // the session ended
   bool reset_ = false;                           // a cudaDeviceReset freed every tracked buffer
-  std::uint32_t next_first_use_ = 0;
-  std::uint64_t next_copy_id_ = 0;               // copier only (pre-copy ids; not under mu)
-  OperationCounters counters_;
+  std::uint64_t next_copy_id_ = 0;               // copier only: pre-copy ids
+  std::atomic<bool> abort_copy_{false};          // set by Admit (a free, a reset), cleared and read by the copier:
+                                                 // the buffer being copied goes away, stop copying it
 
   // Written by Final (consumer thread) before WriteImage runs on the
   // caller's thread (RunControl's future orders them).
   SessionSnapshot final_snapshot_;
   std::vector<Extent> extents_;                  // buffers, then globals, as in final_snapshot_
-
-  std::mutex ctx_use_mu_;                        // see the file comment
-  std::atomic<bool> fenced_{false};              // set under ctx_use_mu_: the copier must not touch the context
-  std::atomic<bool> abort_copy_{false};          // the buffer being copied is being freed: stop copying it
-  std::atomic<std::uint64_t> blocked_us_{0};
 };
 
 }  // namespace phos::engine

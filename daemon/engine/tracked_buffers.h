@@ -2,10 +2,12 @@
 // a C/R state per operation in flight), keyed by start address.
 //
 // Lock: `mu` (the operation's "engine lock") guards every field of every
-// TrackedBuffer and the map itself; `cv` is notified whenever a state
-// changes so calls waiting for a buffer wake. mu is held for state changes
-// and short backend enqueues only (StreamWaitEvent, RecordEvent), never
-// across a device or disk wait.
+// TrackedBuffer and the map itself, always — the operation's start filling
+// it included (the one rule of soft_operation.h; the only exception, the
+// recopy copier's staged copy, is documented at its fields); `cv` is
+// notified whenever a state changes so calls waiting for a buffer wake. mu
+// is held for state changes and short backend enqueues only
+// (StreamWaitEvent, RecordEvent), never across a device or disk wait.
 #pragma once
 
 #include <condition_variable>
@@ -39,6 +41,8 @@ struct TrackedBuffer {
   /// two streams are unordered, so "the last write" alone would not do.
   std::vector<backend::StreamHandle> written_on;
   bool freed = false;                        // the app freed it during the operation
+  // Not under mu: owned by the recopy copier while the buffer is COPYING,
+  // by RecopyCheckpoint::Final/WriteImage after the copier ended.
   std::vector<std::byte> host;               // the last copy (recopy stages in host memory)
   // Pre-copy (CheckpointOptions::precopy): the id `host` was handed to the
   // sink under (0: not handed over, or overwritten since) and its chunk

@@ -1,0 +1,184 @@
+#include "engine/soft_operation.h"
+
+#include <spdlog/spdlog.h>
+
+namespace phos::engine {
+
+SoftOperation::SoftOperation(Progress* progress, const char* what, const char* worker, bool check_reads,
+                             const char* twin_policy)
+    : progress_(progress), what_(what), worker_(worker), check_reads_(check_reads), twin_policy_(twin_policy) {}
+
+SoftOperation::~SoftOperation() = default;
+
+// ---------------------------------------------------------------- start (control task)
+
+void SoftOperation::Bind(session::SessionState& st) {
+  ctx_ = st.ctx;
+  st_ = &st;
+}
+
+void SoftOperation::Track(std::vector<TrackedBuffer> buffers) {
+  // Nobody else can see the table yet (not installed, no worker), but the
+  // rule has no exception: cow filling it unlocked while recopy locked was
+  // how the three copies of this skeleton had started to drift.
+  std::lock_guard<std::mutex> lock(table_.mu);
+  for (TrackedBuffer& b : buffers) {
+    const std::uint64_t address = b.address;
+    table_.by_address.emplace(address, std::move(b));
+  }
+}
+
+Status SoftOperation::OpenWorker() {
+  if (Status s = ctx_->CreateStream(backend::kStreamNonBlocking, 0, &stream_); !s.ok()) {
+    stream_ = 0;
+    return s;
+  }
+  if (Status s = gate_.Init(ctx_); !s.ok()) {
+    spdlog::warn("{}: {} will not yield to app copies: {}", what_, worker_, s.ToString());
+  }
+  return Status::Ok();
+}
+
+void SoftOperation::InstallOperation(EngineHook* hook) {
+  // After the protocol mapped/tracked everything: the validator's slots are
+  // allocated lazily in this context and must not take an address the
+  // operation needs (a restore's buffers are mapped before this).
+  validator_ = std::make_unique<TwinValidator>(ctx_);
+  hook->Install(shared_from_this());
+}
+
+// ---------------------------------------------------------------- admission (consumer thread)
+
+void SoftOperation::NoteFirstUseLocked(const session::CallView& call) {
+  for (const auto& r : call.ranges) {
+    table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) {
+      if (b.first_use == 0) b.first_use = ++next_first_use_;
+    });
+  }
+}
+
+void SoftOperation::Abandon() {
+  std::lock_guard<std::mutex> lock(table_.mu);
+  abandoned_ = true;
+  table_.cv.notify_all();
+}
+
+bool SoftOperation::LaunchInstead(const session::CallView& call, Status* result) {
+  if (!validator_ || call.kind != session::AccessKind::kSpeculated || call.launch == nullptr) return false;
+  std::uint64_t mark = 0;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    if (abandoned_ || !WantsTwinLocked(&mark)) return false;
+  }
+  std::uint64_t ticket = 0;
+  switch (twins_.Launch(validator_.get(), *st_, call, check_reads_, what_, twin_policy_, &ticket, result)) {
+    case TwinLauncher::Outcome::kNoTwin: {
+      std::unique_lock<std::mutex> lock(table_.mu);
+      ++counters_.unvalidated_kernels;
+      NoTwinLocked(lock);
+      return false;
+    }
+    case TwinLauncher::Outcome::kFailed: return true;  // *result is the call's result
+    case TwinLauncher::Outcome::kLaunched: break;
+  }
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    ++counters_.twin_launches;
+    TwinLaunchedLocked(ticket);
+  }
+  return AfterTwin(call, mark);
+}
+
+void SoftOperation::Admitted(const session::CallView& call, const Status& result) {
+  if (device_state_dropped_) return;  // after a reset (or the end): nothing of ours is in the context
+  if (IsHostDeviceCopy(call) && stream_ != 0) gate_.NoteAppCopy(ctx_, call.stream);
+  AdmittedCall(call, result);
+}
+
+// ---------------------------------------------------------------- end (consumer thread)
+
+void SoftOperation::Cancel(session::SessionState& /*st*/) {
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    cancelled_ = true;
+    abandoned_ = true;
+    table_.cv.notify_all();
+  }
+  DropDeviceState();
+}
+
+void SoftOperation::DropDeviceState() {
+  if (device_state_dropped_) return;
+  device_state_dropped_ = true;
+  {
+    // After this the worker never touches the context again (UseContext
+    // checks fenced_ under ctx_use_mu_ before every use).
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    fenced_.store(true);
+  }
+  DeviceLeftovers left;
+  {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    DetachLeftoversLocked(&left);
+  }
+  validator_.reset();  // waits for its pending twins
+  if (stream_ != 0) {
+    // Work of the worker (a chunk, a StreamWaitEvent) may still be queued.
+    (void)ctx_->SynchronizeStream(stream_);
+    if (Status s = ctx_->DestroyStream(stream_); !s.ok()) spdlog::warn("{}: {} stream: {}", what_, worker_, s.ToString());
+    stream_ = 0;
+  }
+  for (auto e : left.events_to_wait) {
+    (void)ctx_->SynchronizeEvent(e);
+    (void)ctx_->DestroyEvent(e);
+  }
+  for (auto e : left.events) (void)ctx_->DestroyEvent(e);
+  for (auto p : left.allocations) (void)ctx_->Free(p);
+  gate_.Destroy(ctx_);
+}
+
+OperationCounters SoftOperation::counters() {
+  std::lock_guard<std::mutex> lock(table_.mu);
+  OperationCounters c = counters_;
+  c.copier_yields = gate_.yields();
+  return c;
+}
+
+// ---------------------------------------------------------------- the driver (caller's thread)
+
+Status DriveSoftOperation(session::Session& session, EngineHook* hook, SoftOperation& op,
+                          const std::function<void()>& on_started, const std::string& outcome, SoftRun* run) {
+  *run = SoftRun{};
+  const auto t_start = Clock::now();
+  Status started = session.RunControl([&](session::SessionState& st) {
+    const auto t = Clock::now();
+    Status s = op.Start(st, hook);
+    run->start_task_us = MicrosSince(t);
+    return s;
+  });
+  run->start_us = MicrosSince(t_start);
+  if (!started.ok()) {
+    // Start may have installed the operation or created device state before
+    // failing late. When the session ended, SessionEnding did this already
+    // and the control task answers Unavailable.
+    (void)session.RunControl([&](session::SessionState& st) {
+      hook->Remove();
+      op.Cancel(st);
+      return Status::Ok();
+    });
+    return SessionGone(started, session, outcome);
+  }
+  run->started = true;
+  if (on_started) on_started();
+  Status worked = op.Work();
+  run->worked_at = Clock::now();
+  run->worked = worked.ok();
+  const auto t_finish = Clock::now();
+  Status finished = session.RunControl([&](session::SessionState& st) { return op.Finish(st, hook, worked); });
+  run->finish_us = MicrosSince(t_finish);
+  if (!worked.ok()) return SessionGone(worked, session, outcome);
+  if (!finished.ok()) return SessionGone(finished, session, outcome);
+  return Status::Ok();
+}
+
+}  // namespace phos::engine
