@@ -100,19 +100,6 @@ class OperationRecord {
 
 }  // namespace
 
-std::string PhosService::DefaultCheckpointRoot() const {
-  if (!checkpoint_root_.empty()) return checkpoint_root_;
-  const char* env = std::getenv("PHOS_STATE_DIR");
-  std::string state;
-  if (env != nullptr && *env != '\0') {
-    state = env;
-  } else {
-    state = std::filesystem::path(socket_path_).parent_path().string();
-    if (state.empty()) state = ".";
-  }
-  return state + "/checkpoints";
-}
-
 grpc::Status PhosService::FindSession(int pid, std::shared_ptr<session::Session>* out) const {
   if (pid <= 0) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a pid is required (--pid P)");
   session::SessionServer* server = nullptr;

@@ -54,10 +54,18 @@ Status Daemon::Start(const DaemonOptions& options) {
   pool_options.contexts_per_device = options.pool_size;
   context_pool_ = std::make_unique<backend::ContextPool>(backend_.get(), pool_options);
 
-  service_ = std::make_unique<PhosService>(backend_.get(), why, &sessions_, options.socket_path);
-  service_->set_context_pool(context_pool_.get());
-  service_->set_checkpoint_root(options.checkpoint_root);
-  service_->set_engine_defaults(options.cow_reserve_bytes, options.unvalidated == "stop", options.recopy_rounds);
+  PhosServiceConfig config;
+  config.backend = backend_.get();
+  config.backend_detail = why;
+  config.sessions = &sessions_;
+  config.context_pool = context_pool_.get();
+  config.socket_path = options.socket_path;
+  config.checkpoint_root = ResolveCheckpointRoot(options);
+  config.template_cache = options.template_cache;
+  config.cow_reserve_bytes = options.cow_reserve_bytes;
+  config.unvalidated_stop = options.unvalidated == "stop";
+  config.recopy_rounds = options.recopy_rounds;
+  service_ = std::make_unique<PhosService>(std::move(config));
   // Every CRIU call of this process (CriuClient::Check included) runs the
   // --criu-binary one; "" keeps libcriu's default, criu on PATH.
   criu::CriuClient::SetDefaultBinary(options.criu_binary);
@@ -71,7 +79,6 @@ Status Daemon::Start(const DaemonOptions& options) {
   }
   // Templates (docs/templates.md): after the recovery above; copies them
   // to the in-memory cache in the background.
-  service_->set_template_cache(options.template_cache);
   service_->OpenTemplates();
   if (!options.listen.empty()) {
     PhosService* service = service_.get();  // outlives the peer server (Shutdown order)

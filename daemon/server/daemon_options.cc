@@ -1,8 +1,18 @@
 #include "server/daemon_options.h"
 
 #include <cstdlib>
+#include <filesystem>
 
 namespace phos::server {
+
+std::string ResolveCheckpointRoot(const DaemonOptions& options) {
+  if (!options.checkpoint_root.empty()) return options.checkpoint_root;
+  if (const char* env = std::getenv("PHOS_STATE_DIR"); env != nullptr && *env != '\0') {
+    return std::string(env) + "/checkpoints";
+  }
+  std::string state = std::filesystem::path(options.socket_path).parent_path().string();
+  return (state.empty() ? std::string(".") : state) + "/checkpoints";
+}
 
 std::string DefaultSignatureCacheDir() {
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && xdg[0] == '/')

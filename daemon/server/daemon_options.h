@@ -60,4 +60,9 @@ struct DaemonOptions {
   bool test_drop_restore_reply = false;
 };
 
+/// Where checkpoints that name no directory go: options.checkpoint_root
+/// when given, else $PHOS_STATE_DIR/checkpoints, else <socket dir>/
+/// checkpoints. Read once, when phosd starts.
+std::string ResolveCheckpointRoot(const DaemonOptions& options);
+
 }  // namespace phos::server

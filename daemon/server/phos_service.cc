@@ -18,13 +18,18 @@ grpc::Status Unimplemented(const char* rpc, const char* issue) {
 
 }  // namespace
 
-PhosService::PhosService(backend::Backend* backend, std::string backend_detail,
-                         SessionRegistry* sessions, std::string socket_path)
-    : backend_(backend),
-      backend_detail_(std::move(backend_detail)),
-      sessions_(sessions),
-      socket_path_(std::move(socket_path)),
-      started_(std::chrono::steady_clock::now()) {}
+PhosService::PhosService(PhosServiceConfig config)
+    : backend_(config.backend),
+      backend_detail_(std::move(config.backend_detail)),
+      sessions_(config.sessions),
+      socket_path_(std::move(config.socket_path)),
+      started_(std::chrono::steady_clock::now()),
+      context_pool_(config.context_pool),
+      checkpoint_root_(std::move(config.checkpoint_root)),
+      cow_reserve_bytes_(config.cow_reserve_bytes),
+      unvalidated_stop_(config.unvalidated_stop),
+      recopy_rounds_(config.recopy_rounds),
+      template_cache_(std::move(config.template_cache)) {}
 
 grpc::Status PhosService::Status(grpc::ServerContext*, const v1::StatusRequest*,
                                  v1::StatusReply* reply) {
@@ -92,7 +97,9 @@ grpc::Status PhosService::RegisterRun(grpc::ServerContext*, const v1::RegisterRu
 // TemplateSave, TemplateStart, TemplateList, TemplateRemove: server/template_rpcs.cc.
 grpc::Status PhosService::WatchOperation(grpc::ServerContext*, const v1::WatchOperationRequest*,
                                          grpc::ServerWriter<v1::OperationEvent>*) {
-  return Unimplemented("WatchOperation", "arrives with the C/R engine issue");
+  return Unimplemented("WatchOperation",
+                       "an operation is watched on the stream of the call that started it; re-attaching to it "
+                       "from another client is not built");
 }
 
 }  // namespace phos::server

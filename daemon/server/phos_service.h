@@ -21,17 +21,34 @@
 
 namespace phos::server {
 
+/// Everything the service is told, resolved once when phosd starts
+/// (Daemon::Start): no setters, nothing read from the environment per
+/// request. The pointees must outlive the service.
+struct PhosServiceConfig {
+  backend::Backend* backend = nullptr;
+  std::string backend_detail;                   // why this backend (Status)
+  SessionRegistry* sessions = nullptr;
+  const backend::ContextPool* context_pool = nullptr;  // null = none; Status reports its counters
+  std::string socket_path;
+  /// Where images that name no directory go (and templates/, incoming/,
+  /// outgoing/ below it): --checkpoint-root, else $PHOS_STATE_DIR/checkpoints,
+  /// else <socket dir>/checkpoints (ResolveCheckpointRoot).
+  std::string checkpoint_root;
+  /// --template-cache: "auto" (a private tmpfs directory under /dev/shm),
+  /// "off", or a tmpfs directory.
+  std::string template_cache = "auto";
+  // The C/R engine's defaults (phosd's flags).
+  std::uint64_t cow_reserve_bytes = 2ull << 30;
+  bool unvalidated_stop = false;
+  int recopy_rounds = 5;
+};
+
 class PhosService final : public v1::Phos::Service {
  public:
-  /// `backend` and `sessions` must outlive the service.
-  PhosService(backend::Backend* backend, std::string backend_detail, SessionRegistry* sessions,
-              std::string socket_path);
+  explicit PhosService(PhosServiceConfig config);
 
   grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
                       v1::StatusReply* reply) override;
-  /// Status reports the pool's counters (context_pool.*). Set before
-  /// serving; the pool must outlive the service.
-  void set_context_pool(const backend::ContextPool* pool) { context_pool_ = pool; }
   grpc::Status ListSessions(grpc::ServerContext* ctx, const v1::ListSessionsRequest* req,
                             v1::ListSessionsReply* reply) override;
   grpc::Status RegisterRun(grpc::ServerContext* ctx, const v1::RegisterRunRequest* req,
@@ -68,25 +85,12 @@ class PhosService final : public v1::Phos::Service {
   /// by the peer server): restores the whole-process image in `dir`, with
   /// `resume` SIGCONTs it (it was dumped stopped), and fills `reply`.
   phos::Status RestoreForPeer(const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply);
-  /// Where default checkpoint images go: --checkpoint-root when given, else
-  /// `<state dir>/checkpoints/` with state dir = $PHOS_STATE_DIR, else the
-  /// control socket's directory.
-  std::string DefaultCheckpointRoot() const;
-  /// --checkpoint-root ("" = derived). Set before serving.
-  void set_checkpoint_root(std::string root) { checkpoint_root_ = std::move(root); }
-  /// --template-cache: "auto" (default: a private tmpfs directory under
-  /// /dev/shm), "off", or a tmpfs directory. Set before OpenTemplates.
-  void set_template_cache(std::string dir) { template_cache_ = std::move(dir); }
+  /// Where default checkpoint images go (PhosServiceConfig::checkpoint_root).
+  const std::string& DefaultCheckpointRoot() const { return checkpoint_root_; }
   /// Opens the template store, <checkpoint root>/templates, and its
   /// in-memory cache (template_store.h). Call before serving; a failure is
   /// logged and the template RPCs answer UNAVAILABLE with it.
   void OpenTemplates();
-  /// Daemon-wide defaults of the C/R engine (flags); set before serving.
-  void set_engine_defaults(std::uint64_t cow_reserve_bytes, bool unvalidated_stop, int recopy_rounds) {
-    cow_reserve_bytes_ = cow_reserve_bytes;
-    unvalidated_stop_ = unvalidated_stop;
-    recopy_rounds_ = recopy_rounds;
-  }
 
  private:
   /// The live session of `pid`, or a NOT_FOUND / UNAVAILABLE status.
@@ -117,20 +121,21 @@ class PhosService final : public v1::Phos::Service {
   grpc::Status RestoreWholeProcess(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                                    grpc::ServerWriter<v1::OperationEvent>* writer);
 
-  // All members are set at construction and only read afterwards; the
-  // pointees are thread-safe (Backend's contract, SessionRegistry's mutex).
-  backend::Backend* backend_;
+  // Set at construction (PhosServiceConfig) and only read afterwards; the
+  // pointees are thread-safe (Backend's contract, SessionRegistry's mutex,
+  // the pool's own lock).
+  backend::Backend* const backend_;
   const std::string backend_detail_;
-  SessionRegistry* sessions_;
+  SessionRegistry* const sessions_;
   const std::string socket_path_;
   const std::chrono::steady_clock::time_point started_;
-  const backend::ContextPool* context_pool_ = nullptr;  // set before serving; the pool locks itself
-  std::string checkpoint_root_;                         // set before serving, read-only after
-  std::uint64_t cow_reserve_bytes_ = 2ull << 30;        // set before serving, read-only after
-  bool unvalidated_stop_ = false;                       // ditto
-  int recopy_rounds_ = 5;                               // ditto
+  const backend::ContextPool* const context_pool_;
+  const std::string checkpoint_root_;
+  const std::uint64_t cow_reserve_bytes_;
+  const bool unvalidated_stop_;
+  const int recopy_rounds_;
+  const std::string template_cache_;
   std::atomic<session::SessionServer*> session_server_{nullptr};  // see SetSessionServer
-  std::string template_cache_ = "auto";        // set before OpenTemplates, read-only after
   std::unique_ptr<templates::TemplateStore> templates_;   // set by OpenTemplates before serving; locks itself
   phos::Status templates_status_;              // why templates_ is null; set with it
   process::RestoredProcesses restored_;  // reaps what Restore restored (thread-safe)
