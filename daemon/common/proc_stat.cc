@@ -36,7 +36,7 @@ bool ReadProcStat(pid_t pid, ProcStat* out) {
 
 bool ProcessRunning(pid_t pid) {
   ProcStat st;
-  return ReadProcStat(pid, &st) && st.state != 'Z' && st.state != 'X';
+  return ReadProcStat(pid, &st) && st.running();
 }
 
 }  // namespace phos

@@ -16,6 +16,8 @@ struct ProcStat {
   char state = '\0';            // 'R', 'S', 'D', 'T', 'Z', ...
   pid_t parent = 0;             // PPid, in our pid namespace (0: outside it)
   std::uint64_t start_ticks = 0;  // starttime, clock ticks after boot
+  /// Not a zombie (dead, not reaped yet) nor dead.
+  bool running() const { return state != 'Z' && state != 'X'; }
 };
 
 /// False when there is no process `pid` (or /proc cannot be read).

@@ -32,10 +32,8 @@ Status DescribeForDump(session::Session& sess, session::SessionState& st, Proces
   // (AttachHostSegments). Each must still be mapped where the app had it.
   im->host_segments.clear();
   for (const session::HostSegmentTable::SegmentInfo& h : st.host_segments.List()) {
-    char path[96];
-    std::snprintf(path, sizeof path, "/proc/%d/map_files/%llx-%llx", im->pid,
-                  static_cast<unsigned long long>(h.app_base), static_cast<unsigned long long>(h.app_base + h.bytes));
-    if (access(path, F_OK) != 0) {
+    const std::string path = MapFilesPath(im->pid, h.app_base, h.app_base + h.bytes);
+    if (access(path.c_str(), F_OK) != 0) {
       return Status::FailedPrecondition("pid " + std::to_string(im->pid) + "'s pinned host segment " +
                                         std::to_string(h.id) + " is no longer mapped as one piece at its address (" +
                                         path + ": " + std::strerror(errno) +
@@ -119,16 +117,14 @@ namespace {
 /// a shrink would fault phosd's mapping).
 Status AttachHostSegments(session::Session& sess, pid_t pid, const ProcessImage& im) {
   for (const ProcessImage::HostSegment& h : im.host_segments) {
-    char path[96];
-    std::snprintf(path, sizeof path, "/proc/%d/map_files/%llx-%llx", pid, static_cast<unsigned long long>(h.app_base),
-                  static_cast<unsigned long long>(h.app_base + h.bytes));
-    const int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(std::string("open ") + path + " (restored pinned host segment)", errno);
+    const std::string path = MapFilesPath(pid, h.app_base, h.app_base + h.bytes);
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno("open " + path + " (restored pinned host segment)", errno);
     const int seals = fcntl(fd, F_GET_SEALS);
     if (seals >= 0 && !(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
       const int err = errno;
       close(fd);
-      return Status::FromErrno(std::string("sealing ") + path + " (restored pinned host segment)", err);
+      return Status::FromErrno("sealing " + path + " (restored pinned host segment)", err);
     }
     Status s = sess.RunControl([&](session::SessionState& st) {
       return st.host_segments.Add(h.id, h.app_base, h.bytes, fd, st.ctx);  // takes fd
@@ -289,12 +285,10 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
     return fail(Status::Internal("CRIU restored pid " + std::to_string(pid) + ", the image's is " +
                                  std::to_string(im.pid)));
   }
-  char path[96];
-  std::snprintf(path, sizeof path, "/proc/%d/map_files/%llx-%llx", pid, static_cast<unsigned long long>(im.ring_start),
-                static_cast<unsigned long long>(im.ring_end));
-  const int memfd = open(path, O_RDWR | O_CLOEXEC);
+  const std::string path = MapFilesPath(pid, im.ring_start, im.ring_end);
+  const int memfd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (memfd < 0) {
-    Status e = Status::FromErrno(std::string("open ") + path + " (the restored ring)", errno);
+    Status e = Status::FromErrno("open " + path + " (the restored ring)", errno);
     close(sv[0]);
     return fail(e);
   }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -163,6 +164,13 @@ Status ReadProcessImage(const std::string& dir, ProcessImage* im) {
     return Status::Corruption(path + ": inconsistent pid or ring mapping");
   }
   return Status::Ok();
+}
+
+std::string MapFilesPath(pid_t pid, uint64_t start, uint64_t end) {
+  char path[96];
+  std::snprintf(path, sizeof path, "/proc/%d/map_files/%llx-%llx", pid, static_cast<unsigned long long>(start),
+                static_cast<unsigned long long>(end));
+  return path;
 }
 
 Status UnixPeerInode(int fd, uint64_t* inode) {

@@ -73,6 +73,10 @@ Status UnixPeerInode(int fd, uint64_t* inode);
 /// The app's mapping of the memfd whose inode is `inode` (from
 /// /proc/PID/maps; offset 0, exactly `bytes` long).
 Status FindMemfdMapping(pid_t pid, uint64_t inode, uint64_t bytes, uint64_t* start, uint64_t* end);
+/// /proc/PID/map_files/START-END: the file behind `pid`'s mapping of
+/// [start, end), which phosd opens to reach a memfd the app maps (the
+/// ring, pinned host segments), also after CRIU recreated it.
+std::string MapFilesPath(pid_t pid, uint64_t start, uint64_t end);
 /// How `pid` sits in pid namespaces, from /proc/PID/status NSpid: `*own_ns`
 /// = it is pid 1 of a namespace below ours. NotSupported when it is a
 /// member of such a namespace but not its init (CRIU dumps a namespace

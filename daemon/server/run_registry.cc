@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/plain_name.h"
 #include "common/proc_stat.h"
 
 namespace phos::server {
@@ -10,19 +11,15 @@ namespace {
 /// `pid` runs and started at `start_ticks`.
 bool SameProcessRuns(pid_t pid, std::uint64_t start_ticks) {
   ProcStat st;
-  return ReadProcStat(pid, &st) && st.start_ticks == start_ticks && st.state != 'Z' && st.state != 'X';
+  return ReadProcStat(pid, &st) && st.start_ticks == start_ticks && st.running();
 }
 
 }  // namespace
 
 Status RunRegistry::CheckName(const std::string& name) {
-  const bool chars_ok = std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-           c == '.';
-  });
   const bool all_digits =
       !name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (name.empty() || name.size() > 100 || !chars_ok || name[0] == '.' || all_digits) {
+  if (!IsPlainName(name) || all_digits) {
     return Status::InvalidArgument("bad name '" + name +
                                    "': use 1-100 characters of A-Z a-z 0-9 _ . -, not starting with '.' and not "
                                    "all digits (a target of digits only is a pid)");
@@ -37,7 +34,7 @@ bool RunRegistry::Live(const Run& r) {
 Status RunRegistry::Register(pid_t launcher_pid, const std::string& name) {
   if (!name.empty()) PHOS_RETURN_IF_ERROR(CheckName(name));
   ProcStat st;
-  if (launcher_pid <= 0 || !ReadProcStat(launcher_pid, &st) || st.state == 'Z') {
+  if (launcher_pid <= 0 || !ReadProcStat(launcher_pid, &st) || !st.running()) {
     return Status::InvalidArgument("launcher pid " + std::to_string(launcher_pid) +
                                    " does not run here (RegisterRun comes from `phos run` on this host)");
   }

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "common/file_identity.h"
+#include "common/plain_name.h"
 #include "image/file_util.h"
 #include "image/image_layout.h"
 #include "image/image_reader.h"
@@ -153,12 +154,8 @@ TemplateStore::~TemplateStore() {
 }
 
 Status TemplateStore::CheckName(const std::string& name) {
-  const bool chars_ok = std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-           c == '.';
-  });
   const bool tmp = name.size() >= 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
-  if (name.empty() || name.size() > 100 || !chars_ok || name[0] == '.' || tmp) {
+  if (!IsPlainName(name) || tmp) {
     return Status::InvalidArgument("bad template name '" + name +
                                    "': use 1-100 characters of A-Z a-z 0-9 _ . -, not starting with '.' and not "
                                    "ending in .tmp");
