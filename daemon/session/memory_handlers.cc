@@ -19,6 +19,23 @@ using wire::ForEachRowPiece;
 using wire::Span2D;
 using wire::WireStatus;
 
+namespace {
+
+/// A device-to-host copy read through staging is done: count it and tell
+/// the app where its `bytes` are — inline in the completion slot, or at
+/// the start of the reply chunk it holds.
+void ReplyStagedRead(SessionState& st, uint32_t reply_chunk, uint64_t bytes, Outcome* out) {
+  st.copy_stats.staged_copies += 1;
+  st.copy_stats.staged_bytes += bytes;
+  if (reply_chunk == wire::kNoChunk) {
+    out->bytes = static_cast<uint32_t>(bytes);
+  } else {
+    out->Set(wire::ChunkReply{bytes});
+  }
+}
+
+}  // namespace
+
 void HandleMalloc(SessionState& st, const CallContext& call, const wire::MallocRequest& req, Outcome* out) {
   CallView v;
   v.api = call.api();
@@ -117,14 +134,7 @@ void HandleMemcpy(SessionState& st, const CallContext& call, const wire::MemcpyR
       return SyncResult(st, st.ctx->SynchronizeStream(stream));
     });
     if (!s.ok()) return out->Fail(s);
-    st.copy_stats.staged_copies += 1;
-    st.copy_stats.staged_bytes += req.bytes;
-    if (req.reply_chunk == wire::kNoChunk) {
-      out->bytes = static_cast<uint32_t>(req.bytes);
-    } else {
-      out->Set(wire::ChunkReply{req.bytes});
-    }
-    return;
+    return ReplyStagedRead(st, req.reply_chunk, req.bytes, out);
   }
   if (dir == wire::CopyDir::kPinnedToDevice || dir == wire::CopyDir::kDeviceToPinned) {
     // The zero-copy path: straight from / into phosd's mapping of the
@@ -343,14 +353,7 @@ void HandleMemcpy2D(SessionState& st, const CallContext& call, const wire::Memcp
         return SyncResult(st, st.ctx->SynchronizeStream(stream));
       });
       if (!s.ok()) return out->Fail(s);
-      st.copy_stats.staged_copies += 1;
-      st.copy_stats.staged_bytes += req.packed_bytes;
-      if (req.reply_chunk == wire::kNoChunk) {
-        out->bytes = static_cast<uint32_t>(req.packed_bytes);
-      } else {
-        out->Set(wire::ChunkReply{req.packed_bytes});
-      }
-      return;
+      return ReplyStagedRead(st, req.reply_chunk, req.packed_bytes, out);
     }
   }
   out->Fail(WireStatus::kInvalidValue, "memcpy2D: unknown direction " + std::to_string(req.dir));

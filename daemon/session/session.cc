@@ -258,7 +258,7 @@ void Session::Run() {
     // run — nobody will read the results, and on the sim a queue of
     // kernels could take minutes (docs/interposer.md "Session end").
     if (stop_requested_.load(std::memory_order_acquire)) {
-      why = Status::Unavailable("the app hung up");
+      why = Status::Unavailable("stop requested (the app hung up, or phosd is stopping)");
       break;
     }
     payload = ring::RingServer::CopyPayload(rec);
