@@ -42,6 +42,7 @@ logs=$work/logs
 mkdir -p "$logs"
 results=$work/results.tsv
 : >"$results"
+: >"$report/results.tsv"
 run_started=$(date +%s.%N)
 
 # ---- unpack ---------------------------------------------------------------
@@ -117,12 +118,20 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 record() {  # record NAME RESULT SECONDS REASON (also printed: a run cut off still shows its progress)
   local reason=${4//$'\t'/ }
   printf '%s\t%s\t%.2f\t%s\n' "$1" "$2" "$3" "${reason//$'\n'/ }" >>"$results"
+  [[ -z "${report:-}" ]] || printf '%s\t%s\t%.2f\t%s\n' "$1" "$2" "$3" "${reason//$'\n'/ }" >>"$report/results.tsv"
   printf 'run.sh: %-44s %-4s %7.2fs %s\n' "$1" "$2" "$3" "${reason//$'\n'/ }" | cut -c1-220
 }
 # A device lease is short: past PHOS_GPU_DEADLINE_S seconds (from start) every
 # further check is skipped "out of time" instead of run, so the report still
 # gets written inside the caller's limit.
 deadline_s=${PHOS_GPU_DEADLINE_S:-0}
+clip_limit() {  # clip_limit SECONDS: SECONDS, or what is left before the deadline (at least 5)
+  local left
+  if [[ $deadline_s == 0 ]]; then echo "$1"; return; fi
+  left=$(awk -v a="$run_started" -v b="$(now)" -v d="$deadline_s" 'BEGIN { printf "%d", d - (b - a) }')
+  (( left < 5 )) && left=5
+  (( left < $1 )) && echo "$left" || echo "$1"
+}
 out_of_time() {
   [[ $deadline_s != 0 ]] && awk -v a="$run_started" -v b="$(now)" -v d="$deadline_s" 'BEGIN { exit !(b - a > d) }'
 }
@@ -142,6 +151,7 @@ check() {
   [[ -n "$skip_why" ]] || ! out_of_time || skip_why="skipped: out of time (PHOS_GPU_DEADLINE_S=$deadline_s)"
   if [[ -n "$skip_why" ]]; then skip "$name" "$skip_why"; want=() wantnot=() once=(); return 0; fi
   mkdir -p "$(dirname "$log")"
+  limit=$(clip_limit "$limit")
   t0=$(now)
   timeout -k 10 "$limit" "$@" >"$log" 2>&1 </dev/null || rc=$?
   t1=$(now)
@@ -237,7 +247,7 @@ for t in "${gpu_tests[@]}"; do
   if [[ -n "$no_gpu_reason" ]]; then skip "gtest/$t" "$no_gpu_reason"; continue; fi
   t0=$(now) rc=0
   if out_of_time; then skip "gtest/$t" "skipped: out of time (PHOS_GPU_DEADLINE_S=$deadline_s)"; continue; fi
-  timeout -k 10 240 "$b/bin/$t" --gtest_output="json:$logs/$t.json" >"$logs/gtest-$t.log" 2>&1 </dev/null || rc=$?
+  timeout -k 10 "$(clip_limit 240)" "$b/bin/$t" --gtest_output="json:$logs/$t.json" >"$logs/gtest-$t.log" 2>&1 </dev/null || rc=$?
   t1=$(now)
   gtest_rows "$t" "$logs/$t.json" "$logs/gtest-$t.log" "$rc" "$(elapsed "$t0" "$t1")"
   [[ $rc == 0 ]] || grep -q $'^gtest/'"$t"$'[^\t]*\tfail' "$results" ||
@@ -281,18 +291,18 @@ i=$b/integration
 want=("runtime_api: OK") wantnot=("not supported by phos")
 check integration/runtime_api 120 0 -- "${phos_run[@]}" "$i/runtime_api"
 want=("host_memory: OK")
-check integration/host_memory 300 0 -- "${phos_run[@]}" "$i/host_memory"
+check integration/host_memory 60 0 -- "${phos_run[@]}" "$i/host_memory"
 want=("driver_api: kernels from PTX text" "driver_api: kernels from a fatbin file" "driver_api: OK") wantnot=("not supported by phos")
-check integration/driver_api 300 0 -- "${phos_run[@]}" "$i/driver_api" "$i/driver_kernels.fatbin"
+check integration/driver_api 60 0 -- "${phos_run[@]}" "$i/driver_api" "$i/driver_kernels.fatbin"
 want=("driver_api: runtime first OK")
 check integration/driver_api_runtime_first 120 0 -- "${phos_run[@]}" "$i/driver_api" --runtime-first
 for p in runtime_more runtime_more_ptds; do
   want=("$p: OK" "done rc=0") wantnot=("not supported by phos")
   once=("phos: CUDA cannot be used in a child forked after CUDA was initialised (pid ")
-  check "integration/$p" 300 0 -- "${phos_run[@]}" "$i/$p"
+  check "integration/$p" 60 0 -- "${phos_run[@]}" "$i/$p"
 done
 want=("fork-before child rc=0" "runtime_more: fork-before OK") wantnot=("cannot be used in a child")
-check integration/runtime_more_fork_before 180 0 -- "${phos_run[@]}" "$i/runtime_more" fork-before
+check integration/runtime_more_fork_before 60 0 -- "${phos_run[@]}" "$i/runtime_more" fork-before
 want=("error_paths: OK")
 check integration/error_paths 120 0 -- "${phos_run[@]}" "$i/error_paths" errors
 want=("symbols: OK")
