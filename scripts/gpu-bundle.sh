@@ -60,6 +60,9 @@ integration_data=(driver_kernels.fatbin driver_kernels.cubin driver_kernels.ptx)
 targets=(phos phosd phos_client phos_test_apps phos_integration_programs phos_checkpoint_app)
 for t in "${gpu_tests[@]}"; do targets+=("${t%%$'\t'*}"); done
 if [[ "${PHOS_BUNDLE_NO_BUILD:-0}" != 1 ]]; then
+  # Re-configure first: the version phosd prints (and a report quotes) is
+  # the git revision read when CMake configures (CMakeLists.txt).
+  cmake "$build" >/dev/null
   echo "gpu-bundle: building ${targets[*]}"
   if [[ -n "${PHOS_BUILD_WRAPPER:-}" ]]; then
     # shellcheck disable=SC2086  # the wrapper may be a command with arguments

@@ -48,6 +48,15 @@ struct CudaOptions {
   /// 13); "none" = do not load it. If it cannot be loaded the backend logs
   /// that once and contexts have no cuBLAS handle.
   std::string cublas_library;
+  /// CUDA_MODULE_LOADING for phosd's driver: "eager" (default) loads every
+  /// kernel of a module when the module is loaded; "lazy" on first use;
+  /// "" leaves the environment alone. Eager because phosd runs the kernels
+  /// of apps that may spin waiting for another kernel: with lazy loading the
+  /// driver may synchronise the context to load a kernel on its first
+  /// launch, which deadlocks behind a spinning one (CUDA programming guide,
+  /// "Lazy Loading": possible issues). A CUDA_MODULE_LOADING already in
+  /// phosd's environment wins. docs/backends.md "Module loading".
+  std::string module_loading = "eager";
 };
 
 struct BackendOptions {

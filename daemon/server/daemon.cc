@@ -5,8 +5,12 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -120,6 +124,7 @@ Status Daemon::Start(const DaemonOptions& options) {
   callbacks.unpublish = [registry](uint64_t id) { registry->Remove(id); };
   session::SessionServerOptions session_options;
   session_options.context_pool = context_pool_.get();
+  session_options.slow_call_log_ms = options.slow_call_log_s * 1000;
   session_server_ = std::make_unique<session::SessionServer>(backend_.get(), session_options,
                                                              std::move(callbacks));
   // Every session gets the C/R engine's admission hook (soft checkpoints,
@@ -185,7 +190,34 @@ int RunDaemonUntilSignal(const DaemonOptions& options) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  // A session whose consumer is stuck in the driver (a kernel that never
+  // ends, a deadlocked load) would hold the shutdown forever; the data plane
+  // logs what each one is executing (SessionServer::Stop). Past the timeout
+  // phosd exits without waiting: the driver frees whatever the process held.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog;
+  if (options.stop_timeout_s > 0) {
+    watchdog = std::thread([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      if (cv.wait_for(lock, std::chrono::seconds(options.stop_timeout_s), [&] { return done; })) return;
+      spdlog::error("shutdown did not finish within {} s (--stop-timeout): a session is stuck in the GPU driver "
+                    "(see the lines above); exiting without waiting for it",
+                    options.stop_timeout_s);
+      spdlog::default_logger()->flush();
+      std::_Exit(3);
+    });
+  }
   daemon.Shutdown();
+  if (watchdog.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    watchdog.join();
+  }
   spdlog::info("phosd exited cleanly");
   return 0;
 }

@@ -94,6 +94,24 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "auto (a private directory under /dev/shm), off, or a tmpfs directory; a directory "
                   "that is not tmpfs is not used (logged)")
       ->capture_default_str();
+  app->add_option("--cuda-module-loading", options->backend.cuda.module_loading,
+                  "cuda: when the driver loads an app's kernels: eager (with the module; an app whose kernel "
+                  "spins waiting for another cannot deadlock on a lazy load) or lazy (on first launch: "
+                  "less device memory for modules with many unused kernels). CUDA_MODULE_LOADING in "
+                  "phosd's environment wins")
+      ->check(CLI::IsMember({"eager", "lazy"}))
+      ->capture_default_str();
+  app->add_option("--stop-timeout", options->stop_timeout_s,
+                  "Seconds phosd waits on SIGTERM for its sessions to release their GPU state; past it, phosd "
+                  "logs what each stuck session is executing and exits anyway (the driver frees what the "
+                  "process held). 0 = wait forever")
+      ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
+  app->add_option("--slow-call-log", options->slow_call_log_s,
+                  "Seconds after which a call still executing for an app is logged (a warning naming the "
+                  "session, pid and API: a kernel that never ends shows while it happens). 0 = never")
+      ->check(CLI::Range(0, 86400))
+      ->capture_default_str();
   app->add_option("--sim-link-gbps", options->backend.sim.link_gbps,
                   "sim: modelled host<->device link bandwidth per copy engine in GB/s "
                   "(0 = unthrottled)")

@@ -21,6 +21,11 @@ struct DaemonOptions {
   /// Contexts pre-created per GPU by the context pool (docs/backends.md "Context pool"); 0
   /// disables it (every session creates its context on demand).
   int pool_size = 2;
+  /// On SIGTERM: how long shutdown may wait for sessions stuck in the GPU
+  /// driver before phosd exits anyway (RunDaemonUntilSignal); 0 = forever.
+  int stop_timeout_s = 10;
+  /// A call a session has executed this long is logged once (0 = never).
+  int slow_call_log_s = 10;
   /// Bounded on-device reserve for soft copy-on-write shadows.
   std::uint64_t cow_reserve_bytes = 2ull << 30;
   /// Kernels without PTX while an operation validates: "trust" admits them

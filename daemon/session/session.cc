@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <string>
+
+#include "protocol/calls.h"
 
 namespace phos::session {
 
@@ -70,13 +73,42 @@ Status Session::NewContext(int device, std::unique_ptr<backend::Context>* out) {
   return backend_->CreateContext(device, out);
 }
 
-Status Session::Start() {
-  {
-    std::unique_ptr<backend::Context> ctx;
-    PHOS_RETURN_IF_ERROR(NewContext(0, &ctx));
-    std::lock_guard<std::mutex> lock(ctx_mu_);
-    ctx_ = std::move(ctx);
+Status Session::PrepareContext() {
+  std::unique_ptr<backend::Context> ctx;
+  PHOS_RETURN_IF_ERROR(NewContext(0, &ctx));
+  std::lock_guard<std::mutex> lock(ctx_mu_);
+  ctx_ = std::move(ctx);
+  return Status::Ok();
+}
+
+void Session::SetBusy(uint32_t api) {
+  busy_api_.store(api, std::memory_order_relaxed);
+  busy_since_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now().time_since_epoch())
+                           .count(),
+                       std::memory_order_relaxed);
+}
+
+bool Session::BusyCall(std::string* what, int64_t* started_ns) const {
+  const int64_t since = busy_since_ns_.load(std::memory_order_relaxed);
+  if (since == 0) return false;
+  const uint32_t api = busy_api_.load(std::memory_order_relaxed);
+  if (started_ns != nullptr) *started_ns = since;
+  if (what != nullptr) {
+    if (api == kBusyControlTask) {
+      *what = "a control task (checkpoint, restore or migration)";
+    } else if (api == kBusyContext) {
+      *what = "creating its GPU context";
+    } else if (const wire::CallRow* row = wire::FindCallRow(static_cast<wire::ApiId>(api)); row != nullptr) {
+      *what = row->api;
+    } else {
+      *what = "api id " + std::to_string(api);
+    }
   }
+  return true;
+}
+
+Status Session::Start() {
   ring::RingOptions opts;
   ring::ChannelConnection* conn = conn_.get();
   opts.alive = [conn] { return conn->PeerAlive(); };
@@ -205,7 +237,9 @@ void Session::RunControlTasks() {
       ctl_queue_.pop_front();
     }
     SetInControlTask(true);
+    SetBusy(kBusyControlTask);
     Status s = task->fn(state_);
+    SetIdle();
     SetInControlTask(false);
     if (state_.buffers_changed) {
       state_.buffers_changed = false;
@@ -236,11 +270,25 @@ void Session::Publish() {
 }
 
 void Session::Run() {
-  spdlog::info("session {}: pid {} ({}) attached", id_, summary_.pid, summary_.command);
   Status why;
+  if (ctx_ == nullptr) {  // not PrepareContext'd: take it here, off the data plane's poll thread
+    SetBusy(kBusyContext);
+    std::unique_ptr<backend::Context> ctx;
+    why = NewContext(0, &ctx);
+    SetIdle();
+    if (why.ok()) {
+      std::lock_guard<std::mutex> lock(ctx_mu_);
+      ctx_ = std::move(ctx);
+    } else {
+      why = why.WithContext("no GPU context for the session");
+      spdlog::warn("session {}: pid {} ({}): {}", id_, summary_.pid, summary_.command, why.ToString());
+    }
+  }
+  state_.ctx = ctx_.get();
+  if (why.ok()) spdlog::info("session {}: pid {} ({}) attached", id_, summary_.pid, summary_.command);
   std::vector<std::byte> payload;
-  WaitGate();
-  for (;;) {
+  if (why.ok()) WaitGate();
+  while (why.ok()) {
     if (ctl_pending_.load(std::memory_order_acquire)) {
       RunControlTasks();
       WaitGate();  // a control task may have closed it (CloseGate)
@@ -265,7 +313,9 @@ void Session::Run() {
     std::span<const std::byte> p(payload);
     if (rec.has_staging) p = p.subspan(std::min(p.size(), sizeof(ring::StagingRef)));
     Outcome out;
+    SetBusy(rec.header.api_id);
     Dispatch(state_, rec, p, &out);
+    SetIdle();
     // Staged bytes were copied out by the handler (or are not needed).
     if (rec.has_staging) ring_->FreeChunk(rec.staging.chunk);
     const bool wants = rec.wants_reply();
@@ -296,8 +346,10 @@ void Session::Run() {
   // dropped, so the teardown below takes milliseconds however much was
   // queued (a restore waiting for this pid's addresses, phosd's SIGTERM).
   if (ctx_) ctx_->Abandon();
-  executor_.hook()->SessionEnding(state_);
-  ReleaseAll(state_);
+  if (ctx_) {  // without a context the session never ran a call: nothing to release
+    executor_.hook()->SessionEnding(state_);
+    ReleaseAll(state_);
+  }
   {
     std::lock_guard<std::mutex> lock(ctx_mu_);
     ctx_.reset();

@@ -63,7 +63,14 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  /// Creates the context and starts the consumer thread.
+  /// Takes the session's first context now, on the calling thread, so the
+  /// caller sees a failure (Adopt: the restore RPC wants the error). Without
+  /// it the consumer takes the context as its first step, and the data
+  /// plane's poll thread, which accepts apps, never waits on the driver.
+  /// Before Start().
+  Status PrepareContext();
+  /// Starts the consumer thread (which takes a context first unless
+  /// PrepareContext did).
   Status Start();
   /// Closes the ring: the app's waiters and the consumer wake; the consumer
   /// tears down. The work the app queued is abandoned (Context::Abandon):
@@ -79,6 +86,11 @@ class Session {
   const std::string& cmdline() const { return conn_->hello().cmdline; }
   bool finished() const { return finished_.load(std::memory_order_acquire); }
   bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
+  /// What the consumer is executing now and since when, for the slow-call
+  /// log and the shutdown report: `*what` = "cudaStreamSynchronize", "a
+  /// control task", ...; `*started_ns` = steady-clock ns when it began (an
+  /// identity: a new call has a new start). False when idle. Any thread.
+  bool BusyCall(std::string* what, int64_t* started_ns) const;
   /// Called once the consumer finished (used by the server to wake up).
   void set_on_finished(std::function<void()> f) { on_finished_ = std::move(f); }
   /// Where the session's contexts come from (its first one, and the fresh
@@ -174,6 +186,17 @@ class Session {
   bool gate_open_ = true;
   /// Consumer thread: runs control tasks until the gate opens or a stop.
   void WaitGate();
+
+  // The call the consumer executes (BusyCall): written by the consumer only,
+  // read by any thread. busy_since_ns_ == 0 when idle. Two relaxed atomics:
+  // a reader may pair an api with the neighbouring call's start for an
+  // instant, which only affects a log line.
+  static constexpr uint32_t kBusyControlTask = 0xffffffffu;
+  static constexpr uint32_t kBusyContext = 0xfffffffeu;
+  std::atomic<uint32_t> busy_api_{0};
+  std::atomic<int64_t> busy_since_ns_{0};
+  void SetBusy(uint32_t api);
+  void SetIdle() { busy_since_ns_.store(0, std::memory_order_relaxed); }
 
   std::thread thread_;
   std::atomic<bool> stop_requested_{false};

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -95,6 +96,7 @@ Status SessionServer::Adopt(std::unique_ptr<ring::ChannelConnection> conn,
   session->set_on_finished([this] { Wake(); });
   session->set_context_pool(options_.context_pool);
   session->set_start_gated();
+  PHOS_RETURN_IF_ERROR(session->PrepareContext().WithContext("a GPU context for the adopted session"));
   PHOS_RETURN_IF_ERROR(session->Start().WithContext("starting the adopted session"));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -136,6 +138,21 @@ void SessionServer::Reap(bool all) {
     }
   }
   for (auto& s : done) s->RequestStop();
+  if (all) {
+    // Give every consumer a moment, then say who is still busy and with
+    // what: a consumer stuck in the driver makes the joins below wait
+    // (phosd's --stop-timeout ends that wait).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    auto unfinished = [&done] {
+      for (const auto& s : done)
+        if (!s->finished()) return true;
+      return false;
+    };
+    while (unfinished() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    LogUnfinished(done);
+  }
   done.clear();  // ~Session joins (each consumer finishes tearing down)
 }
 
@@ -175,6 +192,55 @@ void SessionServer::Loop() {
     }
     if (fds[1].revents & POLLIN) AcceptOne();
     Reap(false);
+    LogSlowCalls();
+  }
+}
+
+namespace {
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void SessionServer::LogSlowCalls() {
+  if (options_.slow_call_log_ms <= 0) return;
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, s] : sessions_) live.push_back(s);
+  }
+  const int64_t now = SteadyNowNs();
+  std::map<uint64_t, int64_t> still;
+  for (const auto& s : live) {
+    std::string what;
+    int64_t since = 0;
+    if (!s->BusyCall(&what, &since)) continue;
+    const int64_t ms = (now - since) / 1000000;
+    auto it = slow_logged_.find(s->id());
+    const bool logged = it != slow_logged_.end() && it->second == since;
+    if (logged || ms >= options_.slow_call_log_ms) still[s->id()] = since;
+    if (logged || ms < options_.slow_call_log_ms) continue;
+    spdlog::warn("session {}: pid {}: {} has been running for {} s{} (a kernel that never ends, or a driver call "
+                 "waiting for one; the app waits too)",
+                 s->id(), s->pid(), what, ms / 1000, s->stop_requested() ? " after the app hung up" : "");
+  }
+  slow_logged_.swap(still);
+}
+
+void SessionServer::LogUnfinished(const std::vector<std::shared_ptr<Session>>& sessions) const {
+  const int64_t now = SteadyNowNs();
+  for (const auto& s : sessions) {
+    if (s->finished()) continue;
+    std::string what;
+    int64_t since = 0;
+    if (s->BusyCall(&what, &since)) {
+      spdlog::warn("phosd is stopping: session {} (pid {}) is still in {} (for {} ms); waiting for it", s->id(),
+                   s->pid(), what, (now - since) / 1000000);
+    } else {
+      spdlog::warn("phosd is stopping: session {} (pid {}) is still releasing its GPU state; waiting for it",
+                   s->id(), s->pid());
+    }
   }
 }
 

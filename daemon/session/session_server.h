@@ -7,8 +7,12 @@
 // up: stop, a session finished) and every live session's socket for
 // POLLHUP/POLLRDHUP/POLLERR; a hang-up calls Session::RequestStop() (the
 // ring's own liveness check would notice within check_period_ms; this is
-// immediate). Each Session has its consumer thread. Finished sessions are
-// joined and destroyed by the server thread.
+// immediate). Each Session has its consumer thread, which takes the
+// session's GPU context first: the server thread never calls the driver, so
+// a driver call that blocks cannot stop phosd from accepting apps or
+// noticing hang-ups. The server thread also logs calls running past
+// slow_call_log_ms (Session::BusyCall). Finished sessions are joined and
+// destroyed by the server thread.
 #pragma once
 
 #include <atomic>
@@ -19,6 +23,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/backend.h"
 #include "common/status.h"
@@ -35,6 +40,10 @@ struct SessionServerOptions {
   // Sessions take their contexts from here (null: the backend creates
   // them on demand). Not owned; must outlive the server.
   backend::ContextPool* context_pool = nullptr;
+  // A call a session has executed this long is logged once (warn), with the
+  // session, pid and API: a kernel that never ends or a deadlocked driver
+  // call shows in the log while it happens. 0 = never.
+  int slow_call_log_ms = 10000;
 };
 
 class SessionServer {
@@ -86,6 +95,11 @@ class SessionServer {
   void Wake();
   void AcceptOne();
   void Reap(bool all);
+  /// Server thread, each round: logs calls running past slow_call_log_ms.
+  void LogSlowCalls();
+  /// Stop, for sessions whose consumer has not finished: says what each is
+  /// still executing (before joining it, which may take that long).
+  void LogUnfinished(const std::vector<std::shared_ptr<Session>>& sessions) const;
 
   backend::Backend* backend_;
   const SessionServerOptions options_;
@@ -104,6 +118,9 @@ class SessionServer {
   std::map<uint64_t, std::shared_ptr<Session>> sessions_;
   HookFactory hook_factory_;
   std::atomic<uint64_t> next_id_{1};  // AcceptOne (server thread) and Adopt (any thread)
+  // Server thread only: session id -> start (BusyCall) of the call already
+  // logged as slow, so each slow call is logged once.
+  std::map<uint64_t, int64_t> slow_logged_;
 };
 
 }  // namespace phos::session

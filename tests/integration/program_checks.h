@@ -15,6 +15,13 @@
 #error "define PHOS_PROGRAM_NAME before including program_checks.h"
 #endif
 
+// Line-buffered stdout, set before main: a program a test kills at its time
+// limit (a hang, as seen on a GPU: docs/gpu-report.md) still shows every
+// line it printed, so the log says how far it got.
+namespace phos_program_checks {
+inline const bool kStdoutLineBuffered = [] { return std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ) == 0; }();
+}  // namespace phos_program_checks
+
 #define PHOS_CHECK_FAIL(rc, ...)                                  \
   do {                                                            \
     std::printf("%s: line %d: ", PHOS_PROGRAM_NAME, __LINE__);    \

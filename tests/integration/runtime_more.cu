@@ -465,8 +465,11 @@ int ForkBeforeInit() {
 
 }  // namespace
 
+// Each step says that it starts (stdout is line-buffered: program_checks.h),
+// so a hang shows where it is.
 #define STEP(call)                                         \
   do {                                                     \
+    std::printf("runtime_more: %s ...\n", #call);         \
     int rc_ = (call);                                      \
     if (rc_ != 0) {                                        \
       std::printf("runtime_more: %s failed\n", #call);     \

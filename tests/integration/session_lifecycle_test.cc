@@ -7,7 +7,11 @@
 //   - a dead app's queued GPU work is abandoned, not drained: its session
 //     is gone long before that work could have run, phosd stops on SIGTERM
 //     whatever its sessions queued, and a whole-process restore right after
-//     `kill -9` of the original waits for the teardown instead of failing.
+//     `kill -9` of the original waits for the teardown instead of failing;
+//   - a kernel that never ends (seen on a GPU: docs/gpu-report.md) is
+//     logged while it runs, does not keep other apps from being served,
+//     and does not keep phosd from stopping: past --stop-timeout phosd
+//     names the stuck call and exits.
 // slow_queue (slow_queue.cu) keeps minutes of sim work queued: 64-block
 // kernels of ~0.5-1 s each, launched without waiting, its ring full of more.
 // The time limits below are a small fraction of that queued work, so they
@@ -232,6 +236,33 @@ TEST_F(SessionLifecycleTest, RestoreRightAfterKillWaitsForTheTeardown) {
   pids_.push_back(restored);
   EXPECT_TRUE(SessionListed(restored));
   EXPECT_EQ(rs.output.find("still runs"), std::string::npos) << rs.output;
+}
+
+TEST_F(SessionLifecycleTest, AKernelThatNeverEndsIsLoggedAndDoesNotHoldTheStop) {
+  ASSERT_TRUE(phos::testing::StopDaemon(&daemon_));
+  ASSERT_TRUE(phos::testing::StartSimDaemon(socket_, {"--slow-call-log", "1", "--stop-timeout", "3"}, &daemon_));
+  const std::string out = dir_ + "/forever.out";
+  const pid_t launcher = phos::testing::StartDetached(
+      phos::testing::PhosArgv(socket_, {"run", "--lib", PHOS_LIB_PATH, "--", PHOS_SLOW_QUEUE, "forever"}), out, out);
+  ASSERT_GT(launcher, 0);
+  pids_.push_back(launcher);
+  ASSERT_TRUE(phos::testing::WaitFileText(out, "slow_queue: spinning", 60s)) << phos::testing::ReadFile(out);
+  const pid_t program = ProgramOf(launcher);
+  ASSERT_GT(program, 0);
+  // Logged while it happens, naming the session's call.
+  ASSERT_TRUE(daemon_.ReadUntil("cudaDeviceSynchronize has been running for", 30s)) << daemon_.output;
+  // The app dies; its session cannot finish (the kernel runs on). Another
+  // app is still served meanwhile.
+  kill(program, SIGKILL);
+  const PhosResult other = Phos({"run", "--lib", PHOS_LIB_PATH, "--", PHOS_SLOW_QUEUE, "4", "10"}, 60s);
+  EXPECT_EQ(other.rc, 0) << other.output << "\nphosd:\n" << phos::testing::DaemonOutput(&daemon_);
+  EXPECT_NE(other.output.find("slow_queue: done (no error)"), std::string::npos) << other.output;
+  // SIGTERM: phosd says what it waits for, then exits past --stop-timeout.
+  kill(daemon_.pid, SIGTERM);
+  const int rc = daemon_.Wait(60s);
+  EXPECT_EQ(rc, 3) << daemon_.output;
+  EXPECT_NE(daemon_.output.find("is still in cudaDeviceSynchronize"), std::string::npos) << daemon_.output;
+  EXPECT_NE(daemon_.output.find("exiting without waiting"), std::string::npos) << daemon_.output;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -12,6 +14,20 @@
 namespace phos::backend {
 
 Status CreateCudaBackend(const CudaOptions& options, std::unique_ptr<Backend>* out) {
+  // Read by the driver at cuInit, which LoadCudaDriver calls next; phosd
+  // creates its backend before it starts any thread, so setenv is safe here.
+  if (options.module_loading == "eager" || options.module_loading == "lazy") {
+    const std::string value = options.module_loading == "eager" ? "EAGER" : "LAZY";
+    if (const char* env = std::getenv("CUDA_MODULE_LOADING"); env != nullptr && *env != '\0') {
+      if (value != env) {
+        spdlog::info("CUDA_MODULE_LOADING={} from the environment (not {}: the environment wins)", env, value);
+      }
+    } else {
+      setenv("CUDA_MODULE_LOADING", value.c_str(), 1);
+    }
+  } else if (!options.module_loading.empty()) {
+    return Status::InvalidArgument("cuda module loading '" + options.module_loading + "': eager, lazy or empty");
+  }
   return cuda::CudaBackend::Create(options.driver_library, options.cublas_library, out);
 }
 
