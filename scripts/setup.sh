@@ -28,6 +28,7 @@ fi
 # Debian 12 (bookworm) packages. One line per dependency and what it is for.
 BOOKWORM_PKGS=(
   build-essential cmake ninja-build pkg-config git
+  lld                                                                     # links ~8x faster than GNU ld (CMakeLists.txt)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # control plane, image metadata
   libspdlog-dev libfmt-dev                                                # logs
   libcli11-dev                                                            # commands

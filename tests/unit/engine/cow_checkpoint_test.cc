@@ -28,7 +28,9 @@
 #include "engine/operations.h"
 #include "engine_test_env.h"
 #include "fake_app.h"
+#include "image/image_layout.h"
 #include "image/image_reader.h"
+#include "io_gate.h"
 #include "session/session_server.h"
 
 namespace phos::engine {
@@ -39,6 +41,8 @@ using session::testing::FakeApp;
 using wire::WireStatus;
 constexpr WireStatus kOk = WireStatus::kSuccess;
 
+using testing::Gate;
+using testing::GatedIoFactory;
 using testing::Grid;
 using testing::ReadAppFixture;
 
@@ -158,27 +162,33 @@ TEST_F(CowCheckpointTest, WritesToABufferBeingSavedShadowTheRest) {
   EXPECT_GT(r.counters.shadows, 0u);
 }
 
-// The app writes the last buffer only once the copier is inside it: the
-// write waits for at most the chunk being read, the buffer is shadowed
-// mid-save, and the image still holds the t1 content of every byte.
+// The app writes the last buffer while the copier is inside it: the write
+// waits for at most the chunk being read, the buffer is shadowed mid-save,
+// and the image still holds the t1 content of every byte. The copier is
+// held at the write of the last buffer's second chunk (an I/O gate; the
+// first version polled the progress and lost the race on a loaded machine).
 TEST_F(CowCheckpointTest, WriteInTheMiddleOfSavingABuffer) {
   MakeBuffers(3, 16 << 20);
   CheckpointOptions o;
   o.mode = Mode::kCow;
   o.dir = dir_ + "/img";
+  auto gate = std::make_shared<Gate>();
+  // Buffer 2's extent starts at or after 32 MiB of image data: the first
+  // write at 36 MiB or more is inside it, with at least one chunk saved.
+  o.image.backend_factory = GatedIoFactory(gate, 2u * (16u << 20) + image::kDefaultChunkBytes);
   Progress progress;
   CheckpointResult r;
   Status st;
   std::thread cp([&] { st = Checkpoint(*session_, o, &progress, &r); });
-  // Inside the last buffer: more than 2 buffers and one chunk done.
-  for (;;) {
-    const ProgressSnapshot p = progress.Snapshot();
-    if (p.phase == "copy" && p.bytes_done > (2u * (16u << 20)) + (4u << 20)) break;
-    if (p.phase == "commit" || p.phase == "done") break;
-    std::this_thread::sleep_for(100us);
+  const bool reached = gate->WaitReached(60s);
+  if (reached) {
+    // The copier is between two chunks of buffer 2 (not reading B itself):
+    // the write shadows the rest at once.
+    EXPECT_EQ(app_->Memset(bufs_[2], 0x77, 1, bytes_), kOk);
   }
-  ASSERT_EQ(app_->Memset(bufs_[2], 0x77, 1, bytes_), kOk);
+  gate->Open();
   cp.join();
+  ASSERT_TRUE(reached) << "the checkpoint never wrote past 36 MiB: " << st.ToString();
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(r.counters.shadows_while_saving, 1u) << "the write did not land while the buffer was being saved";
   std::unique_ptr<image::ImageReader> reader;

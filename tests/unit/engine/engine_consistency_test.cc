@@ -45,6 +45,7 @@
 #include "fake_app.h"
 #include "image/image_reader.h"
 #include "image/io_backend.h"
+#include "io_gate.h"
 #include "session/session_server.h"
 #include "workload.h"
 
@@ -170,70 +171,6 @@ std::string TouchersOf(const Workload& w, int alloc, std::size_t n) {
     out += "\n    step " + std::to_string(after[k]) + ": " + w.steps[after[k]].Describe();
   }
   return out;
-}
-
-// ---------------------------------------------------------------- an I/O gate
-
-// Wraps the real IoBackend; the first WriteAsync blocks until Open() (tests
-// hold a checkpoint in the middle of its copy). Shared by the factory and
-// the test.
-struct Gate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool reached = false;  // guarded by mu
-  bool open = false;     // guarded by mu
-
-  void Reach() {
-    std::unique_lock<std::mutex> lock(mu);
-    reached = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return open; });
-  }
-  bool WaitReached(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, timeout, [&] { return reached; });
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu);
-    open = true;
-    cv.notify_all();
-  }
-};
-
-class GatedIo final : public image::IoBackend {
- public:
-  GatedIo(std::unique_ptr<image::IoBackend> io, std::shared_ptr<Gate> gate)
-      : io_(std::move(io)), gate_(std::move(gate)) {}
-  std::string_view name() const override { return io_->name(); }
-  const std::string& path() const override { return io_->path(); }
-  std::size_t buffer_bytes() const override { return io_->buffer_bytes(); }
-  Status Acquire(image::IoBuffer** out) override { return io_->Acquire(out); }
-  image::IoBuffer* TryAcquire() override { return io_->TryAcquire(); }
-  void Release(image::IoBuffer* buf) override { io_->Release(buf); }
-  Status WriteAsync(image::IoBuffer* buf, std::uint64_t offset, std::size_t len) override {
-    gate_->Reach();
-    return io_->WriteAsync(buf, offset, len);
-  }
-  Status Drain() override { return io_->Drain(); }
-  Status Sync() override { return io_->Sync(); }
-  Status Truncate(std::uint64_t bytes) override { return io_->Truncate(bytes); }
-  Status Read(image::IoBuffer* buf, std::uint64_t offset, std::size_t len, std::size_t* got) override {
-    return io_->Read(buf, offset, len, got);
-  }
-
- private:
-  std::unique_ptr<image::IoBackend> io_;
-  std::shared_ptr<Gate> gate_;
-};
-
-image::IoBackendFactory GatedFactory(std::shared_ptr<Gate> gate) {
-  return [gate](const std::string& path, image::IoMode mode, const image::IoOptions& options,
-                std::unique_ptr<image::IoBackend>* out) {
-    std::unique_ptr<image::IoBackend> io;
-    PHOS_RETURN_IF_ERROR(image::OpenIoBackend(path, mode, options, &io));
-    *out = std::make_unique<GatedIo>(std::move(io), gate);
-    return Status::Ok();
-  };
 }
 
 // ---------------------------------------------------------------- the fixture
@@ -676,7 +613,7 @@ TEST_P(ModeTest, SessionExitsMidCheckpoint) {
   const std::string img = dir_ + "/img";
   CheckpointResult r;
   Status s;
-  std::thread ck([&] { s = TakeCheckpoint(*a, mode, img, &r, GatedFactory(gate)); });
+  std::thread ck([&] { s = TakeCheckpoint(*a, mode, img, &r, GatedIoFactory(gate)); });
   const bool reached = gate->WaitReached(10s);
   a->app.reset();  // the app exits
   // A stop checkpoint holds the consumer thread (its capture is a control
@@ -765,7 +702,7 @@ TEST_P(ModeTest, SecondCheckpointIsRefused) {
   const std::string img = dir_ + "/img", img2 = dir_ + "/img2";
   CheckpointResult r, r2;
   Status s;
-  std::thread ck([&] { s = TakeCheckpoint(*a, mode, img, &r, GatedFactory(gate)); });
+  std::thread ck([&] { s = TakeCheckpoint(*a, mode, img, &r, GatedIoFactory(gate)); });
   const bool reached = gate->WaitReached(10s);
   const auto t0 = std::chrono::steady_clock::now();
   Status s2 = TakeCheckpoint(*a, Mode::kStop, img2, &r2);
