@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "common/hex.h"
+#include "image/commit_dir.h"
 #include "image/file_util.h"
 #include "image/image_layout.h"
 #include "image/manifest_file.h"
@@ -127,7 +128,6 @@ Status ImageReceiver::OpenFile(const std::string& rel) {
   for (std::size_t slash = rel.find('/'); slash != std::string::npos; slash = rel.find('/', slash + 1)) {
     const std::string dir = tmp_dir_ + "/" + rel.substr(0, slash);
     PHOS_RETURN_IF_ERROR(MkdirIfMissing(dir));
-    if (std::find(dirs_.begin(), dirs_.end(), dir) == dirs_.end()) dirs_.push_back(dir);
   }
   const std::string path = tmp_dir_ + "/" + rel;
   if (rel == image::kGpuImgName && options_.precopy) {
@@ -337,21 +337,20 @@ Status ImageReceiver::End(const peer::v1::ImageEnd& end, peer::v1::ReceiveImageR
                               " files, " + std::to_string(total_bytes_) + " bytes");
   }
   if (relayout_) PHOS_RETURN_IF_ERROR(LayOutGpuImg());
-  // Deepest first, then the image directory itself: every entry durable
-  // before the rename makes the image visible.
-  std::sort(dirs_.begin(), dirs_.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
-  if (!skip_fsync_) {
-    for (const std::string& d : dirs_) PHOS_RETURN_IF_ERROR(image::FsyncDir(d));
-    PHOS_RETURN_IF_ERROR(image::FsyncDir(tmp_dir_));
-  }
-  if (renameat2(AT_FDCWD, tmp_dir_.c_str(), AT_FDCWD, final_dir_.c_str(), RENAME_NOREPLACE) != 0) {
-    if (errno == EEXIST || errno == ENOTEMPTY) {
+  // Every directory of the tree durable before the rename makes the image
+  // visible (CommitSync::kSubtree); never over an image of that name.
+  bool visible = false;
+  Status s = image::CommitDirectory(tmp_dir_, final_dir_,
+                                    skip_fsync_ ? image::CommitSync::kNone : image::CommitSync::kSubtree,
+                                    image::CommitReplace::kNever, &visible);
+  if (!visible) {
+    if (s.code() == Status::Code::kAlreadyExists) {
       return Status::AlreadyExists(final_dir_ + " appeared while receiving; the transfer was not committed");
     }
-    return image::ErrnoError("rename to", final_dir_, errno);
+    return s;
   }
   finished_ = true;  // visible now: never Discard it
-  if (!skip_fsync_) PHOS_RETURN_IF_ERROR(image::FsyncDir(options_.incoming_dir));
+  PHOS_RETURN_IF_ERROR(s);
   reply->set_path(final_dir_);
   reply->set_bytes(total_bytes_);
   reply->set_files(files_);

@@ -105,7 +105,6 @@ class ImageReceiver {
   std::vector<Span> spans_;
   bool inline_run_ = false; // the last span holds streamed bytes and may grow
   std::uint64_t gpu_end_ = 0;  // end of what our gpu.img holds
-  std::vector<std::string> dirs_;  // created under tmp_dir_, fsynced at End
   // The file being received (fd_ < 0: none).
   int fd_ = -1;
   std::string file_rel_;

@@ -15,6 +15,7 @@
 
 #include "common/hex.h"
 #include "common/version.h"
+#include "image/commit_dir.h"
 #include "image/file_util.h"
 #include "image/manifest_file.h"
 #include "image/retention.h"
@@ -27,12 +28,6 @@ std::uint64_t RandomImageId() {
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
          static_cast<std::uint64_t>(
              std::chrono::steady_clock::now().time_since_epoch().count());
-}
-
-std::string ParentOf(const std::string& dir) {
-  std::filesystem::path p(dir);
-  std::filesystem::path parent = p.parent_path();
-  return parent.empty() ? "." : parent.string();
 }
 
 }  // namespace
@@ -269,15 +264,12 @@ Status ImageWriter::Commit() {
       s = WriteFileDurable(tmp_dir_ + "/" + std::string(kManifestName), bytes,
                            options_.io.write_life_hint);
     }
-    if (s.ok() && options_.durable) s = FsyncDir(tmp_dir_);
-    if (s.ok() && ::renameat2(AT_FDCWD, tmp_dir_.c_str(), AT_FDCWD, dir_.c_str(),
-                              RENAME_NOREPLACE) != 0) {
-      const int err = errno;
-      s = err == EEXIST ? Status::AlreadyExists(dir_ + " appeared while it was being written")
-                        : ErrnoError("rename " + tmp_dir_ + " to", dir_, err);
+    bool visible = false;
+    if (s.ok()) {
+      s = CommitDirectory(tmp_dir_, dir_, options_.durable ? CommitSync::kDirectory : CommitSync::kNone,
+                          CommitReplace::kNever, &visible);
     }
-    if (!s.ok()) return fail(s);
-    s = options_.durable ? FsyncDir(ParentOf(dir_)) : Status::Ok();
+    if (!visible) return fail(s);
     if (!s.ok()) {
       // The image is complete and in place; only its durability is unknown.
       spdlog::warn("image: {} committed but its directory could not be synced: {}", dir_,

@@ -18,6 +18,7 @@
 #include "common/proc_stat.h"
 #include "criu/criu_client.h"
 #include "engine/fresh_restore.h"
+#include "image/commit_dir.h"
 #include "image/file_util.h"
 #include "ring/channel.h"
 #include "common/clock_util.h"
@@ -68,21 +69,6 @@ Status DescribeForDump(session::Session& sess, session::SessionState& st, Proces
 
 namespace {
 
-/// Makes everything in `work` durable (CRIU does not fsync its images:
-/// syncfs of that filesystem) and renames it to `final` (never over an
-/// existing directory), then syncs the parent.
-Status CommitDirectory(const std::string& work, const std::string& final_dir) {
-  const int fd = open(work.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return image::ErrnoError("open", work, errno);
-  const int rc = syncfs(fd);
-  const int err = errno;
-  close(fd);
-  if (rc != 0) return image::ErrnoError("syncfs", work, err);
-  if (renameat2(AT_FDCWD, work.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) != 0) {
-    return image::ErrnoError("rename " + work + " to", final_dir, errno);
-  }
-  return image::FsyncDir(std::filesystem::path(final_dir).parent_path().string());
-}
 
 }  // namespace
 
@@ -204,7 +190,8 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
     w = image::ErrnoError("rename " + criu_tmp + " to", work_dir + "/" + kCriuSubdir, errno);
   }
   if (w.ok()) w = WriteProcessImage(work_dir, im);
-  if (w.ok()) w = CommitDirectory(work_dir, final_dir);
+  // CRIU does not fsync its images: syncfs of that filesystem.
+  if (w.ok()) w = image::CommitDirectory(work_dir, final_dir, image::CommitSync::kFilesystem);
   if (!w.ok()) {
     std::filesystem::remove_all(work_dir, ec);
     std::filesystem::remove_all(criu_tmp, ec);

@@ -19,6 +19,7 @@
 
 #include "common/file_identity.h"
 #include "common/plain_name.h"
+#include "image/commit_dir.h"
 #include "image/file_util.h"
 #include "image/image_layout.h"
 #include "image/image_reader.h"
@@ -126,18 +127,6 @@ std::uint64_t NewId() {
   return id;
 }
 
-/// Renames `from` to `to`; if `to` exists the two are exchanged and the old
-/// `to` (now at `from`) is removed. Either way `to` is complete at every
-/// instant.
-Status InstallDirectory(const std::string& from, const std::string& to) {
-  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return Status::Ok();
-  if (errno != EEXIST) return image::ErrnoError("rename " + from + " to", to, errno);
-  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
-    return image::ErrnoError("exchange " + from + " with", to, errno);
-  }
-  if (Status r = image::RemoveTree(from); !r.ok()) spdlog::warn("template store: {} (the replaced copy)", r.ToString());
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -344,10 +333,10 @@ Status TemplateStore::Commit(const Lease& lease, const std::string& staged, Temp
   meta->id = NewId();
   meta->bytes = TreeBytes(staged);
   PHOS_RETURN_IF_ERROR(image::WriteFileDurable(staged + "/" + kTemplateMetaFile, FormatMeta(*meta), 0));
-  PHOS_RETURN_IF_ERROR(image::FsyncDir(staged));
   const std::string final_dir = DirOf(lease.name());
-  PHOS_RETURN_IF_ERROR(InstallDirectory(staged, final_dir));
-  PHOS_RETURN_IF_ERROR(image::FsyncDir(root_));
+  // A template of that name is replaced atomically: it is complete at every instant.
+  PHOS_RETURN_IF_ERROR(
+      image::CommitDirectory(staged, final_dir, image::CommitSync::kDirectory, image::CommitReplace::kExchange));
   {
     std::lock_guard<std::mutex> l(mu_);
     lease.entry_->present = true;
@@ -407,7 +396,9 @@ Status TemplateStore::FillLocked(const Lease& lease, const TemplateMeta& meta, s
     return v.WithContext("the template " + from.string() + " fails its checksum verification (copied to the cache)");
   }
   const std::uint64_t verify_ms = MsSince(v0);
-  PHOS_RETURN_IF_ERROR(InstallDirectory(staging, cache_root_ + "/" + lease.name()));
+  // In memory (tmpfs): nothing to sync.
+  PHOS_RETURN_IF_ERROR(image::CommitDirectory(staging, cache_root_ + "/" + lease.name(), image::CommitSync::kNone,
+                                              image::CommitReplace::kExchange));
   {
     std::lock_guard<std::mutex> l(mu_);
     lease.entry_->cached_id = meta.id;
