@@ -33,23 +33,10 @@ namespace {
 //                 through one static (`saved_errno`) shared by all
 //                 criu_local_* calls. See criu_client.h. Held for a whole
 //                 CRIU operation (up to seconds).
-//   g_binary_mu   guards g_default_binary.
 //   g_check_mu    guards g_checked (Check()'s cache). Never held while CRIU
 //                 runs, so a cached Check() does not wait for a dump.
 std::mutex g_libcriu_mu;
-std::mutex g_binary_mu;
 std::mutex g_check_mu;
-// CriuClient::SetDefaultBinary's value ("" = libcriu's default, `criu` on
-// PATH). Guarded by g_binary_mu.
-std::string g_default_binary;
-
-// The binary a call runs: its own option, else the process default.
-std::string ResolveBinary(const std::string& criu_binary) {
-  if (!criu_binary.empty()) return criu_binary;
-  std::lock_guard<std::mutex> lock(g_binary_mu);
-  return g_default_binary;
-}
-
 // The file a binary name stands for, as Check()'s cache compares it: a
 // replaced, edited or re-pointed binary is a different one (FileIdentity).
 struct BinaryIdentity {
@@ -124,7 +111,7 @@ class DirFd {
   int fd_ = -1;
 };
 
-// `criu_binary` is already resolved (ResolveBinary); "" = libcriu's default.
+// `criu_binary`: the caller's (phosd's --criu-binary); "" = libcriu's default.
 Status NewOpts(const std::string& criu_binary, OptsPtr* out) {
   criu_opts* o = nullptr;  // must be null: init frees a non-null *o
   if (criu_local_init_opts(&o) != 0 || o == nullptr) {
@@ -275,7 +262,7 @@ Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOp
   }
 
   std::lock_guard<std::mutex> lock(g_libcriu_mu);
-  const std::string binary = ResolveBinary(opts.criu_binary);
+  const std::string binary = opts.criu_binary;
   OptsPtr o;
   PHOS_RETURN_IF_ERROR(NewOpts(binary, &o));
   criu_local_set_pid(o.get(), pid);
@@ -324,21 +311,11 @@ Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOp
 
 }  // namespace
 
-void CriuClient::SetDefaultBinary(const std::string& criu_binary) {
-  std::lock_guard<std::mutex> lock(g_binary_mu);
-  g_default_binary = criu_binary;
-}
-
-std::string CriuClient::DefaultBinary() {
-  std::lock_guard<std::mutex> lock(g_binary_mu);
-  return BinaryName(g_default_binary);
-}
-
 Status CriuClient::QueryFeatures(CriuFeatures* out, const std::string& criu_binary) {
   if (out == nullptr) return Status::InvalidArgument("QueryFeatures: out is null");
   *out = CriuFeatures{};
   std::lock_guard<std::mutex> lock(g_libcriu_mu);
-  const std::string binary = ResolveBinary(criu_binary);
+  const std::string binary = criu_binary;
   OptsPtr o;
   PHOS_RETURN_IF_ERROR(NewOpts(binary, &o));
   int version = criu_local_get_version(o.get());
@@ -372,7 +349,7 @@ Status CriuClient::Check(const std::string& criu_binary) {
     return Status::Unavailable(fmt::format(
         "CRIU needs root here (phos runs it privileged); euid is {}", ::geteuid()));
   }
-  const std::string name = BinaryName(ResolveBinary(criu_binary));
+  const std::string name = BinaryName(criu_binary);
   BinaryIdentity id;
   const bool identified = IdentifyBinary(name, &id);
   if (identified) {
@@ -437,7 +414,7 @@ Status CriuClient::Restore(const std::string& images_dir, const RestoreOptions& 
       (opts.work_dir.empty() ? images_dir : opts.work_dir) + "/" + opts.log_file;
 
   std::lock_guard<std::mutex> lock(g_libcriu_mu);
-  const std::string binary = ResolveBinary(opts.criu_binary);
+  const std::string binary = opts.criu_binary;
   OptsPtr o;
   PHOS_RETURN_IF_ERROR(NewOpts(binary, &o));
   criu_local_set_images_dir_fd(o.get(), images.get());

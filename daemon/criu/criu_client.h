@@ -67,7 +67,7 @@ struct DumpOptions {
   /// Directory for the log; empty = the images directory.
   std::string work_dir;
   int log_level = 4;  // 0..4, 4 = debug; the log is what errors quote.
-  /// criu binary started for the RPC; empty = CriuClient::DefaultBinary().
+  /// criu binary started for the RPC (phosd: --criu-binary); empty = `criu` on PATH.
   std::string criu_binary;
 };
 
@@ -94,7 +94,7 @@ struct RestoreOptions {
   std::string log_file = "criu-restore.log";
   std::string work_dir;
   int log_level = 4;
-  /// criu binary started for the RPC; empty = CriuClient::DefaultBinary().
+  /// criu binary started for the RPC (phosd: --criu-binary); empty = `criu` on PATH.
   std::string criu_binary;
 };
 
@@ -108,16 +108,6 @@ struct CriuFeatures {
 
 class CriuClient {
  public:
-  /// The criu binary every call runs when its options name none (phosd's
-  /// `--criu-binary`): a path, or a name looked up on PATH (libcriu
-  /// execlp()s it as `BINARY swrk FD`). "" = libcriu's default, `criu` on
-  /// PATH. Process-wide; set it before the first CRIU call (phosd does so
-  /// at startup). Guarded by a mutex of its own in criu_client.cc, so it may
-  /// be read and set from any thread.
-  static void SetDefaultBinary(const std::string& criu_binary);
-  /// The binary a call with an empty `criu_binary` runs ("criu" when unset).
-  static std::string DefaultBinary();
-
   /// OK when CRIU can be used here: running as root, the criu binary starts,
   /// reports a version >= kMinCriuVersion, and its kernel probe (the RPC
   /// feature check) succeeds. Otherwise Unavailable with the reason.
@@ -128,7 +118,8 @@ class CriuClient {
   /// -EBADE; upstream criu PR #2789 reworks it). `criu check` from a shell
   /// remains the full diagnosis.
   ///
-  /// `criu_binary` empty = DefaultBinary(), the one Dump/Restore use too.
+  /// `criu_binary`: the one Dump/Restore run (phosd: --criu-binary); empty =
+  /// `criu` on PATH.
   ///
   /// Cached: the probe forks `criu swrk` twice (~10 ms + ~100 ms, the kernel
   /// probe forks iptables and more), and phosd checks before every

@@ -164,7 +164,7 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
         "migration uses --mode recopy (default) or stop: copy-on-write keeps the app running after t1, "
         "which a migration cannot use");
   }
-  PHOS_RETURN_IF_ERROR(criu::CriuClient::Check().WithContext("migration needs CRIU"));
+  PHOS_RETURN_IF_ERROR(criu::CriuClient::Check(o.criu_binary).WithContext("migration needs CRIU"));
   // Before anything is frozen: a wrong token or a peer that is not there
   // must cost the app nothing.
   PHOS_RETURN_IF_ERROR(PingPeer(o.destination, o.token)
@@ -233,7 +233,7 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
 
   if (progress != nullptr) progress->SetPhase("criu-dump", "CRIU dumps the frozen pid " + std::to_string(im.pid));
   // It stays stopped (SIGSTOP) through the dump until we decide.
-  s = process::DumpProcess(im, o.staging_dir + "/" + kCriuSubdir, &result->criu_dump_ms);
+  s = process::DumpProcess(im, o.staging_dir + "/" + kCriuSubdir, o.criu_binary, &result->criu_dump_ms);
   if (s.ok()) s = WriteProcessImage(o.staging_dir, im);
   if (!s.ok()) return abandon(s, "CRIU dump of pid " + std::to_string(im.pid));
 

@@ -50,6 +50,7 @@ struct MigrateOptions {
   /// every byte travels after the freeze (the benchmark's baseline).
   bool precopy = true;
   process::CriuUserOptions criu;            // --shell-job/--tcp-established/--file-locks
+  std::string criu_binary;                  // phosd's --criu-binary ("" = `criu` on PATH)
 };
 
 struct MigrateResult {

@@ -77,8 +77,10 @@ void RecordCapturePoint(const session::SessionState& st, ProcessImage* im) {
   im->ring_head = st.ring->published_head();
 }
 
-Status DumpProcess(const ProcessImage& im, const std::string& criu_dir, std::uint64_t* ms) {
+Status DumpProcess(const ProcessImage& im, const std::string& criu_dir, const std::string& criu_binary,
+                   std::uint64_t* ms) {
   criu::DumpOptions d;
+  d.criu_binary = criu_binary;
   d.leave_running = true;
   d.shell_job = im.shell_job;
   d.tcp_established = im.tcp_established;
@@ -123,8 +125,9 @@ Status AttachHostSegments(session::Session& sess, pid_t pid, const ProcessImage&
 }  // namespace
 
 Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions& gpu, engine::Progress* progress,
-                         ProcessCheckpointResult* result, const CriuUserOptions& criu) {
-  PHOS_RETURN_IF_ERROR(criu::CriuClient::Check().WithContext(
+                         ProcessCheckpointResult* result, const CriuUserOptions& criu,
+                         const std::string& criu_binary) {
+  PHOS_RETURN_IF_ERROR(criu::CriuClient::Check(criu_binary).WithContext(
       "whole-process checkpoint needs CRIU (--gpu-only checkpoints the GPU state without it)"));
   ProcessImage im;
   PHOS_RETURN_IF_ERROR(
@@ -158,7 +161,7 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
     // No progress phase of its own: for cow the copy phase follows at once
     // and must keep its byte counts (criu_dump_ms is in the result).
     std::filesystem::remove_all(criu_tmp, ec);  // a cow fallback captures again
-    Status ds = DumpProcess(im, criu_tmp, &dump_ms);
+    Status ds = DumpProcess(im, criu_tmp, criu_binary, &dump_ms);
     if (!ds.ok()) {
       // CRIU's log is the useful part of its failure: keep it by the target
       // (a rename: it needs no space on a full disk); an empty one is not kept.
@@ -220,7 +223,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
                                       " exists: CRIU restores this image with its old pid (it was not taken in its "
                                       "own pid namespace: `phos run --no-pid-ns`); stop the running copy first");
   }
-  PHOS_RETURN_IF_ERROR(criu::CriuClient::Check().WithContext("whole-process restore needs CRIU"));
+  PHOS_RETURN_IF_ERROR(criu::CriuClient::Check(options.criu_binary).WithContext("whole-process restore needs CRIU"));
   // The killed original's session may still be tearing down (its hang-up
   // is noticed asynchronously): its device memory must be free before the
   // GPU state is recreated at the same addresses. A dead app's queued work
@@ -246,6 +249,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) != 0) return Status::FromErrno("socketpair", errno);
   fcntl(sv[0], F_SETFD, FD_CLOEXEC);
   criu::RestoreOptions ro;
+  ro.criu_binary = options.criu_binary;
   ro.detach = true;  // re-parented to init (or a subreaper): phosd does not reap it
   // What the dump used, plus what this restore asks for.
   ro.shell_job = im.shell_job || options.criu.shell_job;

@@ -64,14 +64,17 @@ void RecordCapturePoint(const session::SessionState& st, ProcessImage* image);
 /// CRIU's dump of the process `image` describes (its session found by
 /// DescribeForDump) into `criu_dir`, with the options the image records.
 /// The process keeps running, or stays stopped if it was stopped (a
-/// migration's freeze). *ms: how long the dump took.
-Status DumpProcess(const ProcessImage& image, const std::string& criu_dir, std::uint64_t* ms);
+/// migration's freeze). `criu_binary`: phosd's --criu-binary ("" = `criu`
+/// on PATH). *ms: how long the dump took.
+Status DumpProcess(const ProcessImage& image, const std::string& criu_dir, const std::string& criu_binary,
+                   std::uint64_t* ms);
 
 /// `gpu.dir` must not exist; it appears only complete. On a CRIU failure
 /// nothing is committed and CRIU's log is kept as DIR.criu-dump.log.
+/// `criu_binary`: phosd's --criu-binary ("" = `criu` on PATH).
 Status CheckpointProcess(session::Session& session, const engine::CheckpointOptions& gpu,
-                         engine::Progress* progress, ProcessCheckpointResult* result,
-                         const CriuUserOptions& criu = {});
+                         engine::Progress* progress, ProcessCheckpointResult* result, const CriuUserOptions& criu,
+                         const std::string& criu_binary);
 
 struct ProcessRestoreResult {
   pid_t pid = 0;
@@ -95,6 +98,8 @@ struct ProcessRestoreOptions {
   bool image_verified = false;
   /// Added to what the image's dump used (`phos restore --tcp-established`...).
   CriuUserOptions criu;
+  /// phosd's --criu-binary ("" = `criu` on PATH).
+  std::string criu_binary;
 };
 
 /// Restores the process of image `dir` (its pid must be free). On any

@@ -189,7 +189,7 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   OperationRecord record(sessions_, sess->id(), v1::SESSION_CHECKPOINTING, "checkpoint");
   std::future<phos::Status> done = std::async(std::launch::async, [&] {
     if (!whole) return engine::Checkpoint(*sess, opts, &progress, &r);
-    phos::Status ps = CheckpointProcess(*sess, opts, &progress, &pr, FromProto(req->criu()));
+    phos::Status ps = CheckpointProcess(*sess, opts, &progress, &pr, FromProto(req->criu()), criu_binary_);
     r = pr.gpu;
     return ps;
   });
@@ -334,6 +334,7 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
         ProcessRestoreOptions ro;
         ro.concurrent = req->concurrent();  // the CLI's default: runs while buffers load
         ro.criu = FromProto(req->criu());
+        ro.criu_binary = criu_binary_;
         if (!req->detach()) ro.on_running = [&](pid_t pid) { announce.Ran(pid); };
         phos::Status rs = RestoreProcess(server, req->image_dir(), &progress, &r, ro);
         if (rs.ok()) tracked = restored_.Track(r.pid);

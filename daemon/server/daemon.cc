@@ -21,9 +21,11 @@
 #include "common/version.h"
 #include "image/recovery.h"
 #include "session/kernel_access.h"
+#include "signature/signature_cache.h"
 
 namespace phos::server {
 
+Daemon::Daemon() = default;
 Daemon::~Daemon() { Shutdown(); }
 
 Status Daemon::Start(const DaemonOptions& options) {
@@ -69,10 +71,10 @@ Status Daemon::Start(const DaemonOptions& options) {
   config.cow_reserve_bytes = options.cow_reserve_bytes;
   config.unvalidated_stop = options.unvalidated == "stop";
   config.recopy_rounds = options.recopy_rounds;
+  // Every CRIU call phosd makes runs this one ("" = criu on PATH): the
+  // service passes it down to each whole-process operation.
+  config.criu_binary = options.criu_binary;
   service_ = std::make_unique<PhosService>(std::move(config));
-  // Every CRIU call of this process (CriuClient::Check included) runs the
-  // --criu-binary one; "" keeps libcriu's default, criu on PATH.
-  criu::CriuClient::SetDefaultBinary(options.criu_binary);
   if (!options.criu_binary.empty()) spdlog::info("criu binary: {}", options.criu_binary);
   // A daemon killed mid-checkpoint leaves `NAME.tmp`: never an image (no
   // manifest), removed here and said so (image/recovery.h).
@@ -99,7 +101,6 @@ Status Daemon::Start(const DaemonOptions& options) {
       return p.WithContext("cannot start the peer plane");
     }
   }
-  session::SetSignatureCacheDir(options.signature_cache_dir);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
@@ -124,6 +125,8 @@ Status Daemon::Start(const DaemonOptions& options) {
   callbacks.unpublish = [registry](uint64_t id) { registry->Remove(id); };
   session::SessionServerOptions session_options;
   session_options.context_pool = context_pool_.get();
+  signature_cache_ = std::make_unique<signature::SignatureCache>(options.signature_cache_dir);
+  session_options.signature_cache = signature_cache_.get();
   session_options.slow_call_log_ms = options.slow_call_log_s * 1000;
   session_server_ = std::make_unique<session::SessionServer>(backend_.get(), session_options,
                                                              std::move(callbacks));
@@ -162,6 +165,7 @@ void Daemon::Shutdown() {
     spdlog::info("stopped serving");
   }
   session_server_.reset();
+  signature_cache_.reset();  // flushes its files; no session is left to use it
   service_.reset();
   socket_guard_.Release();
   // Pooled contexts go before the backend that made them.

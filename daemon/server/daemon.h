@@ -20,11 +20,15 @@
 #include "server/socket_guard.h"
 #include "session/session_server.h"
 
+namespace phos::signature {
+class SignatureCache;
+}  // namespace phos::signature
+
 namespace phos::server {
 
 class Daemon {
  public:
-  Daemon() = default;
+  Daemon();  // out of line: members of types only declared here (SignatureCache)
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
@@ -60,6 +64,9 @@ class Daemon {
   // The TCP peer plane (--listen); started after the checkpoint root is
   // known, stopped first in Shutdown().
   peer::PeerServer peer_server_;
+  // Kernel signatures (--signature-cache-dir) for every session's access
+  // sets; created before the data plane and destroyed after it.
+  std::unique_ptr<signature::SignatureCache> signature_cache_;
   // The data plane; created in Start() after the backend, stopped first in
   // Shutdown() (apps waiting in calls are released) and destroyed before
   // the backend. Its sessions publish into sessions_.

@@ -50,9 +50,8 @@ struct DaemonOptions {
   std::uint64_t max_receive_bytes = 1ull << 40;
   /// The criu binary whole-process checkpoints and restores run (a path, or
   /// a name looked up on PATH); "" = libcriu's default, `criu` on PATH.
-  /// Daemon::Start makes it CRIU's process-wide default
-  /// (criu::CriuClient::SetDefaultBinary), so CriuClient::Check and every
-  /// dump/restore use the same one.
+  /// Daemon::Start puts it in PhosServiceConfig, which passes it to every
+  /// CRIU call (Check, dump, restore, migration, templates).
   std::string criu_binary;
   /// In-memory copies of serverless templates (docs/templates.md): "auto"
   /// = a private tmpfs directory under /dev/shm, "off" = none (starts read

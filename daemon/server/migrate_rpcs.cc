@@ -46,6 +46,7 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
 
   MigrateOptions o;
+  o.criu_binary = criu_binary_;
   o.destination = req->destination();
   o.token = req->peer_token();
   o.name = "migrate-" + std::to_string(req->pid()) + "-" + std::to_string(RealtimeNs() / 1000000);
@@ -107,6 +108,7 @@ phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, pe
   engine::Progress progress;  // the engine reports into one; nobody watches it here
   ProcessRestoreOptions ro;
   ro.concurrent = true;  // it runs while its buffers load, in first-use order
+  ro.criu_binary = criu_binary_;
   // No full checksum pass before the restore (it would read the whole
   // gpu.img in the downtime, and O_DIRECT reads of a file just written
   // first wait for its writeback): every byte was checked on arrival —

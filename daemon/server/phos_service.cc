@@ -29,7 +29,8 @@ PhosService::PhosService(PhosServiceConfig config)
       cow_reserve_bytes_(config.cow_reserve_bytes),
       unvalidated_stop_(config.unvalidated_stop),
       recopy_rounds_(config.recopy_rounds),
-      template_cache_(std::move(config.template_cache)) {}
+      template_cache_(std::move(config.template_cache)),
+      criu_binary_(std::move(config.criu_binary)) {}
 
 grpc::Status PhosService::Status(grpc::ServerContext*, const v1::StatusRequest*,
                                  v1::StatusReply* reply) {

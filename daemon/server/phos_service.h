@@ -41,6 +41,9 @@ struct PhosServiceConfig {
   std::uint64_t cow_reserve_bytes = 2ull << 30;
   bool unvalidated_stop = false;
   int recopy_rounds = 5;
+  /// --criu-binary: the CRIU every whole-process checkpoint, restore,
+  /// migration and template runs ("" = `criu` on PATH).
+  std::string criu_binary;
 };
 
 class PhosService final : public v1::Phos::Service {
@@ -135,6 +138,7 @@ class PhosService final : public v1::Phos::Service {
   const bool unvalidated_stop_;
   const int recopy_rounds_;
   const std::string template_cache_;
+  const std::string criu_binary_;  // every CRIU call's binary ("" = criu on PATH)
   std::atomic<session::SessionServer*> session_server_{nullptr};  // see SetSessionServer
   std::unique_ptr<templates::TemplateStore> templates_;   // set by OpenTemplates before serving; locks itself
   phos::Status templates_status_;              // why templates_ is null; set with it

@@ -71,8 +71,8 @@ void PhosService::OpenTemplates() {
   // CRIU's probe (~100 ms, cached once it passes: criu_client.h) in the
   // background at startup, so the first start after a phosd restart does
   // not pay for it.
-  o.prepare = [] {
-    if (phos::Status c = criu::CriuClient::Check(); !c.ok()) {
+  o.prepare = [binary = criu_binary_] {
+    if (phos::Status c = criu::CriuClient::Check(binary); !c.ok()) {
       spdlog::warn("templates: CRIU is not usable here, template starts will fail: {}", c.ToString());
     }
   };
@@ -137,7 +137,7 @@ grpc::Status PhosService::TemplateSave(grpc::ServerContext*, const v1::TemplateS
   ProcessCheckpointResult pr;
   sessions_->SetOperationState(sess->id(), v1::SESSION_CHECKPOINTING);
   std::future<phos::Status> done =
-      std::async(std::launch::async, [&] { return CheckpointProcess(*sess, opts, &progress, &pr); });
+      std::async(std::launch::async, [&] { return CheckpointProcess(*sess, opts, &progress, &pr, {}, criu_binary_); });
   phos::Status s = StreamUntilDone(done, progress, writer);
   TemplateMeta tm;
   if (s.ok()) {
@@ -264,6 +264,7 @@ grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::Temp
     // are back; buffers load in first-use order behind it.
     ProcessRestoreOptions ro;
     ro.concurrent = true;
+    ro.criu_binary = criu_binary_;
     // A verified cache copy whose files did not change since (StartDir):
     // no full verification; chunks are still verified as they load.
     ro.image_verified = verified;

@@ -43,6 +43,9 @@ struct SessionState {
   std::byte* region_base = nullptr;     // the mapped region (SharedRegion owns it)
   ring::RingGeometry geometry;          // phosd's private copy
   Executor* executor = nullptr;
+  // Kernel signatures for access sets (BuildModuleKernels); not owned: the
+  // Daemon's, shared by every session (it locks itself). Null: per call.
+  signature::SignatureCache* signature_cache = nullptr;
 
   // Buffer map: start address -> bytes, every allocation of this session.
   std::map<uint64_t, uint64_t> buffers;

@@ -19,17 +19,6 @@ namespace {
 constexpr uint32_t kFatbinContainerMagic = 0xBA55ED50u;  // fatbin_format.h
 constexpr unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
 
-std::mutex g_cache_dir_mu;
-std::string g_cache_dir;  // guarded by g_cache_dir_mu; read once by Cache()
-
-signature::SignatureCache& Cache() {
-  static signature::SignatureCache cache([] {
-    std::lock_guard<std::mutex> lock(g_cache_dir_mu);
-    return g_cache_dir;
-  }());
-  return cache;
-}
-
 // What the image says about its kernels.
 struct ImageKernels {
   fatbin::CubinInfo cubin;  // every cubin's tables; the first naming a kernel wins
@@ -159,11 +148,6 @@ inline bool Lookup(const std::map<uint64_t, uint64_t>& m, uint64_t v, uint64_t* 
 
 }  // namespace
 
-void SetSignatureCacheDir(const std::string& dir) {
-  std::lock_guard<std::mutex> lock(g_cache_dir_mu);
-  g_cache_dir = dir;
-}
-
 std::shared_ptr<KernelAccessPlan> UnknownKernelPlan(const std::string& name) {
   auto plan = std::make_shared<KernelAccessPlan>();
   plan->name = name;
@@ -171,7 +155,7 @@ std::shared_ptr<KernelAccessPlan> UnknownKernelPlan(const std::string& name) {
   return plan;
 }
 
-Status BuildModuleKernels(std::span<const std::byte> image, ModuleKernels* out) {
+Status BuildModuleKernels(std::span<const std::byte> image, signature::SignatureCache* cache, ModuleKernels* out) {
   out->kernels.clear();
   const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(image.data()), image.size());
   ImageKernels ik;
@@ -203,7 +187,13 @@ Status BuildModuleKernels(std::span<const std::byte> image, ModuleKernels* out) 
 
   std::vector<signature::KernelSignature> sigs;
   std::vector<Status> statuses;
-  (void)Cache().ResolveAll(signature::SignatureCache::HashFatbin(bytes), requests, &sigs, &statuses);
+  // No cache given (tests, benchmarks): a memory-only one for this call.
+  std::unique_ptr<signature::SignatureCache> local;
+  if (cache == nullptr) {
+    local = std::make_unique<signature::SignatureCache>();
+    cache = local.get();
+  }
+  (void)cache->ResolveAll(signature::SignatureCache::HashFatbin(bytes), requests, &sigs, &statuses);
   const AccessKind kind = ik.has_ptx ? AccessKind::kSpeculated : AccessKind::kUnvalidatable;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (!statuses[i].ok()) {

@@ -39,6 +39,10 @@
 #include "common/status.h"
 #include "session/executor.h"
 
+namespace phos::signature {
+class SignatureCache;
+}  // namespace phos::signature
+
 namespace phos::session {
 
 /// One 8-byte value to look up at launch: a pointer parameter, or one word
@@ -84,8 +88,11 @@ struct ModuleKernels {
 /// Reads an image (fatbin container, cubin ELF or PTX text) and builds a
 /// plan for each kernel in it. An image phos cannot read yields no plans
 /// (its launches are kUnknown) and an error naming why; the module still
-/// loads (the backend judges the image).
-Status BuildModuleKernels(std::span<const std::byte> image, ModuleKernels* out);
+/// loads (the backend judges the image). Kernel signatures come from
+/// `cache` (phosd's one SignatureCache, which the Daemon owns and passes
+/// to every session: SessionServerOptions::signature_cache); null = a
+/// memory-only cache for this call (tests, benchmarks).
+Status BuildModuleKernels(std::span<const std::byte> image, signature::SignatureCache* cache, ModuleKernels* out);
 
 /// True when PTX text declares a module-scope variable in the global,
 /// const or texture state space (a line outside any function starting with
@@ -106,9 +113,5 @@ std::shared_ptr<KernelAccessPlan> UnknownKernelPlan(const std::string& name);
 void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params,
                          const std::map<uint64_t, uint64_t>& buffers, const std::map<uint64_t, uint64_t>& globals,
                          CallView* view, bool module_variables = false);
-
-/// Where the process-wide signature cache keeps its files (empty: memory
-/// only, the default). Call before the first module load.
-void SetSignatureCacheDir(const std::string& dir);
 
 }  // namespace phos::session

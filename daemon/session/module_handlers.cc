@@ -199,7 +199,7 @@ Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const st
   // Kernel access plans (kernel_access.h); an image phos cannot read still
   // loads, its launches have no access set (kUnknown).
   ModuleKernels& mk = st.module_kernels[module_id];
-  if (Status a = BuildModuleKernels(image, &mk); !a.ok()) {
+  if (Status a = BuildModuleKernels(image, st.signature_cache, &mk); !a.ok()) {
     spdlog::warn("session {}: module {}: no kernel access sets: {}", st.session_id, module_id, a.ToString());
   }
   return Status::Ok();

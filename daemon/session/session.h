@@ -97,6 +97,9 @@ class Session {
   /// one cudaDeviceReset swaps in); null = backend->CreateContext. Set
   /// before Start(); the pool must outlive the session.
   void set_context_pool(backend::ContextPool* pool) { pool_ = pool; }
+  /// The kernel-signature cache module loads use (not owned; must outlive
+  /// the session; null = a memory-only one per load). Before Start().
+  void set_signature_cache(signature::SignatureCache* cache) { state_.signature_cache = cache; }
   /// Start() with the consumer held: it runs control tasks but takes no
   /// call off the ring until OpenGate(). A session adopted for a restored
   /// process (whole-process restore) is gated so the GPU state is back

@@ -73,6 +73,7 @@ void SessionServer::AcceptOne() {
                                            callbacks_);
   session->set_on_finished([this] { Wake(); });
   session->set_context_pool(options_.context_pool);
+  session->set_signature_cache(options_.signature_cache);
   s = session->Start();
   if (!s.ok()) {
     spdlog::warn("data plane: cannot start session {}: {}", id, s.ToString());
@@ -95,6 +96,7 @@ Status SessionServer::Adopt(std::unique_ptr<ring::ChannelConnection> conn,
                                            callbacks_);
   session->set_on_finished([this] { Wake(); });
   session->set_context_pool(options_.context_pool);
+  session->set_signature_cache(options_.signature_cache);
   session->set_start_gated();
   PHOS_RETURN_IF_ERROR(session->PrepareContext().WithContext("a GPU context for the adopted session"));
   PHOS_RETURN_IF_ERROR(session->Start().WithContext("starting the adopted session"));

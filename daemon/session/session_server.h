@@ -40,6 +40,9 @@ struct SessionServerOptions {
   // Sessions take their contexts from here (null: the backend creates
   // them on demand). Not owned; must outlive the server.
   backend::ContextPool* context_pool = nullptr;
+  // Kernel signatures for every session's access sets (not owned; must
+  // outlive the server; null = a memory-only cache per module load).
+  signature::SignatureCache* signature_cache = nullptr;
   // A call a session has executed this long is logged once (warn), with the
   // session, pid and API: a kernel that never ends or a deadlocked driver
   // call shows in the log while it happens. 0 = never.

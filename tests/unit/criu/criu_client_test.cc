@@ -376,33 +376,28 @@ TEST(CriuLogTest, CutsLongLinesAndNamesAMissingLog) {
   EXPECT_NE(q.find("no criu log at /nonexistent/phos/criu.log"), std::string::npos) << q;
 }
 
-// The process-wide binary (phosd --criu-binary) is the one Check and every
-// dump run when their options name none; a per-call criu_binary wins.
-TEST_F(CriuClientTest, DefaultBinaryIsUsedByCheckAndDump) {
+// The binary a call names (phosd passes its --criu-binary to every call) is
+// the one Check and the dump run; "" is `criu` on PATH.
+TEST_F(CriuClientTest, TheNamedBinaryIsUsedByCheckAndDump) {
   const std::string fake = dir_ + "/fake-criu";
   {
     std::ofstream f(fake);
     f << "#!/bin/sh\nexit 1\n";
   }
   std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
-  EXPECT_EQ(CriuClient::DefaultBinary(), "criu");
-  CriuClient::SetDefaultBinary(fake);
-  EXPECT_EQ(CriuClient::DefaultBinary(), fake);
-  Status check = CriuClient::Check();
+  Status check = CriuClient::Check(fake);
   pid_t pid = StartCounter();
-  Status dump = CriuClient::Dump(pid, dir_ + "/img", DumpOptions{});
-  DumpOptions real;
-  real.criu_binary = "criu";  // per call: overrides the default
-  Status real_dump = CriuClient::Dump(pid, dir_ + "/img2", real);
-  CriuClient::SetDefaultBinary("");
-  EXPECT_EQ(CriuClient::DefaultBinary(), "criu");
+  DumpOptions faked;
+  faked.criu_binary = fake;
+  Status dump = CriuClient::Dump(pid, dir_ + "/img", faked);
+  Status real_dump = CriuClient::Dump(pid, dir_ + "/img2", DumpOptions{});
 
   EXPECT_EQ(check.code(), Status::Code::kUnavailable) << check.ToString();
   EXPECT_NE(check.message().find(fake), std::string::npos) << check.ToString();
   EXPECT_EQ(dump.code(), Status::Code::kUnavailable) << dump.ToString();
   EXPECT_NE(dump.message().find("'" + fake + " swrk'"), std::string::npos) << dump.ToString();
   EXPECT_TRUE(real_dump.ok()) << real_dump.ToString();
-  EXPECT_TRUE(CriuClient::Check().ok());
+  EXPECT_TRUE(CriuClient::Check("").ok());
   const std::uint64_t before = ReadCounter();
   EXPECT_GT(WaitCounterAbove(before), before) << "the dumped process stopped running";
 }

@@ -77,7 +77,7 @@ class TwinValidatorTest : public ::testing::Test {
     auto image = std::make_shared<const std::vector<std::byte>>(ReadAppFixture(fixture));
     ASSERT_FALSE(image->empty());
     st_.module_images[id] = image;
-    (void)session::BuildModuleKernels(*image, &st_.module_kernels[id]);
+    (void)session::BuildModuleKernels(*image, nullptr, &st_.module_kernels[id]);
   }
   uint64_t Alloc(size_t bytes) {
     backend::DevicePtr p = 0;

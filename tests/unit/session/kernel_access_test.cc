@@ -48,7 +48,7 @@ std::shared_ptr<KernelAccessPlan> Plan(const ModuleKernels& mk, const std::strin
 
 ModuleKernels Load(const std::string& fixture) {
   ModuleKernels mk;
-  Status s = BuildModuleKernels(ReadFixture(fixture), &mk);
+  Status s = BuildModuleKernels(ReadFixture(fixture), nullptr, &mk);
   EXPECT_TRUE(s.ok()) << s.ToString();
   return mk;
 }
@@ -206,7 +206,7 @@ constexpr char kExternCPtx[] = R"PTX(
 
 TEST(KernelAccessTest, ExternCKernelsTreatEveryEightByteParamAsACandidate) {
   ModuleKernels mk;
-  ASSERT_TRUE(BuildModuleKernels(AsImage(kExternCPtx), &mk).ok());
+  ASSERT_TRUE(BuildModuleKernels(AsImage(kExternCPtx), nullptr, &mk).ok());
   auto plan = Plan(mk, "ext_kernel");
   ASSERT_NE(plan, nullptr);
   EXPECT_EQ(plan->kind, AccessKind::kSpeculated);
@@ -251,7 +251,7 @@ TEST(KernelAccessTest, ShortParameterBlocksAndUnknownKernels) {
 
 TEST(KernelAccessTest, UnreadableImagesYieldNoPlans) {
   ModuleKernels mk;
-  EXPECT_FALSE(BuildModuleKernels(AsImage("garbage that is no image"), &mk).ok());
+  EXPECT_FALSE(BuildModuleKernels(AsImage("garbage that is no image"), nullptr, &mk).ok());
   EXPECT_TRUE(mk.kernels.empty());
 }
 
