@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <random>
 #include <regex>
@@ -93,12 +94,14 @@ void WriteToken(const std::string& path, std::string* token) {
   close(fd);
 }
 
-// The uninterrupted run's stdout (every test's processes run the same build:
-// computed once).
-std::string& Reference() {
-  static std::string ref;
-  return ref;
+// The uninterrupted run's stdout of each program (every test's processes
+// run the same build: computed once per program).
+std::string& Reference(const std::string& app) {
+  static std::map<std::string, std::string> refs;
+  return refs[app];
 }
+
+std::string BaseName(const std::string& path) { return path.substr(path.rfind('/') + 1); }
 
 class MigrateTest : public ::testing::Test {
  protected:
@@ -186,11 +189,13 @@ class MigrateTest : public ::testing::Test {
     return {"migrate", "--pid", std::to_string(pid), "--to", to_, "--peer-token", token_file};
   }
 
-  // `phos run` saxpy_loop on A (our child in run_), output appended to
-  // out_/err_; paused at its midpoint when `pause`.
+  // `phos run` app_ (saxpy_loop unless a test says otherwise) on A (our
+  // child in run_), output appended to out_/err_; paused at its midpoint
+  // when `pause`.
   void StartApp(bool pause) {
-    const std::vector<std::string> argv =
-        PhosArgv(sock_a_, {"run", "--lib", PHOS_LIB_PATH, "--", kApp, kIters});
+    std::vector<std::string> args = {"run", "--lib", PHOS_LIB_PATH, "--", app_};
+    args.insert(args.end(), app_args_.begin(), app_args_.end());
+    const std::vector<std::string> argv = PhosArgv(sock_a_, args);
     if (pause) {
       run_ = phos::testing::StartDetached(argv, out_, err_, {"PHOS_APP_PAUSE=" + pause_});
     } else {
@@ -199,14 +204,14 @@ class MigrateTest : public ::testing::Test {
     ASSERT_GT(run_, 0);
   }
 
-  // The host pids of saxpy_loop's sessions on the phosd at `socket`.
+  // The host pids of app_'s sessions on the phosd at `socket`.
   std::vector<pid_t> Sessions(const std::string& socket) {
     Result ps = Phos(socket, {"ps", "--json"});
     EXPECT_EQ(ps.rc, 0) << ps.output;
-    return phos::testing::SessionPids(ps.output, kApp);
+    return phos::testing::SessionPids(ps.output, app_);
   }
 
-  // The one saxpy_loop session's host pid on `socket`, waiting up to 10 s
+  // The one app_ session's host pid on `socket`, waiting up to 10 s
   // for it; -1 (and a failure) if there is none.
   pid_t AppPid(const std::string& socket) {
     const auto deadline = Clock::now() + 10s;
@@ -214,7 +219,7 @@ class MigrateTest : public ::testing::Test {
       const std::vector<pid_t> pids = Sessions(socket);
       if (pids.size() == 1) return pids[0];
       if (Clock::now() > deadline) {
-        ADD_FAILURE() << pids.size() << " sessions of " << kApp << " in phos --socket " << socket << " ps";
+        ADD_FAILURE() << pids.size() << " sessions of " << app_ << " in phos --socket " << socket << " ps";
         return -1;
       }
       std::this_thread::sleep_for(20ms);
@@ -223,26 +228,27 @@ class MigrateTest : public ::testing::Test {
 
   // The uninterrupted run's stdout (on A; once per test binary).
   void GetReference(std::string* ref) {
-    if (Reference().empty()) {
+    const std::string name = BaseName(app_);
+    if (Reference(app_).empty()) {
       StartApp(/*pause=*/false);
       const int rc = phos::testing::WaitChildExit(&run_, 60s);
       const std::string out = ReadFile(out_);
-      ASSERT_EQ(rc, 0) << "saxpy_loop uninterrupted under phos run:\n" << out << Logs();
-      ASSERT_NE(out.find("saxpy_loop: checksum 0x"), std::string::npos) << out;
+      ASSERT_EQ(rc, 0) << name << " uninterrupted under phos run:\n" << out << Logs();
+      ASSERT_NE(out.find(name + ": checksum 0x"), std::string::npos) << out;
       ASSERT_NE(out.find(" OK\n"), std::string::npos) << out;
-      Reference() = out;
+      Reference(app_) = out;
       fs::remove(out_);
       fs::remove(err_);
     }
-    *ref = Reference();
+    *ref = Reference(app_);
   }
 
-  // Starts saxpy_loop paused at its midpoint; its host pid in pid_.
+  // Starts app_ paused at its midpoint; its host pid in pid_.
   void StartPaused() {
     std::ofstream(pause_).put('\n');
     ASSERT_NO_FATAL_FAILURE(StartApp(/*pause=*/true));
     ASSERT_TRUE(phos::testing::WaitFileText(err_, "paused at midpoint", 60s))
-        << "saxpy_loop did not reach its midpoint:\n" << ReadFile(out_) << Logs();
+        << BaseName(app_) << " did not reach its midpoint:\n" << ReadFile(out_) << Logs();
     pid_ = AppPid(sock_a_);
     ASSERT_GT(pid_, 0);
     kill_list_.push_back(pid_);
@@ -290,6 +296,8 @@ class MigrateTest : public ::testing::Test {
   }
 
   static phos::Status* check_;
+  std::string app_ = kApp;                        // the program a test runs
+  std::vector<std::string> app_args_ = {kIters};  // and its arguments
   std::string dir_, sock_a_, sock_b_, root_a_, root_b_, token_file_, token_, pause_, out_, err_, to_;
   Child daemon_a_, daemon_b_;
   pid_t run_ = -1;  // phos run on A (our child)
@@ -398,6 +406,30 @@ INSTANTIATE_TEST_SUITE_P(Modes, MigrateOutput,
                          ::testing::Values(ModeOutput{"recopy", false}, ModeOutput{"recopy", true},
                                            ModeOutput{"stop", false}, ModeOutput{"stop", true}),
                          ParamName);
+
+// A program holding pinned host memory (multi_stream: cudaMallocHost
+// buffers, async copies from them queued when it pauses) migrates too: its
+// shared host segments travel in CRIU's image and come back mapped where
+// they were and registered with B's phosd, contents intact, so the copy
+// finishes with the uninterrupted run's output.
+TEST_F(MigrateTest, Migrate_PinnedHostMemory) {
+  app_ = std::string(PHOS_APPS_DIR) + "/multi_stream";
+  app_args_ = {};
+  std::string ref;
+  ASSERT_NO_FATAL_FAILURE(GetReference(&ref));
+  ASSERT_NO_FATAL_FAILURE(StartPaused());
+  const Result mg = Phos(sock_a_, MigrateArgs(pid_, token_file_));
+  ASSERT_EQ(mg.rc, 0) << mg.output << Logs();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(mg.output, m, std::regex(R"(as pid (\d+))"))) << mg.output;
+  const pid_t copy = std::stoi(m[1]);
+  kill_list_.push_back(copy);
+  ExpectSourceGone();
+  fs::remove(pause_);
+  ASSERT_TRUE(phos::testing::WaitEnded(copy, 60s)) << "the copy (pid " << copy << ") did not finish:\n" << Logs();
+  EXPECT_EQ(ReadFile(out_), ref) << "the migrated multi_stream:\n" << ReadFile(err_);
+  EXPECT_NE(ReadFile(err_).find("resumed after midpoint"), std::string::npos) << ReadFile(err_);
+}
 
 // ------------------------------------------------------- it fails safely
 

@@ -87,13 +87,15 @@ class TemplateTest : public ::testing::TestWithParam<bool> {
     if (!cache_.empty()) fs::remove_all(cache_);
   }
 
-  // saxpy_loop under `phos run` (our child), in its own session, stdout on
+  // program_ (saxpy_loop unless a test says otherwise) under `phos run`
+  // (our child), in its own session, stdout on
   // out_ (O_APPEND), stderr on err_; with `pause` it stops at its midpoint
   // while pause_ exists.
   pid_t StartApp(bool pause) {
     std::vector<std::string> args = {"run", "--lib", PHOS_LIB_PATH};
     if (!pid_ns()) args.push_back("--no-pid-ns");
-    args.insert(args.end(), {"--", std::string(PHOS_APPS_DIR) + "/saxpy_loop", kIters});
+    args.insert(args.end(), {"--", program_});
+    args.insert(args.end(), program_args_.begin(), program_args_.end());
     std::vector<std::string> env;
     if (pause) env.push_back("PHOS_APP_PAUSE=" + pause_);
     return phos::testing::StartDetached(phos::testing::PhosArgv(socket_, args), out_, err_, env);
@@ -127,7 +129,7 @@ class TemplateTest : public ::testing::TestWithParam<bool> {
     return out;
   }
 
-  // The source: saxpy_loop held at its midpoint; returns its pid as phosd
+  // The source: program_ held at its midpoint; returns its pid as phosd
   // sees it (our child app_ is `phos run` in the pid-namespace case).
   int StartPausedSource() {
     std::ofstream(pause_).put('\n');
@@ -137,6 +139,8 @@ class TemplateTest : public ::testing::TestWithParam<bool> {
     return SessionPid();
   }
 
+  std::string program_ = std::string(PHOS_APPS_DIR) + "/saxpy_loop";  // what StartApp runs
+  std::vector<std::string> program_args_ = {kIters};
   std::string dir_, cache_, socket_, out_, err_, pause_;
   bool cache_is_tmpfs_ = false;
   Child daemon_;
@@ -312,6 +316,31 @@ TEST_P(TemplateTest, ACorruptedTemplateIsRefusedAndADamagedCopyIsReplaced) {
   EXPECT_TRUE(Contains(bad.output, "checksum mismatch in " + root + "/gpu.img")) << bad.output;
   EXPECT_EQ(ReadFile(out_).substr(seen), "") << "an instance of a corrupt template ran";
   EXPECT_EQ(SessionPid(), 0) << "a session is left after the refused start";
+}
+
+// A template of a program holding pinned host memory (multi_stream:
+// cudaMallocHost buffers, async copies from them queued at its midpoint):
+// each instance gets the shared host segments back, mapped where they were
+// and registered with phosd, contents intact, and prints what an
+// uninterrupted run prints.
+TEST_P(TemplateTest, AProgramHoldingPinnedMemoryStartsFromItsTemplate) {
+  program_ = std::string(PHOS_APPS_DIR) + "/multi_stream";
+  program_args_ = {};
+  const std::string reference = ReferenceOutput();
+  ASSERT_TRUE(Contains(reference, "multi_stream: checksum 0x")) << reference;
+  const int source = StartPausedSource();
+  ASSERT_GT(source, 0) << "no single phos session for the paused app";
+  Result save = Phos({"template", "save", "pinned", "--pid", std::to_string(source)});
+  ASSERT_EQ(save.rc, 0) << save.output << "\nphosd:\n" << DaemonLog();
+  ASSERT_NE(phos::testing::WaitChildExit(&app_, 10s), -1000) << "the source did not end after the save";
+  fs::remove(pause_);
+  for (int k = 0; k < 2; ++k) {
+    const size_t seen = ReadFile(out_).size();
+    Result r = Phos({"template", "start", "pinned"});
+    DrainDaemon();
+    ASSERT_EQ(r.rc, 0) << "start " << k << ":\n" << r.output << "\nphosd:\n" << DaemonLog();
+    EXPECT_EQ(ReadFile(out_).substr(seen), reference) << "start " << k << ":\n" << ReadFile(err_);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(PidNamespace, TemplateTest, ::testing::Values(true, false),
