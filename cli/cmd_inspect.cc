@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -70,6 +71,17 @@ void PrintSummary(const std::string& dir, const image::v1::Manifest& m) {
                        HumanBytes(m.modules().size()) + ", first-use order " +
                        std::to_string(m.first_use_order_size()) + " entries"},
   };
+  if (m.has_process()) {  // a whole-process image (CRIU's images in criu/)
+    const image::v1::ProcessRecord& p = m.process();
+    std::string criu;
+    for (const auto& [on, name] : {std::pair{p.shell_job(), "shell-job"}, std::pair{p.tcp_established(), "tcp-established"},
+                                   std::pair{p.file_locks(), "file-locks"}, std::pair{p.pid_namespace(), "own pid namespace"}}) {
+      if (on) criu += std::string(criu.empty() ? "" : ", ") + name;
+    }
+    fields.push_back({"process", "pid " + std::to_string(p.pid()) + "  uid " + std::to_string(p.uid()) + "  " +
+                                     std::to_string(p.host_segments_size()) + " pinned host segments  " +
+                                     (criu.empty() ? std::string("no CRIU options") : criu)});
+  }
   for (const auto& f : fields) std::cout << f[0] << std::string(10 - f[0].size(), ' ') << f[1] << "\n";
   std::cout << "\n";
   // FIRST-USE: the buffer's place in first_use_order (a concurrent restore

@@ -234,7 +234,7 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   if (progress != nullptr) progress->SetPhase("criu-dump", "CRIU dumps the frozen pid " + std::to_string(im.pid));
   // It stays stopped (SIGSTOP) through the dump until we decide.
   s = process::DumpProcess(im, o.staging_dir + "/" + kCriuSubdir, o.criu_binary, &result->criu_dump_ms);
-  if (s.ok()) s = WriteProcessImage(o.staging_dir, im);
+  if (s.ok()) s = WriteProcessImage(o.staging_dir, im, /*durable=*/false);  // sent on at once, like the GPU image
   if (!s.ok()) return abandon(s, "CRIU dump of pid " + std::to_string(im.pid));
 
   auto t0 = Clock::now();

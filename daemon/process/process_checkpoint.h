@@ -4,7 +4,7 @@
 //
 //   DIR/manifest, DIR/gpu.img ...  the engine's GPU image (as --gpu-only)
 //   DIR/criu/                      CRIU's images + criu-dump.log
-//   DIR/process.txt                process_image.h; written last
+//   (the manifest's ProcessRecord: process_image.h, added before the commit)
 //
 // Checkpoint: engine::Checkpoint (any mode) with the CRIU dump run inside
 // the engine's capture control task (CheckpointOptions::at_capture: t1 for

@@ -19,149 +19,137 @@
 #include <vector>
 
 #include "common/proc_nspid.h"
+#include "image/file_util.h"
+#include "image/image_layout.h"
+#include "image/manifest_file.h"
+#include "image.pb.h"
 
 namespace phos::process {
 namespace {
 
-std::string Hex(const std::string& s) {
-  static const char* d = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    out += d[c >> 4];
-    out += d[c & 15];
+void ToRecord(const ProcessImage& im, image::v1::ProcessRecord* r) {
+  r->set_pid(im.pid);
+  r->set_uid(im.uid);
+  r->set_session_id(im.session_id);
+  r->set_channel_inode(im.channel_inode);
+  r->set_ring_start(im.ring_start);
+  r->set_ring_end(im.ring_end);
+  const ring::RingGeometry& g = im.geometry;
+  image::v1::RingGeometryRecord* gr = r->mutable_geometry();
+  gr->set_region_bytes(g.region_bytes);
+  gr->set_session_id(g.session_id);
+  gr->set_ring_offset(g.ring_offset);
+  gr->set_ring_bytes(g.ring_bytes);
+  gr->set_slots_offset(g.slots_offset);
+  gr->set_slot_count(g.slot_count);
+  gr->set_chunk_state_offset(g.chunk_state_offset);
+  gr->set_staging_offset(g.staging_offset);
+  gr->set_chunk_count(g.chunk_count);
+  gr->set_chunk_bytes(g.chunk_bytes);
+  gr->set_max_frame_bytes(g.max_frame_bytes);
+  r->set_ring_head(im.ring_head);
+  r->set_admitted(im.admitted);
+  r->set_shell_job(im.shell_job);
+  r->set_pid_namespace(im.pid_namespace);
+  r->set_tcp_established(im.tcp_established);
+  r->set_file_locks(im.file_locks);
+  r->set_cmdline(im.cmdline);
+  for (const ProcessImage::HostSegment& h : im.host_segments) {
+    image::v1::HostSegmentRecord* hr = r->add_host_segments();
+    hr->set_id(h.id);
+    hr->set_app_base(h.app_base);
+    hr->set_bytes(h.bytes);
   }
-  return out;
 }
 
-bool Unhex(const std::string& h, std::string* out) {
-  if (h.size() % 2 != 0) return false;
-  out->clear();
-  for (size_t i = 0; i < h.size(); i += 2) {
-    auto v = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-    int a = v(h[i]), b = v(h[i + 1]);
-    if (a < 0 || b < 0) return false;
-    out->push_back(static_cast<char>(a * 16 + b));
+void FromRecord(const image::v1::ProcessRecord& r, ProcessImage* im) {
+  im->pid = static_cast<pid_t>(r.pid());
+  im->uid = r.uid();
+  im->session_id = r.session_id();
+  im->channel_inode = r.channel_inode();
+  im->ring_start = r.ring_start();
+  im->ring_end = r.ring_end();
+  const image::v1::RingGeometryRecord& gr = r.geometry();
+  ring::RingGeometry& g = im->geometry;
+  g.region_bytes = gr.region_bytes();
+  g.session_id = gr.session_id();
+  g.ring_offset = gr.ring_offset();
+  g.ring_bytes = gr.ring_bytes();
+  g.slots_offset = gr.slots_offset();
+  g.slot_count = gr.slot_count();
+  g.chunk_state_offset = gr.chunk_state_offset();
+  g.staging_offset = gr.staging_offset();
+  g.chunk_count = gr.chunk_count();
+  g.chunk_bytes = gr.chunk_bytes();
+  g.max_frame_bytes = gr.max_frame_bytes();
+  im->ring_head = r.ring_head();
+  im->admitted = r.admitted();
+  im->shell_job = r.shell_job();
+  im->pid_namespace = r.pid_namespace();
+  im->tcp_established = r.tcp_established();
+  im->file_locks = r.file_locks();
+  im->cmdline = r.cmdline();
+  im->host_segments.clear();
+  for (const image::v1::HostSegmentRecord& h : r.host_segments()) {
+    im->host_segments.push_back({h.id(), h.app_base(), h.bytes()});
   }
-  return true;
+}
+
+Status ReadManifestOf(const std::string& dir, image::v1::Manifest* m) {
+  const std::string path = dir + "/" + std::string(image::kManifestName);
+  std::string bytes;
+  PHOS_RETURN_IF_ERROR(image::ReadSmallFile(path, image::kManifestHeaderBytes + image::kMaxManifestBytes, &bytes));
+  return image::DecodeManifestFile(
+      std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()), m)
+      .WithContext(path);
 }
 
 }  // namespace
 
-Status WriteProcessImage(const std::string& dir, const ProcessImage& im) {
-  const std::string path = dir + "/" + kProcessImageFile;
+Status WriteProcessImage(const std::string& dir, const ProcessImage& im, bool durable) {
+  image::v1::Manifest m;
+  PHOS_RETURN_IF_ERROR(ReadManifestOf(dir, &m).WithContext("adding the process record to the GPU image"));
+  ToRecord(im, m.mutable_process());
+  std::string bytes;
+  PHOS_RETURN_IF_ERROR(image::EncodeManifestFile(m, &bytes));
+  // Replaced by rename inside the staged directory (committed later, whole).
+  const std::string path = dir + "/" + std::string(image::kManifestName);
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) return Status::IoError("cannot write " + tmp + ": " + std::strerror(errno));
-    const ring::RingGeometry& g = im.geometry;
-    f << "version " << im.version << "\n"
-      << "pid " << im.pid << "\n"
-      << "uid " << im.uid << "\n"
-      << "session_id " << im.session_id << "\n"
-      << "channel_inode " << im.channel_inode << "\n"
-      << "ring_start " << im.ring_start << "\n"
-      << "ring_end " << im.ring_end << "\n"
-      << "region_bytes " << g.region_bytes << "\n"
-      << "geometry_session_id " << g.session_id << "\n"
-      << "ring_offset " << g.ring_offset << "\n"
-      << "ring_bytes " << g.ring_bytes << "\n"
-      << "slots_offset " << g.slots_offset << "\n"
-      << "slot_count " << g.slot_count << "\n"
-      << "chunk_state_offset " << g.chunk_state_offset << "\n"
-      << "staging_offset " << g.staging_offset << "\n"
-      << "chunk_count " << g.chunk_count << "\n"
-      << "chunk_bytes " << g.chunk_bytes << "\n"
-      << "max_frame_bytes " << g.max_frame_bytes << "\n"
-      << "ring_head " << im.ring_head << "\n"
-      << "admitted " << im.admitted << "\n"
-      << "shell_job " << (im.shell_job ? 1 : 0) << "\n"
-      << "pid_namespace " << (im.pid_namespace ? 1 : 0) << "\n"
-      << "tcp_established " << (im.tcp_established ? 1 : 0) << "\n"
-      << "file_locks " << (im.file_locks ? 1 : 0) << "\n"
-      << "cmdline_hex " << Hex(im.cmdline) << "\n";
-    for (const ProcessImage::HostSegment& h : im.host_segments) {
-      f << "host_segment " << h.id << " " << h.app_base << " " << h.bytes << "\n";
-    }
-    f.flush();
-    if (!f) return Status::IoError("cannot write " + tmp);
+  if (durable) {
+    PHOS_RETURN_IF_ERROR(image::WriteFileDurable(tmp, bytes, 0));
+  } else {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.close();
+    if (!f) return image::ErrnoError("write", tmp, errno);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::FromErrno("rename " + tmp, errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return image::ErrnoError("rename " + tmp + " to", path, errno);
   return Status::Ok();
 }
 
 Status ReadProcessImage(const std::string& dir, ProcessImage* im) {
-  const std::string path = dir + "/" + kProcessImageFile;
-  std::ifstream f(path);
-  if (!f) {
-    return Status::NotFound(dir + " is not a whole-process image (no " + kProcessImageFile +
+  const std::string path = dir + "/" + std::string(image::kManifestName);
+  image::v1::Manifest m;
+  Status s = ReadManifestOf(dir, &m);
+  if (s.code() == Status::Code::kNotFound || (s.ok() && !m.has_process())) {
+    std::string why = s.ok() ? "its manifest has no process record" : "no manifest";
+    if (std::filesystem::exists(dir + "/process.txt")) {
+      why += "; its process.txt was written by an older phos, which can restore it";
+    }
+    return Status::NotFound(dir + " is not a whole-process image (" + why +
                             "; a --gpu-only image restores with --gpu-only --pid P)");
   }
-  std::map<std::string, std::string> kv;
-  std::string line;
-  im->host_segments.clear();
-  bool segments_ok = true;
-  while (std::getline(f, line)) {
-    if (line.rfind("host_segment ", 0) == 0) {  // repeated: not a key/value line
-      std::istringstream in(line.substr(13));
-      ProcessImage::HostSegment h;
-      if (!(in >> h.id >> h.app_base >> h.bytes) || h.id == 0 || h.bytes == 0) segments_ok = false;
-      im->host_segments.push_back(h);
-      continue;
-    }
-    const size_t sp = line.find(' ');
-    if (sp == std::string::npos) {
-      if (!line.empty()) kv[line] = "";
-      continue;
-    }
-    kv[line.substr(0, sp)] = line.substr(sp + 1);
-  }
-  bool ok = true;
-  auto num = [&](const char* key) -> uint64_t {
-    auto it = kv.find(key);
-    if (it == kv.end() || it->second.empty()) {
-      ok = false;
-      return 0;
-    }
-    try {
-      return std::stoull(it->second);
-    } catch (...) {
-      ok = false;
-      return 0;
-    }
-  };
-  im->version = static_cast<int>(num("version"));
-  im->pid = static_cast<pid_t>(num("pid"));
-  im->uid = static_cast<uid_t>(num("uid"));
-  im->session_id = num("session_id");
-  im->channel_inode = num("channel_inode");
-  im->ring_start = num("ring_start");
-  im->ring_end = num("ring_end");
-  ring::RingGeometry& g = im->geometry;
-  g.region_bytes = num("region_bytes");
-  g.session_id = num("geometry_session_id");
-  g.ring_offset = num("ring_offset");
-  g.ring_bytes = num("ring_bytes");
-  g.slots_offset = num("slots_offset");
-  g.slot_count = static_cast<uint32_t>(num("slot_count"));
-  g.chunk_state_offset = num("chunk_state_offset");
-  g.staging_offset = num("staging_offset");
-  g.chunk_count = static_cast<uint32_t>(num("chunk_count"));
-  g.chunk_bytes = static_cast<uint32_t>(num("chunk_bytes"));
-  g.max_frame_bytes = static_cast<uint32_t>(num("max_frame_bytes"));
-  im->ring_head = num("ring_head");
-  im->admitted = num("admitted");
-  im->shell_job = num("shell_job") != 0;
-  // Absent in images written before pid namespaces (then: false).
-  if (kv.count("pid_namespace") != 0) im->pid_namespace = num("pid_namespace") != 0;
-  // Absent in images written before the CRIU options were recorded.
-  if (kv.count("tcp_established") != 0) im->tcp_established = num("tcp_established") != 0;
-  if (kv.count("file_locks") != 0) im->file_locks = num("file_locks") != 0;
-  if (!ok || !segments_ok || !Unhex(kv["cmdline_hex"], &im->cmdline)) {
-    return Status::Corruption(path + ": missing or malformed fields");
-  }
-  if (im->version != 1) return Status::Corruption(path + ": unknown version " + std::to_string(im->version));
+  PHOS_RETURN_IF_ERROR(s);
+  FromRecord(m.process(), im);
+  const ring::RingGeometry& g = im->geometry;
   if (im->pid <= 0 || im->ring_end <= im->ring_start || im->ring_end - im->ring_start != g.region_bytes) {
-    return Status::Corruption(path + ": inconsistent pid or ring mapping");
+    return Status::Corruption(path + ": the process record has an inconsistent pid or ring mapping");
+  }
+  for (const ProcessImage::HostSegment& h : im->host_segments) {
+    if (h.id == 0 || h.bytes == 0) {
+      return Status::Corruption(path + ": the process record has a host segment with id " + std::to_string(h.id) +
+                                " and " + std::to_string(h.bytes) + " bytes");
+    }
   }
   return Status::Ok();
 }

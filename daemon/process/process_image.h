@@ -1,8 +1,9 @@
 // What a whole-process checkpoint adds to a GPU image directory besides
-// CRIU's images (DIR/criu/): DIR/process.txt, the facts phosd needs to
-// re-attach the restored app (docs/criu.md "Whole-process checkpoint and
-// restore"). A text file of `key value` lines, written last (tmp + rename):
-// its presence marks a complete whole-process image.
+// CRIU's images (DIR/criu/): the facts phosd needs to re-attach the
+// restored app (docs/criu.md "Whole-process checkpoint and restore"), as
+// the manifest's ProcessRecord (proto/image.proto), added to the GPU
+// image's manifest before the directory is committed: one format, one
+// version, one checksum for everything the image says.
 //
 // Also the /proc and sock_diag look-ups both sides need. Plain functions; no
 // shared state.
@@ -19,7 +20,6 @@
 
 namespace phos::process {
 
-inline constexpr const char* kProcessImageFile = "process.txt";
 inline constexpr const char* kCriuSubdir = "criu";
 
 /// CRIU options a user asks for (`--shell-job`, `--tcp-established`,
@@ -32,7 +32,6 @@ struct CriuUserOptions {
 };
 
 struct ProcessImage {
-  int version = 1;
   pid_t pid = 0;                 // the app's pid (CRIU restores it with the same one)
   uid_t uid = 0;
   uint64_t session_id = 0;       // the session that was checkpointed (informational)
@@ -53,8 +52,7 @@ struct ProcessImage {
   // The app's pinned host segments (cudaMallocHost / cudaHostAlloc arena):
   // MAP_SHARED memfd mappings, so CRIU saves their pages like the ring's;
   // the restore reopens each through /proc/PID/map_files and registers it
-  // with the new session under the same id and app address. One
-  // `host_segment ID APP_BASE BYTES` line each.
+  // with the new session under the same id and app address.
   struct HostSegment {
     uint64_t id = 0;
     uint64_t app_base = 0;
@@ -63,8 +61,13 @@ struct ProcessImage {
   std::vector<HostSegment> host_segments;
 };
 
-Status WriteProcessImage(const std::string& dir, const ProcessImage& image);
-/// NotFound when DIR has no process.txt (a GPU-only image).
+/// Adds `image` as the ProcessRecord of the manifest in DIR (a staged GPU
+/// image: the manifest is rewritten, tmp + rename, before DIR is committed).
+/// `durable` false: no fsync (a migration's staging, sent on at once).
+Status WriteProcessImage(const std::string& dir, const ProcessImage& image, bool durable = true);
+/// The ProcessRecord of DIR's manifest. NotFound when the manifest has none
+/// (a GPU-only image); the manifest's own checks (format version, checksum)
+/// apply.
 Status ReadProcessImage(const std::string& dir, ProcessImage* image);
 
 /// The inode of the peer of the connected unix socket `fd` (sock_diag

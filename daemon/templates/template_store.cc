@@ -28,7 +28,6 @@
 
 namespace phos::templates {
 
-using process::kProcessImageFile;
 using process::ProcessImage;
 using process::ReadProcessImage;
 namespace fs = std::filesystem;
@@ -270,7 +269,7 @@ Status TemplateStore::Load() {
     auto it = entries_.find(name);
     TemplateMeta meta;
     if (it != entries_.end() && ReadMeta(e.path().string(), &meta).ok() && meta.id == it->second->meta.id &&
-        fs::exists(e.path() / kProcessImageFile)) {
+        fs::exists(e.path() / image::kManifestName)) {
       it->second->cached_id = meta.id;
       continue;
     }
@@ -357,7 +356,7 @@ bool TemplateStore::CacheValid(const Lease& lease, std::string* dir) const {
   *dir = cache_root_ + "/" + lease.name();
   // A stat on tmpfs: catches a copy someone removed under us.
   std::error_code ec;
-  return fs::exists(*dir + "/" + kProcessImageFile, ec);
+  return fs::exists(*dir + "/" + std::string(image::kManifestName), ec);
 }
 
 Status TemplateStore::FillLocked(const Lease& lease, const TemplateMeta& meta, std::uint64_t* fill_ms) {

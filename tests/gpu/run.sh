@@ -432,7 +432,7 @@ process_checks() {  # whole-process (CRIU) checkpoint, kill, restore
   want=("checkpoint OK: $img")
   check process/checkpoint 180 0 -- "$phos" --socket "$sock" checkpoint --pid "$app_pid" --out "$img" --kill
   wait "$app_runner" 2>/dev/null || true; app_runner=""
-  if [[ ! -f "$img/process.txt" ]]; then skip process/restore "skipped: no image (its checkpoint failed)"; return 0; fi
+  if [[ ! -f "$img/criu/inventory.img" ]]; then skip process/restore "skipped: no image (its checkpoint failed)"; return 0; fi
   want=("restored pid ")
   check process/restore 180 0 -- "$phos" --socket "$sock" restore "$img" --detach
   grep -q $'^process/restore\tpass' "$results" || return 0  # a failed restore leaves nobody to answer
@@ -463,7 +463,7 @@ process_app_checks() {  # whole-process checkpoint of a tests/apps program pause
   want=("checkpoint OK: $img")
   check process/$a-checkpoint 180 0 -- "$phos" --socket "$sock" checkpoint ms --out "$img" --kill
   wait $runner 2>/dev/null || true
-  [[ -f "$img/process.txt" ]] || { rm -f "$pause"; return 0; }
+  [[ -f "$img/criu/inventory.img" ]] || { rm -f "$pause"; return 0; }
   want=("restored pid ")
   check process/$a-restore 180 0 -- "$phos" --socket "$sock" restore "$img" --detach
   pid=$(sed -n 's/.*restored pid \([0-9]*\).*/\1/p' "$logs/process/$a-restore.log" | head -1)

@@ -175,7 +175,6 @@ class E2eProcess : public ::testing::Test {
     phos::testing::PhosResult ck =
         RunPhos(dir_ + "/phosd.sock", {"checkpoint", "--pid", std::to_string(pid), "--mode", mode, "--out", *img});
     ASSERT_EQ(ck.rc, 0) << ck.output << Logs();
-    EXPECT_TRUE(fs::exists(*img + "/process.txt")) << ck.output;
     EXPECT_TRUE(fs::exists(*img + "/criu/inventory.img")) << ck.output;
   }
 

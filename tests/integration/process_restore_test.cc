@@ -109,7 +109,6 @@ class ProcessRestoreTest : public ::testing::Test, protected phos::testing::Chec
     const std::string img = dir_ + "/img-" + mode;
     Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--mode", mode, "--out", img});
     ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << DaemonLog();
-    EXPECT_TRUE(fs::exists(img + "/process.txt")) << ck.output;
     EXPECT_TRUE(fs::exists(img + "/criu/inventory.img")) << ck.output;
     EXPECT_TRUE(fs::exists(img + "/criu/criu-dump.log")) << ck.output;
     const int at_checkpoint = next_cmd_;
@@ -230,9 +229,13 @@ TEST_F(ProcessRestoreTest, FileLocksAreRefusedUnlessAskedAndComeBack) {
   const std::string img = dir_ + "/locks";
   Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--file-locks", "--tcp-established", "--out", img});
   ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << DaemonLog();
-  const std::string process = phos::testing::ReadFile(img + "/process.txt");
-  EXPECT_NE(process.find("file_locks 1"), std::string::npos) << process;
-  EXPECT_NE(process.find("tcp_established 1"), std::string::npos) << process;
+  // The options the dump used are in the manifest's process record.
+  const Result in = Phos({"inspect", img, "--no-verify"});
+  EXPECT_EQ(in.rc, 0) << in.output;
+  EXPECT_NE(in.output.find("tcp-established, file-locks"), std::string::npos) << in.output;
+  const Result js = Phos({"inspect", img, "--no-verify", "--json"});
+  EXPECT_NE(js.output.find("\"file_locks\": true"), std::string::npos) << js.output;
+  EXPECT_NE(js.output.find("\"tcp_established\": true"), std::string::npos) << js.output;
 
   const int at_checkpoint = next_cmd_;
   KillApp();

@@ -168,7 +168,7 @@ TEST_P(TemplateTest, SavedTemplateStartsTenInstancesThatMatchAnUninterruptedRun)
   ASSERT_EQ(save.rc, 0) << save.output << "\nphosd:\n" << DaemonLog();
   EXPECT_TRUE(Contains(save.output, "was ended")) << save.output;
   ASSERT_NE(phos::testing::WaitChildExit(&app_, 10s), -1000) << "the source did not end after the save";
-  EXPECT_TRUE(fs::exists(dir_ + "/ckpt/templates/fn/process.txt"));
+  EXPECT_TRUE(fs::exists(dir_ + "/ckpt/templates/fn/criu/inventory.img"));
   EXPECT_TRUE(fs::exists(dir_ + "/ckpt/templates/fn/template.txt"));
   EXPECT_EQ(ReadFile(out_), "") << "the source printed before its end";
   Result list = Phos({"template", "list", "--json"});
