@@ -82,6 +82,12 @@ void PrintSummary(const std::string& dir, const image::v1::Manifest& m) {
                                      std::to_string(p.host_segments_size()) + " pinned host segments  " +
                                      (criu.empty() ? std::string("no CRIU options") : criu)});
   }
+  if (m.has_template_info()) {  // a template's image (phos template save)
+    const image::v1::TemplateRecord& t = m.template_info();
+    fields.push_back({"template", t.name() + "  id " + Hex(t.id()) + "  saved " +
+                                      UtcTime(static_cast<std::int64_t>(t.saved_unix_ms()) * 1000000) + " from pid " +
+                                      std::to_string(t.source_pid()) + "  mode " + t.mode()});
+  }
   for (const auto& f : fields) std::cout << f[0] << std::string(10 - f[0].size(), ' ') << f[1] << "\n";
   std::cout << "\n";
   // FIRST-USE: the buffer's place in first_use_order (a concurrent restore

@@ -1,10 +1,14 @@
 #include "image/manifest_file.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
 #include "common/hex.h"
+#include "image/file_util.h"
+#include "image/image_reader.h"
 #include "image/image_layout.h"
 
 namespace phos::image {
@@ -105,6 +109,27 @@ Status ValidateManifest(const v1::Manifest& m) {
                                 std::to_string(spans[i].begin));
     }
   }
+  return Status::Ok();
+}
+
+Status AmendManifest(const std::string& dir, const std::function<void(v1::Manifest*)>& amend, bool durable) {
+  v1::Manifest m;
+  PHOS_RETURN_IF_ERROR(ReadManifest(dir, &m));
+  amend(&m);
+  std::string bytes;
+  PHOS_RETURN_IF_ERROR(EncodeManifestFile(m, &bytes));
+  const std::string path = dir + "/" + std::string(kManifestName);
+  const std::string tmp = path + ".tmp";
+  if (durable) {
+    PHOS_RETURN_IF_ERROR(WriteFileDurable(tmp, bytes, 0));
+  } else {
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (f == nullptr) return ErrnoError("create", tmp, errno);
+    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    const int err = errno;
+    if (std::fclose(f) != 0 || !ok) return ErrnoError("write", tmp, ok ? errno : err);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp + " to", path, errno);
   return Status::Ok();
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -23,5 +24,12 @@ Status DecodeManifestFile(std::span<const std::uint8_t> bytes, v1::Manifest* m);
 /// checksum per chunk, extents 4 KiB aligned, past the gpu.img header,
 /// inside gpu_img_bytes, not overlapping, and no arithmetic overflow.
 Status ValidateManifest(const v1::Manifest& m);
+
+/// Reads DIR's manifest (ReadManifest's checks), lets `amend` change it and
+/// writes it back (tmp + rename inside DIR; fsynced when `durable`). For a
+/// staged image, before its directory is committed: a whole-process
+/// checkpoint adds its ProcessRecord, a template save its TemplateRecord, so
+/// everything an image directory says is in this one format.
+Status AmendManifest(const std::string& dir, const std::function<void(v1::Manifest*)>& amend, bool durable);
 
 }  // namespace phos::image

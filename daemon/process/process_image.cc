@@ -21,6 +21,7 @@
 #include "common/proc_nspid.h"
 #include "image/file_util.h"
 #include "image/image_layout.h"
+#include "image/image_reader.h"
 #include "image/manifest_file.h"
 #include "image.pb.h"
 
@@ -95,42 +96,17 @@ void FromRecord(const image::v1::ProcessRecord& r, ProcessImage* im) {
   }
 }
 
-Status ReadManifestOf(const std::string& dir, image::v1::Manifest* m) {
-  const std::string path = dir + "/" + std::string(image::kManifestName);
-  std::string bytes;
-  PHOS_RETURN_IF_ERROR(image::ReadSmallFile(path, image::kManifestHeaderBytes + image::kMaxManifestBytes, &bytes));
-  return image::DecodeManifestFile(
-      std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()), m)
-      .WithContext(path);
-}
-
 }  // namespace
 
 Status WriteProcessImage(const std::string& dir, const ProcessImage& im, bool durable) {
-  image::v1::Manifest m;
-  PHOS_RETURN_IF_ERROR(ReadManifestOf(dir, &m).WithContext("adding the process record to the GPU image"));
-  ToRecord(im, m.mutable_process());
-  std::string bytes;
-  PHOS_RETURN_IF_ERROR(image::EncodeManifestFile(m, &bytes));
-  // Replaced by rename inside the staged directory (committed later, whole).
-  const std::string path = dir + "/" + std::string(image::kManifestName);
-  const std::string tmp = path + ".tmp";
-  if (durable) {
-    PHOS_RETURN_IF_ERROR(image::WriteFileDurable(tmp, bytes, 0));
-  } else {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.close();
-    if (!f) return image::ErrnoError("write", tmp, errno);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return image::ErrnoError("rename " + tmp + " to", path, errno);
-  return Status::Ok();
+  return image::AmendManifest(dir, [&](image::v1::Manifest* m) { ToRecord(im, m->mutable_process()); }, durable)
+      .WithContext("adding the process record to the GPU image");
 }
 
 Status ReadProcessImage(const std::string& dir, ProcessImage* im) {
   const std::string path = dir + "/" + std::string(image::kManifestName);
   image::v1::Manifest m;
-  Status s = ReadManifestOf(dir, &m);
+  Status s = image::ReadManifest(dir, &m);
   if (s.code() == Status::Code::kNotFound || (s.ok() && !m.has_process())) {
     std::string why = s.ok() ? "its manifest has no process record" : "no manifest";
     if (std::filesystem::exists(dir + "/process.txt")) {

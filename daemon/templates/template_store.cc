@@ -22,6 +22,7 @@
 #include "image/commit_dir.h"
 #include "image/file_util.h"
 #include "image/image_layout.h"
+#include "image/manifest_file.h"
 #include "image/image_reader.h"
 #include "common/clock_util.h"
 #include "process/process_image.h"
@@ -75,37 +76,40 @@ std::string Hex(std::uint64_t v) {
   return buf;
 }
 
-std::string FormatMeta(const TemplateMeta& m) {
-  std::string cmd = m.source_command;
-  std::replace(cmd.begin(), cmd.end(), '\n', ' ');
-  std::ostringstream o;
-  o << "name " << m.name << "\nid " << Hex(m.id) << "\nsaved_unix_ms " << m.saved_unix_ms << "\nsource_pid "
-    << m.source_pid << "\nmode " << m.mode << "\nbytes " << m.bytes << "\nsource_command " << cmd << "\n";
-  return o.str();
+// The template's record in the manifest of its image (one format for
+// everything an image directory says: proto/image.proto).
+Status WriteMeta(const std::string& dir, const TemplateMeta& meta) {
+  return image::AmendManifest(
+      dir,
+      [&](image::v1::Manifest* m) {
+        image::v1::TemplateRecord* t = m->mutable_template_info();
+        t->set_name(meta.name);
+        t->set_id(meta.id);
+        t->set_saved_unix_ms(meta.saved_unix_ms);
+        t->set_source_pid(meta.source_pid);
+        t->set_source_command(meta.source_command);
+        t->set_mode(meta.mode);
+        t->set_bytes(meta.bytes);
+      },
+      /*durable=*/true);
 }
 
-Status ReadMeta(const std::string& dir, TemplateMeta* m) {
-  std::string text;
-  PHOS_RETURN_IF_ERROR(image::ReadSmallFile(dir + "/" + kTemplateMetaFile, 1 << 16, &text));
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t sp = line.find(' ');
-    const std::string key = line.substr(0, sp);
-    const std::string value = sp == std::string::npos ? "" : line.substr(sp + 1);
-    try {
-      if (key == "name") m->name = value;
-      if (key == "id") m->id = std::stoull(value, nullptr, 16);
-      if (key == "saved_unix_ms") m->saved_unix_ms = std::stoull(value);
-      if (key == "source_pid") m->source_pid = std::stoi(value);
-      if (key == "mode") m->mode = value;
-      if (key == "bytes") m->bytes = std::stoull(value);
-      if (key == "source_command") m->source_command = value;
-    } catch (const std::exception&) {
-      return Status::Corruption(dir + "/" + kTemplateMetaFile + ": bad value for " + key + ": '" + value + "'");
-    }
+Status ReadMeta(const std::string& dir, TemplateMeta* meta) {
+  image::v1::Manifest m;
+  PHOS_RETURN_IF_ERROR(image::ReadManifest(dir, &m));
+  if (!m.has_template_info() || m.template_info().id() == 0) {
+    std::string why = dir + " is not a template: its manifest has no template record";
+    if (fs::exists(dir + "/template.txt")) why += " (its template.txt was written by an older phos)";
+    return Status::Corruption(why);
   }
-  if (m->id == 0) return Status::Corruption(dir + "/" + kTemplateMetaFile + " has no id");
+  const image::v1::TemplateRecord& t = m.template_info();
+  meta->name = t.name();
+  meta->id = t.id();
+  meta->saved_unix_ms = t.saved_unix_ms();
+  meta->source_pid = static_cast<pid_t>(t.source_pid());
+  meta->source_command = t.source_command();
+  meta->mode = t.mode();
+  meta->bytes = t.bytes();
   return Status::Ok();
 }
 
@@ -331,7 +335,7 @@ Status TemplateStore::Commit(const Lease& lease, const std::string& staged, Temp
   meta->name = lease.name();
   meta->id = NewId();
   meta->bytes = TreeBytes(staged);
-  PHOS_RETURN_IF_ERROR(image::WriteFileDurable(staged + "/" + kTemplateMetaFile, FormatMeta(*meta), 0));
+  PHOS_RETURN_IF_ERROR(WriteMeta(staged, *meta));
   const std::string final_dir = DirOf(lease.name());
   // A template of that name is replaced atomically: it is complete at every instant.
   PHOS_RETURN_IF_ERROR(

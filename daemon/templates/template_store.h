@@ -4,15 +4,17 @@
 //
 //   ROOT/NAME/                 the committed template (ROOT =
 //                              <checkpoint root>/templates)
-//   ROOT/NAME/template.txt     name, id, source pid/command, mode, save time,
-//                              size: written before the commit
+//   ROOT/NAME/manifest         its TemplateRecord (proto/image.proto): name,
+//                              id, source pid/command, mode, save time, size;
+//                              added before the commit
 //   ROOT/.staging/             saves in progress (CheckpointProcess writes
 //                              .staging/NAME, itself via .staging/NAME.tmp);
 //                              emptied when the store opens
 //   CACHE/NAME/                the in-memory copy starts restore from (tmpfs)
 //   CACHE/.staging/            cache copies in progress
 //
-// Commit: the staged image gets template.txt (fsync'ed), then is renamed to
+// Commit: the staged image's manifest gets the TemplateRecord (fsync'ed), then
+// the directory is renamed to
 // ROOT/NAME — RENAME_EXCHANGE with the old template if there is one, whose
 // directory (now in .staging) is removed afterwards — so ROOT/NAME is always
 // either the old or the new complete template, never a mix or nothing.
@@ -21,7 +23,7 @@
 // /dev/shm/phos-templates-<uid>-<hash of ROOT>), checked with statfs; when it
 // is not tmpfs, cannot be created, or is not a private directory of phosd's
 // uid, the store runs without a cache (starts read ROOT) and says why in
-// cache_note() and the log. A cache copy is valid iff its template.txt
+// cache_note() and the log. A cache copy is valid iff its TemplateRecord
 // carries the id of the committed template (each save draws a new id); on
 // open, stale or orphaned copies are removed and missing ones are filled by
 // a background thread; a start that finds no valid copy fills it first.
@@ -68,7 +70,6 @@
 
 namespace phos::templates {
 
-inline constexpr const char* kTemplateMetaFile = "template.txt";
 
 struct TemplateMeta {
   std::string name;

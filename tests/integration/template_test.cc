@@ -169,7 +169,9 @@ TEST_P(TemplateTest, SavedTemplateStartsTenInstancesThatMatchAnUninterruptedRun)
   EXPECT_TRUE(Contains(save.output, "was ended")) << save.output;
   ASSERT_NE(phos::testing::WaitChildExit(&app_, 10s), -1000) << "the source did not end after the save";
   EXPECT_TRUE(fs::exists(dir_ + "/ckpt/templates/fn/criu/inventory.img"));
-  EXPECT_TRUE(fs::exists(dir_ + "/ckpt/templates/fn/template.txt"));
+  EXPECT_FALSE(fs::exists(dir_ + "/ckpt/templates/fn/template.txt"));  // in the manifest now
+  const Result in = Phos({"inspect", dir_ + "/ckpt/templates/fn", "--no-verify", "--json"});
+  EXPECT_TRUE(std::regex_search(in.output, std::regex("\"template_info\":\\s*\\{\\s*\"name\":\\s*\"fn\""))) << in.output;
   EXPECT_EQ(ReadFile(out_), "") << "the source printed before its end";
   Result list = Phos({"template", "list", "--json"});
   EXPECT_EQ(list.rc, 0) << list.output;

@@ -141,7 +141,7 @@ class SdkProcessTest(unittest.TestCase):
         self.assertEqual(saved.pid, source)
         self.assertEqual(saved.mode, "stop")
         self.assertEqual(saved.counters["source_ended"], 1)
-        self.assertTrue(os.path.isfile(os.path.join(saved.image_dir, "template.txt")), os.listdir(saved.image_dir))
+        self.assertTrue(os.path.isfile(os.path.join(saved.image_dir, "manifest")), os.listdir(saved.image_dir))
         self.assertIsNotNone(run.wait(20), "the source did not end after the save")
         listed = phos.template_list(socket=self.socket)
         self.assertEqual([t["name"] for t in listed], ["fn"])
