@@ -66,7 +66,9 @@ void PrintSummary(const std::string& dir, const image::v1::Manifest& m) {
       {"gpu.img", HumanBytes(m.gpu_img_bytes()) + " file, " + HumanBytes(bytes) + " in " +
                       std::to_string(m.buffers_size()) + " buffers, " + std::to_string(chunks) +
                       " chunks"},
-      {"sections", "handles " + HumanBytes(m.handles().size()) + ", streams " +
+      {"sections", "session index " + std::to_string(m.session().buffers_size()) + " buffers, " +
+                       std::to_string(m.session().globals_size()) + " globals, " +
+                       std::to_string(m.session().functions_size()) + " functions; streams " +
                        HumanBytes(m.streams().size()) + ", modules " +
                        HumanBytes(m.modules().size()) + ", first-use order " +
                        std::to_string(m.first_use_order_size()) + " entries"},

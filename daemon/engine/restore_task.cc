@@ -26,11 +26,11 @@ Status RestoreTask::Prepare(const std::string& dir, bool verify_all) {
   PHOS_RETURN_IF_ERROR(image::ImageReader::Open(dir, {}, &reader_));
   const auto& m = reader_->manifest();
   result_.source_pid = static_cast<std::uint64_t>(m.pid());
-  if (m.handles().empty()) {
-    return Status::Corruption(dir + " has no session metadata (manifest `handles` section): it was not "
-                              "written by a phos checkpoint and cannot be restored into a session");
+  if (!m.has_session()) {
+    return Status::Corruption(dir + " has no session index in its manifest: it was not written by a phos "
+                              "checkpoint and cannot be restored into a session");
   }
-  PHOS_RETURN_IF_ERROR(DecodeSnapshot(m.handles(), &snap_).WithContext(dir + "/manifest"));
+  PHOS_RETURN_IF_ERROR(DecodeSnapshot(m.session(), &snap_).WithContext(dir + "/manifest"));
   if (m.first_use_order_size() > 0) snap_.first_use.assign(m.first_use_order().begin(), m.first_use_order().end());
   // The extents and the metadata must describe the same ranges.
   std::set<std::pair<std::uint64_t, std::uint64_t>> listed;

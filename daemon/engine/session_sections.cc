@@ -11,7 +11,7 @@
 namespace phos::engine {
 
 void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manifest) {
-  manifest->set_handles(EncodeSnapshot(snap));
+  EncodeSnapshot(snap, manifest->mutable_session());
   manifest->clear_first_use_order();
   for (std::uint64_t a : snap.first_use) manifest->add_first_use_order(a);
   const SessionObjects& o = snap.objects;

@@ -1,5 +1,8 @@
 #include "engine/session_snapshot.h"
 
+#include "common/hex.h"
+#include "image.pb.h"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -68,84 +71,46 @@ SessionSnapshot CaptureSnapshot(const session::SessionState& st) {
   return s;
 }
 
-std::string EncodeSnapshot(const SessionSnapshot& s) {
-  std::ostringstream o;
-  o << "phos-session 1\n";
-  char line[96];
+void EncodeSnapshot(const SessionSnapshot& s, image::v1::SessionIndex* out) {
+  out->Clear();
   for (const auto& b : s.buffers) {
-    std::snprintf(line, sizeof line, "buffer 0x%" PRIx64 " %" PRIu64 "\n", b.address, b.bytes);
-    o << line;
+    auto* r = out->add_buffers();
+    r->set_address(b.address);
+    r->set_bytes(b.bytes);
   }
   for (const auto& g : s.globals) {
-    std::snprintf(line, sizeof line, "global 0x%" PRIx64 " %" PRIu64 "\n", g.address, g.bytes);
-    o << line;
+    auto* r = out->add_globals();
+    r->set_address(g.address);
+    r->set_bytes(g.bytes);
   }
-  for (auto id : s.streams) o << "stream " << id << "\n";
-  for (auto id : s.events) o << "event " << id << "\n";
-  for (auto id : s.modules) o << "module " << id << "\n";
-  for (const auto& [f, m] : s.functions) o << "function " << f << " " << m << "\n";
-  for (auto a : s.first_use) {
-    std::snprintf(line, sizeof line, "first-use 0x%" PRIx64 "\n", a);
-    o << line;
+  for (auto id : s.streams) out->add_streams(id);
+  for (auto id : s.events) out->add_events(id);
+  for (auto id : s.modules) out->add_modules(id);
+  for (const auto& [f, m] : s.functions) {
+    auto* r = out->add_functions();
+    r->set_id(f);
+    r->set_module_id(m);
   }
-  return o.str();
 }
 
-Status DecodeSnapshot(const std::string& text, SessionSnapshot* out) {
+Status DecodeSnapshot(const image::v1::SessionIndex& index, SessionSnapshot* out) {
   *out = SessionSnapshot{};
-  std::istringstream in(text);
-  std::string line;
-  int n = 0;
-  bool header = false;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.empty()) continue;
-    std::istringstream ls(line);
-    std::string kind;
-    ls >> kind;
-    auto bad = [&] { return Status::Corruption("session metadata line " + std::to_string(n) + " is malformed: '" + line + "'"); };
-    if (!header) {
-      int version = 0;
-      if (kind != "phos-session" || !(ls >> version)) return bad();
-      if (version != 1) {
-        return Status::FailedPrecondition("session metadata version " + std::to_string(version) +
-                                          " is newer than this phosd understands (1)");
+  auto ranges = [](const auto& records, const char* what, std::vector<DeviceRange>* to) -> Status {
+    for (const auto& r : records) {
+      if (r.bytes() == 0 || r.address() + r.bytes() < r.address()) {
+        return Status::Corruption(std::string("session index: ") + what + " " + Hex(r.address()) + " has " +
+                                  std::to_string(r.bytes()) + " bytes");
       }
-      header = true;
-      continue;
+      to->push_back({r.address(), r.bytes()});
     }
-    if (kind == "buffer" || kind == "global") {
-      std::string addr;
-      std::uint64_t bytes = 0;
-      if (!(ls >> addr >> bytes)) return bad();
-      DeviceRange r;
-      try {
-        r.address = std::stoull(addr, nullptr, 0);
-      } catch (...) {
-        return bad();
-      }
-      r.bytes = bytes;
-      (kind == "buffer" ? out->buffers : out->globals).push_back(r);
-    } else if (kind == "stream" || kind == "event" || kind == "module") {
-      std::uint32_t id = 0;
-      if (!(ls >> id)) return bad();
-      (kind == "stream" ? out->streams : kind == "event" ? out->events : out->modules).push_back(id);
-    } else if (kind == "first-use") {
-      std::string addr;
-      if (!(ls >> addr)) return bad();
-      try {
-        out->first_use.push_back(std::stoull(addr, nullptr, 0));
-      } catch (...) {
-        return bad();
-      }
-    } else if (kind == "function") {
-      std::uint32_t f = 0, m = 0;
-      if (!(ls >> f >> m)) return bad();
-      out->functions.emplace_back(f, m);
-    }
-    // Unknown kinds: written by a newer phosd; skipped.
-  }
-  if (!header) return Status::Corruption("session metadata is missing (no 'phos-session' header)");
+    return Status::Ok();
+  };
+  PHOS_RETURN_IF_ERROR(ranges(index.buffers(), "buffer", &out->buffers));
+  PHOS_RETURN_IF_ERROR(ranges(index.globals(), "global", &out->globals));
+  out->streams.assign(index.streams().begin(), index.streams().end());
+  out->events.assign(index.events().begin(), index.events().end());
+  out->modules.assign(index.modules().begin(), index.modules().end());
+  for (const auto& f : index.functions()) out->functions.emplace_back(f.id(), f.module_id());
   return Status::Ok();
 }
 

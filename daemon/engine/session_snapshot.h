@@ -1,22 +1,11 @@
 // The session metadata a GPU-only image carries besides the buffer bytes,
-// stored in the manifest's opaque `handles` section (docs/protocols.md
-// "What a stop-the-world image holds").
-//
-// Encoding: UTF-8 text, one item per line, so `phos inspect --json` shows it
-// readably and later versions can add line kinds (readers skip kinds they
-// do not know):
-//
-//   phos-session 1
-//   buffer 0x7f0000000000 1048576      an allocation (cudaMalloc)
-//   global 0x7f00ffff0000 64           a module __device__ variable
-//   stream 3                           a stream's virtual id
-//   event 5
-//   module 1
-//   function 7 1                       function id, its module id
-//   first-use 0x7f0000000000           buffers in the order the app first
-//                                      used them after t1 (soft modes): a
-//                                      concurrent restore loads them in
-//                                      this order
+// stored in the manifest as its SessionIndex (proto/image.proto; docs/
+// protocols.md "What a stop-the-world image holds"): the allocations
+// (cudaMalloc) and module __device__ variables with their sizes, and the
+// virtual ids of streams, events, modules and functions (with their
+// module). The buffers' first-use order is the manifest's own
+// `first_use_order`. (Image format 1 held this as text, the `handles`
+// section.)
 //
 // Buffers and globals both have extents in gpu.img (in the manifest's
 // `buffers`, buffers first); a global's extent is restored into the
@@ -40,6 +29,7 @@
 
 namespace phos::image::v1 {
 class Manifest;
+class SessionIndex;
 }  // namespace phos::image::v1
 
 namespace phos::engine {
@@ -94,9 +84,12 @@ struct SessionSnapshot {
 
 /// What the session holds now (consumer thread).
 SessionSnapshot CaptureSnapshot(const session::SessionState& st);
-std::string EncodeSnapshot(const SessionSnapshot& s);
-/// Corruption naming the line when the text is malformed.
-Status DecodeSnapshot(const std::string& text, SessionSnapshot* out);
+/// The manifest's SessionIndex of `s` (its first_use goes to the manifest's
+/// first_use_order: SetSessionSections).
+void EncodeSnapshot(const SessionSnapshot& s, image::v1::SessionIndex* out);
+/// Corruption naming the range when one is empty or wraps. `out->first_use`
+/// stays empty (the caller takes the manifest's first_use_order).
+Status DecodeSnapshot(const image::v1::SessionIndex& index, SessionSnapshot* out);
 
 /// Sets the manifest's handles, streams and modules sections from `snap`
 /// (every checkpoint path calls this; session_sections.h, where it lives).

@@ -53,7 +53,8 @@ Status DecodeManifestHeader(std::span<const std::uint8_t> in, ManifestHeader* h)
   if (h->format_version != kImageFormatVersion) {
     return Status::Corruption("manifest format version " + std::to_string(h->format_version) +
                               " is not supported (this phos reads version " +
-                              std::to_string(kImageFormatVersion) + ")");
+                              std::to_string(kImageFormatVersion) +
+                              "): the image was written by another phos version; restore it with that one");
   }
   if (Get32(in.data() + 12) != kManifestHeaderBytes) {
     return Status::Corruption("manifest header size field is " +

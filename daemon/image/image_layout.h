@@ -17,7 +17,10 @@
 
 namespace phos::image {
 
-inline constexpr std::uint32_t kImageFormatVersion = 1;
+// 2: the session index, the process record and the template record are
+// proto messages in the manifest (1 had them as text: `handles`,
+// process.txt, template.txt). A reader refuses any other version by name.
+inline constexpr std::uint32_t kImageFormatVersion = 2;
 /// O_DIRECT alignment and extent granularity.
 inline constexpr std::uint64_t kAlign = 4096;
 inline constexpr std::uint64_t kDefaultChunkBytes = 4ull << 20;

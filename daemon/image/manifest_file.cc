@@ -59,7 +59,8 @@ Status DecodeManifestFile(std::span<const std::uint8_t> bytes, v1::Manifest* m) 
 Status ValidateManifest(const v1::Manifest& m) {
   if (m.format_version() != kImageFormatVersion) {
     return Status::Corruption("manifest format version " + std::to_string(m.format_version()) +
-                              " is not supported");
+                              " is not supported (this phos reads version " + std::to_string(kImageFormatVersion) +
+                              "): the image was written by another phos version; restore it with that one");
   }
   if (m.gpu_img_bytes() < kGpuImgHeaderBlock) {
     return Status::Corruption("manifest says gpu.img is " + std::to_string(m.gpu_img_bytes()) +

@@ -153,9 +153,6 @@ Status RewriteWithFirstUse(const std::string& from, const std::string& to, const
   std::unique_ptr<image::ImageReader> reader;
   PHOS_RETURN_IF_ERROR(image::ImageReader::Open(from, {}, &reader));
   const auto& m = reader->manifest();
-  SessionSnapshot snap;
-  PHOS_RETURN_IF_ERROR(DecodeSnapshot(m.handles(), &snap));
-  snap.first_use = first_use;
   image::v1::Manifest meta;
   meta.set_pid(m.pid());
   meta.set_mode(m.mode());
@@ -168,7 +165,9 @@ Status RewriteWithFirstUse(const std::string& from, const std::string& to, const
     PHOS_RETURN_IF_ERROR(writer->AddBuffer(m.buffers(i).device_address(), data.size(), &index));
     PHOS_RETURN_IF_ERROR(writer->WriteBuffer(index, data.data()));
   }
-  writer->mutable_metadata()->set_handles(EncodeSnapshot(snap));
+  *writer->mutable_metadata()->mutable_session() = m.session();
+  writer->mutable_metadata()->clear_first_use_order();
+  for (std::uint64_t a : first_use) writer->mutable_metadata()->add_first_use_order(a);
   return writer->Commit();
 }
 

@@ -127,9 +127,6 @@ Status RewriteWithFirstUse(const std::string& from, const std::string& to, const
   std::unique_ptr<image::ImageReader> reader;
   PHOS_RETURN_IF_ERROR(image::ImageReader::Open(from, {}, &reader));
   const image::v1::Manifest& m = reader->manifest();
-  SessionSnapshot snap;
-  PHOS_RETURN_IF_ERROR(DecodeSnapshot(m.handles(), &snap));
-  snap.first_use = first_use;
   std::unique_ptr<image::ImageWriter> writer;
   PHOS_RETURN_IF_ERROR(image::ImageWriter::Open(to, m, {}, &writer));
   for (int i = 0; i < m.buffers_size(); ++i) {
@@ -139,7 +136,8 @@ Status RewriteWithFirstUse(const std::string& from, const std::string& to, const
     PHOS_RETURN_IF_ERROR(writer->AddBuffer(m.buffers(i).device_address(), data.size(), &index));
     PHOS_RETURN_IF_ERROR(writer->WriteBuffer(index, data.data()));
   }
-  writer->mutable_metadata()->set_handles(EncodeSnapshot(snap));
+  writer->mutable_metadata()->clear_first_use_order();
+  for (uint64_t a : first_use) writer->mutable_metadata()->add_first_use_order(a);
   return writer->Commit();
 }
 
@@ -151,11 +149,11 @@ std::vector<uint64_t> ExpectedLoadOrder(const std::string& dir) {
   EXPECT_TRUE(image::ImageReader::Open(dir, {}, &reader).ok());
   if (!reader) return {};
   SessionSnapshot snap;
-  EXPECT_TRUE(DecodeSnapshot(reader->manifest().handles(), &snap).ok());
+  EXPECT_TRUE(DecodeSnapshot(reader->manifest().session(), &snap).ok());
   std::vector<uint64_t> buffers, out;
   for (const auto& b : snap.buffers) buffers.push_back(b.address);
   std::sort(buffers.begin(), buffers.end());
-  for (uint64_t a : snap.first_use) {
+  for (uint64_t a : reader->manifest().first_use_order()) {
     if (std::binary_search(buffers.begin(), buffers.end(), a) && std::find(out.begin(), out.end(), a) == out.end()) {
       out.push_back(a);
     }

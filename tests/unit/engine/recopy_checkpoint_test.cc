@@ -211,10 +211,11 @@ TEST_F(RecopyCheckpointTest, BufferFreedAndBufferAllocatedDuringTheOperation) {
   image::v1::Manifest m;
   ASSERT_TRUE(image::ReadManifest(Options().dir, &m).ok());
   SessionSnapshot snap;
-  ASSERT_TRUE(DecodeSnapshot(m.handles(), &snap).ok());
+  ASSERT_TRUE(DecodeSnapshot(m.session(), &snap).ok());
   EXPECT_EQ(snap.buffers.size(), 8u);
-  EXPECT_NE(std::find(snap.first_use.begin(), snap.first_use.end(), bufs_[0]), snap.first_use.end());
-  EXPECT_EQ(std::find(snap.first_use.begin(), snap.first_use.end(), bufs_[3]), snap.first_use.end());
+  const std::vector<std::uint64_t> first_use(m.first_use_order().begin(), m.first_use_order().end());
+  EXPECT_NE(std::find(first_use.begin(), first_use.end(), bufs_[0]), first_use.end());
+  EXPECT_EQ(std::find(first_use.begin(), first_use.end(), bufs_[3]), first_use.end());
 
   auto image = ReadImage(Options().dir);
   EXPECT_EQ(image.count(bufs_[3]), 0u) << "a freed buffer is in the image";

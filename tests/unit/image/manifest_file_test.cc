@@ -40,7 +40,7 @@ Status RoundTrip(const v1::Manifest& in, v1::Manifest* out) {
 TEST(ManifestFile, RoundTrip) {
   v1::Manifest m = ValidManifest();
   m.set_metric(0.25);
-  m.set_handles("opaque");
+  m.mutable_session()->add_streams(3);
   m.add_first_use_order(1);
   v1::Manifest out;
   ASSERT_TRUE(RoundTrip(m, &out).ok());
