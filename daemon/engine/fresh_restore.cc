@@ -57,9 +57,7 @@ void ReleaseCreated(session::SessionState& st) {
   st.functions.clear();
   st.globals.clear();
   st.global_symbols.clear();
-  st.buffers.clear();
-  st.buffer_bytes = 0;
-  st.buffers_changed = true;
+  st.buffers.Clear();
 }
 
 /// On the consumer thread, once the session is known to be empty: every
@@ -122,9 +120,7 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
       return s.WithContext("allocating " + std::to_string(b.bytes) + " bytes at " + Hex(b.address) +
                            " (the address may be taken)");
     }
-    st.buffers[b.address] = b.bytes;
-    st.buffer_bytes += b.bytes;
-    st.buffers_changed = true;
+    st.buffers.Add(b.address, b.bytes);
     ++r->allocated;
   }
   return Status::Ok();

@@ -127,9 +127,7 @@ Status RestoreTask::MapBuffers(session::SessionState& st) {
       continue;
     }
     if (Status s = st.ctx->Free(it->first); !s.ok()) return Undefined(s.WithContext("freeing " + Hex(it->first)));
-    st.buffer_bytes -= it->second;
-    it = st.buffers.erase(it);
-    st.buffers_changed = true;
+    it = st.buffers.Erase(it);
     ++result_.freed;
   }
   for (const auto& [addr, bytes] : image_buffers) {
@@ -144,9 +142,7 @@ Status RestoreTask::MapBuffers(session::SessionState& st) {
       return Undefined(s.WithContext("allocating " + std::to_string(bytes) + " bytes at " + Hex(addr) +
                                      " (the address may be taken)"));
     }
-    st.buffers[addr] = bytes;
-    st.buffer_bytes += bytes;
-    st.buffers_changed = true;
+    st.buffers.Add(addr, bytes);
     ++result_.allocated;
   }
   return Status::Ok();

@@ -288,10 +288,8 @@ void ReleaseAll(SessionState& st) {
   st.functions.clear();
   st.pending_images.clear();
   st.pending_image_bytes = 0;
-  st.buffers.clear();
+  st.buffers.Clear();
   st.globals.clear();
-  st.buffer_bytes = 0;
-  st.buffers_changed = true;
 }
 
 }  // namespace phos::session

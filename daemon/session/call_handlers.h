@@ -25,6 +25,7 @@
 #include "ring/channel.h"
 #include "ring/record.h"
 #include "ring/ring.h"
+#include "session/buffer_map.h"
 #include "session/executor.h"
 #include "session/host_segments.h"
 #include "session/kernel_access.h"
@@ -47,10 +48,9 @@ struct SessionState {
   // Daemon's, shared by every session (it locks itself). Null: per call.
   signature::SignatureCache* signature_cache = nullptr;
 
-  // Buffer map: start address -> bytes, every allocation of this session.
-  std::map<uint64_t, uint64_t> buffers;
-  uint64_t buffer_bytes = 0;
-  bool buffers_changed = false;  // set by handlers; the Session republishes
+  // Every allocation of this session (start address -> bytes), its total
+  // and the republish flag, in one owner (buffer_map.h).
+  BufferMap buffers;
   // Module globals (address -> bytes): device ranges the app may also copy.
   std::map<uint64_t, uint64_t> globals;
   // Where each global came from (address -> module id and symbol name, as

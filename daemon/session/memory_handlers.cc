@@ -44,9 +44,7 @@ void HandleMalloc(SessionState& st, const CallContext& call, const wire::MallocR
   backend::DevicePtr ptr = 0;
   Status s = st.executor->Run(v, [&] { return st.ctx->Allocate(req.bytes, 0, &ptr); });
   if (!s.ok()) return out->Fail(s);
-  st.buffers[ptr] = req.bytes;
-  st.buffer_bytes += req.bytes;
-  st.buffers_changed = true;
+  st.buffers.Add(ptr, req.bytes);
   out->Set(wire::MallocReply{ptr});
 }
 
@@ -69,9 +67,7 @@ void HandleFree(SessionState& st, const CallContext& call, const wire::PointerRe
     return st.ctx->Free(req.ptr);
   });
   if (!s.ok()) return out->Fail(s);
-  st.buffer_bytes -= it->second;
-  st.buffers.erase(it);
-  st.buffers_changed = true;
+  st.buffers.Erase(it);
 }
 
 void HandleMemcpy(SessionState& st, const CallContext& call, const wire::MemcpyRequest& req, Outcome* out) {

@@ -241,10 +241,7 @@ void Session::RunControlTasks() {
     Status s = task->fn(state_);
     SetIdle();
     SetInControlTask(false);
-    if (state_.buffers_changed) {
-      state_.buffers_changed = false;
-      Publish();
-    }
+    if (state_.buffers.TakeChanged()) Publish();
     task->done.set_value(std::move(s));
   }
 }
@@ -264,7 +261,7 @@ void Session::FailControlTasks() {
 }
 
 void Session::Publish() {
-  summary_.device_memory_bytes = state_.buffer_bytes;
+  summary_.device_memory_bytes = state_.buffers.bytes();
   summary_.buffer_count = static_cast<uint32_t>(state_.buffers.size());
   if (callbacks_.publish) callbacks_.publish(summary_);
 }
@@ -324,10 +321,7 @@ void Session::Run() {
     ring_->Release();
     // Publish before completing: once cudaMalloc/cudaFree returns in the
     // app, `phos ps` already shows the new buffer count.
-    if (state_.buffers_changed) {
-      state_.buffers_changed = false;
-      Publish();
-    }
+    if (state_.buffers.TakeChanged()) Publish();
     if (wants) {
       Status c = ring_->Complete(slot, seq, static_cast<int32_t>(out.status), out.reply());
       if (!c.ok()) spdlog::warn("session {}: cannot complete call: {}", id_, c.ToString());

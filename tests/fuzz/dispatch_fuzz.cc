@@ -208,8 +208,7 @@ struct Fuzzed {
     };
     for (int i = 0; i < 2; ++i) {
       if (!ctx->Allocate(kBufferBytes[i], 0, &buffers[i]).ok()) Die("buffer allocation");
-      st.buffers[buffers[i]] = kBufferBytes[i];
-      st.buffer_bytes += kBufferBytes[i];
+      st.buffers.Add(buffers[i], kBufferBytes[i]);
     }
     if (!st.host_segments.Add(1, kSegmentApp, kSegmentBytes, dup(w.segment_fd), ctx.get()).ok()) {
       Die("pinned segment");
@@ -431,7 +430,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         Die("an unknown api id was not answered NotSupported");
       }
       if (!call && !out.ok()) a.st.Defer(Status::InvalidArgument(out.message));  // as Session::Run
-      a.st.buffers_changed = false;
+      (void)a.st.buffers.TakeChanged();
     }
   }
   w.CheckVictim();

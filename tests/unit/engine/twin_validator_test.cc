@@ -82,7 +82,7 @@ class TwinValidatorTest : public ::testing::Test {
   uint64_t Alloc(size_t bytes) {
     backend::DevicePtr p = 0;
     EXPECT_TRUE(ctx_->Allocate(bytes, 0, &p).ok());
-    st_.buffers[p] = bytes;
+    st_.buffers.Add(p, bytes);
     return p;
   }
   template <typename T>

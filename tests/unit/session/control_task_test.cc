@@ -109,7 +109,7 @@ TEST_F(ControlTaskTest, ControlTasksInterleaveWithCalls) {
           uint64_t sum = 0;
           for (const auto& [a, n] : st.buffers) sum += n;
           ran.fetch_add(1);
-          return sum == st.buffer_bytes ? Status::Ok() : Status::Internal("inconsistent buffer map");
+          return sum == st.buffers.bytes() ? Status::Ok() : Status::Internal("inconsistent buffer map");
         });
         EXPECT_TRUE(s.ok()) << s.ToString();
       }
