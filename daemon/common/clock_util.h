@@ -18,6 +18,12 @@ inline std::uint64_t MsSince(Clock::time_point t0) {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
 }
 
+/// The monotonic clock now, in nanoseconds since its (arbitrary) epoch: a
+/// time point that fits an atomic (Session::BusyCall's start).
+inline std::int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
 /// CLOCK_REALTIME now, in nanoseconds since the Unix epoch.
 inline std::int64_t RealtimeNs() {
   struct timespec ts {};

@@ -67,11 +67,6 @@ Status DescribeForDump(session::Session& sess, session::SessionState& st, Proces
   return Status::Ok();
 }
 
-namespace {
-
-
-}  // namespace
-
 void RecordCapturePoint(const session::SessionState& st, ProcessImage* im) {
   im->admitted = st.executor->admitted();
   im->ring_head = st.ring->published_head();

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,7 +18,6 @@
 #include <vector>
 
 #include "common/proc_nspid.h"
-#include "image/file_util.h"
 #include "image/image_layout.h"
 #include "image/image_reader.h"
 #include "image/manifest_file.h"
@@ -96,6 +94,14 @@ void FromRecord(const image::v1::ProcessRecord& r, ProcessImage* im) {
   }
 }
 
+Status NotAWholeProcessImage(const std::string& dir, std::string why) {
+  if (std::filesystem::exists(dir + "/process.txt")) {
+    why += "; its process.txt was written by an older phos, which can restore it";
+  }
+  return Status::NotFound(dir + " is not a whole-process image (" + why +
+                          "; a --gpu-only image restores with --gpu-only --pid P)");
+}
+
 }  // namespace
 
 Status WriteProcessImage(const std::string& dir, const ProcessImage& im, bool durable) {
@@ -104,18 +110,16 @@ Status WriteProcessImage(const std::string& dir, const ProcessImage& im, bool du
 }
 
 Status ReadProcessImage(const std::string& dir, ProcessImage* im) {
-  const std::string path = dir + "/" + std::string(image::kManifestName);
   image::v1::Manifest m;
   Status s = image::ReadManifest(dir, &m);
-  if (s.code() == Status::Code::kNotFound || (s.ok() && !m.has_process())) {
-    std::string why = s.ok() ? "its manifest has no process record" : "no manifest";
-    if (std::filesystem::exists(dir + "/process.txt")) {
-      why += "; its process.txt was written by an older phos, which can restore it";
-    }
-    return Status::NotFound(dir + " is not a whole-process image (" + why +
-                            "; a --gpu-only image restores with --gpu-only --pid P)");
-  }
+  if (s.code() == Status::Code::kNotFound) return NotAWholeProcessImage(dir, "no manifest");
   PHOS_RETURN_IF_ERROR(s);
+  return ProcessImageFromManifest(m, dir, im);
+}
+
+Status ProcessImageFromManifest(const image::v1::Manifest& m, const std::string& dir, ProcessImage* im) {
+  if (!m.has_process()) return NotAWholeProcessImage(dir, "its manifest has no process record");
+  const std::string path = dir + "/" + std::string(image::kManifestName);
   FromRecord(m.process(), im);
   const ring::RingGeometry& g = im->geometry;
   if (im->pid <= 0 || im->ring_end <= im->ring_start || im->ring_end - im->ring_start != g.region_bytes) {

@@ -18,6 +18,10 @@
 #include "common/status.h"
 #include "ring/ring_layout.h"
 
+namespace phos::image::v1 {
+class Manifest;
+}  // namespace phos::image::v1
+
 namespace phos::process {
 
 inline constexpr const char* kCriuSubdir = "criu";
@@ -69,6 +73,9 @@ Status WriteProcessImage(const std::string& dir, const ProcessImage& image, bool
 /// (a GPU-only image); the manifest's own checks (format version, checksum)
 /// apply.
 Status ReadProcessImage(const std::string& dir, ProcessImage* image);
+/// The same from a manifest already read (`dir` names it in errors), for a
+/// caller that needs more of the manifest than the process record.
+Status ProcessImageFromManifest(const image::v1::Manifest& manifest, const std::string& dir, ProcessImage* image);
 
 /// The inode of the peer of the connected unix socket `fd` (sock_diag
 /// UNIX_DIAG_PEER; needs CONFIG_UNIX_DIAG, which CRIU needs too).

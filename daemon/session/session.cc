@@ -5,6 +5,7 @@
 #include <chrono>
 #include <string>
 
+#include "common/clock_util.h"
 #include "protocol/calls.h"
 
 namespace phos::session {
@@ -83,10 +84,7 @@ Status Session::PrepareContext() {
 
 void Session::SetBusy(uint32_t api) {
   busy_api_.store(api, std::memory_order_relaxed);
-  busy_since_ns_.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now().time_since_epoch())
-                           .count(),
-                       std::memory_order_relaxed);
+  busy_since_ns_.store(SteadyNs(), std::memory_order_relaxed);
 }
 
 bool Session::BusyCall(std::string* what, int64_t* started_ns) const {
@@ -339,8 +337,8 @@ void Session::Run() {
   // The app is gone or misbehaved: the work it queued on the backend is
   // dropped, so the teardown below takes milliseconds however much was
   // queued (a restore waiting for this pid's addresses, phosd's SIGTERM).
-  if (ctx_) ctx_->Abandon();
   if (ctx_) {  // without a context the session never ran a call: nothing to release
+    ctx_->Abandon();
     executor_.hook()->SessionEnding(state_);
     ReleaseAll(state_);
   }

@@ -11,6 +11,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/clock_util.h"
+
 namespace phos::session {
 
 SessionServer::SessionServer(backend::Backend* backend, SessionServerOptions options, SessionCallbacks callbacks)
@@ -198,13 +200,6 @@ void SessionServer::Loop() {
   }
 }
 
-namespace {
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
-
 void SessionServer::LogSlowCalls() {
   if (options_.slow_call_log_ms <= 0) return;
   std::vector<std::shared_ptr<Session>> live;
@@ -212,7 +207,7 @@ void SessionServer::LogSlowCalls() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, s] : sessions_) live.push_back(s);
   }
-  const int64_t now = SteadyNowNs();
+  const int64_t now = SteadyNs();
   std::map<uint64_t, int64_t> still;
   for (const auto& s : live) {
     std::string what;
@@ -231,7 +226,7 @@ void SessionServer::LogSlowCalls() {
 }
 
 void SessionServer::LogUnfinished(const std::vector<std::shared_ptr<Session>>& sessions) const {
-  const int64_t now = SteadyNowNs();
+  const int64_t now = SteadyNs();
   for (const auto& s : sessions) {
     if (s->finished()) continue;
     std::string what;

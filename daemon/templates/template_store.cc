@@ -30,7 +30,6 @@
 namespace phos::templates {
 
 using process::ProcessImage;
-using process::ReadProcessImage;
 namespace fs = std::filesystem;
 
 namespace {
@@ -94,9 +93,8 @@ Status WriteMeta(const std::string& dir, const TemplateMeta& meta) {
       /*durable=*/true);
 }
 
-Status ReadMeta(const std::string& dir, TemplateMeta* meta) {
-  image::v1::Manifest m;
-  PHOS_RETURN_IF_ERROR(image::ReadManifest(dir, &m));
+// The template record of a manifest already read (`dir` names it in errors).
+Status MetaFromManifest(const image::v1::Manifest& m, const std::string& dir, TemplateMeta* meta) {
   if (!m.has_template_info() || m.template_info().id() == 0) {
     std::string why = dir + " is not a template: its manifest has no template record";
     if (fs::exists(dir + "/template.txt")) why += " (its template.txt was written by an older phos)";
@@ -111,6 +109,12 @@ Status ReadMeta(const std::string& dir, TemplateMeta* meta) {
   meta->mode = t.mode();
   meta->bytes = t.bytes();
   return Status::Ok();
+}
+
+Status ReadMeta(const std::string& dir, TemplateMeta* meta) {
+  image::v1::Manifest m;
+  PHOS_RETURN_IF_ERROR(image::ReadManifest(dir, &m));
+  return MetaFromManifest(m, dir, meta);
 }
 
 std::uint64_t TreeBytes(const std::string& dir) {
@@ -249,10 +253,15 @@ Status TemplateStore::Load() {
   for (const auto& e : fs::directory_iterator(root_, ec)) {
     const std::string name = e.path().filename().string();
     if (!e.is_directory() || !CheckName(name).ok()) continue;
+    // One read of the manifest (it can hold the app's module images) for
+    // both records.
+    const std::string dir = e.path().string();
+    image::v1::Manifest manifest;
     TemplateMeta meta;
     ProcessImage im;
-    Status s = ReadMeta(e.path().string(), &meta);
-    if (s.ok()) s = ReadProcessImage(e.path().string(), &im);
+    Status s = image::ReadManifest(dir, &manifest);
+    if (s.ok()) s = MetaFromManifest(manifest, dir, &meta);
+    if (s.ok()) s = process::ProcessImageFromManifest(manifest, dir, &im);
     if (!s.ok()) {
       spdlog::warn("templates: skipping {}: {}", e.path().string(), s.ToString());
       continue;
@@ -272,8 +281,7 @@ Status TemplateStore::Load() {
     const std::string name = e.path().filename().string();
     auto it = entries_.find(name);
     TemplateMeta meta;
-    if (it != entries_.end() && ReadMeta(e.path().string(), &meta).ok() && meta.id == it->second->meta.id &&
-        fs::exists(e.path() / image::kManifestName)) {
+    if (it != entries_.end() && ReadMeta(e.path().string(), &meta).ok() && meta.id == it->second->meta.id) {
       it->second->cached_id = meta.id;
       continue;
     }
