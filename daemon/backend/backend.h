@@ -199,9 +199,10 @@ class Context {
   /// context about to be released (the session's teardown); later work
   /// fails or is dropped.
   ///   sim: queued ops are skipped, a running kernel stops between blocks.
-  ///   cuda: the default does nothing: the driver cannot cancel submitted
-  ///     work; destroying the context ends it (real kernels take
-  ///     microseconds to milliseconds, not the sim's seconds).
+  ///   cuda: the driver cannot cancel submitted work, so no later call
+  ///     waits for it (synchronisations, copies and launches answer
+  ///     Unavailable; frees and unloads are left to the destructor), and the
+  ///     destructor destroys the context without synchronising it first.
   virtual void Abandon() {}
 
   // ---- modules and kernels ---------------------------------------------------
@@ -239,6 +240,13 @@ class Backend {
   virtual std::string detail() const = 0;
   virtual int device_count() const = 0;
   virtual Status GetDeviceProperties(int device, DeviceProperties* out) const = 0;
+  /// One device attribute, by its CUdevice_attribute number (cudaDeviceAttr
+  /// uses the same numbers): the driver's answer on cuda, the model's on the
+  /// sim (sim_device_attributes.cc). InvalidArgument for a number the
+  /// backend does not know. This is the device's answer; whether phos offers
+  /// the feature an attribute advertises is decided by the session
+  /// (daemon/session/device_attributes.h).
+  virtual Status GetDeviceAttribute(int device, int attribute, std::int64_t* out) const = 0;
   /// Free/total memory of a device, across all contexts.
   virtual Status GetMemoryInfo(int device, std::uint64_t* free_bytes,
                                std::uint64_t* total_bytes) const = 0;

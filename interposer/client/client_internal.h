@@ -27,6 +27,9 @@ cudaError_t SetError(cudaError_t e);
 inline cudaError_t Finish(WireStatus w) { return SetError(static_cast<cudaError_t>(w)); }
 /// The process-wide sticky error, or cudaSuccess.
 cudaError_t StickyError();
+/// A device's uuid text as phosd sends it ("GPU-xxxxxxxx-xxxx-...", 32 hex
+/// digits) -> its 16 bytes; false (out zeroed or partial) if malformed.
+bool ParseUuidText(const char* text, unsigned char out[16]);
 
 // ---- memory (runtime_api.cc, host_memory.cc, memory_copy.cc)
 /// `p` lies in a cudaMalloc buffer (runtime_api.cc's map).

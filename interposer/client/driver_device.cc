@@ -64,22 +64,26 @@ int HexDigit(char c) {
   return -1;
 }
 
-// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" -> 16 bytes.
 CUresult ParseUuid(const char* text, CUuuid* out) {
-  std::memset(out, 0, sizeof(*out));
+  static_assert(sizeof(out->bytes) == 16);
+  return ParseUuidText(text, reinterpret_cast<unsigned char*>(out->bytes)) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+}  // namespace
+
+bool ParseUuidText(const char* text, unsigned char out[16]) {
+  std::memset(out, 0, 16);
   const char* p = std::strncmp(text, "GPU-", 4) == 0 ? text + 4 : text;
   int n = 0;
   for (; *p != '\0' && n < 32; ++p) {
     if (*p == '-') continue;
     const int d = HexDigit(*p);
-    if (d < 0) return CUDA_ERROR_UNKNOWN;
-    out->bytes[n / 2] = static_cast<char>(out->bytes[n / 2] | (n % 2 == 0 ? d << 4 : d));
+    if (d < 0) return false;
+    out[n / 2] = static_cast<unsigned char>(out[n / 2] | (n % 2 == 0 ? d << 4 : d));
     ++n;
   }
-  return n == 32 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+  return n == 32;
 }
-
-}  // namespace
 
 CUresult CheckInit() {
   if (InForkedChild()) return CUDA_ERROR_NOT_INITIALIZED;  // fork_guard.cc: as the driver answers a forked child
@@ -196,17 +200,23 @@ PHOS_EXPORT CUresult cuDeviceGetProperties(CUdevprop* prop, CUdevice dev) {
   wire::WireDeviceProps p{};
   if (CUresult r = FetchProps(dev, &p); r != CUDA_SUCCESS) return r;
   std::memset(prop, 0, sizeof(*prop));
-  prop->maxThreadsPerBlock = p.max_threads_per_block;
-  for (int i = 0; i < 3; ++i) {
-    prop->maxThreadsDim[i] = p.max_block_dim[i];
-    prop->maxGridSize[i] = p.max_grid_dim[i];
-  }
-  prop->sharedMemPerBlock = static_cast<int>(p.shared_memory_per_block);
-  prop->totalConstantMemory = static_cast<int>(p.total_constant_memory);
-  prop->SIMDWidth = p.warp_size;
-  prop->memPitch = INT32_MAX;
-  prop->regsPerBlock = p.registers_per_block;
-  prop->clockRate = p.clock_rate_khz;
-  prop->textureAlign = 512;
+  auto a = [&p](CUdevice_attribute attr) {
+    const int64_t v = p.attributes[static_cast<int>(attr)];
+    return v == wire::kNoAttribute ? 0 : static_cast<int>(v);
+  };
+  prop->maxThreadsPerBlock = a(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  prop->maxThreadsDim[0] = a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+  prop->maxThreadsDim[1] = a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+  prop->maxThreadsDim[2] = a(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+  prop->maxGridSize[0] = a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+  prop->maxGridSize[1] = a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+  prop->maxGridSize[2] = a(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+  prop->sharedMemPerBlock = a(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+  prop->totalConstantMemory = a(CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY);
+  prop->SIMDWidth = a(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+  prop->memPitch = a(CU_DEVICE_ATTRIBUTE_MAX_PITCH);
+  prop->regsPerBlock = a(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+  prop->clockRate = a(CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+  prop->textureAlign = a(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
   return CUDA_SUCCESS;
 }

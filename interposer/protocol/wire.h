@@ -157,42 +157,29 @@ struct ChunkReply {
 };
 static_assert(sizeof(ChunkReply) == 8);
 
-/// The backend's DeviceProperties, in the units of cudaDeviceProp.
+/// Slots of WireDeviceProps::attributes: one per CUdevice_attribute number
+/// (CUDA 13.0 defines 1..147; the generated interposer::kDeviceAttributeSlots
+/// is checked against this where both are visible).
+inline constexpr int kDeviceAttributeSlots = 192;
+/// An attribute phosd has no answer for (the backend refused the number).
+inline constexpr int64_t kNoAttribute = INT64_MIN;
+
+/// What phosd says of a device: its name, uuid and memory, and every device
+/// attribute as kDeviceGetAttribute would answer it (slot i = attribute
+/// number i; slot 0 unused). The app fills cudaDeviceProp and the driver's
+/// legacy CUdevprop from it, so the two APIs never disagree.
 struct WireDeviceProps {
   char name[256];        // NUL-terminated
   char uuid[64];         // "GPU-xxxxxxxx-..." text, NUL-terminated
   uint64_t total_memory;
-  uint64_t shared_memory_per_block;
-  uint64_t shared_memory_per_block_optin;
-  uint64_t shared_memory_per_multiprocessor;
-  uint64_t total_constant_memory;
-  int32_t ordinal;
-  int32_t compute_capability_major;
-  int32_t compute_capability_minor;
-  int32_t multiprocessor_count;
-  int32_t max_threads_per_block;
-  int32_t max_threads_per_multiprocessor;
-  int32_t max_block_dim[3];
-  int32_t max_grid_dim[3];
-  int32_t warp_size;
-  int32_t registers_per_block;
-  int32_t clock_rate_khz;
-  int32_t memory_clock_rate_khz;
-  int32_t memory_bus_width_bits;
-  int32_t l2_cache_bytes;
-  int32_t async_engine_count;
-  int32_t pci_bus_id;
-  int32_t pci_device_id;
-  int32_t pci_domain_id;
-  int32_t concurrent_kernels;
-  int32_t unified_addressing;
+  int64_t attributes[kDeviceAttributeSlots];
 };
-static_assert(sizeof(WireDeviceProps) == 320 + 40 + 24 * 4);
+static_assert(sizeof(WireDeviceProps) == 320 + 8 + 8 * kDeviceAttributeSlots);
 
 /// kDeviceGetAttribute: `attribute` is a cudaDeviceAttr (= CUdevice_attribute)
-/// number; phosd answers those it derives from DeviceProperties (1-10, 12,
-/// 13, 16, 31, 33, 34, 36-41, 50, 75, 76, 81, 97) and kInvalidValue
-/// otherwise.
+/// number. phosd answers every number the backend knows (daemon/session/
+/// device_attributes.h: phos's own answer for the features it does not
+/// offer) and kInvalidValue for any other.
 struct DeviceAttributeRequest {
   int32_t device;
   int32_t attribute;

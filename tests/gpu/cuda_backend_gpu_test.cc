@@ -4,11 +4,14 @@
 // starting "skipped: no GPU" where CreateCudaBackend returns Unavailable.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -255,6 +258,74 @@ TEST_F(CudaGpuTest, PtxModuleLaunchAndGlobal) {
             Status::Code::kInvalidArgument);
   ASSERT_OK(ctx_->Free(dx));
   ASSERT_OK(ctx_->Free(dy));
+}
+
+// A kernel that spins until a flag in device memory turns non-zero (it never
+// does here): a dead app's kernel that would never end.
+constexpr char kSpinPtx[] = R"PTX(
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry spin(.param .u64 flag)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [flag];
+  cvta.to.global.u64 %rd2, %rd1;
+SPIN:
+  ld.volatile.global.u32 %r1, [%rd2];
+  setp.eq.s32 %p1, %r1, 0;
+  @%p1 bra SPIN;
+  ret;
+}
+)PTX";
+
+// Context::Abandon on the driver: nothing waits for the spinning kernel, and
+// destroying the context ends it (docs/backends.md "Abandoned contexts").
+TEST_F(CudaGpuTest, AnAbandonedContextIsDestroyedWhileItsKernelSpins) {
+  ModuleHandle module = 0;
+  ASSERT_OK(ctx_->LoadModule(kSpinPtx, sizeof kSpinPtx, &module));
+  FunctionHandle spin = 0;
+  ASSERT_OK(ctx_->GetFunction(module, "spin", &spin));
+  DevicePtr flag = 0;
+  ASSERT_OK(ctx_->Allocate(4, 0, &flag));
+  ASSERT_OK(ctx_->MemsetAsync(flag, 0, 4, 1, kDefaultStream));
+  std::vector<std::uint8_t> params;
+  Put<std::uint64_t>(&params, 0, flag);
+  ASSERT_OK(ctx_->LaunchKernel(spin, Dim3{}, Dim3{}, 0, kDefaultStream, params));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(ctx_->QueryStream(kDefaultStream).code(), Status::Code::kNotReady) << "the kernel should still spin";
+
+  ctx_->Abandon();
+  EXPECT_EQ(ctx_->Synchronize().code(), Status::Code::kUnavailable);
+  EXPECT_EQ(ctx_->LaunchKernel(spin, Dim3{}, Dim3{}, 0, kDefaultStream, params).code(),
+            Status::Code::kUnavailable);
+  ASSERT_OK(ctx_->Free(flag));            // left to the destructor: no wait
+  ASSERT_OK(ctx_->UnloadModule(module));  // likewise
+
+  // The destructor on its own thread: if the driver waits for the kernel,
+  // the test fails instead of hanging (the thread and the backend are then
+  // leaked on purpose; the process's exit ends the kernel).
+  auto destroyed = std::make_shared<std::promise<void>>();
+  std::future<void> done = destroyed->get_future();
+  std::thread([ctx = std::move(ctx_), destroyed]() mutable {
+    ctx.reset();
+    destroyed->set_value();
+  }).detach();
+  if (done.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    backend_.release();
+    FAIL() << "destroying an abandoned context waited 30 s for its spinning kernel";
+  }
+  // The device still serves a new context.
+  std::unique_ptr<Context> fresh;
+  ASSERT_OK(backend_->CreateContext(0, &fresh));
+  DevicePtr p = 0;
+  ASSERT_OK(fresh->Allocate(1 << 20, 0, &p));
+  ASSERT_OK(fresh->MemsetAsync(p, 0, 4, 1, kDefaultStream));
+  ASSERT_OK(fresh->Synchronize());
+  ASSERT_OK(fresh->Free(p));
 }
 
 TEST_F(CudaGpuTest, HandlesOfAnotherContextAreRejected) {

@@ -21,7 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "driver_kernels_ptx.h"  // kDriverKernelsPtx (generated from driver_kernels.cu)
+#include "driver_kernels_ptx.h"       // kDriverKernelsPtx (generated from driver_kernels.cu)
+#include "phos_device_attributes.h"  // every CUdevice_attribute, generated from cuda.h
 
 // cudaGetDriverEntryPoint is deprecated in CUDA 13 but apps still call it.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -493,6 +494,19 @@ int main(int argc, char** argv) {
   CHECK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
   CHECK(cuDeviceComputeCapability(&ccmajor, &ccminor, dev));
   EXPECT(major >= 7 && ccmajor == major && ccminor == minor);
+  int answered = 0;
+  for (const auto& e : phos::interposer::kCuDeviceAttributes) {
+    int v = 0;
+    CUresult r = cuDeviceGetAttribute(&v, static_cast<CUdevice_attribute>(e.value), dev);
+    if (r != CUDA_SUCCESS) {
+      std::printf("driver_api: line %d: cuDeviceGetAttribute(%s = %d) failed: %s\n", __LINE__, e.name, e.value, Name(r));
+      return 1;
+    }
+    ++answered;
+  }
+  int junk = 0;
+  EXPECT_RESULT(cuDeviceGetAttribute(&junk, static_cast<CUdevice_attribute>(0), dev), CUDA_ERROR_INVALID_VALUE);
+  std::printf("driver_api: %d device attributes answered\n", answered);
   CUuuid uuid{};
   CHECK(cuDeviceGetUuid(&uuid, dev));
   bool nonzero = false;

@@ -172,6 +172,8 @@ TEST_F(IntegrationTest, RuntimeApiCallsBeyondTheApps) {
   Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/runtime_api");
   EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output;
   EXPECT_NE(c.output.find("runtime_api: OK"), std::string::npos) << c.output;
+  // The program walked every cudaDeviceAttr of the headers; it fails at the first that does not answer.
+  EXPECT_NE(c.output.find("device attributes answered"), std::string::npos) << c.output;
   EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
 }
 
@@ -278,6 +280,8 @@ TEST_F(IntegrationTest, DriverApiProgram) {
   EXPECT_NE(c.output.find("driver_api: kernels from PTX text"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("driver_api: kernels from a fatbin file"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("driver_api: OK"), std::string::npos) << c.output;
+  // Every CUdevice_attribute of cuda.h answered (the program stops at the first that does not).
+  EXPECT_NE(c.output.find("device attributes answered"), std::string::npos) << c.output;
   EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #define PHOS_PROGRAM_NAME "runtime_api"
+#include "phos_device_attributes.h"  // every cudaDeviceAttr, generated from the headers
 #include "program_checks.h"
 
 __global__ void fill(int* p, int n, int v) {
@@ -31,6 +32,34 @@ int main() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   EXPECT(sms == prop.multiProcessorCount);
+  // Every attribute the headers define answers (device-selection helpers
+  // read the compute mode, numba the exec timeout, PyTorch the pools), and
+  // cudaGetDeviceProperties says the same.
+  int answered = 0;
+  for (const auto& e : phos::interposer::kCudaDeviceAttrs) {
+    int v = 0;
+    cudaError_t r = cudaDeviceGetAttribute(&v, static_cast<cudaDeviceAttr>(e.value), 0);
+    if (r != cudaSuccess) PHOS_CHECK_FAIL(1, "cudaDeviceGetAttribute(%s = %d) failed: %s", e.name, e.value, cudaGetErrorName(r));
+    ++answered;
+  }
+  auto attr = [](cudaDeviceAttr a) {
+    int v = -1;
+    return cudaDeviceGetAttribute(&v, a, 0) == cudaSuccess ? v : -1;
+  };
+  EXPECT(prop.major == attr(cudaDevAttrComputeCapabilityMajor) && prop.minor == attr(cudaDevAttrComputeCapabilityMinor));
+  EXPECT(prop.l2CacheSize == attr(cudaDevAttrL2CacheSize));
+  EXPECT(prop.canMapHostMemory == attr(cudaDevAttrCanMapHostMemory));
+  EXPECT(prop.memoryPoolsSupported == attr(cudaDevAttrMemoryPoolsSupported));
+  EXPECT(prop.cooperativeLaunch == attr(cudaDevAttrCooperativeLaunch));
+  EXPECT(prop.maxBlocksPerMultiProcessor == attr(cudaDevAttrMaxBlocksPerMultiprocessor));
+  EXPECT(prop.pciBusID == attr(cudaDevAttrPciBusId));
+  EXPECT(static_cast<int>(prop.sharedMemPerBlockOptin) == attr(cudaDevAttrMaxSharedMemoryPerBlockOptin));
+  EXPECT(prop.maxThreadsDim[2] == attr(cudaDevAttrMaxBlockDimZ));
+  EXPECT(attr(cudaDevAttrComputeMode) == cudaComputeModeDefault || attr(cudaDevAttrComputeMode) >= 0);
+  int junk = 0;
+  EXPECT(cudaDeviceGetAttribute(&junk, static_cast<cudaDeviceAttr>(0), 0) == cudaErrorInvalidValue);
+  EXPECT(cudaGetLastError() == cudaErrorInvalidValue);
+  std::printf("runtime_api: %d device attributes answered\n", answered);
   size_t free_b = 0, total_b = 0;
   CHECK(cudaMemGetInfo(&free_b, &total_b));
   EXPECT(total_b > 0 && free_b <= total_b);

@@ -168,6 +168,19 @@ Status CudaBackend::GetDeviceProperties(int device, DeviceProperties* out) const
   return Status::Ok();
 }
 
+Status CudaBackend::GetDeviceAttribute(int device, int attribute, std::int64_t* out) const {
+  PHOS_RETURN_IF_ERROR(CheckDevice(device));
+  if (out == nullptr) return Status::InvalidArgument("GetDeviceAttribute: null output pointer");
+  int v = 0;
+  CUresult rc = driver_->DeviceGetAttribute(&v, static_cast<CUdevice_attribute>(attribute),
+                                            devices_[static_cast<std::size_t>(device)]);
+  if (rc != CUDA_SUCCESS) {
+    return CudaStatus(rc, "cuDeviceGetAttribute(" + std::to_string(attribute) + ")", driver_.get());
+  }
+  *out = v;
+  return Status::Ok();
+}
+
 Status CudaBackend::GetMemoryInfo(int device, std::uint64_t* free_bytes, std::uint64_t* total_bytes) const {
   PHOS_RETURN_IF_ERROR(CheckDevice(device));
   const auto i = static_cast<std::size_t>(device);

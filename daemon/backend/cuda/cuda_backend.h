@@ -32,6 +32,8 @@ class CudaBackend final : public Backend {
   std::string detail() const override;
   int device_count() const override { return static_cast<int>(devices_.size()); }
   Status GetDeviceProperties(int device, DeviceProperties* out) const override;
+  /// cuDeviceGetAttribute, whatever the driver knows.
+  Status GetDeviceAttribute(int device, int attribute, std::int64_t* out) const override;
   /// Uses the device's primary context (retained on first use, released with
   /// the backend): cuMemGetInfo needs a current context, and reporting must
   /// not depend on some session's context being alive.

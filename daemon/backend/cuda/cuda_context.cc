@@ -57,12 +57,15 @@ std::string Hex(std::uint64_t v) {
 
 // ---- reference-counted driver objects ---------------------------------------
 
+// Each destructor skips its driver call once the context is abandoned: the
+// call could wait for work in flight, and cuCtxDestroy frees the object.
 struct CudaContext::StreamObject {
   const CudaDriver* driver;
   CUcontext ctx;
+  std::shared_ptr<const std::atomic<bool>> abandoned;
   CUstream stream = nullptr;
   ~StreamObject() {
-    if (stream == nullptr) return;
+    if (stream == nullptr || abandoned->load(std::memory_order_acquire)) return;
     driver->CtxSetCurrent(ctx);
     driver->StreamDestroy(stream);  // enqueued work still runs to completion
   }
@@ -71,10 +74,11 @@ struct CudaContext::StreamObject {
 struct CudaContext::EventObject {
   const CudaDriver* driver;
   CUcontext ctx;
+  std::shared_ptr<const std::atomic<bool>> abandoned;
   CUevent event = nullptr;
   unsigned flags = 0;
   ~EventObject() {
-    if (event == nullptr) return;
+    if (event == nullptr || abandoned->load(std::memory_order_acquire)) return;
     driver->CtxSetCurrent(ctx);
     driver->EventDestroy(event);
   }
@@ -83,9 +87,10 @@ struct CudaContext::EventObject {
 struct CudaContext::ModuleObject {
   const CudaDriver* driver;
   CUcontext ctx;
+  std::shared_ptr<const std::atomic<bool>> abandoned;
   CUmodule module = nullptr;
   ~ModuleObject() {
-    if (module == nullptr) return;
+    if (module == nullptr || abandoned->load(std::memory_order_acquire)) return;
     driver->CtxSetCurrent(ctx);
     driver->ModuleUnload(module);
   }
@@ -178,6 +183,19 @@ CudaContext::~CudaContext() {
     events.swap(events_);
     streams.swap(streams_);
   }
+  if (abandoned()) {
+    // Nothing waits for the device: the objects' destructors make no driver
+    // call, the context goes with what it still runs (and its cuBLAS
+    // handle's device state; cublasDestroy would synchronise), then the
+    // virtual-memory allocations, which cuCtxDestroy does not free.
+    functions.clear();
+    modules.clear();
+    events.clear();
+    streams.clear();
+    driver_->CtxDestroy(ctx_);
+    for (const auto& [ptr, a] : allocations) ReleaseAllocation(ptr, a);
+    return;
+  }
   if (driver_->CtxSetCurrent(ctx_) == CUDA_SUCCESS) {
     driver_->CtxSynchronize();
     // cuBLAS frees its workspace in the current context: before the
@@ -192,6 +210,13 @@ CudaContext::~CudaContext() {
   for (const auto& [ptr, a] : allocations) ReleaseAllocation(ptr, a);
   // Leaves no context current on this thread (cuCtxDestroy pops it if it is).
   driver_->CtxDestroy(ctx_);
+}
+
+void CudaContext::Abandon() { abandoned_->store(true, std::memory_order_release); }
+
+Status CudaContext::CheckNotAbandoned(const char* what) const {
+  if (!abandoned()) return Status::Ok();
+  return Status::Unavailable(std::string(what) + ": the context was abandoned (its session is ending)");
 }
 
 Status CudaContext::MakeCurrent() const {
@@ -337,6 +362,9 @@ Status CudaContext::Free(DevicePtr ptr) {
     if (it == allocations_.end()) {
       return Status::InvalidArgument("Free " + Hex(ptr) + ": not the start of an allocation of this context");
     }
+    // Abandoned: cuMemUnmap would wait for kernels that may still use the
+    // range; the destructor releases it after the context is gone.
+    if (abandoned()) return Status::Ok();
     a = it->second;
     allocations_.erase(it);
   }
@@ -400,6 +428,9 @@ Status CudaContext::RegisterHostMemory(void* ptr, std::size_t bytes) {
 
 Status CudaContext::UnregisterHostMemory(void* ptr) {
   if (ptr == nullptr) return Status::InvalidArgument("UnregisterHostMemory: null pointer");
+  // Abandoned: the registration goes with the context (cuCtxDestroy), and
+  // unregistering could wait for copies still reading the pages.
+  if (abandoned()) return Status::Ok();
   PHOS_RETURN_IF_ERROR(MakeCurrent());
   return Check(driver_->MemHostUnregister(ptr), "cuMemHostUnregister");
 }
@@ -415,6 +446,7 @@ Status CudaContext::CreateStream(unsigned flags, int priority, StreamHandle* out
   auto obj = std::make_shared<StreamObject>();
   obj->driver = driver_.get();
   obj->ctx = ctx_;
+  obj->abandoned = abandoned_;
   // The driver clamps the priority to the device's range, as CUDA does.
   PHOS_RETURN_IF_ERROR(Check(driver_->StreamCreateWithPriority(&obj->stream, flags, priority),
                              "cuStreamCreateWithPriority"));
@@ -441,6 +473,7 @@ Status CudaContext::DestroyStream(StreamHandle stream) {
 }
 
 Status CudaContext::SynchronizeStream(StreamHandle stream) {
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("SynchronizeStream"));
   CUstream s = nullptr;
   std::shared_ptr<StreamObject> keep;
   PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
@@ -460,6 +493,7 @@ Status CudaContext::QueryStream(StreamHandle stream) {
 
 Status CudaContext::MemcpyAsync(std::uint64_t dst, std::uint64_t src, std::size_t bytes, CopyKind kind,
                                 StreamHandle stream) {
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("MemcpyAsync"));
   CUstream s = nullptr;
   std::shared_ptr<StreamObject> keep;
   PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
@@ -489,6 +523,7 @@ Status CudaContext::MemcpyAsync(std::uint64_t dst, std::uint64_t src, std::size_
 
 Status CudaContext::MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size, std::size_t count,
                                 StreamHandle stream) {
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("MemsetAsync"));
   CUstream s = nullptr;
   std::shared_ptr<StreamObject> keep;
   PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
@@ -526,6 +561,7 @@ Status CudaContext::CreateEvent(unsigned flags, EventHandle* out) {
   auto obj = std::make_shared<EventObject>();
   obj->driver = driver_.get();
   obj->ctx = ctx_;
+  obj->abandoned = abandoned_;
   obj->flags = flags;
   PHOS_RETURN_IF_ERROR(Check(driver_->EventCreate(&obj->event, flags), "cuEventCreate"));
   const EventHandle h = NextHandle();
@@ -577,6 +613,7 @@ Status CudaContext::QueryEvent(EventHandle event) {
 }
 
 Status CudaContext::SynchronizeEvent(EventHandle event) {
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("SynchronizeEvent"));
   std::shared_ptr<EventObject> e;
   PHOS_RETURN_IF_ERROR(FindEvent(event, &e));
   PHOS_RETURN_IF_ERROR(MakeCurrent());
@@ -598,6 +635,7 @@ Status CudaContext::ElapsedTime(EventHandle start, EventHandle end, float* ms) {
 }
 
 Status CudaContext::Synchronize() {
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("Synchronize"));
   PHOS_RETURN_IF_ERROR(MakeCurrent());
   return Check(driver_->CtxSynchronize(), "cuCtxSynchronize");
 }
@@ -624,6 +662,7 @@ Status CudaContext::LoadModule(const void* image, std::size_t size, ModuleHandle
   auto obj = std::make_shared<ModuleObject>();
   obj->driver = driver_.get();
   obj->ctx = ctx_;
+  obj->abandoned = abandoned_;
   PHOS_RETURN_IF_ERROR(Check(driver_->ModuleLoadData(&obj->module, image), "cuModuleLoadData"));
   const ModuleHandle h = NextHandle();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -691,6 +730,7 @@ Status CudaContext::GetGlobal(ModuleHandle module, const std::string& name, Devi
 
 Status CudaContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes,
                                  StreamHandle stream, const std::vector<std::uint8_t>& params) {
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("LaunchKernel"));
   std::shared_ptr<FunctionObject> f;
   PHOS_RETURN_IF_ERROR(FindFunction(function, &f));
   CUstream s = nullptr;

@@ -30,6 +30,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -89,6 +90,16 @@ class CudaContext final : public Context {
   Status ElapsedTime(EventHandle start, EventHandle end, float* ms) override;
 
   Status Synchronize() override;
+  /// Marks the context abandoned (see Context::Abandon): from then on no call
+  /// waits for the device. Synchronisations, copies and launches answer
+  /// Unavailable at once; Free, UnloadModule, UnregisterHostMemory and the
+  /// destruction of streams, events and modules make no driver call (each of
+  /// them may wait for the work in flight) and leave it to the destructor,
+  /// which destroys the context without synchronising it first and only
+  /// then releases the virtual-memory allocations (the driver does not free
+  /// those with the context). What cuCtxDestroy does to a kernel still
+  /// running is the driver's: docs/backends.md "Abandoned contexts".
+  void Abandon() override;
 
   Status LoadModule(const void* image, std::size_t size, ModuleHandle* out) override;
   Status UnloadModule(ModuleHandle module) override;
@@ -139,6 +150,11 @@ class CudaContext final : public Context {
   /// fault on the device and poison the whole context (a sticky error).
   Status CheckDeviceRange(DevicePtr ptr, std::size_t bytes, const char* what);
 
+  /// Unavailable if the context was abandoned (checked by every call that
+  /// would wait for the device or queue more work on it).
+  Status CheckNotAbandoned(const char* what) const;
+  bool abandoned() const { return abandoned_->load(std::memory_order_acquire); }
+
   /// Unmaps, releases and frees one allocation (no lock needed: the caller
   /// has already removed it from allocations_).
   void ReleaseAllocation(DevicePtr ptr, const Allocation& a);
@@ -152,6 +168,10 @@ class CudaContext final : public Context {
   // destructor before the context. Null when cuBLAS is absent.
   const std::shared_ptr<const CublasLibrary> cublas_;
   const cublasHandle_t cublas_handle_;
+  // Set once by Abandon(), never cleared. Shared with the stream, event and
+  // module objects, whose destructors then skip their driver call; atomic,
+  // no lock (Abandon may come from any thread during a call).
+  const std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
 
   // mutex_ guards the five maps below and nothing else. It is never held
   // across a driver call that can block (synchronisation, copies, launches,

@@ -6,6 +6,7 @@
 
 #include "backend/backend_factory.h"
 #include "backend/sim/sim_context.h"
+#include "backend/sim/sim_device_attributes.h"
 
 namespace phos::backend {
 namespace sim {
@@ -104,6 +105,11 @@ Status SimBackend::GetDeviceProperties(int device, DeviceProperties* out) const 
   if (out == nullptr) return Status::InvalidArgument("GetDeviceProperties: null output pointer");
   *out = ModelDeviceProperties(shared_->options, device);
   return Status::Ok();
+}
+
+Status SimBackend::GetDeviceAttribute(int device, int attribute, std::int64_t* out) const {
+  PHOS_RETURN_IF_ERROR(CheckDevice(device));
+  return ModelDeviceAttribute(ModelDeviceProperties(shared_->options, device), attribute, out);
 }
 
 Status SimBackend::GetMemoryInfo(int device, std::uint64_t* free_bytes,

@@ -1,4 +1,5 @@
 // The sim's device model and what it cannot do yet (kernels).
+#include "phos_device_attributes.h"
 #include "sim_test_util.h"
 
 namespace phos::backend::sim_test {
@@ -41,6 +42,37 @@ TEST(SimDevice, EveryDeviceHasItsOwnOrdinalAndUuid) {
   EXPECT_NE(p0.uuid, p2.uuid);
   EXPECT_EQ(p2.total_memory, 1ull << 30);
   SIM_EXPECT_CODE(b->GetDeviceProperties(3, &p0), kInvalidArgument);
+}
+
+// Every CUdevice_attribute of the toolkit's cuda.h (generated list) has a
+// modelled value; the ones DeviceProperties also carries agree with it.
+TEST(SimDevice, EveryAttributeOfCudaHIsModelled) {
+  SimFixture f;
+  SIM_ASSERT_OK(f.Init());
+  for (const interposer::EnumeratorInfo& e : interposer::kCuDeviceAttributes) {
+    std::int64_t v = -12345;
+    Status s = f.backend->GetDeviceAttribute(0, e.value, &v);
+    EXPECT_TRUE(s.ok()) << e.name << " (" << e.value << "): " << s.ToString();
+    EXPECT_NE(v, -12345) << e.name;
+  }
+  DeviceProperties p;
+  SIM_ASSERT_OK(f.backend->GetDeviceProperties(0, &p));
+  auto attr = [&](int a) {
+    std::int64_t v = 0;
+    EXPECT_TRUE(f.backend->GetDeviceAttribute(0, a, &v).ok()) << a;
+    return v;
+  };
+  EXPECT_EQ(attr(1), p.max_threads_per_block);
+  EXPECT_EQ(attr(8), static_cast<std::int64_t>(p.shared_memory_per_block));
+  EXPECT_EQ(attr(16), p.multiprocessor_count);
+  EXPECT_EQ(attr(40), p.async_engine_count);
+  EXPECT_EQ(attr(75), p.compute_capability_major);
+  EXPECT_EQ(attr(97), static_cast<std::int64_t>(p.shared_memory_per_block_optin));
+  EXPECT_EQ(attr(20), 0);  // COMPUTE_MODE: default
+  std::int64_t v = 0;
+  SIM_EXPECT_CODE(f.backend->GetDeviceAttribute(0, 0, &v), kInvalidArgument);
+  SIM_EXPECT_CODE(f.backend->GetDeviceAttribute(0, interposer::kDeviceAttributeSlots, &v), kInvalidArgument);
+  SIM_EXPECT_CODE(f.backend->GetDeviceAttribute(1, 1, &v), kInvalidArgument);
 }
 
 }  // namespace

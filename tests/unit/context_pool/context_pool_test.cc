@@ -82,6 +82,7 @@ class FakeBackend final : public Backend {
   std::string detail() const override { return "test fake"; }
   int device_count() const override { return devices_; }
   Status GetDeviceProperties(int, DeviceProperties*) const override { return Status::NotSupported("fake"); }
+  Status GetDeviceAttribute(int, int, std::int64_t*) const override { return Status::NotSupported("fake"); }
   Status GetMemoryInfo(int, std::uint64_t*, std::uint64_t*) const override { return Status::NotSupported("fake"); }
 
   Status CreateContext(int device, std::unique_ptr<Context>* out) override {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <mutex>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -22,7 +23,9 @@
 #include "phos.grpc.pb.h"
 #include "backend/backend_factory.h"
 #include "server/daemon.h"
+#include "phos_device_attributes.h"
 #include "server/session_registry.h"
+#include "session/device_attributes.h"
 #include "session/session_server.h"
 #include "test_ptx.h"
 
@@ -166,19 +169,51 @@ TEST_F(SessionTest, DeviceQueries) {
   ASSERT_EQ(app->Properties(0, &props), kOk) << app->message();
   EXPECT_NE(std::string(props.name).find("phos sim"), std::string::npos) << props.name;
   EXPECT_EQ(props.total_memory, 80ull << 30);
-  EXPECT_EQ(props.compute_capability_major, 9);
-  EXPECT_GT(props.warp_size, 0);
+  EXPECT_EQ(props.attributes[75], 9);  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+  EXPECT_EQ(props.attributes[10], 32);  // warp size
+  EXPECT_EQ(props.attributes[0], wire::kNoAttribute);
   EXPECT_EQ(app->Properties(3, &props), WireStatus::kInvalidDevice);
   int64_t v = 0;
   ASSERT_EQ(app->Attribute(0, 75, &v), kOk);  // cudaDevAttrComputeCapabilityMajor
   EXPECT_EQ(v, 9);
-  ASSERT_EQ(app->Attribute(0, 10, &v), kOk);  // warp size
-  EXPECT_EQ(v, props.warp_size);
   EXPECT_EQ(app->Attribute(0, 100000, &v), WireStatus::kInvalidValue);
+  EXPECT_EQ(app->Attribute(0, 0, &v), WireStatus::kInvalidValue);
+  EXPECT_EQ(app->Attribute(0, -1, &v), WireStatus::kInvalidValue);
+  EXPECT_EQ(app->Attribute(1, 75, &v), WireStatus::kInvalidDevice);
   uint64_t free_bytes = 0, total = 0;
   ASSERT_EQ(app->MemInfo(&free_bytes, &total), kOk);
   EXPECT_EQ(total, 80ull << 30);
   EXPECT_LE(free_bytes, total);
+}
+
+// Every attribute CUDA 13's headers define (generated from cuda.h and
+// driver_types.h) answers, over the wire, the same value both ways of asking
+// give; the features phos does not offer answer 0 whatever the device says.
+TEST_F(SessionTest, EveryDeviceAttributeOfBothApisAnswers) {
+  auto app = NewApp();
+  wire::WireDeviceProps props{};
+  ASSERT_EQ(app->Properties(0, &props), kOk) << app->message();
+  using Enum = std::span<const interposer::EnumeratorInfo>;
+  for (Enum list : {Enum(interposer::kCuDeviceAttributes), Enum(interposer::kCudaDeviceAttrs)}) {
+    for (const interposer::EnumeratorInfo& e : list) {
+      int64_t v = -12345;
+      ASSERT_EQ(app->Attribute(0, e.value, &v), kOk) << e.name << " (" << e.value << "): " << app->message();
+      EXPECT_EQ(v, props.attributes[e.value]) << e.name;
+      if (session::FeatureNotOffered(e.value) != nullptr) {
+        EXPECT_EQ(v, 0) << e.name;
+      }
+    }
+  }
+  // What device-selection helpers and numba's cuda.detect() read first.
+  int64_t v = -1;
+  ASSERT_EQ(app->Attribute(0, 20, &v), kOk);  // COMPUTE_MODE
+  EXPECT_EQ(v, 0);                            // CU_COMPUTEMODE_DEFAULT
+  ASSERT_EQ(app->Attribute(0, 17, &v), kOk);  // KERNEL_EXEC_TIMEOUT
+  EXPECT_EQ(v, 0);
+  ASSERT_EQ(app->Attribute(0, 115, &v), kOk);  // MEMORY_POOLS_SUPPORTED: not offered yet
+  EXPECT_EQ(v, 0);
+  EXPECT_NE(session::FeatureNotOffered(115), nullptr);
+  EXPECT_EQ(session::FeatureNotOffered(16), nullptr);  // MULTIPROCESSOR_COUNT: the device's
 }
 
 TEST_F(SessionTest, CopiesRoundTripSmallAndStaged) {
