@@ -38,6 +38,7 @@ std::string_view NvInfoAttrName(uint8_t attr) {
     case kEiattrFrameSize: return "EIATTR_FRAME_SIZE";
     case kEiattrMinStackSize: return "EIATTR_MIN_STACK_SIZE";
     case kEiattrKparamInfo: return "EIATTR_KPARAM_INFO";
+    case kEiattrKparamInfoV2: return "EIATTR_KPARAM_INFO_V2";
     case kEiattrCbankParamSize: return "EIATTR_CBANK_PARAM_SIZE";
     case kEiattrMaxregCount: return "EIATTR_MAXREG_COUNT";
     case kEiattrExitInstrOffsets: return "EIATTR_EXIT_INSTR_OFFSETS";
@@ -105,6 +106,21 @@ Status ParseKernelNvInfo(std::string_view kernel_name, std::span<const uint8_t> 
         p.in_cbank = ((bits >> 17) & 1) == 0;
         p.size = bits >> 18;
         out->params.push_back(p);
+        break;
+      }
+      case kEiattrKparamInfoV2: {
+        if (r.format != kEifmtSval || r.value.size() < 12)
+          return CorruptAt(kWho, r.offset, "expected EIATTR_KPARAM_INFO_V2 as EIFMT_SVAL of 12 bytes, found format " +
+                                               std::to_string(r.format) + " size " + std::to_string(r.value.size()));
+        const uint8_t* v = r.value.data();
+        KernelParam p;
+        p.ordinal = Load16(v + 4);
+        p.offset = Load16(v + 6);
+        p.size = Load32(v + 8);
+        if (p.size > kMaxKernelParamBytes)
+          return CorruptAt(kWho, r.offset, "EIATTR_KPARAM_INFO_V2: parameter of " + std::to_string(p.size) +
+                                               " bytes, more than CUDA's " + std::to_string(kMaxKernelParamBytes));
+        out->params.push_back(p);  // alignment, space, cbank: not encoded (defaults)
         break;
       }
       case kEiattrCbankParamSize:

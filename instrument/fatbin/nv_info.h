@@ -46,6 +46,11 @@ enum NvInfoAttr : uint8_t {
   kEiattrRegcount = 0x2f,            // SVAL (.nv.info): u32 sym, u32 registers
   kEiattrSwWar = 0x36,               // SVAL: workaround flags
   kEiattrCudaApiVersion = 0x37,      // SVAL: u32 (0x82 = 130 on CUDA 13.0)
+  // In place of KPARAM_INFO when a kernel's parameters pass 16383 bytes
+  // (CUDA 12.1+ allows 32764; KPARAM_INFO's size field has 14 bits). Seen
+  // from nvcc 13.0: SVAL(12): u32 index, u16 ordinal, u16 offset, u32 size
+  // in bytes (no flag bits seen). Named here after its role.
+  kEiattrKparamInfoV2 = 0x45,
 };
 
 std::string_view NvInfoAttrName(uint8_t attr);  // "EIATTR_KPARAM_INFO", or "EIATTR_0x5f"
@@ -61,6 +66,10 @@ struct NvInfoRecord {
 /// Splits a .nv.info* section into records. Corruption on a record that
 /// runs past the end or an unknown format.
 Status ParseNvInfoRecords(std::span<const uint8_t> section, std::vector<NvInfoRecord>* out);
+
+/// The most parameter bytes a kernel may take (CUDA 12.1+, compute
+/// capability 7.0+).
+inline constexpr uint32_t kMaxKernelParamBytes = 32764;
 
 struct KernelParam {
   uint32_t ordinal = 0;       // position in the signature, 0-based

@@ -88,7 +88,17 @@ bool ParseUuidText(const char* text, unsigned char out[16]) {
 CUresult CheckInit() {
   if (InForkedChild()) return CUDA_ERROR_NOT_INITIALIZED;  // fork_guard.cc: as the driver answers a forked child
   if (cudaError_t s = StickyError(); s != cudaSuccess) return ToCu(s);
-  return g_initialized.load(std::memory_order_acquire) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+  if (g_initialized.load(std::memory_order_acquire)) return CUDA_SUCCESS;
+  // CUDA's runtime initialises the driver at its first call, so a program
+  // whose runtime call came first may use the driver without cuInit
+  // (PyTorch asks cuDevicePrimaryCtxGetState so). A runtime call connected
+  // us: that is cuInit's work done.
+  if (Connection::Get().connected()) {
+    NoteDriverInit();
+    g_initialized.store(true, std::memory_order_release);
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_NOT_INITIALIZED;
 }
 
 CUresult ToCu(cudaError_t e) {

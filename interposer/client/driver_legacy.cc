@@ -28,6 +28,12 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev);
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev);
+CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out,
+                                   CUgraph* graph_out, const CUgraphNode** dependencies_out,
+                                   const CUgraphEdgeData** edgeData_out, size_t* numDependencies_out);
+CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                        cuuint64_t* id_out, CUgraph* graph_out, const CUgraphNode** dependencies_out,
+                                        const CUgraphEdgeData** edgeData_out, size_t* numDependencies_out);
 CUresult cuMemAllocHost_v2(void** pp, size_t bytesize);
 }
 
@@ -61,3 +67,13 @@ PHOS_EXPORT CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) {
   return r;
 }
 PHOS_EXPORT CUresult cuMemAllocHost(void** pp, unsigned int bytesize) { return cuMemAllocHost_v2(pp, bytesize); }
+
+// capture_api.cc: no stream of a phos process is ever capturing.
+PHOS_EXPORT CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                            cuuint64_t* id_out) {
+  return cuStreamGetCaptureInfo_v3(hStream, captureStatus_out, id_out, nullptr, nullptr, nullptr, nullptr);
+}
+PHOS_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                                 cuuint64_t* id_out) {
+  return cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, nullptr, nullptr, nullptr, nullptr);
+}

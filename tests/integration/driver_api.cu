@@ -232,6 +232,13 @@ int StreamsAndEvents(CUmodule mod) {
   CUstream st = nullptr, st2 = nullptr;
   CHECK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
   CHECK(cuStreamCreateWithPriority(&st2, 0, 0));
+  CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  CHECK(cuStreamIsCapturing(st, &cap));
+  EXPECT(cap == CU_STREAM_CAPTURE_STATUS_NONE);
+  cap = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  cuuint64_t capture_id = 0;
+  CHECK(cuStreamGetCaptureInfo(st2, &cap, &capture_id, nullptr, nullptr, nullptr, nullptr));
+  EXPECT(cap == CU_STREAM_CAPTURE_STATUS_NONE);
   CUevent start = nullptr, stop = nullptr;
   CHECK(cuEventCreate(&start, CU_EVENT_DEFAULT));
   CHECK(cuEventCreate(&stop, CU_EVENT_DEFAULT));
@@ -441,6 +448,12 @@ std::vector<char> ReadFile(const char* path) {
 int RuntimeFirst() {
   void* rt = nullptr;
   if (cudaMalloc(&rt, 256) != cudaSuccess) return 2;
+  // The runtime's first call initialised the driver, as CUDA's runtime does:
+  // no cuInit needed (PyTorch asks cuDevicePrimaryCtxGetState so).
+  unsigned flags = 99;
+  int active = -1;
+  CHECK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+  EXPECT(active == 1);
   CHECK(cuInit(0));
   CUcontext cur = nullptr;
   CHECK(cuCtxGetCurrent(&cur));
@@ -506,6 +519,10 @@ int main(int argc, char** argv) {
   }
   int junk = 0;
   EXPECT_RESULT(cuDeviceGetAttribute(&junk, static_cast<CUdevice_attribute>(0), dev), CUDA_ERROR_INVALID_VALUE);
+  // A log callback is accepted (PyTorch registers one at start).
+  CUlogsCallbackHandle log_handle = nullptr;
+  CHECK(cuLogsRegisterCallback([](void*, CUlogLevel, char*, size_t) {}, nullptr, &log_handle));
+  CHECK(cuLogsUnregisterCallback(log_handle));
   std::printf("driver_api: %d device attributes answered\n", answered);
   CUuuid uuid{};
   CHECK(cuDeviceGetUuid(&uuid, dev));

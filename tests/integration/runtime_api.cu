@@ -16,6 +16,16 @@ __global__ void fill(int* p, int n, int v) {
   if (i < n) p[i] = v + i;
 }
 
+// A parameter as large as CUDA allows past 16 KiB (32,764 bytes in all since
+// CUDA 12.1), with pointers after it: every byte must arrive.
+struct Big {
+  int v[8000];
+};
+__global__ void big_param(Big b, int* out, int* out2) {
+  out[threadIdx.x] = b.v[threadIdx.x] + b.v[7999];
+  if (threadIdx.x == 0) *out2 = b.v[4000];
+}
+
 int main() {
   int count = 0, dev = -1;
   CHECK(cudaGetDeviceCount(&count));
@@ -72,6 +82,23 @@ int main() {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
+  // No stream is being captured, and the queries libraries make before
+  // every allocation (PyTorch's caching allocator, CuPy) say so.
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusActive;
+  CHECK(cudaStreamIsCapturing(s, &cap));
+  EXPECT(cap == cudaStreamCaptureStatusNone);
+  cap = cudaStreamCaptureStatusActive;
+  CHECK(cudaStreamIsCapturing(0, &cap));
+  EXPECT(cap == cudaStreamCaptureStatusNone);
+  cap = cudaStreamCaptureStatusActive;
+  unsigned long long capture_id = 77;
+  CHECK(cudaStreamGetCaptureInfo(s, &cap, &capture_id));
+  EXPECT(cap == cudaStreamCaptureStatusNone);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  EXPECT(mode == cudaStreamCaptureModeGlobal);  // the default
+  CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  EXPECT(mode == cudaStreamCaptureModeRelaxed);  // what was set
   CHECK(cudaEventRecord(a, s));
   CHECK(cudaMemsetAsync(d, 0, n * sizeof(int), s));
   fill<<<(n + 255) / 256, 256, 0, s>>>(d, n, 7);
@@ -96,6 +123,23 @@ int main() {
   CHECK(cudaMemcpy(h2.data(), d2, n * sizeof(int), cudaMemcpyDefault));
   EXPECT(h2[9] == 16 && h2[10] == 1 && h2[12] == 3 && h2[13] == 20);
   CHECK(cudaDeviceSynchronize());
+  {
+    static Big big;
+    for (int i = 0; i < 8000; ++i) big.v[i] = 3 * i;
+    int *out = nullptr, *out2 = nullptr;
+    CHECK(cudaMalloc(&out, 32 * sizeof(int)));
+    CHECK(cudaMalloc(&out2, sizeof(int)));
+    big_param<<<1, 32>>>(big, out, out2);
+    CHECK(cudaGetLastError());
+    int h_out[32] = {}, h_out2 = 0;
+    CHECK(cudaMemcpy(h_out, out, sizeof h_out, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(&h_out2, out2, sizeof h_out2, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 32; ++i) EXPECT(h_out[i] == 3 * i + 3 * 7999);
+    EXPECT(h_out2 == 3 * 4000);
+    CHECK(cudaFree(out));
+    CHECK(cudaFree(out2));
+    std::printf("runtime_api: a 32000-byte kernel parameter arrived whole\n");
+  }
   EXPECT(std::strcmp(cudaGetErrorName(cudaErrorNotSupported), "cudaErrorNotSupported") == 0);
   EXPECT(std::strcmp(cudaGetErrorString(cudaSuccess), "no error") == 0);
   CHECK(cudaEventDestroy(a));

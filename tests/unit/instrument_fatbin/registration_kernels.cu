@@ -22,6 +22,16 @@ __global__ void reg_fill(T* out, T value, int n) {
   if (i < n) out[i] = value;
 }
 
+// A parameter past KPARAM_INFO's 14-bit size (CUDA 12.1+ allows 32764
+// bytes): nvcc describes these with attribute 0x45 (EIATTR_KPARAM_INFO_V2).
+struct Big {
+  int v[8000];
+};
+__global__ void reg_big(Big b, int* out, int* out2) {
+  out[threadIdx.x] = b.v[threadIdx.x] + b.v[7999];
+  out2[0] = 1;
+}
+
 // Host function that references the launch stubs so they (and their
 // registration) are kept.
 void registration_kernels_anchor(void* out) {

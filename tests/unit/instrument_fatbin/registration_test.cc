@@ -95,7 +95,7 @@ TEST(Registration, ParseFatbinFromWrapper) {
   CubinInfo info;
   ASSERT_TRUE(ReadCubinInfo(fb.entries[elf].contents, &info).ok());
   // Every function registered by the stub has a PTX entry and a cubin table.
-  ASSERT_EQ(g_function_count, 4);
+  ASSERT_EQ(g_function_count, 5);
   for (int i = 0; i < g_function_count; ++i) {
     const std::string name = g_device_names[i];
     EXPECT_NE(text.find(".entry " + name + "("), std::string_view::npos) << name;
@@ -127,6 +127,18 @@ TEST(Registration, ParseFatbinFromWrapper) {
   ASSERT_EQ(fill_d->params.size(), 3u);
   EXPECT_EQ(fill_d->params[1].size, 8u);
   EXPECT_EQ(fill_d->params[2].offset, 16u);
+  // reg_big(Big, int*, int*): a 32000-byte struct, then two pointers; every
+  // offset and size comes from EIATTR_KPARAM_INFO_V2.
+  const KernelNvInfo* big = info.Find("_Z7reg_big3BigPiS0_");
+  ASSERT_NE(big, nullptr);
+  ASSERT_EQ(big->params.size(), 3u);
+  EXPECT_EQ(big->params[0].offset, 0u);
+  EXPECT_EQ(big->params[0].size, 32000u);
+  EXPECT_EQ(big->params[1].offset, 32000u);
+  EXPECT_EQ(big->params[1].size, 8u);
+  EXPECT_EQ(big->params[2].offset, 32008u);
+  EXPECT_EQ(big->params[2].size, 8u);
+  EXPECT_EQ(big->param_size, 32016u);
 }
 
 // The wrapper we were handed is one of the 24-byte records of this

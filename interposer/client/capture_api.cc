@@ -1,0 +1,197 @@
+// Stream-capture queries and the driver's log callbacks.
+//
+// phos does not capture streams into graphs yet (cudaStreamBeginCapture is
+// refused: the graphs issue), so no stream of a phos process is ever
+// capturing. The queries that libraries make before every allocation or
+// launch ("am I being captured?": PyTorch's caching allocator, CuPy, cuBLAS)
+// answer exactly that, truthfully, instead of failing the library:
+//   cudaStreamIsCapturing / cuStreamIsCapturing     -> None
+//   cudaStreamGetCaptureInfo / cuStreamGetCaptureInfo_v2/_v3 -> None
+//     (the legacy 3-argument cuStreamGetCaptureInfo: driver_legacy.cc)
+//     (the outputs CUDA leaves undefined for a stream that is not capturing
+//     are zeroed, so a caller that reads them anyway sees no graph)
+//   cudaThreadExchangeStreamCaptureMode / cuThread... -> swaps this
+//     thread's mode (it only matters while a capture runs: recorded, so a
+//     save/restore pair gives back what was saved)
+// each for the stream handles the other stream calls accept (an unknown
+// stream is cudaErrorInvalidResourceHandle / CUDA_ERROR_INVALID_HANDLE).
+//
+// cuLogsRegisterCallback / cuLogsUnregisterCallback (PyTorch registers one
+// at start): accepted and recorded; phos's driver has no log messages of
+// its own to deliver (phos's errors go to stderr and phosd's log), so the
+// callback is never called. The log iterator calls (cuLogsCurrent,
+// cuLogsDump*) stay refused by name.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <set>
+
+#include "interposer/client/client_internal.h"
+#include "interposer/client/connection.h"
+#include "interposer/client/driver_internal.h"
+#include "interposer/client/handles.h"
+
+namespace phos::client {
+namespace {
+
+// Queries still fail in a forked child and report an unavailable phosd,
+// like every call.
+cudaError_t Initialised() {
+  if (WireStatus w = Connection::Get().Ensure(); w != WireStatus::kSuccess) return Finish(w);
+  return cudaSuccess;
+}
+
+thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
+
+// The stream a query names exists (default streams included).
+bool KnownStream(const void* s, DefaultStream zero) {
+  unsigned flags = 0;
+  int priority = 0;
+  return StreamInfo(StreamIdOf(s, zero), &flags, &priority);
+}
+
+cudaError_t RuntimeCaptureInfo(cudaStream_t s, DefaultStream zero, cudaStreamCaptureStatus* status,
+                               unsigned long long* id, cudaGraph_t* graph, const cudaGraphNode_t** deps,
+                               const cudaGraphEdgeData** edges, size_t* num_deps) {
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
+  if (status == nullptr) return SetError(cudaErrorInvalidValue);
+  if (!KnownStream(s, zero)) return SetError(cudaErrorInvalidResourceHandle);
+  *status = cudaStreamCaptureStatusNone;
+  if (id) *id = 0;
+  if (graph) *graph = nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (num_deps) *num_deps = 0;
+  return cudaSuccess;
+}
+
+CUresult DriverCaptureInfo(CUstream s, DefaultStream zero, CUstreamCaptureStatus* status, cuuint64_t* id,
+                           CUgraph* graph, const CUgraphNode** deps, const CUgraphEdgeData** edges,
+                           size_t* num_deps) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!KnownStream(s, zero)) return CUDA_ERROR_INVALID_HANDLE;
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (id) *id = 0;
+  if (graph) *graph = nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (num_deps) *num_deps = 0;
+  return CUDA_SUCCESS;
+}
+
+// Registered log callbacks: handles only (never called). Lock: mu.
+struct LogCallbacks {
+  std::mutex mu;
+  std::set<CUlogsCallbackHandle> live;
+  uintptr_t next = 1;
+};
+LogCallbacks& Logs() {
+  static auto* l = new LogCallbacks;  // never destroyed: calls may come during exit
+  return *l;
+}
+
+}  // namespace
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+
+// ---- runtime
+PHOS_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* pCaptureStatus) {
+  return RuntimeCaptureInfo(stream, DefaultStream::kLegacy, pCaptureStatus, nullptr, nullptr, nullptr, nullptr,
+                            nullptr);
+}
+PHOS_EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, cudaStreamCaptureStatus* pCaptureStatus) {
+  return RuntimeCaptureInfo(stream, DefaultStream::kPerThread, pCaptureStatus, nullptr, nullptr, nullptr, nullptr,
+                            nullptr);
+}
+PHOS_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* captureStatus_out,
+                                                 unsigned long long* id_out, cudaGraph_t* graph_out,
+                                                 const cudaGraphNode_t** dependencies_out,
+                                                 const cudaGraphEdgeData** edgeData_out,
+                                                 size_t* numDependencies_out) {
+  return RuntimeCaptureInfo(stream, DefaultStream::kLegacy, captureStatus_out, id_out, graph_out, dependencies_out,
+                            edgeData_out, numDependencies_out);
+}
+PHOS_EXPORT cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream,
+                                                      cudaStreamCaptureStatus* captureStatus_out,
+                                                      unsigned long long* id_out, cudaGraph_t* graph_out,
+                                                      const cudaGraphNode_t** dependencies_out,
+                                                      const cudaGraphEdgeData** edgeData_out,
+                                                      size_t* numDependencies_out) {
+  return RuntimeCaptureInfo(stream, DefaultStream::kPerThread, captureStatus_out, id_out, graph_out,
+                            dependencies_out, edgeData_out, numDependencies_out);
+}
+PHOS_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  if (mode == nullptr) return SetError(cudaErrorInvalidValue);
+  if (*mode != cudaStreamCaptureModeGlobal && *mode != cudaStreamCaptureModeThreadLocal &&
+      *mode != cudaStreamCaptureModeRelaxed) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  std::swap(*mode, t_capture_mode);
+  return cudaSuccess;
+}
+
+// ---- driver
+PHOS_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return DriverCaptureInfo(hStream, DefaultStream::kLegacy, captureStatus, nullptr, nullptr, nullptr, nullptr,
+                           nullptr);
+}
+PHOS_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return DriverCaptureInfo(hStream, DefaultStream::kPerThread, captureStatus, nullptr, nullptr, nullptr, nullptr,
+                           nullptr);
+}
+PHOS_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                               cuuint64_t* id_out, CUgraph* graph_out,
+                                               const CUgraphNode** dependencies_out, size_t* numDependencies_out) {
+  return DriverCaptureInfo(hStream, DefaultStream::kLegacy, captureStatus_out, id_out, graph_out, dependencies_out,
+                           nullptr, numDependencies_out);
+}
+PHOS_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                                    cuuint64_t* id_out, CUgraph* graph_out,
+                                                    const CUgraphNode** dependencies_out,
+                                                    size_t* numDependencies_out) {
+  return DriverCaptureInfo(hStream, DefaultStream::kPerThread, captureStatus_out, id_out, graph_out,
+                           dependencies_out, nullptr, numDependencies_out);
+}
+PHOS_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                               cuuint64_t* id_out, CUgraph* graph_out,
+                                               const CUgraphNode** dependencies_out,
+                                               const CUgraphEdgeData** edgeData_out, size_t* numDependencies_out) {
+  return DriverCaptureInfo(hStream, DefaultStream::kLegacy, captureStatus_out, id_out, graph_out, dependencies_out,
+                           edgeData_out, numDependencies_out);
+}
+PHOS_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                                    cuuint64_t* id_out, CUgraph* graph_out,
+                                                    const CUgraphNode** dependencies_out,
+                                                    const CUgraphEdgeData** edgeData_out,
+                                                    size_t* numDependencies_out) {
+  return DriverCaptureInfo(hStream, DefaultStream::kPerThread, captureStatus_out, id_out, graph_out,
+                           dependencies_out, edgeData_out, numDependencies_out);
+}
+PHOS_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  static_assert(static_cast<int>(CU_STREAM_CAPTURE_MODE_RELAXED) == static_cast<int>(cudaStreamCaptureModeRelaxed));
+  auto m = static_cast<cudaStreamCaptureMode>(*mode);
+  if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) return CUDA_ERROR_INVALID_VALUE;
+  *mode = static_cast<CUstreamCaptureMode>(m);
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void* userData,
+                                            CUlogsCallbackHandle* callback_out) {
+  if (callbackFunc == nullptr || callback_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  LogCallbacks& l = Logs();
+  std::lock_guard<std::mutex> lock(l.mu);
+  auto handle = reinterpret_cast<CUlogsCallbackHandle>(l.next++);
+  l.live.insert(handle);
+  *callback_out = handle;
+  return CUDA_SUCCESS;
+}
+PHOS_EXPORT CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback) {
+  LogCallbacks& l = Logs();
+  std::lock_guard<std::mutex> lock(l.mu);
+  return l.live.erase(callback) == 1 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
