@@ -17,12 +17,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/client.h"
@@ -61,6 +63,17 @@ struct CudartLinkage {
   bool needs_shared_cudart = false;  // DT_NEEDED libcudart.so*
   bool defines_cudart = false;       // defines __cudaRegisterFatBinary / cudaMalloc / ...
   bool has_fatbin = false;           // a .nv_fatbin section
+  // The text of the CUDA runtime's own driver lookups ("cuGetExportTable",
+  // which only an embedded runtime asks cuGetProcAddress for): survives
+  // `strip`, unlike the symbols.
+  bool embeds_runtime_code = false;
+
+  /// nvcc's default build: the runtime is inside the program. A .nv_fatbin
+  /// alone is not enough: nvcc's link stub puts one into programs that use
+  /// only the driver API or NVRTC (and never load the runtime).
+  bool static_cudart() const {
+    return is_elf && !needs_shared_cudart && (defines_cudart || (has_fatbin && embeds_runtime_code));
+  }
 };
 
 CudartLinkage InspectElf(const std::string& path) {
@@ -71,6 +84,9 @@ CudartLinkage InspectElf(const std::string& path) {
       data[EI_CLASS] != ELFCLASS64)
     return out;
   out.is_elf = true;
+  static constexpr std::string_view kRuntimeMarker = "cuGetExportTable";
+  out.embeds_runtime_code =
+      std::search(data.begin(), data.end(), kRuntimeMarker.begin(), kRuntimeMarker.end()) != data.end();
   Elf64_Ehdr eh;
   std::memcpy(&eh, data.data(), sizeof eh);
   if (eh.e_shoff == 0 || eh.e_shentsize != sizeof(Elf64_Shdr) ||
@@ -226,7 +242,7 @@ int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::st
     return 127;
   }
   const CudartLinkage link = InspectElf(path);
-  if (link.is_elf && !link.needs_shared_cudart && (link.defines_cudart || link.has_fatbin)) {
+  if (link.static_cudart()) {
     std::cerr << "phos run: " << path
               << " links the CUDA runtime statically (nvcc's default), so phos cannot interpose it; "
                  "rebuild it with `nvcc -cudart shared`\n";

@@ -144,6 +144,25 @@ TEST_F(IntegrationTest, StaticallyLinkedCudartIsRefused) {
   EXPECT_EQ(c.output.find("vector_add: checksum"), std::string::npos) << c.output;
 }
 
+// Stripped of its symbols, nvcc's default build is still recognised (the
+// runtime's own code is in it).
+TEST_F(IntegrationTest, StrippedStaticallyLinkedCudartIsRefused) {
+  Child c = RunUnderPhos(dir_ + "/unused.sock", std::string(PHOS_INTEGRATION_DIR) + "/vector_add_static_stripped");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(30)), 2) << c.output;
+  EXPECT_NE(c.output.find("links the CUDA runtime statically"), std::string::npos) << c.output;
+}
+
+// A driver-API program with nvcc's link-stub .nv_fatbin but no runtime was
+// refused as "statically linked" (a false positive): it runs.
+TEST_F(IntegrationTest, DriverOnlyProgramWithALinkStubFatbinRuns) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/driver_only");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output;
+  EXPECT_NE(c.output.find("driver_only: OK (NVIDIA H100"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("statically"), std::string::npos) << c.output;
+}
+
 TEST_F(IntegrationTest, UnknownCommandIsReported) {
   Child c = Child::Start({PHOS_BIN, "run", "--", "phos-no-such-program-xyz"});
   EXPECT_EQ(c.Wait(std::chrono::seconds(30)), 127) << c.output;
