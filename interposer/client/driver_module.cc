@@ -18,6 +18,7 @@
 #include "interposer/client/connection.h"
 #include "interposer/client/driver_internal.h"
 #include "interposer/client/handles.h"
+#include "interposer/client/launch_attributes.h"
 #include "interposer/client/image_layouts.h"
 
 namespace phos::client {
@@ -301,6 +302,28 @@ PHOS_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigne
                                     unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra) {
   return LaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
                       kernelParams, extra);
+}
+
+namespace {
+CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra,
+                        bool per_thread) {
+  if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (UnhonouredLaunchAttribute(config->attrs, config->numAttrs) != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  const void* stream = config->hStream;
+  if (per_thread && stream == nullptr) stream = CU_STREAM_PER_THREAD;
+  return LaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                      config->blockDimZ, config->sharedMemBytes, stream, kernelParams, extra);
+}
+}  // namespace
+
+// cuLaunchKernelEx: numba-cuda and CUTLASS launch this way. Attributes:
+// launch_attributes.h.
+PHOS_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+  return LaunchKernelEx(config, f, kernelParams, extra, false);
+}
+PHOS_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                                           void** extra) {
+  return LaunchKernelEx(config, f, kernelParams, extra, true);
 }
 
 PHOS_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,

@@ -1,7 +1,9 @@
-// Kernel launches: cudaLaunchKernel (host stub) and __cudaLaunchKernel
-// (CUDA 13's generated launch path, with the handle from __cudaGetKernel).
+// Kernel launches: cudaLaunchKernel (host stub), __cudaLaunchKernel (CUDA
+// 13's generated launch path, with the handle from __cudaGetKernel) and
+// cudaLaunchKernelExC (a configuration with launch attributes).
 // Packs each argument at its parameter offset and posts one wire launch
 // (no round trip); errors surface at the next synchronising call.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -10,6 +12,7 @@
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/handles.h"
+#include "interposer/client/launch_attributes.h"
 
 namespace phos::client {
 namespace {
@@ -81,10 +84,32 @@ cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shme
   return Finish(c.Post(wire::op::kLaunchKernel, stream_id, payload));
 }
 
+// cudaLaunchKernelExC: a launch with a configuration and attributes (Thrust
+// and CUB launch this way). The attributes phos cannot honour are refused by
+// name (launch_attributes.h); the rest are hints.
+cudaError_t LaunchEx(const cudaLaunchConfig_t* config, const void* func, void** args, DefaultStream zero) {
+  if (config == nullptr || (config->numAttrs > 0 && config->attrs == nullptr)) return SetError(cudaErrorInvalidValue);
+  static_assert(sizeof(cudaLaunchAttribute) == sizeof(CUlaunchAttribute) &&
+                    sizeof(cudaLaunchAttributeValue) == sizeof(CUlaunchAttributeValue),
+                "the runtime's and the driver's launch attributes no longer share a layout");
+  if (UnhonouredLaunchAttribute(reinterpret_cast<const CUlaunchAttribute*>(config->attrs), config->numAttrs)) {
+    return SetError(cudaErrorNotSupported);
+  }
+  return Launch(FindKernelByStub(func), config->gridDim, config->blockDim, args, config->dynamicSmemBytes,
+                config->stream, zero);
+}
+
 }  // namespace
 }  // namespace phos::client
 
 using namespace phos::client;  // NOLINT
+
+PHOS_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  return LaunchEx(config, func, args, DefaultStream::kLegacy);
+}
+PHOS_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  return LaunchEx(config, func, args, DefaultStream::kPerThread);
+}
 
 PHOS_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
                                          size_t sharedMem, cudaStream_t stream) {

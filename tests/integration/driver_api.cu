@@ -175,6 +175,42 @@ int RunKernels(CUmodule mod, const char* what) {
   for (int i = 0; i < n; ++i) ref[i] = packed.a * x[i] + ref[i];
   for (int i = 0; i < n; ++i) EXPECT(Close(out[i], ref[i]));
   EXPECT_RESULT(cuLaunchKernel(saxpy, 1, 1, 1, 1, 1, 1, 0, nullptr, args, extra), CUDA_ERROR_INVALID_VALUE);
+
+  // cuLaunchKernelEx (numba-cuda's launch): hint attributes and a 1x1x1
+  // cluster are honoured; what the device attributes say is not offered is
+  // refused.
+  {
+    CUlaunchAttribute attrs[3] = {};
+    attrs[0].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+    attrs[0].value.priority = 0;
+    attrs[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[1].value.clusterDim.x = attrs[1].value.clusterDim.y = attrs[1].value.clusterDim.z = 1;
+    attrs[2].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attrs[2].value.cooperative = 0;
+    CUlaunchConfig cfg = {};
+    cfg.gridDimX = (n + 127) / 128;
+    cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 128;
+    cfg.blockDimY = cfg.blockDimZ = 1;
+    cfg.attrs = attrs;
+    cfg.numAttrs = 3;
+    float a2 = 0.5f;
+    void* args2[] = {&n, &a2, &dx, &dy};
+    CHECK(cuLaunchKernelEx(&cfg, saxpy, args2, nullptr));
+    CHECK(cuCtxSynchronize());
+    CHECK(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
+    for (int i = 0; i < n; ++i) ref[i] = a2 * x[i] + ref[i];
+    for (int i = 0; i < n; ++i) EXPECT(Close(out[i], ref[i]));
+    int coop = 1;
+    CHECK(cuDeviceGetAttribute(&coop, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0));
+    if (coop == 0) {
+      attrs[2].value.cooperative = 1;
+      EXPECT_RESULT(cuLaunchKernelEx(&cfg, saxpy, args2, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+      attrs[2].value.cooperative = 0;
+    }
+    EXPECT_RESULT(cuLaunchKernelEx(nullptr, saxpy, args2, nullptr), CUDA_ERROR_INVALID_VALUE);
+    std::printf("driver_api: cuLaunchKernelEx OK\n");
+  }
   size_t short_size = 8;
   void* short_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &short_size,
                          CU_LAUNCH_PARAM_END};

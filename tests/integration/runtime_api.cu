@@ -140,6 +140,33 @@ int main() {
     CHECK(cudaFree(out2));
     std::printf("runtime_api: a 32000-byte kernel parameter arrived whole\n");
   }
+  {
+    // cudaLaunchKernelEx (cudaLaunchKernelExC underneath: Thrust, CUB).
+    int* e = nullptr;
+    CHECK(cudaMalloc(&e, 256 * sizeof(int)));
+    cudaLaunchAttribute attrs[2] = {};
+    attrs[0].id = cudaLaunchAttributePriority;
+    attrs[0].val.priority = 0;
+    attrs[1].id = cudaLaunchAttributeClusterDimension;
+    attrs[1].val.clusterDim.x = attrs[1].val.clusterDim.y = attrs[1].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(2);
+    cfg.blockDim = dim3(128);
+    cfg.attrs = attrs;
+    cfg.numAttrs = 2;
+    CHECK(cudaLaunchKernelEx(&cfg, fill, e, 256, 40));
+    std::vector<int> he(256);
+    CHECK(cudaMemcpy(he.data(), e, 256 * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 256; ++i) EXPECT(he[i] == 40 + i);
+    if (attr(cudaDevAttrCooperativeLaunch) == 0) {
+      attrs[1].id = cudaLaunchAttributeCooperative;
+      attrs[1].val.cooperative = 1;
+      EXPECT(cudaLaunchKernelEx(&cfg, fill, e, 256, 40) == cudaErrorNotSupported);
+      EXPECT(cudaGetLastError() == cudaErrorNotSupported);
+    }
+    CHECK(cudaFree(e));
+    std::printf("runtime_api: cudaLaunchKernelEx OK\n");
+  }
   EXPECT(std::strcmp(cudaGetErrorName(cudaErrorNotSupported), "cudaErrorNotSupported") == 0);
   EXPECT(std::strcmp(cudaGetErrorString(cudaSuccess), "no error") == 0);
   CHECK(cudaEventDestroy(a));
