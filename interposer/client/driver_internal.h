@@ -6,6 +6,9 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <span>
+#include <vector>
+
 #include "interposer/client/client_internal.h"
 
 // The runtime's per-thread-default-stream exports (runtime_api.cc) that the
@@ -47,5 +50,30 @@ CUresult ToCu(cudaError_t e);
 /// A wire status as a CUresult (the numbers coincide, wire.h); sticky
 /// errors are recorded process-wide like the runtime does.
 inline CUresult ToCu(WireStatus w) { return ToCu(static_cast<cudaError_t>(w)); }
+
+// ---- modules (driver_module.cc), shared with the library calls
+// (driver_library.cc). None checks for a current context: cuModule* do
+// that themselves, cuLibrary* / cuKernel* are context-independent in CUDA.
+/// Loads an image (fatbin, cubin or NUL-terminated PTX) as a new module.
+CUresult LoadDriverModule(CUmodule* out, std::span<const std::byte> image);
+CUresult UnloadDriverModule(CUmodule module);
+/// The module's function `name` (one handle per name and module).
+CUresult GetDriverFunction(CUfunction* out, CUmodule module, const char* name);
+struct DriverFunctionInfo {
+  CUmodule module = nullptr;
+  const char* name = nullptr;  // valid while the function is
+  bool params_known = false;
+  std::vector<ParamSlot> params;
+};
+/// False when `f` is not a live CUfunction minted by GetDriverFunction.
+bool DescribeDriverFunction(const void* f, DriverFunctionInfo* out);
+bool IsDriverModule(CUmodule module);
+/// Address and size of the module's global `name` (kModuleGetGlobal).
+CUresult GetDriverGlobal(CUdeviceptr* dptr, size_t* bytes, CUmodule module, const char* name);
+/// A module file's bytes, NUL-terminated (PTX text needs it).
+CUresult ReadModuleFile(const char* path, std::vector<std::byte>* out);
+/// What a load's JIT options ask back (logs, timings): empty answers, as
+/// phos does no JIT of its own.
+void AnswerJitOptionsForLoad(unsigned n, CUjit_option* options, void** values);
 
 }  // namespace phos::client

@@ -59,7 +59,6 @@ DriverModule* FindModuleLocked(CUmodule h) {
 // Loads `image` in phosd as a new module. A load phosd refuses as invalid
 // input is a bad image for the app (CUDA_ERROR_INVALID_IMAGE).
 CUresult Load(CUmodule* out, std::span<const std::byte> image) {
-  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (image.empty() || image.size() > wire::kMaxModuleImageBytes) return CUDA_ERROR_INVALID_IMAGE;
   auto m = std::make_unique<DriverModule>();
@@ -185,6 +184,117 @@ bool DriverFunctionId(const void* f, uint32_t* id) {
   return true;
 }
 
+
+void AnswerJitOptionsForLoad(unsigned n, CUjit_option* options, void** values) { AnswerJitOptions(n, options, values); }
+
+CUresult ReadModuleFile(const char* fname, std::vector<std::byte>* out) {
+  std::FILE* f = std::fopen(fname, "rb");
+  if (f == nullptr) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::vector<std::byte>& bytes = *out;
+  bytes.clear();
+  std::byte buf[65536];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && bytes.size() <= wire::kMaxModuleImageBytes)
+    bytes.insert(bytes.end(), buf, buf + n);
+  std::fclose(f);
+  // A PTX file has no NUL of its own and phosd's backends take PTX
+  // NUL-terminated; a trailing zero byte is harmless padding after a fatbin
+  // or cubin.
+  if (!bytes.empty() && bytes.back() != std::byte{0}) bytes.push_back(std::byte{0});
+  return CUDA_SUCCESS;
+}
+
+bool IsDriverModule(CUmodule module) {
+  DriverModules& d = Mods();
+  std::lock_guard<std::mutex> lock(d.mu);
+  return FindModuleLocked(module) != nullptr;
+}
+
+CUresult GetDriverGlobal(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const char* name) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  uint32_t module_id = 0;
+  {
+    DriverModules& d = Mods();
+    std::lock_guard<std::mutex> lock(d.mu);
+    DriverModule* m = FindModuleLocked(hmod);
+    if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    module_id = m->rec.id;
+  }
+  const size_t len = std::strlen(name);
+  if (len == 0 || len > wire::kMaxNameBytes) return CUDA_ERROR_NOT_FOUND;
+  wire::GetGlobalRequest req{module_id, static_cast<uint32_t>(len)};
+  std::vector<std::byte> payload(sizeof(req) + len);
+  std::memcpy(payload.data(), &req, sizeof(req));
+  std::memcpy(payload.data() + sizeof(req), name, len);
+  ring::Reply r;
+  WireStatus w = Connection::Get().Call(op::kModuleGetGlobal, 0, payload, &r);
+  if (w == WireStatus::kNotFound) return CUDA_ERROR_NOT_FOUND;
+  wire::GetGlobalReply g{};
+  if (w == WireStatus::kSuccess && r.bytes != sizeof(g)) w = WireStatus::kUnknown;
+  if (w != WireStatus::kSuccess) return ToCu(w);
+  std::memcpy(&g, r.data.data(), sizeof(g));
+  if (dptr != nullptr) *dptr = g.ptr;
+  if (bytes != nullptr) *bytes = g.bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult LoadDriverModule(CUmodule* out, std::span<const std::byte> image) { return Load(out, image); }
+
+// The handles die first, then phosd unloads the module (it waits for the
+// module's kernels: a device synchronisation, not done under the lock).
+CUresult UnloadDriverModule(CUmodule hmod) {
+  std::unique_ptr<DriverModule> m;
+  {
+    DriverModules& d = Mods();
+    std::lock_guard<std::mutex> lock(d.mu);
+    auto it = d.modules.find(hmod);
+    if (it == d.modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+    m = std::move(it->second);
+    d.modules.erase(it);
+    for (const auto& [name, k] : m->functions) d.functions.erase(k.get());
+  }
+  return ToCu(Connection::Get().Call(op::kModuleUnload, 0, Bytes(wire::HandleRequest{m->rec.id, 0})));
+}
+
+CUresult GetDriverFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
+  if (hfunc == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  DriverModules& d = Mods();
+  std::lock_guard<std::mutex> lock(d.mu);
+  DriverModule* m = FindModuleLocked(hmod);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (auto it = m->functions.find(std::string_view(name)); it != m->functions.end()) {
+    *hfunc = reinterpret_cast<CUfunction>(it->second.get());
+    return CUDA_SUCCESS;
+  }
+  auto k = std::make_unique<KernelRec>();
+  k->module = &m->rec;
+  k->name = name;
+  k->params_known = FindParamLayout(m->layouts, k->name, &k->params, &k->param_bytes);
+  WireStatus w = EnsureKernel(k.get());
+  if (w == WireStatus::kNotFound) return CUDA_ERROR_NOT_FOUND;
+  if (w != WireStatus::kSuccess) return ToCu(w);
+  *hfunc = reinterpret_cast<CUfunction>(k.get());
+  d.functions.insert(k.get());
+  m->functions.emplace(k->name, std::move(k));
+  return CUDA_SUCCESS;
+}
+
+bool DescribeDriverFunction(const void* f, DriverFunctionInfo* out) {
+  DriverModules& d = Mods();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (d.functions.count(f) == 0) return false;
+  const auto* k = static_cast<const KernelRec*>(f);
+  for (const auto& [handle, m] : d.modules) {
+    if (&m->rec != k->module) continue;
+    out->module = reinterpret_cast<CUmodule>(const_cast<void*>(handle));
+    out->name = k->name.c_str();  // lives as long as the function
+    out->params_known = k->params_known;
+    out->params = k->params;
+    return true;
+  }
+  return false;
+}
+
 }  // namespace phos::client
 
 using namespace phos::client;  // NOLINT
@@ -212,89 +322,24 @@ PHOS_EXPORT CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubi
 PHOS_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* fname) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (fname == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::FILE* f = std::fopen(fname, "rb");
-  if (f == nullptr) return CUDA_ERROR_FILE_NOT_FOUND;
   std::vector<std::byte> bytes;
-  std::byte buf[65536];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0 && bytes.size() <= wire::kMaxModuleImageBytes)
-    bytes.insert(bytes.end(), buf, buf + n);
-  std::fclose(f);
-  // A PTX file has no NUL of its own and phosd's backends take PTX
-  // NUL-terminated; a trailing zero byte is harmless padding after a fatbin
-  // or cubin.
-  if (!bytes.empty() && bytes.back() != std::byte{0}) bytes.push_back(std::byte{0});
+  if (CUresult r = ReadModuleFile(fname, &bytes); r != CUDA_SUCCESS) return r;
   return Load(module, bytes);
 }
 
-// The handles die first, then phosd unloads the module (it waits for the
-// module's kernels: a device synchronisation, not done under the lock).
 PHOS_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  std::unique_ptr<DriverModule> m;
-  {
-    DriverModules& d = Mods();
-    std::lock_guard<std::mutex> lock(d.mu);
-    auto it = d.modules.find(hmod);
-    if (it == d.modules.end()) return CUDA_ERROR_INVALID_HANDLE;
-    m = std::move(it->second);
-    d.modules.erase(it);
-    for (const auto& [name, k] : m->functions) d.functions.erase(k.get());
-  }
-  return ToCu(Connection::Get().Call(op::kModuleUnload, 0, Bytes(wire::HandleRequest{m->rec.id, 0})));
+  return UnloadDriverModule(hmod);
 }
 
 PHOS_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  if (hfunc == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  DriverModules& d = Mods();
-  std::lock_guard<std::mutex> lock(d.mu);
-  DriverModule* m = FindModuleLocked(hmod);
-  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (auto it = m->functions.find(std::string_view(name)); it != m->functions.end()) {
-    *hfunc = reinterpret_cast<CUfunction>(it->second.get());
-    return CUDA_SUCCESS;
-  }
-  auto k = std::make_unique<KernelRec>();
-  k->module = &m->rec;
-  k->name = name;
-  k->params_known = FindParamLayout(m->layouts, k->name, &k->params, &k->param_bytes);
-  WireStatus w = EnsureKernel(k.get());
-  if (w == WireStatus::kNotFound) return CUDA_ERROR_NOT_FOUND;
-  if (w != WireStatus::kSuccess) return ToCu(w);
-  *hfunc = reinterpret_cast<CUfunction>(k.get());
-  d.functions.insert(k.get());
-  m->functions.emplace(k->name, std::move(k));
-  return CUDA_SUCCESS;
+  return GetDriverFunction(hfunc, hmod, name);
 }
 
 PHOS_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const char* name) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  uint32_t module_id = 0;
-  {
-    DriverModules& d = Mods();
-    std::lock_guard<std::mutex> lock(d.mu);
-    DriverModule* m = FindModuleLocked(hmod);
-    if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    module_id = m->rec.id;
-  }
-  const size_t len = std::strlen(name);
-  if (len == 0 || len > wire::kMaxNameBytes) return CUDA_ERROR_NOT_FOUND;
-  wire::GetGlobalRequest req{module_id, static_cast<uint32_t>(len)};
-  std::vector<std::byte> payload(sizeof(req) + len);
-  std::memcpy(payload.data(), &req, sizeof(req));
-  std::memcpy(payload.data() + sizeof(req), name, len);
-  ring::Reply r;
-  WireStatus w = Connection::Get().Call(op::kModuleGetGlobal, 0, payload, &r);
-  if (w == WireStatus::kNotFound) return CUDA_ERROR_NOT_FOUND;
-  wire::GetGlobalReply g{};
-  if (w == WireStatus::kSuccess && r.bytes != sizeof(g)) w = WireStatus::kUnknown;
-  if (w != WireStatus::kSuccess) return ToCu(w);
-  std::memcpy(&g, r.data.data(), sizeof(g));
-  if (dptr != nullptr) *dptr = g.ptr;
-  if (bytes != nullptr) *bytes = g.bytes;
-  return CUDA_SUCCESS;
+  return GetDriverGlobal(dptr, bytes, hmod, name);
 }
 
 PHOS_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,

@@ -471,6 +471,63 @@ int Contexts(CUdevice dev, CUcontext primary) {
   return 0;
 }
 
+// Context-independent loading (cuLibrary* / cuKernel*: numba-cuda, and
+// CUDA 13's own runtime): the same kernels through a library.
+int Libraries(const char* fatbin_path) {
+  CUlibrary lib = nullptr;
+  CHECK(cuLibraryLoadData(&lib, kDriverKernelsPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUmodule mod = nullptr;
+  CHECK(cuLibraryGetModule(&mod, lib));
+  RUN(RunKernels(mod, "a library's module"));
+  CUkernel k = nullptr;
+  CHECK(cuLibraryGetKernel(&k, lib, "saxpy"));
+  CUfunction f = nullptr;
+  CHECK(cuKernelGetFunction(&f, k));
+  EXPECT(f != nullptr);
+  const char* kname = nullptr;
+  CHECK(cuKernelGetName(&kname, k));
+  EXPECT(kname != nullptr && std::strcmp(kname, "saxpy") == 0);
+  CUlibrary owner = nullptr;
+  CHECK(cuKernelGetLibrary(&owner, k));
+  EXPECT(owner == lib);
+  int max_threads = 0;
+  CHECK(cuKernelGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, 0));
+  EXPECT(max_threads > 0);
+  size_t off = 0, size = 0;
+  CHECK(cuKernelGetParamInfo(k, 2, &off, &size));  // saxpy(int n, float a, const float* x, float* y)
+  EXPECT(off == 8 && size == 8);
+  CUdeviceptr g = 0;
+  size_t gbytes = 0;
+  CHECK(cuLibraryGetGlobal(&g, &gbytes, lib, "counters"));
+  EXPECT(g != 0 && gbytes == 4 * sizeof(int));
+  // The CUkernel itself launches (CUDA accepts it where a CUfunction goes).
+  int n = 300;
+  float a = 3.0f;
+  std::vector<float> x = RandomFloats(n), y = RandomFloats(n), out(n);
+  CUdeviceptr dx = 0, dy = 0;
+  CHECK(cuMemAlloc(&dx, n * sizeof(float)));
+  CHECK(cuMemAlloc(&dy, n * sizeof(float)));
+  CHECK(cuMemcpyHtoD(dx, x.data(), n * sizeof(float)));
+  CHECK(cuMemcpyHtoD(dy, y.data(), n * sizeof(float)));
+  void* args[] = {&n, &a, &dx, &dy};
+  CHECK(cuLaunchKernel(reinterpret_cast<CUfunction>(k), (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr));
+  CHECK(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
+  for (int i = 0; i < n; ++i) EXPECT(Close(out[i], a * x[i] + y[i]));
+  CHECK(cuMemFree(dx));
+  CHECK(cuMemFree(dy));
+  CUkernel none = nullptr;
+  EXPECT_RESULT(cuLibraryGetKernel(&none, lib, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  CHECK(cuLibraryUnload(lib));
+  if (fatbin_path != nullptr) {
+    CHECK(cuLibraryLoadFromFile(&lib, fatbin_path, nullptr, nullptr, 0, nullptr, nullptr, 0));
+    CHECK(cuLibraryGetModule(&mod, lib));
+    RUN(RunKernels(mod, "a library from a fatbin file"));
+    CHECK(cuLibraryUnload(lib));
+  }
+  std::printf("driver_api: libraries OK\n");
+  return 0;
+}
+
 std::vector<char> ReadFile(const char* path) {
   std::ifstream f(path, std::ios::binary);
   return std::vector<char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
@@ -630,6 +687,7 @@ int main(int argc, char** argv) {
     RUN(RunKernels(mod, "a fatbin file"));
     CHECK(cuModuleUnload(mod));
   }
+  RUN(Libraries(argc > 1 ? argv[1] : nullptr));
 
   CHECK(cuCtxSynchronize());
   CHECK(cuDevicePrimaryCtxRelease(dev));

@@ -304,6 +304,8 @@ TEST_F(IntegrationTest, DriverApiProgram) {
   EXPECT_NE(c.output.find("driver_api: kernels from a fatbin file"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("driver_api: OK"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("driver_api: cuLaunchKernelEx OK"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("driver_api: kernels from a library from a fatbin file"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("driver_api: libraries OK"), std::string::npos) << c.output;
   // Every CUdevice_attribute of cuda.h answered (the program stops at the first that does not).
   EXPECT_NE(c.output.find("device attributes answered"), std::string::npos) << c.output;
   // Only the refusal the program asks for (a cooperative launch, which phos does not offer yet).
