@@ -487,6 +487,15 @@ int Libraries(const char* fatbin_path) {
   const char* kname = nullptr;
   CHECK(cuKernelGetName(&kname, k));
   EXPECT(kname != nullptr && std::strcmp(kname, "saxpy") == 0);
+  const char* fname = nullptr;
+  CHECK(cuFuncGetName(&fname, f));
+  EXPECT(fname != nullptr && std::strcmp(fname, "saxpy") == 0);
+  size_t foff = 0, fsize = 0;
+  CHECK(cuFuncGetParamInfo(f, 1, &foff, &fsize));
+  EXPECT(foff == 4 && fsize == 4);
+  CUmodule fmod = nullptr;
+  CHECK(cuFuncGetModule(&fmod, f));
+  EXPECT(fmod == mod);
   CUlibrary owner = nullptr;
   CHECK(cuKernelGetLibrary(&owner, k));
   EXPECT(owner == lib);
@@ -617,6 +626,11 @@ int main(int argc, char** argv) {
   CHECK(cuLogsRegisterCallback([](void*, CUlogLevel, char*, size_t) {}, nullptr, &log_handle));
   CHECK(cuLogsUnregisterCallback(log_handle));
   std::printf("driver_api: %d device attributes answered\n", answered);
+  char bus_id[32] = {};
+  CHECK(cuDeviceGetPCIBusId(bus_id, sizeof bus_id, dev));
+  CUdevice by_bus = -1;
+  CHECK(cuDeviceGetByPCIBusId(&by_bus, bus_id));
+  EXPECT(by_bus == dev);
   CUuuid uuid{};
   CHECK(cuDeviceGetUuid(&uuid, dev));
   bool nonzero = false;

@@ -66,6 +66,18 @@ int main() {
   EXPECT(static_cast<int>(prop.sharedMemPerBlockOptin) == attr(cudaDevAttrMaxSharedMemoryPerBlockOptin));
   EXPECT(prop.maxThreadsDim[2] == attr(cudaDevAttrMaxBlockDimZ));
   EXPECT(attr(cudaDevAttrComputeMode) == cudaComputeModeDefault || attr(cudaDevAttrComputeMode) >= 0);
+  char bus_id[32] = {};
+  CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, 0));
+  int by_bus = -1;
+  CHECK(cudaDeviceGetByPCIBusId(&by_bus, bus_id));
+  EXPECT(by_bus == 0);
+  CHECK(cudaInitDevice(0, 0, 0));
+  const char* fname = nullptr;
+  CHECK(cudaFuncGetName(&fname, reinterpret_cast<const void*>(fill)));
+  EXPECT(fname != nullptr && std::strstr(fname, "fill") != nullptr);
+  size_t poff = 0, psize = 0;
+  CHECK(cudaFuncGetParamInfo(reinterpret_cast<const void*>(fill), 1, &poff, &psize));  // fill(int* p, int n, int v)
+  EXPECT(poff == 8 && psize == 4);
   int junk = 0;
   EXPECT(cudaDeviceGetAttribute(&junk, static_cast<cudaDeviceAttr>(0), 0) == cudaErrorInvalidValue);
   EXPECT(cudaGetLastError() == cudaErrorInvalidValue);

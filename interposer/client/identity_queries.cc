@@ -1,0 +1,234 @@
+// Identity queries and accepted hints that third-party programs make at
+// start-up, answered in the app from what phosd already told it:
+//   PCI bus ids         cudaDeviceGetPCIBusId / cuDeviceGetPCIBusId and the
+//                       reverse lookups (from the PCI domain/bus/device
+//                       attributes; "dddd:bb:dd.0" as CUDA formats it)
+//   device set-up       cudaInitDevice, cudaSetValidDevices (device 0 only:
+//                       a phos session sees one device)
+//   function identity   cudaFuncGetName / cuFuncGetName, cudaFuncGetParamInfo
+//                       / cuFuncGetParamInfo, cuFuncGetModule
+//   hints               shared-memory bank configuration (Get answers the
+//                       4-byte banks every GPU since Maxwell has; Set is
+//                       accepted: it has had no effect since Kepler), the
+//                       persisting-L2 reset (nothing persists: the device
+//                       attributes say persisting L2 is not offered)
+//   logs                cudaLogsRegisterCallback / Unregister (as the
+//                       driver's, capture_api.cc)
+//   events              cuEventRecordWithFlags (cudaEventRecordWithFlags)
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "interposer/client/client_internal.h"
+#include "interposer/client/driver_internal.h"
+
+namespace phos::client {
+namespace {
+
+// "dddd:bb:dd.0" of device 0, from its attributes.
+bool BusId(char* out, int len) {
+  int domain = 0, bus = 0, dev = 0;
+  if (cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, 0) != cudaSuccess ||
+      cudaDeviceGetAttribute(&dev, cudaDevAttrPciDeviceId, 0) != cudaSuccess) {
+    return false;
+  }
+  std::snprintf(out, static_cast<size_t>(len), "%04x:%02x:%02x.0", domain, bus, dev);
+  return true;
+}
+
+// Does `text` name device 0? Accepts the forms CUDA documents:
+// [domain]:[bus]:[device].[function], domain and function optional.
+bool NamesDeviceZero(const char* text) {
+  char mine[32];
+  if (!BusId(mine, sizeof mine)) return false;
+  unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+  unsigned my_domain = 0, my_bus = 0, my_dev = 0;
+  std::sscanf(mine, "%x:%x:%x", &my_domain, &my_bus, &my_dev);
+  if (std::sscanf(text, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) >= 3) {
+    return domain == my_domain && bus == my_bus && dev == my_dev;
+  }
+  if (std::sscanf(text, "%x:%x.%x", &bus, &dev, &fn) >= 2) return bus == my_bus && dev == my_dev;
+  return false;
+}
+
+// The name and parameters of a runtime or driver function handle.
+bool FunctionInfo(const void* f, const char** name, const std::vector<ParamSlot>** params, bool* known) {
+  static thread_local DriverFunctionInfo info;  // the driver's answer is copied; its name lives with the function
+  if (DescribeDriverFunction(f, &info)) {
+    *name = info.name;
+    *params = &info.params;
+    *known = info.params_known;
+    return true;
+  }
+  KernelRec* k = IsKernelRec(f) ? static_cast<KernelRec*>(const_cast<void*>(f)) : FindKernelByStub(f);
+  if (k == nullptr) return false;
+  *name = k->name.c_str();  // registered kernels live as long as the process
+  *params = &k->params;
+  *known = k->params_known;
+  return true;
+}
+
+}  // namespace
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+
+// ---- PCI bus ids
+PHOS_EXPORT cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
+  if (pciBusId == nullptr || len <= 0) return SetError(cudaErrorInvalidValue);
+  if (device != 0) return SetError(cudaErrorInvalidDevice);
+  if (!BusId(pciBusId, len)) return SetError(cudaGetLastError());
+  return cudaSuccess;
+}
+PHOS_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!BusId(pciBusId, len)) return ToCu(cudaGetLastError());
+  return CUDA_SUCCESS;
+}
+PHOS_EXPORT cudaError_t cudaDeviceGetByPCIBusId(int* device, const char* pciBusId) {
+  if (device == nullptr || pciBusId == nullptr) return SetError(cudaErrorInvalidValue);
+  if (!NamesDeviceZero(pciBusId)) return SetError(cudaErrorInvalidDevice);
+  *device = 0;
+  return cudaSuccess;
+}
+PHOS_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!NamesDeviceZero(pciBusId)) return CUDA_ERROR_INVALID_DEVICE;
+  *dev = 0;
+  return CUDA_SUCCESS;
+}
+
+// ---- device set-up
+PHOS_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags) {
+  if (device != 0) return SetError(cudaErrorInvalidDevice);
+  if (flags != 0 && flags != cudaInitDeviceFlagsAreValid) return SetError(cudaErrorInvalidValue);
+  if (flags == cudaInitDeviceFlagsAreValid) {
+    if (cudaError_t e = cudaSetDeviceFlags(deviceFlags); e != cudaSuccess) return e;
+  }
+  int count = 0;
+  return cudaGetDeviceCount(&count);  // connects to phosd: the device is ready after this
+}
+PHOS_EXPORT cudaError_t cudaSetValidDevices(int* device_arr, int len) {
+  if (len < 0 || (len > 0 && device_arr == nullptr)) return SetError(cudaErrorInvalidValue);
+  for (int i = 0; i < len; ++i) {
+    if (device_arr[i] != 0) return SetError(cudaErrorInvalidDevice);
+  }
+  return cudaSuccess;
+}
+
+// ---- function identity
+PHOS_EXPORT cudaError_t cudaFuncGetName(const char** name, const void* func) {
+  if (name == nullptr || func == nullptr) return SetError(cudaErrorInvalidValue);
+  const std::vector<ParamSlot>* params = nullptr;
+  bool known = false;
+  if (!FunctionInfo(func, name, &params, &known)) return SetError(cudaErrorInvalidDeviceFunction);
+  return cudaSuccess;
+}
+PHOS_EXPORT CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (name == nullptr || hfunc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const std::vector<ParamSlot>* params = nullptr;
+  bool known = false;
+  return FunctionInfo(hfunc, name, &params, &known) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+PHOS_EXPORT cudaError_t cudaFuncGetParamInfo(const void* func, size_t paramIndex, size_t* paramOffset,
+                                             size_t* paramSize) {
+  const char* name = nullptr;
+  const std::vector<ParamSlot>* params = nullptr;
+  bool known = false;
+  if (func == nullptr || !FunctionInfo(func, &name, &params, &known)) return SetError(cudaErrorInvalidDeviceFunction);
+  if (!known || paramIndex >= params->size()) return SetError(cudaErrorInvalidValue);
+  if (paramOffset) *paramOffset = (*params)[paramIndex].offset;
+  if (paramSize) *paramSize = (*params)[paramIndex].size;
+  return cudaSuccess;
+}
+PHOS_EXPORT CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset, size_t* paramSize) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  const char* name = nullptr;
+  const std::vector<ParamSlot>* params = nullptr;
+  bool known = false;
+  if (func == nullptr || !FunctionInfo(func, &name, &params, &known)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!known || paramIndex >= params->size()) return CUDA_ERROR_INVALID_VALUE;
+  if (paramOffset) *paramOffset = (*params)[paramIndex].offset;
+  if (paramSize) *paramSize = (*params)[paramIndex].size;
+  return CUDA_SUCCESS;
+}
+PHOS_EXPORT CUresult cuFuncGetModule(CUmodule* hmod, CUfunction hfunc) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (hmod == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  DriverFunctionInfo info;
+  if (!DescribeDriverFunction(hfunc, &info)) return CUDA_ERROR_INVALID_HANDLE;
+  *hmod = info.module;
+  return CUDA_SUCCESS;
+}
+
+// ---- hints
+PHOS_EXPORT cudaError_t cudaDeviceGetSharedMemConfig(cudaSharedMemConfig* pConfig) {
+  if (pConfig == nullptr) return SetError(cudaErrorInvalidValue);
+  *pConfig = cudaSharedMemBankSizeFourByte;
+  return cudaSuccess;
+}
+PHOS_EXPORT cudaError_t cudaDeviceSetSharedMemConfig(cudaSharedMemConfig config) {
+  if (config < cudaSharedMemBankSizeDefault || config > cudaSharedMemBankSizeEightByte) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+PHOS_EXPORT cudaError_t cudaFuncSetSharedMemConfig(const void* func, cudaSharedMemConfig config) {
+  if (func == nullptr || (!IsKernelRec(func) && FindKernelByStub(func) == nullptr)) {
+    return SetError(cudaErrorInvalidDeviceFunction);
+  }
+  return cudaDeviceSetSharedMemConfig(config);
+}
+PHOS_EXPORT CUresult cuCtxGetSharedMemConfig(CUsharedconfig* pConfig) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (pConfig == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pConfig = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
+  return CUDA_SUCCESS;
+}
+PHOS_EXPORT CUresult cuCtxSetSharedMemConfig(CUsharedconfig config) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE || config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+PHOS_EXPORT CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  const char* name = nullptr;
+  const std::vector<ParamSlot>* params = nullptr;
+  bool known = false;
+  if (hfunc == nullptr || !FunctionInfo(hfunc, &name, &params, &known)) return CUDA_ERROR_INVALID_HANDLE;
+  return cuCtxSetSharedMemConfig(config);
+}
+PHOS_EXPORT cudaError_t cudaCtxResetPersistingL2Cache(void) { return cudaSuccess; }
+PHOS_EXPORT CUresult cuCtxResetPersistingL2Cache(void) { return CheckContext(); }
+
+// ---- logs and events
+PHOS_EXPORT cudaError_t cudaLogsRegisterCallback(cudaLogsCallback_t callbackFunc, void* userData,
+                                                 cudaLogsCallbackHandle* callback_out) {
+  static_assert(sizeof(cudaLogsCallbackHandle) == sizeof(CUlogsCallbackHandle));
+  CUresult r = cuLogsRegisterCallback(reinterpret_cast<CUlogsCallback>(callbackFunc), userData,
+                                      reinterpret_cast<CUlogsCallbackHandle*>(callback_out));
+  return r == CUDA_SUCCESS ? cudaSuccess : SetError(cudaErrorInvalidValue);
+}
+PHOS_EXPORT cudaError_t cudaLogsUnregisterCallback(cudaLogsCallbackHandle callback) {
+  CUresult r = cuLogsUnregisterCallback(reinterpret_cast<CUlogsCallbackHandle>(callback));
+  return r == CUDA_SUCCESS ? cudaSuccess : SetError(cudaErrorInvalidValue);
+}
+PHOS_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaEventRecordWithFlags(reinterpret_cast<cudaEvent_t>(hEvent), reinterpret_cast<cudaStream_t>(hStream),
+                                       flags));
+}
+PHOS_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaEventRecordWithFlags_ptsz(reinterpret_cast<cudaEvent_t>(hEvent),
+                                            reinterpret_cast<cudaStream_t>(hStream), flags));
+}
