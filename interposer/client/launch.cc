@@ -11,6 +11,7 @@
 
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
+#include "interposer/client/driver_internal.h"
 #include "interposer/client/handles.h"
 #include "interposer/client/launch_attributes.h"
 
@@ -84,6 +85,27 @@ cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shme
   return Finish(c.Post(wire::op::kLaunchKernel, stream_id, payload));
 }
 
+// A cudaKernel_t from cudaLibraryGetKernel is the driver's CUfunction
+// (runtime_library.cc, driver_library.cc): it launches the driver's way.
+// Anything else is a registered kernel (a host stub or __cudaGetKernel's
+// handle).
+cudaError_t LaunchAny(const void* func, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
+                      DefaultStream zero = DefaultStream::kLegacy) {
+  KernelRec* k = FindKernelByStub(func);
+  DriverFunctionInfo info;
+  if (k == nullptr && func != nullptr && DescribeDriverFunction(func, &info)) {
+    auto* f = reinterpret_cast<CUfunction>(const_cast<void*>(func));
+    auto* s = reinterpret_cast<CUstream>(stream);
+    CUresult r = zero == DefaultStream::kPerThread
+                     ? cuLaunchKernel_ptsz(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                           static_cast<unsigned>(shmem), s, args, nullptr)
+                     : cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                      static_cast<unsigned>(shmem), s, args, nullptr);
+    return r == CUDA_SUCCESS ? cudaSuccess : SetError(static_cast<cudaError_t>(r));
+  }
+  return Launch(k, grid, block, args, shmem, stream, zero);
+}
+
 // cudaLaunchKernelExC: a launch with a configuration and attributes (Thrust
 // and CUB launch this way). The attributes phos cannot honour are refused by
 // name (launch_attributes.h); the rest are hints.
@@ -95,8 +117,7 @@ cudaError_t LaunchEx(const cudaLaunchConfig_t* config, const void* func, void** 
   if (UnhonouredLaunchAttribute(reinterpret_cast<const CUlaunchAttribute*>(config->attrs), config->numAttrs)) {
     return SetError(cudaErrorNotSupported);
   }
-  return Launch(FindKernelByStub(func), config->gridDim, config->blockDim, args, config->dynamicSmemBytes,
-                config->stream, zero);
+  return LaunchAny(func, config->gridDim, config->blockDim, args, config->dynamicSmemBytes, config->stream, zero);
 }
 
 }  // namespace
@@ -113,11 +134,11 @@ PHOS_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* confi
 
 PHOS_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
                                          size_t sharedMem, cudaStream_t stream) {
-  return Launch(FindKernelByStub(func), gridDim, blockDim, args, sharedMem, stream);
+  return LaunchAny(func, gridDim, blockDim, args, sharedMem, stream);
 }
 PHOS_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
                                               size_t sharedMem, cudaStream_t stream) {
-  return Launch(FindKernelByStub(func), gridDim, blockDim, args, sharedMem, stream, DefaultStream::kPerThread);
+  return LaunchAny(func, gridDim, blockDim, args, sharedMem, stream, DefaultStream::kPerThread);
 }
 PHOS_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
                                            size_t sharedMem, cudaStream_t stream) {

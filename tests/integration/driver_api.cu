@@ -522,6 +522,34 @@ int Libraries(const char* fatbin_path) {
   CHECK(cuLaunchKernel(reinterpret_cast<CUfunction>(k), (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr));
   CHECK(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
   for (int i = 0; i < n; ++i) EXPECT(Close(out[i], a * x[i] + y[i]));
+  // What the driver says about these addresses (CuPy, numba, cuda.core ask).
+  {
+    unsigned mem_type = 0;
+    CHECK(cuPointerGetAttribute(&mem_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dx + 16));
+    EXPECT(mem_type == CU_MEMORYTYPE_DEVICE);
+    int ordinal = -1;
+    CHECK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dx));
+    EXPECT(ordinal == 0);
+    CUdeviceptr base = 0;
+    size_t range = 0;
+    CHECK(cuMemGetAddressRange(&base, &range, dx + 16));
+    EXPECT(base == dx && range >= n * sizeof(float));
+    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                   CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    unsigned t2 = 0;
+    CUdeviceptr start = 0;
+    bool managed = true;
+    void* vals[] = {&t2, &start, &managed};
+    CHECK(cuPointerGetAttributes(3, which, vals, dy + 4));
+    EXPECT(t2 == CU_MEMORYTYPE_DEVICE && start == dy && !managed);
+    int on_stack = 0;
+    t2 = 77;
+    CHECK(cuPointerGetAttributes(3, which, vals, reinterpret_cast<CUdeviceptr>(&on_stack)));
+    EXPECT(t2 == 0);  // not memory CUDA knows
+    EXPECT_RESULT(cuPointerGetAttribute(&mem_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                        reinterpret_cast<CUdeviceptr>(&on_stack)),
+                  CUDA_ERROR_INVALID_VALUE);
+  }
   CHECK(cuMemFree(dx));
   CHECK(cuMemFree(dy));
   CUkernel none = nullptr;

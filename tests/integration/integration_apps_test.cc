@@ -195,6 +195,7 @@ TEST_F(IntegrationTest, RuntimeApiCallsBeyondTheApps) {
   EXPECT_NE(c.output.find("device attributes answered"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("a 32000-byte kernel parameter arrived whole"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("runtime_api: cudaLaunchKernelEx OK"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("runtime_api: cudaLibrary OK"), std::string::npos) << c.output;
   // Only the refusal the program asks for (a cooperative launch, which phos does not offer yet).
   EXPECT_EQ(Count(c.output, "not supported by phos"), Count(c.output, "launch attribute CU_LAUNCH_ATTRIBUTE_COOPERATIVE"))
       << c.output;

@@ -26,6 +26,28 @@ __global__ void big_param(Big b, int* out, int* out2) {
   if (threadIdx.x == 0) *out2 = b.v[4000];
 }
 
+// A module loaded through cudaLibraryLoadData (hand-written PTX).
+const char kLibPtx[] = R"PTX(
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .global .align 4 .u32 lib_counter = 5;
+.visible .entry lib_fill(.param .u64 p, .param .u32 v)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [p];
+  ld.param.u32 %r1, [v];
+  cvta.to.global.u64 %rd2, %rd1;
+  mov.u32 %r2, %tid.x;
+  add.s32 %r3, %r1, %r2;
+  mul.wide.u32 %rd3, %r2, 4;
+  add.s64 %rd2, %rd2, %rd3;
+  st.global.u32 [%rd2], %r3;
+  ret;
+}
+)PTX";
+
 int main() {
   int count = 0, dev = -1;
   CHECK(cudaGetDeviceCount(&count));
@@ -178,6 +200,38 @@ int main() {
     }
     CHECK(cudaFree(e));
     std::printf("runtime_api: cudaLaunchKernelEx OK\n");
+  }
+  {
+    // cudaLibrary* / cudaKernel_t, and cudaGetKernel of a registered kernel.
+    cudaLibrary_t lib = nullptr;
+    CHECK(cudaLibraryLoadData(&lib, kLibPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
+    cudaKernel_t lk = nullptr;
+    CHECK(cudaLibraryGetKernel(&lk, lib, "lib_fill"));
+    int* e = nullptr;
+    CHECK(cudaMalloc(&e, 64 * sizeof(int)));
+    int v = 1000;
+    void* args[] = {&e, &v};
+    CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(lk), dim3(1), dim3(64), args, 0, nullptr));
+    int he[64] = {};
+    CHECK(cudaMemcpy(he, e, sizeof he, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; ++i) EXPECT(he[i] == 1000 + i);
+    void* g = nullptr;
+    size_t gbytes = 0;
+    CHECK(cudaLibraryGetGlobal(&g, &gbytes, lib, "lib_counter"));
+    int counter = 0;
+    CHECK(cudaMemcpy(&counter, g, sizeof counter, cudaMemcpyDeviceToHost));
+    EXPECT(gbytes == 4 && counter == 5);
+    cudaKernel_t rk = nullptr;
+    CHECK(cudaGetKernel(&rk, reinterpret_cast<const void*>(fill)));
+    void* fargs[] = {&e, &v, &v};
+    int n64 = 64;
+    fargs[1] = &n64;
+    CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(rk), dim3(1), dim3(64), fargs, 0, nullptr));
+    CHECK(cudaMemcpy(he, e, sizeof he, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; ++i) EXPECT(he[i] == 1000 + i);  // fill(p, n, v): p[i] = v + i
+    CHECK(cudaFree(e));
+    CHECK(cudaLibraryUnload(lib));
+    std::printf("runtime_api: cudaLibrary OK\n");
   }
   EXPECT(std::strcmp(cudaGetErrorName(cudaErrorNotSupported), "cudaErrorNotSupported") == 0);
   EXPECT(std::strcmp(cudaGetErrorString(cudaSuccess), "no error") == 0);
