@@ -188,6 +188,30 @@ TEST(NvInfo, SemanticChecks) {
   EXPECT_FALSE(ParseKernelNvInfo("wrong", wrong, &k).ok());
 }
 
+// Attribute 0x45 (EIATTR_KPARAM_INFO_V2): nvcc's description of parameters
+// past KPARAM_INFO's 14-bit size, a plain u32 size after ordinal and offset.
+TEST(NvInfo, KparamInfoV2) {
+  const uint8_t big[] = {
+      0x04, 0x45, 0x0c, 0x00, 0, 0, 0, 0, 0x01, 0x00, 0x00, 0x7d, 0x08, 0x00, 0x00, 0x00,  // ordinal 1 at 32000, 8 bytes
+      0x04, 0x45, 0x0c, 0x00, 0, 0, 0, 0, 0x00, 0x00, 0x00, 0x00, 0x00, 0x7d, 0x00, 0x00,  // ordinal 0 at 0, 32000 bytes
+      0x03, 0x19, 0x08, 0x7d,                                                              // CBANK_PARAM_SIZE 32008
+  };
+  KernelNvInfo k;
+  Status s = ParseKernelNvInfo("big", big, &k);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(k.params.size(), 2u);
+  EXPECT_EQ(k.params[0].offset, 0u);
+  EXPECT_EQ(k.params[0].size, 32000u);
+  EXPECT_EQ(k.params[1].offset, 32000u);
+  EXPECT_EQ(k.params[1].size, 8u);
+  EXPECT_EQ(NvInfoAttrName(0x45), "EIATTR_KPARAM_INFO_V2");
+  // A size beyond what CUDA allows is corrupt, not a huge allocation later.
+  const uint8_t huge[] = {0x04, 0x45, 0x0c, 0x00, 0, 0, 0, 0, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0x7f};
+  s = ParseKernelNvInfo("huge", huge, &k);
+  EXPECT_EQ(s.code(), Status::Code::kCorruption);
+  EXPECT_NE(s.message().find("more than CUDA's 32764"), std::string::npos) << s.message();
+}
+
 TEST(NvInfo, EveryPrefixAndRandomFlipsOfACubin) {
   const std::string path = AppPath("reduce_shared.fatbin");
   PHOS_SKIP_WITHOUT(path);
