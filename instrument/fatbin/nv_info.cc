@@ -83,6 +83,14 @@ Status ParseNvInfoRecords(std::span<const uint8_t> section, std::vector<NvInfoRe
   return Status::Ok();
 }
 
+// Both parameter records (KPARAM_INFO and its V2) are 12-byte SVALs.
+static Status CheckParamRecord(const NvInfoRecord& r) {
+  if (r.format == kEifmtSval && r.value.size() >= 12) return Status::Ok();
+  return CorruptAt(kWho, r.offset, "expected " + std::string(NvInfoAttrName(r.attribute)) +
+                                       " as EIFMT_SVAL of 12 bytes, found format " + std::to_string(r.format) +
+                                       " size " + std::to_string(r.value.size()));
+}
+
 Status ParseKernelNvInfo(std::string_view kernel_name, std::span<const uint8_t> section, KernelNvInfo* out) {
   *out = KernelNvInfo{};
   out->name = std::string(kernel_name);
@@ -91,9 +99,7 @@ Status ParseKernelNvInfo(std::string_view kernel_name, std::span<const uint8_t> 
   for (const NvInfoRecord& r : records) {
     switch (r.attribute) {
       case kEiattrKparamInfo: {
-        if (r.format != kEifmtSval || r.value.size() < 12)
-          return CorruptAt(kWho, r.offset, "expected EIATTR_KPARAM_INFO as EIFMT_SVAL of 12 bytes, found format " +
-                                               std::to_string(r.format) + " size " + std::to_string(r.value.size()));
+        PHOS_RETURN_IF_ERROR(CheckParamRecord(r));
         const uint8_t* v = r.value.data();
         KernelParam p;
         // v+0: u32 index (0 observed)
@@ -109,9 +115,7 @@ Status ParseKernelNvInfo(std::string_view kernel_name, std::span<const uint8_t> 
         break;
       }
       case kEiattrKparamInfoV2: {
-        if (r.format != kEifmtSval || r.value.size() < 12)
-          return CorruptAt(kWho, r.offset, "expected EIATTR_KPARAM_INFO_V2 as EIFMT_SVAL of 12 bytes, found format " +
-                                               std::to_string(r.format) + " size " + std::to_string(r.value.size()));
+        PHOS_RETURN_IF_ERROR(CheckParamRecord(r));
         const uint8_t* v = r.value.data();
         KernelParam p;
         p.ordinal = Load16(v + 4);

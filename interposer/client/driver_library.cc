@@ -44,6 +44,21 @@ CUresult CheckLibraryOptions(unsigned n, const CUlibraryOption* options) {
   return CUDA_SUCCESS;
 }
 
+// Both loads: checks, then the image becomes a driver module.
+CUresult LoadLibrary(CUlibrary* library, std::span<const std::byte> image, CUjit_option* jit_options,
+                     void** jit_values, unsigned num_jit, const CUlibraryOption* library_options,
+                     unsigned num_library_options) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (num_jit != 0 && (jit_options == nullptr || jit_values == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckLibraryOptions(num_library_options, library_options); r != CUDA_SUCCESS) return r;
+  CUmodule module = nullptr;
+  if (CUresult r = LoadDriverModule(&module, image); r != CUDA_SUCCESS) return r;
+  AnswerJitOptionsForLoad(num_jit, jit_options, jit_values);
+  *library = reinterpret_cast<CUlibrary>(module);
+  return CUDA_SUCCESS;
+}
+
 // The CUfunction behind a CUkernel, if it is one of ours.
 bool Describe(CUkernel kernel, DriverFunctionInfo* info) {
   return kernel != nullptr && DescribeDriverFunction(kernel, info);
@@ -61,15 +76,9 @@ PHOS_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUj
                                        void** jitOptionsValues, unsigned int numJitOptions,
                                        CUlibraryOption* libraryOptions, void** libraryOptionValues,
                                        unsigned int numLibraryOptions) {
-  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  if (library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (numJitOptions != 0 && (jitOptions == nullptr || jitOptionsValues == nullptr)) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = CheckLibraryOptions(numLibraryOptions, libraryOptions); r != CUDA_SUCCESS) return r;
-  CUmodule module = nullptr;
-  if (CUresult r = LoadDriverModule(&module, ImageInMemory(code)); r != CUDA_SUCCESS) return r;
-  AnswerJitOptionsForLoad(numJitOptions, jitOptions, jitOptionsValues);
-  *library = reinterpret_cast<CUlibrary>(module);
-  return CUDA_SUCCESS;
+  if (code == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return LoadLibrary(library, ImageInMemory(code), jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                     numLibraryOptions);
 }
 
 PHOS_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option* jitOptions,
@@ -77,16 +86,10 @@ PHOS_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileN
                                            CUlibraryOption* libraryOptions, void** libraryOptionValues,
                                            unsigned int numLibraryOptions) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  if (library == nullptr || fileName == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (numJitOptions != 0 && (jitOptions == nullptr || jitOptionsValues == nullptr)) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = CheckLibraryOptions(numLibraryOptions, libraryOptions); r != CUDA_SUCCESS) return r;
+  if (fileName == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::vector<std::byte> bytes;
   if (CUresult r = ReadModuleFile(fileName, &bytes); r != CUDA_SUCCESS) return r;
-  CUmodule module = nullptr;
-  if (CUresult r = LoadDriverModule(&module, bytes); r != CUDA_SUCCESS) return r;
-  AnswerJitOptionsForLoad(numJitOptions, jitOptions, jitOptionsValues);
-  *library = reinterpret_cast<CUlibrary>(module);
-  return CUDA_SUCCESS;
+  return LoadLibrary(library, bytes, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, numLibraryOptions);
 }
 
 PHOS_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
