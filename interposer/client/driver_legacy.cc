@@ -28,6 +28,7 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev);
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev);
+CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags);
 CUresult cuStreamGetCaptureInfo_v3(CUstream hStream, CUstreamCaptureStatus* captureStatus_out, cuuint64_t* id_out,
                                    CUgraph* graph_out, const CUgraphNode** dependencies_out,
                                    const CUgraphEdgeData** edgeData_out, size_t* numDependencies_out);
@@ -76,4 +77,8 @@ PHOS_EXPORT CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureSta
 PHOS_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
                                                  cuuint64_t* id_out) {
   return cuStreamGetCaptureInfo_v3_ptsz(hStream, captureStatus_out, id_out, nullptr, nullptr, nullptr, nullptr);
+}
+// The unversioned name with the same arguments (driver_memory.cc).
+PHOS_EXPORT CUresult cuMemHostRegister(void* p, size_t bytesize, unsigned int Flags) {
+  return cuMemHostRegister_v2(p, bytesize, Flags);
 }

@@ -96,6 +96,38 @@ PHOS_EXPORT CUresult cuMemFreeHost(void* p) {
   return ToCu(cudaFreeHost(p));
 }
 
+// Page-locking the app's own memory (numba's cuda.pinned uses it): the
+// runtime's cudaHostRegister family, whose flag values equal the driver's
+// CU_MEMHOSTREGISTER_*. The memory has no device alias under phos
+// (cuMemHostGetDevicePointer answers NOT_SUPPORTED, as cudaHostGetDevicePointer).
+static_assert(CU_MEMHOSTREGISTER_PORTABLE == cudaHostRegisterPortable &&
+              CU_MEMHOSTREGISTER_DEVICEMAP == cudaHostRegisterMapped &&
+              CU_MEMHOSTREGISTER_IOMEMORY == cudaHostRegisterIoMemory &&
+              CU_MEMHOSTREGISTER_READ_ONLY == cudaHostRegisterReadOnly);
+PHOS_EXPORT CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaHostRegister(p, bytesize, Flags));
+}
+
+PHOS_EXPORT CUresult cuMemHostUnregister(void* p) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaHostUnregister(p));
+}
+
+PHOS_EXPORT CUresult cuMemHostGetFlags(unsigned int* pFlags, void* p) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(cudaHostGetFlags(pFlags, p));
+}
+
+PHOS_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (pdptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  void* d = nullptr;
+  CUresult r = ToCu(cudaHostGetDevicePointer(&d, p, Flags));
+  if (r == CUDA_SUCCESS) *pdptr = reinterpret_cast<CUdeviceptr>(d);
+  return r;
+}
+
 // ---------------------------------------------------------------- copies
 
 PHOS_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {

@@ -693,6 +693,29 @@ int main(int argc, char** argv) {
   CHECK(cuMemAllocHost(&pinned, 1 << 16));
   std::memset(pinned, 0x5a, 1 << 16);
   CHECK(cuMemFreeHost(pinned));
+  {
+    // The app's own memory, page-locked (numba's cuda.pinned).
+    std::vector<unsigned> mine(4096, 0xabcd1234u);
+    CHECK(cuMemHostRegister(mine.data(), mine.size() * sizeof(unsigned), CU_MEMHOSTREGISTER_PORTABLE));
+    unsigned hflags = 99;
+    CHECK(cuMemHostGetFlags(&hflags, mine.data()));
+    EXPECT((hflags & CU_MEMHOSTREGISTER_PORTABLE) != 0);
+    EXPECT_RESULT(cuMemHostRegister(mine.data(), 64, 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    CUdeviceptr dm = 0;
+    CHECK(cuMemAlloc(&dm, mine.size() * sizeof(unsigned)));
+    CHECK(cuMemcpyHtoD(dm, mine.data(), mine.size() * sizeof(unsigned)));
+    std::vector<unsigned> back(mine.size(), 0);
+    CHECK(cuMemcpyDtoH(back.data(), dm, back.size() * sizeof(unsigned)));
+    EXPECT(back == mine);
+    int can_map = 1;
+    CHECK(cuDeviceGetAttribute(&can_map, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 0));
+    CUdeviceptr alias = 0;
+    CUresult r = cuMemHostGetDevicePointer(&alias, mine.data(), 0);
+    EXPECT(can_map ? r == CUDA_SUCCESS : r == CUDA_ERROR_NOT_SUPPORTED);
+    CHECK(cuMemFree(dm));
+    CHECK(cuMemHostUnregister(mine.data()));
+    EXPECT_RESULT(cuMemHostUnregister(mine.data()), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  }
 
   // cuModuleLoadDataEx with JIT log options: the logs come back empty.
   char error_log[64], info_log[64];
