@@ -8,6 +8,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -279,4 +280,51 @@ PHOS_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks,
                                                                  size_t dynamicSMemSize) {
   return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks, func, blockSize, dynamicSMemSize,
                                                               CU_OCCUPANCY_DEFAULT);
+}
+
+// The block size with the most resident threads per SM, and the grid that
+// fills the device with it: every warp-multiple block size from the largest
+// the kernel allows down, the first best one kept (the search CUDA's own
+// cudaOccupancyMaxPotentialBlockSize template makes), stopping early once an
+// SM is full. `per_block` gives the dynamic shared memory of a block size
+// when the caller passes one.
+PHOS_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGridSize, int* blockSize, CUfunction func,
+                                                               CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                               size_t dynamicSMemSize, int blockSizeLimit,
+                                                               unsigned int flags) {
+  if (CUresult r = DriverPrelude(); r != CUDA_SUCCESS) return r;
+  if (minGridSize == nullptr || blockSize == nullptr || blockSizeLimit < 0) return CUDA_ERROR_INVALID_VALUE;
+  if (flags != CU_OCCUPANCY_DEFAULT && flags != CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE) return CUDA_ERROR_INVALID_VALUE;
+  wire::FunctionAttributesReply a{};
+  if (WireStatus w = GetAttributes(func, &a); w != WireStatus::kSuccess) return Cu(w);
+  phos::occupancy::SmLimits l;
+  if (WireStatus w = DeviceLimits(&l); w != WireStatus::kSuccess) return Cu(w);
+  int sms = 0;
+  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0); e != cudaSuccess) return ToCu(e);
+  int limit = std::min(a.max_threads_per_block, l.max_threads_per_block);
+  if (blockSizeLimit > 0) limit = std::min(limit, blockSizeLimit);
+  const int granularity = l.warp_size;
+  int best_threads = 0, best_block = 0, best_blocks = 0;
+  for (int aligned = (limit + granularity - 1) / granularity * granularity; aligned > 0; aligned -= granularity) {
+    const int size = std::min(limit, aligned);
+    const size_t dynamic = blockSizeToDynamicSMemSize ? blockSizeToDynamicSMemSize(size) : dynamicSMemSize;
+    int blocks = 0;
+    if (WireStatus w = ActiveBlocks(func, size, dynamic, &blocks); w != WireStatus::kSuccess) return Cu(w);
+    if (blocks * size > best_threads) {
+      best_threads = blocks * size;
+      best_block = size;
+      best_blocks = blocks;
+    }
+    if (best_threads == l.max_threads_per_sm) break;
+  }
+  *minGridSize = best_blocks * sms;
+  *blockSize = best_block;
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int* minGridSize, int* blockSize, CUfunction func,
+                                                      CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                      size_t dynamicSMemSize, int blockSizeLimit) {
+  return cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize, blockSize, func, blockSizeToDynamicSMemSize,
+                                                   dynamicSMemSize, blockSizeLimit, CU_OCCUPANCY_DEFAULT);
 }

@@ -502,6 +502,11 @@ int Libraries(const char* fatbin_path) {
   int max_threads = 0;
   CHECK(cuKernelGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, 0));
   EXPECT(max_threads > 0);
+  int min_grid = 0, best_block = 0;
+  CHECK(cuOccupancyMaxPotentialBlockSize(&min_grid, &best_block, f, nullptr, 0, 0));
+  EXPECT(best_block > 0 && best_block % 32 == 0 && best_block <= max_threads && min_grid > 0);
+  CHECK(cuOccupancyMaxPotentialBlockSize(&min_grid, &best_block, f, [](int b) -> size_t { return b * 4; }, 0, 100));
+  EXPECT(best_block > 0 && best_block <= 100 && min_grid > 0);
   size_t off = 0, size = 0;
   CHECK(cuKernelGetParamInfo(k, 2, &off, &size));  // saxpy(int n, float a, const float* x, float* y)
   EXPECT(off == 8 && size == 8);
