@@ -75,6 +75,7 @@ PHOS_EXPORT cudaError_t cudaDeviceReset(void) {
   ForgetLoadedModules();
   ForgetPerThreadStreams();
   ForgetCreatedStreams();
+  ForgetAllStreamAttributes();
   ClearErrorsForReset();
   Limits& l = DeviceSettings();
   std::lock_guard<std::mutex> lock(l.mu);

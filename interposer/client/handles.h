@@ -46,6 +46,10 @@ void NoteStreamDestroyed(uint32_t id);
 bool StreamInfo(uint32_t id, unsigned* flags, int* priority);
 /// cudaDeviceReset: every created stream is gone.
 void ForgetCreatedStreams();
+/// The attributes an app set on a stream (stream_attributes.cc): dropped
+/// when the stream goes (its id may be reused), all of them at a reset.
+void ForgetStreamAttributes(uint32_t id);
+void ForgetAllStreamAttributes();
 
 void* StreamHandleOf(uint32_t id);
 uint32_t EventIdOf(const void* event);

@@ -494,7 +494,10 @@ PHOS_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
   // The default streams (0, cudaStreamLegacy, cudaStreamPerThread) cannot be destroyed.
   if (reinterpret_cast<uintptr_t>(s) <= 2) return SetError(cudaErrorInvalidResourceHandle);
   cudaError_t e = SimpleCall(op::kStreamDestroy, 0, Bytes(wire::HandleRequest{StreamIdOf(s), 0}));
-  if (e == cudaSuccess) NoteStreamDestroyed(StreamIdOf(s));
+  if (e == cudaSuccess) {
+    NoteStreamDestroyed(StreamIdOf(s));
+    ForgetStreamAttributes(StreamIdOf(s));
+  }
   return e;
 }
 PHOS_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) { return SimpleCall(op::kStreamSynchronize, StreamIdOf(s)); }

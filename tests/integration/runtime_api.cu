@@ -128,6 +128,23 @@ int main() {
   unsigned long long capture_id = 77;
   CHECK(cudaStreamGetCaptureInfo(s, &cap, &capture_id));
   EXPECT(cap == cudaStreamCaptureStatusNone);
+  // Stream attributes (hints): what is set is read back, and copied.
+  cudaStreamAttrValue sval = {};
+  sval.syncPolicy = cudaSyncPolicyYield;
+  CHECK(cudaStreamSetAttribute(s, cudaStreamAttributeSynchronizationPolicy, &sval));
+  cudaStreamAttrValue got = {};
+  CHECK(cudaStreamGetAttribute(s, cudaStreamAttributeSynchronizationPolicy, &got));
+  EXPECT(got.syncPolicy == cudaSyncPolicyYield);
+  cudaStream_t s2;
+  CHECK(cudaStreamCreate(&s2));
+  CHECK(cudaStreamCopyAttributes(s2, s));
+  got = {};
+  CHECK(cudaStreamGetAttribute(s2, cudaStreamAttributeSynchronizationPolicy, &got));
+  EXPECT(got.syncPolicy == cudaSyncPolicyYield);
+  CHECK(cudaStreamDestroy(s2));
+  EXPECT(cudaStreamGetAttribute(s, static_cast<cudaStreamAttrID>(cudaLaunchAttributeCooperative), &got) ==
+         cudaErrorInvalidValue);
+  EXPECT(cudaGetLastError() == cudaErrorInvalidValue);
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   EXPECT(mode == cudaStreamCaptureModeGlobal);  // the default
