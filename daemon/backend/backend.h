@@ -210,6 +210,22 @@ class Context {
   /// cuModuleLoadData takes it).
   virtual Status LoadModule(const void* image, std::size_t size, ModuleHandle* out) = 0;
   virtual Status UnloadModule(ModuleHandle module) = 0;
+  /// LoadModule with the module's variables (__device__, __constant__)
+  /// placed as one block starting at `globals_at`, for a restore that must
+  /// put them back where the app saw them (its pointers to them are in its
+  /// memory). Same image, same layout: one base fixes every variable.
+  ///   sim: supported; AlreadyExists when the range is taken.
+  ///   cuda: NotSupported (the driver places module variables itself;
+  ///     docs/criu.md "Module globals").
+  virtual Status LoadModuleWithGlobalsAt(const void* image, std::size_t size, DevicePtr globals_at,
+                                         ModuleHandle* out) {
+    return Status::NotSupported("this backend places module variables itself");
+  }
+  /// Where the module's variable block starts (0 when it has none);
+  /// NotSupported where LoadModuleWithGlobalsAt is.
+  virtual Status GetModuleGlobalsBase(ModuleHandle module, DevicePtr* base) {
+    return Status::NotSupported("this backend places module variables itself");
+  }
   virtual Status GetFunction(ModuleHandle module, const std::string& name, FunctionHandle* out) = 0;
   /// Address and size of a __device__ variable in a module.
   virtual Status GetGlobal(ModuleHandle module, const std::string& name, DevicePtr* ptr,

@@ -60,6 +60,47 @@ void ReleaseCreated(session::SessionState& st) {
   st.buffers.Clear();
 }
 
+/// The app holds pointers to its modules' variables, so they must come back
+/// where the image has them. A backend that can place them (the sim) gets
+/// each module reloaded with its variable block moved by the difference
+/// between where one of its recorded globals is now and where it was; one
+/// block per module, laid out the same from the same image, so one shift
+/// fixes them all. Where the backend places variables itself (cuda), nothing
+/// moves here and the check in Recreate refuses with the addresses.
+Status PlaceModuleGlobals(session::SessionState& st, const image::v1::SessionHandles& handles,
+                          const image::v1::SessionModules& modules) {
+  for (const auto& m : modules.modules()) {
+    const image::v1::GlobalRecord* g = nullptr;
+    for (const auto& candidate : handles.globals()) {
+      if (candidate.module_id() == m.id()) {
+        g = &candidate;
+        break;
+      }
+    }
+    if (g == nullptr) continue;
+    const backend::ModuleHandle h = st.modules.at(m.id());
+    backend::DevicePtr now = 0;
+    std::size_t bytes = 0;
+    PHOS_RETURN_IF_ERROR(st.ctx->GetGlobal(h, g->name(), &now, &bytes)
+                             .WithContext("resolving global '" + g->name() + "' of module " + std::to_string(m.id())));
+    if (now == g->address()) continue;
+    backend::DevicePtr base = 0;
+    if (!st.ctx->GetModuleGlobalsBase(h, &base).ok() || base == 0) continue;
+    const backend::DevicePtr want = base + (g->address() - now);  // unsigned wrap-around gives the signed shift
+    PHOS_RETURN_IF_ERROR(st.ctx->UnloadModule(h));
+    backend::ModuleHandle moved = 0;
+    Status s = st.ctx->LoadModuleWithGlobalsAt(m.image().data(), m.image().size(), want, &moved);
+    if (!s.ok()) {
+      st.modules.erase(m.id());  // the caller empties the session
+      return s.WithContext("placing the variables of module " + std::to_string(m.id()) + " at " + Hex(want) +
+                           ", where the image has them");
+    }
+    st.modules[m.id()] = moved;
+    spdlog::debug("fresh restore: module {}'s variables moved from {} to {}", m.id(), Hex(base), Hex(want));
+  }
+  return Status::Ok();
+}
+
 /// On the consumer thread, once the session is known to be empty: every
 /// handle with its id, every buffer allocated at its address (no bytes
 /// copied yet). On failure the caller releases what was created.
@@ -75,6 +116,7 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
                                                    nullptr)
                              .WithContext("loading module " + std::to_string(m.id())));
   }
+  PHOS_RETURN_IF_ERROR(PlaceModuleGlobals(st, handles, modules));
   for (const auto& f : handles.functions()) {
     PHOS_RETURN_IF_ERROR(session::GetFunctionWithId(st, f.module_id(), f.id(), f.name(), nullptr)
                              .WithContext("resolving function " + std::to_string(f.id()) + " ('" + f.name() +

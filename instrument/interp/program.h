@@ -135,6 +135,10 @@ class Program {
   // Host address and size of a module .global/.const variable (for
   // cudaMemcpyToSymbol and friends); false if there is none by that name.
   bool SymbolAddress(std::string_view name, uint64_t* addr, size_t* size) const;
+  // Where the module's variables start (their one block; 0 when the module
+  // has none). A module built from the same PTX lays them out the same way,
+  // so this base fixes every variable's address.
+  uint64_t storage_base() const { return storage_size_ > 0 ? storage_base_ : 0; }
   // Whether [addr, addr+bytes) lies in module variable storage.
   bool InModuleStorage(uint64_t addr, size_t bytes) const {
     return addr >= storage_base_ && addr - storage_base_ <= storage_size_ &&

@@ -420,17 +420,31 @@ void SimContext::Abandon() {
 // ---- modules and kernels ---------------------------------------------------------
 
 Status SimContext::LoadModule(const void* image, std::size_t size, ModuleHandle* out) {
+  return LoadModuleWithGlobalsAt(image, size, 0, out);
+}
+
+Status SimContext::LoadModuleWithGlobalsAt(const void* image, std::size_t size, DevicePtr globals_at,
+                                           ModuleHandle* out) {
   if (image == nullptr || size == 0 || out == nullptr) {
     return Status::InvalidArgument("LoadModule: null image, 0 bytes or null output pointer");
   }
   // Parse and decode outside mu_: it takes milliseconds for a big module.
   std::shared_ptr<SimModule> module;
   PHOS_RETURN_IF_ERROR(
-      SimModule::Load(image, size, shared_->memory.get(), device_, id_, &module));
+      SimModule::Load(image, size, shared_->memory.get(), device_, id_, globals_at, &module));
   std::lock_guard<std::mutex> lock(mu_);
   const ModuleHandle h = NewHandleLocked();
   modules_.emplace(h, std::move(module));
   *out = h;
+  return Status::Ok();
+}
+
+Status SimContext::GetModuleGlobalsBase(ModuleHandle module, DevicePtr* base) {
+  if (base == nullptr) return Status::InvalidArgument("GetModuleGlobalsBase: null output pointer");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = modules_.find(module);
+  if (it == modules_.end()) return Status::InvalidArgument("unknown module handle " + Hex(module));
+  *base = it->second->program().storage_base();
   return Status::Ok();
 }
 

@@ -59,6 +59,9 @@ class SimContext final : public Context {
   void Abandon() override;
 
   Status LoadModule(const void* image, std::size_t size, ModuleHandle* out) override;
+  Status LoadModuleWithGlobalsAt(const void* image, std::size_t size, DevicePtr globals_at,
+                                 ModuleHandle* out) override;
+  Status GetModuleGlobalsBase(ModuleHandle module, DevicePtr* base) override;
   Status UnloadModule(ModuleHandle module) override;
   Status GetFunction(ModuleHandle module, const std::string& name, FunctionHandle* out) override;
   Status GetGlobal(ModuleHandle module, const std::string& name, DevicePtr* ptr,

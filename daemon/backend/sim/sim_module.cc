@@ -128,16 +128,16 @@ Status ExtractPtx(const void* image, std::size_t size, std::string* ptx) {
 }
 
 Status SimModule::Load(const void* image, std::size_t size, SimAddressSpace* space, int device,
-                       std::uint64_t owner, std::shared_ptr<SimModule>* out) {
+                       std::uint64_t owner, DevicePtr globals_at, std::shared_ptr<SimModule>* out) {
   std::string text;
   PHOS_RETURN_IF_ERROR(ExtractPtx(image, size, &text));
   ptx::Module module;
   PHOS_RETURN_IF_ERROR(ptx::ParseModule(text, &module).WithContext("sim LoadModule"));
 
   interp::StorageAllocator storage;
-  storage.allocate = [space, device, owner](size_t bytes, uint8_t** ptr) -> Status {
+  storage.allocate = [space, device, owner, globals_at](size_t bytes, uint8_t** ptr) -> Status {
     DevicePtr p = 0;
-    PHOS_RETURN_IF_ERROR(space->Allocate(device, owner, bytes, 0, &p)
+    PHOS_RETURN_IF_ERROR(space->Allocate(device, owner, bytes, globals_at, &p)
                              .WithContext("module variables"));
     *ptr = reinterpret_cast<uint8_t*>(p);
     return Status::Ok();

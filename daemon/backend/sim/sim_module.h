@@ -22,9 +22,12 @@ class SimModule {
   /// Loads an image as cuModuleLoadData takes it: a fatbin (its PTX entry is
   /// used; compressed entries are decompressed) or PTX text. A cubin, or a
   /// fatbin without PTX, is NotSupported: the sim can only run PTX.
-  /// Module variables are allocated in `space` for (`device`, `owner`).
+  /// Module variables are allocated in `space` for (`device`, `owner`), as
+  /// one block: anywhere when `globals_at` is 0, else exactly there (a
+  /// restore putting them back where the app saw them; AlreadyExists when
+  /// the range is taken).
   static Status Load(const void* image, std::size_t size, SimAddressSpace* space, int device,
-                     std::uint64_t owner, std::shared_ptr<SimModule>* out);
+                     std::uint64_t owner, DevicePtr globals_at, std::shared_ptr<SimModule>* out);
 
   const interp::Program& program() const { return *program_; }
 
