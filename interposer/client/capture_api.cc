@@ -28,35 +28,20 @@
 #include <set>
 
 #include "interposer/client/client_internal.h"
-#include "interposer/client/connection.h"
 #include "interposer/client/driver_internal.h"
 #include "interposer/client/handles.h"
 
 namespace phos::client {
 namespace {
 
-// Queries still fail in a forked child and report an unavailable phosd,
-// like every call.
-cudaError_t Initialised() {
-  if (WireStatus w = Connection::Get().Ensure(); w != WireStatus::kSuccess) return Finish(w);
-  return cudaSuccess;
-}
-
 thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
-
-// The stream a query names exists (default streams included).
-bool KnownStream(const void* s, DefaultStream zero) {
-  unsigned flags = 0;
-  int priority = 0;
-  return StreamInfo(StreamIdOf(s, zero), &flags, &priority);
-}
 
 cudaError_t RuntimeCaptureInfo(cudaStream_t s, DefaultStream zero, cudaStreamCaptureStatus* status,
                                unsigned long long* id, cudaGraph_t* graph, const cudaGraphNode_t** deps,
                                const cudaGraphEdgeData** edges, size_t* num_deps) {
   if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   if (status == nullptr) return SetError(cudaErrorInvalidValue);
-  if (!KnownStream(s, zero)) return SetError(cudaErrorInvalidResourceHandle);
+  if (!IsKnownStream(StreamIdOf(s, zero))) return SetError(cudaErrorInvalidResourceHandle);
   *status = cudaStreamCaptureStatusNone;
   if (id) *id = 0;
   if (graph) *graph = nullptr;
@@ -71,7 +56,7 @@ CUresult DriverCaptureInfo(CUstream s, DefaultStream zero, CUstreamCaptureStatus
                            size_t* num_deps) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!KnownStream(s, zero)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!IsKnownStream(StreamIdOf(s, zero))) return CUDA_ERROR_INVALID_HANDLE;
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
   if (id) *id = 0;
   if (graph) *graph = nullptr;

@@ -25,6 +25,10 @@ using wire::WireStatus;
 /// remembered process-wide) and returns it.
 cudaError_t SetError(cudaError_t e);
 inline cudaError_t Finish(WireStatus w) { return SetError(static_cast<cudaError_t>(w)); }
+/// Connects to phosd if not yet done (device_api.cc): cudaSuccess, or the
+/// error every call reports (an unavailable phosd, a forked child). For the
+/// calls answered in the app, which must still fail where CUDA would.
+cudaError_t Initialised();
 /// The process-wide sticky error, or cudaSuccess.
 cudaError_t StickyError();
 /// A device's uuid text as phosd sends it ("GPU-xxxxxxxx-xxxx-...", 32 hex

@@ -48,6 +48,8 @@ bool RecordedLimit(cudaLimit limit) {
          limit == cudaLimitMaxL2FetchGranularity || limit == cudaLimitPersistingL2CacheSize;
 }
 
+}  // namespace
+
 // Calls that only read app-side state still fail in a forked child (as
 // with the real driver) and report an unavailable phosd like every call.
 cudaError_t Initialised() {
@@ -56,7 +58,6 @@ cudaError_t Initialised() {
   return cudaSuccess;
 }
 
-}  // namespace
 }  // namespace phos::client
 
 using namespace phos::client;  // NOLINT

@@ -44,6 +44,12 @@ void NoteStreamCreated(uint32_t id, unsigned flags, int priority);
 void NoteStreamDestroyed(uint32_t id);
 /// False for an id that is neither a live created stream nor a default one.
 bool StreamInfo(uint32_t id, unsigned* flags, int* priority);
+/// Whether `id` is a live created stream or a default one.
+inline bool IsKnownStream(uint32_t id) {
+  unsigned flags = 0;
+  int priority = 0;
+  return StreamInfo(id, &flags, &priority);
+}
 /// cudaDeviceReset: every created stream is gone.
 void ForgetCreatedStreams();
 /// The attributes an app set on a stream (stream_attributes.cc): dropped

@@ -9,18 +9,10 @@
 #include <cuda_runtime_api.h>
 
 #include "interposer/client/client_internal.h"
-#include "interposer/client/connection.h"
 #include "interposer/client/driver_internal.h"
 
 namespace phos::client {
 namespace {
-
-// A runtime call connects first (and so initialises the driver for the
-// driver calls below, driver_device.cc CheckInit).
-cudaError_t Connect() {
-  if (WireStatus w = Connection::Get().Ensure(); w != WireStatus::kSuccess) return Finish(w);
-  return cudaSuccess;
-}
 
 cudaError_t FromCu(CUresult r) { return r == CUDA_SUCCESS ? cudaSuccess : SetError(static_cast<cudaError_t>(r)); }
 
@@ -38,7 +30,7 @@ PHOS_EXPORT cudaError_t cudaLibraryLoadData(cudaLibrary_t* library, const void* 
                                             void** jitOptionsValues, unsigned int numJitOptions,
                                             cudaLibraryOption* libraryOptions, void** libraryOptionValues,
                                             unsigned int numLibraryOptions) {
-  if (cudaError_t e = Connect(); e != cudaSuccess) return e;
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   return FromCu(cuLibraryLoadData(reinterpret_cast<CUlibrary*>(library), code,
                                   reinterpret_cast<CUjit_option*>(jitOptions), jitOptionsValues, numJitOptions,
                                   reinterpret_cast<CUlibraryOption*>(libraryOptions), libraryOptionValues,
@@ -49,7 +41,7 @@ PHOS_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t* library, const ch
                                                 cudaJitOption* jitOptions, void** jitOptionsValues,
                                                 unsigned int numJitOptions, cudaLibraryOption* libraryOptions,
                                                 void** libraryOptionValues, unsigned int numLibraryOptions) {
-  if (cudaError_t e = Connect(); e != cudaSuccess) return e;
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   return FromCu(cuLibraryLoadFromFile(reinterpret_cast<CUlibrary*>(library), fileName,
                                       reinterpret_cast<CUjit_option*>(jitOptions), jitOptionsValues, numJitOptions,
                                       reinterpret_cast<CUlibraryOption*>(libraryOptions), libraryOptionValues,
@@ -57,24 +49,24 @@ PHOS_EXPORT cudaError_t cudaLibraryLoadFromFile(cudaLibrary_t* library, const ch
 }
 
 PHOS_EXPORT cudaError_t cudaLibraryUnload(cudaLibrary_t library) {
-  if (cudaError_t e = Connect(); e != cudaSuccess) return e;
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   return FromCu(cuLibraryUnload(reinterpret_cast<CUlibrary>(library)));
 }
 
 PHOS_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t* pKernel, cudaLibrary_t library, const char* name) {
-  if (cudaError_t e = Connect(); e != cudaSuccess) return e;
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   return FromCu(cuLibraryGetKernel(reinterpret_cast<CUkernel*>(pKernel), reinterpret_cast<CUlibrary>(library), name));
 }
 
 PHOS_EXPORT cudaError_t cudaLibraryGetGlobal(void** dptr, size_t* bytes, cudaLibrary_t library, const char* name) {
-  if (cudaError_t e = Connect(); e != cudaSuccess) return e;
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   return FromCu(
       cuLibraryGetGlobal(reinterpret_cast<CUdeviceptr*>(dptr), bytes, reinterpret_cast<CUlibrary>(library), name));
 }
 
 PHOS_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, cudaFuncAttribute attr, int value,
                                                         int device) {
-  if (cudaError_t e = Connect(); e != cudaSuccess) return e;
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   if (device != 0) return SetError(cudaErrorInvalidDevice);
   DriverFunctionInfo info;
   if (DescribeDriverFunction(kernel, &info)) {

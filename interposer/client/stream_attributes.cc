@@ -17,7 +17,6 @@
 #include <utility>
 
 #include "interposer/client/client_internal.h"
-#include "interposer/client/connection.h"
 #include "interposer/client/driver_internal.h"
 #include "interposer/client/handles.h"
 
@@ -42,21 +41,11 @@ bool IsStreamAttribute(int id) {
          id == cudaLaunchAttributeMemSyncDomain;
 }
 
-// The stream's id, or 0 with *ok false for a stream phos does not know.
-uint32_t KnownStreamId(const void* s, DefaultStream zero, bool* ok) {
-  const uint32_t id = StreamIdOf(s, zero);
-  unsigned flags = 0;
-  int priority = 0;
-  *ok = StreamInfo(id, &flags, &priority);
-  return id;
-}
-
 cudaError_t Get(cudaStream_t s, DefaultStream zero, int attr, cudaStreamAttrValue* value) {
-  if (WireStatus w = Connection::Get().Ensure(); w != WireStatus::kSuccess) return Finish(w);
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   if (value == nullptr || !IsStreamAttribute(attr)) return SetError(cudaErrorInvalidValue);
-  bool ok = false;
-  const uint32_t id = KnownStreamId(s, zero, &ok);
-  if (!ok) return SetError(cudaErrorInvalidResourceHandle);
+  const uint32_t id = StreamIdOf(s, zero);
+  if (!IsKnownStream(id)) return SetError(cudaErrorInvalidResourceHandle);
   StreamAttributes& a = Attrs();
   std::lock_guard<std::mutex> lock(a.mu);
   auto it = a.values.find({id, attr});
@@ -75,11 +64,10 @@ cudaError_t Get(cudaStream_t s, DefaultStream zero, int attr, cudaStreamAttrValu
 }
 
 cudaError_t Set(cudaStream_t s, DefaultStream zero, int attr, const cudaStreamAttrValue* value) {
-  if (WireStatus w = Connection::Get().Ensure(); w != WireStatus::kSuccess) return Finish(w);
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   if (value == nullptr || !IsStreamAttribute(attr)) return SetError(cudaErrorInvalidValue);
-  bool ok = false;
-  const uint32_t id = KnownStreamId(s, zero, &ok);
-  if (!ok) return SetError(cudaErrorInvalidResourceHandle);
+  const uint32_t id = StreamIdOf(s, zero);
+  if (!IsKnownStream(id)) return SetError(cudaErrorInvalidResourceHandle);
   StreamAttributes& a = Attrs();
   std::lock_guard<std::mutex> lock(a.mu);
   a.values[{id, attr}] = *value;
@@ -87,11 +75,10 @@ cudaError_t Set(cudaStream_t s, DefaultStream zero, int attr, const cudaStreamAt
 }
 
 cudaError_t Copy(cudaStream_t dst, cudaStream_t src, DefaultStream zero) {
-  if (WireStatus w = Connection::Get().Ensure(); w != WireStatus::kSuccess) return Finish(w);
-  bool ok_dst = false, ok_src = false;
-  const uint32_t d = KnownStreamId(dst, zero, &ok_dst);
-  const uint32_t s = KnownStreamId(src, zero, &ok_src);
-  if (!ok_dst || !ok_src) return SetError(cudaErrorInvalidResourceHandle);
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
+  const uint32_t d = StreamIdOf(dst, zero);
+  const uint32_t s = StreamIdOf(src, zero);
+  if (!IsKnownStream(d) || !IsKnownStream(s)) return SetError(cudaErrorInvalidResourceHandle);
   StreamAttributes& a = Attrs();
   std::lock_guard<std::mutex> lock(a.mu);
   for (auto it = a.values.lower_bound({d, 0}); it != a.values.end() && it->first.first == d;) it = a.values.erase(it);
