@@ -41,11 +41,24 @@ bool IsStreamAttribute(int id) {
          id == cudaLaunchAttributeMemSyncDomain;
 }
 
-cudaError_t Get(cudaStream_t s, DefaultStream zero, int attr, cudaStreamAttrValue* value) {
+// What every call checks first: phosd reachable, a stream attribute and
+// an output, a stream phos knows (its id in *id).
+cudaError_t Resolve(cudaStream_t s, DefaultStream zero, int attr, const void* value, uint32_t* id) {
   if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   if (value == nullptr || !IsStreamAttribute(attr)) return SetError(cudaErrorInvalidValue);
-  const uint32_t id = StreamIdOf(s, zero);
-  if (!IsKnownStream(id)) return SetError(cudaErrorInvalidResourceHandle);
+  *id = StreamIdOf(s, zero);
+  if (!IsKnownStream(*id)) return SetError(cudaErrorInvalidResourceHandle);
+  return cudaSuccess;
+}
+
+// Drops every value set on stream `id`. Caller holds a.mu.
+void EraseLocked(StreamAttributes& a, uint32_t id) {
+  for (auto it = a.values.lower_bound({id, 0}); it != a.values.end() && it->first.first == id;) it = a.values.erase(it);
+}
+
+cudaError_t Get(cudaStream_t s, DefaultStream zero, int attr, cudaStreamAttrValue* value) {
+  uint32_t id = 0;
+  if (cudaError_t e = Resolve(s, zero, attr, value, &id); e != cudaSuccess) return e;
   StreamAttributes& a = Attrs();
   std::lock_guard<std::mutex> lock(a.mu);
   auto it = a.values.find({id, attr});
@@ -64,10 +77,8 @@ cudaError_t Get(cudaStream_t s, DefaultStream zero, int attr, cudaStreamAttrValu
 }
 
 cudaError_t Set(cudaStream_t s, DefaultStream zero, int attr, const cudaStreamAttrValue* value) {
-  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
-  if (value == nullptr || !IsStreamAttribute(attr)) return SetError(cudaErrorInvalidValue);
-  const uint32_t id = StreamIdOf(s, zero);
-  if (!IsKnownStream(id)) return SetError(cudaErrorInvalidResourceHandle);
+  uint32_t id = 0;
+  if (cudaError_t e = Resolve(s, zero, attr, value, &id); e != cudaSuccess) return e;
   StreamAttributes& a = Attrs();
   std::lock_guard<std::mutex> lock(a.mu);
   a.values[{id, attr}] = *value;
@@ -79,9 +90,10 @@ cudaError_t Copy(cudaStream_t dst, cudaStream_t src, DefaultStream zero) {
   const uint32_t d = StreamIdOf(dst, zero);
   const uint32_t s = StreamIdOf(src, zero);
   if (!IsKnownStream(d) || !IsKnownStream(s)) return SetError(cudaErrorInvalidResourceHandle);
+  if (d == s) return cudaSuccess;  // a stream copied onto itself keeps what it has
   StreamAttributes& a = Attrs();
   std::lock_guard<std::mutex> lock(a.mu);
-  for (auto it = a.values.lower_bound({d, 0}); it != a.values.end() && it->first.first == d;) it = a.values.erase(it);
+  EraseLocked(a, d);
   std::map<std::pair<uint32_t, int>, cudaStreamAttrValue> copied;
   for (auto it = a.values.lower_bound({s, 0}); it != a.values.end() && it->first.first == s; ++it) {
     copied[{d, it->first.second}] = it->second;
@@ -90,14 +102,12 @@ cudaError_t Copy(cudaStream_t dst, cudaStream_t src, DefaultStream zero) {
   return cudaSuccess;
 }
 
-CUresult DriverResult(cudaError_t e) { return e == cudaSuccess ? CUDA_SUCCESS : ToCu(e); }
-
 }  // namespace
 
 void ForgetStreamAttributes(uint32_t id) {
   StreamAttributes& a = Attrs();
   std::lock_guard<std::mutex> lock(a.mu);
-  for (auto it = a.values.lower_bound({id, 0}); it != a.values.end() && it->first.first == id;) it = a.values.erase(it);
+  EraseLocked(a, id);
 }
 
 void ForgetAllStreamAttributes() {
@@ -135,32 +145,32 @@ PHOS_EXPORT cudaError_t cudaStreamCopyAttributes_ptsz(cudaStream_t dst, cudaStre
 
 PHOS_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue* value_out) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  return DriverResult(Get(reinterpret_cast<cudaStream_t>(hStream), DefaultStream::kLegacy, attr,
+  return ToCu(Get(reinterpret_cast<cudaStream_t>(hStream), DefaultStream::kLegacy, attr,
                           reinterpret_cast<cudaStreamAttrValue*>(value_out)));
 }
 PHOS_EXPORT CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue* value_out) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  return DriverResult(Get(reinterpret_cast<cudaStream_t>(hStream), DefaultStream::kPerThread, attr,
+  return ToCu(Get(reinterpret_cast<cudaStream_t>(hStream), DefaultStream::kPerThread, attr,
                           reinterpret_cast<cudaStreamAttrValue*>(value_out)));
 }
 PHOS_EXPORT CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue* value) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  return DriverResult(Set(reinterpret_cast<cudaStream_t>(hStream), DefaultStream::kLegacy, attr,
+  return ToCu(Set(reinterpret_cast<cudaStream_t>(hStream), DefaultStream::kLegacy, attr,
                           reinterpret_cast<const cudaStreamAttrValue*>(value)));
 }
 PHOS_EXPORT CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr,
                                                const CUstreamAttrValue* value) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  return DriverResult(Set(reinterpret_cast<cudaStream_t>(hStream), DefaultStream::kPerThread, attr,
+  return ToCu(Set(reinterpret_cast<cudaStream_t>(hStream), DefaultStream::kPerThread, attr,
                           reinterpret_cast<const cudaStreamAttrValue*>(value)));
 }
 PHOS_EXPORT CUresult cuStreamCopyAttributes(CUstream dst, CUstream src) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  return DriverResult(
+  return ToCu(
       Copy(reinterpret_cast<cudaStream_t>(dst), reinterpret_cast<cudaStream_t>(src), DefaultStream::kLegacy));
 }
 PHOS_EXPORT CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  return DriverResult(
+  return ToCu(
       Copy(reinterpret_cast<cudaStream_t>(dst), reinterpret_cast<cudaStream_t>(src), DefaultStream::kPerThread));
 }

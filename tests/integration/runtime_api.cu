@@ -141,6 +141,10 @@ int main() {
   got = {};
   CHECK(cudaStreamGetAttribute(s2, cudaStreamAttributeSynchronizationPolicy, &got));
   EXPECT(got.syncPolicy == cudaSyncPolicyYield);
+  CHECK(cudaStreamCopyAttributes(s, s));  // onto itself: keeps what it has
+  got = {};
+  CHECK(cudaStreamGetAttribute(s, cudaStreamAttributeSynchronizationPolicy, &got));
+  EXPECT(got.syncPolicy == cudaSyncPolicyYield);
   CHECK(cudaStreamDestroy(s2));
   EXPECT(cudaStreamGetAttribute(s, static_cast<cudaStreamAttrID>(cudaLaunchAttributeCooperative), &got) ==
          cudaErrorInvalidValue);
