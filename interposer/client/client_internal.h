@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -29,6 +30,13 @@ inline cudaError_t Finish(WireStatus w) { return SetError(static_cast<cudaError_
 /// error every call reports (an unavailable phosd, a forked child). For the
 /// calls answered in the app, which must still fail where CUDA would.
 cudaError_t Initialised();
+/// True the first time `id` is passed with this `seen` set (one bit per id;
+/// ids above 63 share the last bit): for refusals printed once per
+/// attribute. Lock-free, any thread.
+inline bool FirstTimeFor(std::atomic<uint64_t>& seen, unsigned id) {
+  const uint64_t bit = uint64_t{1} << (id < 63 ? id : 63);
+  return (seen.fetch_or(bit, std::memory_order_relaxed) & bit) == 0;
+}
 /// The process-wide sticky error, or cudaSuccess.
 cudaError_t StickyError();
 /// A device's uuid text as phosd sends it ("GPU-xxxxxxxx-xxxx-...", 32 hex

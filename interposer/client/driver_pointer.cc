@@ -48,12 +48,12 @@ Where Classify(CUdeviceptr ptr) {
   return w;
 }
 
+// The attribute ids already reported.
 std::atomic<uint64_t> g_reported{0};
 
 CUresult Unsupported(CUpointer_attribute a) {
   const unsigned id = static_cast<unsigned>(a);
-  const uint64_t bit = uint64_t{1} << (id < 63 ? id : 63);
-  if ((g_reported.fetch_or(bit) & bit) == 0) {
+  if (FirstTimeFor(g_reported, id)) {
     std::fprintf(stderr, "phos: pointer attribute %u is not supported by phos yet\n", id);
   }
   return CUDA_ERROR_NOT_SUPPORTED;

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "interposer/client/client_internal.h"
+
 namespace phos::client {
 namespace {
 
@@ -18,12 +20,11 @@ const char* Name(unsigned id) {
   }
 }
 
-// One bit per attribute id already reported (ids above 63 share bit 63).
+// The attribute ids already reported.
 std::atomic<uint64_t> g_reported{0};
 
 const char* Refuse(unsigned id) {
-  const uint64_t bit = uint64_t{1} << (id < 63 ? id : 63);
-  if ((g_reported.fetch_or(bit, std::memory_order_relaxed) & bit) == 0) {
+  if (FirstTimeFor(g_reported, id)) {
     std::fprintf(stderr, "phos: launch attribute %s (id %u) is not supported by phos yet\n", Name(id), id);
   }
   return Name(id);
