@@ -36,6 +36,17 @@ namespace {
 
 thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
 
+// The outputs CUDA leaves undefined for a stream that is not capturing,
+// zeroed (either API's types).
+template <typename Id, typename Graph, typename Node, typename Edge>
+void ClearCaptureOutputs(Id* id, Graph* graph, Node** deps, Edge** edges, size_t* num_deps) {
+  if (id) *id = 0;
+  if (graph) *graph = nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (num_deps) *num_deps = 0;
+}
+
 cudaError_t RuntimeCaptureInfo(cudaStream_t s, DefaultStream zero, cudaStreamCaptureStatus* status,
                                unsigned long long* id, cudaGraph_t* graph, const cudaGraphNode_t** deps,
                                const cudaGraphEdgeData** edges, size_t* num_deps) {
@@ -43,11 +54,7 @@ cudaError_t RuntimeCaptureInfo(cudaStream_t s, DefaultStream zero, cudaStreamCap
   if (status == nullptr) return SetError(cudaErrorInvalidValue);
   if (!IsKnownStream(StreamIdOf(s, zero))) return SetError(cudaErrorInvalidResourceHandle);
   *status = cudaStreamCaptureStatusNone;
-  if (id) *id = 0;
-  if (graph) *graph = nullptr;
-  if (deps) *deps = nullptr;
-  if (edges) *edges = nullptr;
-  if (num_deps) *num_deps = 0;
+  ClearCaptureOutputs(id, graph, deps, edges, num_deps);
   return cudaSuccess;
 }
 
@@ -58,11 +65,7 @@ CUresult DriverCaptureInfo(CUstream s, DefaultStream zero, CUstreamCaptureStatus
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!IsKnownStream(StreamIdOf(s, zero))) return CUDA_ERROR_INVALID_HANDLE;
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (id) *id = 0;
-  if (graph) *graph = nullptr;
-  if (deps) *deps = nullptr;
-  if (edges) *edges = nullptr;
-  if (num_deps) *num_deps = 0;
+  ClearCaptureOutputs(id, graph, deps, edges, num_deps);
   return CUDA_SUCCESS;
 }
 
