@@ -26,13 +26,17 @@ static_assert(interposer::kDeviceAttributeSlots <= wire::kDeviceAttributeSlots,
 
 namespace {
 
+/// Whether the app named its device (ordinal 0); false after out->Fail.
+bool IsSessionDevice(int device, Outcome* out) {
+  if (device == 0) return true;
+  out->Fail(WireStatus::kInvalidDevice,
+            "no device " + std::to_string(device) + " (a phos session sees one device, ordinal 0)");
+  return false;
+}
+
 /// The properties of `device` (which must be 0); false after out->Fail.
 bool GetProps(SessionState& st, int device, backend::DeviceProperties* props, Outcome* out) {
-  if (device != 0) {
-    out->Fail(WireStatus::kInvalidDevice,
-              "no device " + std::to_string(device) + " (a phos session sees one device, ordinal 0)");
-    return false;
-  }
+  if (!IsSessionDevice(device, out)) return false;
   Status s = st.backend->GetDeviceProperties(st.device, props);
   if (!s.ok()) out->Fail(s);
   return s.ok();
@@ -75,8 +79,7 @@ void HandleGetDeviceProperties(SessionState& st, const CallContext& call, const 
 
 void HandleDeviceGetAttribute(SessionState& st, const CallContext& call, const wire::DeviceAttributeRequest& req,
                               Outcome* out) {
-  backend::DeviceProperties d;
-  if (!GetProps(st, req.device, &d, out)) return;
+  if (!IsSessionDevice(req.device, out)) return;
   std::int64_t v = 0;
   if (!SessionDeviceAttribute(*st.backend, st.device, req.attribute, &v).ok()) {
     return out->Fail(WireStatus::kInvalidValue, "device attribute " + std::to_string(req.attribute) +

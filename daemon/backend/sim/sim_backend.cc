@@ -103,13 +103,13 @@ Status SimBackend::CheckDevice(int device) const {
 Status SimBackend::GetDeviceProperties(int device, DeviceProperties* out) const {
   PHOS_RETURN_IF_ERROR(CheckDevice(device));
   if (out == nullptr) return Status::InvalidArgument("GetDeviceProperties: null output pointer");
-  *out = ModelDeviceProperties(shared_->options, device);
+  *out = shared_->devices[static_cast<std::size_t>(device)];
   return Status::Ok();
 }
 
 Status SimBackend::GetDeviceAttribute(int device, int attribute, std::int64_t* out) const {
   PHOS_RETURN_IF_ERROR(CheckDevice(device));
-  return ModelDeviceAttribute(ModelDeviceProperties(shared_->options, device), attribute, out);
+  return ModelDeviceAttribute(shared_->devices[static_cast<std::size_t>(device)], attribute, out);
 }
 
 Status SimBackend::GetMemoryInfo(int device, std::uint64_t* free_bytes,
@@ -141,6 +141,7 @@ Status CreateSimBackend(const SimOptions& options, std::unique_ptr<Backend>* out
                                                      options.device_count,
                                                      options.memory_bytes, &shared->memory));
   for (int d = 0; d < options.device_count; ++d) {
+    shared->devices.push_back(sim::ModelDeviceProperties(options, d));
     shared->engines.push_back(
         std::make_unique<sim::SimCopyEngines>(options.copy_engines, options.link_gbps));
   }

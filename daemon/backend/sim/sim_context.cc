@@ -566,7 +566,7 @@ Status SimContext::SetFunctionAttribute(FunctionHandle function, FunctionAttribu
     case FunctionAttribute::kMaxDynamicSharedSizeBytes: {
       // The modelled device's opt-in limit, less static shared.
       const std::int64_t optin =
-          static_cast<std::int64_t>(ModelDeviceProperties(shared_->options, device_).shared_memory_per_block_optin);
+          static_cast<std::int64_t>(shared_->devices[static_cast<std::size_t>(device_)].shared_memory_per_block_optin);
       const std::int64_t room = optin - static_cast<std::int64_t>(a.shared_size_bytes);
       if (value < 0 || value > room) {
         return Status::InvalidArgument("SetFunctionAttribute '" + it->second.name +

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/backend_factory.h"
 #include "backend/sim/sim_address_space.h"
 #include "backend/sim/sim_copy_engines.h"
@@ -16,6 +17,7 @@ namespace phos::backend::sim {
 struct SimShared {
   // Set once at creation, read-only afterwards.
   SimOptions options;
+  std::vector<DeviceProperties> devices;  // ModelDeviceProperties of each ordinal
   // Thread-safe objects (each has its own lock).
   std::unique_ptr<SimAddressSpace> memory;               // all devices share one VA range
   std::vector<std::unique_ptr<SimCopyEngines>> engines;  // one pool per device
