@@ -27,30 +27,37 @@
 namespace phos::client {
 namespace {
 
-// "dddd:bb:dd.0" of device 0, from its attributes.
-bool BusId(char* out, int len) {
-  int domain = 0, bus = 0, dev = 0;
-  if (cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, 0) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, 0) != cudaSuccess ||
-      cudaDeviceGetAttribute(&dev, cudaDevAttrPciDeviceId, 0) != cudaSuccess) {
-    return false;
-  }
-  std::snprintf(out, static_cast<size_t>(len), "%04x:%02x:%02x.0", domain, bus, dev);
-  return true;
+// Device 0's PCI domain, bus and device numbers, from its attributes.
+struct PciLocation {
+  int domain = 0, bus = 0, device = 0;
+};
+cudaError_t Location(PciLocation* out) {
+  if (cudaError_t e = cudaDeviceGetAttribute(&out->domain, cudaDevAttrPciDomainId, 0); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(&out->bus, cudaDevAttrPciBusId, 0); e != cudaSuccess) return e;
+  return cudaDeviceGetAttribute(&out->device, cudaDevAttrPciDeviceId, 0);
+}
+
+// "dddd:bb:dd.0", as CUDA formats a bus id.
+cudaError_t BusId(char* out, int len) {
+  PciLocation l;
+  if (cudaError_t e = Location(&l); e != cudaSuccess) return e;
+  std::snprintf(out, static_cast<size_t>(len), "%04x:%02x:%02x.0", l.domain, l.bus, l.device);
+  return cudaSuccess;
 }
 
 // Does `text` name device 0? Accepts the forms CUDA documents:
 // [domain]:[bus]:[device].[function], domain and function optional.
 bool NamesDeviceZero(const char* text) {
-  char mine[32];
-  if (!BusId(mine, sizeof mine)) return false;
+  PciLocation l;
+  if (Location(&l) != cudaSuccess) return false;
   unsigned domain = 0, bus = 0, dev = 0, fn = 0;
-  unsigned my_domain = 0, my_bus = 0, my_dev = 0;
-  std::sscanf(mine, "%x:%x:%x", &my_domain, &my_bus, &my_dev);
   if (std::sscanf(text, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) >= 3) {
-    return domain == my_domain && bus == my_bus && dev == my_dev;
+    return domain == static_cast<unsigned>(l.domain) && bus == static_cast<unsigned>(l.bus) &&
+           dev == static_cast<unsigned>(l.device);
   }
-  if (std::sscanf(text, "%x:%x.%x", &bus, &dev, &fn) >= 2) return bus == my_bus && dev == my_dev;
+  if (std::sscanf(text, "%x:%x.%x", &bus, &dev, &fn) >= 2) {
+    return bus == static_cast<unsigned>(l.bus) && dev == static_cast<unsigned>(l.device);
+  }
   return false;
 }
 
@@ -80,15 +87,13 @@ using namespace phos::client;  // NOLINT
 PHOS_EXPORT cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
   if (pciBusId == nullptr || len <= 0) return SetError(cudaErrorInvalidValue);
   if (device != 0) return SetError(cudaErrorInvalidDevice);
-  if (!BusId(pciBusId, len)) return SetError(cudaGetLastError());
-  return cudaSuccess;
+  return BusId(pciBusId, len);  // an attribute's failure is already this thread's last error
 }
 PHOS_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  if (!BusId(pciBusId, len)) return ToCu(cudaGetLastError());
-  return CUDA_SUCCESS;
+  return ToCu(BusId(pciBusId, len));
 }
 PHOS_EXPORT cudaError_t cudaDeviceGetByPCIBusId(int* device, const char* pciBusId) {
   if (device == nullptr || pciBusId == nullptr) return SetError(cudaErrorInvalidValue);
