@@ -94,8 +94,8 @@ Flow ExecIntArith(Exec& x, const Op& op) {
       if (op.cc) x.t->carry = r < 0;
       return out(static_cast<uint64_t>(r));
     }
-    case Opcode::kMul: case Opcode::kMad: {
-      const bool mad = op.opcode == Opcode::kMad;
+    case Opcode::kMul: case Opcode::kMad: case Opcode::kMadc: {
+      const bool mad = op.opcode == Opcode::kMad || op.opcode == Opcode::kMadc;
       const i128 prod = sgn ? static_cast<i128>(S(1)) * S(2) : static_cast<i128>(static_cast<u128>(U(1)) * U(2));
       if (op.mul_mode == MulMode::kWide) {
         if (bits > 32) return Fail(x, ".wide needs a 16/32-bit type");
@@ -111,7 +111,13 @@ Flow ExecIntArith(Exec& x, const Op& op) {
           const int64_t v = SExt(r, 32) + S(3);
           return out(static_cast<uint64_t>(std::clamp<int64_t>(v, INT32_MIN, INT32_MAX)));
         }
-        r += Src(x, op, 3);
+        // Extended precision (mad.cc / madc): the addition takes the carry
+        // flag in (madc) and sets it (.cc), like add.cc / addc. Multi-word
+        // products (e.g. libdevice's sin/cos range reduction) chain them.
+        const uint64_t cin = op.opcode == Opcode::kMadc && x.t->carry ? 1 : 0;
+        const u128 sum = static_cast<u128>(Trunc(r, bits)) + U(3) + cin;
+        if (op.cc) x.t->carry = (sum >> bits) != 0;
+        r = static_cast<uint64_t>(sum);
       }
       return out(r);
     }

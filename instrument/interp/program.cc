@@ -511,7 +511,7 @@ class ProgramBuilder {
         }
         return &ExecIntArith;
       }
-      case Opcode::kAddc: case Opcode::kSubc: case Opcode::kMul24: case Opcode::kMad24: case Opcode::kSad:
+      case Opcode::kAddc: case Opcode::kSubc: case Opcode::kMadc: case Opcode::kMul24: case Opcode::kMad24: case Opcode::kSad:
       case Opcode::kPopc: case Opcode::kClz: case Opcode::kBrev: case Opcode::kBfe: case Opcode::kBfi:
       case Opcode::kLop3: case Opcode::kShl: case Opcode::kShr: case Opcode::kAnd: case Opcode::kOr:
       case Opcode::kXor: case Opcode::kNot: case Opcode::kCnot: case Opcode::kRem:

@@ -138,6 +138,33 @@ __global__ void int_ops(const unsigned* a, const unsigned* b, unsigned* out, uns
   }
 }
 
+// ---- extended-precision multiply-add: a 64x64 -> 128-bit product from
+// 32-bit limbs chained through the carry flag (mad.cc / madc), the way
+// libdevice's sin/cos range reduction multiplies by 2/pi.
+__global__ void wide_mul(const unsigned long long* a, const unsigned long long* b, unsigned* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  unsigned a0 = (unsigned)a[i], a1 = (unsigned)(a[i] >> 32), b0 = (unsigned)b[i], b1 = (unsigned)(b[i] >> 32);
+  unsigned r0, r1, r2, r3;
+  asm("{\n\t"
+      "mul.lo.u32 %0, %4, %6;\n\t"
+      "mul.hi.u32 %1, %4, %6;\n\t"
+      "mad.lo.cc.u32 %1, %5, %6, %1;\n\t"
+      "madc.hi.u32 %2, %5, %6, 0;\n\t"
+      "mad.lo.cc.u32 %1, %4, %7, %1;\n\t"
+      "madc.hi.cc.u32 %2, %4, %7, %2;\n\t"
+      "addc.u32 %3, 0, 0;\n\t"
+      "mad.lo.cc.u32 %2, %5, %7, %2;\n\t"
+      "madc.hi.u32 %3, %5, %7, %3;\n\t"
+      "}"
+      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+      : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
+  out[i * 4] = r0;
+  out[i * 4 + 1] = r1;
+  out[i * 4 + 2] = r2;
+  out[i * 4 + 3] = r3;
+}
+
 // ---- device function calls, recursion, struct return, local arrays, generic addressing
 struct Pair {
   int a;

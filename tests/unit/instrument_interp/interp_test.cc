@@ -247,6 +247,20 @@ TEST_F(interp, IntegerAndBitOps) {
   }
 }
 
+TEST_F(interp, ExtendedPrecisionMultiplyAdd) {
+  const int n = 256;
+  std::uniform_int_distribution<unsigned long long> word;  // the full 64-bit range
+  std::vector<unsigned long long> a(n), b(n);
+  for (int i = 0; i < n; ++i) a[i] = word(rng), b[i] = word(rng);
+  a[0] = b[0] = ~0ull;  // every partial sum carries
+  unsigned* out = h.Alloc(RandInts<unsigned>(rng, n * 4, 1, 9));
+  ASSERT_TRUE(h.Launch(h.Kernel("wide_mul"), {2}, {128}, Params().Add(h.Alloc(a)).Add(h.Alloc(b)).Add(out).Add(n)).ok());
+  for (int i = 0; i < n; ++i) {
+    const unsigned __int128 p = static_cast<unsigned __int128>(a[i]) * b[i];
+    for (int w = 0; w < 4; ++w) EXPECT_EQ(out[i * 4 + w], static_cast<unsigned>(p >> (32 * w))) << i << " word " << w;
+  }
+}
+
 int Fib(int n) { return n < 2 ? n : Fib(n - 1) + Fib(n - 2); }
 
 TEST_F(interp, CallsRecursionLocalAndGenericAddressing) {
