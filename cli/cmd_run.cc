@@ -169,6 +169,20 @@ std::string DriverShimDir(const std::string& lib, std::string* error) {
   return dir;
 }
 
+/// phos's nvJitLink shim (libphos-nvjitlink.so, soname libnvJitLink.so.13)
+/// beside libphos.so — in the same directory (an install, the GPU bundle)
+/// or in the build tree's interposer/jit — or "" when there is none. Run
+/// preloads it so that a JIT-linked cubin reaches phosd with its PTX
+/// (docs/interposer.md "JIT-linked kernels keep their PTX").
+std::string JitShimNextTo(const std::string& lib) {
+  const std::string dir = lib.substr(0, lib.rfind('/'));
+  for (const std::string& path : {dir + "/libphos-nvjitlink.so", dir + "/../jit/libphos-nvjitlink.so"}) {
+    char real[4096];
+    if (access(path.c_str(), R_OK) == 0 && realpath(path.c_str(), real) != nullptr) return real;
+  }
+  return "";
+}
+
 /// True if `pid` has a handler for `sig` (SigCgt in /proc/PID/status).
 bool CatchesSignal(pid_t pid, int sig) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -269,6 +283,7 @@ int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::st
   }
   if (char real[4096]; realpath(lib.c_str(), real) != nullptr) lib = real;  // the shim's symlinks need it absolute
   std::string preload = lib;
+  if (const std::string jit = JitShimNextTo(lib); !jit.empty()) preload += ":" + jit;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') preload += ":" + std::string(old);
   setenv("LD_PRELOAD", preload.c_str(), 1);
   std::string shim_error;

@@ -20,6 +20,7 @@
 #include "interposer/client/handles.h"
 #include "interposer/client/launch_attributes.h"
 #include "interposer/client/image_layouts.h"
+#include "interposer/client/jit_ptx.h"
 
 namespace phos::client {
 namespace {
@@ -63,7 +64,13 @@ CUresult Load(CUmodule* out, std::span<const std::byte> image) {
   if (image.empty() || image.size() > wire::kMaxModuleImageBytes) return CUDA_ERROR_INVALID_IMAGE;
   auto m = std::make_unique<DriverModule>();
   m->rec.id = NewModuleId();
-  m->rec.image.assign(image.begin(), image.end());
+  // A JIT-linked cubin goes to phosd together with the PTX it came from
+  // (jit_ptx.h); its parameter layouts still come from the cubin.
+  if (std::vector<std::byte> with_ptx; ImageWithAttachedPtx(image, &with_ptx)) {
+    m->rec.image = std::move(with_ptx);
+  } else {
+    m->rec.image.assign(image.begin(), image.end());
+  }
   ReadImageLayouts(image, &m->layouts);  // a failure here leaves the verdict to phosd
   WireStatus w = EnsureModule(&m->rec);
   if (w == WireStatus::kInvalidValue || w == WireStatus::kInvalidImage) return CUDA_ERROR_INVALID_IMAGE;

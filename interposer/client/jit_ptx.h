@@ -1,0 +1,31 @@
+// PTX attached to JIT-linked cubins (docs/interposer.md "JIT-linked kernels
+// keep their PTX").
+//
+// nvJitLink turns PTX into a SASS-only cubin, which phosd's sim cannot run
+// and twin validation cannot check. phos's nvJitLink shim
+// (interposer/jit/) sees the PTX going in and the cubin coming out and
+// records the pair here, in the app's process, through phosJitAttachPtx. When
+// the app later loads that cubin (cuModuleLoadData, cuLibraryLoadData, ...),
+// the module phosd receives is a fatbin holding the cubin and its PTX.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace phos::client {
+
+/// Records `ptx` as the source of `cubin` (matched later by content).
+/// Keeps the newest entries within a fixed memory budget.
+void AttachJitPtx(std::span<const std::byte> cubin, std::string_view ptx);
+
+/// When `image` is a cubin with attached PTX, *out gets a fatbin holding
+/// both (cubin first) and the answer is true; otherwise false.
+bool ImageWithAttachedPtx(std::span<const std::byte> image, std::vector<std::byte>* out);
+
+}  // namespace phos::client
+
+/// The shim's entry point (found with dlsym, so the shim also loads without
+/// libphos.so). Returns 0 when recorded, -1 for a null or empty argument.
+extern "C" int phosJitAttachPtx(const void* cubin, size_t cubin_size, const char* ptx, size_t ptx_size);

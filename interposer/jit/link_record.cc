@@ -1,0 +1,86 @@
+#include "link_record.h"
+
+#include <cstring>
+
+namespace phos::jit {
+namespace {
+
+std::string KindName(const LinkInput& in) {
+  if (in.is_ptx) return "PTX";
+  switch (in.type) {
+    case InputType::kCubin: return "a cubin";
+    case InputType::kLtoIr: return "LTO-IR";
+    case InputType::kFatbin: return "a fatbin";
+    case InputType::kObject: return "a host object";
+    case InputType::kLibrary: return "a library";
+    case InputType::kIndex: return "an index file";
+    case InputType::kAny: return "an input of type ANY that is not PTX";
+    default: return "an input of type " + std::to_string(static_cast<int>(in.type));
+  }
+}
+
+bool HasLto(const std::vector<std::string>& options) {
+  for (const std::string& o : options)
+    if (o == "-lto") return true;
+  return false;
+}
+
+}  // namespace
+
+bool LooksLikePtx(std::string_view bytes) {
+  if (bytes.size() >= 4 && (std::memcmp(bytes.data(), "\x7f" "ELF", 4) == 0 ||
+                            std::memcmp(bytes.data(), "\x50\xed\x55\xba", 4) == 0))
+    return false;
+  if (bytes.rfind("!<arch>", 0) == 0) return false;
+  const std::string_view text = bytes.substr(0, bytes.find('\0'));
+  return text.find(".version") != std::string_view::npos && text.find(".target") != std::string_view::npos;
+}
+
+void LinkRecord::SetOptions(uint32_t n, const char* const* options) {
+  options_.clear();
+  for (uint32_t i = 0; options != nullptr && i < n; ++i)
+    if (options[i] != nullptr) options_.emplace_back(options[i]);
+}
+
+void LinkRecord::Add(InputType type, std::string_view bytes, const char* name, const char* file) {
+  LinkInput in;
+  in.type = type;
+  in.is_ptx = type == InputType::kPtx || (type == InputType::kAny && LooksLikePtx(bytes));
+  in.is_ltoir = type == InputType::kLtoIr;
+  // Only what a PTX source can come from is kept (a relink re-adds files by path).
+  if (in.is_ptx) in.bytes.assign(bytes.substr(0, bytes.find('\0')));
+  else if (in.is_ltoir) in.bytes.assign(bytes);
+  if (name != nullptr) in.name = name;
+  if (file != nullptr) in.file = file;
+  inputs_.push_back(std::move(in));
+}
+
+PtxSource LinkRecord::Source() const {
+  if (inputs_.size() == 1 && inputs_[0].is_ptx) return PtxSource::kSinglePtx;
+  if (inputs_.empty() || !HasLto(options_)) return PtxSource::kNone;
+  for (const LinkInput& in : inputs_)
+    if (!in.is_ltoir) return PtxSource::kNone;
+  return PtxSource::kLtoRelink;
+}
+
+std::string LinkRecord::Why() const {
+  if (inputs_.empty()) return "no inputs";
+  size_t ptx = 0;
+  const LinkInput* other = nullptr;
+  for (const LinkInput& in : inputs_) {
+    if (in.is_ptx) ++ptx;
+    else if (other == nullptr) other = &in;
+  }
+  if (other == nullptr)
+    return std::to_string(ptx) + " PTX inputs (phos attaches one PTX text; it does not link several)";
+  if (other->is_ltoir && !HasLto(options_)) return "LTO-IR without -lto";
+  std::string why = std::to_string(inputs_.size()) + " input(s): " + KindName(*other);
+  if (inputs_.size() > 1) why += " among others";
+  return why;
+}
+
+std::string_view LinkRecord::single_ptx() const {
+  return Source() == PtxSource::kSinglePtx ? std::string_view(inputs_[0].bytes) : std::string_view();
+}
+
+}  // namespace phos::jit
