@@ -163,6 +163,36 @@ TEST_F(IntegrationTest, DriverOnlyProgramWithALinkStubFatbinRuns) {
   EXPECT_EQ(c.output.find("statically"), std::string::npos) << c.output;
 }
 
+// NVRTC + nvJitLink produce SASS-only cubins, which the sim cannot run:
+// phos run preloads phos's nvJitLink shim, which gives each linked cubin
+// the PTX of the same code (the PTX input, or an LTO link again with -ptx).
+TEST_F(IntegrationTest, JitLinkedKernelsRunWithTheirPtx) {
+  const std::string program = std::string(PHOS_INTEGRATION_DIR) + "/jit_link";
+  if (access(program.c_str(), X_OK) != 0) GTEST_SKIP() << "skipped: " << program << " not built (no nvJitLink/NVRTC)";
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), program);
+  EXPECT_EQ(c.Wait(std::chrono::seconds(120)), 0) << c.output;
+  EXPECT_NE(c.output.find("jit_link: OK (ptx, lto)"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("SASS only"), std::string::npos) << c.output;
+}
+
+// Where the shim cannot find the real nvJitLink, the program's link fails
+// with nvJitLink's own error and phos says which library is missing and how
+// to name it — it does not pretend to link.
+TEST_F(IntegrationTest, JitLinkWithoutTheRealLibraryFailsByName) {
+  const std::string program = std::string(PHOS_INTEGRATION_DIR) + "/jit_link";
+  if (access(program.c_str(), X_OK) != 0) GTEST_SKIP() << "skipped: " << program << " not built (no nvJitLink/NVRTC)";
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  setenv("PHOS_NVJITLINK", (dir_ + "/no-such-libnvJitLink.so.13").c_str(), 1);
+  Child c = RunUnderPhos(d.socket(), program);
+  unsetenv("PHOS_NVJITLINK");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(120)), 1) << c.output;
+  EXPECT_NE(c.output.find("jit_link: nvJitLinkCreate failed (6)"), std::string::npos) << c.output;  // INTERNAL
+  EXPECT_NE(c.output.find("set PHOS_NVJITLINK="), std::string::npos) << c.output;
+}
+
 TEST_F(IntegrationTest, UnknownCommandIsReported) {
   Child c = Child::Start({PHOS_BIN, "run", "--", "phos-no-such-program-xyz"});
   EXPECT_EQ(c.Wait(std::chrono::seconds(30)), 127) << c.output;
