@@ -10,7 +10,6 @@
 
 #include "fatbin/fatbin_writer.h"
 #include "fatbin/nv_info.h"
-#include "interposer/client/client_internal.h"
 
 namespace phos::client {
 namespace {
@@ -94,7 +93,7 @@ bool ImageWithAttachedPtx(std::span<const std::byte> image, std::vector<std::byt
 
 }  // namespace phos::client
 
-PHOS_EXPORT int phosJitAttachPtx(const void* cubin, size_t cubin_size, const char* ptx, size_t ptx_size) {
+extern "C" __attribute__((visibility("default"))) int phosJitAttachPtx(const void* cubin, size_t cubin_size, const char* ptx, size_t ptx_size) {
   if (cubin == nullptr || cubin_size == 0 || ptx == nullptr) return -1;
   while (ptx_size > 0 && ptx[ptx_size - 1] == '\0') --ptx_size;
   if (ptx_size == 0) return -1;

@@ -65,18 +65,18 @@ PtxSource LinkRecord::Source() const {
 
 std::string LinkRecord::Why() const {
   if (inputs_.empty()) return "no inputs";
-  size_t ptx = 0;
-  const LinkInput* other = nullptr;
+  size_t ptx = 0, ltoir = 0;
+  const LinkInput* blocker = nullptr;  // the first input that is neither PTX nor LTO-IR
   for (const LinkInput& in : inputs_) {
     if (in.is_ptx) ++ptx;
-    else if (other == nullptr) other = &in;
+    else if (in.is_ltoir) ++ltoir;
+    else if (blocker == nullptr) blocker = &in;
   }
-  if (other == nullptr)
-    return std::to_string(ptx) + " PTX inputs (phos attaches one PTX text; it does not link several)";
-  if (other->is_ltoir && !HasLto(options_)) return "LTO-IR without -lto";
-  std::string why = std::to_string(inputs_.size()) + " input(s): " + KindName(*other);
-  if (inputs_.size() > 1) why += " among others";
-  return why;
+  if (blocker != nullptr)
+    return std::to_string(inputs_.size()) + " input(s): " + KindName(*blocker) + (inputs_.size() > 1 ? " among others" : "");
+  if (ltoir > 0 && !HasLto(options_)) return "LTO-IR without -lto";
+  if (ltoir > 0) return "PTX and LTO-IR mixed";
+  return std::to_string(ptx) + " PTX inputs (phos attaches one PTX text; it does not link several)";
 }
 
 std::string_view LinkRecord::single_ptx() const {
