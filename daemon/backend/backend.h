@@ -151,6 +151,20 @@ class Context {
   /// may run without staging. Unregister before unmapping it.
   virtual Status RegisterHostMemory(void* ptr, std::size_t bytes) = 0;
   virtual Status UnregisterHostMemory(void* ptr) = 0;
+  /// Mapped (zero-copy) host memory: makes registered host memory
+  /// [host, host + bytes) reachable by this context's kernels at device
+  /// address `device_address` — the app's own address of the same pages, so
+  /// that the app's host pointer is also its device pointer, as CUDA's
+  /// unified addressing promises (docs/interposer.md "Mapped pinned
+  /// memory"). AlreadyExists when device memory occupies that range;
+  /// NotSupported when the backend cannot (Backend::MapsHostMemoryForKernels).
+  virtual Status MapHostMemoryForKernels(void* host, std::size_t bytes, DevicePtr device_address) {
+    return Status::NotSupported("this backend cannot map host memory for kernels");
+  }
+  /// Undoes MapHostMemoryForKernels (before the host memory is unregistered).
+  virtual Status UnmapHostMemoryForKernels(DevicePtr device_address) {
+    return Status::NotSupported("this backend cannot map host memory for kernels");
+  }
 
   // ---- streams ------------------------------------------------------------
   virtual Status CreateStream(unsigned flags, int priority, StreamHandle* out) = 0;
@@ -263,6 +277,9 @@ class Backend {
   /// the feature an attribute advertises is decided by the session
   /// (daemon/session/device_attributes.h).
   virtual Status GetDeviceAttribute(int device, int attribute, std::int64_t* out) const = 0;
+  /// Whether its contexts implement MapHostMemoryForKernels (phos then
+  /// offers CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY).
+  virtual bool MapsHostMemoryForKernels() const { return false; }
   /// Free/total memory of a device, across all contexts.
   virtual Status GetMemoryInfo(int device, std::uint64_t* free_bytes,
                                std::uint64_t* total_bytes) const = 0;

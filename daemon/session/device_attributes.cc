@@ -14,7 +14,6 @@ struct NotOffered {
 // One row per attribute phos answers 0 for. Keep the reason short: it is
 // what docs/interposer.md and the test print.
 constexpr NotOffered kNotOffered[] = {
-    {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, "mapped (zero-copy) pinned memory is not offered"},
     {CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, "mapped (zero-copy) pinned memory is not offered"},
     {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, "managed memory (cudaMallocManaged) is not offered"},
     {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, "managed memory (cudaMallocManaged) is not offered"},
@@ -78,6 +77,9 @@ Status SessionDeviceAttribute(const backend::Backend& backend, int device, int a
   std::int64_t v = 0;
   PHOS_RETURN_IF_ERROR(backend.GetDeviceAttribute(device, attribute, &v));
   *out = FeatureNotOffered(attribute) != nullptr ? 0 : v;
+  // Mapped pinned memory: offered where the backend maps host memory for
+  // kernels (docs/interposer.md "Mapped pinned memory").
+  if (attribute == CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY && !backend.MapsHostMemoryForKernels()) *out = 0;
   return Status::Ok();
 }
 

@@ -29,7 +29,7 @@ HostSegmentTable::~HostSegmentTable() {
 }
 
 Status HostSegmentTable::Add(uint64_t segment_id, uint64_t app_base, uint64_t bytes, int memfd,
-                             backend::Context* ctx) {
+                             backend::Context* ctx, bool* kernels_reach) {
   FdCloser closer{memfd};
   if (segment_id == 0) return Status::InvalidArgument("host segment id 0");
   if (bytes == 0 || bytes % kPage != 0 || bytes > kMaxSegmentBytes) {
@@ -67,14 +67,43 @@ Status HostSegmentTable::Add(uint64_t segment_id, uint64_t app_base, uint64_t by
   PHOS_RETURN_IF_ERROR(EnsureRegistered(ctx));
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
   if (p == MAP_FAILED) return Status::FromErrno("mmap host segment", errno);
-  Status s = ctx->RegisterHostMemory(p, bytes);
-  if (!s.ok()) {
+  Segment seg{segment_id, bytes, static_cast<std::byte*>(p)};
+  if (Status s = RegisterSegment(ctx, app_base, &seg, /*try_map=*/true); !s.ok()) {
     munmap(p, bytes);
     return s.WithContext("registering a pinned host segment");
   }
-  by_app_base_.emplace(app_base, Segment{segment_id, bytes, static_cast<std::byte*>(p)});
+  if (kernels_reach != nullptr) *kernels_reach = seg.kernels_reach;
+  by_app_base_.emplace(app_base, seg);
   total_bytes_ += bytes;
   return Status::Ok();
+}
+
+Status HostSegmentTable::RegisterSegment(backend::Context* ctx, uint64_t app_base, Segment* seg, bool try_map) {
+  PHOS_RETURN_IF_ERROR(ctx->RegisterHostMemory(seg->mapped, seg->bytes));
+  if (!try_map && !seg->kernels_reach) return Status::Ok();
+  Status m = ctx->MapHostMemoryForKernels(seg->mapped, seg->bytes, app_base);
+  if (m.ok()) {
+    seg->kernels_reach = true;
+  } else if (m.code() == Status::Code::kNotSupported || m.code() == Status::Code::kAlreadyExists) {
+    // Pinned, not mapped: kernels cannot reach it (the app's
+    // cudaHostGetDevicePointer says so). Not an error for the segment.
+    if (m.code() == Status::Code::kAlreadyExists)
+      spdlog::info("host segment {} at 0x{:x} is pinned but not mapped for kernels: {}", seg->id, app_base, m.message());
+    seg->kernels_reach = false;
+  } else {
+    (void)ctx->UnregisterHostMemory(seg->mapped);
+    return m.WithContext("mapping a pinned host segment for kernels");
+  }
+  return Status::Ok();
+}
+
+void HostSegmentTable::UnregisterSegment(backend::Context* ctx, uint64_t app_base, const Segment& seg) {
+  if (seg.kernels_reach) {
+    if (Status s = ctx->UnmapHostMemoryForKernels(app_base); !s.ok())
+      spdlog::warn("unmapping pinned host segment {} for kernels: {}", seg.id, s.ToString());
+  }
+  if (Status s = ctx->UnregisterHostMemory(seg.mapped); !s.ok())
+    spdlog::warn("unregistering pinned host segment {}: {}", seg.id, s.ToString());
 }
 
 std::vector<HostSegmentTable::SegmentInfo> HostSegmentTable::List() const {
@@ -100,12 +129,12 @@ Status HostSegmentTable::Translate(uint64_t app_addr, uint64_t bytes, std::byte*
 Status HostSegmentTable::EnsureRegistered(backend::Context* ctx) {
   if (registered_with_ == ctx) return Status::Ok();
   for (auto& [base, seg] : by_app_base_) {
-    Status s = ctx->RegisterHostMemory(seg.mapped, seg.bytes);
+    Status s = RegisterSegment(ctx, base, &seg, /*try_map=*/false);
     if (!s.ok()) {
       // Leave no half-registered table behind.
       for (auto& [b2, done] : by_app_base_) {
         if (b2 == base) break;
-        (void)ctx->UnregisterHostMemory(done.mapped);
+        UnregisterSegment(ctx, b2, done);
       }
       return s.WithContext("registering pinned host segments with a new context");
     }
@@ -116,10 +145,7 @@ Status HostSegmentTable::EnsureRegistered(backend::Context* ctx) {
 
 void HostSegmentTable::Unregister(backend::Context* ctx) {
   if (ctx == nullptr || registered_with_ != ctx) return;
-  for (auto& [base, seg] : by_app_base_) {
-    Status s = ctx->UnregisterHostMemory(seg.mapped);
-    if (!s.ok()) spdlog::warn("unregistering pinned host segment {}: {}", seg.id, s.ToString());
-  }
+  for (auto& [base, seg] : by_app_base_) UnregisterSegment(ctx, base, seg);
   registered_with_ = nullptr;
 }
 

@@ -43,12 +43,18 @@ class HostSegmentTable {
 
   /// Validates `memfd` (always closed here) and the request, maps the
   /// segment, registers it with `ctx` as pinned and records app_base ->
-  /// phosd's mapping.
-  Status Add(uint64_t segment_id, uint64_t app_base, uint64_t bytes, int memfd, backend::Context* ctx);
+  /// phosd's mapping. Where the backend can, it also makes the segment
+  /// reachable by kernels at app_base (mapped pinned memory: the app's host
+  /// pointer is its device pointer); *kernels_reach (if given) says whether
+  /// that worked — it fails when the app's range is where device memory
+  /// lives, and the segment is then pinned but not mapped.
+  Status Add(uint64_t segment_id, uint64_t app_base, uint64_t bytes, int memfd, backend::Context* ctx,
+             bool* kernels_reach = nullptr);
   /// phosd's address of app range [app_addr, app_addr + bytes), which must
   /// lie inside one segment. InvalidArgument otherwise.
   Status Translate(uint64_t app_addr, uint64_t bytes, std::byte** out) const;
-  /// Registers every segment with `ctx` unless that was done already.
+  /// Registers every segment with `ctx` unless that was done already (and
+  /// maps it for kernels again where it was).
   Status EnsureRegistered(backend::Context* ctx);
   /// Unregisters every segment from `ctx` (if registered with it); the
   /// mappings stay.
@@ -72,7 +78,12 @@ class HostSegmentTable {
     uint64_t id = 0;
     uint64_t bytes = 0;
     std::byte* mapped = nullptr;
+    bool kernels_reach = false;  // mapped for kernels at its app base (MapHostMemoryForKernels)
   };
+  // Registers `seg` with `ctx` and, where it was or `try_map`, maps it for
+  // kernels; undoes the registration when that fails unexpectedly.
+  Status RegisterSegment(backend::Context* ctx, uint64_t app_base, Segment* seg, bool try_map);
+  void UnregisterSegment(backend::Context* ctx, uint64_t app_base, const Segment& seg);
   std::map<uint64_t, Segment> by_app_base_;  // app base -> segment
   uint64_t total_bytes_ = 0;
   backend::Context* registered_with_ = nullptr;  // the context every segment is registered with

@@ -401,7 +401,11 @@ void HandleHostSegmentRegister(SessionState& st, const CallContext& call, const 
   v.api = call.api();
   v.session_id = st.session_id;
   v.synchronous = true;
-  out->Fail(st.executor->Run(v, [&] { return st.host_segments.Add(req.segment_id, req.app_base, req.bytes, fd, st.ctx); }));
+  bool kernels_reach = false;
+  Status s = st.executor->Run(
+      v, [&] { return st.host_segments.Add(req.segment_id, req.app_base, req.bytes, fd, st.ctx, &kernels_reach); });
+  if (!s.ok()) return out->Fail(s);
+  out->Set(wire::HostSegmentReply{kernels_reach ? 1u : 0u, 0});
 }
 
 void HandleHostCopyStats(SessionState& st, const CallContext& call, const wire::NoPayload& req, Outcome* out) {

@@ -1,5 +1,7 @@
 #include "interposer/client/connection.h"
 
+#include <cstring>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -168,13 +170,23 @@ uint32_t Connection::chunk_bytes() const { return state_->region ? state_->regio
 
 size_t Connection::max_payload_bytes() const { return state_->client ? state_->client->max_payload_bytes() : 0; }
 
-WireStatus Connection::ShareHostSegment(uint64_t segment_id, uint64_t bytes, uint64_t app_base, int memfd) {
+WireStatus Connection::ShareHostSegment(uint64_t segment_id, uint64_t bytes, uint64_t app_base, int memfd,
+                                        bool* kernels_reach) {
+  *kernels_reach = false;
   if (WireStatus w = Ensure(); w != WireStatus::kSuccess) return w;
   std::lock_guard<std::mutex> lock(state_->segment_mu);
   Status s = state_->channel->SendHostSegment(ring::HostSegmentRecord{segment_id, bytes, app_base}, memfd);
   if (!s.ok()) return Lost(s);
   const wire::HostSegmentRequest req{segment_id, bytes, app_base};
-  return Call(wire::op::kHostSegmentRegister, 0, std::as_bytes(std::span<const wire::HostSegmentRequest>(&req, 1)));
+  ring::Reply r;
+  const WireStatus w =
+      Call(wire::op::kHostSegmentRegister, 0, std::as_bytes(std::span<const wire::HostSegmentRequest>(&req, 1)), &r);
+  wire::HostSegmentReply reply{};
+  if (w == WireStatus::kSuccess && r.bytes == sizeof(reply)) {
+    std::memcpy(&reply, r.data.data(), sizeof(reply));
+    *kernels_reach = reply.kernels_reach == 1;
+  }
+  return w;
 }
 
 }  // namespace phos::client

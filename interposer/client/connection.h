@@ -51,8 +51,10 @@ class Connection {
   /// Shares a pinned host segment with phosd (docs/interposer.md "Pinned
   /// host memory and copies"): sends the channel record with `memfd`, then
   /// Calls wire::op::kHostSegmentRegister, both under one lock so records
-  /// and calls pair up. `memfd` stays the caller's.
-  WireStatus ShareHostSegment(uint64_t segment_id, uint64_t bytes, uint64_t app_base, int memfd);
+  /// and calls pair up. `memfd` stays the caller's. *kernels_reach: whether
+  /// phosd mapped the segment for kernels at app_base (mapped pinned memory).
+  WireStatus ShareHostSegment(uint64_t segment_id, uint64_t bytes, uint64_t app_base, int memfd,
+                              bool* kernels_reach);
 
   /// In a child forked after this process connected (fork_guard.cc's
   /// pthread_atfork child handler; the child is single-threaded then):

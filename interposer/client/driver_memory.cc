@@ -98,8 +98,11 @@ PHOS_EXPORT CUresult cuMemFreeHost(void* p) {
 
 // Page-locking the app's own memory (numba's cuda.pinned uses it): the
 // runtime's cudaHostRegister family, whose flag values equal the driver's
-// CU_MEMHOSTREGISTER_*. The memory has no device alias under phos
-// (cuMemHostGetDevicePointer answers NOT_SUPPORTED, as cudaHostGetDevicePointer).
+// CU_MEMHOSTREGISTER_*. Registered memory has no device alias under phos
+// (cuMemHostGetDevicePointer answers NOT_SUPPORTED for it, as
+// cudaHostGetDevicePointer); cuMemHostAlloc / cuMemAllocHost memory has one
+// where phosd mapped its segment for kernels (docs/interposer.md "Mapped
+// pinned memory").
 static_assert(CU_MEMHOSTREGISTER_PORTABLE == cudaHostRegisterPortable &&
               CU_MEMHOSTREGISTER_DEVICEMAP == cudaHostRegisterMapped &&
               CU_MEMHOSTREGISTER_IOMEMORY == cudaHostRegisterIoMemory &&

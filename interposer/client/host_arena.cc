@@ -99,7 +99,9 @@ bool HostArena::FindAllocation(const void* ptr, Allocation* out) const {
   if (it == live_.begin()) return false;
   --it;
   if (p - it->first >= std::max<size_t>(it->second.requested, 1)) return false;
-  if (out) *out = Allocation{it->first, it->second.requested, it->second.flags, it->second.segment->seg.id};
+  if (out)
+    *out = Allocation{it->first, it->second.requested, it->second.flags, it->second.segment->seg.id,
+                      it->second.segment->seg.kernels_reach};
   return true;
 }
 

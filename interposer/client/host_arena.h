@@ -32,6 +32,7 @@ struct HostSegment {
   uint64_t id = 0;
   std::byte* base = nullptr;  // page aligned
   size_t bytes = 0;           // a multiple of the page size
+  bool kernels_reach = false;  // phosd mapped it for kernels (mapped pinned memory)
 };
 
 /// Makes a segment of exactly `bytes` bytes. Returns 0, or a nonzero error
@@ -63,6 +64,7 @@ class HostArena {
     size_t bytes = 0;  // as requested
     unsigned flags = 0;
     uint64_t segment_id = 0;
+    bool kernels_reach = false;  // its segment's HostSegment::kernels_reach
   };
   /// The live allocation containing `p`.
   bool FindAllocation(const void* p, Allocation* out) const;

@@ -56,13 +56,14 @@ int MakeSharedSegment(size_t bytes, HostSegment* out) {
     return cudaErrorMemoryAllocation;
   }
   const uint64_t id = g_next_segment_id.fetch_add(1, std::memory_order_relaxed);
-  WireStatus w = c.ShareHostSegment(id, bytes, reinterpret_cast<uint64_t>(p), fd);
+  bool kernels_reach = false;
+  WireStatus w = c.ShareHostSegment(id, bytes, reinterpret_cast<uint64_t>(p), fd, &kernels_reach);
   close(fd);  // phosd holds its own reference; our mapping keeps the pages
   if (w != WireStatus::kSuccess) {
     munmap(p, bytes);
     return static_cast<int>(w);
   }
-  *out = HostSegment{id, static_cast<std::byte*>(p), bytes};
+  *out = HostSegment{id, static_cast<std::byte*>(p), bytes, kernels_reach};
   return 0;
 }
 
@@ -129,10 +130,11 @@ bool IsPinnedRange(const void* p, size_t n) { return Arena().InSegment(p, n); }
 using namespace phos::client;  // NOLINT
 
 // Flags under phos: Portable — every allocation is usable from every
-// context anyway (phosd registers segments portable); Mapped — accepted,
-// but there is no device alias of the memory (cudaHostGetDevicePointer
-// answers cudaErrorNotSupported): kernels cannot read host memory through
-// phos; WriteCombined — accepted and ignored (ordinary cached memory, a
+// context anyway (phosd registers segments portable); Mapped — every arena
+// segment phosd could map for kernels is mapped, at the app's own address
+// (the host pointer is the device pointer, as with unified addressing;
+// docs/interposer.md "Mapped pinned memory"), with or without the flag;
+// WriteCombined — accepted and ignored (ordinary cached memory, a
 // performance hint only).
 PHOS_EXPORT cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
   return HostAlloc(ptr, size, flags);
@@ -194,16 +196,40 @@ PHOS_EXPORT cudaError_t cudaHostGetFlags(unsigned int* flags, void* ptr) {
   return cudaSuccess;
 }
 
+// Arena memory in a segment phosd mapped for kernels: the device pointer is
+// the host pointer. cudaHostRegister'ed memory is the app's private pages,
+// which phosd cannot reach: refused by name, like a segment phosd could not
+// map (the backend cannot, or device memory lives at that address).
 PHOS_EXPORT cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int flags) {
   if (pDevice == nullptr || pHost == nullptr || flags != 0) return SetError(cudaErrorInvalidValue);
-  static std::atomic<bool> once{false};
-  LogOnce(once, "cudaHostGetDevicePointer: mapped host memory has no device alias under phos "
-                "(kernels cannot access host memory); returning cudaErrorNotSupported");
-  return SetError(cudaErrorNotSupported);
+  HostArena::Allocation a;
+  if (Arena().FindAllocation(pHost, &a)) {
+    if (a.kernels_reach) {
+      *pDevice = pHost;
+      return cudaSuccess;
+    }
+    static std::atomic<bool> once{false};
+    LogOnce(once, "cudaHostGetDevicePointer: this pinned memory is not mapped for kernels (phosd's backend cannot "
+                  "map host memory, or device memory occupies its address); returning cudaErrorNotSupported");
+    return SetError(cudaErrorNotSupported);
+  }
+  {
+    RegisteredRanges& r = Registered();
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.FindLocked(reinterpret_cast<uintptr_t>(pHost)) != r.ranges.end()) {
+      static std::atomic<bool> once{false};
+      LogOnce(once, "cudaHostGetDevicePointer: memory registered with cudaHostRegister stays in the app's private "
+                    "pages, which phos cannot map for kernels (allocate it with cudaHostAlloc(cudaHostAllocMapped) "
+                    "instead); returning cudaErrorNotSupported");
+      return SetError(cudaErrorNotSupported);
+    }
+  }
+  return SetError(cudaErrorInvalidValue);  // not pinned memory at all, as CUDA answers
 }
 
-// What CUDA reports, with these phos differences: pinned and registered
-// host memory has no device alias (devicePointer is null).
+// What CUDA reports, with these phos differences: pinned memory has a
+// device pointer (itself) only where phosd mapped its segment for kernels;
+// cudaHostRegister'ed memory has none (devicePointer is null).
 PHOS_EXPORT cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* ptr) {
   if (attr == nullptr) return SetError(cudaErrorInvalidValue);
   *attr = cudaPointerAttributes{};
@@ -216,7 +242,9 @@ PHOS_EXPORT cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, co
     attr->hostPointer = nullptr;
     return cudaSuccess;
   }
-  bool host = ptr != nullptr && Arena().FindAllocation(ptr, nullptr);
+  HostArena::Allocation a;
+  bool host = ptr != nullptr && Arena().FindAllocation(ptr, &a);
+  const bool mapped = host && a.kernels_reach;
   if (!host && ptr != nullptr) {
     RegisteredRanges& r = Registered();
     std::lock_guard<std::mutex> lock(r.mu);
@@ -225,7 +253,7 @@ PHOS_EXPORT cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, co
   if (host) {
     attr->type = cudaMemoryTypeHost;
     attr->device = 0;
-    attr->devicePointer = nullptr;
+    attr->devicePointer = mapped ? const_cast<void*>(ptr) : nullptr;
     attr->hostPointer = const_cast<void*>(ptr);
     return cudaSuccess;
   }

@@ -370,6 +370,17 @@ struct HostSegmentRequest {
 };
 static_assert(sizeof(HostSegmentRequest) == 24);
 
+/// kHostSegmentRegister's reply. `kernels_reach`: 1 when kernels reach the
+/// segment at app_base (mapped pinned memory: the app's host pointer is its
+/// device pointer; docs/interposer.md "Mapped pinned memory"), 0 when it is
+/// pinned only (the backend cannot map host memory, or device memory lives
+/// at that address).
+struct HostSegmentReply {
+  uint32_t kernels_reach;
+  uint32_t reserved;
+};
+static_assert(sizeof(HostSegmentReply) == 8);
+
 /// kMemcpy2D / kMemcpy2DAsync: `height` rows of `width` bytes; row r is at
 /// dst + r*dpitch / src + r*spitch. By `dir`:
 ///   kDeviceToDevice, kPinnedToDevice, kDeviceToPinned: both pitches real;

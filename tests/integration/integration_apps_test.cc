@@ -314,6 +314,12 @@ TEST_F(IntegrationTest, PinnedHostMemoryAndCopies) {
   Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/host_memory");
   EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
   EXPECT_NE(c.output.find("host_memory: OK"), std::string::npos) << c.output;
+  // The sim maps pinned memory for kernels (docs/interposer.md "Mapped
+  // pinned memory"), also again after cudaDeviceReset.
+  EXPECT_NE(c.output.find("host_memory: mapped: kernels read and wrote 5000 mapped pinned floats"), std::string::npos)
+      << c.output;
+  EXPECT_NE(c.output.find("host_memory: mapped after a device reset: kernels read and wrote 5000"), std::string::npos)
+      << c.output;
 }
 
 }  // namespace

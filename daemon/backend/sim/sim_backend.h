@@ -24,6 +24,7 @@ class SimBackend final : public Backend {
   int device_count() const override { return shared_->options.device_count; }
   Status GetDeviceProperties(int device, DeviceProperties* out) const override;
   Status GetDeviceAttribute(int device, int attribute, std::int64_t* out) const override;
+  bool MapsHostMemoryForKernels() const override { return true; }
   Status GetMemoryInfo(int device, std::uint64_t* free_bytes,
                        std::uint64_t* total_bytes) const override;
   Status CreateContext(int device, std::unique_ptr<Context>* out) override;

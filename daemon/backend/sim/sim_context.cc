@@ -99,6 +99,26 @@ Status SimContext::RegisterHostMemory(void* ptr, std::size_t bytes) {
   return Status::Ok();
 }
 
+// The alias is the app's address of the pages; it must not be one the
+// sim's device memory can occupy, or a kernel's pointer would be ambiguous.
+Status SimContext::MapHostMemoryForKernels(void* host, std::size_t bytes, DevicePtr device_address) {
+  const SimAddressSpace& space = *shared_->memory;
+  if (device_address < space.base() + space.size() && space.base() < device_address + bytes) {
+    return Status::AlreadyExists("host range at " + Hex(device_address) + " (" + std::to_string(bytes) +
+                                 " bytes) lies in the sim's device address range");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto start = reinterpret_cast<std::uintptr_t>(host);
+    auto it = host_ranges_.upper_bound(start);
+    if (it == host_ranges_.begin() || (--it, start - it->first >= it->second) || bytes > it->second - (start - it->first))
+      return Status::InvalidArgument("MapHostMemoryForKernels: the host memory is not registered");
+  }
+  return host_aliases_->Add(device_address, host, bytes);
+}
+
+Status SimContext::UnmapHostMemoryForKernels(DevicePtr device_address) { return host_aliases_->Remove(device_address); }
+
 Status SimContext::UnregisterHostMemory(void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   if (host_ranges_.erase(reinterpret_cast<std::uintptr_t>(ptr)) == 0) {
@@ -537,8 +557,8 @@ Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
   const std::uint64_t owner = id_;
   std::shared_ptr<std::atomic<bool>> cancel = abandoned_;
   return EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes, params,
-                                owner, cancel]() -> Status {
-    SimKernelMemory memory(shared->memory.get(), owner);
+                                owner, cancel, aliases = host_aliases_]() -> Status {
+    SimKernelMemory memory(shared->memory.get(), owner, aliases.get());
     interp::LaunchOptions options;
     options.cancel = cancel.get();
     return interp::LaunchKernel(module->program(), name, {grid.x, grid.y, grid.z},

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/sim/sim_event.h"
+#include "backend/sim/sim_host_aliases.h"
 #include "backend/sim/sim_module.h"
 #include "backend/sim/sim_shared.h"
 #include "backend/sim/sim_stream.h"
@@ -33,6 +34,8 @@ class SimContext final : public Context {
   Status GetMemoryInfo(std::uint64_t* free_bytes, std::uint64_t* total_bytes) override;
   Status RegisterHostMemory(void* ptr, std::size_t bytes) override;
   Status UnregisterHostMemory(void* ptr) override;
+  Status MapHostMemoryForKernels(void* host, std::size_t bytes, DevicePtr device_address) override;
+  Status UnmapHostMemoryForKernels(DevicePtr device_address) override;
 
   Status CreateStream(unsigned flags, int priority, StreamHandle* out) override;
   Status DestroyStream(StreamHandle stream) override;
@@ -107,6 +110,8 @@ class SimContext final : public Context {
   // Set once by Abandon(); read by every stream and queued kernel launch
   // (they share it, so it outlives the context if one of them does).
   const std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  // Mapped host memory; its own lock. Shared with queued launches.
+  const std::shared_ptr<SimHostAliases> host_aliases_ = std::make_shared<SimHostAliases>();
 
   // mu_ protects every member below, and serialises enqueueing so the
   // default-stream dependencies of concurrent enqueues never form a cycle.

@@ -20,7 +20,10 @@ void* SimKernelMemory::Translate(std::uint64_t addr, std::size_t bytes, bool /*w
   if (CachedLocked(addr, bytes)) return reinterpret_cast<void*>(addr);
   DevicePtr start = 0;
   std::uint64_t size = 0;
-  if (!space_->PinOwnedRange(addr, bytes, owner_, &pin_, &start, &size).ok()) return nullptr;
+  if (!space_->PinOwnedRange(addr, bytes, owner_, &pin_, &start, &size).ok()) {
+    // Not device memory of this context: mapped host memory, or illegal.
+    return host_aliases_ != nullptr ? host_aliases_->Translate(addr, bytes) : nullptr;
+  }
   pinned_.emplace_back(start, start + size);
   return reinterpret_cast<void*>(addr);
 }

@@ -5,7 +5,9 @@
 // allocation are checked against the cached bounds under a shared lock.
 // One object per launch; pins are released when it is destroyed. Only the
 // launching context's allocations can be pinned: another session's memory
-// is an illegal address for this kernel.
+// is an illegal address for this kernel. Mapped host memory
+// (SimHostAliases) is reached through the context's aliases, after device
+// memory.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "backend/sim/sim_address_space.h"
+#include "backend/sim/sim_host_aliases.h"
 #include "interp/memory.h"
 
 namespace phos::backend::sim {
@@ -22,7 +25,10 @@ class SimKernelMemory final : public interp::GlobalMemory {
  public:
   /// `owner`: the launching context; the kernel may touch only its
   /// allocations (SimAddressSpace::PinOwnedRange).
-  SimKernelMemory(SimAddressSpace* space, std::uint64_t owner) : space_(space), owner_(owner) {}
+  /// `host_aliases` (may be null): the context's mapped host memory; the
+  /// caller keeps it alive for the launch.
+  SimKernelMemory(SimAddressSpace* space, std::uint64_t owner, const SimHostAliases* host_aliases = nullptr)
+      : space_(space), owner_(owner), host_aliases_(host_aliases) {}
   /// Called by every interpreter worker thread at once.
   void* Translate(std::uint64_t addr, std::size_t bytes, bool write) override;
 
@@ -31,6 +37,7 @@ class SimKernelMemory final : public interp::GlobalMemory {
 
   SimAddressSpace* const space_;
   const std::uint64_t owner_;
+  const SimHostAliases* const host_aliases_;
   std::shared_mutex mu_;  // shared: lookups; exclusive: pinning a new allocation
   std::vector<std::pair<std::uint64_t, std::uint64_t>> pinned_;  // [begin, end); guarded by mu_
   SimAddressSpace::Pin pin_;                                     // guarded by mu_

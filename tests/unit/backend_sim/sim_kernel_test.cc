@@ -1,5 +1,7 @@
 // Kernels on the sim: nvcc-built fatbins run in the PTX interpreter, and
 // what the sim cannot run is refused by name.
+#include <sys/mman.h>
+
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -124,6 +126,50 @@ TEST(SimKernels, IllegalAddressIsAStickyErrorOfTheStream) {
   Status s = f.ctx->Synchronize();
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("saxpy"), std::string::npos) << s.message();
+}
+
+// Mapped pinned memory: registered host memory mapped for kernels at
+// another address (the app's address of the same pages) is read and
+// written there; unmapped, that address is illegal again.
+TEST(SimKernels, MappedHostMemoryIsReachedAtItsAppAddress) {
+  SimFixture f;
+  SIM_ASSERT_OK(f.Init());
+  ModuleHandle m = 0;
+  SIM_ASSERT_OK(f.ctx->LoadModule(testing::kSaxpyPtx, sizeof testing::kSaxpyPtx, &m));
+  FunctionHandle fn = 0;
+  SIM_ASSERT_OK(f.ctx->GetFunction(m, "saxpy", &fn));
+  const std::size_t bytes = 64 * 1024;
+  const int n = static_cast<int>(bytes / sizeof(float));
+  std::vector<float> host(2 * n);  // phosd's mapping: x, then y
+  for (int i = 0; i < 2 * n; ++i) host[i] = static_cast<float>(i % 1000);
+  // The "app address": a reserved range nothing else uses.
+  void* app = mmap(nullptr, 2 * bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(app, MAP_FAILED);
+  const auto app_base = reinterpret_cast<std::uint64_t>(app);
+  SIM_EXPECT_CODE(f.ctx->MapHostMemoryForKernels(host.data(), 2 * bytes, app_base), kInvalidArgument);  // not registered
+  SIM_ASSERT_OK(f.ctx->RegisterHostMemory(host.data(), 2 * bytes));
+  DevicePtr dev = 0;
+  SIM_ASSERT_OK(f.ctx->Allocate(4096, 0, &dev));
+  SIM_EXPECT_CODE(f.ctx->MapHostMemoryForKernels(host.data(), 2 * bytes, dev), kAlreadyExists);  // device range
+  SIM_ASSERT_OK(f.ctx->MapHostMemoryForKernels(host.data(), 2 * bytes, app_base));
+  SIM_EXPECT_CODE(f.ctx->MapHostMemoryForKernels(host.data(), bytes, app_base + 4096), kAlreadyExists);
+  std::vector<std::uint8_t> params;
+  Put<std::uint64_t>(&params, 0, app_base);          // x
+  Put<std::uint64_t>(&params, 8, app_base + bytes);  // y
+  Put<float>(&params, 16, 3.0f);
+  Put<std::uint32_t>(&params, 20, static_cast<std::uint32_t>(n));
+  SIM_ASSERT_OK(f.ctx->LaunchKernel(fn, Dim3{static_cast<unsigned>((n + 255) / 256), 1, 1}, Dim3{256, 1, 1}, 0,
+                                    kDefaultStream, params));
+  SIM_ASSERT_OK(f.ctx->Synchronize());
+  for (int i = 0; i < n; ++i) {
+    const float x = static_cast<float>(i % 1000), y = static_cast<float>((n + i) % 1000);
+    ASSERT_EQ(host[n + i], 3.0f * x + y) << i;
+  }
+  SIM_ASSERT_OK(f.ctx->UnmapHostMemoryForKernels(app_base));
+  SIM_EXPECT_CODE(f.ctx->UnmapHostMemoryForKernels(app_base), kInvalidArgument);
+  SIM_ASSERT_OK(f.ctx->LaunchKernel(fn, Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, kDefaultStream, params));
+  EXPECT_FALSE(f.ctx->Synchronize().ok());  // the app address is no longer reachable
+  munmap(app, 2 * bytes);
 }
 
 TEST(SimKernels, ConcurrentLaunchesOnSeveralStreams) {
