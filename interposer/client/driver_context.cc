@@ -109,6 +109,8 @@ void NoteDriverInit() {
 
 bool RuntimeCameFirst() { return g_runtime_first.load(std::memory_order_relaxed); }
 
+CUcontext PrimaryContextHandle(CUdevice dev) { return dev == 0 ? AsHandle(&Ctx().primary) : nullptr; }
+
 // On every call's path: no lock. A stack entry was validated (Live) when it
 // was pushed, so only its destroyed flag can have changed since.
 CUresult CheckContext() {

@@ -44,6 +44,10 @@ CUresult CheckContext();
 /// the primary context is this process's implicit current context, as the
 /// CUDA runtime makes it (see driver_context.cc).
 bool RuntimeCameFirst();
+/// The device's primary context handle, without retaining or activating it
+/// (what the runtime's private interface hands the CUDA runtime: see
+/// export_tables.cc).
+CUcontext PrimaryContextHandle(CUdevice dev);
 /// Called by cuInit: records whether the runtime came first.
 void NoteDriverInit();
 

@@ -387,3 +387,12 @@ PHOS_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, un
   return LaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, stream,
                       kernelParams, extra);
 }
+
+// phos loads a module when cuModuleLoad* is called (see the file comment):
+// eager loading, whatever CUDA_MODULE_LOADING says.
+PHOS_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *mode = CU_MODULE_EAGER_LOADING;
+  return CUDA_SUCCESS;
+}
