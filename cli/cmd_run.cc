@@ -1,7 +1,8 @@
 // phos run [--name NAME] [--lib PATH] [--no-pid-ns] [--] CMD ARGS...: run an unmodified
 // CUDA program against phosd by preloading libphos.so (docs/interposer.md
-// "libphos.so and phos run"). Programs that link the CUDA runtime
-// statically (nvcc's default) cannot be interposed and are refused.
+// "libphos.so and phos run"). A program that links the CUDA runtime
+// statically (nvcc's default) runs that runtime over phos's driver API
+// (libphos.so's export tables: docs/interposer.md "Export tables").
 //
 // Pid namespace (default when allowed, docs/criu.md "Pid namespaces"): the
 // program runs as pid 1 of a new pid namespace and leads its own session,
@@ -9,7 +10,6 @@
 // of times, on any host (the restored copy gets a new pid namespace, so its
 // pid can never collide). `phos run` stays as its parent in our namespace:
 // it forwards signals and exits with the program's status.
-#include <elf.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -17,7 +17,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -56,76 +55,6 @@ std::string ResolveOnPath(const std::string& cmd) {
   return "";
 }
 
-
-// What the ELF file says about how it uses the CUDA runtime.
-struct CudartLinkage {
-  bool is_elf = false;
-  bool needs_shared_cudart = false;  // DT_NEEDED libcudart.so*
-  bool defines_cudart = false;       // defines __cudaRegisterFatBinary / cudaMalloc / ...
-  bool has_fatbin = false;           // a .nv_fatbin section
-  // The text of the CUDA runtime's own driver lookups ("cuGetExportTable",
-  // which only an embedded runtime asks cuGetProcAddress for): survives
-  // `strip`, unlike the symbols.
-  bool embeds_runtime_code = false;
-
-  /// nvcc's default build: the runtime is inside the program. A .nv_fatbin
-  /// alone is not enough: nvcc's link stub puts one into programs that use
-  /// only the driver API or NVRTC (and never load the runtime).
-  bool static_cudart() const {
-    return is_elf && !needs_shared_cudart && (defines_cudart || (has_fatbin && embeds_runtime_code));
-  }
-};
-
-CudartLinkage InspectElf(const std::string& path) {
-  CudartLinkage out;
-  std::ifstream f(path, std::ios::binary);
-  std::vector<char> data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (data.size() < sizeof(Elf64_Ehdr) || std::memcmp(data.data(), ELFMAG, SELFMAG) != 0 ||
-      data[EI_CLASS] != ELFCLASS64)
-    return out;
-  out.is_elf = true;
-  static constexpr std::string_view kRuntimeMarker = "cuGetExportTable";
-  out.embeds_runtime_code =
-      std::search(data.begin(), data.end(), kRuntimeMarker.begin(), kRuntimeMarker.end()) != data.end();
-  Elf64_Ehdr eh;
-  std::memcpy(&eh, data.data(), sizeof eh);
-  if (eh.e_shoff == 0 || eh.e_shentsize != sizeof(Elf64_Shdr) ||
-      eh.e_shoff + uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr) > data.size())
-    return out;
-  std::vector<Elf64_Shdr> sh(eh.e_shnum);
-  std::memcpy(sh.data(), data.data() + eh.e_shoff, eh.e_shnum * sizeof(Elf64_Shdr));
-  auto in_bounds = [&](const Elf64_Shdr& s) { return s.sh_offset + s.sh_size <= data.size(); };
-  auto str_at = [&](const Elf64_Shdr& strtab, uint64_t off) -> std::string {
-    if (!in_bounds(strtab) || off >= strtab.sh_size) return "";
-    const char* b = data.data() + strtab.sh_offset + off;
-    return std::string(b, strnlen(b, strtab.sh_size - off));
-  };
-  const Elf64_Shdr* shstr = eh.e_shstrndx < sh.size() ? &sh[eh.e_shstrndx] : nullptr;
-  for (const auto& s : sh) {
-    if (shstr && str_at(*shstr, s.sh_name) == ".nv_fatbin") out.has_fatbin = true;
-    if (s.sh_link >= sh.size() || !in_bounds(s)) continue;
-    const Elf64_Shdr& strtab = sh[s.sh_link];
-    if (s.sh_type == SHT_DYNAMIC) {
-      for (uint64_t o = 0; o + sizeof(Elf64_Dyn) <= s.sh_size; o += sizeof(Elf64_Dyn)) {
-        Elf64_Dyn d;
-        std::memcpy(&d, data.data() + s.sh_offset + o, sizeof d);
-        if (d.d_tag == DT_NULL) break;
-        if (d.d_tag == DT_NEEDED && str_at(strtab, d.d_un.d_val).rfind("libcudart.so", 0) == 0)
-          out.needs_shared_cudart = true;
-      }
-    } else if (s.sh_type == SHT_SYMTAB || s.sh_type == SHT_DYNSYM) {
-      for (uint64_t o = 0; o + sizeof(Elf64_Sym) <= s.sh_size; o += sizeof(Elf64_Sym)) {
-        Elf64_Sym sym;
-        std::memcpy(&sym, data.data() + s.sh_offset + o, sizeof sym);
-        if (sym.st_shndx == SHN_UNDEF) continue;
-        const std::string name = str_at(strtab, sym.st_name);
-        if (name == "__cudaRegisterFatBinary" || name == "cudaMalloc" || name == "cudaLaunchKernel")
-          out.defines_cudart = true;
-      }
-    }
-  }
-  return out;
-}
 
 // A directory holding `libcuda.so.1` and `libcuda.so` as symlinks to
 // libphos.so, put first on LD_LIBRARY_PATH: a program that dlopen()s the
@@ -255,13 +184,6 @@ int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::st
     std::cerr << "phos run: " << args.front() << ": command not found (not an executable file on PATH)\n";
     return 127;
   }
-  const CudartLinkage link = InspectElf(path);
-  if (link.static_cudart()) {
-    std::cerr << "phos run: " << path
-              << " links the CUDA runtime statically (nvcc's default), so phos cannot interpose it; "
-                 "rebuild it with `nvcc -cudart shared`\n";
-    return 2;
-  }
   if (lib.empty()) {
     if (const char* env = std::getenv("PHOS_LIB"); env != nullptr && env[0] != '\0') lib = env;
   }
@@ -353,7 +275,8 @@ void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
   CLI::App* cmd = app->add_subcommand(
       "run",
       "Run a CUDA program on phosd: preloads libphos.so so the program's CUDA calls go to the daemon "
-      "(which must be running). The program must be built with `nvcc -cudart shared`. Exits with the "
+      "(which must be running). Built with the shared CUDA runtime (`nvcc -cudart shared`) or nvcc's "
+      "default static one, driver-API programs, Python frameworks: all run unmodified. Exits with the "
       "program's status.");
   cmd->add_option("--lib", *lib, "libphos.so to preload (default $PHOS_LIB, else the one installed with phos)");
   cmd->add_option("--name", *name,

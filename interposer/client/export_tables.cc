@@ -19,6 +19,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -329,6 +331,19 @@ const KnownTable kTables[] = {
      kIntegrityCheck},
 };
 
+// Probes whose NOT_FOUND the asker handles: f8cff951 (every CUDA 12.9+
+// runtime; success would make it skip its CUDART_INTERFACE setup) and
+// da9151d3 (nvJitLink).
+bool ExpectedAbsent(const CUuuid* id) {
+  static const unsigned char kProbes[][16] = {
+      {0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9},
+      {0xda, 0x91, 0x51, 0xd3, 0x3a, 0xe6, 0xcc, 0x41, 0xa5, 0xc0, 0x4f, 0x26, 0xd5, 0x33, 0xe3, 0x28},
+  };
+  for (const auto& p : kProbes)
+    if (std::memcmp(p, id->bytes, 16) == 0) return true;
+  return false;
+}
+
 }  // namespace
 }  // namespace phos::client
 
@@ -347,5 +362,16 @@ PHOS_EXPORT CUresult cuGetExportTable(const void** ppExportTable, const CUuuid* 
     }
   }
   if (Trace()) std::fprintf(stderr, "phos: cuGetExportTable %s: not found\n", id);
+  // Tables the runtime and libraries probe and go on without (the driver's
+  // answer for those is NOT_FOUND too) are not worth a line; others are
+  // named once, as every unsupported call is.
+  if (!ExpectedAbsent(pExportTableId)) {
+    static std::mutex mu;
+    static std::set<std::string>* said = new std::set<std::string>();  // guarded by mu; leaked
+    std::lock_guard<std::mutex> lock(mu);
+    if (said->insert(id).second)
+      std::fprintf(stderr, "phos: cuGetExportTable: the driver's private table %s is not provided by phos "
+                           "(answered CUDA_ERROR_NOT_FOUND)\n", id);
+  }
   return CUDA_ERROR_NOT_FOUND;
 }
