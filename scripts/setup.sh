@@ -144,8 +144,8 @@ else
   say "Python SDK venv $SDK_VENV: $(sdk_venv_versions)"
 fi
 
-# ---- 2d. GPU frameworks venv: numba-cuda from PyPI -------------------------
-# tests/frameworks runs numba-cuda's kernels, unmodified, under `phos run` on
+# ---- 2d. GPU frameworks venv: numba-cuda and CuPy from PyPI ----------------
+# tests/frameworks runs numba-cuda's and CuPy's kernels, unmodified, under `phos run` on
 # the sim (docs/compatibility.md). Its venv holds exactly the pins of
 # tests/frameworks/requirements.txt; made once from PyPI, again when they
 # change. PHOS_FRAMEWORKS_VENV moves it (then also cmake -DPHOS_FRAMEWORKS_VENV=).
@@ -153,16 +153,16 @@ FW_VENV=${PHOS_FRAMEWORKS_VENV:-/opt/phos/frameworks-venv}
 FW_REQS_FILE="$(cd "$(dirname "$0")/.." && pwd)/tests/frameworks/requirements.txt"
 FW_REQS=$(grep -v '^#' "$FW_REQS_FILE" | sed '/^$/d')
 fw_venv_ok() {
-  "$FW_VENV/bin/python" -c 'import numpy, numba.cuda, cuda.bindings' 2>/dev/null &&
+  "$FW_VENV/bin/python" -c 'import numpy, numba.cuda, cuda.bindings, cupy' 2>/dev/null &&
     [[ "$(cat "$FW_VENV/phos-requirements.txt" 2>/dev/null)" == "$FW_REQS" ]]
 }
 fw_venv_versions() {
-  "$FW_VENV/bin/python" -c 'import importlib.metadata as m; print(" ".join(p + " " + m.version(p) for p in ("numba-cuda", "numba", "cuda-bindings", "numpy")))'
+  "$FW_VENV/bin/python" -c 'import importlib.metadata as m; print(" ".join(p + " " + m.version(p) for p in ("numba-cuda", "numba", "cupy-cuda13x", "cuda-bindings", "numpy")))'
 }
 if fw_venv_ok; then
   say "GPU frameworks venv $FW_VENV: present ($(fw_venv_versions))"
 else
-  ((CHECK_ONLY)) && { say "missing: the GPU frameworks venv $FW_VENV (numba-cuda)"; exit 1; }
+  ((CHECK_ONLY)) && { say "missing: the GPU frameworks venv $FW_VENV (numba-cuda, CuPy)"; exit 1; }
   say "making the GPU frameworks venv $FW_VENV from PyPI: ${FW_REQS//$'\n'/ }"
   $SUDO mkdir -p "$(dirname "$FW_VENV")"
   [[ -x "$FW_VENV/bin/python" ]] || $SUDO /usr/bin/python3 -m venv "$FW_VENV"
