@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <unordered_set>
 
 #include "interp/exec.h"
 #include "interp/numeric.h"
@@ -79,6 +80,7 @@ class ProgramBuilder {
       }
     }
     LayoutShared();
+    SizeKernelShared();
     for (size_t i = 0; i < fns_.size(); ++i) PHOS_RETURN_IF_ERROR(DecodeFunction(*fns_[i], &p_->functions_[i]));
     return Status::Ok();
   }
@@ -199,6 +201,62 @@ class ProgramBuilder {
       if (const auto* v = std::get_if<ptx::VarDecl>(&item); v && IsSharedSpace(v->space)) {
         module_shared_[v->name] = IsDynamicShared(*v) ? dyn_shared_ : shared_off_[v];
       }
+    }
+  }
+
+  // Every symbol name an operand mentions (callees, variables, address
+  // bases), nested operands included.
+  static void NamesIn(const ptx::Operand& o, std::vector<const std::string*>* out) {
+    if (o.kind == ptx::Operand::Kind::kSymbol || (o.kind == ptx::Operand::Kind::kAddress && !o.base_is_reg)) {
+      if (!o.name.empty()) out->push_back(&o.name);
+    }
+    for (const ptx::Operand& e : o.elems) NamesIn(e, out);
+  }
+
+  // Program::kernel_shared_: per entry, the .shared bytes of what it can
+  // reach (its body, the functions it calls, the module-level variables
+  // they name), laid out in that order with each variable's alignment. The
+  // interpreter still gives every block the program-wide layout; this is
+  // what the kernel's attributes report (a module of many kernels must not
+  // make each of them look too big to launch).
+  void SizeKernelShared() {
+    std::unordered_map<std::string, const ptx::VarDecl*> module_shared;
+    for (const auto& item : m_.items) {
+      if (const auto* v = std::get_if<ptx::VarDecl>(&item); v && IsSharedSpace(v->space) && !IsDynamicShared(*v))
+        module_shared[v->name] = v;
+    }
+    for (const ptx::Function* entry : fns_) {
+      if (!entry->is_entry) continue;
+      std::vector<const ptx::Function*> todo = {entry};
+      std::unordered_set<const ptx::Function*> seen = {entry};
+      std::unordered_set<const ptx::VarDecl*> counted;
+      uint64_t size = 0;
+      const auto add = [&](const ptx::VarDecl& v) {
+        if (!counted.insert(&v).second) return;
+        size = AlignUp(size, VarAlign(v)) + VarBytes(v);
+      };
+      while (!todo.empty()) {
+        const ptx::Function* f = todo.back();
+        todo.pop_back();
+        for (const auto& st : f->body) {
+          if (const auto* v = std::get_if<ptx::VarDecl>(&st)) {
+            if (IsSharedSpace(v->space) && !IsDynamicShared(*v)) add(*v);
+            continue;
+          }
+          const auto* in = std::get_if<ptx::Instruction>(&st);
+          if (in == nullptr) continue;
+          std::vector<const std::string*> names;
+          for (const ptx::Operand& o : in->operands) NamesIn(o, &names);
+          for (const std::string* n : names) {
+            if (auto v = module_shared.find(*n); v != module_shared.end()) add(*v->second);
+            if (auto fi = p_->function_index_.find(*n); fi != p_->function_index_.end()) {
+              const ptx::Function* callee = fns_[static_cast<size_t>(fi->second)];
+              if (seen.insert(callee).second) todo.push_back(callee);
+            }
+          }
+        }
+      }
+      p_->kernel_shared_[entry->name] = static_cast<uint32_t>(std::min<uint64_t>(size, p_->shared_size_));
     }
   }
 

@@ -147,7 +147,17 @@ class Program {
   bool InConstStorage(uint64_t addr) const {
     return addr >= const_begin_ && addr < const_end_;
   }
+  // Static shared memory of the whole program: every .shared variable of
+  // the module laid out once (what a block of any kernel is given).
   uint32_t static_shared_bytes() const { return shared_size_; }
+  // Static shared memory `kernel` itself uses, as CUDA reports it: the
+  // .shared variables declared in it and in the functions it calls, and the
+  // module-level ones they name (each aligned). The program-wide size when
+  // `kernel` is not an entry of this program.
+  uint32_t static_shared_bytes(const std::string& kernel) const {
+    auto it = kernel_shared_.find(kernel);
+    return it != kernel_shared_.end() ? it->second : shared_size_;
+  }
 
   // First op reachable from `kernel` that cannot be run, as an error Status
   // naming it; OK if all can.
@@ -166,6 +176,7 @@ class Program {
   uint64_t storage_base_ = 0, storage_size_ = 0;
   uint64_t const_begin_ = 0, const_end_ = 0;        // .const part of storage
   uint32_t shared_size_ = 0;
+  std::unordered_map<std::string, uint32_t> kernel_shared_;  // entry -> its own static shared bytes
 
   friend class ProgramBuilder;
 };

@@ -154,9 +154,9 @@ Status SimModule::Load(const void* image, std::size_t size, SimAddressSpace* spa
   const CubinFacts facts = ReadCubinFacts(image, size);
   const int ptx_arch = ArchNumber(module.target);
   const std::uint64_t const_bytes = ConstBytes(module);
-  const std::uint64_t static_shared = m->program_->static_shared_bytes();
   const occupancy::SmLimits limits;  // the modelled H100's (sim_backend.cc)
   for (const ptx::Function* f : module.Kernels()) {
+    const std::uint64_t static_shared = m->program_->static_shared_bytes(f->name);
     FunctionAttributes a;
     auto regs = facts.registers.find(f->name);
     a.num_regs = regs != facts.registers.end() ? regs->second : DeclaredMaxRegisters(*f);

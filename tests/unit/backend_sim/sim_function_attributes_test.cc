@@ -27,6 +27,7 @@ constexpr char kAttributesPtx[] = R"PTX(
     .local .align 4 .b8 __local_depot0[40];
     .reg .b64 %rd<3>;
     ld.param.u64 %rd1, [out];
+    mov.u64 %rd2, tile;
     ret;
 }
 
@@ -37,6 +38,7 @@ constexpr char kAttributesPtx[] = R"PTX(
     .reg .b64 %rd<8>;
     ld.param.u64 %rd1, [out];
     ld.param.u32 %r1, [n];
+    mov.u64 %rd7, tile;
     mov.u32 %r2, %tid.x;
     mov.u32 %r3, %ntid.x;
 LOOP:
@@ -75,7 +77,7 @@ TEST(SimFunctionAttributes, DerivedFromThePtx) {
   SIM_ASSERT_OK(l.f.ctx->GetFunctionAttributes(fn, &a));
   EXPECT_EQ(a.max_threads_per_block, 128);  // .maxntid
   EXPECT_EQ(a.num_regs, 64);                // .maxnreg (no cubin in a PTX image)
-  EXPECT_EQ(a.shared_size_bytes, 1024u);    // `tile`; the extern `dyn` is dynamic
+  EXPECT_EQ(a.shared_size_bytes, 1024u);    // `tile`, which it names; the extern `dyn` is dynamic
   EXPECT_EQ(a.const_size_bytes, 264u);      // table + scale
   EXPECT_EQ(a.local_size_bytes, 48u);       // the 40-byte depot, in 16-byte units
   EXPECT_EQ(a.ptx_version, 80);             // .target sm_80

@@ -374,6 +374,57 @@ constexpr const char* kUnsupportedPtx = R"(
 }
 )";
 
+// A module of several kernels: each reports the static shared memory it
+// reaches (its own, its callee's, the module-level variable it names), not
+// the module's total — CUB's modules have dozens of kernels, and a summed
+// size made each look unlaunchable (occupancy 0, then a division by zero in
+// CUB's host code).
+TEST(interp_shared, EachKernelReportsTheSharedMemoryItReaches) {
+  Harness h;
+  ASSERT_TRUE(h.LoadText(R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.shared .align 8 .b8 module_tile[1000];
+.extern .shared .align 16 .b8 dynamic_smem[];
+.func helper()
+{
+  .shared .align 4 .b8 helper_buf[300];
+  .reg .b32 %r<2>;
+  mov.u32 %r1, helper_buf;
+  ret;
+}
+.visible .entry small()
+{
+  .shared .align 4 .b8 small_buf[64];
+  .reg .b32 %r<2>;
+  mov.u32 %r1, small_buf;
+  ret;
+}
+.visible .entry big()
+{
+  .shared .align 16 .b8 big_buf[4096];
+  .reg .b64 %rd<2>;
+  mov.u64 %rd1, module_tile;
+  call.uni helper, ();
+  ret;
+}
+.visible .entry dyn_only()
+{
+  .reg .b64 %rd<2>;
+  mov.u64 %rd1, dynamic_smem;
+  ret;
+}
+)"));
+  const Program& p = h.program();
+  EXPECT_EQ(p.static_shared_bytes("small"), 64u);
+  // big_buf 4096, then module_tile (align 8) 1000, then helper_buf (align 4) 300.
+  EXPECT_EQ(p.static_shared_bytes("big"), 4096u + 1000u + 300u);
+  EXPECT_EQ(p.static_shared_bytes("dyn_only"), 0u);  // dynamic shared is not static
+  EXPECT_GE(p.static_shared_bytes(), 64u + 4096u + 1000u + 300u);  // one layout for the whole program
+  EXPECT_EQ(p.static_shared_bytes("no_such_kernel"), p.static_shared_bytes());
+}
+
 TEST(interp_errors, UnsupportedInstructionIsNamed) {
   Harness h;
   ASSERT_TRUE(h.LoadText(std::string(".file 1 \"x.cu\"\n") + kUnsupportedPtx));
