@@ -98,18 +98,25 @@ std::string DriverShimDir(const std::string& lib, std::string* error) {
   return dir;
 }
 
-/// phos's nvJitLink shim (libphos-nvjitlink.so, soname libnvJitLink.so.13)
-/// beside libphos.so — in the same directory (an install, the GPU bundle)
-/// or in the build tree's interposer/jit — or "" when there is none. Run
-/// preloads it so that a JIT-linked cubin reaches phosd with its PTX
-/// (docs/interposer.md "JIT-linked kernels keep their PTX").
-std::string JitShimNextTo(const std::string& lib) {
+/// phos's JIT shims (libphos-nvjitlink.so and libphos-nvrtc.so, with the
+/// sonames libnvJitLink.so.13 and libnvrtc.so.13) beside libphos.so — in
+/// the same directory (an install, the GPU bundle) or in the build tree's
+/// interposer/jit — as an LD_PRELOAD list (":a:b"), "" when there is none.
+/// Run preloads them so that a JIT-compiled cubin reaches phosd with its
+/// PTX (docs/interposer.md "JIT-compiled kernels keep their PTX").
+std::string JitShimsNextTo(const std::string& lib) {
   const std::string dir = lib.substr(0, lib.rfind('/'));
-  for (const std::string& path : {dir + "/libphos-nvjitlink.so", dir + "/../jit/libphos-nvjitlink.so"}) {
-    char real[4096];
-    if (access(path.c_str(), R_OK) == 0 && realpath(path.c_str(), real) != nullptr) return real;
+  std::string list;
+  for (const char* shim : {"libphos-nvjitlink.so", "libphos-nvrtc.so"}) {
+    for (const std::string& path : {dir + "/" + shim, dir + "/../jit/" + shim}) {
+      char real[4096];
+      if (access(path.c_str(), R_OK) == 0 && realpath(path.c_str(), real) != nullptr) {
+        list += ":" + std::string(real);
+        break;
+      }
+    }
   }
-  return "";
+  return list;
 }
 
 /// True if `pid` has a handler for `sig` (SigCgt in /proc/PID/status).
@@ -205,7 +212,7 @@ int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::st
   }
   if (char real[4096]; realpath(lib.c_str(), real) != nullptr) lib = real;  // the shim's symlinks need it absolute
   std::string preload = lib;
-  if (const std::string jit = JitShimNextTo(lib); !jit.empty()) preload += ":" + jit;
+  preload += JitShimsNextTo(lib);
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') preload += ":" + std::string(old);
   setenv("LD_PRELOAD", preload.c_str(), 1);
   std::string shim_error;

@@ -85,6 +85,7 @@ put "$build/cli/phos" "$stage/bin"
 put "$build/daemon/phosd" "$stage/bin"
 put "$build/interposer/client/libphos.so" "$stage/lib"
 put "$build/interposer/jit/libphos-nvjitlink.so" "$stage/lib"
+put "$build/interposer/jit/libphos-nvrtc.so" "$stage/lib"
 for t in "${gpu_tests[@]}"; do put "${t#*$'\t'}" "$stage/bin"; done
 for a in "${apps[@]}"; do put "$build/tests/apps/$a" "$stage/apps"; done
 for p in "${integration[@]}" "${integration_data[@]}"; do put "$build/tests/integration/$p" "$stage/integration"; done
@@ -142,6 +143,7 @@ role() {
     integration/*) echo "tests/integration CUDA program" ;;
     lib/libphos.so) echo "interposer (LD_PRELOAD)" ;;
     lib/libphos-nvjitlink.so) echo "nvJitLink shim (LD_PRELOAD; keeps JIT-linked kernels' PTX)" ;;
+    lib/libphos-nvrtc.so) echo "NVRTC shim (LD_PRELOAD; keeps NVRTC-compiled kernels' PTX)" ;;
     lib/compat/*) echo "C++ runtime, used when the machine's is older" ;;
     lib/*) echo "shared library of phos/phosd/tests" ;;
     criu/criu) echo "CRIU $("$criu_bin" --version 2>/dev/null | sed -n 's/^Version: //p') (not used by a check yet)" ;;

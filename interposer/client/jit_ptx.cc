@@ -1,6 +1,16 @@
 #include "interposer/client/jit_ptx.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <cstring>
 #include <deque>
@@ -32,6 +42,87 @@ struct KeyHash {
 
 Key KeyOf(std::span<const std::byte> cubin) { return {XXH3_64bits(cubin.data(), cubin.size()), cubin.size()}; }
 
+// ---- the on-disk store ------------------------------------------------------
+// Frameworks cache compiled cubins on disk (CuPy's kernel cache) and load
+// them in later processes without compiling, so the shim never sees them
+// again: every attached pair is also written to a per-user directory and
+// looked up there when a cubin is not in the table. A file is named by the
+// cubin's XXH3-128 and size, holds the PTX, and is written whole (a
+// temporary file renamed into place). $PHOS_JIT_PTX_CACHE names the
+// directory ("off": none); default $XDG_CACHE_HOME/phos/jit-ptx, else
+// ~/.cache/phos/jit-ptx. Deleting it loses nothing but the PTX of cubins
+// the shim will not see compiled again.
+constexpr size_t kMaxStoreFiles = 100000;  // beyond this, stop adding (said once)
+
+std::string StoreDir() {
+  if (const char* d = std::getenv("PHOS_JIT_PTX_CACHE"); d != nullptr && d[0] != '\0')
+    return std::string(d) == "off" ? std::string() : std::string(d);
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && x[0] == '/') return std::string(x) + "/phos/jit-ptx";
+  if (const char* h = std::getenv("HOME"); h != nullptr && h[0] == '/') return std::string(h) + "/.cache/phos/jit-ptx";
+  return "";
+}
+
+std::string StorePath(const std::string& dir, std::span<const std::byte> cubin) {
+  const XXH128_hash_t h = XXH3_128bits(cubin.data(), cubin.size());
+  char name[64];
+  std::snprintf(name, sizeof name, "%016llx%016llx-%zu.ptx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64), cubin.size());
+  return dir + "/" + name;
+}
+
+// mkdir -p with mode 0700 for the directories it makes.
+bool MakeDirs(const std::string& dir) {
+  for (size_t at = 1; at != std::string::npos;) {
+    at = dir.find('/', at + 1);
+    const std::string part = dir.substr(0, at);
+    if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return false;
+  }
+  return true;
+}
+
+void StorePut(std::span<const std::byte> cubin, std::string_view ptx) {
+  const std::string dir = StoreDir();
+  if (dir.empty()) return;
+  const std::string path = StorePath(dir, cubin);
+  if (access(path.c_str(), F_OK) == 0) return;
+  if (!MakeDirs(dir)) return;
+  static std::atomic<size_t> files{0};
+  if (files.load() == 0) {
+    std::error_code ec;
+    size_t n = 0;
+    for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec))
+      ++n;
+    files.store(n + 1);
+  }
+  if (files.fetch_add(1) >= kMaxStoreFiles) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      std::fprintf(stderr, "phos: %s holds %zu JIT PTX files; not adding more (delete it to start over)\n",
+                   dir.c_str(), kMaxStoreFiles);
+    return;
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(ptx.data(), static_cast<std::streamsize>(ptx.size()));
+    if (!out) {
+      std::remove(tmp.c_str());
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
+}
+
+bool StoreGet(std::span<const std::byte> cubin, std::string* ptx) {
+  const std::string dir = StoreDir();
+  if (dir.empty()) return false;
+  std::ifstream in(StorePath(dir, cubin), std::ios::binary);
+  if (!in) return false;
+  ptx->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return !ptx->empty();
+}
+
 // Every attached pair. `mu` guards all of it; the shim attaches from
 // whichever thread completes a link, loads look up from any thread.
 struct JitPtxTable {
@@ -45,9 +136,8 @@ JitPtxTable& Table() {
   return *t;
 }
 
-}  // namespace
-
-void AttachJitPtx(std::span<const std::byte> cubin, std::string_view ptx) {
+// The in-memory table only.
+void RememberJitPtx(std::span<const std::byte> cubin, std::string_view ptx) {
   const Key key = KeyOf(cubin);
   JitPtxTable& t = Table();
   std::lock_guard<std::mutex> lock(t.mu);
@@ -64,6 +154,13 @@ void AttachJitPtx(std::span<const std::byte> cubin, std::string_view ptx) {
   }
 }
 
+}  // namespace
+
+void AttachJitPtx(std::span<const std::byte> cubin, std::string_view ptx) {
+  RememberJitPtx(cubin, ptx);
+  StorePut(cubin, ptx);
+}
+
 bool ImageWithAttachedPtx(std::span<const std::byte> image, std::vector<std::byte>* out) {
   if (image.size() < 4 || std::memcmp(image.data(), "\x7f" "ELF", 4) != 0) return false;
   std::string ptx;
@@ -71,8 +168,11 @@ bool ImageWithAttachedPtx(std::span<const std::byte> image, std::vector<std::byt
     JitPtxTable& t = Table();
     std::lock_guard<std::mutex> lock(t.mu);
     auto it = t.ptx_by_cubin.find(KeyOf(image));
-    if (it == t.ptx_by_cubin.end()) return false;
-    ptx = it->second;
+    if (it != t.ptx_by_cubin.end()) ptx = it->second;
+  }
+  if (ptx.empty()) {
+    if (!StoreGet(image, &ptx)) return false;
+    RememberJitPtx(image, ptx);
   }
   const std::span<const uint8_t> cubin(reinterpret_cast<const uint8_t*>(image.data()), image.size());
   fatbin::CubinInfo info;

@@ -16,12 +16,16 @@
 
 namespace phos::client {
 
-/// Records `ptx` as the source of `cubin` (matched later by content).
-/// Keeps the newest entries within a fixed memory budget.
+/// Records `ptx` as the source of `cubin` (matched later by content):
+/// in memory (the newest entries within a fixed budget) and in the per-user
+/// on-disk store ($PHOS_JIT_PTX_CACHE, default ~/.cache/phos/jit-ptx), so
+/// a later process that loads the same cubin from a framework's kernel
+/// cache finds it too.
 void AttachJitPtx(std::span<const std::byte> cubin, std::string_view ptx);
 
-/// When `image` is a cubin with attached PTX, *out gets a fatbin holding
-/// both (cubin first) and the answer is true; otherwise false.
+/// When `image` is a cubin with attached PTX (in memory, else in the
+/// on-disk store), *out gets a fatbin holding both (cubin first) and the
+/// answer is true; otherwise false.
 bool ImageWithAttachedPtx(std::span<const std::byte> image, std::vector<std::byte>* out);
 
 }  // namespace phos::client

@@ -1,5 +1,5 @@
 // phos's libnvJitLink.so.13: every nvJitLink entry point, forwarded to the
-// real library (real_nvjitlink.h), with one addition — when a link of a
+// real library (real_library.h), with one addition — when a link of a
 // single PTX text completes, the cubin it produced and that PTX are handed
 // to libphos.so (phosJitAttachPtx), so the module the app then loads
 // reaches phosd with its PTX (docs/interposer.md "JIT-linked kernels keep
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "link_record.h"
-#include "real_nvjitlink.h"
+#include "real_library.h"
 
 // The nvJitLink ABI (nvJitLink.h, CUDA 13), restated: the shim builds
 // where the toolkit's nvJitLink header is not installed, and must not pull
@@ -44,9 +44,14 @@ nvJitLinkHandle RealOf(nvJitLinkHandle h) {
   return h == nullptr ? nullptr : reinterpret_cast<ShimLink*>(h)->real;
 }
 
+RealLibrary& NvJitLink() {
+  static RealLibrary* real = new RealLibrary("libnvJitLink.so.13", "PHOS_NVJITLINK");  // leaked: used until exit
+  return *real;
+}
+
 template <typename Fn>
 Fn Real(const char* name) {
-  return reinterpret_cast<Fn>(RealSymbol(name));
+  return reinterpret_cast<Fn>(NvJitLink().Symbol(name));
 }
 
 using AttachFn = int (*)(const void*, size_t, const char*, size_t);
@@ -101,14 +106,14 @@ void AttachPtx(const ShimLink& link) {
     case PtxSource::kLtoRelink:
       relinked = RelinkForPtx(link.record);
       if (relinked.empty()) {
-        LogOnce("an LTO link did not link again with -ptx: its kernels reach phosd as SASS only "
+        LogOnce("nvJitLink", "an LTO link did not link again with -ptx: its kernels reach phosd as SASS only "
                 "(the sim cannot run them; on a GPU they are unvalidated)");
         return;
       }
       ptx = relinked;
       break;
     case PtxSource::kNone:
-      LogOnce("a link of " + link.record.Why() + " has no PTX source phos can obtain: its kernels reach phosd as "
+      LogOnce("nvJitLink", "a link of " + link.record.Why() + " has no PTX source phos can obtain: its kernels reach phosd as "
               "SASS only (the sim cannot run them; on a GPU they are unvalidated)");
       return;
   }

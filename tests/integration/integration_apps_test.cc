@@ -184,8 +184,9 @@ TEST_F(IntegrationTest, DriverOnlyProgramWithALinkStubFatbinRuns) {
 }
 
 // NVRTC + nvJitLink produce SASS-only cubins, which the sim cannot run:
-// phos run preloads phos's nvJitLink shim, which gives each linked cubin
-// the PTX of the same code (the PTX input, or an LTO link again with -ptx).
+// phos run preloads phos's JIT shims, which give each cubin the PTX of the
+// same code (nvJitLink: the PTX input, or an LTO link again with -ptx;
+// NVRTC: the program compiled again for the virtual architecture).
 TEST_F(IntegrationTest, JitLinkedKernelsRunWithTheirPtx) {
   const std::string program = std::string(PHOS_INTEGRATION_DIR) + "/jit_link";
   if (access(program.c_str(), X_OK) != 0) GTEST_SKIP() << "skipped: " << program << " not built (no nvJitLink/NVRTC)";
@@ -193,7 +194,7 @@ TEST_F(IntegrationTest, JitLinkedKernelsRunWithTheirPtx) {
   ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
   Child c = RunUnderPhos(d.socket(), program);
   EXPECT_EQ(c.Wait(std::chrono::seconds(120)), 0) << c.output;
-  EXPECT_NE(c.output.find("jit_link: OK (ptx, lto)"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("jit_link: OK (ptx, lto, sass)"), std::string::npos) << c.output;
   EXPECT_EQ(c.output.find("SASS only"), std::string::npos) << c.output;
 }
 

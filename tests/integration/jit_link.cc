@@ -1,12 +1,13 @@
 // JIT compilation and linking as numba, CuPy and other JIT users do it:
 // CUDA C compiled at run time by NVRTC, linked by nvJitLink into a
-// SASS-only cubin, loaded with cuModuleLoadData and launched. Two paths:
-//   ptx  NVRTC -> PTX -> nvJitLink (one PTX input)
-//   lto  NVRTC -dlto -> LTO-IR -> nvJitLink -lto
+// SASS-only cubin, loaded with cuModuleLoadData and launched. Three paths:
+//   ptx   NVRTC -> PTX -> nvJitLink (one PTX input)
+//   lto   NVRTC -dlto -> LTO-IR -> nvJitLink -lto
+//   sass  NVRTC -arch=sm_XX -> its cubin (nvrtcGetCUBIN; CuPy's default)
 // Under phos run on the sim, the cubin alone cannot run; the kernels run
-// because phos's nvJitLink shim attaches their PTX (docs/interposer.md
-// "JIT-linked kernels keep their PTX"). On a GPU the program runs as is.
-// Prints "jit_link: OK (ptx, lto)" or what failed, and exits non-zero.
+// because phos's JIT shims attach their PTX (docs/interposer.md
+// "JIT-compiled kernels keep their PTX"). On a GPU the program runs as is.
+// Prints "jit_link: OK (ptx, lto, sass)" or what failed, and exits non-zero.
 #include <cuda.h>
 #include <nvJitLink.h>
 #include <nvrtc.h>
@@ -49,6 +50,22 @@ bool Compile(const std::string& arch, bool lto, std::string* out) {
   if (lto ? nvrtcGetLTOIRSize(prog, &n) : nvrtcGetPTXSize(prog, &n)) return Fail("nvrtcGet*Size", 0);
   out->assign(n, '\0');
   if (lto ? nvrtcGetLTOIR(prog, out->data()) : nvrtcGetPTX(prog, out->data())) return Fail("nvrtcGet*", 0);
+  nvrtcDestroyProgram(&prog);
+  return true;
+}
+
+// NVRTC straight to a cubin for the device's real architecture.
+bool CompileToCubin(const std::string& arch, std::vector<char>* cubin) {
+  nvrtcProgram prog;
+  if (nvrtcResult r = nvrtcCreateProgram(&prog, kSource, "poly.cu", 0, nullptr, nullptr); r != NVRTC_SUCCESS)
+    return Fail("nvrtcCreateProgram", r);
+  const std::string arch_opt = "--gpu-architecture=sm_" + arch;
+  const char* opts[] = {arch_opt.c_str(), "-default-device"};
+  if (nvrtcResult r = nvrtcCompileProgram(prog, 2, opts); r != NVRTC_SUCCESS) return Fail("nvrtcCompileProgram", r);
+  size_t n = 0;
+  if (nvrtcResult r = nvrtcGetCUBINSize(prog, &n); r != NVRTC_SUCCESS || n == 0) return Fail("nvrtcGetCUBINSize", r);
+  cubin->resize(n);
+  if (nvrtcResult r = nvrtcGetCUBIN(prog, cubin->data()); r != NVRTC_SUCCESS) return Fail("nvrtcGetCUBIN", r);
   nvrtcDestroyProgram(&prog);
   return true;
 }
@@ -135,6 +152,11 @@ int main() {
       return 1;
     }
   }
-  std::printf("jit_link: OK (ptx, lto)\n");
+  std::vector<char> cubin;
+  if (!CompileToCubin(arch, &cubin) || !Run(cubin, "sass")) {
+    std::printf("jit_link: the sass path failed\n");
+    return 1;
+  }
+  std::printf("jit_link: OK (ptx, lto, sass)\n");
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -30,10 +31,34 @@ std::vector<uint8_t> RealCubin() {
   return fb.entries[0].contents;
 }
 
+// The on-disk store in a fresh directory for the test (and never the
+// user's ~/.cache).
+struct ScopedStore {
+  std::string dir;
+  ScopedStore() {
+    char tmpl[] = "/tmp/phos_jitptx_XXXXXX";
+    dir = mkdtemp(tmpl) ? tmpl : "/tmp/phos_jitptx_unusable";
+    setenv("PHOS_JIT_PTX_CACHE", (dir + "/store").c_str(), 1);
+  }
+  ~ScopedStore() {
+    unsetenv("PHOS_JIT_PTX_CACHE");
+    std::filesystem::remove_all(dir);
+  }
+  size_t files() const {
+    std::error_code ec;
+    size_t n = 0;
+    for (auto it = std::filesystem::directory_iterator(dir + "/store", ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+      ++n;
+    return n;
+  }
+};
+
 #define NEED_CUBIN(c) \
   if ((c).empty()) GTEST_SKIP() << "skipped: tests/apps/vector_add.sass.fatbin not built (no nvcc)"
 
 TEST(JitPtx, AttachedCubinLoadsAsAFatbinOfBoth) {
+  ScopedStore store;
   std::vector<uint8_t> cubin = RealCubin();
   NEED_CUBIN(cubin);
   ASSERT_EQ(phosJitAttachPtx(cubin.data(), cubin.size(), kPtx.c_str(), kPtx.size() + 1), 0);
@@ -58,6 +83,7 @@ TEST(JitPtx, AttachedCubinLoadsAsAFatbinOfBoth) {
 }
 
 TEST(JitPtx, OtherImagesLoadUnchanged) {
+  ScopedStore store;
   std::vector<uint8_t> cubin = RealCubin();
   NEED_CUBIN(cubin);
   AttachJitPtx(AsBytes(cubin), kPtx);
@@ -78,6 +104,7 @@ TEST(JitPtx, OtherImagesLoadUnchanged) {
 }
 
 TEST(JitPtx, BadArgumentsAreRefused) {
+  ScopedStore store;
   const char cubin[] = "\x7f" "ELF";
   EXPECT_EQ(phosJitAttachPtx(nullptr, 4, kPtx.c_str(), kPtx.size()), -1);
   EXPECT_EQ(phosJitAttachPtx(cubin, 0, kPtx.c_str(), kPtx.size()), -1);
@@ -85,9 +112,39 @@ TEST(JitPtx, BadArgumentsAreRefused) {
   EXPECT_EQ(phosJitAttachPtx(cubin, 4, "\0\0", 2), -1);  // only NULs
 }
 
+// A cubin a framework cached on disk is loaded by a later process, which
+// never saw it compiled: the PTX comes from the on-disk store. (Here the
+// pair leaves the in-memory table by eviction, as it would by exit.)
+TEST(JitPtx, TheOnDiskStoreServesCubinsNoLongerInMemory) {
+  ScopedStore store;
+  std::vector<uint8_t> cubin = RealCubin();
+  NEED_CUBIN(cubin);
+  cubin.push_back(0xCD);  // a cubin no other test attaches
+  AttachJitPtx(AsBytes(cubin), kPtx);
+  EXPECT_EQ(store.files(), 1u);
+  const std::string dir = store.dir + "/store";
+  setenv("PHOS_JIT_PTX_CACHE", "off", 1);  // the evicting attachments write nothing
+  for (uint32_t i = 0; i < 4096; ++i) {
+    uint8_t key[8];
+    std::memcpy(key, "\x7f" "ELF", 4);
+    std::memcpy(key + 4, &i, 4);
+    AttachJitPtx(std::as_bytes(std::span(key)), kPtx);
+  }
+  EXPECT_EQ(store.files(), 1u);
+  std::vector<std::byte> image;
+  EXPECT_FALSE(ImageWithAttachedPtx(AsBytes(cubin), &image));  // not in memory, store off
+  setenv("PHOS_JIT_PTX_CACHE", dir.c_str(), 1);
+  ASSERT_TRUE(ImageWithAttachedPtx(AsBytes(cubin), &image));   // from the file
+  fatbin::Fatbin fb;
+  ASSERT_TRUE(fatbin::ParseFatbin(std::span(reinterpret_cast<const uint8_t*>(image.data()), image.size()), &fb).ok());
+  ASSERT_EQ(fb.entries.size(), 2u);
+  EXPECT_EQ(fb.entries[1].ptx_text(), kPtx);
+}
+
 // The table keeps the newest pairs: after 4096 newer attachments the first
-// cubin loads without PTX (as it would without the shim).
+// cubin loads without PTX unless the on-disk store has it (off here).
 TEST(JitPtx, OldestPairsAreDropped) {
+  setenv("PHOS_JIT_PTX_CACHE", "off", 1);
   std::vector<uint8_t> cubin = RealCubin();
   NEED_CUBIN(cubin);
   std::vector<uint8_t> first = cubin;
@@ -102,6 +159,7 @@ TEST(JitPtx, OldestPairsAreDropped) {
     AttachJitPtx(std::as_bytes(std::span(key)), kPtx);
   }
   EXPECT_FALSE(ImageWithAttachedPtx(AsBytes(first), &image));
+  unsetenv("PHOS_JIT_PTX_CACHE");
 }
 
 }  // namespace
