@@ -4,7 +4,7 @@
 // checked by tests/unit/instrument_fatbin).
 //
 // phos writes fatbins for one reason: to give a SASS-only cubin its PTX
-// (a JIT-linked kernel, docs/interposer.md "JIT-linked kernels keep their
+// (a JIT-compiled kernel, docs/interposer.md "JIT-compiled kernels keep their
 // PTX"), so that phosd's consumers — the sim, twin validation, kernel
 // access analysis — find both where they already look for them.
 #pragma once

@@ -1,10 +1,10 @@
-// PTX attached to JIT-linked cubins (docs/interposer.md "JIT-linked kernels
+// PTX attached to JIT-compiled cubins (docs/interposer.md "JIT-compiled kernels
 // keep their PTX").
 //
-// nvJitLink turns PTX into a SASS-only cubin, which phosd's sim cannot run
-// and twin validation cannot check. phos's nvJitLink shim
-// (interposer/jit/) sees the PTX going in and the cubin coming out and
-// records the pair here, in the app's process, through phosJitAttachPtx. When
+// nvJitLink and NVRTC make SASS-only cubins, which phosd's sim cannot run
+// and twin validation cannot check. phos's shims of them (interposer/jit/)
+// obtain the PTX of the same code and record the pair here, in the app's
+// process, through phosJitAttachPtx. When
 // the app later loads that cubin (cuModuleLoadData, cuLibraryLoadData, ...),
 // the module phosd receives is a fatbin holding the cubin and its PTX.
 #pragma once

@@ -1,5 +1,5 @@
 // What one nvJitLink link was given, and where the PTX of its result comes
-// from (docs/interposer.md "JIT-linked kernels keep their PTX").
+// from (docs/interposer.md "JIT-compiled kernels keep their PTX").
 #pragma once
 
 #include <cstddef>

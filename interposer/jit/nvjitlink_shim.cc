@@ -2,7 +2,7 @@
 // real library (real_library.h), with one addition — when a link of a
 // single PTX text completes, the cubin it produced and that PTX are handed
 // to libphos.so (phosJitAttachPtx), so the module the app then loads
-// reaches phosd with its PTX (docs/interposer.md "JIT-linked kernels keep
+// reaches phosd with its PTX (docs/interposer.md "JIT-compiled kernels keep
 // their PTX"). Results, outputs and logs are the real library's, unchanged.
 //
 // A handle the app holds is a ShimLink*, wrapping the real handle and the

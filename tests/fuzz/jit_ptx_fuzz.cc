@@ -1,5 +1,5 @@
 // libFuzzer target: what phos does with the bytes an app hands nvJitLink
-// and the images it loads (docs/interposer.md "JIT-linked kernels keep
+// and the images it loads (docs/interposer.md "JIT-compiled kernels keep
 // their PTX"): the shim's link record (PTX by content, the PTX source
 // decision) and the fatbin writer, whose output must read back with the
 // same contents. Seeds: corpus/ptx (PTX texts) and corpus/nv_info (cubins).
