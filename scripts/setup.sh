@@ -110,69 +110,59 @@ if [[ -n "$(missing_pkgs fio)" ]] && ((!CHECK_ONLY)); then
   fi
 fi
 
-# ---- 2c. Python SDK venv: PyPI's newest grpcio and protobuf ---------------
-# The SDK's tests run twice: with Debian's python3-grpcio/python3-protobuf,
-# and (ctest's python_sdk_venv_*) installed by pip, as a user installs it,
-# into a venv layered on this one, which holds the newest grpcio and protobuf
-# PyPI has within cli/python/pyproject.toml's bounds (and the packaging tools;
-# not phos itself: the tests install it from the source tree). Made once from
-# PyPI; again when those bounds change. For PyPI's newest again: remove it and
-# run this script. PHOS_SDK_VENV moves it (then also cmake -DPHOS_SDK_VENV=).
-SDK_VENV=${PHOS_SDK_VENV:-/opt/phos/sdk-venv}
-SDK_PYPROJECT="$(cd "$(dirname "$0")/.." && pwd)/cli/python/pyproject.toml"
-# One requirement a line, e.g. "protobuf>=4.21,<8".
-SDK_REQS=$(/usr/bin/python3 -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$SDK_PYPROJECT")
-sdk_venv_ok() {
-  "$SDK_VENV/bin/python" -c 'import grpc, google.protobuf, setuptools, wheel' 2>/dev/null &&
-    [[ "$(cat "$SDK_VENV/phos-requirements.txt" 2>/dev/null)" == "$SDK_REQS" ]]
+# ---- 2c/2d. venvs from PyPI ------------------------------------------------
+# pip_venv LABEL DIR REQS IMPORTS VERSIONS [PIP_ARGS...]: makes the venv DIR
+# holding REQS (one requirement a line) unless it is there already with
+# exactly those requirements (recorded in DIR/phos-requirements.txt) and
+# python can run IMPORTS; VERSIONS is python code printing what it holds.
+# Made once from PyPI (network needed once), again when REQS change.
+pip_venv() {
+  local label=$1 dir=$2 want=$3 imports=$4 versions=$5
+  shift 5
+  local -a reqs
+  venv_ok() {
+    "$dir/bin/python" -c "$imports" 2>/dev/null &&
+      [[ "$(cat "$dir/phos-requirements.txt" 2>/dev/null)" == "$want" ]]
+  }
+  if venv_ok; then
+    say "$label $dir: present ($("$dir/bin/python" -c "$versions"))"
+    return
+  fi
+  ((CHECK_ONLY)) && { say "missing: the $label $dir"; exit 1; }
+  say "making the $label $dir from PyPI: ${want//$'\n'/ }"
+  $SUDO mkdir -p "$(dirname "$dir")"
+  [[ -x "$dir/bin/python" ]] || $SUDO /usr/bin/python3 -m venv "$dir"
+  mapfile -t reqs <<<"$want"
+  $SUDO "$dir/bin/python" -m pip install -q --disable-pip-version-check "$@" "${reqs[@]}" ||
+    die "could not install into $dir from PyPI (pip above says why; the venv needs network access once)"
+  printf '%s\n' "$want" | $SUDO tee "$dir/phos-requirements.txt" >/dev/null
+  venv_ok || die "the $label $dir is still not usable"
+  say "$label $dir: $("$dir/bin/python" -c "$versions")"
 }
-sdk_venv_versions() {
-  "$SDK_VENV/bin/python" -c 'import grpc, google.protobuf as p; print("protobuf", p.__version__, "grpcio", grpc.__version__)'
-}
-if sdk_venv_ok; then
-  say "Python SDK venv $SDK_VENV: present ($(sdk_venv_versions))"
-else
-  ((CHECK_ONLY)) && { say "missing: the Python SDK venv $SDK_VENV (PyPI's grpcio and protobuf)"; exit 1; }
-  say "making the Python SDK venv $SDK_VENV from PyPI: ${SDK_REQS//$'\n'/ }"
-  $SUDO mkdir -p "$(dirname "$SDK_VENV")"
-  [[ -x "$SDK_VENV/bin/python" ]] || $SUDO /usr/bin/python3 -m venv "$SDK_VENV"
-  mapfile -t reqs <<<"$SDK_REQS"
-  $SUDO "$SDK_VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel "${reqs[@]}" ||
-    die "could not install into $SDK_VENV from PyPI (pip above says why; the venv needs network access once)"
-  printf '%s\n' "$SDK_REQS" | $SUDO tee "$SDK_VENV/phos-requirements.txt" >/dev/null
-  sdk_venv_ok || die "the Python SDK venv $SDK_VENV is still not usable"
-  say "Python SDK venv $SDK_VENV: $(sdk_venv_versions)"
-fi
 
-# ---- 2d. GPU frameworks venv: numba-cuda and CuPy from PyPI ----------------
-# tests/frameworks runs numba-cuda's and CuPy's kernels, unmodified, under `phos run` on
-# the sim (docs/compatibility.md). Its venv holds exactly the pins of
-# tests/frameworks/requirements.txt; made once from PyPI, again when they
-# change. PHOS_FRAMEWORKS_VENV moves it (then also cmake -DPHOS_FRAMEWORKS_VENV=).
-FW_VENV=${PHOS_FRAMEWORKS_VENV:-/opt/phos/frameworks-venv}
+# 2c. The Python SDK's tests run twice: with Debian's python3-grpcio /
+# python3-protobuf, and (ctest's python_sdk_venv_*) installed by pip, as a
+# user installs it, into this venv, which holds the newest grpcio and
+# protobuf PyPI has within cli/python/pyproject.toml's bounds (and the
+# packaging tools; not phos itself: the tests install it from the source
+# tree). For PyPI's newest again: remove it and run this script.
+# PHOS_SDK_VENV moves it (then also cmake -DPHOS_SDK_VENV=).
+SDK_PYPROJECT="$(cd "$(dirname "$0")/.." && pwd)/cli/python/pyproject.toml"
+pip_venv "Python SDK venv" "${PHOS_SDK_VENV:-/opt/phos/sdk-venv}" \
+  "$(/usr/bin/python3 -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$SDK_PYPROJECT")" \
+  'import grpc, google.protobuf, setuptools, wheel' \
+  'import grpc, google.protobuf as p; print("protobuf", p.__version__, "grpcio", grpc.__version__)' \
+  --upgrade pip setuptools wheel
+
+# 2d. tests/frameworks runs numba-cuda's and CuPy's kernels, unmodified,
+# under `phos run` on the sim (docs/compatibility.md), from a venv holding
+# exactly the pins of tests/frameworks/requirements.txt.
+# PHOS_FRAMEWORKS_VENV moves it (then also cmake -DPHOS_FRAMEWORKS_VENV=).
 FW_REQS_FILE="$(cd "$(dirname "$0")/.." && pwd)/tests/frameworks/requirements.txt"
-FW_REQS=$(grep -v '^#' "$FW_REQS_FILE" | sed '/^$/d')
-fw_venv_ok() {
-  "$FW_VENV/bin/python" -c 'import numpy, numba.cuda, cuda.bindings, cupy' 2>/dev/null &&
-    [[ "$(cat "$FW_VENV/phos-requirements.txt" 2>/dev/null)" == "$FW_REQS" ]]
-}
-fw_venv_versions() {
-  "$FW_VENV/bin/python" -c 'import importlib.metadata as m; print(" ".join(p + " " + m.version(p) for p in ("numba-cuda", "numba", "cupy-cuda13x", "cuda-bindings", "numpy")))'
-}
-if fw_venv_ok; then
-  say "GPU frameworks venv $FW_VENV: present ($(fw_venv_versions))"
-else
-  ((CHECK_ONLY)) && { say "missing: the GPU frameworks venv $FW_VENV (numba-cuda, CuPy)"; exit 1; }
-  say "making the GPU frameworks venv $FW_VENV from PyPI: ${FW_REQS//$'\n'/ }"
-  $SUDO mkdir -p "$(dirname "$FW_VENV")"
-  [[ -x "$FW_VENV/bin/python" ]] || $SUDO /usr/bin/python3 -m venv "$FW_VENV"
-  mapfile -t reqs <<<"$FW_REQS"
-  $SUDO "$FW_VENV/bin/python" -m pip install -q --disable-pip-version-check "${reqs[@]}" ||
-    die "could not install into $FW_VENV from PyPI (pip above says why; the venv needs network access once)"
-  printf '%s\n' "$FW_REQS" | $SUDO tee "$FW_VENV/phos-requirements.txt" >/dev/null
-  fw_venv_ok || die "the GPU frameworks venv $FW_VENV is still not usable"
-  say "GPU frameworks venv $FW_VENV: $(fw_venv_versions)"
-fi
+pip_venv "GPU frameworks venv (numba-cuda, CuPy)" "${PHOS_FRAMEWORKS_VENV:-/opt/phos/frameworks-venv}" \
+  "$(grep -v '^#' "$FW_REQS_FILE" | sed '/^$/d')" \
+  'import numpy, numba.cuda, cuda.bindings, cupy' \
+  'import importlib.metadata as m; print(" ".join(p + " " + m.version(p) for p in ("numba-cuda", "numba", "cupy-cuda13x", "cuda-bindings", "numpy")))'
 
 # ---- 3. CUDA toolkit (checked, not installed: it is large) ----------------
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

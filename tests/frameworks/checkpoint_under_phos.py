@@ -22,26 +22,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+from sim_daemon import SimDaemon, read, wait_for
 
 PR_SET_CHILD_SUBREAPER = 36
-
-
-def wait_for(pred, limit_s, step_s=0.05):
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step_s)
-    return False
-
-
-def read(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
 
 
 def gone(pid):
@@ -81,19 +65,16 @@ def main():
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         print("checkpoint_under_phos: prctl(PR_SET_CHILD_SUBREAPER) failed")
         return 1
-    with tempfile.TemporaryDirectory(prefix="phos_fwck_") as tmp:
-        sock, ctl, img = os.path.join(tmp, "phosd.sock"), os.path.join(tmp, "ctl"), os.path.join(tmp, "img")
-        dlog, jlog = os.path.join(tmp, "phosd.log"), os.path.join(tmp, "job.log")
+    with tempfile.TemporaryDirectory(prefix="phos_fwck_") as tmp, SimDaemon(a.phos, tmp) as daemon:
+        sock, ctl, img = daemon.socket, os.path.join(tmp, "ctl"), os.path.join(tmp, "img")
+        jlog = os.path.join(tmp, "job.log")
         os.mkdir(ctl)
         phos = lambda *args: subprocess.run([a.phos, "--socket", sock, *args], stdout=subprocess.PIPE,
                                             stderr=subprocess.STDOUT, text=True, timeout=300)
-        with open(dlog, "w") as f:
-            daemon = subprocess.Popen([a.phos, "daemon", "--backend", "sim", "--socket", sock], stdout=f,
-                                      stderr=subprocess.STDOUT)
         job_pid = None
         try:
-            if not wait_for(lambda: os.path.exists(sock), 30):
-                print("checkpoint_under_phos: phosd did not start:\n" + read(dlog))
+            if not daemon.ready:
+                print("checkpoint_under_phos: phosd did not start:\n" + daemon.log())
                 return 1
             # The job: own session, stdin /dev/null, output appended to a file
             # (what CRIU restores without --shell-job or inherited pipes).
@@ -113,7 +94,7 @@ def main():
             print(ck.stdout, end="")
             if ck.returncode != 0:
                 print("checkpoint_under_phos: checkpoint failed\n--- job ---\n" + read(jlog) + "\n--- phosd ---\n"
-                      + read(dlog))
+                      + daemon.log())
                 return 1
             before = len(read(jlog))
             os.kill(job_pid, signal.SIGKILL)
@@ -125,7 +106,7 @@ def main():
             rs = phos("restore", img, "--detach")
             print(rs.stdout, end="")
             if rs.returncode != 0:
-                print("checkpoint_under_phos: restore failed\n--- phosd ---\n" + read(dlog))
+                print("checkpoint_under_phos: restore failed\n--- phosd ---\n" + daemon.log())
                 return 1
             done = lambda: a.expect in read(jlog)[before:] or "MISMATCH" in read(jlog) or gone(job_pid)
             wait_for(done, 600)
@@ -133,7 +114,7 @@ def main():
             print("--- the restored job ---\n" + after, end="")
             if "resumed" not in after or a.expect not in after:
                 print("checkpoint_under_phos: the restored job did not finish with the expected result\n--- job log ---\n"
-                      + read(jlog) + "\n--- phosd ---\n" + read(dlog))
+                      + read(jlog) + "\n--- phosd ---\n" + daemon.log())
                 return 1
             wait_for(lambda: gone(job_pid), 30)
             return 0
@@ -141,12 +122,6 @@ def main():
             if job_pid is not None and not gone(job_pid):
                 os.kill(job_pid, signal.SIGKILL)
                 wait_for(lambda: gone(job_pid), 10)
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
 
 
 if __name__ == "__main__":

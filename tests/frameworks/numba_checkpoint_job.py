@@ -1,20 +1,13 @@
-"""A numba-cuda job checkpointed mid-run (tests/frameworks/checkpoint_under_phos.py).
-
-Evolves a state vector on the GPU for STEPS steps with two kernels (one
-with a shared-memory reduction). After step PAUSE it says "waiting at
-step PAUSE" and waits for CTL/resume to exist: the driver checkpoints it
-there, kills it, creates the file and restores the image, so the steps
-after PAUSE run in the restored process. At the end the job recomputes
-every step with numpy and prints "numba_checkpoint: OK" when the GPU's
-result matches. Usage: numba_checkpoint_job.py CTL_DIR"""
+"""A numba-cuda job checkpointed mid-run (tests/frameworks/checkpoint_under_phos.py;
+the computation and the pause: checkpoint_job.py). Two kernels per step, one
+with a shared-memory reduction and an atomic. Usage: numba_checkpoint_job.py CTL_DIR"""
 import os
 import sys
-import time
 
 import numpy as np
 from numba import cuda
 
-STEPS, PAUSE, N = 24, 10, 2048
+from checkpoint_job import N, STEPS, initial_state, report, step_done
 
 
 @cuda.jit
@@ -42,17 +35,8 @@ def sum_squares(x, out):
         cuda.atomic.add(out, 0, tile[0])
 
 
-def host_reference(x0):
-    x = x0.copy()
-    for k in range(STEPS):
-        norm = np.sqrt((x * x).sum()) + 1.0
-        x = 0.5 * x + 0.25 * np.roll(x, 1) + 0.001 * k / norm
-    return x
-
-
 def main():
-    ctl = sys.argv[1]
-    x0 = np.random.default_rng(7).standard_normal(N)
+    x0 = initial_state()
     x = cuda.to_device(x0)
     y = cuda.device_array(N)  # evolve writes here; then the two swap
     acc = cuda.device_array(1)
@@ -65,20 +49,8 @@ def main():
         evolve[N // 256, 256](x, y, np.float64(k), norm)
         x, y = y, x
         cuda.synchronize()
-        print(f"numba_checkpoint: step {k}", flush=True)
-        if k == PAUSE:
-            print(f"numba_checkpoint: waiting at step {k}", flush=True)
-            while not os.path.exists(os.path.join(ctl, "resume")):
-                time.sleep(0.02)
-            print("numba_checkpoint: resumed", flush=True)
-    got = x.copy_to_host()
-    want = host_reference(x0)
-    if not np.allclose(got, want, rtol=1e-12, atol=1e-12):
-        bad = int(np.argmax(~np.isclose(got, want, rtol=1e-12, atol=1e-12)))
-        print(f"numba_checkpoint: MISMATCH at {bad}: {got[bad]!r} != {want[bad]!r}", flush=True)
-        return 1
-    print(f"numba_checkpoint: OK ({STEPS} steps, sum {got.sum():.12f})", flush=True)
-    return 0
+        step_done("numba_checkpoint", k, sys.argv[1])
+    return report("numba_checkpoint", x.copy_to_host(), x0)
 
 
 if __name__ == "__main__":
