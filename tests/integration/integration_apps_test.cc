@@ -68,8 +68,14 @@ class IntegrationTest : public ::testing::Test {
     char tmpl[] = "/tmp/phos_integ_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
+    // The programs' JIT PTX store (docs/interposer.md "JIT-compiled kernels
+    // keep their PTX") in the test's directory, not the user's ~/.cache.
+    setenv("PHOS_JIT_PTX_CACHE", (dir_ + "/jit-ptx").c_str(), 1);
   }
-  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  void TearDown() override {
+    unsetenv("PHOS_JIT_PTX_CACHE");
+    std::system(("rm -rf " + dir_).c_str());
+  }
 
   Child RunUnderPhos(const std::string& socket, const std::string& program) {
     return Child::Start({PHOS_BIN, "--socket", socket, "run", "--lib", PHOS_LIB_PATH, "--", program});
