@@ -6,8 +6,8 @@
 // One object per launch; pins are released when it is destroyed. Only the
 // launching context's allocations can be pinned: another session's memory
 // is an illegal address for this kernel. Mapped host memory
-// (SimHostAliases) is reached through the context's aliases, after device
-// memory.
+// (SimHostAliases) is reached through the context's aliases, looked up
+// after the cached allocations and before pinning a new one.
 #pragma once
 
 #include <cstdint>
