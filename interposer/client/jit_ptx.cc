@@ -31,16 +31,21 @@ namespace {
 constexpr size_t kMaxEntries = 4096;
 constexpr size_t kMaxPtxBytes = size_t{256} << 20;
 
+// A cubin by content: its XXH3-128 and size, computed once per attach or
+// load and used by both the in-memory table and the on-disk store.
 struct Key {
-  uint64_t hash;
+  uint64_t high, low;
   size_t size;
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
-  size_t operator()(const Key& k) const { return k.hash ^ (k.size * 0x9E3779B97F4A7C15ull); }
+  size_t operator()(const Key& k) const { return k.low ^ (k.size * 0x9E3779B97F4A7C15ull); }
 };
 
-Key KeyOf(std::span<const std::byte> cubin) { return {XXH3_64bits(cubin.data(), cubin.size()), cubin.size()}; }
+Key KeyOf(std::span<const std::byte> cubin) {
+  const XXH128_hash_t h = XXH3_128bits(cubin.data(), cubin.size());
+  return {h.high64, h.low64, cubin.size()};
+}
 
 // ---- the on-disk store ------------------------------------------------------
 // Frameworks cache compiled cubins on disk (CuPy's kernel cache) and load
@@ -62,11 +67,10 @@ std::string StoreDir() {
   return "";
 }
 
-std::string StorePath(const std::string& dir, std::span<const std::byte> cubin) {
-  const XXH128_hash_t h = XXH3_128bits(cubin.data(), cubin.size());
+std::string StorePath(const std::string& dir, const Key& key) {
   char name[64];
-  std::snprintf(name, sizeof name, "%016llx%016llx-%zu.ptx", static_cast<unsigned long long>(h.high64),
-                static_cast<unsigned long long>(h.low64), cubin.size());
+  std::snprintf(name, sizeof name, "%016llx%016llx-%zu.ptx", static_cast<unsigned long long>(key.high),
+                static_cast<unsigned long long>(key.low), key.size);
   return dir + "/" + name;
 }
 
@@ -80,10 +84,10 @@ bool MakeDirs(const std::string& dir) {
   return true;
 }
 
-void StorePut(std::span<const std::byte> cubin, std::string_view ptx) {
+void StorePut(const Key& key, std::string_view ptx) {
   const std::string dir = StoreDir();
   if (dir.empty()) return;
-  const std::string path = StorePath(dir, cubin);
+  const std::string path = StorePath(dir, key);
   if (access(path.c_str(), F_OK) == 0) return;
   if (!MakeDirs(dir)) return;
   static std::atomic<size_t> files{0};
@@ -114,10 +118,10 @@ void StorePut(std::span<const std::byte> cubin, std::string_view ptx) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) std::remove(tmp.c_str());
 }
 
-bool StoreGet(std::span<const std::byte> cubin, std::string* ptx) {
+bool StoreGet(const Key& key, std::string* ptx) {
   const std::string dir = StoreDir();
   if (dir.empty()) return false;
-  std::ifstream in(StorePath(dir, cubin), std::ios::binary);
+  std::ifstream in(StorePath(dir, key), std::ios::binary);
   if (!in) return false;
   ptx->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return !ptx->empty();
@@ -137,8 +141,7 @@ JitPtxTable& Table() {
 }
 
 // The in-memory table only.
-void RememberJitPtx(std::span<const std::byte> cubin, std::string_view ptx) {
-  const Key key = KeyOf(cubin);
+void RememberJitPtx(const Key& key, std::string_view ptx) {
   JitPtxTable& t = Table();
   std::lock_guard<std::mutex> lock(t.mu);
   auto [it, inserted] = t.ptx_by_cubin.try_emplace(key);
@@ -157,22 +160,24 @@ void RememberJitPtx(std::span<const std::byte> cubin, std::string_view ptx) {
 }  // namespace
 
 void AttachJitPtx(std::span<const std::byte> cubin, std::string_view ptx) {
-  RememberJitPtx(cubin, ptx);
-  StorePut(cubin, ptx);
+  const Key key = KeyOf(cubin);
+  RememberJitPtx(key, ptx);
+  StorePut(key, ptx);
 }
 
 bool ImageWithAttachedPtx(std::span<const std::byte> image, std::vector<std::byte>* out) {
   if (image.size() < 4 || std::memcmp(image.data(), "\x7f" "ELF", 4) != 0) return false;
+  const Key key = KeyOf(image);
   std::string ptx;
   {
     JitPtxTable& t = Table();
     std::lock_guard<std::mutex> lock(t.mu);
-    auto it = t.ptx_by_cubin.find(KeyOf(image));
+    auto it = t.ptx_by_cubin.find(key);
     if (it != t.ptx_by_cubin.end()) ptx = it->second;
   }
   if (ptx.empty()) {
-    if (!StoreGet(image, &ptx)) return false;
-    RememberJitPtx(image, ptx);
+    if (!StoreGet(key, &ptx)) return false;
+    RememberJitPtx(key, ptx);
   }
   const std::span<const uint8_t> cubin(reinterpret_cast<const uint8_t*>(image.data()), image.size());
   fatbin::CubinInfo info;
