@@ -127,4 +127,11 @@ WireStatus EnsureModule(ModuleRec* m);
 
 // PtxEntryParams and the other image layout readers: image_layouts.h.
 
+/// A device's PCI domain, bus and device numbers, from its attributes
+/// (identity_queries.cc): for bus ids and the driver's INTEGRITY_CHECK.
+struct PciLocation {
+  int domain = 0, bus = 0, device = 0;
+};
+cudaError_t GetPciLocation(int device, PciLocation* out);
+
 }  // namespace phos::client

@@ -290,14 +290,11 @@ CUresult IntegrityCheck(uint32_t version, uint64_t unix_seconds, uint64_t out[2]
     CUuuid uuid{};
     if (CUresult r = cuDeviceGetUuid_v2(&uuid, d); r != CUDA_SUCCESS) return r;
     std::memcpy(devices[d].uuid, uuid.bytes, 16);
-    if (CUresult r = cuDeviceGetAttribute(&devices[d].pci_domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d);
-        r != CUDA_SUCCESS)
-      return r;
-    if (CUresult r = cuDeviceGetAttribute(&devices[d].pci_bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d); r != CUDA_SUCCESS)
-      return r;
-    if (CUresult r = cuDeviceGetAttribute(&devices[d].pci_device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d);
-        r != CUDA_SUCCESS)
-      return r;
+    PciLocation pci;
+    if (cudaError_t e = GetPciLocation(d, &pci); e != cudaSuccess) return ToCu(e);
+    devices[d].pci_domain = pci.domain;
+    devices[d].pci_bus = pci.bus;
+    devices[d].pci_device = pci.device;
   }
   if (Trace()) std::fprintf(stderr, "phos: INTEGRITY_CHECK version %u, %d device(s)\n", version, count);
   IntegrityAnswer(in, devices, out);

@@ -25,22 +25,20 @@
 #include "interposer/client/driver_internal.h"
 
 namespace phos::client {
-namespace {
 
-// Device 0's PCI domain, bus and device numbers, from its attributes.
-struct PciLocation {
-  int domain = 0, bus = 0, device = 0;
-};
-cudaError_t Location(PciLocation* out) {
-  if (cudaError_t e = cudaDeviceGetAttribute(&out->domain, cudaDevAttrPciDomainId, 0); e != cudaSuccess) return e;
-  if (cudaError_t e = cudaDeviceGetAttribute(&out->bus, cudaDevAttrPciBusId, 0); e != cudaSuccess) return e;
-  return cudaDeviceGetAttribute(&out->device, cudaDevAttrPciDeviceId, 0);
+cudaError_t GetPciLocation(int device, PciLocation* out) {
+  if (cudaError_t e = cudaDeviceGetAttribute(&out->domain, cudaDevAttrPciDomainId, device); e != cudaSuccess)
+    return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(&out->bus, cudaDevAttrPciBusId, device); e != cudaSuccess) return e;
+  return cudaDeviceGetAttribute(&out->device, cudaDevAttrPciDeviceId, device);
 }
+
+namespace {
 
 // "dddd:bb:dd.0", as CUDA formats a bus id.
 cudaError_t BusId(char* out, int len) {
   PciLocation l;
-  if (cudaError_t e = Location(&l); e != cudaSuccess) return e;
+  if (cudaError_t e = GetPciLocation(0, &l); e != cudaSuccess) return e;
   std::snprintf(out, static_cast<size_t>(len), "%04x:%02x:%02x.0", l.domain, l.bus, l.device);
   return cudaSuccess;
 }
@@ -49,7 +47,7 @@ cudaError_t BusId(char* out, int len) {
 // [domain]:[bus]:[device].[function], domain and function optional.
 bool NamesDeviceZero(const char* text) {
   PciLocation l;
-  if (Location(&l) != cudaSuccess) return false;
+  if (GetPciLocation(0, &l) != cudaSuccess) return false;
   unsigned domain = 0, bus = 0, dev = 0, fn = 0;
   if (std::sscanf(text, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) >= 3) {
     return domain == static_cast<unsigned>(l.domain) && bus == static_cast<unsigned>(l.bus) &&
