@@ -1,9 +1,11 @@
 // phos's libnvJitLink.so.13: every nvJitLink entry point, forwarded to the
-// real library (real_library.h), with one addition — when a link of a
-// single PTX text completes, the cubin it produced and that PTX are handed
-// to libphos.so (phosJitAttachPtx), so the module the app then loads
-// reaches phosd with its PTX (docs/interposer.md "JIT-compiled kernels keep
-// their PTX"). Results, outputs and logs are the real library's, unchanged.
+// real library (real_library.h), with one addition — when the app takes a
+// link's cubin (nvJitLinkGetLinkedCubin), that cubin and the PTX of the same
+// code (link_record.h: the single PTX input, or an LTO link run again with
+// -ptx) are handed to libphos.so (phosJitAttachPtx), so the module the app
+// then loads reaches phosd with its PTX (docs/interposer.md "JIT-compiled
+// kernels keep their PTX"). Results, outputs and logs are the real
+// library's, unchanged.
 //
 // A handle the app holds is a ShimLink*, wrapping the real handle and the
 // record of what was added to it. `phos run` preloads this library; its
@@ -38,6 +40,7 @@ namespace {
 struct ShimLink {
   nvJitLinkHandle real = nullptr;
   LinkRecord record;
+  bool attached = false;  // the linked cubin's PTX went to libphos.so
 };
 
 nvJitLinkHandle RealOf(nvJitLinkHandle h) {
@@ -93,8 +96,9 @@ std::string RelinkForPtx(const LinkRecord& record) {
   return ptx;
 }
 
-// Hands the linked cubin and the PTX of the same code to libphos.so.
-void AttachPtx(const ShimLink& link) {
+// Hands the linked cubin (the app's copy, just taken) and the PTX of the
+// same code to libphos.so.
+void AttachPtx(const ShimLink& link, const void* cubin) {
   static const auto attach = reinterpret_cast<AttachFn>(dlsym(RTLD_DEFAULT, "phosJitAttachPtx"));
   if (attach == nullptr) return;  // not under phos run: nothing to attach to
   std::string relinked;
@@ -118,13 +122,9 @@ void AttachPtx(const ShimLink& link) {
       return;
   }
   const auto size_fn = Real<nvJitLinkResult (*)(nvJitLinkHandle, size_t*)>("nvJitLinkGetLinkedCubinSize");
-  const auto cubin_fn = Real<nvJitLinkResult (*)(nvJitLinkHandle, void*)>("nvJitLinkGetLinkedCubin");
   size_t size = 0;
-  if (size_fn == nullptr || cubin_fn == nullptr || size_fn(link.real, &size) != NVJITLINK_SUCCESS || size == 0)
-    return;  // a link whose output is PTX or LTO-IR: no cubin will be loaded from it
-  std::vector<char> cubin(size);
-  if (cubin_fn(link.real, cubin.data()) != NVJITLINK_SUCCESS) return;
-  attach(cubin.data(), cubin.size(), ptx.data(), ptx.size());
+  if (size_fn == nullptr || size_fn(link.real, &size) != NVJITLINK_SUCCESS || size == 0) return;
+  attach(cubin, size, ptx.data(), ptx.size());
 }
 
 std::string ReadWholeFile(const char* path) {
@@ -187,9 +187,23 @@ nvJitLinkResult AddFile(const char* name, nvJitLinkHandle h, nvJitLinkInputType 
 
 nvJitLinkResult Complete(const char* name, nvJitLinkHandle h) {
   const auto fn = Real<nvJitLinkResult (*)(nvJitLinkHandle)>(name);
+  return fn == nullptr ? NVJITLINK_ERROR_INTERNAL : fn(RealOf(h));
+}
+
+// The app takes the linked cubin: that copy and the link's PTX go to
+// libphos.so, once per link (a link whose cubin is never taken costs
+// nothing more, as NVRTC's shim does at nvrtcGetCUBIN).
+nvJitLinkResult GetLinkedCubin(const char* name, nvJitLinkHandle h, void* cubin) {
+  const auto fn = Real<nvJitLinkResult (*)(nvJitLinkHandle, void*)>(name);
   if (fn == nullptr) return NVJITLINK_ERROR_INTERNAL;
-  const nvJitLinkResult r = fn(RealOf(h));
-  if (r == NVJITLINK_SUCCESS && h != nullptr) AttachPtx(*reinterpret_cast<ShimLink*>(h));
+  const nvJitLinkResult r = fn(RealOf(h), cubin);
+  if (r == NVJITLINK_SUCCESS && h != nullptr && cubin != nullptr) {
+    auto* link = reinterpret_cast<ShimLink*>(h);
+    if (!link->attached) {
+      link->attached = true;
+      AttachPtx(*link, cubin);
+    }
+  }
   return r;
 }
 
@@ -230,7 +244,9 @@ PHOS_JIT_EXPORT nvJitLinkResult nvJitLinkComplete(nvJitLinkHandle h) {
 #define PHOS_JIT_GETTER(Name, Out) \
   PHOS_JIT_EXPORT nvJitLinkResult nvJitLink##Name(nvJitLinkHandle h, Out o) { return Get("nvJitLink" #Name, h, o); }
 PHOS_JIT_GETTER(GetLinkedCubinSize, size_t*)
-PHOS_JIT_GETTER(GetLinkedCubin, void*)
+PHOS_JIT_EXPORT nvJitLinkResult nvJitLinkGetLinkedCubin(nvJitLinkHandle h, void* cubin) {
+  return phos::jit::GetLinkedCubin("nvJitLinkGetLinkedCubin", h, cubin);
+}
 PHOS_JIT_GETTER(GetLinkedPtxSize, size_t*)
 PHOS_JIT_GETTER(GetLinkedPtx, char*)
 PHOS_JIT_GETTER(GetLinkedLTOIRSize, size_t*)
@@ -271,7 +287,9 @@ PHOS_JIT_EXPORT nvJitLinkResult nvJitLinkVersion(unsigned int* major, unsigned i
     return phos::jit::Complete("__nvJitLinkComplete_" #V, h);                                       \
   }                                                                                                  \
   PHOS_JIT_VERSIONED_GETTER(GetLinkedCubinSize, size_t*, V)                                          \
-  PHOS_JIT_VERSIONED_GETTER(GetLinkedCubin, void*, V)                                                \
+  PHOS_JIT_EXPORT nvJitLinkResult __nvJitLinkGetLinkedCubin_##V(nvJitLinkHandle h, void* cubin) {   \
+    return phos::jit::GetLinkedCubin("__nvJitLinkGetLinkedCubin_" #V, h, cubin);                     \
+  }                                                                                                  \
   PHOS_JIT_VERSIONED_GETTER(GetLinkedPtxSize, size_t*, V)                                            \
   PHOS_JIT_VERSIONED_GETTER(GetLinkedPtx, char*, V)                                                  \
   PHOS_JIT_VERSIONED_GETTER(GetLinkedLTOIRSize, size_t*, V)                                          \
