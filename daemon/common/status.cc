@@ -43,7 +43,7 @@ Status Status::WithContext(std::string_view context) const {
   std::string m(context);
   m += ": ";
   m += message_;
-  return Status(code_, std::move(m));
+  return Status(code_, std::move(m)).WithApiError(api_error_);
 }
 
 }  // namespace phos

@@ -55,9 +55,23 @@ class Status {
   /// Returns a copy whose message is "context: message" (OK stays OK).
   Status WithContext(std::string_view context) const;
 
+  /// The CUDA error number the app must see for this failure, when the
+  /// coarse code() cannot say it: a kernel fault (700, 710, 714..719) or
+  /// "no kernel image for this device" (209), which the CUDA runtime
+  /// itself tells apart (it tolerates 209 for a fatbin built for other
+  /// GPUs; 7xx are sticky). 0: derive the app's error from code()
+  /// (protocol/wire.h ToWire). Kept by WithContext.
+  int api_error() const { return api_error_; }
+  Status WithApiError(int api_error) const {
+    Status s = *this;
+    if (!ok()) s.api_error_ = api_error;
+    return s;
+  }
+
  private:
   Code code_ = Code::kOk;
   std::string message_;
+  int api_error_ = 0;
 };
 
 std::string_view CodeName(Status::Code code);

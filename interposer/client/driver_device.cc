@@ -104,7 +104,7 @@ CUresult CheckInit() {
 CUresult ToCu(cudaError_t e) {
   // Sticky errors (as runtime_api.cc's IsSticky) poison the process for
   // both APIs: SetError records them process-wide.
-  if (e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorDevicesUnavailable) SetError(e);
+  if (wire::IsKernelFault(static_cast<WireStatus>(e)) || e == cudaErrorDevicesUnavailable) SetError(e);
   switch (e) {
     case cudaErrorInvalidConfiguration:
     case cudaErrorInvalidMemcpyDirection:

@@ -25,7 +25,7 @@ thread_local cudaError_t t_last_error = cudaSuccess;
 std::atomic<int> g_sticky{0};
 
 bool IsSticky(cudaError_t e) {
-  return e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorDevicesUnavailable;
+  return wire::IsKernelFault(static_cast<WireStatus>(e)) || e == cudaErrorDevicesUnavailable;
 }
 
 template <typename T>

@@ -4,8 +4,28 @@
 
 namespace phos::wire {
 
+bool IsKernelFault(WireStatus s) {
+  switch (s) {
+    case WireStatus::kIllegalAddress:
+    case WireStatus::kAssert:
+    case WireStatus::kHardwareStackError:
+    case WireStatus::kIllegalInstruction:
+    case WireStatus::kMisalignedAddress:
+    case WireStatus::kInvalidAddressSpace:
+    case WireStatus::kInvalidPc:
+    case WireStatus::kLaunchFailure:
+      return true;
+    default:
+      return false;
+  }
+}
+
 WireStatus ToWire(const Status& s) {
   using C = Status::Code;
+  if (!s.ok() && s.api_error() != 0) {
+    const auto w = static_cast<WireStatus>(s.api_error());
+    if (w == WireStatus::kNoBinaryForGpu || IsKernelFault(w)) return w;
+  }
   switch (s.code()) {
     case C::kOk: return WireStatus::kSuccess;
     case C::kInvalidArgument:
@@ -37,10 +57,17 @@ std::string_view WireStatusName(WireStatus s) {
     case WireStatus::kDaemonUnavailable: return "cudaErrorDevicesUnavailable";
     case WireStatus::kInvalidDevice: return "cudaErrorInvalidDevice";
     case WireStatus::kInvalidImage: return "cudaErrorInvalidKernelImage";
+    case WireStatus::kNoBinaryForGpu: return "cudaErrorNoKernelImageForDevice";
     case WireStatus::kInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case WireStatus::kNotFound: return "cudaErrorSymbolNotFound";
     case WireStatus::kNotReady: return "cudaErrorNotReady";
     case WireStatus::kIllegalAddress: return "cudaErrorIllegalAddress";
+    case WireStatus::kAssert: return "cudaErrorAssert";
+    case WireStatus::kHardwareStackError: return "cudaErrorHardwareStackError";
+    case WireStatus::kIllegalInstruction: return "cudaErrorIllegalInstruction";
+    case WireStatus::kMisalignedAddress: return "cudaErrorMisalignedAddress";
+    case WireStatus::kInvalidAddressSpace: return "cudaErrorInvalidAddressSpace";
+    case WireStatus::kInvalidPc: return "cudaErrorInvalidPc";
     case WireStatus::kLaunchFailure: return "cudaErrorLaunchFailure";
     case WireStatus::kNotSupported: return "cudaErrorNotSupported";
     case WireStatus::kUnknown: return "cudaErrorUnknown";

@@ -83,10 +83,17 @@ enum class WireStatus : int32_t {
   kDaemonUnavailable = 46,      // cudaErrorDevicesUnavailable/ CUDA_ERROR_DEVICE_UNAVAILABLE
   kInvalidDevice = 101,         // cudaErrorInvalidDevice     / CUDA_ERROR_INVALID_DEVICE
   kInvalidImage = 200,          // cudaErrorInvalidKernelImage/ CUDA_ERROR_INVALID_IMAGE
+  kNoBinaryForGpu = 209,        // cudaErrorNoKernelImageForDevice / CUDA_ERROR_NO_BINARY_FOR_GPU
   kInvalidResourceHandle = 400, // cudaErrorInvalidResourceHandle / CUDA_ERROR_INVALID_HANDLE
   kNotFound = 500,              // cudaErrorSymbolNotFound    / CUDA_ERROR_NOT_FOUND
   kNotReady = 600,              // cudaErrorNotReady          / CUDA_ERROR_NOT_READY
   kIllegalAddress = 700,        // cudaErrorIllegalAddress    / CUDA_ERROR_ILLEGAL_ADDRESS
+  kAssert = 710,                // cudaErrorAssert            / CUDA_ERROR_ASSERT
+  kHardwareStackError = 714,    // cudaErrorHardwareStackError/ CUDA_ERROR_HARDWARE_STACK_ERROR
+  kIllegalInstruction = 715,    // cudaErrorIllegalInstruction/ CUDA_ERROR_ILLEGAL_INSTRUCTION
+  kMisalignedAddress = 716,     // cudaErrorMisalignedAddress / CUDA_ERROR_MISALIGNED_ADDRESS
+  kInvalidAddressSpace = 717,   // cudaErrorInvalidAddressSpace / CUDA_ERROR_INVALID_ADDRESS_SPACE
+  kInvalidPc = 718,             // cudaErrorInvalidPc         / CUDA_ERROR_INVALID_PC
   kLaunchFailure = 719,         // cudaErrorLaunchFailure     / CUDA_ERROR_LAUNCH_FAILED
   kNotSupported = 801,          // cudaErrorNotSupported      / CUDA_ERROR_NOT_SUPPORTED
   kUnknown = 999,               // cudaErrorUnknown           / CUDA_ERROR_UNKNOWN
@@ -101,7 +108,13 @@ enum class WireStatus : int32_t {
 ///   kOutOfMemory -> kMemoryAllocation; kNotSupported -> kNotSupported;
 ///   kNotReady -> kNotReady; kUnavailable -> kDaemonUnavailable;
 ///   kCorruption -> kInvalidImage; kIoError, kInternal -> kUnknown.
+/// Except: a Status carrying an api_error() that is one of the values
+/// above (a kernel fault on a GPU, no kernel image for this device) is
+/// that value, whatever its code.
 WireStatus ToWire(const Status& s);
+/// A kernel fault: sticky for the app's whole process, as in CUDA (700,
+/// 710, 714..719; the client records it, later calls return it).
+bool IsKernelFault(WireStatus s);
 /// The client side: what a failed ring operation (Post/Call returning a
 /// non-OK phos::Status, e.g. Unavailable because phosd died) becomes.
 inline WireStatus TransportToWire(const Status& s) {

@@ -254,7 +254,24 @@ Status CudaStatus(CUresult result, std::string_view what, const CudaDriver* driv
     message += description;
     message += ")";
   }
-  return Status(CudaResultCode(result), std::move(message));
+  Status status(CudaResultCode(result), std::move(message));
+  switch (result) {
+    // The app must see these exactly (Status::api_error): the runtime
+    // tolerates NO_BINARY_FOR_GPU for a fatbin built for other GPUs (cuBLAS
+    // ships hundreds), and a kernel fault is sticky under its own name.
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+      return status.WithApiError(static_cast<int>(result));
+    default:
+      return status;
+  }
 }
 
 }  // namespace phos::backend::cuda

@@ -93,12 +93,18 @@ int DeclaredMaxRegisters(const ptx::Function& f) {
 
 }  // namespace
 
+// A module with machine code only is, to the app, a module built for other
+// GPUs: CUDA_ERROR_NO_BINARY_FOR_GPU (209), which the CUDA runtime
+// tolerates at registration (cuBLAS registers hundreds of fatbins for
+// other GPUs) and reports at the launch of one of its kernels.
+constexpr int kNoKernelImageForDevice = 209;
+
 Status ExtractPtx(const void* image, std::size_t size, std::string* ptx) {
   const auto* bytes = static_cast<const std::uint8_t*>(image);
   if (size >= 4 && std::memcmp(bytes, kElfMagic, 4) == 0) {
     return Status::NotSupported(
         "sim backend: the module is a cubin (SASS only); the sim runs kernels from PTX — "
-        "build with PTX embedded (-gencode arch=compute_XX,code=compute_XX)");
+        "build with PTX embedded (-gencode arch=compute_XX,code=compute_XX)").WithApiError(kNoKernelImageForDevice);
   }
   std::uint32_t magic = 0;
   if (size >= 4) std::memcpy(&magic, bytes, 4);
@@ -110,7 +116,7 @@ Status ExtractPtx(const void* image, std::size_t size, std::string* ptx) {
     if (i < 0) {
       return Status::NotSupported(
           "sim backend: the fatbin holds no PTX (SASS only); the sim runs kernels from PTX — "
-          "build with PTX embedded (-gencode arch=compute_XX,code=compute_XX)");
+          "build with PTX embedded (-gencode arch=compute_XX,code=compute_XX)").WithApiError(kNoKernelImageForDevice);
     }
     std::string_view text = fb.entries[static_cast<std::size_t>(i)].ptx_text();
     ptx->assign(text.data(), text.size());

@@ -107,6 +107,18 @@ TEST(CudaErrors, CommonCodesMapToTheirStatus) {
   }
 }
 
+// What the app must see exactly rides on api_error (wire.h ToWire): the
+// runtime tells "no kernel image for this GPU" (tolerated at registration)
+// and each kernel fault apart.
+TEST(CudaErrors, KernelFaultsAndNoBinaryCarryTheirExactCode) {
+  for (CUresult r : {CUDA_ERROR_NO_BINARY_FOR_GPU, CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_LAUNCH_FAILED,
+                     CUDA_ERROR_MISALIGNED_ADDRESS, CUDA_ERROR_ASSERT, CUDA_ERROR_INVALID_PC}) {
+    EXPECT_EQ(CudaStatus(r, "cuX", nullptr).api_error(), static_cast<int>(r)) << CudaResultName(r, nullptr);
+  }
+  EXPECT_EQ(CudaStatus(CUDA_ERROR_OUT_OF_MEMORY, "cuX", nullptr).api_error(), 0);
+  EXPECT_EQ(CudaStatus(CUDA_ERROR_INVALID_VALUE, "cuX", nullptr).api_error(), 0);
+}
+
 TEST(CudaErrors, MessageCarriesTheDescription) {
   Status s = CudaStatus(CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate of 2097152 bytes", nullptr);
   EXPECT_EQ(s.message(), "cuMemCreate of 2097152 bytes: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");

@@ -590,5 +590,29 @@ TEST(WireStatusTest, MapsPhosStatusToCudaErrors) {
   EXPECT_EQ(wire::WireStatusName(WireStatus::kNotReady), "cudaErrorNotReady");
 }
 
+// A GPU's kernel fault comes from the cuda backend as kInternal and "no
+// kernel image for this device" as kInvalidArgument/kNotSupported: the app
+// must see the exact CUDA error (Status::api_error), which the H200 run of
+// docs/gpu-report.md showed as cudaErrorUnknown and INVALID_IMAGE before.
+TEST(WireStatusTest, AnApiErrorIsForwardedExactly) {
+  EXPECT_EQ(wire::ToWire(Status::Internal("cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS").WithApiError(700)),
+            WireStatus::kIllegalAddress);
+  EXPECT_EQ(wire::ToWire(Status::Internal("x").WithApiError(719)), WireStatus::kLaunchFailure);
+  EXPECT_EQ(wire::ToWire(Status::Internal("x").WithApiError(716)), WireStatus::kMisalignedAddress);
+  EXPECT_EQ(wire::ToWire(Status::NotSupported("sim: SASS only").WithApiError(209)), WireStatus::kNoBinaryForGpu);
+  EXPECT_EQ(wire::ToWire(Status::InvalidArgument("x").WithApiError(209).WithContext("LoadModule")),
+            WireStatus::kNoBinaryForGpu);
+  // Only the codes the wire forwards; any other number leaves the mapping by code.
+  EXPECT_EQ(wire::ToWire(Status::Internal("x").WithApiError(12345)), WireStatus::kUnknown);
+  EXPECT_EQ(wire::ToWire(Status::OutOfMemory("x").WithApiError(1)), WireStatus::kMemoryAllocation);
+  EXPECT_TRUE(Status::Ok().WithApiError(700).ok());
+  EXPECT_EQ(Status::Ok().WithApiError(700).api_error(), 0);
+  EXPECT_TRUE(wire::IsKernelFault(WireStatus::kIllegalAddress));
+  EXPECT_TRUE(wire::IsKernelFault(WireStatus::kInvalidPc));
+  EXPECT_FALSE(wire::IsKernelFault(WireStatus::kNoBinaryForGpu));
+  EXPECT_FALSE(wire::IsKernelFault(WireStatus::kDaemonUnavailable));
+  EXPECT_EQ(wire::WireStatusName(WireStatus::kNoBinaryForGpu), "cudaErrorNoKernelImageForDevice");
+}
+
 }  // namespace
 }  // namespace phos::session::testing
