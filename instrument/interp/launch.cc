@@ -93,6 +93,9 @@ Status LaunchKernel(const Program& program, const std::string& kernel, Dim3 grid
 
   const uint64_t nblocks = uint64_t{grid.x} * grid.y * grid.z;
   unsigned workers = options.workers ? options.workers : std::max(1u, std::thread::hardware_concurrency());
+  // Cooperative: one host thread per block, so that every block is resident
+  // at once, as the launch promises (the caller bounded the grid).
+  if (options.cooperative) workers = static_cast<unsigned>(nblocks);
   workers = static_cast<unsigned>(std::min<uint64_t>(workers, nblocks));
   LaunchShared shared;
   if (workers <= 1) {

@@ -40,6 +40,15 @@ struct LaunchOptions {
   // the launch ends with Unavailable once the running blocks finish: the owner
   // abandons the kernel (its app died; nobody will read the result).
   const std::atomic<bool>* cancel = nullptr;
+  // A cooperative launch (cudaLaunchCooperativeKernel): every block of the
+  // grid runs at once, each on a host thread of its own, so blocks may wait
+  // for each other (cooperative_groups' grid.sync() spins until every block
+  // has arrived). The caller bounds the grid (the device's co-resident
+  // limit) and passes `grid_workspace`: the device address of at least 8
+  // zeroed bytes that the kernel's %envreg1:%envreg2 point at (0 = none:
+  // grid.sync() then traps, as on a GPU for a non-cooperative launch).
+  bool cooperative = false;
+  uint64_t grid_workspace = 0;
 };
 
 // Runs `kernel` (mangled .entry name) over `grid` x `block` threads.

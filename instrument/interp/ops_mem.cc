@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <thread>
+
 #include "interp/exec.h"
 
 namespace phos::interp {
@@ -160,6 +162,10 @@ Flow ExecLd(Exec& x, const Op& op) {
   const bool atomic = SharedWithOtherHostThreads(x, op.space, addr);
   const std::memory_order mo = Ordered(op) ? std::memory_order_acquire : std::memory_order_relaxed;
   const bool sgn = IsSignedInt(op.type);
+  // In a cooperative launch an ordered load (volatile, relaxed, acquire) is
+  // how a block polls for the others (grid.sync()); there are more blocks
+  // than cores, so let the ones it waits for run.
+  if (atomic && Ordered(op) && x.b->opts->cooperative) std::this_thread::yield();
   for (int i = 0; i < n; ++i) {
     uint64_t v = LoadScalar(p + static_cast<size_t>(i) * eb, eb, atomic, mo);
     if (sgn) v = static_cast<uint64_t>(SExt(v, eb * 8));

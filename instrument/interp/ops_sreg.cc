@@ -44,7 +44,9 @@ uint64_t ReadSreg(Exec& x, uint32_t id) {
     case kDynamicSmemSize: return b.dyn_smem;
     case kTotalSmemSize: return b.shared.size();
     case kWarpSz: return 32;
-    default: return 0;
+    case kEnvreg0 + 1: return b.opts->grid_workspace >> 32;
+    case kEnvreg0 + 2: return b.opts->grid_workspace & 0xFFFFFFFFu;
+    default: return 0;  // the other %envreg: 0, as the driver leaves them
   }
 }
 

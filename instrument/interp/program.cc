@@ -374,6 +374,12 @@ class ProgramBuilder {
         return true;
       }
     }
+    if (name.rfind("%envreg", 0) == 0 && name.size() > 7 && name.size() <= 9 &&
+        name.find_first_not_of("0123456789", 7) == std::string::npos && std::stoi(name.substr(7)) < 32) {
+      o->kind = Operand::kSreg;
+      o->reg = kEnvreg0 + static_cast<uint32_t>(std::stoi(name.substr(7)));
+      return true;
+    }
     *why = "unknown name " + name;
     if (p_->function_index_.count(name)) *why = "function address " + name + " (indirect calls are not supported)";
     return false;

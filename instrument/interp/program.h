@@ -57,6 +57,10 @@ enum SregId : uint32_t {
   kGridid, kClock, kClockHi, kClock64, kGlobaltimer, kGlobaltimerLo, kGlobaltimerHi,
   kLanemaskEq, kLanemaskLt, kLanemaskLe, kLanemaskGt, kLanemaskGe,
   kDynamicSmemSize, kTotalSmemSize, kWarpSz,
+  // %envreg0..%envreg31 are kEnvreg0 + n. The driver fills %envreg1 (high
+  // half) and %envreg2 (low half) with the grid workspace of a cooperative
+  // launch, which cooperative_groups' grid.sync() counts arrivals in.
+  kEnvreg0,
 };
 
 struct Op {

@@ -64,6 +64,17 @@ class Harness {
     o.max_instructions_per_thread = 100'000'000;
     return LaunchKernel(*prog_, kernel, grid, block, dyn, p.data(), p.size(), &mem_, o);
   }
+  // A cooperative launch: every block at once, `workspace` its grid
+  // workspace (0: none).
+  Status LaunchCooperative(const std::string& kernel, Dim3 grid, Dim3 block, const Params& p,
+                           uint64_t workspace) {
+    LaunchOptions o;
+    o.cooperative = true;
+    o.grid_workspace = workspace;
+    o.stats = &stats;
+    o.max_instructions_per_thread = 100'000'000;
+    return LaunchKernel(*prog_, kernel, grid, block, 0, p.data(), p.size(), &mem_, o);
+  }
   const Program& program() const { return *prog_; }
   LaunchStats stats;
 

@@ -1,5 +1,6 @@
 // Kernels for the PTX interpreter tests, one or more per instruction family.
 // Compiled with `nvcc -ptx -arch=sm_90` at build time; only the PTX is used.
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 // ---- atomics: contention across blocks (global) and within a block (shared)
@@ -239,4 +240,21 @@ __global__ void reverse_dyn(const int* in, int* out) {
   dyn[t] = in[blockIdx.x * blockDim.x + t];
   __syncthreads();
   out[blockIdx.x * blockDim.x + t] = dyn[blockDim.x - 1 - t];
+}
+
+// ---- cooperative launch: grid-wide barriers (cooperative_groups' grid.sync()
+// polls a counter in the launch's grid workspace, %envreg1:%envreg2).
+// Each round every thread bumps its element, then reads another block's.
+__global__ void grid_sync_rounds(int* data, int* out, int n, int rounds) {
+  cooperative_groups::grid_group g = cooperative_groups::this_grid();
+  const int i = static_cast<int>(g.thread_rank());
+  const int other = (i + static_cast<int>(blockDim.x)) % n;
+  int acc = 0;
+  for (int r = 0; r < rounds; ++r) {
+    if (i < n) data[i] += i + r;
+    g.sync();
+    if (i < n) acc += data[other];
+    g.sync();
+  }
+  if (i < n) out[i] = acc;
 }

@@ -68,6 +68,37 @@ TEST_F(interp, AtomicsContendAcrossBlocks) {
   }
 }
 
+// grid.sync() of a cooperative launch: every block runs at once and waits
+// for the others at each barrier; more blocks than host cores.
+TEST_F(interp, CooperativeGridSyncWaitsForEveryBlock) {
+  const int bs = 64, blocks = 12, n = bs * blocks, rounds = 3;
+  auto init = RandInts<int>(rng, n, -1000, 1000);
+  int* data = h.Alloc(init);
+  int* out = h.Alloc(std::vector<int>(n, 0x5a5a5a5a));
+  auto* workspace = h.Alloc(std::vector<unsigned>{0, 0});
+  ASSERT_TRUE(h.LaunchCooperative(h.Kernel("grid_sync_rounds"), {blocks}, {bs},
+                                  Params().Add(data).Add(out).Add(n).Add(rounds),
+                                  reinterpret_cast<uint64_t>(workspace)).ok());
+  std::vector<int> ref = init, acc(n, 0);
+  for (int r = 0; r < rounds; ++r) {
+    for (int i = 0; i < n; ++i) ref[i] += i + r;
+    for (int i = 0; i < n; ++i) acc[i] += ref[(i + bs) % n];
+  }
+  for (int i = 0; i < n; ++i) ASSERT_EQ(out[i], acc[i]) << "element " << i;
+  for (int i = 0; i < n; ++i) ASSERT_EQ(data[i], ref[i]) << "element " << i;
+}
+
+// Without a grid workspace (a plain launch), grid.sync() traps, as on a GPU.
+TEST_F(interp, GridSyncWithoutAWorkspaceTraps) {
+  const int bs = 32, blocks = 2, n = bs * blocks;
+  int* data = h.Alloc(std::vector<int>(n, 1));
+  int* out = h.Alloc(std::vector<int>(n, 0));
+  Status s = h.LaunchCooperative(h.Kernel("grid_sync_rounds"), {blocks}, {bs},
+                                 Params().Add(data).Add(out).Add(n).Add(1), 0);
+  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("trap"), std::string::npos) << s.message();
+}
+
 TEST_F(interp, WarpShuffleVoteReduxMatch) {
   const int n = 256;
   auto in = RandInts<int>(rng, n, -20, 1000);
