@@ -249,6 +249,16 @@ class Context {
   virtual Status LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
                               unsigned shared_memory_bytes, StreamHandle stream,
                               const std::vector<std::uint8_t>& params) = 0;
+  /// A cooperative launch (cuLaunchCooperativeKernel): every block of the
+  /// grid is resident at once, so blocks may wait for each other
+  /// (cooperative_groups' grid.sync()). A grid larger than the device holds
+  /// at once fails with InvalidArgument carrying api_error 720
+  /// (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), as in CUDA.
+  virtual Status LaunchCooperativeKernel(FunctionHandle function, Dim3 grid, Dim3 block,
+                                         unsigned shared_memory_bytes, StreamHandle stream,
+                                         const std::vector<std::uint8_t>& params) {
+    return Status::NotSupported("this backend has no cooperative launches");
+  }
   /// The kernel's attributes (cuFuncGetAttribute for every attribute).
   virtual Status GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) = 0;
   /// Sets a launch attribute (cuFuncSetAttribute). InvalidArgument for a

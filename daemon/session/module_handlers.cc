@@ -150,6 +150,10 @@ void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::L
   if (req.param_bytes != tail.size() || req.param_bytes > wire::kMaxParamBytes) {
     return out->Fail(WireStatus::kInvalidValue, "launch: bad parameter block size");
   }
+  if ((req.flags & ~uint32_t{wire::kLaunchCooperative}) != 0) {
+    return out->Fail(WireStatus::kInvalidValue, "launch: unknown flags " + std::to_string(req.flags));
+  }
+  const bool cooperative = (req.flags & wire::kLaunchCooperative) != 0;
   auto fit = st.functions.find(req.function_id);
   if (fit == st.functions.end()) {
     return out->Fail(Status::NotFound("unknown function id " + std::to_string(req.function_id)));
@@ -160,7 +164,12 @@ void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::L
   v.stream = stream;
   std::vector<uint8_t> params(req.param_bytes);
   if (!params.empty()) std::memcpy(params.data(), tail.data(), params.size());
-  if (fit->second.access) {
+  if (cooperative) {
+    // Its blocks wait for each other: no twin can replay it block by block,
+    // so a C/R protocol treats it as of unknown access (it waits for the
+    // checkpoint to finish, as a kernel without PTX does).
+    v.kind = AccessKind::kUnknown;
+  } else if (fit->second.access) {
     auto mk = st.module_kernels.find(fit->second.module_id);
     const bool variables = mk == st.module_kernels.end() || mk->second.may_have_variables;
     ComputeLaunchAccess(*fit->second.access, params, st.buffers, st.globals, &v, variables);
@@ -178,6 +187,10 @@ void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::L
   launch.params = &params;
   v.launch = &launch;
   Status s = st.executor->Run(v, [&] {
+    if (cooperative) {
+      return st.ctx->LaunchCooperativeKernel(launch.function, launch.grid, launch.block, launch.shared_bytes, stream,
+                                             params);
+    }
     return st.ctx->LaunchKernel(launch.function, launch.grid, launch.block, launch.shared_bytes, stream, params);
   });
   out->Fail(s);

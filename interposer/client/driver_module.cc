@@ -150,7 +150,8 @@ CUresult PackParams(const KernelRec& k, void** kernelParams, void** extra, std::
 }
 
 CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                      unsigned shmem, const void* stream, void** kernelParams, void** extra) {
+                      unsigned shmem, const void* stream, void** kernelParams, void** extra,
+                      bool cooperative = false) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -169,13 +170,16 @@ CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsig
     std::vector<std::byte> block;
     if (CUresult r = PackParams(*k, kernelParams, extra, &block); r != CUDA_SUCCESS) return r;
     const wire::LaunchRequest req{k->function_id, {gx, gy, gz}, {bx, by, bz}, shmem,
-                                  static_cast<uint32_t>(block.size()), 0};
+                                  static_cast<uint32_t>(block.size()),
+                                  cooperative ? uint32_t{wire::kLaunchCooperative} : 0u};
     payload.resize(sizeof(req) + block.size());
     std::memcpy(payload.data(), &req, sizeof(req));
     if (!block.empty()) std::memcpy(payload.data() + sizeof(req), block.data(), block.size());
   }
   // Posted: a launch error (and a fault of the kernel) surfaces at the next
-  // synchronising call, as in CUDA.
+  // synchronising call, as in CUDA. A cooperative launch is called: CUDA
+  // refuses a grid too large for the device at the launch itself.
+  if (cooperative) return ToCu(Connection::Get().Call(op::kLaunchKernel, StreamIdOf(stream), payload));
   return ToCu(Connection::Get().Post(op::kLaunchKernel, StreamIdOf(stream), payload));
 }
 
@@ -364,7 +368,8 @@ CUresult LaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kerne
   const void* stream = config->hStream;
   if (per_thread && stream == nullptr) stream = CU_STREAM_PER_THREAD;
   return LaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
-                      config->blockDimZ, config->sharedMemBytes, stream, kernelParams, extra);
+                      config->blockDimZ, config->sharedMemBytes, stream, kernelParams, extra,
+                      CooperativeLaunch(config->attrs, config->numAttrs));
 }
 }  // namespace
 
@@ -386,6 +391,26 @@ PHOS_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, un
   const void* stream = hStream != nullptr ? static_cast<const void*>(hStream) : CU_STREAM_PER_THREAD;
   return LaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, stream,
                       kernelParams, extra);
+}
+
+// Cooperative launches: every block resident at once, so blocks may wait
+// for each other (grid.sync()); phosd bounds the grid
+// (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE).
+PHOS_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                               unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                               unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                               void** kernelParams) {
+  return LaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+                      kernelParams, nullptr, /*cooperative=*/true);
+}
+PHOS_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                                    unsigned int gridDimZ, unsigned int blockDimX,
+                                                    unsigned int blockDimY, unsigned int blockDimZ,
+                                                    unsigned int sharedMemBytes, CUstream hStream,
+                                                    void** kernelParams) {
+  const void* stream = hStream != nullptr ? static_cast<const void*>(hStream) : CU_STREAM_PER_THREAD;
+  return LaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, stream,
+                      kernelParams, nullptr, /*cooperative=*/true);
 }
 
 // phos loads a module when cuModuleLoad* is called (see the file comment):

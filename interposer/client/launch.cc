@@ -57,7 +57,7 @@ bool ConfigFits(dim3 grid, dim3 block) {
 constexpr size_t kDefaultDynamicSharedLimit = 48 * 1024;
 
 cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
-                   DefaultStream zero = DefaultStream::kLegacy) {
+                   DefaultStream zero = DefaultStream::kLegacy, bool cooperative = false) {
   if (cudaError_t s = StickyError(); s != cudaSuccess) return SetError(s);
   if (k == nullptr) return SetError(cudaErrorInvalidDeviceFunction);
   if (!k->params_known) return SetError(cudaErrorInvalidDeviceFunction);
@@ -68,7 +68,8 @@ cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shme
   if (w != WireStatus::kSuccess) return Finish(w);
   if (k->param_bytes > wire::kMaxParamBytes) return SetError(cudaErrorInvalidValue);
   wire::LaunchRequest req{k->function_id, {grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
-                          static_cast<uint32_t>(shmem), k->param_bytes, 0};
+                          static_cast<uint32_t>(shmem), k->param_bytes,
+                          cooperative ? uint32_t{wire::kLaunchCooperative} : 0u};
   std::vector<std::byte> payload(sizeof(req) + k->param_bytes);
   std::memcpy(payload.data(), &req, sizeof(req));
   std::byte* params = payload.data() + sizeof(req);
@@ -81,7 +82,11 @@ cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shme
   // Above 48 KiB of dynamic shared memory phosd refuses the launch unless
   // cudaFuncSetAttribute raised the function's limit: such (rare) launches
   // are called, so the refusal is the launch's own result as in CUDA.
-  if (shmem > kDefaultDynamicSharedLimit) return Finish(c.Call(wire::op::kLaunchKernel, stream_id, payload));
+  // A cooperative launch likewise: a grid too large for the device fails
+  // the launch itself (cudaErrorCooperativeLaunchTooLarge).
+  if (shmem > kDefaultDynamicSharedLimit || cooperative) {
+    return Finish(c.Call(wire::op::kLaunchKernel, stream_id, payload));
+  }
   return Finish(c.Post(wire::op::kLaunchKernel, stream_id, payload));
 }
 
@@ -90,12 +95,20 @@ cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shme
 // Anything else is a registered kernel (a host stub or __cudaGetKernel's
 // handle).
 cudaError_t LaunchAny(const void* func, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
-                      DefaultStream zero = DefaultStream::kLegacy) {
+                      DefaultStream zero = DefaultStream::kLegacy, bool cooperative = false) {
   KernelRec* k = FindKernelByStub(func);
   DriverFunctionInfo info;
   if (k == nullptr && func != nullptr && DescribeDriverFunction(func, &info)) {
     auto* f = reinterpret_cast<CUfunction>(const_cast<void*>(func));
     auto* s = reinterpret_cast<CUstream>(stream);
+    if (cooperative) {
+      CUresult r = zero == DefaultStream::kPerThread
+                       ? cuLaunchCooperativeKernel_ptsz(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                                        static_cast<unsigned>(shmem), s, args)
+                       : cuLaunchCooperativeKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                                   static_cast<unsigned>(shmem), s, args);
+      return r == CUDA_SUCCESS ? cudaSuccess : SetError(static_cast<cudaError_t>(r));
+    }
     CUresult r = zero == DefaultStream::kPerThread
                      ? cuLaunchKernel_ptsz(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
                                            static_cast<unsigned>(shmem), s, args, nullptr)
@@ -103,7 +116,7 @@ cudaError_t LaunchAny(const void* func, dim3 grid, dim3 block, void** args, size
                                       static_cast<unsigned>(shmem), s, args, nullptr);
     return r == CUDA_SUCCESS ? cudaSuccess : SetError(static_cast<cudaError_t>(r));
   }
-  return Launch(k, grid, block, args, shmem, stream, zero);
+  return Launch(k, grid, block, args, shmem, stream, zero, cooperative);
 }
 
 // cudaLaunchKernelExC: a launch with a configuration and attributes (Thrust
@@ -117,7 +130,8 @@ cudaError_t LaunchEx(const cudaLaunchConfig_t* config, const void* func, void** 
   if (UnhonouredLaunchAttribute(reinterpret_cast<const CUlaunchAttribute*>(config->attrs), config->numAttrs)) {
     return SetError(cudaErrorNotSupported);
   }
-  return LaunchAny(func, config->gridDim, config->blockDim, args, config->dynamicSmemBytes, config->stream, zero);
+  return LaunchAny(func, config->gridDim, config->blockDim, args, config->dynamicSmemBytes, config->stream, zero,
+                   CooperativeLaunch(reinterpret_cast<const CUlaunchAttribute*>(config->attrs), config->numAttrs));
 }
 
 }  // namespace
@@ -139,6 +153,14 @@ PHOS_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 bl
 PHOS_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
                                               size_t sharedMem, cudaStream_t stream) {
   return LaunchAny(func, gridDim, blockDim, args, sharedMem, stream, DefaultStream::kPerThread);
+}
+PHOS_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                                    size_t sharedMem, cudaStream_t stream) {
+  return LaunchAny(func, gridDim, blockDim, args, sharedMem, stream, DefaultStream::kLegacy, /*cooperative=*/true);
+}
+PHOS_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                                         size_t sharedMem, cudaStream_t stream) {
+  return LaunchAny(func, gridDim, blockDim, args, sharedMem, stream, DefaultStream::kPerThread, /*cooperative=*/true);
 }
 PHOS_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
                                            size_t sharedMem, cudaStream_t stream) {

@@ -48,8 +48,7 @@ const char* UnhonouredLaunchAttribute(const CUlaunchAttribute* attrs, unsigned c
       case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
       case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
         break;
-      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-        if (a.value.cooperative != 0) return Refuse(a.id);
+      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:  // honoured: a cooperative launch (CooperativeLaunch)
         break;
       case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
         if (a.value.clusterDim.x > 1 || a.value.clusterDim.y > 1 || a.value.clusterDim.z > 1) return Refuse(a.id);
@@ -59,6 +58,14 @@ const char* UnhonouredLaunchAttribute(const CUlaunchAttribute* attrs, unsigned c
     }
   }
   return nullptr;
+}
+
+bool CooperativeLaunch(const CUlaunchAttribute* attrs, unsigned count) {
+  bool cooperative = false;
+  for (unsigned i = 0; i < count; ++i) {
+    if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) cooperative = attrs[i].value.cooperative != 0;
+  }
+  return cooperative;
 }
 
 }  // namespace phos::client

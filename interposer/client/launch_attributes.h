@@ -14,9 +14,14 @@ namespace phos::client {
 /// synchronisation policy, cluster scheduling preference, priority, memory
 /// sync domains, preferred cluster dimension, shared-memory carveout, NVLink
 /// scheduling), programmatic stream serialisation (ignoring it keeps the
-/// stricter stream order), a cluster of 1x1x1 and cooperative = 0. Refused:
-/// cooperative launches, clusters of more than one block, programmatic and
-/// completion events, device-updatable graph nodes, unknown ids.
+/// stricter stream order), a cluster of 1x1x1 and cooperative (see
+/// CooperativeLaunch). Refused: clusters of more than one block,
+/// programmatic and completion events, device-updatable graph nodes,
+/// unknown ids.
 const char* UnhonouredLaunchAttribute(const CUlaunchAttribute* attrs, unsigned count);
+
+/// True if the attributes ask for a cooperative launch (the last
+/// CU_LAUNCH_ATTRIBUTE_COOPERATIVE with a nonzero value wins, as in CUDA).
+bool CooperativeLaunch(const CUlaunchAttribute* attrs, unsigned count);
 
 }  // namespace phos::client

@@ -24,7 +24,7 @@ WireStatus ToWire(const Status& s) {
   using C = Status::Code;
   if (!s.ok() && s.api_error() != 0) {
     const auto w = static_cast<WireStatus>(s.api_error());
-    if (w == WireStatus::kNoBinaryForGpu || IsKernelFault(w)) return w;
+    if (w == WireStatus::kNoBinaryForGpu || w == WireStatus::kCooperativeLaunchTooLarge || IsKernelFault(w)) return w;
   }
   switch (s.code()) {
     case C::kOk: return WireStatus::kSuccess;
@@ -69,6 +69,7 @@ std::string_view WireStatusName(WireStatus s) {
     case WireStatus::kInvalidAddressSpace: return "cudaErrorInvalidAddressSpace";
     case WireStatus::kInvalidPc: return "cudaErrorInvalidPc";
     case WireStatus::kLaunchFailure: return "cudaErrorLaunchFailure";
+    case WireStatus::kCooperativeLaunchTooLarge: return "cudaErrorCooperativeLaunchTooLarge";
     case WireStatus::kNotSupported: return "cudaErrorNotSupported";
     case WireStatus::kUnknown: return "cudaErrorUnknown";
   }

@@ -95,6 +95,7 @@ enum class WireStatus : int32_t {
   kInvalidAddressSpace = 717,   // cudaErrorInvalidAddressSpace / CUDA_ERROR_INVALID_ADDRESS_SPACE
   kInvalidPc = 718,             // cudaErrorInvalidPc         / CUDA_ERROR_INVALID_PC
   kLaunchFailure = 719,         // cudaErrorLaunchFailure     / CUDA_ERROR_LAUNCH_FAILED
+  kCooperativeLaunchTooLarge = 720,  // cudaErrorCooperativeLaunchTooLarge / CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
   kNotSupported = 801,          // cudaErrorNotSupported      / CUDA_ERROR_NOT_SUPPORTED
   kUnknown = 999,               // cudaErrorUnknown           / CUDA_ERROR_UNKNOWN
 };
@@ -363,7 +364,14 @@ struct LaunchRequest {
   uint32_t block[3];
   uint32_t shared_bytes;
   uint32_t param_bytes;
-  uint32_t pad;
+  uint32_t flags;  // LaunchFlags; phosd refuses unknown bits
+};
+/// LaunchRequest::flags.
+enum LaunchFlags : uint32_t {
+  /// cudaLaunchCooperativeKernel / CU_LAUNCH_ATTRIBUTE_COOPERATIVE: every
+  /// block resident at once (grid.sync()); the client Calls it, so a grid
+  /// too large for the device fails the launch itself.
+  kLaunchCooperative = 1,
 };
 static_assert(sizeof(LaunchRequest) == 40);
 

@@ -202,12 +202,26 @@ int RunKernels(CUmodule mod, const char* what) {
     CHECK(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
     for (int i = 0; i < n; ++i) ref[i] = a2 * x[i] + ref[i];
     for (int i = 0; i < n; ++i) EXPECT(Close(out[i], ref[i]));
-    int coop = 1;
+    int coop = 0;
     CHECK(cuDeviceGetAttribute(&coop, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 0));
-    if (coop == 0) {
+    if (coop == 1) {
+      // Cooperative, through the attribute and cuLaunchCooperativeKernel;
+      // a grid beyond what the device holds at once is refused at launch.
       attrs[2].value.cooperative = 1;
-      EXPECT_RESULT(cuLaunchKernelEx(&cfg, saxpy, args2, nullptr), CUDA_ERROR_NOT_SUPPORTED);
+      CHECK(cuLaunchKernelEx(&cfg, saxpy, args2, nullptr));
       attrs[2].value.cooperative = 0;
+      CHECK(cuLaunchCooperativeKernel(saxpy, cfg.gridDimX, 1, 1, 128, 1, 1, 0, nullptr, args2));
+      CHECK(cuCtxSynchronize());
+      CHECK(cuMemcpyDtoH(out.data(), dy, n * sizeof(float)));
+      for (int i = 0; i < n; ++i) ref[i] = a2 * x[i] + ref[i];
+      for (int i = 0; i < n; ++i) ref[i] = a2 * x[i] + ref[i];
+      for (int i = 0; i < n; ++i) EXPECT(Close(out[i], ref[i]));
+      int sms = 0;
+      CHECK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+      EXPECT_RESULT(cuLaunchCooperativeKernel(saxpy, static_cast<unsigned>(sms) * 64 + 1, 1, 1, 128, 1, 1, 0,
+                                              nullptr, args2),
+                    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+      std::printf("driver_api: cooperative launches OK\n");
     }
     EXPECT_RESULT(cuLaunchKernelEx(nullptr, saxpy, args2, nullptr), CUDA_ERROR_INVALID_VALUE);
     std::printf("driver_api: cuLaunchKernelEx OK\n");

@@ -1,6 +1,7 @@
 // The runtime calls the tests/apps programs do not make: device queries,
 // memory info, streams with priority, event timing and queries, async
 // memset/copies on a stream, cudaMemcpyDefault, error names, last error.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -21,6 +22,16 @@ __global__ void fill(int* p, int n, int v) {
 struct Big {
   int v[8000];
 };
+// A cooperative kernel: each block reads what another block wrote before
+// the grid-wide barrier (wrong without every block resident at once).
+__global__ void grid_rotate(int* data, int* out, int n) {
+  cooperative_groups::grid_group g = cooperative_groups::this_grid();
+  const int i = static_cast<int>(g.thread_rank());
+  if (i < n) data[i] = i * 3 + 1;
+  g.sync();
+  if (i < n) out[i] = data[(i + static_cast<int>(blockDim.x)) % n];
+}
+
 __global__ void big_param(Big b, int* out, int* out2) {
   out[threadIdx.x] = b.v[threadIdx.x] + b.v[7999];
   if (threadIdx.x == 0) *out2 = b.v[4000];
@@ -213,14 +224,51 @@ int main() {
     std::vector<int> he(256);
     CHECK(cudaMemcpy(he.data(), e, 256 * sizeof(int), cudaMemcpyDeviceToHost));
     for (int i = 0; i < 256; ++i) EXPECT(he[i] == 40 + i);
-    if (attr(cudaDevAttrCooperativeLaunch) == 0) {
-      attrs[1].id = cudaLaunchAttributeCooperative;
-      attrs[1].val.cooperative = 1;
-      EXPECT(cudaLaunchKernelEx(&cfg, fill, e, 256, 40) == cudaErrorNotSupported);
-      EXPECT(cudaGetLastError() == cudaErrorNotSupported);
-    }
     CHECK(cudaFree(e));
     std::printf("runtime_api: cudaLaunchKernelEx OK\n");
+  }
+  if (attr(cudaDevAttrCooperativeLaunch) == 1) {
+    // Cooperative launches: cudaLaunchCooperativeKernel, then the launch
+    // attribute; a grid larger than the device holds at once is refused at
+    // the launch (cudaErrorCooperativeLaunchTooLarge), not run.
+    const int bs = 64, blocks = 6, n = bs * blocks;
+    int *data = nullptr, *out = nullptr;
+    CHECK(cudaMalloc(&data, n * sizeof(int)));
+    CHECK(cudaMalloc(&out, n * sizeof(int)));
+    std::vector<int> h(n);
+    for (int round = 0; round < 2; ++round) {
+      CHECK(cudaMemset(out, 0xff, n * sizeof(int)));
+      int nn = n;
+      void* args[] = {&data, &out, &nn};
+      if (round == 0) {
+        CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(grid_rotate), dim3(blocks), dim3(bs), args,
+                                          0, nullptr));
+      } else {
+        cudaLaunchAttribute coop[1] = {};
+        coop[0].id = cudaLaunchAttributeCooperative;
+        coop[0].val.cooperative = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(blocks);
+        cfg.blockDim = dim3(bs);
+        cfg.attrs = coop;
+        cfg.numAttrs = 1;
+        CHECK(cudaLaunchKernelEx(&cfg, grid_rotate, data, out, n));
+      }
+      CHECK(cudaMemcpy(h.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < n; ++i) EXPECT(h[i] == ((i + bs) % n) * 3 + 1);
+    }
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, grid_rotate, bs, 0));
+    const int too_many = per_sm * attr(cudaDevAttrMultiProcessorCount) + 1;
+    int nn = n;
+    void* args[] = {&data, &out, &nn};
+    EXPECT(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(grid_rotate), dim3(too_many), dim3(bs), args, 0,
+                                       nullptr) == cudaErrorCooperativeLaunchTooLarge);
+    EXPECT(cudaGetLastError() == cudaErrorCooperativeLaunchTooLarge);
+    CHECK(cudaDeviceSynchronize());  // not sticky: the device still serves
+    CHECK(cudaFree(data));
+    CHECK(cudaFree(out));
+    std::printf("runtime_api: cooperative launch OK\n");
   }
   {
     // cudaLibrary* / cudaKernel_t, and cudaGetKernel of a registered kernel.

@@ -748,6 +748,41 @@ Status CudaContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
   return Status::Ok();
 }
 
+// cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_COOPERATIVE: the one cooperative
+// launch that takes a packed argument block (`extra`), which is what phosd
+// holds; the driver bounds the grid (COOPERATIVE_LAUNCH_TOO_LARGE).
+Status CudaContext::LaunchCooperativeKernel(FunctionHandle function, Dim3 grid, Dim3 block,
+                                            unsigned shared_memory_bytes, StreamHandle stream,
+                                            const std::vector<std::uint8_t>& params) {
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("LaunchCooperativeKernel"));
+  std::shared_ptr<FunctionObject> f;
+  PHOS_RETURN_IF_ERROR(FindFunction(function, &f));
+  CUstream s = nullptr;
+  std::shared_ptr<StreamObject> keep;
+  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  std::size_t size = params.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::uint8_t*>(params.data()),
+                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  attr.value.cooperative = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = grid.x;
+  config.gridDimY = grid.y;
+  config.gridDimZ = grid.z;
+  config.blockDimX = block.x;
+  config.blockDimY = block.y;
+  config.blockDimZ = block.z;
+  config.sharedMemBytes = shared_memory_bytes;
+  config.hStream = s;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  CUresult rc = driver_->LaunchKernelEx(&config, f->function, nullptr, params.empty() ? nullptr : extra);
+  if (rc != CUDA_SUCCESS) return Check(rc, ("cuLaunchKernelEx(cooperative, " + f->name + ")"));
+  return Status::Ok();
+}
+
 Status CudaContext::GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) {
   if (out == nullptr) return Status::InvalidArgument("GetFunctionAttributes: null output pointer");
   std::shared_ptr<FunctionObject> f;

@@ -108,6 +108,8 @@ class CudaContext final : public Context {
                    std::size_t* bytes) override;
   Status LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes,
                       StreamHandle stream, const std::vector<std::uint8_t>& params) override;
+  Status LaunchCooperativeKernel(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes,
+                                 StreamHandle stream, const std::vector<std::uint8_t>& params) override;
   Status GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) override;
   Status SetFunctionAttribute(FunctionHandle function, FunctionAttribute attribute, int value) override;
 

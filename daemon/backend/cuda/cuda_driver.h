@@ -87,7 +87,8 @@ namespace phos::backend::cuda {
   X(ModuleGetGlobal, 3020)                \
   X(FuncGetAttribute, 2020)               \
   X(FuncSetAttribute, 9000)               \
-  X(LaunchKernel, 4000)
+  X(LaunchKernel, 4000)                   \
+  X(LaunchKernelEx, 11060)
 
 /// The oldest driver (as cuDriverGetVersion reports it) whose every entry
 /// point above exists: the highest version in the table.

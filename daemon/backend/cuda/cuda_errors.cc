@@ -268,6 +268,7 @@ Status CudaStatus(CUresult result, std::string_view what, const CudaDriver* driv
     case CUDA_ERROR_INVALID_ADDRESS_SPACE:
     case CUDA_ERROR_INVALID_PC:
     case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
       return status.WithApiError(static_cast<int>(result));
     default:
       return status;

@@ -11,6 +11,7 @@
 
 #include "backend/sim/sim_backend.h"
 #include "backend/sim/sim_kernel_memory.h"
+#include "common/occupancy.h"
 #include "interp/launch.h"
 
 namespace phos::backend::sim {
@@ -520,6 +521,17 @@ Status SimContext::GetGlobal(ModuleHandle module, const std::string& name, Devic
 Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
                                 unsigned shared_memory_bytes, StreamHandle stream,
                                 const std::vector<std::uint8_t>& params) {
+  return Launch(function, grid, block, shared_memory_bytes, stream, params, /*cooperative=*/false);
+}
+
+Status SimContext::LaunchCooperativeKernel(FunctionHandle function, Dim3 grid, Dim3 block,
+                                           unsigned shared_memory_bytes, StreamHandle stream,
+                                           const std::vector<std::uint8_t>& params) {
+  return Launch(function, grid, block, shared_memory_bytes, stream, params, /*cooperative=*/true);
+}
+
+Status SimContext::Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes,
+                          StreamHandle stream, const std::vector<std::uint8_t>& params, bool cooperative) {
   std::shared_ptr<SimModule> module;
   std::string name;
   Status runnable;
@@ -553,19 +565,54 @@ Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
   // naming the instruction — not a sticky failure discovered later.
   PHOS_RETURN_IF_ERROR(runnable.WithContext("LaunchKernel '" + name + "'"));
   SimShared* shared = shared_.get();
+  DevicePtr workspace = 0;
+  if (cooperative) {
+    // As the device: the whole grid must fit on the GPU at once (the
+    // modelled H100's occupancy for this block), else
+    // COOPERATIVE_LAUNCH_TOO_LARGE. The interpreter then runs every block on
+    // a host thread of its own.
+    const DeviceProperties& props = shared->devices[static_cast<std::size_t>(device_)];
+    occupancy::BlockUse use;
+    use.threads = static_cast<int>(block.x * block.y * block.z);
+    use.registers_per_thread = attributes.num_regs;
+    use.shared_bytes = attributes.shared_size_bytes + shared_memory_bytes;
+    const std::uint64_t per_sm = static_cast<std::uint64_t>(occupancy::MaxActiveBlocks(occupancy::SmLimits{}, use).blocks);
+    const std::uint64_t fits = per_sm * static_cast<std::uint64_t>(props.multiprocessor_count);
+    const std::uint64_t blocks = std::uint64_t{grid.x} * grid.y * grid.z;
+    if (blocks > fits) {
+      return Status::InvalidArgument("cooperative launch of '" + name + "': " + std::to_string(blocks) +
+                                     " blocks, the device holds " + std::to_string(fits) + " at once (" +
+                                     std::to_string(per_sm) + " per SM x " +
+                                     std::to_string(props.multiprocessor_count) + " SMs)")
+          .WithApiError(720);  // CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
+    }
+    // The grid workspace grid.sync() counts arrivals in (%envreg1:%envreg2):
+    // device memory of this context for the launch, freed when it ends.
+    PHOS_RETURN_IF_ERROR(shared->memory->Allocate(device_, id_, 256, 0, &workspace)
+                             .WithContext("cooperative launch of '" + name + "': grid workspace"));
+  }
   std::lock_guard<std::mutex> lock(mu_);
   const std::uint64_t owner = id_;
   std::shared_ptr<std::atomic<bool>> cancel = abandoned_;
-  return EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes, params,
-                                owner, cancel, aliases = host_aliases_]() -> Status {
+  Status queued = EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes, params, owner,
+                                         cancel, aliases = host_aliases_, cooperative, workspace]() -> Status {
     SimKernelMemory memory(shared->memory.get(), owner, aliases.get());
     interp::LaunchOptions options;
     options.cancel = cancel.get();
-    return interp::LaunchKernel(module->program(), name, {grid.x, grid.y, grid.z},
-                                {block.x, block.y, block.z}, shared_memory_bytes,
-                                params.data(), params.size(), &memory, options)
-        .WithContext("kernel " + name);
+    options.cooperative = cooperative;
+    if (workspace != 0) {
+      std::memset(reinterpret_cast<void*>(workspace), 0, 8);  // the sim's device memory is phosd's
+      options.grid_workspace = workspace;
+    }
+    Status s = interp::LaunchKernel(module->program(), name, {grid.x, grid.y, grid.z},
+                                    {block.x, block.y, block.z}, shared_memory_bytes, params.data(),
+                                    params.size(), &memory, options)
+                   .WithContext("kernel " + name);
+    if (workspace != 0) (void)shared->memory->Free(owner, workspace);
+    return s;
   });
+  if (!queued.ok() && workspace != 0) (void)shared->memory->Free(owner, workspace);
+  return queued;
 }
 
 Status SimContext::GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) {

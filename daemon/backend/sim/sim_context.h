@@ -72,11 +72,18 @@ class SimContext final : public Context {
   Status LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
                       unsigned shared_memory_bytes, StreamHandle stream,
                       const std::vector<std::uint8_t>& params) override;
+  Status LaunchCooperativeKernel(FunctionHandle function, Dim3 grid, Dim3 block,
+                                 unsigned shared_memory_bytes, StreamHandle stream,
+                                 const std::vector<std::uint8_t>& params) override;
   Status GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) override;
   Status SetFunctionAttribute(FunctionHandle function, FunctionAttribute attribute,
                               int value) override;
 
  private:
+  // LaunchKernel and LaunchCooperativeKernel.
+  Status Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes,
+                StreamHandle stream, const std::vector<std::uint8_t>& params, bool cooperative);
+
   struct StreamEntry {
     std::unique_ptr<SimStream> stream;
     bool blocking = true;  // synchronises with the legacy default stream
