@@ -38,6 +38,11 @@ struct SimOptions {
   /// stalls an app that launches ahead of the GPU for a few kernels, not
   /// for everything it managed to queue.
   int stream_depth = 8;
+  /// Whether a restore may ask where a module's variables go
+  /// (Context::GetModuleGlobalsBase / LoadModuleWithGlobalsAt). false models
+  /// the cuda backend, whose driver places them itself: tests of a restore
+  /// that must cope with variables elsewhere run on the sim with it.
+  bool places_module_variables = true;
 };
 
 struct CudaOptions {

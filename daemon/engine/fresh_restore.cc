@@ -60,13 +60,24 @@ void ReleaseCreated(session::SessionState& st) {
   st.buffers.Clear();
 }
 
-/// The app holds pointers to its modules' variables, so they must come back
+/// True when the app was never given the address of any recorded variable of
+/// `module_id` (GlobalRecord::address_private).
+bool AddressesPrivate(const image::v1::SessionHandles& handles, std::uint32_t module_id) {
+  for (const auto& g : handles.globals()) {
+    if (g.module_id() == module_id && !g.address_private()) return false;
+  }
+  return true;
+}
+
+/// The app may hold pointers to its modules' variables, so they come back
 /// where the image has them. A backend that can place them (the sim) gets
 /// each module reloaded with its variable block moved by the difference
 /// between where one of its recorded globals is now and where it was; one
 /// block per module, laid out the same from the same image, so one shift
-/// fixes them all. Where the backend places variables itself (cuda), nothing
-/// moves here and the check in Recreate refuses with the addresses.
+/// fixes them all. Where the backend places variables itself (cuda), or the
+/// place is taken, the variables stay where the backend put them: Recreate
+/// relocates those whose address the app never held and refuses the others,
+/// naming the addresses.
 Status PlaceModuleGlobals(session::SessionState& st, const image::v1::SessionHandles& handles,
                           const image::v1::SessionModules& modules) {
   for (const auto& m : modules.modules()) {
@@ -90,6 +101,14 @@ Status PlaceModuleGlobals(session::SessionState& st, const image::v1::SessionHan
     PHOS_RETURN_IF_ERROR(st.ctx->UnloadModule(h));
     backend::ModuleHandle moved = 0;
     Status s = st.ctx->LoadModuleWithGlobalsAt(m.image().data(), m.image().size(), want, &moved);
+    if (!s.ok() && AddressesPrivate(handles, m.id())) {
+      // The place is taken (another session of this phosd, say), but the app
+      // never held any of these addresses: load the module where the backend
+      // puts it; Recreate relocates the variables' bytes.
+      spdlog::info("fresh restore: module {}'s variables cannot go back to {} ({}); the app never held their "
+                   "addresses, so they load where the backend puts them", m.id(), Hex(want), s.ToString());
+      s = st.ctx->LoadModule(m.image().data(), m.image().size(), &moved);
+    }
     if (!s.ok()) {
       st.modules.erase(m.id());  // the caller empties the session
       return s.WithContext("placing the variables of module " + std::to_string(m.id()) + " at " + Hex(want) +
@@ -132,13 +151,23 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
     PHOS_RETURN_IF_ERROR(session::GetGlobalOf(st, g.module_id(), g.name(), &at, &bytes, nullptr)
                              .WithContext("resolving global '" + g.name() + "' of module " +
                                           std::to_string(g.module_id())));
-    if (at != g.address() || bytes != g.bytes()) {
-      return Status::FailedPrecondition(
-          "module global '" + g.name() + "' of module " + std::to_string(g.module_id()) + " is at " + Hex(at) +
-          " (" + std::to_string(bytes) + " bytes) in this context, the image has it at " + Hex(g.address()) + " (" +
-          std::to_string(g.bytes()) + " bytes); the app's pointers to it would be wrong (the backend placed the "
-          "module's globals elsewhere)");
+    if (at == g.address() && bytes == g.bytes()) continue;
+    // Elsewhere. Fine when the app never held the address (it copies to and
+    // from the variable by name, and libphos asks phosd every time): its
+    // bytes are loaded at the new place. Otherwise the app's pointer would
+    // be wrong: refuse, naming both addresses.
+    if (bytes == g.bytes() && g.address_private()) {
+      task.RelocateGlobal(g.address(), at);
+      spdlog::info("fresh restore: module global '{}' of module {} moved from {} to {} (the app never held its "
+                   "address)", g.name(), g.module_id(), Hex(g.address()), Hex(at));
+      continue;
     }
+    return Status::FailedPrecondition(
+        "module global '" + g.name() + "' of module " + std::to_string(g.module_id()) + " is at " + Hex(at) + " (" +
+        std::to_string(bytes) + " bytes) in this context, the image has it at " + Hex(g.address()) + " (" +
+        std::to_string(g.bytes()) + " bytes), and the app holds that address (it asked for it with " +
+        "cudaGetSymbolAddress or cuModuleGetGlobal), so its pointers would be wrong (the backend placed the " +
+        "module's globals elsewhere)");
   }
   for (const auto& s : handles.streams()) {
     PHOS_RETURN_IF_ERROR(session::CreateStreamWithId(st, s.id(), s.flags(), s.priority(), nullptr)

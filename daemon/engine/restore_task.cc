@@ -159,11 +159,13 @@ Status RestoreTask::LoadExtents(backend::Context* ctx, const std::vector<std::si
     if (!s.ok()) break;
     const auto& e = m.buffers(static_cast<int>(i));
     const std::uint64_t chunks = e.chunk_bytes() == 0 ? 0 : (e.bytes() + e.chunk_bytes() - 1) / e.chunk_bytes();
+    auto moved = relocated_.find(e.device_address());
+    const std::uint64_t base = moved == relocated_.end() ? e.device_address() : moved->second;
     for (std::uint64_t c = 0; s.ok() && c < chunks; ++c) {
       std::size_t len = 0;
       s = reader_->ReadChunk(i, c, host.data(), &len);
       if (!s.ok()) break;
-      const std::uint64_t dst = e.device_address() + c * e.chunk_bytes();
+      const std::uint64_t dst = base + c * e.chunk_bytes();
       s = ctx->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(host.data()), len, backend::CopyKind::kHostToDevice,
                            stream);
       // The host buffer is reused for the next chunk: wait for this copy.

@@ -62,8 +62,13 @@ class RestoreTask {
   Status MapBuffers(session::SessionState& st);
   /// Consumer thread: copies the given extents (manifest indices) H2D on a
   /// stream of its own, chunk by chunk (each re-verified as it is read),
-  /// and waits for them. Progress bytes are added per chunk.
+  /// and waits for them. Progress bytes are added per chunk. An extent
+  /// whose address was relocated (RelocateGlobal) goes to its new address.
   Status LoadExtents(backend::Context* ctx, const std::vector<std::size_t>& extents);
+  /// Consumer thread, before LoadExtents: the module global the image has at
+  /// `from` is at `to` in the restored context (a fresh restore where the
+  /// backend placed it elsewhere and the app never held its address).
+  void RelocateGlobal(std::uint64_t from, std::uint64_t to) { relocated_[from] = to; }
   /// `s` with the "device state is undefined" context.
   static Status Undefined(const Status& s);
 
@@ -90,6 +95,7 @@ class RestoreTask {
   SessionSnapshot snap_;
   std::map<std::uint64_t, std::size_t> extent_by_address_;  // device address -> manifest extent
   std::uint64_t max_chunk_bytes_ = 0;
+  std::map<std::uint64_t, std::uint64_t> relocated_;  // image address -> restored address (consumer thread)
   RestoreResult result_;
 };
 

@@ -45,6 +45,7 @@ void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manife
     r->set_bytes(g.bytes);
     r->set_module_id(g.module_id);
     r->set_name(g.name);
+    r->set_address_private(g.address_private);
   }
   std::uint64_t module_bytes = 0;
   for (const auto& m : o.modules) module_bytes += m.image ? m.image->size() : 0;

@@ -32,10 +32,11 @@ void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
     o->functions.push_back(std::move(r));
   }
   for (const auto& [addr, bytes] : st.globals) {
-    SessionObjects::Global g{addr, bytes, 0, {}};
+    SessionObjects::Global g{addr, bytes, 0, {}, false};
     if (auto sym = st.global_symbols.find(addr); sym != st.global_symbols.end()) {
       g.module_id = sym->second.module_id;
       g.name = sym->second.name;
+      g.address_private = !sym->second.address_to_app;
     }
     o->globals.push_back(std::move(g));
   }

@@ -65,6 +65,7 @@ struct SessionObjects {
     std::uint64_t address = 0, bytes = 0;
     std::uint32_t module_id = 0;  // 0: unknown origin (cannot be resolved again)
     std::string name;
+    bool address_private = false;  // the app was never given the address (GlobalRecord)
   };
   std::vector<Module> modules;      // ascending id
   std::vector<Stream> streams;      // ascending id

@@ -59,6 +59,9 @@ struct SessionState {
   struct GlobalSymbol {
     uint32_t module_id = 0;
     std::string name;
+    // The app was given this address (wire::kGlobalAddressToApp) and may
+    // hold it: a restore must put the variable back here. Once set, stays.
+    bool address_to_app = false;
   };
   std::map<uint64_t, GlobalSymbol> global_symbols;
 

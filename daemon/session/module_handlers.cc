@@ -133,6 +133,9 @@ void HandleModuleGetFunction(SessionState& st, const CallContext& call, const wi
 void HandleModuleGetGlobal(SessionState& st, const CallContext& call, const wire::GetGlobalRequest& req,
                            Outcome* out) {
   CallView v = ViewOf(st, call);
+  if ((req.flags & ~uint32_t{wire::kGlobalAddressToApp}) != 0 || req.pad != 0) {
+    return out->Fail(WireStatus::kInvalidValue, "module global: unknown flags " + std::to_string(req.flags));
+  }
   std::string name;
   if (!SymbolName(call, req.name_bytes, &name, out)) return;
   if (!st.modules.count(req.module_id)) {
@@ -141,6 +144,7 @@ void HandleModuleGetGlobal(SessionState& st, const CallContext& call, const wire
   uint64_t ptr = 0, bytes = 0;
   Status s = GetGlobalOf(st, req.module_id, name, &ptr, &bytes, &v);
   if (!s.ok()) return out->Fail(WireStatus::kNotFound, s.message());
+  if (req.flags & wire::kGlobalAddressToApp) st.global_symbols[ptr].address_to_app = true;
   out->Set(wire::GetGlobalReply{ptr, bytes});
 }
 
@@ -243,7 +247,9 @@ Status GetGlobalOf(SessionState& st, uint32_t module_id, const std::string& name
   size_t n = 0;
   PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->GetGlobal(it->second, name, &p, &n); }));
   st.globals[p] = n;
-  st.global_symbols[p] = SessionState::GlobalSymbol{module_id, name};
+  SessionState::GlobalSymbol& sym = st.global_symbols[p];  // keeps address_to_app
+  sym.module_id = module_id;
+  sym.name = name;
   *ptr = p;
   *bytes = n;
   return Status::Ok();

@@ -233,7 +233,9 @@ CUresult GetDriverGlobal(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const 
   }
   const size_t len = std::strlen(name);
   if (len == 0 || len > wire::kMaxNameBytes) return CUDA_ERROR_NOT_FOUND;
-  wire::GetGlobalRequest req{module_id, static_cast<uint32_t>(len)};
+  // Only a dptr the app asked for makes the address the app's (wire.h).
+  wire::GetGlobalRequest req{module_id, static_cast<uint32_t>(len),
+                             dptr != nullptr ? uint32_t{wire::kGlobalAddressToApp} : 0u, 0};
   std::vector<std::byte> payload(sizeof(req) + len);
   std::memcpy(payload.data(), &req, sizeof(req));
   std::memcpy(payload.data() + sizeof(req), name, len);

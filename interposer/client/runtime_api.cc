@@ -558,13 +558,15 @@ PHOS_EXPORT cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaE
 namespace phos::client {
 namespace {
 // The device address of a registered __device__/__constant__ variable
-// (loads its module in phosd first).
-cudaError_t SymbolAddress(const void* symbol, uint64_t* ptr, uint64_t* bytes) {
+// (loads its module in phosd first). `to_app`: the app gets the address
+// (wire::kGlobalAddressToApp); libphos's own symbol copies ask each time.
+cudaError_t SymbolAddress(const void* symbol, uint64_t* ptr, uint64_t* bytes, bool to_app = false) {
   VarRec* v = FindVar(symbol);
   if (v == nullptr) return SetError(cudaErrorInvalidSymbol);
   WireStatus w = EnsureModule(v->module);
   if (w != WireStatus::kSuccess) return Finish(w);
-  wire::GetGlobalRequest req{v->module->id, static_cast<uint32_t>(v->name.size())};
+  wire::GetGlobalRequest req{v->module->id, static_cast<uint32_t>(v->name.size()),
+                             to_app ? uint32_t{wire::kGlobalAddressToApp} : 0u, 0};
   std::vector<std::byte> payload(sizeof(req) + v->name.size());
   std::memcpy(payload.data(), &req, sizeof(req));
   std::memcpy(payload.data() + sizeof(req), v->name.data(), v->name.size());
@@ -599,7 +601,7 @@ PHOS_EXPORT cudaError_t cudaGetSymbolAddress(void** devPtr, const void* symbol) 
   PHOS_CHECK_STICKY();
   if (devPtr == nullptr) return SetError(cudaErrorInvalidValue);
   uint64_t ptr = 0, bytes = 0;
-  cudaError_t e = SymbolAddress(symbol, &ptr, &bytes);
+  cudaError_t e = SymbolAddress(symbol, &ptr, &bytes, /*to_app=*/true);
   if (e == cudaSuccess) *devPtr = reinterpret_cast<void*>(ptr);
   return e;
 }

@@ -346,8 +346,19 @@ static_assert(sizeof(GetFunctionRequest) == 16);
 struct GetGlobalRequest {
   uint32_t module_id;
   uint32_t name_bytes;
+  uint32_t flags;  // GetGlobalFlags; phosd refuses unknown bits
+  uint32_t pad;
 };
-static_assert(sizeof(GetGlobalRequest) == 8);
+static_assert(sizeof(GetGlobalRequest) == 16);
+/// GetGlobalRequest::flags.
+enum GetGlobalFlags : uint32_t {
+  /// The address goes to the app (cudaGetSymbolAddress, cuModuleGetGlobal
+  /// with a dptr, cuLibraryGetGlobal), which may keep it: a restore must then
+  /// put the variable back at that address. Without it (libphos's own
+  /// cudaMemcpyToSymbol and friends, which ask every time) a restore may
+  /// place the variable wherever the backend puts it.
+  kGlobalAddressToApp = 1,
+};
 
 struct GetGlobalReply {
   uint64_t ptr;

@@ -152,7 +152,11 @@ CudaBackend::~CudaBackend() {
   }
 }
 
-std::string CudaBackend::detail() const { return "CUDA driver " + DriverVersionText(driver_->version); }
+std::string CudaBackend::detail() const {
+  std::string d = "CUDA driver " + DriverVersionText(driver_->version);
+  if (Status h = health_->Check(); !h.ok()) d += "; GPU LOST: " + h.message();
+  return d;
+}
 
 Status CudaBackend::CheckDevice(int device) const {
   if (device < 0 || device >= device_count()) {
@@ -206,7 +210,8 @@ Status CudaBackend::GetMemoryInfo(int device, std::uint64_t* free_bytes, std::ui
 
 Status CudaBackend::CreateContext(int device, std::unique_ptr<Context>* out) {
   PHOS_RETURN_IF_ERROR(CheckDevice(device));
-  return CudaContext::Create(driver_, cublas_, device, devices_[static_cast<std::size_t>(device)], out);
+  PHOS_RETURN_IF_ERROR(health_->Check());
+  return CudaContext::Create(driver_, cublas_, health_, device, devices_[static_cast<std::size_t>(device)], out);
 }
 
 }  // namespace cuda

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_cublas.h"
 #include "backend/cuda/cuda_driver.h"
+#include "backend/cuda/cuda_process_health.h"
 
 namespace phos::backend::cuda {
 
@@ -28,7 +29,8 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
-  /// "CUDA driver 13.0".
+  /// "CUDA driver 13.0"; after a kernel fault ended CUDA for phosd, also
+  /// that, with what to do (ProcessHealth).
   std::string detail() const override;
   int device_count() const override { return static_cast<int>(devices_.size()); }
   Status GetDeviceProperties(int device, DeviceProperties* out) const override;
@@ -38,6 +40,8 @@ class CudaBackend final : public Backend {
   /// the backend): cuMemGetInfo needs a current context, and reporting must
   /// not depend on some session's context being alive.
   Status GetMemoryInfo(int device, std::uint64_t* free_bytes, std::uint64_t* total_bytes) const override;
+  /// Unavailable, naming the cause, once a kernel fault ended CUDA for
+  /// this process (ProcessHealth): cuCtxCreate would fail anyway.
   Status CreateContext(int device, std::unique_ptr<Context>* out) override;
 
  private:
@@ -50,6 +54,8 @@ class CudaBackend final : public Backend {
   const std::shared_ptr<const CublasLibrary> cublas_;  // null: no cuBLAS handles
   const std::vector<CUdevice> devices_;              // by ordinal
   const std::vector<DeviceProperties> properties_;   // by ordinal
+  // Shared with every context; thread-safe.
+  const std::shared_ptr<ProcessHealth> health_ = std::make_shared<ProcessHealth>();
 
   // primary_mutex_ guards primary_ (one lazily retained primary context per
   // device, nullptr until GetMemoryInfo first needs it).

@@ -106,7 +106,8 @@ struct CudaContext::FunctionObject {
 // ---- lifetime -------------------------------------------------------------------
 
 Status CudaContext::Create(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
-                           int ordinal, CUdevice device, std::unique_ptr<Context>* out) {
+                           std::shared_ptr<ProcessHealth> health, int ordinal, CUdevice device,
+                           std::unique_ptr<Context>* out) {
   const CudaDriver* d = driver.get();
   int vmm = 0;
   CUresult rc = d->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device);
@@ -133,7 +134,9 @@ Status CudaContext::Create(std::shared_ptr<const CudaDriver> driver, std::shared
   CUcontext ctx = nullptr;
   rc = d->CtxCreate(&ctx, nullptr, CU_CTX_SCHED_AUTO, device);
   if (rc != CUDA_SUCCESS) {
-    return CudaStatus(rc, "cuCtxCreate on GPU " + std::to_string(ordinal), d);
+    const std::string what = "cuCtxCreate on GPU " + std::to_string(ordinal);
+    health->Note(rc, what, CudaResultName(rc, d));
+    return CudaStatus(rc, what, d);
   }
   // The cuBLAS handle, while the new context is current: cuBLAS's runtime
   // binds the handle (and the default workspace cublasCreate allocates) to
@@ -151,15 +154,16 @@ Status CudaContext::Create(std::shared_ptr<const CudaDriver> driver, std::shared
   CUcontext popped = nullptr;
   d->CtxPopCurrent(&popped);
 
-  out->reset(new CudaContext(std::move(driver), std::move(cublas), ordinal, device, ctx, granularity,
-                             cublas_handle));
+  out->reset(new CudaContext(std::move(driver), std::move(cublas), std::move(health), ordinal, device, ctx,
+                             granularity, cublas_handle));
   return Status::Ok();
 }
 
 CudaContext::CudaContext(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
-                         int ordinal, CUdevice device, CUcontext ctx, std::size_t granularity,
-                         cublasHandle_t cublas_handle)
+                         std::shared_ptr<ProcessHealth> health, int ordinal, CUdevice device, CUcontext ctx,
+                         std::size_t granularity, cublasHandle_t cublas_handle)
     : driver_(std::move(driver)),
+      health_(std::move(health)),
       ordinal_(ordinal),
       device_(device),
       ctx_(ctx),
@@ -226,6 +230,7 @@ Status CudaContext::MakeCurrent() const {
 }
 
 Status CudaContext::Check(CUresult result, std::string_view what) const {
+  if (result != CUDA_SUCCESS) health_->Note(result, what, CudaResultName(result, driver_.get()));
   return CudaStatus(result, what, driver_.get());
 }
 

@@ -42,6 +42,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_cublas.h"
 #include "backend/cuda/cuda_driver.h"
+#include "backend/cuda/cuda_process_health.h"
 
 namespace phos::backend::cuda {
 
@@ -52,8 +53,11 @@ class CudaContext final : public Context {
   /// created — e.g. no memory left for its workspace — is logged and left
   /// out; the context still works). Leaves the calling thread's current
   /// context as it was.
+  /// `health`: the backend's record of whether the process's CUDA still
+  /// works; every driver result the context checks goes through it.
   static Status Create(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
-                       int ordinal, CUdevice device, std::unique_ptr<Context>* out);
+                       std::shared_ptr<ProcessHealth> health, int ordinal, CUdevice device,
+                       std::unique_ptr<Context>* out);
   ~CudaContext() override;
 
   CudaContext(const CudaContext&) = delete;
@@ -131,8 +135,8 @@ class CudaContext final : public Context {
   };
 
   CudaContext(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
-              int ordinal, CUdevice device, CUcontext ctx, std::size_t granularity,
-              cublasHandle_t cublas_handle);
+              std::shared_ptr<ProcessHealth> health, int ordinal, CUdevice device, CUcontext ctx,
+              std::size_t granularity, cublasHandle_t cublas_handle);
 
   /// cuCtxSetCurrent(ctx_) on the calling thread.
   Status MakeCurrent() const;
@@ -162,6 +166,7 @@ class CudaContext final : public Context {
   void ReleaseAllocation(DevicePtr ptr, const Allocation& a);
 
   const std::shared_ptr<const CudaDriver> driver_;
+  const std::shared_ptr<ProcessHealth> health_;  // the backend's; thread-safe
   const int ordinal_;
   const CUdevice device_;
   const CUcontext ctx_;

@@ -462,6 +462,9 @@ Status SimContext::LoadModuleWithGlobalsAt(const void* image, std::size_t size, 
 
 Status SimContext::GetModuleGlobalsBase(ModuleHandle module, DevicePtr* base) {
   if (base == nullptr) return Status::InvalidArgument("GetModuleGlobalsBase: null output pointer");
+  if (!shared_->options.places_module_variables) {
+    return Status::NotSupported("this sim places module variables itself, as a GPU's driver does");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = modules_.find(module);
   if (it == modules_.end()) return Status::InvalidArgument("unknown module handle " + Hex(module));

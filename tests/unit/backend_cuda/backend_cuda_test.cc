@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_driver.h"
 #include "backend/cuda/cuda_errors.h"
+#include "backend/cuda/cuda_process_health.h"
 
 namespace phos::backend::cuda {
 namespace {
@@ -117,6 +118,30 @@ TEST(CudaErrors, KernelFaultsAndNoBinaryCarryTheirExactCode) {
   }
   EXPECT_EQ(CudaStatus(CUDA_ERROR_OUT_OF_MEMORY, "cuX", nullptr).api_error(), 0);
   EXPECT_EQ(CudaStatus(CUDA_ERROR_INVALID_VALUE, "cuX", nullptr).api_error(), 0);
+}
+
+// A kernel fault ends CUDA for the whole process (seen on an H200):
+// ProcessHealth keeps the first cause and says what to do.
+TEST(CudaProcessHealth, TheFirstKernelFaultIsKeptWithWhatToDo) {
+  ProcessHealth h;
+  EXPECT_TRUE(h.Check().ok());
+  h.Note(CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate", "CUDA_ERROR_OUT_OF_MEMORY");
+  h.Note(CUDA_ERROR_INVALID_VALUE, "cuMemcpy", "CUDA_ERROR_INVALID_VALUE");
+  EXPECT_TRUE(h.Check().ok()) << "only kernel faults end the process";
+  h.Note(CUDA_ERROR_ILLEGAL_ADDRESS, "cuCtxSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS");
+  h.Note(CUDA_ERROR_LAUNCH_FAILED, "cuStreamSynchronize", "CUDA_ERROR_LAUNCH_FAILED");
+  Status s = h.Check();
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  EXPECT_NE(s.message().find("cuCtxSynchronize reported CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().find("LAUNCH_FAILED"), std::string::npos) << "the first cause stays: " << s.message();
+  EXPECT_NE(s.message().find("restart phosd"), std::string::npos) << s.message();
+  for (CUresult r : {CUDA_ERROR_ASSERT, CUDA_ERROR_MISALIGNED_ADDRESS, CUDA_ERROR_INVALID_PC,
+                     CUDA_ERROR_HARDWARE_STACK_ERROR, CUDA_ERROR_ILLEGAL_INSTRUCTION}) {
+    EXPECT_TRUE(ProcessHealth::EndsTheProcess(r)) << r;
+  }
+  EXPECT_FALSE(ProcessHealth::EndsTheProcess(CUDA_ERROR_NO_BINARY_FOR_GPU));
+  EXPECT_FALSE(ProcessHealth::EndsTheProcess(CUDA_ERROR_NOT_READY));
 }
 
 TEST(CudaErrors, MessageCarriesTheDescription) {

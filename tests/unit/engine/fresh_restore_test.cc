@@ -180,9 +180,10 @@ class FreshRestoreTest : public ::testing::Test {
 
   /// A fresh backend and server (a restarted phosd: the sim's address
   /// space starts over at the same base).
-  void StartServer() {
+  void StartServer(bool sim_places_module_variables = true) {
     backend::BackendOptions bo;
     bo.kind = backend::BackendKind::kSim;
+    bo.sim.places_module_variables = sim_places_module_variables;
     std::string why;
     ASSERT_TRUE(backend::CreateBackend(bo, &backend_, &why).ok()) << why;
     server_ = std::make_unique<session::SessionServer>(backend_.get(), session::SessionServerOptions{},
@@ -481,6 +482,53 @@ TEST_F(FreshRestoreTest, GlobalPlacedElsewhereIsMovedBackToItsAddress) {
   EXPECT_EQ(c, 11u) << "the restored kernel does not use the global at its old address";
   LaunchAndCheck();
 }
+
+// As on the cuda backend, where the driver places module variables: a
+// variable whose address the app never held (libphos's symbol copies ask by
+// name each time) comes back elsewhere with its bytes; one whose address
+// the app took (cudaGetSymbolAddress) refuses the restore, naming it.
+class FreshRestoreDriverPlacedTest : public FreshRestoreTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(FreshRestoreDriverPlacedTest, VariablesMoveOnlyWhenTheAppNeverHeldTheirAddress) {
+  const bool to_app = GetParam();
+  StopServer();
+  StartServer(/*sim_places_module_variables=*/false);
+  Connect();
+  BuildVectorAddState();
+  ASSERT_EQ(app_->ModuleLoad(kPtxModule, PtxImage()), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(kPtxModule, kBump, "bump"), kOk) << app_->message();
+  uint64_t counter = 0, bytes = 0;
+  ASSERT_EQ(app_->GetGlobal(kPtxModule, "phos_counter", &counter, &bytes, to_app), kOk) << app_->message();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(app_->Launch(kBump, Grid(1, 1), {}), kOk);  // 7 -> 10
+  ASSERT_EQ(app_->DeviceSync(), kOk);
+  const std::string img = dir_ + "/img";
+  Checkpoint(Mode::kStop, img);
+  const uint64_t a_session = session_->id();
+  Disconnect();
+  Connect(a_session);
+
+  Status s = Restore(img);
+  if (to_app) {
+    ASSERT_FALSE(s.ok()) << "restored with the app's pointer to phos_counter gone stale";
+    EXPECT_NE(s.message().find("holds that address"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("phos_counter"), std::string::npos) << s.ToString();
+    return;
+  }
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  uint64_t now = 0;
+  ASSERT_EQ(app_->GetGlobal(kPtxModule, "phos_counter", &now, &bytes, /*to_app=*/false), kOk) << app_->message();
+  ASSERT_NE(now, counter) << "the test needs the variable placed elsewhere (the sim's next-fit allocator)";
+  uint32_t c = 0;
+  ASSERT_EQ(app_->D2H(&c, now, 4), kOk) << app_->message();
+  EXPECT_EQ(c, 10u) << "the variable's bytes were not loaded at its new address";
+  ASSERT_EQ(app_->Launch(kBump, Grid(1, 1), {}), kOk);
+  ASSERT_EQ(app_->D2H(&c, now, 4), kOk) << app_->message();
+  EXPECT_EQ(c, 11u) << "the restored kernel does not use the variable where it now is";
+  LaunchAndCheck();
+}
+
+INSTANTIATE_TEST_SUITE_P(AddressToApp, FreshRestoreDriverPlacedTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? std::string("Held") : std::string("Private"); });
 
 TEST_F(FreshRestoreTest, NonEmptySessionIsRefusedUnchanged) {
   BuildVectorAddState();

@@ -231,8 +231,10 @@ WireStatus FakeApp::GetFunction(uint32_t module, uint32_t function, const std::s
   return Raw(static_cast<uint32_t>(op::kModuleGetFunction), 0, WithName(&req, sizeof req, name), true);
 }
 
-WireStatus FakeApp::GetGlobal(uint32_t module, const std::string& name, uint64_t* ptr, uint64_t* bytes) {
-  wire::GetGlobalRequest req{module, static_cast<uint32_t>(name.size())};
+WireStatus FakeApp::GetGlobal(uint32_t module, const std::string& name, uint64_t* ptr, uint64_t* bytes,
+                              bool to_app) {
+  wire::GetGlobalRequest req{module, static_cast<uint32_t>(name.size()),
+                             to_app ? uint32_t{wire::kGlobalAddressToApp} : 0u, 0};
   ring::Reply r;
   WireStatus w = Raw(static_cast<uint32_t>(op::kModuleGetGlobal), 0, WithName(&req, sizeof req, name), true, &r);
   wire::GetGlobalReply v{};

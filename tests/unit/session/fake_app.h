@@ -66,7 +66,10 @@ class FakeApp {
   WireStatus GetLastError() { return Empty(wire::op::kGetLastError); }
   WireStatus ModuleLoad(uint32_t id, std::span<const std::byte> image, bool force_staged = false);
   WireStatus GetFunction(uint32_t module, uint32_t function, const std::string& name);
-  WireStatus GetGlobal(uint32_t module, const std::string& name, uint64_t* ptr, uint64_t* bytes);
+  /// `to_app`: the app keeps the address (wire::kGlobalAddressToApp, as
+  /// cudaGetSymbolAddress); false as libphos's own symbol copies ask.
+  WireStatus GetGlobal(uint32_t module, const std::string& name, uint64_t* ptr, uint64_t* bytes,
+                       bool to_app = true);
   /// Posted (as cuLaunchKernel is); errors surface at the next sync.
   WireStatus Launch(uint32_t function, wire::LaunchRequest geometry, std::span<const std::byte> params,
                     uint32_t stream = 0);

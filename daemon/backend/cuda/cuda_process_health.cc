@@ -1,0 +1,43 @@
+#include "backend/cuda/cuda_process_health.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+namespace phos::backend::cuda {
+
+bool ProcessHealth::EndsTheProcess(CUresult result) {
+  switch (result) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void ProcessHealth::Note(CUresult result, std::string_view what, std::string_view result_name) {
+  if (!EndsTheProcess(result) || lost()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (lost_.load(std::memory_order_relaxed)) return;
+  why_ = "phosd (pid " + std::to_string(getpid()) + ") can no longer use the GPU: " + std::string(what) +
+         " reported " + std::string(result_name) +
+         ", a kernel fault, and CUDA cannot recover a process after one (every context of phosd, every app's "
+         "GPU state in it, is lost); restart phosd (e.g. systemctl restart phosd), then restart or restore the "
+         "apps";
+  lost_.store(true, std::memory_order_release);
+  spdlog::error("cuda backend: {}", why_);
+}
+
+Status ProcessHealth::Check() const {
+  if (!lost()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(mu_);
+  return Status::Unavailable(why_);
+}
+
+}  // namespace phos::backend::cuda
