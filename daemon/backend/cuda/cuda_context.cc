@@ -735,6 +735,21 @@ Status CudaContext::GetGlobal(ModuleHandle module, const std::string& name, Devi
 
 Status CudaContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes,
                                  StreamHandle stream, const std::vector<std::uint8_t>& params) {
+  return Launch(function, grid, block, shared_memory_bytes, stream, params, /*cooperative=*/false);
+}
+
+Status CudaContext::LaunchCooperativeKernel(FunctionHandle function, Dim3 grid, Dim3 block,
+                                            unsigned shared_memory_bytes, StreamHandle stream,
+                                            const std::vector<std::uint8_t>& params) {
+  return Launch(function, grid, block, shared_memory_bytes, stream, params, /*cooperative=*/true);
+}
+
+// The argument block goes in as one buffer (`extra`); the driver copies it
+// before the launch returns. A cooperative launch is cuLaunchKernelEx with
+// CU_LAUNCH_ATTRIBUTE_COOPERATIVE: the one cooperative entry point that takes
+// `extra`; the driver bounds the grid (COOPERATIVE_LAUNCH_TOO_LARGE).
+Status CudaContext::Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes,
+                           StreamHandle stream, const std::vector<std::uint8_t>& params, bool cooperative) {
   PHOS_RETURN_IF_ERROR(CheckNotAbandoned("LaunchKernel"));
   std::shared_ptr<FunctionObject> f;
   PHOS_RETURN_IF_ERROR(FindFunction(function, &f));
@@ -742,33 +757,15 @@ Status CudaContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,
   std::shared_ptr<StreamObject> keep;
   PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
   PHOS_RETURN_IF_ERROR(MakeCurrent());
-  // The argument block goes in as one buffer; the driver copies it before
-  // cuLaunchKernel returns.
   std::size_t size = params.size();
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::uint8_t*>(params.data()),
                    CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-  CUresult rc = driver_->LaunchKernel(f->function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                      shared_memory_bytes, s, nullptr, params.empty() ? nullptr : extra);
-  if (rc != CUDA_SUCCESS) return Check(rc, ("cuLaunchKernel(" + f->name + ")"));
-  return Status::Ok();
-}
-
-// cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_COOPERATIVE: the one cooperative
-// launch that takes a packed argument block (`extra`), which is what phosd
-// holds; the driver bounds the grid (COOPERATIVE_LAUNCH_TOO_LARGE).
-Status CudaContext::LaunchCooperativeKernel(FunctionHandle function, Dim3 grid, Dim3 block,
-                                            unsigned shared_memory_bytes, StreamHandle stream,
-                                            const std::vector<std::uint8_t>& params) {
-  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("LaunchCooperativeKernel"));
-  std::shared_ptr<FunctionObject> f;
-  PHOS_RETURN_IF_ERROR(FindFunction(function, &f));
-  CUstream s = nullptr;
-  std::shared_ptr<StreamObject> keep;
-  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
-  PHOS_RETURN_IF_ERROR(MakeCurrent());
-  std::size_t size = params.size();
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::uint8_t*>(params.data()),
-                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  void** packed = params.empty() ? nullptr : extra;
+  if (!cooperative) {
+    CUresult rc = driver_->LaunchKernel(f->function, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                        shared_memory_bytes, s, nullptr, packed);
+    return rc == CUDA_SUCCESS ? Status::Ok() : Check(rc, "cuLaunchKernel(" + f->name + ")");
+  }
   CUlaunchAttribute attr{};
   attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
   attr.value.cooperative = 1;
@@ -783,9 +780,8 @@ Status CudaContext::LaunchCooperativeKernel(FunctionHandle function, Dim3 grid, 
   config.hStream = s;
   config.attrs = &attr;
   config.numAttrs = 1;
-  CUresult rc = driver_->LaunchKernelEx(&config, f->function, nullptr, params.empty() ? nullptr : extra);
-  if (rc != CUDA_SUCCESS) return Check(rc, ("cuLaunchKernelEx(cooperative, " + f->name + ")"));
-  return Status::Ok();
+  CUresult rc = driver_->LaunchKernelEx(&config, f->function, nullptr, packed);
+  return rc == CUDA_SUCCESS ? Status::Ok() : Check(rc, "cuLaunchKernelEx(cooperative, " + f->name + ")");
 }
 
 Status CudaContext::GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) {

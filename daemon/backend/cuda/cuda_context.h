@@ -138,6 +138,10 @@ class CudaContext final : public Context {
               std::shared_ptr<ProcessHealth> health, int ordinal, CUdevice device, CUcontext ctx,
               std::size_t granularity, cublasHandle_t cublas_handle);
 
+  // LaunchKernel and LaunchCooperativeKernel.
+  Status Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes, StreamHandle stream,
+                const std::vector<std::uint8_t>& params, bool cooperative);
+
   /// cuCtxSetCurrent(ctx_) on the calling thread.
   Status MakeCurrent() const;
   Status Check(CUresult result, std::string_view what) const;

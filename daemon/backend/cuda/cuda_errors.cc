@@ -255,11 +255,19 @@ Status CudaStatus(CUresult result, std::string_view what, const CudaDriver* driv
     message += ")";
   }
   Status status(CudaResultCode(result), std::move(message));
+  // The app must see these exactly (Status::api_error): the runtime
+  // tolerates NO_BINARY_FOR_GPU for a fatbin built for other GPUs (cuBLAS
+  // ships hundreds), a kernel fault is sticky under its own name, and a
+  // cooperative grid too large is the launch's own error.
+  if (IsKernelFault(result) || result == CUDA_ERROR_NO_BINARY_FOR_GPU ||
+      result == CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE) {
+    return status.WithApiError(static_cast<int>(result));
+  }
+  return status;
+}
+
+bool IsKernelFault(CUresult result) {
   switch (result) {
-    // The app must see these exactly (Status::api_error): the runtime
-    // tolerates NO_BINARY_FOR_GPU for a fatbin built for other GPUs (cuBLAS
-    // ships hundreds), and a kernel fault is sticky under its own name.
-    case CUDA_ERROR_NO_BINARY_FOR_GPU:
     case CUDA_ERROR_ILLEGAL_ADDRESS:
     case CUDA_ERROR_ASSERT:
     case CUDA_ERROR_HARDWARE_STACK_ERROR:
@@ -268,10 +276,9 @@ Status CudaStatus(CUresult result, std::string_view what, const CudaDriver* driv
     case CUDA_ERROR_INVALID_ADDRESS_SPACE:
     case CUDA_ERROR_INVALID_PC:
     case CUDA_ERROR_LAUNCH_FAILED:
-    case CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
-      return status.WithApiError(static_cast<int>(result));
+      return true;
     default:
-      return status;
+      return false;
   }
 }
 

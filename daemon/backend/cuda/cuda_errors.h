@@ -23,6 +23,12 @@ struct CudaDriver;
 ///   anything else -> Internal.
 Status::Code CudaResultCode(CUresult result);
 
+/// A kernel fault: ILLEGAL_ADDRESS, ASSERT, HARDWARE_STACK_ERROR,
+/// ILLEGAL_INSTRUCTION, MISALIGNED_ADDRESS, INVALID_ADDRESS_SPACE,
+/// INVALID_PC, LAUNCH_FAILED (700, 710, 714..719). Sticky for the app; on a
+/// GPU it ends CUDA for the whole process (cuda_process_health.h).
+bool IsKernelFault(CUresult result);
+
 /// "CUDA_ERROR_OUT_OF_MEMORY". Asks the driver (cuGetErrorName) when `driver`
 /// has it; otherwise, or when the driver does not know the code, uses a
 /// built-in table of the common codes; unknown codes give "CUDA_ERROR_<n>".

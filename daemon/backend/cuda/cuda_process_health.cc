@@ -3,23 +3,11 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda_errors.h"
+
 namespace phos::backend::cuda {
 
-bool ProcessHealth::EndsTheProcess(CUresult result) {
-  switch (result) {
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_FAILED:
-      return true;
-    default:
-      return false;
-  }
-}
+bool ProcessHealth::EndsTheProcess(CUresult result) { return IsKernelFault(result); }
 
 void ProcessHealth::Note(CUresult result, std::string_view what, std::string_view result_name) {
   if (!EndsTheProcess(result) || lost()) return;

@@ -199,6 +199,27 @@ class FreshRestoreTest : public ::testing::Test {
     backend_.reset();
   }
 
+  /// App A's state with a module variable: the vector-add state, then the
+  /// PTX module whose `bump` takes phos_counter from 7 to 10 (`to_app`: A
+  /// holds the variable's address, as after cudaGetSymbolAddress);
+  /// checkpointed (stop) into `img`, and A leaves. Returns the variable's
+  /// address and A's session id.
+  void CheckpointCounterAtTen(const std::string& img, bool to_app, uint64_t* counter, uint64_t* a_session) {
+    BuildVectorAddState();
+    ASSERT_EQ(app_->ModuleLoad(kPtxModule, PtxImage()), kOk) << app_->message();
+    ASSERT_EQ(app_->GetFunction(kPtxModule, kBump, "bump"), kOk) << app_->message();
+    uint64_t bytes = 0;
+    ASSERT_EQ(app_->GetGlobal(kPtxModule, "phos_counter", counter, &bytes, to_app), kOk) << app_->message();
+    ASSERT_EQ(bytes, 4u);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(app_->Launch(kBump, Grid(1, 1), {}), kOk);  // 7 -> 10
+    // The launches are posted: a synchronous call makes phosd take them in
+    // before the checkpoint (which captures what phosd has taken in).
+    ASSERT_EQ(app_->DeviceSync(), kOk);
+    Checkpoint(Mode::kStop, img);
+    *a_session = session_->id();
+    Disconnect();
+  }
+
   /// Connects a new app; session_ = its session (a new one: not `previous`).
   void Connect(uint64_t previous = 0) {
     ASSERT_TRUE(FakeApp::Connect(dir_ + "/phosd.sock.data", &app_).ok());
@@ -448,19 +469,9 @@ TEST_F(FreshRestoreTest, GlobalPlacedElsewhereIsMovedBackToItsAddress) {
   // with its variable block where the image has it (the app holds the
   // pointer). Before, this restore was refused ("would land at a different
   // address").
-  BuildVectorAddState();
-  ASSERT_EQ(app_->ModuleLoad(kPtxModule, PtxImage()), kOk) << app_->message();
-  ASSERT_EQ(app_->GetFunction(kPtxModule, kBump, "bump"), kOk) << app_->message();
-  uint64_t counter = 0, bytes = 0;
-  ASSERT_EQ(app_->GetGlobal(kPtxModule, "phos_counter", &counter, &bytes), kOk) << app_->message();
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(app_->Launch(kBump, Grid(1, 1), {}), kOk);  // 7 -> 10
-  // The launches are posted: a synchronous call makes phosd take them in
-  // before the checkpoint (which captures what phosd has taken in).
-  ASSERT_EQ(app_->DeviceSync(), kOk);
   const std::string img = dir_ + "/img";
-  Checkpoint(Mode::kStop, img);
-  const uint64_t a_session = session_->id();
-  Disconnect();
+  uint64_t counter = 0, bytes = 0, a_session = 0;
+  ASSERT_NO_FATAL_FAILURE(CheckpointCounterAtTen(img, /*to_app=*/true, &counter, &a_session));
 
   Connect(a_session);
   // Without the move, this session's copy of the module would land elsewhere.
@@ -494,17 +505,9 @@ TEST_P(FreshRestoreDriverPlacedTest, VariablesMoveOnlyWhenTheAppNeverHeldTheirAd
   StopServer();
   StartServer(/*sim_places_module_variables=*/false);
   Connect();
-  BuildVectorAddState();
-  ASSERT_EQ(app_->ModuleLoad(kPtxModule, PtxImage()), kOk) << app_->message();
-  ASSERT_EQ(app_->GetFunction(kPtxModule, kBump, "bump"), kOk) << app_->message();
-  uint64_t counter = 0, bytes = 0;
-  ASSERT_EQ(app_->GetGlobal(kPtxModule, "phos_counter", &counter, &bytes, to_app), kOk) << app_->message();
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(app_->Launch(kBump, Grid(1, 1), {}), kOk);  // 7 -> 10
-  ASSERT_EQ(app_->DeviceSync(), kOk);
   const std::string img = dir_ + "/img";
-  Checkpoint(Mode::kStop, img);
-  const uint64_t a_session = session_->id();
-  Disconnect();
+  uint64_t counter = 0, bytes = 0, a_session = 0;
+  ASSERT_NO_FATAL_FAILURE(CheckpointCounterAtTen(img, to_app, &counter, &a_session));
   Connect(a_session);
 
   Status s = Restore(img);
