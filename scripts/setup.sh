@@ -164,6 +164,16 @@ pip_venv "GPU frameworks venv (numba-cuda, CuPy)" "${PHOS_FRAMEWORKS_VENV:-/opt/
   'import numpy, numba.cuda, cuda.bindings, cupy' \
   'import importlib.metadata as m; print(" ".join(p + " " + m.version(p) for p in ("numba-cuda", "numba", "cupy-cuda13x", "cuda-bindings", "numpy")))'
 
+# 2e. Another release of the CUDA runtime, for the test that a program
+# linked with its static runtime (libcudart_static.a) runs over phos's driver
+# API (tests/integration "StaticRuntime13_2"): PyPI's nvidia-cuda-runtime
+# wheel holds it. PHOS_CUDART_13_2_VENV moves it (then also cmake
+# -DPHOS_CUDART_13_2_VENV=).
+pip_venv "CUDA runtime 13.2 (static library)" "${PHOS_CUDART_13_2_VENV:-/opt/phos/cudart-13.2-venv}" \
+  "nvidia-cuda-runtime==13.2.86" \
+  'import glob, sys; sys.exit(not glob.glob(sys.prefix + "/lib/python3*/site-packages/nvidia/cu13/lib/libcudart_static.a"))' \
+  'import importlib.metadata as m; print("nvidia-cuda-runtime", m.version("nvidia-cuda-runtime"))'
+
 # ---- 3. CUDA toolkit (checked, not installed: it is large) ----------------
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 cuda_missing=()

@@ -178,6 +178,23 @@ TEST_F(IntegrationTest, StrippedStaticRuntimeProgramRuns) {
   EXPECT_NE(c.output.find("vector_add: checksum 0x"), std::string::npos) << c.output;
 }
 
+// The static runtime of another release (13.2, PyPI's nvidia-cuda-runtime
+// wheel; the toolkit here is 13.0): its embedded runtime asks for the same
+// private driver tables and runs over phos's driver API.
+TEST_F(IntegrationTest, StaticRuntime13_2RunsOverPhos) {
+  const std::string program = PHOS_RUNTIME_13_2_PROGRAM;
+  ASSERT_FALSE(program.empty()) << "no CUDA runtime 13.2 in " << PHOS_CUDART_13_2_VENV
+                                << ": run scripts/setup.sh (it installs PyPI's nvidia-cuda-runtime==13.2.86 there), "
+                                   "then re-run cmake";
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), program);
+  EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output;
+  EXPECT_NE(c.output.find("runtime_version: runtime 13020 "), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find(": no error, 0 wrong"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+}
+
 // A driver-API program with nvcc's link-stub .nv_fatbin but no runtime was
 // refused as "statically linked" (a false positive): it runs.
 TEST_F(IntegrationTest, DriverOnlyProgramWithALinkStubFatbinRuns) {
