@@ -585,6 +585,8 @@ process_app_checks() {  # whole-process checkpoint of a tests/apps program pause
   [[ -n "$pid" ]] || return 0
   for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   ref=$(grep -E "^$a: checksum" "$logs/apps/$a/native.log" 2>/dev/null || true)
+  # No native run on the sim: the uninterrupted run under phos is the reference.
+  [[ -n "$ref" || $backend != sim ]] || ref=$(grep -E "^$a: checksum" "$logs/apps/$a/phos.log" 2>/dev/null || true)
   got=$(grep -E "^$a: checksum" "$logs/process/$a.out" || true)
   if [[ -n "$ref" && "$ref" == "$got" ]]; then record process/$a-finishes-right pass 0 "restored pid $pid printed the native checksum: $got"
   else record process/$a-finishes-right fail 0 "native '$ref' vs restored '$got' ($(tail -1 "$logs/process/$a.err" | cut -c1-100))"; fi
@@ -650,7 +652,16 @@ for p in runtime_more runtime_more_ptds; do
 done
 want=("error_paths: OK")
 check integration/error_paths 120 0 -- "${phos_run[@]}" "$i/error_paths" errors
-# After all that (error_paths faulted on purpose) phosd still serves apps.
+# On a GPU that fault ended CUDA for phosd: phosd says so (ProcessHealth,
+# docs/backends.md "A kernel fault is the whole process's"), and only a
+# restart brings the GPU back.
+if [[ $backend == cuda ]]; then
+  want=("GPU LOST" "restart phosd")
+  check phosd/reports-gpu-lost 30 0 -- "$phos" --socket "$sock" status
+  restart_daemon "after integration/error_paths (a kernel fault ends CUDA for phosd's process)"
+fi
+# After all that (error_paths faulted on purpose; on a GPU, phosd restarted)
+# phosd serves apps.
 want=("vector_add: checksum 0x" " OK")
 check integration/daemon_still_serves 120 0 -- "${phos_run[@]}" "$b/apps/vector_add"
 
