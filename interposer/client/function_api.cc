@@ -106,6 +106,28 @@ CacheConfigs& CacheConfig() {
 
 cudaError_t Fail(WireStatus w) { return Finish(w); }
 
+// The most dynamic shared memory each of `blocks` blocks of `block_size`
+// threads can have while all of them stay resident on one SM (0 when that
+// many blocks do not fit at all).
+WireStatus AvailableDynamicShared(const void* func, int blocks, int block_size, size_t* out) {
+  if (out == nullptr || blocks <= 0 || block_size <= 0) return WireStatus::kInvalidValue;
+  wire::FunctionAttributesReply a{};
+  if (WireStatus w = GetAttributes(func, &a); w != WireStatus::kSuccess) return w;
+  phos::occupancy::SmLimits l;
+  if (WireStatus w = DeviceLimits(&l); w != WireStatus::kSuccess) return w;
+  phos::occupancy::BlockUse u{block_size, a.num_regs, a.shared_size_bytes};
+  if (phos::occupancy::MaxActiveBlocks(l, u).blocks < blocks) {
+    *out = 0;
+    return WireStatus::kSuccess;
+  }
+  const uint64_t per_block = l.shared_per_sm / static_cast<uint64_t>(blocks) / l.shared_alloc_unit * l.shared_alloc_unit;
+  const uint64_t used = a.shared_size_bytes + l.reserved_shared_per_block;
+  uint64_t avail = per_block > used ? per_block - used : 0;
+  avail = std::min<uint64_t>(avail, l.shared_per_block_optin - std::min<uint64_t>(a.shared_size_bytes, l.shared_per_block_optin));
+  *out = avail;
+  return WireStatus::kSuccess;
+}
+
 #define PHOS_RUNTIME_PRELUDE()                                                    \
   do {                                                                            \
     if (cudaError_t _s = StickyError(); _s != cudaSuccess) return SetError(_s);   \
@@ -192,29 +214,12 @@ PHOS_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* numBl
                                                                 cudaOccupancyDefault);
 }
 
-// The most dynamic shared memory each of `numBlocks` blocks of `blockSize`
-// threads can have while all of them stay resident on one SM.
 PHOS_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* dynamicSmemSize, const void* func,
                                                                   int numBlocks, int blockSize) {
   PHOS_RUNTIME_PRELUDE();
-  if (dynamicSmemSize == nullptr || numBlocks <= 0 || blockSize <= 0) return SetError(cudaErrorInvalidValue);
-  wire::FunctionAttributesReply a{};
-  WireStatus w = GetAttributes(func, &a);
+  WireStatus w = AvailableDynamicShared(func, numBlocks, blockSize, dynamicSmemSize);
   if (w == WireStatus::kInvalidResourceHandle) return SetError(cudaErrorInvalidDeviceFunction);
-  if (w != WireStatus::kSuccess) return Fail(w);
-  phos::occupancy::SmLimits l;
-  if (w = DeviceLimits(&l); w != WireStatus::kSuccess) return Fail(w);
-  phos::occupancy::BlockUse u{blockSize, a.num_regs, a.shared_size_bytes};
-  if (phos::occupancy::MaxActiveBlocks(l, u).blocks < numBlocks) {
-    *dynamicSmemSize = 0;
-    return cudaSuccess;
-  }
-  const uint64_t per_block = l.shared_per_sm / static_cast<uint64_t>(numBlocks) / l.shared_alloc_unit * l.shared_alloc_unit;
-  const uint64_t used = a.shared_size_bytes + l.reserved_shared_per_block;
-  uint64_t avail = per_block > used ? per_block - used : 0;
-  avail = std::min<uint64_t>(avail, l.shared_per_block_optin - std::min<uint64_t>(a.shared_size_bytes, l.shared_per_block_optin));
-  *dynamicSmemSize = avail;
-  return cudaSuccess;
+  return w == WireStatus::kSuccess ? cudaSuccess : Fail(w);
 }
 
 // ---------------------------------------------------------------- driver
@@ -320,6 +325,12 @@ PHOS_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int* minGridSize,
   *minGridSize = best_blocks * sms;
   *blockSize = best_block;
   return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* dynamicSmemSize, CUfunction func, int numBlocks,
+                                                             int blockSize) {
+  if (CUresult r = DriverPrelude(); r != CUDA_SUCCESS) return r;
+  return Cu(AvailableDynamicShared(func, numBlocks, blockSize, dynamicSmemSize));
 }
 
 PHOS_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int* minGridSize, int* blockSize, CUfunction func,

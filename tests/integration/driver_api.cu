@@ -7,6 +7,7 @@
 // on random data. Prints "driver_api: OK" and exits 0; else prints what
 // failed and exits 1 (a wrong result) or 2 (a call failed).
 #include <cuda.h>
+#include <cudaProfiler.h>
 #include <dlfcn.h>
 #include <cuda_runtime_api.h>
 
@@ -522,6 +523,16 @@ int Libraries(const char* fatbin_path) {
   EXPECT(best_block > 0 && best_block % 32 == 0 && best_block <= max_threads && min_grid > 0);
   CHECK(cuOccupancyMaxPotentialBlockSize(&min_grid, &best_block, f, [](int b) -> size_t { return b * 4; }, 0, 100));
   EXPECT(best_block > 0 && best_block <= 100 && min_grid > 0);
+  // Dynamic shared memory per block that keeps N blocks resident: shrinks as
+  // N grows, 0 once N blocks cannot fit at all.
+  size_t smem1 = 0, smem8 = 0, smem_many = 1;
+  CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&smem1, f, 1, 128));
+  CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&smem8, f, 8, 128));
+  CHECK(cuOccupancyAvailableDynamicSMemPerBlock(&smem_many, f, 1000, 128));
+  EXPECT(smem1 > smem8 && smem8 > 0 && smem_many == 0);
+  EXPECT_RESULT(cuOccupancyAvailableDynamicSMemPerBlock(&smem1, f, 0, 128), CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuProfilerStart());  // accepted: no profiler attaches under phos
+  CHECK(cuProfilerStop());
   size_t off = 0, size = 0;
   CHECK(cuKernelGetParamInfo(k, 2, &off, &size));  // saxpy(int n, float a, const float* x, float* y)
   EXPECT(off == 8 && size == 8);
