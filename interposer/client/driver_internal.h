@@ -22,13 +22,6 @@ cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream);
 cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream, unsigned int flags);
-CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
-                             unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
-                             unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra);
-CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
-                                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
-                                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
-                                        void** kernelParams);
 }
 
 namespace phos::client {
@@ -79,6 +72,11 @@ struct DriverFunctionInfo {
 };
 /// False when `f` is not a live CUfunction minted by GetDriverFunction.
 bool DescribeDriverFunction(const void* f, DriverFunctionInfo* out);
+/// Launches a driver function (a CUfunction or CUkernel the runtime API was
+/// handed) as cuLaunchKernel does, or as cuLaunchCooperativeKernel; with
+/// `per_thread`, a null stream is the per-thread default stream.
+CUresult LaunchDriverFunction(CUfunction f, dim3 grid, dim3 block, unsigned shmem, CUstream stream, bool per_thread,
+                              void** kernelParams, bool cooperative);
 bool IsDriverModule(CUmodule module);
 /// Address and size of the module's global `name` (kModuleGetGlobal).
 CUresult GetDriverGlobal(CUdeviceptr* dptr, size_t* bytes, CUmodule module, const char* name);

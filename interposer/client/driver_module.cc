@@ -185,6 +185,16 @@ CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsig
 
 }  // namespace
 
+// A launch of a driver function (CUfunction/CUkernel) from the runtime API
+// (launch.cc): the driver's path, per-thread default stream and cooperation
+// as the caller says.
+CUresult LaunchDriverFunction(CUfunction f, dim3 grid, dim3 block, unsigned shmem, CUstream stream, bool per_thread,
+                              void** kernelParams, bool cooperative) {
+  const void* s = per_thread && stream == nullptr ? CU_STREAM_PER_THREAD : static_cast<const void*>(stream);
+  return LaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, shmem, s, kernelParams, nullptr,
+                      cooperative);
+}
+
 // The function id of a CUfunction this file minted (client_internal.h; used
 // by cuFuncGetAttribute and cuOccupancy* in function_api.cc).
 bool DriverFunctionId(const void* f, uint32_t* id) {

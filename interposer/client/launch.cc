@@ -99,21 +99,9 @@ cudaError_t LaunchAny(const void* func, dim3 grid, dim3 block, void** args, size
   KernelRec* k = FindKernelByStub(func);
   DriverFunctionInfo info;
   if (k == nullptr && func != nullptr && DescribeDriverFunction(func, &info)) {
-    auto* f = reinterpret_cast<CUfunction>(const_cast<void*>(func));
-    auto* s = reinterpret_cast<CUstream>(stream);
-    if (cooperative) {
-      CUresult r = zero == DefaultStream::kPerThread
-                       ? cuLaunchCooperativeKernel_ptsz(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                                        static_cast<unsigned>(shmem), s, args)
-                       : cuLaunchCooperativeKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                                   static_cast<unsigned>(shmem), s, args);
-      return r == CUDA_SUCCESS ? cudaSuccess : SetError(static_cast<cudaError_t>(r));
-    }
-    CUresult r = zero == DefaultStream::kPerThread
-                     ? cuLaunchKernel_ptsz(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                           static_cast<unsigned>(shmem), s, args, nullptr)
-                     : cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                      static_cast<unsigned>(shmem), s, args, nullptr);
+    CUresult r = LaunchDriverFunction(reinterpret_cast<CUfunction>(const_cast<void*>(func)), grid, block,
+                                      static_cast<unsigned>(shmem), reinterpret_cast<CUstream>(stream),
+                                      zero == DefaultStream::kPerThread, args, cooperative);
     return r == CUDA_SUCCESS ? cudaSuccess : SetError(static_cast<cudaError_t>(r));
   }
   return Launch(k, grid, block, args, shmem, stream, zero, cooperative);

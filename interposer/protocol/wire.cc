@@ -2,23 +2,11 @@
 
 #include <atomic>
 
+#include "common/kernel_faults.h"
+
 namespace phos::wire {
 
-bool IsKernelFault(WireStatus s) {
-  switch (s) {
-    case WireStatus::kIllegalAddress:
-    case WireStatus::kAssert:
-    case WireStatus::kHardwareStackError:
-    case WireStatus::kIllegalInstruction:
-    case WireStatus::kMisalignedAddress:
-    case WireStatus::kInvalidAddressSpace:
-    case WireStatus::kInvalidPc:
-    case WireStatus::kLaunchFailure:
-      return true;
-    default:
-      return false;
-  }
-}
+bool IsKernelFault(WireStatus s) { return IsKernelFaultNumber(static_cast<int>(s)); }
 
 WireStatus ToWire(const Status& s) {
   using C = Status::Code;

@@ -134,9 +134,9 @@ Status CudaContext::Create(std::shared_ptr<const CudaDriver> driver, std::shared
   CUcontext ctx = nullptr;
   rc = d->CtxCreate(&ctx, nullptr, CU_CTX_SCHED_AUTO, device);
   if (rc != CUDA_SUCCESS) {
-    const std::string what = "cuCtxCreate on GPU " + std::to_string(ordinal);
-    health->Note(rc, what, CudaResultName(rc, d));
-    return CudaStatus(rc, what, d);
+    Status failed = CudaStatus(rc, "cuCtxCreate on GPU " + std::to_string(ordinal), d);
+    health->Note(rc, failed);
+    return failed;
   }
   // The cuBLAS handle, while the new context is current: cuBLAS's runtime
   // binds the handle (and the default workspace cublasCreate allocates) to
@@ -230,8 +230,9 @@ Status CudaContext::MakeCurrent() const {
 }
 
 Status CudaContext::Check(CUresult result, std::string_view what) const {
-  if (result != CUDA_SUCCESS) health_->Note(result, what, CudaResultName(result, driver_.get()));
-  return CudaStatus(result, what, driver_.get());
+  Status s = CudaStatus(result, what, driver_.get());
+  if (!s.ok()) health_->Note(result, s);
+  return s;
 }
 
 // ---- lookups ----------------------------------------------------------------------

@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_errors.h"
 
 #include "backend/cuda/cuda_driver.h"
+#include "common/kernel_faults.h"
 
 namespace phos::backend::cuda {
 namespace {
@@ -266,20 +267,15 @@ Status CudaStatus(CUresult result, std::string_view what, const CudaDriver* driv
   return status;
 }
 
-bool IsKernelFault(CUresult result) {
-  switch (result) {
-    case CUDA_ERROR_ILLEGAL_ADDRESS:
-    case CUDA_ERROR_ASSERT:
-    case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-    case CUDA_ERROR_MISALIGNED_ADDRESS:
-    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-    case CUDA_ERROR_INVALID_PC:
-    case CUDA_ERROR_LAUNCH_FAILED:
-      return true;
-    default:
-      return false;
-  }
-}
+bool IsKernelFault(CUresult result) { return IsKernelFaultNumber(static_cast<int>(result)); }
+static_assert(IsKernelFaultNumber(CUDA_ERROR_ILLEGAL_ADDRESS) && IsKernelFaultNumber(CUDA_ERROR_ASSERT) &&
+                  IsKernelFaultNumber(CUDA_ERROR_HARDWARE_STACK_ERROR) &&
+                  IsKernelFaultNumber(CUDA_ERROR_ILLEGAL_INSTRUCTION) &&
+                  IsKernelFaultNumber(CUDA_ERROR_MISALIGNED_ADDRESS) &&
+                  IsKernelFaultNumber(CUDA_ERROR_INVALID_ADDRESS_SPACE) &&
+                  IsKernelFaultNumber(CUDA_ERROR_INVALID_PC) && IsKernelFaultNumber(CUDA_ERROR_LAUNCH_FAILED) &&
+                  !IsKernelFaultNumber(CUDA_ERROR_NO_BINARY_FOR_GPU) &&
+                  !IsKernelFaultNumber(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE),
+              "common/kernel_faults.h and cuda.h disagree");
 
 }  // namespace phos::backend::cuda

@@ -9,12 +9,11 @@ namespace phos::backend::cuda {
 
 bool ProcessHealth::EndsTheProcess(CUresult result) { return IsKernelFault(result); }
 
-void ProcessHealth::Note(CUresult result, std::string_view what, std::string_view result_name) {
+void ProcessHealth::Note(CUresult result, const Status& failure) {
   if (!EndsTheProcess(result) || lost()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (lost_.load(std::memory_order_relaxed)) return;
-  why_ = "phosd (pid " + std::to_string(getpid()) + ") can no longer use the GPU: " + std::string(what) +
-         " reported " + std::string(result_name) +
+  why_ = "phosd (pid " + std::to_string(getpid()) + ") can no longer use the GPU: " + failure.message() +
          ", a kernel fault, and CUDA cannot recover a process after one (every context of phosd, every app's "
          "GPU state in it, is lost); restart phosd (e.g. systemctl restart phosd), then restart or restore the "
          "apps";

@@ -17,7 +17,6 @@
 #include <atomic>
 #include <mutex>
 #include <string>
-#include <string_view>
 
 #include "common/status.h"
 
@@ -29,10 +28,10 @@ class ProcessHealth {
   /// (700, 710, 714..719).
   static bool EndsTheProcess(CUresult result);
 
-  /// Records `result` of the driver call `what` if it ends the process and
-  /// nothing did before (the first cause is the one reported); logs it
-  /// once at error level. `result_name` is CudaResultName(result).
-  void Note(CUresult result, std::string_view what, std::string_view result_name);
+  /// Records `failure` (CudaStatus of a driver call: "what: CUDA_ERROR_X
+  /// (description)") if `result` ends the process and nothing did before
+  /// (the first cause is the one reported); logs it once at error level.
+  void Note(CUresult result, const Status& failure);
 
   /// OK while CUDA works; Unavailable with the first fault and what to do.
   Status Check() const;

@@ -2,6 +2,8 @@
 
 #include "common/hex.h"
 
+#include <cuda.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -587,7 +589,7 @@ Status SimContext::Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsign
                                      " blocks, the device holds " + std::to_string(fits) + " at once (" +
                                      std::to_string(per_sm) + " per SM x " +
                                      std::to_string(props.multiprocessor_count) + " SMs)")
-          .WithApiError(720);  // CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
+          .WithApiError(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
     }
     // The grid workspace grid.sync() counts arrivals in (%envreg1:%envreg2):
     // device memory of this context for the launch, freed when it ends.

@@ -1,5 +1,7 @@
 #include "backend/sim/sim_module.h"
 
+#include <cuda.h>
+
 #include <algorithm>
 #include <cstring>
 #include <variant>
@@ -94,10 +96,10 @@ int DeclaredMaxRegisters(const ptx::Function& f) {
 }  // namespace
 
 // A module with machine code only is, to the app, a module built for other
-// GPUs: CUDA_ERROR_NO_BINARY_FOR_GPU (209), which the CUDA runtime
-// tolerates at registration (cuBLAS registers hundreds of fatbins for
-// other GPUs) and reports at the launch of one of its kernels.
-constexpr int kNoKernelImageForDevice = 209;
+// GPUs: CUDA_ERROR_NO_BINARY_FOR_GPU, which the CUDA runtime tolerates at
+// registration (cuBLAS registers hundreds of fatbins for other GPUs) and
+// reports at the launch of one of its kernels.
+constexpr int kNoKernelImageForDevice = CUDA_ERROR_NO_BINARY_FOR_GPU;
 
 Status ExtractPtx(const void* image, std::size_t size, std::string* ptx) {
   const auto* bytes = static_cast<const std::uint8_t*>(image);

@@ -125,15 +125,15 @@ TEST(CudaErrors, KernelFaultsAndNoBinaryCarryTheirExactCode) {
 TEST(CudaProcessHealth, TheFirstKernelFaultIsKeptWithWhatToDo) {
   ProcessHealth h;
   EXPECT_TRUE(h.Check().ok());
-  h.Note(CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate", "CUDA_ERROR_OUT_OF_MEMORY");
-  h.Note(CUDA_ERROR_INVALID_VALUE, "cuMemcpy", "CUDA_ERROR_INVALID_VALUE");
+  auto note = [&h](CUresult r, const char* what) { h.Note(r, CudaStatus(r, what, nullptr)); };
+  note(CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate");
+  note(CUDA_ERROR_INVALID_VALUE, "cuMemcpy");
   EXPECT_TRUE(h.Check().ok()) << "only kernel faults end the process";
-  h.Note(CUDA_ERROR_ILLEGAL_ADDRESS, "cuCtxSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS");
-  h.Note(CUDA_ERROR_LAUNCH_FAILED, "cuStreamSynchronize", "CUDA_ERROR_LAUNCH_FAILED");
+  note(CUDA_ERROR_ILLEGAL_ADDRESS, "cuCtxSynchronize");
+  note(CUDA_ERROR_LAUNCH_FAILED, "cuStreamSynchronize");
   Status s = h.Check();
   EXPECT_EQ(s.code(), Status::Code::kUnavailable);
-  EXPECT_NE(s.message().find("cuCtxSynchronize reported CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos)
-      << s.message();
+  EXPECT_NE(s.message().find("cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS"), std::string::npos) << s.message();
   EXPECT_EQ(s.message().find("LAUNCH_FAILED"), std::string::npos) << "the first cause stays: " << s.message();
   EXPECT_NE(s.message().find("restart phosd"), std::string::npos) << s.message();
   for (CUresult r : {CUDA_ERROR_ASSERT, CUDA_ERROR_MISALIGNED_ADDRESS, CUDA_ERROR_INVALID_PC,
