@@ -40,6 +40,7 @@ Status CheckEmpty(const session::SessionState& st) {
 void ReleaseCreated(session::SessionState& st) {
   Status s = st.ctx->Synchronize();
   if (!s.ok()) spdlog::warn("fresh restore rollback: pending work ended with: {}", s.ToString());
+  session::ReapRetained(st, true);  // stream-ordered frees the app made since
   for (auto& [id, h] : st.events) (void)st.ctx->DestroyEvent(h);
   for (auto& [id, h] : st.streams) (void)st.ctx->DestroyStream(h);
   for (auto& [id, h] : st.modules) (void)st.ctx->UnloadModule(h);

@@ -244,8 +244,20 @@ Status CreateEventWithId(SessionState& st, uint32_t event_id, uint32_t flags, co
 }
 
 void ReapRetained(SessionState& st, bool wait_all) {
-  if (st.retained.empty()) return;
+  if (st.retained.empty() && st.pending_frees.empty()) return;
   if (wait_all) st.Defer(st.ctx->Synchronize());
+  for (auto it = st.pending_frees.begin(); it != st.pending_frees.end();) {
+    if (wait_all || st.ctx->QueryEvent(it->event).ok()) {
+      (void)st.ctx->DestroyEvent(it->event);
+      if (Status f = st.ctx->Free(it->ptr); !f.ok()) {
+        spdlog::warn("session {}: releasing 0x{:x} (freed in stream order): {}", st.session_id, it->ptr,
+                     f.ToString());
+      }
+      it = st.pending_frees.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (auto it = st.retained.begin(); it != st.retained.end();) {
     if (wait_all || st.ctx->QueryEvent(it->event).ok()) {
       (void)st.ctx->DestroyEvent(it->event);

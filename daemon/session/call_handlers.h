@@ -117,6 +117,15 @@ struct SessionState {
   };
   std::deque<RetainedHost> retained;
   uint64_t retained_bytes = 0;
+  // Buffers freed in stream order (kFreeAsync): gone from `buffers` when
+  // the call ran, their memory released once the event recorded after the
+  // stream's earlier work has completed (work queued before the free may
+  // still use them). Reaped with `retained` (ReapRetained).
+  struct PendingFree {
+    backend::EventHandle event = 0;
+    uint64_t ptr = 0;
+  };
+  std::deque<PendingFree> pending_frees;
   // Buffers of reaped RetainedHost entries, reused by the next staged copy:
   // a fresh multi-MiB vector per staging chunk costs an mmap, page faults
   // on every page and an munmap — more than the copy itself. Bounded to
@@ -185,8 +194,11 @@ void Dispatch(SessionState& st, const ring::Record& record, std::span<const std:
 /// kNotSupported). Tests check that it is wire::FindCallRow(api) for every row.
 const wire::CallRow* DispatchedRow(wire::ApiId api);
 
-/// Frees host bytes of H2D copies that have run. `wait_all`: synchronise
-/// the context first and free everything (teardown, memory pressure).
+/// Releases what the session keeps only until queued work has run: host
+/// bytes of H2D copies that have run, and the memory of buffers freed in
+/// stream order whose free point the stream has passed. `wait_all`:
+/// synchronise the context first and release everything (teardown, memory
+/// pressure, a restore).
 void ReapRetained(SessionState& st, bool wait_all);
 
 

@@ -42,7 +42,18 @@ void HandleMalloc(SessionState& st, const CallContext& call, const wire::MallocR
   v.session_id = st.session_id;
   v.synchronous = true;
   backend::DevicePtr ptr = 0;
-  Status s = st.executor->Run(v, [&] { return st.ctx->Allocate(req.bytes, 0, &ptr); });
+  Status s = st.executor->Run(v, [&] {
+    ReapRetained(st, false);  // memory freed in stream order whose stream has passed the free
+    Status a = st.ctx->Allocate(req.bytes, 0, &ptr);
+    if (a.code() == Status::Code::kOutOfMemory && !st.pending_frees.empty()) {
+      // The device is full, partly of buffers freed in stream order whose
+      // streams have not reached the free yet: wait for them, as CUDA's
+      // pool would before failing.
+      ReapRetained(st, true);
+      a = st.ctx->Allocate(req.bytes, 0, &ptr);
+    }
+    return a;
+  });
   if (!s.ok()) return out->Fail(s);
   st.buffers.Add(ptr, req.bytes);
   out->Set(wire::MallocReply{ptr});
@@ -65,6 +76,37 @@ void HandleFree(SessionState& st, const CallContext& call, const wire::PointerRe
     st.Defer(st.ctx->Synchronize());
     ReapRetained(st, false);
     return st.ctx->Free(req.ptr);
+  });
+  if (!s.ok()) return out->Fail(s);
+  st.buffers.Erase(it);
+}
+
+void HandleFreeAsync(SessionState& st, const CallContext& call, const wire::PointerRequest& req, Outcome* out) {
+  if (req.ptr == 0) return;  // cudaFreeAsync(nullptr) is a no-op
+  backend::StreamHandle stream = 0;
+  if (Status s = FindStream(st, call.rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
+  auto it = st.buffers.find(req.ptr);
+  if (it == st.buffers.end()) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cudaFreeAsync: 0x{:x} is not the start of a buffer of this session", req.ptr));
+  }
+  CallView v = ViewOnStream(st, call, stream, /*sync=*/false);
+  AddOperand(&v, kDstOperand, it->first, it->second);
+  Status s = st.executor->Run(v, [&] {
+    // The memory is released when the stream gets here: work queued on it
+    // before the free (and work on other streams ordered before it by
+    // events) may still use the buffer.
+    SessionState::PendingFree p{0, req.ptr};
+    Status e = st.ctx->CreateEvent(backend::kEventDisableTiming, &p.event);
+    if (e.ok()) e = st.ctx->RecordEvent(p.event, stream);
+    if (!e.ok()) {
+      // Cannot mark the point in the stream: wait for the stream instead.
+      if (p.event) (void)st.ctx->DestroyEvent(p.event);
+      PHOS_RETURN_IF_ERROR(st.ctx->SynchronizeStream(stream));
+      return st.ctx->Free(req.ptr);
+    }
+    st.pending_frees.push_back(p);
+    return Status::Ok();
   });
   if (!s.ok()) return out->Fail(s);
   st.buffers.Erase(it);

@@ -77,6 +77,9 @@ bool DriverFunctionId(const void* f, uint32_t* id);
 /// cudaDeviceReset, app side: phosd released everything, so forget it.
 void ClearErrorsForReset();       // runtime_api.cc: sticky + this thread's last error
 void ForgetDeviceAllocations();   // runtime_api.cc: the cudaMalloc map
+void ForgetDeviceAllocation(uintptr_t ptr);  // runtime_api.cc: one buffer of it (cudaFreeAsync)
+void ForgetPoolAllocations();     // stream_ordered_alloc.cc: which pool each allocation came from
+void NotePoolAllocationFreed(uintptr_t ptr);  // stream_ordered_alloc.cc: cudaFree of a pool's allocation
 void ForgetLoadedModules();       // registration.cc: modules/kernels reload lazily
 /// Whether this process is a child forked after CUDA was initialised
 /// (fork_guard.cc): then every CUDA call fails (cudaErrorInitializationError).

@@ -73,6 +73,7 @@ PHOS_EXPORT cudaError_t cudaDeviceReset(void) {
   WireStatus w = Connection::Get().Call(op::kDeviceReset, 0, {});
   if (w != WireStatus::kSuccess) return Finish(w);
   ForgetDeviceAllocations();
+  ForgetPoolAllocations();
   ForgetLoadedModules();
   ForgetPerThreadStreams();
   ForgetCreatedStreams();

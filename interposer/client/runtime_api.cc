@@ -311,6 +311,12 @@ void ForgetDeviceAllocations() {
   a.device.clear();
 }
 
+void ForgetDeviceAllocation(uintptr_t ptr) {
+  AllocMap& a = Allocs();
+  std::lock_guard<std::mutex> lock(a.mu);
+  a.device.erase(ptr);
+}
+
 bool IsDevicePtr(const void* p) {
   AllocMap& a = Allocs();
   std::lock_guard<std::mutex> lock(a.mu);
@@ -446,9 +452,8 @@ PHOS_EXPORT cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return Finish(Connection::Get().Ensure());
   WireStatus w = Connection::Get().Call(op::kFree, 0, Bytes(wire::PointerRequest{reinterpret_cast<uint64_t>(ptr)}));
   if (w == WireStatus::kSuccess) {
-    AllocMap& a = Allocs();
-    std::lock_guard<std::mutex> lock(a.mu);
-    a.device.erase(reinterpret_cast<uintptr_t>(ptr));
+    ForgetDeviceAllocation(reinterpret_cast<uintptr_t>(ptr));
+    NotePoolAllocationFreed(reinterpret_cast<uintptr_t>(ptr));  // cudaMallocAsync's may be freed so
   }
   return Finish(w);
 }

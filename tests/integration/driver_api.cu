@@ -135,6 +135,55 @@ int Memsets() {
   return 0;
 }
 
+// Stream-ordered allocation through the driver: cuMemAllocAsync /
+// cuMemFreeAsync around copies on a stream, an explicit pool, the device's
+// default pool's accounting.
+int StreamOrderedAllocation(CUdevice dev) {
+  const size_t bytes = 2u << 20;
+  std::vector<unsigned char> in(bytes), out(bytes, 0);
+  for (auto& b : in) b = static_cast<unsigned char>(g_rng());
+  CUstream s = nullptr;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUmemoryPool def = nullptr;
+  CHECK(cuDeviceGetDefaultMemPool(&def, dev));
+  cuuint64_t used0 = 0, used = 0;
+  CHECK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used0));
+  CUdeviceptr a = 0, b = 0;
+  CHECK(cuMemAllocAsync(&a, bytes, s));
+  CHECK(cuMemcpyHtoDAsync(a, in.data(), bytes, s));
+  CHECK(cuMemAllocAsync(&b, bytes, s));
+  CHECK(cuMemcpyDtoDAsync(b, a, bytes, s));
+  CHECK(cuMemFreeAsync(a, s));
+  CHECK(cuMemcpyDtoHAsync(out.data(), b, bytes, s));
+  CHECK(cuStreamSynchronize(s));
+  EXPECT(in == out);
+  CHECK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+  EXPECT(used == used0 + bytes);
+  CHECK(cuMemFreeAsync(b, s));
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = dev;
+  CUmemoryPool pool = nullptr;
+  CHECK(cuMemPoolCreate(&pool, &props));
+  CUdeviceptr c = 0;
+  CHECK(cuMemAllocFromPoolAsync(&c, bytes, pool, s));
+  CHECK(cuMemsetD8Async(c, 0x3c, bytes, s));
+  CHECK(cuMemcpyDtoHAsync(out.data(), c, bytes, s));
+  CHECK(cuStreamSynchronize(s));
+  for (unsigned char x : out) EXPECT(x == 0x3c);
+  CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+  EXPECT(used == bytes);
+  CHECK(cuMemFreeAsync(c, s));
+  CHECK(cuStreamSynchronize(s));
+  CHECK(cuMemPoolDestroy(pool));
+  CHECK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+  EXPECT(used == used0);
+  CHECK(cuStreamDestroy(s));
+  return 0;
+}
+
 // saxpy, mixed (kernelParams), saxpy again (extra), the `counters` global.
 int RunKernels(CUmodule mod, const char* what) {
   std::printf("driver_api: kernels from %s\n", what);
@@ -720,6 +769,7 @@ int main(int argc, char** argv) {
   RUN(RoundTrip(16));
   RUN(RoundTrip(8u << 20));
   RUN(Memsets());
+  RUN(StreamOrderedAllocation(dev));
   void* pinned = nullptr;
   CHECK(cuMemAllocHost(&pinned, 1 << 16));
   std::memset(pinned, 0x5a, 1 << 16);

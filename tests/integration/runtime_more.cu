@@ -446,6 +446,110 @@ int UseCuda(int base) {
   return 0;
 }
 
+// Stream-ordered allocation (docs/interposer.md "Stream-ordered
+// allocation"): cudaMallocAsync / cudaFreeAsync on a stream with work that
+// uses the buffers around the free, the default pool's accounting, an
+// explicit pool with a size limit, the device's current pool. Random data
+// against a CPU reference.
+int StreamOrderedAllocation() {
+  int supported = 0;
+  CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, 0));
+  EXPECT(supported == 1);
+  cudaMemPool_t def = nullptr, cur = nullptr;
+  CHECK(cudaDeviceGetDefaultMemPool(&def, 0));
+  CHECK(cudaDeviceGetMemPool(&cur, 0));
+  EXPECT(def != nullptr && cur == def);
+  uint64_t used0 = 0;
+  CHECK(cudaMemPoolGetAttribute(def, cudaMemPoolAttrUsedMemCurrent, &used0));
+
+  const int n = 50000;
+  const size_t bytes = n * sizeof(int);
+  std::vector<int> in(n), out(n);
+  unsigned seed = 12345;
+  for (int& v : in) v = static_cast<int>((seed = seed * 1103515245u + 12345u) >> 8);
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int* a = nullptr;
+  int* b = nullptr;
+  CHECK(cudaMallocAsync(reinterpret_cast<void**>(&a), bytes, s));
+  CHECK(cudaMemcpyAsync(a, in.data(), bytes, cudaMemcpyHostToDevice, s));
+  add_one<<<(n + 255) / 256, 256, 0, s>>>(a, n);
+  CHECK(cudaMallocAsync(reinterpret_cast<void**>(&b), bytes, s));
+  CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+  CHECK(cudaFreeAsync(a, s));  // the copy queued before it still reads a
+  add_one<<<(n + 255) / 256, 256, 0, s>>>(b, n);
+  CHECK(cudaMemcpyAsync(out.data(), b, bytes, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < n; ++i) EXPECT(out[i] == in[i] + 2);
+  uint64_t used = 0, high = 0;
+  CHECK(cudaMemPoolGetAttribute(def, cudaMemPoolAttrUsedMemCurrent, &used));
+  EXPECT(used >= used0 + bytes);  // b is live, a is freed (a GPU rounds sizes up)
+  CHECK(cudaMemPoolGetAttribute(def, cudaMemPoolAttrUsedMemHigh, &high));
+  EXPECT(high >= used0 + 2 * bytes);
+  CHECK(cudaFreeAsync(b, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemPoolGetAttribute(def, cudaMemPoolAttrUsedMemCurrent, &used));
+  EXPECT(used == used0);
+  // The high-water mark resets to the current value; current values are read-only.
+  uint64_t zero = 0;
+  CHECK(cudaMemPoolSetAttribute(def, cudaMemPoolAttrUsedMemHigh, &zero));
+  CHECK(cudaMemPoolGetAttribute(def, cudaMemPoolAttrUsedMemHigh, &high));
+  EXPECT(high == used0);
+  EXPECT_ERR(cudaMemPoolSetAttribute(def, cudaMemPoolAttrUsedMemCurrent, &zero), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  uint64_t threshold = 64ull << 20, got = 0;
+  CHECK(cudaMemPoolSetAttribute(def, cudaMemPoolAttrReleaseThreshold, &threshold));
+  CHECK(cudaMemPoolGetAttribute(def, cudaMemPoolAttrReleaseThreshold, &got));
+  EXPECT(got == threshold);
+  CHECK(cudaMemPoolTrimTo(def, 0));
+  cudaMemLocation here{cudaMemLocationTypeDevice, 0};
+  cudaMemAccessFlags access = cudaMemAccessFlagsProtNone;
+  CHECK(cudaMemPoolGetAccess(&access, def, &here));
+  EXPECT(access == cudaMemAccessFlagsProtReadWrite);
+  EXPECT_ERR(cudaMemPoolDestroy(def), cudaErrorInvalidValue);  // a device's default pool stays
+  (void)cudaGetLastError();
+
+  // An explicit pool of at most 64 MiB, made the device's current pool
+  // (sizes in whole 2 MiB pages: what a GPU's pool accounts exactly).
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location = here;
+  props.maxSize = 64ull << 20;
+  cudaMemPool_t pool = nullptr;
+  CHECK(cudaMemPoolCreate(&pool, &props));
+  cudaMemAccessDesc desc{here, cudaMemAccessFlagsProtReadWrite};
+  CHECK(cudaMemPoolSetAccess(pool, &desc, 1));
+  int* c = nullptr;
+  int* d = nullptr;
+  CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&c), 32ull << 20, pool, s));
+  EXPECT_ERR(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&d), 48ull << 20, pool, s), cudaErrorMemoryAllocation);
+  (void)cudaGetLastError();
+  CHECK(cudaDeviceSetMemPool(0, pool));
+  CHECK(cudaDeviceGetMemPool(&cur, 0));
+  EXPECT(cur == pool);
+  CHECK(cudaMallocAsync(reinterpret_cast<void**>(&d), 16ull << 20, s));  // from the current pool
+  CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used));
+  EXPECT(used == (48ull << 20));
+  const int m = (256 << 10) / sizeof(int);
+  fill<<<(m + 255) / 256, 256, 0, s>>>(c, m, 7);
+  CHECK(cudaMemcpyAsync(d, c, 256 << 10, cudaMemcpyDeviceToDevice, s));
+  std::vector<int> back(m);
+  CHECK(cudaMemcpyAsync(back.data(), d, 256 << 10, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (size_t i = 0; i < back.size(); ++i) EXPECT(back[i] == 7 + static_cast<int>(i));
+  // Destroyed with allocations outstanding: they stay usable until freed;
+  // the device's current pool is its default one again.
+  CHECK(cudaMemPoolDestroy(pool));
+  CHECK(cudaDeviceGetMemPool(&cur, 0));
+  EXPECT(cur == def);
+  CHECK(cudaFreeAsync(c, s));
+  CHECK(cudaFree(d));  // cudaFree takes a stream-ordered allocation too
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaStreamDestroy(s));
+  return 0;
+}
+
 // fork() before any CUDA call: the child connects on its own.
 int ForkBeforeInit() {
   std::fflush(stdout);
@@ -498,6 +602,7 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamDestroy(nonblocking));
   STEP(FunctionAttributesAndOccupancy());
   STEP(DynamicSharedAbove48KiB());
+  STEP(StreamOrderedAllocation());
   STEP(ForkAfterInit());
   STEP(DeviceReset());
   std::printf("%s: OK\n", name);

@@ -98,6 +98,7 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kMemcpy2DAsync, ApiId::k_cudaMemcpy2DAsync},
       {op::kMemset2D, ApiId::k_cudaMemset2D},
       {op::kMemset2DAsync, ApiId::k_cudaMemset2DAsync},
+      {op::kFreeAsync, ApiId::k_cudaFreeAsync},
       {op::kHostCopyStats, static_cast<ApiId>(0x10000)},
   };
   for (const auto& [got, want] : expected) {

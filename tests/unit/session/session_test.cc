@@ -210,10 +210,50 @@ TEST_F(SessionTest, EveryDeviceAttributeOfBothApisAnswers) {
   EXPECT_EQ(v, 0);                            // CU_COMPUTEMODE_DEFAULT
   ASSERT_EQ(app->Attribute(0, 17, &v), kOk);  // KERNEL_EXEC_TIMEOUT
   EXPECT_EQ(v, 0);
-  ASSERT_EQ(app->Attribute(0, 115, &v), kOk);  // MEMORY_POOLS_SUPPORTED: not offered yet
+  ASSERT_EQ(app->Attribute(0, 115, &v), kOk);  // MEMORY_POOLS_SUPPORTED: stream-ordered allocation
+  EXPECT_EQ(v, 1);
+  EXPECT_EQ(session::FeatureNotOffered(115), nullptr);
+  ASSERT_EQ(app->Attribute(0, 119, &v), kOk);  // MEMPOOL_SUPPORTED_HANDLE_TYPES: no export
   EXPECT_EQ(v, 0);
-  EXPECT_NE(session::FeatureNotOffered(115), nullptr);
   EXPECT_EQ(session::FeatureNotOffered(16), nullptr);  // MULTIPROCESSOR_COUNT: the device's
+}
+
+// cudaFreeAsync (kFreeAsync): the buffer leaves the session when the call
+// runs, its memory comes back once the stream has passed the free.
+TEST_F(SessionTest, FreeAsyncReleasesTheBufferWhenItsStreamGetsThere) {
+  auto app = NewApp();
+  uint64_t free0 = 0, total = 0;
+  ASSERT_EQ(app->MemInfo(&free0, &total), kOk);
+  const uint64_t bytes = 8u << 20;
+  uint64_t a = 0;
+  ASSERT_EQ(app->Malloc(bytes, &a), kOk);
+  ASSERT_EQ(app->StreamCreate(7), kOk);
+  // Work on the stream before the free still uses the buffer.
+  ASSERT_EQ(app->Memset(a, 0x5a, 1, bytes, 7, /*sync=*/false), kOk);
+  const wire::PointerRequest req{a};
+  EXPECT_EQ(app->Send(wire::op::kFreeAsync, req, /*call=*/true, /*stream=*/99), WireStatus::kInvalidResourceHandle);
+  ASSERT_EQ(app->Send(wire::op::kFreeAsync, req, /*call=*/true, /*stream=*/7), kOk);
+  // Gone for the app at once: a second free and a copy are refused.
+  EXPECT_EQ(app->Send(wire::op::kFreeAsync, req, /*call=*/true, /*stream=*/7), WireStatus::kInvalidValue);
+  uint8_t byte = 0;
+  EXPECT_EQ(app->D2H(&byte, a, 1), WireStatus::kInvalidValue);
+  EXPECT_EQ(app->Free(a), WireStatus::kInvalidValue);
+  // Once the stream has passed the free, the memory is the device's again.
+  ASSERT_EQ(app->StreamSync(7), kOk);
+  uint64_t free1 = 0;
+  ASSERT_EQ(app->MemInfo(&free1, &total), kOk);
+  EXPECT_EQ(free1, free0);
+  // cudaFreeAsync(nullptr) does nothing.
+  EXPECT_EQ(app->Send(wire::op::kFreeAsync, wire::PointerRequest{0}, /*call=*/true, /*stream=*/7), kOk);
+  // A buffer freed in stream order and never waited for is released with
+  // the session (no leak: the next session sees the whole device).
+  uint64_t b = 0;
+  ASSERT_EQ(app->Malloc(bytes, &b), kOk);
+  ASSERT_EQ(app->Memset(b, 1, 1, bytes, 7, /*sync=*/false), kOk);
+  ASSERT_EQ(app->Send(wire::op::kFreeAsync, wire::PointerRequest{b}, /*call=*/false, /*stream=*/7), kOk);
+  app.reset();
+  EXPECT_TRUE(WaitUntil([&] { return ListSessions().empty(); }, 5s));
+  EXPECT_TRUE(WaitUntil([&] { return DeviceFree() == free0; }, 5s));
 }
 
 TEST_F(SessionTest, CopiesRoundTripSmallAndStaged) {
