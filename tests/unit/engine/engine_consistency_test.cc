@@ -153,7 +153,7 @@ std::string Diff(const DeviceState& a, const DeviceState& b, const Workload& w) 
 // read allocation `alloc` (for failure reports).
 std::string TouchersOf(const Workload& w, int alloc, std::size_t n) {
   auto touches = [&](const Step& s) {
-    return s.op != Op::kFree && (s.dst.alloc == alloc || s.src.alloc == alloc || s.src2.alloc == alloc);
+    return s.op != Op::kFree && s.op != Op::kFreeAsync && (s.dst.alloc == alloc || s.src.alloc == alloc || s.src2.alloc == alloc);
   };
   std::vector<std::size_t> before, after;
   for (std::size_t i = 0; i < w.steps.size(); ++i) {

@@ -25,6 +25,7 @@ const char* OpName(Op op) {
     case Op::kEventCreate: return "EventCreate";
     case Op::kMalloc: return "Malloc";
     case Op::kFree: return "Free";
+    case Op::kFreeAsync: return "FreeAsync";
     case Op::kH2D: return "H2D";
     case Op::kMemset: return "Memset";
     case Op::kD2D: return "D2D";
@@ -290,8 +291,15 @@ class Generator {
       Emit(With(Of(Op::kStreamWaitEvent), [&](Step& x) { x.stream = to; x.id = ev; }));
     } else if (r < 94) {  // free one buffer, allocate another in its slot
       const std::size_t slot = rng_.Range(0, slots_.size() - 1);
-      Emit(With(Of(Op::kFree), [&](Step& x) { x.dst = {slots_[slot], 0}; }));
-      SyncedDevice();  // cudaFree synchronises the device
+      const int a = slots_[slot];
+      if (rng_.Chance(50)) {
+        // cudaFreeAsync on the buffer's owner: every call on it is ordered
+        // before the free (ownership), nothing waits.
+        Emit(With(Of(Op::kFreeAsync), [&](Step& x) { x.dst = {a, 0}; x.stream = allocs_[a].owner; }));
+      } else {
+        Emit(With(Of(Op::kFree), [&](Step& x) { x.dst = {a, 0}; }));
+        SyncedDevice();  // cudaFree synchronises the device
+      }
       slots_[slot] = NewAlloc();
     } else {  // a burst of small H2D copies on one stream
       const std::uint32_t st = RandomStream();
@@ -380,7 +388,8 @@ std::string Step::Describe() const {
     case Op::kStreamWaitEvent: d += " id " + std::to_string(id); break;
     case Op::kGetFunction: d += std::string(" ") + KernelName(kernel); break;
     case Op::kMalloc: d += " alloc " + std::to_string(dst.alloc) + " " + std::to_string(bytes) + " bytes"; break;
-    case Op::kFree: d += " alloc " + std::to_string(dst.alloc); break;
+    case Op::kFree:
+    case Op::kFreeAsync: d += " alloc " + std::to_string(dst.alloc); break;
     case Op::kH2D:
     case Op::kMemset:
       d += operand("dst", dst) + " " + std::to_string(bytes) + " bytes" + (sync ? " sync" : " async");
@@ -407,7 +416,7 @@ std::vector<int> Workload::LiveAfter(std::size_t k) const {
   std::set<int> live;
   for (std::size_t i = 0; i < k && i < steps.size(); ++i) {
     if (steps[i].op == Op::kMalloc) live.insert(steps[i].dst.alloc);
-    if (steps[i].op == Op::kFree) live.erase(steps[i].dst.alloc);
+    if (steps[i].op == Op::kFree || steps[i].op == Op::kFreeAsync) live.erase(steps[i].dst.alloc);
   }
   return {live.begin(), live.end()};
 }
@@ -501,6 +510,10 @@ bool WorkloadRunner::Issue(std::size_t i, std::string* why) {
       return true;
     }
     case Op::kFree: return Check(app_->Free(ptrs_.at(s.dst.alloc)), i, why);
+    case Op::kFreeAsync:  // posted, as cudaFreeAsync is
+      return Check(app_->Send(wire::op::kFreeAsync, wire::PointerRequest{ptrs_.at(s.dst.alloc)}, /*call=*/false,
+                              s.stream),
+                   i, why);
     case Op::kH2D: {
       const std::vector<std::byte> data = StepData(s);
       return Check(app_->H2D(at(s.dst), data.data(), data.size(), s.stream, s.sync), i, why);

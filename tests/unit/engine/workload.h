@@ -67,6 +67,7 @@ enum class Op : std::uint8_t {
   kEventCreate,      // id
   kMalloc,           // alloc = the allocation it creates, bytes
   kFree,             // alloc
+  kFreeAsync,        // alloc, stream (its owner): cudaFreeAsync, posted
   kH2D,              // alloc, offset, bytes, data_seed, sync, stream
   kMemset,           // alloc, offset, bytes (multiple of element_size), value, element_size, sync, stream
   kD2D,              // alloc (dst) + offset, src_alloc + src_offset, bytes, sync, stream
