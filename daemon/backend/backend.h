@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -184,6 +185,17 @@ class Context {
   /// the low bytes of `value` (cuMemsetD8/D16/D32).
   virtual Status MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size,
                              std::size_t count, StreamHandle stream) = 0;
+
+  /// Runs `fn` on a backend thread once the work enqueued on `stream`
+  /// before it has run; work enqueued on `stream` after it waits until `fn`
+  /// returns (cuLaunchHostFunc). `fn` must not call into this context and
+  /// must return by itself (the session's host-function gate returns when
+  /// the app answers or the session ends).
+  virtual Status LaunchHostFunction(StreamHandle stream, std::function<void()> fn) {
+    (void)stream;
+    (void)fn;
+    return Status::NotSupported("this backend cannot run host functions in stream order");
+  }
 
   // ---- events ---------------------------------------------------------------
   virtual Status CreateEvent(unsigned flags, EventHandle* out) = 0;

@@ -27,6 +27,7 @@
 #include "ring/ring.h"
 #include "session/buffer_map.h"
 #include "session/executor.h"
+#include "session/host_functions.h"
 #include "session/host_segments.h"
 #include "session/kernel_access.h"
 
@@ -139,6 +140,11 @@ struct SessionState {
   // copies travelled (kHostCopyStats).
   ring::ChannelConnection* channel = nullptr;
   HostSegmentTable host_segments;
+  // Gates of the app's host functions (kLaunchHostFunc): shared with the
+  // gates queued on the backend's streams; cancelled by the Session when
+  // the app is gone or phosd stops (any thread: the object is
+  // thread-safe and this pointer never changes).
+  const std::shared_ptr<HostFunctionGates> host_gates = std::make_shared<HostFunctionGates>();
   struct CopyStats {
     uint64_t pinned_copies = 0;
     uint64_t pinned_bytes = 0;

@@ -178,6 +178,8 @@ void Session::RequestStop() {
   // Not while a control task runs: its own device work (a stop-the-world
   // checkpoint's copies, made after its quiesce drained the app's work)
   // finishes, and the image it writes is whole; the task's end abandons.
+  // Nobody will answer the app's host functions any more.
+  state_.host_gates->Cancel();
   {
     std::lock_guard<std::mutex> lock(ctx_mu_);
     if (ctx_ && !in_control_task_) ctx_->Abandon();
@@ -337,6 +339,7 @@ void Session::Run() {
   // The app is gone or misbehaved: the work it queued on the backend is
   // dropped, so the teardown below takes milliseconds however much was
   // queued (a restore waiting for this pid's addresses, phosd's SIGTERM).
+  state_.host_gates->Cancel();  // a gate waiting for the app's function ends
   if (ctx_) {  // without a context the session never ran a call: nothing to release
     ctx_->Abandon();
     executor_.hook()->SessionEnding(state_);

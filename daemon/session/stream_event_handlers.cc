@@ -1,7 +1,7 @@
 // Streams, events, device synchronisation and the deferred error:
 // kStreamCreate/Destroy/Synchronize/Query/WaitEvent, kEventCreate/Record/
 // Query/Synchronize/ElapsedTime/Destroy, kDeviceSynchronize, kGetLastError,
-// kPeekAtLastError (rows in interposer/protocol/calls.def). The frame's
+// kPeekAtLastError, kLaunchHostFunc (rows in interposer/protocol/calls.def). The frame's
 // stream_id names the stream of stream-ordered calls.
 #include <string>
 
@@ -97,6 +97,34 @@ void HandleStreamWaitEvent(SessionState& st, const CallContext& call, const wire
   OnEvent(st, call, req.id, out, [&](backend::StreamHandle stream, backend::EventHandle ev) {
     return st.ctx->StreamWaitEvent(stream, ev);
   });
+}
+
+// ---------------------------------------------------------------- host functions
+
+void HandleLaunchHostFunc(SessionState& st, const CallContext& call, const wire::HostFuncRequest& req,
+                          Outcome* out) {
+  CallView v = StreamView(st, call);
+  backend::StreamHandle stream = 0;
+  if (!FrameStream(st, call, &v, &stream, out)) return;
+  if (req.word % 4 != 0 || req.doorbell % 4 != 0) {
+    return out->Fail(WireStatus::kInvalidValue, "host function: the gate words must be 4-byte aligned");
+  }
+  // Both words must lie in the app's shared pinned segments: phosd's
+  // mapping of them stays until the session ends, after its streams.
+  std::byte* word = nullptr;
+  std::byte* doorbell = nullptr;
+  if (Status s = st.host_segments.Translate(req.word, 4, &word); !s.ok()) {
+    return out->Fail(s.WithContext("host function gate word"));
+  }
+  if (Status s = st.host_segments.Translate(req.doorbell, 4, &doorbell); !s.ok()) {
+    return out->Fail(s.WithContext("host function doorbell"));
+  }
+  auto* w = reinterpret_cast<std::atomic<uint32_t>*>(word);
+  auto* d = reinterpret_cast<std::atomic<uint32_t>*>(doorbell);
+  std::shared_ptr<const HostFunctionGates> gates = st.host_gates;
+  out->Fail(st.executor->Run(v, [&] {
+    return st.ctx->LaunchHostFunction(stream, [gates, w, d] { gates->Pass(w, d); });
+  }));
 }
 
 // ---------------------------------------------------------------- events

@@ -227,6 +227,24 @@ struct PointerRequest {
 };
 static_assert(sizeof(PointerRequest) == 8);
 
+/// kLaunchHostFunc (cudaLaunchHostFunc, cudaStreamAddCallback,
+/// cuLaunchHostFunc; docs/interposer.md "Host functions in stream order"):
+/// the frame's stream stops at this point until the app has run its
+/// function. `word` and `doorbell` are app addresses of 4-byte aligned
+/// words inside the app's shared pinned segments. When the stream gets
+/// here phosd stores kHostFuncReached into `word`, increments `doorbell`
+/// and wakes futex waiters on it; the stream goes on once `word` holds
+/// anything else (the app stores kHostFuncDone after its function
+/// returned) or the session ends.
+struct HostFuncRequest {
+  uint64_t word;
+  uint64_t doorbell;
+};
+static_assert(sizeof(HostFuncRequest) == 16);
+inline constexpr uint32_t kHostFuncArmed = 0;
+inline constexpr uint32_t kHostFuncReached = 1;
+inline constexpr uint32_t kHostFuncDone = 2;
+
 /// kPinnedToDevice / kDeviceToPinned (pinned host memory and 2D copies):
 /// the host side is an app address inside a shared pinned segment
 /// (HostSegmentRequest); phosd copies straight from / into its mapping of

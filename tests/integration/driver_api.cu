@@ -184,6 +184,48 @@ int StreamOrderedAllocation(CUdevice dev) {
   return 0;
 }
 
+// cuLaunchHostFunc / cuStreamAddCallback: in stream order, with the
+// results of the copy before them.
+struct DriverHostFn {
+  const unsigned char* pinned = nullptr;
+  size_t bytes = 0;
+  unsigned long long sum = 0;
+  CUstream stream = nullptr;
+  bool callback_ok = false;
+};
+void CUDA_CB DriverSum(void* p) {
+  auto* h = static_cast<DriverHostFn*>(p);
+  for (size_t i = 0; i < h->bytes; ++i) h->sum += h->pinned[i];
+}
+void CUDA_CB DriverCallback(CUstream s, CUresult status, void* p) {
+  auto* h = static_cast<DriverHostFn*>(p);
+  h->callback_ok = s == h->stream && status == CUDA_SUCCESS;
+}
+int HostFunctions() {
+  const size_t bytes = 1 << 16;
+  std::vector<unsigned char> in(bytes);
+  unsigned long long want = 0;
+  for (auto& b : in) want += (b = static_cast<unsigned char>(g_rng()));
+  CUstream s = nullptr;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  void* pinned = nullptr;
+  CHECK(cuMemAllocHost(&pinned, bytes));
+  CUdeviceptr d = 0;
+  CHECK(cuMemAlloc(&d, bytes));
+  CHECK(cuMemcpyHtoDAsync(d, in.data(), bytes, s));
+  CHECK(cuMemcpyDtoHAsync(pinned, d, bytes, s));
+  DriverHostFn h{static_cast<const unsigned char*>(pinned), bytes, 0, s, false};
+  CHECK(cuLaunchHostFunc(s, DriverSum, &h));
+  CHECK(cuStreamAddCallback(s, DriverCallback, &h, 0));
+  CHECK(cuStreamSynchronize(s));
+  EXPECT(h.sum == want);
+  EXPECT(h.callback_ok);
+  CHECK(cuMemFree(d));
+  CHECK(cuMemFreeHost(pinned));
+  CHECK(cuStreamDestroy(s));
+  return 0;
+}
+
 // saxpy, mixed (kernelParams), saxpy again (extra), the `counters` global.
 int RunKernels(CUmodule mod, const char* what) {
   std::printf("driver_api: kernels from %s\n", what);
@@ -770,6 +812,7 @@ int main(int argc, char** argv) {
   RUN(RoundTrip(8u << 20));
   RUN(Memsets());
   RUN(StreamOrderedAllocation(dev));
+  RUN(HostFunctions());
   void* pinned = nullptr;
   CHECK(cuMemAllocHost(&pinned, 1 << 16));
   std::memset(pinned, 0x5a, 1 << 16);

@@ -550,6 +550,103 @@ int StreamOrderedAllocation() {
   return 0;
 }
 
+// Host functions in stream order (docs/interposer.md "Host functions in
+// stream order"): a function sees the results of the work queued before it,
+// work queued after it sees what it wrote, stream callbacks get their
+// stream and status, functions of one stream run in order, and a function
+// may wait for the launching thread (it runs on a thread of its own).
+struct HostFnState {
+  const int* pinned_in = nullptr;  // what the kernel's results were copied to
+  int* pinned_out = nullptr;       // what the function writes for the next copy
+  int n = 0;
+  long long sum = 0;
+  std::atomic<int> order{0};
+  int order_bad = 0;
+  std::atomic<bool> release{false};
+  bool waited = false;
+  cudaStream_t stream = nullptr;
+  bool callback_ok = false;
+};
+
+void CUDART_CB SumThenWrite(void* p) {
+  auto* st = static_cast<HostFnState*>(p);
+  for (int i = 0; i < st->n; ++i) st->sum += st->pinned_in[i];
+  for (int i = 0; i < st->n; ++i) st->pinned_out[i] = 3 * i;
+}
+void CUDART_CB Callback(cudaStream_t s, cudaError_t status, void* p) {
+  auto* st = static_cast<HostFnState*>(p);
+  st->callback_ok = s == st->stream && status == cudaSuccess;
+}
+struct Ordered {
+  HostFnState* st;
+  int index;
+};
+void CUDART_CB CheckOrder(void* p) {
+  auto* o = static_cast<Ordered*>(p);
+  if (o->st->order.fetch_add(1) != o->index) ++o->st->order_bad;
+}
+void CUDART_CB WaitForLauncher(void* p) {
+  auto* st = static_cast<HostFnState*>(p);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!st->release.load() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  st->waited = st->release.load();
+}
+
+int HostFunctions() {
+  const int n = 4096;
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int* d = nullptr;
+  int* pin_in = nullptr;
+  int* pin_out = nullptr;
+  CHECK(cudaMalloc(&d, n * sizeof(int)));
+  CHECK(cudaMallocHost(&pin_in, n * sizeof(int)));
+  CHECK(cudaMallocHost(&pin_out, n * sizeof(int)));
+  HostFnState st;
+  st.pinned_in = pin_in;
+  st.pinned_out = pin_out;
+  st.n = n;
+  st.stream = s;
+  const int base = 1000;
+  fill<<<(n + 255) / 256, 256, 0, s>>>(d, n, base);
+  CHECK(cudaMemcpyAsync(pin_in, d, n * sizeof(int), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaLaunchHostFunc(s, SumThenWrite, &st));
+  CHECK(cudaMemcpyAsync(d, pin_out, n * sizeof(int), cudaMemcpyHostToDevice, s));
+  add_one<<<(n + 255) / 256, 256, 0, s>>>(d, n);
+  CHECK(cudaStreamAddCallback(s, Callback, &st, 0));
+  std::vector<int> back(n);
+  CHECK(cudaMemcpyAsync(back.data(), d, n * sizeof(int), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  long long want = 0;
+  for (int i = 0; i < n; ++i) want += base + i;
+  EXPECT(st.sum == want);                                // saw the kernel's results
+  for (int i = 0; i < n; ++i) EXPECT(back[i] == 3 * i + 1);  // the copy after it saw its writes
+  EXPECT(st.callback_ok);
+  EXPECT_ERR(cudaStreamAddCallback(s, Callback, &st, 1), cudaErrorInvalidValue);  // flags must be 0
+  (void)cudaGetLastError();
+
+  // In order: 64 functions on one stream.
+  std::vector<Ordered> ordered(64);
+  for (int i = 0; i < 64; ++i) {
+    ordered[i] = {&st, i};
+    CHECK(cudaLaunchHostFunc(s, CheckOrder, &ordered[i]));
+  }
+  // A function that waits for the launching thread: it runs elsewhere, so
+  // the launch returns and the thread can release it.
+  CHECK(cudaLaunchHostFunc(s, WaitForLauncher, &st));
+  st.release.store(true);
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(st.order.load() == 64 && st.order_bad == 0);
+  EXPECT(st.waited);
+  CHECK(cudaFreeHost(pin_in));
+  CHECK(cudaFreeHost(pin_out));
+  CHECK(cudaFree(d));
+  CHECK(cudaStreamDestroy(s));
+  return 0;
+}
+
 // fork() before any CUDA call: the child connects on its own.
 int ForkBeforeInit() {
   std::fflush(stdout);
@@ -603,6 +700,7 @@ int main(int argc, char** argv) {
   STEP(FunctionAttributesAndOccupancy());
   STEP(DynamicSharedAbove48KiB());
   STEP(StreamOrderedAllocation());
+  STEP(HostFunctions());
   STEP(ForkAfterInit());
   STEP(DeviceReset());
   std::printf("%s: OK\n", name);

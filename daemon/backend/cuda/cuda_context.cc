@@ -601,6 +601,27 @@ Status CudaContext::RecordEvent(EventHandle event, StreamHandle stream) {
   return Check(driver_->EventRecord(e->event, s), "cuEventRecord");
 }
 
+namespace {
+// cuLaunchHostFunc's trampoline: runs and frees the heap-held function.
+void CUDA_CB RunHostFunction(void* arg) {
+  std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(arg));
+  (*fn)();
+}
+}  // namespace
+
+Status CudaContext::LaunchHostFunction(StreamHandle stream, std::function<void()> fn) {
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("LaunchHostFunction"));
+  if (!fn) return Status::InvalidArgument("LaunchHostFunction: no function");
+  CUstream s = nullptr;
+  std::shared_ptr<StreamObject> keep;
+  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  auto held = std::make_unique<std::function<void()>>(std::move(fn));
+  CUresult rc = driver_->LaunchHostFunc(s, &RunHostFunction, held.get());
+  if (rc == CUDA_SUCCESS) held.release();  // the trampoline owns it now
+  return Check(rc, "cuLaunchHostFunc");
+}
+
 Status CudaContext::StreamWaitEvent(StreamHandle stream, EventHandle event) {
   std::shared_ptr<EventObject> e;
   PHOS_RETURN_IF_ERROR(FindEvent(event, &e));

@@ -75,6 +75,7 @@ namespace phos::backend::cuda {
   X(MemsetD8Async, 3020)                  \
   X(MemsetD16Async, 3020)                 \
   X(MemsetD32Async, 3020)                 \
+  X(LaunchHostFunc, 10000)                \
   X(EventCreate, 2000)                    \
   X(EventDestroy, 4000)                   \
   X(EventRecord, 2000)                    \

@@ -296,6 +296,16 @@ Status SimContext::MemcpyAsync(std::uint64_t dst, std::uint64_t src, std::size_t
   });
 }
 
+Status SimContext::LaunchHostFunction(StreamHandle stream, std::function<void()> fn) {
+  if (!fn) return Status::InvalidArgument("LaunchHostFunction: no function");
+  std::lock_guard<std::mutex> lock(mu_);
+  // The stream's worker runs it in order: later ops wait for it to return.
+  return EnqueueLocked(stream, [fn = std::move(fn)]() -> Status {
+    fn();
+    return Status::Ok();
+  });
+}
+
 Status SimContext::MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size,
                                std::size_t count, StreamHandle stream) {
   if (element_size != 1 && element_size != 2 && element_size != 4) {

@@ -46,6 +46,7 @@ class SimContext final : public Context {
                      StreamHandle stream) override;
   Status MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size,
                      std::size_t count, StreamHandle stream) override;
+  Status LaunchHostFunction(StreamHandle stream, std::function<void()> fn) override;
 
   Status CreateEvent(unsigned flags, EventHandle* out) override;
   Status DestroyEvent(EventHandle event) override;

@@ -99,6 +99,7 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kMemset2D, ApiId::k_cudaMemset2D},
       {op::kMemset2DAsync, ApiId::k_cudaMemset2DAsync},
       {op::kFreeAsync, ApiId::k_cudaFreeAsync},
+      {op::kLaunchHostFunc, ApiId::k_cudaLaunchHostFunc},
       {op::kHostCopyStats, static_cast<ApiId>(0x10000)},
   };
   for (const auto& [got, want] : expected) {

@@ -13,10 +13,12 @@
 #include <filesystem>
 #include <memory>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "backend/backend_factory.h"
 #include "fake_app.h"
+#include "ring/waiter.h"
 #include "session/session_server.h"
 
 namespace phos::session {
@@ -147,6 +149,75 @@ TEST_F(HostSegmentProtocolTest, RefusesCallsWithoutOrUnlikeTheirRecord) {
   EXPECT_EQ(Stats().segments, 0u);
   EXPECT_EQ(Share(seg, 4), WireStatus::kSuccess) << "a proper hand-over still works: " << app_->message();
   EXPECT_EQ(Stats().segments, 1u);
+}
+
+// Host functions in stream order (kLaunchHostFunc): the stream stops at the
+// gate until the app answers; phosd marks the word reached and rings the
+// doorbell first.
+TEST_F(HostSegmentProtocolTest, HostFunctionGateHoldsTheStreamUntilTheAppAnswers) {
+  Segment seg;
+  ASSERT_EQ(Share(seg, 1), WireStatus::kSuccess) << app_->message();
+  auto* doorbell = reinterpret_cast<std::atomic<uint32_t>*>(seg.base);
+  auto* word = reinterpret_cast<std::atomic<uint32_t>*>(seg.base + 4);
+  ASSERT_EQ(app_->StreamCreate(7), WireStatus::kSuccess);
+  uint64_t dev = 0;
+  ASSERT_EQ(app_->Malloc(4096, &dev), WireStatus::kSuccess);
+  word->store(wire::kHostFuncArmed);
+  const wire::HostFuncRequest gate{seg.app() + 4, seg.app()};
+  ASSERT_EQ(app_->Send(op::kLaunchHostFunc, gate, /*call=*/true, /*stream=*/7), WireStatus::kSuccess)
+      << app_->message();
+  // Work after the function waits for it.
+  ASSERT_EQ(app_->Memset(dev, 0x77, 1, 4096, 7, /*sync=*/false), WireStatus::kSuccess);
+  // phosd reaches the gate: the word says so and the doorbell rang.
+  while (word->load() != wire::kHostFuncReached) {
+    (void)ring::FutexWait(doorbell, doorbell->load(), 10'000'000);
+  }
+  EXPECT_GE(doorbell->load(), 1u);
+  EXPECT_EQ(app_->StreamQuery(7), WireStatus::kNotReady);  // held at the gate
+  word->store(wire::kHostFuncDone);
+  ring::FutexWake(word, 1);
+  ASSERT_EQ(app_->StreamSync(7), WireStatus::kSuccess);
+  std::vector<uint8_t> back(4096);
+  ASSERT_EQ(app_->D2H(back.data(), dev, back.size(), 7), WireStatus::kSuccess);
+  for (uint8_t b : back) ASSERT_EQ(b, 0x77);
+}
+
+TEST_F(HostSegmentProtocolTest, HostFunctionGateRefusesWordsOutsideSharedMemory) {
+  Segment seg;
+  ASSERT_EQ(Share(seg, 1), WireStatus::kSuccess) << app_->message();
+  ASSERT_EQ(app_->StreamCreate(7), WireStatus::kSuccess);
+  uint32_t mine = 0;
+  const auto priv = reinterpret_cast<uint64_t>(&mine);
+  EXPECT_EQ(app_->Send(op::kLaunchHostFunc, wire::HostFuncRequest{priv, seg.app()}, true, 7),
+            WireStatus::kInvalidValue);
+  EXPECT_EQ(app_->Send(op::kLaunchHostFunc, wire::HostFuncRequest{seg.app() + 2, seg.app()}, true, 7),
+            WireStatus::kInvalidValue) << "misaligned";
+  EXPECT_EQ(app_->Send(op::kLaunchHostFunc, wire::HostFuncRequest{seg.app() + kSeg - 2, seg.app()}, true, 7),
+            WireStatus::kInvalidValue) << "straddles the end";
+  EXPECT_EQ(app_->Send(op::kLaunchHostFunc, wire::HostFuncRequest{seg.app() + 4, seg.app()}, true, 99),
+            WireStatus::kInvalidResourceHandle) << "unknown stream";
+  EXPECT_EQ(app_->StreamSync(7), WireStatus::kSuccess) << "nothing was queued";
+}
+
+// An app that dies while phosd waits at one of its gates: the session still
+// ends (the gate is cancelled), and the device memory comes back.
+TEST_F(HostSegmentProtocolTest, AGateWhoseAppIsGoneDoesNotHoldTheTeardown) {
+  Segment seg;
+  ASSERT_EQ(Share(seg, 1), WireStatus::kSuccess) << app_->message();
+  auto* word = reinterpret_cast<std::atomic<uint32_t>*>(seg.base + 4);
+  ASSERT_EQ(app_->StreamCreate(7), WireStatus::kSuccess);
+  uint64_t dev = 0;
+  ASSERT_EQ(app_->Malloc(1 << 20, &dev), WireStatus::kSuccess);
+  ASSERT_EQ(app_->Send(op::kLaunchHostFunc, wire::HostFuncRequest{seg.app() + 4, seg.app()}, true, 7),
+            WireStatus::kSuccess);
+  ASSERT_EQ(app_->Memset(dev, 1, 1, 1 << 20, 7, /*sync=*/false), WireStatus::kSuccess);
+  while (word->load() != wire::kHostFuncReached) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  app_.reset();  // never answers
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server_->session_count() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(server_->session_count(), 0u);
 }
 
 }  // namespace
