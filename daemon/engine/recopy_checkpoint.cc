@@ -7,6 +7,7 @@
 
 #include "common/hex.h"
 #include "image/image_layout.h"
+#include "session/access_spec.h"
 
 namespace phos::engine {
 
@@ -107,11 +108,11 @@ Status RecopyCheckpoint::Admit(const session::CallView& call) {
     DropDeviceState();  // fences the copier out (waits for its chunk in flight)
     return Status::Ok();
   }
-  if (call.api == wire::op::kFree && !call.ranges.empty()) {
-    // The memory goes away when the call runs: the copier must not be
-    // reading it then. Mark it freed (its copy is dropped), and if the
-    // copier has it, wait for the chunk in flight (cudaFree synchronises
-    // the device anyway).
+  if (session::ReleasesBuffer(call.api) && !call.ranges.empty()) {
+    // The memory goes away when the call runs (cudaFree) or once its
+    // stream gets there (cudaFreeAsync): the copier must not read it from
+    // now on. Mark it freed (its copy is dropped), and if the copier has
+    // it, wait for the chunk in flight.
     TrackedBuffer* b = table_.Find(call.ranges.front().ptr);
     if (b == nullptr || b->address != call.ranges.front().ptr) return Status::Ok();
     b->freed = true;
@@ -140,7 +141,7 @@ Status RecopyCheckpoint::Admit(const session::CallView& call) {
 }
 
 void RecopyCheckpoint::AdmittedCall(const session::CallView& call, const Status& /*result*/) {
-  if (call.api == wire::op::kFree) return;  // handled in Admit
+  if (session::ReleasesBuffer(call.api)) return;  // handled in Admit
   const bool unvalidatable = call.kind == session::AccessKind::kUnvalidatable;
   const bool writes_anything =
       !call.access_known() || (unvalidatable && options_.unvalidated == UnvalidatedPolicy::kStop);

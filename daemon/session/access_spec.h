@@ -62,6 +62,15 @@ std::span<const CallSpec> CallSpecs();
 /// The row of `api`; nullptr when the table has none.
 const CallSpec* FindCallSpec(wire::ApiId api);
 
+/// Whether `api`'s row has the Release rule: the call frees the buffer its
+/// operand names (cudaFree at once; cudaFreeAsync when its stream gets
+/// there). A C/R protocol must stop reading that buffer when the call is
+/// admitted.
+inline bool ReleasesBuffer(wire::ApiId api) {
+  const wire::CallRow* row = wire::FindCallRow(api);
+  return row != nullptr && row->access == wire::AccessRule::kRelease;
+}
+
 /// Adds operand `index` of `view->api` (its device-memory side only: the
 /// caller leaves out host operands) with the table's role. A call with no
 /// row, or an index past its operands, makes the view kUnknown (a table

@@ -24,6 +24,7 @@
 // or with PHOS_WORKLOAD_SCALE=small, larger with PHOS_WORKLOAD_SCALE=large.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -528,6 +529,11 @@ TEST_P(RestoreConsistencyTest, RestoreMatchesUninterrupted) {
   ASSERT_TRUE(IssueFast(*ref, 0, total, &why)) << why;
   DeviceState want;
   ASSERT_TRUE(ReadState(*ref, total, &want, &why)) << why;
+  // Every host function's gate was reached and answered (the read-back
+  // waited for the device).
+  const auto host_functions = std::count_if(w.steps.begin(), w.steps.end(),
+                                            [](const Step& st) { return st.op == Op::kHostFunc; });
+  EXPECT_EQ(ref->runner->host_functions_answered(), static_cast<std::uint64_t>(host_functions));
   EndRun(ref);
 
   AppRun* a = StartRun(w);

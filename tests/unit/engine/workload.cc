@@ -1,14 +1,21 @@
 #include "workload.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <set>
 #include <span>
+#include <thread>
 
 #include "fake_app.h"
+#include "ring/waiter.h"
 #include "test_ptx.h"
 
 namespace phos::engine::testing {
@@ -26,6 +33,8 @@ const char* OpName(Op op) {
     case Op::kMalloc: return "Malloc";
     case Op::kFree: return "Free";
     case Op::kFreeAsync: return "FreeAsync";
+    case Op::kShareSegment: return "ShareSegment";
+    case Op::kHostFunc: return "HostFunc";
     case Op::kH2D: return "H2D";
     case Op::kMemset: return "Memset";
     case Op::kD2D: return "D2D";
@@ -130,6 +139,7 @@ class Generator {
   std::uint32_t RandomStream() { return static_cast<std::uint32_t>(rng_.Range(1, o_.streams)); }
 
   void Setup() {
+    Emit(Of(Op::kShareSegment));  // host functions' gate words live there
     // Modules and functions. Function ids: 1 ptx saxpy, 2 bump, 3.. app kernels.
     Emit(With(Of(Op::kModuleLoad), [&](Step& x) { x.id = 1; x.module = Module::kPtx; }));
     Emit(With(Of(Op::kGetFunction), [&](Step& x) { x.id = 1; x.module_id = 1; x.kernel = Kernel::kPtxSaxpy; }));
@@ -284,6 +294,8 @@ class Generator {
     } else if (r < 84) {
       Emit(Of(Op::kDeviceSync));
       SyncedDevice();
+    } else if (r < 90 && rng_.Chance(30)) {  // a host function in stream order
+      Emit(With(Of(Op::kHostFunc), [&](Step& x) { x.stream = RandomStream(); }));
     } else if (r < 90) {  // an ordering without a buffer hand-over
       const std::uint32_t from = RandomStream(), to = RandomStream();
       const auto ev = static_cast<std::uint32_t>(1 + (next_event_++ % o_.events));
@@ -441,10 +453,80 @@ std::vector<std::byte> StepData(const Step& step) {
   return out;
 }
 
+// ---------------------------------------------------------------- host functions
+
+// The app side of host functions (what libphos.so's host_functions.cc
+// does, without a function to run): a sealed shared segment holding the
+// doorbell (word 0) and gate words, and a thread that answers every gate
+// phosd reached at once.
+class HostFunctionResponder {
+ public:
+  static constexpr std::uint64_t kBytes = 2u << 20;
+  static constexpr std::size_t kWords = 1024;  // word 0: the doorbell
+
+  HostFunctionResponder() {
+    fd_ = memfd_create("workload-host-functions", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd_ < 0 || ftruncate(fd_, kBytes) != 0 ||
+        fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+      return;
+    }
+    void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (p == MAP_FAILED) return;
+    words_ = static_cast<std::atomic<std::uint32_t>*>(p);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~HostFunctionResponder() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    if (words_ != nullptr) munmap(words_, kBytes);
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return words_ != nullptr; }
+  int fd() const { return fd_; }
+  std::uint64_t app() const { return reinterpret_cast<std::uint64_t>(words_); }
+  std::uint64_t doorbell() const { return app(); }
+  /// A gate word for the next function, armed (round robin over 1023).
+  std::uint64_t NextWord() {
+    const std::size_t i = 1 + (next_++ % (kWords - 1));
+    words_[i].store(wire::kHostFuncArmed);
+    return app() + i * sizeof(std::uint32_t);
+  }
+  std::uint64_t answered() const { return answered_.load(); }
+
+ private:
+  void Run() {
+    while (!stop_.load()) {
+      const std::uint32_t rung = words_[0].load();
+      bool any = false;
+      for (std::size_t i = 1; i < kWords; ++i) {
+        if (words_[i].load() != wire::kHostFuncReached) continue;
+        answered_.fetch_add(1);  // before the answer: whoever sees the stream pass sees the count
+        words_[i].store(wire::kHostFuncDone);
+        ring::FutexWake(&words_[i], 1);
+        any = true;
+      }
+      if (!any) (void)ring::FutexWait(&words_[0], rung, 20'000'000);  // 20 ms: then look at stop_
+    }
+  }
+
+  int fd_ = -1;
+  std::atomic<std::uint32_t>* words_ = nullptr;
+  std::size_t next_ = 0;  // the issuing thread's
+  std::atomic<std::uint64_t> answered_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // ---------------------------------------------------------------- runner
 
 WorkloadRunner::WorkloadRunner(const Workload& workload, FakeApp* app, std::string apps_dir)
     : w_(workload), app_(app), apps_dir_(std::move(apps_dir)), ptrs_(workload.alloc_bytes.size(), 0) {}
+
+WorkloadRunner::~WorkloadRunner() = default;
+
+std::uint64_t WorkloadRunner::host_functions_answered() const {
+  return host_functions_ ? host_functions_->answered() : 0;
+}
 
 bool WorkloadRunner::Check(WireStatus w, std::size_t i, std::string* why) {
   if (w == WireStatus::kSuccess) return true;
@@ -510,6 +592,27 @@ bool WorkloadRunner::Issue(std::size_t i, std::string* why) {
       return true;
     }
     case Op::kFree: return Check(app_->Free(ptrs_.at(s.dst.alloc)), i, why);
+    case Op::kShareSegment: {
+      host_functions_ = std::make_unique<HostFunctionResponder>();
+      if (!host_functions_->ok()) {
+        *why = "step " + std::to_string(i) + ": cannot make a shared segment";
+        return false;
+      }
+      const std::uint64_t app = host_functions_->app(), bytes = HostFunctionResponder::kBytes;
+      if (Status c = app_->channel()->SendHostSegment({1, bytes, app}, host_functions_->fd()); !c.ok()) {
+        *why = "step " + std::to_string(i) + ": " + c.ToString();
+        return false;
+      }
+      return Check(app_->Send(wire::op::kHostSegmentRegister, wire::HostSegmentRequest{1, bytes, app}), i, why);
+    }
+    case Op::kHostFunc: {
+      if (!host_functions_) {
+        *why = "step " + std::to_string(i) + ": no shared segment (kShareSegment) yet";
+        return false;
+      }
+      const wire::HostFuncRequest req{host_functions_->NextWord(), host_functions_->doorbell()};
+      return Check(app_->Send(wire::op::kLaunchHostFunc, req, /*call=*/false, s.stream), i, why);
+    }
     case Op::kFreeAsync:  // posted, as cudaFreeAsync is
       return Check(app_->Send(wire::op::kFreeAsync, wire::PointerRequest{ptrs_.at(s.dst.alloc)}, /*call=*/false,
                               s.stream),

@@ -76,6 +76,8 @@ enum class Op : std::uint8_t {
   kDeviceSync,
   kEventRecord,      // id = event, stream
   kStreamWaitEvent,  // id = event, stream (the waiting one)
+  kShareSegment,     // the shared pinned segment host functions' gates live in (setup, first step)
+  kHostFunc,         // stream: a host function (kLaunchHostFunc), answered by the runner's thread
 };
 const char* OpName(Op op);
 
@@ -138,11 +140,14 @@ std::vector<std::byte> StepData(const Step& step);
 /// Issues a workload's steps through one FakeApp. Not thread-safe: one
 /// thread issues steps; others may read ptr() only after that thread was
 /// joined.
+class HostFunctionResponder;  // workload.cc
+
 class WorkloadRunner {
  public:
   /// `apps_dir`: where the tests/apps fatbins are (needed when the
   /// workload's options.app_kernels).
   WorkloadRunner(const Workload& workload, session::testing::FakeApp* app, std::string apps_dir);
+  ~WorkloadRunner();
 
   /// Issues step `i` (posted calls return once they are in the ring).
   /// False, with the reason in *why (the step and the wire error), if the
@@ -151,6 +156,8 @@ class WorkloadRunner {
   /// The device address allocation `alloc` got in this run (the latest
   /// Malloc step that created it), 0 before that.
   std::uint64_t ptr(int alloc) const { return alloc < static_cast<int>(ptrs_.size()) ? ptrs_[alloc] : 0; }
+  /// Host functions whose gate phosd reached and the runner answered.
+  std::uint64_t host_functions_answered() const;
   /// The PTX module's phos_counter address / bytes (0 before kGetGlobal).
   std::uint64_t global_ptr() const { return global_ptr_; }
   std::uint64_t global_bytes() const { return global_bytes_; }
@@ -169,6 +176,7 @@ class WorkloadRunner {
   std::string apps_dir_;
   std::vector<std::uint64_t> ptrs_;
   std::uint64_t global_ptr_ = 0, global_bytes_ = 0;
+  std::unique_ptr<HostFunctionResponder> host_functions_;  // from the kShareSegment step on
 };
 
 }  // namespace phos::engine::testing
