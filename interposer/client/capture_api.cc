@@ -1,18 +1,19 @@
 // Stream-capture queries and the driver's log callbacks.
 //
-// phos does not capture streams into graphs yet (cudaStreamBeginCapture is
-// refused: the graphs issue), so no stream of a phos process is ever
-// capturing. The queries that libraries make before every allocation or
-// launch ("am I being captured?": PyTorch's caching allocator, CuPy, cuBLAS)
-// answer exactly that, truthfully, instead of failing the library:
-//   cudaStreamIsCapturing / cuStreamIsCapturing     -> None
-//   cudaStreamGetCaptureInfo / cuStreamGetCaptureInfo_v2/_v3 -> None
-//     (the legacy 3-argument cuStreamGetCaptureInfo: driver_legacy.cc)
-//     (the outputs CUDA leaves undefined for a stream that is not capturing
-//     are zeroed, so a caller that reads them anyway sees no graph)
+// Whether a stream is being captured, and into what, is graphs.cc's
+// (graphs.h CaptureStatusOf); the queries libraries make before every
+// allocation or launch ("am I being captured?": PyTorch's caching
+// allocator, CuPy, cuBLAS) answer from it:
+//   cudaStreamIsCapturing / cuStreamIsCapturing     -> None/Active/Invalidated
+//   cudaStreamGetCaptureInfo / cuStreamGetCaptureInfo_v2/_v3 -> status, the
+//     capture's id and graph, the stream's current dependencies (no edge
+//     data: phos records none). The legacy 3-argument cuStreamGetCaptureInfo:
+//     driver_legacy.cc. The outputs CUDA leaves undefined for a stream that
+//     is not capturing are zeroed, so a caller that reads them anyway sees
+//     no graph.
 //   cudaThreadExchangeStreamCaptureMode / cuThread... -> swaps this
-//     thread's mode (it only matters while a capture runs: recorded, so a
-//     save/restore pair gives back what was saved)
+//     thread's mode (recorded, so a save/restore pair gives back what was
+//     saved; phos does not restrict calls by capture mode)
 // each for the stream handles the other stream calls accept (an unknown
 // stream is cudaErrorInvalidResourceHandle / CUDA_ERROR_INVALID_HANDLE).
 //
@@ -29,6 +30,7 @@
 
 #include "interposer/client/client_internal.h"
 #include "interposer/client/driver_internal.h"
+#include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
 
 namespace phos::client {
@@ -53,8 +55,8 @@ cudaError_t RuntimeCaptureInfo(cudaStream_t s, DefaultStream zero, cudaStreamCap
   if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   if (status == nullptr) return SetError(cudaErrorInvalidValue);
   if (!IsKnownStream(StreamIdOf(s, zero))) return SetError(cudaErrorInvalidResourceHandle);
-  *status = cudaStreamCaptureStatusNone;
   ClearCaptureOutputs(id, graph, deps, edges, num_deps);
+  *status = CaptureStatusOf(StreamIdOf(s, zero), id, graph, deps, num_deps);
   return cudaSuccess;
 }
 
@@ -64,8 +66,10 @@ CUresult DriverCaptureInfo(CUstream s, DefaultStream zero, CUstreamCaptureStatus
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!IsKnownStream(StreamIdOf(s, zero))) return CUDA_ERROR_INVALID_HANDLE;
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
   ClearCaptureOutputs(id, graph, deps, edges, num_deps);
+  unsigned long long capture_id = 0;
+  *status = static_cast<CUstreamCaptureStatus>(CaptureStatusOf(StreamIdOf(s, zero), &capture_id, graph, deps, num_deps));
+  if (id) *id = capture_id;
   return CUDA_SUCCESS;
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -55,6 +56,17 @@ bool IsPinnedRange(const void* p, size_t n);
 /// virtual stream id; `sync`: the synchronous variant.
 cudaError_t DoMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, uint32_t stream, bool sync);
 cudaError_t DoMemset(void* dst, int value, size_t count, uint32_t stream, bool sync);
+/// `count` elements of `element_size` (1, 2, 4) bytes at `dst` set to the
+/// low bytes of `value`, posted on wire stream `stream` (driver_memory.cc;
+/// graph memset nodes).
+cudaError_t SubmitMemset(void* dst, unsigned value, size_t count, unsigned element_size, uint32_t stream);
+/// A registered kernel's launch packed for the wire (launch.cc): the
+/// LaunchRequest and parameter block, and whether it must be called rather
+/// than posted. For graph kernel nodes.
+cudaError_t PackKernelLaunch(const void* func, dim3 grid, dim3 block, void** args, size_t shmem,
+                             std::vector<std::byte>* payload, bool* call);
+/// A host function in stream order on wire stream `stream` (host_functions.cc).
+cudaError_t LaunchHostFunctionOn(uint32_t stream, std::function<void()> run);
 
 // ---- streams, functions, reset and fork (docs/interposer.md "Streams,
 // functions, reset and fork"; device_api.cc, function_api.cc, fork_guard.cc)

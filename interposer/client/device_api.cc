@@ -14,6 +14,7 @@
 
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
+#include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
 
 namespace phos::client {
@@ -260,13 +261,24 @@ PHOS_EXPORT cudaError_t cudaStreamGetId_ptsz(cudaStream_t hStream, unsigned long
 
 extern "C" cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream);  // runtime_api.cc
 
-// cudaEventRecordExternal only matters inside graph capture, which phos
-// does not support: only the default flag is accepted.
+// cudaEventRecordExternal matters inside a capture only: there the record
+// becomes an event-record node of the graph (graphs.h); elsewhere it is a
+// plain record.
+static cudaError_t RecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned flags, DefaultStream zero) {
+  if (flags != cudaEventRecordDefault && flags != cudaEventRecordExternal) return SetError(cudaErrorInvalidValue);
+  if (flags == cudaEventRecordExternal) {
+    cudaError_t captured = cudaSuccess;
+    if (MaybeCapture(StreamIdOf(stream, zero), cudaGraphNodeTypeEventRecord,
+                     [event](uint32_t s) { return cudaEventRecord(event, static_cast<cudaStream_t>(StreamHandleOf(s))); },
+                     &captured)) {
+      return captured == cudaSuccess ? cudaSuccess : SetError(captured);
+    }
+  }
+  return zero == DefaultStream::kPerThread ? cudaEventRecord_ptsz(event, stream) : cudaEventRecord(event, stream);
+}
 PHOS_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
-  if (flags != cudaEventRecordDefault) return SetError(cudaErrorInvalidValue);
-  return cudaEventRecord(event, stream);
+  return RecordWithFlags(event, stream, flags, DefaultStream::kLegacy);
 }
 PHOS_EXPORT cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
-  if (flags != cudaEventRecordDefault) return SetError(cudaErrorInvalidValue);
-  return cudaEventRecord_ptsz(event, stream);
+  return RecordWithFlags(event, stream, flags, DefaultStream::kPerThread);
 }

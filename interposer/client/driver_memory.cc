@@ -8,6 +8,7 @@
 
 #include "interposer/client/connection.h"
 #include "interposer/client/driver_internal.h"
+#include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
 
 namespace phos::client {
@@ -39,11 +40,14 @@ CUresult Memset(CUdeviceptr dst, uint32_t value, size_t count, uint32_t element_
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (count == 0) return CUDA_SUCCESS;
   if (dst % element_size != 0) return CUDA_ERROR_INVALID_VALUE;  // the driver requires aligned D16/D32 targets
-  const wire::MemsetRequest req{dst, count, value, element_size};
-  const auto payload = std::as_bytes(std::span<const wire::MemsetRequest>(&req, 1));
-  Connection& c = Connection::Get();
   const uint32_t id = StreamIdOf(stream);
-  return ToCu(sync ? c.Call(wire::op::kMemset, id, payload) : c.Post(wire::op::kMemsetAsync, id, payload));
+  if (sync) {
+    cudaError_t refused = cudaSuccess;
+    if (RefuseInCapture(id, "a synchronous memset", &refused)) return ToCu(refused);
+    const wire::MemsetRequest req{dst, count, value, element_size};
+    return ToCu(Connection::Get().Call(wire::op::kMemset, id, std::as_bytes(std::span<const wire::MemsetRequest>(&req, 1))));
+  }
+  return ToCu(SubmitMemset(Ptr(dst), value, count, element_size, id));
 }
 
 // The per-thread default stream, for the _ptds variants of synchronous calls.
@@ -52,6 +56,20 @@ const void* PerThread() { return CU_STREAM_PER_THREAD; }
 const void* PerThreadIfNull(CUstream s) { return s != nullptr ? static_cast<const void*>(s) : PerThread(); }
 
 }  // namespace
+
+cudaError_t SubmitMemset(void* dst, unsigned value, size_t count, unsigned element_size, uint32_t stream) {
+  if (count == 0) return cudaSuccess;
+  cudaError_t captured = cudaSuccess;
+  if (MaybeCapture(stream, cudaGraphNodeTypeMemset,
+                   [=](uint32_t s) { return SubmitMemset(dst, value, count, element_size, s); }, &captured)) {
+    return captured == cudaSuccess ? cudaSuccess : SetError(captured);
+  }
+  if (reinterpret_cast<uintptr_t>(dst) % element_size != 0) return SetError(cudaErrorInvalidValue);
+  const wire::MemsetRequest req{reinterpret_cast<uint64_t>(dst), count, value, element_size};
+  return Finish(Connection::Get().Post(wire::op::kMemsetAsync, stream,
+                                       std::as_bytes(std::span<const wire::MemsetRequest>(&req, 1))));
+}
+
 }  // namespace phos::client
 
 using namespace phos::client;  // NOLINT

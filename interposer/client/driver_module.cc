@@ -17,6 +17,7 @@
 
 #include "interposer/client/connection.h"
 #include "interposer/client/driver_internal.h"
+#include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
 #include "interposer/client/launch_attributes.h"
 #include "interposer/client/image_layouts.h"
@@ -179,8 +180,13 @@ CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsig
   // Posted: a launch error (and a fault of the kernel) surfaces at the next
   // synchronising call, as in CUDA. A cooperative launch is called: CUDA
   // refuses a grid too large for the device at the launch itself.
-  if (cooperative) return ToCu(Connection::Get().Call(op::kLaunchKernel, StreamIdOf(stream), payload));
-  return ToCu(Connection::Get().Post(op::kLaunchKernel, StreamIdOf(stream), payload));
+  const uint32_t stream_id = StreamIdOf(stream);
+  cudaError_t captured = cudaSuccess;
+  if (MaybeCapture(stream_id, cudaGraphNodeTypeKernel, KernelLaunchOp(payload, cooperative), &captured)) {
+    return ToCu(captured);
+  }
+  if (cooperative) return ToCu(Connection::Get().Call(op::kLaunchKernel, stream_id, payload));
+  return ToCu(Connection::Get().Post(op::kLaunchKernel, stream_id, payload));
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/driver_internal.h"
+#include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
 #include "ring/waiter.h"
 
@@ -128,11 +129,20 @@ void RunHostFunctions() {
   }
 }
 
-cudaError_t Launch(const void* stream, DefaultStream zero, std::function<void()> run) {
+// What the stream callback is told (below): the process's sticky error.
+cudaError_t CallbackStatus();
+
+}  // namespace
+
+cudaError_t LaunchHostFunctionOn(uint32_t id, std::function<void()> run) {
   if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   if (cudaError_t e = StickyError(); e != cudaSuccess) return SetError(e);
-  const uint32_t id = StreamIdOf(stream, zero);
   if (!IsKnownStream(id)) return SetError(cudaErrorInvalidResourceHandle);
+  cudaError_t captured = cudaSuccess;
+  if (MaybeCapture(id, cudaGraphNodeTypeHost, [run](uint32_t s) { return LaunchHostFunctionOn(s, run); },
+                   &captured)) {
+    return captured == cudaSuccess ? cudaSuccess : SetError(captured);
+  }
   HostFunctions& h = Functions();
   Word* word = nullptr;
   uint64_t doorbell = 0;
@@ -164,10 +174,14 @@ cudaError_t Launch(const void* stream, DefaultStream zero, std::function<void()>
   return Finish(w);
 }
 
+namespace {
 // What a stream callback is told: the stream's error so far (a sticky one,
 // the only kind a phos stream keeps), else success.
 cudaError_t CallbackStatus() { return StickyError(); }
 
+cudaError_t Launch(const void* stream, DefaultStream zero, std::function<void()> run) {
+  return LaunchHostFunctionOn(StreamIdOf(stream, zero), std::move(run));
+}
 }  // namespace
 }  // namespace phos::client
 

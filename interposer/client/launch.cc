@@ -12,6 +12,7 @@
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/driver_internal.h"
+#include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
 #include "interposer/client/launch_attributes.h"
 
@@ -56,38 +57,55 @@ bool ConfigFits(dim3 grid, dim3 block) {
 // Dynamic shared memory a launch may use without cudaFuncSetAttribute.
 constexpr size_t kDefaultDynamicSharedLimit = 48 * 1024;
 
-cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
-                   DefaultStream zero = DefaultStream::kLegacy, bool cooperative = false) {
-  if (cudaError_t s = StickyError(); s != cudaSuccess) return SetError(s);
-  if (k == nullptr) return SetError(cudaErrorInvalidDeviceFunction);
-  if (!k->params_known) return SetError(cudaErrorInvalidDeviceFunction);
+// The wire launch of registered kernel `k`: LaunchRequest + parameter
+// block; *call when it must be called rather than posted (above 48 KiB of
+// dynamic shared memory phosd refuses the launch unless cudaFuncSetAttribute
+// raised the function's limit; a cooperative grid too large for the device
+// fails the launch itself — either refusal is the launch's own result, as
+// in CUDA).
+cudaError_t Pack(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shmem, bool cooperative,
+                 std::vector<std::byte>* payload, bool* call) {
+  if (k == nullptr) return cudaErrorInvalidDeviceFunction;
+  if (!k->params_known) return cudaErrorInvalidDeviceFunction;
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0)
-    return SetError(cudaErrorInvalidConfiguration);
-  if (!ConfigFits(grid, block)) return SetError(cudaErrorInvalidConfiguration);
+    return cudaErrorInvalidConfiguration;
+  if (!ConfigFits(grid, block)) return cudaErrorInvalidConfiguration;
   WireStatus w = EnsureKernel(k);
-  if (w != WireStatus::kSuccess) return Finish(w);
-  if (k->param_bytes > wire::kMaxParamBytes) return SetError(cudaErrorInvalidValue);
+  if (w != WireStatus::kSuccess) return static_cast<cudaError_t>(w);
+  if (k->param_bytes > wire::kMaxParamBytes) return cudaErrorInvalidValue;
   wire::LaunchRequest req{k->function_id, {grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
                           static_cast<uint32_t>(shmem), k->param_bytes,
                           cooperative ? uint32_t{wire::kLaunchCooperative} : 0u};
-  std::vector<std::byte> payload(sizeof(req) + k->param_bytes);
-  std::memcpy(payload.data(), &req, sizeof(req));
-  std::byte* params = payload.data() + sizeof(req);
+  payload->assign(sizeof(req) + k->param_bytes, std::byte{0});
+  std::memcpy(payload->data(), &req, sizeof(req));
+  std::byte* params = payload->data() + sizeof(req);
   for (size_t i = 0; i < k->params.size(); ++i) {
-    if (args == nullptr || args[i] == nullptr) return SetError(cudaErrorInvalidValue);
+    if (args == nullptr || args[i] == nullptr) return cudaErrorInvalidValue;
     std::memcpy(params + k->params[i].offset, args[i], k->params[i].size);
   }
+  *call = shmem > kDefaultDynamicSharedLimit || cooperative;
+  return cudaSuccess;
+}
+
+WireStatus Submit(const std::vector<std::byte>& payload, bool call, uint32_t stream_id) {
   Connection& c = Connection::Get();
-  const uint32_t stream_id = StreamIdOf(stream, zero);
-  // Above 48 KiB of dynamic shared memory phosd refuses the launch unless
-  // cudaFuncSetAttribute raised the function's limit: such (rare) launches
-  // are called, so the refusal is the launch's own result as in CUDA.
-  // A cooperative launch likewise: a grid too large for the device fails
-  // the launch itself (cudaErrorCooperativeLaunchTooLarge).
-  if (shmem > kDefaultDynamicSharedLimit || cooperative) {
-    return Finish(c.Call(wire::op::kLaunchKernel, stream_id, payload));
+  return call ? c.Call(wire::op::kLaunchKernel, stream_id, payload) : c.Post(wire::op::kLaunchKernel, stream_id, payload);
+}
+
+cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
+                   DefaultStream zero = DefaultStream::kLegacy, bool cooperative = false) {
+  if (cudaError_t s = StickyError(); s != cudaSuccess) return SetError(s);
+  std::vector<std::byte> payload;
+  bool call = false;
+  if (cudaError_t e = Pack(k, grid, block, args, shmem, cooperative, &payload, &call); e != cudaSuccess) {
+    return SetError(e);
   }
-  return Finish(c.Post(wire::op::kLaunchKernel, stream_id, payload));
+  const uint32_t stream_id = StreamIdOf(stream, zero);
+  cudaError_t captured = cudaSuccess;
+  if (MaybeCapture(stream_id, cudaGraphNodeTypeKernel, KernelLaunchOp(payload, call), &captured)) {
+    return captured == cudaSuccess ? cudaSuccess : SetError(captured);
+  }
+  return Finish(Submit(payload, call, stream_id));
 }
 
 // A cudaKernel_t from cudaLibraryGetKernel is the driver's CUfunction
@@ -123,6 +141,22 @@ cudaError_t LaunchEx(const cudaLaunchConfig_t* config, const void* func, void** 
 }
 
 }  // namespace
+
+StreamOp KernelLaunchOp(std::vector<std::byte> payload, bool call) {
+  return [payload = std::move(payload), call](uint32_t stream_id) { return Finish(Submit(payload, call, stream_id)); };
+}
+
+cudaError_t PackKernelLaunch(const void* func, dim3 grid, dim3 block, void** args, size_t shmem,
+                             std::vector<std::byte>* payload, bool* call) {
+  KernelRec* k = FindKernelByStub(func);
+  if (k == nullptr && func != nullptr && IsKernelRec(func)) k = static_cast<KernelRec*>(const_cast<void*>(func));
+  if (k == nullptr) {
+    // A driver function (cudaLibraryGetKernel): its graph nodes are not offered.
+    return func == nullptr ? cudaErrorInvalidDeviceFunction : cudaErrorNotSupported;
+  }
+  return Pack(k, grid, block, args, shmem, /*cooperative=*/false, payload, call);
+}
+
 }  // namespace phos::client
 
 using namespace phos::client;  // NOLINT

@@ -24,6 +24,7 @@
 
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
+#include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
 #include "protocol/pitched.h"
 
@@ -43,6 +44,18 @@ std::span<const std::byte> Bytes(const T& v) {
 cudaError_t Sticky() {
   cudaError_t s = StickyError();
   return s == cudaSuccess ? cudaSuccess : SetError(s);
+}
+
+// While `stream` is being captured (graphs.h): an asynchronous call
+// becomes a node that replays `op` on the launch stream (a copy reads its
+// source when the node runs, as a graph's memcpy node does); a synchronous
+// one invalidates the capture. True when handled; *result is the call's.
+bool Captured(uint32_t stream, bool sync, cudaGraphNodeType type, const char* what, StreamOp op,
+              cudaError_t* result) {
+  if (!AnyCapture()) return false;
+  const bool handled = sync ? RefuseInCapture(stream, what, result) : CaptureOp(stream, type, std::move(op), result);
+  if (handled && *result != cudaSuccess) SetError(*result);
+  return handled;
 }
 
 cudaError_t H2D(void* dst, const void* src, size_t n, uint32_t stream, bool sync) {
@@ -116,6 +129,11 @@ cudaMemcpyKind ResolveKind(cudaMemcpyKind kind, const void* dst, const void* src
 cudaError_t Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                      cudaMemcpyKind kind, uint32_t stream, bool sync) {
   if (cudaError_t e = Sticky(); e != cudaSuccess) return e;
+  if (cudaError_t r; Captured(stream, sync, cudaGraphNodeTypeMemcpy, "a synchronous 2D copy",
+                              [=](uint32_t s) { return Memcpy2D(dst, dpitch, src, spitch, width, height, kind, s, false); },
+                              &r)) {
+    return r;
+  }
   if (width == 0 || height == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return SetError(cudaErrorInvalidValue);
   if (width > dpitch || width > spitch) return SetError(cudaErrorInvalidPitchValue);
@@ -208,6 +226,10 @@ cudaError_t Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, s
 
 cudaError_t Memset2D(void* dst, size_t pitch, int value, size_t width, size_t height, uint32_t stream, bool sync) {
   if (cudaError_t e = Sticky(); e != cudaSuccess) return e;
+  if (cudaError_t r; Captured(stream, sync, cudaGraphNodeTypeMemset, "a synchronous 2D memset",
+                              [=](uint32_t s) { return Memset2D(dst, pitch, value, width, height, s, false); }, &r)) {
+    return r;
+  }
   if (width == 0 || height == 0) return cudaSuccess;
   size_t span = 0;
   if (dst == nullptr || width > pitch || !Span2D(pitch, width, height, &span)) return SetError(cudaErrorInvalidValue);
@@ -221,6 +243,10 @@ cudaError_t Memset2D(void* dst, size_t pitch, int value, size_t width, size_t he
 
 cudaError_t DoMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, uint32_t stream, bool sync) {
   if (cudaError_t e = Sticky(); e != cudaSuccess) return e;
+  if (cudaError_t r; Captured(stream, sync, cudaGraphNodeTypeMemcpy, "a synchronous copy",
+                              [=](uint32_t s) { return DoMemcpy(dst, src, n, kind, s, false); }, &r)) {
+    return r;
+  }
   if (n == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return SetError(cudaErrorInvalidValue);
   switch (ResolveKind(kind, dst, src)) {
@@ -249,6 +275,10 @@ cudaError_t DoMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, 
 
 cudaError_t DoMemset(void* dst, int value, size_t count, uint32_t stream, bool sync) {
   if (cudaError_t e = Sticky(); e != cudaSuccess) return e;
+  if (cudaError_t r; Captured(stream, sync, cudaGraphNodeTypeMemset, "a synchronous memset",
+                              [=](uint32_t s) { return DoMemset(dst, value, count, s, false); }, &r)) {
+    return r;
+  }
   if (count == 0) return cudaSuccess;
   wire::MemsetRequest req{reinterpret_cast<uint64_t>(dst), count, static_cast<uint32_t>(value) & 0xffu, 1};
   Connection& c = Connection::Get();

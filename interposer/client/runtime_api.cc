@@ -14,6 +14,7 @@
 
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
+#include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
 
 namespace phos::client {
@@ -505,18 +506,28 @@ PHOS_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
   }
   return e;
 }
-PHOS_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) { return SimpleCall(op::kStreamSynchronize, StreamIdOf(s)); }
-PHOS_EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) {
-  return SimpleCall(op::kStreamSynchronize, StreamIdOf(s, DefaultStream::kPerThread));
+// A stream being captured cannot be waited for (CUDA invalidates the capture).
+static cudaError_t StreamSync(uint32_t id, bool query) {
+  if (cudaError_t refused; RefuseInCapture(id, query ? "cudaStreamQuery" : "cudaStreamSynchronize", &refused)) {
+    return SetError(refused);
+  }
+  return query ? QueryCall(op::kStreamQuery, id) : SimpleCall(op::kStreamSynchronize, id);
 }
-PHOS_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s) { return QueryCall(op::kStreamQuery, StreamIdOf(s)); }
+PHOS_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) { return StreamSync(StreamIdOf(s), false); }
+PHOS_EXPORT cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) {
+  return StreamSync(StreamIdOf(s, DefaultStream::kPerThread), false);
+}
+PHOS_EXPORT cudaError_t cudaStreamQuery(cudaStream_t s) { return StreamSync(StreamIdOf(s), true); }
 PHOS_EXPORT cudaError_t cudaStreamQuery_ptsz(cudaStream_t s) {
-  return QueryCall(op::kStreamQuery, StreamIdOf(s, DefaultStream::kPerThread));
+  return StreamSync(StreamIdOf(s, DefaultStream::kPerThread), true);
 }
 
 static cudaError_t StreamWaitEvent(cudaStream_t s, cudaEvent_t e, DefaultStream zero = DefaultStream::kLegacy) {
   PHOS_CHECK_STICKY();
-  return Finish(Connection::Get().Post(op::kStreamWaitEvent, StreamIdOf(s, zero), Bytes(wire::HandleRequest{EventIdOf(e), 0})));
+  const uint32_t stream = StreamIdOf(s, zero);
+  // An event recorded in a capture forks or joins streams of that capture.
+  if (cudaError_t r; CaptureStreamWaitEvent(stream, EventIdOf(e), &r)) return r == cudaSuccess ? r : SetError(r);
+  return Finish(Connection::Get().Post(op::kStreamWaitEvent, stream, Bytes(wire::HandleRequest{EventIdOf(e), 0})));
 }
 PHOS_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int /*flags*/) {
   return StreamWaitEvent(s, e);
@@ -532,7 +543,10 @@ PHOS_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int fl
 
 static cudaError_t EventRecord(cudaEvent_t e, cudaStream_t s, DefaultStream zero = DefaultStream::kLegacy) {
   PHOS_CHECK_STICKY();
-  return Finish(Connection::Get().Post(op::kEventRecord, StreamIdOf(s, zero), Bytes(wire::HandleRequest{EventIdOf(e), 0})));
+  const uint32_t stream = StreamIdOf(s, zero);
+  // On a stream being captured the event marks a point of the capture.
+  if (cudaError_t r; CaptureEventRecord(EventIdOf(e), stream, &r)) return r == cudaSuccess ? r : SetError(r);
+  return Finish(Connection::Get().Post(op::kEventRecord, stream, Bytes(wire::HandleRequest{EventIdOf(e), 0})));
 }
 PHOS_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return EventRecord(e, s); }
 PHOS_EXPORT cudaError_t cudaEventRecord_ptsz(cudaEvent_t e, cudaStream_t s) {

@@ -21,8 +21,9 @@
 // Refused by name (cudaErrorNotSupported / CUDA_ERROR_NOT_SUPPORTED, the
 // generated stubs or an explicit refusal below): pools in host memory or of
 // managed memory, pools whose memory can be exported (any handle type other
-// than none), export/import of pools and pointers, a stream under capture
-// (phos does not capture streams).
+// than none), export/import of pools and pointers, and stream-ordered
+// allocation on a stream being captured (CUDA makes graph memory nodes of
+// it: not offered; the capture is invalidated).
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -36,6 +37,7 @@
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/driver_internal.h"
+#include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
 
 // A pool handle given to the app (cudaMemPool_t == CUmemoryPool) points at
@@ -121,6 +123,8 @@ cudaError_t AllocateFrom(void** out, size_t size, Pool* pool, const void* stream
   if (out == nullptr) return SetError(cudaErrorInvalidValue);
   uint32_t id = 0;
   if (cudaError_t e = CheckStream(stream, zero, &id); e != cudaSuccess) return SetError(e);
+  // CUDA makes a graph allocation node of it; phos does not.
+  if (cudaError_t refused; RefuseInCapture(id, "stream-ordered allocation", &refused)) return SetError(refused);
   PoolRegistry& r = Pools();
   {
     std::lock_guard<std::mutex> lock(r.mu);
@@ -153,6 +157,7 @@ cudaError_t FreeOnStream(void* ptr, const void* stream, DefaultStream zero) {
   if (cudaError_t e = StickyError(); e != cudaSuccess) return SetError(e);
   uint32_t id = 0;
   if (cudaError_t e = CheckStream(stream, zero, &id); e != cudaSuccess) return SetError(e);
+  if (cudaError_t refused; RefuseInCapture(id, "a stream-ordered free", &refused)) return SetError(refused);
   if (ptr == nullptr) return cudaSuccess;
   uintptr_t base = 0;
   size_t bytes = 0;

@@ -437,6 +437,18 @@ TEST_F(IntegrationTest, RuntimeMoreStreamsFunctionsResetFork) {
   }
 }
 
+// docs/interposer.md "CUDA graphs": capture (one stream, fork/join),
+// invalidation, explicit graphs, parameter updates, a graph launched into a
+// capture — against CPU references.
+TEST_F(IntegrationTest, GraphsCaptureInstantiateLaunch) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/graphs");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("graphs: OK"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+}
+
 // A child forked before any CUDA call connects on its own.
 TEST_F(IntegrationTest, RuntimeMoreForkBeforeInit) {
   Daemon d(dir_);

@@ -1,0 +1,168 @@
+// The driver's graph and capture calls (cuStreamBeginCapture_v2,
+// cuStreamEndCapture, cuGraphCreate, cuGraphAdd*Node, cuGraphInstantiate*,
+// cuGraphLaunch, ...): the same graphs as the runtime's (a CUgraph is a
+// cudaGraph_t), so each calls its runtime twin (graphs.cc) and converts the
+// result. Kernel nodes of driver functions (cuGraphAddKernelNode with a
+// CUfunction) stay refused by name: the generated stub.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "interposer/client/client_internal.h"
+#include "interposer/client/driver_internal.h"
+#include "interposer/client/graphs.h"
+
+using namespace phos::client;  // NOLINT
+
+namespace {
+
+cudaStream_t Stream(CUstream s) { return reinterpret_cast<cudaStream_t>(s); }
+cudaEvent_t Event(CUevent e) { return reinterpret_cast<cudaEvent_t>(e); }
+
+static_assert(static_cast<int>(CU_GRAPH_NODE_TYPE_EVENT_RECORD) == static_cast<int>(cudaGraphNodeTypeEventRecord));
+static_assert(static_cast<int>(CU_STREAM_CAPTURE_MODE_RELAXED) == static_cast<int>(cudaStreamCaptureModeRelaxed));
+static_assert(static_cast<int>(CU_STREAM_SET_CAPTURE_DEPENDENCIES) ==
+              static_cast<int>(cudaStreamSetCaptureDependencies));
+static_assert(sizeof(CUgraphExecUpdateResultInfo) == sizeof(cudaGraphExecUpdateResultInfo));
+
+template <typename F>
+CUresult InContext(F&& f) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  return ToCu(f());
+}
+
+}  // namespace
+
+extern "C" {
+cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t, cudaStreamCaptureMode);
+cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t, cudaGraph_t*);
+cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
+cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t, cudaStream_t);
+cudaError_t cudaStreamUpdateCaptureDependencies_ptsz(cudaStream_t, cudaGraphNode_t*, const cudaGraphEdgeData*,
+                                                      size_t, unsigned int);
+}
+
+PHOS_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  return InContext([&] { return cudaStreamBeginCapture(Stream(s), static_cast<cudaStreamCaptureMode>(mode)); });
+}
+PHOS_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+  return InContext([&] { return cudaStreamBeginCapture_ptsz(Stream(s), static_cast<cudaStreamCaptureMode>(mode)); });
+}
+PHOS_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
+  return InContext([&] { return cudaStreamEndCapture(Stream(s), graph); });
+}
+PHOS_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* graph) {
+  return InContext([&] { return cudaStreamEndCapture_ptsz(Stream(s), graph); });
+}
+PHOS_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream s, CUgraphNode* deps, const CUgraphEdgeData* edges,
+                                                          size_t n, unsigned int flags) {
+  return InContext([&] {
+    return cudaStreamUpdateCaptureDependencies(Stream(s), deps, reinterpret_cast<const cudaGraphEdgeData*>(edges), n,
+                                               flags);
+  });
+}
+PHOS_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream s, CUgraphNode* deps,
+                                                               const CUgraphEdgeData* edges, size_t n,
+                                                               unsigned int flags) {
+  return InContext([&] {
+    return cudaStreamUpdateCaptureDependencies_ptsz(Stream(s), deps,
+                                                    reinterpret_cast<const cudaGraphEdgeData*>(edges), n, flags);
+  });
+}
+
+PHOS_EXPORT CUresult cuGraphCreate(CUgraph* graph, unsigned int flags) {
+  return InContext([&] { return cudaGraphCreate(graph, flags); });
+}
+PHOS_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
+  return InContext([&] { return cudaGraphDestroy(graph); });
+}
+PHOS_EXPORT CUresult cuGraphClone(CUgraph* clone, CUgraph graph) {
+  return InContext([&] { return cudaGraphClone(clone, graph); });
+}
+PHOS_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n) {
+  return InContext([&] { return cudaGraphAddEmptyNode(node, graph, deps, n); });
+}
+PHOS_EXPORT CUresult cuGraphAddHostNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
+                                        const CUDA_HOST_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const cudaHostNodeParams rp{p->fn, p->userData};
+  return InContext([&] { return cudaGraphAddHostNode(node, graph, deps, n, &rp); });
+}
+PHOS_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
+                                          const CUDA_MEMSET_NODE_PARAMS* p, CUcontext /*ctx: the current one*/) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  cudaMemsetParams rp{};
+  rp.dst = reinterpret_cast<void*>(static_cast<uintptr_t>(p->dst));
+  rp.pitch = p->pitch;
+  rp.value = p->value;
+  rp.elementSize = p->elementSize;
+  rp.width = p->width;
+  rp.height = p->height;
+  return InContext([&] { return cudaGraphAddMemsetNode(node, graph, deps, n, &rp); });
+}
+PHOS_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
+                                               CUevent e) {
+  return InContext([&] { return cudaGraphAddEventRecordNode(node, graph, deps, n, Event(e)); });
+}
+PHOS_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
+                                             CUevent e) {
+  return InContext([&] { return cudaGraphAddEventWaitNode(node, graph, deps, n, Event(e)); });
+}
+PHOS_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
+                                              CUgraph child) {
+  return InContext([&] { return cudaGraphAddChildGraphNode(node, graph, deps, n, child); });
+}
+PHOS_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                               const CUgraphEdgeData* edges, size_t n) {
+  return InContext([&] {
+    return cudaGraphAddDependencies(graph, from, to, reinterpret_cast<const cudaGraphEdgeData*>(edges), n);
+  });
+}
+PHOS_EXPORT CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, size_t* n) {
+  return InContext([&] { return cudaGraphGetNodes(graph, nodes, n); });
+}
+PHOS_EXPORT CUresult cuGraphGetRootNodes(CUgraph graph, CUgraphNode* nodes, size_t* n) {
+  return InContext([&] { return cudaGraphGetRootNodes(graph, nodes, n); });
+}
+PHOS_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
+  if (type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  cudaGraphNodeType t{};
+  CUresult r = InContext([&] { return cudaGraphNodeGetType(node, &t); });
+  if (r == CUDA_SUCCESS) *type = static_cast<CUgraphNodeType>(t);
+  return r;
+}
+
+PHOS_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+  return InContext([&] { return cudaGraphInstantiateWithFlags(exec, graph, flags); });
+}
+PHOS_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+                                                  CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = InContext([&] { return cudaGraphInstantiateWithFlags(exec, graph, p->flags); });
+  p->hErrNode_out = nullptr;
+  p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
+}
+PHOS_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
+                                                       CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return cuGraphInstantiateWithParams(exec, graph, p);
+}
+PHOS_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
+  return InContext([&] { return cudaGraphExecDestroy(exec); });
+}
+PHOS_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s) {
+  return InContext([&] { return cudaGraphLaunch(exec, Stream(s)); });
+}
+PHOS_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) {
+  return InContext([&] { return cudaGraphLaunch_ptsz(exec, Stream(s)); });
+}
+PHOS_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream s) {
+  return InContext([&] { return cudaGraphUpload(exec, Stream(s)); });
+}
+PHOS_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s) {
+  return InContext([&] { return cudaGraphUpload_ptsz(exec, Stream(s)); });
+}
+PHOS_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  return InContext([&] {
+    return cudaGraphExecUpdate(exec, graph, reinterpret_cast<cudaGraphExecUpdateResultInfo*>(info));
+  });
+}

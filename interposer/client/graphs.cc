@@ -1,0 +1,751 @@
+// CUDA graphs: stream capture, explicit construction, instantiation and
+// launch (graphs.h; docs/interposer.md "CUDA graphs"). The runtime API
+// lives here; the driver's cuGraph* / cuStream*Capture* call it
+// (graph_driver.cc).
+#include "interposer/client/graphs.h"
+
+#include <cuda.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "interposer/client/client_internal.h"
+#include "interposer/client/connection.h"
+#include "interposer/client/handles.h"
+
+// The handle types the app holds (cudaGraph_t == CUgraph, and so on).
+struct CUgraphNode_st {
+  CUgraph_st* graph = nullptr;
+  cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+  std::vector<CUgraphNode_st*> deps;  // nodes of the same graph this one runs after
+  phos::client::StreamOp op;          // empty for empty nodes and child graphs
+  std::unique_ptr<CUgraph_st> child;  // child-graph nodes: the graph's own copy
+};
+
+struct CUgraph_st {
+  std::vector<std::unique_ptr<CUgraphNode_st>> nodes;  // in creation order
+};
+
+struct CUgraphExec_st {
+  // The operations in launch order (child graphs inlined), with the node
+  // each came from. Replaced whole by an update (copy on write): a launch
+  // holds the list it started with.
+  struct Step {
+    const CUgraphNode_st* node = nullptr;  // compared only: its graph may be gone
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    phos::client::StreamOp op;
+  };
+  std::shared_ptr<const std::vector<Step>> steps;
+  std::vector<cudaGraphNodeType> shape;  // the graph's node types in creation order (ExecUpdate's check)
+  cudaEvent_t serial = nullptr;          // orders launches of this exec after one another
+  bool launched = false;
+};
+
+namespace phos::client {
+
+std::atomic<int> g_active_captures{0};
+
+namespace {
+
+using Node = CUgraphNode_st;
+using Graph = CUgraph_st;
+using Exec = CUgraphExec_st;
+
+// A capture in progress: the graph it builds and, per stream that joined
+// it, the nodes the stream's next operation depends on.
+struct Capture {
+  unsigned long long id = 0;
+  std::unique_ptr<Graph> graph;
+  uint32_t origin = 0;  // the stream cudaStreamBeginCapture named
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  bool invalidated = false;
+  std::map<uint32_t, std::vector<Node*>> frontier;
+};
+
+// Lock: mu guards everything below and every graph, node and exec object
+// (CUDA does not make one graph safe for concurrent use either; the lock
+// keeps libphos.so's own structures whole). Replays run outside it.
+struct Graphs {
+  std::mutex mu;
+  std::set<Graph*> graphs;  // live graphs the app holds (not capture-owned, not children)
+  std::set<Exec*> execs;
+  std::map<uint32_t, std::shared_ptr<Capture>> by_stream;  // every stream of a capture
+  // An event recorded on a captured stream: the nodes it stands for.
+  struct CapturedEvent {
+    std::weak_ptr<Capture> capture;
+    std::vector<Node*> nodes;
+  };
+  std::map<uint32_t, CapturedEvent> events;
+  unsigned long long next_capture_id = 1;
+};
+Graphs& G() {
+  static auto* g = new Graphs;  // never destroyed: calls may come during exit
+  return *g;
+}
+
+// Caller holds mu.
+Node* AddNode(Graph* g, cudaGraphNodeType type, const std::vector<Node*>& deps, StreamOp op) {
+  auto n = std::make_unique<Node>();
+  n->graph = g;
+  n->type = type;
+  n->deps = deps;
+  n->op = std::move(op);
+  g->nodes.push_back(std::move(n));
+  return g->nodes.back().get();
+}
+
+// Caller holds mu. A copy of `src`; `map` (may be null) gets old -> new.
+std::unique_ptr<Graph> CloneGraph(const Graph& src, std::map<const Node*, Node*>* map) {
+  auto g = std::make_unique<Graph>();
+  std::map<const Node*, Node*> local;
+  std::map<const Node*, Node*>& m = map ? *map : local;
+  for (const auto& n : src.nodes) {
+    std::vector<Node*> deps;
+    for (Node* d : n->deps) deps.push_back(m.at(d));
+    Node* c = AddNode(g.get(), n->type, deps, n->op);
+    if (n->child) c->child = CloneGraph(*n->child, nullptr);
+    m[n.get()] = c;
+  }
+  return g;
+}
+
+// Caller holds mu. The nodes of `g` in an order that respects every edge
+// (creation order among the ready ones), child graphs inlined. False if
+// the edges form a cycle.
+bool LaunchOrder(const Graph& g, std::vector<Exec::Step>* out) {
+  std::map<const Node*, size_t> pending;
+  std::map<const Node*, std::vector<const Node*>> dependents;
+  for (const auto& n : g.nodes) {
+    pending[n.get()] = n->deps.size();
+    for (const Node* d : n->deps) dependents[d].push_back(n.get());
+  }
+  std::vector<const Node*> ready;
+  for (const auto& n : g.nodes) {
+    if (n->deps.empty()) ready.push_back(n.get());
+  }
+  size_t done = 0;
+  while (!ready.empty()) {
+    const Node* n = ready.front();
+    ready.erase(ready.begin());
+    ++done;
+    if (n->child) {
+      if (!LaunchOrder(*n->child, out)) return false;
+    } else if (n->op) {
+      out->push_back({n, n->type, n->op});
+    }
+    for (const Node* d : dependents[n]) {
+      if (--pending[d] == 0) ready.push_back(d);
+    }
+  }
+  return done == g.nodes.size();
+}
+
+// Caller holds mu.
+bool IsLiveGraph(const Graphs& s, const Graph* g) { return g != nullptr && s.graphs.count(const_cast<Graph*>(g)); }
+bool IsNodeOf(const Graph* g, const Node* n) {
+  if (n == nullptr) return false;
+  for (const auto& m : g->nodes) {
+    if (m.get() == n) return true;
+  }
+  return false;
+}
+
+// Caller holds mu. Ends `c` for every stream that joined it.
+void EndCaptureLocked(Graphs& s, const std::shared_ptr<Capture>& c) {
+  for (auto it = s.by_stream.begin(); it != s.by_stream.end();) {
+    it = it->second == c ? s.by_stream.erase(it) : std::next(it);
+  }
+  for (auto it = s.events.begin(); it != s.events.end();) {
+    it = it->second.capture.lock() == c ? s.events.erase(it) : std::next(it);
+  }
+  g_active_captures.fetch_sub(1, std::memory_order_relaxed);
+}
+
+cudaError_t AddNodeChecked(cudaGraphNode_t* out, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t ndeps,
+                           cudaGraphNodeType type, StreamOp op, std::unique_ptr<Graph> child = nullptr) {
+  if (out == nullptr || (ndeps > 0 && deps == nullptr)) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  std::vector<Node*> d;
+  for (size_t i = 0; i < ndeps; ++i) {
+    if (!IsNodeOf(graph, deps[i])) return SetError(cudaErrorInvalidValue);
+    d.push_back(deps[i]);
+  }
+  Node* n = AddNode(graph, type, d, std::move(op));
+  n->child = std::move(child);
+  *out = n;
+  return cudaSuccess;
+}
+
+// ---- the operations nodes replay
+
+StreamOp EventRecordOp(cudaEvent_t e) {
+  return [e](uint32_t s) { return cudaEventRecord(e, static_cast<cudaStream_t>(StreamHandleOf(s))); };
+}
+StreamOp EventWaitOp(cudaEvent_t e) {
+  return [e](uint32_t s) { return cudaStreamWaitEvent(static_cast<cudaStream_t>(StreamHandleOf(s)), e, 0); };
+}
+StreamOp HostOp(cudaHostFn_t fn, void* data) {
+  return [fn, data](uint32_t s) { return LaunchHostFunctionOn(s, [fn, data] { fn(data); }); };
+}
+// A memset node: rows of `width` elements of `element_size` bytes, `pitch`
+// bytes apart.
+StreamOp MemsetOp(const cudaMemsetParams& p) {
+  return [p](uint32_t s) -> cudaError_t {
+    for (size_t row = 0; row < std::max<size_t>(p.height, 1); ++row) {
+      auto* dst = static_cast<char*>(p.dst) + row * p.pitch;
+      if (cudaError_t e = SubmitMemset(dst, p.value, p.width, p.elementSize, s); e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  };
+}
+StreamOp KernelOp(const cudaKernelNodeParams& p, cudaError_t* error) {
+  std::vector<std::byte> payload;
+  bool call = false;
+  *error = PackKernelLaunch(p.func, p.gridDim, p.blockDim, p.kernelParams, p.sharedMemBytes, &payload, &call);
+  if (*error != cudaSuccess) return nullptr;
+  if (p.extra != nullptr) {
+    *error = cudaErrorNotSupported;  // the `extra` form: the driver's cuGraphAddKernelNode has it
+    return nullptr;
+  }
+  return KernelLaunchOp(std::move(payload), call);
+}
+
+cudaError_t Instantiate(cudaGraphExec_t* out, cudaGraph_t graph, unsigned long long flags) {
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
+  if (out == nullptr) return SetError(cudaErrorInvalidValue);
+  if (flags & ~static_cast<unsigned long long>(cudaGraphInstantiateFlagAutoFreeOnLaunch |
+                                                cudaGraphInstantiateFlagUpload |
+                                                cudaGraphInstantiateFlagUseNodePriority)) {
+    return SetError(cudaErrorInvalidValue);  // device launch: phos has no device-side graph launch
+  }
+  auto exec = std::make_unique<Exec>();
+  {
+    Graphs& s = G();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+    auto steps = std::make_shared<std::vector<Exec::Step>>();
+    if (!LaunchOrder(*graph, steps.get())) return SetError(cudaErrorInvalidValue);  // a cycle
+    exec->steps = std::move(steps);
+    for (const auto& n : graph->nodes) exec->shape.push_back(n->type);
+  }
+  if (cudaError_t e = cudaEventCreateWithFlags(&exec->serial, cudaEventDisableTiming); e != cudaSuccess) return e;
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  *out = exec.get();
+  s.execs.insert(exec.release());
+  return cudaSuccess;
+}
+
+cudaError_t LaunchExec(cudaGraphExec_t exec, uint32_t stream_id) {
+  std::shared_ptr<const std::vector<Exec::Step>> steps;
+  cudaEvent_t serial = nullptr;
+  bool after_previous = false;
+  {
+    Graphs& s = G();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.execs.count(exec)) return SetError(cudaErrorInvalidValue);
+    steps = exec->steps;
+    serial = exec->serial;
+    after_previous = exec->launched;
+    exec->launched = true;
+  }
+  auto* stream = static_cast<cudaStream_t>(StreamHandleOf(stream_id));
+  // One launch of an exec runs after the previous one (CUDA's rule), also
+  // when they are on different streams.
+  if (after_previous) {
+    if (cudaError_t e = cudaStreamWaitEvent(stream, serial, 0); e != cudaSuccess) return e;
+  }
+  for (const Exec::Step& step : *steps) {
+    if (cudaError_t e = step.op(stream_id); e != cudaSuccess) return e;
+  }
+  return cudaEventRecord(serial, stream);
+}
+
+cudaError_t Launch(cudaGraphExec_t exec, cudaStream_t stream, DefaultStream zero) {
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
+  if (cudaError_t e = StickyError(); e != cudaSuccess) return SetError(e);
+  const uint32_t id = StreamIdOf(stream, zero);
+  if (!IsKnownStream(id)) return SetError(cudaErrorInvalidResourceHandle);
+  {
+    Graphs& s = G();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.execs.count(exec)) return SetError(cudaErrorInvalidValue);
+  }
+  // A graph launched into a capture becomes one node of it.
+  cudaError_t captured = cudaSuccess;
+  if (MaybeCapture(id, cudaGraphNodeTypeGraph, [exec](uint32_t s) { return LaunchExec(exec, s); }, &captured)) {
+    return captured == cudaSuccess ? cudaSuccess : SetError(captured);
+  }
+  return LaunchExec(exec, id);
+}
+
+cudaError_t BeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode, DefaultStream zero) {
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+      mode != cudaStreamCaptureModeRelaxed) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  const uint32_t id = StreamIdOf(stream, zero);
+  if (!IsKnownStream(id)) return SetError(cudaErrorInvalidResourceHandle);
+  // The legacy default stream cannot be captured (it synchronises with
+  // every blocking stream).
+  if (id == 0) return SetError(cudaErrorStreamCaptureUnsupported);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.by_stream.count(id)) return SetError(cudaErrorIllegalState);
+  auto c = std::make_shared<Capture>();
+  c->id = s.next_capture_id++;
+  c->graph = std::make_unique<Graph>();
+  c->origin = id;
+  c->mode = mode;
+  c->frontier[id] = {};
+  s.by_stream[id] = c;
+  g_active_captures.fetch_add(1, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+cudaError_t EndCapture(cudaStream_t stream, cudaGraph_t* out, DefaultStream zero) {
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
+  if (out == nullptr) return SetError(cudaErrorInvalidValue);
+  const uint32_t id = StreamIdOf(stream, zero);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.by_stream.find(id);
+  if (it == s.by_stream.end()) return SetError(cudaErrorIllegalState);
+  std::shared_ptr<Capture> c = it->second;
+  if (c->origin != id) return SetError(cudaErrorStreamCaptureUnmatched);
+  EndCaptureLocked(s, c);
+  *out = nullptr;
+  if (c->invalidated) return SetError(cudaErrorStreamCaptureInvalidated);
+  Graph* g = c->graph.release();
+  s.graphs.insert(g);
+  *out = g;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- capture hooks (graphs.h)
+
+bool CaptureOp(uint32_t stream_id, cudaGraphNodeType type, StreamOp op, cudaError_t* result) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.by_stream.find(stream_id);
+  if (it == s.by_stream.end()) return false;
+  Capture& c = *it->second;
+  if (c.invalidated) {
+    *result = cudaErrorStreamCaptureInvalidated;
+    return true;
+  }
+  std::vector<Node*>& f = c.frontier[stream_id];
+  Node* n = AddNode(c.graph.get(), type, f, std::move(op));
+  f.assign(1, n);
+  *result = cudaSuccess;
+  return true;
+}
+
+bool RefuseInCapture(uint32_t stream_id, const char* what, cudaError_t* result) {
+  if (!AnyCapture()) return false;
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.by_stream.find(stream_id);
+  if (it == s.by_stream.end()) return false;
+  if (!it->second->invalidated) {
+    it->second->invalidated = true;
+    std::fprintf(stderr, "phos: %s on a stream being captured is not supported; the capture is invalidated\n",
+                 what);
+  }
+  *result = cudaErrorStreamCaptureUnsupported;
+  return true;
+}
+
+bool CaptureEventRecord(uint32_t event_id, uint32_t stream_id, cudaError_t* result) {
+  if (!AnyCapture()) return false;
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.by_stream.find(stream_id);
+  if (it == s.by_stream.end()) {
+    s.events.erase(event_id);  // recorded outside any capture again
+    return false;
+  }
+  s.events[event_id] = {it->second, it->second->frontier[stream_id]};
+  *result = it->second->invalidated ? cudaErrorStreamCaptureInvalidated : cudaSuccess;
+  return true;
+}
+
+bool CaptureStreamWaitEvent(uint32_t stream_id, uint32_t event_id, cudaError_t* result) {
+  if (!AnyCapture()) return false;
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto ev = s.events.find(event_id);
+  std::shared_ptr<Capture> c = ev != s.events.end() ? ev->second.capture.lock() : nullptr;
+  auto st = s.by_stream.find(stream_id);
+  if (!c) {
+    if (st == s.by_stream.end()) return false;  // neither side captured: an ordinary wait
+    // A captured stream waiting for work outside its capture.
+    st->second->invalidated = true;
+    *result = cudaErrorStreamCaptureIsolation;
+    return true;
+  }
+  if (st != s.by_stream.end() && st->second != c) {
+    st->second->invalidated = true;  // two captures cannot be merged
+    c->invalidated = true;
+    *result = cudaErrorStreamCaptureMerge;
+    return true;
+  }
+  // Fork (the stream joins the capture) or join (its dependencies grow).
+  s.by_stream[stream_id] = c;
+  std::vector<Node*>& f = c->frontier[stream_id];
+  for (Node* n : ev->second.nodes) {
+    if (std::find(f.begin(), f.end(), n) == f.end()) f.push_back(n);
+  }
+  *result = c->invalidated ? cudaErrorStreamCaptureInvalidated : cudaSuccess;
+  return true;
+}
+
+cudaStreamCaptureStatus CaptureStatusOf(uint32_t stream_id, unsigned long long* id, cudaGraph_t* graph,
+                                        const cudaGraphNode_t** deps, size_t* num_deps) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.by_stream.find(stream_id);
+  if (it == s.by_stream.end()) return cudaStreamCaptureStatusNone;
+  Capture& c = *it->second;
+  if (id) *id = c.id;
+  if (graph) *graph = c.graph.get();
+  const std::vector<Node*>& f = c.frontier[stream_id];
+  if (deps) *deps = f.empty() ? nullptr : const_cast<const cudaGraphNode_t*>(f.data());
+  if (num_deps) *num_deps = f.size();
+  return c.invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+}
+
+cudaError_t UpdateCaptureDependencies(uint32_t stream_id, const cudaGraphNode_t* deps, size_t n, unsigned flags) {
+  if (n > 0 && deps == nullptr) return SetError(cudaErrorInvalidValue);
+  if (flags != cudaStreamAddCaptureDependencies && flags != cudaStreamSetCaptureDependencies) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.by_stream.find(stream_id);
+  if (it == s.by_stream.end()) return SetError(cudaErrorIllegalState);
+  Capture& c = *it->second;
+  std::vector<Node*>& f = c.frontier[stream_id];
+  if (flags == cudaStreamSetCaptureDependencies) f.clear();
+  for (size_t i = 0; i < n; ++i) {
+    if (!IsNodeOf(c.graph.get(), deps[i])) return SetError(cudaErrorInvalidValue);
+    if (std::find(f.begin(), f.end(), deps[i]) == f.end()) f.push_back(deps[i]);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+
+// ---------------------------------------------------------------- capture
+
+PHOS_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  return BeginCapture(stream, mode, DefaultStream::kLegacy);
+}
+PHOS_EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  return BeginCapture(stream, mode, DefaultStream::kPerThread);
+}
+PHOS_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  return EndCapture(stream, graph, DefaultStream::kLegacy);
+}
+PHOS_EXPORT cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t* graph) {
+  return EndCapture(stream, graph, DefaultStream::kPerThread);
+}
+PHOS_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t* deps,
+                                                            const cudaGraphEdgeData* edges, size_t n,
+                                                            unsigned int flags) {
+  if (edges != nullptr) return SetError(cudaErrorNotSupported);  // edge data (programmatic dependent launch)
+  return UpdateCaptureDependencies(StreamIdOf(stream), deps, n, flags);
+}
+PHOS_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies_ptsz(cudaStream_t stream, cudaGraphNode_t* deps,
+                                                                 const cudaGraphEdgeData* edges, size_t n,
+                                                                 unsigned int flags) {
+  if (edges != nullptr) return SetError(cudaErrorNotSupported);
+  return UpdateCaptureDependencies(StreamIdOf(stream, DefaultStream::kPerThread), deps, n, flags);
+}
+
+// ---------------------------------------------------------------- graphs and nodes
+
+PHOS_EXPORT cudaError_t cudaGraphCreate(cudaGraph_t* graph, unsigned int flags) {
+  if (graph == nullptr || flags != 0) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto* g = new CUgraph_st;
+  s.graphs.insert(g);
+  *graph = g;
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.graphs.erase(graph)) return SetError(cudaErrorInvalidValue);
+  delete graph;  // its execs keep their own operations
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphClone(cudaGraph_t* clone, cudaGraph_t graph) {
+  if (clone == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  Graph* c = CloneGraph(*graph, nullptr).release();
+  s.graphs.insert(c);
+  *clone = c;
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddEmptyNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                              size_t ndeps) {
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeEmpty, nullptr);
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                               size_t ndeps, const cudaKernelNodeParams* params) {
+  if (params == nullptr) return SetError(cudaErrorInvalidValue);
+  cudaError_t e = cudaSuccess;
+  StreamOp op = KernelOp(*params, &e);
+  if (e != cudaSuccess) return SetError(e);
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeKernel, std::move(op));
+}
+
+PHOS_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const cudaKernelNodeParams* params) {
+  if (node == nullptr || params == nullptr) return SetError(cudaErrorInvalidValue);
+  cudaError_t e = cudaSuccess;
+  StreamOp op = KernelOp(*params, &e);
+  if (e != cudaSuccess) return SetError(e);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, node->graph) || node->type != cudaGraphNodeTypeKernel) return SetError(cudaErrorInvalidValue);
+  node->op = std::move(op);
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                               size_t ndeps, const cudaMemsetParams* p) {
+  if (p == nullptr || p->dst == nullptr || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) ||
+      (p->height > 1 && p->pitch < p->width * p->elementSize)) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemset, MemsetOp(*p));
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph,
+                                                 const cudaGraphNode_t* deps, size_t ndeps, void* dst,
+                                                 const void* src, size_t count, cudaMemcpyKind kind) {
+  if ((dst == nullptr || src == nullptr) && count > 0) return SetError(cudaErrorInvalidValue);
+  // The copy reads its source when the node runs (host memory included).
+  StreamOp op = [dst, src, count, kind](uint32_t s) { return DoMemcpy(dst, src, count, kind, s, false); };
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemcpy, std::move(op));
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                             size_t ndeps, const cudaHostNodeParams* p) {
+  if (p == nullptr || p->fn == nullptr) return SetError(cudaErrorInvalidValue);
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeHost, HostOp(p->fn, p->userData));
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                                    const cudaGraphNode_t* deps, size_t ndeps, cudaEvent_t e) {
+  if (e == nullptr) return SetError(cudaErrorInvalidResourceHandle);
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeEventRecord, EventRecordOp(e));
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                                  const cudaGraphNode_t* deps, size_t ndeps, cudaEvent_t e) {
+  if (e == nullptr) return SetError(cudaErrorInvalidResourceHandle);
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeWaitEvent, EventWaitOp(e));
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                                   const cudaGraphNode_t* deps, size_t ndeps, cudaGraph_t child) {
+  std::unique_ptr<CUgraph_st> copy;
+  {
+    Graphs& s = G();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!IsLiveGraph(s, child) || child == graph) return SetError(cudaErrorInvalidValue);
+    copy = CloneGraph(*child, nullptr);  // CUDA copies the child graph
+  }
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeGraph, nullptr, std::move(copy));
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t* from,
+                                                 const cudaGraphNode_t* to, const cudaGraphEdgeData* edges,
+                                                 size_t n) {
+  if (edges != nullptr) return SetError(cudaErrorNotSupported);  // edge data (programmatic dependent launch)
+  if (n > 0 && (from == nullptr || to == nullptr)) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  for (size_t i = 0; i < n; ++i) {
+    if (!IsNodeOf(graph, from[i]) || !IsNodeOf(graph, to[i]) || from[i] == to[i]) {
+      return SetError(cudaErrorInvalidValue);
+    }
+    auto& d = to[i]->deps;
+    if (std::find(d.begin(), d.end(), from[i]) != d.end()) return SetError(cudaErrorInvalidValue);  // exists
+  }
+  for (size_t i = 0; i < n; ++i) to[i]->deps.push_back(from[i]);
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
+  if (count == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  if (nodes != nullptr) {
+    for (size_t i = 0; i < std::min(*count, graph->nodes.size()); ++i) nodes[i] = graph->nodes[i].get();
+  }
+  *count = nodes != nullptr ? std::min(*count, graph->nodes.size()) : graph->nodes.size();
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
+  if (count == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  std::vector<Node*> roots;
+  for (const auto& n : graph->nodes) {
+    if (n->deps.empty()) roots.push_back(n.get());
+  }
+  if (nodes != nullptr) {
+    for (size_t i = 0; i < std::min(*count, roots.size()); ++i) nodes[i] = roots[i];
+  }
+  *count = nodes != nullptr ? std::min(*count, roots.size()) : roots.size();
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type) {
+  if (node == nullptr || type == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  *type = node->type;
+  return cudaSuccess;
+}
+
+// ---------------------------------------------------------------- executable graphs
+
+PHOS_EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
+  return Instantiate(exec, graph, flags);
+}
+PHOS_EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                                      unsigned long long flags) {
+  return Instantiate(exec, graph, flags);
+}
+static cudaError_t InstantiateWithParams(cudaGraphExec_t* exec, cudaGraph_t graph, cudaGraphInstantiateParams* p) {
+  if (p == nullptr) return SetError(cudaErrorInvalidValue);
+  cudaError_t e = Instantiate(exec, graph, p->flags);
+  p->errNode_out = nullptr;
+  p->result_out = e == cudaSuccess ? cudaGraphInstantiateSuccess : cudaGraphInstantiateError;
+  return e;
+}
+PHOS_EXPORT cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                                       cudaGraphInstantiateParams* p) {
+  return InstantiateWithParams(exec, graph, p);
+}
+PHOS_EXPORT cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                                            cudaGraphInstantiateParams* p) {
+  return InstantiateWithParams(exec, graph, p);
+}
+
+PHOS_EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  cudaEvent_t serial = nullptr;
+  {
+    Graphs& s = G();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.execs.erase(exec)) return SetError(cudaErrorInvalidValue);
+    serial = exec->serial;
+    delete exec;  // a launch in progress on another thread holds its own steps
+  }
+  return cudaEventDestroy(serial);
+}
+
+PHOS_EXPORT cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  return Launch(exec, stream, DefaultStream::kLegacy);
+}
+PHOS_EXPORT cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t stream) {
+  return Launch(exec, stream, DefaultStream::kPerThread);
+}
+
+// Uploading prepares device-side state CUDA keeps for a graph; a phos graph
+// has none (its nodes are calls), so there is nothing to do ahead.
+static cudaError_t Upload(cudaGraphExec_t exec, cudaStream_t stream, DefaultStream zero) {
+  if (!IsKnownStream(StreamIdOf(stream, zero))) return SetError(cudaErrorInvalidResourceHandle);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.execs.count(exec) ? cudaSuccess : SetError(cudaErrorInvalidValue);
+}
+PHOS_EXPORT cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t stream) {
+  return Upload(exec, stream, DefaultStream::kLegacy);
+}
+PHOS_EXPORT cudaError_t cudaGraphUpload_ptsz(cudaGraphExec_t exec, cudaStream_t stream) {
+  return Upload(exec, stream, DefaultStream::kPerThread);
+}
+
+// The exec takes the operations of `graph` when both have the same nodes
+// (same count and types, in creation order): what an app that rebuilt or
+// re-captured the same work with new parameters passes.
+PHOS_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
+                                            cudaGraphExecUpdateResultInfo* info) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (info == nullptr || !s.execs.count(exec) || !IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  info->errorNode = nullptr;
+  info->errorFromNode = nullptr;
+  std::vector<cudaGraphNodeType> shape;
+  for (const auto& n : graph->nodes) shape.push_back(n->type);
+  if (shape.size() != exec->shape.size()) {
+    info->result = cudaGraphExecUpdateErrorTopologyChanged;
+    return SetError(cudaErrorGraphExecUpdateFailure);
+  }
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] != exec->shape[i]) {
+      info->result = cudaGraphExecUpdateErrorNodeTypeChanged;
+      info->errorNode = graph->nodes[i].get();
+      return SetError(cudaErrorGraphExecUpdateFailure);
+    }
+  }
+  auto steps = std::make_shared<std::vector<Exec::Step>>();
+  if (!LaunchOrder(*graph, steps.get())) {
+    info->result = cudaGraphExecUpdateErrorTopologyChanged;
+    return SetError(cudaErrorGraphExecUpdateFailure);
+  }
+  exec->steps = std::move(steps);
+  info->result = cudaGraphExecUpdateSuccess;
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                         const cudaKernelNodeParams* params) {
+  if (node == nullptr || params == nullptr) return SetError(cudaErrorInvalidValue);
+  cudaError_t e = cudaSuccess;
+  StreamOp op = KernelOp(*params, &e);
+  if (e != cudaSuccess) return SetError(e);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.execs.count(exec)) return SetError(cudaErrorInvalidValue);
+  auto steps = std::make_shared<std::vector<Exec::Step>>(*exec->steps);
+  bool found = false;
+  for (Exec::Step& step : *steps) {
+    if (step.node == node && step.type == cudaGraphNodeTypeKernel) {
+      step.op = op;
+      found = true;
+    }
+  }
+  if (!found) return SetError(cudaErrorInvalidValue);
+  exec->steps = std::move(steps);
+  return cudaSuccess;
+}

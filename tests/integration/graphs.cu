@@ -1,0 +1,363 @@
+// CUDA graphs under phos (docs/interposer.md "CUDA graphs"), checked
+// against CPU references on random data: stream capture (one stream, and a
+// fork/join over two streams through events), the capture queries, a
+// capture invalidated by a synchronisation, explicit graphs (kernel,
+// memset, memcpy, host, empty, child-graph and event nodes with edges),
+// relaunches that read host memory anew, kernel-node parameter updates on
+// an executable graph, cudaGraphExecUpdate, and a graph launched into a
+// capture.
+#define PHOS_PROGRAM_NAME "graphs"
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "program_checks.h"
+
+namespace {
+
+__global__ void scale_add(const int* in, int* out, int n, int mul, int add) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * mul + add;
+}
+
+__global__ void add_arrays(const int* a, const int* b, int* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+constexpr int kN = 3000;
+constexpr int kBlocks = (kN + 255) / 256;
+
+std::mt19937 g_rng(20261126);
+
+void Randomise(int* v, int n) {
+  for (int i = 0; i < n; ++i) v[i] = static_cast<int>(g_rng() % 100000);
+}
+
+struct HostCount {
+  int calls = 0;
+  const int* seen = nullptr;  // pinned memory the node reads
+  long long sum = 0;
+};
+void CUDART_CB CountAndSum(void* p) {
+  auto* h = static_cast<HostCount*>(p);
+  ++h->calls;
+  h->sum = 0;
+  for (int i = 0; i < kN; ++i) h->sum += h->seen[i];
+}
+
+// One stream captured: H2D from pinned memory, two kernels, a memset, a
+// host function, D2H into pinned memory. Relaunched with new input: the
+// copies read the host memory when the graph runs.
+int CaptureOneStream() {
+  int *in_h = nullptr, *out_h = nullptr;
+  CHECK(cudaMallocHost(&in_h, kN * sizeof(int)));
+  CHECK(cudaMallocHost(&out_h, kN * sizeof(int)));
+  int *a = nullptr, *b = nullptr, *pad = nullptr;
+  CHECK(cudaMalloc(&a, kN * sizeof(int)));
+  CHECK(cudaMalloc(&b, kN * sizeof(int)));
+  CHECK(cudaMalloc(&pad, 4096));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  HostCount host{0, out_h, 0};
+
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  CHECK(cudaStreamIsCapturing(s, &status));
+  EXPECT(status == cudaStreamCaptureStatusNone);
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CHECK(cudaStreamIsCapturing(s, &status));
+  EXPECT(status == cudaStreamCaptureStatusActive);
+  CHECK(cudaMemcpyAsync(a, in_h, kN * sizeof(int), cudaMemcpyHostToDevice, s));
+  scale_add<<<kBlocks, 256, 0, s>>>(a, b, kN, 3, 7);
+  CHECK(cudaGetLastError());
+  CHECK(cudaMemsetAsync(pad, 0x11, 4096, s));
+  scale_add<<<kBlocks, 256, 0, s>>>(b, b, kN, 2, -1);
+  CHECK(cudaMemcpyAsync(out_h, b, kN * sizeof(int), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaLaunchHostFunc(s, CountAndSum, &host));
+  unsigned long long id = 0;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t ndeps = 0;
+  cudaGraph_t capturing = nullptr;
+  CHECK(cudaStreamGetCaptureInfo(s, &status, &id, &capturing, &deps, nullptr, &ndeps));
+  EXPECT(status == cudaStreamCaptureStatusActive && id != 0 && capturing != nullptr && ndeps == 1);
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(s, &graph));
+  EXPECT(graph != nullptr);
+  EXPECT(host.calls == 0);  // captured, not run
+  size_t nodes = 0;
+  CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  EXPECT(nodes == 6);
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 3; ++launch) {
+    Randomise(in_h, kN);
+    std::vector<int> in(in_h, in_h + kN);
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    long long want_sum = 0;
+    for (int i = 0; i < kN; ++i) {
+      const int want = (in[i] * 3 + 7) * 2 - 1;
+      EXPECT(out_h[i] == want);
+      want_sum += want;
+    }
+    EXPECT(host.calls == launch + 1 && host.sum == want_sum);
+  }
+  std::vector<unsigned char> padding(4096);
+  CHECK(cudaMemcpy(padding.data(), pad, 4096, cudaMemcpyDeviceToHost));
+  for (unsigned char c : padding) EXPECT(c == 0x11);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  CHECK(cudaFree(pad));
+  CHECK(cudaFreeHost(in_h));
+  CHECK(cudaFreeHost(out_h));
+  return 0;
+}
+
+// Two streams in one capture: s1 forks to s2 through an event and joins it
+// back; the branches run in parallel in CUDA, in order under phos.
+int CaptureForkJoin() {
+  int *x = nullptr, *y = nullptr, *z = nullptr;
+  CHECK(cudaMalloc(&x, kN * sizeof(int)));
+  CHECK(cudaMalloc(&y, kN * sizeof(int)));
+  CHECK(cudaMalloc(&z, kN * sizeof(int)));
+  std::vector<int> xs(kN);
+  Randomise(xs.data(), kN);
+  CHECK(cudaMemcpy(x, xs.data(), kN * sizeof(int), cudaMemcpyHostToDevice));
+  cudaStream_t s1, s2;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaEvent_t fork, join;
+  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal));
+  CHECK(cudaEventRecord(fork, s1));
+  CHECK(cudaStreamWaitEvent(s2, fork, 0));  // s2 joins the capture
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CHECK(cudaStreamIsCapturing(s2, &status));
+  EXPECT(status == cudaStreamCaptureStatusActive);
+  scale_add<<<kBlocks, 256, 0, s1>>>(x, y, kN, 5, 0);    // branch 1
+  scale_add<<<kBlocks, 256, 0, s2>>>(x, z, kN, 1, 100);  // branch 2
+  CHECK(cudaEventRecord(join, s2));
+  CHECK(cudaStreamWaitEvent(s1, join, 0));                // joined back
+  add_arrays<<<kBlocks, 256, 0, s1>>>(y, z, y, kN);
+  cudaGraph_t graph = nullptr;
+  EXPECT_ERR(cudaStreamEndCapture(s2, &graph), cudaErrorStreamCaptureUnmatched);  // not the origin
+  (void)cudaGetLastError();
+  CHECK(cudaStreamEndCapture(s1, &graph));
+  CHECK(cudaStreamIsCapturing(s2, &status));
+  EXPECT(status == cudaStreamCaptureStatusNone);
+  size_t roots = 0;
+  CHECK(cudaGraphGetRootNodes(graph, nullptr, &roots));
+  EXPECT(roots == 2);  // the two branches
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, s2));  // any stream
+  std::vector<int> out(kN);
+  CHECK(cudaMemcpyAsync(out.data(), y, kN * sizeof(int), cudaMemcpyDeviceToHost, s2));
+  CHECK(cudaStreamSynchronize(s2));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == xs[i] * 5 + xs[i] + 100);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaEventDestroy(fork));
+  CHECK(cudaEventDestroy(join));
+  CHECK(cudaStreamDestroy(s1));
+  CHECK(cudaStreamDestroy(s2));
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(y));
+  CHECK(cudaFree(z));
+  return 0;
+}
+
+// A synchronisation inside a capture invalidates it (CUDA's rule).
+int CaptureInvalidated() {
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int* d = nullptr;
+  CHECK(cudaMalloc(&d, 256));
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CHECK(cudaMemsetAsync(d, 1, 256, s));
+  EXPECT_ERR(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CHECK(cudaStreamIsCapturing(s, &status));
+  EXPECT(status == cudaStreamCaptureStatusInvalidated);
+  cudaGraph_t graph = reinterpret_cast<cudaGraph_t>(1);
+  EXPECT_ERR(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT(graph == nullptr);
+  (void)cudaGetLastError();
+  EXPECT_ERR(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
+  (void)cudaGetLastError();
+  CHECK(cudaStreamSynchronize(s));  // usable again
+  CHECK(cudaFree(d));
+  CHECK(cudaStreamDestroy(s));
+  return 0;
+}
+
+// An explicit graph:   memset(acc) --+
+//                      kernel(b = a*2+1) --> kernel(acc = b + a) --> memcpy(acc -> host) --> host
+// plus an empty node, a child graph (kernel c = a*mul+add) and event nodes.
+int ExplicitGraph() {
+  int *a = nullptr, *b = nullptr, *acc = nullptr, *c = nullptr;
+  CHECK(cudaMalloc(&a, kN * sizeof(int)));
+  CHECK(cudaMalloc(&b, kN * sizeof(int)));
+  CHECK(cudaMalloc(&acc, kN * sizeof(int)));
+  CHECK(cudaMalloc(&c, kN * sizeof(int)));
+  std::vector<int> as(kN);
+  Randomise(as.data(), kN);
+  CHECK(cudaMemcpy(a, as.data(), kN * sizeof(int), cudaMemcpyHostToDevice));
+  std::vector<int> out(kN, -1);
+  HostCount host{0, nullptr, 0};
+  int n = kN, two = 2, one = 1;
+
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaGraphCreate(&graph, 0));
+  cudaGraphNode_t memset_node, k1, k2, copy, hostn, empty, child_node, rec, wait;
+  cudaMemsetParams mp{};
+  mp.dst = acc;
+  mp.value = 0;
+  mp.elementSize = 4;
+  mp.width = kN;
+  mp.height = 1;
+  CHECK(cudaGraphAddMemsetNode(&memset_node, graph, nullptr, 0, &mp));
+  void* args1[] = {&a, &b, &n, &two, &one};
+  cudaKernelNodeParams kp{};
+  kp.func = reinterpret_cast<void*>(scale_add);
+  kp.gridDim = dim3(kBlocks);
+  kp.blockDim = dim3(256);
+  kp.kernelParams = args1;
+  CHECK(cudaGraphAddKernelNode(&k1, graph, nullptr, 0, &kp));
+  void* args2[] = {&b, &a, &acc, &n};
+  cudaKernelNodeParams kp2 = kp;
+  kp2.func = reinterpret_cast<void*>(add_arrays);
+  kp2.kernelParams = args2;
+  const cudaGraphNode_t k2_deps[] = {memset_node, k1};
+  CHECK(cudaGraphAddKernelNode(&k2, graph, k2_deps, 2, &kp2));
+  CHECK(cudaGraphAddMemcpyNode1D(&copy, graph, &k2, 1, out.data(), acc, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  cudaHostNodeParams hp{[](void* p) { ++static_cast<HostCount*>(p)->calls; }, &host};
+  CHECK(cudaGraphAddHostNode(&hostn, graph, &copy, 1, &hp));
+  CHECK(cudaGraphAddEmptyNode(&empty, graph, nullptr, 0));
+  // The child: c = a * 4 + 9.
+  cudaGraph_t child = nullptr;
+  CHECK(cudaGraphCreate(&child, 0));
+  int four = 4, nine = 9;
+  void* args3[] = {&a, &c, &n, &four, &nine};
+  cudaKernelNodeParams kp3 = kp;
+  kp3.kernelParams = args3;
+  cudaGraphNode_t ck;
+  CHECK(cudaGraphAddKernelNode(&ck, child, nullptr, 0, &kp3));
+  CHECK(cudaGraphAddChildGraphNode(&child_node, graph, &empty, 1, child));
+  CHECK(cudaGraphDestroy(child));  // the node holds its own copy
+  cudaEvent_t ev;
+  CHECK(cudaEventCreate(&ev));
+  CHECK(cudaGraphAddEventRecordNode(&rec, graph, &child_node, 1, ev));
+  CHECK(cudaGraphAddEventWaitNode(&wait, graph, &rec, 1, ev));
+  CHECK(cudaGraphAddDependencies(graph, &wait, &copy, nullptr, 1));  // copy also after the child branch
+  EXPECT_ERR(cudaGraphAddDependencies(graph, &wait, &copy, nullptr, 1), cudaErrorInvalidValue);  // exists
+  (void)cudaGetLastError();
+  size_t count = 0;
+  CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  EXPECT(count == 9);
+  size_t roots = 0;
+  CHECK(cudaGraphGetRootNodes(graph, nullptr, &roots));
+  EXPECT(roots == 3);
+  cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+  CHECK(cudaGraphNodeGetType(child_node, &type));
+  EXPECT(type == cudaGraphNodeTypeGraph);
+
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiateWithFlags(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == as[i] * 2 + 1 + as[i]);
+  EXPECT(host.calls == 1);
+  std::vector<int> cs(kN);
+  CHECK(cudaMemcpy(cs.data(), c, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < kN; ++i) EXPECT(cs[i] == as[i] * 4 + 9);
+
+  // New parameters for k1 in the executable graph only: b = a*10+3.
+  int ten = 10, three = 3;
+  void* args1b[] = {&a, &b, &n, &ten, &three};
+  cudaKernelNodeParams kpb = kp;
+  kpb.kernelParams = args1b;
+  CHECK(cudaGraphExecKernelNodeSetParams(exec, k1, &kpb));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == as[i] * 10 + 3 + as[i]);
+  EXPECT(host.calls == 2);
+
+  // cudaGraphExecUpdate: the same shape with the graph's own (old)
+  // parameters puts them back; another shape is refused.
+  cudaGraphExecUpdateResultInfo info{};
+  CHECK(cudaGraphExecUpdate(exec, graph, &info));
+  EXPECT(info.result == cudaGraphExecUpdateSuccess);
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == as[i] * 2 + 1 + as[i]);
+  cudaGraph_t other = nullptr;
+  CHECK(cudaGraphCreate(&other, 0));
+  cudaGraphNode_t lone;
+  CHECK(cudaGraphAddEmptyNode(&lone, other, nullptr, 0));
+  EXPECT_ERR(cudaGraphExecUpdate(exec, other, &info), cudaErrorGraphExecUpdateFailure);
+  EXPECT(info.result == cudaGraphExecUpdateErrorTopologyChanged);
+  (void)cudaGetLastError();
+
+  // The executable graph launched into a capture: one node of the new graph.
+  cudaStream_t cap;
+  CHECK(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+  CHECK(cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal));
+  CHECK(cudaGraphLaunch(exec, cap));
+  cudaGraph_t outer = nullptr;
+  CHECK(cudaStreamEndCapture(cap, &outer));
+  size_t outer_nodes = 0;
+  CHECK(cudaGraphGetNodes(outer, nullptr, &outer_nodes));
+  EXPECT(outer_nodes == 1);
+  cudaGraphExec_t outer_exec = nullptr;
+  CHECK(cudaGraphInstantiate(&outer_exec, outer, 0));
+  std::fill(out.begin(), out.end(), -1);
+  CHECK(cudaGraphLaunch(outer_exec, cap));
+  CHECK(cudaStreamSynchronize(cap));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == as[i] * 2 + 1 + as[i]);
+  EXPECT(host.calls == 4);
+
+  CHECK(cudaGraphExecDestroy(outer_exec));
+  CHECK(cudaGraphDestroy(outer));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(other));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaEventDestroy(ev));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaStreamDestroy(cap));
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  CHECK(cudaFree(acc));
+  CHECK(cudaFree(c));
+  return 0;
+}
+
+}  // namespace
+
+#define STEP(call)                                  \
+  do {                                              \
+    std::printf("graphs: %s ...\n", #call);         \
+    int rc_ = (call);                               \
+    if (rc_ != 0) {                                 \
+      std::printf("graphs: %s failed\n", #call);    \
+      return rc_;                                   \
+    }                                               \
+  } while (0)
+
+int main() {
+  STEP(CaptureOneStream());
+  STEP(CaptureForkJoin());
+  STEP(CaptureInvalidated());
+  STEP(ExplicitGraph());
+  std::printf("graphs: OK\n");
+  return 0;
+}
