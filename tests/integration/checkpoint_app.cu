@@ -10,6 +10,8 @@
 // Commands come as files CTL/cmd-N (N = 0, 1, ...; the content is the
 // command), so the test drives it without a terminal:
 //   step         one step; prints "step K checksum 0x.. steps G"
+//   graphstep    the same step as one launch of a CUDA graph (captured at
+//                first use); prints what `step` prints
 //   print        prints "state checksum 0x.. steps G verify-step S
 //                verify-big B": S / B are the steps whose CPU references
 //                match `state` / `big` on the device (or -1)
@@ -96,6 +98,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   int step = 0;
+  cudaGraphExec_t graph_exec = nullptr;  // "graphstep": captured at first use
+  cudaStream_t graph_stream = nullptr;
+  unsigned char* pinned_big = nullptr;
   std::vector<uint32_t> host_state(kN);
   std::vector<void*> extra;
   for (int n = 0;; ++n) {
@@ -129,15 +134,35 @@ int main(int argc, char** argv) {
       FillBig(host_big, step);
       CHECK(cudaMemcpy(big, host_big.data(), kBigBytes, cudaMemcpyHostToDevice));
       CHECK(cudaDeviceSynchronize());
+    } else if (cmd == "graphstep") {
+      // The same step as one launch of a graph captured at first use: the
+      // kernel, then `big` from pinned memory the host fills before each
+      // launch (the copy node reads it when the graph runs).
+      ++step;
+      if (graph_exec == nullptr) {
+        CHECK(cudaStreamCreateWithFlags(&graph_stream, cudaStreamNonBlocking));
+        CHECK(cudaMallocHost(&pinned_big, kBigBytes));
+        cudaGraph_t graph = nullptr;
+        CHECK(cudaStreamBeginCapture(graph_stream, cudaStreamCaptureModeGlobal));
+        Step<<<(kN + 255) / 256, 256, 0, graph_stream>>>(state, kN);
+        CHECK(cudaMemcpyAsync(big, pinned_big, kBigBytes, cudaMemcpyHostToDevice, graph_stream));
+        CHECK(cudaStreamEndCapture(graph_stream, &graph));
+        CHECK(cudaGraphInstantiate(&graph_exec, graph, 0));
+        CHECK(cudaGraphDestroy(graph));
+      }
+      FillBig(host_big, step);
+      std::memcpy(pinned_big, host_big.data(), kBigBytes);
+      CHECK(cudaGraphLaunch(graph_exec, graph_stream));
+      CHECK(cudaStreamSynchronize(graph_stream));
     }
-    if (cmd == "step" || cmd == "print") {
+    if (cmd == "step" || cmd == "graphstep" || cmd == "print") {
       CHECK(cudaMemcpy(host_state.data(), state, kN * sizeof(uint32_t), cudaMemcpyDeviceToHost));
       std::vector<unsigned char> got_big(kBigBytes);
       CHECK(cudaMemcpy(got_big.data(), big, kBigBytes, cudaMemcpyDeviceToHost));
       unsigned int steps = 0;
       CHECK(cudaMemcpyFromSymbol(&steps, g_steps, sizeof steps));
       const uint64_t sum = Fnv(got_big.data(), got_big.size(), Fnv(host_state.data(), kN * sizeof(uint32_t)));
-      if (cmd == "step") {
+      if (cmd != "print") {
         std::printf("step %d checksum 0x%016llx steps %u\n", step, static_cast<unsigned long long>(sum), steps);
       } else {
         // Which step's CPU reference equals the device state, and which

@@ -300,6 +300,48 @@ TEST_F(CheckpointRestoreTest, CowCheckpointsRetentionAndConcurrentRestore) {
   EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
 }
 
+// docs/interposer.md "CUDA graphs": steps made by launching a captured
+// graph, checkpointed in each mode while graph steps go on, restored
+// (stop-the-world and concurrently): the device is back at the captured
+// step and the same executable graph keeps stepping from there.
+TEST_F(CheckpointRestoreTest, GraphLaunchesAcrossCheckpointsAndRestores) {
+  const int pid = StartApp();
+  ASSERT_GT(pid, 0) << app_.output;
+  int step = 0;  // the app's step counter (a GPU-only restore does not roll it back)
+  int dev = 0;   // kernel steps the device state has had
+  for (const char* mode : {"stop", "cow", "recopy"}) {
+    SCOPED_TRACE(mode);
+    const std::string at = Cmd("graphstep");
+    ++step;
+    ++dev;
+    ASSERT_NE(at.find("step " + std::to_string(step) + " checksum"), std::string::npos) << at;
+    const int dev_at = dev;
+    const std::string img = dir_ + "/graph-" + mode;
+    Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--mode", mode, "--out", img});
+    ASSERT_EQ(ck.rc, 0) << ck.output << daemon_.output;
+    Cmd("graphstep");
+    ++step;
+    ++dev;
+    for (const char* how : {"--stop-the-world", "--concurrent"}) {
+      Result rs = Phos({"restore", img, "--gpu-only", "--pid", std::to_string(pid), how});
+      ASSERT_EQ(rs.rc, 0) << how << "\n" << rs.output << daemon_.output;
+      dev = dev_at;
+      const std::string back = Cmd("print");
+      EXPECT_EQ(Field(back, "checksum"), Field(at, "checksum")) << how << "\n" << back;
+      EXPECT_EQ(Field(back, "verify-step"), std::to_string(dev)) << how << "\n" << back;
+    }
+    // The executable graph goes on from the restored state.
+    Cmd("graphstep");
+    ++step;
+    ++dev;
+    const std::string after = Cmd("print");
+    EXPECT_EQ(Field(after, "verify-step"), std::to_string(dev)) << after;
+    EXPECT_EQ(Field(after, "verify-big"), std::to_string(step)) << after;
+  }
+  Cmd("quit");
+  EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
+}
+
 TEST_F(CheckpointRestoreTest, NoDaemonIsAClearError) {
   Child c = Child::Start({PHOS_BIN, "--socket", dir_ + "/nothing.sock", "checkpoint", "--pid", "1", "--gpu-only"});
   EXPECT_EQ(c.Wait(60s), 1) << c.output;
