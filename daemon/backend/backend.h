@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -117,6 +118,17 @@ enum class Library {
 
 /// One GPU context: memory, streams, events and modules of one session (or
 /// one pooled context waiting for a session). Thread-safe.
+/// The status of work a backend refused or dropped because its context was
+/// abandoned (Context::Abandon): the context's session is ending. One text,
+/// so the engine can tell "the app exited" from a failure (IsAbandoned).
+inline constexpr std::string_view kAbandonedText = "the context was abandoned (its session is ending)";
+inline Status AbandonedStatus(std::string_view what) {
+  return Status::Unavailable(std::string(what) + ": " + std::string(kAbandonedText));
+}
+inline bool IsAbandoned(const Status& s) {
+  return s.code() == Status::Code::kUnavailable && s.message().find(kAbandonedText) != std::string::npos;
+}
+
 class Context {
  public:
   virtual ~Context() = default;

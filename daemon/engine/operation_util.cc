@@ -6,6 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "backend/backend.h"
+
 namespace phos::engine {
 
 Status SessionGone(const Status& s, const session::Session& session, const std::string& outcome) {
@@ -14,7 +16,7 @@ Status SessionGone(const Status& s, const session::Session& session, const std::
   // only say "exited" when the session really ended (its control tasks fail
   // with "... has ended") or the process is gone.
   const bool ended = session.finished() || s.message().find("has ended") != std::string::npos ||
-                     (kill(session.pid(), 0) != 0 && errno == ESRCH);
+                     backend::IsAbandoned(s) || (kill(session.pid(), 0) != 0 && errno == ESRCH);
   if (!ended) return s.WithContext(outcome);
   return Status::Unavailable("pid " + std::to_string(session.pid()) + " exited during the operation (" + s.message() +
                              "); " + outcome);

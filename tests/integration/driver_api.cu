@@ -871,6 +871,40 @@ int main(int argc, char** argv) {
   RUN(RunKernels(ex, "cuModuleLoadDataEx"));
   CHECK(cuModuleUnload(ex));
 
+  {
+    // The JIT linker with one PTX input: its output loads as a module
+    // (docs/interposer.md "The JIT linker").
+    CUjit_option link_options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    char link_log[256];
+    void* link_values[] = {link_log, reinterpret_cast<void*>(sizeof link_log)};
+    CUlinkState link = nullptr;
+    CHECK(cuLinkCreate(2, link_options, link_values, &link));
+    CHECK(cuLinkAddData(link, CU_JIT_INPUT_PTX, const_cast<char*>(kDriverKernelsPtx), std::strlen(kDriverKernelsPtx),
+                        "driver_kernels.ptx", 0, nullptr, nullptr));
+    void* linked = nullptr;
+    size_t linked_bytes = 0;
+    CHECK(cuLinkComplete(link, &linked, &linked_bytes));
+    EXPECT(linked != nullptr && linked_bytes > 0);
+    CUmodule from_link = nullptr;
+    CHECK(cuModuleLoadData(&from_link, linked));
+    CHECK(cuLinkDestroy(link));  // the module stays
+    RUN(RunKernels(from_link, "a cuLink of PTX"));
+    CHECK(cuModuleUnload(from_link));
+    EXPECT_RESULT(cuLinkDestroy(link), CUDA_ERROR_INVALID_HANDLE);
+    // Several inputs need a device linker: refused under phos, with the
+    // reason in the app's error log.
+    if (dlsym(RTLD_DEFAULT, "phosGetHostCopyStats") != nullptr) {
+      CHECK(cuLinkCreate(2, link_options, link_values, &link));
+      CHECK(cuLinkAddData(link, CU_JIT_INPUT_PTX, const_cast<char*>(kDriverKernelsPtx),
+                          std::strlen(kDriverKernelsPtx) + 1, "a.ptx", 0, nullptr, nullptr));
+      CHECK(cuLinkAddData(link, CU_JIT_INPUT_PTX, const_cast<char*>(kDriverKernelsPtx),
+                          std::strlen(kDriverKernelsPtx) + 1, "b.ptx", 0, nullptr, nullptr));
+      EXPECT_RESULT(cuLinkComplete(link, &linked, &linked_bytes), CUDA_ERROR_NOT_SUPPORTED);
+      EXPECT(std::strstr(link_log, "device linker") != nullptr);
+      CHECK(cuLinkDestroy(link));
+    }
+  }
+
   CUmodule mod = nullptr;
   CHECK(cuModuleLoadData(&mod, kDriverKernelsPtx));
   RUN(RunKernels(mod, "PTX text"));

@@ -220,7 +220,7 @@ void CudaContext::Abandon() { abandoned_->store(true, std::memory_order_release)
 
 Status CudaContext::CheckNotAbandoned(const char* what) const {
   if (!abandoned()) return Status::Ok();
-  return Status::Unavailable(std::string(what) + ": the context was abandoned (its session is ending)");
+  return AbandonedStatus(what);
 }
 
 Status CudaContext::MakeCurrent() const {

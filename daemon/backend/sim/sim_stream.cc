@@ -1,5 +1,7 @@
 #include "backend/sim/sim_stream.h"
 
+#include "backend/backend.h"
+
 #include <utility>
 
 namespace phos::backend::sim {
@@ -97,7 +99,7 @@ void SimStream::Run(std::shared_ptr<Progress::State> s) {
       s->queue.pop_front();
       skip = s->Abandoned();
     }
-    Status st = skip ? Status::Unavailable("abandoned: the stream's owner is gone") : item.op();
+    Status st = skip ? AbandonedStatus("queued work dropped") : item.op();
     item.op = nullptr;  // release what the op captured before reporting completion
     {
       std::lock_guard<std::mutex> lock(s->mu);
