@@ -320,6 +320,41 @@ b = cp.arange(1024, dtype=cp.float32); k((4,), (256,), (b, cp.int32(1024)))
 print(f"rawkernel {float(b.sum()):.1f}")
 print("cupy_kernels: OK")
 PY
+# CUDA graphs (docs/interposer.md "CUDA graphs"): elementwise work captured
+# and replayed first (no cuBLAS), then a small model's forward pass.
+cat >"$py/torch_graphs.py" <<'PY'
+import torch
+torch.manual_seed(0)
+dev = "cuda"
+static_x = torch.zeros(4096, device=dev)
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    for _ in range(2): static_y = torch.sin(static_x * 2 + 1).cumsum(0)
+torch.cuda.current_stream().wait_stream(s)
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    static_y = torch.sin(static_x * 2 + 1).cumsum(0)
+for i in range(3):
+    x = torch.randn(4096, device=dev)
+    static_x.copy_(x); g.replay()
+    print(f"elementwise replay {i} sum {static_y.sum().item():.3f} eq {torch.equal(static_y, torch.sin(x * 2 + 1).cumsum(0))}", flush=True)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(dev).eval()
+static_in = torch.randn(16, 32, device=dev)
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s), torch.no_grad():
+    for _ in range(3): model(static_in)
+torch.cuda.current_stream().wait_stream(s)
+gm = torch.cuda.CUDAGraph()
+with torch.no_grad(), torch.cuda.graph(gm):
+    static_out = model(static_in)
+for i in range(3):
+    x = torch.randn(16, 32, device=dev)
+    static_in.copy_(x); gm.replay()
+    with torch.no_grad(): eager = model(x)
+    print(f"model replay {i} sum {static_out.sum().item():.4f} maxdiff {(static_out - eager).abs().max().item():.6f}", flush=True)
+print("torch_graphs: OK")
+PY
 cat >"$py/numba_kernel.py" <<'PY'
 import numpy as np
 from numba import cuda
@@ -334,15 +369,15 @@ print("numba_kernel: OK")
 PY
 # phosd's failure messages go to the app's stderr (its log) here.
 export PHOS_TRACE_ERRORS=1
-for s in torch_elementwise torch_train cupy_kernels numba_kernel; do
+for s in torch_elementwise torch_train torch_graphs cupy_kernels numba_kernel; do
   if [[ $backend == sim ]]; then skip "frameworks/$s" "skipped: backend=sim (tests/integration runs CuPy/numba on the sim)"; continue; fi
   want=("$s: OK")
   check "frameworks/$s/native" 90 0 -- python3 "$py/$s.py"
   [[ -n "$no_gpu_reason" ]] && continue
   want=("$s: OK")
   check "frameworks/$s/phos" 90 0 -- "${phos_run[@]}" python3 "$py/$s.py"
-  nat=$(grep -v '^phos' "$logs/frameworks/$s/native.log" 2>/dev/null | grep -E '^(step|inference|sum|elementwise|rawkernel|axpy) ' || true)
-  ph=$(grep -E '^(step|inference|sum|elementwise|rawkernel|axpy) ' "$logs/frameworks/$s/phos.log" 2>/dev/null || true)
+  nat=$(grep -v '^phos' "$logs/frameworks/$s/native.log" 2>/dev/null | grep -E '^(step|inference|sum|elementwise|rawkernel|axpy|model) ' || true)
+  ph=$(grep -E '^(step|inference|sum|elementwise|rawkernel|axpy|model) ' "$logs/frameworks/$s/phos.log" 2>/dev/null || true)
   if [[ -n "$nat" && "$nat" == "$ph" ]]; then record "frameworks/$s/same-output" pass 0 "$(tail -1 <<<"$nat")"
   elif [[ -f "$logs/frameworks/$s/phos.log" ]]; then
     record "frameworks/$s/same-output" fail 0 "native '$(tail -1 <<<"$nat")' vs phos '$(tail -1 <<<"$ph")'; phos log: $(grep -m3 -E 'phos|rror' "$logs/frameworks/$s/phos.log" | tr '\n' ' ' | cut -c1-200)"
@@ -618,6 +653,7 @@ native_info runtime_more_eager CUDA_MODULE_LOADING=EAGER -- "$i/runtime_more"
 native_info runtime_more_ptds_lazy CUDA_MODULE_LOADING=LAZY -- "$i/runtime_more_ptds"
 native_info error_paths -- "$i/error_paths" errors
 native_info symbols -- "$i/symbols"
+native_info graphs -- "$i/graphs"
 # runtime_api and driver_api try a cooperative launch on purpose: phos
 # refuses that one by name (integration_apps_test.cc counts it), nothing else.
 want=("runtime_api: OK")
@@ -632,6 +668,10 @@ want=("fork-before child rc=0" "runtime_more: fork-before OK") wantnot=("cannot 
 check integration/runtime_more_fork_before 60 0 -- "${phos_run[@]}" "$i/runtime_more" fork-before
 want=("symbols: OK")
 check integration/symbols 120 0 -- "${phos_run[@]}" "$i/symbols"
+# CUDA graphs, host functions and stream-ordered allocation (runtime_more
+# also has the latter two; it runs last, below).
+want=("graphs: OK") wantnot=("not supported by phos")
+check integration/graphs 120 0 -- "${phos_run[@]}" "$i/graphs"
 want=("unsupported_api: 801 801" "unsupported_api: OK") once=("phos: cudaMallocManaged is not supported by phos yet")
 check integration/unsupported_api 120 0 -- "${phos_run[@]}" "$i/unsupported_api"
 want=("dlopen_driver: 1 " " OK")
