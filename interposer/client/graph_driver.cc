@@ -166,3 +166,78 @@ PHOS_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgra
     return cudaGraphExecUpdate(exec, graph, reinterpret_cast<cudaGraphExecUpdateResultInfo*>(info));
   });
 }
+
+// ---- node queries and parameters
+PHOS_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode node, CUgraphNode* deps, CUgraphEdgeData* edges,
+                                                   size_t* n) {
+  return InContext([&] {
+    return cudaGraphNodeGetDependencies(node, deps, reinterpret_cast<cudaGraphEdgeData*>(edges), n);
+  });
+}
+PHOS_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode node, CUgraphNode* out, CUgraphEdgeData* edges,
+                                                     size_t* n) {
+  return InContext([&] {
+    return cudaGraphNodeGetDependentNodes(node, out, reinterpret_cast<cudaGraphEdgeData*>(edges), n);
+  });
+}
+PHOS_EXPORT CUresult cuGraphGetEdges_v2(CUgraph graph, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edges,
+                                        size_t* n) {
+  return InContext([&] { return cudaGraphGetEdges(graph, from, to, reinterpret_cast<cudaGraphEdgeData*>(edges), n); });
+}
+PHOS_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                                  const CUgraphEdgeData* edges, size_t n) {
+  return InContext([&] {
+    return cudaGraphRemoveDependencies(graph, from, to, reinterpret_cast<const cudaGraphEdgeData*>(edges), n);
+  });
+}
+PHOS_EXPORT CUresult cuGraphDestroyNode(CUgraphNode node) {
+  return InContext([&] { return cudaGraphDestroyNode(node); });
+}
+PHOS_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode* out, CUgraphNode original, CUgraph clone) {
+  return InContext([&] { return cudaGraphNodeFindInClone(out, original, clone); });
+}
+PHOS_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph* graph) {
+  return InContext([&] { return cudaGraphChildGraphNodeGetGraph(node, graph); });
+}
+PHOS_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode node, CUDA_HOST_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  cudaHostNodeParams rp{};
+  CUresult r = InContext([&] { return cudaGraphHostNodeGetParams(node, &rp); });
+  if (r == CUDA_SUCCESS) {
+    p->fn = rp.fn;
+    p->userData = rp.userData;
+  }
+  return r;
+}
+PHOS_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const cudaHostNodeParams rp{p->fn, p->userData};
+  return InContext([&] { return cudaGraphHostNodeSetParams(node, &rp); });
+}
+PHOS_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode node, CUevent* e) {
+  return InContext([&] { return cudaGraphEventRecordNodeGetEvent(node, reinterpret_cast<cudaEvent_t*>(e)); });
+}
+PHOS_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode node, CUevent* e) {
+  return InContext([&] { return cudaGraphEventWaitNodeGetEvent(node, reinterpret_cast<cudaEvent_t*>(e)); });
+}
+PHOS_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const cudaHostNodeParams rp{p->fn, p->userData};
+  return InContext([&] { return cudaGraphExecHostNodeSetParams(exec, node, &rp); });
+}
+PHOS_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int enabled) {
+  return InContext([&] { return cudaGraphNodeSetEnabled(exec, node, enabled); });
+}
+PHOS_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int* enabled) {
+  return InContext([&] { return cudaGraphNodeGetEnabled(exec, node, enabled); });
+}
+PHOS_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec exec, cuuint64_t* flags) {
+  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  unsigned long long f = 0;
+  CUresult r = InContext([&] { return cudaGraphExecGetFlags(exec, &f); });
+  if (r == CUDA_SUCCESS) *flags = f;
+  return r;
+}
+PHOS_EXPORT CUresult cuGraphDebugDotPrint(CUgraph graph, const char* path, unsigned int flags) {
+  return InContext([&] { return cudaGraphDebugDotPrint(graph, path, flags); });
+}

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "interposer/client/client_internal.h"
@@ -26,6 +27,11 @@ struct CUgraphNode_st {
   std::vector<CUgraphNode_st*> deps;  // nodes of the same graph this one runs after
   phos::client::StreamOp op;          // empty for empty nodes and child graphs
   std::unique_ptr<CUgraph_st> child;  // child-graph nodes: the graph's own copy
+  // What the parameter getters return (explicit nodes of these types).
+  cudaHostNodeParams host{};
+  cudaMemsetParams memset{};
+  cudaEvent_t event = nullptr;              // event record / wait nodes
+  const CUgraphNode_st* cloned_from = nullptr;  // cudaGraphNodeFindInClone
 };
 
 struct CUgraph_st {
@@ -40,11 +46,13 @@ struct CUgraphExec_st {
     const CUgraphNode_st* node = nullptr;  // compared only: its graph may be gone
     cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
     phos::client::StreamOp op;
+    bool enabled = true;  // cudaGraphNodeSetEnabled
   };
   std::shared_ptr<const std::vector<Step>> steps;
   std::vector<cudaGraphNodeType> shape;  // the graph's node types in creation order (ExecUpdate's check)
   cudaEvent_t serial = nullptr;          // orders launches of this exec after one another
   bool launched = false;
+  unsigned long long flags = 0;          // as instantiated
 };
 
 namespace phos::client {
@@ -74,6 +82,7 @@ struct Capture {
 struct Graphs {
   std::mutex mu;
   std::set<Graph*> graphs;  // live graphs the app holds (not capture-owned, not children)
+  std::set<const Graph*> children;  // child graphs of live nodes (cudaGraphChildGraphNodeGetGraph)
   std::set<Exec*> execs;
   std::map<uint32_t, std::shared_ptr<Capture>> by_stream;  // every stream of a capture
   // An event recorded on a captured stream: the nodes it stands for.
@@ -105,12 +114,19 @@ std::unique_ptr<Graph> CloneGraph(const Graph& src, std::map<const Node*, Node*>
   auto g = std::make_unique<Graph>();
   std::map<const Node*, Node*> local;
   std::map<const Node*, Node*>& m = map ? *map : local;
+  // Nodes first, edges second: an edge may point to a node made later
+  // (cudaGraphAddDependencies).
   for (const auto& n : src.nodes) {
-    std::vector<Node*> deps;
-    for (Node* d : n->deps) deps.push_back(m.at(d));
-    Node* c = AddNode(g.get(), n->type, deps, n->op);
+    Node* c = AddNode(g.get(), n->type, {}, n->op);
     if (n->child) c->child = CloneGraph(*n->child, nullptr);
+    c->host = n->host;
+    c->memset = n->memset;
+    c->event = n->event;
+    c->cloned_from = n.get();
     m[n.get()] = c;
+  }
+  for (const auto& n : src.nodes) {
+    for (Node* d : n->deps) m.at(n.get())->deps.push_back(m.at(d));
   }
   return g;
 }
@@ -146,8 +162,19 @@ bool LaunchOrder(const Graph& g, std::vector<Exec::Step>* out) {
   return done == g.nodes.size();
 }
 
-// Caller holds mu.
-bool IsLiveGraph(const Graphs& s, const Graph* g) { return g != nullptr && s.graphs.count(const_cast<Graph*>(g)); }
+// Caller holds mu. An app-held graph, or a child graph of one's node.
+bool IsLiveGraph(const Graphs& s, const Graph* g) {
+  return g != nullptr && (s.graphs.count(const_cast<Graph*>(g)) || s.children.count(g));
+}
+// Caller holds mu: `g` (and the child graphs inside it) are being deleted.
+void ForgetChildren(Graphs& s, const Graph& g) {
+  for (const auto& n : g.nodes) {
+    if (n->child) {
+      ForgetChildren(s, *n->child);
+      s.children.erase(n->child.get());
+    }
+  }
+}
 bool IsNodeOf(const Graph* g, const Node* n) {
   if (n == nullptr) return false;
   for (const auto& m : g->nodes) {
@@ -180,8 +207,56 @@ cudaError_t AddNodeChecked(cudaGraphNode_t* out, cudaGraph_t graph, const cudaGr
   }
   Node* n = AddNode(graph, type, d, std::move(op));
   n->child = std::move(child);
+  if (n->child) {
+    std::vector<const Graph*> todo{n->child.get()};  // the child and the children inside it
+    while (!todo.empty()) {
+      const Graph* c = todo.back();
+      todo.pop_back();
+      s.children.insert(c);
+      for (const auto& m : c->nodes) {
+        if (m->child) todo.push_back(m->child.get());
+      }
+    }
+  }
   *out = n;
   return cudaSuccess;
+}
+
+// Caller holds mu. `node` of a live graph with type `type`.
+bool IsNodeOfType(const Graphs& s, const Node* node, cudaGraphNodeType type) {
+  return node != nullptr && IsLiveGraph(s, node->graph) && IsNodeOf(node->graph, node) && node->type == type;
+}
+
+// Fills a (possibly null) node array the CUDA way: null -> the count only;
+// else up to *count entries, the rest nulled, *count = entries written.
+cudaError_t ListNodes(const std::vector<Node*>& nodes, cudaGraphNode_t* out, cudaGraphEdgeData* edges, size_t* count) {
+  if (count == nullptr) return SetError(cudaErrorInvalidValue);
+  if (out == nullptr) {
+    *count = nodes.size();
+    return cudaSuccess;
+  }
+  const size_t n = std::min(*count, nodes.size());
+  for (size_t i = 0; i < *count; ++i) {
+    out[i] = i < n ? nodes[i] : nullptr;
+    if (edges != nullptr) edges[i] = cudaGraphEdgeData{};  // phos's edges are all default ones
+  }
+  *count = n;
+  return cudaSuccess;
+}
+
+// Caller holds mu. Replaces the operation of `node`'s steps in `exec`
+// (copy on write); false if the exec has no step of that node and type.
+bool ReplaceStepOp(Exec* exec, const Node* node, cudaGraphNodeType type, const StreamOp& op) {
+  auto steps = std::make_shared<std::vector<Exec::Step>>(*exec->steps);
+  bool found = false;
+  for (Exec::Step& step : *steps) {
+    if (step.node == node && step.type == type) {
+      step.op = op;
+      found = true;
+    }
+  }
+  if (found) exec->steps = std::move(steps);
+  return found;
 }
 
 // ---- the operations nodes replay
@@ -236,6 +311,7 @@ cudaError_t Instantiate(cudaGraphExec_t* out, cudaGraph_t graph, unsigned long l
     exec->steps = std::move(steps);
     for (const auto& n : graph->nodes) exec->shape.push_back(n->type);
   }
+  exec->flags = flags;
   if (cudaError_t e = cudaEventCreateWithFlags(&exec->serial, cudaEventDisableTiming); e != cudaSuccess) return e;
   Graphs& s = G();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -264,6 +340,7 @@ cudaError_t LaunchExec(cudaGraphExec_t exec, uint32_t stream_id) {
     if (cudaError_t e = cudaStreamWaitEvent(stream, serial, 0); e != cudaSuccess) return e;
   }
   for (const Exec::Step& step : *steps) {
+    if (!step.enabled) continue;  // cudaGraphNodeSetEnabled(0): an empty node until enabled again
     if (cudaError_t e = step.op(stream_id); e != cudaSuccess) return e;
   }
   return cudaEventRecord(serial, stream);
@@ -492,6 +569,7 @@ PHOS_EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   Graphs& s = G();
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.graphs.erase(graph)) return SetError(cudaErrorInvalidValue);
+  ForgetChildren(s, *graph);
   delete graph;  // its execs keep their own operations
   return cudaSuccess;
 }
@@ -503,6 +581,17 @@ PHOS_EXPORT cudaError_t cudaGraphClone(cudaGraph_t* clone, cudaGraph_t graph) {
   if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
   Graph* c = CloneGraph(*graph, nullptr).release();
   s.graphs.insert(c);
+  std::vector<const Graph*> todo{c};
+  while (!todo.empty()) {
+    const Graph* g = todo.back();
+    todo.pop_back();
+    for (const auto& n : g->nodes) {
+      if (n->child) {
+        s.children.insert(n->child.get());
+        todo.push_back(n->child.get());
+      }
+    }
+  }
   *clone = c;
   return cudaSuccess;
 }
@@ -539,7 +628,9 @@ PHOS_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t* node, cudaGraph_
       (p->height > 1 && p->pitch < p->width * p->elementSize)) {
     return SetError(cudaErrorInvalidValue);
   }
-  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemset, MemsetOp(*p));
+  cudaError_t e = AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemset, MemsetOp(*p));
+  if (e == cudaSuccess) (*node)->memset = *p;
+  return e;
 }
 
 PHOS_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph,
@@ -554,19 +645,25 @@ PHOS_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGrap
 PHOS_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
                                              size_t ndeps, const cudaHostNodeParams* p) {
   if (p == nullptr || p->fn == nullptr) return SetError(cudaErrorInvalidValue);
-  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeHost, HostOp(p->fn, p->userData));
+  cudaError_t e = AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeHost, HostOp(p->fn, p->userData));
+  if (e == cudaSuccess) (*node)->host = *p;
+  return e;
 }
 
 PHOS_EXPORT cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t* node, cudaGraph_t graph,
                                                     const cudaGraphNode_t* deps, size_t ndeps, cudaEvent_t e) {
   if (e == nullptr) return SetError(cudaErrorInvalidResourceHandle);
-  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeEventRecord, EventRecordOp(e));
+  cudaError_t r = AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeEventRecord, EventRecordOp(e));
+  if (r == cudaSuccess) (*node)->event = e;
+  return r;
 }
 
 PHOS_EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t* node, cudaGraph_t graph,
                                                   const cudaGraphNode_t* deps, size_t ndeps, cudaEvent_t e) {
   if (e == nullptr) return SetError(cudaErrorInvalidResourceHandle);
-  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeWaitEvent, EventWaitOp(e));
+  cudaError_t r = AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeWaitEvent, EventWaitOp(e));
+  if (r == cudaSuccess) (*node)->event = e;
+  return r;
 }
 
 PHOS_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
@@ -748,4 +845,296 @@ PHOS_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, c
   if (!found) return SetError(cudaErrorInvalidValue);
   exec->steps = std::move(steps);
   return cudaSuccess;
+}
+
+// ---------------------------------------------------------------- node queries and parameters
+
+PHOS_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t* deps,
+                                                     cudaGraphEdgeData* edges, size_t* count) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (node == nullptr || !IsLiveGraph(s, node->graph) || !IsNodeOf(node->graph, node)) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  return ListNodes(node->deps, deps, edges, count);
+}
+
+PHOS_EXPORT cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t* dependents,
+                                                       cudaGraphEdgeData* edges, size_t* count) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (node == nullptr || !IsLiveGraph(s, node->graph) || !IsNodeOf(node->graph, node)) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  std::vector<Node*> out;
+  for (const auto& n : node->graph->nodes) {
+    if (std::find(n->deps.begin(), n->deps.end(), node) != n->deps.end()) out.push_back(n.get());
+  }
+  return ListNodes(out, dependents, edges, count);
+}
+
+PHOS_EXPORT cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to,
+                                          cudaGraphEdgeData* edges, size_t* count) {
+  if (count == nullptr || ((from == nullptr) != (to == nullptr))) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  std::vector<Node*> f, t;
+  for (const auto& n : graph->nodes) {
+    for (Node* d : n->deps) {
+      f.push_back(d);
+      t.push_back(n.get());
+    }
+  }
+  if (from == nullptr) {
+    *count = f.size();
+    return cudaSuccess;
+  }
+  size_t want = *count;
+  (void)ListNodes(f, from, edges, count);
+  return ListNodes(t, to, nullptr, &want);
+}
+
+PHOS_EXPORT cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t* from,
+                                                    const cudaGraphNode_t* to, const cudaGraphEdgeData* edges,
+                                                    size_t n) {
+  if (edges != nullptr) return SetError(cudaErrorNotSupported);  // edge data (programmatic dependent launch)
+  if (n > 0 && (from == nullptr || to == nullptr)) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  for (size_t i = 0; i < n; ++i) {  // every edge must exist before any goes
+    if (!IsNodeOf(graph, from[i]) || !IsNodeOf(graph, to[i])) return SetError(cudaErrorInvalidValue);
+    auto& d = to[i]->deps;
+    if (std::find(d.begin(), d.end(), from[i]) == d.end()) return SetError(cudaErrorInvalidValue);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    auto& d = to[i]->deps;
+    d.erase(std::find(d.begin(), d.end(), from[i]));
+  }
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (node == nullptr || !IsLiveGraph(s, node->graph) || !IsNodeOf(node->graph, node)) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  Graph* g = node->graph;
+  for (const auto& n : g->nodes) {  // its edges go with it
+    auto& d = n->deps;
+    d.erase(std::remove(d.begin(), d.end(), node), d.end());
+  }
+  if (node->child) {
+    ForgetChildren(s, *node->child);
+    s.children.erase(node->child.get());
+  }
+  g->nodes.erase(std::find_if(g->nodes.begin(), g->nodes.end(), [&](const auto& n) { return n.get() == node; }));
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphNodeFindInClone(cudaGraphNode_t* out, cudaGraphNode_t original, cudaGraph_t clone) {
+  if (out == nullptr || original == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, clone)) return SetError(cudaErrorInvalidValue);
+  for (const auto& n : clone->nodes) {
+    if (n->cloned_from == original) {
+      *out = n.get();
+      return cudaSuccess;
+    }
+  }
+  return SetError(cudaErrorInvalidValue);
+}
+
+PHOS_EXPORT cudaError_t cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t node, cudaGraph_t* graph) {
+  if (graph == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeGraph)) return SetError(cudaErrorInvalidValue);
+  *graph = node->child.get();  // owned by the node (CUDA's rule too)
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphHostNodeGetParams(cudaGraphNode_t node, cudaHostNodeParams* p) {
+  if (p == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeHost) || node->host.fn == nullptr) return SetError(cudaErrorInvalidValue);
+  *p = node->host;
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphHostNodeSetParams(cudaGraphNode_t node, const cudaHostNodeParams* p) {
+  if (p == nullptr || p->fn == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeHost)) return SetError(cudaErrorInvalidValue);
+  node->host = *p;
+  node->op = HostOp(p->fn, p->userData);
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, cudaMemsetParams* p) {
+  if (p == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeMemset) || node->memset.dst == nullptr) {
+    return SetError(cudaErrorInvalidValue);  // a captured memset keeps no parameters
+  }
+  *p = node->memset;
+  return cudaSuccess;
+}
+
+static bool ValidMemset(const cudaMemsetParams* p) {
+  return p != nullptr && p->dst != nullptr && (p->elementSize == 1 || p->elementSize == 2 || p->elementSize == 4) &&
+         (p->height <= 1 || p->pitch >= p->width * p->elementSize);
+}
+
+PHOS_EXPORT cudaError_t cudaGraphMemsetNodeSetParams(cudaGraphNode_t node, const cudaMemsetParams* p) {
+  if (!ValidMemset(p)) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeMemset)) return SetError(cudaErrorInvalidValue);
+  node->memset = *p;
+  node->op = MemsetOp(*p);
+  return cudaSuccess;
+}
+
+static cudaError_t NodeEvent(cudaGraphNode_t node, cudaGraphNodeType type, cudaEvent_t* out) {
+  if (out == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, type) || node->event == nullptr) return SetError(cudaErrorInvalidValue);
+  *out = node->event;
+  return cudaSuccess;
+}
+static cudaError_t SetNodeEvent(cudaGraphNode_t node, cudaGraphNodeType type, cudaEvent_t e) {
+  if (e == nullptr) return SetError(cudaErrorInvalidResourceHandle);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, type)) return SetError(cudaErrorInvalidValue);
+  node->event = e;
+  node->op = type == cudaGraphNodeTypeEventRecord ? EventRecordOp(e) : EventWaitOp(e);
+  return cudaSuccess;
+}
+PHOS_EXPORT cudaError_t cudaGraphEventRecordNodeGetEvent(cudaGraphNode_t node, cudaEvent_t* e) {
+  return NodeEvent(node, cudaGraphNodeTypeEventRecord, e);
+}
+PHOS_EXPORT cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, cudaEvent_t e) {
+  return SetNodeEvent(node, cudaGraphNodeTypeEventRecord, e);
+}
+PHOS_EXPORT cudaError_t cudaGraphEventWaitNodeGetEvent(cudaGraphNode_t node, cudaEvent_t* e) {
+  return NodeEvent(node, cudaGraphNodeTypeWaitEvent, e);
+}
+PHOS_EXPORT cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t e) {
+  return SetNodeEvent(node, cudaGraphNodeTypeWaitEvent, e);
+}
+
+// ---------------------------------------------------------------- executable-graph parameters
+
+static cudaError_t SetExecStep(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraphNodeType type, StreamOp op) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.execs.count(exec) || node == nullptr) return SetError(cudaErrorInvalidValue);
+  return ReplaceStepOp(exec, node, type, op) ? cudaSuccess : SetError(cudaErrorInvalidValue);
+}
+PHOS_EXPORT cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                       const cudaHostNodeParams* p) {
+  if (p == nullptr || p->fn == nullptr) return SetError(cudaErrorInvalidValue);
+  return SetExecStep(exec, node, cudaGraphNodeTypeHost, HostOp(p->fn, p->userData));
+}
+PHOS_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                         const cudaMemsetParams* p) {
+  if (!ValidMemset(p)) return SetError(cudaErrorInvalidValue);
+  return SetExecStep(exec, node, cudaGraphNodeTypeMemset, MemsetOp(*p));
+}
+PHOS_EXPORT cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                             cudaEvent_t e) {
+  if (e == nullptr) return SetError(cudaErrorInvalidResourceHandle);
+  return SetExecStep(exec, node, cudaGraphNodeTypeEventRecord, EventRecordOp(e));
+}
+PHOS_EXPORT cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                           cudaEvent_t e) {
+  if (e == nullptr) return SetError(cudaErrorInvalidResourceHandle);
+  return SetExecStep(exec, node, cudaGraphNodeTypeWaitEvent, EventWaitOp(e));
+}
+
+// Kernel, memset and memcpy nodes can be disabled (CUDA's rule): the node
+// then does nothing until enabled again.
+PHOS_EXPORT cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t exec, cudaGraphNode_t node, unsigned int enabled) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.execs.count(exec) || node == nullptr) return SetError(cudaErrorInvalidValue);
+  auto steps = std::make_shared<std::vector<Exec::Step>>(*exec->steps);
+  bool found = false;
+  for (Exec::Step& step : *steps) {
+    if (step.node != node) continue;
+    if (step.type != cudaGraphNodeTypeKernel && step.type != cudaGraphNodeTypeMemset &&
+        step.type != cudaGraphNodeTypeMemcpy) {
+      return SetError(cudaErrorInvalidValue);
+    }
+    step.enabled = enabled != 0;
+    found = true;
+  }
+  if (!found) return SetError(cudaErrorInvalidValue);
+  exec->steps = std::move(steps);
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t exec, cudaGraphNode_t node, unsigned int* enabled) {
+  if (enabled == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.execs.count(exec)) return SetError(cudaErrorInvalidValue);
+  for (const Exec::Step& step : *exec->steps) {
+    if (step.node == node) {
+      *enabled = step.enabled ? 1 : 0;
+      return cudaSuccess;
+    }
+  }
+  return SetError(cudaErrorInvalidValue);
+}
+
+PHOS_EXPORT cudaError_t cudaGraphExecGetFlags(cudaGraphExec_t exec, unsigned long long* flags) {
+  if (flags == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.execs.count(exec)) return SetError(cudaErrorInvalidValue);
+  *flags = exec->flags;
+  return cudaSuccess;
+}
+
+// A Graphviz description of the graph: one box per node (its type), one
+// arrow per edge. The flags choose detail CUDA can add; phos writes the
+// same outline for every value.
+PHOS_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char* path, unsigned int /*flags*/) {
+  if (path == nullptr) return SetError(cudaErrorInvalidValue);
+  std::string dot = "digraph phos_graph {\n  node [shape=box];\n";
+  {
+    Graphs& s = G();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+    static const char* const kNames[] = {"kernel", "memcpy", "memset", "host", "graph", "empty", "wait event",
+                                         "record event"};
+    std::map<const Node*, size_t> index;
+    for (size_t i = 0; i < graph->nodes.size(); ++i) {
+      const Node& n = *graph->nodes[i];
+      index[&n] = i;
+      const int t = static_cast<int>(n.type);
+      dot += "  n" + std::to_string(i) + " [label=\"" + std::to_string(i) + ": " +
+             (t >= 0 && t < 8 ? kNames[t] : "node") + "\"];\n";
+    }
+    for (size_t i = 0; i < graph->nodes.size(); ++i) {
+      for (const Node* d : graph->nodes[i]->deps) {
+        dot += "  n" + std::to_string(index[d]) + " -> n" + std::to_string(i) + ";\n";
+      }
+    }
+  }
+  dot += "}\n";
+  std::FILE* f = std::fopen(path, "w");
+  if (f == nullptr) return SetError(cudaErrorOperatingSystem);
+  const bool ok = std::fwrite(dot.data(), 1, dot.size(), f) == dot.size();
+  return std::fclose(f) == 0 && ok ? cudaSuccess : SetError(cudaErrorOperatingSystem);
 }

@@ -184,6 +184,49 @@ int StreamOrderedAllocation(CUdevice dev) {
   return 0;
 }
 
+// The driver's stream capture and graph launch: a memset and a copy
+// captured, instantiated and launched twice.
+int Graphs() {
+  const size_t n = 4096;
+  CUstream s = nullptr;
+  CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a = 0, b = 0;
+  CHECK(cuMemAlloc(&a, n * 4));
+  CHECK(cuMemAlloc(&b, n * 4));
+  const unsigned v = static_cast<unsigned>(g_rng());
+  CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CHECK(cuStreamIsCapturing(s, &st));
+  EXPECT(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CHECK(cuMemsetD32Async(a, v, n, s));
+  CHECK(cuMemcpyDtoDAsync(b, a, n * 4, s));
+  CUgraph graph = nullptr;
+  CHECK(cuStreamEndCapture(s, &graph));
+  CUgraphNode nodes[4] = {};
+  size_t count = 4;
+  CHECK(cuGraphGetNodes(graph, nodes, &count));
+  EXPECT(count == 2);
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  CHECK(cuGraphNodeGetType(nodes[0], &type));
+  EXPECT(type == CU_GRAPH_NODE_TYPE_MEMSET);
+  CUgraphExec exec = nullptr;
+  CHECK(cuGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 2; ++launch) {
+    CHECK(cuMemsetD32(b, 0, n));
+    CHECK(cuGraphLaunch(exec, s));
+    CHECK(cuStreamSynchronize(s));
+    std::vector<unsigned> got(n);
+    CHECK(cuMemcpyDtoH(got.data(), b, n * 4));
+    for (unsigned x : got) EXPECT(x == v);
+  }
+  CHECK(cuGraphExecDestroy(exec));
+  CHECK(cuGraphDestroy(graph));
+  CHECK(cuMemFree(a));
+  CHECK(cuMemFree(b));
+  CHECK(cuStreamDestroy(s));
+  return 0;
+}
+
 // cuLaunchHostFunc / cuStreamAddCallback: in stream order, with the
 // results of the copy before them.
 struct DriverHostFn {
@@ -813,6 +856,7 @@ int main(int argc, char** argv) {
   RUN(Memsets());
   RUN(StreamOrderedAllocation(dev));
   RUN(HostFunctions());
+  RUN(Graphs());
   void* pinned = nullptr;
   CHECK(cuMemAllocHost(&pinned, 1 << 16));
   std::memset(pinned, 0x5a, 1 << 16);

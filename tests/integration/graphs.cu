@@ -268,6 +268,68 @@ int ExplicitGraph() {
   cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
   CHECK(cudaGraphNodeGetType(child_node, &type));
   EXPECT(type == cudaGraphNodeTypeGraph);
+  // Queries: dependencies both ways, edges, parameters, the child graph.
+  cudaGraphNode_t got[4] = {};
+  size_t ng = 4;
+  CHECK(cudaGraphNodeGetDependencies(k2, got, nullptr, &ng));
+  EXPECT(ng == 2 && ((got[0] == memset_node && got[1] == k1) || (got[0] == k1 && got[1] == memset_node)));
+  ng = 4;
+  CHECK(cudaGraphNodeGetDependentNodes(k1, got, nullptr, &ng));
+  EXPECT(ng == 1 && got[0] == k2);
+  size_t edges = 0;
+  CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edges));
+  EXPECT(edges == 8);
+  cudaHostNodeParams hp_back{};
+  CHECK(cudaGraphHostNodeGetParams(hostn, &hp_back));
+  EXPECT(hp_back.fn == hp.fn && hp_back.userData == &host);
+  cudaMemsetParams mp_back{};
+  CHECK(cudaGraphMemsetNodeGetParams(memset_node, &mp_back));
+  EXPECT(mp_back.dst == acc && mp_back.width == static_cast<size_t>(kN) && mp_back.elementSize == 4);
+  cudaEvent_t ev_back = nullptr;
+  CHECK(cudaGraphEventRecordNodeGetEvent(rec, &ev_back));
+  EXPECT(ev_back == ev);
+  cudaGraph_t inner = nullptr;
+  CHECK(cudaGraphChildGraphNodeGetGraph(child_node, &inner));
+  size_t inner_nodes = 0;
+  CHECK(cudaGraphGetNodes(inner, nullptr, &inner_nodes));
+  EXPECT(inner_nodes == 1);
+  cudaGraph_t copy_of = nullptr;
+  CHECK(cudaGraphClone(&copy_of, graph));
+  cudaGraphNode_t k1_in_clone = nullptr;
+  CHECK(cudaGraphNodeFindInClone(&k1_in_clone, k1, copy_of));
+  CHECK(cudaGraphNodeGetType(k1_in_clone, &type));
+  EXPECT(k1_in_clone != k1 && type == cudaGraphNodeTypeKernel);
+  CHECK(cudaGraphDestroy(copy_of));
+  const char* dot_path = "/tmp/phos-graphs-test.dot";
+  CHECK(cudaGraphDebugDotPrint(graph, dot_path, 0));
+  {
+    std::FILE* f = std::fopen(dot_path, "r");
+    EXPECT(f != nullptr);
+    char text[4096] = {};
+    const size_t got_bytes = std::fread(text, 1, sizeof text - 1, f);
+    std::fclose(f);
+    std::remove(dot_path);
+    EXPECT(got_bytes > 0 && std::strstr(text, "digraph") != nullptr && std::strstr(text, "->") != nullptr);
+  }
+  // Edges removed, a node destroyed (in a graph of their own).
+  {
+    cudaGraph_t small = nullptr;
+    CHECK(cudaGraphCreate(&small, 0));
+    cudaGraphNode_t first, second;
+    CHECK(cudaGraphAddEmptyNode(&first, small, nullptr, 0));
+    CHECK(cudaGraphAddEmptyNode(&second, small, &first, 1));
+    CHECK(cudaGraphRemoveDependencies(small, &first, &second, nullptr, 1));
+    size_t small_edges = 9;
+    CHECK(cudaGraphGetEdges(small, nullptr, nullptr, nullptr, &small_edges));
+    EXPECT(small_edges == 0);
+    EXPECT_ERR(cudaGraphRemoveDependencies(small, &first, &second, nullptr, 1), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    CHECK(cudaGraphDestroyNode(second));
+    size_t small_nodes = 0;
+    CHECK(cudaGraphGetNodes(small, nullptr, &small_nodes));
+    EXPECT(small_nodes == 1);
+    CHECK(cudaGraphDestroy(small));
+  }
 
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -325,6 +387,25 @@ int ExplicitGraph() {
   CHECK(cudaStreamSynchronize(cap));
   for (int i = 0; i < kN; ++i) EXPECT(out[i] == as[i] * 2 + 1 + as[i]);
   EXPECT(host.calls == 4);
+
+  // A disabled memcpy node does nothing until enabled again.
+  unsigned long long exec_flags = 1;
+  CHECK(cudaGraphExecGetFlags(exec, &exec_flags));
+  EXPECT(exec_flags == 0);
+  CHECK(cudaGraphNodeSetEnabled(exec, copy, 0));
+  unsigned int on = 1;
+  CHECK(cudaGraphNodeGetEnabled(exec, copy, &on));
+  EXPECT(on == 0);
+  std::fill(out.begin(), out.end(), -1);
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == -1);
+  EXPECT(host.calls == 5);
+  CHECK(cudaGraphNodeSetEnabled(exec, copy, 1));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == as[i] * 2 + 1 + as[i]);
+  EXPECT(host.calls == 6);
 
   CHECK(cudaGraphExecDestroy(outer_exec));
   CHECK(cudaGraphDestroy(outer));
