@@ -7,6 +7,8 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 #include "interposer/client/client_internal.h"
 #include "interposer/client/driver_internal.h"
 #include "interposer/client/graphs.h"
@@ -134,13 +136,14 @@ PHOS_EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type)
 PHOS_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
   return InContext([&] { return cudaGraphInstantiateWithFlags(exec, graph, flags); });
 }
+static_assert(sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) == sizeof(cudaGraphInstantiateParams) &&
+                  offsetof(CUDA_GRAPH_INSTANTIATE_PARAMS, result_out) == offsetof(cudaGraphInstantiateParams, result_out),
+              "the driver's and the runtime's instantiate parameters no longer share a layout");
 PHOS_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
-  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUresult r = InContext([&] { return cudaGraphInstantiateWithFlags(exec, graph, p->flags); });
-  p->hErrNode_out = nullptr;
-  p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
-  return r;
+  return InContext([&] {
+    return cudaGraphInstantiateWithParams(exec, graph, reinterpret_cast<cudaGraphInstantiateParams*>(p));
+  });
 }
 PHOS_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
                                                        CUDA_GRAPH_INSTANTIATE_PARAMS* p) {

@@ -194,8 +194,11 @@ void EndCaptureLocked(Graphs& s, const std::shared_ptr<Capture>& c) {
   g_active_captures.fetch_sub(1, std::memory_order_relaxed);
 }
 
+// Adds a node of `type` replaying `op` after `deps`; `init` (may be empty)
+// fills the node's parameter fields, under the lock like the rest.
 cudaError_t AddNodeChecked(cudaGraphNode_t* out, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t ndeps,
-                           cudaGraphNodeType type, StreamOp op, std::unique_ptr<Graph> child = nullptr) {
+                           cudaGraphNodeType type, StreamOp op, std::unique_ptr<Graph> child = nullptr,
+                           const std::function<void(Node*)>& init = nullptr) {
   if (out == nullptr || (ndeps > 0 && deps == nullptr)) return SetError(cudaErrorInvalidValue);
   Graphs& s = G();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -206,6 +209,7 @@ cudaError_t AddNodeChecked(cudaGraphNode_t* out, cudaGraph_t graph, const cudaGr
     d.push_back(deps[i]);
   }
   Node* n = AddNode(graph, type, d, std::move(op));
+  if (init) init(n);
   n->child = std::move(child);
   if (n->child) {
     std::vector<const Graph*> todo{n->child.get()};  // the child and the children inside it
@@ -628,9 +632,8 @@ PHOS_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t* node, cudaGraph_
       (p->height > 1 && p->pitch < p->width * p->elementSize)) {
     return SetError(cudaErrorInvalidValue);
   }
-  cudaError_t e = AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemset, MemsetOp(*p));
-  if (e == cudaSuccess) (*node)->memset = *p;
-  return e;
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemset, MemsetOp(*p), nullptr,
+                        [p](Node* n) { n->memset = *p; });
 }
 
 PHOS_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph,
@@ -645,25 +648,23 @@ PHOS_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGrap
 PHOS_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
                                              size_t ndeps, const cudaHostNodeParams* p) {
   if (p == nullptr || p->fn == nullptr) return SetError(cudaErrorInvalidValue);
-  cudaError_t e = AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeHost, HostOp(p->fn, p->userData));
-  if (e == cudaSuccess) (*node)->host = *p;
-  return e;
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeHost, HostOp(p->fn, p->userData), nullptr,
+                        [p](Node* n) { n->host = *p; });
 }
 
+static cudaError_t AddEventNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t ndeps,
+                                cudaEvent_t e, cudaGraphNodeType type) {
+  if (e == nullptr) return SetError(cudaErrorInvalidResourceHandle);
+  StreamOp op = type == cudaGraphNodeTypeEventRecord ? EventRecordOp(e) : EventWaitOp(e);
+  return AddNodeChecked(node, graph, deps, ndeps, type, std::move(op), nullptr, [e](Node* n) { n->event = e; });
+}
 PHOS_EXPORT cudaError_t cudaGraphAddEventRecordNode(cudaGraphNode_t* node, cudaGraph_t graph,
                                                     const cudaGraphNode_t* deps, size_t ndeps, cudaEvent_t e) {
-  if (e == nullptr) return SetError(cudaErrorInvalidResourceHandle);
-  cudaError_t r = AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeEventRecord, EventRecordOp(e));
-  if (r == cudaSuccess) (*node)->event = e;
-  return r;
+  return AddEventNode(node, graph, deps, ndeps, e, cudaGraphNodeTypeEventRecord);
 }
-
 PHOS_EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t* node, cudaGraph_t graph,
                                                   const cudaGraphNode_t* deps, size_t ndeps, cudaEvent_t e) {
-  if (e == nullptr) return SetError(cudaErrorInvalidResourceHandle);
-  cudaError_t r = AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeWaitEvent, EventWaitOp(e));
-  if (r == cudaSuccess) (*node)->event = e;
-  return r;
+  return AddEventNode(node, graph, deps, ndeps, e, cudaGraphNodeTypeWaitEvent);
 }
 
 PHOS_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
