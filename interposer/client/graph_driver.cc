@@ -49,6 +49,24 @@ PHOS_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mod
 PHOS_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
   return InContext([&] { return cudaStreamBeginCapture_ptsz(Stream(s), static_cast<cudaStreamCaptureMode>(mode)); });
 }
+extern "C" cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t, cudaGraph_t, const cudaGraphNode_t*,
+                                                          const cudaGraphEdgeData*, size_t, cudaStreamCaptureMode);
+PHOS_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph graph, const CUgraphNode* deps,
+                                                 const CUgraphEdgeData* edges, size_t n, CUstreamCaptureMode mode) {
+  return InContext([&] {
+    return cudaStreamBeginCaptureToGraph(Stream(s), graph, deps, reinterpret_cast<const cudaGraphEdgeData*>(edges), n,
+                                         static_cast<cudaStreamCaptureMode>(mode));
+  });
+}
+PHOS_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph graph, const CUgraphNode* deps,
+                                                      const CUgraphEdgeData* edges, size_t n,
+                                                      CUstreamCaptureMode mode) {
+  return InContext([&] {
+    return cudaStreamBeginCaptureToGraph_ptsz(Stream(s), graph, deps,
+                                              reinterpret_cast<const cudaGraphEdgeData*>(edges), n,
+                                              static_cast<cudaStreamCaptureMode>(mode));
+  });
+}
 PHOS_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
   return InContext([&] { return cudaStreamEndCapture(Stream(s), graph); });
 }

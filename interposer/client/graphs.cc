@@ -69,7 +69,9 @@ using Exec = CUgraphExec_st;
 // it, the nodes the stream's next operation depends on.
 struct Capture {
   unsigned long long id = 0;
-  std::unique_ptr<Graph> graph;
+  std::unique_ptr<Graph> graph;  // the graph it builds, or
+  Graph* into = nullptr;         // the app's graph it adds to (cudaStreamBeginCaptureToGraph)
+  Graph* target() { return into != nullptr ? into : graph.get(); }
   uint32_t origin = 0;  // the stream cudaStreamBeginCapture named
   cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
   bool invalidated = false;
@@ -368,7 +370,9 @@ cudaError_t Launch(cudaGraphExec_t exec, cudaStream_t stream, DefaultStream zero
   return LaunchExec(exec, id);
 }
 
-cudaError_t BeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode, DefaultStream zero) {
+// `into` (may be null): capture into that graph of the app, after `deps`.
+cudaError_t BeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode, DefaultStream zero, cudaGraph_t into = nullptr,
+                         const cudaGraphNode_t* deps = nullptr, size_t ndeps = 0) {
   if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
       mode != cudaStreamCaptureModeRelaxed) {
@@ -384,10 +388,19 @@ cudaError_t BeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode, Defaul
   if (s.by_stream.count(id)) return SetError(cudaErrorIllegalState);
   auto c = std::make_shared<Capture>();
   c->id = s.next_capture_id++;
-  c->graph = std::make_unique<Graph>();
+  c->frontier[id] = {};
+  if (into != nullptr) {
+    if (!IsLiveGraph(s, into) || (ndeps > 0 && deps == nullptr)) return SetError(cudaErrorInvalidValue);
+    for (size_t i = 0; i < ndeps; ++i) {
+      if (!IsNodeOf(into, deps[i])) return SetError(cudaErrorInvalidValue);
+      c->frontier[id].push_back(deps[i]);
+    }
+    c->into = into;
+  } else {
+    c->graph = std::make_unique<Graph>();
+  }
   c->origin = id;
   c->mode = mode;
-  c->frontier[id] = {};
   s.by_stream[id] = c;
   g_active_captures.fetch_add(1, std::memory_order_relaxed);
   return cudaSuccess;
@@ -406,6 +419,10 @@ cudaError_t EndCapture(cudaStream_t stream, cudaGraph_t* out, DefaultStream zero
   EndCaptureLocked(s, c);
   *out = nullptr;
   if (c->invalidated) return SetError(cudaErrorStreamCaptureInvalidated);
+  if (c->into != nullptr) {  // the app's graph, with the captured nodes added
+    *out = c->into;
+    return cudaSuccess;
+  }
   Graph* g = c->graph.release();
   s.graphs.insert(g);
   *out = g;
@@ -427,7 +444,7 @@ bool CaptureOp(uint32_t stream_id, cudaGraphNodeType type, StreamOp op, cudaErro
     return true;
   }
   std::vector<Node*>& f = c.frontier[stream_id];
-  Node* n = AddNode(c.graph.get(), type, f, std::move(op));
+  Node* n = AddNode(c.target(), type, f, std::move(op));
   f.assign(1, n);
   *result = cudaSuccess;
   return true;
@@ -500,7 +517,7 @@ cudaStreamCaptureStatus CaptureStatusOf(uint32_t stream_id, unsigned long long* 
   if (it == s.by_stream.end()) return cudaStreamCaptureStatusNone;
   Capture& c = *it->second;
   if (id) *id = c.id;
-  if (graph) *graph = c.graph.get();
+  if (graph) *graph = c.target();
   const std::vector<Node*>& f = c.frontier[stream_id];
   if (deps) *deps = f.empty() ? nullptr : const_cast<const cudaGraphNode_t*>(f.data());
   if (num_deps) *num_deps = f.size();
@@ -520,7 +537,7 @@ cudaError_t UpdateCaptureDependencies(uint32_t stream_id, const cudaGraphNode_t*
   std::vector<Node*>& f = c.frontier[stream_id];
   if (flags == cudaStreamSetCaptureDependencies) f.clear();
   for (size_t i = 0; i < n; ++i) {
-    if (!IsNodeOf(c.graph.get(), deps[i])) return SetError(cudaErrorInvalidValue);
+    if (!IsNodeOf(c.target(), deps[i])) return SetError(cudaErrorInvalidValue);
     if (std::find(f.begin(), f.end(), deps[i]) == f.end()) f.push_back(deps[i]);
   }
   return cudaSuccess;
@@ -537,6 +554,21 @@ PHOS_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCa
 }
 PHOS_EXPORT cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, cudaStreamCaptureMode mode) {
   return BeginCapture(stream, mode, DefaultStream::kPerThread);
+}
+PHOS_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                                      const cudaGraphNode_t* deps, const cudaGraphEdgeData* edges,
+                                                      size_t ndeps, cudaStreamCaptureMode mode) {
+  if (edges != nullptr) return SetError(cudaErrorNotSupported);  // edge data (programmatic dependent launch)
+  if (graph == nullptr) return SetError(cudaErrorInvalidValue);
+  return BeginCapture(stream, mode, DefaultStream::kLegacy, graph, deps, ndeps);
+}
+PHOS_EXPORT cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t stream, cudaGraph_t graph,
+                                                           const cudaGraphNode_t* deps,
+                                                           const cudaGraphEdgeData* edges, size_t ndeps,
+                                                           cudaStreamCaptureMode mode) {
+  if (edges != nullptr) return SetError(cudaErrorNotSupported);
+  if (graph == nullptr) return SetError(cudaErrorInvalidValue);
+  return BeginCapture(stream, mode, DefaultStream::kPerThread, graph, deps, ndeps);
 }
 PHOS_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   return EndCapture(stream, graph, DefaultStream::kLegacy);

@@ -388,6 +388,40 @@ int ExplicitGraph() {
   for (int i = 0; i < kN; ++i) EXPECT(out[i] == as[i] * 2 + 1 + as[i]);
   EXPECT(host.calls == 4);
 
+  // Capture into an existing graph, after one of its nodes.
+  {
+    cudaGraph_t target = nullptr;
+    CHECK(cudaGraphCreate(&target, 0));
+    cudaGraphNode_t first;
+    cudaMemsetParams zero{};
+    zero.dst = acc;
+    zero.value = 0;
+    zero.elementSize = 4;
+    zero.width = kN;
+    zero.height = 1;
+    CHECK(cudaGraphAddMemsetNode(&first, target, nullptr, 0, &zero));
+    cudaStream_t cs;
+    CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    CHECK(cudaStreamBeginCaptureToGraph(cs, target, &first, nullptr, 1, cudaStreamCaptureModeGlobal));
+    add_arrays<<<kBlocks, 256, 0, cs>>>(acc, a, acc, kN);  // acc = 0 + a
+    cudaGraph_t same = nullptr;
+    CHECK(cudaStreamEndCapture(cs, &same));
+    EXPECT(same == target);
+    size_t tn = 0;
+    CHECK(cudaGraphGetNodes(target, nullptr, &tn));
+    EXPECT(tn == 2);
+    cudaGraphExec_t te = nullptr;
+    CHECK(cudaGraphInstantiate(&te, target, 0));
+    CHECK(cudaGraphLaunch(te, cs));
+    std::vector<int> accs(kN);
+    CHECK(cudaMemcpyAsync(accs.data(), acc, kN * sizeof(int), cudaMemcpyDeviceToHost, cs));
+    CHECK(cudaStreamSynchronize(cs));
+    for (int i = 0; i < kN; ++i) EXPECT(accs[i] == as[i]);
+    CHECK(cudaGraphExecDestroy(te));
+    CHECK(cudaGraphDestroy(target));
+    CHECK(cudaStreamDestroy(cs));
+  }
+
   // A disabled memcpy node does nothing until enabled again.
   unsigned long long exec_flags = 1;
   CHECK(cudaGraphExecGetFlags(exec, &exec_flags));
