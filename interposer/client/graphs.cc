@@ -458,8 +458,7 @@ bool RefuseInCapture(uint32_t stream_id, const char* what, cudaError_t* result) 
   if (it == s.by_stream.end()) return false;
   if (!it->second->invalidated) {
     it->second->invalidated = true;
-    std::fprintf(stderr, "phos: %s on a stream being captured is not supported; the capture is invalidated\n",
-                 what);
+    std::fprintf(stderr, "phos: %s on a stream being captured: the capture is invalidated\n", what);
   }
   *result = cudaErrorStreamCaptureUnsupported;
   return true;

@@ -106,6 +106,10 @@ void NoteRefused(const char* what) {
   }
 }
 
+// What a stream-ordered allocation or free inside a capture is told.
+constexpr const char* kInCapture =
+    "stream-ordered allocation (CUDA records a graph memory node; phos offers none)";
+
 cudaError_t CheckDevice(int device) {
   int n = 0;
   if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) return e;
@@ -124,7 +128,7 @@ cudaError_t AllocateFrom(void** out, size_t size, Pool* pool, const void* stream
   uint32_t id = 0;
   if (cudaError_t e = CheckStream(stream, zero, &id); e != cudaSuccess) return SetError(e);
   // CUDA makes a graph allocation node of it; phos does not.
-  if (cudaError_t refused; RefuseInCapture(id, "stream-ordered allocation", &refused)) return SetError(refused);
+  if (cudaError_t refused; RefuseInCapture(id, kInCapture, &refused)) return SetError(refused);
   PoolRegistry& r = Pools();
   {
     std::lock_guard<std::mutex> lock(r.mu);
@@ -157,7 +161,7 @@ cudaError_t FreeOnStream(void* ptr, const void* stream, DefaultStream zero) {
   if (cudaError_t e = StickyError(); e != cudaSuccess) return SetError(e);
   uint32_t id = 0;
   if (cudaError_t e = CheckStream(stream, zero, &id); e != cudaSuccess) return SetError(e);
-  if (cudaError_t refused; RefuseInCapture(id, "a stream-ordered free", &refused)) return SetError(refused);
+  if (cudaError_t refused; RefuseInCapture(id, kInCapture, &refused)) return SetError(refused);
   if (ptr == nullptr) return cudaSuccess;
   uintptr_t base = 0;
   size_t bytes = 0;
