@@ -229,8 +229,25 @@ cudaError_t AddNodeChecked(cudaGraphNode_t* out, cudaGraph_t graph, const cudaGr
 }
 
 // Caller holds mu. `node` of a live graph with type `type`.
+// Caller holds mu. Whether `node` is a node of a graph the app may name
+// (its own graphs, their children, graphs being captured), found by
+// address: a destroyed or made-up handle is refused, never read.
+bool IsLiveNode(const Graphs& s, const Node* node) {
+  if (node == nullptr) return false;
+  for (const Graph* g : s.graphs) {
+    if (IsNodeOf(g, node)) return true;
+  }
+  for (const Graph* g : s.children) {
+    if (IsNodeOf(g, node)) return true;
+  }
+  for (const auto& [stream, c] : s.by_stream) {
+    if (IsNodeOf(c->target(), node)) return true;
+  }
+  return false;
+}
+
 bool IsNodeOfType(const Graphs& s, const Node* node, cudaGraphNodeType type) {
-  return node != nullptr && IsLiveGraph(s, node->graph) && IsNodeOf(node->graph, node) && node->type == type;
+  return IsLiveNode(s, node) && IsLiveGraph(s, node->graph) && node->type == type;
 }
 
 // Fills a (possibly null) node array the CUDA way: null -> the count only;
@@ -652,7 +669,7 @@ PHOS_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const
   if (e != cudaSuccess) return SetError(e);
   Graphs& s = G();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (!IsLiveGraph(s, node->graph) || node->type != cudaGraphNodeTypeKernel) return SetError(cudaErrorInvalidValue);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeKernel)) return SetError(cudaErrorInvalidValue);
   node->op = std::move(op);
   return cudaSuccess;
 }
@@ -761,6 +778,7 @@ PHOS_EXPORT cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNode
   if (node == nullptr || type == nullptr) return SetError(cudaErrorInvalidValue);
   Graphs& s = G();
   std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveNode(s, node)) return SetError(cudaErrorInvalidValue);
   *type = node->type;
   return cudaSuccess;
 }
@@ -885,7 +903,7 @@ PHOS_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaG
                                                      cudaGraphEdgeData* edges, size_t* count) {
   Graphs& s = G();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (node == nullptr || !IsLiveGraph(s, node->graph) || !IsNodeOf(node->graph, node)) {
+  if (!IsLiveNode(s, node) || !IsLiveGraph(s, node->graph)) {
     return SetError(cudaErrorInvalidValue);
   }
   return ListNodes(node->deps, deps, edges, count);
@@ -895,7 +913,7 @@ PHOS_EXPORT cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cud
                                                        cudaGraphEdgeData* edges, size_t* count) {
   Graphs& s = G();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (node == nullptr || !IsLiveGraph(s, node->graph) || !IsNodeOf(node->graph, node)) {
+  if (!IsLiveNode(s, node) || !IsLiveGraph(s, node->graph)) {
     return SetError(cudaErrorInvalidValue);
   }
   std::vector<Node*> out;
@@ -950,7 +968,7 @@ PHOS_EXPORT cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cud
 PHOS_EXPORT cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node) {
   Graphs& s = G();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (node == nullptr || !IsLiveGraph(s, node->graph) || !IsNodeOf(node->graph, node)) {
+  if (!IsLiveNode(s, node) || !IsLiveGraph(s, node->graph)) {
     return SetError(cudaErrorInvalidValue);
   }
   Graph* g = node->graph;

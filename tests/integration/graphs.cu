@@ -8,6 +8,7 @@
 // capture.
 #define PHOS_PROGRAM_NAME "graphs"
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
@@ -325,6 +326,13 @@ int ExplicitGraph() {
     EXPECT_ERR(cudaGraphRemoveDependencies(small, &first, &second, nullptr, 1), cudaErrorInvalidValue);
     (void)cudaGetLastError();
     CHECK(cudaGraphDestroyNode(second));
+    // Under phos a destroyed node's handle is refused, never read (CUDA
+    // leaves it undefined).
+    if (dlsym(RTLD_DEFAULT, "phosGetHostCopyStats") != nullptr) {
+      cudaGraphNodeType gone = cudaGraphNodeTypeEmpty;
+      EXPECT_ERR(cudaGraphNodeGetType(second, &gone), cudaErrorInvalidValue);
+      (void)cudaGetLastError();
+    }
     size_t small_nodes = 0;
     CHECK(cudaGraphGetNodes(small, nullptr, &small_nodes));
     EXPECT(small_nodes == 1);
