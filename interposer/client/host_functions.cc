@@ -61,8 +61,7 @@ struct HostFunctions {
   std::mutex mu;
   std::condition_variable queued_cv;  // the thread waits here while nothing is queued
   std::vector<Word*> pages;           // pinned pages of gate words
-  std::vector<Word*> free_words;      // not in use, handed out from the front
-  size_t next_free = 0;
+  std::deque<Word*> free_words;       // not in use: taken from the front, given back at the end
   std::deque<Queued> queue;           // in launch order
   bool thread_started = false;
   Word* doorbell() const { return pages.front(); }
@@ -75,10 +74,6 @@ HostFunctions& Functions() {
 // Caller holds mu. A free gate word, from a new pinned page when none is
 // left (CUDA bounds queued host functions only by memory).
 cudaError_t TakeWord(HostFunctions& h, Word** out) {
-  if (h.next_free == h.free_words.size()) {
-    h.free_words.erase(h.free_words.begin(), h.free_words.begin() + static_cast<std::ptrdiff_t>(h.next_free));
-    h.next_free = 0;
-  }
   if (h.free_words.empty()) {
     void* page = nullptr;
     if (cudaError_t e = cudaMallocHost(&page, kPageBytes); e != cudaSuccess) return e;
@@ -88,7 +83,8 @@ cudaError_t TakeWord(HostFunctions& h, Word** out) {
     h.pages.push_back(words);
     for (size_t i = first; i < kWordsPerPage; ++i) h.free_words.push_back(&words[i]);
   }
-  *out = h.free_words[h.next_free++];
+  *out = h.free_words.front();
+  h.free_words.pop_front();
   return cudaSuccess;
 }
 
