@@ -57,6 +57,9 @@ struct Exec {
   uint64_t* r = nullptr;
   const Function* fn = nullptr;
   std::string error;
+  // The CUDA error a failure stands for when it is not a plain launch
+  // failure (710, cudaErrorAssert, for a device-side assert); 0 otherwise.
+  int api_error = 0;
   void Refresh() {
     const Frame& f = t->frames.back();
     r = t->regs.data() + f.reg_base;
@@ -117,6 +120,7 @@ Flow ExecNop(Exec&, const Op&);
 Flow ExecAtom(Exec&, const Op&);        // ops_atomic.cc
 Flow ExecBra(Exec&, const Op&);         // ops_control.cc
 Flow ExecCall(Exec&, const Op&);
+Flow ExecAssertFail(Exec&, const Op&);  // a call of __assertfail (ops_control.cc)
 Flow ExecRet(Exec&, const Op&);
 Flow ExecExit(Exec&, const Op&);
 Flow ExecTrap(Exec&, const Op&);

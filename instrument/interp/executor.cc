@@ -13,7 +13,7 @@ namespace phos::interp {
 namespace {
 
 // Steps one thread until it blocks, exits or fails.
-Flow RunThread(Block& b, Thread& t, std::string* error) {
+Flow RunThread(Block& b, Thread& t, std::string* error, int* api_error) {
   Exec x;
   x.b = &b;
   x.t = &t;
@@ -49,6 +49,7 @@ Flow RunThread(Block& b, Thread& t, std::string* error) {
       case Flow::kExit: t.state = Thread::kExited; return Flow::kExit;
       case Flow::kError:
         *error = b.prog->Where(static_cast<int>(func), pc) + ": " + x.error;
+        *api_error = x.api_error;
         return Flow::kError;
     }
   }
@@ -89,8 +90,10 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
   for (;;) {
     for (Thread& t : b.threads) {
       if (t.state != Thread::kRunnable) continue;
-      if (RunThread(b, t, &error) == Flow::kError) {
+      int api_error = 0;
+      if (RunThread(b, t, &error, &api_error) == Flow::kError) {
         result = Status::FailedPrecondition("ptx interp: " + ThreadName(b, t) + ": " + error);
+        if (api_error != 0) result = result.WithApiError(api_error);
         break;
       }
     }

@@ -1,6 +1,8 @@
 // Control flow: bra, call (with .param argument/return passing on a
 // per-thread frame stack, so recursion works), ret, exit, trap.
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "interp/exec.h"
 
@@ -57,6 +59,52 @@ Flow ExecCall(Exec& x, const Op& op) {
   }
   x.Refresh();
   return Flow::kJump;
+}
+
+namespace {
+// The value of call argument `i` of `op` (a call-site .param variable or a
+// register), `size` bytes at most.
+uint64_t CallArg(Exec& x, const Op& op, uint32_t i, size_t size) {
+  const Operand& a = x.fn->operands[op.first + op.shape[0] + i];
+  uint64_t v = 0;
+  if (a.kind == Operand::kImm) {
+    const Thread& t = *x.t;
+    const size_t at = t.frames.back().param_base + a.imm;
+    if (at + size <= t.params.size()) std::memcpy(&v, t.params.data() + at, std::min<size_t>(size, 8));
+  } else if (a.kind == Operand::kReg) {
+    v = x.r[a.reg];
+  }
+  return v;
+}
+
+// A NUL-terminated string at generic address `addr` (at most 256 bytes;
+// "?" where it cannot be read).
+std::string DeviceString(Exec& x, uint64_t addr) {
+  std::string s;
+  for (size_t i = 0; i < 256; ++i) {
+    const uint8_t* c = Resolve(x, ptx::Space::kNone, addr + i, 1, false);
+    if (c == nullptr) {
+      x.error.clear();  // an unreadable string is not the kernel's failure
+      return s.empty() ? "?" : s;
+    }
+    if (*c == 0) break;
+    s.push_back(static_cast<char>(*c));
+  }
+  return s;
+}
+}  // namespace
+
+// __assertfail(message, file, line, function, charSize): what a failed
+// assert() calls. The kernel fails with cudaErrorAssert (710, sticky, as on
+// a GPU); the message says what the device would print.
+Flow ExecAssertFail(Exec& x, const Op& op) {
+  const std::string message = op.shape[1] > 0 ? DeviceString(x, CallArg(x, op, 0, 8)) : "?";
+  const std::string file = op.shape[1] > 1 ? DeviceString(x, CallArg(x, op, 1, 8)) : "?";
+  const uint64_t line = op.shape[1] > 2 ? (CallArg(x, op, 2, 4) & 0xffffffffu) : 0;
+  const std::string function = op.shape[1] > 3 ? DeviceString(x, CallArg(x, op, 3, 8)) : "?";
+  x.api_error = 710;  // cudaErrorAssert / CUDA_ERROR_ASSERT
+  return Fail(x, "device-side assert triggered: " + file + ":" + std::to_string(line) + ": " + function +
+                     ": Assertion `" + message + "` failed.");
 }
 
 Flow ExecRet(Exec& x, const Op&) {

@@ -527,11 +527,20 @@ class ProgramBuilder {
       return;
     }
     if (!fns_[it->second]->has_body) {
-      *why = "call to external function " + callee->name + " (no body in this module)";
-      return;
+      // CUDA's device-side assert: the kernel fails with cudaErrorAssert
+      // (ExecAssertFail) — the one external function the interpreter runs.
+      if (callee->name == "__assertfail") {
+        op->fn = &ExecAssertFail;
+      } else {
+        *why = "call to external function " + callee->name + " (no body in this module)";
+        return;
+      }
     }
     op->target = static_cast<uint32_t>(it->second);
-    if (std::find(f->callees.begin(), f->callees.end(), op->target) == f->callees.end()) f->callees.push_back(op->target);
+    if (op->fn != &ExecAssertFail &&
+        std::find(f->callees.begin(), f->callees.end(), op->target) == f->callees.end()) {
+      f->callees.push_back(op->target);
+    }
     op->nshape = 2;
     op->shape[0] = static_cast<uint8_t>(rets ? rets->elems.size() : 0);
     op->shape[1] = static_cast<uint8_t>(args ? args->elems.size() : 0);

@@ -5,6 +5,9 @@
 //                           out of bounds: the fault surfaces at the next
 //                           synchronising call as cudaErrorIllegalAddress and
 //                           stays sticky. Prints "error_paths: OK".
+//   error_paths assert      a kernel with assert(): runs while the asserts
+//                           hold; a failing one ends in cudaErrorAssert,
+//                           sticky. Prints "error_paths: assert OK".
 //   error_paths owner N F   allocates N MiB, fills them with a pattern,
 //                           prints "owner: ptr 0x... ready", then waits until
 //                           the file F exists, checks its data is intact,
@@ -16,6 +19,7 @@
 //   error_paths hold N      allocates N MiB, prints "hold: ready", sleeps
 //                           (killed by the test).
 #include <cuda_runtime.h>
+#include <cassert>
 #include <unistd.h>
 
 #include <cstdint>
@@ -72,6 +76,39 @@ static int Errors() {
   return 0;
 }
 
+// Device-side assert(): a kernel whose asserts hold runs and computes; one
+// whose assert fails ends with cudaErrorAssert, sticky like a fault.
+__global__ void doubled_checked(const int* in, int* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    assert(in[i] >= 0);
+    out[i] = in[i] * 2;
+  }
+}
+
+static int Assert() {
+  const int n = 1000;
+  std::vector<int> host(n);
+  for (int i = 0; i < n; ++i) host[i] = (i * 7919) % 1000;
+  int *in = nullptr, *out = nullptr;
+  CHECK(cudaMalloc(&in, n * sizeof(int)));
+  CHECK(cudaMalloc(&out, n * sizeof(int)));
+  CHECK(cudaMemcpy(in, host.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+  doubled_checked<<<(n + 255) / 256, 256>>>(in, out, n);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::vector<int> back(n);
+  CHECK(cudaMemcpy(back.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; ++i) EXPECT(back[i] == host[i] * 2);
+  host[617] = -5;  // one element breaks the kernel's assertion
+  CHECK(cudaMemcpy(in, host.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+  doubled_checked<<<(n + 255) / 256, 256>>>(in, out, n);
+  EXPECT_ERR(cudaDeviceSynchronize(), cudaErrorAssert);
+  EXPECT_ERR(cudaMalloc(&in, 16), cudaErrorAssert);  // sticky
+  std::printf("error_paths: assert OK\n");
+  return 0;
+}
+
 static int Owner(size_t mib, const char* go_file) {
   const size_t n = mib * (1u << 20) / sizeof(unsigned);
   unsigned* d = nullptr;
@@ -120,9 +157,10 @@ static int Hold(size_t mib) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "errors";
   if (mode == "errors") return Errors();
+  if (mode == "assert") return Assert();
   if (mode == "owner" && argc > 3) return Owner(std::strtoull(argv[2], nullptr, 10), argv[3]);
   if (mode == "intruder" && argc > 2) return Intruder(argv[2]);
   if (mode == "hold" && argc > 2) return Hold(std::strtoull(argv[2], nullptr, 10));
-  std::printf("usage: error_paths errors | owner MIB GOFILE | intruder PTR | hold MIB\n");
+  std::printf("usage: error_paths errors | assert | owner MIB GOFILE | intruder PTR | hold MIB\n");
   return 2;
 }

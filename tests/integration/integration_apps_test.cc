@@ -288,6 +288,22 @@ std::string PsJson(const std::string& socket) {
   return c.output;
 }
 
+// A kernel with assert() runs on the sim while its asserts hold; a failed
+// assert is cudaErrorAssert (sticky), and phosd keeps serving.
+TEST_F(IntegrationTest, DeviceAssertRunsAndFailsAsCuda) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  // PHOS_TRACE_ERRORS=1: libphos.so prints each failed call's reason.
+  Child c = Child::Start({"/usr/bin/env", "PHOS_TRACE_ERRORS=1", PHOS_BIN, "--socket", d.socket(), "run", "--lib",
+                          PHOS_LIB_PATH, "--", ErrorPaths(), "assert"});
+  EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("error_paths: assert OK"), std::string::npos) << c.output;
+  // The reason names the assertion the device would print.
+  EXPECT_NE(c.output.find("Assertion `in[i] >= 0` failed"), std::string::npos) << c.output;
+  Child v = RunUnderPhos(d.socket(), std::string(PHOS_APPS_DIR) + "/vector_add");
+  EXPECT_EQ(v.Wait(std::chrono::seconds(60)), 0) << v.output;
+}
+
 TEST_F(IntegrationTest, ErrorPathsGiveCudaErrors) {
   Daemon d(dir_);
   ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
