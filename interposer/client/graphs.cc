@@ -5,6 +5,7 @@
 #include "interposer/client/graphs.h"
 
 #include <cuda.h>
+#include <cuda_runtime.h>  // make_cudaPitchedPtr, make_cudaExtent
 
 #include <algorithm>
 #include <cstdio>
@@ -30,6 +31,8 @@ struct CUgraphNode_st {
   // What the parameter getters return (explicit nodes of these types).
   cudaHostNodeParams host{};
   cudaMemsetParams memset{};
+  cudaMemcpy3DParms copy{};                 // explicit memcpy nodes (copy.kind set)
+  bool has_copy = false;
   cudaEvent_t event = nullptr;              // event record / wait nodes
   const CUgraphNode_st* cloned_from = nullptr;  // cudaGraphNodeFindInClone
 };
@@ -123,6 +126,8 @@ std::unique_ptr<Graph> CloneGraph(const Graph& src, std::map<const Node*, Node*>
     if (n->child) c->child = CloneGraph(*n->child, nullptr);
     c->host = n->host;
     c->memset = n->memset;
+    c->copy = n->copy;
+    c->has_copy = n->has_copy;
     c->event = n->event;
     c->cloned_from = n.get();
     m[n.get()] = c;
@@ -314,6 +319,54 @@ StreamOp KernelOp(const cudaKernelNodeParams& p, cudaError_t* error) {
     return nullptr;
   }
   return KernelLaunchOp(std::move(payload), call);
+}
+
+// A memcpy node of linear memory (cudaMemcpy3DParms without arrays): each
+// slice of `extent.depth` is a 2D copy of `extent.height` rows of
+// `extent.width` bytes, replayed through the 2D copy path (it reads host
+// memory when the node runs). Arrays are not offered (no CUDA arrays).
+bool LinearCopy(const cudaMemcpy3DParms& p) {
+  return p.srcArray == nullptr && p.dstArray == nullptr && p.srcPtr.ptr != nullptr && p.dstPtr.ptr != nullptr &&
+         p.extent.width > 0 && p.extent.height > 0 && p.extent.depth > 0 && p.extent.width <= p.srcPtr.pitch &&
+         p.extent.width <= p.dstPtr.pitch;
+}
+StreamOp CopyOp(const cudaMemcpy3DParms& p) {
+  return [p](uint32_t s) -> cudaError_t {
+    auto* stream = static_cast<cudaStream_t>(StreamHandleOf(s));
+    const size_t src_slice = p.srcPtr.pitch * p.srcPtr.ysize, dst_slice = p.dstPtr.pitch * p.dstPtr.ysize;
+    for (size_t z = 0; z < p.extent.depth; ++z) {
+      const auto* src = static_cast<const char*>(p.srcPtr.ptr) + (p.srcPos.z + z) * src_slice +
+                        p.srcPos.y * p.srcPtr.pitch + p.srcPos.x;
+      auto* dst = static_cast<char*>(p.dstPtr.ptr) + (p.dstPos.z + z) * dst_slice + p.dstPos.y * p.dstPtr.pitch +
+                  p.dstPos.x;
+      if (cudaError_t e = cudaMemcpy2DAsync(dst, p.dstPtr.pitch, src, p.srcPtr.pitch, p.extent.width, p.extent.height,
+                                            p.kind, stream);
+          e != cudaSuccess) {
+        return e;
+      }
+    }
+    return cudaSuccess;
+  };
+}
+cudaMemcpy3DParms Linear1D(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  cudaMemcpy3DParms p{};
+  p.srcPtr = make_cudaPitchedPtr(const_cast<void*>(src), count, count, 1);
+  p.dstPtr = make_cudaPitchedPtr(dst, count, count, 1);
+  p.extent = make_cudaExtent(count, 1, 1);
+  p.kind = kind;
+  return p;
+}
+// Refuses a copy phos cannot replay, saying why once.
+cudaError_t CheckCopy(const cudaMemcpy3DParms* p) {
+  if (p == nullptr) return cudaErrorInvalidValue;
+  if (p->srcArray != nullptr || p->dstArray != nullptr) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      std::fprintf(stderr, "phos: a graph memcpy node of a CUDA array is not supported (CUDA arrays are not offered)\n");
+    }
+    return cudaErrorNotSupported;
+  }
+  return LinearCopy(*p) ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 cudaError_t Instantiate(cudaGraphExec_t* out, cudaGraph_t graph, unsigned long long flags) {
@@ -690,7 +743,52 @@ PHOS_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGrap
   if ((dst == nullptr || src == nullptr) && count > 0) return SetError(cudaErrorInvalidValue);
   // The copy reads its source when the node runs (host memory included).
   StreamOp op = [dst, src, count, kind](uint32_t s) { return DoMemcpy(dst, src, count, kind, s, false); };
-  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemcpy, std::move(op));
+  const cudaMemcpy3DParms p = Linear1D(dst, src, count, kind);
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemcpy, std::move(op), nullptr, [p](Node* n) {
+    n->copy = p;
+    n->has_copy = true;
+  });
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                               size_t ndeps, const cudaMemcpy3DParms* p) {
+  if (cudaError_t e = CheckCopy(p); e != cudaSuccess) return SetError(e);
+  const cudaMemcpy3DParms copy = *p;
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemcpy, CopyOp(copy), nullptr, [copy](Node* n) {
+    n->copy = copy;
+    n->has_copy = true;
+  });
+}
+
+PHOS_EXPORT cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, cudaMemcpy3DParms* p) {
+  if (p == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeMemcpy) || !node->has_copy) {
+    return SetError(cudaErrorInvalidValue);  // a captured copy keeps no parameters
+  }
+  *p = node->copy;
+  return cudaSuccess;
+}
+
+static cudaError_t SetCopy(cudaGraphNode_t node, const cudaMemcpy3DParms& p, StreamOp op) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeMemcpy)) return SetError(cudaErrorInvalidValue);
+  node->copy = p;
+  node->has_copy = true;
+  node->op = std::move(op);
+  return cudaSuccess;
+}
+PHOS_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const cudaMemcpy3DParms* p) {
+  if (cudaError_t e = CheckCopy(p); e != cudaSuccess) return SetError(e);
+  return SetCopy(node, *p, CopyOp(*p));
+}
+PHOS_EXPORT cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void* dst, const void* src, size_t count,
+                                                       cudaMemcpyKind kind) {
+  if ((dst == nullptr || src == nullptr) && count > 0) return SetError(cudaErrorInvalidValue);
+  return SetCopy(node, Linear1D(dst, src, count, kind),
+                 [dst, src, count, kind](uint32_t s) { return DoMemcpy(dst, src, count, kind, s, false); });
 }
 
 PHOS_EXPORT cudaError_t cudaGraphAddHostNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
@@ -1099,6 +1197,17 @@ PHOS_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t exec, c
                                                          const cudaMemsetParams* p) {
   if (!ValidMemset(p)) return SetError(cudaErrorInvalidValue);
   return SetExecStep(exec, node, cudaGraphNodeTypeMemset, MemsetOp(*p));
+}
+PHOS_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                         const cudaMemcpy3DParms* p) {
+  if (cudaError_t e = CheckCopy(p); e != cudaSuccess) return SetError(e);
+  return SetExecStep(exec, node, cudaGraphNodeTypeMemcpy, CopyOp(*p));
+}
+PHOS_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t exec, cudaGraphNode_t node, void* dst,
+                                                           const void* src, size_t count, cudaMemcpyKind kind) {
+  if ((dst == nullptr || src == nullptr) && count > 0) return SetError(cudaErrorInvalidValue);
+  return SetExecStep(exec, node, cudaGraphNodeTypeMemcpy,
+                     [dst, src, count, kind](uint32_t s) { return DoMemcpy(dst, src, count, kind, s, false); });
 }
 PHOS_EXPORT cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t exec, cudaGraphNode_t node,
                                                              cudaEvent_t e) {

@@ -464,6 +464,56 @@ int ExplicitGraph() {
   return 0;
 }
 
+// Explicit memcpy nodes of pitched linear memory (cudaMemcpy3DParms, as
+// CUDA's simpleCudaGraphs sample builds them): host -> pitched device ->
+// host, then the exec's copy redirected to another host buffer.
+int MemcpyNodes() {
+  const size_t rows = 37, cols = 100;  // ints per row
+  std::vector<int> in(rows * cols), out(rows * cols, -1), other(rows * cols, -1);
+  Randomise(in.data(), static_cast<int>(in.size()));
+  int* dev = nullptr;
+  size_t pitch = 0;
+  CHECK(cudaMallocPitch(reinterpret_cast<void**>(&dev), &pitch, cols * sizeof(int), rows));
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaGraphCreate(&graph, 0));
+  cudaMemcpy3DParms up{};
+  up.srcPtr = make_cudaPitchedPtr(in.data(), cols * sizeof(int), cols, rows);
+  up.dstPtr = make_cudaPitchedPtr(dev, pitch, cols, rows);
+  up.extent = make_cudaExtent(cols * sizeof(int), rows, 1);
+  up.kind = cudaMemcpyHostToDevice;
+  cudaMemcpy3DParms down = up;
+  down.srcPtr = up.dstPtr;
+  down.dstPtr = make_cudaPitchedPtr(out.data(), cols * sizeof(int), cols, rows);
+  down.kind = cudaMemcpyDeviceToHost;
+  cudaGraphNode_t n_up, n_down;
+  CHECK(cudaGraphAddMemcpyNode(&n_up, graph, nullptr, 0, &up));
+  CHECK(cudaGraphAddMemcpyNode(&n_down, graph, &n_up, 1, &down));
+  cudaMemcpy3DParms back{};
+  CHECK(cudaGraphMemcpyNodeGetParams(n_down, &back));
+  EXPECT(back.dstPtr.ptr == out.data() && back.extent.height == rows && back.kind == cudaMemcpyDeviceToHost);
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(out == in);
+  // The exec's download now goes to `other`; the graph keeps `out`.
+  cudaMemcpy3DParms redirected = down;
+  redirected.dstPtr.ptr = other.data();
+  CHECK(cudaGraphExecMemcpyNodeSetParams(exec, n_down, &redirected));
+  Randomise(in.data(), static_cast<int>(in.size()));  // the upload reads the host memory at launch
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(other == in);
+  EXPECT(out != in);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(dev));
+  return 0;
+}
+
 }  // namespace
 
 #define STEP(call)                                  \
@@ -481,6 +531,7 @@ int main() {
   STEP(CaptureForkJoin());
   STEP(CaptureInvalidated());
   STEP(ExplicitGraph());
+  STEP(MemcpyNodes());
   std::printf("graphs: OK\n");
   return 0;
 }
