@@ -1297,3 +1297,111 @@ PHOS_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char* pa
   const bool ok = std::fwrite(dot.data(), 1, dot.size(), f) == dot.size();
   return std::fclose(f) == 0 && ok ? cudaSuccess : SetError(cudaErrorOperatingSystem);
 }
+
+// ---------------------------------------------------------------- the generic node forms (CUDA 12.2+)
+// cudaGraphAddNode / cudaGraphNodeSetParams / cudaGraphExecNodeSetParams:
+// one parameter union, dispatched to the typed calls above. Memory,
+// conditional and external-semaphore nodes are refused by name.
+
+static cudaError_t RefuseNodeType(cudaGraphNodeType type) {
+  static std::atomic<uint64_t> said{0};
+  if (FirstTimeFor(said, static_cast<unsigned>(type))) {
+    std::fprintf(stderr, "phos: graph nodes of type %d (memory, conditional or external-semaphore nodes) are not "
+                         "supported (docs/interposer.md \"CUDA graphs\")\n", static_cast<int>(type));
+  }
+  return SetError(cudaErrorNotSupported);
+}
+static cudaKernelNodeParams KernelParamsOf(const cudaKernelNodeParamsV2& k) {
+  cudaKernelNodeParams p{};
+  p.func = k.func;
+  p.gridDim = k.gridDim;
+  p.blockDim = k.blockDim;
+  p.sharedMemBytes = k.sharedMemBytes;
+  p.kernelParams = k.kernelParams;
+  p.extra = k.extra;
+  return p;
+}
+static cudaMemsetParams MemsetParamsOf(const cudaMemsetParamsV2& m) {
+  return cudaMemsetParams{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};
+}
+
+PHOS_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                         const cudaGraphEdgeData* edges, size_t ndeps, cudaGraphNodeParams* p) {
+  if (edges != nullptr) return SetError(cudaErrorNotSupported);  // edge data (programmatic dependent launch)
+  if (p == nullptr) return SetError(cudaErrorInvalidValue);
+  switch (p->type) {
+    case cudaGraphNodeTypeKernel: {
+      const cudaKernelNodeParams k = KernelParamsOf(p->kernel);
+      return cudaGraphAddKernelNode(node, graph, deps, ndeps, &k);
+    }
+    case cudaGraphNodeTypeMemcpy:
+      if (p->memcpy.flags != 0) return SetError(cudaErrorInvalidValue);
+      return cudaGraphAddMemcpyNode(node, graph, deps, ndeps, &p->memcpy.copyParams);
+    case cudaGraphNodeTypeMemset: {
+      const cudaMemsetParams m = MemsetParamsOf(p->memset);
+      return cudaGraphAddMemsetNode(node, graph, deps, ndeps, &m);
+    }
+    case cudaGraphNodeTypeHost: {
+      const cudaHostNodeParams h{p->host.fn, p->host.userData};
+      return cudaGraphAddHostNode(node, graph, deps, ndeps, &h);
+    }
+    case cudaGraphNodeTypeGraph: {
+      cudaError_t e = cudaGraphAddChildGraphNode(node, graph, deps, ndeps, p->graph.graph);
+      // Move: the node owns the child now; phos's node holds its own copy,
+      // so the app's handle goes (it must not be used any more either way).
+      if (e == cudaSuccess && p->graph.ownership == cudaGraphChildGraphOwnershipMove) {
+        (void)cudaGraphDestroy(p->graph.graph);
+      }
+      return e;
+    }
+    case cudaGraphNodeTypeEmpty: return cudaGraphAddEmptyNode(node, graph, deps, ndeps);
+    case cudaGraphNodeTypeEventRecord: return cudaGraphAddEventRecordNode(node, graph, deps, ndeps, p->eventRecord.event);
+    case cudaGraphNodeTypeWaitEvent: return cudaGraphAddEventWaitNode(node, graph, deps, ndeps, p->eventWait.event);
+    default: return RefuseNodeType(p->type);
+  }
+}
+
+PHOS_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, cudaGraphNodeParams* p) {
+  if (p == nullptr) return SetError(cudaErrorInvalidValue);
+  switch (p->type) {
+    case cudaGraphNodeTypeKernel: {
+      const cudaKernelNodeParams k = KernelParamsOf(p->kernel);
+      return cudaGraphKernelNodeSetParams(node, &k);
+    }
+    case cudaGraphNodeTypeMemcpy: return cudaGraphMemcpyNodeSetParams(node, &p->memcpy.copyParams);
+    case cudaGraphNodeTypeMemset: {
+      const cudaMemsetParams m = MemsetParamsOf(p->memset);
+      return cudaGraphMemsetNodeSetParams(node, &m);
+    }
+    case cudaGraphNodeTypeHost: {
+      const cudaHostNodeParams h{p->host.fn, p->host.userData};
+      return cudaGraphHostNodeSetParams(node, &h);
+    }
+    case cudaGraphNodeTypeEventRecord: return cudaGraphEventRecordNodeSetEvent(node, p->eventRecord.event);
+    case cudaGraphNodeTypeWaitEvent: return cudaGraphEventWaitNodeSetEvent(node, p->eventWait.event);
+    default: return RefuseNodeType(p->type);
+  }
+}
+
+PHOS_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                   cudaGraphNodeParams* p) {
+  if (p == nullptr) return SetError(cudaErrorInvalidValue);
+  switch (p->type) {
+    case cudaGraphNodeTypeKernel: {
+      const cudaKernelNodeParams k = KernelParamsOf(p->kernel);
+      return cudaGraphExecKernelNodeSetParams(exec, node, &k);
+    }
+    case cudaGraphNodeTypeMemcpy: return cudaGraphExecMemcpyNodeSetParams(exec, node, &p->memcpy.copyParams);
+    case cudaGraphNodeTypeMemset: {
+      const cudaMemsetParams m = MemsetParamsOf(p->memset);
+      return cudaGraphExecMemsetNodeSetParams(exec, node, &m);
+    }
+    case cudaGraphNodeTypeHost: {
+      const cudaHostNodeParams h{p->host.fn, p->host.userData};
+      return cudaGraphExecHostNodeSetParams(exec, node, &h);
+    }
+    case cudaGraphNodeTypeEventRecord: return cudaGraphExecEventRecordNodeSetEvent(exec, node, p->eventRecord.event);
+    case cudaGraphNodeTypeWaitEvent: return cudaGraphExecEventWaitNodeSetEvent(exec, node, p->eventWait.event);
+    default: return RefuseNodeType(p->type);
+  }
+}

@@ -514,6 +514,51 @@ int MemcpyNodes() {
   return 0;
 }
 
+// The generic forms (cudaGraphAddNode / cudaGraphExecNodeSetParams).
+int GenericNodes() {
+  int *x = nullptr, *y = nullptr;
+  CHECK(cudaMalloc(&x, kN * sizeof(int)));
+  CHECK(cudaMalloc(&y, kN * sizeof(int)));
+  std::vector<int> xs(kN), out(kN);
+  Randomise(xs.data(), kN);
+  CHECK(cudaMemcpy(x, xs.data(), kN * sizeof(int), cudaMemcpyHostToDevice));
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaGraphCreate(&graph, 0));
+  cudaGraphNodeParams mp{};
+  mp.type = cudaGraphNodeTypeMemset;
+  mp.memset.dst = y;
+  mp.memset.value = 0;
+  mp.memset.elementSize = 4;
+  mp.memset.width = kN;
+  mp.memset.height = 1;
+  cudaGraphNode_t n_memset, n_kernel;
+  CHECK(cudaGraphAddNode(&n_memset, graph, nullptr, nullptr, 0, &mp));
+  int n = kN, mul = 5, add = 2;
+  void* args[] = {&x, &y, &n, &mul, &add};
+  cudaGraphNodeParams kp{};
+  kp.type = cudaGraphNodeTypeKernel;
+  kp.kernel.func = reinterpret_cast<void*>(scale_add);
+  kp.kernel.gridDim = dim3(kBlocks);
+  kp.kernel.blockDim = dim3(256);
+  kp.kernel.kernelParams = args;
+  CHECK(cudaGraphAddNode(&n_kernel, graph, &n_memset, nullptr, 1, &kp));
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, 0));
+  CHECK(cudaMemcpy(out.data(), y, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == xs[i] * 5 + 2);
+  mul = 9;  // the parameters are copied when set: change, then set again
+  CHECK(cudaGraphExecNodeSetParams(exec, n_kernel, &kp));
+  CHECK(cudaGraphLaunch(exec, 0));
+  CHECK(cudaMemcpy(out.data(), y, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == xs[i] * 9 + 2);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(y));
+  return 0;
+}
+
 }  // namespace
 
 #define STEP(call)                                  \
@@ -532,6 +577,7 @@ int main() {
   STEP(CaptureInvalidated());
   STEP(ExplicitGraph());
   STEP(MemcpyNodes());
+  STEP(GenericNodes());
   std::printf("graphs: OK\n");
   return 0;
 }
