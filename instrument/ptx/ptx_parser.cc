@@ -1,6 +1,7 @@
 // Recursive-descent PTX parser over the token stream of ptx_lexer.
 #include "ptx/ptx_parser.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <string>
@@ -364,7 +365,11 @@ class Parser {
           v->vec = static_cast<uint8_t>(p[1] - '0');
         } else if (Type ty = TypeFromName(p); ty != Type::kNone && v->type == Type::kNone) {
           v->type = ty;
-        } else if (v->type == Type::kNone && v->space != Space::kNone) {
+        } else if (v->type == Type::kNone && v->space != Space::kNone && !p.empty() &&
+                   (std::isalpha(static_cast<unsigned char>(p[0])) || p[0] == '_')) {
+          // A type phos does not model (.texref, .b128, ...), kept by name.
+          // Only a name: `.6u4` would be emitted as `.6u4`, which lexes as
+          // the number .6 (ptx_parser_fuzz found it).
           v->type = Type::kOther;
           v->type_name = std::string(p);
         } else {

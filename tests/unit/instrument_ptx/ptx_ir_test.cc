@@ -402,6 +402,22 @@ TEST(PtxErrors, ReportLineColumnAndWhatWasExpected) {
   }
 }
 
+// An unknown type is kept by name only when it is a name: `.6u4` would be
+// emitted as `.param .6u4`, which lexes as the number .6 (ptx_parser_fuzz).
+TEST(PtxErrors, UnknownTypesMustBeNames) {
+  Module m;
+  const std::string head = ".version 9.0\n.target sm_80\n.address_size 64\n";
+  Status st = ParseModule(head + ".visible .entry k(\n.param.6u4 p\n)\n{\nret;\n}\n", &m);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Status::Code::kCorruption);
+  EXPECT_NE(st.message().find("a declaration attribute"), std::string::npos) << st.message();
+  // A named type phos does not model still parses and round-trips.
+  ASSERT_TRUE(ParseModule(head + ".global .texref tex;\n", &m).ok());
+  Module again;
+  ASSERT_TRUE(ParseModule(EmitModule(m), &again).ok());
+  EXPECT_EQ(EmitModule(again), EmitModule(m));
+}
+
 TEST(PtxErrors, DeepNestingIsRejectedNotOverflowed) {
   std::string text = ".version 9.0\n.target sm_80\n.global .u32 x[1] = ";
   text += std::string(100000, '{');
