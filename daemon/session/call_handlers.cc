@@ -163,6 +163,17 @@ Status SyncResult(SessionState& st, Status own) {
   return d;
 }
 
+Status RecordStreamPoint(SessionState& st, backend::StreamHandle stream, backend::EventHandle* out) {
+  *out = 0;
+  Status s = st.ctx->CreateEvent(backend::kEventDisableTiming, out);
+  if (s.ok()) s = st.ctx->RecordEvent(*out, stream);
+  if (!s.ok() && *out != 0) {
+    (void)st.ctx->DestroyEvent(*out);
+    *out = 0;
+  }
+  return s;
+}
+
 Status EnqueueH2DPieces(SessionState& st, std::span<const std::byte> src, const std::vector<H2DPiece>& pieces,
                         backend::StreamHandle stream) {
   if (src.empty()) return Status::Ok();
@@ -184,13 +195,8 @@ Status EnqueueH2DPieces(SessionState& st, std::span<const std::byte> src, const 
   }
   st.copy_stats.staged_copies += 1;
   st.copy_stats.staged_bytes += src.size();
-  Status s = st.ctx->CreateEvent(backend::kEventDisableTiming, &r.event);
-  if (s.ok()) s = st.ctx->RecordEvent(r.event, stream);
-  if (!s.ok()) {
-    // Cannot track the copy: wait for it instead.
-    Status w = st.ctx->SynchronizeStream(stream);
-    if (r.event) (void)st.ctx->DestroyEvent(r.event);
-    return w;
+  if (!RecordStreamPoint(st, stream, &r.event).ok()) {
+    return st.ctx->SynchronizeStream(stream);  // cannot track the copy: wait for it instead
   }
   st.retained_bytes += r.bytes.size();
   st.retained.push_back(std::move(r));

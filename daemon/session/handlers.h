@@ -52,6 +52,11 @@ Status FindEvent(SessionState& st, uint32_t id, backend::EventHandle* out);
 /// one address space, so the backend alone would accept another session's
 /// pointer.)
 Status CheckDeviceRange(const SessionState& st, uint64_t ptr, uint64_t bytes);
+/// An event recorded on `stream` now, which completes once the work the
+/// stream holds so far has run (retained H2D bytes, stream-ordered frees).
+/// On failure no event is left (*out = 0): the caller waits for the stream
+/// instead.
+Status RecordStreamPoint(SessionState& st, backend::StreamHandle stream, backend::EventHandle* out);
 /// A synchronising call's status: its own failure first, else the deferred
 /// error of earlier posted work. Either way the deferred error is consumed.
 Status SyncResult(SessionState& st, Status own);

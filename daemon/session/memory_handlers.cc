@@ -97,11 +97,8 @@ void HandleFreeAsync(SessionState& st, const CallContext& call, const wire::Poin
     // before the free (and work on other streams ordered before it by
     // events) may still use the buffer.
     SessionState::PendingFree p{0, req.ptr};
-    Status e = st.ctx->CreateEvent(backend::kEventDisableTiming, &p.event);
-    if (e.ok()) e = st.ctx->RecordEvent(p.event, stream);
-    if (!e.ok()) {
+    if (!RecordStreamPoint(st, stream, &p.event).ok()) {
       // Cannot mark the point in the stream: wait for the stream instead.
-      if (p.event) (void)st.ctx->DestroyEvent(p.event);
       PHOS_RETURN_IF_ERROR(st.ctx->SynchronizeStream(stream));
       return st.ctx->Free(req.ptr);
     }

@@ -33,6 +33,19 @@ Flow ExecBra(Exec& x, const Op& op) {
   return Flow::kJump;
 }
 
+namespace {
+// Copies call argument `a` — a call-site .param variable (its offset in the
+// caller's frame) or a register (at most 8 bytes) — into `dst`, `size` bytes.
+void CopyCallArg(const Thread& t, const Frame& caller, const Operand& a, size_t size, uint8_t* dst) {
+  if (a.kind == Operand::kImm) {
+    std::memcpy(dst, t.params.data() + caller.param_base + a.imm, size);
+  } else if (a.kind == Operand::kReg) {
+    const uint64_t v = t.regs[caller.reg_base + a.reg];
+    std::memcpy(dst, &v, size < 8 ? size : 8);
+  }
+}
+}  // namespace
+
 Flow ExecCall(Exec& x, const Op& op) {
   Thread& t = *x.t;
   const Program& p = *x.b->prog;
@@ -49,31 +62,21 @@ Flow ExecCall(Exec& x, const Op& op) {
   for (uint32_t i = 0; i < op.shape[1]; ++i) {
     const Operand& a = caller_fn.operands[op.first + op.shape[0] + i];
     const ParamSlot& slot = callee.params[i];
-    uint8_t* dst = t.params.data() + nf.param_base + slot.offset;
-    if (a.kind == Operand::kImm) {  // a call-site .param variable (its offset)
-      std::memcpy(dst, t.params.data() + caller.param_base + a.imm, slot.size);
-    } else if (a.kind == Operand::kReg) {
-      const uint64_t v = t.regs[caller.reg_base + a.reg];
-      std::memcpy(dst, &v, slot.size < 8 ? slot.size : 8);
-    }
+    CopyCallArg(t, caller, a, slot.size, t.params.data() + nf.param_base + slot.offset);
   }
   x.Refresh();
   return Flow::kJump;
 }
 
 namespace {
-// The value of call argument `i` of `op` (a call-site .param variable or a
-// register), `size` bytes at most.
-uint64_t CallArg(Exec& x, const Op& op, uint32_t i, size_t size) {
-  const Operand& a = x.fn->operands[op.first + op.shape[0] + i];
+// The value of call argument `i` of `op`, as wide as the callee declares
+// it (at most 8 bytes); 0 for an argument the declaration lacks.
+uint64_t CallArg(Exec& x, const Op& op, uint32_t i) {
+  const Function& callee = x.b->prog->function(static_cast<int>(op.target));
+  if (i >= callee.params.size()) return 0;
   uint64_t v = 0;
-  if (a.kind == Operand::kImm) {
-    const Thread& t = *x.t;
-    const size_t at = t.frames.back().param_base + a.imm;
-    if (at + size <= t.params.size()) std::memcpy(&v, t.params.data() + at, std::min<size_t>(size, 8));
-  } else if (a.kind == Operand::kReg) {
-    v = x.r[a.reg];
-  }
+  CopyCallArg(*x.t, x.t->frames.back(), x.fn->operands[op.first + op.shape[0] + i],
+              std::min<size_t>(callee.params[i].size, 8), reinterpret_cast<uint8_t*>(&v));
   return v;
 }
 
@@ -98,10 +101,10 @@ std::string DeviceString(Exec& x, uint64_t addr) {
 // assert() calls. The kernel fails with cudaErrorAssert (710, sticky, as on
 // a GPU); the message says what the device would print.
 Flow ExecAssertFail(Exec& x, const Op& op) {
-  const std::string message = op.shape[1] > 0 ? DeviceString(x, CallArg(x, op, 0, 8)) : "?";
-  const std::string file = op.shape[1] > 1 ? DeviceString(x, CallArg(x, op, 1, 8)) : "?";
-  const uint64_t line = op.shape[1] > 2 ? (CallArg(x, op, 2, 4) & 0xffffffffu) : 0;
-  const std::string function = op.shape[1] > 3 ? DeviceString(x, CallArg(x, op, 3, 8)) : "?";
+  const std::string message = op.shape[1] > 0 ? DeviceString(x, CallArg(x, op, 0)) : "?";
+  const std::string file = op.shape[1] > 1 ? DeviceString(x, CallArg(x, op, 1)) : "?";
+  const uint64_t line = op.shape[1] > 2 ? (CallArg(x, op, 2) & 0xffffffffu) : 0;
+  const std::string function = op.shape[1] > 3 ? DeviceString(x, CallArg(x, op, 3)) : "?";
   x.api_error = 710;  // cudaErrorAssert / CUDA_ERROR_ASSERT
   return Fail(x, "device-side assert triggered: " + file + ":" + std::to_string(line) + ": " + function +
                      ": Assertion `" + message + "` failed.");

@@ -38,6 +38,10 @@ inline bool FirstTimeFor(std::atomic<uint64_t>& seen, unsigned id) {
   const uint64_t bit = uint64_t{1} << (id < 63 ? id : 63);
   return (seen.fetch_or(bit, std::memory_order_relaxed) & bit) == 0;
 }
+/// Prints "phos: TEXT" on stderr the first time this process meets TEXT
+/// (runtime_api.cc): a refusal or a limit named once, however often it is
+/// hit. Any thread.
+void SayOnce(const std::string& text);
 /// The process-wide sticky error, or cudaSuccess.
 cudaError_t StickyError();
 /// A device's uuid text as phosd sends it ("GPU-xxxxxxxx-xxxx-...", 32 hex

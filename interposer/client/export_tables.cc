@@ -19,7 +19,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -363,12 +362,8 @@ PHOS_EXPORT CUresult cuGetExportTable(const void** ppExportTable, const CUuuid* 
   // answer for those is NOT_FOUND too) are not worth a line; others are
   // named once, as every unsupported call is.
   if (!ExpectedAbsent(pExportTableId)) {
-    static std::mutex mu;
-    static std::set<std::string>* said = new std::set<std::string>();  // guarded by mu; leaked
-    std::lock_guard<std::mutex> lock(mu);
-    if (said->insert(id).second)
-      std::fprintf(stderr, "phos: cuGetExportTable: the driver's private table %s is not provided by phos "
-                           "(answered CUDA_ERROR_NOT_FOUND)\n", id);
+    SayOnce(std::string("cuGetExportTable: the driver's private table ") + id +
+            " is not provided by phos (answered CUDA_ERROR_NOT_FOUND)");
   }
   return CUDA_ERROR_NOT_FOUND;
 }

@@ -287,6 +287,14 @@ bool ReplaceStepOp(Exec* exec, const Node* node, cudaGraphNodeType type, const S
   return found;
 }
 
+// cudaGraphExec*NodeSetParams: the exec's steps of `node` replay `op` now.
+cudaError_t SetExecStep(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraphNodeType type, const StreamOp& op) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.execs.count(exec) || node == nullptr) return SetError(cudaErrorInvalidValue);
+  return ReplaceStepOp(exec, node, type, op) ? cudaSuccess : SetError(cudaErrorInvalidValue);
+}
+
 // ---- the operations nodes replay
 
 StreamOp EventRecordOp(cudaEvent_t e) {
@@ -360,10 +368,7 @@ cudaMemcpy3DParms Linear1D(void* dst, const void* src, size_t count, cudaMemcpyK
 cudaError_t CheckCopy(const cudaMemcpy3DParms* p) {
   if (p == nullptr) return cudaErrorInvalidValue;
   if (p->srcArray != nullptr || p->dstArray != nullptr) {
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true)) {
-      std::fprintf(stderr, "phos: a graph memcpy node of a CUDA array is not supported (CUDA arrays are not offered)\n");
-    }
+    SayOnce("a graph memcpy node of a CUDA array is not supported (CUDA arrays are not offered)");
     return cudaErrorNotSupported;
   }
   return LinearCopy(*p) ? cudaSuccess : cudaErrorInvalidValue;
@@ -979,20 +984,7 @@ PHOS_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, c
   cudaError_t e = cudaSuccess;
   StreamOp op = KernelOp(*params, &e);
   if (e != cudaSuccess) return SetError(e);
-  Graphs& s = G();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (!s.execs.count(exec)) return SetError(cudaErrorInvalidValue);
-  auto steps = std::make_shared<std::vector<Exec::Step>>(*exec->steps);
-  bool found = false;
-  for (Exec::Step& step : *steps) {
-    if (step.node == node && step.type == cudaGraphNodeTypeKernel) {
-      step.op = op;
-      found = true;
-    }
-  }
-  if (!found) return SetError(cudaErrorInvalidValue);
-  exec->steps = std::move(steps);
-  return cudaSuccess;
+  return SetExecStep(exec, node, cudaGraphNodeTypeKernel, op);
 }
 
 // ---------------------------------------------------------------- node queries and parameters
@@ -1182,12 +1174,6 @@ PHOS_EXPORT cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cud
 
 // ---------------------------------------------------------------- executable-graph parameters
 
-static cudaError_t SetExecStep(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraphNodeType type, StreamOp op) {
-  Graphs& s = G();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (!s.execs.count(exec) || node == nullptr) return SetError(cudaErrorInvalidValue);
-  return ReplaceStepOp(exec, node, type, op) ? cudaSuccess : SetError(cudaErrorInvalidValue);
-}
 PHOS_EXPORT cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                                        const cudaHostNodeParams* p) {
   if (p == nullptr || p->fn == nullptr) return SetError(cudaErrorInvalidValue);

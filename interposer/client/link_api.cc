@@ -54,13 +54,9 @@ bool IsLive(CUlinkState s) {
   return s != nullptr && l.live.count(s) != 0;
 }
 
+// Says why once on stderr, and every time in the app's error log buffer.
 void Say(CUlinkState s, const std::string& why) {
-  static std::mutex mu;
-  static auto* said = new std::set<std::string>;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (said->insert(why).second) std::fprintf(stderr, "phos: %s\n", why.c_str());
-  }
+  SayOnce(why);
   if (s->error_log != nullptr && s->error_log_bytes > 0) {
     std::snprintf(s->error_log, s->error_log_bytes, "%s", why.c_str());
   }

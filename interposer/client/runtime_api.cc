@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "interposer/client/client_internal.h"
@@ -304,6 +306,13 @@ cudaError_t StickyError() { return static_cast<cudaError_t>(g_sticky.load(std::m
 void ClearErrorsForReset() {
   g_sticky.store(0, std::memory_order_relaxed);
   t_last_error = cudaSuccess;
+}
+
+void SayOnce(const std::string& text) {
+  static std::mutex mu;
+  static auto* said = new std::set<std::string>;  // guarded by mu; never destroyed: calls may come during exit
+  std::lock_guard<std::mutex> lock(mu);
+  if (said->insert(text).second) std::fprintf(stderr, "phos: %s\n", text.c_str());
 }
 
 void ForgetDeviceAllocations() {

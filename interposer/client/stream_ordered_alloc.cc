@@ -97,13 +97,7 @@ void ForgetAllocation(PoolRegistry& r, uintptr_t ptr) {
 
 // Prints once per kind what was refused and why.
 void NoteRefused(const char* what) {
-  static std::mutex mu;
-  static auto* said = new std::set<std::string>;  // never destroyed: calls may come during exit
-  std::lock_guard<std::mutex> lock(mu);
-  if (said->insert(what).second) {
-    std::fprintf(stderr, "phos: %s is not supported under phos (docs/interposer.md \"Stream-ordered allocation\")\n",
-                 what);
-  }
+  SayOnce(std::string(what) + " is not supported under phos (docs/interposer.md \"Stream-ordered allocation\")");
 }
 
 // What a stream-ordered allocation or free inside a capture is told.
