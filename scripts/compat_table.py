@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The CUDA API compatibility table of docs/compatibility.md, from libphos.so.
 
-Every function of cuda.h and cuda_runtime_api.h that libphos.so exports is
+Every function of cuda.h, cuda_runtime_api.h, cublas_api.h and cublasLt.h
+that libphos.so exports is
 either implemented (a strong definition: forwarded to phosd or answered in
 the app) or refused (a generated weak stub: returns the library's "not
 supported" error and prints its name once). The symbol table of the built
@@ -24,6 +25,9 @@ END = "<!-- END GENERATED -->"
 # Why a family is refused: the first matching pattern wins. Each names the
 # issue (or the reason) that would add it.
 REASONS = [
+    (r"^cublasLt", "cuBLASLt (exported, not forwarded yet: cuBLAS issue)"),
+    (r"^cublas.*Batched$|^cublas.*Batched_64$", "cuBLAS batched routines with pointer arrays, and the batched solvers (cuBLAS issue)"),
+    (r"^cublas", "cuBLAS routines not forwarded yet (cuBLAS issue)"),
     (r"Graphics|GL[A-Z]|GL$|EGL|VDPAU|D3D|Vdpau|Egl", "graphics interop"),
     (r"Graph|StreamBeginCapture|StreamEndCapture|CaptureDependencies|UserObject",
      "CUDA graphs and stream capture (graphs issue)"),
@@ -70,7 +74,7 @@ def reason(name, impl):
     # cuMemAlloc, cuMemcpyHtoD, ...: the unversioned symbols old binaries
     # link against take 32-bit device pointers or sizes (CUdeviceptr_v1);
     # their _v2 forms are implemented.
-    if name.startswith("cu") and not name.startswith("cuda") and (name + "_v2") in impl:
+    if name.startswith("cu") and not name.startswith(("cuda", "cublas")) and (name + "_v2") in impl:
         return "legacy variant with 32-bit device pointers or sizes (its _v2 form is implemented)"
     for pattern, why in REASONS:
         if re.search(pattern, name):
@@ -80,10 +84,15 @@ def reason(name, impl):
 
 def table(lib):
     impl, stub = exported(lib)
-    api = lambda n: "driver" if n.startswith("cu") and not n.startswith("cuda") else "runtime"
+    def api(n):
+        if n.startswith("cublasLt"):
+            return "cuBLASLt"
+        if n.startswith("cublas"):
+            return "cuBLAS"
+        return "driver" if n.startswith("cu") and not n.startswith("cuda") else "runtime"
     lines = [BEGIN, ""]
     total = len(impl) + len(stub)
-    for kind in ("runtime", "driver"):
+    for kind in ("runtime", "driver", "cuBLAS", "cuBLASLt"):
         i = sorted(n for n in impl if api(n) == kind)
         s = sorted(n for n in stub if api(n) == kind)
         lines.append(f"- **{kind} API**: {len(i)} of {len(i) + len(s)} exported functions implemented, "
@@ -102,7 +111,7 @@ def table(lib):
         lines.append("</details>")
         lines.append("")
     lines += ["### Implemented", ""]
-    for kind in ("runtime", "driver"):
+    for kind in ("runtime", "driver", "cuBLAS", "cuBLASLt"):
         names = sorted(n for n in impl if api(n) == kind)
         lines.append(f"<details><summary>{kind}: {len(names)}</summary>")
         lines.append("")

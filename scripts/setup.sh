@@ -36,6 +36,7 @@ BOOKWORM_PKGS=(
   libxxhash-dev                                                           # checksums
   libclang-14-dev clang-14 llvm-14-dev libclang-rt-14-dev                 # signatures, API generation, fuzzers
   libzstd-dev liblz4-dev                                                  # compressed fatbin entries
+  libopenblas-dev                                                         # cuBLAS on the sim backend (OpenBLAS cblas)
   libgtest-dev libgmock-dev libbenchmark-dev                              # tests, benchmarks
   python3 procps                                                          # test helpers
   python3-grpcio python3-protobuf python3-venv                            # Python SDK (cli/python), its PyPI venv

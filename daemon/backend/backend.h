@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/blas_call.h"
 #include "common/status.h"
 
 namespace phos::backend {
@@ -197,6 +198,18 @@ class Context {
   /// the low bytes of `value` (cuMemsetD8/D16/D32).
   virtual Status MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size,
                              std::size_t count, StreamHandle stream) = 0;
+
+  // ---- libraries (enqueued on a stream) ------------------------------------
+  /// Enqueues one cuBLAS routine (blas_call.h) on `stream`. cuda: the real
+  /// cuBLAS on this context's pooled handle (library_handle(kCublas)); sim:
+  /// a CPU BLAS (OpenBLAS) on the simulated memory, in stream order.
+  /// NotSupported, naming the routine and types, for a combination the
+  /// backend cannot compute; InvalidArgument for a bad stream.
+  virtual Status Blas(const BlasCall& call, StreamHandle stream) {
+    (void)call;
+    (void)stream;
+    return Status::NotSupported("this backend runs no cuBLAS routines");
+  }
 
   /// Runs `fn` on a backend thread once the work enqueued on `stream`
   /// before it has run; work enqueued on `stream` after it waits until `fn`

@@ -1,8 +1,11 @@
 #include "session/access_spec.h"
 
+#include "protocol/blas_spec.h"
+
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <iterator>
 #include <vector>
 
 namespace phos::session {
@@ -22,6 +25,16 @@ constexpr OperandSpec kCopyOperands[] = {kDst, kSrc};
 constexpr OperandSpec kFillOperands[] = {kDst};
 constexpr OperandSpec kReleaseOperands[] = {{"ptr", ArgRole::kWrite}};
 static_assert(kDstOperand == 0 && kSrcOperand == 1);
+// cuBLAS routines (protocol/blas_spec.h): operands by slot; a routine
+// names the slots its pointers fill, with extents from its dimensions. A
+// matrix or strided vector is written only in part of its extent (ld >
+// rows, inc > 1), so outputs are read+write, not "every byte written".
+constexpr OperandSpec kBlasOperands[] = {
+    {"A", ArgRole::kRead},          {"B", ArgRole::kRead},     {"C", ArgRole::kReadWrite},
+    {"x", ArgRole::kReadWrite},     {"alpha", ArgRole::kRead}, {"beta", ArgRole::kRead},
+    {"result", ArgRole::kWrite},
+};
+static_assert(std::size(kBlasOperands) == wire::kBlasSlotCount);
 
 std::vector<CallSpec> BuildSpecs() {
   std::vector<CallSpec> specs;
@@ -50,6 +63,7 @@ std::span<const OperandSpec> RuleOperands(AccessRule rule) {
     case AccessRule::kCopy: return kCopyOperands;
     case AccessRule::kFill: return kFillOperands;
     case AccessRule::kRelease: return kReleaseOperands;
+    case AccessRule::kBlas: return kBlasOperands;
     case AccessRule::kNoDeviceMemory:
     case AccessRule::kKernel:
     case AccessRule::kWhole: return {};

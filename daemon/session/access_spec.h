@@ -9,9 +9,10 @@
 // copy direction, pitches, staging — and take the operand's role from here
 // (AddOperand).
 //
-// cuBLAS / NCCL calls get a rule here when they are forwarded: a GEMM rule
-// names A and B read, C read+write (beta != 0) — operands are addressed by
-// index, so such a rule just lists more of them.
+// cuBLAS calls have the Blas rule: slots A, B read, C, x read+write, the
+// device-mode scalars read, a reduction's result written
+// (protocol/blas_spec.h fills them with exact extents). NCCL calls get a
+// rule here when they are forwarded.
 //
 // Symbol copies (cudaMemcpyToSymbol / FromSymbol) reach phosd as kMemcpy*
 // on the global's address (libphos.so resolves the symbol with
@@ -40,7 +41,7 @@ struct OperandSpec {
   ArgRole role = ArgRole::kRead;
 };
 
-inline constexpr uint32_t kMaxSpecOperands = 4;
+inline constexpr uint32_t kMaxSpecOperands = 8;
 
 struct CallSpec {
   wire::ApiId api{};

@@ -6,6 +6,7 @@
 //   stream_event_handlers.cc    streams, events, device sync, last error
 //   module_handlers.cc          modules, functions, globals, launches
 //   function_reset_handlers.cc  function attributes, cudaDeviceReset
+//   blas_handlers.cc            cuBLAS routines
 // Dispatch (call_handlers.cc) decodes the row's request struct before it
 // calls the handler (a payload of the wrong size never reaches it), refuses
 // staging the row does not allow and answers unknown ids.

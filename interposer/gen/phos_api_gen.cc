@@ -1,7 +1,8 @@
 // phos_api_gen: build-time generator of libphos.so's CUDA export layer.
 //
 // Parses the toolkit's cuda.h and cuda_runtime_api.h (plus their profiler
-// companions cudaProfiler.h and cuda_profiler_api.h) with libclang and emits,
+// companions cudaProfiler.h and cuda_profiler_api.h), cublas_api.h and
+// cublasLt.h with libclang and emits,
 // for every C-ABI function those headers declare, an exported weak stub with
 // the exact signature, a stable id and a name -> function-pointer table
 // (docs/interposer.md, "Generated exports").
@@ -19,6 +20,7 @@
 //                 declares the legacy unversioned prototypes (cuMemAlloc with
 //                 its 32-bit size, cuCtxCreate, cuGetProcAddress, ...) that
 //                 old binaries still link against.
+//   3 "blas":     cublas_api.h and cublasLt.h (their own ids, after CUDA's).
 //
 // Usage: phos_api_gen --cuda-include DIR --out-dir DIR
 
@@ -41,30 +43,50 @@ struct Param {
   std::string name;  // as spelled; empty when the header gives none
 };
 
+// The libraries whose C API libphos.so exports. Ids are numbered library by
+// library in this order (CUDA first), so adding a library never renumbers
+// the ones before it.
+enum class Library { kCuda = 0, kCublas = 1, kCublasLt = 2 };
+constexpr int kLibraryCount = 3;
+const char* const kLibraryNames[kLibraryCount] = {"kCuda", "kCublas", "kCublasLt"};
+
 struct Function {
   std::string name;  // symbol name (extern "C": the spelling)
   std::string ret;   // return type as spelled
   std::vector<Param> params;
   bool driver = false;  // declared in a driver header (cuda.h, cudaProfiler.h)
-  int pass = 0;         // first parse that declared it (0 default, 1 ptds, 2 internal)
+  Library library = Library::kCuda;
+  int pass = 0;         // first parse that declared it (0 default, 1 ptds, 2 internal, 3 blas)
   std::string file;     // header it came from (basename)
 };
 
 struct Pass {
   const char* tag;
   std::vector<std::string> defines;
+  std::vector<const char*> headers;  // parsed (and included by the stubs) in this pass
 };
 
 // Headers whose functions are exported; driver ones first. The GL, EGL and
 // VDPAU interop headers need the graphics headers and are left out.
-const char* const kHeaders[] = {"cuda.h", "cudaProfiler.h", "cuda_runtime_api.h",
-                                "cuda_profiler_api.h"};
+const std::vector<const char*> kCudaHeaders = {"cuda.h", "cudaProfiler.h", "cuda_runtime_api.h",
+                                               "cuda_profiler_api.h"};
+// cuBLAS's v2 API (cublas_api.h declares the _v2 names apps built with
+// cublas_v2.h link against; the legacy cublas.h API is not exported) and
+// cuBLASLt.
+const std::vector<const char*> kBlasHeaders = {"cublas_api.h", "cublasLt.h"};
 
 const Pass kPasses[] = {
-    {"default", {}},
-    {"ptds", {"CUDA_API_PER_THREAD_DEFAULT_STREAM"}},
-    {"internal", {"__CUDA_API_VERSION_INTERNAL"}},
+    {"default", {}, kCudaHeaders},
+    {"ptds", {"CUDA_API_PER_THREAD_DEFAULT_STREAM"}, kCudaHeaders},
+    {"internal", {"__CUDA_API_VERSION_INTERNAL"}, kCudaHeaders},
+    {"blas", {}, kBlasHeaders},
 };
+
+Library LibraryOfHeader(const std::string& base) {
+  if (base == "cublas_api.h") return Library::kCublas;
+  if (base == "cublasLt.h") return Library::kCublasLt;
+  return Library::kCuda;
+}
 
 std::string ToString(CXString s) {
   const char* c = clang_getCString(s);
@@ -102,10 +124,10 @@ bool FromToolkitHeader(CXCursor c, const Collector& col, std::string* base) {
   std::string path = ToString(clang_getFileName(file));
   if (path.rfind(col.include_dir, 0) != 0) return false;
   *base = Basename(path);
-  // The exported C ABI: the runtime and driver API headers. Other toolkit
-  // headers they pull in (driver_types.h, vector_types.h,
+  // The exported C ABI: the headers of this pass. Other toolkit headers
+  // they pull in (driver_types.h, vector_types.h,
   // cuda_device_runtime_api.h, ...) declare types or device-side functions.
-  for (const char* h : kHeaders)
+  for (const char* h : kPasses[col.pass].headers)
     if (*base == h) return true;
   return false;
 }
@@ -150,6 +172,7 @@ void Collect(CXCursor c, Collector* col) {
   f.name = name;
   f.ret = ToString(clang_getTypeSpelling(clang_getResultType(ft)));
   f.driver = base == "cuda.h" || base == "cudaProfiler.h";
+  f.library = LibraryOfHeader(base);
   f.pass = col->pass;
   f.file = base;
   int n = clang_Cursor_getNumArguments(c);
@@ -197,7 +220,7 @@ bool Parse(const std::string& include_dir, int pass, std::map<std::string, Funct
            std::map<std::string, std::vector<EnumValue>>* enums) {
   static constexpr const char* kFile = "phos_api_gen_input.cc";
   std::string src;
-  for (const char* h : kHeaders) src += std::string("#include <") + h + ">\n";
+  for (const char* h : kPasses[pass].headers) src += std::string("#include <") + h + ">\n";
   std::vector<std::string> args = {"-x", "c++", "-std=c++17", "-I" + include_dir};
   for (const auto& d : kPasses[pass].defines) args.push_back("-D" + d);
   std::vector<const char*> argv;
@@ -246,11 +269,12 @@ bool NeedsAlias(const std::string& type) {
   return type.find('(') != std::string::npos || type.find('[') != std::string::npos;
 }
 
-enum class RetKind { kRuntimeError, kDriverError, kVoid, kString, kPointer, kValue };
+enum class RetKind { kRuntimeError, kDriverError, kBlasStatus, kVoid, kString, kPointer, kValue };
 
 RetKind Classify(const Function& f) {
   if (f.ret == "cudaError_t") return RetKind::kRuntimeError;
   if (f.ret == "CUresult") return RetKind::kDriverError;
+  if (f.ret == "cublasStatus_t") return RetKind::kBlasStatus;
   if (f.ret == "void") return RetKind::kVoid;
   if (f.ret == "const char *") return RetKind::kString;
   if (!f.ret.empty() && f.ret.back() == '*') return RetKind::kPointer;
@@ -258,15 +282,20 @@ RetKind Classify(const Function& f) {
 }
 
 void EmitHeader(const std::vector<const Function*>& fns, std::ostream& os) {
-  size_t ndrv = 0;
-  for (auto* f : fns) ndrv += f->driver ? 1 : 0;
+  size_t ndrv = 0, per_library[kLibraryCount] = {};
+  for (auto* f : fns) {
+    ndrv += f->driver ? 1 : 0;
+    ++per_library[static_cast<int>(f->library)];
+  }
   os << "// Generated by phos_api_gen from the CUDA toolkit headers. Do not edit.\n"
         "// One id per exported C function of cuda_runtime_api.h and cuda.h (and\n"
-        "// their profiler companions) over all\n"
-        "// parses: default, per-thread default stream, legacy unversioned); the id\n"
-        "// is the index in the list of symbol names sorted by strcmp. Enumerators\n"
-        "// carry a k_ prefix because cuda.h #defines many plain names to _v2\n"
-        "// variants, which would otherwise rename (and collide) enumerators.\n"
+        "// their profiler companions) over all parses (default, per-thread\n"
+        "// default stream, legacy unversioned), then of cuBLAS (cublas_api.h) and\n"
+        "// cuBLASLt (cublasLt.h). Ids are numbered library by library (CUDA,\n"
+        "// cuBLAS, cuBLASLt), each in the order of its symbol names sorted by\n"
+        "// strcmp, so a library added later never renumbers the CUDA ids.\n"
+        "// Enumerators carry a k_ prefix because cuda.h #defines many plain names\n"
+        "// to _v2 variants, which would otherwise rename (and collide) enumerators.\n"
         "#pragma once\n\n#include <cstddef>\n#include <cstdint>\n\n"
         "namespace phos::interposer {\n\n"
         "enum class ApiId : uint32_t {\n";
@@ -276,11 +305,17 @@ void EmitHeader(const std::vector<const Function*>& fns, std::ostream& os) {
      << "// Driver API: cuda.h, cudaProfiler.h. Runtime API: cuda_runtime_api.h,\n"
         "// cuda_profiler_api.h.\n"
      << "inline constexpr size_t kApiDriverCount = " << ndrv << ";\n"
-     << "inline constexpr size_t kApiRuntimeCount = " << fns.size() - ndrv << ";\n\n"
+     << "inline constexpr size_t kApiRuntimeCount = " << per_library[0] - ndrv << ";\n"
+     << "inline constexpr size_t kApiCublasCount = " << per_library[1] << ";\n"
+     << "inline constexpr size_t kApiCublasLtCount = " << per_library[2] << ";\n\n"
+     << "/// The library an exported function belongs to.\n"
+        "enum class ApiLibrary : uint8_t { kCuda, kCublas, kCublasLt };\n\n"
      << "// Symbol name of an id (\"?\" for out-of-range values).\n"
         "const char* ApiName(ApiId id);\n"
         "// True for driver API functions (cuda.h, cudaProfiler.h).\n"
         "bool ApiIsDriver(ApiId id);\n"
+        "// The library of an id (kCuda for out-of-range values).\n"
+        "ApiLibrary ApiLibraryOf(ApiId id);\n"
         "// Id of a symbol name; ApiId::kCount when not exported.\n"
         "ApiId ApiIdFromName(const char* name);\n\n"
         "// Address of the exported function named `name` (the strong hand-written\n"
@@ -313,7 +348,7 @@ void EmitStubs(const std::vector<const Function*>& fns, int pass, std::ostream& 
         "// dropped. Unimplemented functions log once and return\n"
         "// cudaErrorNotSupported / CUDA_ERROR_NOT_SUPPORTED.\n";
   for (const auto& d : kPasses[pass].defines) os << "#define " << d << "\n";
-  for (const char* h : kHeaders) os << "#include <" << h << ">\n";
+  for (const char* h : kPasses[pass].headers) os << "#include <" << h << ">\n";
   os << "\n#include \"phos_api_ids.h\"\n#include \"interposer/export/unsupported.h\"\n\n"
         "#define PHOS_STUB extern \"C\" __attribute__((weak, visibility(\"default\")))\n\n"
         "namespace {\nusing phos::interposer::ApiId;\nusing phos::interposer::ReportUnsupported;\n"
@@ -321,17 +356,17 @@ void EmitStubs(const std::vector<const Function*>& fns, int pass, std::ostream& 
         "}  // namespace\n\n";
   for (const Function* f : fns) {
     if (f->pass != pass) continue;
-    std::vector<std::string> decl;
+    std::vector<std::string> decl, types;
     for (size_t i = 0; i < f->params.size(); ++i) {
       const Param& p = f->params[i];
       std::string pname = p.name.empty() ? "p" + std::to_string(i) : p.name;
+      std::string type = p.type;
       if (NeedsAlias(p.type)) {
-        std::string alias = "phos_" + f->name + "_p" + std::to_string(i) + "_t";
-        os << "using " << alias << " = " << p.type << ";\n";
-        decl.push_back(alias + " " + pname);
-      } else {
-        decl.push_back(p.type + " " + pname);
+        type = "phos_" + f->name + "_p" + std::to_string(i) + "_t";
+        os << "using " << type << " = " << p.type << ";\n";
       }
+      decl.push_back(type + " " + pname);
+      types.push_back(type);
     }
     std::string ret = f->ret;
     if (NeedsAlias(ret)) {
@@ -339,12 +374,19 @@ void EmitStubs(const std::vector<const Function*>& fns, int pass, std::ostream& 
       os << "using " << alias << " = " << ret << ";\n";
       ret = alias;
     }
+    // The function's exact type: headers may add C++ overloads of a C name
+    // (cublas_api.h's cublasSetEmulationStrategy), so the table takes the
+    // address through it.
+    os << "using phos_" << f->name << "_fn_t = " << ret << "(";
+    for (size_t i = 0; i < types.size(); ++i) os << (i ? ", " : "") << types[i];
+    os << ");\n";
     os << "PHOS_STUB " << ret << " " << f->name << "(";
     for (size_t i = 0; i < decl.size(); ++i) os << (i ? ", " : "") << decl[i];
     os << ") {\n  ReportUnsupported(ApiId::" << Enumerator(f->name) << ");\n";
     switch (Classify(*f)) {
       case RetKind::kRuntimeError: os << "  return cudaErrorNotSupported;\n"; break;
       case RetKind::kDriverError: os << "  return CUDA_ERROR_NOT_SUPPORTED;\n"; break;
+      case RetKind::kBlasStatus: os << "  return CUBLAS_STATUS_NOT_SUPPORTED;\n"; break;
       case RetKind::kVoid: break;
       case RetKind::kString: os << "  return kUnsupportedString;\n"; break;
       case RetKind::kPointer: os << "  return nullptr;\n"; break;
@@ -358,7 +400,8 @@ void EmitStubs(const std::vector<const Function*>& fns, int pass, std::ostream& 
   for (const Function* f : fns) {
     if (f->pass != pass) continue;
     os << "  table[static_cast<size_t>(ApiId::" << Enumerator(f->name)
-       << ")] = reinterpret_cast<const void*>(&" << f->name << ");\n";
+       << ")] = reinterpret_cast<const void*>(static_cast<phos_" << f->name << "_fn_t*>(&" << f->name
+       << "));\n";
   }
   os << "}\n}  // namespace phos::interposer::generated\n";
 }
@@ -370,12 +413,23 @@ void EmitTable(const std::vector<const Function*>& fns, std::ostream& os) {
         "namespace phos::interposer {\nnamespace generated {\n";
   for (const auto& p : kPasses) os << "void FillExports_" << p.tag << "(const void** table);\n";
   os << "}  // namespace generated\n\nnamespace {\n\n"
-        "struct ExportEntry {\n  const char* name;\n  ApiId id;\n  bool driver;\n};\n\n"
+        "struct ExportEntry {\n  const char* name;\n  ApiId id;\n  bool driver;\n  ApiLibrary library;\n};\n\n"
+        "// By id: each library's names sorted by strcmp (kSegments).\n"
         "constexpr ExportEntry kExports[] = {\n";
-  for (size_t i = 0; i < fns.size(); ++i)
+  size_t seg_begin[kLibraryCount] = {}, seg_end[kLibraryCount] = {};
+  for (size_t i = 0; i < fns.size(); ++i) {
+    const int lib = static_cast<int>(fns[i]->library);
+    if (seg_end[lib] == 0) seg_begin[lib] = i;
+    seg_end[lib] = i + 1;
     os << "    {\"" << fns[i]->name << "\", ApiId::" << Enumerator(fns[i]->name) << ", "
-       << (fns[i]->driver ? "true" : "false") << "},\n";
+       << (fns[i]->driver ? "true" : "false") << ", ApiLibrary::" << kLibraryNames[lib] << "},\n";
+  }
   os << "};\nstatic_assert(sizeof(kExports) / sizeof(kExports[0]) == kApiCount);\n\n"
+        "// [begin, end) of each library's ids in kExports.\n"
+        "struct Segment {\n  size_t begin, end;\n};\n"
+        "constexpr Segment kSegments[] = {\n";
+  for (int lib = 0; lib < kLibraryCount; ++lib) os << "    {" << seg_begin[lib] << ", " << seg_end[lib] << "},\n";
+  os << "};\n\n"
         "// Function pointers are filled on first use (function-local static:\n"
         "// thread-safe, and usable from the app's own static initialisers).\n"
         "const void* const* Pointers() {\n"
@@ -389,14 +443,19 @@ void EmitTable(const std::vector<const Function*>& fns, std::ostream& os) {
         "bool ApiIsDriver(ApiId id) {\n"
         "  auto i = static_cast<size_t>(id);\n"
         "  return i < kApiCount && kExports[i].driver;\n}\n\n"
+        "ApiLibrary ApiLibraryOf(ApiId id) {\n"
+        "  auto i = static_cast<size_t>(id);\n"
+        "  return i < kApiCount ? kExports[i].library : ApiLibrary::kCuda;\n}\n\n"
         "ApiId ApiIdFromName(const char* name) {\n"
         "  if (name == nullptr) return ApiId::kCount;\n"
-        "  size_t lo = 0, hi = kApiCount;\n"
-        "  while (lo < hi) {\n"
-        "    size_t mid = lo + (hi - lo) / 2;\n"
-        "    int c = std::strcmp(kExports[mid].name, name);\n"
-        "    if (c == 0) return kExports[mid].id;\n"
-        "    if (c < 0) lo = mid + 1; else hi = mid;\n"
+        "  for (const Segment& seg : kSegments) {\n"
+        "    size_t lo = seg.begin, hi = seg.end;\n"
+        "    while (lo < hi) {\n"
+        "      size_t mid = lo + (hi - lo) / 2;\n"
+        "      int c = std::strcmp(kExports[mid].name, name);\n"
+        "      if (c == 0) return kExports[mid].id;\n"
+        "      if (c < 0) lo = mid + 1; else hi = mid;\n"
+        "    }\n"
         "  }\n"
         "  return ApiId::kCount;\n}\n\n"
         "const void* FindExport(const char* name) {\n"
@@ -477,6 +536,10 @@ int main(int argc, char** argv) {
     ++per_pass[f.pass];
     ndrv += f.driver ? 1 : 0;
   }
+  // Library by library, each sorted by name (std::stable_sort keeps the
+  // map's name order within a library).
+  std::stable_sort(fns.begin(), fns.end(),
+                   [](const Function* a, const Function* b) { return a->library < b->library; });
   if (ndrv == 0 || ndrv == fns.size()) {
     std::fprintf(stderr, "phos_api_gen: found no functions in one of the headers\n");
     return 1;
@@ -500,8 +563,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "phos_api_gen: cannot write to %s\n", out_dir.c_str());
     return 1;
   }
-  std::printf("phos_api_gen: %zu functions (%zu driver, %zu runtime; %zu default, %zu ptds-only, "
-              "%zu legacy/internal-only)\n",
-              fns.size(), ndrv, fns.size() - ndrv, per_pass[0], per_pass[1], per_pass[2]);
+  std::printf("phos_api_gen: %zu functions (%zu driver; %zu default, %zu ptds-only, "
+              "%zu legacy/internal-only, %zu cuBLAS/cuBLASLt)\n",
+              fns.size(), ndrv, per_pass[0], per_pass[1], per_pass[2], per_pass[3]);
   return 0;
 }

@@ -38,6 +38,7 @@ enum class AccessRule : uint8_t {
   kRelease = 3,         // ptr written (the buffer is freed)
   kKernel = 4,          // the kernel's access plan
   kWhole = 5,           // any buffer of the session (kUnknown)
+  kBlas = 6,            // a cuBLAS routine's operands (protocol/blas_spec.h)
 };
 
 /// Bytes of a request or reply struct in the payload (0 for the markers).

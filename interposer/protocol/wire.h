@@ -245,6 +245,45 @@ inline constexpr uint32_t kHostFuncArmed = 0;
 inline constexpr uint32_t kHostFuncReached = 1;
 inline constexpr uint32_t kHostFuncDone = 2;
 
+/// kBlas*: one cuBLAS routine (the row names which; interposer/protocol/
+/// blas_spec.h says how each routine reads these fields and which device
+/// ranges it reads and writes). Matrices are column-major, as cuBLAS's.
+/// Vectors: x in (a, lda = incx), y in (b, ldb = incy) for level 1; gemv's
+/// x in (b, ldb = incx) and y in (c, ldc = incy).
+struct BlasRequest {
+  int32_t type_a;        // cudaDataType_t of A / x
+  int32_t type_b;        // ... of B / y
+  int32_t type_c;        // ... of C (gemm, geam; gemv's y)
+  int32_t compute;       // cublasComputeType_t, or a cudaDataType_t (GemmEx's legacy form, Ex level 1)
+  int32_t scalar_type;   // cudaDataType_t of alpha, beta and a reduction's result
+  uint32_t op_a;         // cublasOperation_t: 0 N, 1 T, 2 C
+  uint32_t op_b;
+  uint32_t flags;        // kBlasDeviceScalars | kBlasConjugate
+  int64_t m, n, k;
+  int64_t batch;         // 1 unless strided-batched
+  uint64_t a, b, c;
+  int64_t lda, ldb, ldc;
+  int64_t stride_a, stride_b, stride_c;  // elements between batch members
+  uint64_t alpha_ptr;    // kBlasDeviceScalars: device addresses of alpha, beta
+  uint64_t beta_ptr;
+  uint64_t result;       // kBlasDeviceScalars: a reduction's result (device)
+  uint8_t alpha[16];     // host scalars (CUBLAS_POINTER_MODE_HOST), in scalar_type
+  uint8_t beta[16];
+};
+static_assert(sizeof(BlasRequest) == 192);
+/// alpha/beta (and a reduction's result) live in device memory
+/// (CUBLAS_POINTER_MODE_DEVICE).
+inline constexpr uint32_t kBlasDeviceScalars = 0x1;
+/// dot: the conjugated form (cublasDotcEx, cublasCdotc).
+inline constexpr uint32_t kBlasConjugate = 0x2;
+
+/// A reduction's result in host pointer mode (dot, nrm2, asum: the value in
+/// the row's scalar type; amax/amin: an int32, 1-based).
+struct BlasResultReply {
+  uint8_t value[16];
+};
+static_assert(sizeof(BlasResultReply) == 16);
+
 /// kPinnedToDevice / kDeviceToPinned (pinned host memory and 2D copies):
 /// the host side is an app address inside a shared pinned segment
 /// (HostSegmentRequest); phosd copies straight from / into its mapping of

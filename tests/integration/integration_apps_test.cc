@@ -465,6 +465,19 @@ TEST_F(IntegrationTest, GraphsCaptureInstantiateLaunch) {
   EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
 }
 
+// docs/interposer.md "cuBLAS": a program linked with -lcublas — gemm in
+// S/D/C/Z/H, GemmEx, strided batched, device-pointer scalars, gemv, geam,
+// level 1, a captured GEMM, the helpers and the error paths — against CPU
+// references, computed in phosd (OpenBLAS on the sim).
+TEST_F(IntegrationTest, CublasRoutinesMatchACpuReference) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/cublas");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("cublas: OK"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+}
+
 // A child forked before any CUDA call connects on its own.
 TEST_F(IntegrationTest, RuntimeMoreForkBeforeInit) {
   Daemon d(dir_);

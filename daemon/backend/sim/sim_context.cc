@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "backend/sim/sim_backend.h"
+#include "backend/sim/sim_blas.h"
 #include "backend/sim/sim_kernel_memory.h"
 #include "common/occupancy.h"
 #include "interp/launch.h"
@@ -303,6 +304,23 @@ Status SimContext::LaunchHostFunction(StreamHandle stream, std::function<void()>
   return EnqueueLocked(stream, [fn = std::move(fn)]() -> Status {
     fn();
     return Status::Ok();
+  });
+}
+
+Status SimContext::Blas(const BlasCall& call, StreamHandle stream) {
+  PHOS_RETURN_IF_ERROR(CheckSimBlas(call));
+  SimShared* shared = shared_.get();
+  for (std::uint32_t i = 0; i < call.range_count; ++i) {
+    PHOS_RETURN_IF_ERROR(shared->memory->CheckRange(call.ranges[i].ptr, call.ranges[i].bytes));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return EnqueueLocked(stream, [shared, call]() -> Status {
+    // One Pin per range: the buffers stay mapped while the routine runs.
+    SimAddressSpace::Pin pins[std::size(call.ranges)];
+    for (std::uint32_t i = 0; i < call.range_count; ++i) {
+      PHOS_RETURN_IF_ERROR(shared->memory->PinRange(call.ranges[i].ptr, call.ranges[i].bytes, &pins[i]));
+    }
+    return RunBlas(call);
   });
 }
 

@@ -47,6 +47,8 @@ class SimContext final : public Context {
   Status MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size,
                      std::size_t count, StreamHandle stream) override;
   Status LaunchHostFunction(StreamHandle stream, std::function<void()> fn) override;
+  /// cuBLAS on OpenBLAS (sim_blas.h), in stream order, its ranges pinned.
+  Status Blas(const BlasCall& call, StreamHandle stream) override;
 
   Status CreateEvent(unsigned flags, EventHandle* out) override;
   Status DestroyEvent(EventHandle event) override;

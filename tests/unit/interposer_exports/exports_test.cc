@@ -64,10 +64,12 @@ const char* const kKnownDriver[] = {
 
 TEST(GeneratedIds, KnownFunctionsFromBothHeaders) {
   std::printf("exported: %zu functions, %zu driver (cuda.h, cudaProfiler.h), %zu runtime "
-              "(cuda_runtime_api.h, cuda_profiler_api.h)\n",
-              kApiCount, kApiDriverCount, kApiRuntimeCount);
+              "(cuda_runtime_api.h, cuda_profiler_api.h), %zu cuBLAS, %zu cuBLASLt\n",
+              kApiCount, kApiDriverCount, kApiRuntimeCount, kApiCublasCount, kApiCublasLtCount);
   EXPECT_EQ(static_cast<size_t>(ApiId::kCount), kApiCount);
-  EXPECT_EQ(kApiDriverCount + kApiRuntimeCount, kApiCount);
+  EXPECT_EQ(kApiDriverCount + kApiRuntimeCount + kApiCublasCount + kApiCublasLtCount, kApiCount);
+  EXPECT_GT(kApiCublasCount, 300u);
+  EXPECT_GT(kApiCublasLtCount, 30u);
   EXPECT_GT(kApiDriverCount, 300u);
   EXPECT_LT(kApiDriverCount, 3000u);
   EXPECT_GT(kApiRuntimeCount, 200u);
@@ -84,6 +86,20 @@ TEST(GeneratedIds, KnownFunctionsFromBothHeaders) {
     EXPECT_STREQ(ApiName(id), name);
     EXPECT_TRUE(ApiIsDriver(id)) << name;
   }
+  for (const char* name : {"cublasCreate_v2", "cublasSgemm_v2", "cublasGemmStridedBatchedEx", "cublasSgemm_v2_64"}) {
+    ApiId id = ApiIdFromName(name);
+    ASSERT_NE(id, ApiId::kCount) << name;
+    EXPECT_EQ(ApiLibraryOf(id), ApiLibrary::kCublas) << name;
+    EXPECT_FALSE(ApiIsDriver(id)) << name;
+  }
+  for (const char* name : {"cublasLtCreate", "cublasLtMatmul", "cublasLtMatmulDescCreate"}) {
+    ApiId id = ApiIdFromName(name);
+    ASSERT_NE(id, ApiId::kCount) << name;
+    EXPECT_EQ(ApiLibraryOf(id), ApiLibrary::kCublasLt) << name;
+  }
+  // The legacy cuBLAS API (cublas.h) is not exported: its cublasSgemm has
+  // another signature than the v2 one apps link as cublasSgemm_v2.
+  EXPECT_EQ(ApiIdFromName("cublasSgemm"), ApiId::kCount);
   // Inline helpers and C++ overloads are not exported.
   EXPECT_EQ(ApiIdFromName("cuGetProcAddress_v2_ptsz"), ApiId::kCount);
   EXPECT_EQ(ApiIdFromName("cudaNotAFunction"), ApiId::kCount);
@@ -91,14 +107,22 @@ TEST(GeneratedIds, KnownFunctionsFromBothHeaders) {
   EXPECT_STREQ(ApiName(ApiId::kCount), "?");
 }
 
-TEST(GeneratedIds, IdsAreIndicesOfTheSortedNames) {
+// Ids are numbered library by library (CUDA, cuBLAS, cuBLASLt: a library
+// added later never renumbers the ones before it), each library's names
+// sorted.
+TEST(GeneratedIds, IdsAreIndicesOfTheSortedNamesOfEachLibrary) {
   EXPECT_EQ(ApiId::k_cudaMalloc, ApiIdFromName("cudaMalloc"));
   EXPECT_EQ(ApiId::k_cuMemAlloc_v2, ApiIdFromName("cuMemAlloc_v2"));
+  EXPECT_EQ(static_cast<size_t>(ApiIdFromName("cublasAsumEx")), kApiDriverCount + kApiRuntimeCount);
   for (size_t i = 0; i < kApiCount; ++i) {
     auto id = static_cast<ApiId>(i);
     EXPECT_EQ(ApiIdFromName(ApiName(id)), id);
+    auto next = static_cast<ApiId>(i + 1);
+    if (i + 1 < kApiCount && ApiLibraryOf(next) == ApiLibraryOf(id)) {
+      EXPECT_LT(std::strcmp(ApiName(id), ApiName(next)), 0);
+    }
     if (i + 1 < kApiCount) {
-      EXPECT_LT(std::strcmp(ApiName(id), ApiName(static_cast<ApiId>(i + 1))), 0);
+      EXPECT_LE(static_cast<int>(ApiLibraryOf(id)), static_cast<int>(ApiLibraryOf(next)));
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "protocol/blas_spec.h"
 #include "protocol/calls.h"
 #include "session/access_spec.h"
 #include "session/call_handlers.h"
@@ -100,6 +101,18 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kMemset2DAsync, ApiId::k_cudaMemset2DAsync},
       {op::kFreeAsync, ApiId::k_cudaFreeAsync},
       {op::kLaunchHostFunc, ApiId::k_cudaLaunchHostFunc},
+      {op::kBlasGemm, ApiId::k_cublasGemmStridedBatchedEx},
+      {op::kBlasGemv, ApiId::k_cublasSgemvStridedBatched},
+      {op::kBlasGeam, ApiId::k_cublasSgeam},
+      {op::kBlasAxpy, ApiId::k_cublasAxpyEx},
+      {op::kBlasScal, ApiId::k_cublasScalEx},
+      {op::kBlasCopy, ApiId::k_cublasCopyEx},
+      {op::kBlasSwap, ApiId::k_cublasSwapEx},
+      {op::kBlasDot, ApiId::k_cublasDotEx},
+      {op::kBlasNrm2, ApiId::k_cublasNrm2Ex},
+      {op::kBlasAsum, ApiId::k_cublasAsumEx},
+      {op::kBlasIamax, ApiId::k_cublasIsamax_v2},
+      {op::kBlasIamin, ApiId::k_cublasIsamin_v2},
       {op::kHostCopyStats, static_cast<ApiId>(0x10000)},
   };
   for (const auto& [got, want] : expected) {
@@ -188,6 +201,13 @@ TEST(CallTableTest, AccessRulesGiveTheSpecRows) {
         ASSERT_NE(spec, nullptr) << r.op;
         EXPECT_EQ(spec->operand_count, 1u) << r.op;
         EXPECT_EQ(spec->operands[kDstOperand].role, ArgRole::kWrite) << r.op;
+        break;
+      case wire::AccessRule::kBlas:
+        ASSERT_NE(spec, nullptr) << r.op;
+        EXPECT_EQ(spec->operand_count, static_cast<uint32_t>(wire::kBlasSlotCount)) << r.op;
+        EXPECT_EQ(spec->operands[wire::kBlasSlotA].role, ArgRole::kRead) << r.op;
+        EXPECT_EQ(spec->operands[wire::kBlasSlotC].role, ArgRole::kReadWrite) << r.op;
+        EXPECT_EQ(spec->operands[wire::kBlasSlotResult].role, ArgRole::kWrite) << r.op;
         break;
       case wire::AccessRule::kNoDeviceMemory:
       case wire::AccessRule::kKernel:

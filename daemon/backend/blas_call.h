@@ -1,0 +1,65 @@
+// One cuBLAS routine as a backend runs it (Context::Blas): the session's
+// handler (daemon/session/blas_handlers.cc) has checked it against the
+// routine's specification (interposer/protocol/blas_spec.h) and that every
+// device range it names lies in the session's buffers, so a backend may
+// trust the dimensions and addresses it is given.
+//
+// Matrices are column-major (cuBLAS's layout). Types are cudaDataType_t
+// values; `compute` a cublasComputeType_t or, in GemmEx's legacy form and
+// the Ex level-1 routines, a cudaDataType_t.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+namespace phos::backend {
+
+enum class BlasOp : std::uint8_t {
+  kGemm,   // C = alpha op(A) op(B) + beta C, `batch` members `stride_*` apart
+  kGemv,   // y(c, ldc = incy) = alpha op(A) x(b, ldb = incx) + beta y, strided-batched
+  kGeam,   // C = alpha op(A) + beta op(B)
+  kAxpy,   // y(b, ldb) += alpha x(a, lda)
+  kScal,   // x(a, lda) *= alpha
+  kCopy,   // y(b, ldb) = x(a, lda)
+  kSwap,   // x <-> y
+  kDot,    // result = x . y (conj(x) . y when `conjugate`)
+  kNrm2,   // result = ||x||_2
+  kAsum,   // result = sum |re| + |im|
+  kIamax,  // result (int32) = 1-based index of the first max |re| + |im|
+  kIamin,
+};
+
+struct BlasCall {
+  BlasOp op = BlasOp::kGemm;
+  std::int32_t type_a = 0, type_b = 0, type_c = 0;
+  std::int32_t compute = 0;
+  std::int32_t scalar_type = 0;  // alpha, beta, and a reduction's result
+  std::uint32_t op_a = 0, op_b = 0;  // cublasOperation_t: 0 N, 1 T, 2 C
+  bool conjugate = false;
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  std::uint64_t a = 0, b = 0, c = 0;
+  std::int64_t lda = 1, ldb = 1, ldc = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  // Scalars: device addresses when `device_scalars`, else the values.
+  bool device_scalars = false;
+  std::uint64_t alpha_ptr = 0, beta_ptr = 0;
+  unsigned char alpha[16] = {}, beta[16] = {};
+  // A reduction's result: a device address when `device_scalars`, else
+  // `host_result` (shared: the enqueued work keeps it alive even when the
+  // caller stops waiting for it, e.g. its context is abandoned).
+  std::uint64_t result = 0;
+  std::shared_ptr<std::array<unsigned char, 16>> host_result;
+
+  // The device ranges the routine reads or writes (the handler's operands,
+  // from the routine's specification): a backend that pins or checks
+  // memory around the work uses these.
+  struct Range {
+    std::uint64_t ptr = 0;
+    std::uint64_t bytes = 0;
+  };
+  Range ranges[8];
+  std::uint32_t range_count = 0;
+};
+
+}  // namespace phos::backend

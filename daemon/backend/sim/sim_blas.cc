@@ -1,0 +1,418 @@
+#include "backend/sim/sim_blas.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <complex>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "interp/numeric.h"
+
+namespace phos::backend::sim {
+namespace {
+
+// cudaDataType_t values (library_types.h).
+constexpr std::int32_t kR32F = 0, kR64F = 1, kR16F = 2, kC32F = 4, kC64F = 5, kR16BF = 14;
+
+using cf = std::complex<float>;
+using cd = std::complex<double>;
+
+const char* OpName(BlasOp op) {
+  switch (op) {
+    case BlasOp::kGemm: return "gemm";
+    case BlasOp::kGemv: return "gemv";
+    case BlasOp::kGeam: return "geam";
+    case BlasOp::kAxpy: return "axpy";
+    case BlasOp::kScal: return "scal";
+    case BlasOp::kCopy: return "copy";
+    case BlasOp::kSwap: return "swap";
+    case BlasOp::kDot: return "dot";
+    case BlasOp::kNrm2: return "nrm2";
+    case BlasOp::kAsum: return "asum";
+    case BlasOp::kIamax: return "amax";
+    case BlasOp::kIamin: return "amin";
+  }
+  return "?";
+}
+
+Status Unsupported(const BlasCall& c) {
+  return Status::NotSupported(std::string("cuBLAS ") + OpName(c.op) + " with data types A/x=" +
+                              std::to_string(c.type_a) + " B/y=" + std::to_string(c.type_b) +
+                              " C=" + std::to_string(c.type_c) + " scalar=" + std::to_string(c.scalar_type) +
+                              " (cudaDataType_t) is not computed by the sim backend");
+}
+
+std::size_t ElementBytes(std::int32_t type) {
+  switch (type) {
+    case kR16F: case kR16BF: return 2;
+    case kR32F: return 4;
+    case kR64F: case kC32F: return 8;
+    case kC64F: return 16;
+    default: return 0;
+  }
+}
+
+/// A scalar (alpha, beta) as a complex double, from its bytes in `type`.
+cd ReadScalar(const unsigned char* p, std::int32_t type) {
+  switch (type) {
+    case kR32F: { float v; std::memcpy(&v, p, 4); return v; }
+    case kR64F: { double v; std::memcpy(&v, p, 8); return v; }
+    case kR16F: { std::uint16_t h; std::memcpy(&h, p, 2); return interp::HalfToFloat(h); }
+    case kR16BF: { std::uint16_t h; std::memcpy(&h, p, 2); return interp::Bf16ToFloat(h); }
+    case kC32F: { float v[2]; std::memcpy(v, p, 8); return {v[0], v[1]}; }
+    case kC64F: { double v[2]; std::memcpy(v, p, 16); return {v[0], v[1]}; }
+    default: return 0.0;
+  }
+}
+
+cd Alpha(const BlasCall& c) {
+  return ReadScalar(c.device_scalars ? reinterpret_cast<const unsigned char*>(c.alpha_ptr) : c.alpha, c.scalar_type);
+}
+cd Beta(const BlasCall& c) {
+  return ReadScalar(c.device_scalars ? reinterpret_cast<const unsigned char*>(c.beta_ptr) : c.beta, c.scalar_type);
+}
+
+float Widen(const unsigned char* p, std::int32_t type) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return type == kR16F ? interp::HalfToFloat(h) : interp::Bf16ToFloat(h);
+}
+void Narrow(float f, unsigned char* p, std::int32_t type) {
+  const std::uint16_t h = type == kR16F ? interp::FloatToHalf(f, interp::Round::kNearest)
+                                        : interp::FloatToBf16(f, interp::Round::kNearest);
+  std::memcpy(p, &h, 2);
+}
+
+CBLAS_TRANSPOSE Trans(std::uint32_t op) {
+  return op == 0 ? CblasNoTrans : op == 1 ? CblasTrans : CblasConjTrans;
+}
+
+bool FitsBlasInt(std::int64_t v) { return v >= 0 && v <= 0x7fffffff; }
+
+template <typename T>
+T* At(std::uint64_t base, std::int64_t index) {
+  return reinterpret_cast<T*>(base) + index;
+}
+
+/// Elements from a column-major matrix's first to its last element.
+std::size_t MatrixElements(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  if (rows == 0 || cols == 0) return 0;
+  return static_cast<std::size_t>((cols - 1) * ld + rows);
+}
+
+Status Gemm(const BlasCall& c) {
+  if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
+  const bool ta = c.op_a != 0, tb = c.op_b != 0;
+  const std::int64_t arows = ta ? c.k : c.m, acols = ta ? c.m : c.k;
+  const std::int64_t brows = tb ? c.n : c.k, bcols = tb ? c.k : c.n;
+  const int m = static_cast<int>(c.m), n = static_cast<int>(c.n), k = static_cast<int>(c.k);
+  const int lda = static_cast<int>(c.lda), ldb = static_cast<int>(c.ldb), ldc = static_cast<int>(c.ldc);
+  const cd alpha = Alpha(c), beta = Beta(c);
+  const std::int32_t t = c.type_a;
+  const bool same = c.type_a == c.type_b && c.type_b == c.type_c;
+  for (std::int64_t i = 0; i < c.batch; ++i) {
+    const std::int64_t oa = i * c.stride_a, ob = i * c.stride_b, oc = i * c.stride_c;
+    if (same && t == kR32F) {
+      cblas_sgemm(CblasColMajor, Trans(c.op_a), Trans(c.op_b), m, n, k, static_cast<float>(alpha.real()),
+                  At<float>(c.a, oa), lda, At<float>(c.b, ob), ldb, static_cast<float>(beta.real()),
+                  At<float>(c.c, oc), ldc);
+    } else if (same && t == kR64F) {
+      cblas_dgemm(CblasColMajor, Trans(c.op_a), Trans(c.op_b), m, n, k, alpha.real(), At<double>(c.a, oa), lda,
+                  At<double>(c.b, ob), ldb, beta.real(), At<double>(c.c, oc), ldc);
+    } else if (same && t == kC32F) {
+      const cf al(alpha), be(beta);
+      cblas_cgemm(CblasColMajor, Trans(c.op_a), Trans(c.op_b), m, n, k, &al, At<cf>(c.a, oa), lda,
+                  At<cf>(c.b, ob), ldb, &be, At<cf>(c.c, oc), ldc);
+    } else if (same && t == kC64F) {
+      cblas_zgemm(CblasColMajor, Trans(c.op_a), Trans(c.op_b), m, n, k, &alpha, At<cd>(c.a, oa), lda,
+                  At<cd>(c.b, ob), ldb, &beta, At<cd>(c.c, oc), ldc);
+    } else if ((t == kR16F || t == kR16BF) && c.type_b == t && (c.type_c == t || c.type_c == kR32F)) {
+      // Widen A and B (over their whole extents, gaps included: sgemm
+      // reads them with the same leading dimensions), multiply in float.
+      const std::size_t na = MatrixElements(arows, acols, c.lda), nb = MatrixElements(brows, bcols, c.ldb);
+      std::vector<float> fa(na), fb(nb);
+      const auto* pa = At<unsigned char>(c.a, oa * 2);
+      const auto* pb = At<unsigned char>(c.b, ob * 2);
+      for (std::size_t e = 0; e < na; ++e) fa[e] = Widen(pa + 2 * e, t);
+      for (std::size_t e = 0; e < nb; ++e) fb[e] = Widen(pb + 2 * e, t);
+      if (c.type_c == kR32F) {
+        cblas_sgemm(CblasColMajor, Trans(c.op_a), Trans(c.op_b), m, n, k, static_cast<float>(alpha.real()),
+                    fa.data(), lda, fb.data(), ldb, static_cast<float>(beta.real()), At<float>(c.c, oc), ldc);
+        continue;
+      }
+      const std::size_t nc = MatrixElements(c.m, c.n, c.ldc);
+      std::vector<float> fc(nc, 0.0f);
+      auto* pc = At<unsigned char>(c.c, oc * 2);
+      const bool read_c = beta != 0.0;  // cuBLAS does not read C when beta is 0
+      for (std::int64_t col = 0; read_c && col < c.n; ++col)
+        for (std::int64_t row = 0; row < c.m; ++row) {
+          const std::size_t e = static_cast<std::size_t>(col * c.ldc + row);
+          fc[e] = Widen(pc + 2 * e, t);
+        }
+      cblas_sgemm(CblasColMajor, Trans(c.op_a), Trans(c.op_b), m, n, k, static_cast<float>(alpha.real()),
+                  fa.data(), lda, fb.data(), ldb, static_cast<float>(beta.real()), fc.data(), ldc);
+      for (std::int64_t col = 0; col < c.n; ++col)
+        for (std::int64_t row = 0; row < c.m; ++row) {
+          const std::size_t e = static_cast<std::size_t>(col * c.ldc + row);
+          Narrow(fc[e], pc + 2 * e, t);
+        }
+    } else {
+      return Unsupported(c);
+    }
+  }
+  return Status::Ok();
+}
+
+Status Gemv(const BlasCall& c) {
+  if (c.batch == 0 || c.m == 0 || c.n == 0) return Status::Ok();
+  const std::int32_t t = c.type_a;
+  if (c.type_b != t || c.type_c != t) return Unsupported(c);
+  const int m = static_cast<int>(c.m), n = static_cast<int>(c.n), lda = static_cast<int>(c.lda);
+  const int incx = static_cast<int>(c.ldb), incy = static_cast<int>(c.ldc);
+  const cd alpha = Alpha(c), beta = Beta(c);
+  for (std::int64_t i = 0; i < c.batch; ++i) {
+    const std::int64_t oa = i * c.stride_a, ox = i * c.stride_b, oy = i * c.stride_c;
+    switch (t) {
+      case kR32F:
+        cblas_sgemv(CblasColMajor, Trans(c.op_a), m, n, static_cast<float>(alpha.real()), At<float>(c.a, oa), lda,
+                    At<float>(c.b, ox), incx, static_cast<float>(beta.real()), At<float>(c.c, oy), incy);
+        break;
+      case kR64F:
+        cblas_dgemv(CblasColMajor, Trans(c.op_a), m, n, alpha.real(), At<double>(c.a, oa), lda, At<double>(c.b, ox),
+                    incx, beta.real(), At<double>(c.c, oy), incy);
+        break;
+      case kC32F: {
+        const cf al(alpha), be(beta);
+        cblas_cgemv(CblasColMajor, Trans(c.op_a), m, n, &al, At<cf>(c.a, oa), lda, At<cf>(c.b, ox), incx, &be,
+                    At<cf>(c.c, oy), incy);
+        break;
+      }
+      case kC64F:
+        cblas_zgemv(CblasColMajor, Trans(c.op_a), m, n, &alpha, At<cd>(c.a, oa), lda, At<cd>(c.b, ox), incx, &beta,
+                    At<cd>(c.c, oy), incy);
+        break;
+      default: return Unsupported(c);
+    }
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+T OpElement(std::uint64_t base, std::int64_t ld, std::uint32_t op, std::int64_t row, std::int64_t col) {
+  // op(M)(row, col): M(row, col) for N, M(col, row) for T, its conjugate for C.
+  if (op == 0) return *At<T>(base, col * ld + row);
+  T v = *At<T>(base, row * ld + col);
+  if constexpr (std::is_same_v<T, cf> || std::is_same_v<T, cd>) {
+    if (op == 2) v = std::conj(v);
+  }
+  return v;
+}
+
+template <typename T>
+void GeamTyped(const BlasCall& c, T alpha, T beta) {
+  // Element by element, column by column: in place (C == A or C == B with
+  // op N and the same ld) reads each element before it writes it.
+  for (std::int64_t col = 0; col < c.n; ++col)
+    for (std::int64_t row = 0; row < c.m; ++row) {
+      const T a = alpha == T(0) ? T(0) : OpElement<T>(c.a, c.lda, c.op_a, row, col);
+      const T b = beta == T(0) ? T(0) : OpElement<T>(c.b, c.ldb, c.op_b, row, col);
+      *At<T>(c.c, col * c.ldc + row) = alpha * a + beta * b;
+    }
+}
+
+Status Geam(const BlasCall& c) {
+  const std::int32_t t = c.type_a;
+  if (c.type_b != t || c.type_c != t) return Unsupported(c);
+  const cd alpha = Alpha(c), beta = Beta(c);
+  switch (t) {
+    case kR32F: GeamTyped<float>(c, static_cast<float>(alpha.real()), static_cast<float>(beta.real())); break;
+    case kR64F: GeamTyped<double>(c, alpha.real(), beta.real()); break;
+    case kC32F: GeamTyped<cf>(c, cf(alpha), cf(beta)); break;
+    case kC64F: GeamTyped<cd>(c, alpha, beta); break;
+    default: return Unsupported(c);
+  }
+  return Status::Ok();
+}
+
+/// BLAS's vector convention: with a negative increment the vector starts
+/// at its last element in memory (x + (n-1)|inc|) and walks down.
+std::uint64_t VectorElement(std::uint64_t base, std::int64_t n, std::int64_t inc, std::int64_t i, std::size_t es) {
+  const std::int64_t index = inc > 0 ? i * inc : (n - 1 - i) * (-inc);
+  return base + static_cast<std::uint64_t>(index) * es;
+}
+
+void WriteResult(const BlasCall& c, const void* value, std::size_t bytes) {
+  if (c.device_scalars) std::memcpy(reinterpret_cast<void*>(c.result), value, bytes);
+  else if (c.host_result) std::memcpy(c.host_result->data(), value, bytes);
+}
+
+Status Level1(const BlasCall& c) {
+  const int n = static_cast<int>(c.n), incx = static_cast<int>(c.lda), incy = static_cast<int>(c.ldb);
+  const std::int32_t t = c.type_a;
+  switch (c.op) {
+    case BlasOp::kAxpy: {
+      if (c.n == 0) return Status::Ok();
+      if (c.type_b != t || c.scalar_type != t) return Unsupported(c);
+      const cd alpha = Alpha(c);
+      if (t == kR32F) cblas_saxpy(n, static_cast<float>(alpha.real()), At<float>(c.a, 0), incx, At<float>(c.b, 0), incy);
+      else if (t == kR64F) cblas_daxpy(n, alpha.real(), At<double>(c.a, 0), incx, At<double>(c.b, 0), incy);
+      else if (t == kC32F) { const cf al(alpha); cblas_caxpy(n, &al, At<cf>(c.a, 0), incx, At<cf>(c.b, 0), incy); }
+      else if (t == kC64F) cblas_zaxpy(n, &alpha, At<cd>(c.a, 0), incx, At<cd>(c.b, 0), incy);
+      else return Unsupported(c);
+      return Status::Ok();
+    }
+    case BlasOp::kScal: {
+      if (c.n == 0) return Status::Ok();
+      const cd alpha = Alpha(c);
+      const std::int32_t s = c.scalar_type;
+      if (t == kR32F && s == kR32F) cblas_sscal(n, static_cast<float>(alpha.real()), At<float>(c.a, 0), incx);
+      else if (t == kR64F && s == kR64F) cblas_dscal(n, alpha.real(), At<double>(c.a, 0), incx);
+      else if (t == kC32F && s == kC32F) { const cf al(alpha); cblas_cscal(n, &al, At<cf>(c.a, 0), incx); }
+      else if (t == kC32F && s == kR32F) cblas_csscal(n, static_cast<float>(alpha.real()), At<cf>(c.a, 0), incx);
+      else if (t == kC64F && s == kC64F) cblas_zscal(n, &alpha, At<cd>(c.a, 0), incx);
+      else if (t == kC64F && s == kR64F) cblas_zdscal(n, alpha.real(), At<cd>(c.a, 0), incx);
+      else return Unsupported(c);
+      return Status::Ok();
+    }
+    case BlasOp::kCopy:
+    case BlasOp::kSwap: {
+      const std::size_t es = ElementBytes(t);
+      if (es == 0 || c.type_b != t) return Unsupported(c);
+      for (std::int64_t i = 0; i < c.n; ++i) {
+        auto* x = reinterpret_cast<unsigned char*>(VectorElement(c.a, c.n, c.lda, i, es));
+        auto* y = reinterpret_cast<unsigned char*>(VectorElement(c.b, c.n, c.ldb, i, es));
+        unsigned char tmp[16];
+        std::memcpy(tmp, x, es);
+        if (c.op == BlasOp::kSwap) std::memcpy(x, y, es);
+        std::memcpy(y, tmp, es);
+      }
+      return Status::Ok();
+    }
+    case BlasOp::kDot: {
+      if (c.type_b != t || c.scalar_type != t) return Unsupported(c);
+      if (t == kR32F) {
+        const float r = c.n == 0 ? 0.0f : cblas_sdot(n, At<float>(c.a, 0), incx, At<float>(c.b, 0), incy);
+        WriteResult(c, &r, sizeof r);
+      } else if (t == kR64F) {
+        const double r = c.n == 0 ? 0.0 : cblas_ddot(n, At<double>(c.a, 0), incx, At<double>(c.b, 0), incy);
+        WriteResult(c, &r, sizeof r);
+      } else if (t == kC32F) {
+        cf r = 0;
+        if (c.n > 0 && c.conjugate) cblas_cdotc_sub(n, At<cf>(c.a, 0), incx, At<cf>(c.b, 0), incy, &r);
+        else if (c.n > 0) cblas_cdotu_sub(n, At<cf>(c.a, 0), incx, At<cf>(c.b, 0), incy, &r);
+        WriteResult(c, &r, sizeof r);
+      } else if (t == kC64F) {
+        cd r = 0;
+        if (c.n > 0 && c.conjugate) cblas_zdotc_sub(n, At<cd>(c.a, 0), incx, At<cd>(c.b, 0), incy, &r);
+        else if (c.n > 0) cblas_zdotu_sub(n, At<cd>(c.a, 0), incx, At<cd>(c.b, 0), incy, &r);
+        WriteResult(c, &r, sizeof r);
+      } else {
+        return Unsupported(c);
+      }
+      return Status::Ok();
+    }
+    case BlasOp::kNrm2:
+    case BlasOp::kAsum: {
+      const bool nrm = c.op == BlasOp::kNrm2;
+      if (c.n == 0) {
+        const double zero = 0;
+        WriteResult(c, &zero, ElementBytes(c.scalar_type) == 8 ? 8 : 4);
+        return Status::Ok();
+      }
+      if ((t == kR32F || t == kC32F) && c.scalar_type == kR32F) {
+        float r = 0;
+        if (t == kR32F) r = nrm ? cblas_snrm2(n, At<float>(c.a, 0), incx) : cblas_sasum(n, At<float>(c.a, 0), incx);
+        else r = nrm ? cblas_scnrm2(n, At<cf>(c.a, 0), incx) : cblas_scasum(n, At<cf>(c.a, 0), incx);
+        WriteResult(c, &r, sizeof r);
+      } else if ((t == kR64F || t == kC64F) && c.scalar_type == kR64F) {
+        double r = 0;
+        if (t == kR64F) r = nrm ? cblas_dnrm2(n, At<double>(c.a, 0), incx) : cblas_dasum(n, At<double>(c.a, 0), incx);
+        else r = nrm ? cblas_dznrm2(n, At<cd>(c.a, 0), incx) : cblas_dzasum(n, At<cd>(c.a, 0), incx);
+        WriteResult(c, &r, sizeof r);
+      } else {
+        return Unsupported(c);
+      }
+      return Status::Ok();
+    }
+    case BlasOp::kIamax:
+    case BlasOp::kIamin: {
+      // |re| + |im| (cuBLAS's measure for complex), first extreme, 1-based.
+      const std::size_t es = ElementBytes(t);
+      if (t != kR32F && t != kR64F && t != kC32F && t != kC64F) return Unsupported(c);
+      std::int32_t best = 0;
+      double best_value = 0;
+      for (std::int64_t i = 0; c.lda > 0 && i < c.n; ++i) {  // BLAS: 0 for incx <= 0
+        const auto* p = reinterpret_cast<const unsigned char*>(c.a + static_cast<std::uint64_t>(i * c.lda) * es);
+        const cd v = ReadScalar(p, t);
+        const double mag = std::fabs(v.real()) + std::fabs(v.imag());
+        const bool better = c.op == BlasOp::kIamax ? mag > best_value : mag < best_value;
+        if (i == 0 || better) {
+          best = static_cast<std::int32_t>(i + 1);
+          best_value = mag;
+        }
+      }
+      WriteResult(c, &best, sizeof best);
+      return Status::Ok();
+    }
+    default: return Unsupported(c);
+  }
+}
+
+bool Std(std::int32_t t) { return t == kR32F || t == kR64F || t == kC32F || t == kC64F; }
+
+}  // namespace
+
+Status CheckSimBlas(const BlasCall& c) {
+  const std::int32_t t = c.type_a, s = c.scalar_type;
+  bool ok = false;
+  switch (c.op) {
+    case BlasOp::kGemm:
+      ok = (t == c.type_b && t == c.type_c && Std(t)) ||
+           ((t == kR16F || t == kR16BF) && c.type_b == t && (c.type_c == t || c.type_c == kR32F));
+      break;
+    case BlasOp::kGemv:
+    case BlasOp::kGeam: ok = t == c.type_b && t == c.type_c && Std(t); break;
+    case BlasOp::kAxpy:
+    case BlasOp::kDot: ok = Std(t) && c.type_b == t && s == t; break;
+    case BlasOp::kScal:
+      ok = (Std(t) && s == t) || (t == kC32F && s == kR32F) || (t == kC64F && s == kR64F);
+      break;
+    case BlasOp::kCopy:
+    case BlasOp::kSwap: ok = ElementBytes(t) != 0 && c.type_b == t; break;
+    case BlasOp::kNrm2:
+    case BlasOp::kAsum:
+      ok = ((t == kR32F || t == kC32F) && s == kR32F) || ((t == kR64F || t == kC64F) && s == kR64F);
+      break;
+    case BlasOp::kIamax:
+    case BlasOp::kIamin: ok = Std(t); break;
+  }
+  return ok ? Status::Ok() : Unsupported(c);
+}
+
+void InitSimBlas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+Status RunBlas(const BlasCall& c) {
+  for (std::int64_t v : {c.m, c.n, c.k, c.lda, c.ldb < 0 ? -c.ldb : c.ldb, c.ldc < 0 ? -c.ldc : c.ldc,
+                         c.lda < 0 ? -c.lda : c.lda}) {
+    if (!FitsBlasInt(v)) {
+      return Status::InvalidArgument(std::string("cuBLAS ") + OpName(c.op) +
+                                     ": a dimension or leading dimension beyond 2^31-1 (the sim's BLAS "
+                                     "uses 32-bit indices)");
+    }
+  }
+  InitSimBlas();
+  switch (c.op) {
+    case BlasOp::kGemm: return Gemm(c);
+    case BlasOp::kGemv: return Gemv(c);
+    case BlasOp::kGeam: return Geam(c);
+    default: return Level1(c);
+  }
+}
+
+}  // namespace phos::backend::sim

@@ -1,0 +1,112 @@
+// cuBLAS routines (calls.def's cuBLAS section; docs/interposer.md
+// "cuBLAS"). libphos.so keeps the app's handles and sends each routine with
+// everything it needs (stream in the frame, pointer mode and scalars in the
+// request), so phosd holds no cuBLAS state of the app and a checkpoint has
+// none to save: the context's backend runs the routine (the cuda backend on
+// its pooled handle, the sim on OpenBLAS).
+//
+// The access set comes from the routine's specification
+// (protocol/blas_spec.h): exact ranges, no speculation, no twin.
+#include <array>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "protocol/blas_spec.h"
+#include "session/access_spec.h"
+#include "session/handlers.h"
+
+namespace phos::session {
+namespace {
+
+using wire::WireStatus;
+
+backend::BlasOp ToBackendOp(wire::BlasShape shape) {
+  switch (shape) {
+    case wire::BlasShape::kGemm: return backend::BlasOp::kGemm;
+    case wire::BlasShape::kGemv: return backend::BlasOp::kGemv;
+    case wire::BlasShape::kGeam: return backend::BlasOp::kGeam;
+    case wire::BlasShape::kAxpy: return backend::BlasOp::kAxpy;
+    case wire::BlasShape::kScal: return backend::BlasOp::kScal;
+    case wire::BlasShape::kCopy: return backend::BlasOp::kCopy;
+    case wire::BlasShape::kSwap: return backend::BlasOp::kSwap;
+    case wire::BlasShape::kDot: return backend::BlasOp::kDot;
+    case wire::BlasShape::kNrm2: return backend::BlasOp::kNrm2;
+    case wire::BlasShape::kAsum: return backend::BlasOp::kAsum;
+    case wire::BlasShape::kIamax: return backend::BlasOp::kIamax;
+    case wire::BlasShape::kIamin: return backend::BlasOp::kIamin;
+  }
+  return backend::BlasOp::kGemm;
+}
+
+backend::BlasCall ToBackendCall(wire::BlasShape shape, const wire::BlasRequest& r) {
+  backend::BlasCall c;
+  c.op = ToBackendOp(shape);
+  c.type_a = r.type_a;
+  c.type_b = r.type_b;
+  c.type_c = r.type_c;
+  c.compute = r.compute;
+  c.scalar_type = r.scalar_type;
+  c.op_a = r.op_a;
+  c.op_b = r.op_b;
+  c.conjugate = (r.flags & wire::kBlasConjugate) != 0;
+  c.m = r.m;
+  c.n = r.n;
+  c.k = r.k;
+  c.batch = shape == wire::BlasShape::kGemm || shape == wire::BlasShape::kGemv ? r.batch : 1;
+  c.a = r.a;
+  c.b = r.b;
+  c.c = r.c;
+  c.lda = r.lda;
+  c.ldb = r.ldb;
+  c.ldc = r.ldc;
+  c.stride_a = r.stride_a;
+  c.stride_b = r.stride_b;
+  c.stride_c = r.stride_c;
+  c.device_scalars = (r.flags & wire::kBlasDeviceScalars) != 0;
+  c.alpha_ptr = r.alpha_ptr;
+  c.beta_ptr = r.beta_ptr;
+  std::memcpy(c.alpha, r.alpha, sizeof c.alpha);
+  std::memcpy(c.beta, r.beta, sizeof c.beta);
+  c.result = r.result;
+  return c;
+}
+
+}  // namespace
+
+void HandleBlas(SessionState& st, const CallContext& call, const wire::BlasRequest& req, Outcome* out) {
+  wire::BlasShape shape{};
+  if (!wire::BlasShapeOf(call.api(), &shape)) {
+    return out->Fail(WireStatus::kNotSupported, std::string("no cuBLAS routine for op ") + call.row.op);
+  }
+  const std::string what = std::string("cuBLAS ") + wire::BlasShapeName(shape);
+  wire::BlasOperands ops;
+  if (const char* why = wire::CheckBlas(shape, req, &ops); why != nullptr) {
+    return out->Fail(WireStatus::kInvalidValue, what + ": " + why);
+  }
+  backend::StreamHandle stream = 0;
+  if (Status s = FindStream(st, call.rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
+  backend::BlasCall bc = ToBackendCall(shape, req);
+  for (uint32_t i = 0; i < ops.count; ++i) {
+    if (Status s = CheckDeviceRange(st, ops.op[i].ptr, ops.op[i].bytes); !s.ok()) {
+      return out->Fail(Status(s.code(), what + ": " + s.message()));
+    }
+    bc.ranges[bc.range_count++] = {ops.op[i].ptr, ops.op[i].bytes};
+  }
+  const bool sync = call.sync();
+  if (sync && !bc.device_scalars) bc.host_result = std::make_shared<std::array<unsigned char, 16>>();
+  CallView v = ViewOnStream(st, call, stream, sync);
+  for (uint32_t i = 0; i < ops.count; ++i) AddOperand(&v, ops.op[i].slot, ops.op[i].ptr, ops.op[i].bytes);
+  Status s = st.executor->Run(v, [&] {
+    PHOS_RETURN_IF_ERROR(st.ctx->Blas(bc, stream));
+    return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok();
+  });
+  if (!s.ok()) return out->Fail(s);
+  if (sync) {
+    wire::BlasResultReply reply{};
+    if (bc.host_result) std::memcpy(reply.value, bc.host_result->data(), sizeof reply.value);
+    out->Set(reply);
+  }
+}
+
+}  // namespace phos::session

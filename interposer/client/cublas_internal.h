@@ -1,0 +1,39 @@
+// cuBLAS inside libphos.so (docs/interposer.md "cuBLAS"): the app's
+// handles live here (cublas_handles.cc), each routine is sent to phosd as
+// one row of calls.def's cuBLAS section (cublas_routines.cc). A handle is
+// only configuration — stream, pointer mode, math mode, workspace — that
+// travels with every call, so phosd holds no cuBLAS state of the app and a
+// checkpoint or restore has none to carry: the handle is app memory, kept
+// by the app across a GPU-only checkpoint and by CRIU across a
+// whole-process one.
+#pragma once
+
+#include <cublas_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace phos::client {
+
+/// What a cublasHandle_t points to. Guarded by the handle registry's lock
+/// for lookup; the fields are the app's to race on, as with cuBLAS (a
+/// handle is documented as not thread-safe to reconfigure while in use).
+struct BlasHandle {
+  cudaStream_t stream = nullptr;  // as the app set it (0: the legacy default stream)
+  cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
+  cublasAtomicsMode_t atomics_mode = CUBLAS_ATOMICS_NOT_ALLOWED;
+  cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
+  int sm_count_target = 0;
+  void* workspace = nullptr;  // cublasSetWorkspace: recorded (phosd's handle has its own)
+  size_t workspace_bytes = 0;
+  cublasEmulationStrategy_t emulation = CUBLAS_EMULATION_STRATEGY_DEFAULT;
+};
+
+/// The live handle `h` refers to, or nullptr (never created, destroyed).
+/// The returned handle stays valid until the app destroys it.
+BlasHandle* FindBlasHandle(cublasHandle_t h);
+
+/// The wire stream id of `h`'s stream.
+uint32_t BlasStreamId(const BlasHandle& h);
+
+}  // namespace phos::client

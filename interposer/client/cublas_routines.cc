@@ -1,0 +1,509 @@
+// cuBLAS routines (cublas_internal.h): each builds a wire::BlasRequest —
+// the handle's stream in the frame, its pointer mode and the scalars in
+// the request — checks it against the routine's specification
+// (protocol/blas_spec.h: cuBLAS answers CUBLAS_STATUS_INVALID_VALUE at
+// once, without touching the GPU) and sends its family's row of calls.def.
+// Routines that leave their result in device memory are posted (stream
+// order, as cuBLAS); reductions are called (their result comes back in the
+// reply, or in device memory in device pointer mode).
+//
+// Inside a stream capture a routine becomes a kernel node that replays the
+// same request (host-mode scalars are taken at capture, as cuBLAS bakes
+// them into its kernels); a reduction in a capture is refused.
+#include <cublas_api.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "interposer/client/client_internal.h"
+#include "interposer/client/connection.h"
+#include "interposer/client/cublas_internal.h"
+#include "interposer/client/graphs.h"
+#include "protocol/blas_spec.h"
+#include "protocol/calls.h"
+
+namespace phos::client {
+namespace {
+
+namespace op = wire::op;
+using wire::BlasRequest;
+
+static_assert(wire::kCudaR32F == CUDA_R_32F && wire::kCudaR64F == CUDA_R_64F && wire::kCudaR16F == CUDA_R_16F &&
+              wire::kCudaC32F == CUDA_C_32F && wire::kCudaC64F == CUDA_C_64F && wire::kCudaR16BF == CUDA_R_16BF &&
+              wire::kCudaR32I == CUDA_R_32I && wire::kCudaR8I == CUDA_R_8I);
+
+cublasStatus_t FromWire(WireStatus w) {
+  switch (w) {
+    case WireStatus::kSuccess: return CUBLAS_STATUS_SUCCESS;
+    case WireStatus::kInvalidValue: return CUBLAS_STATUS_INVALID_VALUE;
+    case WireStatus::kNotSupported: return CUBLAS_STATUS_NOT_SUPPORTED;
+    case WireStatus::kMemoryAllocation: return CUBLAS_STATUS_ALLOC_FAILED;
+    case WireStatus::kDaemonUnavailable: return CUBLAS_STATUS_NOT_INITIALIZED;
+    default: return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+}
+
+/// A request with the handle's pointer mode.
+BlasRequest Base(const BlasHandle& h) {
+  BlasRequest r{};
+  r.batch = 1;
+  r.lda = r.ldb = r.ldc = 1;
+  if (h.pointer_mode == CUBLAS_POINTER_MODE_DEVICE) r.flags |= wire::kBlasDeviceScalars;
+  return r;
+}
+
+/// alpha (and beta, when the routine has one) into the request: their
+/// addresses in device pointer mode, their values in host pointer mode.
+bool SetScalars(BlasRequest* r, const void* alpha, const void* beta, bool has_beta) {
+  const uint32_t es = wire::BlasTypeBytes(r->scalar_type);
+  if (alpha == nullptr || (has_beta && beta == nullptr) || es == 0) return false;
+  if (r->flags & wire::kBlasDeviceScalars) {
+    r->alpha_ptr = reinterpret_cast<uint64_t>(alpha);
+    if (has_beta) r->beta_ptr = reinterpret_cast<uint64_t>(beta);
+  } else {
+    std::memcpy(r->alpha, alpha, es);
+    if (has_beta) std::memcpy(r->beta, beta, es);
+  }
+  return true;
+}
+
+/// Checks and sends `req` as `api`'s row on `h`'s stream. A reduction's
+/// result (host pointer mode) lands in `result` (`result_bytes`).
+cublasStatus_t Send(const BlasHandle& h, wire::ApiId api, const BlasRequest& req, void* result = nullptr,
+                    size_t result_bytes = 0) {
+  if (StickyError() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  wire::BlasShape shape{};
+  if (!wire::BlasShapeOf(api, &shape)) return CUBLAS_STATUS_INTERNAL_ERROR;
+  wire::BlasOperands ops;
+  if (const char* why = wire::CheckBlas(shape, req, &ops); why != nullptr) {
+    if (std::getenv("PHOS_TRACE_ERRORS") != nullptr) {
+      std::fprintf(stderr, "phos: cuBLAS %s: %s\n", wire::BlasShapeName(shape), why);
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const uint32_t stream = BlasStreamId(h);
+  const wire::CallRow* row = wire::FindCallRow(api);
+  Connection& c = Connection::Get();
+  if (row != nullptr && !row->synchronous()) {
+    cudaError_t captured = cudaSuccess;
+    if (MaybeCapture(stream, cudaGraphNodeTypeKernel,
+                     [api, req](uint32_t s) {
+                       return Finish(Connection::Get().Post(api, s, std::as_bytes(std::span<const BlasRequest>(&req, 1))));
+                     },
+                     &captured)) {
+      return captured == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    return FromWire(c.Post(api, stream, std::as_bytes(std::span<const BlasRequest>(&req, 1))));
+  }
+  cudaError_t refused = cudaSuccess;
+  if (AnyCapture() && RefuseInCapture(stream, "a cuBLAS reduction (its result is read at once)", &refused)) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  ring::Reply reply;
+  WireStatus w = c.Call(api, stream, std::as_bytes(std::span<const BlasRequest>(&req, 1)), &reply);
+  if (w == WireStatus::kSuccess && (req.flags & wire::kBlasDeviceScalars) == 0 && result != nullptr) {
+    if (reply.bytes != sizeof(wire::BlasResultReply)) return CUBLAS_STATUS_INTERNAL_ERROR;
+    std::memcpy(result, reply.data.data(), result_bytes);
+  }
+  return FromWire(w);
+}
+
+/// The scalar type of a GemmEx compute type (cublasComputeType_t, or a
+/// cudaDataType_t in the legacy form), complex when C is.
+int32_t ScalarTypeOfCompute(int32_t compute, int32_t ctype) {
+  int32_t base = compute;
+  switch (compute) {
+    case CUBLAS_COMPUTE_16F: case CUBLAS_COMPUTE_16F_PEDANTIC: base = CUDA_R_16F; break;
+    case CUBLAS_COMPUTE_32F: case CUBLAS_COMPUTE_32F_PEDANTIC: case CUBLAS_COMPUTE_32F_FAST_16F:
+    case CUBLAS_COMPUTE_32F_FAST_16BF: case CUBLAS_COMPUTE_32F_FAST_TF32: case CUBLAS_COMPUTE_32F_EMULATED_16BFX9:
+      base = CUDA_R_32F; break;
+    case CUBLAS_COMPUTE_64F: case CUBLAS_COMPUTE_64F_PEDANTIC: case CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT:
+      base = CUDA_R_64F; break;
+    case CUBLAS_COMPUTE_32I: case CUBLAS_COMPUTE_32I_PEDANTIC: base = CUDA_R_32I; break;
+    default: return compute;  // a cudaDataType_t already
+  }
+  if (wire::BlasTypeIsComplex(ctype)) {
+    if (base == CUDA_R_32F) return CUDA_C_32F;
+    if (base == CUDA_R_64F) return CUDA_C_64F;
+  }
+  return base;
+}
+
+struct GemmArgs {
+  cublasOperation_t ta, tb;
+  int64_t m, n, k;
+  const void* alpha;
+  const void* a;
+  int32_t atype;
+  int64_t lda, stride_a;
+  const void* b;
+  int32_t btype;
+  int64_t ldb, stride_b;
+  const void* beta;
+  void* c;
+  int32_t ctype;
+  int64_t ldc, stride_c;
+  int64_t batch;
+  int32_t compute;
+  int32_t scalar_type;
+};
+
+cublasStatus_t Gemm(cublasHandle_t handle, const GemmArgs& g) {
+  BlasHandle* h = FindBlasHandle(handle);
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  BlasRequest r = Base(*h);
+  r.type_a = g.atype;
+  r.type_b = g.btype;
+  r.type_c = g.ctype;
+  r.compute = g.compute;
+  r.scalar_type = g.scalar_type;
+  r.op_a = static_cast<uint32_t>(g.ta);
+  r.op_b = static_cast<uint32_t>(g.tb);
+  r.m = g.m;
+  r.n = g.n;
+  r.k = g.k;
+  r.batch = g.batch;
+  r.a = reinterpret_cast<uint64_t>(g.a);
+  r.b = reinterpret_cast<uint64_t>(g.b);
+  r.c = reinterpret_cast<uint64_t>(g.c);
+  r.lda = g.lda;
+  r.ldb = g.ldb;
+  r.ldc = g.ldc;
+  r.stride_a = g.stride_a;
+  r.stride_b = g.stride_b;
+  r.stride_c = g.stride_c;
+  if (!SetScalars(&r, g.alpha, g.beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
+  return Send(*h, op::kBlasGemm, r);
+}
+
+struct GemvArgs {
+  cublasOperation_t trans;
+  int64_t m, n;
+  const void* alpha;
+  const void* a;
+  int64_t lda, stride_a;
+  const void* x;
+  int64_t incx, stride_x;
+  const void* beta;
+  void* y;
+  int64_t incy, stride_y;
+  int64_t batch;
+  int32_t type;
+};
+
+cublasStatus_t Gemv(cublasHandle_t handle, const GemvArgs& g) {
+  BlasHandle* h = FindBlasHandle(handle);
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  BlasRequest r = Base(*h);
+  r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = g.type;
+  r.op_a = static_cast<uint32_t>(g.trans);
+  r.m = g.m;
+  r.n = g.n;
+  r.batch = g.batch;
+  r.a = reinterpret_cast<uint64_t>(g.a);
+  r.b = reinterpret_cast<uint64_t>(g.x);
+  r.c = reinterpret_cast<uint64_t>(g.y);
+  r.lda = g.lda;
+  r.ldb = g.incx;
+  r.ldc = g.incy;
+  r.stride_a = g.stride_a;
+  r.stride_b = g.stride_x;
+  r.stride_c = g.stride_y;
+  if (!SetScalars(&r, g.alpha, g.beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
+  return Send(*h, op::kBlasGemv, r);
+}
+
+cublasStatus_t Geam(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
+                    const void* alpha, const void* a, int64_t lda, const void* beta, const void* b, int64_t ldb,
+                    void* c, int64_t ldc, int32_t type) {
+  BlasHandle* h = FindBlasHandle(handle);
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  BlasRequest r = Base(*h);
+  r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
+  r.op_a = static_cast<uint32_t>(ta);
+  r.op_b = static_cast<uint32_t>(tb);
+  r.m = m;
+  r.n = n;
+  r.a = reinterpret_cast<uint64_t>(a);
+  r.b = reinterpret_cast<uint64_t>(b);
+  r.c = reinterpret_cast<uint64_t>(c);
+  r.lda = lda;
+  r.ldb = ldb;
+  r.ldc = ldc;
+  if (!SetScalars(&r, alpha, beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
+  return Send(*h, op::kBlasGeam, r);
+}
+
+/// Level 1: x in (a, lda = incx), y in (b, ldb = incy).
+cublasStatus_t Level1(cublasHandle_t handle, wire::ApiId api, int64_t n, const void* alpha, int32_t scalar_type,
+                      const void* x, int32_t xtype, int64_t incx, const void* y, int32_t ytype, int64_t incy,
+                      void* result = nullptr, uint32_t flags = 0) {
+  BlasHandle* h = FindBlasHandle(handle);
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const bool reduction = api == op::kBlasDot || api == op::kBlasNrm2 || api == op::kBlasAsum ||
+                         api == op::kBlasIamax || api == op::kBlasIamin;
+  // cuBLAS does nothing for n <= 0 (a reduction's result is 0).
+  if (n <= 0 && !reduction) return CUBLAS_STATUS_SUCCESS;
+  if (n < 0) n = 0;
+  BlasRequest r = Base(*h);
+  r.flags |= flags;
+  r.type_a = xtype;
+  r.type_b = ytype;
+  r.compute = r.scalar_type = scalar_type;
+  r.n = n;
+  r.a = reinterpret_cast<uint64_t>(x);
+  r.b = reinterpret_cast<uint64_t>(y);
+  r.lda = incx;
+  r.ldb = incy;
+  if (alpha != nullptr && !SetScalars(&r, alpha, nullptr, false)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!reduction) return Send(*h, api, r);
+  if (result == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  const bool index = api == op::kBlasIamax || api == op::kBlasIamin;
+  r.result = reinterpret_cast<uint64_t>(result);
+  return Send(*h, api, r, result, index ? sizeof(int) : wire::BlasTypeBytes(scalar_type));
+}
+
+}  // namespace
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+namespace op = phos::wire::op;
+
+// ---------------------------------------------------------------- gemm
+
+// S/D/C/Z/H gemm, plain and strided-batched, with 32- and 64-bit sizes.
+#define PHOS_GEMM(NAME, T, CT, IDX)                                                                                \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, IDX m, IDX n, \
+                                  IDX k, const T* alpha, const T* A, IDX lda, const T* B, IDX ldb, const T* beta,  \
+                                  T* C, IDX ldc) {                                                                 \
+    return Gemm(handle, {ta, tb, m, n, k, alpha, A, CT, lda, 0, B, CT, ldb, 0, beta, C, CT, ldc, 0, 1, CT, CT});  \
+  }
+#define PHOS_GEMM_SB(NAME, T, CT, IDX)                                                                             \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, IDX m, IDX n, \
+                                  IDX k, const T* alpha, const T* A, IDX lda, long long int sa, const T* B,        \
+                                  IDX ldb, long long int sb, const T* beta, T* C, IDX ldc, long long int sc,      \
+                                  IDX batch) {                                                                     \
+    return Gemm(handle, {ta, tb, m, n, k, alpha, A, CT, lda, sa, B, CT, ldb, sb, beta, C, CT, ldc, sc, batch, CT,  \
+                         CT});                                                                                     \
+  }
+PHOS_GEMM(cublasSgemm_v2, float, CUDA_R_32F, int)
+PHOS_GEMM(cublasDgemm_v2, double, CUDA_R_64F, int)
+PHOS_GEMM(cublasCgemm_v2, cuComplex, CUDA_C_32F, int)
+PHOS_GEMM(cublasZgemm_v2, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_GEMM(cublasCgemm3m, cuComplex, CUDA_C_32F, int)
+PHOS_GEMM(cublasZgemm3m, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_GEMM(cublasHgemm, __half, CUDA_R_16F, int)
+PHOS_GEMM(cublasSgemm_v2_64, float, CUDA_R_32F, int64_t)
+PHOS_GEMM(cublasDgemm_v2_64, double, CUDA_R_64F, int64_t)
+PHOS_GEMM(cublasCgemm_v2_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_GEMM(cublasZgemm_v2_64, cuDoubleComplex, CUDA_C_64F, int64_t)
+PHOS_GEMM(cublasHgemm_64, __half, CUDA_R_16F, int64_t)
+PHOS_GEMM_SB(cublasSgemmStridedBatched, float, CUDA_R_32F, int)
+PHOS_GEMM_SB(cublasDgemmStridedBatched, double, CUDA_R_64F, int)
+PHOS_GEMM_SB(cublasCgemmStridedBatched, cuComplex, CUDA_C_32F, int)
+PHOS_GEMM_SB(cublasZgemmStridedBatched, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_GEMM_SB(cublasHgemmStridedBatched, __half, CUDA_R_16F, int)
+PHOS_GEMM_SB(cublasSgemmStridedBatched_64, float, CUDA_R_32F, int64_t)
+PHOS_GEMM_SB(cublasDgemmStridedBatched_64, double, CUDA_R_64F, int64_t)
+PHOS_GEMM_SB(cublasCgemmStridedBatched_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_GEMM_SB(cublasZgemmStridedBatched_64, cuDoubleComplex, CUDA_C_64F, int64_t)
+PHOS_GEMM_SB(cublasHgemmStridedBatched_64, __half, CUDA_R_16F, int64_t)
+#undef PHOS_GEMM
+#undef PHOS_GEMM_SB
+
+#define PHOS_GEMM_EX(NAME, IDX)                                                                                    \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, IDX m, IDX n, \
+                                  IDX k, const void* alpha, const void* A, cudaDataType at, IDX lda, const void* B, \
+                                  cudaDataType bt, IDX ldb, const void* beta, void* C, cudaDataType ct, IDX ldc,   \
+                                  cublasComputeType_t compute, cublasGemmAlgo_t) {                                 \
+    return Gemm(handle, {ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1, compute,    \
+                         ScalarTypeOfCompute(compute, ct)});                                                       \
+  }
+#define PHOS_GEMM_SB_EX(NAME, IDX)                                                                                 \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, IDX m, IDX n, \
+                                  IDX k, const void* alpha, const void* A, cudaDataType at, IDX lda,              \
+                                  long long int sa, const void* B, cudaDataType bt, IDX ldb, long long int sb,     \
+                                  const void* beta, void* C, cudaDataType ct, IDX ldc, long long int sc,          \
+                                  IDX batch, cublasComputeType_t compute, cublasGemmAlgo_t) {                      \
+    return Gemm(handle, {ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc, batch,      \
+                         compute, ScalarTypeOfCompute(compute, ct)});                                              \
+  }
+PHOS_GEMM_EX(cublasGemmEx, int)
+PHOS_GEMM_EX(cublasGemmEx_64, int64_t)
+PHOS_GEMM_SB_EX(cublasGemmStridedBatchedEx, int)
+PHOS_GEMM_SB_EX(cublasGemmStridedBatchedEx_64, int64_t)
+#undef PHOS_GEMM_EX
+#undef PHOS_GEMM_SB_EX
+
+#define PHOS_SGEMM_EX(NAME, IDX, T, ST, CT)                                                                        \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, IDX m, IDX n, \
+                                  IDX k, const T* alpha, const void* A, cudaDataType at, IDX lda, const void* B,   \
+                                  cudaDataType bt, IDX ldb, const T* beta, void* C, cudaDataType ct, IDX ldc) {    \
+    return Gemm(handle, {ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1, CT, ST});  \
+  }
+PHOS_SGEMM_EX(cublasSgemmEx, int, float, CUDA_R_32F, CUBLAS_COMPUTE_32F)
+PHOS_SGEMM_EX(cublasSgemmEx_64, int64_t, float, CUDA_R_32F, CUBLAS_COMPUTE_32F)
+PHOS_SGEMM_EX(cublasCgemmEx, int, cuComplex, CUDA_C_32F, CUBLAS_COMPUTE_32F)
+PHOS_SGEMM_EX(cublasCgemmEx_64, int64_t, cuComplex, CUDA_C_32F, CUBLAS_COMPUTE_32F)
+#undef PHOS_SGEMM_EX
+
+// ---------------------------------------------------------------- gemv, geam
+
+#define PHOS_GEMV(NAME, T, CT, IDX)                                                                           \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t trans, IDX m, IDX n, const T* alpha, \
+                                  const T* A, IDX lda, const T* x, IDX incx, const T* beta, T* y, IDX incy) { \
+    return Gemv(handle, {trans, m, n, alpha, A, lda, 0, x, incx, 0, beta, y, incy, 0, 1, CT});              \
+  }
+#define PHOS_GEMV_SB(NAME, T, CT, IDX)                                                                          \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t trans, IDX m, IDX n, const T* alpha, \
+                                  const T* A, IDX lda, long long int sa, const T* x, IDX incx, long long int sx, \
+                                  const T* beta, T* y, IDX incy, long long int sy, IDX batch) {                \
+    return Gemv(handle, {trans, m, n, alpha, A, lda, sa, x, incx, sx, beta, y, incy, sy, batch, CT});          \
+  }
+PHOS_GEMV(cublasSgemv_v2, float, CUDA_R_32F, int)
+PHOS_GEMV(cublasDgemv_v2, double, CUDA_R_64F, int)
+PHOS_GEMV(cublasCgemv_v2, cuComplex, CUDA_C_32F, int)
+PHOS_GEMV(cublasZgemv_v2, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_GEMV(cublasSgemv_v2_64, float, CUDA_R_32F, int64_t)
+PHOS_GEMV(cublasDgemv_v2_64, double, CUDA_R_64F, int64_t)
+PHOS_GEMV(cublasCgemv_v2_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_GEMV(cublasZgemv_v2_64, cuDoubleComplex, CUDA_C_64F, int64_t)
+PHOS_GEMV_SB(cublasSgemvStridedBatched, float, CUDA_R_32F, int)
+PHOS_GEMV_SB(cublasDgemvStridedBatched, double, CUDA_R_64F, int)
+PHOS_GEMV_SB(cublasCgemvStridedBatched, cuComplex, CUDA_C_32F, int)
+PHOS_GEMV_SB(cublasZgemvStridedBatched, cuDoubleComplex, CUDA_C_64F, int)
+#undef PHOS_GEMV
+#undef PHOS_GEMV_SB
+
+#define PHOS_GEAM(NAME, T, CT, IDX)                                                                                \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, IDX m, IDX n, \
+                                  const T* alpha, const T* A, IDX lda, const T* beta, const T* B, IDX ldb, T* C,   \
+                                  IDX ldc) {                                                                       \
+    return Geam(handle, ta, tb, m, n, alpha, A, lda, beta, B, ldb, C, ldc, CT);                                    \
+  }
+PHOS_GEAM(cublasSgeam, float, CUDA_R_32F, int)
+PHOS_GEAM(cublasDgeam, double, CUDA_R_64F, int)
+PHOS_GEAM(cublasCgeam, cuComplex, CUDA_C_32F, int)
+PHOS_GEAM(cublasZgeam, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_GEAM(cublasSgeam_64, float, CUDA_R_32F, int64_t)
+PHOS_GEAM(cublasDgeam_64, double, CUDA_R_64F, int64_t)
+PHOS_GEAM(cublasCgeam_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_GEAM(cublasZgeam_64, cuDoubleComplex, CUDA_C_64F, int64_t)
+#undef PHOS_GEAM
+
+// ---------------------------------------------------------------- level 1
+
+#define PHOS_AXPY(NAME, T, CT)                                                                                   \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int n, const T* alpha, const T* x, int incx, T* y,      \
+                                  int incy) {                                                                    \
+    return Level1(handle, op::kBlasAxpy, n, alpha, CT, x, CT, incx, y, CT, incy);                                \
+  }
+PHOS_AXPY(cublasSaxpy_v2, float, CUDA_R_32F)
+PHOS_AXPY(cublasDaxpy_v2, double, CUDA_R_64F)
+PHOS_AXPY(cublasCaxpy_v2, cuComplex, CUDA_C_32F)
+PHOS_AXPY(cublasZaxpy_v2, cuDoubleComplex, CUDA_C_64F)
+#undef PHOS_AXPY
+PHOS_EXPORT cublasStatus_t cublasAxpyEx(cublasHandle_t handle, int n, const void* alpha, cudaDataType alpha_type,
+                                        const void* x, cudaDataType xt, int incx, void* y, cudaDataType yt, int incy,
+                                        cudaDataType) {
+  return Level1(handle, op::kBlasAxpy, n, alpha, alpha_type, x, xt, incx, y, yt, incy);
+}
+
+#define PHOS_SCAL(NAME, T, ST, XT)                                                                    \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int n, const T* alpha, XT* x, int incx) {  \
+    return Level1(handle, op::kBlasScal, n, alpha, ST, x, XTYPE_##XT, incx, nullptr, ST, 1);          \
+  }
+#define XTYPE_float CUDA_R_32F
+#define XTYPE_double CUDA_R_64F
+#define XTYPE_cuComplex CUDA_C_32F
+#define XTYPE_cuDoubleComplex CUDA_C_64F
+PHOS_SCAL(cublasSscal_v2, float, CUDA_R_32F, float)
+PHOS_SCAL(cublasDscal_v2, double, CUDA_R_64F, double)
+PHOS_SCAL(cublasCscal_v2, cuComplex, CUDA_C_32F, cuComplex)
+PHOS_SCAL(cublasCsscal_v2, float, CUDA_R_32F, cuComplex)
+PHOS_SCAL(cublasZscal_v2, cuDoubleComplex, CUDA_C_64F, cuDoubleComplex)
+PHOS_SCAL(cublasZdscal_v2, double, CUDA_R_64F, cuDoubleComplex)
+#undef PHOS_SCAL
+PHOS_EXPORT cublasStatus_t cublasScalEx(cublasHandle_t handle, int n, const void* alpha, cudaDataType alpha_type,
+                                        void* x, cudaDataType xt, int incx, cudaDataType) {
+  return Level1(handle, op::kBlasScal, n, alpha, alpha_type, x, xt, incx, nullptr, alpha_type, 1);
+}
+
+#define PHOS_COPY_SWAP(NAME, API, T, CT, CONST)                                                              \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int n, CONST T* x, int incx, T* y, int incy) {      \
+    return Level1(handle, API, n, nullptr, CT, x, CT, incx, y, CT, incy);                                      \
+  }
+PHOS_COPY_SWAP(cublasScopy_v2, op::kBlasCopy, float, CUDA_R_32F, const)
+PHOS_COPY_SWAP(cublasDcopy_v2, op::kBlasCopy, double, CUDA_R_64F, const)
+PHOS_COPY_SWAP(cublasCcopy_v2, op::kBlasCopy, cuComplex, CUDA_C_32F, const)
+PHOS_COPY_SWAP(cublasZcopy_v2, op::kBlasCopy, cuDoubleComplex, CUDA_C_64F, const)
+PHOS_COPY_SWAP(cublasSswap_v2, op::kBlasSwap, float, CUDA_R_32F, )
+PHOS_COPY_SWAP(cublasDswap_v2, op::kBlasSwap, double, CUDA_R_64F, )
+PHOS_COPY_SWAP(cublasCswap_v2, op::kBlasSwap, cuComplex, CUDA_C_32F, )
+PHOS_COPY_SWAP(cublasZswap_v2, op::kBlasSwap, cuDoubleComplex, CUDA_C_64F, )
+#undef PHOS_COPY_SWAP
+PHOS_EXPORT cublasStatus_t cublasCopyEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
+                                        void* y, cudaDataType yt, int incy) {
+  return Level1(handle, op::kBlasCopy, n, nullptr, xt, x, xt, incx, y, yt, incy);
+}
+PHOS_EXPORT cublasStatus_t cublasSwapEx(cublasHandle_t handle, int n, void* x, cudaDataType xt, int incx, void* y,
+                                        cudaDataType yt, int incy) {
+  return Level1(handle, op::kBlasSwap, n, nullptr, xt, x, xt, incx, y, yt, incy);
+}
+
+#define PHOS_DOT(NAME, T, CT, FLAGS)                                                                               \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int n, const T* x, int incx, const T* y, int incy,        \
+                                  T* result) {                                                                     \
+    return Level1(handle, op::kBlasDot, n, nullptr, CT, x, CT, incx, y, CT, incy, result, FLAGS);                 \
+  }
+PHOS_DOT(cublasSdot_v2, float, CUDA_R_32F, 0)
+PHOS_DOT(cublasDdot_v2, double, CUDA_R_64F, 0)
+PHOS_DOT(cublasCdotu_v2, cuComplex, CUDA_C_32F, 0)
+PHOS_DOT(cublasCdotc_v2, cuComplex, CUDA_C_32F, phos::wire::kBlasConjugate)
+PHOS_DOT(cublasZdotu_v2, cuDoubleComplex, CUDA_C_64F, 0)
+PHOS_DOT(cublasZdotc_v2, cuDoubleComplex, CUDA_C_64F, phos::wire::kBlasConjugate)
+#undef PHOS_DOT
+PHOS_EXPORT cublasStatus_t cublasDotEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
+                                       const void* y, cudaDataType yt, int incy, void* result, cudaDataType rt,
+                                       cudaDataType) {
+  return Level1(handle, op::kBlasDot, n, nullptr, rt, x, xt, incx, y, yt, incy, result);
+}
+PHOS_EXPORT cublasStatus_t cublasDotcEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
+                                        const void* y, cudaDataType yt, int incy, void* result, cudaDataType rt,
+                                        cudaDataType) {
+  return Level1(handle, op::kBlasDot, n, nullptr, rt, x, xt, incx, y, yt, incy, result, phos::wire::kBlasConjugate);
+}
+
+#define PHOS_REDUCE(NAME, API, T, XT, RT, R)                                                               \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int n, const T* x, int incx, R* result) {         \
+    return Level1(handle, API, n, nullptr, RT, x, XT, incx, nullptr, XT, 1, result);                         \
+  }
+PHOS_REDUCE(cublasSnrm2_v2, op::kBlasNrm2, float, CUDA_R_32F, CUDA_R_32F, float)
+PHOS_REDUCE(cublasDnrm2_v2, op::kBlasNrm2, double, CUDA_R_64F, CUDA_R_64F, double)
+PHOS_REDUCE(cublasScnrm2_v2, op::kBlasNrm2, cuComplex, CUDA_C_32F, CUDA_R_32F, float)
+PHOS_REDUCE(cublasDznrm2_v2, op::kBlasNrm2, cuDoubleComplex, CUDA_C_64F, CUDA_R_64F, double)
+PHOS_REDUCE(cublasSasum_v2, op::kBlasAsum, float, CUDA_R_32F, CUDA_R_32F, float)
+PHOS_REDUCE(cublasDasum_v2, op::kBlasAsum, double, CUDA_R_64F, CUDA_R_64F, double)
+PHOS_REDUCE(cublasScasum_v2, op::kBlasAsum, cuComplex, CUDA_C_32F, CUDA_R_32F, float)
+PHOS_REDUCE(cublasDzasum_v2, op::kBlasAsum, cuDoubleComplex, CUDA_C_64F, CUDA_R_64F, double)
+PHOS_REDUCE(cublasIsamax_v2, op::kBlasIamax, float, CUDA_R_32F, CUDA_R_32I, int)
+PHOS_REDUCE(cublasIdamax_v2, op::kBlasIamax, double, CUDA_R_64F, CUDA_R_32I, int)
+PHOS_REDUCE(cublasIcamax_v2, op::kBlasIamax, cuComplex, CUDA_C_32F, CUDA_R_32I, int)
+PHOS_REDUCE(cublasIzamax_v2, op::kBlasIamax, cuDoubleComplex, CUDA_C_64F, CUDA_R_32I, int)
+PHOS_REDUCE(cublasIsamin_v2, op::kBlasIamin, float, CUDA_R_32F, CUDA_R_32I, int)
+PHOS_REDUCE(cublasIdamin_v2, op::kBlasIamin, double, CUDA_R_64F, CUDA_R_32I, int)
+PHOS_REDUCE(cublasIcamin_v2, op::kBlasIamin, cuComplex, CUDA_C_32F, CUDA_R_32I, int)
+PHOS_REDUCE(cublasIzamin_v2, op::kBlasIamin, cuDoubleComplex, CUDA_C_64F, CUDA_R_32I, int)
+#undef PHOS_REDUCE
+PHOS_EXPORT cublasStatus_t cublasNrm2Ex(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
+                                        void* result, cudaDataType rt, cudaDataType) {
+  return Level1(handle, op::kBlasNrm2, n, nullptr, rt, x, xt, incx, nullptr, xt, 1, result);
+}
+PHOS_EXPORT cublasStatus_t cublasAsumEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
+                                        void* result, cudaDataType rt, cudaDataType) {
+  return Level1(handle, op::kBlasAsum, n, nullptr, rt, x, xt, incx, nullptr, xt, 1, result);
+}

@@ -1,0 +1,240 @@
+#include "protocol/blas_spec.h"
+
+#include <cstdlib>
+
+namespace phos::wire {
+namespace {
+
+constexpr unsigned __int128 kMaxExtent = static_cast<unsigned __int128>(1) << 62;
+
+struct Builder {
+  BlasOperands* out;
+  const char* error = nullptr;
+
+  void Add(uint32_t slot, uint64_t ptr, unsigned __int128 bytes) {
+    if (bytes == 0) return;
+    out->op[out->count++] = BlasOperand{slot, ptr, static_cast<uint64_t>(bytes)};
+  }
+};
+
+/// Bytes from the first to the last element of `batch` column-major
+/// rows x cols matrices `stride` elements apart. Sets *why when invalid.
+bool MatrixExtent(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch, uint32_t elem,
+                  const char* bad_ld, unsigned __int128* bytes, const char** why) {
+  *bytes = 0;
+  if (ld < (rows > 1 ? rows : 1)) {
+    *why = bad_ld;
+    return false;
+  }
+  if (rows == 0 || cols == 0 || batch == 0) return true;
+  unsigned __int128 one = static_cast<unsigned __int128>(cols - 1) * static_cast<uint64_t>(ld) +
+                          static_cast<uint64_t>(rows);
+  unsigned __int128 total = one + static_cast<unsigned __int128>(batch - 1) * static_cast<uint64_t>(stride);
+  total *= elem;
+  if (total > kMaxExtent) {
+    *why = "a matrix extent overflows";
+    return false;
+  }
+  *bytes = total;
+  return true;
+}
+
+/// Bytes from the first to the last element of `batch` vectors of `n`
+/// elements `inc` apart (either sign), `stride` elements between vectors.
+bool VectorExtent(int64_t n, int64_t inc, int64_t stride, int64_t batch, uint32_t elem, const char* bad_inc,
+                  unsigned __int128* bytes, const char** why) {
+  *bytes = 0;
+  if (inc == 0 || inc == INT64_MIN) {
+    *why = bad_inc;
+    return false;
+  }
+  if (n == 0 || batch == 0) return true;
+  unsigned __int128 one = static_cast<unsigned __int128>(n - 1) * static_cast<uint64_t>(std::llabs(inc)) + 1;
+  unsigned __int128 total = (one + static_cast<unsigned __int128>(batch - 1) * static_cast<uint64_t>(stride)) * elem;
+  if (total > kMaxExtent) {
+    *why = "a vector extent overflows";
+    return false;
+  }
+  *bytes = total;
+  return true;
+}
+
+bool ValidOp(uint32_t op) { return op <= 2; }
+
+}  // namespace
+
+bool BlasShapeOf(ApiId op, BlasShape* out) {
+  switch (op) {
+    case op::kBlasGemm: *out = BlasShape::kGemm; return true;
+    case op::kBlasGemv: *out = BlasShape::kGemv; return true;
+    case op::kBlasGeam: *out = BlasShape::kGeam; return true;
+    case op::kBlasAxpy: *out = BlasShape::kAxpy; return true;
+    case op::kBlasScal: *out = BlasShape::kScal; return true;
+    case op::kBlasCopy: *out = BlasShape::kCopy; return true;
+    case op::kBlasSwap: *out = BlasShape::kSwap; return true;
+    case op::kBlasDot: *out = BlasShape::kDot; return true;
+    case op::kBlasNrm2: *out = BlasShape::kNrm2; return true;
+    case op::kBlasAsum: *out = BlasShape::kAsum; return true;
+    case op::kBlasIamax: *out = BlasShape::kIamax; return true;
+    case op::kBlasIamin: *out = BlasShape::kIamin; return true;
+    default: return false;
+  }
+}
+
+const char* BlasShapeName(BlasShape shape) {
+  switch (shape) {
+    case BlasShape::kGemm: return "gemm";
+    case BlasShape::kGemv: return "gemv";
+    case BlasShape::kGeam: return "geam";
+    case BlasShape::kAxpy: return "axpy";
+    case BlasShape::kScal: return "scal";
+    case BlasShape::kCopy: return "copy";
+    case BlasShape::kSwap: return "swap";
+    case BlasShape::kDot: return "dot";
+    case BlasShape::kNrm2: return "nrm2";
+    case BlasShape::kAsum: return "asum";
+    case BlasShape::kIamax: return "amax";
+    case BlasShape::kIamin: return "amin";
+  }
+  return "?";
+}
+
+uint32_t BlasTypeBytes(int32_t type) {
+  switch (type) {
+    case kCudaR8I: return 1;
+    case kCudaR16F: case kCudaR16BF: return 2;
+    case kCudaR32F: case kCudaR32I: case kCudaC16F: case kCudaC16BF: return 4;
+    case kCudaR64F: case kCudaC32F: return 8;
+    case kCudaC64F: return 16;
+    default: return 0;
+  }
+}
+
+bool BlasTypeIsComplex(int32_t type) {
+  return type == kCudaC32F || type == kCudaC64F || type == kCudaC16F || type == kCudaC16BF;
+}
+
+int32_t BlasRealTypeOf(int32_t type) {
+  switch (type) {
+    case kCudaC32F: return kCudaR32F;
+    case kCudaC64F: return kCudaR64F;
+    case kCudaC16F: return kCudaR16F;
+    case kCudaC16BF: return kCudaR16BF;
+    default: return type;
+  }
+}
+
+const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out) {
+  *out = BlasOperands{};
+  Builder b{out};
+  const char* why = nullptr;
+  const bool device_scalars = (req.flags & kBlasDeviceScalars) != 0;
+  if ((req.flags & ~(kBlasDeviceScalars | kBlasConjugate)) != 0) return "unknown flags";
+  const uint32_t ea = BlasTypeBytes(req.type_a);
+  const uint32_t es = BlasTypeBytes(req.scalar_type);
+  if (ea == 0) return "unknown data type of A/x";
+  if (es == 0) return "unknown scalar type";
+  unsigned __int128 bytes = 0;
+  switch (shape) {
+    case BlasShape::kGemm:
+    case BlasShape::kGemv:
+    case BlasShape::kGeam: {
+      const uint32_t eb = BlasTypeBytes(req.type_b);
+      const uint32_t ec = BlasTypeBytes(req.type_c);
+      if (eb == 0) return "unknown data type of B/x";
+      if (ec == 0) return "unknown data type of C/y";
+      if (!ValidOp(req.op_a) || !ValidOp(req.op_b)) return "invalid transpose operation";
+      if (req.m < 0 || req.n < 0 || req.k < 0) return "negative dimension";
+      const bool geam = shape == BlasShape::kGeam;
+      const int64_t batch = geam ? 1 : req.batch;
+      if (batch < 0) return "negative batch count";
+      if (req.stride_a < 0 || req.stride_b < 0 || req.stride_c < 0) return "negative stride";
+      const bool ta = req.op_a != 0, tb = req.op_b != 0;
+      if (shape == BlasShape::kGemm) {
+        if (!MatrixExtent(ta ? req.k : req.m, ta ? req.m : req.k, req.lda, req.stride_a, batch, ea,
+                          "lda smaller than the rows of A", &bytes, &why)) return why;
+        b.Add(kBlasSlotA, req.a, bytes);
+        if (!MatrixExtent(tb ? req.n : req.k, tb ? req.k : req.n, req.ldb, req.stride_b, batch, eb,
+                          "ldb smaller than the rows of B", &bytes, &why)) return why;
+        b.Add(kBlasSlotB, req.b, bytes);
+        if (!MatrixExtent(req.m, req.n, req.ldc, req.stride_c, batch, ec, "ldc smaller than m", &bytes, &why))
+          return why;
+        b.Add(kBlasSlotC, req.c, bytes);
+      } else if (shape == BlasShape::kGemv) {
+        if (!MatrixExtent(req.m, req.n, req.lda, req.stride_a, batch, ea, "lda smaller than m", &bytes, &why))
+          return why;
+        b.Add(kBlasSlotA, req.a, bytes);
+        const int64_t xlen = ta ? req.m : req.n, ylen = ta ? req.n : req.m;
+        if (!VectorExtent(xlen, req.ldb, req.stride_b, batch, eb, "incx is 0", &bytes, &why)) return why;
+        b.Add(kBlasSlotB, req.b, bytes);
+        if (!VectorExtent(ylen, req.ldc, req.stride_c, batch, ec, "incy is 0", &bytes, &why)) return why;
+        b.Add(kBlasSlotC, req.c, bytes);
+      } else {
+        if (!MatrixExtent(ta ? req.n : req.m, ta ? req.m : req.n, req.lda, 0, 1, ea,
+                          "lda smaller than the rows of A", &bytes, &why)) return why;
+        b.Add(kBlasSlotA, req.a, bytes);
+        if (!MatrixExtent(tb ? req.n : req.m, tb ? req.m : req.n, req.ldb, 0, 1, eb,
+                          "ldb smaller than the rows of B", &bytes, &why)) return why;
+        b.Add(kBlasSlotB, req.b, bytes);
+        if (!MatrixExtent(req.m, req.n, req.ldc, 0, 1, ec, "ldc smaller than m", &bytes, &why)) return why;
+        b.Add(kBlasSlotC, req.c, bytes);
+      }
+      if (device_scalars) {
+        b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
+        b.Add(kBlasSlotBeta, req.beta_ptr, es);
+      }
+      return nullptr;
+    }
+    case BlasShape::kAxpy:
+    case BlasShape::kScal:
+    case BlasShape::kCopy:
+    case BlasShape::kSwap:
+    case BlasShape::kDot:
+    case BlasShape::kNrm2:
+    case BlasShape::kAsum:
+    case BlasShape::kIamax:
+    case BlasShape::kIamin: {
+      if (req.n < 0) return "negative n";
+      const bool two_vectors = shape == BlasShape::kAxpy || shape == BlasShape::kCopy ||
+                               shape == BlasShape::kSwap || shape == BlasShape::kDot;
+      const uint32_t eb = two_vectors ? BlasTypeBytes(req.type_b) : 1;
+      if (eb == 0) return "unknown data type of y";
+      // cuBLAS does nothing (and reads no scalar) for n <= 0; a reduction
+      // still stores its result.
+      if (req.n == 0 && shape != BlasShape::kDot && shape != BlasShape::kNrm2 && shape != BlasShape::kAsum &&
+          shape != BlasShape::kIamax && shape != BlasShape::kIamin)
+        return nullptr;
+      if (!VectorExtent(req.n, req.lda, 0, 1, ea, "incx is 0", &bytes, &why)) return why;
+      const unsigned __int128 xbytes = bytes;
+      unsigned __int128 ybytes = 0;
+      if (two_vectors && !VectorExtent(req.n, req.ldb, 0, 1, eb, "incy is 0", &ybytes, &why)) return why;
+      switch (shape) {
+        case BlasShape::kAxpy:
+        case BlasShape::kCopy:
+          b.Add(kBlasSlotA, req.a, xbytes);
+          b.Add(kBlasSlotC, req.b, ybytes);
+          break;
+        case BlasShape::kScal: b.Add(kBlasSlotX, req.a, xbytes); break;
+        case BlasShape::kSwap:
+          b.Add(kBlasSlotX, req.a, xbytes);
+          b.Add(kBlasSlotX, req.b, ybytes);
+          break;
+        case BlasShape::kDot:
+          b.Add(kBlasSlotA, req.a, xbytes);
+          b.Add(kBlasSlotB, req.b, ybytes);
+          break;
+        default: b.Add(kBlasSlotA, req.a, xbytes); break;
+      }
+      if (device_scalars) {
+        if (shape == BlasShape::kAxpy || shape == BlasShape::kScal) b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
+        if (shape == BlasShape::kIamax || shape == BlasShape::kIamin) b.Add(kBlasSlotResult, req.result, 4);
+        else if (shape == BlasShape::kDot || shape == BlasShape::kNrm2 || shape == BlasShape::kAsum)
+          b.Add(kBlasSlotResult, req.result, es);
+      }
+      return nullptr;
+    }
+  }
+  return "unknown routine";
+}
+
+}  // namespace phos::wire

@@ -1,0 +1,85 @@
+// The specification of each forwarded cuBLAS routine (docs/interposer.md
+// "cuBLAS"): which fields of a wire::BlasRequest it reads, what makes it
+// invalid, and which device ranges it reads and writes — with extents from
+// its dimensions, leading dimensions, increments, strides and batch count,
+// not whole buffers.
+//
+// Shared by both sides of the line: libphos.so checks a call before it
+// sends it (cuBLAS answers CUBLAS_STATUS_INVALID_VALUE at once, so must
+// phos), and phosd checks it again (the request is untrusted) and derives
+// the call's access set from it (daemon/session/access_spec.cc gives each
+// slot its role). Pure functions of their arguments: any thread.
+#pragma once
+
+#include <cstdint>
+
+#include "protocol/wire.h"
+
+namespace phos::wire {
+
+/// What a row of calls.def's cuBLAS section computes.
+enum class BlasShape : uint8_t {
+  kGemm,   // C = alpha op(A) op(B) + beta C, strided-batched (batch 1: plain gemm)
+  kGemv,   // y = alpha op(A) x + beta y, strided-batched
+  kGeam,   // C = alpha op(A) + beta op(B)
+  kAxpy,   // y += alpha x
+  kScal,   // x *= alpha
+  kCopy,   // y = x
+  kSwap,   // x <-> y
+  kDot,    // result = x . y (conjugated with kBlasConjugate)
+  kNrm2,   // result = ||x||_2
+  kAsum,   // result = sum |re| + |im|
+  kIamax,  // result = 1-based index of the first max |re| + |im|
+  kIamin,  // ... min
+};
+
+/// The operand slots of the kBlas access rule, in the rule's order
+/// (access_spec.cc names them and gives their roles).
+enum BlasSlot : uint32_t {
+  kBlasSlotA = 0,       // A, or level 1's x: read
+  kBlasSlotB = 1,       // B, or gemv's x, dot's y: read
+  kBlasSlotC = 2,       // C, gemv's y, axpy's/copy's y: read and written
+  kBlasSlotX = 3,       // scal's x, swap's x and y: read and written
+  kBlasSlotAlpha = 4,   // device-mode alpha: read
+  kBlasSlotBeta = 5,    // device-mode beta: read
+  kBlasSlotResult = 6,  // device-mode reduction result: written
+  kBlasSlotCount = 7,
+};
+
+struct BlasOperand {
+  uint32_t slot = 0;
+  uint64_t ptr = 0;
+  uint64_t bytes = 0;
+};
+
+/// The device operands of one call (empty ranges left out).
+struct BlasOperands {
+  BlasOperand op[8];
+  uint32_t count = 0;
+};
+
+// cudaDataType_t values (library_types.h; a stable ABI), for the code that
+// must not include the CUDA headers.
+inline constexpr int32_t kCudaR32F = 0, kCudaR64F = 1, kCudaR16F = 2, kCudaR8I = 3, kCudaC32F = 4,
+                         kCudaC64F = 5, kCudaC16F = 6, kCudaR32I = 10, kCudaR16BF = 14, kCudaC16BF = 15;
+
+/// The row's shape; false when `op` is no cuBLAS row.
+bool BlasShapeOf(ApiId op, BlasShape* out);
+const char* BlasShapeName(BlasShape shape);
+/// Bytes of one element of cudaDataType_t `type`; 0 for a type phos does
+/// not know.
+uint32_t BlasTypeBytes(int32_t type);
+/// Whether `type` is complex.
+bool BlasTypeIsComplex(int32_t type);
+/// The result type of a real reduction (nrm2, asum) of `type`: the real
+/// type of the same precision.
+int32_t BlasRealTypeOf(int32_t type);
+
+/// nullptr when `req` is a valid call of `shape`, and then `*out` holds its
+/// device operands; otherwise why not (a static string naming the field).
+/// Dimensions must be >= 0, leading dimensions >= max(1, rows),
+/// increments non-zero, strides and the batch count >= 0, every type known,
+/// no extent overflowing 2^62 bytes.
+const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out);
+
+}  // namespace phos::wire

@@ -1,0 +1,400 @@
+// cuBLAS through phos (docs/interposer.md "cuBLAS"): a program linked with
+// -lcublas, as a user builds one, computing every forwarded routine family
+// on random data and comparing with a double-precision CPU reference.
+// Prints "cublas: OK" at the end; a failed check prints its line.
+//
+// Under `phos run` the cuBLAS calls resolve to libphos.so (preloaded ahead
+// of libcublas) and run in phosd: on the sim with OpenBLAS, on a GPU with
+// the real cuBLAS on phosd's pooled handle.
+#define PHOS_PROGRAM_NAME "cublas"
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <complex>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "program_checks.h"
+
+#define BCHECK(x)                                                                                      \
+  do {                                                                                                 \
+    cublasStatus_t s_ = (x);                                                                           \
+    if (s_ != CUBLAS_STATUS_SUCCESS) PHOS_CHECK_FAIL(2, "%s failed: %s", #x, cublasGetStatusName(s_)); \
+  } while (0)
+#define BEXPECT(x, want)                                                                             \
+  do {                                                                                               \
+    cublasStatus_t s_ = (x);                                                                         \
+    if (s_ != (want))                                                                                \
+      PHOS_CHECK_FAIL(1, "%s returned %s, expected %s", #x, cublasGetStatusName(s_), #want);         \
+  } while (0)
+#define NEAR(got, want, tol)                                                                                    \
+  do {                                                                                                          \
+    const double g_ = (got), w_ = (want);                                                                       \
+    if (!(std::fabs(g_ - w_) <= (tol) * (1.0 + std::fabs(w_))))                                                 \
+      PHOS_CHECK_FAIL(1, "%s = %.9g, expected %.9g (%s)", #got, g_, w_, #want);                                 \
+  } while (0)
+
+namespace {
+
+std::mt19937 rng(1234);
+double Rand() { return std::uniform_real_distribution<double>(-1.0, 1.0)(rng); }
+
+template <typename T>
+T* Device(const std::vector<T>& host) {
+  T* d = nullptr;
+  if (cudaMalloc(&d, host.size() * sizeof(T)) != cudaSuccess) return nullptr;
+  cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return d;
+}
+template <typename T>
+std::vector<T> Host(const T* d, size_t n) {
+  std::vector<T> h(n);
+  cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return h;
+}
+
+// op(M)(i, j) of a column-major matrix, in double (complex).
+template <typename T>
+std::complex<double> Get(const std::vector<T>& m, int ld, int op, int i, int j, size_t offset = 0) {
+  const T& v = op == 0 ? m[offset + i + static_cast<size_t>(j) * ld] : m[offset + j + static_cast<size_t>(i) * ld];
+  std::complex<double> c;
+  if constexpr (std::is_same_v<T, cuComplex>) c = {v.x, v.y};
+  else if constexpr (std::is_same_v<T, cuDoubleComplex>) c = {v.x, v.y};
+  else if constexpr (std::is_same_v<T, __half>) c = __half2float(v);
+  else c = static_cast<double>(v);
+  return op == 2 ? std::conj(c) : c;
+}
+
+template <typename T>
+T FromD(std::complex<double> v) {
+  if constexpr (std::is_same_v<T, cuComplex>) return make_cuComplex(static_cast<float>(v.real()), static_cast<float>(v.imag()));
+  else if constexpr (std::is_same_v<T, cuDoubleComplex>) return make_cuDoubleComplex(v.real(), v.imag());
+  else if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(v.real()));
+  else return static_cast<T>(v.real());
+}
+
+template <typename T>
+std::vector<T> RandomMatrix(size_t n) {
+  std::vector<T> v(n);
+  for (auto& e : v) e = FromD<T>({Rand(), Rand()});
+  return v;
+}
+
+// C = alpha op(A) op(B) + beta C (batch members stride apart), the reference.
+template <typename T, typename TC>
+std::vector<std::complex<double>> RefGemm(int ta, int tb, int m, int n, int k, std::complex<double> alpha,
+                                          const std::vector<T>& a, int lda, const std::vector<T>& b, int ldb,
+                                          std::complex<double> beta, const std::vector<TC>& c, int ldc, int batch = 1,
+                                          size_t sa = 0, size_t sb = 0, size_t sc = 0) {
+  std::vector<std::complex<double>> out(c.size());
+  for (size_t i = 0; i < c.size(); ++i) out[i] = Get(c, 1, 0, static_cast<int>(i), 0);
+  for (int p = 0; p < batch; ++p)
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        std::complex<double> s = 0;
+        for (int l = 0; l < k; ++l) s += Get(a, lda, ta, i, l, p * sa) * Get(b, ldb, tb, l, j, p * sb);
+        const size_t e = p * sc + i + static_cast<size_t>(j) * ldc;
+        out[e] = alpha * s + (beta == 0.0 ? 0.0 : beta * out[e]);
+      }
+  return out;
+}
+
+template <typename T>
+int CheckGemm(cublasHandle_t h, const char* what, int ta, int tb, int m, int n, int k, double tol,
+              cublasStatus_t (*fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const T*,
+                                   const T*, int, const T*, int, const T*, T*, int)) {
+  const int lda = (ta ? k : m) + 3, ldb = (tb ? n : k) + 1, ldc = m + 2;
+  auto a = RandomMatrix<T>(static_cast<size_t>(lda) * (ta ? m : k));
+  auto b = RandomMatrix<T>(static_cast<size_t>(ldb) * (tb ? k : n));
+  auto c = RandomMatrix<T>(static_cast<size_t>(ldc) * n);
+  T *da = Device(a), *db = Device(b), *dc = Device(c);
+  const T alpha = FromD<T>({0.75, -0.25}), beta = FromD<T>({-1.5, 0.5});
+  BCHECK(fn(h, static_cast<cublasOperation_t>(ta), static_cast<cublasOperation_t>(tb), m, n, k, &alpha, da, lda, db,
+            ldb, &beta, dc, ldc));
+  auto got = Host(dc, c.size());
+  auto want = RefGemm(ta, tb, m, n, k, Get(std::vector<T>{alpha}, 1, 0, 0, 0), a, lda, b, ldb,
+                      Get(std::vector<T>{beta}, 1, 0, 0, 0), c, ldc);
+  for (size_t i = 0; i < c.size(); ++i) {
+    const auto g = Get(got, 1, 0, static_cast<int>(i), 0);
+    if (std::abs(g - want[i]) > tol * (1 + std::abs(want[i])))
+      PHOS_CHECK_FAIL(1, "%s: C[%zu] = (%g, %g), expected (%g, %g)", what, i, g.real(), g.imag(), want[i].real(),
+                      want[i].imag());
+  }
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+  return 0;
+}
+
+int Gemms(cublasHandle_t h) {
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      if (int r = CheckGemm<float>(h, "Sgemm", ta, tb, 37, 29, 41, 1e-5, cublasSgemm)) return r;
+      if (int r = CheckGemm<double>(h, "Dgemm", ta, tb, 19, 23, 17, 1e-12, cublasDgemm)) return r;
+    }
+  if (int r = CheckGemm<cuComplex>(h, "Cgemm", 2, 0, 13, 11, 9, 1e-5, cublasCgemm)) return r;
+  if (int r = CheckGemm<cuDoubleComplex>(h, "Zgemm", 1, 2, 7, 12, 5, 1e-12, cublasZgemm)) return r;
+  // Half: inputs exact in half, the reference of the rounded inputs.
+  if (int r = CheckGemm<__half>(h, "Hgemm", 0, 1, 16, 8, 32, 2e-2, cublasHgemm)) return r;
+  std::printf("cublas: gemm S/D/C/Z/H OK\n");
+  return 0;
+}
+
+int GemmExAndBatched(cublasHandle_t h) {
+  // GemmEx: half A and B, float C, float compute (what PyTorch's half linear calls).
+  const int m = 24, n = 16, k = 40;
+  auto a = RandomMatrix<__half>(static_cast<size_t>(m) * k);
+  auto b = RandomMatrix<__half>(static_cast<size_t>(k) * n);
+  auto c = RandomMatrix<float>(static_cast<size_t>(m) * n);
+  __half *da = Device(a), *db = Device(b);
+  float* dc = Device(c);
+  const float alpha = 1.25f, beta = 0.5f;
+  BCHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_16F, m, db, CUDA_R_16F, k, &beta, dc,
+                      CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  auto got = Host(dc, c.size());
+  auto want = RefGemm(0, 0, m, n, k, alpha, a, m, b, k, beta, c, m);
+  for (size_t i = 0; i < c.size(); ++i) NEAR(got[i], want[i].real(), 1e-4);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+
+  // Strided-batched float: 3 members, A shared (stride 0), as bmm with broadcasting.
+  const int batch = 3, lda = m, ldb = k, ldc = m;
+  const size_t sb = static_cast<size_t>(k) * n + 5, sc = static_cast<size_t>(m) * n + 7;
+  auto fa = RandomMatrix<float>(static_cast<size_t>(m) * k);
+  auto fb = RandomMatrix<float>(sb * batch);
+  auto fc = RandomMatrix<float>(sc * batch);
+  float *dfa = Device(fa), *dfb = Device(fb), *dfc = Device(fc);
+  BCHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, dfa, lda, 0, dfb, ldb, sb, &beta,
+                                   dfc, ldc, sc, batch));
+  auto bgot = Host(dfc, fc.size());
+  auto bwant = RefGemm(0, 0, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc, batch, 0, sb, sc);
+  for (size_t i = 0; i < fc.size(); ++i) NEAR(bgot[i], bwant[i].real(), 1e-5);
+
+  // The same through GemmStridedBatchedEx with device-pointer scalars.
+  float* dscalars = Device(std::vector<float>{alpha, 0.0f});
+  auto fc2 = RandomMatrix<float>(sc * batch);
+  CHECK(cudaMemcpy(dfc, fc2.data(), fc2.size() * 4, cudaMemcpyHostToDevice));
+  BCHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE));
+  BCHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, dscalars, dfa, CUDA_R_32F, lda, 0, dfb,
+                                    CUDA_R_32F, ldb, sb, dscalars + 1, dfc, CUDA_R_32F, ldc, sc, batch,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  BCHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+  bgot = Host(dfc, fc2.size());
+  bwant = RefGemm(0, 0, m, n, k, alpha, fa, lda, fb, ldb, 0.0, fc2, ldc, batch, 0, sb, sc);
+  for (int p = 0; p < batch; ++p)
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        const size_t e = p * sc + i + static_cast<size_t>(j) * ldc;
+        NEAR(bgot[e], bwant[e].real(), 1e-5);
+      }
+  cudaFree(dfa);
+  cudaFree(dfb);
+  cudaFree(dfc);
+  cudaFree(dscalars);
+  std::printf("cublas: GemmEx, strided batched, device scalars OK\n");
+  return 0;
+}
+
+int GemvGeam(cublasHandle_t h) {
+  const int m = 33, n = 21, lda = 40;
+  auto a = RandomMatrix<float>(static_cast<size_t>(lda) * n);
+  auto x = RandomMatrix<float>(2 * std::max(m, n));
+  auto y = RandomMatrix<float>(3 * std::max(m, n));
+  float *da = Device(a), *dx = Device(x), *dy = Device(y);
+  const float alpha = -0.5f, beta = 2.0f;
+  for (int t = 0; t < 2; ++t) {
+    CHECK(cudaMemcpy(dy, y.data(), y.size() * 4, cudaMemcpyHostToDevice));
+    BCHECK(cublasSgemv(h, t ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, &alpha, da, lda, dx, 2, &beta, dy, 3));
+    auto got = Host(dy, y.size());
+    const int ylen = t ? n : m, xlen = t ? m : n;
+    for (int i = 0; i < ylen; ++i) {
+      double s = 0;
+      for (int l = 0; l < xlen; ++l) s += Get(a, lda, t, i, l).real() * x[2 * l];
+      NEAR(got[3 * i], alpha * s + beta * y[3 * i], 1e-5);
+    }
+  }
+  // geam: C = alpha A^T + beta B (a transpose, as CuPy does with it).
+  auto b = RandomMatrix<double>(static_cast<size_t>(n) * m);
+  auto da2 = RandomMatrix<double>(static_cast<size_t>(m) * n);
+  double *dA = Device(da2), *dB = Device(b), *dC = nullptr;
+  CHECK(cudaMalloc(&dC, sizeof(double) * n * m));
+  const double ga = 2.0, gb = -1.0;
+  BCHECK(cublasDgeam(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, &ga, dA, m, &gb, dB, n, dC, n));
+  auto c = Host(dC, static_cast<size_t>(n) * m);
+  for (int j = 0; j < m; ++j)
+    for (int i = 0; i < n; ++i) NEAR(c[i + j * n], ga * da2[j + i * m] + gb * b[i + j * n], 1e-12);
+  cudaFree(da);
+  cudaFree(dx);
+  cudaFree(dy);
+  cudaFree(dA);
+  cudaFree(dB);
+  cudaFree(dC);
+  std::printf("cublas: gemv, geam OK\n");
+  return 0;
+}
+
+int Level1(cublasHandle_t h) {
+  const int n = 1000;
+  auto x = RandomMatrix<float>(n), y = RandomMatrix<float>(2 * n);
+  float *dx = Device(x), *dy = Device(y);
+  double dot = 0, nrm = 0, asum = 0;
+  int amax = 1, amin = 1;
+  for (int i = 0; i < n; ++i) {
+    dot += static_cast<double>(x[i]) * y[2 * i];
+    nrm += static_cast<double>(x[i]) * x[i];
+    asum += std::fabs(x[i]);
+    if (std::fabs(x[i]) > std::fabs(x[amax - 1])) amax = i + 1;
+    if (std::fabs(x[i]) < std::fabs(x[amin - 1])) amin = i + 1;
+  }
+  float r = 0;
+  BCHECK(cublasSdot(h, n, dx, 1, dy, 2, &r));
+  NEAR(r, dot, 1e-5);
+  BCHECK(cublasSnrm2(h, n, dx, 1, &r));
+  NEAR(r, std::sqrt(nrm), 1e-5);
+  BCHECK(cublasSasum(h, n, dx, 1, &r));
+  NEAR(r, asum, 1e-5);
+  int idx = 0;
+  BCHECK(cublasIsamax(h, n, dx, 1, &idx));
+  EXPECT(idx == amax);
+  BCHECK(cublasIsamin(h, n, dx, 1, &idx));
+  EXPECT(idx == amin);
+  const float alpha = 3.0f;
+  BCHECK(cublasSaxpy(h, n, &alpha, dx, 1, dy, 2));
+  auto got = Host(dy, y.size());
+  for (int i = 0; i < n; ++i) NEAR(got[2 * i], y[2 * i] + 3.0 * x[i], 1e-6);
+  for (int i = 0; i < n; ++i) NEAR(got[2 * i + 1], y[2 * i + 1], 0);  // the gaps untouched
+  BCHECK(cublasSscal(h, n, &alpha, dx, 1));
+  BCHECK(cublasScopy(h, n, dx, 1, dy, 1));
+  got = Host(dy, n);
+  for (int i = 0; i < n; ++i) NEAR(got[i], 3.0 * x[i], 1e-6);
+  BCHECK(cublasSswap(h, n / 2, dx, 2, dy, 2));
+  auto gx = Host(dx, n);
+  EXPECT(gx[0] == got[0] && gx[2] == got[2]);
+
+  // Complex conjugated dot and a double dot into device memory.
+  auto cx = RandomMatrix<cuComplex>(64), cy = RandomMatrix<cuComplex>(64);
+  cuComplex *dcx = Device(cx), *dcy = Device(cy);
+  std::complex<double> cdot = 0;
+  for (int i = 0; i < 64; ++i) cdot += std::conj(Get(cx, 1, 0, i, 0)) * Get(cy, 1, 0, i, 0);
+  cuComplex cr;
+  BCHECK(cublasCdotc(h, 64, dcx, 1, dcy, 1, &cr));
+  NEAR(cr.x, cdot.real(), 1e-5);
+  NEAR(cr.y, cdot.imag(), 1e-5);
+  auto dvx = RandomMatrix<double>(300), dvy = RandomMatrix<double>(300);
+  double *ddx = Device(dvx), *ddy = Device(dvy), *dres = nullptr;
+  CHECK(cudaMalloc(&dres, sizeof(double)));
+  BCHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE));
+  BCHECK(cublasDdot(h, 300, ddx, 1, ddy, 1, dres));
+  BCHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+  double ddot = 0, want = 0;
+  for (int i = 0; i < 300; ++i) want += dvx[i] * dvy[i];
+  CHECK(cudaMemcpy(&ddot, dres, sizeof ddot, cudaMemcpyDeviceToHost));
+  NEAR(ddot, want, 1e-12);
+  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dy), static_cast<void*>(dcx), static_cast<void*>(dcy),
+                  static_cast<void*>(ddx), static_cast<void*>(ddy), static_cast<void*>(dres)})
+    cudaFree(p);
+  std::printf("cublas: level 1 OK\n");
+  return 0;
+}
+
+int StreamsCaptureHelpers(cublasHandle_t h) {
+  // Set/GetMatrix with padded leading dimensions.
+  const int rows = 5, cols = 4;
+  std::vector<float> host(8 * cols), back(6 * cols, -7.0f);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i);
+  float* d = nullptr;
+  CHECK(cudaMalloc(&d, sizeof(float) * 7 * cols));
+  BCHECK(cublasSetMatrix(rows, cols, sizeof(float), host.data(), 8, d, 7));
+  BCHECK(cublasGetMatrix(rows, cols, sizeof(float), d, 7, back.data(), 6));
+  for (int j = 0; j < cols; ++j)
+    for (int i = 0; i < 6; ++i) EXPECT(back[i + j * 6] == (i < rows ? host[i + j * 8] : -7.0f));
+  cudaFree(d);
+
+  // A GEMM on the handle's stream, captured into a graph launched twice:
+  // C += A B each launch.
+  const int n = 16;
+  auto a = RandomMatrix<float>(n * n), b = RandomMatrix<float>(n * n);
+  std::vector<float> c(n * n, 0.0f);
+  float *da = Device(a), *db = Device(b), *dc = Device(c);
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  BCHECK(cublasSetStream(h, s));
+  cudaStream_t got_stream = nullptr;
+  BCHECK(cublasGetStream(h, &got_stream));
+  EXPECT(got_stream == s);
+  const float one = 1.0f;
+  cudaGraph_t graph;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  BCHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, da, n, db, n, &one, dc, n));
+  CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  auto got = Host(dc, c.size());
+  auto once = RefGemm(0, 0, n, n, n, 1.0, a, n, b, n, 0.0, c, n);
+  for (size_t i = 0; i < c.size(); ++i) NEAR(got[i], 2 * once[i].real(), 1e-5);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  BCHECK(cublasSetStream(h, nullptr));
+  CHECK(cudaStreamDestroy(s));
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dc);
+  std::printf("cublas: streams, capture, matrix helpers OK\n");
+  return 0;
+}
+
+int Errors(cublasHandle_t h) {
+  float* d = nullptr;
+  CHECK(cudaMalloc(&d, 64 * sizeof(float)));
+  const float one = 1.0f;
+  // lda smaller than m, a null scalar, a negative size: refused at once.
+  BEXPECT(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 4, 4, &one, d, 4, d, 4, &one, d, 8), CUBLAS_STATUS_INVALID_VALUE);
+  BEXPECT(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, nullptr, d, 4, d, 4, &one, d, 4),
+          CUBLAS_STATUS_INVALID_VALUE);
+  BEXPECT(cublasSaxpy(h, -1, &one, d, 1, d, 1), CUBLAS_STATUS_SUCCESS);  // n <= 0: nothing to do
+  float r = -1.0f;
+  BCHECK(cublasSnrm2(h, 0, d, 1, &r));  // ... and a reduction's result is 0
+  EXPECT(r == 0.0f);
+  BEXPECT(cublasSetPointerMode(h, static_cast<cublasPointerMode_t>(7)), CUBLAS_STATUS_INVALID_VALUE);
+  // A handle destroyed is no handle.
+  cublasHandle_t gone;
+  BCHECK(cublasCreate(&gone));
+  BCHECK(cublasDestroy(gone));
+  BEXPECT(cublasSgemm(gone, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, d, 4, d, 4, &one, d, 4),
+          CUBLAS_STATUS_NOT_INITIALIZED);
+  BEXPECT(cublasDestroy(gone), CUBLAS_STATUS_NOT_INITIALIZED);
+  cudaFree(d);
+  EXPECT(std::strcmp(cublasGetStatusName(CUBLAS_STATUS_INVALID_VALUE), "CUBLAS_STATUS_INVALID_VALUE") == 0);
+  std::printf("cublas: error paths OK\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cublasHandle_t h;
+  BCHECK(cublasCreate(&h));
+  int version = 0;
+  BCHECK(cublasGetVersion(h, &version));
+  EXPECT(version > 0);
+  if (int r = Gemms(h)) return r;
+  if (int r = GemmExAndBatched(h)) return r;
+  if (int r = GemvGeam(h)) return r;
+  if (int r = Level1(h)) return r;
+  if (int r = StreamsCaptureHelpers(h)) return r;
+  if (int r = Errors(h)) return r;
+  CHECK(cudaDeviceSynchronize());
+  BCHECK(cublasDestroy(h));
+  std::printf("cublas: OK\n");
+  return 0;
+}
