@@ -654,6 +654,7 @@ native_info runtime_more_ptds_lazy CUDA_MODULE_LOADING=LAZY -- "$i/runtime_more_
 native_info error_paths -- "$i/error_paths" errors
 native_info symbols -- "$i/symbols"
 native_info graphs -- "$i/graphs"
+native_info cublas -- "$i/cublas"
 # runtime_api and driver_api try a cooperative launch on purpose: phos
 # refuses that one by name (integration_apps_test.cc counts it), nothing else.
 want=("runtime_api: OK")
@@ -672,6 +673,9 @@ check integration/symbols 120 0 -- "${phos_run[@]}" "$i/symbols"
 # also has the latter two; it runs last, below).
 want=("graphs: OK") wantnot=("not supported by phos")
 check integration/graphs 120 0 -- "${phos_run[@]}" "$i/graphs"
+# cuBLAS in phosd on the pooled handle (docs/interposer.md "cuBLAS").
+want=("cublas: OK") wantnot=("not supported by phos")
+check integration/cublas 120 0 -- "${phos_run[@]}" "$i/cublas"
 want=("unsupported_api: 801 801" "unsupported_api: OK") once=("phos: cudaMallocManaged is not supported by phos yet")
 check integration/unsupported_api 120 0 -- "${phos_run[@]}" "$i/unsupported_api"
 want=("dlopen_driver: 1 " " OK")

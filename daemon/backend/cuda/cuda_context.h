@@ -85,6 +85,8 @@ class CudaContext final : public Context {
   Status MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t element_size,
                      std::size_t count, StreamHandle stream) override;
   Status LaunchHostFunction(StreamHandle stream, std::function<void()> fn) override;
+  /// cuBLAS on this context's pooled handle (cuda_blas.cc).
+  Status Blas(const BlasCall& call, StreamHandle stream) override;
 
   Status CreateEvent(unsigned flags, EventHandle* out) override;
   Status DestroyEvent(EventHandle event) override;
@@ -189,6 +191,9 @@ class CudaContext final : public Context {
   // across a driver call that can block (synchronisation, copies, launches,
   // object destruction): calls copy what they need out under the lock.
   mutable std::mutex mutex_;
+  // Serialises Blas: the pooled handle's stream and pointer mode are set
+  // per call, then the routine is enqueued, as one step.
+  std::mutex blas_mutex_;
   std::map<DevicePtr, Allocation> allocations_;   // by start address
   std::unordered_map<StreamHandle, std::shared_ptr<StreamObject>> streams_;
   std::unordered_map<EventHandle, std::shared_ptr<EventObject>> events_;

@@ -32,6 +32,38 @@ Status LoadCublas(const std::string& library, std::shared_ptr<const CublasLibrar
   PHOS_RETURN_IF_ERROR(resolve("cublasDestroy_v2", &lib->Destroy));
   PHOS_RETURN_IF_ERROR(resolve("cublasGetVersion_v2", &lib->GetVersion));
   PHOS_RETURN_IF_ERROR(resolve("cublasGetStatusString", &lib->GetStatusString));
+  // The routines: a missing one only disables itself.
+  auto optional = [&](const char* symbol, auto* slot) {
+    dlerror();
+    *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(dlsym(handle, symbol));
+  };
+  optional("cublasSetStream_v2", &lib->SetStream);
+  optional("cublasSetPointerMode_v2", &lib->SetPointerMode);
+  optional("cublasGemmStridedBatchedEx", &lib->GemmStridedBatchedEx);
+  optional("cublasSgemvStridedBatched", &lib->SgemvStridedBatched);
+  optional("cublasDgemvStridedBatched", &lib->DgemvStridedBatched);
+  optional("cublasCgemvStridedBatched", &lib->CgemvStridedBatched);
+  optional("cublasZgemvStridedBatched", &lib->ZgemvStridedBatched);
+  optional("cublasSgeam", &lib->Sgeam);
+  optional("cublasDgeam", &lib->Dgeam);
+  optional("cublasCgeam", &lib->Cgeam);
+  optional("cublasZgeam", &lib->Zgeam);
+  optional("cublasAxpyEx", &lib->AxpyEx);
+  optional("cublasScalEx", &lib->ScalEx);
+  optional("cublasCopyEx", &lib->CopyEx);
+  optional("cublasSwapEx", &lib->SwapEx);
+  optional("cublasDotEx", &lib->DotEx);
+  optional("cublasDotcEx", &lib->DotcEx);
+  optional("cublasNrm2Ex", &lib->Nrm2Ex);
+  optional("cublasAsumEx", &lib->AsumEx);
+  optional("cublasIsamax_v2", &lib->Isamax);
+  optional("cublasIdamax_v2", &lib->Idamax);
+  optional("cublasIcamax_v2", &lib->Icamax);
+  optional("cublasIzamax_v2", &lib->Izamax);
+  optional("cublasIsamin_v2", &lib->Isamin);
+  optional("cublasIdamin_v2", &lib->Idamin);
+  optional("cublasIcamin_v2", &lib->Icamin);
+  optional("cublasIzamin_v2", &lib->Izamin);
   *out = std::move(lib);
   return Status::Ok();
 }

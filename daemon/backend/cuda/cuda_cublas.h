@@ -36,6 +36,40 @@ struct CublasLibrary {
   cublasStatus_t (*Destroy)(cublasHandle_t) = nullptr;       // cublasDestroy_v2
   cublasStatus_t (*GetVersion)(cublasHandle_t, int*) = nullptr;  // cublasGetVersion_v2
   const char* (*GetStatusString)(cublasStatus_t) = nullptr;  // cublasGetStatusString
+
+  // The routines Context::Blas runs (cuda_blas.cc). Optional: a cuBLAS
+  // without one leaves it null and that routine is NotSupported.
+  decltype(&cublasSetStream_v2) SetStream = nullptr;
+  decltype(&cublasSetPointerMode_v2) SetPointerMode = nullptr;
+  // (spelled out: cublas_api.h overloads it in C++ with a cudaDataType compute type)
+  cublasStatus_t (*GemmStridedBatchedEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                         const void*, const void*, cudaDataType, int, long long int, const void*,
+                                         cudaDataType, int, long long int, const void*, void*, cudaDataType, int,
+                                         long long int, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  decltype(&cublasSgemvStridedBatched) SgemvStridedBatched = nullptr;
+  decltype(&cublasDgemvStridedBatched) DgemvStridedBatched = nullptr;
+  decltype(&cublasCgemvStridedBatched) CgemvStridedBatched = nullptr;
+  decltype(&cublasZgemvStridedBatched) ZgemvStridedBatched = nullptr;
+  decltype(&cublasSgeam) Sgeam = nullptr;
+  decltype(&cublasDgeam) Dgeam = nullptr;
+  decltype(&cublasCgeam) Cgeam = nullptr;
+  decltype(&cublasZgeam) Zgeam = nullptr;
+  decltype(&cublasAxpyEx) AxpyEx = nullptr;
+  decltype(&cublasScalEx) ScalEx = nullptr;
+  decltype(&cublasCopyEx) CopyEx = nullptr;
+  decltype(&cublasSwapEx) SwapEx = nullptr;
+  decltype(&cublasDotEx) DotEx = nullptr;
+  decltype(&cublasDotcEx) DotcEx = nullptr;
+  decltype(&cublasNrm2Ex) Nrm2Ex = nullptr;
+  decltype(&cublasAsumEx) AsumEx = nullptr;
+  decltype(&cublasIsamax_v2) Isamax = nullptr;
+  decltype(&cublasIdamax_v2) Idamax = nullptr;
+  decltype(&cublasIcamax_v2) Icamax = nullptr;
+  decltype(&cublasIzamax_v2) Izamax = nullptr;
+  decltype(&cublasIsamin_v2) Isamin = nullptr;
+  decltype(&cublasIdamin_v2) Idamin = nullptr;
+  decltype(&cublasIcamin_v2) Icamin = nullptr;
+  decltype(&cublasIzamin_v2) Izamin = nullptr;
 };
 
 /// dlopens `library` and resolves the entry points above. Unavailable,

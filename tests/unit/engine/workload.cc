@@ -35,6 +35,7 @@ const char* OpName(Op op) {
     case Op::kFreeAsync: return "FreeAsync";
     case Op::kShareSegment: return "ShareSegment";
     case Op::kHostFunc: return "HostFunc";
+    case Op::kGemm: return "Gemm";
     case Op::kH2D: return "H2D";
     case Op::kMemset: return "Memset";
     case Op::kD2D: return "D2D";
@@ -286,7 +287,11 @@ class Generator {
       s.sync = rng_.Chance(25);
       EmitOnStream(s, {dst, src});
     } else if (r < 75) {
-      Launch();
+      if (o_.gemm && rng_.Chance(20)) {
+        Gemm();
+      } else {
+        Launch();
+      }
     } else if (r < 82) {
       const std::uint32_t st = RandomStream();
       Emit(With(Of(Op::kStreamSync), [&](Step& x) { x.stream = st; }));
@@ -332,6 +337,44 @@ class Generator {
     return {alloc, off};
   }
   std::uint64_t Words(const Operand& o) { return (allocs_[o.alloc].bytes - o.offset) / 4; }
+
+  // A float GEMM on three different buffers: C (written) and A, B (read;
+  // A and B may be one buffer). Sizes fit the buffers; scalars exactly
+  // representable.
+  void Gemm() {
+    const int c = RandomLive();
+    int a = -1, b = -1;
+    for (int tries = 0; tries < 8 && (a < 0 || b < 0); ++tries) {
+      const int x = RandomLive();
+      if (x == c) continue;
+      if (a < 0) a = x;
+      else b = x;
+    }
+    if (a < 0) return;
+    if (b < 0) b = a;
+    Step s = With(Of(Op::kGemm), [&](Step& x) { x.stream = PickStream(c); });
+    s.dst = {c, 0};
+    s.src = {a, 0};
+    s.src2 = {b, 0};
+    auto dim = [&] { return static_cast<std::uint32_t>(rng_.Range(1, 16)); };
+    s.m = dim();
+    s.n = dim();
+    s.k = dim();
+    // Shrink until every matrix fits its buffer (1 x 1 always does).
+    auto fits = [&] {
+      return std::uint64_t{s.m} * s.n * 4 <= allocs_[c].bytes && std::uint64_t{s.m} * s.k * 4 <= allocs_[a].bytes &&
+             std::uint64_t{s.k} * s.n * 4 <= allocs_[b].bytes;
+    };
+    while (!fits()) {
+      s.m = std::max(1u, s.m / 2);
+      s.n = std::max(1u, s.n / 2);
+      s.k = std::max(1u, s.k / 2);
+    }
+    s.trans = static_cast<std::uint32_t>(rng_.Range(0, 3));
+    s.scalar = 0.5f + 0.25f * static_cast<float>(rng_.Range(0, 3));
+    s.beta = rng_.Chance(30) ? 0.0f : 0.5f;
+    EmitOnStream(s, {c, a, b});
+  }
 
   void Launch() {
     const auto& [kernel, fid] = kernels_[rng_.Range(0, kernels_.size() - 1)];
@@ -410,6 +453,10 @@ std::string Step::Describe() const {
     case Op::kD2D:
       d += operand("dst", dst) + operand("src", src) + " " + std::to_string(bytes) + " bytes" +
            (sync ? " sync" : " async");
+      break;
+    case Op::kGemm:
+      d += operand("C", dst) + operand("A", src) + operand("B", src2) + " m " + std::to_string(m) + " n " +
+           std::to_string(n) + " k " + std::to_string(k) + " trans " + std::to_string(trans);
       break;
     case Op::kLaunch:
       d += std::string(" ") + KernelName(kernel);
@@ -612,6 +659,26 @@ bool WorkloadRunner::Issue(std::size_t i, std::string* why) {
       }
       const wire::HostFuncRequest req{host_functions_->NextWord(), host_functions_->doorbell()};
       return Check(app_->Send(wire::op::kLaunchHostFunc, req, /*call=*/false, s.stream), i, why);
+    }
+    case Op::kGemm: {  // posted, as cublasSgemm is
+      wire::BlasRequest r{};
+      r.type_a = r.type_b = r.type_c = r.scalar_type = 0;  // CUDA_R_32F
+      r.compute = 68;                                       // CUBLAS_COMPUTE_32F
+      r.op_a = s.trans & 1u;
+      r.op_b = (s.trans >> 1) & 1u;
+      r.m = s.m;
+      r.n = s.n;
+      r.k = s.k;
+      r.batch = 1;
+      r.a = at(s.src);
+      r.b = at(s.src2);
+      r.c = at(s.dst);
+      r.lda = r.op_a ? s.k : s.m;
+      r.ldb = r.op_b ? s.n : s.k;
+      r.ldc = s.m;
+      std::memcpy(r.alpha, &s.scalar, sizeof s.scalar);
+      std::memcpy(r.beta, &s.beta, sizeof s.beta);
+      return Check(app_->Send(wire::op::kBlasGemm, r, /*call=*/false, s.stream), i, why);
     }
     case Op::kFreeAsync:  // posted, as cudaFreeAsync is
       return Check(app_->Send(wire::op::kFreeAsync, wire::PointerRequest{ptrs_.at(s.dst.alloc)}, /*call=*/false,

@@ -57,6 +57,9 @@ struct WorkloadOptions {
   /// Launch `bump` (a kernel that updates a module global, __device__
   /// state outside every buffer) among the random steps.
   bool global_kernel = true;
+  /// cuBLAS GEMMs (kBlasGemm, float, small sizes) among the launches: a
+  /// library call whose access set comes from its specification.
+  bool gemm = true;
 };
 
 enum class Op : std::uint8_t {
@@ -78,6 +81,7 @@ enum class Op : std::uint8_t {
   kStreamWaitEvent,  // id = event, stream (the waiting one)
   kShareSegment,     // the shared pinned segment host functions' gates live in (setup, first step)
   kHostFunc,         // stream: a host function (kLaunchHostFunc), answered by the runner's thread
+  kGemm,             // dst (C) = scalar * op(src: A) op(src2: B) + beta * C, float; m, n, k, trans; stream
 };
 const char* OpName(Op op);
 
@@ -113,6 +117,10 @@ struct Step {
   // Launches.
   std::uint32_t n = 0, salt = 0, grid = 1, block = 1;
   float scalar = 0.0f;
+  // GEMMs (and n above): C is m x n, op(A) m x k, op(B) k x n, packed
+  // (leading dimension = rows); trans bit 0: A transposed, bit 1: B.
+  std::uint32_t m = 0, k = 0, trans = 0;
+  float beta = 0.0f;
 
   std::string Describe() const;  // "step 17: kD2D stream 2 alloc 3+0x40 <- alloc 1+0x0, 4096 bytes"
 };
