@@ -29,13 +29,14 @@ bool MatrixExtent(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_
   if (rows == 0 || cols == 0 || batch == 0) return true;
   unsigned __int128 one = static_cast<unsigned __int128>(cols - 1) * static_cast<uint64_t>(ld) +
                           static_cast<uint64_t>(rows);
-  unsigned __int128 total = one + static_cast<unsigned __int128>(batch - 1) * static_cast<uint64_t>(stride);
-  total *= elem;
-  if (total > kMaxExtent) {
+  // Each term is below 2^127 (int64 by int64), so the sum fits; compare
+  // before scaling by the element size, which could wrap.
+  const unsigned __int128 total = one + static_cast<unsigned __int128>(batch - 1) * static_cast<uint64_t>(stride);
+  if (total > kMaxExtent / elem) {
     *why = "a matrix extent overflows";
     return false;
   }
-  *bytes = total;
+  *bytes = total * elem;
   return true;
 }
 
@@ -50,12 +51,12 @@ bool VectorExtent(int64_t n, int64_t inc, int64_t stride, int64_t batch, uint32_
   }
   if (n == 0 || batch == 0) return true;
   unsigned __int128 one = static_cast<unsigned __int128>(n - 1) * static_cast<uint64_t>(std::llabs(inc)) + 1;
-  unsigned __int128 total = (one + static_cast<unsigned __int128>(batch - 1) * static_cast<uint64_t>(stride)) * elem;
-  if (total > kMaxExtent) {
+  const unsigned __int128 total = one + static_cast<unsigned __int128>(batch - 1) * static_cast<uint64_t>(stride);
+  if (total > kMaxExtent / elem) {
     *why = "a vector extent overflows";
     return false;
   }
-  *bytes = total;
+  *bytes = total * elem;
   return true;
 }
 

@@ -1,0 +1,165 @@
+// The cuBLAS routine specification (interposer/protocol/blas_spec.h): the
+// device ranges a routine reads and writes, exact from its dimensions, and
+// the requests it refuses — the access sets every C/R protocol relies on
+// for library calls, and the checks phosd applies to untrusted requests.
+#include "protocol/blas_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "protocol/calls.h"
+
+namespace phos::wire {
+namespace {
+
+BlasRequest Gemm(int64_t m, int64_t n, int64_t k, uint32_t op_a, uint32_t op_b, int64_t lda, int64_t ldb,
+                 int64_t ldc) {
+  BlasRequest r{};
+  r.type_a = r.type_b = r.type_c = r.scalar_type = kCudaR32F;
+  r.compute = 68;
+  r.op_a = op_a;
+  r.op_b = op_b;
+  r.m = m;
+  r.n = n;
+  r.k = k;
+  r.batch = 1;
+  r.a = 0x1000000;
+  r.b = 0x2000000;
+  r.c = 0x3000000;
+  r.lda = lda;
+  r.ldb = ldb;
+  r.ldc = ldc;
+  return r;
+}
+
+const BlasOperand* Slot(const BlasOperands& ops, uint32_t slot, int nth = 0) {
+  for (uint32_t i = 0; i < ops.count; ++i)
+    if (ops.op[i].slot == slot && nth-- == 0) return &ops.op[i];
+  return nullptr;
+}
+
+TEST(BlasSpec, GemmExtentsFollowTheOperationsAndLeadingDimensions) {
+  BlasOperands ops;
+  // C = A(5x3, lda 7) B(3x4, ldb 3) into C(5x4, ldc 6): floats.
+  ASSERT_EQ(CheckBlas(BlasShape::kGemm, Gemm(5, 4, 3, 0, 0, 7, 3, 6), &ops), nullptr);
+  ASSERT_EQ(ops.count, 3u);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (2 * 7 + 5) * 4u);   // last column starts at 2*lda
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, (3 * 3 + 3) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (3 * 6 + 5) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->ptr, 0x3000000u);
+  // A transposed: A is stored k x m (3 x 5), lda >= 3.
+  ASSERT_EQ(CheckBlas(BlasShape::kGemm, Gemm(5, 4, 3, 1, 0, 3, 3, 5), &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (4 * 3 + 3) * 4u);
+  // Strided batched: 3 members, C stride 100 elements, A shared (stride 0).
+  BlasRequest r = Gemm(5, 4, 3, 0, 0, 5, 3, 5);
+  r.batch = 3;
+  r.stride_c = 100;
+  ASSERT_EQ(CheckBlas(BlasShape::kGemm, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (2 * 5 + 5) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (2 * 100 + 3 * 5 + 5) * 4u);
+  // Device-mode scalars are read operands of the scalar's size.
+  r.flags = kBlasDeviceScalars;
+  r.alpha_ptr = 0x4000000;
+  r.beta_ptr = 0x4000004;
+  ASSERT_EQ(CheckBlas(BlasShape::kGemm, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotAlpha)->bytes, 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotBeta)->ptr, 0x4000004u);
+  // An empty product touches nothing; k == 0 still scales C.
+  ASSERT_EQ(CheckBlas(BlasShape::kGemm, Gemm(0, 4, 3, 0, 0, 1, 3, 1), &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotC), nullptr);
+  ASSERT_EQ(CheckBlas(BlasShape::kGemm, Gemm(2, 2, 0, 0, 0, 2, 1, 2), &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, 16u);
+}
+
+TEST(BlasSpec, VectorExtentsUseTheIncrementsEitherSign) {
+  BlasRequest r{};
+  r.type_a = r.type_b = r.scalar_type = kCudaR64F;
+  r.n = 10;
+  r.a = 0x1000;
+  r.b = 0x8000;
+  r.lda = 3;
+  r.ldb = -2;
+  BlasOperands ops;
+  ASSERT_EQ(CheckBlas(BlasShape::kAxpy, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (9 * 3 + 1) * 8u);   // x read
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (9 * 2 + 1) * 8u);   // y read and written
+  ASSERT_EQ(CheckBlas(BlasShape::kSwap, r, &ops), nullptr);
+  ASSERT_NE(Slot(ops, kBlasSlotX, 1), nullptr);                // both read and written
+  ASSERT_EQ(CheckBlas(BlasShape::kDot, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotC), nullptr);                   // nothing written in host mode
+  r.flags = kBlasDeviceScalars;
+  r.result = 0x9000;
+  ASSERT_EQ(CheckBlas(BlasShape::kDot, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotResult)->bytes, 8u);
+  ASSERT_EQ(CheckBlas(BlasShape::kIamax, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotResult)->bytes, 4u);            // an int
+  // gemv: x and y lengths swap with the transpose.
+  BlasRequest g{};
+  g.type_a = g.type_b = g.type_c = g.scalar_type = kCudaC32F;
+  g.m = 4;
+  g.n = 6;
+  g.batch = 1;
+  g.lda = 4;
+  g.ldb = 1;
+  g.ldc = 2;
+  ASSERT_EQ(CheckBlas(BlasShape::kGemv, g, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, 6 * 8u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (3 * 2 + 1) * 8u);
+  g.op_a = 1;
+  ASSERT_EQ(CheckBlas(BlasShape::kGemv, g, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, 4 * 8u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (5 * 2 + 1) * 8u);
+}
+
+TEST(BlasSpec, InvalidRequestsAreRefusedByName) {
+  BlasOperands ops;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGemm, Gemm(8, 4, 4, 0, 0, 4, 4, 8), &ops), "lda smaller than the rows of A");
+  EXPECT_STREQ(CheckBlas(BlasShape::kGemm, Gemm(4, 4, 4, 0, 0, 4, 4, 3), &ops), "ldc smaller than m");
+  EXPECT_STREQ(CheckBlas(BlasShape::kGemm, Gemm(-1, 4, 4, 0, 0, 4, 4, 4), &ops), "negative dimension");
+  EXPECT_STREQ(CheckBlas(BlasShape::kGemm, Gemm(4, 4, 4, 3, 0, 4, 4, 4), &ops), "invalid transpose operation");
+  BlasRequest r = Gemm(4, 4, 4, 0, 0, 4, 4, 4);
+  r.type_b = 99;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGemm, r, &ops), "unknown data type of B/x");
+  r = Gemm(4, 4, 4, 0, 0, 4, 4, 4);
+  r.flags = 0x80;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGemm, r, &ops), "unknown flags");
+  r = Gemm(4, 4, 4, 0, 0, 4, 4, 4);
+  r.batch = -2;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGemm, r, &ops), "negative batch count");
+  // Extents that would overflow (an untrusted request) are refused, not wrapped.
+  const int64_t big = std::numeric_limits<int64_t>::max() / 2;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGemm, Gemm(big, big, 1, 0, 0, big, 1, big), &ops), "a matrix extent overflows");
+  // ... also where only the element size would wrap 128 bits.
+  r = Gemm(2, 2, 2, 0, 0, 2, 2, std::numeric_limits<int64_t>::max());
+  r.type_a = r.type_b = r.type_c = r.scalar_type = kCudaC64F;
+  r.batch = std::numeric_limits<int64_t>::max();
+  r.stride_c = std::numeric_limits<int64_t>::max();
+  EXPECT_STREQ(CheckBlas(BlasShape::kGemm, r, &ops), "a matrix extent overflows");
+  BlasRequest v{};
+  v.type_a = v.scalar_type = kCudaR32F;
+  v.n = 4;
+  v.lda = 0;
+  EXPECT_STREQ(CheckBlas(BlasShape::kScal, v, &ops), "incx is 0");
+  v.lda = std::numeric_limits<int64_t>::min();
+  EXPECT_STREQ(CheckBlas(BlasShape::kScal, v, &ops), "incx is 0");
+  v.lda = 1;
+  v.n = big;
+  EXPECT_STREQ(CheckBlas(BlasShape::kScal, v, &ops), "a vector extent overflows");
+}
+
+TEST(BlasSpec, EveryCublasRowHasAShape) {
+  int rows = 0;
+  for (const CallRow& row : kCalls) {
+    BlasShape shape{};
+    const bool blas = BlasShapeOf(row.id, &shape);
+    EXPECT_EQ(blas, row.access == AccessRule::kBlas) << row.op;
+    rows += blas ? 1 : 0;
+  }
+  EXPECT_EQ(rows, 12);
+}
+
+}  // namespace
+}  // namespace phos::wire
