@@ -28,6 +28,7 @@ enum class BlasOp : std::uint8_t {
   kAsum,   // result = sum |re| + |im|
   kIamax,  // result (int32) = 1-based index of the first max |re| + |im|
   kIamin,
+  kLtMatmul,  // D(d, ldd, stride_d) = epilogue(alpha op(A) op(B) + beta C); C only read
 };
 
 struct BlasCall {
@@ -49,6 +50,16 @@ struct BlasCall {
   // `host_result` (shared: the enqueued work keeps it alive even when the
   // caller stops waiting for it, e.g. its context is abandoned).
   std::uint64_t result = 0;
+  // cuBLASLt (kLtMatmul): the output D, the epilogue (cublasLtEpilogue_t:
+  // 1 none, 2 ReLU, 4 bias, 6 both, 32 GELU, 36 GELU + bias), the bias
+  // vector (m elements, bias_stride apart per batch member).
+  std::uint64_t d = 0;
+  std::int64_t ldd = 1, stride_d = 0;
+  std::int32_t type_d = 0;
+  std::uint32_t epilogue = 1;
+  std::uint64_t bias = 0;
+  std::int32_t bias_type = 0;
+  std::int64_t bias_stride = 0;
   std::shared_ptr<std::array<unsigned char, 16>> host_result;
 
   // The device ranges the routine reads or writes (the handler's operands,
@@ -58,7 +69,7 @@ struct BlasCall {
     std::uint64_t ptr = 0;
     std::uint64_t bytes = 0;
   };
-  Range ranges[8];
+  Range ranges[10];
   std::uint32_t range_count = 0;
 };
 

@@ -32,7 +32,7 @@ static_assert(kDstOperand == 0 && kSrcOperand == 1);
 constexpr OperandSpec kBlasOperands[] = {
     {"A", ArgRole::kRead},          {"B", ArgRole::kRead},     {"C", ArgRole::kReadWrite},
     {"x", ArgRole::kReadWrite},     {"alpha", ArgRole::kRead}, {"beta", ArgRole::kRead},
-    {"result", ArgRole::kWrite},
+    {"result", ArgRole::kWrite},    {"C (Lt input)", ArgRole::kRead}, {"bias", ArgRole::kRead},
 };
 static_assert(std::size(kBlasOperands) == wire::kBlasSlotCount);
 

@@ -35,6 +35,7 @@ backend::BlasOp ToBackendOp(wire::BlasShape shape) {
     case wire::BlasShape::kAsum: return backend::BlasOp::kAsum;
     case wire::BlasShape::kIamax: return backend::BlasOp::kIamax;
     case wire::BlasShape::kIamin: return backend::BlasOp::kIamin;
+    case wire::BlasShape::kLtMatmul: return backend::BlasOp::kLtMatmul;
   }
   return backend::BlasOp::kGemm;
 }
@@ -53,7 +54,9 @@ backend::BlasCall ToBackendCall(wire::BlasShape shape, const wire::BlasRequest& 
   c.m = r.m;
   c.n = r.n;
   c.k = r.k;
-  c.batch = shape == wire::BlasShape::kGemm || shape == wire::BlasShape::kGemv ? r.batch : 1;
+  c.batch = shape == wire::BlasShape::kGemm || shape == wire::BlasShape::kGemv || shape == wire::BlasShape::kLtMatmul
+                ? r.batch
+                : 1;
   c.a = r.a;
   c.b = r.b;
   c.c = r.c;
@@ -72,21 +75,12 @@ backend::BlasCall ToBackendCall(wire::BlasShape shape, const wire::BlasRequest& 
   return c;
 }
 
-}  // namespace
-
-void HandleBlas(SessionState& st, const CallContext& call, const wire::BlasRequest& req, Outcome* out) {
-  wire::BlasShape shape{};
-  if (!wire::BlasShapeOf(call.api(), &shape)) {
-    return out->Fail(WireStatus::kNotSupported, std::string("no cuBLAS routine for op ") + call.row.op);
-  }
-  const std::string what = std::string("cuBLAS ") + wire::BlasShapeName(shape);
-  wire::BlasOperands ops;
-  if (const char* why = wire::CheckBlas(shape, req, &ops); why != nullptr) {
-    return out->Fail(WireStatus::kInvalidValue, what + ": " + why);
-  }
+/// Runs a checked routine: its ranges must lie in this session's buffers;
+/// its access set is `ops`; a reduction's host result is the reply.
+void RunBlas(SessionState& st, const CallContext& call, const std::string& what, const wire::BlasOperands& ops,
+             backend::BlasCall bc, Outcome* out) {
   backend::StreamHandle stream = 0;
   if (Status s = FindStream(st, call.rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
-  backend::BlasCall bc = ToBackendCall(shape, req);
   for (uint32_t i = 0; i < ops.count; ++i) {
     if (Status s = CheckDeviceRange(st, ops.op[i].ptr, ops.op[i].bytes); !s.ok()) {
       return out->Fail(Status(s.code(), what + ": " + s.message()));
@@ -107,6 +101,39 @@ void HandleBlas(SessionState& st, const CallContext& call, const wire::BlasReque
     if (bc.host_result) std::memcpy(reply.value, bc.host_result->data(), sizeof reply.value);
     out->Set(reply);
   }
+}
+
+}  // namespace
+
+void HandleBlas(SessionState& st, const CallContext& call, const wire::BlasRequest& req, Outcome* out) {
+  wire::BlasShape shape{};
+  if (!wire::BlasShapeOf(call.api(), &shape) || shape == wire::BlasShape::kLtMatmul) {
+    return out->Fail(WireStatus::kNotSupported, std::string("no cuBLAS routine for op ") + call.row.op);
+  }
+  const std::string what = std::string("cuBLAS ") + wire::BlasShapeName(shape);
+  wire::BlasOperands ops;
+  if (const char* why = wire::CheckBlas(shape, req, &ops); why != nullptr) {
+    return out->Fail(WireStatus::kInvalidValue, what + ": " + why);
+  }
+  RunBlas(st, call, what, ops, ToBackendCall(shape, req), out);
+}
+
+void HandleBlasLtMatmul(SessionState& st, const CallContext& call, const wire::BlasLtRequest& req, Outcome* out) {
+  const std::string what = "cublasLtMatmul";
+  wire::BlasOperands ops;
+  if (const char* why = wire::CheckBlasLt(req, &ops); why != nullptr) {
+    return out->Fail(WireStatus::kInvalidValue, what + ": " + why);
+  }
+  backend::BlasCall bc = ToBackendCall(wire::BlasShape::kLtMatmul, req.gemm);
+  bc.d = req.d;
+  bc.ldd = req.ldd;
+  bc.stride_d = req.stride_d;
+  bc.type_d = req.type_d;
+  bc.epilogue = req.epilogue;
+  bc.bias = req.bias;
+  bc.bias_type = req.bias_type;
+  bc.bias_stride = req.bias_stride;
+  RunBlas(st, call, what, ops, std::move(bc), out);
 }
 
 }  // namespace phos::session

@@ -12,6 +12,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "protocol/wire.h"
 
 namespace phos::client {
 
@@ -35,5 +38,12 @@ BlasHandle* FindBlasHandle(cublasHandle_t h);
 
 /// The wire stream id of `h`'s stream.
 uint32_t BlasStreamId(const BlasHandle& h);
+
+/// cuBLAS's status for a wire status (cublas_routines.cc).
+cublasStatus_t BlasStatusOf(wire::WireStatus w);
+/// Posts one stream-ordered cuBLAS row (`payload`: its request) on wire
+/// stream `stream`, or records it as a kernel node when the stream is being
+/// captured (cublas_routines.cc). A sticky error fails it first.
+cublasStatus_t PostBlas(wire::ApiId api, uint32_t stream, std::vector<std::byte> payload);
 
 }  // namespace phos::client

@@ -36,7 +36,9 @@ static_assert(wire::kCudaR32F == CUDA_R_32F && wire::kCudaR64F == CUDA_R_64F && 
               wire::kCudaC32F == CUDA_C_32F && wire::kCudaC64F == CUDA_C_64F && wire::kCudaR16BF == CUDA_R_16BF &&
               wire::kCudaR32I == CUDA_R_32I && wire::kCudaR8I == CUDA_R_8I);
 
-cublasStatus_t FromWire(WireStatus w) {
+}  // namespace
+
+cublasStatus_t BlasStatusOf(WireStatus w) {
   switch (w) {
     case WireStatus::kSuccess: return CUBLAS_STATUS_SUCCESS;
     case WireStatus::kInvalidValue: return CUBLAS_STATUS_INVALID_VALUE;
@@ -46,6 +48,19 @@ cublasStatus_t FromWire(WireStatus w) {
     default: return CUBLAS_STATUS_EXECUTION_FAILED;
   }
 }
+
+cublasStatus_t PostBlas(wire::ApiId api, uint32_t stream, std::vector<std::byte> payload) {
+  if (StickyError() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  cudaError_t captured = cudaSuccess;
+  if (MaybeCapture(stream, cudaGraphNodeTypeKernel,
+                   [api, payload](uint32_t s) { return Finish(Connection::Get().Post(api, s, payload)); },
+                   &captured)) {
+    return captured == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  return BlasStatusOf(Connection::Get().Post(api, stream, payload));
+}
+
+namespace {
 
 /// A request with the handle's pointer mode.
 BlasRequest Base(const BlasHandle& h) {
@@ -89,15 +104,8 @@ cublasStatus_t Send(const BlasHandle& h, wire::ApiId api, const BlasRequest& req
   const wire::CallRow* row = wire::FindCallRow(api);
   Connection& c = Connection::Get();
   if (row != nullptr && !row->synchronous()) {
-    cudaError_t captured = cudaSuccess;
-    if (MaybeCapture(stream, cudaGraphNodeTypeKernel,
-                     [api, req](uint32_t s) {
-                       return Finish(Connection::Get().Post(api, s, std::as_bytes(std::span<const BlasRequest>(&req, 1))));
-                     },
-                     &captured)) {
-      return captured == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
-    }
-    return FromWire(c.Post(api, stream, std::as_bytes(std::span<const BlasRequest>(&req, 1))));
+    const auto* p = reinterpret_cast<const std::byte*>(&req);
+    return PostBlas(api, stream, std::vector<std::byte>(p, p + sizeof req));
   }
   cudaError_t refused = cudaSuccess;
   if (AnyCapture() && RefuseInCapture(stream, "a cuBLAS reduction (its result is read at once)", &refused)) {
@@ -109,7 +117,7 @@ cublasStatus_t Send(const BlasHandle& h, wire::ApiId api, const BlasRequest& req
     if (reply.bytes != sizeof(wire::BlasResultReply)) return CUBLAS_STATUS_INTERNAL_ERROR;
     std::memcpy(result, reply.data.data(), result_bytes);
   }
-  return FromWire(w);
+  return BlasStatusOf(w);
 }
 
 /// The scalar type of a GemmEx compute type (cublasComputeType_t, or a

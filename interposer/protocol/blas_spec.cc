@@ -78,6 +78,7 @@ bool BlasShapeOf(ApiId op, BlasShape* out) {
     case op::kBlasAsum: *out = BlasShape::kAsum; return true;
     case op::kBlasIamax: *out = BlasShape::kIamax; return true;
     case op::kBlasIamin: *out = BlasShape::kIamin; return true;
+    case op::kBlasLtMatmul: *out = BlasShape::kLtMatmul; return true;
     default: return false;
   }
 }
@@ -96,6 +97,7 @@ const char* BlasShapeName(BlasShape shape) {
     case BlasShape::kAsum: return "asum";
     case BlasShape::kIamax: return "amax";
     case BlasShape::kIamin: return "amin";
+    case BlasShape::kLtMatmul: return "Lt matmul";
   }
   return "?";
 }
@@ -234,8 +236,41 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
       }
       return nullptr;
     }
+    case BlasShape::kLtMatmul: return "a cuBLASLt matmul is checked by CheckBlasLt";
   }
   return "unknown routine";
+}
+
+bool LtEpilogueSupported(uint32_t e) {
+  return e == kLtEpilogueDefault || e == kLtEpilogueRelu || e == kLtEpilogueBias || e == kLtEpilogueReluBias ||
+         e == kLtEpilogueGelu || e == kLtEpilogueGeluBias;
+}
+
+const char* CheckBlasLt(const BlasLtRequest& req, BlasOperands* out) {
+  if (const char* why = CheckBlas(BlasShape::kGemm, req.gemm, out); why != nullptr) return why;
+  if (req.reserved != 0) return "reserved field set";
+  if (!LtEpilogueSupported(req.epilogue)) return "an epilogue phos does not compute";
+  const uint32_t ed = BlasTypeBytes(req.type_d);
+  if (ed == 0) return "unknown data type of D";
+  // The gemm's C operand is Lt's input C: read only.
+  for (uint32_t i = 0; i < out->count; ++i)
+    if (out->op[i].slot == kBlasSlotC) out->op[i].slot = kBlasSlotInput;
+  Builder b{out};
+  const char* why = nullptr;
+  unsigned __int128 bytes = 0;
+  if (req.stride_d < 0 || req.bias_stride < 0) return "negative stride";
+  if (!MatrixExtent(req.gemm.m, req.gemm.n, req.ldd, req.stride_d, req.gemm.batch, ed, "ldd smaller than m", &bytes,
+                    &why))
+    return why;
+  b.Add(kBlasSlotC, req.d, bytes);
+  if ((req.epilogue & kLtEpilogueBias) != 0) {
+    const uint32_t eb = BlasTypeBytes(req.bias_type);
+    if (eb == 0) return "unknown data type of the bias";
+    if (req.bias == 0) return "a bias epilogue without a bias pointer";
+    if (!VectorExtent(req.gemm.m, 1, req.bias_stride, req.gemm.batch, eb, "bias", &bytes, &why)) return why;
+    b.Add(kBlasSlotBias, req.bias, bytes);
+  }
+  return nullptr;
 }
 
 }  // namespace phos::wire

@@ -31,6 +31,7 @@ enum class BlasShape : uint8_t {
   kAsum,   // result = sum |re| + |im|
   kIamax,  // result = 1-based index of the first max |re| + |im|
   kIamin,  // ... min
+  kLtMatmul,  // cuBLASLt: D = epilogue(alpha op(A) op(B) + beta C) (CheckBlasLt)
 };
 
 /// The operand slots of the kBlas access rule, in the rule's order
@@ -43,7 +44,9 @@ enum BlasSlot : uint32_t {
   kBlasSlotAlpha = 4,   // device-mode alpha: read
   kBlasSlotBeta = 5,    // device-mode beta: read
   kBlasSlotResult = 6,  // device-mode reduction result: written
-  kBlasSlotCount = 7,
+  kBlasSlotInput = 7,   // cuBLASLt's C (its output is D, in slot C): read
+  kBlasSlotBias = 8,    // cuBLASLt's bias vector: read
+  kBlasSlotCount = 9,
 };
 
 struct BlasOperand {
@@ -54,7 +57,7 @@ struct BlasOperand {
 
 /// The device operands of one call (empty ranges left out).
 struct BlasOperands {
-  BlasOperand op[8];
+  BlasOperand op[10];
   uint32_t count = 0;
 };
 
@@ -81,5 +84,16 @@ int32_t BlasRealTypeOf(int32_t type);
 /// increments non-zero, strides and the batch count >= 0, every type known,
 /// no extent overflowing 2^62 bytes.
 const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out);
+
+// cublasLtEpilogue_t values phos computes.
+inline constexpr uint32_t kLtEpilogueDefault = 1, kLtEpilogueRelu = 2, kLtEpilogueBias = 4,
+                          kLtEpilogueReluBias = 6, kLtEpilogueGelu = 32, kLtEpilogueGeluBias = 36;
+/// Whether phos computes epilogue `e` (the others — aux outputs, gradients
+/// — are refused by name).
+bool LtEpilogueSupported(uint32_t e);
+/// As CheckBlas, for cublasLtMatmul: A and B as a gemm's, C read, D (m x n,
+/// ldd, stride_d) read and written, the bias (m elements per batch member)
+/// read when the epilogue adds one.
+const char* CheckBlasLt(const BlasLtRequest& req, BlasOperands* out);
 
 }  // namespace phos::wire

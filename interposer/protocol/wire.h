@@ -277,6 +277,25 @@ inline constexpr uint32_t kBlasDeviceScalars = 0x1;
 /// dot: the conjugated form (cublasDotcEx, cublasCdotc).
 inline constexpr uint32_t kBlasConjugate = 0x2;
 
+/// kBlasLtMatmul: cublasLtMatmul, D = epilogue(alpha op(A) op(B) + beta C).
+/// `gemm` holds A, B, C (C is read only: the output is D) as a strided-
+/// batched gemm; the epilogue adds the bias (one element per row of D,
+/// `bias_stride` elements apart between batch members) and applies ReLU or
+/// GELU (cublasLtEpilogue_t values).
+struct BlasLtRequest {
+  BlasRequest gemm;
+  uint64_t d;
+  int64_t ldd;
+  int64_t stride_d;
+  int32_t type_d;
+  uint32_t epilogue;
+  uint64_t bias;        // 0: none
+  int32_t bias_type;    // cudaDataType_t
+  uint32_t reserved;    // 0
+  int64_t bias_stride;
+};
+static_assert(sizeof(BlasLtRequest) == 192 + 56);
+
 /// A reduction's result in host pointer mode (dot, nrm2, asum: the value in
 /// the row's scalar type; amax/amin: an int32, 1-based).
 struct BlasResultReply {

@@ -8,6 +8,7 @@
 // the real cuBLAS on phosd's pooled handle.
 #define PHOS_PROGRAM_NAME "cublas"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -353,6 +354,96 @@ int StreamsCaptureHelpers(cublasHandle_t h) {
   return 0;
 }
 
+// cuBLASLt: D = epilogue(alpha op(A) op(B) + beta C) with bias + ReLU in
+// float (C and D apart), GELU + bias in half in place (C == D), and a
+// heuristic query, as PyTorch's addmm-with-bias calls it.
+int Lt() {
+  cublasLtHandle_t lt;
+  BCHECK(cublasLtCreate(&lt));
+  const int m = 20, n = 12, k = 16, batch = 2;
+  const long long sa = m * k, sb = k * n, sc = m * n;
+  auto a = RandomMatrix<float>(sa * batch), b = RandomMatrix<float>(sb * batch), c = RandomMatrix<float>(sc * batch);
+  auto bias = RandomMatrix<float>(m);
+  float *da = Device(a), *db = Device(b), *dc = Device(c), *dbias = Device(bias), *dd = nullptr;
+  CHECK(cudaMalloc(&dd, sizeof(float) * sc * batch));
+  cublasLtMatmulDesc_t desc;
+  BCHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t tn = CUBLAS_OP_T;
+  BCHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &tn, sizeof tn));
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_RELU_BIAS;
+  BCHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  BCHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));
+  cublasLtMatrixLayout_t la, lb, lc;
+  BCHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, k, m, k));  // A stored k x m, used transposed
+  BCHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, k, n, k));
+  BCHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m));
+  for (cublasLtMatrixLayout_t l : {la, lb, lc})
+    BCHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
+  BCHECK(cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa, sizeof sa));
+  BCHECK(cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof sb));
+  BCHECK(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof sc));
+  cublasLtMatmulPreference_t pref;
+  BCHECK(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = 1 << 20;
+  BCHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  cublasLtMatmulHeuristicResult_t heur[4];
+  int found = 0;
+  BCHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 4, heur, &found));
+  EXPECT(found >= 1 && heur[0].state == CUBLAS_STATUS_SUCCESS && heur[0].workspaceSize <= ws);
+  void* workspace = nullptr;
+  if (heur[0].workspaceSize > 0) CHECK(cudaMalloc(&workspace, heur[0].workspaceSize));
+  const float alpha = 0.5f, beta = -1.0f;
+  BCHECK(cublasLtMatmul(lt, desc, &alpha, da, la, db, lb, &beta, dc, lc, dd, lc, &heur[0].algo, workspace,
+                        heur[0].workspaceSize, nullptr));
+  auto got = Host(dd, c.size());
+  auto want = RefGemm(1, 0, m, n, k, alpha, a, k, b, k, beta, c, m, batch, sa, sb, sc);
+  for (int p = 0; p < batch; ++p)
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        const size_t e = p * sc + i + j * m;
+        NEAR(got[e], std::max(0.0, want[e].real() + bias[i]), 1e-5);
+      }
+  // Half, GELU + bias, in place (C == D), one matrix.
+  auto ha = RandomMatrix<__half>(m * k), hb = RandomMatrix<__half>(k * n), hc = RandomMatrix<__half>(m * n);
+  auto hbias = RandomMatrix<__half>(m);
+  __half *dha = Device(ha), *dhb = Device(hb), *dhc = Device(hc), *dhbias = Device(hbias);
+  cublasLtMatmulDesc_t hdesc;
+  BCHECK(cublasLtMatmulDescCreate(&hdesc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  epi = CUBLASLT_EPILOGUE_GELU_BIAS;
+  BCHECK(cublasLtMatmulDescSetAttribute(hdesc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  BCHECK(cublasLtMatmulDescSetAttribute(hdesc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dhbias, sizeof dhbias));
+  cublasLtMatrixLayout_t hla, hlb, hlc;
+  BCHECK(cublasLtMatrixLayoutCreate(&hla, CUDA_R_16F, m, k, m));
+  BCHECK(cublasLtMatrixLayoutCreate(&hlb, CUDA_R_16F, k, n, k));
+  BCHECK(cublasLtMatrixLayoutCreate(&hlc, CUDA_R_16F, m, n, m));
+  const float one = 1.0f;
+  BCHECK(cublasLtMatmul(lt, hdesc, &one, dha, hla, dhb, hlb, &one, dhc, hlc, dhc, hlc, nullptr, nullptr, 0, nullptr));
+  auto hgot = Host(dhc, hc.size());
+  auto hwant = RefGemm(0, 0, m, n, k, 1.0, ha, m, hb, k, 1.0, hc, m);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      const double x = hwant[i + j * m].real() + __half2float(hbias[i]);
+      const double gelu = 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+      NEAR(__half2float(hgot[i + j * m]), gelu, 2e-2);
+    }
+  // A row-major layout is refused by name.
+  int32_t row = CUBLASLT_ORDER_ROW;
+  BCHECK(cublasLtMatrixLayoutSetAttribute(hlc, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row));
+  BEXPECT(cublasLtMatmul(lt, hdesc, &one, dha, hla, dhb, hlb, &one, dhc, hlc, dhc, hlc, nullptr, nullptr, 0, nullptr),
+          CUBLAS_STATUS_NOT_SUPPORTED);
+  for (cublasLtMatrixLayout_t l : {la, lb, lc, hla, hlb, hlc}) BCHECK(cublasLtMatrixLayoutDestroy(l));
+  BCHECK(cublasLtMatmulDescDestroy(desc));
+  BCHECK(cublasLtMatmulDescDestroy(hdesc));
+  BCHECK(cublasLtMatmulPreferenceDestroy(pref));
+  BCHECK(cublasLtDestroy(lt));
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc), static_cast<void*>(dd),
+                  static_cast<void*>(dbias), static_cast<void*>(dha), static_cast<void*>(dhb), static_cast<void*>(dhc),
+                  static_cast<void*>(dhbias), workspace})
+    cudaFree(p);
+  std::printf("cublas: cuBLASLt matmul with bias, ReLU, GELU OK\n");
+  return 0;
+}
+
 int Errors(cublasHandle_t h) {
   float* d = nullptr;
   CHECK(cudaMalloc(&d, 64 * sizeof(float)));
@@ -392,6 +483,7 @@ int main(int argc, char** argv) {
   if (int r = GemvGeam(h)) return r;
   if (int r = Level1(h)) return r;
   if (int r = StreamsCaptureHelpers(h)) return r;
+  if (int r = Lt()) return r;
   if (int r = Errors(h)) return r;
   CHECK(cudaDeviceSynchronize());
   BCHECK(cublasDestroy(h));

@@ -162,6 +162,7 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
       st = fn(h, n, a, ct(c.type_a), lda, result, ct(c.scalar_type), ct(c.scalar_type));
       break;
     }
+    case BlasOp::kLtMatmul: return LtMatmul(c, s);
     case BlasOp::kIamax:
     case BlasOp::kIamin: {
       const bool max = c.op == BlasOp::kIamax;
@@ -184,6 +185,81 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
     return Status::NotSupported(std::string(what) + ": cuBLAS refused this type combination or configuration");
   }
   return CublasStatus(st, what, lib);
+}
+
+Status CudaContext::LtMatmul(const BlasCall& c, CUstream stream) {
+  const CublasLibrary* lib = cublas_.get();
+  if (!lib->has_lt()) return Status::NotSupported("cublasLtMatmul: phosd could not load libcublasLt");
+  if (lt_handle_ == nullptr) {
+    PHOS_RETURN_IF_ERROR(CublasStatus(lib->LtCreate(&lt_handle_), "cublasLtCreate", lib));
+  }
+  // The descriptors of this one call (host-side objects: destroyed once
+  // the matmul is enqueued).
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr, ld = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  struct Cleanup {
+    const CublasLibrary* lib;
+    cublasLtMatmulDesc_t* desc;
+    cublasLtMatrixLayout_t* layouts[4];
+    cublasLtMatmulPreference_t* pref;
+    ~Cleanup() {
+      if (*desc) lib->LtMatmulDescDestroy(*desc);
+      for (auto* l : layouts)
+        if (*l) lib->LtMatrixLayoutDestroy(*l);
+      if (*pref) lib->LtMatmulPreferenceDestroy(*pref);
+    }
+  } cleanup{lib, &desc, {&la, &lb, &lc, &ld}, &pref};
+  auto check = [&](cublasStatus_t st, const char* what) { return CublasStatus(st, what, lib); };
+  PHOS_RETURN_IF_ERROR(check(lib->LtMatmulDescCreate(&desc, ComputeType(c.compute), static_cast<cudaDataType>(c.scalar_type)),
+                             "cublasLtMatmulDescCreate"));
+  auto set = [&](cublasLtMatmulDescAttributes_t a, const void* v, size_t n) {
+    return check(lib->LtMatmulDescSetAttribute(desc, a, v, n), "cublasLtMatmulDescSetAttribute");
+  };
+  const auto ta = static_cast<cublasOperation_t>(c.op_a), tb = static_cast<cublasOperation_t>(c.op_b);
+  const int32_t mode = c.device_scalars ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
+  const auto epilogue = static_cast<cublasLtEpilogue_t>(c.epilogue);
+  PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode));
+  PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  if (c.bias != 0) {
+    const void* bias = reinterpret_cast<const void*>(c.bias);
+    const int32_t bias_type = c.bias_type;
+    PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+    PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &c.bias_stride, sizeof c.bias_stride));
+  }
+  auto layout = [&](cublasLtMatrixLayout_t* l, int32_t type, int64_t rows, int64_t cols, int64_t ldim,
+                    int64_t stride) -> Status {
+    PHOS_RETURN_IF_ERROR(check(lib->LtMatrixLayoutCreate(l, static_cast<cudaDataType>(type), static_cast<uint64_t>(rows),
+                                                         static_cast<uint64_t>(cols), ldim),
+                               "cublasLtMatrixLayoutCreate"));
+    const int32_t batch = static_cast<int32_t>(c.batch);
+    PHOS_RETURN_IF_ERROR(check(lib->LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch),
+                               "cublasLtMatrixLayoutSetAttribute"));
+    return check(lib->LtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+                 "cublasLtMatrixLayoutSetAttribute");
+  };
+  PHOS_RETURN_IF_ERROR(layout(&la, c.type_a, c.op_a ? c.k : c.m, c.op_a ? c.m : c.k, c.lda, c.stride_a));
+  PHOS_RETURN_IF_ERROR(layout(&lb, c.type_b, c.op_b ? c.n : c.k, c.op_b ? c.k : c.n, c.ldb, c.stride_b));
+  PHOS_RETURN_IF_ERROR(layout(&lc, c.type_c, c.m, c.n, c.ldc, c.stride_c));
+  PHOS_RETURN_IF_ERROR(layout(&ld, c.type_d, c.m, c.n, c.ldd, c.stride_d));
+  PHOS_RETURN_IF_ERROR(check(lib->LtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"));
+  // No workspace: the app's workspace buffer is not known to phosd, and
+  // cuBLASLt has algorithms for every supported problem without one.
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  PHOS_RETURN_IF_ERROR(check(lib->LtMatmulAlgoGetHeuristic(lt_handle_, desc, la, lb, lc, ld, pref, 1, &heur, &found),
+                             "cublasLtMatmulAlgoGetHeuristic"));
+  if (found < 1) return Status::NotSupported("cublasLtMatmul: cuBLASLt found no algorithm without workspace");
+  const void* alpha = c.device_scalars ? reinterpret_cast<const void*>(c.alpha_ptr) : c.alpha;
+  const void* beta = c.device_scalars ? reinterpret_cast<const void*>(c.beta_ptr) : c.beta;
+  return check(lib->LtMatmul(lt_handle_, desc, alpha, reinterpret_cast<const void*>(c.a), la,
+                             reinterpret_cast<const void*>(c.b), lb, beta, reinterpret_cast<const void*>(c.c), lc,
+                             reinterpret_cast<void*>(c.d), ld, &heur.algo, nullptr, 0,
+                             reinterpret_cast<cudaStream_t>(stream)),
+               "cublasLtMatmul");
 }
 
 }  // namespace phos::backend::cuda

@@ -206,6 +206,7 @@ CudaContext::~CudaContext() {
     // context goes. (If the context cannot be made current the handle is
     // left to die with the context rather than destroyed in another one.)
     if (cublas_handle_ != nullptr) cublas_->Destroy(cublas_handle_);
+    if (lt_handle_ != nullptr && cublas_->LtDestroy != nullptr) cublas_->LtDestroy(lt_handle_);
   }
   functions.clear();
   modules.clear();

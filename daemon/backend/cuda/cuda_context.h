@@ -194,6 +194,9 @@ class CudaContext final : public Context {
   // Serialises Blas: the pooled handle's stream and pointer mode are set
   // per call, then the routine is enqueued, as one step.
   std::mutex blas_mutex_;
+  cublasLtHandle_t lt_handle_ = nullptr;  // made at the first cublasLtMatmul; guarded by blas_mutex_
+  /// cuda_blas.cc: cublasLtMatmul (blas_mutex_ held, context current).
+  Status LtMatmul(const BlasCall& call, CUstream stream);
   std::map<DevicePtr, Allocation> allocations_;   // by start address
   std::unordered_map<StreamHandle, std::shared_ptr<StreamObject>> streams_;
   std::unordered_map<EventHandle, std::shared_ptr<EventObject>> events_;

@@ -64,6 +64,27 @@ Status LoadCublas(const std::string& library, std::shared_ptr<const CublasLibrar
   optional("cublasIdamin_v2", &lib->Idamin);
   optional("cublasIcamin_v2", &lib->Icamin);
   optional("cublasIzamin_v2", &lib->Izamin);
+  // cuBLASLt: the library beside it (libcublas.so.13 -> libcublasLt.so.13).
+  std::string lt = library;
+  if (size_t at = lt.find("libcublas"); at != std::string::npos) lt.replace(at, 9, "libcublasLt");
+  lib->lt_library = dlopen(lt.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib->lt_library != nullptr) {
+    auto lt_optional = [&](const char* symbol, auto* slot) {
+      *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(dlsym(lib->lt_library, symbol));
+    };
+    lt_optional("cublasLtCreate", &lib->LtCreate);
+    lt_optional("cublasLtDestroy", &lib->LtDestroy);
+    lt_optional("cublasLtMatmulDescCreate", &lib->LtMatmulDescCreate);
+    lt_optional("cublasLtMatmulDescDestroy", &lib->LtMatmulDescDestroy);
+    lt_optional("cublasLtMatmulDescSetAttribute", &lib->LtMatmulDescSetAttribute);
+    lt_optional("cublasLtMatrixLayoutCreate", &lib->LtMatrixLayoutCreate);
+    lt_optional("cublasLtMatrixLayoutDestroy", &lib->LtMatrixLayoutDestroy);
+    lt_optional("cublasLtMatrixLayoutSetAttribute", &lib->LtMatrixLayoutSetAttribute);
+    lt_optional("cublasLtMatmulPreferenceCreate", &lib->LtMatmulPreferenceCreate);
+    lt_optional("cublasLtMatmulPreferenceDestroy", &lib->LtMatmulPreferenceDestroy);
+    lt_optional("cublasLtMatmulAlgoGetHeuristic", &lib->LtMatmulAlgoGetHeuristic);
+    lt_optional("cublasLtMatmul", &lib->LtMatmul);
+  }
   *out = std::move(lib);
   return Status::Ok();
 }

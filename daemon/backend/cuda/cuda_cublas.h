@@ -14,6 +14,7 @@
 // current, before the context is.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_api.h>
 
 #include <memory>
@@ -70,6 +71,23 @@ struct CublasLibrary {
   decltype(&cublasIdamin_v2) Idamin = nullptr;
   decltype(&cublasIcamin_v2) Icamin = nullptr;
   decltype(&cublasIzamin_v2) Izamin = nullptr;
+
+  // cuBLASLt (libcublasLt, dlopen'ed beside libcublas; optional: without
+  // it cublasLtMatmul is NotSupported).
+  void* lt_library = nullptr;
+  decltype(&cublasLtCreate) LtCreate = nullptr;
+  decltype(&cublasLtDestroy) LtDestroy = nullptr;
+  decltype(&cublasLtMatmulDescCreate) LtMatmulDescCreate = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) LtMatmulDescDestroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) LtMatmulDescSetAttribute = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) LtMatrixLayoutCreate = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) LtMatrixLayoutDestroy = nullptr;
+  decltype(&cublasLtMatrixLayoutSetAttribute) LtMatrixLayoutSetAttribute = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) LtMatmulPreferenceCreate = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) LtMatmulPreferenceDestroy = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) LtMatmulAlgoGetHeuristic = nullptr;
+  decltype(&cublasLtMatmul) LtMatmul = nullptr;
+  bool has_lt() const { return LtCreate != nullptr && LtMatmul != nullptr && LtMatmulAlgoGetHeuristic != nullptr; }
 };
 
 /// dlopens `library` and resolves the entry points above. Unavailable,

@@ -34,6 +34,7 @@ const char* OpName(BlasOp op) {
     case BlasOp::kAsum: return "asum";
     case BlasOp::kIamax: return "amax";
     case BlasOp::kIamin: return "amin";
+    case BlasOp::kLtMatmul: return "Lt matmul";
   }
   return "?";
 }
@@ -362,6 +363,68 @@ Status Level1(const BlasCall& c) {
 }
 
 bool Std(std::int32_t t) { return t == kR32F || t == kR64F || t == kC32F || t == kC64F; }
+bool Real(std::int32_t t) { return t == kR32F || t == kR64F || t == kR16F || t == kR16BF; }
+
+double ReadReal(const unsigned char* p, std::int32_t t) {
+  switch (t) {
+    case kR32F: { float v; std::memcpy(&v, p, 4); return v; }
+    case kR64F: { double v; std::memcpy(&v, p, 8); return v; }
+    default: return Widen(p, t);
+  }
+}
+void WriteReal(double v, unsigned char* p, std::int32_t t) {
+  switch (t) {
+    case kR32F: { const float f = static_cast<float>(v); std::memcpy(p, &f, 4); return; }
+    case kR64F: std::memcpy(p, &v, 8); return;
+    default: Narrow(static_cast<float>(v), p, t);
+  }
+}
+
+// cublasLtEpilogue_t bits (cublasLt.h).
+constexpr std::uint32_t kEpilogueRelu = 2, kEpilogueBias = 4, kEpilogueGelu = 32;
+
+/// cuBLASLt: D = C (where C is another matrix and beta != 0), then the gemm
+/// into D, then the epilogue element by element in double, rounded to D's
+/// type (cuBLASLt applies it before D's rounding: for a 16-bit D the sim's
+/// result may differ by one rounding step).
+Status LtMatmul(const BlasCall& c) {
+  if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
+  const std::size_t ed = ElementBytes(c.type_d);
+  const cd beta = Beta(c);
+  if (beta != 0.0 && (c.c != c.d || c.ldc != c.ldd || c.stride_c != c.stride_d)) {
+    for (std::int64_t p = 0; p < c.batch; ++p)
+      for (std::int64_t j = 0; j < c.n; ++j)
+        for (std::int64_t i = 0; i < c.m; ++i) {
+          std::memmove(reinterpret_cast<void*>(c.d + static_cast<std::uint64_t>(p * c.stride_d + j * c.ldd + i) * ed),
+                       reinterpret_cast<const void*>(c.c + static_cast<std::uint64_t>(p * c.stride_c + j * c.ldc + i) * ed),
+                       ed);
+        }
+  }
+  BlasCall g = c;
+  g.op = BlasOp::kGemm;
+  g.c = c.d;
+  g.ldc = c.ldd;
+  g.stride_c = c.stride_d;
+  g.type_c = c.type_d;
+  PHOS_RETURN_IF_ERROR(Gemm(g));
+  if (c.epilogue == 1) return Status::Ok();
+  const std::size_t eb = ElementBytes(c.bias_type);
+  const bool bias = (c.epilogue & kEpilogueBias) != 0;
+  for (std::int64_t p = 0; p < c.batch; ++p)
+    for (std::int64_t j = 0; j < c.n; ++j)
+      for (std::int64_t i = 0; i < c.m; ++i) {
+        auto* e = reinterpret_cast<unsigned char*>(c.d + static_cast<std::uint64_t>(p * c.stride_d + j * c.ldd + i) * ed);
+        double v = ReadReal(e, c.type_d);
+        if (bias) {
+          v += ReadReal(reinterpret_cast<const unsigned char*>(c.bias + static_cast<std::uint64_t>(p * c.bias_stride + i) * eb),
+                        c.bias_type);
+        }
+        if (c.epilogue & kEpilogueRelu) v = v > 0 ? v : 0;
+        if (c.epilogue & kEpilogueGelu) v = 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        WriteReal(v, e, c.type_d);
+      }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -388,6 +451,13 @@ Status CheckSimBlas(const BlasCall& c) {
       break;
     case BlasOp::kIamax:
     case BlasOp::kIamin: ok = Std(t); break;
+    case BlasOp::kLtMatmul: {
+      const bool gemm = (t == c.type_b && t == c.type_c && Std(t)) ||
+                        ((t == kR16F || t == kR16BF) && c.type_b == t && (c.type_c == t || c.type_c == kR32F));
+      const bool epilogue_ok = c.epilogue == 1 || (Real(c.type_d) && (!(c.epilogue & kEpilogueBias) || Real(c.bias_type)));
+      ok = gemm && c.type_d == c.type_c && epilogue_ok;
+      break;
+    }
   }
   return ok ? Status::Ok() : Unsupported(c);
 }
@@ -398,7 +468,7 @@ void InitSimBlas() {
 }
 
 Status RunBlas(const BlasCall& c) {
-  for (std::int64_t v : {c.m, c.n, c.k, c.lda, c.ldb < 0 ? -c.ldb : c.ldb, c.ldc < 0 ? -c.ldc : c.ldc,
+  for (std::int64_t v : {c.m, c.n, c.k, c.ldd, c.ldb < 0 ? -c.ldb : c.ldb, c.ldc < 0 ? -c.ldc : c.ldc,
                          c.lda < 0 ? -c.lda : c.lda}) {
     if (!FitsBlasInt(v)) {
       return Status::InvalidArgument(std::string("cuBLAS ") + OpName(c.op) +
@@ -411,6 +481,7 @@ Status RunBlas(const BlasCall& c) {
     case BlasOp::kGemm: return Gemm(c);
     case BlasOp::kGemv: return Gemv(c);
     case BlasOp::kGeam: return Geam(c);
+    case BlasOp::kLtMatmul: return LtMatmul(c);
     default: return Level1(c);
   }
 }

@@ -158,7 +158,39 @@ TEST(BlasSpec, EveryCublasRowHasAShape) {
     EXPECT_EQ(blas, row.access == AccessRule::kBlas) << row.op;
     rows += blas ? 1 : 0;
   }
-  EXPECT_EQ(rows, 12);
+  EXPECT_EQ(rows, 13);
+}
+
+TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {
+  BlasLtRequest r{};
+  r.gemm = Gemm(6, 5, 4, 0, 0, 6, 4, 6);
+  r.gemm.batch = 2;
+  r.gemm.stride_a = 24;
+  r.gemm.stride_b = 20;
+  r.gemm.stride_c = 30;
+  r.d = 0x5000000;
+  r.ldd = 8;
+  r.stride_d = 40;
+  r.type_d = kCudaR32F;
+  r.epilogue = kLtEpilogueReluBias;
+  r.bias = 0x6000000;
+  r.bias_type = kCudaR16F;
+  r.bias_stride = 6;
+  BlasOperands ops;
+  ASSERT_EQ(CheckBlasLt(r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotInput)->ptr, 0x3000000u);       // C: read only
+  EXPECT_EQ(Slot(ops, kBlasSlotInput)->bytes, (30 + 4 * 6 + 6) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->ptr, 0x5000000u);           // D: written
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (40 + 4 * 8 + 6) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotBias)->bytes, (6 + 6) * 2u);    // m halves per batch member
+  r.epilogue = 8 | 128;                                        // DRELU: needs an aux input
+  EXPECT_STREQ(CheckBlasLt(r, &ops), "an epilogue phos does not compute");
+  r.epilogue = kLtEpilogueBias;
+  r.bias = 0;
+  EXPECT_STREQ(CheckBlasLt(r, &ops), "a bias epilogue without a bias pointer");
+  r.epilogue = kLtEpilogueDefault;
+  r.ldd = 5;
+  EXPECT_STREQ(CheckBlasLt(r, &ops), "ldd smaller than m");
 }
 
 }  // namespace

@@ -113,6 +113,7 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kBlasAsum, ApiId::k_cublasAsumEx},
       {op::kBlasIamax, ApiId::k_cublasIsamax_v2},
       {op::kBlasIamin, ApiId::k_cublasIsamin_v2},
+      {op::kBlasLtMatmul, ApiId::k_cublasLtMatmul},
       {op::kHostCopyStats, static_cast<ApiId>(0x10000)},
   };
   for (const auto& [got, want] : expected) {
