@@ -1,6 +1,8 @@
 """A CuPy job checkpointed mid-run (tests/frameworks/checkpoint_under_phos.py;
 the computation and the pause: checkpoint_job.py). An ElementwiseKernel and
-a reduction per step. Usage: cupy_checkpoint_job.py CTL_DIR"""
+a cuBLAS dot per step (CuPy's cublas handle is made before the checkpoint
+and used after the restore: a handle is app state, docs/interposer.md
+"cuBLAS and cuBLASLt"). Usage: cupy_checkpoint_job.py CTL_DIR"""
 import os
 import sys
 
@@ -17,7 +19,7 @@ def main():
     x = cp.asarray(x0)
     print(f"cupy_checkpoint: pid {os.getpid()}", flush=True)
     for k in range(STEPS):
-        norm = float(cp.sqrt((x * x).sum())) + 1.0
+        norm = float(cp.sqrt(cp.dot(x, x))) + 1.0  # cublasDdot
         x = evolve(x, cp.roll(x, 1), float(k), norm)
         cp.cuda.Device().synchronize()
         step_done("cupy_checkpoint", k, sys.argv[1])
