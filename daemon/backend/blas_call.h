@@ -19,6 +19,7 @@ enum class BlasOp : std::uint8_t {
   kGemm,   // C = alpha op(A) op(B) + beta C, `batch` members `stride_*` apart
   kGemv,   // y(c, ldc = incy) = alpha op(A) x(b, ldb = incx) + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
+  kTrsm,   // C (B) = alpha inv(op(A)) B, or alpha B inv(op(A)) when side_right
   kAxpy,   // y(b, ldb) += alpha x(a, lda)
   kScal,   // x(a, lda) *= alpha
   kCopy,   // y(b, ldb) = x(a, lda)
@@ -38,6 +39,7 @@ struct BlasCall {
   std::int32_t scalar_type = 0;  // alpha, beta, and a reduction's result
   std::uint32_t op_a = 0, op_b = 0;  // cublasOperation_t: 0 N, 1 T, 2 C
   bool conjugate = false;
+  bool side_right = false, upper = false, unit_diag = false;  // trsm
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   std::uint64_t a = 0, b = 0, c = 0;
   std::int64_t lda = 1, ldb = 1, ldc = 1;

@@ -26,6 +26,7 @@ backend::BlasOp ToBackendOp(wire::BlasShape shape) {
     case wire::BlasShape::kGemm: return backend::BlasOp::kGemm;
     case wire::BlasShape::kGemv: return backend::BlasOp::kGemv;
     case wire::BlasShape::kGeam: return backend::BlasOp::kGeam;
+    case wire::BlasShape::kTrsm: return backend::BlasOp::kTrsm;
     case wire::BlasShape::kAxpy: return backend::BlasOp::kAxpy;
     case wire::BlasShape::kScal: return backend::BlasOp::kScal;
     case wire::BlasShape::kCopy: return backend::BlasOp::kCopy;
@@ -51,6 +52,9 @@ backend::BlasCall ToBackendCall(wire::BlasShape shape, const wire::BlasRequest& 
   c.op_a = r.op_a;
   c.op_b = r.op_b;
   c.conjugate = (r.flags & wire::kBlasConjugate) != 0;
+  c.side_right = (r.flags & wire::kBlasSideRight) != 0;
+  c.upper = (r.flags & wire::kBlasUpper) != 0;
+  c.unit_diag = (r.flags & wire::kBlasUnitDiag) != 0;
   c.m = r.m;
   c.n = r.n;
   c.k = r.k;

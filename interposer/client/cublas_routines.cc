@@ -246,6 +246,32 @@ cublasStatus_t Geam(cublasHandle_t handle, cublasOperation_t ta, cublasOperation
   return Send(*h, op::kBlasGeam, r);
 }
 
+cublasStatus_t Trsm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t trans,
+                    cublasDiagType_t diag, int64_t m, int64_t n, const void* alpha, const void* a, int64_t lda,
+                    void* b, int64_t ldb, int32_t type) {
+  BlasHandle* h = FindBlasHandle(handle);
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if ((side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
+      (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
+      (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  BlasRequest r = Base(*h);
+  r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
+  if (side == CUBLAS_SIDE_RIGHT) r.flags |= wire::kBlasSideRight;
+  if (uplo == CUBLAS_FILL_MODE_UPPER) r.flags |= wire::kBlasUpper;
+  if (diag == CUBLAS_DIAG_UNIT) r.flags |= wire::kBlasUnitDiag;
+  r.op_a = static_cast<uint32_t>(trans);
+  r.m = m;
+  r.n = n;
+  r.a = reinterpret_cast<uint64_t>(a);
+  r.c = reinterpret_cast<uint64_t>(b);
+  r.lda = lda;
+  r.ldc = ldb;
+  if (!SetScalars(&r, alpha, nullptr, false)) return CUBLAS_STATUS_INVALID_VALUE;
+  return Send(*h, op::kBlasTrsm, r);
+}
+
 /// Level 1: x in (a, lda = incx), y in (b, ldb = incy).
 cublasStatus_t Level1(cublasHandle_t handle, wire::ApiId api, int64_t n, const void* alpha, int32_t scalar_type,
                       const void* x, int32_t xtype, int64_t incx, const void* y, int32_t ytype, int64_t incy,
@@ -403,17 +429,37 @@ PHOS_GEAM(cublasCgeam_64, cuComplex, CUDA_C_32F, int64_t)
 PHOS_GEAM(cublasZgeam_64, cuDoubleComplex, CUDA_C_64F, int64_t)
 #undef PHOS_GEAM
 
+#define PHOS_TRSM(NAME, T, CT, IDX)                                                                                \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,            \
+                                  cublasOperation_t trans, cublasDiagType_t diag, IDX m, IDX n, const T* alpha,   \
+                                  const T* A, IDX lda, T* B, IDX ldb) {                                           \
+    return Trsm(handle, side, uplo, trans, diag, m, n, alpha, A, lda, B, ldb, CT);                                 \
+  }
+PHOS_TRSM(cublasStrsm_v2, float, CUDA_R_32F, int)
+PHOS_TRSM(cublasDtrsm_v2, double, CUDA_R_64F, int)
+PHOS_TRSM(cublasCtrsm_v2, cuComplex, CUDA_C_32F, int)
+PHOS_TRSM(cublasZtrsm_v2, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_TRSM(cublasStrsm_v2_64, float, CUDA_R_32F, int64_t)
+PHOS_TRSM(cublasDtrsm_v2_64, double, CUDA_R_64F, int64_t)
+PHOS_TRSM(cublasCtrsm_v2_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_TRSM(cublasZtrsm_v2_64, cuDoubleComplex, CUDA_C_64F, int64_t)
+#undef PHOS_TRSM
+
 // ---------------------------------------------------------------- level 1
 
-#define PHOS_AXPY(NAME, T, CT)                                                                                   \
-  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int n, const T* alpha, const T* x, int incx, T* y,      \
-                                  int incy) {                                                                    \
+#define PHOS_AXPY(NAME, T, CT, IDX)                                                                                   \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const T* alpha, const T* x, IDX incx, T* y,      \
+                                  IDX incy) {                                                                    \
     return Level1(handle, op::kBlasAxpy, n, alpha, CT, x, CT, incx, y, CT, incy);                                \
   }
-PHOS_AXPY(cublasSaxpy_v2, float, CUDA_R_32F)
-PHOS_AXPY(cublasDaxpy_v2, double, CUDA_R_64F)
-PHOS_AXPY(cublasCaxpy_v2, cuComplex, CUDA_C_32F)
-PHOS_AXPY(cublasZaxpy_v2, cuDoubleComplex, CUDA_C_64F)
+PHOS_AXPY(cublasSaxpy_v2, float, CUDA_R_32F, int)
+PHOS_AXPY(cublasSaxpy_v2_64, float, CUDA_R_32F, int64_t)
+PHOS_AXPY(cublasDaxpy_v2, double, CUDA_R_64F, int)
+PHOS_AXPY(cublasDaxpy_v2_64, double, CUDA_R_64F, int64_t)
+PHOS_AXPY(cublasCaxpy_v2, cuComplex, CUDA_C_32F, int)
+PHOS_AXPY(cublasCaxpy_v2_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_AXPY(cublasZaxpy_v2, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_AXPY(cublasZaxpy_v2_64, cuDoubleComplex, CUDA_C_64F, int64_t)
 #undef PHOS_AXPY
 PHOS_EXPORT cublasStatus_t cublasAxpyEx(cublasHandle_t handle, int n, const void* alpha, cudaDataType alpha_type,
                                         const void* x, cudaDataType xt, int incx, void* y, cudaDataType yt, int incy,
@@ -421,38 +467,52 @@ PHOS_EXPORT cublasStatus_t cublasAxpyEx(cublasHandle_t handle, int n, const void
   return Level1(handle, op::kBlasAxpy, n, alpha, alpha_type, x, xt, incx, y, yt, incy);
 }
 
-#define PHOS_SCAL(NAME, T, ST, XT)                                                                    \
-  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int n, const T* alpha, XT* x, int incx) {  \
+#define PHOS_SCAL(NAME, T, ST, XT, IDX)                                                                    \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const T* alpha, XT* x, IDX incx) {  \
     return Level1(handle, op::kBlasScal, n, alpha, ST, x, XTYPE_##XT, incx, nullptr, ST, 1);          \
   }
 #define XTYPE_float CUDA_R_32F
 #define XTYPE_double CUDA_R_64F
 #define XTYPE_cuComplex CUDA_C_32F
 #define XTYPE_cuDoubleComplex CUDA_C_64F
-PHOS_SCAL(cublasSscal_v2, float, CUDA_R_32F, float)
-PHOS_SCAL(cublasDscal_v2, double, CUDA_R_64F, double)
-PHOS_SCAL(cublasCscal_v2, cuComplex, CUDA_C_32F, cuComplex)
-PHOS_SCAL(cublasCsscal_v2, float, CUDA_R_32F, cuComplex)
-PHOS_SCAL(cublasZscal_v2, cuDoubleComplex, CUDA_C_64F, cuDoubleComplex)
-PHOS_SCAL(cublasZdscal_v2, double, CUDA_R_64F, cuDoubleComplex)
+PHOS_SCAL(cublasSscal_v2, float, CUDA_R_32F, float, int)
+PHOS_SCAL(cublasSscal_v2_64, float, CUDA_R_32F, float, int64_t)
+PHOS_SCAL(cublasDscal_v2, double, CUDA_R_64F, double, int)
+PHOS_SCAL(cublasDscal_v2_64, double, CUDA_R_64F, double, int64_t)
+PHOS_SCAL(cublasCscal_v2, cuComplex, CUDA_C_32F, cuComplex, int)
+PHOS_SCAL(cublasCscal_v2_64, cuComplex, CUDA_C_32F, cuComplex, int64_t)
+PHOS_SCAL(cublasCsscal_v2, float, CUDA_R_32F, cuComplex, int)
+PHOS_SCAL(cublasCsscal_v2_64, float, CUDA_R_32F, cuComplex, int64_t)
+PHOS_SCAL(cublasZscal_v2, cuDoubleComplex, CUDA_C_64F, cuDoubleComplex, int)
+PHOS_SCAL(cublasZscal_v2_64, cuDoubleComplex, CUDA_C_64F, cuDoubleComplex, int64_t)
+PHOS_SCAL(cublasZdscal_v2, double, CUDA_R_64F, cuDoubleComplex, int)
+PHOS_SCAL(cublasZdscal_v2_64, double, CUDA_R_64F, cuDoubleComplex, int64_t)
 #undef PHOS_SCAL
 PHOS_EXPORT cublasStatus_t cublasScalEx(cublasHandle_t handle, int n, const void* alpha, cudaDataType alpha_type,
                                         void* x, cudaDataType xt, int incx, cudaDataType) {
   return Level1(handle, op::kBlasScal, n, alpha, alpha_type, x, xt, incx, nullptr, alpha_type, 1);
 }
 
-#define PHOS_COPY_SWAP(NAME, API, T, CT, CONST)                                                              \
-  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int n, CONST T* x, int incx, T* y, int incy) {      \
+#define PHOS_COPY_SWAP(NAME, API, T, CT, CONST, IDX)                                                              \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, CONST T* x, IDX incx, T* y, IDX incy) {      \
     return Level1(handle, API, n, nullptr, CT, x, CT, incx, y, CT, incy);                                      \
   }
-PHOS_COPY_SWAP(cublasScopy_v2, op::kBlasCopy, float, CUDA_R_32F, const)
-PHOS_COPY_SWAP(cublasDcopy_v2, op::kBlasCopy, double, CUDA_R_64F, const)
-PHOS_COPY_SWAP(cublasCcopy_v2, op::kBlasCopy, cuComplex, CUDA_C_32F, const)
-PHOS_COPY_SWAP(cublasZcopy_v2, op::kBlasCopy, cuDoubleComplex, CUDA_C_64F, const)
-PHOS_COPY_SWAP(cublasSswap_v2, op::kBlasSwap, float, CUDA_R_32F, )
-PHOS_COPY_SWAP(cublasDswap_v2, op::kBlasSwap, double, CUDA_R_64F, )
-PHOS_COPY_SWAP(cublasCswap_v2, op::kBlasSwap, cuComplex, CUDA_C_32F, )
-PHOS_COPY_SWAP(cublasZswap_v2, op::kBlasSwap, cuDoubleComplex, CUDA_C_64F, )
+PHOS_COPY_SWAP(cublasScopy_v2, op::kBlasCopy, float, CUDA_R_32F, const, int)
+PHOS_COPY_SWAP(cublasScopy_v2_64, op::kBlasCopy, float, CUDA_R_32F, const, int64_t)
+PHOS_COPY_SWAP(cublasDcopy_v2, op::kBlasCopy, double, CUDA_R_64F, const, int)
+PHOS_COPY_SWAP(cublasDcopy_v2_64, op::kBlasCopy, double, CUDA_R_64F, const, int64_t)
+PHOS_COPY_SWAP(cublasCcopy_v2, op::kBlasCopy, cuComplex, CUDA_C_32F, const, int)
+PHOS_COPY_SWAP(cublasCcopy_v2_64, op::kBlasCopy, cuComplex, CUDA_C_32F, const, int64_t)
+PHOS_COPY_SWAP(cublasZcopy_v2, op::kBlasCopy, cuDoubleComplex, CUDA_C_64F, const, int)
+PHOS_COPY_SWAP(cublasZcopy_v2_64, op::kBlasCopy, cuDoubleComplex, CUDA_C_64F, const, int64_t)
+PHOS_COPY_SWAP(cublasSswap_v2, op::kBlasSwap, float, CUDA_R_32F, , int)
+PHOS_COPY_SWAP(cublasSswap_v2_64, op::kBlasSwap, float, CUDA_R_32F, , int64_t)
+PHOS_COPY_SWAP(cublasDswap_v2, op::kBlasSwap, double, CUDA_R_64F, , int)
+PHOS_COPY_SWAP(cublasDswap_v2_64, op::kBlasSwap, double, CUDA_R_64F, , int64_t)
+PHOS_COPY_SWAP(cublasCswap_v2, op::kBlasSwap, cuComplex, CUDA_C_32F, , int)
+PHOS_COPY_SWAP(cublasCswap_v2_64, op::kBlasSwap, cuComplex, CUDA_C_32F, , int64_t)
+PHOS_COPY_SWAP(cublasZswap_v2, op::kBlasSwap, cuDoubleComplex, CUDA_C_64F, , int)
+PHOS_COPY_SWAP(cublasZswap_v2_64, op::kBlasSwap, cuDoubleComplex, CUDA_C_64F, , int64_t)
 #undef PHOS_COPY_SWAP
 PHOS_EXPORT cublasStatus_t cublasCopyEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
                                         void* y, cudaDataType yt, int incy) {
@@ -463,17 +523,23 @@ PHOS_EXPORT cublasStatus_t cublasSwapEx(cublasHandle_t handle, int n, void* x, c
   return Level1(handle, op::kBlasSwap, n, nullptr, xt, x, xt, incx, y, yt, incy);
 }
 
-#define PHOS_DOT(NAME, T, CT, FLAGS)                                                                               \
-  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int n, const T* x, int incx, const T* y, int incy,        \
+#define PHOS_DOT(NAME, T, CT, FLAGS, IDX)                                                                               \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const T* x, IDX incx, const T* y, IDX incy,        \
                                   T* result) {                                                                     \
     return Level1(handle, op::kBlasDot, n, nullptr, CT, x, CT, incx, y, CT, incy, result, FLAGS);                 \
   }
-PHOS_DOT(cublasSdot_v2, float, CUDA_R_32F, 0)
-PHOS_DOT(cublasDdot_v2, double, CUDA_R_64F, 0)
-PHOS_DOT(cublasCdotu_v2, cuComplex, CUDA_C_32F, 0)
-PHOS_DOT(cublasCdotc_v2, cuComplex, CUDA_C_32F, phos::wire::kBlasConjugate)
-PHOS_DOT(cublasZdotu_v2, cuDoubleComplex, CUDA_C_64F, 0)
-PHOS_DOT(cublasZdotc_v2, cuDoubleComplex, CUDA_C_64F, phos::wire::kBlasConjugate)
+PHOS_DOT(cublasSdot_v2, float, CUDA_R_32F, 0, int)
+PHOS_DOT(cublasSdot_v2_64, float, CUDA_R_32F, 0, int64_t)
+PHOS_DOT(cublasDdot_v2, double, CUDA_R_64F, 0, int)
+PHOS_DOT(cublasDdot_v2_64, double, CUDA_R_64F, 0, int64_t)
+PHOS_DOT(cublasCdotu_v2, cuComplex, CUDA_C_32F, 0, int)
+PHOS_DOT(cublasCdotu_v2_64, cuComplex, CUDA_C_32F, 0, int64_t)
+PHOS_DOT(cublasCdotc_v2, cuComplex, CUDA_C_32F, phos::wire::kBlasConjugate, int)
+PHOS_DOT(cublasCdotc_v2_64, cuComplex, CUDA_C_32F, phos::wire::kBlasConjugate, int64_t)
+PHOS_DOT(cublasZdotu_v2, cuDoubleComplex, CUDA_C_64F, 0, int)
+PHOS_DOT(cublasZdotu_v2_64, cuDoubleComplex, CUDA_C_64F, 0, int64_t)
+PHOS_DOT(cublasZdotc_v2, cuDoubleComplex, CUDA_C_64F, phos::wire::kBlasConjugate, int)
+PHOS_DOT(cublasZdotc_v2_64, cuDoubleComplex, CUDA_C_64F, phos::wire::kBlasConjugate, int64_t)
 #undef PHOS_DOT
 PHOS_EXPORT cublasStatus_t cublasDotEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
                                        const void* y, cudaDataType yt, int incy, void* result, cudaDataType rt,
@@ -486,26 +552,34 @@ PHOS_EXPORT cublasStatus_t cublasDotcEx(cublasHandle_t handle, int n, const void
   return Level1(handle, op::kBlasDot, n, nullptr, rt, x, xt, incx, y, yt, incy, result, phos::wire::kBlasConjugate);
 }
 
-#define PHOS_REDUCE(NAME, API, T, XT, RT, R)                                                               \
-  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int n, const T* x, int incx, R* result) {         \
+#define PHOS_REDUCE(NAME, API, T, XT, RT, R, IDX)                                                               \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const T* x, IDX incx, R* result) {         \
     return Level1(handle, API, n, nullptr, RT, x, XT, incx, nullptr, XT, 1, result);                         \
   }
-PHOS_REDUCE(cublasSnrm2_v2, op::kBlasNrm2, float, CUDA_R_32F, CUDA_R_32F, float)
-PHOS_REDUCE(cublasDnrm2_v2, op::kBlasNrm2, double, CUDA_R_64F, CUDA_R_64F, double)
-PHOS_REDUCE(cublasScnrm2_v2, op::kBlasNrm2, cuComplex, CUDA_C_32F, CUDA_R_32F, float)
-PHOS_REDUCE(cublasDznrm2_v2, op::kBlasNrm2, cuDoubleComplex, CUDA_C_64F, CUDA_R_64F, double)
-PHOS_REDUCE(cublasSasum_v2, op::kBlasAsum, float, CUDA_R_32F, CUDA_R_32F, float)
-PHOS_REDUCE(cublasDasum_v2, op::kBlasAsum, double, CUDA_R_64F, CUDA_R_64F, double)
-PHOS_REDUCE(cublasScasum_v2, op::kBlasAsum, cuComplex, CUDA_C_32F, CUDA_R_32F, float)
-PHOS_REDUCE(cublasDzasum_v2, op::kBlasAsum, cuDoubleComplex, CUDA_C_64F, CUDA_R_64F, double)
-PHOS_REDUCE(cublasIsamax_v2, op::kBlasIamax, float, CUDA_R_32F, CUDA_R_32I, int)
-PHOS_REDUCE(cublasIdamax_v2, op::kBlasIamax, double, CUDA_R_64F, CUDA_R_32I, int)
-PHOS_REDUCE(cublasIcamax_v2, op::kBlasIamax, cuComplex, CUDA_C_32F, CUDA_R_32I, int)
-PHOS_REDUCE(cublasIzamax_v2, op::kBlasIamax, cuDoubleComplex, CUDA_C_64F, CUDA_R_32I, int)
-PHOS_REDUCE(cublasIsamin_v2, op::kBlasIamin, float, CUDA_R_32F, CUDA_R_32I, int)
-PHOS_REDUCE(cublasIdamin_v2, op::kBlasIamin, double, CUDA_R_64F, CUDA_R_32I, int)
-PHOS_REDUCE(cublasIcamin_v2, op::kBlasIamin, cuComplex, CUDA_C_32F, CUDA_R_32I, int)
-PHOS_REDUCE(cublasIzamin_v2, op::kBlasIamin, cuDoubleComplex, CUDA_C_64F, CUDA_R_32I, int)
+PHOS_REDUCE(cublasSnrm2_v2, op::kBlasNrm2, float, CUDA_R_32F, CUDA_R_32F, float, int)
+PHOS_REDUCE(cublasSnrm2_v2_64, op::kBlasNrm2, float, CUDA_R_32F, CUDA_R_32F, float, int64_t)
+PHOS_REDUCE(cublasDnrm2_v2, op::kBlasNrm2, double, CUDA_R_64F, CUDA_R_64F, double, int)
+PHOS_REDUCE(cublasDnrm2_v2_64, op::kBlasNrm2, double, CUDA_R_64F, CUDA_R_64F, double, int64_t)
+PHOS_REDUCE(cublasScnrm2_v2, op::kBlasNrm2, cuComplex, CUDA_C_32F, CUDA_R_32F, float, int)
+PHOS_REDUCE(cublasScnrm2_v2_64, op::kBlasNrm2, cuComplex, CUDA_C_32F, CUDA_R_32F, float, int64_t)
+PHOS_REDUCE(cublasDznrm2_v2, op::kBlasNrm2, cuDoubleComplex, CUDA_C_64F, CUDA_R_64F, double, int)
+PHOS_REDUCE(cublasDznrm2_v2_64, op::kBlasNrm2, cuDoubleComplex, CUDA_C_64F, CUDA_R_64F, double, int64_t)
+PHOS_REDUCE(cublasSasum_v2, op::kBlasAsum, float, CUDA_R_32F, CUDA_R_32F, float, int)
+PHOS_REDUCE(cublasSasum_v2_64, op::kBlasAsum, float, CUDA_R_32F, CUDA_R_32F, float, int64_t)
+PHOS_REDUCE(cublasDasum_v2, op::kBlasAsum, double, CUDA_R_64F, CUDA_R_64F, double, int)
+PHOS_REDUCE(cublasDasum_v2_64, op::kBlasAsum, double, CUDA_R_64F, CUDA_R_64F, double, int64_t)
+PHOS_REDUCE(cublasScasum_v2, op::kBlasAsum, cuComplex, CUDA_C_32F, CUDA_R_32F, float, int)
+PHOS_REDUCE(cublasScasum_v2_64, op::kBlasAsum, cuComplex, CUDA_C_32F, CUDA_R_32F, float, int64_t)
+PHOS_REDUCE(cublasDzasum_v2, op::kBlasAsum, cuDoubleComplex, CUDA_C_64F, CUDA_R_64F, double, int)
+PHOS_REDUCE(cublasDzasum_v2_64, op::kBlasAsum, cuDoubleComplex, CUDA_C_64F, CUDA_R_64F, double, int64_t)
+PHOS_REDUCE(cublasIsamax_v2, op::kBlasIamax, float, CUDA_R_32F, CUDA_R_32I, int, int)
+PHOS_REDUCE(cublasIdamax_v2, op::kBlasIamax, double, CUDA_R_64F, CUDA_R_32I, int, int)
+PHOS_REDUCE(cublasIcamax_v2, op::kBlasIamax, cuComplex, CUDA_C_32F, CUDA_R_32I, int, int)
+PHOS_REDUCE(cublasIzamax_v2, op::kBlasIamax, cuDoubleComplex, CUDA_C_64F, CUDA_R_32I, int, int)
+PHOS_REDUCE(cublasIsamin_v2, op::kBlasIamin, float, CUDA_R_32F, CUDA_R_32I, int, int)
+PHOS_REDUCE(cublasIdamin_v2, op::kBlasIamin, double, CUDA_R_64F, CUDA_R_32I, int, int)
+PHOS_REDUCE(cublasIcamin_v2, op::kBlasIamin, cuComplex, CUDA_C_32F, CUDA_R_32I, int, int)
+PHOS_REDUCE(cublasIzamin_v2, op::kBlasIamin, cuDoubleComplex, CUDA_C_64F, CUDA_R_32I, int, int)
 #undef PHOS_REDUCE
 PHOS_EXPORT cublasStatus_t cublasNrm2Ex(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
                                         void* result, cudaDataType rt, cudaDataType) {

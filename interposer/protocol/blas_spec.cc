@@ -69,6 +69,7 @@ bool BlasShapeOf(ApiId op, BlasShape* out) {
     case op::kBlasGemm: *out = BlasShape::kGemm; return true;
     case op::kBlasGemv: *out = BlasShape::kGemv; return true;
     case op::kBlasGeam: *out = BlasShape::kGeam; return true;
+    case op::kBlasTrsm: *out = BlasShape::kTrsm; return true;
     case op::kBlasAxpy: *out = BlasShape::kAxpy; return true;
     case op::kBlasScal: *out = BlasShape::kScal; return true;
     case op::kBlasCopy: *out = BlasShape::kCopy; return true;
@@ -88,6 +89,7 @@ const char* BlasShapeName(BlasShape shape) {
     case BlasShape::kGemm: return "gemm";
     case BlasShape::kGemv: return "gemv";
     case BlasShape::kGeam: return "geam";
+    case BlasShape::kTrsm: return "trsm";
     case BlasShape::kAxpy: return "axpy";
     case BlasShape::kScal: return "scal";
     case BlasShape::kCopy: return "copy";
@@ -132,7 +134,8 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
   Builder b{out};
   const char* why = nullptr;
   const bool device_scalars = (req.flags & kBlasDeviceScalars) != 0;
-  if ((req.flags & ~(kBlasDeviceScalars | kBlasConjugate)) != 0) return "unknown flags";
+  if ((req.flags & ~(kBlasDeviceScalars | kBlasConjugate | kBlasSideRight | kBlasUpper | kBlasUnitDiag)) != 0)
+    return "unknown flags";
   const uint32_t ea = BlasTypeBytes(req.type_a);
   const uint32_t es = BlasTypeBytes(req.scalar_type);
   if (ea == 0) return "unknown data type of A/x";
@@ -186,6 +189,18 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
         b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
         b.Add(kBlasSlotBeta, req.beta_ptr, es);
       }
+      return nullptr;
+    }
+    case BlasShape::kTrsm: {
+      if (BlasTypeBytes(req.type_c) != ea) return "B's type differs from A's";
+      if (!ValidOp(req.op_a)) return "invalid transpose operation";
+      if (req.m < 0 || req.n < 0) return "negative dimension";
+      const int64_t k = (req.flags & kBlasSideRight) ? req.n : req.m;
+      if (!MatrixExtent(k, k, req.lda, 0, 1, ea, "lda smaller than the order of A", &bytes, &why)) return why;
+      if (req.m > 0 && req.n > 0) b.Add(kBlasSlotA, req.a, bytes);
+      if (!MatrixExtent(req.m, req.n, req.ldc, 0, 1, ea, "ldb smaller than m", &bytes, &why)) return why;
+      b.Add(kBlasSlotC, req.c, bytes);
+      if (device_scalars && req.m > 0 && req.n > 0) b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
       return nullptr;
     }
     case BlasShape::kAxpy:

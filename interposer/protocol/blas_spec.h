@@ -22,6 +22,7 @@ enum class BlasShape : uint8_t {
   kGemm,   // C = alpha op(A) op(B) + beta C, strided-batched (batch 1: plain gemm)
   kGemv,   // y = alpha op(A) x + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
+  kTrsm,   // B (c, ldc) = alpha inv(op(A)) B (left) or alpha B inv(op(A)) (kBlasSideRight)
   kAxpy,   // y += alpha x
   kScal,   // x *= alpha
   kCopy,   // y = x

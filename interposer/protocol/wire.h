@@ -276,6 +276,12 @@ static_assert(sizeof(BlasRequest) == 192);
 inline constexpr uint32_t kBlasDeviceScalars = 0x1;
 /// dot: the conjugated form (cublasDotcEx, cublasCdotc).
 inline constexpr uint32_t kBlasConjugate = 0x2;
+/// trsm: A on the right (X op(A) = alpha B), A upper triangular, A's
+/// diagonal taken as ones (cublasSideMode_t, cublasFillMode_t,
+/// cublasDiagType_t as bits).
+inline constexpr uint32_t kBlasSideRight = 0x4;
+inline constexpr uint32_t kBlasUpper = 0x8;
+inline constexpr uint32_t kBlasUnitDiag = 0x10;
 
 /// kBlasLtMatmul: cublasLtMatmul, D = epilogue(alpha op(A) op(B) + beta C).
 /// `gemm` holds A, B, C (C is read only: the output is D) as a strided-

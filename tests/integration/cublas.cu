@@ -241,6 +241,51 @@ int GemvGeam(cublasHandle_t h) {
   return 0;
 }
 
+// trsm: solve, then multiply back. The triangle phos must not read holds 999.
+int Trsm(cublasHandle_t h) {
+  {  // left, lower, A X = alpha B, float
+    const int m = 12, n = 7, lda = 14, ldb = 13;
+    std::vector<float> a(lda * m, 999.0f), b = RandomMatrix<float>(static_cast<size_t>(ldb) * n);
+    for (int j = 0; j < m; ++j)
+      for (int i = j; i < m; ++i) a[i + j * lda] = static_cast<float>(i == j ? 2.0 + 0.5 * Rand() : 0.2 * Rand());
+    float *da = Device(a), *db = Device(b);
+    const float alpha = 1.5f;
+    BCHECK(cublasStrsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, m, n, &alpha, da,
+                       lda, db, ldb));
+    auto x = Host(db, b.size());
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double s = 0;
+        for (int k = 0; k <= i; ++k) s += static_cast<double>(a[i + k * lda]) * x[k + j * ldb];
+        NEAR(s, alpha * b[i + j * ldb], 1e-4);
+      }
+    cudaFree(da);
+    cudaFree(db);
+  }
+  {  // right, upper, transposed, unit diagonal: X A^T = alpha B, double
+    const int m = 5, n = 9, lda = 9, ldb = 6;
+    std::vector<double> a(lda * n, 999.0), b = RandomMatrix<double>(static_cast<size_t>(ldb) * n);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < j; ++i) a[i + j * lda] = 0.3 * Rand();
+    double *da = Device(a), *db = Device(b);
+    const double alpha = -0.5;
+    BCHECK(cublasDtrsm(h, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, CUBLAS_DIAG_UNIT, m, n, &alpha, da,
+                       lda, db, ldb));
+    auto x = Host(db, b.size());
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        // (X A^T)(i, j) = sum_k X(i, k) A(j, k); A upper with a unit diagonal: k >= j.
+        double s = x[i + j * ldb];
+        for (int k = j + 1; k < n; ++k) s += x[i + k * ldb] * a[j + k * lda];
+        NEAR(s, alpha * b[i + j * ldb], 1e-12);
+      }
+    cudaFree(da);
+    cudaFree(db);
+  }
+  std::printf("cublas: trsm OK\n");
+  return 0;
+}
+
 int Level1(cublasHandle_t h) {
   const int n = 1000;
   auto x = RandomMatrix<float>(n), y = RandomMatrix<float>(2 * n);
@@ -481,6 +526,7 @@ int main(int argc, char** argv) {
   if (int r = Gemms(h)) return r;
   if (int r = GemmExAndBatched(h)) return r;
   if (int r = GemvGeam(h)) return r;
+  if (int r = Trsm(h)) return r;
   if (int r = Level1(h)) return r;
   if (int r = StreamsCaptureHelpers(h)) return r;
   if (int r = Lt()) return r;

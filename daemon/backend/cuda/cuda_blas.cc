@@ -127,6 +127,27 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
       else
         return Status::NotSupported("cuBLAS geam of data type " + std::to_string(c.type_a));
       break;
+    case BlasOp::kTrsm: {
+      what = "cublas?trsm_v2";
+      const auto side = c.side_right ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT;
+      const auto uplo = c.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+      const auto diag = c.unit_diag ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
+      if (c.type_a == kR32F && lib->Strsm)
+        st = lib->Strsm(h, side, uplo, ta, diag, m, n, static_cast<const float*>(alpha), static_cast<const float*>(a),
+                        lda, static_cast<float*>(cc), ldc);
+      else if (c.type_a == kR64F && lib->Dtrsm)
+        st = lib->Dtrsm(h, side, uplo, ta, diag, m, n, static_cast<const double*>(alpha), static_cast<const double*>(a),
+                        lda, static_cast<double*>(cc), ldc);
+      else if (c.type_a == kC32F && lib->Ctrsm)
+        st = lib->Ctrsm(h, side, uplo, ta, diag, m, n, static_cast<const cuComplex*>(alpha),
+                        static_cast<const cuComplex*>(a), lda, static_cast<cuComplex*>(cc), ldc);
+      else if (c.type_a == kC64F && lib->Ztrsm)
+        st = lib->Ztrsm(h, side, uplo, ta, diag, m, n, static_cast<const cuDoubleComplex*>(alpha),
+                        static_cast<const cuDoubleComplex*>(a), lda, static_cast<cuDoubleComplex*>(cc), ldc);
+      else
+        return Status::NotSupported("cuBLAS trsm of data type " + std::to_string(c.type_a));
+      break;
+    }
     case BlasOp::kAxpy:
       what = "cublasAxpyEx";
       if (lib->AxpyEx == nullptr) return Missing(what);

@@ -48,6 +48,10 @@ Status LoadCublas(const std::string& library, std::shared_ptr<const CublasLibrar
   optional("cublasDgeam", &lib->Dgeam);
   optional("cublasCgeam", &lib->Cgeam);
   optional("cublasZgeam", &lib->Zgeam);
+  optional("cublasStrsm_v2", &lib->Strsm);
+  optional("cublasDtrsm_v2", &lib->Dtrsm);
+  optional("cublasCtrsm_v2", &lib->Ctrsm);
+  optional("cublasZtrsm_v2", &lib->Ztrsm);
   optional("cublasAxpyEx", &lib->AxpyEx);
   optional("cublasScalEx", &lib->ScalEx);
   optional("cublasCopyEx", &lib->CopyEx);

@@ -55,6 +55,10 @@ struct CublasLibrary {
   decltype(&cublasDgeam) Dgeam = nullptr;
   decltype(&cublasCgeam) Cgeam = nullptr;
   decltype(&cublasZgeam) Zgeam = nullptr;
+  decltype(&cublasStrsm_v2) Strsm = nullptr;
+  decltype(&cublasDtrsm_v2) Dtrsm = nullptr;
+  decltype(&cublasCtrsm_v2) Ctrsm = nullptr;
+  decltype(&cublasZtrsm_v2) Ztrsm = nullptr;
   decltype(&cublasAxpyEx) AxpyEx = nullptr;
   decltype(&cublasScalEx) ScalEx = nullptr;
   decltype(&cublasCopyEx) CopyEx = nullptr;

@@ -25,6 +25,7 @@ const char* OpName(BlasOp op) {
     case BlasOp::kGemm: return "gemm";
     case BlasOp::kGemv: return "gemv";
     case BlasOp::kGeam: return "geam";
+    case BlasOp::kTrsm: return "trsm";
     case BlasOp::kAxpy: return "axpy";
     case BlasOp::kScal: return "scal";
     case BlasOp::kCopy: return "copy";
@@ -222,6 +223,37 @@ void GeamTyped(const BlasCall& c, T alpha, T beta) {
       const T b = beta == T(0) ? T(0) : OpElement<T>(c.b, c.ldb, c.op_b, row, col);
       *At<T>(c.c, col * c.ldc + row) = alpha * a + beta * b;
     }
+}
+
+Status Trsm(const BlasCall& c) {
+  if (c.m == 0 || c.n == 0) return Status::Ok();
+  const CBLAS_SIDE side = c.side_right ? CblasRight : CblasLeft;
+  const CBLAS_UPLO uplo = c.upper ? CblasUpper : CblasLower;
+  const CBLAS_DIAG diag = c.unit_diag ? CblasUnit : CblasNonUnit;
+  const int m = static_cast<int>(c.m), n = static_cast<int>(c.n), lda = static_cast<int>(c.lda),
+            ldb = static_cast<int>(c.ldc);
+  const cd alpha = Alpha(c);
+  switch (c.type_a) {
+    case kR32F:
+      cblas_strsm(CblasColMajor, side, uplo, Trans(c.op_a), diag, m, n, static_cast<float>(alpha.real()),
+                  At<float>(c.a, 0), lda, At<float>(c.c, 0), ldb);
+      break;
+    case kR64F:
+      cblas_dtrsm(CblasColMajor, side, uplo, Trans(c.op_a), diag, m, n, alpha.real(), At<double>(c.a, 0), lda,
+                  At<double>(c.c, 0), ldb);
+      break;
+    case kC32F: {
+      const cf al(alpha);
+      cblas_ctrsm(CblasColMajor, side, uplo, Trans(c.op_a), diag, m, n, &al, At<cf>(c.a, 0), lda, At<cf>(c.c, 0), ldb);
+      break;
+    }
+    case kC64F:
+      cblas_ztrsm(CblasColMajor, side, uplo, Trans(c.op_a), diag, m, n, &alpha, At<cd>(c.a, 0), lda, At<cd>(c.c, 0),
+                  ldb);
+      break;
+    default: return Unsupported(c);
+  }
+  return Status::Ok();
 }
 
 Status Geam(const BlasCall& c) {
@@ -438,6 +470,7 @@ Status CheckSimBlas(const BlasCall& c) {
       break;
     case BlasOp::kGemv:
     case BlasOp::kGeam: ok = t == c.type_b && t == c.type_c && Std(t); break;
+    case BlasOp::kTrsm: ok = t == c.type_c && s == t && Std(t); break;
     case BlasOp::kAxpy:
     case BlasOp::kDot: ok = Std(t) && c.type_b == t && s == t; break;
     case BlasOp::kScal:
@@ -481,6 +514,7 @@ Status RunBlas(const BlasCall& c) {
     case BlasOp::kGemm: return Gemm(c);
     case BlasOp::kGemv: return Gemv(c);
     case BlasOp::kGeam: return Geam(c);
+    case BlasOp::kTrsm: return Trsm(c);
     case BlasOp::kLtMatmul: return LtMatmul(c);
     default: return Level1(c);
   }

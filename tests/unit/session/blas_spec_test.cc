@@ -114,6 +114,27 @@ TEST(BlasSpec, VectorExtentsUseTheIncrementsEitherSign) {
   EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (5 * 2 + 1) * 8u);
 }
 
+TEST(BlasSpec, TrsmReadsTheTriangleOrderAndWritesB) {
+  BlasRequest r{};
+  r.type_a = r.type_c = r.scalar_type = kCudaR64F;
+  r.m = 6;
+  r.n = 3;
+  r.a = 0x1000;
+  r.c = 0x9000;
+  r.lda = 6;
+  r.ldc = 8;
+  BlasOperands ops;
+  ASSERT_EQ(CheckBlas(BlasShape::kTrsm, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (5 * 6 + 6) * 8u);  // A is m x m on the left
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (2 * 8 + 6) * 8u);
+  r.flags = kBlasSideRight | kBlasUpper | kBlasUnitDiag;
+  EXPECT_STREQ(CheckBlas(BlasShape::kTrsm, r, &ops), nullptr);  // n x n = 3 x 3 fits lda 6
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (2 * 6 + 3) * 8u);
+  r.flags = 0;
+  r.lda = 5;
+  EXPECT_STREQ(CheckBlas(BlasShape::kTrsm, r, &ops), "lda smaller than the order of A");
+}
+
 TEST(BlasSpec, InvalidRequestsAreRefusedByName) {
   BlasOperands ops;
   EXPECT_STREQ(CheckBlas(BlasShape::kGemm, Gemm(8, 4, 4, 0, 0, 4, 4, 8), &ops), "lda smaller than the rows of A");
@@ -158,7 +179,7 @@ TEST(BlasSpec, EveryCublasRowHasAShape) {
     EXPECT_EQ(blas, row.access == AccessRule::kBlas) << row.op;
     rows += blas ? 1 : 0;
   }
-  EXPECT_EQ(rows, 13);
+  EXPECT_EQ(rows, 14);
 }
 
 TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {

@@ -104,6 +104,7 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kBlasGemm, ApiId::k_cublasGemmStridedBatchedEx},
       {op::kBlasGemv, ApiId::k_cublasSgemvStridedBatched},
       {op::kBlasGeam, ApiId::k_cublasSgeam},
+      {op::kBlasTrsm, ApiId::k_cublasStrsm_v2},
       {op::kBlasAxpy, ApiId::k_cublasAxpyEx},
       {op::kBlasScal, ApiId::k_cublasScalEx},
       {op::kBlasCopy, ApiId::k_cublasCopyEx},
