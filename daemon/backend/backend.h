@@ -210,6 +210,13 @@ class Context {
     (void)stream;
     return Status::NotSupported("this backend runs no cuBLAS routines");
   }
+  /// OK when Blas would compute `call`'s routine with its types (and
+  /// epilogue); else why not (NotSupported / Unavailable). Touches no
+  /// memory: the dimensions and addresses of `call` are not looked at.
+  virtual Status BlasSupports(const BlasCall& call) const {
+    (void)call;
+    return Status::NotSupported("this backend runs no cuBLAS routines");
+  }
 
   /// Runs `fn` on a backend thread once the work enqueued on `stream`
   /// before it has run; work enqueued on `stream` after it waits until `fn`

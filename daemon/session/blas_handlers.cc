@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "protocol/blas_spec.h"
 #include "session/access_spec.h"
 #include "session/handlers.h"
@@ -122,12 +124,9 @@ void HandleBlas(SessionState& st, const CallContext& call, const wire::BlasReque
   RunBlas(st, call, what, ops, ToBackendCall(shape, req), out);
 }
 
-void HandleBlasLtMatmul(SessionState& st, const CallContext& call, const wire::BlasLtRequest& req, Outcome* out) {
-  const std::string what = "cublasLtMatmul";
-  wire::BlasOperands ops;
-  if (const char* why = wire::CheckBlasLt(req, &ops); why != nullptr) {
-    return out->Fail(WireStatus::kInvalidValue, what + ": " + why);
-  }
+namespace {
+
+backend::BlasCall ToBackendLtCall(const wire::BlasLtRequest& req) {
   backend::BlasCall bc = ToBackendCall(wire::BlasShape::kLtMatmul, req.gemm);
   bc.d = req.d;
   bc.ldd = req.ldd;
@@ -137,7 +136,32 @@ void HandleBlasLtMatmul(SessionState& st, const CallContext& call, const wire::B
   bc.bias = req.bias;
   bc.bias_type = req.bias_type;
   bc.bias_stride = req.bias_stride;
-  RunBlas(st, call, what, ops, std::move(bc), out);
+  return bc;
+}
+
+}  // namespace
+
+void HandleBlasLtMatmul(SessionState& st, const CallContext& call, const wire::BlasLtRequest& req, Outcome* out) {
+  const std::string what = "cublasLtMatmul";
+  wire::BlasOperands ops;
+  if (const char* why = wire::CheckBlasLt(req, &ops); why != nullptr) {
+    return out->Fail(WireStatus::kInvalidValue, what + ": " + why);
+  }
+  RunBlas(st, call, what, ops, ToBackendLtCall(req), out);
+}
+
+void HandleBlasProbe(SessionState& st, const CallContext& call, const wire::BlasProbeRequest& req, Outcome* out) {
+  (void)call;
+  wire::BlasShape shape{};
+  if (req.reserved != 0 || !wire::BlasShapeOf(static_cast<wire::ApiId>(req.api), &shape)) {
+    return out->Fail(WireStatus::kInvalidValue, "cuBLAS probe: no cuBLAS routine with api id " + std::to_string(req.api));
+  }
+  const backend::BlasCall bc =
+      shape == wire::BlasShape::kLtMatmul ? ToBackendLtCall(req.call) : ToBackendCall(shape, req.call.gemm);
+  const Status s = st.ctx->BlasSupports(bc);
+  // libphos.so asks once per routine and type combination: one line each.
+  if (!s.ok()) spdlog::warn("session {}: refused a cuBLAS routine: {}", st.session_id, s.message());
+  out->Fail(s);
 }
 
 }  // namespace phos::session

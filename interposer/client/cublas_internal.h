@@ -41,6 +41,11 @@ uint32_t BlasStreamId(const BlasHandle& h);
 
 /// cuBLAS's status for a wire status (cublas_routines.cc).
 cublasStatus_t BlasStatusOf(wire::WireStatus w);
+/// Whether phosd's backend computes `api`'s routine with the types of
+/// `call` (the kBlasProbe row, asked once per routine and type combination
+/// and remembered): CUBLAS_STATUS_SUCCESS, or NOT_SUPPORTED (said once,
+/// naming the routine and types), or the transport's status.
+cublasStatus_t ProbeBlasOnce(wire::ApiId api, const wire::BlasLtRequest& call);
 /// Posts one stream-ordered cuBLAS row (`payload`: its request) on wire
 /// stream `stream`, or records it as a kernel node when the stream is being
 /// captured (cublas_routines.cc). A sticky error fails it first.

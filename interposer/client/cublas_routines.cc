@@ -17,7 +17,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
@@ -47,6 +50,40 @@ cublasStatus_t BlasStatusOf(WireStatus w) {
     case WireStatus::kDaemonUnavailable: return CUBLAS_STATUS_NOT_INITIALIZED;
     default: return CUBLAS_STATUS_EXECUTION_FAILED;
   }
+}
+
+cublasStatus_t ProbeBlasOnce(wire::ApiId api, const wire::BlasLtRequest& call) {
+  // One answer per routine and type combination, for the process's life
+  // (phosd's backend does not change under a running app; after a restore
+  // onto another backend a refused combination stays refused — safe).
+  using Key = std::tuple<uint32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, uint32_t, int32_t>;
+  static std::mutex mu;  // guards `answers`
+  static auto* answers = new std::map<Key, cublasStatus_t>;
+  const wire::BlasRequest& g = call.gemm;
+  const Key key{static_cast<uint32_t>(api), g.type_a, g.type_b, g.type_c, g.compute, g.scalar_type, call.type_d,
+                call.epilogue, call.bias_type};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = answers->find(key); it != answers->end()) return it->second;
+  }
+  wire::BlasProbeRequest probe{};
+  probe.api = static_cast<uint32_t>(api);
+  probe.call = call;
+  const WireStatus w =
+      Connection::Get().Call(op::kBlasProbe, 0, std::as_bytes(std::span<const wire::BlasProbeRequest>(&probe, 1)));
+  const cublasStatus_t st = BlasStatusOf(w);
+  if (w == WireStatus::kSuccess || w == WireStatus::kNotSupported) {
+    std::lock_guard<std::mutex> lock(mu);
+    answers->emplace(key, st);
+  }
+  if (w == WireStatus::kNotSupported) {
+    const wire::CallRow* row = wire::FindCallRow(api);
+    SayOnce(std::string(row != nullptr ? row->api : "cuBLAS") + " family with data types A=" +
+            std::to_string(g.type_a) + " B=" + std::to_string(g.type_b) + " C=" + std::to_string(g.type_c) +
+            " compute=" + std::to_string(g.compute) + " (cudaDataType/cublasComputeType values) is not supported "
+            "by phos on this backend (phosd's log says why)");
+  }
+  return st;
 }
 
 cublasStatus_t PostBlas(wire::ApiId api, uint32_t stream, std::vector<std::byte> payload) {
@@ -104,6 +141,9 @@ cublasStatus_t Send(const BlasHandle& h, wire::ApiId api, const BlasRequest& req
   const wire::CallRow* row = wire::FindCallRow(api);
   Connection& c = Connection::Get();
   if (row != nullptr && !row->synchronous()) {
+    wire::BlasLtRequest probe{};
+    probe.gemm = req;
+    if (cublasStatus_t ps = ProbeBlasOnce(api, probe); ps != CUBLAS_STATUS_SUCCESS) return ps;
     const auto* p = reinterpret_cast<const std::byte*>(&req);
     return PostBlas(api, stream, std::vector<std::byte>(p, p + sizeof req));
   }

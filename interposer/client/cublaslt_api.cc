@@ -466,6 +466,7 @@ PHOS_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmu
     if (std::getenv("PHOS_TRACE_ERRORS") != nullptr) std::fprintf(stderr, "phos: cublasLtMatmul: %s\n", why);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  if (cublasStatus_t ps = ProbeBlasOnce(phos::wire::op::kBlasLtMatmul, r); ps != CUBLAS_STATUS_SUCCESS) return ps;
   const auto* p = reinterpret_cast<const std::byte*>(&r);
   return PostBlas(phos::wire::op::kBlasLtMatmul, StreamIdOf(stream), std::vector<std::byte>(p, p + sizeof r));
 }

@@ -131,6 +131,7 @@ std::string_view WireStatusName(WireStatus s);
 namespace call_ids {
 using enum interposer::ApiId;
 inline constexpr ApiId k_phosHostCopyStats = static_cast<ApiId>(0x10000);
+inline constexpr ApiId k_phosBlasProbe = static_cast<ApiId>(0x10001);
 }  // namespace call_ids
 
 /// The canonical ApiId of each op, one constant per row of calls.def
@@ -301,6 +302,19 @@ struct BlasLtRequest {
   int64_t bias_stride;
 };
 static_assert(sizeof(BlasLtRequest) == 192 + 56);
+
+/// kBlasProbe: can this phosd's backend compute `api`'s routine with the
+/// types (and, for cuBLASLt, epilogue) of `call`? Answered at once, no
+/// device memory touched: libphos.so asks once per routine and type
+/// combination before it posts the first such call, so an unsupported
+/// combination is the call's own CUBLAS_STATUS_NOT_SUPPORTED, not a
+/// deferred stream error. `call.gemm` holds a non-Lt routine's request.
+struct BlasProbeRequest {
+  uint32_t api;       // the row the routine is sent as (wire::op::kBlas*)
+  uint32_t reserved;  // 0
+  BlasLtRequest call;
+};
+static_assert(sizeof(BlasProbeRequest) == 8 + sizeof(BlasLtRequest));
 
 /// A reduction's result in host pointer mode (dot, nrm2, asum: the value in
 /// the row's scalar type; amax/amin: an int32, 1-based).

@@ -502,6 +502,20 @@ int Errors(cublasHandle_t h) {
   BCHECK(cublasSnrm2(h, 0, d, 1, &r));  // ... and a reduction's result is 0
   EXPECT(r == 0.0f);
   BEXPECT(cublasSetPointerMode(h, static_cast<cublasPointerMode_t>(7)), CUBLAS_STATUS_INVALID_VALUE);
+  // A type combination the backend does not compute is the call's own
+  // NOT_SUPPORTED on the sim (int8 GEMM), named once; on a GPU cuBLAS runs it.
+  int8_t* i8 = nullptr;
+  int32_t* i32 = nullptr;
+  CHECK(cudaMalloc(&i8, 64));
+  CHECK(cudaMalloc(&i32, 64 * 4));
+  const int32_t ione = 1, izero = 0;
+  const cublasStatus_t int8 = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &ione, i8, CUDA_R_8I, 4, i8, CUDA_R_8I,
+                                           4, &izero, i32, CUDA_R_32I, 4, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
+  std::printf("cublas: int8 GemmEx: %s\n", cublasGetStatusName(int8));
+  EXPECT(int8 == CUBLAS_STATUS_SUCCESS || int8 == CUBLAS_STATUS_NOT_SUPPORTED);
+  CHECK(cudaDeviceSynchronize());  // a refused call left no deferred error
+  cudaFree(i8);
+  cudaFree(i32);
   // A handle destroyed is no handle.
   cublasHandle_t gone;
   BCHECK(cublasCreate(&gone));

@@ -37,6 +37,16 @@ Status Missing(const char* symbol) {
 
 }  // namespace
 
+Status CudaContext::BlasSupports(const BlasCall& c) const {
+  if (cublas_ == nullptr || cublas_handle_ == nullptr) {
+    return Status::Unavailable("cuBLAS is not loaded in phosd (phosd's log says why)");
+  }
+  if (c.op == BlasOp::kLtMatmul && !cublas_->has_lt()) {
+    return Status::NotSupported("cublasLtMatmul: phosd could not load libcublasLt");
+  }
+  return Status::Ok();
+}
+
 Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
   PHOS_RETURN_IF_ERROR(CheckNotAbandoned("Blas"));
   CUstream s = nullptr;

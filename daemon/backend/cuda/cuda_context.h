@@ -87,6 +87,9 @@ class CudaContext final : public Context {
   Status LaunchHostFunction(StreamHandle stream, std::function<void()> fn) override;
   /// cuBLAS on this context's pooled handle (cuda_blas.cc).
   Status Blas(const BlasCall& call, StreamHandle stream) override;
+  /// The real cuBLAS decides when the call runs; here only whether it is
+  /// loaded (and cuBLASLt for a Lt matmul).
+  Status BlasSupports(const BlasCall& call) const override;
 
   Status CreateEvent(unsigned flags, EventHandle* out) override;
   Status DestroyEvent(EventHandle event) override;

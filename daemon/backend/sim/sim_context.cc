@@ -307,6 +307,8 @@ Status SimContext::LaunchHostFunction(StreamHandle stream, std::function<void()>
   });
 }
 
+Status SimContext::BlasSupports(const BlasCall& call) const { return CheckSimBlas(call); }
+
 Status SimContext::Blas(const BlasCall& call, StreamHandle stream) {
   PHOS_RETURN_IF_ERROR(CheckSimBlas(call));
   SimShared* shared = shared_.get();

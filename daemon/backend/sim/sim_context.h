@@ -49,6 +49,7 @@ class SimContext final : public Context {
   Status LaunchHostFunction(StreamHandle stream, std::function<void()> fn) override;
   /// cuBLAS on OpenBLAS (sim_blas.h), in stream order, its ranges pinned.
   Status Blas(const BlasCall& call, StreamHandle stream) override;
+  Status BlasSupports(const BlasCall& call) const override;
 
   Status CreateEvent(unsigned flags, EventHandle* out) override;
   Status DestroyEvent(EventHandle event) override;

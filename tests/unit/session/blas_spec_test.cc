@@ -179,7 +179,7 @@ TEST(BlasSpec, EveryCublasRowHasAShape) {
     EXPECT_EQ(blas, row.access == AccessRule::kBlas) << row.op;
     rows += blas ? 1 : 0;
   }
-  EXPECT_EQ(rows, 14);
+  EXPECT_EQ(rows, 14);  // (the probe row is not a routine)
 }
 
 TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {
