@@ -17,6 +17,7 @@ namespace phos::backend {
 
 enum class BlasOp : std::uint8_t {
   kGemm,   // C = alpha op(A) op(B) + beta C, `batch` members `stride_*` apart
+  kGemmBatched,  // kGemm over `batch` members named by arrays of device pointers at a, b, c
   kGemv,   // y(c, ldc = incy) = alpha op(A) x(b, ldb = incx) + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
   kTrsm,   // C (B) = alpha inv(op(A)) B, or alpha B inv(op(A)) when side_right

@@ -26,6 +26,7 @@ using wire::WireStatus;
 backend::BlasOp ToBackendOp(wire::BlasShape shape) {
   switch (shape) {
     case wire::BlasShape::kGemm: return backend::BlasOp::kGemm;
+    case wire::BlasShape::kGemmBatched: return backend::BlasOp::kGemmBatched;
     case wire::BlasShape::kGemv: return backend::BlasOp::kGemv;
     case wire::BlasShape::kGeam: return backend::BlasOp::kGeam;
     case wire::BlasShape::kTrsm: return backend::BlasOp::kTrsm;
@@ -60,7 +61,8 @@ backend::BlasCall ToBackendCall(wire::BlasShape shape, const wire::BlasRequest& 
   c.m = r.m;
   c.n = r.n;
   c.k = r.k;
-  c.batch = shape == wire::BlasShape::kGemm || shape == wire::BlasShape::kGemv || shape == wire::BlasShape::kLtMatmul
+  c.batch = shape == wire::BlasShape::kGemm || shape == wire::BlasShape::kGemv ||
+                    shape == wire::BlasShape::kLtMatmul || shape == wire::BlasShape::kGemmBatched
                 ? r.batch
                 : 1;
   c.a = r.a;
@@ -97,6 +99,10 @@ void RunBlas(SessionState& st, const CallContext& call, const std::string& what,
   if (sync && !bc.device_scalars) bc.host_result = std::make_shared<std::array<unsigned char, 16>>();
   CallView v = ViewOnStream(st, call, stream, sync);
   for (uint32_t i = 0; i < ops.count; ++i) AddOperand(&v, ops.op[i].slot, ops.op[i].ptr, ops.op[i].bytes);
+  // A pointer-array batch names its matrices only in device memory: any
+  // buffer of the session may be touched (the backend checks each member
+  // against this session's memory when it reads the arrays).
+  if (ops.unknown) v.kind = AccessKind::kUnknown;
   Status s = st.executor->Run(v, [&] {
     PHOS_RETURN_IF_ERROR(st.ctx->Blas(bc, stream));
     return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok();

@@ -198,6 +198,7 @@ struct GemmArgs {
   int64_t batch;
   int32_t compute;
   int32_t scalar_type;
+  bool pointer_arrays = false;  // a, b, c are arrays of `batch` device pointers (kBlasGemmBatched)
 };
 
 cublasStatus_t Gemm(cublasHandle_t handle, const GemmArgs& g) {
@@ -225,7 +226,7 @@ cublasStatus_t Gemm(cublasHandle_t handle, const GemmArgs& g) {
   r.stride_b = g.stride_b;
   r.stride_c = g.stride_c;
   if (!SetScalars(&r, g.alpha, g.beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
-  return Send(*h, op::kBlasGemm, r);
+  return Send(*h, g.pointer_arrays ? op::kBlasGemmBatched : op::kBlasGemm, r);
 }
 
 struct GemvArgs {
@@ -424,6 +425,46 @@ PHOS_SGEMM_EX(cublasSgemmEx_64, int64_t, float, CUDA_R_32F, CUBLAS_COMPUTE_32F)
 PHOS_SGEMM_EX(cublasCgemmEx, int, cuComplex, CUDA_C_32F, CUBLAS_COMPUTE_32F)
 PHOS_SGEMM_EX(cublasCgemmEx_64, int64_t, cuComplex, CUDA_C_32F, CUBLAS_COMPUTE_32F)
 #undef PHOS_SGEMM_EX
+
+// Batched over arrays of device pointers. The array of C's pointers is
+// only read (the matrices it names are written): GemmArgs' `c` field holds
+// its address.
+namespace {
+template <typename T>
+void* ArrayOf(T* const* array) {
+  return const_cast<void*>(static_cast<const void*>(array));
+}
+}  // namespace
+#define PHOS_GEMM_BATCHED(NAME, T, CT, IDX)                                                                        \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, IDX m, IDX n, \
+                                  IDX k, const T* alpha, const T* const A[], IDX lda, const T* const B[], IDX ldb, \
+                                  const T* beta, T* const C[], IDX ldc, IDX batch) {                               \
+    return Gemm(handle, {ta, tb, m, n, k, alpha, A, CT, lda, 0, B, CT, ldb, 0, beta, ArrayOf(C), CT, ldc, 0, batch, \
+                         CT, CT, true});                                                                           \
+  }
+PHOS_GEMM_BATCHED(cublasSgemmBatched, float, CUDA_R_32F, int)
+PHOS_GEMM_BATCHED(cublasDgemmBatched, double, CUDA_R_64F, int)
+PHOS_GEMM_BATCHED(cublasCgemmBatched, cuComplex, CUDA_C_32F, int)
+PHOS_GEMM_BATCHED(cublasZgemmBatched, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_GEMM_BATCHED(cublasHgemmBatched, __half, CUDA_R_16F, int)
+PHOS_GEMM_BATCHED(cublasSgemmBatched_64, float, CUDA_R_32F, int64_t)
+PHOS_GEMM_BATCHED(cublasDgemmBatched_64, double, CUDA_R_64F, int64_t)
+PHOS_GEMM_BATCHED(cublasCgemmBatched_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_GEMM_BATCHED(cublasZgemmBatched_64, cuDoubleComplex, CUDA_C_64F, int64_t)
+PHOS_GEMM_BATCHED(cublasHgemmBatched_64, __half, CUDA_R_16F, int64_t)
+#undef PHOS_GEMM_BATCHED
+#define PHOS_GEMM_BATCHED_EX(NAME, IDX)                                                                             \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, IDX m, IDX n, \
+                                  IDX k, const void* alpha, const void* const A[], cudaDataType at, IDX lda,       \
+                                  const void* const B[], cudaDataType bt, IDX ldb, const void* beta,               \
+                                  void* const C[], cudaDataType ct, IDX ldc, IDX batch,                            \
+                                  cublasComputeType_t compute, cublasGemmAlgo_t) {                                 \
+    return Gemm(handle, {ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, ArrayOf(C), ct, ldc, 0, batch, \
+                         compute, ScalarTypeOfCompute(compute, ct), true});                                        \
+  }
+PHOS_GEMM_BATCHED_EX(cublasGemmBatchedEx, int)
+PHOS_GEMM_BATCHED_EX(cublasGemmBatchedEx_64, int64_t)
+#undef PHOS_GEMM_BATCHED_EX
 
 // ---------------------------------------------------------------- gemv, geam
 

@@ -67,6 +67,7 @@ bool ValidOp(uint32_t op) { return op <= 2; }
 bool BlasShapeOf(ApiId op, BlasShape* out) {
   switch (op) {
     case op::kBlasGemm: *out = BlasShape::kGemm; return true;
+    case op::kBlasGemmBatched: *out = BlasShape::kGemmBatched; return true;
     case op::kBlasGemv: *out = BlasShape::kGemv; return true;
     case op::kBlasGeam: *out = BlasShape::kGeam; return true;
     case op::kBlasTrsm: *out = BlasShape::kTrsm; return true;
@@ -87,6 +88,7 @@ bool BlasShapeOf(ApiId op, BlasShape* out) {
 const char* BlasShapeName(BlasShape shape) {
   switch (shape) {
     case BlasShape::kGemm: return "gemm";
+    case BlasShape::kGemmBatched: return "gemm batched";
     case BlasShape::kGemv: return "gemv";
     case BlasShape::kGeam: return "geam";
     case BlasShape::kTrsm: return "trsm";
@@ -142,6 +144,28 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
   if (es == 0) return "unknown scalar type";
   unsigned __int128 bytes = 0;
   switch (shape) {
+    case BlasShape::kGemmBatched: {
+      // The dimensions as a gemm's (each member's extents are checked when
+      // its pointers are read); the three arrays of `batch` pointers read.
+      BlasRequest one = req;
+      one.batch = req.batch > 0 ? 1 : 0;
+      one.stride_a = one.stride_b = one.stride_c = 0;
+      one.flags &= ~kBlasDeviceScalars;
+      BlasOperands member;
+      if (const char* why = CheckBlas(BlasShape::kGemm, one, &member); why != nullptr) return why;
+      if (req.batch < 0) return "negative batch count";
+      if (static_cast<uint64_t>(req.batch) > (uint64_t{1} << 40)) return "a batch count beyond 2^40";
+      const uint64_t array = static_cast<uint64_t>(req.batch) * 8;
+      b.Add(kBlasSlotA, req.a, array);
+      b.Add(kBlasSlotB, req.b, array);
+      b.Add(kBlasSlotInput, req.c, array);
+      if (device_scalars) {
+        b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
+        b.Add(kBlasSlotBeta, req.beta_ptr, es);
+      }
+      out->unknown = req.batch > 0 && req.m > 0 && req.n > 0;
+      return nullptr;
+    }
     case BlasShape::kGemm:
     case BlasShape::kGemv:
     case BlasShape::kGeam: {

@@ -20,6 +20,7 @@ namespace phos::wire {
 /// What a row of calls.def's cuBLAS section computes.
 enum class BlasShape : uint8_t {
   kGemm,   // C = alpha op(A) op(B) + beta C, strided-batched (batch 1: plain gemm)
+  kGemmBatched,  // the same over `batch` matrices named by arrays of device pointers (a, b, c)
   kGemv,   // y = alpha op(A) x + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
   kTrsm,   // B (c, ldc) = alpha inv(op(A)) B (left) or alpha B inv(op(A)) (kBlasSideRight)
@@ -60,6 +61,9 @@ struct BlasOperand {
 struct BlasOperands {
   BlasOperand op[10];
   uint32_t count = 0;
+  /// The routine may touch device memory its request does not name (the
+  /// matrices of a pointer-array batch): its access set is unknown.
+  bool unknown = false;
 };
 
 // cudaDataType_t values (library_types.h; a stable ABI), for the code that

@@ -195,11 +195,45 @@ int GemmExAndBatched(cublasHandle_t h) {
         const size_t e = p * sc + i + static_cast<size_t>(j) * ldc;
         NEAR(bgot[e], bwant[e].real(), 1e-5);
       }
+  // Batched over arrays of device pointers (members in one buffer, in
+  // reverse order): cublasSgemmBatched.
+  {
+    std::vector<const float*> pa(batch), pb(batch);
+    std::vector<float*> pc(batch);
+    auto fc3 = RandomMatrix<float>(sc * batch);
+    CHECK(cudaMemcpy(dfc, fc3.data(), fc3.size() * 4, cudaMemcpyHostToDevice));
+    for (int p = 0; p < batch; ++p) {
+      pa[p] = dfa;
+      pb[p] = dfb + (batch - 1 - p) * sb;
+      pc[p] = dfc + p * sc;
+    }
+    const float** dpa = nullptr;
+    const float** dpb = nullptr;
+    float** dpc = nullptr;
+    CHECK(cudaMalloc(&dpa, batch * sizeof(void*)));
+    CHECK(cudaMalloc(&dpb, batch * sizeof(void*)));
+    CHECK(cudaMalloc(&dpc, batch * sizeof(void*)));
+    CHECK(cudaMemcpy(dpa, pa.data(), batch * sizeof(void*), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dpb, pb.data(), batch * sizeof(void*), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(dpc, pc.data(), batch * sizeof(void*), cudaMemcpyHostToDevice));
+    BCHECK(cublasSgemmBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, dpa, lda, dpb, ldb, &beta, dpc, ldc, batch));
+    auto got3 = Host(dfc, fc3.size());
+    for (int p = 0; p < batch; ++p) {
+      std::vector<float> bp(fb.begin() + (batch - 1 - p) * sb, fb.begin() + (batch - p) * sb);
+      std::vector<float> cp(fc3.begin() + p * sc, fc3.begin() + (p + 1) * sc);
+      auto want3 = RefGemm(0, 0, m, n, k, alpha, fa, lda, bp, ldb, beta, cp, ldc);
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < m; ++i) NEAR(got3[p * sc + i + j * ldc], want3[i + j * ldc].real(), 1e-5);
+    }
+    cudaFree(dpa);
+    cudaFree(dpb);
+    cudaFree(dpc);
+  }
   cudaFree(dfa);
   cudaFree(dfb);
   cudaFree(dfc);
   cudaFree(dscalars);
-  std::printf("cublas: GemmEx, strided batched, device scalars OK\n");
+  std::printf("cublas: GemmEx, strided batched, pointer-array batched, device scalars OK\n");
   return 0;
 }
 

@@ -89,6 +89,15 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
                                      c.stride_b, beta, cc, ct(c.type_c), ldc, c.stride_c, static_cast<int>(c.batch),
                                      ComputeType(c.compute), CUBLAS_GEMM_DEFAULT);
       break;
+    case BlasOp::kGemmBatched:
+      // The arrays hold device pointers of the app, which are phosd's too.
+      what = "cublasGemmBatchedEx";
+      if (lib->GemmBatchedEx == nullptr) return Missing(what);
+      st = lib->GemmBatchedEx(h, ta, tb, m, n, k, alpha, reinterpret_cast<const void* const*>(c.a), ct(c.type_a), lda,
+                              reinterpret_cast<const void* const*>(c.b), ct(c.type_b), ldb, beta,
+                              reinterpret_cast<void* const*>(c.c), ct(c.type_c), ldc, static_cast<int>(c.batch),
+                              ComputeType(c.compute), CUBLAS_GEMM_DEFAULT);
+      break;
     case BlasOp::kGemv: {
       what = "cublas?gemvStridedBatched";
       const int batch = static_cast<int>(c.batch);

@@ -40,6 +40,7 @@ Status LoadCublas(const std::string& library, std::shared_ptr<const CublasLibrar
   optional("cublasSetStream_v2", &lib->SetStream);
   optional("cublasSetPointerMode_v2", &lib->SetPointerMode);
   optional("cublasGemmStridedBatchedEx", &lib->GemmStridedBatchedEx);
+  optional("cublasGemmBatchedEx", &lib->GemmBatchedEx);
   optional("cublasSgemvStridedBatched", &lib->SgemvStridedBatched);
   optional("cublasDgemvStridedBatched", &lib->DgemvStridedBatched);
   optional("cublasCgemvStridedBatched", &lib->CgemvStridedBatched);

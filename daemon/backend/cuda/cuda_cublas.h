@@ -47,6 +47,10 @@ struct CublasLibrary {
                                          const void*, const void*, cudaDataType, int, long long int, const void*,
                                          cudaDataType, int, long long int, const void*, void*, cudaDataType, int,
                                          long long int, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
+  cublasStatus_t (*GemmBatchedEx)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                  const void* const[], cudaDataType, int, const void* const[], cudaDataType, int,
+                                  const void*, void* const[], cudaDataType, int, int, cublasComputeType_t,
+                                  cublasGemmAlgo_t) = nullptr;
   decltype(&cublasSgemvStridedBatched) SgemvStridedBatched = nullptr;
   decltype(&cublasDgemvStridedBatched) DgemvStridedBatched = nullptr;
   decltype(&cublasCgemvStridedBatched) CgemvStridedBatched = nullptr;

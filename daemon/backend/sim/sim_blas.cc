@@ -23,6 +23,7 @@ using cd = std::complex<double>;
 const char* OpName(BlasOp op) {
   switch (op) {
     case BlasOp::kGemm: return "gemm";
+    case BlasOp::kGemmBatched: return "gemm batched";
     case BlasOp::kGemv: return "gemv";
     case BlasOp::kGeam: return "geam";
     case BlasOp::kTrsm: return "trsm";
@@ -464,6 +465,7 @@ Status CheckSimBlas(const BlasCall& c) {
   const std::int32_t t = c.type_a, s = c.scalar_type;
   bool ok = false;
   switch (c.op) {
+    case BlasOp::kGemmBatched:
     case BlasOp::kGemm:
       ok = (t == c.type_b && t == c.type_c && Std(t)) ||
            ((t == kR16F || t == kR16BF) && c.type_b == t && (c.type_c == t || c.type_c == kR32F));
@@ -493,6 +495,36 @@ Status CheckSimBlas(const BlasCall& c) {
     }
   }
   return ok ? Status::Ok() : Unsupported(c);
+}
+
+Status RunBlasBatched(const BlasCall& c, const PinRangeFn& pin) {
+  if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
+  const bool ta = c.op_a != 0, tb = c.op_b != 0;
+  const std::int64_t arows = ta ? c.k : c.m, acols = ta ? c.m : c.k;
+  const std::int64_t brows = tb ? c.n : c.k, bcols = tb ? c.k : c.n;
+  const auto extent = [](std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t es) -> std::uint64_t {
+    return rows == 0 || cols == 0 ? 0 : static_cast<std::uint64_t>((cols - 1) * ld + rows) * es;
+  };
+  const std::uint64_t abytes = extent(arows, acols, c.lda, ElementBytes(c.type_a));
+  const std::uint64_t bbytes = extent(brows, bcols, c.ldb, ElementBytes(c.type_b));
+  const std::uint64_t cbytes = extent(c.m, c.n, c.ldc, ElementBytes(c.type_c));
+  const auto* as = reinterpret_cast<const std::uint64_t*>(c.a);
+  const auto* bs = reinterpret_cast<const std::uint64_t*>(c.b);
+  const auto* cs = reinterpret_cast<const std::uint64_t*>(c.c);
+  for (std::int64_t i = 0; i < c.batch; ++i) {
+    BlasCall member = c;
+    member.op = BlasOp::kGemm;
+    member.batch = 1;
+    member.stride_a = member.stride_b = member.stride_c = 0;
+    member.a = as[i];
+    member.b = bs[i];
+    member.c = cs[i];
+    if (abytes) PHOS_RETURN_IF_ERROR(pin(member.a, abytes));
+    if (bbytes) PHOS_RETURN_IF_ERROR(pin(member.b, bbytes));
+    PHOS_RETURN_IF_ERROR(pin(member.c, cbytes));
+    PHOS_RETURN_IF_ERROR(Gemm(member));
+  }
+  return Status::Ok();
 }
 
 void InitSimBlas() {

@@ -10,6 +10,9 @@
 // otherwise (no state), so any number of streams may run routines at once.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 #include "backend/blas_call.h"
 #include "common/status.h"
 
@@ -19,6 +22,14 @@ namespace phos::backend::sim {
 /// combination the sim does not compute; InvalidArgument for a dimension
 /// beyond OpenBLAS's 32-bit indices.
 Status RunBlas(const BlasCall& call);
+
+/// A pointer-array batched gemm (BlasOp::kGemmBatched): reads the three
+/// arrays (their ranges already pinned), pins each member's matrices with
+/// `pin` — which must refuse memory outside the caller's context (the
+/// session's isolation: the handler could not check ranges it did not
+/// know) and keep them pinned until it is destroyed — and computes each.
+using PinRangeFn = std::function<Status(std::uint64_t ptr, std::uint64_t bytes)>;
+Status RunBlasBatched(const BlasCall& call, const PinRangeFn& pin);
 
 /// OK when RunBlas computes `call`'s routine and type combination, else
 /// the NotSupported RunBlas would return (checked when the call is

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <deque>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -315,14 +316,28 @@ Status SimContext::Blas(const BlasCall& call, StreamHandle stream) {
   for (std::uint32_t i = 0; i < call.range_count; ++i) {
     PHOS_RETURN_IF_ERROR(shared->memory->CheckRange(call.ranges[i].ptr, call.ranges[i].bytes));
   }
+  const std::uint64_t owner = id_;
   std::lock_guard<std::mutex> lock(mu_);
-  return EnqueueLocked(stream, [shared, call]() -> Status {
+  return EnqueueLocked(stream, [shared, call, owner]() -> Status {
     // One Pin per range: the buffers stay mapped while the routine runs.
     SimAddressSpace::Pin pins[std::size(call.ranges)];
     for (std::uint32_t i = 0; i < call.range_count; ++i) {
       PHOS_RETURN_IF_ERROR(shared->memory->PinRange(call.ranges[i].ptr, call.ranges[i].bytes, &pins[i]));
     }
-    return RunBlas(call);
+    if (call.op != BlasOp::kGemmBatched) return RunBlas(call);
+    // Each member's matrices: this context's memory only (an illegal
+    // address otherwise, as a kernel's stray access would be).
+    std::deque<SimAddressSpace::Pin> member_pins;
+    return RunBlasBatched(call, [&](std::uint64_t ptr, std::uint64_t bytes) -> Status {
+      DevicePtr start = 0;
+      std::uint64_t size = 0;
+      Status s = shared->memory->PinOwnedRange(ptr, bytes, owner, &member_pins.emplace_back(), &start, &size);
+      if (!s.ok()) {
+        return Status::FailedPrecondition("cuBLAS gemm batched: a member's matrix at " + Hex(ptr) + " (" +
+                                          std::to_string(bytes) + " bytes) is not this context's memory: illegal address");
+      }
+      return Status::Ok();
+    });
   });
 }
 

@@ -74,6 +74,26 @@ TEST(BlasSpec, GemmExtentsFollowTheOperationsAndLeadingDimensions) {
   EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, 16u);
 }
 
+// Pointer-array batches name their matrices only in device memory: the
+// arrays are read, the access set is unknown (the whole session).
+TEST(BlasSpec, PointerArrayBatchesReadTheArraysAndAreUnknown) {
+  BlasRequest r = Gemm(5, 4, 3, 0, 0, 5, 3, 5);
+  r.batch = 7;
+  BlasOperands ops;
+  ASSERT_EQ(CheckBlas(BlasShape::kGemmBatched, r, &ops), nullptr);
+  EXPECT_TRUE(ops.unknown);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, 7 * 8u);
+  EXPECT_EQ(Slot(ops, kBlasSlotInput)->bytes, 7 * 8u);  // C's array: read (its matrices are written)
+  EXPECT_EQ(Slot(ops, kBlasSlotC), nullptr);
+  r.lda = 2;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGemmBatched, r, &ops), "lda smaller than the rows of A");
+  r = Gemm(5, 4, 3, 0, 0, 5, 3, 5);
+  r.batch = 0;
+  ASSERT_EQ(CheckBlas(BlasShape::kGemmBatched, r, &ops), nullptr);
+  EXPECT_FALSE(ops.unknown);  // nothing to do: nothing touched
+  EXPECT_EQ(ops.count, 0u);
+}
+
 TEST(BlasSpec, VectorExtentsUseTheIncrementsEitherSign) {
   BlasRequest r{};
   r.type_a = r.type_b = r.scalar_type = kCudaR64F;
@@ -179,7 +199,7 @@ TEST(BlasSpec, EveryCublasRowHasAShape) {
     EXPECT_EQ(blas, row.access == AccessRule::kBlas) << row.op;
     rows += blas ? 1 : 0;
   }
-  EXPECT_EQ(rows, 14);  // (the probe row is not a routine)
+  EXPECT_EQ(rows, 15);  // (the probe row is not a routine)
 }
 
 TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {

@@ -102,6 +102,7 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kFreeAsync, ApiId::k_cudaFreeAsync},
       {op::kLaunchHostFunc, ApiId::k_cudaLaunchHostFunc},
       {op::kBlasGemm, ApiId::k_cublasGemmStridedBatchedEx},
+      {op::kBlasGemmBatched, ApiId::k_cublasGemmBatchedEx},
       {op::kBlasGemv, ApiId::k_cublasSgemvStridedBatched},
       {op::kBlasGeam, ApiId::k_cublasSgeam},
       {op::kBlasTrsm, ApiId::k_cublasStrsm_v2},
