@@ -287,7 +287,7 @@ class Generator {
       s.sync = rng_.Chance(25);
       EmitOnStream(s, {dst, src});
     } else if (r < 75) {
-      if (o_.gemm && rng_.Chance(20)) {
+      if (o_.gemm && rng_.Chance(o_.gemm_percent)) {
         Gemm();
       } else {
         Launch();

@@ -60,6 +60,8 @@ struct WorkloadOptions {
   /// cuBLAS GEMMs (kBlasGemm, float, small sizes) among the launches: a
   /// library call whose access set comes from its specification.
   bool gemm = true;
+  /// Percent of the kernel-launch share that are GEMMs (when `gemm`).
+  int gemm_percent = 20;
 };
 
 enum class Op : std::uint8_t {
