@@ -469,25 +469,30 @@ TEST_F(IntegrationTest, GraphsCaptureInstantiateLaunch) {
 // S/D/C/Z/H, GemmEx, strided batched, device-pointer scalars, gemv, geam,
 // level 1, a captured GEMM, the helpers and the error paths — against CPU
 // references, computed in phosd (OpenBLAS on the sim).
+// Built twice: -cudart shared, and nvcc's default (the runtime linked
+// statically): either way the cuBLAS calls reach libphos.so.
 TEST_F(IntegrationTest, CublasRoutinesMatchACpuReference) {
-  Daemon d(dir_);
-  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
-  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/cublas");
-  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
-  EXPECT_NE(c.output.find("cublas: OK"), std::string::npos) << c.output;
-  // The two refusals the program provokes, each named once; nothing else
-  // refused. The sim computes no int8 GEMM: the call's own status says so.
-  const std::string refusal = "phos: cublasLtMatmul: a matrix order other than column-major is not supported by phos yet";
-  EXPECT_NE(c.output.find(refusal), std::string::npos) << c.output;
-  EXPECT_NE(c.output.find("cublas: int8 GemmEx: CUBLAS_STATUS_NOT_SUPPORTED"), std::string::npos) << c.output;
-  EXPECT_NE(c.output.find("phos: cublasGemmStridedBatchedEx family with data types A=3 B=3 C=10 compute=72"),
-            std::string::npos)
-      << c.output;
-  size_t refusals = 0;
-  for (size_t at = c.output.find("not supported by phos"); at != std::string::npos;
-       at = c.output.find("not supported by phos", at + 1))
-    ++refusals;
-  EXPECT_EQ(refusals, 2u) << c.output;
+  for (const char* program : {"/cublas", "/cublas_static"}) {
+    SCOPED_TRACE(program);
+    Daemon d(dir_);
+    ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+    Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + program);
+    EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+    EXPECT_NE(c.output.find("cublas: OK"), std::string::npos) << c.output;
+    // The two refusals the program provokes, each named once; nothing else
+    // refused. The sim computes no int8 GEMM: the call's own status says so.
+    const std::string refusal = "phos: cublasLtMatmul: a matrix order other than column-major is not supported by phos yet";
+    EXPECT_NE(c.output.find(refusal), std::string::npos) << c.output;
+    EXPECT_NE(c.output.find("cublas: int8 GemmEx: CUBLAS_STATUS_NOT_SUPPORTED"), std::string::npos) << c.output;
+    EXPECT_NE(c.output.find("phos: cublasGemmStridedBatchedEx family with data types A=3 B=3 C=10 compute=72"),
+              std::string::npos)
+        << c.output;
+    size_t refusals = 0;
+    for (size_t at = c.output.find("not supported by phos"); at != std::string::npos;
+         at = c.output.find("not supported by phos", at + 1))
+      ++refusals;
+    EXPECT_EQ(refusals, 2u) << c.output;
+  }
 }
 
 // A child forked before any CUDA call connects on its own.
