@@ -19,6 +19,7 @@
 
 #include "fake_app.h"
 #include "phos.grpc.pb.h"
+#include "protocol/blas_spec.h"
 #include "server/daemon.h"
 #include "session/session_server.h"
 #include "test_ptx.h"
@@ -205,6 +206,76 @@ TEST_F(AccessSetSessionTest, LaunchesAndCopiesCarryAccessSetsAndPsCountsThem) {
   const std::string ps = RunPs();
   EXPECT_NE(ps.find("CALLS(EX/SPEC/UNVAL)"), std::string::npos) << ps;
   EXPECT_NE(ps.find(" 5/2/0 "), std::string::npos) << ps;
+}
+
+// docs/interposer.md "cuBLAS and cuBLASLt": a library call's access set
+// comes from its specification — exact ranges, no speculation — and counts
+// as exact in `phos ps`; a pointer-array batch is unknown.
+TEST_F(AccessSetSessionTest, CublasCallsCarryExactAccessSetsFromTheirSpecification) {
+  const int m = 8, n = 6, k = 4, ldc = 10;
+  uint64_t da = 0, db = 0, dc = 0, arrays = 0;
+  ASSERT_EQ(app_->Malloc(m * k * 4, &da), kOk);
+  ASSERT_EQ(app_->Malloc(k * n * 4, &db), kOk);
+  ASSERT_EQ(app_->Malloc(ldc * n * 4, &dc), kOk);
+  std::vector<float> ones(ldc * n, 1.0f);
+  ASSERT_EQ(app_->H2D(da, ones.data(), m * k * 4), kOk);         // exact 1
+  ASSERT_EQ(app_->H2D(db, ones.data(), k * n * 4), kOk);         // exact 2
+  ASSERT_EQ(app_->H2D(dc, ones.data(), ldc * n * 4), kOk);       // exact 3
+  wire::BlasRequest r{};
+  r.type_a = r.type_b = r.type_c = r.scalar_type = wire::kCudaR32F;
+  r.compute = 68;
+  r.m = m;
+  r.n = n;
+  r.k = k;
+  r.batch = 1;
+  r.a = da;
+  r.b = db;
+  r.c = dc;
+  r.lda = m;
+  r.ldb = k;
+  r.ldc = ldc;
+  const float alpha = 2.0f, beta = 1.0f;
+  std::memcpy(r.alpha, &alpha, 4);
+  std::memcpy(r.beta, &beta, 4);
+  ASSERT_EQ(app_->Send(op::kBlasGemm, r), kOk) << app_->message();  // exact 4
+  std::vector<float> c(ldc * n);
+  ASSERT_EQ(app_->D2H(c.data(), dc, ldc * n * 4), kOk);           // exact 5
+  EXPECT_FLOAT_EQ(c[0], 2.0f * k + 1.0f);
+  EXPECT_FLOAT_EQ(c[m], 1.0f);  // the gap between columns is not written
+  // A pointer-array batch names its matrices in device memory: its access
+  // set is unknown (counted so), the arrays themselves are read.
+  ASSERT_EQ(app_->Malloc(3 * 8, &arrays), kOk);
+  ASSERT_EQ(app_->H2D(arrays, &da, 8), kOk);                       // exact 6
+  ASSERT_EQ(app_->H2D(arrays + 8, &db, 8), kOk);                   // exact 7
+  ASSERT_EQ(app_->H2D(arrays + 16, &dc, 8), kOk);                  // exact 8
+  wire::BlasRequest batched = r;
+  batched.a = arrays;
+  batched.b = arrays + 8;
+  batched.c = arrays + 16;
+  ASSERT_EQ(app_->Send(op::kBlasGemmBatched, batched), kOk) << app_->message();  // unknown 1
+  ASSERT_EQ(app_->D2H(c.data(), dc, ldc * n * 4), kOk);           // exact 9
+  EXPECT_FLOAT_EQ(c[0], 2.0f * k + (2.0f * k + 1.0f));
+  auto batches = Calls(op::kBlasGemmBatched);
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_EQ(batches[0].kind, AccessKind::kUnknown);
+
+  auto gemms = Calls(op::kBlasGemm);
+  ASSERT_EQ(gemms.size(), 1u);
+  EXPECT_EQ(gemms[0].kind, AccessKind::kExact);
+  ASSERT_EQ(gemms[0].ranges.size(), 3u);
+  EXPECT_EQ(gemms[0].ranges[0].ptr, da);
+  EXPECT_EQ(gemms[0].ranges[0].bytes, m * k * 4u);
+  EXPECT_FALSE(gemms[0].ranges[0].write);
+  EXPECT_EQ(gemms[0].ranges[1].ptr, db);
+  EXPECT_FALSE(gemms[0].ranges[1].write);
+  EXPECT_EQ(gemms[0].ranges[2].ptr, dc);
+  EXPECT_EQ(gemms[0].ranges[2].bytes, ((n - 1) * ldc + m) * 4u);  // first to last element of C
+  EXPECT_TRUE(gemms[0].ranges[2].write);
+
+  const v1::SessionInfo info = OnlySession();
+  EXPECT_EQ(info.calls_exact(), 9u);
+  EXPECT_EQ(info.calls_speculated(), 0u);
+  EXPECT_EQ(info.counters().at("calls_unknown_access"), 1u);
 }
 
 }  // namespace
