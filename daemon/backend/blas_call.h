@@ -20,6 +20,8 @@ enum class BlasOp : std::uint8_t {
   kGemmBatched,  // kGemm over `batch` members named by arrays of device pointers at a, b, c
   kGemv,   // y(c, ldc = incy) = alpha op(A) x(b, ldb = incx) + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
+  kGer,    // C (A) += alpha x(a, lda) y(b, ldb)^T, y conjugated when `conjugate`
+  kSyrk,   // C (n x n, `upper` triangle or lower) = alpha op(A) op(A)^T + beta C
   kTrsm,   // C (B) = alpha inv(op(A)) B, or alpha B inv(op(A)) when side_right
   kAxpy,   // y(b, ldb) += alpha x(a, lda)
   kScal,   // x(a, lda) *= alpha

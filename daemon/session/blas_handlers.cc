@@ -30,6 +30,8 @@ backend::BlasOp ToBackendOp(wire::BlasShape shape) {
     case wire::BlasShape::kGemv: return backend::BlasOp::kGemv;
     case wire::BlasShape::kGeam: return backend::BlasOp::kGeam;
     case wire::BlasShape::kTrsm: return backend::BlasOp::kTrsm;
+    case wire::BlasShape::kGer: return backend::BlasOp::kGer;
+    case wire::BlasShape::kSyrk: return backend::BlasOp::kSyrk;
     case wire::BlasShape::kAxpy: return backend::BlasOp::kAxpy;
     case wire::BlasShape::kScal: return backend::BlasOp::kScal;
     case wire::BlasShape::kCopy: return backend::BlasOp::kCopy;

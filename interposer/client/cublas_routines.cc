@@ -313,6 +313,48 @@ cublasStatus_t Trsm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode
   return Send(*h, op::kBlasTrsm, r);
 }
 
+cublasStatus_t Ger(cublasHandle_t handle, int64_t m, int64_t n, const void* alpha, const void* x, int64_t incx,
+                   const void* y, int64_t incy, void* a, int64_t lda, int32_t type, bool conjugate) {
+  BlasHandle* h = FindBlasHandle(handle);
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  BlasRequest r = Base(*h);
+  r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
+  if (conjugate) r.flags |= wire::kBlasConjugate;
+  r.m = m;
+  r.n = n;
+  r.a = reinterpret_cast<uint64_t>(x);
+  r.lda = incx;
+  r.b = reinterpret_cast<uint64_t>(y);
+  r.ldb = incy;
+  r.c = reinterpret_cast<uint64_t>(a);
+  r.ldc = lda;
+  if (!SetScalars(&r, alpha, nullptr, false)) return CUBLAS_STATUS_INVALID_VALUE;
+  return Send(*h, op::kBlasGer, r);
+}
+
+cublasStatus_t Syrk(cublasHandle_t handle, cublasFillMode_t uplo, cublasOperation_t trans, int64_t n, int64_t k,
+                    const void* alpha, const void* a, int64_t lda, const void* beta, void* c, int64_t ldc,
+                    int32_t type) {
+  BlasHandle* h = FindBlasHandle(handle);
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if ((uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
+      (trans != CUBLAS_OP_N && trans != CUBLAS_OP_T)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  BlasRequest r = Base(*h);
+  r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
+  if (uplo == CUBLAS_FILL_MODE_UPPER) r.flags |= wire::kBlasUpper;
+  r.op_a = static_cast<uint32_t>(trans);
+  r.n = n;
+  r.k = k;
+  r.a = reinterpret_cast<uint64_t>(a);
+  r.lda = lda;
+  r.c = reinterpret_cast<uint64_t>(c);
+  r.ldc = ldc;
+  if (!SetScalars(&r, alpha, beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
+  return Send(*h, op::kBlasSyrk, r);
+}
+
 /// Level 1: x in (a, lda = incx), y in (b, ldb = incy).
 cublasStatus_t Level1(cublasHandle_t handle, wire::ApiId api, int64_t n, const void* alpha, int32_t scalar_type,
                       const void* x, int32_t xtype, int64_t incx, const void* y, int32_t ytype, int64_t incy,
@@ -509,6 +551,40 @@ PHOS_GEAM(cublasDgeam_64, double, CUDA_R_64F, int64_t)
 PHOS_GEAM(cublasCgeam_64, cuComplex, CUDA_C_32F, int64_t)
 PHOS_GEAM(cublasZgeam_64, cuDoubleComplex, CUDA_C_64F, int64_t)
 #undef PHOS_GEAM
+
+#define PHOS_GER(NAME, T, CT, CONJ, IDX)                                                                           \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX m, IDX n, const T* alpha, const T* x, IDX incx,       \
+                                  const T* y, IDX incy, T* A, IDX lda) {                                           \
+    return Ger(handle, m, n, alpha, x, incx, y, incy, A, lda, CT, CONJ);                                           \
+  }
+PHOS_GER(cublasSger_v2, float, CUDA_R_32F, false, int)
+PHOS_GER(cublasDger_v2, double, CUDA_R_64F, false, int)
+PHOS_GER(cublasCgeru_v2, cuComplex, CUDA_C_32F, false, int)
+PHOS_GER(cublasCgerc_v2, cuComplex, CUDA_C_32F, true, int)
+PHOS_GER(cublasZgeru_v2, cuDoubleComplex, CUDA_C_64F, false, int)
+PHOS_GER(cublasZgerc_v2, cuDoubleComplex, CUDA_C_64F, true, int)
+PHOS_GER(cublasSger_v2_64, float, CUDA_R_32F, false, int64_t)
+PHOS_GER(cublasDger_v2_64, double, CUDA_R_64F, false, int64_t)
+PHOS_GER(cublasCgeru_v2_64, cuComplex, CUDA_C_32F, false, int64_t)
+PHOS_GER(cublasCgerc_v2_64, cuComplex, CUDA_C_32F, true, int64_t)
+PHOS_GER(cublasZgeru_v2_64, cuDoubleComplex, CUDA_C_64F, false, int64_t)
+PHOS_GER(cublasZgerc_v2_64, cuDoubleComplex, CUDA_C_64F, true, int64_t)
+#undef PHOS_GER
+
+#define PHOS_SYRK(NAME, T, CT, IDX)                                                                                \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasFillMode_t uplo, cublasOperation_t trans, IDX n,    \
+                                  IDX k, const T* alpha, const T* A, IDX lda, const T* beta, T* C, IDX ldc) {      \
+    return Syrk(handle, uplo, trans, n, k, alpha, A, lda, beta, C, ldc, CT);                                       \
+  }
+PHOS_SYRK(cublasSsyrk_v2, float, CUDA_R_32F, int)
+PHOS_SYRK(cublasDsyrk_v2, double, CUDA_R_64F, int)
+PHOS_SYRK(cublasCsyrk_v2, cuComplex, CUDA_C_32F, int)
+PHOS_SYRK(cublasZsyrk_v2, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_SYRK(cublasSsyrk_v2_64, float, CUDA_R_32F, int64_t)
+PHOS_SYRK(cublasDsyrk_v2_64, double, CUDA_R_64F, int64_t)
+PHOS_SYRK(cublasCsyrk_v2_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_SYRK(cublasZsyrk_v2_64, cuDoubleComplex, CUDA_C_64F, int64_t)
+#undef PHOS_SYRK
 
 #define PHOS_TRSM(NAME, T, CT, IDX)                                                                                \
   PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,            \

@@ -71,6 +71,8 @@ bool BlasShapeOf(ApiId op, BlasShape* out) {
     case op::kBlasGemv: *out = BlasShape::kGemv; return true;
     case op::kBlasGeam: *out = BlasShape::kGeam; return true;
     case op::kBlasTrsm: *out = BlasShape::kTrsm; return true;
+    case op::kBlasGer: *out = BlasShape::kGer; return true;
+    case op::kBlasSyrk: *out = BlasShape::kSyrk; return true;
     case op::kBlasAxpy: *out = BlasShape::kAxpy; return true;
     case op::kBlasScal: *out = BlasShape::kScal; return true;
     case op::kBlasCopy: *out = BlasShape::kCopy; return true;
@@ -92,6 +94,8 @@ const char* BlasShapeName(BlasShape shape) {
     case BlasShape::kGemv: return "gemv";
     case BlasShape::kGeam: return "geam";
     case BlasShape::kTrsm: return "trsm";
+    case BlasShape::kGer: return "ger";
+    case BlasShape::kSyrk: return "syrk";
     case BlasShape::kAxpy: return "axpy";
     case BlasShape::kScal: return "scal";
     case BlasShape::kCopy: return "copy";
@@ -210,6 +214,36 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
         b.Add(kBlasSlotC, req.c, bytes);
       }
       if (device_scalars) {
+        b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
+        b.Add(kBlasSlotBeta, req.beta_ptr, es);
+      }
+      return nullptr;
+    }
+    case BlasShape::kGer: {
+      if (req.type_b != req.type_a || req.type_c != req.type_a) return "x, y and A of different types";
+      if (req.m < 0 || req.n < 0) return "negative dimension";
+      if (!MatrixExtent(req.m, req.n, req.ldc, 0, 1, ea, "lda smaller than m", &bytes, &why)) return why;
+      if (req.m == 0 || req.n == 0) return nullptr;
+      b.Add(kBlasSlotC, req.c, bytes);
+      if (!VectorExtent(req.m, req.lda, 0, 1, ea, "incx is 0", &bytes, &why)) return why;
+      b.Add(kBlasSlotA, req.a, bytes);
+      if (!VectorExtent(req.n, req.ldb, 0, 1, ea, "incy is 0", &bytes, &why)) return why;
+      b.Add(kBlasSlotB, req.b, bytes);
+      if (device_scalars) b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
+      return nullptr;
+    }
+    case BlasShape::kSyrk: {
+      if (req.type_c != req.type_a) return "A and C of different types";
+      if (!ValidOp(req.op_a)) return "invalid transpose operation";
+      if (req.n < 0 || req.k < 0) return "negative dimension";
+      const bool t = req.op_a != 0;
+      if (!MatrixExtent(t ? req.k : req.n, t ? req.n : req.k, req.lda, 0, 1, ea, "lda smaller than the rows of A",
+                        &bytes, &why))
+        return why;
+      b.Add(kBlasSlotA, req.a, bytes);
+      if (!MatrixExtent(req.n, req.n, req.ldc, 0, 1, ea, "ldc smaller than n", &bytes, &why)) return why;
+      b.Add(kBlasSlotC, req.c, bytes);
+      if (device_scalars && req.n > 0) {
         b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
         b.Add(kBlasSlotBeta, req.beta_ptr, es);
       }

@@ -23,6 +23,8 @@ enum class BlasShape : uint8_t {
   kGemmBatched,  // the same over `batch` matrices named by arrays of device pointers (a, b, c)
   kGemv,   // y = alpha op(A) x + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
+  kGer,    // A (c, ldc) += alpha x (a, lda) y (b, ldb)^T (y conjugated: kBlasConjugate)
+  kSyrk,   // C (n x n triangle) = alpha op(A) op(A)^T + beta C
   kTrsm,   // B (c, ldc) = alpha inv(op(A)) B (left) or alpha B inv(op(A)) (kBlasSideRight)
   kAxpy,   // y += alpha x
   kScal,   // x *= alpha

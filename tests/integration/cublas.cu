@@ -316,7 +316,37 @@ int Trsm(cublasHandle_t h) {
     cudaFree(da);
     cudaFree(db);
   }
-  std::printf("cublas: trsm OK\n");
+  {  // ger: A += alpha x y^T (x with increment 2), float
+    const int m = 9, n = 6, lda = 11;
+    auto a = RandomMatrix<float>(static_cast<size_t>(lda) * n), x = RandomMatrix<float>(2 * m), y = RandomMatrix<float>(n);
+    float *da = Device(a), *dx = Device(x), *dy = Device(y);
+    const float alpha = 0.75f;
+    BCHECK(cublasSger(h, m, n, &alpha, dx, 2, dy, 1, da, lda));
+    auto got = Host(da, a.size());
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < lda; ++i)
+        NEAR(got[i + j * lda], a[i + j * lda] + (i < m ? alpha * x[2 * i] * y[j] : 0.0), 1e-6);
+    cudaFree(da);
+    cudaFree(dx);
+    cudaFree(dy);
+  }
+  {  // syrk: upper triangle of C = alpha A^T A + beta C, double; the lower stays
+    const int n = 7, k = 5, lda = 6, ldc = 8;
+    auto a = RandomMatrix<double>(static_cast<size_t>(lda) * n), c = RandomMatrix<double>(static_cast<size_t>(ldc) * n);
+    double *da = Device(a), *dc = Device(c);
+    const double alpha = 1.25, beta = -0.5;
+    BCHECK(cublasDsyrk(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, n, k, &alpha, da, lda, &beta, dc, ldc));
+    auto got = Host(dc, c.size());
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < n; ++i) {
+        double s = 0;
+        for (int l = 0; l < k; ++l) s += a[l + i * lda] * a[l + j * lda];
+        NEAR(got[i + j * ldc], i <= j ? alpha * s + beta * c[i + j * ldc] : c[i + j * ldc], 1e-12);
+      }
+    cudaFree(da);
+    cudaFree(dc);
+  }
+  std::printf("cublas: trsm, ger, syrk OK\n");
   return 0;
 }
 

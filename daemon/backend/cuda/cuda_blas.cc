@@ -146,6 +146,50 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
       else
         return Status::NotSupported("cuBLAS geam of data type " + std::to_string(c.type_a));
       break;
+    case BlasOp::kGer: {
+      what = "cublas?ger_v2";
+      const int incx = lda, incy = ldb;
+      auto* A = cc;
+      if (c.type_a == kR32F && lib->Sger)
+        st = lib->Sger(h, m, n, static_cast<const float*>(alpha), static_cast<const float*>(a), incx,
+                       static_cast<const float*>(b), incy, static_cast<float*>(A), ldc);
+      else if (c.type_a == kR64F && lib->Dger)
+        st = lib->Dger(h, m, n, static_cast<const double*>(alpha), static_cast<const double*>(a), incx,
+                       static_cast<const double*>(b), incy, static_cast<double*>(A), ldc);
+      else if (c.type_a == kC32F && (c.conjugate ? lib->Cgerc : lib->Cgeru))
+        st = (c.conjugate ? lib->Cgerc : lib->Cgeru)(h, m, n, static_cast<const cuComplex*>(alpha),
+                                                     static_cast<const cuComplex*>(a), incx,
+                                                     static_cast<const cuComplex*>(b), incy, static_cast<cuComplex*>(A),
+                                                     ldc);
+      else if (c.type_a == kC64F && (c.conjugate ? lib->Zgerc : lib->Zgeru))
+        st = (c.conjugate ? lib->Zgerc : lib->Zgeru)(h, m, n, static_cast<const cuDoubleComplex*>(alpha),
+                                                     static_cast<const cuDoubleComplex*>(a), incx,
+                                                     static_cast<const cuDoubleComplex*>(b), incy,
+                                                     static_cast<cuDoubleComplex*>(A), ldc);
+      else
+        return Status::NotSupported("cuBLAS ger of data type " + std::to_string(c.type_a));
+      break;
+    }
+    case BlasOp::kSyrk: {
+      what = "cublas?syrk_v2";
+      const auto uplo = c.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+      if (c.type_a == kR32F && lib->Ssyrk)
+        st = lib->Ssyrk(h, uplo, ta, n, k, static_cast<const float*>(alpha), static_cast<const float*>(a), lda,
+                        static_cast<const float*>(beta), static_cast<float*>(cc), ldc);
+      else if (c.type_a == kR64F && lib->Dsyrk)
+        st = lib->Dsyrk(h, uplo, ta, n, k, static_cast<const double*>(alpha), static_cast<const double*>(a), lda,
+                        static_cast<const double*>(beta), static_cast<double*>(cc), ldc);
+      else if (c.type_a == kC32F && lib->Csyrk)
+        st = lib->Csyrk(h, uplo, ta, n, k, static_cast<const cuComplex*>(alpha), static_cast<const cuComplex*>(a), lda,
+                        static_cast<const cuComplex*>(beta), static_cast<cuComplex*>(cc), ldc);
+      else if (c.type_a == kC64F && lib->Zsyrk)
+        st = lib->Zsyrk(h, uplo, ta, n, k, static_cast<const cuDoubleComplex*>(alpha),
+                        static_cast<const cuDoubleComplex*>(a), lda, static_cast<const cuDoubleComplex*>(beta),
+                        static_cast<cuDoubleComplex*>(cc), ldc);
+      else
+        return Status::NotSupported("cuBLAS syrk of data type " + std::to_string(c.type_a));
+      break;
+    }
     case BlasOp::kTrsm: {
       what = "cublas?trsm_v2";
       const auto side = c.side_right ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT;

@@ -49,6 +49,16 @@ Status LoadCublas(const std::string& library, std::shared_ptr<const CublasLibrar
   optional("cublasDgeam", &lib->Dgeam);
   optional("cublasCgeam", &lib->Cgeam);
   optional("cublasZgeam", &lib->Zgeam);
+  optional("cublasSger_v2", &lib->Sger);
+  optional("cublasDger_v2", &lib->Dger);
+  optional("cublasCgeru_v2", &lib->Cgeru);
+  optional("cublasCgerc_v2", &lib->Cgerc);
+  optional("cublasZgeru_v2", &lib->Zgeru);
+  optional("cublasZgerc_v2", &lib->Zgerc);
+  optional("cublasSsyrk_v2", &lib->Ssyrk);
+  optional("cublasDsyrk_v2", &lib->Dsyrk);
+  optional("cublasCsyrk_v2", &lib->Csyrk);
+  optional("cublasZsyrk_v2", &lib->Zsyrk);
   optional("cublasStrsm_v2", &lib->Strsm);
   optional("cublasDtrsm_v2", &lib->Dtrsm);
   optional("cublasCtrsm_v2", &lib->Ctrsm);

@@ -59,6 +59,16 @@ struct CublasLibrary {
   decltype(&cublasDgeam) Dgeam = nullptr;
   decltype(&cublasCgeam) Cgeam = nullptr;
   decltype(&cublasZgeam) Zgeam = nullptr;
+  decltype(&cublasSger_v2) Sger = nullptr;
+  decltype(&cublasDger_v2) Dger = nullptr;
+  decltype(&cublasCgeru_v2) Cgeru = nullptr;
+  decltype(&cublasCgerc_v2) Cgerc = nullptr;
+  decltype(&cublasZgeru_v2) Zgeru = nullptr;
+  decltype(&cublasZgerc_v2) Zgerc = nullptr;
+  decltype(&cublasSsyrk_v2) Ssyrk = nullptr;
+  decltype(&cublasDsyrk_v2) Dsyrk = nullptr;
+  decltype(&cublasCsyrk_v2) Csyrk = nullptr;
+  decltype(&cublasZsyrk_v2) Zsyrk = nullptr;
   decltype(&cublasStrsm_v2) Strsm = nullptr;
   decltype(&cublasDtrsm_v2) Dtrsm = nullptr;
   decltype(&cublasCtrsm_v2) Ctrsm = nullptr;

@@ -27,6 +27,8 @@ const char* OpName(BlasOp op) {
     case BlasOp::kGemv: return "gemv";
     case BlasOp::kGeam: return "geam";
     case BlasOp::kTrsm: return "trsm";
+    case BlasOp::kGer: return "ger";
+    case BlasOp::kSyrk: return "syrk";
     case BlasOp::kAxpy: return "axpy";
     case BlasOp::kScal: return "scal";
     case BlasOp::kCopy: return "copy";
@@ -257,6 +259,64 @@ Status Trsm(const BlasCall& c) {
   return Status::Ok();
 }
 
+Status Ger(const BlasCall& c) {
+  if (c.m == 0 || c.n == 0) return Status::Ok();
+  const int m = static_cast<int>(c.m), n = static_cast<int>(c.n), incx = static_cast<int>(c.lda),
+            incy = static_cast<int>(c.ldb), lda = static_cast<int>(c.ldc);
+  const cd alpha = Alpha(c);
+  switch (c.type_a) {
+    case kR32F:
+      cblas_sger(CblasColMajor, m, n, static_cast<float>(alpha.real()), At<float>(c.a, 0), incx, At<float>(c.b, 0),
+                 incy, At<float>(c.c, 0), lda);
+      break;
+    case kR64F:
+      cblas_dger(CblasColMajor, m, n, alpha.real(), At<double>(c.a, 0), incx, At<double>(c.b, 0), incy,
+                 At<double>(c.c, 0), lda);
+      break;
+    case kC32F: {
+      const cf al(alpha);
+      (c.conjugate ? cblas_cgerc : cblas_cgeru)(CblasColMajor, m, n, &al, At<cf>(c.a, 0), incx, At<cf>(c.b, 0), incy,
+                                                At<cf>(c.c, 0), lda);
+      break;
+    }
+    case kC64F:
+      (c.conjugate ? cblas_zgerc : cblas_zgeru)(CblasColMajor, m, n, &alpha, At<cd>(c.a, 0), incx, At<cd>(c.b, 0),
+                                                incy, At<cd>(c.c, 0), lda);
+      break;
+    default: return Unsupported(c);
+  }
+  return Status::Ok();
+}
+
+Status Syrk(const BlasCall& c) {
+  if (c.n == 0) return Status::Ok();
+  const CBLAS_UPLO uplo = c.upper ? CblasUpper : CblasLower;
+  const CBLAS_TRANSPOSE t = c.op_a == 0 ? CblasNoTrans : CblasTrans;
+  const int n = static_cast<int>(c.n), k = static_cast<int>(c.k), lda = static_cast<int>(c.lda),
+            ldc = static_cast<int>(c.ldc);
+  const cd alpha = Alpha(c), beta = Beta(c);
+  switch (c.type_a) {
+    case kR32F:
+      cblas_ssyrk(CblasColMajor, uplo, t, n, k, static_cast<float>(alpha.real()), At<float>(c.a, 0), lda,
+                  static_cast<float>(beta.real()), At<float>(c.c, 0), ldc);
+      break;
+    case kR64F:
+      cblas_dsyrk(CblasColMajor, uplo, t, n, k, alpha.real(), At<double>(c.a, 0), lda, beta.real(), At<double>(c.c, 0),
+                  ldc);
+      break;
+    case kC32F: {
+      const cf al(alpha), be(beta);
+      cblas_csyrk(CblasColMajor, uplo, t, n, k, &al, At<cf>(c.a, 0), lda, &be, At<cf>(c.c, 0), ldc);
+      break;
+    }
+    case kC64F:
+      cblas_zsyrk(CblasColMajor, uplo, t, n, k, &alpha, At<cd>(c.a, 0), lda, &beta, At<cd>(c.c, 0), ldc);
+      break;
+    default: return Unsupported(c);
+  }
+  return Status::Ok();
+}
+
 Status Geam(const BlasCall& c) {
   const std::int32_t t = c.type_a;
   if (c.type_b != t || c.type_c != t) return Unsupported(c);
@@ -473,6 +533,8 @@ Status CheckSimBlas(const BlasCall& c) {
     case BlasOp::kGemv:
     case BlasOp::kGeam: ok = t == c.type_b && t == c.type_c && Std(t); break;
     case BlasOp::kTrsm: ok = t == c.type_c && s == t && Std(t); break;
+    case BlasOp::kSyrk: ok = t == c.type_c && s == t && Std(t) && c.op_a != 2; break;
+    case BlasOp::kGer: ok = t == c.type_b && t == c.type_c && s == t && Std(t); break;
     case BlasOp::kAxpy:
     case BlasOp::kDot: ok = Std(t) && c.type_b == t && s == t; break;
     case BlasOp::kScal:
@@ -547,6 +609,8 @@ Status RunBlas(const BlasCall& c) {
     case BlasOp::kGemv: return Gemv(c);
     case BlasOp::kGeam: return Geam(c);
     case BlasOp::kTrsm: return Trsm(c);
+    case BlasOp::kGer: return Ger(c);
+    case BlasOp::kSyrk: return Syrk(c);
     case BlasOp::kLtMatmul: return LtMatmul(c);
     default: return Level1(c);
   }

@@ -155,6 +155,40 @@ TEST(BlasSpec, TrsmReadsTheTriangleOrderAndWritesB) {
   EXPECT_STREQ(CheckBlas(BlasShape::kTrsm, r, &ops), "lda smaller than the order of A");
 }
 
+TEST(BlasSpec, GerAndSyrkExtents) {
+  BlasRequest g{};
+  g.type_a = g.type_b = g.type_c = g.scalar_type = kCudaR32F;
+  g.m = 5;
+  g.n = 3;
+  g.a = 0x1000;  // x, incx 2
+  g.lda = 2;
+  g.b = 0x2000;  // y, incy 1
+  g.ldb = 1;
+  g.c = 0x3000;  // A, lda 7
+  g.ldc = 7;
+  BlasOperands ops;
+  ASSERT_EQ(CheckBlas(BlasShape::kGer, g, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (4 * 2 + 1) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, 3 * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (2 * 7 + 5) * 4u);  // A: read and written
+  g.ldc = 4;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGer, g, &ops), "lda smaller than m");
+  BlasRequest k{};
+  k.type_a = k.type_c = k.scalar_type = kCudaR64F;
+  k.n = 6;
+  k.k = 4;
+  k.op_a = 1;  // A is k x n
+  k.a = 0x1000;
+  k.lda = 4;
+  k.c = 0x9000;
+  k.ldc = 6;
+  ASSERT_EQ(CheckBlas(BlasShape::kSyrk, k, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (5 * 4 + 4) * 8u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (5 * 6 + 6) * 8u);
+  k.op_a = 0;  // now A is n x k: lda 4 < 6
+  EXPECT_STREQ(CheckBlas(BlasShape::kSyrk, k, &ops), "lda smaller than the rows of A");
+}
+
 TEST(BlasSpec, InvalidRequestsAreRefusedByName) {
   BlasOperands ops;
   EXPECT_STREQ(CheckBlas(BlasShape::kGemm, Gemm(8, 4, 4, 0, 0, 4, 4, 8), &ops), "lda smaller than the rows of A");
@@ -199,7 +233,7 @@ TEST(BlasSpec, EveryCublasRowHasAShape) {
     EXPECT_EQ(blas, row.access == AccessRule::kBlas) << row.op;
     rows += blas ? 1 : 0;
   }
-  EXPECT_EQ(rows, 15);  // (the probe row is not a routine)
+  EXPECT_EQ(rows, 17);  // (the probe row is not a routine)
 }
 
 TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {

@@ -105,6 +105,8 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kBlasGemmBatched, ApiId::k_cublasGemmBatchedEx},
       {op::kBlasGemv, ApiId::k_cublasSgemvStridedBatched},
       {op::kBlasGeam, ApiId::k_cublasSgeam},
+      {op::kBlasGer, ApiId::k_cublasSger_v2},
+      {op::kBlasSyrk, ApiId::k_cublasSsyrk_v2},
       {op::kBlasTrsm, ApiId::k_cublasStrsm_v2},
       {op::kBlasAxpy, ApiId::k_cublasAxpyEx},
       {op::kBlasScal, ApiId::k_cublasScalEx},
