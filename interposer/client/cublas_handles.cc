@@ -17,14 +17,9 @@
 namespace phos::client {
 namespace {
 
-struct HandleRegistry {
-  std::mutex mu;  // guards `live`
-  std::unordered_set<BlasHandle*> live;
-};
-
-HandleRegistry& Registry() {
-  static auto* r = new HandleRegistry;  // never destroyed: handles may be used from atexit handlers
-  return *r;
+LiveHandles<BlasHandle>& Handles() {
+  static auto* h = new LiveHandles<BlasHandle>;
+  return *h;
 }
 
 struct Logger {
@@ -41,9 +36,7 @@ Logger& Log() {
 
 BlasHandle* FindBlasHandle(cublasHandle_t h) {
   auto* p = reinterpret_cast<BlasHandle*>(h);
-  HandleRegistry& r = Registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  return r.live.count(p) ? p : nullptr;
+  return Handles().Contains(p) ? p : nullptr;
 }
 
 uint32_t BlasStreamId(const BlasHandle& h) { return StreamIdOf(h.stream); }
@@ -62,25 +55,13 @@ PHOS_EXPORT cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
   if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   // cuBLAS initialises the CUDA context here; without phosd there is none.
   if (Initialised() != cudaSuccess) return CUBLAS_STATUS_NOT_INITIALIZED;
-  auto* h = new BlasHandle;
-  HandleRegistry& r = Registry();
-  {
-    std::lock_guard<std::mutex> lock(r.mu);
-    r.live.insert(h);
-  }
-  *handle = reinterpret_cast<cublasHandle_t>(h);
+  *handle = reinterpret_cast<cublasHandle_t>(Handles().Create());
   return CUBLAS_STATUS_SUCCESS;
 }
 
 PHOS_EXPORT cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
-  auto* h = reinterpret_cast<BlasHandle*>(handle);
-  HandleRegistry& r = Registry();
-  {
-    std::lock_guard<std::mutex> lock(r.mu);
-    if (r.live.erase(h) == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
-  }
-  delete h;
-  return CUBLAS_STATUS_SUCCESS;
+  return Handles().Destroy(reinterpret_cast<BlasHandle*>(handle)) ? CUBLAS_STATUS_SUCCESS
+                                                                  : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
 PHOS_EXPORT cublasStatus_t cublasGetVersion_v2(cublasHandle_t handle, int* version) {

@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <unordered_set>
 #include <vector>
 
 #include "protocol/wire.h"
@@ -30,6 +32,38 @@ struct BlasHandle {
   void* workspace = nullptr;  // cublasSetWorkspace: recorded (phosd's handle has its own)
   size_t workspace_bytes = 0;
   cublasEmulationStrategy_t emulation = CUBLAS_EMULATION_STRATEGY_DEFAULT;
+};
+
+/// The live handles of one kind (cuBLAS's, cuBLASLt's): every call checks
+/// the handle the app passes against it, so a destroyed or stray pointer is
+/// refused instead of dereferenced. Instances are never destroyed (handles
+/// may be used from atexit handlers). Thread-safe.
+template <typename T>
+class LiveHandles {
+ public:
+  T* Create() {
+    auto* h = new T;
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.insert(h);
+    return h;
+  }
+  /// False (nothing freed) for a pointer that is no live handle.
+  bool Destroy(T* h) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (live_.erase(h) == 0) return false;
+    }
+    delete h;
+    return true;
+  }
+  bool Contains(T* h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.count(h) != 0;
+  }
+
+ private:
+  std::mutex mu_;  // guards live_
+  std::unordered_set<T*> live_;
 };
 
 /// The live handle `h` refers to, or nullptr (never created, destroyed).

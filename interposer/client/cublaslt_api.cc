@@ -70,19 +70,11 @@ struct LtHandle {
   uint32_t magic = kDescMagic;
 };
 
-struct Registry {
-  std::mutex mu;  // guards `live`
-  std::unordered_set<LtHandle*> live;
-};
-Registry& Handles() {
-  static auto* r = new Registry;
-  return *r;
+LiveHandles<LtHandle>& Handles() {
+  static auto* h = new LiveHandles<LtHandle>;
+  return *h;
 }
-bool LiveHandle(cublasLtHandle_t h) {
-  Registry& r = Handles();
-  std::lock_guard<std::mutex> lock(r.mu);
-  return r.live.count(reinterpret_cast<LtHandle*>(h)) != 0;
-}
+bool LiveHandle(cublasLtHandle_t h) { return Handles().Contains(reinterpret_cast<LtHandle*>(h)); }
 
 template <typename State, typename Opaque>
 State* StateOf(Opaque* p, uint32_t magic) {
@@ -151,24 +143,12 @@ using namespace phos::client;  // NOLINT
 PHOS_EXPORT cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
   if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   if (Initialised() != cudaSuccess) return CUBLAS_STATUS_NOT_INITIALIZED;
-  auto* h = new LtHandle;
-  Registry& r = Handles();
-  {
-    std::lock_guard<std::mutex> lock(r.mu);
-    r.live.insert(h);
-  }
-  *handle = reinterpret_cast<cublasLtHandle_t>(h);
+  *handle = reinterpret_cast<cublasLtHandle_t>(Handles().Create());
   return CUBLAS_STATUS_SUCCESS;
 }
 PHOS_EXPORT cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
-  auto* h = reinterpret_cast<LtHandle*>(handle);
-  Registry& r = Handles();
-  {
-    std::lock_guard<std::mutex> lock(r.mu);
-    if (r.live.erase(h) == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
-  }
-  delete h;
-  return CUBLAS_STATUS_SUCCESS;
+  return Handles().Destroy(reinterpret_cast<LtHandle*>(handle)) ? CUBLAS_STATUS_SUCCESS
+                                                                : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 PHOS_EXPORT size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }  // cuBLASLt ships with cuBLAS, one version
 PHOS_EXPORT size_t cublasLtGetCudartVersion(void) { return CUDART_VERSION; }

@@ -3,30 +3,7 @@
 #
 #   tests/bench/cublas_bench.sh [BUILD_DIR] [REPS] [BACKEND]
 #
-# Defaults: build, 5 repetitions (best kept), the sim backend. The
-# daemon and its socket live in a temporary directory removed on exit.
+# Defaults: build, 5 repetitions (best kept), the sim backend.
 set -euo pipefail
 build=${1:-build}
-reps=${2:-5}
-backend=${3:-sim}
-phos="$build/cli/phos"
-lib="$build/interposer/client/libphos.so"
-prog="$build/tests/bench/cublas_bench"
-for f in "$phos" "$lib" "$prog"; do
-  [[ -e $f ]] || { echo "cublas_bench.sh: $f is missing; build with -DPHOS_BUILD_BENCHMARKS=ON first" >&2; exit 2; }
-done
-dir=$(mktemp -d /tmp/phos-bench-XXXXXX)
-daemon_pid=
-cleanup() {
-  [[ -n $daemon_pid ]] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-"$phos" daemon --backend "$backend" --socket "$dir/phosd.sock" --log-level warn >"$dir/phosd.log" 2>&1 &
-daemon_pid=$!
-for _ in $(seq 100); do
-  [[ -S $dir/phosd.sock.data ]] && break
-  sleep 0.1
-done
-[[ -S $dir/phosd.sock.data ]] || { echo "cublas_bench.sh: phosd did not start:" >&2; cat "$dir/phosd.log" >&2; exit 2; }
-"$phos" --socket "$dir/phosd.sock" run --lib "$lib" -- "$prog" "$reps"
+exec "$(dirname "$0")/run_under_private_phosd.sh" "$build" "${3:-sim}" "$build/tests/bench/cublas_bench" "${2:-5}"
