@@ -456,6 +456,15 @@ Status Level1(const BlasCall& c) {
 }
 
 bool Std(std::int32_t t) { return t == kR32F || t == kR64F || t == kC32F || t == kC64F; }
+
+/// The gemm type combinations Gemm computes (plain, pointer-array batched
+/// and cuBLASLt's): one type throughout from cblas's four, or 16-bit A and
+/// B widened to float with a C of their type or float.
+bool GemmTypesComputed(const BlasCall& c) {
+  const std::int32_t t = c.type_a;
+  return (t == c.type_b && t == c.type_c && Std(t)) ||
+         ((t == kR16F || t == kR16BF) && c.type_b == t && (c.type_c == t || c.type_c == kR32F));
+}
 bool Real(std::int32_t t) { return t == kR32F || t == kR64F || t == kR16F || t == kR16BF; }
 
 double ReadReal(const unsigned char* p, std::int32_t t) {
@@ -526,10 +535,7 @@ Status CheckSimBlas(const BlasCall& c) {
   bool ok = false;
   switch (c.op) {
     case BlasOp::kGemmBatched:
-    case BlasOp::kGemm:
-      ok = (t == c.type_b && t == c.type_c && Std(t)) ||
-           ((t == kR16F || t == kR16BF) && c.type_b == t && (c.type_c == t || c.type_c == kR32F));
-      break;
+    case BlasOp::kGemm: ok = GemmTypesComputed(c); break;
     case BlasOp::kGemv:
     case BlasOp::kGeam: ok = t == c.type_b && t == c.type_c && Std(t); break;
     case BlasOp::kTrsm: ok = t == c.type_c && s == t && Std(t); break;
@@ -549,17 +555,36 @@ Status CheckSimBlas(const BlasCall& c) {
     case BlasOp::kIamax:
     case BlasOp::kIamin: ok = Std(t); break;
     case BlasOp::kLtMatmul: {
-      const bool gemm = (t == c.type_b && t == c.type_c && Std(t)) ||
-                        ((t == kR16F || t == kR16BF) && c.type_b == t && (c.type_c == t || c.type_c == kR32F));
       const bool epilogue_ok = c.epilogue == 1 || (Real(c.type_d) && (!(c.epilogue & kEpilogueBias) || Real(c.bias_type)));
-      ok = gemm && c.type_d == c.type_c && epilogue_ok;
+      ok = GemmTypesComputed(c) && c.type_d == c.type_c && epilogue_ok;
       break;
     }
   }
   return ok ? Status::Ok() : Unsupported(c);
 }
 
+namespace {
+
+/// OpenBLAS indexes with 32-bit ints: a dimension or leading dimension
+/// (increment) beyond that is refused, not truncated. Both entry points
+/// (RunBlas, RunBlasBatched) check it.
+Status CheckBlasIndices(const BlasCall& c) {
+  for (std::int64_t v : {c.m, c.n, c.k, c.ldd, c.ldb < 0 ? -c.ldb : c.ldb, c.ldc < 0 ? -c.ldc : c.ldc,
+                         c.lda < 0 ? -c.lda : c.lda}) {
+    if (!FitsBlasInt(v)) {
+      return Status::InvalidArgument(std::string("cuBLAS ") + OpName(c.op) +
+                                     ": a dimension or leading dimension beyond 2^31-1 (the sim's BLAS "
+                                     "uses 32-bit indices)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status RunBlasBatched(const BlasCall& c, const PinRangeFn& pin) {
+  PHOS_RETURN_IF_ERROR(CheckBlasIndices(c));
+  InitSimBlas();
   if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
   const bool ta = c.op_a != 0, tb = c.op_b != 0;
   const std::int64_t arows = ta ? c.k : c.m, acols = ta ? c.m : c.k;
@@ -595,14 +620,7 @@ void InitSimBlas() {
 }
 
 Status RunBlas(const BlasCall& c) {
-  for (std::int64_t v : {c.m, c.n, c.k, c.ldd, c.ldb < 0 ? -c.ldb : c.ldb, c.ldc < 0 ? -c.ldc : c.ldc,
-                         c.lda < 0 ? -c.lda : c.lda}) {
-    if (!FitsBlasInt(v)) {
-      return Status::InvalidArgument(std::string("cuBLAS ") + OpName(c.op) +
-                                     ": a dimension or leading dimension beyond 2^31-1 (the sim's BLAS "
-                                     "uses 32-bit indices)");
-    }
-  }
+  PHOS_RETURN_IF_ERROR(CheckBlasIndices(c));
   InitSimBlas();
   switch (c.op) {
     case BlasOp::kGemm: return Gemm(c);
