@@ -55,9 +55,11 @@ struct BlasCall {
   // `host_result` (shared: the enqueued work keeps it alive even when the
   // caller stops waiting for it, e.g. its context is abandoned).
   std::uint64_t result = 0;
-  // cuBLASLt (kLtMatmul): the output D, the epilogue (cublasLtEpilogue_t:
-  // 1 none, 2 ReLU, 4 bias, 6 both, 32 GELU, 36 GELU + bias), the bias
-  // vector (m elements, bias_stride apart per batch member).
+  // cuBLASLt (kLtMatmul): the output D, the epilogue (a cublasLtEpilogue_t
+  // value; wire::DecodeLtEpilogue says what it does), the bias or bias
+  // gradient vector (m elements — n for BGRADB — bias_stride apart per
+  // batch member), the aux matrix (ReLU's bit mask: aux_ld and aux_stride
+  // in bits; GELU's input: elements of aux_type).
   std::uint64_t d = 0;
   std::int64_t ldd = 1, stride_d = 0;
   std::int32_t type_d = 0;
@@ -65,6 +67,9 @@ struct BlasCall {
   std::uint64_t bias = 0;
   std::int32_t bias_type = 0;
   std::int64_t bias_stride = 0;
+  std::uint64_t aux = 0;
+  std::int64_t aux_ld = 0, aux_stride = 0;
+  std::int32_t aux_type = 0;
   std::shared_ptr<std::array<unsigned char, 16>> host_result;
 
   // The device ranges the routine reads or writes (the handler's operands,
@@ -74,7 +79,7 @@ struct BlasCall {
     std::uint64_t ptr = 0;
     std::uint64_t bytes = 0;
   };
-  Range ranges[10];
+  Range ranges[12];
   std::uint32_t range_count = 0;
 };
 

@@ -33,8 +33,11 @@ constexpr OperandSpec kBlasOperands[] = {
     {"A", ArgRole::kRead},          {"B", ArgRole::kRead},     {"C", ArgRole::kReadWrite},
     {"x", ArgRole::kReadWrite},     {"alpha", ArgRole::kRead}, {"beta", ArgRole::kRead},
     {"result", ArgRole::kWrite},    {"C (Lt input)", ArgRole::kRead}, {"bias", ArgRole::kRead},
+    {"bias gradient", ArgRole::kReadWrite}, {"aux (Lt input)", ArgRole::kRead},
+    {"aux (Lt output)", ArgRole::kReadWrite},
 };
 static_assert(std::size(kBlasOperands) == wire::kBlasSlotCount);
+static_assert(wire::kBlasSlotCount <= kMaxSpecOperands);
 
 std::vector<CallSpec> BuildSpecs() {
   std::vector<CallSpec> specs;

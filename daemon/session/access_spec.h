@@ -41,7 +41,7 @@ struct OperandSpec {
   ArgRole role = ArgRole::kRead;
 };
 
-inline constexpr uint32_t kMaxSpecOperands = 10;
+inline constexpr uint32_t kMaxSpecOperands = 12;
 
 struct CallSpec {
   wire::ApiId api{};

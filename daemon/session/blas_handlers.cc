@@ -144,6 +144,10 @@ backend::BlasCall ToBackendLtCall(const wire::BlasLtRequest& req) {
   bc.bias = req.bias;
   bc.bias_type = req.bias_type;
   bc.bias_stride = req.bias_stride;
+  bc.aux = req.aux;
+  bc.aux_ld = req.aux_ld;
+  bc.aux_stride = req.aux_stride;
+  bc.aux_type = req.aux_type;
   return bc;
 }
 

@@ -39,6 +39,20 @@ static_assert(wire::kCudaR32F == CUDA_R_32F && wire::kCudaR64F == CUDA_R_64F && 
               wire::kCudaC32F == CUDA_C_32F && wire::kCudaC64F == CUDA_C_64F && wire::kCudaR16BF == CUDA_R_16BF &&
               wire::kCudaR32I == CUDA_R_32I && wire::kCudaR8I == CUDA_R_8I);
 
+/// Whether the host scalar `bytes` of cudaDataType_t `type` is exactly 1.
+bool HostScalarIsOne(const uint8_t* bytes, int32_t type) {
+  uint8_t one[16] = {};
+  size_t n = 0;
+  switch (type) {
+    case CUDA_R_32F: case CUDA_C_32F: { const float f = 1.0f; std::memcpy(one, &f, 4); n = type == CUDA_R_32F ? 4 : 8; break; }
+    case CUDA_R_64F: case CUDA_C_64F: { const double d = 1.0; std::memcpy(one, &d, 8); n = type == CUDA_R_64F ? 8 : 16; break; }
+    case CUDA_R_16F: { const uint16_t h = 0x3c00; std::memcpy(one, &h, 2); n = 2; break; }
+    case CUDA_R_16BF: { const uint16_t h = 0x3f80; std::memcpy(one, &h, 2); n = 2; break; }
+    default: return false;
+  }
+  return std::memcmp(bytes, one, n) == 0;
+}
+
 }  // namespace
 
 cublasStatus_t BlasStatusOf(WireStatus w) {
@@ -56,12 +70,15 @@ cublasStatus_t ProbeBlasOnce(wire::ApiId api, const wire::BlasLtRequest& call) {
   // One answer per routine and type combination, for the process's life
   // (phosd's backend does not change under a running app; after a restore
   // onto another backend a refused combination stays refused — safe).
-  using Key = std::tuple<uint32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, uint32_t, int32_t>;
+  // cuBLASLt's bias gradients from an input are computed on the sim for
+  // alpha 1 only: whether alpha is a host 1 is part of the combination.
+  using Key = std::tuple<uint32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, uint32_t, int32_t, int32_t, bool>;
   static std::mutex mu;  // guards `answers`
   static auto* answers = new std::map<Key, cublasStatus_t>;
   const wire::BlasRequest& g = call.gemm;
+  const bool host_alpha_one = (g.flags & wire::kBlasDeviceScalars) == 0 && HostScalarIsOne(g.alpha, g.scalar_type);
   const Key key{static_cast<uint32_t>(api), g.type_a, g.type_b, g.type_c, g.compute, g.scalar_type, call.type_d,
-                call.epilogue, call.bias_type};
+                call.epilogue, call.bias_type, call.aux_type, host_alpha_one};
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = answers->find(key); it != answers->end()) return it->second;

@@ -7,11 +7,12 @@
 // chooses the real one (cuda backend) or computes with OpenBLAS (sim).
 //
 // Honoured: compute/scale type, pointer mode host or device, transa/b,
-// the epilogues none, ReLU, bias, ReLU+bias, GELU, GELU+bias (bias pointer,
-// data type, batch stride), column-major layouts with batch count and
-// strided-batch offset. Anything else set to a non-default value (aux
-// outputs, gradients, FP8 scales, row-major or tiled orders) makes the
-// matmul answer CUBLAS_STATUS_NOT_SUPPORTED, naming it once.
+// every epilogue cuBLASLt defines — bias, ReLU, GELU, their aux outputs and
+// gradients, bias gradients — with their bias and aux attributes (pointer,
+// data type, leading dimension, batch stride), column-major layouts with
+// batch count and strided-batch offset. Anything else set to a non-default
+// value (FP8 scales, amax, alpha vectors, row-major or tiled orders) makes
+// the matmul answer CUBLAS_STATUS_NOT_SUPPORTED, naming it once.
 #include <cublasLt.h>
 
 #include <cstdio>
@@ -55,6 +56,10 @@ struct DescState {
   int32_t bias_type;  // -1: the default (D's type)
   uint64_t bias;
   int64_t bias_stride;
+  uint64_t aux;
+  int64_t aux_ld;
+  int64_t aux_stride;
+  int32_t aux_type;   // -1: the default (D's type)
   int32_t unsupported;  // first attribute set to what phos does not honour (+1), 0: none
 };
 static_assert(sizeof(DescState) <= sizeof(cublasLtMatmulDescOpaque_t));
@@ -120,6 +125,7 @@ void InitDesc(DescState* d, cublasComputeType_t compute, cudaDataType_t scale) {
   d->transa = d->transb = d->transc = CUBLAS_OP_N;
   d->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   d->bias_type = -1;
+  d->aux_type = -1;
 }
 
 void InitLayout(LayoutState* l, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
@@ -255,9 +261,13 @@ PHOS_EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d
     case CUBLASLT_MATMUL_DESC_TRANSB: ok = Take(buf, size, &d->transb); break;
     case CUBLASLT_MATMUL_DESC_TRANSC: ok = Take(buf, size, &d->transc); break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE: ok = Take(buf, size, &d->epilogue); break;
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: { const void* p; ok = Take(buf, size, &p); d->bias = reinterpret_cast<uint64_t>(p); break; }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: { const void* p = nullptr; ok = Take(buf, size, &p); d->bias = reinterpret_cast<uint64_t>(p); break; }
     case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: ok = Take(buf, size, &d->bias_stride); break;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: ok = Take(buf, size, &d->bias_type); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: { const void* p = nullptr; ok = Take(buf, size, &p); d->aux = reinterpret_cast<uint64_t>(p); break; }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: ok = Take(buf, size, &d->aux_ld); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: ok = Take(buf, size, &d->aux_stride); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: ok = Take(buf, size, &d->aux_type); break;
     // Hints that change no result.
     case CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET:
     case CUBLASLT_MATMUL_DESC_FAST_ACCUM:
@@ -283,6 +293,10 @@ PHOS_EXPORT cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t d
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return Give(reinterpret_cast<const void*>(d->bias), buf, size, written);
     case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: return Give(d->bias_stride, buf, size, written);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return Give(d->bias_type, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return Give(reinterpret_cast<const void*>(d->aux), buf, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return Give(d->aux_ld, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: return Give(d->aux_stride, buf, size, written);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return Give(d->aux_type, buf, size, written);
     default: return CUBLAS_STATUS_INVALID_VALUE;
   }
 }
@@ -441,6 +455,15 @@ PHOS_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmu
   r.bias = md->bias;
   r.bias_type = md->bias_type >= 0 ? md->bias_type : ld->type;
   r.bias_stride = md->bias_stride;
+  phos::wire::LtEpilogue ep;
+  phos::wire::DecodeLtEpilogue(md->epilogue, &ep);
+  if (ep.aux_in || ep.aux_out) {
+    r.aux = md->aux;
+    r.aux_ld = md->aux_ld;
+    r.aux_stride = md->aux_stride;
+    // ReLU's aux is a bit mask (no element type); GELU's defaults to D's.
+    r.aux_type = ep.relu_mask() ? -1 : md->aux_type >= 0 ? md->aux_type : ld->type;
+  }
   phos::wire::BlasOperands ops;
   if (const char* why = phos::wire::CheckBlasLt(r, &ops); why != nullptr) {
     if (std::getenv("PHOS_TRACE_ERRORS") != nullptr) std::fprintf(stderr, "phos: cublasLtMatmul: %s\n", why);

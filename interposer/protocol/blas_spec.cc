@@ -314,15 +314,51 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
   return "unknown routine";
 }
 
+bool DecodeLtEpilogue(uint32_t e, LtEpilogue* out) {
+  *out = LtEpilogue{};
+  switch (e) {
+    case kLtEpilogueDefault:
+    case kLtEpilogueRelu:
+    case kLtEpilogueRelu | kLtEpilogueAux:
+    case kLtEpilogueBias:
+    case kLtEpilogueRelu | kLtEpilogueBias:
+    case kLtEpilogueRelu | kLtEpilogueAux | kLtEpilogueBias:
+    case kLtEpilogueDRelu | kLtEpilogueAux:
+    case kLtEpilogueDRelu | kLtEpilogueAux | kLtEpilogueBGrad:
+    case kLtEpilogueGelu:
+    case kLtEpilogueGelu | kLtEpilogueAux:
+    case kLtEpilogueGelu | kLtEpilogueBias:
+    case kLtEpilogueGelu | kLtEpilogueAux | kLtEpilogueBias:
+    case kLtEpilogueDGelu | kLtEpilogueAux:
+    case kLtEpilogueDGelu | kLtEpilogueAux | kLtEpilogueBGrad:
+    case kLtEpilogueBGradA:
+    case kLtEpilogueBGradB: break;
+    default: return false;
+  }
+  out->relu = (e & kLtEpilogueRelu) != 0;
+  out->gelu = (e & kLtEpilogueGelu) != 0;
+  out->drelu = (e & kLtEpilogueDRelu) != 0;
+  out->dgelu = (e & kLtEpilogueDGelu) != 0;
+  out->bias = (e & kLtEpilogueBias) != 0;
+  const bool aux = (e & kLtEpilogueAux) != 0;
+  out->aux_out = aux && (out->relu || out->gelu);
+  out->aux_in = aux && (out->drelu || out->dgelu);
+  out->bgrad = (e & kLtEpilogueBGrad) != 0;
+  out->bgrad_a = e == kLtEpilogueBGradA;
+  out->bgrad_b = e == kLtEpilogueBGradB;
+  return true;
+}
+
 bool LtEpilogueSupported(uint32_t e) {
-  return e == kLtEpilogueDefault || e == kLtEpilogueRelu || e == kLtEpilogueBias || e == kLtEpilogueReluBias ||
-         e == kLtEpilogueGelu || e == kLtEpilogueGeluBias;
+  LtEpilogue decoded;
+  return DecodeLtEpilogue(e, &decoded);
 }
 
 const char* CheckBlasLt(const BlasLtRequest& req, BlasOperands* out) {
   if (const char* why = CheckBlas(BlasShape::kGemm, req.gemm, out); why != nullptr) return why;
-  if (req.reserved != 0) return "reserved field set";
-  if (!LtEpilogueSupported(req.epilogue)) return "an epilogue phos does not compute";
+  if (req.reserved != 0 || req.reserved2 != 0) return "reserved field set";
+  LtEpilogue ep;
+  if (!DecodeLtEpilogue(req.epilogue, &ep)) return "an epilogue cuBLASLt does not define";
   const uint32_t ed = BlasTypeBytes(req.type_d);
   if (ed == 0) return "unknown data type of D";
   // The gemm's C operand is Lt's input C: read only.
@@ -331,17 +367,36 @@ const char* CheckBlasLt(const BlasLtRequest& req, BlasOperands* out) {
   Builder b{out};
   const char* why = nullptr;
   unsigned __int128 bytes = 0;
-  if (req.stride_d < 0 || req.bias_stride < 0) return "negative stride";
-  if (!MatrixExtent(req.gemm.m, req.gemm.n, req.ldd, req.stride_d, req.gemm.batch, ed, "ldd smaller than m", &bytes,
-                    &why))
-    return why;
+  const BlasRequest& g = req.gemm;
+  if (req.stride_d < 0 || req.bias_stride < 0 || req.aux_stride < 0) return "negative stride";
+  if (!MatrixExtent(g.m, g.n, req.ldd, req.stride_d, g.batch, ed, "ldd smaller than m", &bytes, &why)) return why;
   b.Add(kBlasSlotC, req.d, bytes);
-  if ((req.epilogue & kLtEpilogueBias) != 0) {
+  if (ep.bias || ep.writes_bias()) {
     const uint32_t eb = BlasTypeBytes(req.bias_type);
     if (eb == 0) return "unknown data type of the bias";
     if (req.bias == 0) return "a bias epilogue without a bias pointer";
-    if (!VectorExtent(req.gemm.m, 1, req.bias_stride, req.gemm.batch, eb, "bias", &bytes, &why)) return why;
-    b.Add(kBlasSlotBias, req.bias, bytes);
+    if (!VectorExtent(ep.bgrad_b ? g.n : g.m, 1, req.bias_stride, g.batch, eb, "bias", &bytes, &why)) return why;
+    b.Add(ep.bias ? kBlasSlotBias : kBlasSlotBiasGrad, req.bias, bytes);
+  }
+  if (ep.aux_in || ep.aux_out) {
+    if (req.aux == 0) return "an aux epilogue without an aux pointer";
+    if (ep.relu_mask()) {
+      // One bit per element of D, aux_ld bits per column (cuBLASLt: a
+      // multiple of 128, at least m), aux_stride bits per batch member.
+      if (req.aux_ld % 128 != 0 || req.aux_stride % 128 != 0)
+        return "the ReLU mask's ld or batch stride is not a multiple of 128";
+      if (!MatrixExtent(g.m, g.n, req.aux_ld, req.aux_stride, g.batch, 1, "aux ld smaller than m", &bytes, &why))
+        return why;
+      bytes = (bytes + 7) / 8;
+    } else {
+      const uint32_t ex = BlasTypeBytes(req.aux_type);
+      if (ex == 0) return "unknown data type of the aux matrix";
+      if (req.aux_ld % 8 != 0 || req.aux_stride % 8 != 0)
+        return "the GELU aux matrix's ld or batch stride is not a multiple of 8";
+      if (!MatrixExtent(g.m, g.n, req.aux_ld, req.aux_stride, g.batch, ex, "aux ld smaller than m", &bytes, &why))
+        return why;
+    }
+    b.Add(ep.aux_in ? kBlasSlotAuxIn : kBlasSlotAuxOut, req.aux, bytes);
   }
   return nullptr;
 }

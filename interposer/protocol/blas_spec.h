@@ -50,7 +50,10 @@ enum BlasSlot : uint32_t {
   kBlasSlotResult = 6,  // device-mode reduction result: written
   kBlasSlotInput = 7,   // cuBLASLt's C (its output is D, in slot C): read
   kBlasSlotBias = 8,    // cuBLASLt's bias vector: read
-  kBlasSlotCount = 9,
+  kBlasSlotBiasGrad = 9,  // cuBLASLt's bias gradient (BGRAD epilogues): written
+  kBlasSlotAuxIn = 10,    // cuBLASLt's aux matrix read by DRELU/DGELU
+  kBlasSlotAuxOut = 11,   // cuBLASLt's aux matrix written by *_AUX epilogues
+  kBlasSlotCount = 12,
 };
 
 struct BlasOperand {
@@ -92,15 +95,35 @@ int32_t BlasRealTypeOf(int32_t type);
 /// no extent overflowing 2^62 bytes.
 const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out);
 
-// cublasLtEpilogue_t values phos computes.
-inline constexpr uint32_t kLtEpilogueDefault = 1, kLtEpilogueRelu = 2, kLtEpilogueBias = 4,
-                          kLtEpilogueReluBias = 6, kLtEpilogueGelu = 32, kLtEpilogueGeluBias = 36;
-/// Whether phos computes epilogue `e` (the others — aux outputs, gradients
-/// — are refused by name).
+// cublasLtEpilogue_t bits (cublasLt.h): every epilogue is a combination.
+inline constexpr uint32_t kLtEpilogueDefault = 1, kLtEpilogueRelu = 2, kLtEpilogueBias = 4, kLtEpilogueDRelu = 8,
+                          kLtEpilogueBGrad = 16, kLtEpilogueGelu = 32, kLtEpilogueDGelu = 64, kLtEpilogueAux = 128,
+                          kLtEpilogueBGradA = 256, kLtEpilogueBGradB = 512;
+
+/// What an epilogue does, decoded from its cublasLtEpilogue_t value.
+struct LtEpilogue {
+  bool relu = false, gelu = false;    // forward activation
+  bool drelu = false, dgelu = false;  // backward: D *= activation'(aux)
+  bool bias = false;                  // forward: D += bias (read)
+  bool aux_out = false;               // forward: aux = ReLU mask / GELU input
+  bool aux_in = false;                // backward: aux read
+  bool bgrad = false;                 // bias gradient of D (m elements)
+  bool bgrad_a = false, bgrad_b = false;  // bias gradient from op(A) (m) / op(B) (n)
+  bool relu_mask() const { return relu || drelu; }
+  /// Whether the epilogue writes a bias gradient into the bias pointer.
+  bool writes_bias() const { return bgrad || bgrad_a || bgrad_b; }
+};
+/// False when `e` is no epilogue cuBLASLt defines (all 16 it defines are
+/// decoded).
+bool DecodeLtEpilogue(uint32_t e, LtEpilogue* out);
+/// Whether `e` is an epilogue cuBLASLt defines.
 bool LtEpilogueSupported(uint32_t e);
 /// As CheckBlas, for cublasLtMatmul: A and B as a gemm's, C read, D (m x n,
-/// ldd, stride_d) read and written, the bias (m elements per batch member)
-/// read when the epilogue adds one.
+/// ldd, stride_d) read and written; the bias (m elements per batch member)
+/// read when the epilogue adds one; the bias gradient (m elements, n for
+/// BGRADB) written; the aux matrix (m x n: bits, aux_ld a multiple of 128,
+/// for ReLU's mask; elements of aux_type, aux_ld a multiple of 8, for
+/// GELU's input) written by the *_AUX epilogues, read by DRELU/DGELU.
 const char* CheckBlasLt(const BlasLtRequest& req, BlasOperands* out);
 
 }  // namespace phos::wire

@@ -286,9 +286,12 @@ inline constexpr uint32_t kBlasUnitDiag = 0x10;
 
 /// kBlasLtMatmul: cublasLtMatmul, D = epilogue(alpha op(A) op(B) + beta C).
 /// `gemm` holds A, B, C (C is read only: the output is D) as a strided-
-/// batched gemm; the epilogue adds the bias (one element per row of D,
-/// `bias_stride` elements apart between batch members) and applies ReLU or
-/// GELU (cublasLtEpilogue_t values).
+/// batched gemm; the epilogue (cublasLtEpilogue_t) adds the bias (one
+/// element per row of D, `bias_stride` elements apart between batch
+/// members), applies ReLU or GELU, or their gradients, and may write or
+/// read the auxiliary matrix (`aux`: ReLU's bit mask, `aux_ld` and
+/// `aux_stride` in bits; GELU's input, in elements of `aux_type`) or write
+/// a bias gradient into `bias` (protocol/blas_spec.h, CheckBlasLt).
 struct BlasLtRequest {
   BlasRequest gemm;
   uint64_t d;
@@ -300,8 +303,13 @@ struct BlasLtRequest {
   int32_t bias_type;    // cudaDataType_t
   uint32_t reserved;    // 0
   int64_t bias_stride;
+  uint64_t aux;         // 0: none
+  int64_t aux_ld;
+  int64_t aux_stride;
+  int32_t aux_type;     // cudaDataType_t of GELU's aux matrix
+  uint32_t reserved2;   // 0
 };
-static_assert(sizeof(BlasLtRequest) == 192 + 56);
+static_assert(sizeof(BlasLtRequest) == 192 + 88);
 
 /// kBlasProbe: can this phosd's backend compute `api`'s routine with the
 /// types (and, for cuBLASLt, epilogue) of `call`? Answered at once, no

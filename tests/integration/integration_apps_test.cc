@@ -495,6 +495,30 @@ TEST_F(IntegrationTest, CublasRoutinesMatchACpuReference) {
   }
 }
 
+// cuBLASLt's training epilogues (docs/interposer.md "cuBLAS and
+// cuBLASLt"): forward with the ReLU mask or GELU input saved, backward
+// reading it with the bias gradient, BGRADA/BGRADB — against CPU
+// references. The sim refuses one case by name (an input's bias gradient
+// scaled by alpha != 1, which cuBLASLt does not document): that refusal
+// and no other.
+TEST_F(IntegrationTest, CublasLtTrainingEpiloguesMatchACpuReference) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/cublaslt_training");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("cublaslt_training: OK"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("cublaslt_training: BGRADB with alpha 2: CUBLAS_STATUS_NOT_SUPPORTED"), std::string::npos)
+      << c.output;
+  size_t refusals = 0;
+  for (size_t at = c.output.find("not supported by phos"); at != std::string::npos;
+       at = c.output.find("not supported by phos", at + 1))
+    ++refusals;
+  EXPECT_EQ(refusals, 1u) << c.output;
+  d.Stop();  // phosd's log, complete
+  EXPECT_NE(d.log().find("BGRADA/BGRADB epilogues with an alpha other than a host-pointer 1"), std::string::npos)
+      << d.log();
+}
+
 // A child forked before any CUDA call connects on its own.
 TEST_F(IntegrationTest, RuntimeMoreForkBeforeInit) {
   Daemon d(dir_);

@@ -314,6 +314,18 @@ Status CudaContext::LtMatmul(const BlasCall& c, CUstream stream) {
     PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
     PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &c.bias_stride, sizeof c.bias_stride));
   }
+  if (c.aux != 0) {
+    // ReLU's bit mask or GELU's input (checked by the handler: ld and
+    // stride as cuBLASLt requires them).
+    const void* aux = reinterpret_cast<const void*>(c.aux);
+    PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &c.aux_ld, sizeof c.aux_ld));
+    PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &c.aux_stride, sizeof c.aux_stride));
+    if (c.aux_type >= 0) {
+      const int32_t aux_type = c.aux_type;
+      PHOS_RETURN_IF_ERROR(set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof aux_type));
+    }
+  }
   auto layout = [&](cublasLtMatrixLayout_t* l, int32_t type, int64_t rows, int64_t cols, int64_t ldim,
                     int64_t stride) -> Status {
     PHOS_RETURN_IF_ERROR(check(lib->LtMatrixLayoutCreate(l, static_cast<cudaDataType>(type), static_cast<uint64_t>(rows),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "interp/numeric.h"
+#include "protocol/blas_spec.h"
 
 namespace phos::backend::sim {
 namespace {
@@ -466,6 +467,7 @@ bool GemmTypesComputed(const BlasCall& c) {
          ((t == kR16F || t == kR16BF) && c.type_b == t && (c.type_c == t || c.type_c == kR32F));
 }
 bool Real(std::int32_t t) { return t == kR32F || t == kR64F || t == kR16F || t == kR16BF; }
+bool AlphaIsOne(const BlasCall& c) { return !c.device_scalars && Alpha(c) == 1.0; }
 
 double ReadReal(const unsigned char* p, std::int32_t t) {
   switch (t) {
@@ -482,15 +484,47 @@ void WriteReal(double v, unsigned char* p, std::int32_t t) {
   }
 }
 
-// cublasLtEpilogue_t bits (cublasLt.h).
-constexpr std::uint32_t kEpilogueRelu = 2, kEpilogueBias = 4, kEpilogueGelu = 32;
+constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr double kGeluCubic = 0.044715;
+
+/// GELU in its tanh form (cuBLASLt's) and its derivative.
+double Gelu(double x) { return 0.5 * x * (1.0 + std::tanh(kGeluScale * (x + kGeluCubic * x * x * x))); }
+double GeluGrad(double x) {
+  const double t = std::tanh(kGeluScale * (x + kGeluCubic * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kGeluScale * (1.0 + 3.0 * kGeluCubic * x * x);
+}
+
+/// op(M)(row, col) of a real column-major matrix of cudaDataType_t `type`.
+double OpReal(std::uint64_t base, std::int64_t ld, std::uint32_t op, std::int64_t row, std::int64_t col,
+              std::int32_t type) {
+  const std::int64_t index = op == 0 ? col * ld + row : row * ld + col;
+  return ReadReal(reinterpret_cast<const unsigned char*>(base + static_cast<std::uint64_t>(index) * ElementBytes(type)),
+                  type);
+}
+
+/// ReLU's bit mask: bit `bit` of the mask at `base` (bits numbered from
+/// the least significant bit of the first byte, cuBLASLt's layout).
+bool MaskBit(std::uint64_t base, std::uint64_t bit) {
+  return (*reinterpret_cast<const unsigned char*>(base + bit / 8) >> (bit % 8)) & 1;
+}
+void SetMaskBit(std::uint64_t base, std::uint64_t bit, bool on) {
+  auto* byte = reinterpret_cast<unsigned char*>(base + bit / 8);
+  const auto mask = static_cast<unsigned char>(1u << (bit % 8));
+  *byte = on ? static_cast<unsigned char>(*byte | mask) : static_cast<unsigned char>(*byte & ~mask);
+}
 
 /// cuBLASLt: D = C (where C is another matrix and beta != 0), then the gemm
 /// into D, then the epilogue element by element in double, rounded to D's
 /// type (cuBLASLt applies it before D's rounding: for a 16-bit D the sim's
-/// result may differ by one rounding step).
+/// result may differ by one rounding step). In order, per element:
+/// + bias; aux = the value (GELU) or its sign bit (ReLU); the activation;
+/// or, backward, times the activation's derivative at aux. A BGRAD
+/// epilogue sums D's final values over each row; BGRADA/BGRADB sum op(A)'s
+/// rows / op(B)'s columns over k (alpha is 1: CheckSimBlas).
 Status LtMatmul(const BlasCall& c) {
   if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
+  wire::LtEpilogue ep;
+  if (!wire::DecodeLtEpilogue(c.epilogue, &ep)) return Unsupported(c);
   const std::size_t ed = ElementBytes(c.type_d);
   const cd beta = Beta(c);
   if (beta != 0.0 && (c.c != c.d || c.ldc != c.ldd || c.stride_c != c.stride_d)) {
@@ -509,22 +543,49 @@ Status LtMatmul(const BlasCall& c) {
   g.stride_c = c.stride_d;
   g.type_c = c.type_d;
   PHOS_RETURN_IF_ERROR(Gemm(g));
-  if (c.epilogue == 1) return Status::Ok();
-  const std::size_t eb = ElementBytes(c.bias_type);
-  const bool bias = (c.epilogue & kEpilogueBias) != 0;
-  for (std::int64_t p = 0; p < c.batch; ++p)
+  if (c.epilogue == wire::kLtEpilogueDefault) return Status::Ok();
+  const std::size_t eb = ElementBytes(c.bias_type), ex = ElementBytes(c.aux_type);
+  const auto bias_at = [&](std::int64_t p, std::int64_t i) {
+    return reinterpret_cast<unsigned char*>(c.bias + static_cast<std::uint64_t>(p * c.bias_stride + i) * eb);
+  };
+  std::vector<double> row_sums;
+  for (std::int64_t p = 0; p < c.batch; ++p) {
+    if (ep.bgrad_a || ep.bgrad_b) {
+      // The gemm's own D stays as computed; the bias gradient comes from
+      // the inputs.
+      const std::int64_t len = ep.bgrad_a ? c.m : c.n;
+      for (std::int64_t x = 0; x < len; ++x) {
+        double sum = 0;
+        for (std::int64_t kk = 0; kk < c.k; ++kk) {
+          sum += ep.bgrad_a ? OpReal(c.a + static_cast<std::uint64_t>(p * c.stride_a) * ElementBytes(c.type_a), c.lda,
+                                     c.op_a, x, kk, c.type_a)
+                            : OpReal(c.b + static_cast<std::uint64_t>(p * c.stride_b) * ElementBytes(c.type_b), c.ldb,
+                                     c.op_b, kk, x, c.type_b);
+        }
+        WriteReal(sum, bias_at(p, x), c.bias_type);
+      }
+      continue;
+    }
+    row_sums.assign(static_cast<std::size_t>(c.m), 0.0);
     for (std::int64_t j = 0; j < c.n; ++j)
       for (std::int64_t i = 0; i < c.m; ++i) {
         auto* e = reinterpret_cast<unsigned char*>(c.d + static_cast<std::uint64_t>(p * c.stride_d + j * c.ldd + i) * ed);
+        const std::uint64_t aux_index = static_cast<std::uint64_t>(p * c.aux_stride + j * c.aux_ld + i);
+        auto* aux_elem = reinterpret_cast<unsigned char*>(c.aux + aux_index * ex);
         double v = ReadReal(e, c.type_d);
-        if (bias) {
-          v += ReadReal(reinterpret_cast<const unsigned char*>(c.bias + static_cast<std::uint64_t>(p * c.bias_stride + i) * eb),
-                        c.bias_type);
-        }
-        if (c.epilogue & kEpilogueRelu) v = v > 0 ? v : 0;
-        if (c.epilogue & kEpilogueGelu) v = 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        if (ep.bias) v += ReadReal(bias_at(p, i), c.bias_type);
+        if (ep.aux_out && ep.relu) SetMaskBit(c.aux, aux_index, v > 0);
+        if (ep.aux_out && ep.gelu) WriteReal(v, aux_elem, c.aux_type);
+        if (ep.relu) v = v > 0 ? v : 0;
+        if (ep.gelu) v = Gelu(v);
+        if (ep.drelu && !MaskBit(c.aux, aux_index)) v = 0;
+        if (ep.dgelu) v *= GeluGrad(ReadReal(aux_elem, c.aux_type));
+        if (ep.bgrad) row_sums[static_cast<std::size_t>(i)] += v;
         WriteReal(v, e, c.type_d);
       }
+    if (ep.bgrad)
+      for (std::int64_t i = 0; i < c.m; ++i) WriteReal(row_sums[static_cast<std::size_t>(i)], bias_at(p, i), c.bias_type);
+  }
   return Status::Ok();
 }
 
@@ -555,8 +616,19 @@ Status CheckSimBlas(const BlasCall& c) {
     case BlasOp::kIamax:
     case BlasOp::kIamin: ok = Std(t); break;
     case BlasOp::kLtMatmul: {
-      const bool epilogue_ok = c.epilogue == 1 || (Real(c.type_d) && (!(c.epilogue & kEpilogueBias) || Real(c.bias_type)));
+      wire::LtEpilogue ep;
+      if (!wire::DecodeLtEpilogue(c.epilogue, &ep)) break;
+      const bool gelu_aux = (ep.aux_in || ep.aux_out) && !ep.relu_mask();
+      const bool epilogue_ok = c.epilogue == wire::kLtEpilogueDefault ||
+                               (Real(c.type_d) && (!(ep.bias || ep.writes_bias()) || Real(c.bias_type)) &&
+                                (!gelu_aux || Real(c.aux_type)));
       ok = GemmTypesComputed(c) && c.type_d == c.type_c && epilogue_ok;
+      if (ok && (ep.bgrad_a || ep.bgrad_b) && !AlphaIsOne(c)) {
+        // Whether cuBLASLt scales the input's bias gradient by alpha is not
+        // documented: refused rather than guessed.
+        return Status::NotSupported("cublasLtMatmul: the BGRADA/BGRADB epilogues with an alpha other than a "
+                                    "host-pointer 1 are not computed by the sim backend");
+      }
       break;
     }
   }

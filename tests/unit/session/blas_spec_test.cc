@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 
 #include "protocol/calls.h"
@@ -247,7 +249,7 @@ TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {
   r.ldd = 8;
   r.stride_d = 40;
   r.type_d = kCudaR32F;
-  r.epilogue = kLtEpilogueReluBias;
+  r.epilogue = kLtEpilogueRelu | kLtEpilogueBias;
   r.bias = 0x6000000;
   r.bias_type = kCudaR16F;
   r.bias_stride = 6;
@@ -258,14 +260,85 @@ TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {
   EXPECT_EQ(Slot(ops, kBlasSlotC)->ptr, 0x5000000u);           // D: written
   EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (40 + 4 * 8 + 6) * 4u);
   EXPECT_EQ(Slot(ops, kBlasSlotBias)->bytes, (6 + 6) * 2u);    // m halves per batch member
-  r.epilogue = 8 | 128;                                        // DRELU: needs an aux input
-  EXPECT_STREQ(CheckBlasLt(r, &ops), "an epilogue phos does not compute");
+  r.epilogue = 8;  // DRELU without its aux bit: no epilogue cuBLASLt defines
+  EXPECT_STREQ(CheckBlasLt(r, &ops), "an epilogue cuBLASLt does not define");
   r.epilogue = kLtEpilogueBias;
   r.bias = 0;
   EXPECT_STREQ(CheckBlasLt(r, &ops), "a bias epilogue without a bias pointer");
   r.epilogue = kLtEpilogueDefault;
   r.ldd = 5;
   EXPECT_STREQ(CheckBlasLt(r, &ops), "ldd smaller than m");
+}
+
+TEST(BlasSpec, EveryCublasLtEpilogueDecodes) {
+  // The 16 values of cublasLtEpilogue_t (cublasLt.h); nothing else.
+  const uint32_t defined[] = {1, 2, 130, 4, 6, 134, 136, 152, 32, 160, 36, 164, 192, 208, 256, 512};
+  int count = 0;
+  for (uint32_t e = 0; e < 1024; ++e) {
+    LtEpilogue ep;
+    const bool ok = DecodeLtEpilogue(e, &ep);
+    EXPECT_EQ(ok, std::find(std::begin(defined), std::end(defined), e) != std::end(defined)) << e;
+    count += ok ? 1 : 0;
+  }
+  EXPECT_EQ(count, 16);
+  LtEpilogue ep;
+  ASSERT_TRUE(DecodeLtEpilogue(152, &ep));  // DRELU_BGRAD
+  EXPECT_TRUE(ep.drelu && ep.aux_in && ep.bgrad && !ep.aux_out && !ep.bias && ep.writes_bias());
+  ASSERT_TRUE(DecodeLtEpilogue(164, &ep));  // GELU_AUX_BIAS
+  EXPECT_TRUE(ep.gelu && ep.aux_out && ep.bias && !ep.aux_in && !ep.writes_bias() && !ep.relu_mask());
+  ASSERT_TRUE(DecodeLtEpilogue(512, &ep));  // BGRADB
+  EXPECT_TRUE(ep.bgrad_b && ep.writes_bias() && !ep.bias);
+}
+
+TEST(BlasSpec, LtAuxAndBiasGradientExtents) {
+  BlasLtRequest r{};
+  r.gemm = Gemm(6, 5, 4, 0, 0, 6, 4, 6);  // m 6, n 5, k 4
+  r.gemm.batch = 2;
+  r.gemm.stride_a = 24;
+  r.gemm.stride_b = 20;
+  r.gemm.stride_c = 30;
+  r.d = 0x5000000;
+  r.ldd = 6;
+  r.stride_d = 30;
+  r.type_d = kCudaR32F;
+  r.bias = 0x6000000;
+  r.bias_type = kCudaR32F;
+  r.bias_stride = 8;
+  r.aux = 0x7000000;
+  r.aux_ld = 128;       // bits
+  r.aux_stride = 1024;  // bits
+  r.aux_type = -1;
+  BlasOperands ops;
+  r.epilogue = kLtEpilogueRelu | kLtEpilogueAux | kLtEpilogueBias;  // RELU_AUX_BIAS: bias read, mask written
+  ASSERT_EQ(CheckBlasLt(r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotBias)->bytes, (8 + 6) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotAuxOut)->ptr, 0x7000000u);
+  EXPECT_EQ(Slot(ops, kBlasSlotAuxOut)->bytes, (1024 + 4 * 128 + 6 + 7) / 8u);  // bits, rounded up to bytes
+  EXPECT_EQ(Slot(ops, kBlasSlotAuxIn), nullptr);
+  r.epilogue = kLtEpilogueDRelu | kLtEpilogueAux | kLtEpilogueBGrad;  // DRELU_BGRAD: mask read, gradient written
+  ASSERT_EQ(CheckBlasLt(r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotAuxIn)->bytes, (1024 + 4 * 128 + 6 + 7) / 8u);
+  EXPECT_EQ(Slot(ops, kBlasSlotBiasGrad)->bytes, (8 + 6) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotBias), nullptr);
+  r.aux_ld = 64;  // cuBLASLt: a multiple of 128 bits
+  EXPECT_STREQ(CheckBlasLt(r, &ops), "the ReLU mask's ld or batch stride is not a multiple of 128");
+  r.epilogue = kLtEpilogueGelu | kLtEpilogueAux;  // GELU_AUX: aux of aux_type, ld in elements
+  r.aux_ld = 8;
+  r.aux_stride = 48;
+  r.aux_type = kCudaR16F;
+  ASSERT_EQ(CheckBlasLt(r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotAuxOut)->bytes, (48 + 4 * 8 + 6) * 2u);
+  r.aux_ld = 12;
+  EXPECT_STREQ(CheckBlasLt(r, &ops), "the GELU aux matrix's ld or batch stride is not a multiple of 8");
+  r.aux_ld = 8;
+  r.aux = 0;
+  EXPECT_STREQ(CheckBlasLt(r, &ops), "an aux epilogue without an aux pointer");
+  r.epilogue = kLtEpilogueBGradB;  // n elements of gradient per member
+  ASSERT_EQ(CheckBlasLt(r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotBiasGrad)->bytes, (8 + 5) * 4u);
+  r.epilogue = kLtEpilogueBGradA;  // m
+  ASSERT_EQ(CheckBlasLt(r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotBiasGrad)->bytes, (8 + 6) * 4u);
 }
 
 }  // namespace
