@@ -33,6 +33,17 @@ enum class BlasOp : std::uint8_t {
   kIamax,  // result (int32) = 1-based index of the first max |re| + |im|
   kIamin,
   kLtMatmul,  // D(d, ldd, stride_d) = epilogue(alpha op(A) op(B) + beta C); C only read
+  // The symmetric, Hermitian and triangular routines (wire::BlasShape says
+  // which fields each reads); `conjugate` selects the Hermitian member.
+  kSymm,   // C = alpha A B + beta C, or alpha B A + beta C when side_right; A's `upper` triangle or lower
+  kSyr2k,  // C (n x n triangle) = alpha op(A) op(B)^T + alpha op(B) op(A)^T + beta C
+  kTrmm,   // C = alpha op(A) B, or alpha B op(A); B in (b, ldb), A triangular (upper, unit_diag)
+  kSymv,   // y(c, ldc) = alpha A x(b, ldb) + beta y
+  kTrmv,   // x(c, ldc) = op(A) x
+  kTrsv,   // x(c, ldc) = inv(op(A)) x
+  kSyr,    // A(c, ldc) += alpha x(a, lda) x^T (her: x x^H)
+  kSyr2,   // A(c, ldc) += alpha x y^T + alpha y x^T (her2: conjugated), y in (b, ldb)
+  kDgmm,   // C = A diag(x) (side_right) or diag(x) A; x in (b, ldb)
 };
 
 struct BlasCall {
@@ -42,7 +53,10 @@ struct BlasCall {
   std::int32_t scalar_type = 0;  // alpha, beta, and a reduction's result
   std::uint32_t op_a = 0, op_b = 0;  // cublasOperation_t: 0 N, 1 T, 2 C
   bool conjugate = false;
-  bool side_right = false, upper = false, unit_diag = false;  // trsm
+  bool side_right = false, upper = false, unit_diag = false;  // trsm, trmm, symm, ...
+  // alpha / beta of the real type of scalar_type's precision (herk, her,
+  // her2k's beta).
+  bool real_alpha = false, real_beta = false;
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   std::uint64_t a = 0, b = 0, c = 0;
   std::int64_t lda = 1, ldb = 1, ldc = 1;

@@ -42,6 +42,15 @@ backend::BlasOp ToBackendOp(wire::BlasShape shape) {
     case wire::BlasShape::kIamax: return backend::BlasOp::kIamax;
     case wire::BlasShape::kIamin: return backend::BlasOp::kIamin;
     case wire::BlasShape::kLtMatmul: return backend::BlasOp::kLtMatmul;
+    case wire::BlasShape::kSymm: return backend::BlasOp::kSymm;
+    case wire::BlasShape::kSyr2k: return backend::BlasOp::kSyr2k;
+    case wire::BlasShape::kTrmm: return backend::BlasOp::kTrmm;
+    case wire::BlasShape::kSymv: return backend::BlasOp::kSymv;
+    case wire::BlasShape::kTrmv: return backend::BlasOp::kTrmv;
+    case wire::BlasShape::kTrsv: return backend::BlasOp::kTrsv;
+    case wire::BlasShape::kSyr: return backend::BlasOp::kSyr;
+    case wire::BlasShape::kSyr2: return backend::BlasOp::kSyr2;
+    case wire::BlasShape::kDgmm: return backend::BlasOp::kDgmm;
   }
   return backend::BlasOp::kGemm;
 }
@@ -60,6 +69,8 @@ backend::BlasCall ToBackendCall(wire::BlasShape shape, const wire::BlasRequest& 
   c.side_right = (r.flags & wire::kBlasSideRight) != 0;
   c.upper = (r.flags & wire::kBlasUpper) != 0;
   c.unit_diag = (r.flags & wire::kBlasUnitDiag) != 0;
+  c.real_alpha = (r.flags & wire::kBlasRealAlpha) != 0;
+  c.real_beta = (r.flags & wire::kBlasRealBeta) != 0;
   c.m = r.m;
   c.n = r.n;
   c.k = r.k;

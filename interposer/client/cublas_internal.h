@@ -85,4 +85,20 @@ cublasStatus_t ProbeBlasOnce(wire::ApiId api, const wire::BlasLtRequest& call);
 /// captured (cublas_routines.cc). A sticky error fails it first.
 cublasStatus_t PostBlas(wire::ApiId api, uint32_t stream, std::vector<std::byte> payload);
 
+/// A request with the handle's pointer mode (batch 1, leading dimensions 1).
+wire::BlasRequest BlasBase(const BlasHandle& h);
+
+/// alpha (and beta, when the routine has one) into the request: their
+/// addresses in device pointer mode, their values in host pointer mode
+/// (of the request's scalar type, or its real type where kBlasRealAlpha /
+/// kBlasRealBeta say so). False for a null scalar.
+bool SetBlasScalars(wire::BlasRequest* r, const void* alpha, const void* beta, bool has_beta);
+
+/// Checks `req` against `api`'s specification (CUBLAS_STATUS_INVALID_VALUE
+/// at once when it fails) and sends it on `h`'s stream: posted for a
+/// routine that writes device memory, called for a reduction, whose result
+/// (host pointer mode) lands in `result` (`result_bytes`).
+cublasStatus_t SendBlas(const BlasHandle& h, wire::ApiId api, const wire::BlasRequest& req, void* result = nullptr,
+                        size_t result_bytes = 0);
+
 }  // namespace phos::client

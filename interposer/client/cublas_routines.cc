@@ -114,10 +114,7 @@ cublasStatus_t PostBlas(wire::ApiId api, uint32_t stream, std::vector<std::byte>
   return BlasStatusOf(Connection::Get().Post(api, stream, payload));
 }
 
-namespace {
-
-/// A request with the handle's pointer mode.
-BlasRequest Base(const BlasHandle& h) {
+BlasRequest BlasBase(const BlasHandle& h) {
   BlasRequest r{};
   r.batch = 1;
   r.lda = r.ldb = r.ldc = 1;
@@ -125,25 +122,22 @@ BlasRequest Base(const BlasHandle& h) {
   return r;
 }
 
-/// alpha (and beta, when the routine has one) into the request: their
-/// addresses in device pointer mode, their values in host pointer mode.
-bool SetScalars(BlasRequest* r, const void* alpha, const void* beta, bool has_beta) {
+bool SetBlasScalars(BlasRequest* r, const void* alpha, const void* beta, bool has_beta) {
   const uint32_t es = wire::BlasTypeBytes(r->scalar_type);
+  const uint32_t es_real = wire::BlasTypeBytes(wire::BlasRealTypeOf(r->scalar_type));
   if (alpha == nullptr || (has_beta && beta == nullptr) || es == 0) return false;
   if (r->flags & wire::kBlasDeviceScalars) {
     r->alpha_ptr = reinterpret_cast<uint64_t>(alpha);
     if (has_beta) r->beta_ptr = reinterpret_cast<uint64_t>(beta);
   } else {
-    std::memcpy(r->alpha, alpha, es);
-    if (has_beta) std::memcpy(r->beta, beta, es);
+    std::memcpy(r->alpha, alpha, (r->flags & wire::kBlasRealAlpha) ? es_real : es);
+    if (has_beta) std::memcpy(r->beta, beta, (r->flags & wire::kBlasRealBeta) ? es_real : es);
   }
   return true;
 }
 
-/// Checks and sends `req` as `api`'s row on `h`'s stream. A reduction's
-/// result (host pointer mode) lands in `result` (`result_bytes`).
-cublasStatus_t Send(const BlasHandle& h, wire::ApiId api, const BlasRequest& req, void* result = nullptr,
-                    size_t result_bytes = 0) {
+cublasStatus_t SendBlas(const BlasHandle& h, wire::ApiId api, const BlasRequest& req, void* result,
+                        size_t result_bytes) {
   if (StickyError() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
   wire::BlasShape shape{};
   if (!wire::BlasShapeOf(api, &shape)) return CUBLAS_STATUS_INTERNAL_ERROR;
@@ -176,6 +170,8 @@ cublasStatus_t Send(const BlasHandle& h, wire::ApiId api, const BlasRequest& req
   }
   return BlasStatusOf(w);
 }
+
+namespace {
 
 /// The scalar type of a GemmEx compute type (cublasComputeType_t, or a
 /// cudaDataType_t in the legacy form), complex when C is.
@@ -221,7 +217,7 @@ struct GemmArgs {
 cublasStatus_t Gemm(cublasHandle_t handle, const GemmArgs& g) {
   BlasHandle* h = FindBlasHandle(handle);
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  BlasRequest r = Base(*h);
+  BlasRequest r = BlasBase(*h);
   r.type_a = g.atype;
   r.type_b = g.btype;
   r.type_c = g.ctype;
@@ -242,8 +238,8 @@ cublasStatus_t Gemm(cublasHandle_t handle, const GemmArgs& g) {
   r.stride_a = g.stride_a;
   r.stride_b = g.stride_b;
   r.stride_c = g.stride_c;
-  if (!SetScalars(&r, g.alpha, g.beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
-  return Send(*h, g.pointer_arrays ? op::kBlasGemmBatched : op::kBlasGemm, r);
+  if (!SetBlasScalars(&r, g.alpha, g.beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
+  return SendBlas(*h, g.pointer_arrays ? op::kBlasGemmBatched : op::kBlasGemm, r);
 }
 
 struct GemvArgs {
@@ -264,7 +260,7 @@ struct GemvArgs {
 cublasStatus_t Gemv(cublasHandle_t handle, const GemvArgs& g) {
   BlasHandle* h = FindBlasHandle(handle);
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  BlasRequest r = Base(*h);
+  BlasRequest r = BlasBase(*h);
   r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = g.type;
   r.op_a = static_cast<uint32_t>(g.trans);
   r.m = g.m;
@@ -279,8 +275,8 @@ cublasStatus_t Gemv(cublasHandle_t handle, const GemvArgs& g) {
   r.stride_a = g.stride_a;
   r.stride_b = g.stride_x;
   r.stride_c = g.stride_y;
-  if (!SetScalars(&r, g.alpha, g.beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
-  return Send(*h, op::kBlasGemv, r);
+  if (!SetBlasScalars(&r, g.alpha, g.beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
+  return SendBlas(*h, op::kBlasGemv, r);
 }
 
 cublasStatus_t Geam(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
@@ -288,7 +284,7 @@ cublasStatus_t Geam(cublasHandle_t handle, cublasOperation_t ta, cublasOperation
                     void* c, int64_t ldc, int32_t type) {
   BlasHandle* h = FindBlasHandle(handle);
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  BlasRequest r = Base(*h);
+  BlasRequest r = BlasBase(*h);
   r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
   r.op_a = static_cast<uint32_t>(ta);
   r.op_b = static_cast<uint32_t>(tb);
@@ -300,8 +296,8 @@ cublasStatus_t Geam(cublasHandle_t handle, cublasOperation_t ta, cublasOperation
   r.lda = lda;
   r.ldb = ldb;
   r.ldc = ldc;
-  if (!SetScalars(&r, alpha, beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
-  return Send(*h, op::kBlasGeam, r);
+  if (!SetBlasScalars(&r, alpha, beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
+  return SendBlas(*h, op::kBlasGeam, r);
 }
 
 cublasStatus_t Trsm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t trans,
@@ -314,7 +310,7 @@ cublasStatus_t Trsm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode
       (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  BlasRequest r = Base(*h);
+  BlasRequest r = BlasBase(*h);
   r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
   if (side == CUBLAS_SIDE_RIGHT) r.flags |= wire::kBlasSideRight;
   if (uplo == CUBLAS_FILL_MODE_UPPER) r.flags |= wire::kBlasUpper;
@@ -326,15 +322,15 @@ cublasStatus_t Trsm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode
   r.c = reinterpret_cast<uint64_t>(b);
   r.lda = lda;
   r.ldc = ldb;
-  if (!SetScalars(&r, alpha, nullptr, false)) return CUBLAS_STATUS_INVALID_VALUE;
-  return Send(*h, op::kBlasTrsm, r);
+  if (!SetBlasScalars(&r, alpha, nullptr, false)) return CUBLAS_STATUS_INVALID_VALUE;
+  return SendBlas(*h, op::kBlasTrsm, r);
 }
 
 cublasStatus_t Ger(cublasHandle_t handle, int64_t m, int64_t n, const void* alpha, const void* x, int64_t incx,
                    const void* y, int64_t incy, void* a, int64_t lda, int32_t type, bool conjugate) {
   BlasHandle* h = FindBlasHandle(handle);
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  BlasRequest r = Base(*h);
+  BlasRequest r = BlasBase(*h);
   r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
   if (conjugate) r.flags |= wire::kBlasConjugate;
   r.m = m;
@@ -345,8 +341,8 @@ cublasStatus_t Ger(cublasHandle_t handle, int64_t m, int64_t n, const void* alph
   r.ldb = incy;
   r.c = reinterpret_cast<uint64_t>(a);
   r.ldc = lda;
-  if (!SetScalars(&r, alpha, nullptr, false)) return CUBLAS_STATUS_INVALID_VALUE;
-  return Send(*h, op::kBlasGer, r);
+  if (!SetBlasScalars(&r, alpha, nullptr, false)) return CUBLAS_STATUS_INVALID_VALUE;
+  return SendBlas(*h, op::kBlasGer, r);
 }
 
 cublasStatus_t Syrk(cublasHandle_t handle, cublasFillMode_t uplo, cublasOperation_t trans, int64_t n, int64_t k,
@@ -358,7 +354,7 @@ cublasStatus_t Syrk(cublasHandle_t handle, cublasFillMode_t uplo, cublasOperatio
       (trans != CUBLAS_OP_N && trans != CUBLAS_OP_T)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  BlasRequest r = Base(*h);
+  BlasRequest r = BlasBase(*h);
   r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
   if (uplo == CUBLAS_FILL_MODE_UPPER) r.flags |= wire::kBlasUpper;
   r.op_a = static_cast<uint32_t>(trans);
@@ -368,8 +364,8 @@ cublasStatus_t Syrk(cublasHandle_t handle, cublasFillMode_t uplo, cublasOperatio
   r.lda = lda;
   r.c = reinterpret_cast<uint64_t>(c);
   r.ldc = ldc;
-  if (!SetScalars(&r, alpha, beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
-  return Send(*h, op::kBlasSyrk, r);
+  if (!SetBlasScalars(&r, alpha, beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
+  return SendBlas(*h, op::kBlasSyrk, r);
 }
 
 /// Level 1: x in (a, lda = incx), y in (b, ldb = incy).
@@ -383,7 +379,7 @@ cublasStatus_t Level1(cublasHandle_t handle, wire::ApiId api, int64_t n, const v
   // cuBLAS does nothing for n <= 0 (a reduction's result is 0).
   if (n <= 0 && !reduction) return CUBLAS_STATUS_SUCCESS;
   if (n < 0) n = 0;
-  BlasRequest r = Base(*h);
+  BlasRequest r = BlasBase(*h);
   r.flags |= flags;
   r.type_a = xtype;
   r.type_b = ytype;
@@ -393,12 +389,12 @@ cublasStatus_t Level1(cublasHandle_t handle, wire::ApiId api, int64_t n, const v
   r.b = reinterpret_cast<uint64_t>(y);
   r.lda = incx;
   r.ldb = incy;
-  if (alpha != nullptr && !SetScalars(&r, alpha, nullptr, false)) return CUBLAS_STATUS_INVALID_VALUE;
-  if (!reduction) return Send(*h, api, r);
+  if (alpha != nullptr && !SetBlasScalars(&r, alpha, nullptr, false)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!reduction) return SendBlas(*h, api, r);
   if (result == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   const bool index = api == op::kBlasIamax || api == op::kBlasIamin;
   r.result = reinterpret_cast<uint64_t>(result);
-  return Send(*h, api, r, result, index ? sizeof(int) : wire::BlasTypeBytes(scalar_type));
+  return SendBlas(*h, api, r, result, index ? sizeof(int) : wire::BlasTypeBytes(scalar_type));
 }
 
 }  // namespace

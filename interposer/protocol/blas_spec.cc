@@ -83,6 +83,15 @@ bool BlasShapeOf(ApiId op, BlasShape* out) {
     case op::kBlasIamax: *out = BlasShape::kIamax; return true;
     case op::kBlasIamin: *out = BlasShape::kIamin; return true;
     case op::kBlasLtMatmul: *out = BlasShape::kLtMatmul; return true;
+    case op::kBlasSymm: *out = BlasShape::kSymm; return true;
+    case op::kBlasSyr2k: *out = BlasShape::kSyr2k; return true;
+    case op::kBlasTrmm: *out = BlasShape::kTrmm; return true;
+    case op::kBlasSymv: *out = BlasShape::kSymv; return true;
+    case op::kBlasTrmv: *out = BlasShape::kTrmv; return true;
+    case op::kBlasTrsv: *out = BlasShape::kTrsv; return true;
+    case op::kBlasSyr: *out = BlasShape::kSyr; return true;
+    case op::kBlasSyr2: *out = BlasShape::kSyr2; return true;
+    case op::kBlasDgmm: *out = BlasShape::kDgmm; return true;
     default: return false;
   }
 }
@@ -106,6 +115,15 @@ const char* BlasShapeName(BlasShape shape) {
     case BlasShape::kIamax: return "amax";
     case BlasShape::kIamin: return "amin";
     case BlasShape::kLtMatmul: return "Lt matmul";
+    case BlasShape::kSymm: return "symm/hemm";
+    case BlasShape::kSyr2k: return "syr2k/her2k";
+    case BlasShape::kTrmm: return "trmm";
+    case BlasShape::kSymv: return "symv/hemv";
+    case BlasShape::kTrmv: return "trmv";
+    case BlasShape::kTrsv: return "trsv";
+    case BlasShape::kSyr: return "syr/her";
+    case BlasShape::kSyr2: return "syr2/her2";
+    case BlasShape::kDgmm: return "dgmm";
   }
   return "?";
 }
@@ -140,12 +158,17 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
   Builder b{out};
   const char* why = nullptr;
   const bool device_scalars = (req.flags & kBlasDeviceScalars) != 0;
-  if ((req.flags & ~(kBlasDeviceScalars | kBlasConjugate | kBlasSideRight | kBlasUpper | kBlasUnitDiag)) != 0)
+  if ((req.flags & ~(kBlasDeviceScalars | kBlasConjugate | kBlasSideRight | kBlasUpper | kBlasUnitDiag |
+                     kBlasRealAlpha | kBlasRealBeta)) != 0)
     return "unknown flags";
   const uint32_t ea = BlasTypeBytes(req.type_a);
   const uint32_t es = BlasTypeBytes(req.scalar_type);
   if (ea == 0) return "unknown data type of A/x";
   if (es == 0) return "unknown scalar type";
+  // Device-mode scalars' extents: herk's, her2k's beta and her's are real.
+  const uint32_t es_real = BlasTypeBytes(BlasRealTypeOf(req.scalar_type));
+  const uint32_t es_alpha = (req.flags & kBlasRealAlpha) ? es_real : es;
+  const uint32_t es_beta = (req.flags & kBlasRealBeta) ? es_real : es;
   unsigned __int128 bytes = 0;
   switch (shape) {
     case BlasShape::kGemmBatched: {
@@ -164,8 +187,8 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
       b.Add(kBlasSlotB, req.b, array);
       b.Add(kBlasSlotInput, req.c, array);
       if (device_scalars) {
-        b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
-        b.Add(kBlasSlotBeta, req.beta_ptr, es);
+        b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
+        b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
       }
       out->unknown = req.batch > 0 && req.m > 0 && req.n > 0;
       return nullptr;
@@ -214,8 +237,8 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
         b.Add(kBlasSlotC, req.c, bytes);
       }
       if (device_scalars) {
-        b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
-        b.Add(kBlasSlotBeta, req.beta_ptr, es);
+        b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
+        b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
       }
       return nullptr;
     }
@@ -229,7 +252,7 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
       b.Add(kBlasSlotA, req.a, bytes);
       if (!VectorExtent(req.n, req.ldb, 0, 1, ea, "incy is 0", &bytes, &why)) return why;
       b.Add(kBlasSlotB, req.b, bytes);
-      if (device_scalars) b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
+      if (device_scalars) b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
       return nullptr;
     }
     case BlasShape::kSyrk: {
@@ -244,8 +267,8 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
       if (!MatrixExtent(req.n, req.n, req.ldc, 0, 1, ea, "ldc smaller than n", &bytes, &why)) return why;
       b.Add(kBlasSlotC, req.c, bytes);
       if (device_scalars && req.n > 0) {
-        b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
-        b.Add(kBlasSlotBeta, req.beta_ptr, es);
+        b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
+        b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
       }
       return nullptr;
     }
@@ -258,7 +281,7 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
       if (req.m > 0 && req.n > 0) b.Add(kBlasSlotA, req.a, bytes);
       if (!MatrixExtent(req.m, req.n, req.ldc, 0, 1, ea, "ldb smaller than m", &bytes, &why)) return why;
       b.Add(kBlasSlotC, req.c, bytes);
-      if (device_scalars && req.m > 0 && req.n > 0) b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
+      if (device_scalars && req.m > 0 && req.n > 0) b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
       return nullptr;
     }
     case BlasShape::kAxpy:
@@ -302,10 +325,96 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
         default: b.Add(kBlasSlotA, req.a, xbytes); break;
       }
       if (device_scalars) {
-        if (shape == BlasShape::kAxpy || shape == BlasShape::kScal) b.Add(kBlasSlotAlpha, req.alpha_ptr, es);
+        if (shape == BlasShape::kAxpy || shape == BlasShape::kScal) b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
         if (shape == BlasShape::kIamax || shape == BlasShape::kIamin) b.Add(kBlasSlotResult, req.result, 4);
         else if (shape == BlasShape::kDot || shape == BlasShape::kNrm2 || shape == BlasShape::kAsum)
           b.Add(kBlasSlotResult, req.result, es);
+      }
+      return nullptr;
+    }
+    case BlasShape::kSymm:
+    case BlasShape::kSyr2k:
+    case BlasShape::kTrmm:
+    case BlasShape::kDgmm: {
+      // Level 3 (and dgmm) with one type throughout.
+      if (req.type_b != req.type_a || req.type_c != req.type_a) return "A, B and C of different types";
+      if (req.m < 0 || req.n < 0 || req.k < 0) return "negative dimension";
+      const bool right = (req.flags & kBlasSideRight) != 0;
+      int64_t arows = 0, acols = 0, brows = 0, bcols = 0, crows = req.m, ccols = req.n;
+      if (shape == BlasShape::kSymm || shape == BlasShape::kTrmm) {
+        arows = acols = right ? req.n : req.m;
+        brows = req.m;
+        bcols = req.n;
+        if (shape == BlasShape::kTrmm && !ValidOp(req.op_a)) return "invalid transpose operation";
+      } else if (shape == BlasShape::kSyr2k) {
+        if (!ValidOp(req.op_a)) return "invalid transpose operation";
+        const bool t = req.op_a != 0;
+        arows = brows = t ? req.k : req.n;
+        acols = bcols = t ? req.n : req.k;
+        crows = ccols = req.n;
+      } else {  // dgmm: x is B
+        arows = req.m;
+        acols = req.n;
+      }
+      const bool empty = crows == 0 || ccols == 0;
+      if (!MatrixExtent(arows, acols, req.lda, 0, 1, ea, "lda smaller than the rows of A", &bytes, &why)) return why;
+      if (!empty) b.Add(kBlasSlotA, req.a, bytes);
+      if (shape == BlasShape::kDgmm) {
+        if (!VectorExtent(right ? req.n : req.m, req.ldb, 0, 1, ea, "incx is 0", &bytes, &why)) return why;
+      } else if (!MatrixExtent(brows, bcols, req.ldb, 0, 1, ea, "ldb smaller than the rows of B", &bytes, &why)) {
+        return why;
+      }
+      if (!empty) b.Add(kBlasSlotB, req.b, bytes);
+      if (!MatrixExtent(crows, ccols, req.ldc, 0, 1, ea, "ldc smaller than the rows of C", &bytes, &why)) return why;
+      b.Add(kBlasSlotC, req.c, bytes);
+      if (device_scalars && !empty && shape != BlasShape::kDgmm) {
+        b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
+        if (shape != BlasShape::kTrmm) b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
+      }
+      return nullptr;
+    }
+    case BlasShape::kSymv:
+    case BlasShape::kTrmv:
+    case BlasShape::kTrsv:
+    case BlasShape::kSyr:
+    case BlasShape::kSyr2: {
+      // Level 2 on an n x n symmetric, Hermitian or triangular matrix.
+      const bool has_y = shape == BlasShape::kSymv || shape == BlasShape::kSyr2;
+      if ((has_y || shape == BlasShape::kSyr) && req.type_c != req.type_a) return "x, y and A of different types";
+      if (has_y && req.type_b != req.type_a) return "x, y and A of different types";
+      if ((shape == BlasShape::kTrmv || shape == BlasShape::kTrsv) && req.type_c != req.type_a)
+        return "x and A of different types";
+      if (shape != BlasShape::kSymv && shape != BlasShape::kSyr2 && shape != BlasShape::kSyr && !ValidOp(req.op_a))
+        return "invalid transpose operation";
+      if (req.n < 0) return "negative n";
+      const bool matrix_in_c = shape == BlasShape::kSyr || shape == BlasShape::kSyr2;
+      if (!MatrixExtent(req.n, req.n, matrix_in_c ? req.ldc : req.lda, 0, 1, ea, "lda smaller than n", &bytes, &why))
+        return why;
+      if (req.n == 0) return nullptr;
+      b.Add(matrix_in_c ? kBlasSlotC : kBlasSlotA, matrix_in_c ? req.c : req.a, bytes);
+      switch (shape) {
+        case BlasShape::kSymv:
+          if (!VectorExtent(req.n, req.ldb, 0, 1, ea, "incx is 0", &bytes, &why)) return why;
+          b.Add(kBlasSlotB, req.b, bytes);
+          if (!VectorExtent(req.n, req.ldc, 0, 1, ea, "incy is 0", &bytes, &why)) return why;
+          b.Add(kBlasSlotC, req.c, bytes);
+          break;
+        case BlasShape::kTrmv:
+        case BlasShape::kTrsv:
+          if (!VectorExtent(req.n, req.ldc, 0, 1, ea, "incx is 0", &bytes, &why)) return why;
+          b.Add(kBlasSlotC, req.c, bytes);
+          break;
+        default:  // syr, syr2: x (and y) read
+          if (!VectorExtent(req.n, req.lda, 0, 1, ea, "incx is 0", &bytes, &why)) return why;
+          b.Add(kBlasSlotA, req.a, bytes);
+          if (shape == BlasShape::kSyr2) {
+            if (!VectorExtent(req.n, req.ldb, 0, 1, ea, "incy is 0", &bytes, &why)) return why;
+            b.Add(kBlasSlotB, req.b, bytes);
+          }
+      }
+      if (device_scalars && shape != BlasShape::kTrmv && shape != BlasShape::kTrsv) {
+        b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
+        if (shape == BlasShape::kSymv) b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
       }
       return nullptr;
     }

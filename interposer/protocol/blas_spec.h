@@ -24,8 +24,25 @@ enum class BlasShape : uint8_t {
   kGemv,   // y = alpha op(A) x + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
   kGer,    // A (c, ldc) += alpha x (a, lda) y (b, ldb)^T (y conjugated: kBlasConjugate)
-  kSyrk,   // C (n x n triangle) = alpha op(A) op(A)^T + beta C
+  kSyrk,   // C (n x n triangle) = alpha op(A) op(A)^T + beta C (herk: ^H, real scalars, kBlasConjugate)
   kTrsm,   // B (c, ldc) = alpha inv(op(A)) B (left) or alpha B inv(op(A)) (kBlasSideRight)
+  // C (m x n) = alpha A B + beta C (left) or alpha B A + beta C (kBlasSideRight);
+  // A (a, lda) symmetric (Hermitian: kBlasConjugate), m x m or n x n, its
+  // kBlasUpper or lower triangle read; B in (b, ldb).
+  kSymm,
+  // C (n x n triangle) = alpha op(A) op(B)^T + alpha op(B) op(A)^T + beta C
+  // (her2k: ^H, conj(alpha) in the second term, beta real); A, B n x k (op
+  // N) or k x n.
+  kSyr2k,
+  // C (m x n, c/ldc) = alpha op(A) B (left) or alpha B op(A); A triangular
+  // (kBlasUpper, kBlasUnitDiag), B (b, ldb) read.
+  kTrmm,
+  kSymv,   // y (c, ldc = incy) = alpha A x (b, ldb = incx) + beta y; A n x n symmetric/Hermitian
+  kTrmv,   // x (c, ldc = incx) = op(A) x; A n x n triangular
+  kTrsv,   // x (c, ldc = incx) = inv(op(A)) x
+  kSyr,    // A (c, ldc; n x n triangle) += alpha x x^T (her: x x^H, alpha real); x in (a, lda = incx)
+  kSyr2,   // A (c, ldc) += alpha x y^T + alpha y x^T (her2: conjugates); y in (b, ldb = incy)
+  kDgmm,   // C (m x n) = A diag(x) (kBlasSideRight; x n long) or diag(x) A (x m long); x in (b, ldb = incx)
   kAxpy,   // y += alpha x
   kScal,   // x *= alpha
   kCopy,   // y = x

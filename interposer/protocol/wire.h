@@ -259,7 +259,7 @@ struct BlasRequest {
   int32_t scalar_type;   // cudaDataType_t of alpha, beta and a reduction's result
   uint32_t op_a;         // cublasOperation_t: 0 N, 1 T, 2 C
   uint32_t op_b;
-  uint32_t flags;        // kBlasDeviceScalars | kBlasConjugate
+  uint32_t flags;        // kBlasDeviceScalars | kBlasConjugate | ... (below)
   int64_t m, n, k;
   int64_t batch;         // 1 unless strided-batched
   uint64_t a, b, c;
@@ -283,6 +283,10 @@ inline constexpr uint32_t kBlasConjugate = 0x2;
 inline constexpr uint32_t kBlasSideRight = 0x4;
 inline constexpr uint32_t kBlasUpper = 0x8;
 inline constexpr uint32_t kBlasUnitDiag = 0x10;
+/// alpha / beta are of the real type of scalar_type's precision (herk,
+/// her2k's beta, her): BlasRealTypeOf(scalar_type), in host and device mode.
+inline constexpr uint32_t kBlasRealAlpha = 0x20;
+inline constexpr uint32_t kBlasRealBeta = 0x40;
 
 /// kBlasLtMatmul: cublasLtMatmul, D = epilogue(alpha op(A) op(B) + beta C).
 /// `gemm` holds A, B, C (C is read only: the output is D) as a strided-

@@ -495,6 +495,18 @@ TEST_F(IntegrationTest, CublasRoutinesMatchACpuReference) {
   }
 }
 
+// The symmetric, Hermitian and triangular routines and dgmm
+// (tests/integration/cublas_symmetric.cu): every case against a CPU
+// reference, nothing refused.
+TEST_F(IntegrationTest, CublasSymmetricRoutinesMatchACpuReference) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/cublas_symmetric");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("cublas_symmetric: OK"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+}
+
 // cuBLASLt's training epilogues (docs/interposer.md "cuBLAS and
 // cuBLASLt"): forward with the ReLU mask or GELU input saved, backward
 // reading it with the bias gradient, BGRADA/BGRADB — against CPU

@@ -170,7 +170,20 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
         return Status::NotSupported("cuBLAS ger of data type " + std::to_string(c.type_a));
       break;
     }
+    case BlasOp::kSymm:
+    case BlasOp::kSyr2k:
+    case BlasOp::kTrmm:
+    case BlasOp::kSymv:
+    case BlasOp::kTrmv:
+    case BlasOp::kTrsv:
+    case BlasOp::kSyr:
+    case BlasOp::kSyr2:
+    case BlasOp::kDgmm: st = RunSymmetricCublas(*lib, h, c, &what); break;
     case BlasOp::kSyrk: {
+      if (c.conjugate) {  // herk
+        st = RunSymmetricCublas(*lib, h, c, &what);
+        break;
+      }
       what = "cublas?syrk_v2";
       const auto uplo = c.upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
       if (c.type_a == kR32F && lib->Ssyrk)

@@ -73,6 +73,9 @@ Status LoadCublas(const std::string& library, std::shared_ptr<const CublasLibrar
   optional("cublasAsumEx", &lib->AsumEx);
   optional("cublasIsamax_v2", &lib->Isamax);
   optional("cublasIdamax_v2", &lib->Idamax);
+#define PHOS_CUBLAS_LOAD(name) optional("cublas" #name, &lib->name);
+  PHOS_CUBLAS_SYMMETRIC_ROUTINES(PHOS_CUBLAS_LOAD)
+#undef PHOS_CUBLAS_LOAD
   optional("cublasIcamax_v2", &lib->Icamax);
   optional("cublasIzamax_v2", &lib->Izamax);
   optional("cublasIsamin_v2", &lib->Isamin);

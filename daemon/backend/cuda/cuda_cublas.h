@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/blas_call.h"
 #include "common/status.h"
 
 namespace phos::backend::cuda {
@@ -27,6 +28,59 @@ namespace phos::backend::cuda {
 /// The soname of the cuBLAS the toolkit headers describe
 /// ("libcublas.so.13" for CUDA 13).
 std::string DefaultCublasLibrary();
+
+/// The symmetric, Hermitian and triangular routines (cuda_blas_symmetric.cc),
+/// one X(name) per entry point: CublasLibrary holds `name` as a pointer to
+/// cublas<name>.
+#define PHOS_CUBLAS_SYMMETRIC_ROUTINES(X) \
+  X(Ssymm_v2) \
+  X(Ssyr2k_v2) \
+  X(Strmm_v2) \
+  X(Ssymv_v2) \
+  X(Strmv_v2) \
+  X(Strsv_v2) \
+  X(Ssyr_v2) \
+  X(Ssyr2_v2) \
+  X(Sdgmm) \
+  X(Dsymm_v2) \
+  X(Dsyr2k_v2) \
+  X(Dtrmm_v2) \
+  X(Dsymv_v2) \
+  X(Dtrmv_v2) \
+  X(Dtrsv_v2) \
+  X(Dsyr_v2) \
+  X(Dsyr2_v2) \
+  X(Ddgmm) \
+  X(Csymm_v2) \
+  X(Csyr2k_v2) \
+  X(Ctrmm_v2) \
+  X(Csymv_v2) \
+  X(Ctrmv_v2) \
+  X(Ctrsv_v2) \
+  X(Csyr_v2) \
+  X(Csyr2_v2) \
+  X(Cdgmm) \
+  X(Zsymm_v2) \
+  X(Zsyr2k_v2) \
+  X(Ztrmm_v2) \
+  X(Zsymv_v2) \
+  X(Ztrmv_v2) \
+  X(Ztrsv_v2) \
+  X(Zsyr_v2) \
+  X(Zsyr2_v2) \
+  X(Zdgmm) \
+  X(Chemm_v2) \
+  X(Cher2k_v2) \
+  X(Cherk_v2) \
+  X(Chemv_v2) \
+  X(Cher_v2) \
+  X(Cher2_v2) \
+  X(Zhemm_v2) \
+  X(Zher2k_v2) \
+  X(Zherk_v2) \
+  X(Zhemv_v2) \
+  X(Zher_v2) \
+  X(Zher2_v2)
 
 /// The resolved library. Immutable after LoadCublas: shared by the backend
 /// and all its contexts without a lock.
@@ -89,6 +143,9 @@ struct CublasLibrary {
   decltype(&cublasIdamin_v2) Idamin = nullptr;
   decltype(&cublasIcamin_v2) Icamin = nullptr;
   decltype(&cublasIzamin_v2) Izamin = nullptr;
+#define PHOS_CUBLAS_FIELD(name) decltype(&cublas##name) name = nullptr;
+  PHOS_CUBLAS_SYMMETRIC_ROUTINES(PHOS_CUBLAS_FIELD)
+#undef PHOS_CUBLAS_FIELD
 
   // cuBLASLt (libcublasLt, dlopen'ed beside libcublas; optional: without
   // it cublasLtMatmul is NotSupported).
@@ -107,6 +164,13 @@ struct CublasLibrary {
   decltype(&cublasLtMatmul) LtMatmul = nullptr;
   bool has_lt() const { return LtCreate != nullptr && LtMatmul != nullptr && LtMatmulAlgoGetHeuristic != nullptr; }
 };
+
+/// Enqueues one of the symmetric, Hermitian and triangular routines or dgmm
+/// (BlasOp::kSymm … kDgmm, and herk: kSyrk with `conjugate`) on handle
+/// `h`, already bound to the stream and pointer mode; `*what` names the
+/// routine. CUBLAS_STATUS_NOT_SUPPORTED when this cuBLAS lacks it.
+cublasStatus_t RunSymmetricCublas(const CublasLibrary& lib, cublasHandle_t h, const BlasCall& call,
+                                  const char** what);
 
 /// dlopens `library` and resolves the entry points above. Unavailable,
 /// naming the library and the dlerror, when it cannot.

@@ -1,5 +1,7 @@
 #include "backend/sim/sim_blas.h"
 
+#include "backend/sim/sim_blas_internal.h"
+
 #include <cblas.h>
 
 #include <cmath>
@@ -13,95 +15,10 @@
 #include "protocol/blas_spec.h"
 
 namespace phos::backend::sim {
+
+using namespace blas_internal;  // NOLINT: the sim cuBLAS files' shared helpers
+
 namespace {
-
-// cudaDataType_t values (library_types.h).
-constexpr std::int32_t kR32F = 0, kR64F = 1, kR16F = 2, kC32F = 4, kC64F = 5, kR16BF = 14;
-
-using cf = std::complex<float>;
-using cd = std::complex<double>;
-
-const char* OpName(BlasOp op) {
-  switch (op) {
-    case BlasOp::kGemm: return "gemm";
-    case BlasOp::kGemmBatched: return "gemm batched";
-    case BlasOp::kGemv: return "gemv";
-    case BlasOp::kGeam: return "geam";
-    case BlasOp::kTrsm: return "trsm";
-    case BlasOp::kGer: return "ger";
-    case BlasOp::kSyrk: return "syrk";
-    case BlasOp::kAxpy: return "axpy";
-    case BlasOp::kScal: return "scal";
-    case BlasOp::kCopy: return "copy";
-    case BlasOp::kSwap: return "swap";
-    case BlasOp::kDot: return "dot";
-    case BlasOp::kNrm2: return "nrm2";
-    case BlasOp::kAsum: return "asum";
-    case BlasOp::kIamax: return "amax";
-    case BlasOp::kIamin: return "amin";
-    case BlasOp::kLtMatmul: return "Lt matmul";
-  }
-  return "?";
-}
-
-Status Unsupported(const BlasCall& c) {
-  return Status::NotSupported(std::string("cuBLAS ") + OpName(c.op) + " with data types A/x=" +
-                              std::to_string(c.type_a) + " B/y=" + std::to_string(c.type_b) +
-                              " C=" + std::to_string(c.type_c) + " scalar=" + std::to_string(c.scalar_type) +
-                              " (cudaDataType_t) is not computed by the sim backend");
-}
-
-std::size_t ElementBytes(std::int32_t type) {
-  switch (type) {
-    case kR16F: case kR16BF: return 2;
-    case kR32F: return 4;
-    case kR64F: case kC32F: return 8;
-    case kC64F: return 16;
-    default: return 0;
-  }
-}
-
-/// A scalar (alpha, beta) as a complex double, from its bytes in `type`.
-cd ReadScalar(const unsigned char* p, std::int32_t type) {
-  switch (type) {
-    case kR32F: { float v; std::memcpy(&v, p, 4); return v; }
-    case kR64F: { double v; std::memcpy(&v, p, 8); return v; }
-    case kR16F: { std::uint16_t h; std::memcpy(&h, p, 2); return interp::HalfToFloat(h); }
-    case kR16BF: { std::uint16_t h; std::memcpy(&h, p, 2); return interp::Bf16ToFloat(h); }
-    case kC32F: { float v[2]; std::memcpy(v, p, 8); return {v[0], v[1]}; }
-    case kC64F: { double v[2]; std::memcpy(v, p, 16); return {v[0], v[1]}; }
-    default: return 0.0;
-  }
-}
-
-cd Alpha(const BlasCall& c) {
-  return ReadScalar(c.device_scalars ? reinterpret_cast<const unsigned char*>(c.alpha_ptr) : c.alpha, c.scalar_type);
-}
-cd Beta(const BlasCall& c) {
-  return ReadScalar(c.device_scalars ? reinterpret_cast<const unsigned char*>(c.beta_ptr) : c.beta, c.scalar_type);
-}
-
-float Widen(const unsigned char* p, std::int32_t type) {
-  std::uint16_t h;
-  std::memcpy(&h, p, 2);
-  return type == kR16F ? interp::HalfToFloat(h) : interp::Bf16ToFloat(h);
-}
-void Narrow(float f, unsigned char* p, std::int32_t type) {
-  const std::uint16_t h = type == kR16F ? interp::FloatToHalf(f, interp::Round::kNearest)
-                                        : interp::FloatToBf16(f, interp::Round::kNearest);
-  std::memcpy(p, &h, 2);
-}
-
-CBLAS_TRANSPOSE Trans(std::uint32_t op) {
-  return op == 0 ? CblasNoTrans : op == 1 ? CblasTrans : CblasConjTrans;
-}
-
-bool FitsBlasInt(std::int64_t v) { return v >= 0 && v <= 0x7fffffff; }
-
-template <typename T>
-T* At(std::uint64_t base, std::int64_t index) {
-  return reinterpret_cast<T*>(base) + index;
-}
 
 /// Elements from a column-major matrix's first to its last element.
 std::size_t MatrixElements(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
@@ -292,10 +209,20 @@ Status Ger(const BlasCall& c) {
 Status Syrk(const BlasCall& c) {
   if (c.n == 0) return Status::Ok();
   const CBLAS_UPLO uplo = c.upper ? CblasUpper : CblasLower;
-  const CBLAS_TRANSPOSE t = c.op_a == 0 ? CblasNoTrans : CblasTrans;
+  // herk (conjugate): op N or C, alpha and beta real.
+  const CBLAS_TRANSPOSE t = c.op_a == 0 ? CblasNoTrans : c.conjugate ? CblasConjTrans : CblasTrans;
   const int n = static_cast<int>(c.n), k = static_cast<int>(c.k), lda = static_cast<int>(c.lda),
             ldc = static_cast<int>(c.ldc);
   const cd alpha = Alpha(c), beta = Beta(c);
+  if (c.conjugate && c.type_a == kC32F) {
+    cblas_cherk(CblasColMajor, uplo, t, n, k, static_cast<float>(alpha.real()), At<cf>(c.a, 0), lda,
+                static_cast<float>(beta.real()), At<cf>(c.c, 0), ldc);
+    return Status::Ok();
+  }
+  if (c.conjugate && c.type_a == kC64F) {
+    cblas_zherk(CblasColMajor, uplo, t, n, k, alpha.real(), At<cd>(c.a, 0), lda, beta.real(), At<cd>(c.c, 0), ldc);
+    return Status::Ok();
+  }
   switch (c.type_a) {
     case kR32F:
       cblas_ssyrk(CblasColMajor, uplo, t, n, k, static_cast<float>(alpha.real()), At<float>(c.a, 0), lda,
@@ -330,13 +257,6 @@ Status Geam(const BlasCall& c) {
     default: return Unsupported(c);
   }
   return Status::Ok();
-}
-
-/// BLAS's vector convention: with a negative increment the vector starts
-/// at its last element in memory (x + (n-1)|inc|) and walks down.
-std::uint64_t VectorElement(std::uint64_t base, std::int64_t n, std::int64_t inc, std::int64_t i, std::size_t es) {
-  const std::int64_t index = inc > 0 ? i * inc : (n - 1 - i) * (-inc);
-  return base + static_cast<std::uint64_t>(index) * es;
 }
 
 void WriteResult(const BlasCall& c, const void* value, std::size_t bytes) {
@@ -600,7 +520,18 @@ Status CheckSimBlas(const BlasCall& c) {
     case BlasOp::kGemv:
     case BlasOp::kGeam: ok = t == c.type_b && t == c.type_c && Std(t); break;
     case BlasOp::kTrsm: ok = t == c.type_c && s == t && Std(t); break;
-    case BlasOp::kSyrk: ok = t == c.type_c && s == t && Std(t) && c.op_a != 2; break;
+    case BlasOp::kSyrk:  // herk (conjugate): op N or C, real scalars; syrk: op N or T
+      ok = t == c.type_c && s == t && Std(t) && (c.conjugate ? c.op_a != 1 && (t == kC32F || t == kC64F) : c.op_a != 2);
+      break;
+    case BlasOp::kSymm:
+    case BlasOp::kSyr2k:
+    case BlasOp::kTrmm:
+    case BlasOp::kSymv:
+    case BlasOp::kTrmv:
+    case BlasOp::kTrsv:
+    case BlasOp::kSyr:
+    case BlasOp::kSyr2:
+    case BlasOp::kDgmm: ok = SymmetricBlasTypesComputed(c); break;
     case BlasOp::kGer: ok = t == c.type_b && t == c.type_c && s == t && Std(t); break;
     case BlasOp::kAxpy:
     case BlasOp::kDot: ok = Std(t) && c.type_b == t && s == t; break;
@@ -702,6 +633,15 @@ Status RunBlas(const BlasCall& c) {
     case BlasOp::kGer: return Ger(c);
     case BlasOp::kSyrk: return Syrk(c);
     case BlasOp::kLtMatmul: return LtMatmul(c);
+    case BlasOp::kSymm:
+    case BlasOp::kSyr2k:
+    case BlasOp::kTrmm:
+    case BlasOp::kSymv:
+    case BlasOp::kTrmv:
+    case BlasOp::kTrsv:
+    case BlasOp::kSyr:
+    case BlasOp::kSyr2:
+    case BlasOp::kDgmm: return RunSymmetricBlas(c);
     default: return Level1(c);
   }
 }

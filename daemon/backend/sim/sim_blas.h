@@ -36,6 +36,12 @@ Status RunBlasBatched(const BlasCall& call, const PinRangeFn& pin);
 /// enqueued, so the refusal is the call's own error, not its stream's).
 Status CheckSimBlas(const BlasCall& call);
 
+/// The symmetric, Hermitian and triangular routines and dgmm
+/// (sim_blas_symmetric.cc; RunBlas sends them there), and the type
+/// combinations they compute.
+Status RunSymmetricBlas(const BlasCall& call);
+bool SymmetricBlasTypesComputed(const BlasCall& call);
+
 /// One-time set-up (OpenBLAS's own threads: one, as each stream already
 /// has its worker). Idempotent, thread-safe.
 void InitSimBlas();

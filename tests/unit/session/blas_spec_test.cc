@@ -235,7 +235,7 @@ TEST(BlasSpec, EveryCublasRowHasAShape) {
     EXPECT_EQ(blas, row.access == AccessRule::kBlas) << row.op;
     rows += blas ? 1 : 0;
   }
-  EXPECT_EQ(rows, 17);  // (the probe row is not a routine)
+  EXPECT_EQ(rows, 26);  // (the probe row is not a routine)
 }
 
 TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {
@@ -268,6 +268,56 @@ TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {
   r.epilogue = kLtEpilogueDefault;
   r.ldd = 5;
   EXPECT_STREQ(CheckBlasLt(r, &ops), "ldd smaller than m");
+}
+
+TEST(BlasSpec, SymmetricAndTriangularExtents) {
+  BlasOperands ops;
+  // symm, right side: A is n x n (n 4, lda 6), B and C m x n (m 5).
+  BlasRequest r = Gemm(5, 4, 0, 0, 0, 6, 7, 8);
+  r.flags = kBlasSideRight | kBlasUpper;
+  ASSERT_EQ(CheckBlas(BlasShape::kSymm, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (3 * 6 + 4) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, (3 * 7 + 5) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (3 * 8 + 5) * 4u);
+  r.lda = 3;  // below the order of A
+  EXPECT_STREQ(CheckBlas(BlasShape::kSymm, r, &ops), "lda smaller than the rows of A");
+  // syr2k, transposed: A and B k x n (k 3, n 4), C n x n.
+  r = Gemm(0, 4, 3, 1, 0, 3, 3, 5);
+  ASSERT_EQ(CheckBlas(BlasShape::kSyr2k, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (3 * 3 + 3) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, (3 * 3 + 3) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (3 * 5 + 4) * 4u);
+  // herk's real scalars in device memory: 4-byte extents for complex float.
+  r = Gemm(0, 4, 3, 0, 0, 4, 0, 4);
+  r.type_a = r.type_b = r.type_c = r.scalar_type = kCudaC32F;
+  r.flags = kBlasConjugate | kBlasRealAlpha | kBlasRealBeta | kBlasDeviceScalars;
+  r.op_a = 2;
+  r.lda = 3;
+  r.alpha_ptr = 0x9000;
+  r.beta_ptr = 0x9004;
+  ASSERT_EQ(CheckBlas(BlasShape::kSyrk, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotAlpha)->bytes, 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotBeta)->bytes, 4u);
+  // trmv: x (c, incx) read and written, A n x n; an incx of 0 refused.
+  r = Gemm(0, 6, 0, 0, 0, 7, 0, 2);
+  ASSERT_EQ(CheckBlas(BlasShape::kTrmv, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (5 * 7 + 6) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (5 * 2 + 1) * 4u);
+  r.ldc = 0;
+  EXPECT_STREQ(CheckBlas(BlasShape::kTrsv, r, &ops), "incx is 0");
+  // syr2: A in (c, ldc), x (a, incx) and y (b, incy) read.
+  r = Gemm(0, 3, 0, 0, 0, 2, 1, 3);
+  ASSERT_EQ(CheckBlas(BlasShape::kSyr2, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (2 * 3 + 3) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (2 * 2 + 1) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, 3 * 4u);
+  // dgmm, left: x is m long.
+  r = Gemm(5, 2, 0, 0, 0, 5, 3, 5);
+  ASSERT_EQ(CheckBlas(BlasShape::kDgmm, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, (4 * 3 + 1) * 4u);
+  r.flags = kBlasSideRight;  // n long
+  ASSERT_EQ(CheckBlas(BlasShape::kDgmm, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, (1 * 3 + 1) * 4u);
 }
 
 TEST(BlasSpec, EveryCublasLtEpilogueDecodes) {
