@@ -18,6 +18,8 @@ namespace phos::backend {
 enum class BlasOp : std::uint8_t {
   kGemm,   // C = alpha op(A) op(B) + beta C, `batch` members `stride_*` apart
   kGemmBatched,  // kGemm over `batch` members named by arrays of device pointers at a, b, c
+  kGemvBatched,  // kGemv likewise (A, x, y arrays at a, b, c)
+  kTrsmBatched,  // kTrsm likewise (A, B arrays at a, c)
   kGemv,   // y(c, ldc = incy) = alpha op(A) x(b, ldb = incx) + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
   kGer,    // C (A) += alpha x(a, lda) y(b, ldb)^T, y conjugated when `conjugate`
@@ -27,6 +29,7 @@ enum class BlasOp : std::uint8_t {
   kScal,   // x(a, lda) *= alpha
   kCopy,   // y(b, ldb) = x(a, lda)
   kSwap,   // x <-> y
+  kRot,    // (x, y) = (c x + s y, c y - conj(s) x): c = alpha (real), s = beta
   kDot,    // result = x . y (conj(x) . y when `conjugate`)
   kNrm2,   // result = ||x||_2
   kAsum,   // result = sum |re| + |im|
@@ -37,6 +40,7 @@ enum class BlasOp : std::uint8_t {
   // which fields each reads); `conjugate` selects the Hermitian member.
   kSymm,   // C = alpha A B + beta C, or alpha B A + beta C when side_right; A's `upper` triangle or lower
   kSyr2k,  // C (n x n triangle) = alpha op(A) op(B)^T + alpha op(B) op(A)^T + beta C
+  kSyrkx,  // C (n x n triangle) = alpha op(A) op(B)^T + beta C (herkx: ^H)
   kTrmm,   // C = alpha op(A) B, or alpha B op(A); B in (b, ldb), A triangular (upper, unit_diag)
   kSymv,   // y(c, ldc) = alpha A x(b, ldb) + beta y
   kTrmv,   // x(c, ldc) = op(A) x
@@ -44,7 +48,24 @@ enum class BlasOp : std::uint8_t {
   kSyr,    // A(c, ldc) += alpha x(a, lda) x^T (her: x x^H)
   kSyr2,   // A(c, ldc) += alpha x y^T + alpha y x^T (her2: conjugated), y in (b, ldb)
   kDgmm,   // C = A diag(x) (side_right) or diag(x) A; x in (b, ldb)
+  // Banded (A's band storage in (a, lda); widths in k, gbmv's ku in
+  // stride_a) and packed (the triangle, n(n+1)/2 elements) level 2.
+  kGbmv,   // y(c, ldc) = alpha op(A) x(b, ldb) + beta y
+  kSbmv,   // y = alpha A x + beta y, A symmetric (hbmv: Hermitian)
+  kTbmv,   // x(c, ldc) = op(A) x
+  kTbsv,   // x(c, ldc) = inv(op(A)) x
+  kSpmv,   // y(c, ldc) = alpha AP(a) x(b, ldb) + beta y
+  kSpr,    // AP(c) += alpha x(a, lda) x^T (hpr: x x^H)
+  kSpr2,   // AP(c) += alpha x y^T + alpha y x^T (hpr2: conjugated), y in (b, ldb)
+  kTpmv,   // x(c, ldc) = op(AP(a)) x
+  kTpsv,   // x(c, ldc) = inv(op(AP(a))) x
 };
+
+/// Whether `op` names its operands by arrays of device pointers (the
+/// backend reads them and checks each member's memory).
+inline bool IsPointerArrayBatch(BlasOp op) {
+  return op == BlasOp::kGemmBatched || op == BlasOp::kGemvBatched || op == BlasOp::kTrsmBatched;
+}
 
 struct BlasCall {
   BlasOp op = BlasOp::kGemm;
@@ -57,6 +78,7 @@ struct BlasCall {
   // alpha / beta of the real type of scalar_type's precision (herk, her,
   // her2k's beta).
   bool real_alpha = false, real_beta = false;
+  bool index64 = false;  // amax/amin: the result is an int64 (the _64 forms)
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   std::uint64_t a = 0, b = 0, c = 0;
   std::int64_t lda = 1, ldb = 1, ldc = 1;

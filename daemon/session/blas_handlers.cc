@@ -27,6 +27,8 @@ backend::BlasOp ToBackendOp(wire::BlasShape shape) {
   switch (shape) {
     case wire::BlasShape::kGemm: return backend::BlasOp::kGemm;
     case wire::BlasShape::kGemmBatched: return backend::BlasOp::kGemmBatched;
+    case wire::BlasShape::kGemvBatched: return backend::BlasOp::kGemvBatched;
+    case wire::BlasShape::kTrsmBatched: return backend::BlasOp::kTrsmBatched;
     case wire::BlasShape::kGemv: return backend::BlasOp::kGemv;
     case wire::BlasShape::kGeam: return backend::BlasOp::kGeam;
     case wire::BlasShape::kTrsm: return backend::BlasOp::kTrsm;
@@ -36,6 +38,7 @@ backend::BlasOp ToBackendOp(wire::BlasShape shape) {
     case wire::BlasShape::kScal: return backend::BlasOp::kScal;
     case wire::BlasShape::kCopy: return backend::BlasOp::kCopy;
     case wire::BlasShape::kSwap: return backend::BlasOp::kSwap;
+    case wire::BlasShape::kRot: return backend::BlasOp::kRot;
     case wire::BlasShape::kDot: return backend::BlasOp::kDot;
     case wire::BlasShape::kNrm2: return backend::BlasOp::kNrm2;
     case wire::BlasShape::kAsum: return backend::BlasOp::kAsum;
@@ -44,6 +47,7 @@ backend::BlasOp ToBackendOp(wire::BlasShape shape) {
     case wire::BlasShape::kLtMatmul: return backend::BlasOp::kLtMatmul;
     case wire::BlasShape::kSymm: return backend::BlasOp::kSymm;
     case wire::BlasShape::kSyr2k: return backend::BlasOp::kSyr2k;
+    case wire::BlasShape::kSyrkx: return backend::BlasOp::kSyrkx;
     case wire::BlasShape::kTrmm: return backend::BlasOp::kTrmm;
     case wire::BlasShape::kSymv: return backend::BlasOp::kSymv;
     case wire::BlasShape::kTrmv: return backend::BlasOp::kTrmv;
@@ -51,6 +55,15 @@ backend::BlasOp ToBackendOp(wire::BlasShape shape) {
     case wire::BlasShape::kSyr: return backend::BlasOp::kSyr;
     case wire::BlasShape::kSyr2: return backend::BlasOp::kSyr2;
     case wire::BlasShape::kDgmm: return backend::BlasOp::kDgmm;
+    case wire::BlasShape::kGbmv: return backend::BlasOp::kGbmv;
+    case wire::BlasShape::kSbmv: return backend::BlasOp::kSbmv;
+    case wire::BlasShape::kTbmv: return backend::BlasOp::kTbmv;
+    case wire::BlasShape::kTbsv: return backend::BlasOp::kTbsv;
+    case wire::BlasShape::kSpmv: return backend::BlasOp::kSpmv;
+    case wire::BlasShape::kSpr: return backend::BlasOp::kSpr;
+    case wire::BlasShape::kSpr2: return backend::BlasOp::kSpr2;
+    case wire::BlasShape::kTpmv: return backend::BlasOp::kTpmv;
+    case wire::BlasShape::kTpsv: return backend::BlasOp::kTpsv;
   }
   return backend::BlasOp::kGemm;
 }
@@ -71,11 +84,13 @@ backend::BlasCall ToBackendCall(wire::BlasShape shape, const wire::BlasRequest& 
   c.unit_diag = (r.flags & wire::kBlasUnitDiag) != 0;
   c.real_alpha = (r.flags & wire::kBlasRealAlpha) != 0;
   c.real_beta = (r.flags & wire::kBlasRealBeta) != 0;
+  c.index64 = (r.flags & wire::kBlasIndex64) != 0;
   c.m = r.m;
   c.n = r.n;
   c.k = r.k;
   c.batch = shape == wire::BlasShape::kGemm || shape == wire::BlasShape::kGemv ||
-                    shape == wire::BlasShape::kLtMatmul || shape == wire::BlasShape::kGemmBatched
+                    shape == wire::BlasShape::kLtMatmul || shape == wire::BlasShape::kGemmBatched ||
+                    shape == wire::BlasShape::kGemvBatched || shape == wire::BlasShape::kTrsmBatched
                 ? r.batch
                 : 1;
   c.a = r.a;

@@ -238,46 +238,69 @@ cublasStatus_t FromCopy(cudaError_t e) {
 
 /// A strided vector or a column-major matrix copy as one 2D copy: `rows`
 /// elements of `es` bytes per column, columns `ld*` elements apart.
-cublasStatus_t Copy2D(int rows, int cols, int es, const void* src, int lds, void* dst, int ldd,
+cublasStatus_t Copy2D(int64_t rows, int64_t cols, int64_t es, const void* src, int64_t lds, void* dst, int64_t ldd,
                       cudaMemcpyKind kind, cudaStream_t stream, bool async) {
   if (rows < 0 || cols < 0 || es <= 0 || lds <= 0 || ldd <= 0) return CUBLAS_STATUS_INVALID_VALUE;
   if (rows == 0 || cols == 0) return CUBLAS_STATUS_SUCCESS;
-  const size_t width = static_cast<size_t>(rows) * es;
-  const size_t spitch = static_cast<size_t>(lds) * es, dpitch = static_cast<size_t>(ldd) * es;
+  // The _64 forms: sizes whose byte counts would overflow are refused.
+  constexpr int64_t kMax = int64_t{1} << 40;
+  if (rows > kMax || cols > kMax || es > 4096 || lds > kMax || ldd > kMax) return CUBLAS_STATUS_INVALID_VALUE;
+  const size_t width = static_cast<size_t>(rows) * static_cast<size_t>(es);
+  const size_t spitch = static_cast<size_t>(lds) * static_cast<size_t>(es);
+  const size_t dpitch = static_cast<size_t>(ldd) * static_cast<size_t>(es);
   if (width > spitch || width > dpitch) return CUBLAS_STATUS_INVALID_VALUE;
-  return FromCopy(async ? cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, cols, kind, stream)
-                        : cudaMemcpy2D(dst, dpitch, src, spitch, width, cols, kind));
+  const auto height = static_cast<size_t>(cols);
+  return FromCopy(async ? cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream)
+                        : cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind));
 }
 
 }  // namespace
 
 // A vector of n elements with increment inc is a 1-row matrix whose
-// "columns" are inc elements apart.
-PHOS_EXPORT cublasStatus_t cublasSetVector(int n, int es, const void* x, int incx, void* y, int incy) {
-  return Copy2D(1, n, es, x, incx, y, incy, cudaMemcpyHostToDevice, nullptr, false);
-}
-PHOS_EXPORT cublasStatus_t cublasGetVector(int n, int es, const void* x, int incx, void* y, int incy) {
-  return Copy2D(1, n, es, x, incx, y, incy, cudaMemcpyDeviceToHost, nullptr, false);
-}
-PHOS_EXPORT cublasStatus_t cublasSetMatrix(int rows, int cols, int es, const void* a, int lda, void* b, int ldb) {
-  return Copy2D(rows, cols, es, a, lda, b, ldb, cudaMemcpyHostToDevice, nullptr, false);
-}
-PHOS_EXPORT cublasStatus_t cublasGetMatrix(int rows, int cols, int es, const void* a, int lda, void* b, int ldb) {
-  return Copy2D(rows, cols, es, a, lda, b, ldb, cudaMemcpyDeviceToHost, nullptr, false);
-}
-PHOS_EXPORT cublasStatus_t cublasSetVectorAsync(int n, int es, const void* x, int incx, void* y, int incy,
-                                                cudaStream_t stream) {
-  return Copy2D(1, n, es, x, incx, y, incy, cudaMemcpyHostToDevice, stream, true);
-}
-PHOS_EXPORT cublasStatus_t cublasGetVectorAsync(int n, int es, const void* x, int incx, void* y, int incy,
-                                                cudaStream_t stream) {
-  return Copy2D(1, n, es, x, incx, y, incy, cudaMemcpyDeviceToHost, stream, true);
-}
-PHOS_EXPORT cublasStatus_t cublasSetMatrixAsync(int rows, int cols, int es, const void* a, int lda, void* b, int ldb,
-                                                cudaStream_t stream) {
-  return Copy2D(rows, cols, es, a, lda, b, ldb, cudaMemcpyHostToDevice, stream, true);
-}
-PHOS_EXPORT cublasStatus_t cublasGetMatrixAsync(int rows, int cols, int es, const void* a, int lda, void* b, int ldb,
-                                                cudaStream_t stream) {
-  return Copy2D(rows, cols, es, a, lda, b, ldb, cudaMemcpyDeviceToHost, stream, true);
-}
+// "columns" are inc elements apart. Each with int and int64_t sizes.
+#define PHOS_VECTOR_COPY(NAME, IDX, KIND)                                                         \
+  PHOS_EXPORT cublasStatus_t NAME(IDX n, IDX es, const void* x, IDX incx, void* y, IDX incy) {   \
+    return Copy2D(1, n, es, x, incx, y, incy, KIND, nullptr, false);                            \
+  }                                                                                             \
+  PHOS_EXPORT cublasStatus_t NAME##Async(IDX n, IDX es, const void* x, IDX incx, void* y, IDX incy, \
+                                         cudaStream_t stream) {                                  \
+    return Copy2D(1, n, es, x, incx, y, incy, KIND, stream, true);                               \
+  }
+#define PHOS_MATRIX_COPY(NAME, IDX, KIND)                                                                        \
+  PHOS_EXPORT cublasStatus_t NAME(IDX rows, IDX cols, IDX es, const void* a, IDX lda, void* b, IDX ldb) {       \
+    return Copy2D(rows, cols, es, a, lda, b, ldb, KIND, nullptr, false);                                       \
+  }                                                                                                            \
+  PHOS_EXPORT cublasStatus_t NAME##Async(IDX rows, IDX cols, IDX es, const void* a, IDX lda, void* b, IDX ldb, \
+                                         cudaStream_t stream) {                                                 \
+    return Copy2D(rows, cols, es, a, lda, b, ldb, KIND, stream, true);                                          \
+  }
+PHOS_VECTOR_COPY(cublasSetVector, int, cudaMemcpyHostToDevice)
+PHOS_VECTOR_COPY(cublasGetVector, int, cudaMemcpyDeviceToHost)
+PHOS_MATRIX_COPY(cublasSetMatrix, int, cudaMemcpyHostToDevice)
+PHOS_MATRIX_COPY(cublasGetMatrix, int, cudaMemcpyDeviceToHost)
+#undef PHOS_VECTOR_COPY
+#undef PHOS_MATRIX_COPY
+// The _64 forms put _64 after Async (cublasSetVectorAsync_64).
+#define PHOS_VECTOR_COPY_64(NAME, ASYNC, KIND)                                                            \
+  PHOS_EXPORT cublasStatus_t NAME(int64_t n, int64_t es, const void* x, int64_t incx, void* y, int64_t incy) { \
+    return Copy2D(1, n, es, x, incx, y, incy, KIND, nullptr, false);                                     \
+  }                                                                                                      \
+  PHOS_EXPORT cublasStatus_t ASYNC(int64_t n, int64_t es, const void* x, int64_t incx, void* y, int64_t incy, \
+                                   cudaStream_t stream) {                                                \
+    return Copy2D(1, n, es, x, incx, y, incy, KIND, stream, true);                                       \
+  }
+#define PHOS_MATRIX_COPY_64(NAME, ASYNC, KIND)                                                                  \
+  PHOS_EXPORT cublasStatus_t NAME(int64_t rows, int64_t cols, int64_t es, const void* a, int64_t lda, void* b, \
+                                  int64_t ldb) {                                                               \
+    return Copy2D(rows, cols, es, a, lda, b, ldb, KIND, nullptr, false);                                      \
+  }                                                                                                            \
+  PHOS_EXPORT cublasStatus_t ASYNC(int64_t rows, int64_t cols, int64_t es, const void* a, int64_t lda, void* b, \
+                                   int64_t ldb, cudaStream_t stream) {                                         \
+    return Copy2D(rows, cols, es, a, lda, b, ldb, KIND, stream, true);                                         \
+  }
+PHOS_VECTOR_COPY_64(cublasSetVector_64, cublasSetVectorAsync_64, cudaMemcpyHostToDevice)
+PHOS_VECTOR_COPY_64(cublasGetVector_64, cublasGetVectorAsync_64, cudaMemcpyDeviceToHost)
+PHOS_MATRIX_COPY_64(cublasSetMatrix_64, cublasSetMatrixAsync_64, cudaMemcpyHostToDevice)
+PHOS_MATRIX_COPY_64(cublasGetMatrix_64, cublasGetMatrixAsync_64, cudaMemcpyDeviceToHost)
+#undef PHOS_VECTOR_COPY_64
+#undef PHOS_MATRIX_COPY_64

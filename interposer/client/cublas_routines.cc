@@ -255,6 +255,7 @@ struct GemvArgs {
   int64_t incy, stride_y;
   int64_t batch;
   int32_t type;
+  bool pointer_arrays = false;  // a, x, y are arrays of `batch` device pointers (kBlasGemvBatched)
 };
 
 cublasStatus_t Gemv(cublasHandle_t handle, const GemvArgs& g) {
@@ -276,7 +277,7 @@ cublasStatus_t Gemv(cublasHandle_t handle, const GemvArgs& g) {
   r.stride_b = g.stride_x;
   r.stride_c = g.stride_y;
   if (!SetBlasScalars(&r, g.alpha, g.beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
-  return SendBlas(*h, op::kBlasGemv, r);
+  return SendBlas(*h, g.pointer_arrays ? op::kBlasGemvBatched : op::kBlasGemv, r);
 }
 
 cublasStatus_t Geam(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
@@ -302,7 +303,7 @@ cublasStatus_t Geam(cublasHandle_t handle, cublasOperation_t ta, cublasOperation
 
 cublasStatus_t Trsm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t trans,
                     cublasDiagType_t diag, int64_t m, int64_t n, const void* alpha, const void* a, int64_t lda,
-                    void* b, int64_t ldb, int32_t type) {
+                    void* b, int64_t ldb, int32_t type, int64_t batch = 1, bool pointer_arrays = false) {
   BlasHandle* h = FindBlasHandle(handle);
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   if ((side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
@@ -322,8 +323,9 @@ cublasStatus_t Trsm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode
   r.c = reinterpret_cast<uint64_t>(b);
   r.lda = lda;
   r.ldc = ldb;
+  r.batch = batch;
   if (!SetBlasScalars(&r, alpha, nullptr, false)) return CUBLAS_STATUS_INVALID_VALUE;
-  return SendBlas(*h, op::kBlasTrsm, r);
+  return SendBlas(*h, pointer_arrays ? op::kBlasTrsmBatched : op::kBlasTrsm, r);
 }
 
 cublasStatus_t Ger(cublasHandle_t handle, int64_t m, int64_t n, const void* alpha, const void* x, int64_t incx,
@@ -394,7 +396,27 @@ cublasStatus_t Level1(cublasHandle_t handle, wire::ApiId api, int64_t n, const v
   if (result == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   const bool index = api == op::kBlasIamax || api == op::kBlasIamin;
   r.result = reinterpret_cast<uint64_t>(result);
-  return SendBlas(*h, api, r, result, index ? sizeof(int) : wire::BlasTypeBytes(scalar_type));
+  const size_t index_bytes = (flags & wire::kBlasIndex64) ? sizeof(int64_t) : sizeof(int);
+  return SendBlas(*h, api, r, result, index ? index_bytes : wire::BlasTypeBytes(scalar_type));
+}
+
+/// rot: x in (a, lda = incx), y in (b, ldb = incy); c (always real) as
+/// alpha, s as beta (`flags` kBlasRealBeta when s is real too).
+cublasStatus_t Rot(cublasHandle_t handle, int64_t n, void* x, int64_t incx, void* y, int64_t incy, const void* c,
+                   const void* s, int32_t type, uint32_t flags) {
+  BlasHandle* h = FindBlasHandle(handle);
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (n <= 0) return CUBLAS_STATUS_SUCCESS;  // cuBLAS does nothing (reads no scalar)
+  BlasRequest r = BlasBase(*h);
+  r.flags |= flags | wire::kBlasRealAlpha;
+  r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
+  r.n = n;
+  r.a = reinterpret_cast<uint64_t>(x);
+  r.lda = incx;
+  r.b = reinterpret_cast<uint64_t>(y);
+  r.ldb = incy;
+  if (!SetBlasScalars(&r, c, s, true)) return CUBLAS_STATUS_INVALID_VALUE;
+  return SendBlas(*h, op::kBlasRot, r);
 }
 
 }  // namespace
@@ -546,6 +568,27 @@ PHOS_GEMV_SB(cublasSgemvStridedBatched, float, CUDA_R_32F, int)
 PHOS_GEMV_SB(cublasDgemvStridedBatched, double, CUDA_R_64F, int)
 PHOS_GEMV_SB(cublasCgemvStridedBatched, cuComplex, CUDA_C_32F, int)
 PHOS_GEMV_SB(cublasZgemvStridedBatched, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_GEMV_SB(cublasSgemvStridedBatched_64, float, CUDA_R_32F, int64_t)
+PHOS_GEMV_SB(cublasDgemvStridedBatched_64, double, CUDA_R_64F, int64_t)
+PHOS_GEMV_SB(cublasCgemvStridedBatched_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_GEMV_SB(cublasZgemvStridedBatched_64, cuDoubleComplex, CUDA_C_64F, int64_t)
+// Over arrays of device pointers (kBlasGemvBatched).
+#define PHOS_GEMV_BATCHED(NAME, T, CT, IDX)                                                                      \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasOperation_t trans, IDX m, IDX n, const T* alpha,  \
+                                  const T* const A[], IDX lda, const T* const x[], IDX incx, const T* beta,      \
+                                  T* const y[], IDX incy, IDX batch) {                                           \
+    return Gemv(handle, {trans, m, n, alpha, A, lda, 0, x, incx, 0, beta, const_cast<T**>(y), incy, 0, batch, CT, \
+                         true});                                                                                  \
+  }
+PHOS_GEMV_BATCHED(cublasSgemvBatched, float, CUDA_R_32F, int)
+PHOS_GEMV_BATCHED(cublasDgemvBatched, double, CUDA_R_64F, int)
+PHOS_GEMV_BATCHED(cublasCgemvBatched, cuComplex, CUDA_C_32F, int)
+PHOS_GEMV_BATCHED(cublasZgemvBatched, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_GEMV_BATCHED(cublasSgemvBatched_64, float, CUDA_R_32F, int64_t)
+PHOS_GEMV_BATCHED(cublasDgemvBatched_64, double, CUDA_R_64F, int64_t)
+PHOS_GEMV_BATCHED(cublasCgemvBatched_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_GEMV_BATCHED(cublasZgemvBatched_64, cuDoubleComplex, CUDA_C_64F, int64_t)
+#undef PHOS_GEMV_BATCHED
 #undef PHOS_GEMV
 #undef PHOS_GEMV_SB
 
@@ -614,6 +657,22 @@ PHOS_TRSM(cublasDtrsm_v2_64, double, CUDA_R_64F, int64_t)
 PHOS_TRSM(cublasCtrsm_v2_64, cuComplex, CUDA_C_32F, int64_t)
 PHOS_TRSM(cublasZtrsm_v2_64, cuDoubleComplex, CUDA_C_64F, int64_t)
 #undef PHOS_TRSM
+// Over arrays of device pointers (kBlasTrsmBatched).
+#define PHOS_TRSM_BATCHED(NAME, T, CT, IDX)                                                                       \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,           \
+                                  cublasOperation_t trans, cublasDiagType_t diag, IDX m, IDX n, const T* alpha,  \
+                                  const T* const A[], IDX lda, T* const B[], IDX ldb, IDX batch) {               \
+    return Trsm(handle, side, uplo, trans, diag, m, n, alpha, A, lda, const_cast<T**>(B), ldb, CT, batch, true); \
+  }
+PHOS_TRSM_BATCHED(cublasStrsmBatched, float, CUDA_R_32F, int)
+PHOS_TRSM_BATCHED(cublasDtrsmBatched, double, CUDA_R_64F, int)
+PHOS_TRSM_BATCHED(cublasCtrsmBatched, cuComplex, CUDA_C_32F, int)
+PHOS_TRSM_BATCHED(cublasZtrsmBatched, cuDoubleComplex, CUDA_C_64F, int)
+PHOS_TRSM_BATCHED(cublasStrsmBatched_64, float, CUDA_R_32F, int64_t)
+PHOS_TRSM_BATCHED(cublasDtrsmBatched_64, double, CUDA_R_64F, int64_t)
+PHOS_TRSM_BATCHED(cublasCtrsmBatched_64, cuComplex, CUDA_C_32F, int64_t)
+PHOS_TRSM_BATCHED(cublasZtrsmBatched_64, cuDoubleComplex, CUDA_C_64F, int64_t)
+#undef PHOS_TRSM_BATCHED
 
 // ---------------------------------------------------------------- level 1
 
@@ -631,11 +690,16 @@ PHOS_AXPY(cublasCaxpy_v2_64, cuComplex, CUDA_C_32F, int64_t)
 PHOS_AXPY(cublasZaxpy_v2, cuDoubleComplex, CUDA_C_64F, int)
 PHOS_AXPY(cublasZaxpy_v2_64, cuDoubleComplex, CUDA_C_64F, int64_t)
 #undef PHOS_AXPY
-PHOS_EXPORT cublasStatus_t cublasAxpyEx(cublasHandle_t handle, int n, const void* alpha, cudaDataType alpha_type,
-                                        const void* x, cudaDataType xt, int incx, void* y, cudaDataType yt, int incy,
-                                        cudaDataType) {
-  return Level1(handle, op::kBlasAxpy, n, alpha, alpha_type, x, xt, incx, y, yt, incy);
-}
+// The Ex forms take their types as arguments; each with int and int64_t sizes.
+#define PHOS_AXPY_EX(NAME, IDX)                                                                                  \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const void* alpha, cudaDataType alpha_type,    \
+                                  const void* x, cudaDataType xt, IDX incx, void* y, cudaDataType yt, IDX incy, \
+                                  cudaDataType) {                                                              \
+    return Level1(handle, op::kBlasAxpy, n, alpha, alpha_type, x, xt, incx, y, yt, incy);                      \
+  }
+PHOS_AXPY_EX(cublasAxpyEx, int)
+PHOS_AXPY_EX(cublasAxpyEx_64, int64_t)
+#undef PHOS_AXPY_EX
 
 #define PHOS_SCAL(NAME, T, ST, XT, IDX)                                                                    \
   PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const T* alpha, XT* x, IDX incx) {  \
@@ -658,10 +722,14 @@ PHOS_SCAL(cublasZscal_v2_64, cuDoubleComplex, CUDA_C_64F, cuDoubleComplex, int64
 PHOS_SCAL(cublasZdscal_v2, double, CUDA_R_64F, cuDoubleComplex, int)
 PHOS_SCAL(cublasZdscal_v2_64, double, CUDA_R_64F, cuDoubleComplex, int64_t)
 #undef PHOS_SCAL
-PHOS_EXPORT cublasStatus_t cublasScalEx(cublasHandle_t handle, int n, const void* alpha, cudaDataType alpha_type,
-                                        void* x, cudaDataType xt, int incx, cudaDataType) {
-  return Level1(handle, op::kBlasScal, n, alpha, alpha_type, x, xt, incx, nullptr, alpha_type, 1);
-}
+#define PHOS_SCAL_EX(NAME, IDX)                                                                             \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const void* alpha, cudaDataType alpha_type, \
+                                  void* x, cudaDataType xt, IDX incx, cudaDataType) {                      \
+    return Level1(handle, op::kBlasScal, n, alpha, alpha_type, x, xt, incx, nullptr, alpha_type, 1);        \
+  }
+PHOS_SCAL_EX(cublasScalEx, int)
+PHOS_SCAL_EX(cublasScalEx_64, int64_t)
+#undef PHOS_SCAL_EX
 
 #define PHOS_COPY_SWAP(NAME, API, T, CT, CONST, IDX)                                                              \
   PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, CONST T* x, IDX incx, T* y, IDX incy) {      \
@@ -684,14 +752,56 @@ PHOS_COPY_SWAP(cublasCswap_v2_64, op::kBlasSwap, cuComplex, CUDA_C_32F, , int64_
 PHOS_COPY_SWAP(cublasZswap_v2, op::kBlasSwap, cuDoubleComplex, CUDA_C_64F, , int)
 PHOS_COPY_SWAP(cublasZswap_v2_64, op::kBlasSwap, cuDoubleComplex, CUDA_C_64F, , int64_t)
 #undef PHOS_COPY_SWAP
-PHOS_EXPORT cublasStatus_t cublasCopyEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
-                                        void* y, cudaDataType yt, int incy) {
-  return Level1(handle, op::kBlasCopy, n, nullptr, xt, x, xt, incx, y, yt, incy);
-}
-PHOS_EXPORT cublasStatus_t cublasSwapEx(cublasHandle_t handle, int n, void* x, cudaDataType xt, int incx, void* y,
-                                        cudaDataType yt, int incy) {
-  return Level1(handle, op::kBlasSwap, n, nullptr, xt, x, xt, incx, y, yt, incy);
-}
+#define PHOS_COPY_SWAP_EX(NAME, API, CONST, IDX)                                                             \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, CONST void* x, cudaDataType xt, IDX incx,    \
+                                  void* y, cudaDataType yt, IDX incy) {                                      \
+    return Level1(handle, API, n, nullptr, xt, x, xt, incx, y, yt, incy);                                    \
+  }
+PHOS_COPY_SWAP_EX(cublasCopyEx, op::kBlasCopy, const, int)
+PHOS_COPY_SWAP_EX(cublasCopyEx_64, op::kBlasCopy, const, int64_t)
+PHOS_COPY_SWAP_EX(cublasSwapEx, op::kBlasSwap, , int)
+PHOS_COPY_SWAP_EX(cublasSwapEx_64, op::kBlasSwap, , int64_t)
+#undef PHOS_COPY_SWAP_EX
+
+// rot: c (real) travels as alpha, s as beta; csrot/zdrot's s is real too.
+#define PHOS_ROT(NAME, T, CT, ST, FLAGS, IDX)                                                                   \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, T* x, IDX incx, T* y, IDX incy, const RTYPE_##T* c, \
+                                  const ST* s) {                                                               \
+    return Rot(handle, n, x, incx, y, incy, c, s, CT, FLAGS);                                                  \
+  }
+#define RTYPE_float float
+#define RTYPE_double double
+#define RTYPE_cuComplex float
+#define RTYPE_cuDoubleComplex double
+PHOS_ROT(cublasSrot_v2, float, CUDA_R_32F, float, 0, int)
+PHOS_ROT(cublasSrot_v2_64, float, CUDA_R_32F, float, 0, int64_t)
+PHOS_ROT(cublasDrot_v2, double, CUDA_R_64F, double, 0, int)
+PHOS_ROT(cublasDrot_v2_64, double, CUDA_R_64F, double, 0, int64_t)
+PHOS_ROT(cublasCrot_v2, cuComplex, CUDA_C_32F, cuComplex, 0, int)
+PHOS_ROT(cublasCrot_v2_64, cuComplex, CUDA_C_32F, cuComplex, 0, int64_t)
+PHOS_ROT(cublasCsrot_v2, cuComplex, CUDA_C_32F, float, phos::wire::kBlasRealBeta, int)
+PHOS_ROT(cublasCsrot_v2_64, cuComplex, CUDA_C_32F, float, phos::wire::kBlasRealBeta, int64_t)
+PHOS_ROT(cublasZrot_v2, cuDoubleComplex, CUDA_C_64F, cuDoubleComplex, 0, int)
+PHOS_ROT(cublasZrot_v2_64, cuDoubleComplex, CUDA_C_64F, cuDoubleComplex, 0, int64_t)
+PHOS_ROT(cublasZdrot_v2, cuDoubleComplex, CUDA_C_64F, double, phos::wire::kBlasRealBeta, int)
+PHOS_ROT(cublasZdrot_v2_64, cuDoubleComplex, CUDA_C_64F, double, phos::wire::kBlasRealBeta, int64_t)
+#undef PHOS_ROT
+// RotEx with a real csType (c and s real: srot, drot, csrot, zdrot); a
+// complex csType is refused by name (whether its c is read as complex is
+// not documented).
+#define PHOS_ROT_EX(NAME, IDX)                                                                                   \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, void* x, cudaDataType xt, IDX incx, void* y,  \
+                                  cudaDataType yt, IDX incy, const void* c, const void* s, cudaDataType cst,   \
+                                  cudaDataType) {                                                              \
+    if (yt != xt || phos::wire::BlasTypeIsComplex(cst) || phos::wire::BlasRealTypeOf(xt) != cst) {             \
+      if (phos::wire::BlasTypeIsComplex(cst)) SayOnce(#NAME " with a complex csType is not supported by phos yet"); \
+      return phos::wire::BlasTypeIsComplex(cst) ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_INVALID_VALUE;     \
+    }                                                                                                          \
+    return Rot(handle, n, x, incx, y, incy, c, s, xt, phos::wire::kBlasRealBeta);                             \
+  }
+PHOS_ROT_EX(cublasRotEx, int)
+PHOS_ROT_EX(cublasRotEx_64, int64_t)
+#undef PHOS_ROT_EX
 
 #define PHOS_DOT(NAME, T, CT, FLAGS, IDX)                                                                               \
   PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const T* x, IDX incx, const T* y, IDX incy,        \
@@ -711,16 +821,17 @@ PHOS_DOT(cublasZdotu_v2_64, cuDoubleComplex, CUDA_C_64F, 0, int64_t)
 PHOS_DOT(cublasZdotc_v2, cuDoubleComplex, CUDA_C_64F, phos::wire::kBlasConjugate, int)
 PHOS_DOT(cublasZdotc_v2_64, cuDoubleComplex, CUDA_C_64F, phos::wire::kBlasConjugate, int64_t)
 #undef PHOS_DOT
-PHOS_EXPORT cublasStatus_t cublasDotEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
-                                       const void* y, cudaDataType yt, int incy, void* result, cudaDataType rt,
-                                       cudaDataType) {
-  return Level1(handle, op::kBlasDot, n, nullptr, rt, x, xt, incx, y, yt, incy, result);
-}
-PHOS_EXPORT cublasStatus_t cublasDotcEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
-                                        const void* y, cudaDataType yt, int incy, void* result, cudaDataType rt,
-                                        cudaDataType) {
-  return Level1(handle, op::kBlasDot, n, nullptr, rt, x, xt, incx, y, yt, incy, result, phos::wire::kBlasConjugate);
-}
+#define PHOS_DOT_EX(NAME, FLAGS, IDX)                                                                          \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const void* x, cudaDataType xt, IDX incx,      \
+                                  const void* y, cudaDataType yt, IDX incy, void* result, cudaDataType rt,     \
+                                  cudaDataType) {                                                              \
+    return Level1(handle, op::kBlasDot, n, nullptr, rt, x, xt, incx, y, yt, incy, result, FLAGS);              \
+  }
+PHOS_DOT_EX(cublasDotEx, 0, int)
+PHOS_DOT_EX(cublasDotEx_64, 0, int64_t)
+PHOS_DOT_EX(cublasDotcEx, phos::wire::kBlasConjugate, int)
+PHOS_DOT_EX(cublasDotcEx_64, phos::wire::kBlasConjugate, int64_t)
+#undef PHOS_DOT_EX
 
 #define PHOS_REDUCE(NAME, API, T, XT, RT, R, IDX)                                                               \
   PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const T* x, IDX incx, R* result) {         \
@@ -751,11 +862,47 @@ PHOS_REDUCE(cublasIdamin_v2, op::kBlasIamin, double, CUDA_R_64F, CUDA_R_32I, int
 PHOS_REDUCE(cublasIcamin_v2, op::kBlasIamin, cuComplex, CUDA_C_32F, CUDA_R_32I, int, int)
 PHOS_REDUCE(cublasIzamin_v2, op::kBlasIamin, cuDoubleComplex, CUDA_C_64F, CUDA_R_32I, int, int)
 #undef PHOS_REDUCE
-PHOS_EXPORT cublasStatus_t cublasNrm2Ex(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
-                                        void* result, cudaDataType rt, cudaDataType) {
-  return Level1(handle, op::kBlasNrm2, n, nullptr, rt, x, xt, incx, nullptr, xt, 1, result);
+// amax/amin's _64 forms answer an int64_t index (kBlasIndex64).
+#define PHOS_INDEX64(NAME, API, T, XT)                                                                       \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, int64_t n, const T* x, int64_t incx, int64_t* result) { \
+    return Level1(handle, API, n, nullptr, CUDA_R_32I, x, XT, incx, nullptr, XT, 1, result,                   \
+                  phos::wire::kBlasIndex64);                                                                 \
+  }
+PHOS_INDEX64(cublasIsamax_v2_64, op::kBlasIamax, float, CUDA_R_32F)
+PHOS_INDEX64(cublasIdamax_v2_64, op::kBlasIamax, double, CUDA_R_64F)
+PHOS_INDEX64(cublasIcamax_v2_64, op::kBlasIamax, cuComplex, CUDA_C_32F)
+PHOS_INDEX64(cublasIzamax_v2_64, op::kBlasIamax, cuDoubleComplex, CUDA_C_64F)
+PHOS_INDEX64(cublasIsamin_v2_64, op::kBlasIamin, float, CUDA_R_32F)
+PHOS_INDEX64(cublasIdamin_v2_64, op::kBlasIamin, double, CUDA_R_64F)
+PHOS_INDEX64(cublasIcamin_v2_64, op::kBlasIamin, cuComplex, CUDA_C_32F)
+PHOS_INDEX64(cublasIzamin_v2_64, op::kBlasIamin, cuDoubleComplex, CUDA_C_64F)
+#undef PHOS_INDEX64
+// The Ex forms of amax/amin: the type is an argument.
+PHOS_EXPORT cublasStatus_t cublasIamaxEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
+                                         int* result) {
+  return Level1(handle, op::kBlasIamax, n, nullptr, CUDA_R_32I, x, xt, incx, nullptr, xt, 1, result);
 }
-PHOS_EXPORT cublasStatus_t cublasAsumEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
-                                        void* result, cudaDataType rt, cudaDataType) {
-  return Level1(handle, op::kBlasAsum, n, nullptr, rt, x, xt, incx, nullptr, xt, 1, result);
+PHOS_EXPORT cublasStatus_t cublasIaminEx(cublasHandle_t handle, int n, const void* x, cudaDataType xt, int incx,
+                                         int* result) {
+  return Level1(handle, op::kBlasIamin, n, nullptr, CUDA_R_32I, x, xt, incx, nullptr, xt, 1, result);
 }
+PHOS_EXPORT cublasStatus_t cublasIamaxEx_64(cublasHandle_t handle, int64_t n, const void* x, cudaDataType xt,
+                                            int64_t incx, int64_t* result) {
+  return Level1(handle, op::kBlasIamax, n, nullptr, CUDA_R_32I, x, xt, incx, nullptr, xt, 1, result,
+                phos::wire::kBlasIndex64);
+}
+PHOS_EXPORT cublasStatus_t cublasIaminEx_64(cublasHandle_t handle, int64_t n, const void* x, cudaDataType xt,
+                                            int64_t incx, int64_t* result) {
+  return Level1(handle, op::kBlasIamin, n, nullptr, CUDA_R_32I, x, xt, incx, nullptr, xt, 1, result,
+                phos::wire::kBlasIndex64);
+}
+#define PHOS_REDUCE_EX(NAME, API, IDX)                                                                       \
+  PHOS_EXPORT cublasStatus_t NAME(cublasHandle_t handle, IDX n, const void* x, cudaDataType xt, IDX incx,    \
+                                  void* result, cudaDataType rt, cudaDataType) {                             \
+    return Level1(handle, API, n, nullptr, rt, x, xt, incx, nullptr, xt, 1, result);                         \
+  }
+PHOS_REDUCE_EX(cublasNrm2Ex, op::kBlasNrm2, int)
+PHOS_REDUCE_EX(cublasNrm2Ex_64, op::kBlasNrm2, int64_t)
+PHOS_REDUCE_EX(cublasAsumEx, op::kBlasAsum, int)
+PHOS_REDUCE_EX(cublasAsumEx_64, op::kBlasAsum, int64_t)
+#undef PHOS_REDUCE_EX

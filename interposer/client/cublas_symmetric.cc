@@ -62,10 +62,11 @@ cublasStatus_t Symm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode
 }
 
 /// syr2k (hermitian false: op N or T — C means T for real types), her2k
-/// (op N or C, beta real). herk goes as the syrk row (SyrkRow below).
+/// (op N or C, beta real); syrkx/herkx likewise (api kBlasSyrkx). herk goes
+/// as the syrk row (Herk below).
 cublasStatus_t Syr2k(cublasHandle_t handle, cublasFillMode_t uplo, cublasOperation_t trans, int64_t n, int64_t k,
                      const void* alpha, const void* a, int64_t lda, const void* b, int64_t ldb, const void* beta,
-                     void* c, int64_t ldc, int32_t type, bool hermitian) {
+                     void* c, int64_t ldc, int32_t type, bool hermitian, wire::ApiId api = op::kBlasSyr2k) {
   BlasRequest r;
   BlasHandle* h = nullptr;
   if (!Start(handle, type, uplo, &r, &h) || !ValidOp(trans)) return StartFailed(handle);
@@ -81,7 +82,7 @@ cublasStatus_t Syr2k(cublasHandle_t handle, cublasFillMode_t uplo, cublasOperati
   r.c = reinterpret_cast<uint64_t>(c);
   r.ldc = ldc;
   if (!SetBlasScalars(&r, alpha, beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
-  return SendBlas(*h, op::kBlasSyr2k, r);
+  return SendBlas(*h, api, r);
 }
 
 /// herk: C = alpha op(A) op(A)^H + beta C, op N or C, alpha and beta real.
@@ -249,6 +250,23 @@ PHOS_BOTH_WIDTHS(PHOS_FOR_COMPLEX, PHOS_HEMM)
     return Herk(h, uplo, trans, n, k, alpha, A, lda, beta, C, ldc, CT);                                            \
   }
 PHOS_BOTH_WIDTHS(PHOS_FOR_TYPES, PHOS_SYR2K)
+// syrkx/herkx: no _v2 in their names.
+#define PHOS_SYRKX(P, T, R, CT, IDX, SUF)                                                                            \
+  PHOS_EXPORT cublasStatus_t cublas##P##syrkx##SUF(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, \
+                                                   IDX n, IDX k, const T* alpha, const T* A, IDX lda, const T* B,    \
+                                                   IDX ldb, const T* beta, T* C, IDX ldc) {                          \
+    return Syr2k(h, uplo, trans, n, k, alpha, A, lda, B, ldb, beta, C, ldc, CT, false, phos::wire::op::kBlasSyrkx);             \
+  }
+#define PHOS_HERKX(P, T, R, CT, IDX, SUF)                                                                            \
+  PHOS_EXPORT cublasStatus_t cublas##P##herkx##SUF(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, \
+                                                   IDX n, IDX k, const T* alpha, const T* A, IDX lda, const T* B,    \
+                                                   IDX ldb, const R* beta, T* C, IDX ldc) {                          \
+    return Syr2k(h, uplo, trans, n, k, alpha, A, lda, B, ldb, beta, C, ldc, CT, true, phos::wire::op::kBlasSyrkx);              \
+  }
+PHOS_FOR_TYPES(PHOS_SYRKX, int, )
+PHOS_FOR_TYPES(PHOS_SYRKX, int64_t, _64)
+PHOS_FOR_COMPLEX(PHOS_HERKX, int, )
+PHOS_FOR_COMPLEX(PHOS_HERKX, int64_t, _64)
 PHOS_BOTH_WIDTHS(PHOS_FOR_COMPLEX, PHOS_HER2K)
 PHOS_BOTH_WIDTHS(PHOS_FOR_COMPLEX, PHOS_HERK)
 

@@ -68,6 +68,8 @@ bool BlasShapeOf(ApiId op, BlasShape* out) {
   switch (op) {
     case op::kBlasGemm: *out = BlasShape::kGemm; return true;
     case op::kBlasGemmBatched: *out = BlasShape::kGemmBatched; return true;
+    case op::kBlasGemvBatched: *out = BlasShape::kGemvBatched; return true;
+    case op::kBlasTrsmBatched: *out = BlasShape::kTrsmBatched; return true;
     case op::kBlasGemv: *out = BlasShape::kGemv; return true;
     case op::kBlasGeam: *out = BlasShape::kGeam; return true;
     case op::kBlasTrsm: *out = BlasShape::kTrsm; return true;
@@ -77,6 +79,7 @@ bool BlasShapeOf(ApiId op, BlasShape* out) {
     case op::kBlasScal: *out = BlasShape::kScal; return true;
     case op::kBlasCopy: *out = BlasShape::kCopy; return true;
     case op::kBlasSwap: *out = BlasShape::kSwap; return true;
+    case op::kBlasRot: *out = BlasShape::kRot; return true;
     case op::kBlasDot: *out = BlasShape::kDot; return true;
     case op::kBlasNrm2: *out = BlasShape::kNrm2; return true;
     case op::kBlasAsum: *out = BlasShape::kAsum; return true;
@@ -85,6 +88,7 @@ bool BlasShapeOf(ApiId op, BlasShape* out) {
     case op::kBlasLtMatmul: *out = BlasShape::kLtMatmul; return true;
     case op::kBlasSymm: *out = BlasShape::kSymm; return true;
     case op::kBlasSyr2k: *out = BlasShape::kSyr2k; return true;
+    case op::kBlasSyrkx: *out = BlasShape::kSyrkx; return true;
     case op::kBlasTrmm: *out = BlasShape::kTrmm; return true;
     case op::kBlasSymv: *out = BlasShape::kSymv; return true;
     case op::kBlasTrmv: *out = BlasShape::kTrmv; return true;
@@ -92,6 +96,15 @@ bool BlasShapeOf(ApiId op, BlasShape* out) {
     case op::kBlasSyr: *out = BlasShape::kSyr; return true;
     case op::kBlasSyr2: *out = BlasShape::kSyr2; return true;
     case op::kBlasDgmm: *out = BlasShape::kDgmm; return true;
+    case op::kBlasGbmv: *out = BlasShape::kGbmv; return true;
+    case op::kBlasSbmv: *out = BlasShape::kSbmv; return true;
+    case op::kBlasTbmv: *out = BlasShape::kTbmv; return true;
+    case op::kBlasTbsv: *out = BlasShape::kTbsv; return true;
+    case op::kBlasSpmv: *out = BlasShape::kSpmv; return true;
+    case op::kBlasSpr: *out = BlasShape::kSpr; return true;
+    case op::kBlasSpr2: *out = BlasShape::kSpr2; return true;
+    case op::kBlasTpmv: *out = BlasShape::kTpmv; return true;
+    case op::kBlasTpsv: *out = BlasShape::kTpsv; return true;
     default: return false;
   }
 }
@@ -100,6 +113,8 @@ const char* BlasShapeName(BlasShape shape) {
   switch (shape) {
     case BlasShape::kGemm: return "gemm";
     case BlasShape::kGemmBatched: return "gemm batched";
+    case BlasShape::kGemvBatched: return "gemv batched";
+    case BlasShape::kTrsmBatched: return "trsm batched";
     case BlasShape::kGemv: return "gemv";
     case BlasShape::kGeam: return "geam";
     case BlasShape::kTrsm: return "trsm";
@@ -109,6 +124,7 @@ const char* BlasShapeName(BlasShape shape) {
     case BlasShape::kScal: return "scal";
     case BlasShape::kCopy: return "copy";
     case BlasShape::kSwap: return "swap";
+    case BlasShape::kRot: return "rot";
     case BlasShape::kDot: return "dot";
     case BlasShape::kNrm2: return "nrm2";
     case BlasShape::kAsum: return "asum";
@@ -117,6 +133,7 @@ const char* BlasShapeName(BlasShape shape) {
     case BlasShape::kLtMatmul: return "Lt matmul";
     case BlasShape::kSymm: return "symm/hemm";
     case BlasShape::kSyr2k: return "syr2k/her2k";
+    case BlasShape::kSyrkx: return "syrkx/herkx";
     case BlasShape::kTrmm: return "trmm";
     case BlasShape::kSymv: return "symv/hemv";
     case BlasShape::kTrmv: return "trmv";
@@ -124,6 +141,15 @@ const char* BlasShapeName(BlasShape shape) {
     case BlasShape::kSyr: return "syr/her";
     case BlasShape::kSyr2: return "syr2/her2";
     case BlasShape::kDgmm: return "dgmm";
+    case BlasShape::kGbmv: return "gbmv";
+    case BlasShape::kSbmv: return "sbmv/hbmv";
+    case BlasShape::kTbmv: return "tbmv";
+    case BlasShape::kTbsv: return "tbsv";
+    case BlasShape::kSpmv: return "spmv/hpmv";
+    case BlasShape::kSpr: return "spr/hpr";
+    case BlasShape::kSpr2: return "spr2/hpr2";
+    case BlasShape::kTpmv: return "tpmv";
+    case BlasShape::kTpsv: return "tpsv";
   }
   return "?";
 }
@@ -159,7 +185,7 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
   const char* why = nullptr;
   const bool device_scalars = (req.flags & kBlasDeviceScalars) != 0;
   if ((req.flags & ~(kBlasDeviceScalars | kBlasConjugate | kBlasSideRight | kBlasUpper | kBlasUnitDiag |
-                     kBlasRealAlpha | kBlasRealBeta)) != 0)
+                     kBlasRealAlpha | kBlasRealBeta | kBlasIndex64)) != 0)
     return "unknown flags";
   const uint32_t ea = BlasTypeBytes(req.type_a);
   const uint32_t es = BlasTypeBytes(req.scalar_type);
@@ -171,26 +197,32 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
   const uint32_t es_beta = (req.flags & kBlasRealBeta) ? es_real : es;
   unsigned __int128 bytes = 0;
   switch (shape) {
-    case BlasShape::kGemmBatched: {
-      // The dimensions as a gemm's (each member's extents are checked when
-      // its pointers are read); the three arrays of `batch` pointers read.
+    case BlasShape::kGemmBatched:
+    case BlasShape::kGemvBatched:
+    case BlasShape::kTrsmBatched: {
+      // The dimensions as one member's (each member's extents are checked
+      // when its pointers are read); the arrays of `batch` pointers read.
+      const BlasShape base = shape == BlasShape::kGemmBatched   ? BlasShape::kGemm
+                             : shape == BlasShape::kGemvBatched ? BlasShape::kGemv
+                                                                : BlasShape::kTrsm;
       BlasRequest one = req;
       one.batch = req.batch > 0 ? 1 : 0;
       one.stride_a = one.stride_b = one.stride_c = 0;
       one.flags &= ~kBlasDeviceScalars;
       BlasOperands member;
-      if (const char* why = CheckBlas(BlasShape::kGemm, one, &member); why != nullptr) return why;
+      if (const char* why = CheckBlas(base, one, &member); why != nullptr) return why;
       if (req.batch < 0) return "negative batch count";
       if (static_cast<uint64_t>(req.batch) > (uint64_t{1} << 40)) return "a batch count beyond 2^40";
+      const bool empty = req.batch == 0 || req.m == 0 || req.n == 0;
       const uint64_t array = static_cast<uint64_t>(req.batch) * 8;
       b.Add(kBlasSlotA, req.a, array);
-      b.Add(kBlasSlotB, req.b, array);
+      if (base != BlasShape::kTrsm) b.Add(kBlasSlotB, req.b, array);
       b.Add(kBlasSlotInput, req.c, array);
-      if (device_scalars) {
+      if (device_scalars && !empty) {
         b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
-        b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
+        if (base != BlasShape::kTrsm) b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
       }
-      out->unknown = req.batch > 0 && req.m > 0 && req.n > 0;
+      out->unknown = !empty;
       return nullptr;
     }
     case BlasShape::kGemm:
@@ -288,6 +320,7 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
     case BlasShape::kScal:
     case BlasShape::kCopy:
     case BlasShape::kSwap:
+    case BlasShape::kRot:
     case BlasShape::kDot:
     case BlasShape::kNrm2:
     case BlasShape::kAsum:
@@ -295,7 +328,7 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
     case BlasShape::kIamin: {
       if (req.n < 0) return "negative n";
       const bool two_vectors = shape == BlasShape::kAxpy || shape == BlasShape::kCopy ||
-                               shape == BlasShape::kSwap || shape == BlasShape::kDot;
+                               shape == BlasShape::kSwap || shape == BlasShape::kRot || shape == BlasShape::kDot;
       const uint32_t eb = two_vectors ? BlasTypeBytes(req.type_b) : 1;
       if (eb == 0) return "unknown data type of y";
       // cuBLAS does nothing (and reads no scalar) for n <= 0; a reduction
@@ -315,6 +348,7 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
           break;
         case BlasShape::kScal: b.Add(kBlasSlotX, req.a, xbytes); break;
         case BlasShape::kSwap:
+        case BlasShape::kRot:
           b.Add(kBlasSlotX, req.a, xbytes);
           b.Add(kBlasSlotX, req.b, ybytes);
           break;
@@ -325,8 +359,11 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
         default: b.Add(kBlasSlotA, req.a, xbytes); break;
       }
       if (device_scalars) {
-        if (shape == BlasShape::kAxpy || shape == BlasShape::kScal) b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
-        if (shape == BlasShape::kIamax || shape == BlasShape::kIamin) b.Add(kBlasSlotResult, req.result, 4);
+        if (shape == BlasShape::kAxpy || shape == BlasShape::kScal || shape == BlasShape::kRot)
+          b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
+        if (shape == BlasShape::kRot) b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
+        if (shape == BlasShape::kIamax || shape == BlasShape::kIamin)
+          b.Add(kBlasSlotResult, req.result, (req.flags & kBlasIndex64) ? 8 : 4);
         else if (shape == BlasShape::kDot || shape == BlasShape::kNrm2 || shape == BlasShape::kAsum)
           b.Add(kBlasSlotResult, req.result, es);
       }
@@ -334,6 +371,7 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
     }
     case BlasShape::kSymm:
     case BlasShape::kSyr2k:
+    case BlasShape::kSyrkx:
     case BlasShape::kTrmm:
     case BlasShape::kDgmm: {
       // Level 3 (and dgmm) with one type throughout.
@@ -346,7 +384,7 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
         brows = req.m;
         bcols = req.n;
         if (shape == BlasShape::kTrmm && !ValidOp(req.op_a)) return "invalid transpose operation";
-      } else if (shape == BlasShape::kSyr2k) {
+      } else if (shape == BlasShape::kSyr2k || shape == BlasShape::kSyrkx) {
         if (!ValidOp(req.op_a)) return "invalid transpose operation";
         const bool t = req.op_a != 0;
         arows = brows = t ? req.k : req.n;
@@ -415,6 +453,65 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
       if (device_scalars && shape != BlasShape::kTrmv && shape != BlasShape::kTrsv) {
         b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
         if (shape == BlasShape::kSymv) b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
+      }
+      return nullptr;
+    }
+    case BlasShape::kGbmv:
+    case BlasShape::kSbmv:
+    case BlasShape::kTbmv:
+    case BlasShape::kTbsv:
+    case BlasShape::kSpmv:
+    case BlasShape::kSpr:
+    case BlasShape::kSpr2:
+    case BlasShape::kTpmv:
+    case BlasShape::kTpsv: {
+      // Banded and packed level 2, one type throughout.
+      const bool gbmv = shape == BlasShape::kGbmv;
+      const bool packed = shape == BlasShape::kSpmv || shape == BlasShape::kSpr || shape == BlasShape::kSpr2 ||
+                          shape == BlasShape::kTpmv || shape == BlasShape::kTpsv;
+      const bool triangular = shape == BlasShape::kTbmv || shape == BlasShape::kTbsv || shape == BlasShape::kTpmv ||
+                              shape == BlasShape::kTpsv;
+      const bool has_y = shape == BlasShape::kGbmv || shape == BlasShape::kSbmv || shape == BlasShape::kSpmv ||
+                         shape == BlasShape::kSpr2;
+      const bool rank = shape == BlasShape::kSpr || shape == BlasShape::kSpr2;
+      if (req.type_c != req.type_a || (has_y && req.type_b != req.type_a)) return "x, y and A of different types";
+      if ((gbmv || triangular) && !ValidOp(req.op_a)) return "invalid transpose operation";
+      if (req.n < 0 || (gbmv && req.m < 0)) return "negative dimension";
+      const int64_t rows = gbmv ? req.m : req.n;
+      if (req.n == 0 || rows == 0) return nullptr;
+      // The matrix: band storage (bands x n, lda) or the packed triangle.
+      if (packed) {
+        const unsigned __int128 elems = static_cast<unsigned __int128>(req.n) * static_cast<uint64_t>(req.n + 1) / 2;
+        if (elems > kMaxExtent / ea) return "a matrix extent overflows";
+        b.Add(rank ? kBlasSlotC : kBlasSlotA, rank ? req.c : req.a, elems * ea);
+      } else {
+        if (req.k < 0 || (gbmv && req.stride_a < 0)) return "negative band width";
+        const int64_t ku = gbmv ? req.stride_a : 0;
+        if (req.k > INT64_MAX / 2 - ku) return "a band width overflows";
+        const int64_t bands = req.k + ku + 1;
+        if (!MatrixExtent(bands, req.n, req.lda, 0, 1, ea, "lda smaller than the band count", &bytes, &why)) return why;
+        b.Add(kBlasSlotA, req.a, bytes);
+      }
+      const bool t = req.op_a != 0;
+      if (triangular) {
+        if (!VectorExtent(req.n, req.ldc, 0, 1, ea, "incx is 0", &bytes, &why)) return why;
+        b.Add(kBlasSlotC, req.c, bytes);
+      } else if (rank) {
+        if (!VectorExtent(req.n, req.lda, 0, 1, ea, "incx is 0", &bytes, &why)) return why;
+        b.Add(kBlasSlotA, req.a, bytes);
+        if (shape == BlasShape::kSpr2) {
+          if (!VectorExtent(req.n, req.ldb, 0, 1, ea, "incy is 0", &bytes, &why)) return why;
+          b.Add(kBlasSlotB, req.b, bytes);
+        }
+      } else {  // gbmv, sbmv, spmv: x (b, ldb) read, y (c, ldc) read and written
+        if (!VectorExtent(gbmv && !t ? req.n : rows, req.ldb, 0, 1, ea, "incx is 0", &bytes, &why)) return why;
+        b.Add(kBlasSlotB, req.b, bytes);
+        if (!VectorExtent(gbmv && !t ? rows : req.n, req.ldc, 0, 1, ea, "incy is 0", &bytes, &why)) return why;
+        b.Add(kBlasSlotC, req.c, bytes);
+      }
+      if (device_scalars && !triangular) {
+        b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
+        if (!rank) b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
       }
       return nullptr;
     }

@@ -21,6 +21,8 @@ namespace phos::wire {
 enum class BlasShape : uint8_t {
   kGemm,   // C = alpha op(A) op(B) + beta C, strided-batched (batch 1: plain gemm)
   kGemmBatched,  // the same over `batch` matrices named by arrays of device pointers (a, b, c)
+  kGemvBatched,  // gemv over arrays of device pointers (A, x, y in a, b, c)
+  kTrsmBatched,  // trsm over arrays of device pointers (A, B in a, c)
   kGemv,   // y = alpha op(A) x + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
   kGer,    // A (c, ldc) += alpha x (a, lda) y (b, ldb)^T (y conjugated: kBlasConjugate)
@@ -34,6 +36,9 @@ enum class BlasShape : uint8_t {
   // (her2k: ^H, conj(alpha) in the second term, beta real); A, B n x k (op
   // N) or k x n.
   kSyr2k,
+  // C (n x n triangle) = alpha op(A) op(B)^T + beta C (herkx: ^H, beta
+  // real); A and B as syr2k's.
+  kSyrkx,
   // C (m x n, c/ldc) = alpha op(A) B (left) or alpha B op(A); A triangular
   // (kBlasUpper, kBlasUnitDiag), B (b, ldb) read.
   kTrmm,
@@ -43,10 +48,23 @@ enum class BlasShape : uint8_t {
   kSyr,    // A (c, ldc; n x n triangle) += alpha x x^T (her: x x^H, alpha real); x in (a, lda = incx)
   kSyr2,   // A (c, ldc) += alpha x y^T + alpha y x^T (her2: conjugates); y in (b, ldb = incy)
   kDgmm,   // C (m x n) = A diag(x) (kBlasSideRight; x n long) or diag(x) A (x m long); x in (b, ldb = incx)
+  // Banded: A (a, lda) is the band storage — (kl + ku + 1) x n for gbmv
+  // (kl in k, ku in stride_a), (k + 1) x n for the others.
+  kGbmv,   // y (c, ldc) = alpha op(A) x (b, ldb) + beta y; A m x n
+  kSbmv,   // y = alpha A x + beta y; A n x n symmetric (hbmv: Hermitian, kBlasConjugate)
+  kTbmv,   // x (c, ldc) = op(A) x; A n x n triangular
+  kTbsv,   // x (c, ldc) = inv(op(A)) x
+  // Packed: the triangle of an n x n matrix, n(n+1)/2 elements.
+  kSpmv,   // y (c, ldc) = alpha AP x (b, ldb) + beta y; AP in a (hpmv: kBlasConjugate)
+  kSpr,    // AP (c) += alpha x x^T (hpr: x x^H, alpha real); x in (a, lda)
+  kSpr2,   // AP (c) += alpha x y^T + alpha y x^T (hpr2: conjugates); y in (b, ldb)
+  kTpmv,   // x (c, ldc) = op(AP) x; AP in a
+  kTpsv,   // x (c, ldc) = inv(op(AP)) x
   kAxpy,   // y += alpha x
   kScal,   // x *= alpha
   kCopy,   // y = x
   kSwap,   // x <-> y
+  kRot,    // (x, y) = (c x + s y, c y - conj(s) x); c in alpha (real), s in beta
   kDot,    // result = x . y (conjugated with kBlasConjugate)
   kNrm2,   // result = ||x||_2
   kAsum,   // result = sum |re| + |im|

@@ -287,6 +287,8 @@ inline constexpr uint32_t kBlasUnitDiag = 0x10;
 /// her2k's beta, her): BlasRealTypeOf(scalar_type), in host and device mode.
 inline constexpr uint32_t kBlasRealAlpha = 0x20;
 inline constexpr uint32_t kBlasRealBeta = 0x40;
+/// amax/amin: the result index is an int64 (the _64 forms), else an int32.
+inline constexpr uint32_t kBlasIndex64 = 0x80;
 
 /// kBlasLtMatmul: cublasLtMatmul, D = epilogue(alpha op(A) op(B) + beta C).
 /// `gemm` holds A, B, C (C is read only: the output is D) as a strided-

@@ -157,6 +157,85 @@ int GemmExAndBatched(cublasHandle_t h) {
   return 0;
 }
 
+// An array of device pointers in device memory (what the pointer-array
+// batched routines take).
+template <typename T>
+T** DeviceArray(const std::vector<T*>& ptrs) {
+  T** d = nullptr;
+  if (cudaMalloc(&d, ptrs.size() * sizeof(T*)) != cudaSuccess) return nullptr;
+  cudaMemcpy(d, ptrs.data(), ptrs.size() * sizeof(T*), cudaMemcpyHostToDevice);
+  return d;
+}
+
+// gemv and trsm over arrays of device pointers (cublas?gemvBatched,
+// cublas?trsmBatched): each member against the plain routine's reference.
+int PointerArrayBatches(cublasHandle_t h) {
+  const int batch = 3;
+  {  // y_p = alpha A_p^T x_p + beta y_p, double
+    const int m = 6, n = 4, lda = 7;
+    std::vector<std::vector<double>> a, x, y;
+    std::vector<double*> pa, px, py;
+    for (int p = 0; p < batch; ++p) {
+      a.push_back(RandomMatrix<double>(static_cast<size_t>(lda) * n));
+      x.push_back(RandomMatrix<double>(m));
+      y.push_back(RandomMatrix<double>(n));
+      pa.push_back(Device(a[p]));
+      px.push_back(Device(x[p]));
+      py.push_back(Device(y[p]));
+    }
+    double **dpa = DeviceArray(pa), **dpx = DeviceArray(px), **dpy = DeviceArray(py);
+    const double alpha = 0.5, beta = -2.0;
+    BCHECK(cublasDgemvBatched(h, CUBLAS_OP_T, m, n, &alpha, dpa, lda, dpx, 1, &beta, dpy, 1, batch));
+    for (int p = 0; p < batch; ++p) {
+      auto got = Host(py[p], n);
+      for (int j = 0; j < n; ++j) {
+        double s = 0;
+        for (int i = 0; i < m; ++i) s += a[p][i + j * lda] * x[p][i];
+        NEAR(got[j], alpha * s + beta * y[p][j], 1e-12);
+      }
+      cudaFree(pa[p]);
+      cudaFree(px[p]);
+      cudaFree(py[p]);
+    }
+    cudaFree(dpa);
+    cudaFree(dpx);
+    cudaFree(dpy);
+  }
+  {  // A_p X = alpha B_p, left lower, float
+    const int m = 5, n = 3, lda = 6, ldb = 5;
+    std::vector<std::vector<float>> a, b;
+    std::vector<float*> pa, pb;
+    for (int p = 0; p < batch; ++p) {
+      std::vector<float> ap(static_cast<size_t>(lda) * m, 999.0f);
+      for (int j = 0; j < m; ++j)
+        for (int i = j; i < m; ++i) ap[i + j * lda] = static_cast<float>(i == j ? 2.0 + 0.5 * Rand() : 0.2 * Rand());
+      a.push_back(ap);
+      b.push_back(RandomMatrix<float>(static_cast<size_t>(ldb) * n));
+      pa.push_back(Device(a[p]));
+      pb.push_back(Device(b[p]));
+    }
+    float **dpa = DeviceArray(pa), **dpb = DeviceArray(pb);
+    const float alpha = 2.0f;
+    BCHECK(cublasStrsmBatched(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, m, n,
+                              &alpha, dpa, lda, dpb, ldb, batch));
+    for (int p = 0; p < batch; ++p) {
+      auto xs = Host(pb[p], b[p].size());
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < m; ++i) {
+          double s = 0;
+          for (int k = 0; k <= i; ++k) s += static_cast<double>(a[p][i + k * lda]) * xs[k + j * ldb];
+          NEAR(s, alpha * b[p][i + j * ldb], 1e-4);
+        }
+      cudaFree(pa[p]);
+      cudaFree(pb[p]);
+    }
+    cudaFree(dpa);
+    cudaFree(dpb);
+  }
+  std::printf("cublas: pointer-array gemv and trsm batches OK\n");
+  return 0;
+}
+
 int GemvGeam(cublasHandle_t h) {
   const int m = 33, n = 21, lda = 40;
   auto a = RandomMatrix<float>(static_cast<size_t>(lda) * n);
@@ -295,6 +374,24 @@ int Level1(cublasHandle_t h) {
   EXPECT(idx == amax);
   BCHECK(cublasIsamin(h, n, dx, 1, &idx));
   EXPECT(idx == amin);
+  // The _64 forms: a 64-bit index, on the host and in device memory.
+  int64_t idx64 = 0;
+  BCHECK(cublasIsamax_64(h, n, dx, 1, &idx64));
+  EXPECT(idx64 == amax);
+  BCHECK(cublasIaminEx_64(h, n, dx, CUDA_R_32F, 1, &idx64));
+  EXPECT(idx64 == amin);
+  int64_t* didx = nullptr;
+  CHECK(cudaMalloc(&didx, 2 * sizeof(int64_t)));
+  CHECK(cudaMemset(didx, 0xff, 2 * sizeof(int64_t)));
+  BCHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE));
+  BCHECK(cublasIsamax_64(h, n, dx, 1, didx));
+  BCHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+  int64_t back64[2] = {};
+  CHECK(cudaMemcpy(back64, didx, sizeof back64, cudaMemcpyDeviceToHost));
+  EXPECT(back64[0] == amax && back64[1] == -1);  // 8 bytes written, no more
+  cudaFree(didx);
+  BCHECK(cublasDotEx_64(h, n, dx, CUDA_R_32F, 1, dy, CUDA_R_32F, 2, &r, CUDA_R_32F, CUDA_R_32F));
+  NEAR(r, dot, 1e-5);
   const float alpha = 3.0f;
   BCHECK(cublasSaxpy(h, n, &alpha, dx, 1, dy, 2));
   auto got = Host(dy, y.size());
@@ -307,6 +404,51 @@ int Level1(cublasHandle_t h) {
   BCHECK(cublasSswap(h, n / 2, dx, 2, dy, 2));
   auto gx = Host(dx, n);
   EXPECT(gx[0] == got[0] && gx[2] == got[2]);
+
+  // rot: real (srot, strided), complex with a complex s (crot), complex
+  // with a real s (zdrot), and RotEx; (x, y) = (c x + s y, c y - conj(s) x).
+  {
+    auto rx = RandomMatrix<float>(40), ry = RandomMatrix<float>(80);
+    float *drx = Device(rx), *dry = Device(ry);
+    const float rc = 0.6f, rs = 0.8f;
+    BCHECK(cublasSrot(h, 40, drx, 1, dry, 2, &rc, &rs));
+    auto gx2 = Host(drx, rx.size()), gy2 = Host(dry, ry.size());
+    for (int i = 0; i < 40; ++i) {
+      NEAR(gx2[i], 0.6 * rx[i] + 0.8 * ry[2 * i], 1e-6);
+      NEAR(gy2[2 * i], 0.6 * ry[2 * i] - 0.8 * rx[i], 1e-6);
+      NEAR(gy2[2 * i + 1], ry[2 * i + 1], 0);
+    }
+    BCHECK(cublasRotEx(h, 40, drx, CUDA_R_32F, 1, dry, CUDA_R_32F, 2, &rc, &rs, CUDA_R_32F, CUDA_R_32F));
+    auto gx3 = Host(drx, rx.size());
+    for (int i = 0; i < 40; ++i) NEAR(gx3[i], 0.6 * gx2[i] + 0.8 * gy2[2 * i], 1e-6);
+    auto zx = RandomMatrix<cuComplex>(30), zy = RandomMatrix<cuComplex>(30);
+    cuComplex *dzx = Device(zx), *dzy = Device(zy);
+    const cuComplex cs = make_cuComplex(0.48f, 0.64f);
+    BCHECK(cublasCrot(h, 30, dzx, 1, dzy, 1, &rc, &cs));
+    auto gzx = Host(dzx, zx.size()), gzy = Host(dzy, zy.size());
+    const std::complex<double> s(0.48, 0.64);
+    for (int i = 0; i < 30; ++i) {
+      const auto x0 = Get(zx, 1, 0, i, 0), y0 = Get(zy, 1, 0, i, 0);
+      const auto wx = 0.6 * x0 + s * y0, wy = 0.6 * y0 - std::conj(s) * x0;
+      NEAR(gzx[i].x, wx.real(), 1e-5);
+      NEAR(gzx[i].y, wx.imag(), 1e-5);
+      NEAR(gzy[i].x, wy.real(), 1e-5);
+      NEAR(gzy[i].y, wy.imag(), 1e-5);
+    }
+    auto dx2 = RandomMatrix<cuDoubleComplex>(20), dy2 = RandomMatrix<cuDoubleComplex>(20);
+    cuDoubleComplex *ddx2 = Device(dx2), *ddy2 = Device(dy2);
+    const double zc = 0.8, zs = -0.6;
+    BCHECK(cublasZdrot(h, 20, ddx2, 1, ddy2, 1, &zc, &zs));
+    auto gdx = Host(ddx2, dx2.size()), gdy = Host(ddy2, dy2.size());
+    for (int i = 0; i < 20; ++i) {
+      const auto x0 = Get(dx2, 1, 0, i, 0), y0 = Get(dy2, 1, 0, i, 0);
+      NEAR(gdx[i].y, (zc * x0 + zs * y0).imag(), 1e-12);
+      NEAR(gdy[i].x, (zc * y0 - zs * x0).real(), 1e-12);
+    }
+    for (void* p : {static_cast<void*>(drx), static_cast<void*>(dry), static_cast<void*>(dzx), static_cast<void*>(dzy),
+                    static_cast<void*>(ddx2), static_cast<void*>(ddy2)})
+      cudaFree(p);
+  }
 
   // Complex conjugated dot and a double dot into device memory.
   auto cx = RandomMatrix<cuComplex>(64), cy = RandomMatrix<cuComplex>(64);
@@ -341,7 +483,7 @@ int StreamsCaptureHelpers(cublasHandle_t h) {
   for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i);
   float* d = nullptr;
   CHECK(cudaMalloc(&d, sizeof(float) * 7 * cols));
-  BCHECK(cublasSetMatrix(rows, cols, sizeof(float), host.data(), 8, d, 7));
+  BCHECK(cublasSetMatrix_64(rows, cols, sizeof(float), host.data(), 8, d, 7));
   BCHECK(cublasGetMatrix(rows, cols, sizeof(float), d, 7, back.data(), 6));
   for (int j = 0; j < cols; ++j)
     for (int i = 0; i < 6; ++i) EXPECT(back[i + j * 6] == (i < rows ? host[i + j * 8] : -7.0f));
@@ -486,20 +628,33 @@ int Errors(cublasHandle_t h) {
   BCHECK(cublasSnrm2(h, 0, d, 1, &r));  // ... and a reduction's result is 0
   EXPECT(r == 0.0f);
   BEXPECT(cublasSetPointerMode(h, static_cast<cublasPointerMode_t>(7)), CUBLAS_STATUS_INVALID_VALUE);
-  // A type combination the backend does not compute is the call's own
-  // NOT_SUPPORTED on the sim (int8 GEMM), named once; on a GPU cuBLAS runs it.
-  int8_t* i8 = nullptr;
-  int32_t* i32 = nullptr;
-  CHECK(cudaMalloc(&i8, 64));
-  CHECK(cudaMalloc(&i32, 64 * 4));
-  const int32_t ione = 1, izero = 0;
-  const cublasStatus_t int8 = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &ione, i8, CUDA_R_8I, 4, i8, CUDA_R_8I,
-                                           4, &izero, i32, CUDA_R_32I, 4, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
-  std::printf("cublas: int8 GemmEx: %s\n", cublasGetStatusName(int8));
-  EXPECT(int8 == CUBLAS_STATUS_SUCCESS || int8 == CUBLAS_STATUS_NOT_SUPPORTED);
-  CHECK(cudaDeviceSynchronize());  // a refused call left no deferred error
-  cudaFree(i8);
-  cudaFree(i32);
+  // int8 GEMM (GemmEx 8I x 8I -> 32I, compute 32I, int32 scalars), exact.
+  {
+    const int m = 16, n = 12, k = 8;
+    std::vector<int8_t> ha(m * k), hb(k * n);
+    std::vector<int32_t> hc(m * n);
+    for (auto& v : ha) v = static_cast<int8_t>(std::lround(Rand() * 127));
+    for (auto& v : hb) v = static_cast<int8_t>(std::lround(Rand() * 127));
+    for (auto& v : hc) v = static_cast<int32_t>(std::lround(Rand() * 100000));
+    int8_t *da = Device(ha), *db = Device(hb);
+    int32_t* dc = Device(hc);
+    const int32_t ialpha = 3, ibeta = -2;
+    const cublasStatus_t int8 = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &ialpha, da, CUDA_R_8I, m, db,
+                                             CUDA_R_8I, k, &ibeta, dc, CUDA_R_32I, m, CUBLAS_COMPUTE_32I,
+                                             CUBLAS_GEMM_DEFAULT);
+    std::printf("cublas: int8 GemmEx: %s\n", cublasGetStatusName(int8));
+    BCHECK(int8);
+    auto got = Host(dc, hc.size());
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        int64_t sum = 0;
+        for (int l = 0; l < k; ++l) sum += int64_t{ha[i + l * m]} * hb[l + j * k];
+        EXPECT(got[i + j * m] == static_cast<int32_t>(ialpha * sum + ibeta * int64_t{hc[i + j * m]}));
+      }
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+  }
   // A handle destroyed is no handle.
   cublasHandle_t gone;
   BCHECK(cublasCreate(&gone));
@@ -524,6 +679,7 @@ int main(int argc, char** argv) {
   if (int r = Gemms(h)) return r;
   if (int r = GemmExAndBatched(h)) return r;
   if (int r = GemvGeam(h)) return r;
+  if (int r = PointerArrayBatches(h)) return r;
   if (int r = Trsm(h)) return r;
   if (int r = Level1(h)) return r;
   if (int r = StreamsCaptureHelpers(h)) return r;

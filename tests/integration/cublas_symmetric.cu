@@ -1,12 +1,13 @@
 // cuBLAS's symmetric, Hermitian and triangular routines and dgmm through
 // phos (docs/interposer.md "cuBLAS and cuBLASLt"): symm/hemm, syr2k/her2k,
-// herk, trmm (out of place and in place), symv/hemv, trmv, trsv,
-// syr/her, syr2/her2, dgmm — real and complex, both triangles and sides,
+// syrkx/herkx, herk, trmm (out of place and in place), symv/hemv, trmv,
+// trsv, syr/her, syr2/her2, dgmm, and the banded and packed level 2 — real and complex, both triangles and sides,
 // host and device scalars — each against a double-precision CPU
 // reference built from the stored triangle. Prints "cublas_symmetric: OK"
 // at the end; a failed check prints its line.
 #define PHOS_PROGRAM_NAME "cublas_symmetric"
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -108,10 +109,22 @@ int CheckSymm(cublasHandle_t h, const char* what, Fn fn, bool herm, cublasSideMo
 
 // syr2k / her2k / herk: only the `uplo` triangle of C is written; the other
 // must be untouched.
+// CheckRankK's `two`: one product of A with itself (syrk/herk), two
+// (syr2k/her2k), or kOneProduct of A with B (syrkx/herkx).
+constexpr int kOneProduct = 2;
+
 template <typename T, typename SA, typename SB, typename Call>
-int CheckRankK(const char* what, int op, bool herm, bool two, cublasFillMode_t uplo, SA alpha, SB beta, Call call) {
+int CheckRankK(const char* what, int op, bool herm, int two, cublasFillMode_t uplo, SA alpha, SB beta, Call call) {
   const int n = 6, k = 4, rows = op == 0 ? n : k, cols = op == 0 ? k : n, lda = rows + 1, ldc = n + 2;
   auto a = RandomMatrix<T>(static_cast<size_t>(lda) * cols), b = RandomMatrix<T>(static_cast<size_t>(lda) * cols);
+  if (two == kOneProduct && herm) {
+    // herkx's contract: op(A) op(B)^H is Hermitian — B = A D, D real diagonal.
+    for (int col = 0; col < cols; ++col)
+      for (int row = 0; row < rows; ++row) {
+        const int l = op == 0 ? col : row;
+        b[row + static_cast<size_t>(col) * lda] = FromD<T>(Get(a, lda, 0, row, col) * (0.5 + 0.25 * l));
+      }
+  }
   auto c = RandomMatrix<T>(static_cast<size_t>(ldc) * n);
   T *da = Device(a), *db = Device(b), *dc = Device(c);
   BCHECK(call(da, db, dc, lda, ldc, n, k));
@@ -126,8 +139,10 @@ int CheckRankK(const char* what, int op, bool herm, bool two, cublasFillMode_t u
         // op(X)(i, l) op(Y)(j, l)^T (^H when Hermitian)
         const cdbl ai = Get(a, lda, op, i, l), aj = Get(a, lda, op, j, l);
         const cdbl bi = Get(b, lda, op, i, l), bj = Get(b, lda, op, j, l);
-        if (!two) s += al * ai * (herm ? std::conj(aj) : aj);
-        else s += al * ai * (herm ? std::conj(bj) : bj) + (herm ? std::conj(al) : al) * bi * (herm ? std::conj(aj) : aj);
+        const auto c = [&](cdbl v) { return herm ? std::conj(v) : v; };
+        if (two == kOneProduct) s += al * ai * c(bj);  // syrkx/herkx
+        else if (!two) s += al * ai * c(aj);
+        else s += al * ai * c(bj) + c(al) * bi * c(aj);
       }
       cdbl& w = want[i + static_cast<size_t>(j) * ldc];
       w = s + be * (herm && i == j ? cdbl(w.real()) : w);
@@ -165,6 +180,21 @@ int Level3(cublasHandle_t h) {
                                   [&](cuDoubleComplex* a, cuDoubleComplex* b, cuDoubleComplex* c, int lda, int ldc,
                                       int n, int k) {
                                     return cublasZher2k(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, n, k, &zal, a, lda, b,
+                                                        lda, &zbe, c, ldc);
+                                  }))
+    return 1;
+  if (CheckRankK<double>("dsyrkx upper T", 1, false, kOneProduct, CUBLAS_FILL_MODE_UPPER, dal, dbe,
+                         [&](double* a, double* b, double* c, int lda, int ldc, int n, int k) {
+                           return cublasDsyrkx(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T, n, k, &dal, a, lda, b, lda, &dbe,
+                                               c, ldc);
+                         }))
+    return 1;
+  // herkx's contract: a Hermitian result (B = A D, and a real alpha).
+  const cuDoubleComplex zreal = make_cuDoubleComplex(0.75, 0.0);
+  if (CheckRankK<cuDoubleComplex>("zherkx lower N", 0, true, kOneProduct, CUBLAS_FILL_MODE_LOWER, zreal, zbe,
+                                  [&](cuDoubleComplex* a, cuDoubleComplex* b, cuDoubleComplex* c, int lda, int ldc,
+                                      int n, int k) {
+                                    return cublasZherkx(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, n, k, &zreal, a, lda, b,
                                                         lda, &zbe, c, ldc);
                                   }))
     return 1;
@@ -229,7 +259,7 @@ int Level3(cublasHandle_t h) {
     cudaFree(da);
     cudaFree(db);
   }
-  std::printf("cublas_symmetric: symm, hemm, syr2k, her2k, herk, trmm OK\n");
+  std::printf("cublas_symmetric: symm, hemm, syr2k, her2k, syrkx, herkx, herk, trmm OK\n");
   return 0;
 }
 
@@ -387,6 +417,214 @@ int Dgmm(cublasHandle_t h) {
   return 0;
 }
 
+// ---- banded and packed storage
+
+/// Dense m x n (column-major, ld m) from gbmv's band storage (kl, ku, lda).
+template <typename T>
+std::vector<cdbl> FromBand(const std::vector<T>& a, int m, int n, int kl, int ku, int lda) {
+  std::vector<cdbl> f(static_cast<size_t>(m) * n, 0.0);
+  for (int j = 0; j < n; ++j)
+    for (int i = std::max(0, j - ku); i <= std::min(m - 1, j + kl); ++i)
+      f[i + static_cast<size_t>(j) * m] = Get(a, lda, 0, ku + i - j, j);
+  return f;
+}
+
+/// The stored triangle of an n x n symmetric/triangular band matrix (k
+/// off-diagonals, lda) as a dense matrix with zeros elsewhere.
+template <typename T>
+std::vector<cdbl> TriangleFromBand(const std::vector<T>& a, int n, int k, int lda, bool upper) {
+  std::vector<cdbl> f(static_cast<size_t>(n) * n, 0.0);
+  for (int j = 0; j < n; ++j)
+    for (int i = upper ? std::max(0, j - k) : j; i <= (upper ? j : std::min(n - 1, j + k)); ++i)
+      f[i + static_cast<size_t>(j) * n] = Get(a, lda, 0, upper ? k + i - j : i - j, j);
+  return f;
+}
+
+/// The packed triangle's index of element (i, j) (in the stored triangle).
+size_t PackedIndex(int n, bool upper, int i, int j) {
+  return upper ? static_cast<size_t>(i) + static_cast<size_t>(j) * (j + 1) / 2
+               : static_cast<size_t>(i) + static_cast<size_t>(2 * n - j - 1) * j / 2;
+}
+
+template <typename T>
+std::vector<cdbl> TriangleFromPacked(const std::vector<T>& ap, int n, bool upper) {
+  std::vector<cdbl> f(static_cast<size_t>(n) * n, 0.0);
+  for (int j = 0; j < n; ++j)
+    for (int i = upper ? 0 : j; i <= (upper ? j : n - 1); ++i)
+      f[i + static_cast<size_t>(j) * n] = Get(ap, 1, 0, static_cast<int>(PackedIndex(n, upper, i, j)), 0);
+  return f;
+}
+
+/// Symmetric or Hermitian completion of a stored triangle (dense n x n).
+std::vector<cdbl> Complete(std::vector<cdbl> f, int n, bool upper, bool herm) {
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < n; ++i) {
+      const bool stored = upper ? i <= j : i >= j;
+      if (!stored) f[i + static_cast<size_t>(j) * n] = herm ? std::conj(f[j + static_cast<size_t>(i) * n])
+                                                            : f[j + static_cast<size_t>(i) * n];
+      if (herm && i == j) f[i + static_cast<size_t>(j) * n] = f[i + static_cast<size_t>(j) * n].real();
+    }
+  return f;
+}
+
+/// y = alpha op(F) x + beta y for a dense rows x cols F, strided x and y.
+template <typename T>
+std::vector<cdbl> RefMv(const std::vector<cdbl>& f, int rows, int cols, int op, cdbl alpha, const std::vector<T>& x,
+                        int incx, cdbl beta, const std::vector<T>& y, int incy) {
+  const int out = op == 0 ? rows : cols, in = op == 0 ? cols : rows;
+  auto want = AsD(y);
+  for (int i = 0; i < out; ++i) {
+    cdbl s = 0;
+    for (int j = 0; j < in; ++j) s += OpF(f, rows, op, i, j) * Get(x, 1, 0, j * incx, 0);
+    want[static_cast<size_t>(i) * incy] = alpha * s + beta * want[static_cast<size_t>(i) * incy];
+  }
+  return want;
+}
+
+int Banded(cublasHandle_t h) {
+  {  // sgbmv N and zgbmv C
+    const int m = 7, n = 6, kl = 2, ku = 1, lda = 5, incx = 2, incy = 1;
+    auto a = RandomMatrix<float>(static_cast<size_t>(lda) * n), x = RandomMatrix<float>(static_cast<size_t>(n) * incx);
+    auto y = RandomMatrix<float>(m);
+    float *da = Device(a), *dx = Device(x), *dy = Device(y);
+    const float alpha = 0.5f, beta = 2.0f;
+    BCHECK(cublasSgbmv(h, CUBLAS_OP_N, m, n, kl, ku, &alpha, da, lda, dx, incx, &beta, dy, incy));
+    if (Compare("sgbmv N", Host(dy, y.size()), RefMv(FromBand(a, m, n, kl, ku, lda), m, n, 0, alpha, x, incx, beta, y,
+                                                      incy), 1e-5))
+      return 1;
+    auto za = RandomMatrix<cuDoubleComplex>(static_cast<size_t>(lda) * n), zx = RandomMatrix<cuDoubleComplex>(m);
+    auto zy = RandomMatrix<cuDoubleComplex>(n);
+    cuDoubleComplex *dza = Device(za), *dzx = Device(zx), *dzy = Device(zy);
+    const cuDoubleComplex zal = make_cuDoubleComplex(0.5, -1.0), zbe = make_cuDoubleComplex(0.0, 0.0);
+    BCHECK(cublasZgbmv(h, CUBLAS_OP_C, m, n, kl, ku, &zal, dza, lda, dzx, 1, &zbe, dzy, 1));
+    if (Compare("zgbmv C, beta 0", Host(dzy, zy.size()),
+                RefMv(FromBand(za, m, n, kl, ku, lda), m, n, 2, Val(zal), zx, 1, 0.0, zy, 1), 1e-12))
+      return 1;
+    for (void* p : {static_cast<void*>(da), static_cast<void*>(dx), static_cast<void*>(dy), static_cast<void*>(dza),
+                    static_cast<void*>(dzx), static_cast<void*>(dzy)})
+      cudaFree(p);
+  }
+  {  // dsbmv upper, chbmv lower; dspmv lower, zhpmv upper
+    const int n = 6, k = 2, lda = 4;
+    auto a = RandomMatrix<double>(static_cast<size_t>(lda) * n), x = RandomMatrix<double>(n), y = RandomMatrix<double>(n);
+    double *da = Device(a), *dx = Device(x), *dy = Device(y);
+    const double alpha = 1.5, beta = -1.0;
+    BCHECK(cublasDsbmv(h, CUBLAS_FILL_MODE_UPPER, n, k, &alpha, da, lda, dx, 1, &beta, dy, 1));
+    if (Compare("dsbmv upper", Host(dy, y.size()),
+                RefMv(Complete(TriangleFromBand(a, n, k, lda, true), n, true, false), n, n, 0, alpha, x, 1, beta, y, 1),
+                1e-12))
+      return 1;
+    auto ca = RandomMatrix<cuComplex>(static_cast<size_t>(lda) * n), cx = RandomMatrix<cuComplex>(n);
+    auto cy = RandomMatrix<cuComplex>(n);
+    cuComplex *dca = Device(ca), *dcx = Device(cx), *dcy = Device(cy);
+    const cuComplex cal = make_cuComplex(1.0f, 0.5f), cbe = make_cuComplex(0.5f, 0.0f);
+    BCHECK(cublasChbmv(h, CUBLAS_FILL_MODE_LOWER, n, 1, &cal, dca, lda, dcx, 1, &cbe, dcy, 1));
+    if (Compare("chbmv lower", Host(dcy, cy.size()),
+                RefMv(Complete(TriangleFromBand(ca, n, 1, lda, false), n, false, true), n, n, 0, Val(cal), cx, 1,
+                      Val(cbe), cy, 1),
+                1e-4))
+      return 1;
+    auto ap = RandomMatrix<double>(n * (n + 1) / 2);
+    double* dap = Device(ap);
+    CHECK(cudaMemcpy(dy, y.data(), y.size() * sizeof(double), cudaMemcpyHostToDevice));  // y afresh
+    BCHECK(cublasDspmv(h, CUBLAS_FILL_MODE_LOWER, n, &alpha, dap, dx, 1, &beta, dy, 1));
+    if (Compare("dspmv lower", Host(dy, y.size()),
+                RefMv(Complete(TriangleFromPacked(ap, n, false), n, false, false), n, n, 0, alpha, x, 1, beta, y, 1),
+                1e-12))
+      return 1;
+    auto zap = RandomMatrix<cuDoubleComplex>(n * (n + 1) / 2), zx = RandomMatrix<cuDoubleComplex>(2 * n);
+    auto zy = RandomMatrix<cuDoubleComplex>(n);
+    cuDoubleComplex *dzap = Device(zap), *dzx = Device(zx), *dzy = Device(zy);
+    const cuDoubleComplex zal = make_cuDoubleComplex(-0.5, 0.25), zbe = make_cuDoubleComplex(1.0, 1.0);
+    BCHECK(cublasZhpmv(h, CUBLAS_FILL_MODE_UPPER, n, &zal, dzap, dzx, 2, &zbe, dzy, 1));
+    if (Compare("zhpmv upper", Host(dzy, zy.size()),
+                RefMv(Complete(TriangleFromPacked(zap, n, true), n, true, true), n, n, 0, Val(zal), zx, 2, Val(zbe), zy,
+                      1),
+                1e-12))
+      return 1;
+    for (void* p : {static_cast<void*>(da), static_cast<void*>(dx), static_cast<void*>(dy), static_cast<void*>(dca),
+                    static_cast<void*>(dcx), static_cast<void*>(dcy), static_cast<void*>(dap), static_cast<void*>(dzap),
+                    static_cast<void*>(dzx), static_cast<void*>(dzy)})
+      cudaFree(p);
+  }
+  {  // stbmv lower T unit; dtbsv undoing dtbmv; ctpmv upper C; stpsv lower N
+    const int n = 7, k = 2, lda = 3;
+    auto a = RandomMatrix<float>(static_cast<size_t>(lda) * n), x = RandomMatrix<float>(n);
+    float *da = Device(a), *dx = Device(x);
+    BCHECK(cublasStbmv(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, CUBLAS_DIAG_UNIT, n, k, da, lda, dx, 1));
+    auto tri = TriangleFromBand(a, n, k, lda, false);
+    for (int i = 0; i < n; ++i) tri[i + static_cast<size_t>(i) * n] = 1.0;  // unit diagonal
+    if (Compare("stbmv lower T unit", Host(dx, x.size()), RefMv(tri, n, n, 1, 1.0, x, 1, 0.0, x, 1), 1e-5)) return 1;
+    auto d = RandomMatrix<double>(static_cast<size_t>(lda) * n), dv = RandomMatrix<double>(n);
+    for (int j = 0; j < n; ++j) d[k + static_cast<size_t>(j) * lda] += 4.0;  // the upper band's diagonal row
+    double *dd = Device(d), *ddv = Device(dv);
+    BCHECK(cublasDtbmv(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n, k, dd, lda, ddv, 1));
+    BCHECK(cublasDtbsv(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n, k, dd, lda, ddv, 1));
+    if (Compare("dtbsv undoes dtbmv", Host(ddv, dv.size()), AsD(dv), 1e-12)) return 1;
+    auto cap = RandomMatrix<cuComplex>(n * (n + 1) / 2), cx = RandomMatrix<cuComplex>(n);
+    cuComplex *dcap = Device(cap), *dcx = Device(cx);
+    BCHECK(cublasCtpmv(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_C, CUBLAS_DIAG_NON_UNIT, n, dcap, dcx, 1));
+    if (Compare("ctpmv upper C", Host(dcx, cx.size()),
+                RefMv(TriangleFromPacked(cap, n, true), n, n, 2, 1.0, cx, 1, 0.0, cx, 1), 1e-4))
+      return 1;
+    auto sap = RandomMatrix<float>(n * (n + 1) / 2), sx = RandomMatrix<float>(2 * n);
+    for (int j = 0; j < n; ++j) sap[PackedIndex(n, false, j, j)] += 4.0f;
+    float *dsap = Device(sap), *dsx = Device(sx);
+    BCHECK(cublasStpsv(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n, dsap, dsx, 2));
+    // L z = x: multiplying back gives x.
+    auto z = Host(dsx, sx.size());
+    auto back = RefMv(TriangleFromPacked(sap, n, false), n, n, 0, 1.0, z, 2, 0.0, z, 2);
+    if (Compare("stpsv lower N", sx, back, 1e-4)) return 1;
+    for (void* p : {static_cast<void*>(da), static_cast<void*>(dx), static_cast<void*>(dd), static_cast<void*>(ddv),
+                    static_cast<void*>(dcap), static_cast<void*>(dcx), static_cast<void*>(dsap), static_cast<void*>(dsx)})
+      cudaFree(p);
+  }
+  {  // sspr upper, chpr lower (real alpha), dspr2 lower, zhpr2 upper: against the dense rank updates
+    const int n = 5;
+    const auto check = [&](const char* what, auto ap0, auto got, auto x, auto y, bool upper, bool herm, bool two,
+                           cdbl alpha) {
+      const auto c = [&](cdbl v) { return herm ? std::conj(v) : v; };
+      auto want = AsD(ap0);
+      for (int j = 0; j < n; ++j)
+        for (int i = upper ? 0 : j; i <= (upper ? j : n - 1); ++i) {
+          const cdbl xi = Get(x, 1, 0, i, 0), xj = Get(x, 1, 0, j, 0);
+          cdbl add = alpha * xi * c(xj);
+          if (two) add = alpha * xi * c(Get(y, 1, 0, j, 0)) + c(alpha) * Get(y, 1, 0, i, 0) * c(xj);
+          cdbl& w = want[PackedIndex(n, upper, i, j)];
+          w = (herm && i == j ? cdbl(w.real()) : w) + add;
+        }
+      return Compare(what, got, want, 1e-4);
+    };
+    auto sap = RandomMatrix<float>(n * (n + 1) / 2), sx = RandomMatrix<float>(n);
+    float *dsap = Device(sap), *dsx = Device(sx);
+    const float sal = 0.75f;
+    BCHECK(cublasSspr(h, CUBLAS_FILL_MODE_UPPER, n, &sal, dsx, 1, dsap));
+    if (check("sspr upper", sap, Host(dsap, sap.size()), sx, sx, true, false, false, sal)) return 1;
+    auto cap = RandomMatrix<cuComplex>(n * (n + 1) / 2), cx = RandomMatrix<cuComplex>(n);
+    cuComplex *dcap = Device(cap), *dcx = Device(cx);
+    const float cal = -0.5f;
+    BCHECK(cublasChpr(h, CUBLAS_FILL_MODE_LOWER, n, &cal, dcx, 1, dcap));
+    if (check("chpr lower", cap, Host(dcap, cap.size()), cx, cx, false, true, false, cal)) return 1;
+    auto dap = RandomMatrix<double>(n * (n + 1) / 2), dx = RandomMatrix<double>(n), dy = RandomMatrix<double>(n);
+    double *ddap = Device(dap), *ddx = Device(dx), *ddy = Device(dy);
+    const double dal = 1.25;
+    BCHECK(cublasDspr2(h, CUBLAS_FILL_MODE_LOWER, n, &dal, ddx, 1, ddy, 1, ddap));
+    if (check("dspr2 lower", dap, Host(ddap, dap.size()), dx, dy, false, false, true, dal)) return 1;
+    auto zap = RandomMatrix<cuDoubleComplex>(n * (n + 1) / 2), zx = RandomMatrix<cuDoubleComplex>(n);
+    auto zy = RandomMatrix<cuDoubleComplex>(n);
+    cuDoubleComplex *dzap = Device(zap), *dzx = Device(zx), *dzy = Device(zy);
+    const cuDoubleComplex zal = make_cuDoubleComplex(0.5, 0.5);
+    BCHECK(cublasZhpr2(h, CUBLAS_FILL_MODE_UPPER, n, &zal, dzx, 1, dzy, 1, dzap));
+    if (check("zhpr2 upper", zap, Host(dzap, zap.size()), zx, zy, true, true, true, Val(zal))) return 1;
+    for (void* p : {static_cast<void*>(dsap), static_cast<void*>(dsx), static_cast<void*>(dcap), static_cast<void*>(dcx),
+                    static_cast<void*>(ddap), static_cast<void*>(ddx), static_cast<void*>(ddy), static_cast<void*>(dzap),
+                    static_cast<void*>(dzx), static_cast<void*>(dzy)})
+      cudaFree(p);
+  }
+  std::printf("cublas_symmetric: gbmv, sbmv, hbmv, spmv, hpmv, tbmv, tbsv, tpmv, tpsv, spr, hpr, spr2, hpr2 OK\n");
+  return 0;
+}
+
 int Errors(cublasHandle_t h) {
   float* d = nullptr;
   CHECK(cudaMalloc(&d, 64 * sizeof(float)));
@@ -415,6 +653,7 @@ int main() {
   if (int r = Level3(h)) return r;
   if (int r = Level2(h)) return r;
   if (int r = Dgmm(h)) return r;
+  if (int r = Banded(h)) return r;
   if (int r = Errors(h)) return r;
   CHECK(cudaDeviceSynchronize());
   BCHECK(cublasDestroy(h));

@@ -170,7 +170,20 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
         return Status::NotSupported("cuBLAS ger of data type " + std::to_string(c.type_a));
       break;
     }
+    case BlasOp::kGbmv:
+    case BlasOp::kSbmv:
+    case BlasOp::kTbmv:
+    case BlasOp::kTbsv:
+    case BlasOp::kSpmv:
+    case BlasOp::kSpr:
+    case BlasOp::kSpr2:
+    case BlasOp::kTpmv:
+    case BlasOp::kTpsv:
+    case BlasOp::kGemvBatched:
+    case BlasOp::kTrsmBatched:
+    case BlasOp::kRot:
     case BlasOp::kSymm:
+    case BlasOp::kSyrkx:
     case BlasOp::kSyr2k:
     case BlasOp::kTrmm:
     case BlasOp::kSymv:
@@ -178,10 +191,10 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
     case BlasOp::kTrsv:
     case BlasOp::kSyr:
     case BlasOp::kSyr2:
-    case BlasOp::kDgmm: st = RunSymmetricCublas(*lib, h, c, &what); break;
+    case BlasOp::kDgmm: st = RunTypedCublas(*lib, h, c, &what); break;
     case BlasOp::kSyrk: {
       if (c.conjugate) {  // herk
-        st = RunSymmetricCublas(*lib, h, c, &what);
+        st = RunTypedCublas(*lib, h, c, &what);
         break;
       }
       what = "cublas?syrk_v2";
@@ -262,6 +275,10 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
     case BlasOp::kLtMatmul: return LtMatmul(c, s);
     case BlasOp::kIamax:
     case BlasOp::kIamin: {
+      if (c.index64) {
+        st = RunTypedCublas(*lib, h, c, &what);
+        break;
+      }
       const bool max = c.op == BlasOp::kIamax;
       what = max ? "cublasI?amax" : "cublasI?amin";
       auto* r = static_cast<int*>(result);

@@ -74,7 +74,7 @@ Status LoadCublas(const std::string& library, std::shared_ptr<const CublasLibrar
   optional("cublasIsamax_v2", &lib->Isamax);
   optional("cublasIdamax_v2", &lib->Idamax);
 #define PHOS_CUBLAS_LOAD(name) optional("cublas" #name, &lib->name);
-  PHOS_CUBLAS_SYMMETRIC_ROUTINES(PHOS_CUBLAS_LOAD)
+  PHOS_CUBLAS_TYPED_ROUTINES(PHOS_CUBLAS_LOAD)
 #undef PHOS_CUBLAS_LOAD
   optional("cublasIcamax_v2", &lib->Icamax);
   optional("cublasIzamax_v2", &lib->Izamax);

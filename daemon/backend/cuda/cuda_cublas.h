@@ -29,10 +29,13 @@ namespace phos::backend::cuda {
 /// ("libcublas.so.13" for CUDA 13).
 std::string DefaultCublasLibrary();
 
-/// The symmetric, Hermitian and triangular routines (cuda_blas_symmetric.cc),
-/// one X(name) per entry point: CublasLibrary holds `name` as a pointer to
+/// The routines cuda_blas_typed.cc picks by data type — the symmetric,
+/// Hermitian and triangular ones, the banded and packed level 2, dgmm, rot,
+/// the pointer-array gemv and
+/// trsm batches, amax/amin's _64 forms — one
+/// X(name) per entry point: CublasLibrary holds `name` as a pointer to
 /// cublas<name>.
-#define PHOS_CUBLAS_SYMMETRIC_ROUTINES(X) \
+#define PHOS_CUBLAS_TYPED_ROUTINES(X) \
   X(Ssymm_v2) \
   X(Ssyr2k_v2) \
   X(Strmm_v2) \
@@ -69,6 +72,18 @@ std::string DefaultCublasLibrary();
   X(Zsyr_v2) \
   X(Zsyr2_v2) \
   X(Zdgmm) \
+  X(SgemvBatched) X(DgemvBatched) X(CgemvBatched) X(ZgemvBatched) \
+  X(StrsmBatched) X(DtrsmBatched) X(CtrsmBatched) X(ZtrsmBatched) \
+  X(Ssyrkx) X(Dsyrkx) X(Csyrkx) X(Zsyrkx) X(Cherkx) X(Zherkx) \
+  X(Sgbmv_v2) X(Stbmv_v2) X(Stbsv_v2) X(Stpmv_v2) X(Stpsv_v2) X(Dgbmv_v2) \
+  X(Dtbmv_v2) X(Dtbsv_v2) X(Dtpmv_v2) X(Dtpsv_v2) X(Cgbmv_v2) X(Ctbmv_v2) \
+  X(Ctbsv_v2) X(Ctpmv_v2) X(Ctpsv_v2) X(Zgbmv_v2) X(Ztbmv_v2) X(Ztbsv_v2) \
+  X(Ztpmv_v2) X(Ztpsv_v2) X(Ssbmv_v2) X(Sspmv_v2) X(Sspr_v2) X(Sspr2_v2) \
+  X(Dsbmv_v2) X(Dspmv_v2) X(Dspr_v2) X(Dspr2_v2) X(Chbmv_v2) X(Chpmv_v2) \
+  X(Chpr_v2) X(Chpr2_v2) X(Zhbmv_v2) X(Zhpmv_v2) X(Zhpr_v2) X(Zhpr2_v2) \
+  X(Srot_v2) X(Drot_v2) X(Crot_v2) X(Csrot_v2) X(Zrot_v2) X(Zdrot_v2) \
+  X(Isamax_v2_64) X(Idamax_v2_64) X(Icamax_v2_64) X(Izamax_v2_64) \
+  X(Isamin_v2_64) X(Idamin_v2_64) X(Icamin_v2_64) X(Izamin_v2_64) \
   X(Chemm_v2) \
   X(Cher2k_v2) \
   X(Cherk_v2) \
@@ -144,7 +159,7 @@ struct CublasLibrary {
   decltype(&cublasIcamin_v2) Icamin = nullptr;
   decltype(&cublasIzamin_v2) Izamin = nullptr;
 #define PHOS_CUBLAS_FIELD(name) decltype(&cublas##name) name = nullptr;
-  PHOS_CUBLAS_SYMMETRIC_ROUTINES(PHOS_CUBLAS_FIELD)
+  PHOS_CUBLAS_TYPED_ROUTINES(PHOS_CUBLAS_FIELD)
 #undef PHOS_CUBLAS_FIELD
 
   // cuBLASLt (libcublasLt, dlopen'ed beside libcublas; optional: without
@@ -166,10 +181,12 @@ struct CublasLibrary {
 };
 
 /// Enqueues one of the symmetric, Hermitian and triangular routines or dgmm
-/// (BlasOp::kSymm … kDgmm, and herk: kSyrk with `conjugate`) on handle
+/// (BlasOp::kSymm … kDgmm, kRot, kGemvBatched, kTrsmBatched, herk: kSyrk
+/// with `conjugate`, and amax/amin
+/// with a 64-bit index: kIamax/kIamin with `index64`) on handle
 /// `h`, already bound to the stream and pointer mode; `*what` names the
 /// routine. CUBLAS_STATUS_NOT_SUPPORTED when this cuBLAS lacks it.
-cublasStatus_t RunSymmetricCublas(const CublasLibrary& lib, cublasHandle_t h, const BlasCall& call,
+cublasStatus_t RunTypedCublas(const CublasLibrary& lib, cublasHandle_t h, const BlasCall& call,
                                   const char** what);
 
 /// dlopens `library` and resolves the entry points above. Unavailable,

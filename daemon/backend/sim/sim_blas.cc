@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "interp/numeric.h"
@@ -26,6 +27,38 @@ std::size_t MatrixElements(std::int64_t rows, std::int64_t cols, std::int64_t ld
   return static_cast<std::size_t>((cols - 1) * ld + rows);
 }
 
+/// int8 A and B (CUDA_R_8I): products summed exactly; an int32 C
+/// (compute 32I, int32 scalars) in int32's wrapping arithmetic, as the
+/// GPU's integer units compute it; a float C (compute 32F) in float.
+void GemmInt8(const BlasCall& c, std::int64_t oa, std::int64_t ob, std::int64_t oc) {
+  const bool int_c = c.type_c == kR32I;
+  const auto wrap = [](std::int64_t v) { return static_cast<std::int32_t>(static_cast<std::uint32_t>(v)); };
+  std::int32_t ialpha = 0, ibeta = 0;
+  if (int_c) {
+    std::memcpy(&ialpha, c.device_scalars ? reinterpret_cast<const void*>(c.alpha_ptr) : c.alpha, 4);
+    std::memcpy(&ibeta, c.device_scalars ? reinterpret_cast<const void*>(c.beta_ptr) : c.beta, 4);
+  }
+  const float falpha = static_cast<float>(Alpha(c).real()), fbeta = static_cast<float>(Beta(c).real());
+  for (std::int64_t j = 0; j < c.n; ++j)
+    for (std::int64_t i = 0; i < c.m; ++i) {
+      std::int64_t sum = 0;
+      for (std::int64_t l = 0; l < c.k; ++l) {
+        const std::int64_t ai = c.op_a == 0 ? oa + l * c.lda + i : oa + i * c.lda + l;
+        const std::int64_t bi = c.op_b == 0 ? ob + j * c.ldb + l : ob + l * c.ldb + j;
+        sum += static_cast<std::int64_t>(*At<std::int8_t>(c.a, ai)) * *At<std::int8_t>(c.b, bi);
+      }
+      const std::int64_t ci = oc + j * c.ldc + i;
+      if (int_c) {
+        std::int32_t* out = At<std::int32_t>(c.c, ci);
+        const std::int64_t scaled = static_cast<std::int64_t>(ialpha) * wrap(sum);
+        *out = wrap(scaled + (ibeta == 0 ? 0 : static_cast<std::int64_t>(ibeta) * *out));
+      } else {
+        float* out = At<float>(c.c, ci);
+        *out = falpha * static_cast<float>(sum) + (fbeta == 0.0f ? 0.0f : fbeta * *out);
+      }
+    }
+}
+
 Status Gemm(const BlasCall& c) {
   if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
   const bool ta = c.op_a != 0, tb = c.op_b != 0;
@@ -38,7 +71,9 @@ Status Gemm(const BlasCall& c) {
   const bool same = c.type_a == c.type_b && c.type_b == c.type_c;
   for (std::int64_t i = 0; i < c.batch; ++i) {
     const std::int64_t oa = i * c.stride_a, ob = i * c.stride_b, oc = i * c.stride_c;
-    if (same && t == kR32F) {
+    if (t == kR8I && c.type_b == kR8I && (c.type_c == kR32I || c.type_c == kR32F)) {
+      GemmInt8(c, oa, ob, oc);
+    } else if (same && t == kR32F) {
       cblas_sgemm(CblasColMajor, Trans(c.op_a), Trans(c.op_b), m, n, k, static_cast<float>(alpha.real()),
                   At<float>(c.a, oa), lda, At<float>(c.b, ob), ldb, static_cast<float>(beta.real()),
                   At<float>(c.c, oc), ldc);
@@ -259,6 +294,21 @@ Status Geam(const BlasCall& c) {
   return Status::Ok();
 }
 
+/// rot: (x, y) = (c x + s y, c y - conj(s) x), element by element in T
+/// (c is real; s real or complex, conjugated for complex T).
+template <typename T>
+void RotLoop(const BlasCall& c, T cc, T ss) {
+  T sc = ss;
+  if constexpr (std::is_same_v<T, cf> || std::is_same_v<T, cd>) sc = std::conj(ss);
+  for (std::int64_t i = 0; i < c.n; ++i) {
+    T* x = reinterpret_cast<T*>(VectorElement(c.a, c.n, c.lda, i, sizeof(T)));
+    T* y = reinterpret_cast<T*>(VectorElement(c.b, c.n, c.ldb, i, sizeof(T)));
+    const T xv = *x, yv = *y;
+    *x = cc * xv + ss * yv;
+    *y = cc * yv - sc * xv;
+  }
+}
+
 void WriteResult(const BlasCall& c, const void* value, std::size_t bytes) {
   if (c.device_scalars) std::memcpy(reinterpret_cast<void*>(c.result), value, bytes);
   else if (c.host_result) std::memcpy(c.host_result->data(), value, bytes);
@@ -290,6 +340,17 @@ Status Level1(const BlasCall& c) {
       else if (t == kC64F && s == kC64F) cblas_zscal(n, &alpha, At<cd>(c.a, 0), incx);
       else if (t == kC64F && s == kR64F) cblas_zdscal(n, alpha.real(), At<cd>(c.a, 0), incx);
       else return Unsupported(c);
+      return Status::Ok();
+    }
+    case BlasOp::kRot: {
+      const cd cs = Alpha(c), sn = Beta(c);  // c real (Alpha reads the real type), s as flagged
+      switch (t) {
+        case kR32F: RotLoop<float>(c, static_cast<float>(cs.real()), static_cast<float>(sn.real())); break;
+        case kR64F: RotLoop<double>(c, cs.real(), sn.real()); break;
+        case kC32F: RotLoop<cf>(c, cf(cs), cf(sn)); break;
+        case kC64F: RotLoop<cd>(c, cs, sn); break;
+        default: return Unsupported(c);
+      }
       return Status::Ok();
     }
     case BlasOp::kCopy:
@@ -369,7 +430,12 @@ Status Level1(const BlasCall& c) {
           best_value = mag;
         }
       }
-      WriteResult(c, &best, sizeof best);
+      if (c.index64) {
+        const std::int64_t wide = best;
+        WriteResult(c, &wide, sizeof wide);
+      } else {
+        WriteResult(c, &best, sizeof best);
+      }
       return Status::Ok();
     }
     default: return Unsupported(c);
@@ -384,7 +450,9 @@ bool Std(std::int32_t t) { return t == kR32F || t == kR64F || t == kC32F || t ==
 bool GemmTypesComputed(const BlasCall& c) {
   const std::int32_t t = c.type_a;
   return (t == c.type_b && t == c.type_c && Std(t)) ||
-         ((t == kR16F || t == kR16BF) && c.type_b == t && (c.type_c == t || c.type_c == kR32F));
+         ((t == kR16F || t == kR16BF) && c.type_b == t && (c.type_c == t || c.type_c == kR32F)) ||
+         (t == kR8I && c.type_b == kR8I && ((c.type_c == kR32I && c.scalar_type == kR32I) ||
+                                            (c.type_c == kR32F && c.scalar_type == kR32F)));
 }
 bool Real(std::int32_t t) { return t == kR32F || t == kR64F || t == kR16F || t == kR16BF; }
 bool AlphaIsOne(const BlasCall& c) { return !c.device_scalars && Alpha(c) == 1.0; }
@@ -517,6 +585,8 @@ Status CheckSimBlas(const BlasCall& c) {
   switch (c.op) {
     case BlasOp::kGemmBatched:
     case BlasOp::kGemm: ok = GemmTypesComputed(c); break;
+    case BlasOp::kGemvBatched: ok = t == c.type_b && t == c.type_c && Std(t); break;
+    case BlasOp::kTrsmBatched: ok = t == c.type_c && s == t && Std(t); break;
     case BlasOp::kGemv:
     case BlasOp::kGeam: ok = t == c.type_b && t == c.type_c && Std(t); break;
     case BlasOp::kTrsm: ok = t == c.type_c && s == t && Std(t); break;
@@ -525,6 +595,7 @@ Status CheckSimBlas(const BlasCall& c) {
       break;
     case BlasOp::kSymm:
     case BlasOp::kSyr2k:
+    case BlasOp::kSyrkx:
     case BlasOp::kTrmm:
     case BlasOp::kSymv:
     case BlasOp::kTrmv:
@@ -532,6 +603,15 @@ Status CheckSimBlas(const BlasCall& c) {
     case BlasOp::kSyr:
     case BlasOp::kSyr2:
     case BlasOp::kDgmm: ok = SymmetricBlasTypesComputed(c); break;
+    case BlasOp::kGbmv:
+    case BlasOp::kSbmv:
+    case BlasOp::kTbmv:
+    case BlasOp::kTbsv:
+    case BlasOp::kSpmv:
+    case BlasOp::kSpr:
+    case BlasOp::kSpr2:
+    case BlasOp::kTpmv:
+    case BlasOp::kTpsv: ok = BandedBlasTypesComputed(c); break;
     case BlasOp::kGer: ok = t == c.type_b && t == c.type_c && s == t && Std(t); break;
     case BlasOp::kAxpy:
     case BlasOp::kDot: ok = Std(t) && c.type_b == t && s == t; break;
@@ -540,6 +620,7 @@ Status CheckSimBlas(const BlasCall& c) {
       break;
     case BlasOp::kCopy:
     case BlasOp::kSwap: ok = ElementBytes(t) != 0 && c.type_b == t; break;
+    case BlasOp::kRot: ok = Std(t) && c.type_b == t && s == t && c.real_alpha; break;
     case BlasOp::kNrm2:
     case BlasOp::kAsum:
       ok = ((t == kR32F || t == kC32F) && s == kR32F) || ((t == kR64F || t == kC64F) && s == kR64F);
@@ -589,30 +670,50 @@ Status RunBlasBatched(const BlasCall& c, const PinRangeFn& pin) {
   PHOS_RETURN_IF_ERROR(CheckBlasIndices(c));
   InitSimBlas();
   if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
-  const bool ta = c.op_a != 0, tb = c.op_b != 0;
-  const std::int64_t arows = ta ? c.k : c.m, acols = ta ? c.m : c.k;
-  const std::int64_t brows = tb ? c.n : c.k, bcols = tb ? c.k : c.n;
-  const auto extent = [](std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t es) -> std::uint64_t {
+  const auto matrix = [](std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t es) -> std::uint64_t {
     return rows == 0 || cols == 0 ? 0 : static_cast<std::uint64_t>((cols - 1) * ld + rows) * es;
   };
-  const std::uint64_t abytes = extent(arows, acols, c.lda, ElementBytes(c.type_a));
-  const std::uint64_t bbytes = extent(brows, bcols, c.ldb, ElementBytes(c.type_b));
-  const std::uint64_t cbytes = extent(c.m, c.n, c.ldc, ElementBytes(c.type_c));
+  const auto vector = [](std::int64_t n, std::int64_t inc, std::size_t es) -> std::uint64_t {
+    return n == 0 ? 0 : static_cast<std::uint64_t>((n - 1) * (inc < 0 ? -inc : inc) + 1) * es;
+  };
+  // Each member's extents (the handler checked the dimensions once).
+  const bool ta = c.op_a != 0, tb = c.op_b != 0;
+  BlasOp base = BlasOp::kGemm;
+  std::uint64_t abytes = 0, bbytes = 0, cbytes = 0;
+  switch (c.op) {
+    case BlasOp::kGemvBatched:
+      base = BlasOp::kGemv;
+      abytes = matrix(c.m, c.n, c.lda, ElementBytes(c.type_a));
+      bbytes = vector(ta ? c.m : c.n, c.ldb, ElementBytes(c.type_b));
+      cbytes = vector(ta ? c.n : c.m, c.ldc, ElementBytes(c.type_c));
+      break;
+    case BlasOp::kTrsmBatched: {
+      base = BlasOp::kTrsm;
+      const std::int64_t order = c.side_right ? c.n : c.m;
+      abytes = matrix(order, order, c.lda, ElementBytes(c.type_a));
+      cbytes = matrix(c.m, c.n, c.ldc, ElementBytes(c.type_c));
+      break;
+    }
+    default:
+      abytes = matrix(ta ? c.k : c.m, ta ? c.m : c.k, c.lda, ElementBytes(c.type_a));
+      bbytes = matrix(tb ? c.n : c.k, tb ? c.k : c.n, c.ldb, ElementBytes(c.type_b));
+      cbytes = matrix(c.m, c.n, c.ldc, ElementBytes(c.type_c));
+  }
   const auto* as = reinterpret_cast<const std::uint64_t*>(c.a);
-  const auto* bs = reinterpret_cast<const std::uint64_t*>(c.b);
+  const auto* bs = base == BlasOp::kTrsm ? nullptr : reinterpret_cast<const std::uint64_t*>(c.b);
   const auto* cs = reinterpret_cast<const std::uint64_t*>(c.c);
   for (std::int64_t i = 0; i < c.batch; ++i) {
     BlasCall member = c;
-    member.op = BlasOp::kGemm;
+    member.op = base;
     member.batch = 1;
     member.stride_a = member.stride_b = member.stride_c = 0;
     member.a = as[i];
-    member.b = bs[i];
+    member.b = bs != nullptr ? bs[i] : 0;
     member.c = cs[i];
     if (abytes) PHOS_RETURN_IF_ERROR(pin(member.a, abytes));
     if (bbytes) PHOS_RETURN_IF_ERROR(pin(member.b, bbytes));
-    PHOS_RETURN_IF_ERROR(pin(member.c, cbytes));
-    PHOS_RETURN_IF_ERROR(Gemm(member));
+    if (cbytes) PHOS_RETURN_IF_ERROR(pin(member.c, cbytes));
+    PHOS_RETURN_IF_ERROR(RunBlas(member));
   }
   return Status::Ok();
 }
@@ -635,6 +736,7 @@ Status RunBlas(const BlasCall& c) {
     case BlasOp::kLtMatmul: return LtMatmul(c);
     case BlasOp::kSymm:
     case BlasOp::kSyr2k:
+    case BlasOp::kSyrkx:
     case BlasOp::kTrmm:
     case BlasOp::kSymv:
     case BlasOp::kTrmv:
@@ -642,6 +744,15 @@ Status RunBlas(const BlasCall& c) {
     case BlasOp::kSyr:
     case BlasOp::kSyr2:
     case BlasOp::kDgmm: return RunSymmetricBlas(c);
+    case BlasOp::kGbmv:
+    case BlasOp::kSbmv:
+    case BlasOp::kTbmv:
+    case BlasOp::kTbsv:
+    case BlasOp::kSpmv:
+    case BlasOp::kSpr:
+    case BlasOp::kSpr2:
+    case BlasOp::kTpmv:
+    case BlasOp::kTpsv: return RunBandedBlas(c);
     default: return Level1(c);
   }
 }

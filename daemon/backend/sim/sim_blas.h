@@ -41,6 +41,9 @@ Status CheckSimBlas(const BlasCall& call);
 /// combinations they compute.
 Status RunSymmetricBlas(const BlasCall& call);
 bool SymmetricBlasTypesComputed(const BlasCall& call);
+/// The banded and packed level-2 routines (sim_blas_banded.cc).
+Status RunBandedBlas(const BlasCall& call);
+bool BandedBlasTypesComputed(const BlasCall& call);
 
 /// One-time set-up (OpenBLAS's own threads: one, as each stream already
 /// has its worker). Idempotent, thread-safe.

@@ -18,7 +18,7 @@
 namespace phos::backend::sim::blas_internal {
 
 // cudaDataType_t values (library_types.h).
-constexpr std::int32_t kR32F = 0, kR64F = 1, kR16F = 2, kC32F = 4, kC64F = 5, kR16BF = 14;
+constexpr std::int32_t kR32F = 0, kR64F = 1, kR16F = 2, kR8I = 3, kC32F = 4, kC64F = 5, kR32I = 10, kR16BF = 14;
 
 using cf = std::complex<float>;
 using cd = std::complex<double>;
@@ -27,6 +27,8 @@ inline const char* OpName(BlasOp op) {
   switch (op) {
     case BlasOp::kGemm: return "gemm";
     case BlasOp::kGemmBatched: return "gemm batched";
+    case BlasOp::kGemvBatched: return "gemv batched";
+    case BlasOp::kTrsmBatched: return "trsm batched";
     case BlasOp::kGemv: return "gemv";
     case BlasOp::kGeam: return "geam";
     case BlasOp::kTrsm: return "trsm";
@@ -36,6 +38,7 @@ inline const char* OpName(BlasOp op) {
     case BlasOp::kScal: return "scal";
     case BlasOp::kCopy: return "copy";
     case BlasOp::kSwap: return "swap";
+    case BlasOp::kRot: return "rot";
     case BlasOp::kDot: return "dot";
     case BlasOp::kNrm2: return "nrm2";
     case BlasOp::kAsum: return "asum";
@@ -44,6 +47,7 @@ inline const char* OpName(BlasOp op) {
     case BlasOp::kLtMatmul: return "Lt matmul";
     case BlasOp::kSymm: return "symm/hemm";
     case BlasOp::kSyr2k: return "syr2k/her2k";
+    case BlasOp::kSyrkx: return "syrkx/herkx";
     case BlasOp::kTrmm: return "trmm";
     case BlasOp::kSymv: return "symv/hemv";
     case BlasOp::kTrmv: return "trmv";
@@ -51,6 +55,15 @@ inline const char* OpName(BlasOp op) {
     case BlasOp::kSyr: return "syr/her";
     case BlasOp::kSyr2: return "syr2/her2";
     case BlasOp::kDgmm: return "dgmm";
+    case BlasOp::kGbmv: return "gbmv";
+    case BlasOp::kSbmv: return "sbmv/hbmv";
+    case BlasOp::kTbmv: return "tbmv";
+    case BlasOp::kTbsv: return "tbsv";
+    case BlasOp::kSpmv: return "spmv/hpmv";
+    case BlasOp::kSpr: return "spr/hpr";
+    case BlasOp::kSpr2: return "spr2/hpr2";
+    case BlasOp::kTpmv: return "tpmv";
+    case BlasOp::kTpsv: return "tpsv";
   }
   return "?";
 }
@@ -64,8 +77,9 @@ inline Status Unsupported(const BlasCall& c) {
 
 inline std::size_t ElementBytes(std::int32_t type) {
   switch (type) {
+    case kR8I: return 1;
     case kR16F: case kR16BF: return 2;
-    case kR32F: return 4;
+    case kR32F: case kR32I: return 4;
     case kR64F: case kC32F: return 8;
     case kC64F: return 16;
     default: return 0;
@@ -81,6 +95,7 @@ inline cd ReadScalar(const unsigned char* p, std::int32_t type) {
     case kR16BF: { std::uint16_t h; std::memcpy(&h, p, 2); return interp::Bf16ToFloat(h); }
     case kC32F: { float v[2]; std::memcpy(v, p, 8); return {v[0], v[1]}; }
     case kC64F: { double v[2]; std::memcpy(v, p, 16); return {v[0], v[1]}; }
+    case kR32I: { std::int32_t v; std::memcpy(&v, p, 4); return static_cast<double>(v); }
     default: return 0.0;
   }
 }

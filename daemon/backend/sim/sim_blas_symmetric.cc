@@ -1,8 +1,8 @@
 // The sim's symmetric, Hermitian and triangular cuBLAS routines (symm/hemm,
-// syr2k/her2k, trmm, symv/hemv, trmv, trsv, syr/her, syr2/her2) and dgmm:
+// syr2k/her2k, syrkx/herkx, trmm, symv/hemv, trmv, trsv, syr/her, syr2/her2) and dgmm:
 // OpenBLAS's cblas where it has the routine; the complex symmetric (not
 // Hermitian) level-2 routines cuBLAS has and cblas lacks (csymv, csyr,
-// csyr2) and dgmm are element loops over the stored triangle.
+// csyr2), syrkx/herkx and dgmm are element loops over the stored triangle.
 #include <cblas.h>
 
 #include <complex>
@@ -68,6 +68,37 @@ void SyrLoop(const BlasCall& c, T alpha, bool two_vectors) {
       T add = xi * xj;
       if (two_vectors) add = xi * Vec<T>(c.b, c.n, c.ldb, j) + Vec<T>(c.b, c.n, c.ldb, i) * xj;
       *At<T>(c.c, j * c.ldc + i) += alpha * add;
+    }
+}
+
+/// syrkx/herkx: C(i, j) = alpha sum_l op(A)(i, l) op(B)(j, l) (conjugated
+/// for herkx) + beta C(i, j) over the stored triangle; herkx's diagonal
+/// keeps no imaginary part (BLAS's herk rule).
+template <typename T>
+void SyrkxLoop(const BlasCall& c, T alpha, T beta) {
+  const auto op = [&](std::uint64_t base, std::int64_t ld, std::int64_t i, std::int64_t l) {
+    T v = c.op_a == 0 ? *At<T>(base, l * ld + i) : *At<T>(base, i * ld + l);
+    if constexpr (std::is_same_v<T, cf> || std::is_same_v<T, cd>) {
+      if (c.op_a == 2) v = std::conj(v);
+    }
+    return v;
+  };
+  for (std::int64_t j = 0; j < c.n; ++j)
+    for (std::int64_t i = c.upper ? 0 : j; i < (c.upper ? j + 1 : c.n); ++i) {
+      T sum = 0;
+      for (std::int64_t l = 0; l < c.k; ++l) {
+        T bj = op(c.b, c.ldb, j, l);
+        if constexpr (std::is_same_v<T, cf> || std::is_same_v<T, cd>) {
+          if (c.conjugate) bj = std::conj(bj);
+        }
+        sum += op(c.a, c.lda, i, l) * bj;
+      }
+      T& out = *At<T>(c.c, j * c.ldc + i);
+      T v = alpha * sum + (beta == T(0) ? T(0) : beta * out);  // beta 0: C is not read
+      if constexpr (std::is_same_v<T, cf> || std::is_same_v<T, cd>) {
+        if (c.conjugate && i == j) v = T(v.real());
+      }
+      out = v;
     }
 }
 
@@ -139,6 +170,19 @@ Status Syr2k(const BlasCall& c) {
         cblas_zsyr2k(CblasColMajor, Uplo(c), t, n, k, &alpha, At<cd>(c.a, 0), lda, At<cd>(c.b, 0), ldb, &beta,
                      At<cd>(c.c, 0), ldc);
       break;
+    default: return Unsupported(c);
+  }
+  return Status::Ok();
+}
+
+Status Syrkx(const BlasCall& c) {
+  if (c.n == 0) return Status::Ok();
+  const cd alpha = Alpha(c), beta = Beta(c);
+  switch (c.type_a) {
+    case kR32F: SyrkxLoop<float>(c, static_cast<float>(alpha.real()), static_cast<float>(beta.real())); break;
+    case kR64F: SyrkxLoop<double>(c, alpha.real(), beta.real()); break;
+    case kC32F: SyrkxLoop<cf>(c, cf(alpha), cf(beta)); break;
+    case kC64F: SyrkxLoop<cd>(c, alpha, beta); break;
     default: return Unsupported(c);
   }
   return Status::Ok();
@@ -312,6 +356,7 @@ Status RunSymmetricBlas(const BlasCall& c) {
   switch (c.op) {
     case BlasOp::kSymm: return Symm(c);
     case BlasOp::kSyr2k: return Syr2k(c);
+    case BlasOp::kSyrkx: return Syrkx(c);
     case BlasOp::kTrmm: return Trmm(c);
     case BlasOp::kSymv: return Symv(c);
     case BlasOp::kTrmv:

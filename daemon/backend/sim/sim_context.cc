@@ -324,7 +324,7 @@ Status SimContext::Blas(const BlasCall& call, StreamHandle stream) {
     for (std::uint32_t i = 0; i < call.range_count; ++i) {
       PHOS_RETURN_IF_ERROR(shared->memory->PinRange(call.ranges[i].ptr, call.ranges[i].bytes, &pins[i]));
     }
-    if (call.op != BlasOp::kGemmBatched) return RunBlas(call);
+    if (!IsPointerArrayBatch(call.op)) return RunBlas(call);
     // Each member's matrices: this context's memory only (an illegal
     // address otherwise, as a kernel's stray access would be).
     std::deque<SimAddressSpace::Pin> member_pins;
@@ -333,7 +333,7 @@ Status SimContext::Blas(const BlasCall& call, StreamHandle stream) {
       std::uint64_t size = 0;
       Status s = shared->memory->PinOwnedRange(ptr, bytes, owner, &member_pins.emplace_back(), &start, &size);
       if (!s.ok()) {
-        return Status::FailedPrecondition("cuBLAS gemm batched: a member's matrix at " + Hex(ptr) + " (" +
+        return Status::FailedPrecondition("cuBLAS pointer-array batch: a member's operand at " + Hex(ptr) + " (" +
                                           std::to_string(bytes) + " bytes) is not this context's memory: illegal address");
       }
       return Status::Ok();

@@ -201,7 +201,7 @@ TEST(BlasSpec, InvalidRequestsAreRefusedByName) {
   r.type_b = 99;
   EXPECT_STREQ(CheckBlas(BlasShape::kGemm, r, &ops), "unknown data type of B/x");
   r = Gemm(4, 4, 4, 0, 0, 4, 4, 4);
-  r.flags = 0x80;
+  r.flags = 0x100;  // (the flags defined end at kBlasIndex64, 0x80)
   EXPECT_STREQ(CheckBlas(BlasShape::kGemm, r, &ops), "unknown flags");
   r = Gemm(4, 4, 4, 0, 0, 4, 4, 4);
   r.batch = -2;
@@ -235,7 +235,7 @@ TEST(BlasSpec, EveryCublasRowHasAShape) {
     EXPECT_EQ(blas, row.access == AccessRule::kBlas) << row.op;
     rows += blas ? 1 : 0;
   }
-  EXPECT_EQ(rows, 26);  // (the probe row is not a routine)
+  EXPECT_EQ(rows, 39);  // (the probe row is not a routine)
 }
 
 TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {
@@ -318,6 +318,41 @@ TEST(BlasSpec, SymmetricAndTriangularExtents) {
   r.flags = kBlasSideRight;  // n long
   ASSERT_EQ(CheckBlas(BlasShape::kDgmm, r, &ops), nullptr);
   EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, (1 * 3 + 1) * 4u);
+}
+
+TEST(BlasSpec, BandedAndPackedExtents) {
+  BlasOperands ops;
+  // gbmv, transposed: A's band storage (kl 2 + ku 1 + 1 = 4 rows) x n 6,
+  // lda 5; x is m (7) long, y n (6).
+  BlasRequest r = Gemm(7, 6, 2, 1, 0, 5, 2, 1);
+  r.stride_a = 1;  // ku
+  ASSERT_EQ(CheckBlas(BlasShape::kGbmv, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (5 * 5 + 4) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, (6 * 2 + 1) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, 6 * 4u);
+  r.lda = 3;  // below the band count
+  EXPECT_STREQ(CheckBlas(BlasShape::kGbmv, r, &ops), "lda smaller than the band count");
+  r.lda = 5;
+  r.stride_a = -1;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGbmv, r, &ops), "negative band width");
+  // spmv: the packed triangle of n 6 is 21 elements; x (b) and y (c).
+  r = Gemm(0, 6, 0, 0, 0, 1, 1, 3);
+  ASSERT_EQ(CheckBlas(BlasShape::kSpmv, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, 21 * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, (5 * 3 + 1) * 4u);
+  // spr: the packed triangle is written (slot C), x read (slot A).
+  r = Gemm(0, 4, 0, 0, 0, 2, 1, 1);
+  ASSERT_EQ(CheckBlas(BlasShape::kSpr, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, 10 * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (3 * 2 + 1) * 4u);
+  // tbsv: A (k 3 + 1 rows) x n 5, x (c) read and written.
+  r = Gemm(0, 5, 3, 0, 0, 4, 0, 1);
+  ASSERT_EQ(CheckBlas(BlasShape::kTbsv, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, (4 * 4 + 4) * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotC)->bytes, 5 * 4u);
+  // A packed triangle whose extent overflows is refused.
+  r = Gemm(0, int64_t{1} << 31, 0, 0, 0, 1, 1, 1);
+  EXPECT_STREQ(CheckBlas(BlasShape::kTpmv, r, &ops), "a matrix extent overflows");
 }
 
 TEST(BlasSpec, EveryCublasLtEpilogueDecodes) {

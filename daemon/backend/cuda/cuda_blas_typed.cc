@@ -1,5 +1,6 @@
-// The symmetric, Hermitian and triangular cuBLAS routines and dgmm on the
-// cuda backend (cuda_cublas.h, RunSymmetricCublas): the call's own routine
+// The cuBLAS routines the cuda backend picks by data type (cuda_cublas.h,
+// RunTypedCublas): the symmetric, Hermitian and triangular ones, dgmm and
+// amax/amin's _64 forms — the call's own routine
 // in the real cuBLAS, picked by data type, on the handle Context::Blas has
 // bound to the session's stream and the call's pointer mode.
 //
@@ -44,7 +45,7 @@ cublasStatus_t ByType(int type, FS s, FD d, FC c, FZ z, Call&& call) {
 
 }  // namespace
 
-cublasStatus_t RunSymmetricCublas(const CublasLibrary& lib, cublasHandle_t h, const BlasCall& c, const char** what) {
+cublasStatus_t RunTypedCublas(const CublasLibrary& lib, cublasHandle_t h, const BlasCall& c, const char** what) {
   const void* alpha = c.device_scalars ? reinterpret_cast<const void*>(c.alpha_ptr) : c.alpha;
   const void* beta = c.device_scalars ? reinterpret_cast<const void*>(c.beta_ptr) : c.beta;
   const int m = static_cast<int>(c.m), n = static_cast<int>(c.n), k = static_cast<int>(c.k);
@@ -78,6 +79,22 @@ cublasStatus_t RunSymmetricCublas(const CublasLibrary& lib, cublasHandle_t h, co
       }
       *what = "cublas?syr2k_v2";
       return ByType(t, lib.Ssyr2k_v2, lib.Dsyr2k_v2, lib.Csyr2k_v2, lib.Zsyr2k_v2, [&](auto fn, auto tag) {
+        using T = decltype(tag);
+        return fn(h, uplo, trans, n, k, static_cast<const T*>(alpha), A(tag), lda, B(tag), ldb,
+                  static_cast<const T*>(beta), C(tag), ldc);
+      });
+    case BlasOp::kSyrkx:
+      if (c.conjugate) {
+        *what = "cublas?herkx";
+        return ByType(t, nullptr, nullptr, lib.Cherkx, lib.Zherkx, [&](auto fn, auto tag) {
+          using T = decltype(tag);
+          using R = typename RealOf<T>::type;
+          return fn(h, uplo, trans, n, k, static_cast<const T*>(alpha), A(tag), lda, B(tag), ldb,
+                    static_cast<const R*>(beta), C(tag), ldc);
+        });
+      }
+      *what = "cublas?syrkx";
+      return ByType(t, lib.Ssyrkx, lib.Dsyrkx, lib.Csyrkx, lib.Zsyrkx, [&](auto fn, auto tag) {
         using T = decltype(tag);
         return fn(h, uplo, trans, n, k, static_cast<const T*>(alpha), A(tag), lda, B(tag), ldb,
                   static_cast<const T*>(beta), C(tag), ldc);
@@ -136,6 +153,106 @@ cublasStatus_t RunSymmetricCublas(const CublasLibrary& lib, cublasHandle_t h, co
       return ByType(t, lib.Sdgmm, lib.Ddgmm, lib.Cdgmm, lib.Zdgmm, [&](auto fn, auto tag) {
         return fn(h, side, m, n, A(tag), lda, B(tag), ldb, C(tag), ldc);
       });
+    case BlasOp::kGbmv:
+      *what = "cublas?gbmv_v2";
+      return ByType(t, lib.Sgbmv_v2, lib.Dgbmv_v2, lib.Cgbmv_v2, lib.Zgbmv_v2, [&](auto fn, auto tag) {
+        using T = decltype(tag);
+        return fn(h, trans, m, n, k, static_cast<int>(c.stride_a), static_cast<const T*>(alpha), A(tag), lda, B(tag),
+                  ldb, static_cast<const T*>(beta), C(tag), ldc);
+      });
+    case BlasOp::kSbmv:
+      *what = c.conjugate ? "cublas?hbmv_v2" : "cublas?sbmv_v2";
+      return ByType(t, lib.Ssbmv_v2, lib.Dsbmv_v2, lib.Chbmv_v2, lib.Zhbmv_v2, [&](auto fn, auto tag) {
+        using T = decltype(tag);
+        return fn(h, uplo, n, k, static_cast<const T*>(alpha), A(tag), lda, B(tag), ldb, static_cast<const T*>(beta),
+                  C(tag), ldc);
+      });
+    case BlasOp::kSpmv:
+      *what = c.conjugate ? "cublas?hpmv_v2" : "cublas?spmv_v2";
+      return ByType(t, lib.Sspmv_v2, lib.Dspmv_v2, lib.Chpmv_v2, lib.Zhpmv_v2, [&](auto fn, auto tag) {
+        using T = decltype(tag);
+        return fn(h, uplo, n, static_cast<const T*>(alpha), A(tag), B(tag), ldb, static_cast<const T*>(beta), C(tag),
+                  ldc);
+      });
+    case BlasOp::kTbmv:
+    case BlasOp::kTbsv: {
+      const bool solve = c.op == BlasOp::kTbsv;
+      *what = solve ? "cublas?tbsv_v2" : "cublas?tbmv_v2";
+      return ByType(t, solve ? lib.Stbsv_v2 : lib.Stbmv_v2, solve ? lib.Dtbsv_v2 : lib.Dtbmv_v2,
+                    solve ? lib.Ctbsv_v2 : lib.Ctbmv_v2, solve ? lib.Ztbsv_v2 : lib.Ztbmv_v2,
+                    [&](auto fn, auto tag) { return fn(h, uplo, trans, diag, n, k, A(tag), lda, C(tag), ldc); });
+    }
+    case BlasOp::kTpmv:
+    case BlasOp::kTpsv: {
+      const bool solve = c.op == BlasOp::kTpsv;
+      *what = solve ? "cublas?tpsv_v2" : "cublas?tpmv_v2";
+      return ByType(t, solve ? lib.Stpsv_v2 : lib.Stpmv_v2, solve ? lib.Dtpsv_v2 : lib.Dtpmv_v2,
+                    solve ? lib.Ctpsv_v2 : lib.Ctpmv_v2, solve ? lib.Ztpsv_v2 : lib.Ztpmv_v2,
+                    [&](auto fn, auto tag) { return fn(h, uplo, trans, diag, n, A(tag), C(tag), ldc); });
+    }
+    case BlasOp::kSpr:
+      if (c.conjugate) {
+        *what = "cublas?hpr_v2";
+        return ByType(t, nullptr, nullptr, lib.Chpr_v2, lib.Zhpr_v2, [&](auto fn, auto tag) {
+          using R = typename RealOf<decltype(tag)>::type;
+          return fn(h, uplo, n, static_cast<const R*>(alpha), A(tag), lda, C(tag));
+        });
+      }
+      *what = "cublas?spr_v2";
+      return ByType(t, lib.Sspr_v2, lib.Dspr_v2, nullptr, nullptr, [&](auto fn, auto tag) {
+        using T = decltype(tag);
+        return fn(h, uplo, n, static_cast<const T*>(alpha), A(tag), lda, C(tag));
+      });
+    case BlasOp::kSpr2:
+      *what = c.conjugate ? "cublas?hpr2_v2" : "cublas?spr2_v2";
+      return ByType(t, lib.Sspr2_v2, lib.Dspr2_v2, lib.Chpr2_v2, lib.Zhpr2_v2, [&](auto fn, auto tag) {
+        using T = decltype(tag);
+        return fn(h, uplo, n, static_cast<const T*>(alpha), A(tag), lda, B(tag), ldb, C(tag));
+      });
+    case BlasOp::kGemvBatched:
+      // The arrays hold device pointers of the app, which are phosd's too.
+      *what = "cublas?gemvBatched";
+      return ByType(t, lib.SgemvBatched, lib.DgemvBatched, lib.CgemvBatched, lib.ZgemvBatched, [&](auto fn, auto tag) {
+        using T = decltype(tag);
+        return fn(h, trans, m, n, static_cast<const T*>(alpha), reinterpret_cast<const T* const*>(c.a), lda,
+                  reinterpret_cast<const T* const*>(c.b), ldb, static_cast<const T*>(beta),
+                  reinterpret_cast<T* const*>(c.c), ldc, static_cast<int>(c.batch));
+      });
+    case BlasOp::kTrsmBatched:
+      *what = "cublas?trsmBatched";
+      return ByType(t, lib.StrsmBatched, lib.DtrsmBatched, lib.CtrsmBatched, lib.ZtrsmBatched, [&](auto fn, auto tag) {
+        using T = decltype(tag);
+        return fn(h, side, uplo, trans, diag, m, n, static_cast<const T*>(alpha), reinterpret_cast<const T* const*>(c.a),
+                  lda, reinterpret_cast<T* const*>(c.c), ldc, static_cast<int>(c.batch));
+      });
+    case BlasOp::kRot: {
+      const auto X = [&](auto tag) { return reinterpret_cast<decltype(tag)*>(c.a); };
+      const auto Y = [&](auto tag) { return reinterpret_cast<decltype(tag)*>(c.b); };
+      if (c.real_beta || t == CUDA_R_32F || t == CUDA_R_64F) {  // s real: srot, drot, csrot, zdrot
+        *what = "cublas?rot_v2";
+        return ByType(t, lib.Srot_v2, lib.Drot_v2, lib.Csrot_v2, lib.Zdrot_v2, [&](auto fn, auto tag) {
+          using R = typename RealOf<decltype(tag)>::type;
+          return fn(h, n, X(tag), lda, Y(tag), ldb, static_cast<const R*>(alpha), static_cast<const R*>(beta));
+        });
+      }
+      *what = "cublas?rot_v2";
+      return ByType(t, nullptr, nullptr, lib.Crot_v2, lib.Zrot_v2, [&](auto fn, auto tag) {
+        using T = decltype(tag);
+        using R = typename RealOf<T>::type;
+        return fn(h, n, X(tag), lda, Y(tag), ldb, static_cast<const R*>(alpha), static_cast<const T*>(beta));
+      });
+    }
+    case BlasOp::kIamax:
+    case BlasOp::kIamin: {  // the _64 forms (Context::Blas runs the others)
+      const bool max = c.op == BlasOp::kIamax;
+      *what = max ? "cublasI?amax_v2_64" : "cublasI?amin_v2_64";
+      auto* result = reinterpret_cast<int64_t*>(
+          c.device_scalars ? reinterpret_cast<void*>(c.result)
+                           : (c.host_result ? static_cast<void*>(c.host_result->data()) : nullptr));
+      return ByType(t, max ? lib.Isamax_v2_64 : lib.Isamin_v2_64, max ? lib.Idamax_v2_64 : lib.Idamin_v2_64,
+                    max ? lib.Icamax_v2_64 : lib.Icamin_v2_64, max ? lib.Izamax_v2_64 : lib.Izamin_v2_64,
+                    [&](auto fn, auto tag) { return fn(h, c.n, A(tag), c.lda, result); });
+    }
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
   }
 }
