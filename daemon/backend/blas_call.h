@@ -20,6 +20,12 @@ enum class BlasOp : std::uint8_t {
   kGemmBatched,  // kGemm over `batch` members named by arrays of device pointers at a, b, c
   kGemvBatched,  // kGemv likewise (A, x, y arrays at a, b, c)
   kTrsmBatched,  // kTrsm likewise (A, B arrays at a, c)
+  // Batched LU (n x n members, arrays of device pointers): pivots at b
+  // (n int32 per member; getrf: 0 means none), info at result (int32 per
+  // member), getrs's nrhs in k.
+  kGetrfBatched,  // A = P L U in place
+  kGetrsBatched,  // B (array at c, ldc) = inv(op(A)) B
+  kGetriBatched,  // C (array at c, ldc) = inv(A)
   kGemv,   // y(c, ldc = incy) = alpha op(A) x(b, ldb = incx) + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
   kGer,    // C (A) += alpha x(a, lda) y(b, ldb)^T, y conjugated when `conjugate`
@@ -64,7 +70,8 @@ enum class BlasOp : std::uint8_t {
 /// Whether `op` names its operands by arrays of device pointers (the
 /// backend reads them and checks each member's memory).
 inline bool IsPointerArrayBatch(BlasOp op) {
-  return op == BlasOp::kGemmBatched || op == BlasOp::kGemvBatched || op == BlasOp::kTrsmBatched;
+  return op == BlasOp::kGemmBatched || op == BlasOp::kGemvBatched || op == BlasOp::kTrsmBatched ||
+         op == BlasOp::kGetrfBatched || op == BlasOp::kGetrsBatched || op == BlasOp::kGetriBatched;
 }
 
 struct BlasCall {

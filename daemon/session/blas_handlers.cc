@@ -29,6 +29,9 @@ backend::BlasOp ToBackendOp(wire::BlasShape shape) {
     case wire::BlasShape::kGemmBatched: return backend::BlasOp::kGemmBatched;
     case wire::BlasShape::kGemvBatched: return backend::BlasOp::kGemvBatched;
     case wire::BlasShape::kTrsmBatched: return backend::BlasOp::kTrsmBatched;
+    case wire::BlasShape::kGetrfBatched: return backend::BlasOp::kGetrfBatched;
+    case wire::BlasShape::kGetrsBatched: return backend::BlasOp::kGetrsBatched;
+    case wire::BlasShape::kGetriBatched: return backend::BlasOp::kGetriBatched;
     case wire::BlasShape::kGemv: return backend::BlasOp::kGemv;
     case wire::BlasShape::kGeam: return backend::BlasOp::kGeam;
     case wire::BlasShape::kTrsm: return backend::BlasOp::kTrsm;
@@ -90,7 +93,9 @@ backend::BlasCall ToBackendCall(wire::BlasShape shape, const wire::BlasRequest& 
   c.k = r.k;
   c.batch = shape == wire::BlasShape::kGemm || shape == wire::BlasShape::kGemv ||
                     shape == wire::BlasShape::kLtMatmul || shape == wire::BlasShape::kGemmBatched ||
-                    shape == wire::BlasShape::kGemvBatched || shape == wire::BlasShape::kTrsmBatched
+                    shape == wire::BlasShape::kGemvBatched || shape == wire::BlasShape::kTrsmBatched ||
+                    shape == wire::BlasShape::kGetrfBatched || shape == wire::BlasShape::kGetrsBatched ||
+                    shape == wire::BlasShape::kGetriBatched
                 ? r.batch
                 : 1;
   c.a = r.a;

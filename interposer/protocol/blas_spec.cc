@@ -70,6 +70,9 @@ bool BlasShapeOf(ApiId op, BlasShape* out) {
     case op::kBlasGemmBatched: *out = BlasShape::kGemmBatched; return true;
     case op::kBlasGemvBatched: *out = BlasShape::kGemvBatched; return true;
     case op::kBlasTrsmBatched: *out = BlasShape::kTrsmBatched; return true;
+    case op::kBlasGetrfBatched: *out = BlasShape::kGetrfBatched; return true;
+    case op::kBlasGetrsBatched: *out = BlasShape::kGetrsBatched; return true;
+    case op::kBlasGetriBatched: *out = BlasShape::kGetriBatched; return true;
     case op::kBlasGemv: *out = BlasShape::kGemv; return true;
     case op::kBlasGeam: *out = BlasShape::kGeam; return true;
     case op::kBlasTrsm: *out = BlasShape::kTrsm; return true;
@@ -115,6 +118,9 @@ const char* BlasShapeName(BlasShape shape) {
     case BlasShape::kGemmBatched: return "gemm batched";
     case BlasShape::kGemvBatched: return "gemv batched";
     case BlasShape::kTrsmBatched: return "trsm batched";
+    case BlasShape::kGetrfBatched: return "getrf batched";
+    case BlasShape::kGetrsBatched: return "getrs batched";
+    case BlasShape::kGetriBatched: return "getri batched";
     case BlasShape::kGemv: return "gemv";
     case BlasShape::kGeam: return "geam";
     case BlasShape::kTrsm: return "trsm";
@@ -222,6 +228,33 @@ const char* CheckBlas(BlasShape shape, const BlasRequest& req, BlasOperands* out
         b.Add(kBlasSlotAlpha, req.alpha_ptr, es_alpha);
         if (base != BlasShape::kTrsm) b.Add(kBlasSlotBeta, req.beta_ptr, es_beta);
       }
+      out->unknown = !empty;
+      return nullptr;
+    }
+    case BlasShape::kGetrfBatched:
+    case BlasShape::kGetrsBatched:
+    case BlasShape::kGetriBatched: {
+      // n x n members named by arrays of device pointers (unknown access),
+      // the pivot and info arrays contiguous.
+      if (req.type_c != req.type_a) return "A and B/C of different types";
+      if (req.n < 0 || (shape == BlasShape::kGetrsBatched && req.k < 0)) return "negative dimension";
+      if (req.batch < 0) return "negative batch count";
+      if (static_cast<uint64_t>(req.batch) > (uint64_t{1} << 40)) return "a batch count beyond 2^40";
+      if (req.lda < (req.n > 1 ? req.n : 1)) return "lda smaller than n";
+      if (shape != BlasShape::kGetrfBatched && req.ldc < (req.n > 1 ? req.n : 1)) return "ldb/ldc smaller than n";
+      if (shape == BlasShape::kGetrsBatched && !ValidOp(req.op_a)) return "invalid transpose operation";
+      if (req.n > (int64_t{1} << 31)) return "n beyond 2^31";
+      const bool empty = req.batch == 0 || req.n == 0 || (shape == BlasShape::kGetrsBatched && req.k == 0);
+      const uint64_t array = static_cast<uint64_t>(req.batch) * 8;
+      const uint64_t pivots = static_cast<uint64_t>(req.batch) * static_cast<uint64_t>(req.n) * 4;
+      b.Add(kBlasSlotA, req.a, array);
+      if (shape != BlasShape::kGetrfBatched) b.Add(kBlasSlotInput, req.c, array);
+      if (req.b != 0 && !empty) b.Add(shape == BlasShape::kGetrfBatched ? kBlasSlotResult : kBlasSlotB, req.b, pivots);
+      if (shape != BlasShape::kGetrsBatched && req.batch > 0) {
+        if (req.result == 0) return "no info array";
+        b.Add(kBlasSlotResult, req.result, static_cast<uint64_t>(req.batch) * 4);
+      }
+      if (shape == BlasShape::kGetrsBatched && req.b == 0) return "no pivot array";
       out->unknown = !empty;
       return nullptr;
     }

@@ -23,6 +23,10 @@ enum class BlasShape : uint8_t {
   kGemmBatched,  // the same over `batch` matrices named by arrays of device pointers (a, b, c)
   kGemvBatched,  // gemv over arrays of device pointers (A, x, y in a, b, c)
   kTrsmBatched,  // trsm over arrays of device pointers (A, B in a, c)
+  // Batched LU over arrays of device pointers (calls.def): n x n members.
+  kGetrfBatched,  // A = P L U in place; pivots (b) and info (result) written
+  kGetrsBatched,  // B (c array) = inv(op(A)) B from the LU; pivots (b) read; nrhs in k
+  kGetriBatched,  // C (c array) = inv(A) from the LU; pivots (b) read, info (result) written
   kGemv,   // y = alpha op(A) x + beta y, strided-batched
   kGeam,   // C = alpha op(A) + beta op(B)
   kGer,    // A (c, ldc) += alpha x (a, lda) y (b, ldb)^T (y conjugated: kBlasConjugate)

@@ -1,5 +1,7 @@
 """CuPy's linear algebra, as a user writes it, checked against numpy on
-random data: `@`, `dot`, batched `matmul`, `linalg.norm`, `vdot`, `inner` —
+random data: `@`, `dot`, batched `matmul`, `linalg.norm`, `vdot`, `inner`,
+and CuPy's own cuBLAS wrappers (`cupy.cublas`: gemv, ger, gerc, geam,
+dgmm, syrk, sbmv, iamax, iamin, asum, dotc, batched_gesv) —
 CuPy calls cuBLAS for them (gemm, GemmEx, strided batched, gemv, dot, nrm2,
 geam), which phos runs in phosd (docs/interposer.md "cuBLAS"; OpenBLAS on
 the sim). Run unmodified under `phos run` by tests/frameworks; runs as is
@@ -59,8 +61,53 @@ def main():
     check("float64 inner", cp.inner(cp.asarray(m), cp.asarray(m)), np.inner(m, m), 1e-10, 1e-10)
     check("float64 linalg.norm (vector)", cp.linalg.norm(cp.asarray(u)), np.linalg.norm(u), 1e-10, 1e-10)
     check("float32 linalg.norm (matrix, fro)", cp.linalg.norm(cp.asarray(x[0])), np.linalg.norm(x[0]), 1e-5, 1e-5)
+    cublas_module(rng)
     cp.cuda.Device().synchronize()
     print(f"cupy_blas: OK ({len(checked)} checks)", flush=True)
+
+
+def cublas_module(rng):
+    """CuPy's thin cuBLAS wrappers (cupy.cublas), each its routine."""
+    from cupy import cublas
+    a, x, y = rand(30, 20), rand(20), rand(30)
+    gy = cp.asarray(y)
+    cublas.gemv("N", 2.0, cp.asarray(a), cp.asarray(x), -1.0, gy)  # y updated in place
+    check("cublas.gemv (dgemv)", gy, 2.0 * a @ x - y, 1e-10, 1e-10)
+    ga = cp.asarray(a)
+    cublas.ger(0.5, cp.asarray(y), cp.asarray(x), ga)  # a updated in place
+    check("cublas.ger (dger)", ga, a + 0.5 * np.outer(y, x), 1e-10, 1e-10)
+    c1, c2 = rand(12, dtype=np.complex128), rand(9, dtype=np.complex128)
+    gc = cp.zeros((12, 9), np.complex128)
+    cublas.gerc(1.0, cp.asarray(c1), cp.asarray(c2), gc)
+    check("cublas.gerc (zgerc)", gc, np.outer(c1, c2.conj()), 1e-10, 1e-10)
+    b = rand(30, 20)
+    check("cublas.geam (dgeam)", cublas.geam("N", "N", 2.0, cp.asarray(a), -1.0, cp.asarray(b)), 2.0 * a - b, 1e-10,
+          1e-10)
+    d = rand(20)
+    check("cublas.dgmm (ddgmm, right)", cublas.dgmm("R", cp.asarray(a), cp.asarray(d)), a * d[None, :], 1e-10, 1e-10)
+    s = rand(25, 10, dtype=np.float32)
+    got = cp.asnumpy(cublas.syrk("N", cp.asarray(s), alpha=1.0, lower=True))
+    check("cublas.syrk (ssyrk, lower)", np.tril(got), np.tril(s @ s.T), 1e-4, 1e-4)
+    # sbmv: y = A x for a symmetric band matrix CuPy stores as (k+1) x n.
+    n, k = 8, 2
+    band = rand(k + 1, n)
+    full = np.zeros((n, n))
+    for j in range(n):
+        for i in range(max(0, j - k), j + 1):
+            full[i, j] = full[j, i] = band[k + i - j, j]
+    v = rand(n)
+    check("cublas.sbmv (dsbmv)", cublas.sbmv(k, 1.0, cp.asarray(band), cp.asarray(v), 0.0,
+                                            cp.asarray(np.zeros(n))), full @ v, 1e-10, 1e-10)
+    z = rand(50, dtype=np.complex64)
+    check("cublas.iamax (icamax)", cublas.iamax(cp.asarray(z)), np.argmax(np.abs(z.real) + np.abs(z.imag)) + 1, 0, 0)
+    check("cublas.iamin (icamin)", cublas.iamin(cp.asarray(z)), np.argmin(np.abs(z.real) + np.abs(z.imag)) + 1, 0, 0)
+    check("cublas.asum (scasum)", cublas.asum(cp.asarray(z)), np.sum(np.abs(z.real) + np.abs(z.imag)), 1e-4, 1e-4)
+    check("cublas.dotc (cdotc)", cublas.dotc(cp.asarray(z), cp.asarray(z[::-1].copy())), np.vdot(z, z[::-1]), 1e-4, 1e-4)
+    # batched_gesv: cublas?getrfBatched + cublas?getrsBatched.
+    m = rand(6, 4, 4) + 4 * np.eye(4)
+    rhs = rand(6, 4, 3)
+    check("cublas.batched_gesv (dgetrf/dgetrsBatched)", cublas.batched_gesv(cp.asarray(m), cp.asarray(rhs)),
+          np.linalg.solve(m, rhs), 1e-10, 1e-10)
 
 
 if __name__ == "__main__":

@@ -236,6 +236,68 @@ int PointerArrayBatches(cublasHandle_t h) {
   return 0;
 }
 
+// The batched LU: getrf, then getrs solving A_p X = B_p and getri
+// inverting A_p; info per matrix (a singular member reports its zero pivot).
+int BatchedLu(cublasHandle_t h) {
+  const int n = 5, nrhs = 2, batch = 3, lda = 6, ldb = 7;
+  std::vector<std::vector<double>> a, b;
+  std::vector<double*> pa, pb, pc;
+  for (int p = 0; p < batch; ++p) {
+    auto m = RandomMatrix<double>(static_cast<size_t>(lda) * n);
+    for (int i = 0; i < n; ++i) m[i + i * lda] += 3.0;
+    if (p == 2) m[0 + 4 * lda] = m[1 + 4 * lda] = m[2 + 4 * lda] = m[3 + 4 * lda] = m[4 + 4 * lda] = 0.0;  // singular
+    a.push_back(m);
+    b.push_back(RandomMatrix<double>(static_cast<size_t>(ldb) * nrhs));
+    pa.push_back(Device(a[p]));
+    pb.push_back(Device(b[p]));
+    double* c = nullptr;
+    CHECK(cudaMalloc(&c, sizeof(double) * n * n));
+    pc.push_back(c);
+  }
+  double **dpa = DeviceArray(pa), **dpb = DeviceArray(pb), **dpc = DeviceArray(pc);
+  int *dpiv = nullptr, *dinfo = nullptr;
+  CHECK(cudaMalloc(&dpiv, sizeof(int) * n * batch));
+  CHECK(cudaMalloc(&dinfo, sizeof(int) * batch));
+  BCHECK(cublasDgetrfBatched(h, n, dpa, lda, dpiv, dinfo, batch));
+  auto info = Host(dinfo, batch);
+  EXPECT(info[0] == 0 && info[1] == 0 && info[2] == n);  // the last member's fifth pivot is zero
+  int hinfo = -1;
+  BCHECK(cublasDgetrsBatched(h, CUBLAS_OP_N, n, nrhs, dpa, lda, dpiv, dpb, ldb, &hinfo, 2));
+  EXPECT(hinfo == 0);
+  BCHECK(cublasDgetriBatched(h, n, dpa, lda, dpiv, dpc, n, dinfo, 2));
+  info = Host(dinfo, batch);
+  EXPECT(info[0] == 0 && info[1] == 0);
+  for (int p = 0; p < 2; ++p) {
+    auto x = Host(pb[p], b[p].size());
+    auto inv = Host(pc[p], static_cast<size_t>(n) * n);
+    for (int j = 0; j < nrhs; ++j)
+      for (int i = 0; i < n; ++i) {
+        double s = 0;
+        for (int k = 0; k < n; ++k) s += a[p][i + k * lda] * x[k + j * ldb];
+        NEAR(s, b[p][i + j * ldb], 1e-10);  // A x = b
+      }
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < n; ++i) {
+        double s = 0;
+        for (int k = 0; k < n; ++k) s += a[p][i + k * lda] * inv[k + j * n];
+        NEAR(s, i == j ? 1.0 : 0.0, 1e-10);  // A inv(A) = I
+      }
+  }
+  // getrs reports a bad parameter through its host info.
+  BEXPECT(cublasDgetrsBatched(h, CUBLAS_OP_N, n, nrhs, dpa, 2, dpiv, dpb, ldb, &hinfo, 2), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT(hinfo == -5);
+  for (int p = 0; p < batch; ++p) {
+    cudaFree(pa[p]);
+    cudaFree(pb[p]);
+    cudaFree(pc[p]);
+  }
+  for (void* p : {static_cast<void*>(dpa), static_cast<void*>(dpb), static_cast<void*>(dpc), static_cast<void*>(dpiv),
+                  static_cast<void*>(dinfo)})
+    cudaFree(p);
+  std::printf("cublas: batched getrf, getrs, getri OK\n");
+  return 0;
+}
+
 int GemvGeam(cublasHandle_t h) {
   const int m = 33, n = 21, lda = 40;
   auto a = RandomMatrix<float>(static_cast<size_t>(lda) * n);
@@ -448,6 +510,18 @@ int Level1(cublasHandle_t h) {
     for (void* p : {static_cast<void*>(drx), static_cast<void*>(dry), static_cast<void*>(dzx), static_cast<void*>(dzy),
                     static_cast<void*>(ddx2), static_cast<void*>(ddy2)})
       cudaFree(p);
+  }
+
+  // scasum of 50 elements (the sim's OpenBLAS gets it wrong from 9 up).
+  {
+    auto za = RandomMatrix<cuComplex>(50);
+    cuComplex* dza = Device(za);
+    double want = 0;
+    for (const auto& v : za) want += std::fabs(v.x) + std::fabs(v.y);
+    float got = 0;
+    BCHECK(cublasScasum(h, 50, dza, 1, &got));
+    NEAR(got, want, 1e-5);
+    cudaFree(dza);
   }
 
   // Complex conjugated dot and a double dot into device memory.
@@ -680,6 +754,7 @@ int main(int argc, char** argv) {
   if (int r = GemmExAndBatched(h)) return r;
   if (int r = GemvGeam(h)) return r;
   if (int r = PointerArrayBatches(h)) return r;
+  if (int r = BatchedLu(h)) return r;
   if (int r = Trsm(h)) return r;
   if (int r = Level1(h)) return r;
   if (int r = StreamsCaptureHelpers(h)) return r;

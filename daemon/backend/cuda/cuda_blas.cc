@@ -179,6 +179,9 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
     case BlasOp::kSpr2:
     case BlasOp::kTpmv:
     case BlasOp::kTpsv:
+    case BlasOp::kGetrfBatched:
+    case BlasOp::kGetrsBatched:
+    case BlasOp::kGetriBatched:
     case BlasOp::kGemvBatched:
     case BlasOp::kTrsmBatched:
     case BlasOp::kRot:

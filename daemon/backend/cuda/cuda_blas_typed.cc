@@ -209,6 +209,33 @@ cublasStatus_t RunTypedCublas(const CublasLibrary& lib, cublasHandle_t h, const 
         using T = decltype(tag);
         return fn(h, uplo, n, static_cast<const T*>(alpha), A(tag), lda, B(tag), ldb, C(tag));
       });
+    case BlasOp::kGetrfBatched:
+      *what = "cublas?getrfBatched";
+      return ByType(t, lib.SgetrfBatched, lib.DgetrfBatched, lib.CgetrfBatched, lib.ZgetrfBatched,
+                    [&](auto fn, auto tag) {
+                      return fn(h, n, reinterpret_cast<decltype(tag)* const*>(c.a), lda, reinterpret_cast<int*>(c.b),
+                                reinterpret_cast<int*>(c.result), static_cast<int>(c.batch));
+                    });
+    case BlasOp::kGetrsBatched: {
+      *what = "cublas?getrsBatched";
+      int info = 0;  // parameter errors only (libphos.so checked them)
+      const cublasStatus_t st = ByType(
+          t, lib.SgetrsBatched, lib.DgetrsBatched, lib.CgetrsBatched, lib.ZgetrsBatched, [&](auto fn, auto tag) {
+            using T = decltype(tag);
+            return fn(h, trans, n, k, reinterpret_cast<const T* const*>(c.a), lda, reinterpret_cast<const int*>(c.b),
+                      reinterpret_cast<T* const*>(c.c), ldc, &info, static_cast<int>(c.batch));
+          });
+      return st == CUBLAS_STATUS_SUCCESS && info != 0 ? CUBLAS_STATUS_INVALID_VALUE : st;
+    }
+    case BlasOp::kGetriBatched:
+      *what = "cublas?getriBatched";
+      return ByType(t, lib.SgetriBatched, lib.DgetriBatched, lib.CgetriBatched, lib.ZgetriBatched,
+                    [&](auto fn, auto tag) {
+                      using T = decltype(tag);
+                      return fn(h, n, reinterpret_cast<const T* const*>(c.a), lda, reinterpret_cast<const int*>(c.b),
+                                reinterpret_cast<T* const*>(c.c), ldc, reinterpret_cast<int*>(c.result),
+                                static_cast<int>(c.batch));
+                    });
     case BlasOp::kGemvBatched:
       // The arrays hold device pointers of the app, which are phosd's too.
       *what = "cublas?gemvBatched";

@@ -32,7 +32,7 @@ std::string DefaultCublasLibrary();
 /// The routines cuda_blas_typed.cc picks by data type — the symmetric,
 /// Hermitian and triangular ones, the banded and packed level 2, dgmm, rot,
 /// the pointer-array gemv and
-/// trsm batches, amax/amin's _64 forms — one
+/// trsm batches, the batched LU, amax/amin's _64 forms — one
 /// X(name) per entry point: CublasLibrary holds `name` as a pointer to
 /// cublas<name>.
 #define PHOS_CUBLAS_TYPED_ROUTINES(X) \
@@ -81,6 +81,9 @@ std::string DefaultCublasLibrary();
   X(Ztpmv_v2) X(Ztpsv_v2) X(Ssbmv_v2) X(Sspmv_v2) X(Sspr_v2) X(Sspr2_v2) \
   X(Dsbmv_v2) X(Dspmv_v2) X(Dspr_v2) X(Dspr2_v2) X(Chbmv_v2) X(Chpmv_v2) \
   X(Chpr_v2) X(Chpr2_v2) X(Zhbmv_v2) X(Zhpmv_v2) X(Zhpr_v2) X(Zhpr2_v2) \
+  X(SgetrfBatched) X(DgetrfBatched) X(CgetrfBatched) X(ZgetrfBatched) \
+  X(SgetrsBatched) X(DgetrsBatched) X(CgetrsBatched) X(ZgetrsBatched) \
+  X(SgetriBatched) X(DgetriBatched) X(CgetriBatched) X(ZgetriBatched) \
   X(Srot_v2) X(Drot_v2) X(Crot_v2) X(Csrot_v2) X(Zrot_v2) X(Zdrot_v2) \
   X(Isamax_v2_64) X(Idamax_v2_64) X(Icamax_v2_64) X(Izamax_v2_64) \
   X(Isamin_v2_64) X(Idamin_v2_64) X(Icamin_v2_64) X(Izamin_v2_64) \

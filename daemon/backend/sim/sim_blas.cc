@@ -309,6 +309,21 @@ void RotLoop(const BlasCall& c, T cc, T ss) {
   }
 }
 
+/// sum |re| + |im| over x, in double, rounded once. The sim's own loop
+/// for complex float: Debian bookworm's OpenBLAS (0.3.21) returns wrong
+/// sums from cblas_scasum for unit-stride vectors of 9 elements and more
+/// (found by CuPy's cupy.cublas.asum under phos; docs/backends.md).
+template <typename T>
+float ComplexAsum(const BlasCall& c) {
+  if (c.lda <= 0) return 0.0f;  // BLAS: a non-positive increment sums nothing
+  double sum = 0;
+  for (std::int64_t i = 0; i < c.n; ++i) {
+    const T v = *reinterpret_cast<const T*>(c.a + static_cast<std::uint64_t>(i * c.lda) * sizeof(T));
+    sum += std::fabs(static_cast<double>(v.real())) + std::fabs(static_cast<double>(v.imag()));
+  }
+  return static_cast<float>(sum);
+}
+
 void WriteResult(const BlasCall& c, const void* value, std::size_t bytes) {
   if (c.device_scalars) std::memcpy(reinterpret_cast<void*>(c.result), value, bytes);
   else if (c.host_result) std::memcpy(c.host_result->data(), value, bytes);
@@ -401,7 +416,8 @@ Status Level1(const BlasCall& c) {
       if ((t == kR32F || t == kC32F) && c.scalar_type == kR32F) {
         float r = 0;
         if (t == kR32F) r = nrm ? cblas_snrm2(n, At<float>(c.a, 0), incx) : cblas_sasum(n, At<float>(c.a, 0), incx);
-        else r = nrm ? cblas_scnrm2(n, At<cf>(c.a, 0), incx) : cblas_scasum(n, At<cf>(c.a, 0), incx);
+        else if (nrm) r = cblas_scnrm2(n, At<cf>(c.a, 0), incx);
+        else r = ComplexAsum<cf>(c);  // not cblas_scasum: see ComplexAsum
         WriteResult(c, &r, sizeof r);
       } else if ((t == kR64F || t == kC64F) && c.scalar_type == kR64F) {
         double r = 0;
@@ -587,6 +603,9 @@ Status CheckSimBlas(const BlasCall& c) {
     case BlasOp::kGemm: ok = GemmTypesComputed(c); break;
     case BlasOp::kGemvBatched: ok = t == c.type_b && t == c.type_c && Std(t); break;
     case BlasOp::kTrsmBatched: ok = t == c.type_c && s == t && Std(t); break;
+    case BlasOp::kGetrfBatched:
+    case BlasOp::kGetrsBatched:
+    case BlasOp::kGetriBatched: return CheckSimLu(c);
     case BlasOp::kGemv:
     case BlasOp::kGeam: ok = t == c.type_b && t == c.type_c && Std(t); break;
     case BlasOp::kTrsm: ok = t == c.type_c && s == t && Std(t); break;
@@ -669,6 +688,9 @@ Status CheckBlasIndices(const BlasCall& c) {
 Status RunBlasBatched(const BlasCall& c, const PinRangeFn& pin) {
   PHOS_RETURN_IF_ERROR(CheckBlasIndices(c));
   InitSimBlas();
+  if (c.op == BlasOp::kGetrfBatched || c.op == BlasOp::kGetrsBatched || c.op == BlasOp::kGetriBatched) {
+    return RunLuBatched(c, pin);
+  }
   if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
   const auto matrix = [](std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t es) -> std::uint64_t {
     return rows == 0 || cols == 0 ? 0 : static_cast<std::uint64_t>((cols - 1) * ld + rows) * es;

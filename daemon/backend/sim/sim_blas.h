@@ -41,6 +41,10 @@ Status CheckSimBlas(const BlasCall& call);
 /// combinations they compute.
 Status RunSymmetricBlas(const BlasCall& call);
 bool SymmetricBlasTypesComputed(const BlasCall& call);
+/// The batched LU routines (sim_blas_lu.cc; RunBlasBatched sends them
+/// there) and whether the sim computes `call`'s.
+Status RunLuBatched(const BlasCall& call, const PinRangeFn& pin);
+Status CheckSimLu(const BlasCall& call);
 /// The banded and packed level-2 routines (sim_blas_banded.cc).
 Status RunBandedBlas(const BlasCall& call);
 bool BandedBlasTypesComputed(const BlasCall& call);

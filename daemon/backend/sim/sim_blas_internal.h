@@ -29,6 +29,9 @@ inline const char* OpName(BlasOp op) {
     case BlasOp::kGemmBatched: return "gemm batched";
     case BlasOp::kGemvBatched: return "gemv batched";
     case BlasOp::kTrsmBatched: return "trsm batched";
+    case BlasOp::kGetrfBatched: return "getrf batched";
+    case BlasOp::kGetrsBatched: return "getrs batched";
+    case BlasOp::kGetriBatched: return "getri batched";
     case BlasOp::kGemv: return "gemv";
     case BlasOp::kGeam: return "geam";
     case BlasOp::kTrsm: return "trsm";

@@ -235,7 +235,7 @@ TEST(BlasSpec, EveryCublasRowHasAShape) {
     EXPECT_EQ(blas, row.access == AccessRule::kBlas) << row.op;
     rows += blas ? 1 : 0;
   }
-  EXPECT_EQ(rows, 39);  // (the probe row is not a routine)
+  EXPECT_EQ(rows, 42);  // (the probe row is not a routine)
 }
 
 TEST(BlasSpec, LtMatmulReadsCWritesDAndReadsTheBias) {
@@ -353,6 +353,35 @@ TEST(BlasSpec, BandedAndPackedExtents) {
   // A packed triangle whose extent overflows is refused.
   r = Gemm(0, int64_t{1} << 31, 0, 0, 0, 1, 1, 1);
   EXPECT_STREQ(CheckBlas(BlasShape::kTpmv, r, &ops), "a matrix extent overflows");
+}
+
+TEST(BlasSpec, BatchedLuNamesItsArrays) {
+  BlasOperands ops;
+  // getrf over 3 matrices of order 4: the pointer array read, pivots
+  // (3 x 4 ints) and info (3 ints) written, the matrices unknown.
+  BlasRequest r = Gemm(0, 4, 0, 0, 0, 4, 0, 1);
+  r.batch = 3;
+  r.b = 0x7000;
+  r.result = 0x8000;
+  ASSERT_EQ(CheckBlas(BlasShape::kGetrfBatched, r, &ops), nullptr);
+  EXPECT_TRUE(ops.unknown);
+  EXPECT_EQ(Slot(ops, kBlasSlotA)->bytes, 3 * 8u);
+  EXPECT_EQ(Slot(ops, kBlasSlotResult, 0)->bytes, 3 * 4 * 4u);  // pivots
+  EXPECT_EQ(Slot(ops, kBlasSlotResult, 1)->bytes, 3 * 4u);      // info
+  r.result = 0;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGetrfBatched, r, &ops), "no info array");
+  // getrs: pivots read, the B array (c) read; no pivots refused.
+  r = Gemm(0, 4, 2, 0, 0, 4, 0, 4);
+  r.batch = 3;
+  r.b = 0x7000;
+  ASSERT_EQ(CheckBlas(BlasShape::kGetrsBatched, r, &ops), nullptr);
+  EXPECT_EQ(Slot(ops, kBlasSlotB)->bytes, 3 * 4 * 4u);
+  EXPECT_EQ(Slot(ops, kBlasSlotInput)->bytes, 3 * 8u);
+  r.b = 0;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGetrsBatched, r, &ops), "no pivot array");
+  r.b = 0x7000;
+  r.ldc = 3;
+  EXPECT_STREQ(CheckBlas(BlasShape::kGetrsBatched, r, &ops), "ldb/ldc smaller than n");
 }
 
 TEST(BlasSpec, EveryCublasLtEpilogueDecodes) {
