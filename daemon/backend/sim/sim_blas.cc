@@ -672,15 +672,15 @@ namespace {
 /// (increment) beyond that is refused, not truncated. Both entry points
 /// (RunBlas, RunBlasBatched) check it.
 Status CheckBlasIndices(const BlasCall& c) {
-  for (std::int64_t v : {c.m, c.n, c.k, c.ldd, c.ldb < 0 ? -c.ldb : c.ldb, c.ldc < 0 ? -c.ldc : c.ldc,
-                         c.lda < 0 ? -c.lda : c.lda}) {
-    if (!FitsBlasInt(v)) {
-      return Status::InvalidArgument(std::string("cuBLAS ") + OpName(c.op) +
-                                     ": a dimension or leading dimension beyond 2^31-1 (the sim's BLAS "
-                                     "uses 32-bit indices)");
-    }
-  }
-  return Status::Ok();
+  // (Increments may be negative: their magnitude must fit. A field a
+  // routine does not read may hold anything; no negation that overflows.)
+  const auto magnitude_fits = [](std::int64_t v) { return v > -0x80000000LL && v <= 0x7fffffff; };
+  bool fits = magnitude_fits(c.lda) && magnitude_fits(c.ldb) && magnitude_fits(c.ldc);
+  for (std::int64_t v : {c.m, c.n, c.k, c.ldd}) fits = fits && FitsBlasInt(v);
+  if (fits) return Status::Ok();
+  return Status::InvalidArgument(std::string("cuBLAS ") + OpName(c.op) +
+                                 ": a dimension or leading dimension beyond 2^31-1 (the sim's BLAS uses 32-bit "
+                                 "indices)");
 }
 
 }  // namespace
