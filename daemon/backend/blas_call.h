@@ -67,11 +67,34 @@ enum class BlasOp : std::uint8_t {
   kTpsv,   // x(c, ldc) = inv(op(AP(a))) x
 };
 
+/// The symmetric, Hermitian and triangular routines and dgmm (one
+/// family: the sim's sim_blas_symmetric.cc computes them).
+inline bool IsSymmetricFamily(BlasOp op) {
+  switch (op) {
+    case BlasOp::kSymm: case BlasOp::kSyr2k: case BlasOp::kSyrkx: case BlasOp::kTrmm: case BlasOp::kSymv:
+    case BlasOp::kTrmv: case BlasOp::kTrsv: case BlasOp::kSyr: case BlasOp::kSyr2: case BlasOp::kDgmm: return true;
+    default: return false;
+  }
+}
+
+/// The banded and packed level-2 routines (sim_blas_banded.cc).
+inline bool IsBandedFamily(BlasOp op) {
+  switch (op) {
+    case BlasOp::kGbmv: case BlasOp::kSbmv: case BlasOp::kTbmv: case BlasOp::kTbsv: case BlasOp::kSpmv:
+    case BlasOp::kSpr: case BlasOp::kSpr2: case BlasOp::kTpmv: case BlasOp::kTpsv: return true;
+    default: return false;
+  }
+}
+
+/// The batched LU routines (sim_blas_lu.cc).
+inline bool IsLuFamily(BlasOp op) {
+  return op == BlasOp::kGetrfBatched || op == BlasOp::kGetrsBatched || op == BlasOp::kGetriBatched;
+}
+
 /// Whether `op` names its operands by arrays of device pointers (the
 /// backend reads them and checks each member's memory).
 inline bool IsPointerArrayBatch(BlasOp op) {
-  return op == BlasOp::kGemmBatched || op == BlasOp::kGemvBatched || op == BlasOp::kTrsmBatched ||
-         op == BlasOp::kGetrfBatched || op == BlasOp::kGetrsBatched || op == BlasOp::kGetriBatched;
+  return op == BlasOp::kGemmBatched || op == BlasOp::kGemvBatched || op == BlasOp::kTrsmBatched || IsLuFamily(op);
 }
 
 struct BlasCall {

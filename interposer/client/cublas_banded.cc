@@ -20,19 +20,6 @@ bool ValidUplo(cublasFillMode_t u) { return u == CUBLAS_FILL_MODE_LOWER || u == 
 bool ValidDiag(cublasDiagType_t d) { return d == CUBLAS_DIAG_NON_UNIT || d == CUBLAS_DIAG_UNIT; }
 bool ValidOp(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
 
-/// The request every routine here starts from: one type throughout, and
-/// the handle's pointer mode. `*status` says why when it returns null.
-BlasHandle* Begin(cublasHandle_t handle, int32_t type, BlasRequest* r, cublasStatus_t* status) {
-  BlasHandle* h = FindBlasHandle(handle);
-  if (h == nullptr) {
-    *status = CUBLAS_STATUS_NOT_INITIALIZED;
-    return nullptr;
-  }
-  *r = BlasBase(*h);
-  r->type_a = r->type_b = r->type_c = r->compute = r->scalar_type = type;
-  return h;
-}
-
 void SetUplo(BlasRequest* r, cublasFillMode_t uplo) {
   if (uplo == CUBLAS_FILL_MODE_UPPER) r->flags |= wire::kBlasUpper;
 }
@@ -42,7 +29,7 @@ cublasStatus_t Gbmv(cublasHandle_t handle, cublasOperation_t trans, int64_t m, i
                     void* y, int64_t incy, int32_t type) {
   BlasRequest r;
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  BlasHandle* h = Begin(handle, type, &r, &st);
+  BlasHandle* h = BeginBlas(handle, type, &r, &st);
   if (h == nullptr) return st;
   if (!ValidOp(trans)) return CUBLAS_STATUS_INVALID_VALUE;
   r.op_a = static_cast<uint32_t>(trans);
@@ -66,7 +53,7 @@ cublasStatus_t SymmetricMv(cublasHandle_t handle, wire::ApiId api, cublasFillMod
                            const void* beta, void* y, int64_t incy, int32_t type, bool hermitian) {
   BlasRequest r;
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  BlasHandle* h = Begin(handle, type, &r, &st);
+  BlasHandle* h = BeginBlas(handle, type, &r, &st);
   if (h == nullptr) return st;
   if (!ValidUplo(uplo)) return CUBLAS_STATUS_INVALID_VALUE;
   SetUplo(&r, uplo);
@@ -89,7 +76,7 @@ cublasStatus_t TriangularMv(cublasHandle_t handle, wire::ApiId api, cublasFillMo
                             int64_t incx, int32_t type) {
   BlasRequest r;
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  BlasHandle* h = Begin(handle, type, &r, &st);
+  BlasHandle* h = BeginBlas(handle, type, &r, &st);
   if (h == nullptr) return st;
   if (!ValidUplo(uplo) || !ValidOp(trans) || !ValidDiag(diag)) return CUBLAS_STATUS_INVALID_VALUE;
   SetUplo(&r, uplo);
@@ -111,7 +98,7 @@ cublasStatus_t PackedRank(cublasHandle_t handle, cublasFillMode_t uplo, int64_t 
                           bool two) {
   BlasRequest r;
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  BlasHandle* h = Begin(handle, type, &r, &st);
+  BlasHandle* h = BeginBlas(handle, type, &r, &st);
   if (h == nullptr) return st;
   if (!ValidUplo(uplo)) return CUBLAS_STATUS_INVALID_VALUE;
   SetUplo(&r, uplo);
@@ -192,25 +179,19 @@ PHOS_COMPLEX(PHOS_HPMV)
 PHOS_REAL(PHOS_TBMV)
 PHOS_COMPLEX(PHOS_TBMV)
 
-#define PHOS_SPR(P, T, R, CT, IDX, SUF)                                                                      \
-  PHOS_EXPORT cublasStatus_t cublas##P##spr##SUF(cublasHandle_t h, cublasFillMode_t uplo, IDX n,             \
-                                                 const T* alpha, const T* x, IDX incx, T* AP) {              \
-    return PackedRank(h, uplo, n, alpha, x, incx, nullptr, 0, AP, CT, false, false);                        \
+// spr/hpr differ in alpha's type (AT: real for hpr) and name; spr2/hpr2 in
+// name only.
+#define PHOS_SPR_AS(P, T, AT, CT, IDX, SUF, R1, R2, HERM)                                                    \
+  PHOS_EXPORT cublasStatus_t cublas##P##R1##SUF(cublasHandle_t h, cublasFillMode_t uplo, IDX n,              \
+                                                const AT* alpha, const T* x, IDX incx, T* AP) {              \
+    return PackedRank(h, uplo, n, alpha, x, incx, nullptr, 0, AP, CT, HERM, false);                          \
   }                                                                                                          \
-  PHOS_EXPORT cublasStatus_t cublas##P##spr2##SUF(cublasHandle_t h, cublasFillMode_t uplo, IDX n,            \
-                                                  const T* alpha, const T* x, IDX incx, const T* y, IDX incy, \
-                                                  T* AP) {                                                   \
-    return PackedRank(h, uplo, n, alpha, x, incx, y, incy, AP, CT, false, true);                            \
+  PHOS_EXPORT cublasStatus_t cublas##P##R2##SUF(cublasHandle_t h, cublasFillMode_t uplo, IDX n,              \
+                                                const T* alpha, const T* x, IDX incx, const T* y, IDX incy,  \
+                                                T* AP) {                                                     \
+    return PackedRank(h, uplo, n, alpha, x, incx, y, incy, AP, CT, HERM, true);                              \
   }
-#define PHOS_HPR(P, T, R, CT, IDX, SUF)                                                                      \
-  PHOS_EXPORT cublasStatus_t cublas##P##hpr##SUF(cublasHandle_t h, cublasFillMode_t uplo, IDX n,             \
-                                                 const R* alpha, const T* x, IDX incx, T* AP) {              \
-    return PackedRank(h, uplo, n, alpha, x, incx, nullptr, 0, AP, CT, true, false);                         \
-  }                                                                                                          \
-  PHOS_EXPORT cublasStatus_t cublas##P##hpr2##SUF(cublasHandle_t h, cublasFillMode_t uplo, IDX n,            \
-                                                  const T* alpha, const T* x, IDX incx, const T* y, IDX incy, \
-                                                  T* AP) {                                                   \
-    return PackedRank(h, uplo, n, alpha, x, incx, y, incy, AP, CT, true, true);                             \
-  }
+#define PHOS_SPR(P, T, R, CT, IDX, SUF) PHOS_SPR_AS(P, T, T, CT, IDX, SUF, spr, spr2, false)
+#define PHOS_HPR(P, T, R, CT, IDX, SUF) PHOS_SPR_AS(P, T, R, CT, IDX, SUF, hpr, hpr2, true)
 PHOS_REAL(PHOS_SPR)
 PHOS_COMPLEX(PHOS_HPR)

@@ -88,6 +88,11 @@ cublasStatus_t PostBlas(wire::ApiId api, uint32_t stream, std::vector<std::byte>
 /// A request with the handle's pointer mode (batch 1, leading dimensions 1).
 wire::BlasRequest BlasBase(const BlasHandle& h);
 
+/// BlasBase for a routine of one data type throughout (A, B, C, compute
+/// and scalars of `type`); null, with *status NOT_INITIALIZED, for a
+/// handle phos does not know.
+BlasHandle* BeginBlas(cublasHandle_t handle, int32_t type, wire::BlasRequest* r, cublasStatus_t* status);
+
 /// alpha (and beta, when the routine has one) into the request: their
 /// addresses in device pointer mode, their values in host pointer mode
 /// (of the request's scalar type, or its real type where kBlasRealAlpha /

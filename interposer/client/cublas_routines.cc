@@ -122,6 +122,17 @@ BlasRequest BlasBase(const BlasHandle& h) {
   return r;
 }
 
+BlasHandle* BeginBlas(cublasHandle_t handle, int32_t type, BlasRequest* r, cublasStatus_t* status) {
+  BlasHandle* h = FindBlasHandle(handle);
+  if (h == nullptr) {
+    *status = CUBLAS_STATUS_NOT_INITIALIZED;
+    return nullptr;
+  }
+  *r = BlasBase(*h);
+  r->type_a = r->type_b = r->type_c = r->compute = r->scalar_type = type;
+  return h;
+}
+
 bool SetBlasScalars(BlasRequest* r, const void* alpha, const void* beta, bool has_beta) {
   const uint32_t es = wire::BlasTypeBytes(r->scalar_type);
   const uint32_t es_real = wire::BlasTypeBytes(wire::BlasRealTypeOf(r->scalar_type));

@@ -26,12 +26,12 @@ bool ValidDiag(cublasDiagType_t d) { return d == CUBLAS_DIAG_NON_UNIT || d == CU
 bool ValidOp(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
 bool IsComplex(int32_t type) { return wire::BlasTypeIsComplex(type); }
 
-/// A request of one type throughout, with the triangle, side and diagonal.
+/// A request of one type throughout with its triangle (BeginBlas); false
+/// for an unknown handle or a bad triangle (StartFailed says which).
 bool Start(cublasHandle_t handle, int32_t type, cublasFillMode_t uplo, BlasRequest* r, BlasHandle** h) {
-  *h = FindBlasHandle(handle);
+  cublasStatus_t unused = CUBLAS_STATUS_SUCCESS;
+  *h = BeginBlas(handle, type, r, &unused);
   if (*h == nullptr || !ValidUplo(uplo)) return false;
-  *r = BlasBase(**h);
-  r->type_a = r->type_b = r->type_c = r->compute = r->scalar_type = type;
   if (uplo == CUBLAS_FILL_MODE_UPPER) r->flags |= wire::kBlasUpper;
   return true;
 }
@@ -216,33 +216,28 @@ using namespace phos::client;  // NOLINT
   X(Z, cuDoubleComplex, double, CUDA_C_64F, IDX, SUF)
 #define PHOS_BOTH_WIDTHS(FOR, X) FOR(X, int, _v2) FOR(X, int64_t, _v2_64)
 
-#define PHOS_SYMM(P, T, R, CT, IDX, SUF)                                                                            \
-  PHOS_EXPORT cublasStatus_t cublas##P##symm##SUF(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo,   \
+// symm and hemm share a signature: NAME and whether it is Hermitian.
+#define PHOS_SYMM_AS(P, T, CT, IDX, SUF, NAME, HERM)                                                               \
+  PHOS_EXPORT cublasStatus_t cublas##P##NAME##SUF(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo,   \
                                                   IDX m, IDX n, const T* alpha, const T* A, IDX lda, const T* B,    \
                                                   IDX ldb, const T* beta, T* C, IDX ldc) {                          \
-    return Symm(h, side, uplo, m, n, alpha, A, lda, B, ldb, beta, C, ldc, CT, false);                              \
+    return Symm(h, side, uplo, m, n, alpha, A, lda, B, ldb, beta, C, ldc, CT, HERM);                               \
   }
-#define PHOS_HEMM(P, T, R, CT, IDX, SUF)                                                                            \
-  PHOS_EXPORT cublasStatus_t cublas##P##hemm##SUF(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo,   \
-                                                  IDX m, IDX n, const T* alpha, const T* A, IDX lda, const T* B,    \
-                                                  IDX ldb, const T* beta, T* C, IDX ldc) {                          \
-    return Symm(h, side, uplo, m, n, alpha, A, lda, B, ldb, beta, C, ldc, CT, true);                               \
-  }
+#define PHOS_SYMM(P, T, R, CT, IDX, SUF) PHOS_SYMM_AS(P, T, CT, IDX, SUF, symm, false)
+#define PHOS_HEMM(P, T, R, CT, IDX, SUF) PHOS_SYMM_AS(P, T, CT, IDX, SUF, hemm, true)
 PHOS_BOTH_WIDTHS(PHOS_FOR_TYPES, PHOS_SYMM)
 PHOS_BOTH_WIDTHS(PHOS_FOR_COMPLEX, PHOS_HEMM)
 
-#define PHOS_SYR2K(P, T, R, CT, IDX, SUF)                                                                            \
-  PHOS_EXPORT cublasStatus_t cublas##P##syr2k##SUF(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, \
-                                                   IDX n, IDX k, const T* alpha, const T* A, IDX lda, const T* B,    \
-                                                   IDX ldb, const T* beta, T* C, IDX ldc) {                          \
-    return Syr2k(h, uplo, trans, n, k, alpha, A, lda, B, ldb, beta, C, ldc, CT, false);                             \
+// syr2k/her2k and syrkx/herkx share a signature but for beta's type (BT:
+// real for the Hermitian members): NAME, BT, whether Hermitian, the row.
+#define PHOS_RANK2K_AS(P, T, BT, CT, IDX, SUF, NAME, HERM, API)                                                      \
+  PHOS_EXPORT cublasStatus_t cublas##P##NAME##SUF(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, \
+                                                  IDX n, IDX k, const T* alpha, const T* A, IDX lda, const T* B,    \
+                                                  IDX ldb, const BT* beta, T* C, IDX ldc) {                         \
+    return Syr2k(h, uplo, trans, n, k, alpha, A, lda, B, ldb, beta, C, ldc, CT, HERM, phos::wire::op::API);        \
   }
-#define PHOS_HER2K(P, T, R, CT, IDX, SUF)                                                                            \
-  PHOS_EXPORT cublasStatus_t cublas##P##her2k##SUF(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, \
-                                                   IDX n, IDX k, const T* alpha, const T* A, IDX lda, const T* B,    \
-                                                   IDX ldb, const R* beta, T* C, IDX ldc) {                          \
-    return Syr2k(h, uplo, trans, n, k, alpha, A, lda, B, ldb, beta, C, ldc, CT, true);                              \
-  }
+#define PHOS_SYR2K(P, T, R, CT, IDX, SUF) PHOS_RANK2K_AS(P, T, T, CT, IDX, SUF, syr2k, false, kBlasSyr2k)
+#define PHOS_HER2K(P, T, R, CT, IDX, SUF) PHOS_RANK2K_AS(P, T, R, CT, IDX, SUF, her2k, true, kBlasSyr2k)
 #define PHOS_HERK(P, T, R, CT, IDX, SUF)                                                                            \
   PHOS_EXPORT cublasStatus_t cublas##P##herk##SUF(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, \
                                                   IDX n, IDX k, const R* alpha, const T* A, IDX lda, const R* beta, \
@@ -251,18 +246,8 @@ PHOS_BOTH_WIDTHS(PHOS_FOR_COMPLEX, PHOS_HEMM)
   }
 PHOS_BOTH_WIDTHS(PHOS_FOR_TYPES, PHOS_SYR2K)
 // syrkx/herkx: no _v2 in their names.
-#define PHOS_SYRKX(P, T, R, CT, IDX, SUF)                                                                            \
-  PHOS_EXPORT cublasStatus_t cublas##P##syrkx##SUF(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, \
-                                                   IDX n, IDX k, const T* alpha, const T* A, IDX lda, const T* B,    \
-                                                   IDX ldb, const T* beta, T* C, IDX ldc) {                          \
-    return Syr2k(h, uplo, trans, n, k, alpha, A, lda, B, ldb, beta, C, ldc, CT, false, phos::wire::op::kBlasSyrkx);             \
-  }
-#define PHOS_HERKX(P, T, R, CT, IDX, SUF)                                                                            \
-  PHOS_EXPORT cublasStatus_t cublas##P##herkx##SUF(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, \
-                                                   IDX n, IDX k, const T* alpha, const T* A, IDX lda, const T* B,    \
-                                                   IDX ldb, const R* beta, T* C, IDX ldc) {                          \
-    return Syr2k(h, uplo, trans, n, k, alpha, A, lda, B, ldb, beta, C, ldc, CT, true, phos::wire::op::kBlasSyrkx);              \
-  }
+#define PHOS_SYRKX(P, T, R, CT, IDX, SUF) PHOS_RANK2K_AS(P, T, T, CT, IDX, SUF, syrkx, false, kBlasSyrkx)
+#define PHOS_HERKX(P, T, R, CT, IDX, SUF) PHOS_RANK2K_AS(P, T, R, CT, IDX, SUF, herkx, true, kBlasSyrkx)
 PHOS_FOR_TYPES(PHOS_SYRKX, int, )
 PHOS_FOR_TYPES(PHOS_SYRKX, int64_t, _64)
 PHOS_FOR_COMPLEX(PHOS_HERKX, int, )

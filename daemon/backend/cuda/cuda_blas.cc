@@ -170,31 +170,15 @@ Status CudaContext::Blas(const BlasCall& c, StreamHandle stream) {
         return Status::NotSupported("cuBLAS ger of data type " + std::to_string(c.type_a));
       break;
     }
-    case BlasOp::kGbmv:
-    case BlasOp::kSbmv:
-    case BlasOp::kTbmv:
-    case BlasOp::kTbsv:
-    case BlasOp::kSpmv:
-    case BlasOp::kSpr:
-    case BlasOp::kSpr2:
-    case BlasOp::kTpmv:
-    case BlasOp::kTpsv:
-    case BlasOp::kGetrfBatched:
-    case BlasOp::kGetrsBatched:
-    case BlasOp::kGetriBatched:
     case BlasOp::kGemvBatched:
     case BlasOp::kTrsmBatched:
-    case BlasOp::kRot:
-    case BlasOp::kSymm:
-    case BlasOp::kSyrkx:
-    case BlasOp::kSyr2k:
-    case BlasOp::kTrmm:
-    case BlasOp::kSymv:
-    case BlasOp::kTrmv:
-    case BlasOp::kTrsv:
-    case BlasOp::kSyr:
-    case BlasOp::kSyr2:
-    case BlasOp::kDgmm: st = RunTypedCublas(*lib, h, c, &what); break;
+    case BlasOp::kRot: st = RunTypedCublas(*lib, h, c, &what); break;
+    default:  // the symmetric, banded and LU families: picked by data type
+      if (!IsSymmetricFamily(c.op) && !IsBandedFamily(c.op) && !IsLuFamily(c.op)) {
+        return Status::NotSupported(std::string("cuBLAS: no routine for op ") + std::to_string(static_cast<int>(c.op)));
+      }
+      st = RunTypedCublas(*lib, h, c, &what);
+      break;
     case BlasOp::kSyrk: {
       if (c.conjugate) {  // herk
         st = RunTypedCublas(*lib, h, c, &what);

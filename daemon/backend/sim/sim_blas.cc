@@ -603,34 +603,16 @@ Status CheckSimBlas(const BlasCall& c) {
     case BlasOp::kGemm: ok = GemmTypesComputed(c); break;
     case BlasOp::kGemvBatched: ok = t == c.type_b && t == c.type_c && Std(t); break;
     case BlasOp::kTrsmBatched: ok = t == c.type_c && s == t && Std(t); break;
-    case BlasOp::kGetrfBatched:
-    case BlasOp::kGetrsBatched:
-    case BlasOp::kGetriBatched: return CheckSimLu(c);
     case BlasOp::kGemv:
     case BlasOp::kGeam: ok = t == c.type_b && t == c.type_c && Std(t); break;
     case BlasOp::kTrsm: ok = t == c.type_c && s == t && Std(t); break;
     case BlasOp::kSyrk:  // herk (conjugate): op N or C, real scalars; syrk: op N or T
       ok = t == c.type_c && s == t && Std(t) && (c.conjugate ? c.op_a != 1 && (t == kC32F || t == kC64F) : c.op_a != 2);
       break;
-    case BlasOp::kSymm:
-    case BlasOp::kSyr2k:
-    case BlasOp::kSyrkx:
-    case BlasOp::kTrmm:
-    case BlasOp::kSymv:
-    case BlasOp::kTrmv:
-    case BlasOp::kTrsv:
-    case BlasOp::kSyr:
-    case BlasOp::kSyr2:
-    case BlasOp::kDgmm: ok = SymmetricBlasTypesComputed(c); break;
-    case BlasOp::kGbmv:
-    case BlasOp::kSbmv:
-    case BlasOp::kTbmv:
-    case BlasOp::kTbsv:
-    case BlasOp::kSpmv:
-    case BlasOp::kSpr:
-    case BlasOp::kSpr2:
-    case BlasOp::kTpmv:
-    case BlasOp::kTpsv: ok = BandedBlasTypesComputed(c); break;
+    default:  // the families below
+      if (IsLuFamily(c.op)) return CheckSimLu(c);
+      ok = IsSymmetricFamily(c.op) ? SymmetricBlasTypesComputed(c) : IsBandedFamily(c.op) && BandedBlasTypesComputed(c);
+      break;
     case BlasOp::kGer: ok = t == c.type_b && t == c.type_c && s == t && Std(t); break;
     case BlasOp::kAxpy:
     case BlasOp::kDot: ok = Std(t) && c.type_b == t && s == t; break;
@@ -688,9 +670,7 @@ Status CheckBlasIndices(const BlasCall& c) {
 Status RunBlasBatched(const BlasCall& c, const PinRangeFn& pin) {
   PHOS_RETURN_IF_ERROR(CheckBlasIndices(c));
   InitSimBlas();
-  if (c.op == BlasOp::kGetrfBatched || c.op == BlasOp::kGetrsBatched || c.op == BlasOp::kGetriBatched) {
-    return RunLuBatched(c, pin);
-  }
+  if (IsLuFamily(c.op)) return RunLuBatched(c, pin);
   if (c.m == 0 || c.n == 0 || c.batch == 0) return Status::Ok();
   const auto matrix = [](std::int64_t rows, std::int64_t cols, std::int64_t ld, std::size_t es) -> std::uint64_t {
     return rows == 0 || cols == 0 ? 0 : static_cast<std::uint64_t>((cols - 1) * ld + rows) * es;
@@ -756,26 +736,10 @@ Status RunBlas(const BlasCall& c) {
     case BlasOp::kGer: return Ger(c);
     case BlasOp::kSyrk: return Syrk(c);
     case BlasOp::kLtMatmul: return LtMatmul(c);
-    case BlasOp::kSymm:
-    case BlasOp::kSyr2k:
-    case BlasOp::kSyrkx:
-    case BlasOp::kTrmm:
-    case BlasOp::kSymv:
-    case BlasOp::kTrmv:
-    case BlasOp::kTrsv:
-    case BlasOp::kSyr:
-    case BlasOp::kSyr2:
-    case BlasOp::kDgmm: return RunSymmetricBlas(c);
-    case BlasOp::kGbmv:
-    case BlasOp::kSbmv:
-    case BlasOp::kTbmv:
-    case BlasOp::kTbsv:
-    case BlasOp::kSpmv:
-    case BlasOp::kSpr:
-    case BlasOp::kSpr2:
-    case BlasOp::kTpmv:
-    case BlasOp::kTpsv: return RunBandedBlas(c);
-    default: return Level1(c);
+    default:
+      if (IsSymmetricFamily(c.op)) return RunSymmetricBlas(c);
+      if (IsBandedFamily(c.op)) return RunBandedBlas(c);
+      return Level1(c);
   }
 }
 
