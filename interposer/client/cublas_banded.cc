@@ -16,9 +16,6 @@ namespace {
 
 using wire::BlasRequest;
 
-bool ValidUplo(cublasFillMode_t u) { return u == CUBLAS_FILL_MODE_LOWER || u == CUBLAS_FILL_MODE_UPPER; }
-bool ValidDiag(cublasDiagType_t d) { return d == CUBLAS_DIAG_NON_UNIT || d == CUBLAS_DIAG_UNIT; }
-bool ValidOp(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
 
 void SetUplo(BlasRequest* r, cublasFillMode_t uplo) {
   if (uplo == CUBLAS_FILL_MODE_UPPER) r->flags |= wire::kBlasUpper;

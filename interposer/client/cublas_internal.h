@@ -88,6 +88,13 @@ cublasStatus_t PostBlas(wire::ApiId api, uint32_t stream, std::vector<std::byte>
 /// A request with the handle's pointer mode (batch 1, leading dimensions 1).
 wire::BlasRequest BlasBase(const BlasHandle& h);
 
+/// Whether an enum argument holds one of cuBLAS's values (a routine answers
+/// CUBLAS_STATUS_INVALID_VALUE at once when not).
+inline bool ValidUplo(cublasFillMode_t u) { return u == CUBLAS_FILL_MODE_LOWER || u == CUBLAS_FILL_MODE_UPPER; }
+inline bool ValidSide(cublasSideMode_t s) { return s == CUBLAS_SIDE_LEFT || s == CUBLAS_SIDE_RIGHT; }
+inline bool ValidDiag(cublasDiagType_t d) { return d == CUBLAS_DIAG_NON_UNIT || d == CUBLAS_DIAG_UNIT; }
+inline bool ValidOp(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
+
 /// BlasBase for a routine of one data type throughout (A, B, C, compute
 /// and scalars of `type`); null, with *status NOT_INITIALIZED, for a
 /// handle phos does not know.

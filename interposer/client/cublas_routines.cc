@@ -317,11 +317,7 @@ cublasStatus_t Trsm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode
                     void* b, int64_t ldb, int32_t type, int64_t batch = 1, bool pointer_arrays = false) {
   BlasHandle* h = FindBlasHandle(handle);
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if ((side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
-      (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
-      (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT)) {
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
+  if (!ValidSide(side) || !ValidUplo(uplo) || !ValidDiag(diag)) return CUBLAS_STATUS_INVALID_VALUE;
   BlasRequest r = BlasBase(*h);
   r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
   if (side == CUBLAS_SIDE_RIGHT) r.flags |= wire::kBlasSideRight;
@@ -363,10 +359,7 @@ cublasStatus_t Syrk(cublasHandle_t handle, cublasFillMode_t uplo, cublasOperatio
                     int32_t type) {
   BlasHandle* h = FindBlasHandle(handle);
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if ((uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
-      (trans != CUBLAS_OP_N && trans != CUBLAS_OP_T)) {
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
+  if (!ValidUplo(uplo) || (trans != CUBLAS_OP_N && trans != CUBLAS_OP_T)) return CUBLAS_STATUS_INVALID_VALUE;
   BlasRequest r = BlasBase(*h);
   r.type_a = r.type_b = r.type_c = r.compute = r.scalar_type = type;
   if (uplo == CUBLAS_FILL_MODE_UPPER) r.flags |= wire::kBlasUpper;

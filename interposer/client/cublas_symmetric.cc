@@ -20,11 +20,6 @@ namespace {
 namespace op = wire::op;
 using wire::BlasRequest;
 
-bool ValidUplo(cublasFillMode_t u) { return u == CUBLAS_FILL_MODE_LOWER || u == CUBLAS_FILL_MODE_UPPER; }
-bool ValidSide(cublasSideMode_t s) { return s == CUBLAS_SIDE_LEFT || s == CUBLAS_SIDE_RIGHT; }
-bool ValidDiag(cublasDiagType_t d) { return d == CUBLAS_DIAG_NON_UNIT || d == CUBLAS_DIAG_UNIT; }
-bool ValidOp(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
-bool IsComplex(int32_t type) { return wire::BlasTypeIsComplex(type); }
 
 /// A request of one type throughout with its triangle (BeginBlas); false
 /// for an unknown handle or a bad triangle (StartFailed says which).
@@ -70,7 +65,7 @@ cublasStatus_t Syr2k(cublasHandle_t handle, cublasFillMode_t uplo, cublasOperati
   BlasRequest r;
   BlasHandle* h = nullptr;
   if (!Start(handle, type, uplo, &r, &h) || !ValidOp(trans)) return StartFailed(handle);
-  if (IsComplex(type) && trans == (hermitian ? CUBLAS_OP_T : CUBLAS_OP_C)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (wire::BlasTypeIsComplex(type) && trans == (hermitian ? CUBLAS_OP_T : CUBLAS_OP_C)) return CUBLAS_STATUS_INVALID_VALUE;
   if (hermitian) r.flags |= wire::kBlasConjugate | wire::kBlasRealBeta;
   r.op_a = trans == CUBLAS_OP_N ? 0 : hermitian ? 2 : 1;
   r.n = n;

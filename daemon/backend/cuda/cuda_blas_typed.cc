@@ -1,8 +1,7 @@
 // The cuBLAS routines the cuda backend picks by data type (cuda_cublas.h,
-// RunTypedCublas): the symmetric, Hermitian and triangular ones, dgmm and
-// amax/amin's _64 forms — the call's own routine
-// in the real cuBLAS, picked by data type, on the handle Context::Blas has
-// bound to the session's stream and the call's pointer mode.
+// RunTypedCublas; PHOS_CUBLAS_TYPED_ROUTINES lists their entry points):
+// the call's own routine in the real cuBLAS, on the handle Context::Blas
+// has bound to the session's stream and the call's pointer mode.
 //
 // Unverified on a GPU so far (no GPU was lent when this was written): the
 // sim computes the same calls.

@@ -183,9 +183,9 @@ void GeamTyped(const BlasCall& c, T alpha, T beta) {
 
 Status Trsm(const BlasCall& c) {
   if (c.m == 0 || c.n == 0) return Status::Ok();
-  const CBLAS_SIDE side = c.side_right ? CblasRight : CblasLeft;
-  const CBLAS_UPLO uplo = c.upper ? CblasUpper : CblasLower;
-  const CBLAS_DIAG diag = c.unit_diag ? CblasUnit : CblasNonUnit;
+  const CBLAS_SIDE side = Side(c);
+  const CBLAS_UPLO uplo = Uplo(c);
+  const CBLAS_DIAG diag = Diag(c);
   const int m = static_cast<int>(c.m), n = static_cast<int>(c.n), lda = static_cast<int>(c.lda),
             ldb = static_cast<int>(c.ldc);
   const cd alpha = Alpha(c);
@@ -243,7 +243,7 @@ Status Ger(const BlasCall& c) {
 
 Status Syrk(const BlasCall& c) {
   if (c.n == 0) return Status::Ok();
-  const CBLAS_UPLO uplo = c.upper ? CblasUpper : CblasLower;
+  const CBLAS_UPLO uplo = Uplo(c);
   // herk (conjugate): op N or C, alpha and beta real.
   const CBLAS_TRANSPOSE t = c.op_a == 0 ? CblasNoTrans : c.conjugate ? CblasConjTrans : CblasTrans;
   const int n = static_cast<int>(c.n), k = static_cast<int>(c.k), lda = static_cast<int>(c.lda),
@@ -458,7 +458,6 @@ Status Level1(const BlasCall& c) {
   }
 }
 
-bool Std(std::int32_t t) { return t == kR32F || t == kR64F || t == kC32F || t == kC64F; }
 
 /// The gemm type combinations Gemm computes (plain, pointer-array batched
 /// and cuBLASLt's): one type throughout from cblas's four, or 16-bit A and

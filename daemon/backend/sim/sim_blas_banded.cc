@@ -13,10 +13,6 @@ using namespace blas_internal;  // NOLINT: the sim cuBLAS files' shared helpers
 
 namespace {
 
-CBLAS_UPLO Uplo(const BlasCall& c) { return c.upper ? CblasUpper : CblasLower; }
-CBLAS_DIAG Diag(const BlasCall& c) { return c.unit_diag ? CblasUnit : CblasNonUnit; }
-int I(std::int64_t v) { return static_cast<int>(v); }
-
 Status Gbmv(const BlasCall& c) {
   const cd alpha = Alpha(c), beta = Beta(c);
   const int m = I(c.m), n = I(c.n), kl = I(c.k), ku = I(c.stride_a), lda = I(c.lda), incx = I(c.ldb),
@@ -182,8 +178,8 @@ Status PackedRank(const BlasCall& c) {
 
 bool BandedBlasTypesComputed(const BlasCall& c) {
   const std::int32_t t = c.type_a;
-  const bool complex = t == kC32F || t == kC64F;
-  if (!(t == kR32F || t == kR64F || complex) || c.scalar_type != t) return false;
+  const bool complex = Complex(t);
+  if (!Std(t) || c.scalar_type != t) return false;
   switch (c.op) {
     // The symmetric members are real, the Hermitian ones complex (cuBLAS's
     // and cblas's sets); hpr's alpha is real.

@@ -125,6 +125,18 @@ inline void Narrow(float f, unsigned char* p, std::int32_t type) {
   std::memcpy(p, &h, 2);
 }
 
+/// float, double and their complex types: what cblas computes directly.
+inline bool Std(std::int32_t t) { return t == kR32F || t == kR64F || t == kC32F || t == kC64F; }
+inline bool Complex(std::int32_t t) { return t == kC32F || t == kC64F; }
+
+/// The call's triangle, side and diagonal as cblas's enums.
+inline CBLAS_UPLO Uplo(const BlasCall& c) { return c.upper ? CblasUpper : CblasLower; }
+inline CBLAS_SIDE Side(const BlasCall& c) { return c.side_right ? CblasRight : CblasLeft; }
+inline CBLAS_DIAG Diag(const BlasCall& c) { return c.unit_diag ? CblasUnit : CblasNonUnit; }
+
+/// A dimension or increment as cblas's int (CheckBlasIndices bounded it).
+inline int I(std::int64_t v) { return static_cast<int>(v); }
+
 inline CBLAS_TRANSPOSE Trans(std::uint32_t op) {
   return op == 0 ? CblasNoTrans : op == 1 ? CblasTrans : CblasConjTrans;
 }

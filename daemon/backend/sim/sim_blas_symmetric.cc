@@ -18,13 +18,6 @@ using namespace blas_internal;  // NOLINT: the sim cuBLAS files' shared helpers
 
 namespace {
 
-bool Std(std::int32_t t) { return t == kR32F || t == kR64F || t == kC32F || t == kC64F; }
-bool Complex(std::int32_t t) { return t == kC32F || t == kC64F; }
-
-CBLAS_UPLO Uplo(const BlasCall& c) { return c.upper ? CblasUpper : CblasLower; }
-CBLAS_SIDE Side(const BlasCall& c) { return c.side_right ? CblasRight : CblasLeft; }
-CBLAS_DIAG Diag(const BlasCall& c) { return c.unit_diag ? CblasUnit : CblasNonUnit; }
-int I(std::int64_t v) { return static_cast<int>(v); }
 
 /// Element (i, j) of the full symmetric (or, `hermitian`, Hermitian) n x n
 /// matrix whose `upper` or lower triangle is stored at (base, ld).
