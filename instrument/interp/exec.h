@@ -132,7 +132,11 @@ Flow ExecCollective(Exec&, const Op&);  // ops_warp.cc: bar/shfl/vote/... wait
 // block's end). Returns kBlock if it must keep waiting (a lane named in the
 // member mask has not arrived), kNext when done (pcs advanced), kError.
 Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t exited, std::string* error);
-bool IsBarrierOp(const Op& op);  // bar.sync / barrier.sync (block-wide)
+bool IsBarrierOp(const Op& op);
+// ops_warp.cc: the waiting lanes (bit mask) that meet lane `first` at its
+// collective: the same kind of instruction with the same member mask
+// (activemask: the same site).
+uint32_t CollectiveGroup(Block& b, Thread* const* lanes, uint32_t waiting, int first);  // bar.sync / barrier.sync (block-wide)
 
 // Pushes/pops call frames (ops_control.cc); used for kernel entry too.
 void PushFrame(Thread& t, const Program& p, uint32_t func);

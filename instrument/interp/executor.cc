@@ -116,14 +116,7 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
       while (waiting) {
         const int first = __builtin_ctz(waiting);
         const Thread& a = *lanes[first];
-        uint32_t group = 0;
-        for (uint32_t m = waiting; m; m &= m - 1) {
-          const Thread& c = *lanes[__builtin_ctz(m)];
-          if (c.frames.size() == a.frames.size() && c.frames.back().func == a.frames.back().func &&
-              c.frames.back().pc == a.frames.back().pc) {
-            group |= 1u << __builtin_ctz(m);
-          }
-        }
+        const uint32_t group = CollectiveGroup(b, lanes, waiting, first);
         waiting &= ~group;
         const Flow fl = ResolveCollective(b, lanes, group, exited, &error);
         if (fl == Flow::kNext) progress = true;

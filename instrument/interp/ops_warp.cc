@@ -3,14 +3,22 @@
 // A thread reaching bar.sync/barrier.sync or a warp collective (shfl.sync,
 // vote.sync, match.sync, redux.sync, activemask, bar.warp.sync) stops there
 // (Flow::kBlock) without advancing its pc; the block scheduler
-// (executor.cc) calls ResolveCollective once no thread of the block can run.
-// The lanes waiting at the same op form the group; the op completes when
-// every lane of its member mask that has not exited is in the group, and
-// then every lane of the group gets its result and moves on. activemask
-// completes at once with the group as its result: the lanes that reached
-// that instruction while the rest of the warp was blocked or finished,
-// i.e. the lanes that would be converged on a GPU.
+// (executor.cc) resolves the waiting lanes of each warp once no thread of
+// the block can run.
+//
+// Who meets whom follows the PTX ISA for sm_70 and later (independent
+// thread scheduling): a .sync collective waits until every non-exited lane
+// of its member mask has executed "the same instruction with the same
+// qualifiers and the same membermask" — the same kind of instruction, not
+// the same site, so lanes at two different shfl.sync sites with equal masks
+// exchange values (CollectiveGroup). Lanes at one site with different masks
+// (cooperative groups' labeled_partition: match.any.sync, then redux.sync
+// over each lane's own mask) form separate groups, each computing over its
+// own lanes only. activemask has no rendezvous: its result is the lanes
+// that reached that very instruction while the rest of the warp was
+// blocked or finished, i.e. the lanes that would be converged on a GPU.
 #include <algorithm>
+#include <cstdio>
 
 #include "interp/exec.h"
 
@@ -46,27 +54,89 @@ int MaskOperand(const Op& op) {
 
 }  // namespace
 
+namespace {
+
+const Op& CurrentOp(const Block& b, const Thread& t) {
+  const Frame& f = t.frames.back();
+  return b.prog->function(static_cast<int>(f.func)).ops[f.pc];
+}
+
+// The member mask lane `t` passes to `op` (all lanes when it has none).
+uint32_t LaneMask(Block& b, Thread& t, const Op& op) {
+  const int at = MaskOperand(op);
+  if (at < 0) return 0xFFFFFFFFu;
+  Exec x;
+  x.b = &b;
+  x.t = &t;
+  x.Refresh();
+  return static_cast<uint32_t>(Src(x, op, at));
+}
+
+// "The same qualifiers" of the PTX ISA's rendezvous rule.
+bool SameCollective(const Op& a, const Op& c) {
+  const int nda = a.nshape ? a.shape[0] : 0, ndc = c.nshape ? c.shape[0] : 0;
+  return a.opcode == c.opcode && a.sub == c.sub && a.type == c.type && a.shfl == c.shfl && a.vote == c.vote &&
+         a.atom_op == c.atom_op && nda == ndc;
+}
+
+}  // namespace
+
+uint32_t CollectiveGroup(Block& b, Thread* const* lanes, uint32_t waiting, int first) {
+  Thread& a = *lanes[first];
+  const Op& op = CurrentOp(b, a);
+  uint32_t group = 0;
+  if (op.opcode == Opcode::kActivemask) {
+    for (uint32_t m = waiting; m; m &= m - 1) {
+      const Thread& c = *lanes[__builtin_ctz(m)];
+      if (c.frames.size() == a.frames.size() && c.frames.back().func == a.frames.back().func &&
+          c.frames.back().pc == a.frames.back().pc) {
+        group |= 1u << __builtin_ctz(m);
+      }
+    }
+    return group;
+  }
+  const uint32_t mask = LaneMask(b, a, op);
+  for (uint32_t m = waiting; m; m &= m - 1) {
+    Thread& c = *lanes[__builtin_ctz(m)];
+    const Op& cop = CurrentOp(b, c);
+    if (cop.opcode != Opcode::kActivemask && SameCollective(op, cop) && LaneMask(b, c, cop) == mask) {
+      group |= 1u << __builtin_ctz(m);
+    }
+  }
+  return group;
+}
+
 Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t exited, std::string* error) {
   Exec ctx[32];
+  const Op* ops[32] = {};
   for (uint32_t m = group; m; m &= m - 1) {
     const int l = __builtin_ctz(m);
     ctx[l].b = &b;
     ctx[l].t = lanes[l];
     ctx[l].Refresh();
+    ops[l] = &CurrentOp(b, *lanes[l]);
   }
   const int lead = __builtin_ctz(group);
-  const Frame& f = lanes[lead]->frames.back();
-  const Op& op = b.prog->function(static_cast<int>(f.func)).ops[f.pc];
+  // The lanes of a group may sit at different sites of the same kind of
+  // collective: operand positions (shape) agree, operand slots do not, so
+  // each lane reads its operands through its own op.
+  const Op& op = *ops[lead];
   const int mask_at = MaskOperand(op);
   if (mask_at >= 0) {
-    uint32_t want = 0;
+    const uint32_t want = static_cast<uint32_t>(Src(ctx[lead], op, mask_at));
     for (uint32_t m = group; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
-      want |= static_cast<uint32_t>(Src(ctx[l], op, mask_at));
+      if (!((want >> l) & 1)) {
+        char hex[16];
+        std::snprintf(hex, sizeof(hex), "0x%08x", want);
+        *error = "lane " + std::to_string(l) + " executes a warp collective whose member mask " + hex +
+                 " does not include it (undefined in the PTX ISA)";
+        return Flow::kError;
+      }
     }
     if (want & ~exited & ~group) return Flow::kBlock;
   }
-  const int nd = op.nshape ? op.shape[0] : 0;
+  const int nd = op.nshape ? op.shape[0] : 0;  // equal for every lane (SameCollective)
   auto each = [&](auto fn) {
     for (uint32_t m = group; m; m &= m - 1) fn(__builtin_ctz(m));
   };
@@ -77,12 +147,12 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
         return Flow::kError;
       }
       uint64_t val[32] = {};
-      each([&](int l) { val[l] = Src(ctx[l], op, nd); });
+      each([&](int l) { val[l] = Src(ctx[l], *ops[l], nd); });
       uint64_t res[32] = {};
       bool pv[32] = {};
       each([&](int l) {
-        const uint32_t bval = static_cast<uint32_t>(Src(ctx[l], op, nd + 1)) & 31;
-        const uint32_t c = static_cast<uint32_t>(Src(ctx[l], op, nd + 2));
+        const uint32_t bval = static_cast<uint32_t>(Src(ctx[l], *ops[l], nd + 1)) & 31;
+        const uint32_t c = static_cast<uint32_t>(Src(ctx[l], *ops[l], nd + 2));
         const uint32_t cval = c & 31, seg = (c >> 8) & 31;
         const int lane = l;
         const int max_lane = static_cast<int>((lane & seg) | (cval & ~seg));
@@ -101,15 +171,15 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
         pv[l] = p;
       });
       each([&](int l) {
-        Set(ctx[l], op, 0, res[l] & 0xFFFFFFFFu);
-        if (nd == 2) Set(ctx[l], op, 1, pv[l]);
+        Set(ctx[l], *ops[l], 0, res[l] & 0xFFFFFFFFu);
+        if (nd == 2) Set(ctx[l], *ops[l], 1, pv[l]);
       });
       break;
     }
     case Opcode::kVote: {
       uint32_t ballot = 0;
       each([&](int l) {
-        if (PredVal(ctx[l], Opd(ctx[l], op, 1))) ballot |= 1u << l;
+        if (PredVal(ctx[l], Opd(ctx[l], *ops[l], 1))) ballot |= 1u << l;
       });
       bool r = false;
       switch (op.vote) {
@@ -121,19 +191,19 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
           *error = "unsupported vote mode";
           return Flow::kError;
       }
-      each([&](int l) { Set(ctx[l], op, 0, op.vote == VoteMode::kBallot ? ballot : (r ? 1 : 0)); });
+      each([&](int l) { Set(ctx[l], *ops[l], 0, op.vote == VoteMode::kBallot ? ballot : (r ? 1 : 0)); });
       break;
     }
     case Opcode::kMatch: {
       uint64_t val[32] = {};
       const int bits = TypeBits(op.type) ? TypeBits(op.type) : 32;
-      each([&](int l) { val[l] = Trunc(Src(ctx[l], op, nd), bits); });
+      each([&](int l) { val[l] = Trunc(Src(ctx[l], *ops[l], nd), bits); });
       if (op.sub == 2) {  // match.all
         bool same = true;
         each([&](int l) { same = same && val[l] == val[lead]; });
         each([&](int l) {
-          Set(ctx[l], op, 0, same ? group : 0);
-          if (nd == 2) Set(ctx[l], op, 1, same);
+          Set(ctx[l], *ops[l], 0, same ? group : 0);
+          if (nd == 2) Set(ctx[l], *ops[l], 1, same);
         });
       } else {
         each([&](int l) {
@@ -141,7 +211,7 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
           each([&](int k) {
             if (val[k] == val[l]) m |= 1u << k;
           });
-          Set(ctx[l], op, 0, m);
+          Set(ctx[l], *ops[l], 0, m);
         });
       }
       break;
@@ -151,7 +221,7 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
       int64_t acc = 0;
       bool first = true;
       each([&](int l) {
-        const uint64_t raw = Src(ctx[l], op, 1) & 0xFFFFFFFFu;
+        const uint64_t raw = Src(ctx[l], *ops[l], 1) & 0xFFFFFFFFu;
         const int64_t v = sgn ? SExt(raw, 32) : static_cast<int64_t>(raw);
         if (first) {
           acc = v;
@@ -173,11 +243,11 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
         *error = "unsupported redux operation";
         return Flow::kError;
       }
-      each([&](int l) { Set(ctx[l], op, 0, static_cast<uint64_t>(acc) & 0xFFFFFFFFu); });
+      each([&](int l) { Set(ctx[l], *ops[l], 0, static_cast<uint64_t>(acc) & 0xFFFFFFFFu); });
       break;
     }
     case Opcode::kActivemask:
-      each([&](int l) { Set(ctx[l], op, 0, group); });
+      each([&](int l) { Set(ctx[l], *ops[l], 0, group); });
       break;
     case Opcode::kBar: case Opcode::kBarrier:  // bar.warp.sync
       break;
