@@ -70,6 +70,41 @@ struct Exec {
 
 uint64_t ReadSreg(Exec& x, uint32_t id);  // ops_sreg.cc
 
+// Op::sub bits of floating-point arithmetic (testp uses sub for its mode).
+constexpr uint8_t kFloatRelu = 1;  // .relu: negative results become +0
+constexpr uint8_t kFloatNaN = 2;   // min/max.NaN: a NaN operand gives NaN
+// Op::sub bits of cp.async: what its fourth operand is.
+constexpr uint8_t kCpAsyncSrcSize = 1;    // bytes to read; the rest zero-filled
+constexpr uint8_t kCpAsyncIgnoreSrc = 2;  // a predicate: true reads nothing
+// wmma: which matrix (Op::sub of wmma.load), the shape and layout (packed
+// into Op::target, which only branches and calls use otherwise).
+constexpr int kWmmaA = 0, kWmmaB = 1, kWmmaC = 2;
+constexpr uint8_t kWmmaLoad = 1, kWmmaStore = 2, kWmmaMma = 3;  // Op::sub
+struct WmmaShape {
+  int m = 0, n = 0, k = 0;
+  int matrix = kWmmaA;     // load: a, b or c (store: the d matrix, as c)
+  bool col = false;        // load/store: column-major memory layout
+  bool satfinite = false;  // mma: clamp integer results
+  uint32_t Pack() const {
+    return static_cast<uint32_t>(m) | static_cast<uint32_t>(n) << 8 | static_cast<uint32_t>(k) << 16 |
+           static_cast<uint32_t>(matrix) << 24 | static_cast<uint32_t>(col) << 26 |
+           static_cast<uint32_t>(satfinite) << 27;
+  }
+  static WmmaShape Unpack(uint32_t v) {
+    WmmaShape s;
+    s.m = static_cast<int>(v & 0xFF);
+    s.n = static_cast<int>((v >> 8) & 0xFF);
+    s.k = static_cast<int>((v >> 16) & 0xFF);
+    s.matrix = static_cast<int>((v >> 24) & 3);
+    s.col = (v >> 26) & 1;
+    s.satfinite = (v >> 27) & 1;
+    return s;
+  }
+};
+// Op::sub bits of cvt.
+constexpr uint8_t kCvtRelu = 1;       // .relu
+constexpr uint8_t kCvtSatFinite = 2;  // .satfinite: +-inf becomes +-max finite
+
 inline const Operand& Opd(const Exec& x, const Op& op, int i) { return x.fn->operands[op.first + i]; }
 inline uint64_t Val(Exec& x, const Operand& o) {
   switch (o.kind) {
@@ -117,9 +152,16 @@ Flow ExecSt(Exec&, const Op&);
 Flow ExecCvta(Exec&, const Op&);
 Flow ExecIsspacep(Exec&, const Op&);
 Flow ExecNop(Exec&, const Op&);
+Flow ExecCpAsync(Exec&, const Op&);
+Flow ExecWmmaLoad(Exec&, const Op&);    // ops_matrix.cc
+Flow ExecWmmaStore(Exec&, const Op&);
+// ops_matrix.cc: wmma.mma for the lanes of `group` (the whole warp), each
+// with its Exec and op (ResolveCollective calls it).
+Flow WmmaMma(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error);
 Flow ExecAtom(Exec&, const Op&);        // ops_atomic.cc
 Flow ExecBra(Exec&, const Op&);         // ops_control.cc
 Flow ExecCall(Exec&, const Op&);
+Flow ExecCallIndirect(Exec&, const Op&);
 Flow ExecAssertFail(Exec&, const Op&);  // a call of __assertfail (ops_control.cc)
 Flow ExecRet(Exec&, const Op&);
 Flow ExecExit(Exec&, const Op&);

@@ -19,6 +19,8 @@
 // the top of the 64-bit space, which no user-space host (= device) address
 // can reach (x86-64 / AArch64 user addresses are below 2^48):
 //   kSharedWindow + offset, kLocalWindow + offset, kParamWindow + offset.
+// Function pointers are addresses in kCodeWindow (Program::FunctionAddress):
+// only an indirect call accepts them; a load or store there faults.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +31,7 @@
 namespace phos::interp {
 
 constexpr uint64_t kWindowSize = uint64_t{1} << 32;
+constexpr uint64_t kCodeWindow = 0xFB00'0000'0000'0000ull;
 constexpr uint64_t kParamWindow = 0xFC00'0000'0000'0000ull;
 constexpr uint64_t kLocalWindow = 0xFD00'0000'0000'0000ull;
 constexpr uint64_t kSharedWindow = 0xFE00'0000'0000'0000ull;

@@ -93,4 +93,14 @@ uint16_t FloatToBf16(float f, Round r) {
 
 float Bf16ToFloat(uint16_t h) { return AsF32(static_cast<uint32_t>(h) << 16); }
 
+uint16_t DoubleToBf16(double d, Round r) {
+  if (std::isnan(d)) return 0x7FFF;
+  // Rounding a double to float toward zero and marking inexactness in the
+  // last bit ("round to odd") keeps enough information for one correct
+  // rounding to bfloat16's 8 bits: the float has 24.
+  float f = D2F(d, Round::kZero);
+  if (std::isfinite(f) && static_cast<double>(f) != d) f = AsF32(F32Bits(f) | 1);
+  return FloatToBf16(f, r);
+}
+
 }  // namespace phos::interp

@@ -53,6 +53,8 @@ uint16_t DoubleToHalf(double d, Round r);
 float HalfToFloat(uint16_t h);
 uint16_t FloatToBf16(float f, Round r);
 float Bf16ToFloat(uint16_t h);
+// double -> bfloat16, correctly rounded (through a round-to-odd float).
+uint16_t DoubleToBf16(double d, Round r);
 
 // Float arithmetic in a rounding mode (kNearest is the plain operation).
 float AddF(float a, float b, Round r);

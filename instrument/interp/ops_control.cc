@@ -1,6 +1,7 @@
 // Control flow: bra, call (with .param argument/return passing on a
 // per-thread frame stack, so recursion works), ret, exit, trap.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -46,18 +47,22 @@ void CopyCallArg(const Thread& t, const Frame& caller, const Operand& a, size_t 
 }
 }  // namespace
 
-Flow ExecCall(Exec& x, const Op& op) {
+namespace {
+
+// Calls function `target` with the returns and arguments of call op `op`.
+Flow CallFunction(Exec& x, const Op& op, uint32_t target) {
   Thread& t = *x.t;
   const Program& p = *x.b->prog;
-  const Function& callee = p.function(static_cast<int>(op.target));
+  const Function& callee = p.function(static_cast<int>(target));
   if (t.frames.size() >= kMaxFrames) return Fail(x, "call stack overflow (more than 4096 frames)");
   if (t.local.size() + callee.local_size > kMaxLocalBytes) return Fail(x, "local memory stack overflow (1 MiB)");
   if (op.shape[1] > callee.params.size() || op.shape[0] > callee.returns.size()) {
     return Fail(x, "call passes more arguments/returns than " + callee.name + " declares");
   }
+  if (!callee.has_body) return Fail(x, "call of " + callee.name + ", which has no body in this module");
   const Frame caller = t.frames.back();
   const Function& caller_fn = *x.fn;
-  PushFrame(t, p, op.target);
+  PushFrame(t, p, target);
   const Frame& nf = t.frames.back();
   for (uint32_t i = 0; i < op.shape[1]; ++i) {
     const Operand& a = caller_fn.operands[op.first + op.shape[0] + i];
@@ -66,6 +71,25 @@ Flow ExecCall(Exec& x, const Op& op) {
   }
   x.Refresh();
   return Flow::kJump;
+}
+
+}  // namespace
+
+Flow ExecCall(Exec& x, const Op& op) { return CallFunction(x, op, op.target); }
+
+// call (rets), %ptr, (args), prototype: the pointer is an address
+// Program::FunctionAddress gave out; anything else is an illegal call, as
+// a jump to a non-code address faults on a GPU.
+Flow ExecCallIndirect(Exec& x, const Op& op) {
+  const uint64_t addr = Src(x, op, op.shape[0] + op.shape[1]);
+  const int target = x.b->prog->FunctionAt(addr);
+  if (target < 0) {
+    char hex[24];
+    std::snprintf(hex, sizeof(hex), "0x%llx", static_cast<unsigned long long>(addr));
+    return Fail(x, std::string("indirect call through ") + hex + ", which is not a function of this module");
+  }
+  if (x.b->prog->function(target).is_entry) return Fail(x, "indirect call of a kernel entry");
+  return CallFunction(x, op, static_cast<uint32_t>(target));
 }
 
 namespace {

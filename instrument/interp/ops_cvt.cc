@@ -102,8 +102,54 @@ bool CombineBool(ptx::BoolOp op, bool r, bool c) {
 
 }  // namespace
 
+namespace {
+
+// cvt{.relu}{.satfinite}.f16x2.f32 / .bf16x2.f32 d, a, b: a to the upper
+// half of d, b to the lower, each rounded as asked.
+Flow PackTwoFloats(Exec& x, const Op& op) {
+  const Round r = RoundOf(op.rounding);
+  uint64_t d = 0;
+  for (int i = 0; i < 2; ++i) {
+    float v = AsF32(Src(x, op, 1 + i));
+    if ((op.sub & kCvtRelu) && !std::isnan(v) && v < 0) v = 0;
+    uint16_t h = op.type == Type::kF16x2 ? FloatToHalf(v, r) : FloatToBf16(v, r);
+    if ((op.sub & kCvtSatFinite) && !std::isnan(v)) {
+      const uint16_t max = op.type == Type::kF16x2 ? 0x7BFF : 0x7F7F, inf = op.type == Type::kF16x2 ? 0x7C00 : 0x7F80;
+      if ((h & 0x7FFF) == inf) h = static_cast<uint16_t>((h & 0x8000) | max);
+    }
+    d |= static_cast<uint64_t>(h) << (i == 0 ? 16 : 0);
+  }
+  Set(x, op, 0, d);
+  return Flow::kNext;
+}
+
+// cvt.rna/.rn/.rz.tf32.f32: a float rounded to tf32's 10 fraction bits, in
+// a .b32 whose low 13 bits are zero. .rna is ties away from zero.
+Flow ToTf32(Exec& x, const Op& op) {
+  uint32_t b = static_cast<uint32_t>(Src(x, op, 1));
+  if (std::isnan(AsF32(b))) {
+    Set(x, op, 0, 0x7FFFFFFFu);
+    return Flow::kNext;
+  }
+  if ((b & 0x7F800000u) != 0x7F800000u) {  // finite: round the magnitude
+    switch (op.rounding) {
+      case ptx::Rounding::kRna: b += 0x1000u; break;
+      case ptx::Rounding::kRn: b += 0xFFFu + ((b >> 13) & 1); break;
+      case ptx::Rounding::kRz: break;
+      default: return Fail(x, "unsupported rounding for cvt to .tf32");
+    }
+    b &= ~0x1FFFu;
+  }
+  Set(x, op, 0, b);
+  return Flow::kNext;
+}
+
+}  // namespace
+
 Flow ExecCvt(Exec& x, const Op& op) {
   const Type dt = op.type, st = op.type2;
+  if ((dt == Type::kF16x2 || dt == Type::kBF16x2) && st == Type::kF32) return PackTwoFloats(x, op);
+  if (dt == Type::kTF32 && st == Type::kF32) return ToTf32(x, op);
   const int dbits = TypeBits(dt), sbits = TypeBits(st);
   if (!dbits || !sbits || dbits > 64 || sbits > 64 || dt == Type::kPred || st == Type::kPred ||
       dt == Type::kF16x2 || st == Type::kF16x2 || dt == Type::kBF16x2 || st == Type::kBF16x2 ||

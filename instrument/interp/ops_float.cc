@@ -1,10 +1,15 @@
-// Floating-point arithmetic on .f32, .f64 and .f16 (f16 is computed in f32
-// and rounded to nearest-even; exact for add/sub/mul/fma operands of this
-// width). Approximate instructions (.approx: rcp, sqrt, rsqrt, ex2, lg2,
+// Floating-point arithmetic on .f32, .f64, .f16, .bf16 and the packed
+// .f16x2/.bf16x2 (each half on its own). Half-width values are computed in
+// double and rounded once to nearest-even: a double holds a product of two
+// halves exactly and rounds a sum or fma of them without a double-rounding
+// error (53 >= 2*11+2 bits). .ftz on f16 flushes half subnormals. .relu
+// clamps negative results to +0 (NaN stays NaN); min/max.NaN propagate NaN
+// where plain min/max return the other operand. Approximate instructions (.approx: rcp, sqrt, rsqrt, ex2, lg2,
 // sin, cos, tanh, div) use the correctly rounded libm result, which is
 // within the PTX error bounds. .ftz flushes f32 subnormal inputs/outputs to
 // signed zero; .sat clamps to [0, 1] (NaN -> 0).
 #include <cmath>
+#include <limits>
 
 #include "interp/exec.h"
 
@@ -81,7 +86,56 @@ Flow Arith(Exec& x, const Op& op, Get get, Put put) {
       return Flow::kNext;
     default: return Fail(x, "unsupported floating-point operation");
   }
-  put(Sat<T>(Ftz<T>(v, ftz), op.sat));
+  v = Sat<T>(Ftz<T>(v, ftz), op.sat);
+  if ((op.sub & kFloatNaN) && (op.opcode == Opcode::kMin || op.opcode == Opcode::kMax) &&
+      (std::isnan(A(1)) || std::isnan(A(2)))) {
+    v = std::numeric_limits<T>::quiet_NaN();
+  }
+  if ((op.sub & kFloatRelu) && !std::isnan(v) && v < T(0)) v = T(0);
+  put(v);
+  return Flow::kNext;
+}
+
+}  // namespace
+
+namespace {
+
+// A 16-bit float format: its bits <-> double, and whether .ftz flushes its
+// subnormals (f16 only; bf16 arithmetic has no .ftz).
+struct HalfFormat {
+  float (*to_float)(uint16_t);
+  uint16_t (*from_double)(double, Round);
+  double min_normal;
+};
+constexpr HalfFormat kF16{HalfToFloat, DoubleToHalf, 0x1p-14};
+constexpr HalfFormat kBf16{Bf16ToFloat, DoubleToBf16, 0x1p-126};
+
+double FlushHalf(double v, bool ftz, double min_normal) {
+  return ftz && v != 0 && std::fabs(v) < min_normal ? std::copysign(0.0, v) : v;
+}
+
+// One 16-bit float at bit `shift` of the operands; the result in *out.
+Flow HalfArith(Exec& x, const Op& op, const HalfFormat& fmt, int shift, uint64_t* out) {
+  const bool ftz = op.ftz && &fmt == &kF16;
+  return Arith<double>(
+      x, op,
+      [&](uint64_t b) {
+        return FlushHalf(static_cast<double>(fmt.to_float(static_cast<uint16_t>(b >> shift))), ftz, fmt.min_normal);
+      },
+      [&](double v) {
+        const uint16_t h = fmt.from_double(FlushHalf(v, ftz, fmt.min_normal), Round::kNearest);
+        *out |= static_cast<uint64_t>(h) << shift;
+      });
+}
+
+Flow HalfArith(Exec& x, const Op& op, const HalfFormat& fmt, bool packed) {
+  uint64_t d = 0;
+  for (int shift : {0, 16}) {
+    if (shift == 16 && !packed) break;
+    const Flow f = HalfArith(x, op, fmt, shift, &d);
+    if (f != Flow::kNext || op.opcode == Opcode::kUnknown) return f;  // testp set its predicate
+  }
+  Set(x, op, 0, d);
   return Flow::kNext;
 }
 
@@ -95,12 +149,10 @@ Flow ExecFloatArith(Exec& x, const Op& op) {
     case Type::kF64:
       return Arith<double>(x, op, [](uint64_t b) { return AsF64(b); },
                            [&](double v) { Set(x, op, 0, F64Bits(v)); });
-    case Type::kF16:
-      return Arith<float>(x, op, [](uint64_t b) { return HalfToFloat(static_cast<uint16_t>(b)); },
-                          [&](float v) { Set(x, op, 0, FloatToHalf(v, Round::kNearest)); });
-    case Type::kBF16:
-      return Arith<float>(x, op, [](uint64_t b) { return Bf16ToFloat(static_cast<uint16_t>(b)); },
-                          [&](float v) { Set(x, op, 0, FloatToBf16(v, Round::kNearest)); });
+    case Type::kF16: return HalfArith(x, op, kF16, false);
+    case Type::kF16x2: return HalfArith(x, op, kF16, true);
+    case Type::kBF16: return HalfArith(x, op, kBf16, false);
+    case Type::kBF16x2: return HalfArith(x, op, kBf16, true);
     default:
       return Fail(x, "unsupported floating-point type");
   }

@@ -56,11 +56,38 @@ Flow PredLogic(Exec& x, const Op& op) {
   return Flow::kNext;
 }
 
+// dp4a / dp2a: 32-bit dot products of bytes (dp4a: a's four bytes with
+// b's) or of a's two 16-bit halves with two of b's bytes (dp2a.lo: bytes 0
+// and 1, .hi: bytes 2 and 3), added to c, wrapping. Each of a and b is
+// signed or unsigned by its own type (op.type, op.type2).
+Flow DotProduct(Exec& x, const Op& op) {
+  const bool sa = IsSignedInt(op.type), sb = IsSignedInt(op.type2);
+  const uint32_t a = static_cast<uint32_t>(Src(x, op, 1)), b = static_cast<uint32_t>(Src(x, op, 2));
+  auto byte = [&](uint32_t v, int i, bool sgn) -> int64_t {
+    const uint32_t u = (v >> (8 * i)) & 0xFF;
+    return sgn ? static_cast<int8_t>(u) : static_cast<int64_t>(u);
+  };
+  int64_t acc = static_cast<int64_t>(static_cast<uint32_t>(Src(x, op, 3)));
+  if (op.opcode == Opcode::kDp4a) {
+    for (int i = 0; i < 4; ++i) acc += byte(a, i, sa) * byte(b, i, sb);
+  } else {
+    const int first = op.sub == 1 ? 2 : 0;  // .hi : .lo
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t h = (a >> (16 * i)) & 0xFFFF;
+      const int64_t ha = sa ? static_cast<int16_t>(h) : static_cast<int64_t>(h);
+      acc += ha * byte(b, first + i, sb);
+    }
+  }
+  Set(x, op, 0, static_cast<uint64_t>(acc) & 0xFFFFFFFFu);
+  return Flow::kNext;
+}
+
 }  // namespace
 
 Flow ExecIntArith(Exec& x, const Op& op) {
   const Type t = op.type;
   if (t == Type::kPred) return PredLogic(x, op);
+  if (op.opcode == Opcode::kDp4a || op.opcode == Opcode::kDp2a) return DotProduct(x, op);
   const int bits = TypeBits(t);
   if (bits <= 0 || bits > 64) return Fail(x, "unsupported type");
   const bool sgn = IsSignedInt(t);

@@ -3,6 +3,7 @@
 // (prefetch/fence/membar/nanosleep: with one host thread per block and real
 // atomics between blocks, host memory ordering already gives their effect
 // for the patterns PTX allows).
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -233,5 +234,29 @@ Flow ExecIsspacep(Exec& x, const Op& op) {
 }
 
 Flow ExecNop(Exec&, const Op&) { return Flow::kNext; }
+
+// cp.async.ca/.cg.shared.global [dst], [src], cp-size{, src-size | ignore-src}:
+// copies at issue. The PTX ISA lets the copy complete any time before the
+// cp.async.wait_group/wait_all that covers it; completing it at once is one
+// of the allowed orders (a thread reading the destination earlier races
+// with the copy on a GPU too), so commit_group and the waits are no-ops.
+// Bytes past src-size (or all, with ignore-src true) are zero-filled.
+Flow ExecCpAsync(Exec& x, const Op& op) {
+  const uint64_t dst = Src(x, op, 0), src = Src(x, op, 1), size = Src(x, op, 2);
+  if (size != 4 && size != 8 && size != 16) return Fail(x, "cp.async size must be 4, 8 or 16");
+  uint64_t from_src = size;
+  if (op.sub & kCpAsyncSrcSize) from_src = std::min<uint64_t>(Src(x, op, 3) & 0xFFFFFFFFu, size);
+  if ((op.sub & kCpAsyncIgnoreSrc) && PredVal(x, Opd(x, op, 3))) from_src = 0;
+  uint8_t* d = Resolve(x, ptx::Space::kShared, dst, size, true);
+  if (!d) return Flow::kError;
+  if (from_src > 0) {
+    const uint8_t* p = Resolve(x, ptx::Space::kGlobal, src, from_src, false);
+    if (!p) return Flow::kError;
+    const bool atomic = SharedWithOtherHostThreads(x, ptx::Space::kGlobal, src);
+    for (uint64_t i = 0; i < from_src; ++i) d[i] = static_cast<uint8_t>(LoadScalar(p + i, 1, atomic, std::memory_order_relaxed));
+  }
+  std::memset(d + from_src, 0, size - from_src);
+  return Flow::kNext;
+}
 
 }  // namespace phos::interp

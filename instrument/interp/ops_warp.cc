@@ -81,6 +81,20 @@ bool SameCollective(const Op& a, const Op& c) {
 
 }  // namespace
 
+namespace {
+
+// Every lane of `group` done with its collective: on to the next op.
+Flow Advance(Thread* const* lanes, uint32_t group) {
+  for (uint32_t m = group; m; m &= m - 1) {
+    Thread& t = *lanes[__builtin_ctz(m)];
+    t.state = Thread::kRunnable;
+    ++t.frames.back().pc;
+  }
+  return Flow::kNext;
+}
+
+}  // namespace
+
 uint32_t CollectiveGroup(Block& b, Thread* const* lanes, uint32_t waiting, int first) {
   Thread& a = *lanes[first];
   const Op& op = CurrentOp(b, a);
@@ -122,6 +136,10 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
   // each lane reads its operands through its own op.
   const Op& op = *ops[lead];
   const int mask_at = MaskOperand(op);
+  if (op.opcode == Opcode::kWmma) {  // .aligned over the whole warp
+    if (~exited & ~group) return Flow::kBlock;
+    return WmmaMma(ctx, ops, group, error) == Flow::kNext ? Advance(lanes, group) : Flow::kError;
+  }
   if (mask_at >= 0) {
     const uint32_t want = static_cast<uint32_t>(Src(ctx[lead], op, mask_at));
     for (uint32_t m = group; m; m &= m - 1) {
@@ -255,11 +273,7 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
       *error = "unsupported warp collective";
       return Flow::kError;
   }
-  each([&](int l) {
-    lanes[l]->state = Thread::kRunnable;
-    ++lanes[l]->frames.back().pc;
-  });
-  return Flow::kNext;
+  return Advance(lanes, group);
 }
 
 }  // namespace phos::interp

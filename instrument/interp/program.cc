@@ -2,12 +2,16 @@
 #include "interp/program.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <unordered_set>
 
 #include "interp/exec.h"
 #include "interp/numeric.h"
+#include "interp/memory.h"
+
+#include <xxhash.h>
 
 namespace phos::interp {
 
@@ -40,6 +44,7 @@ uint64_t VarAlign(const ptx::VarDecl& v) {
 bool IsDynamicShared(const ptx::VarDecl& v) {
   return !v.dims.empty() && v.dims[0] < 0 && !v.init;
 }
+bool IsInteger32(Type t) { return t == Type::kU32 || t == Type::kS32; }
 bool IsSharedSpace(Space s) { return s == Space::kShared || s == Space::kSharedCta || s == Space::kSharedCluster; }
 
 struct SregName { const char* name; SregId id; };
@@ -65,8 +70,8 @@ class ProgramBuilder {
       : m_(m), p_(p), storage_(storage) {}
 
   Status Run() {
-    PHOS_RETURN_IF_ERROR(LayoutModuleVars());
-    // Function indices first: calls may be forward references.
+    // Function indices first: calls may be forward references, and module
+    // variables' initializers may hold function addresses.
     for (const auto& item : m_.items) {
       if (const auto* f = std::get_if<ptx::Function>(&item)) {
         auto it = p_->function_index_.find(f->name);
@@ -79,6 +84,10 @@ class ProgramBuilder {
         fns_.push_back(f);
       }
     }
+    std::string names;
+    for (const ptx::Function* f : fns_) names += f->name + '\n';
+    p_->code_tag_ = XXH64(names.data(), names.size(), 0) & 0xFFFFFF;
+    PHOS_RETURN_IF_ERROR(LayoutModuleVars());
     LayoutShared();
     SizeKernelShared();
     for (size_t i = 0; i < fns_.size(); ++i) PHOS_RETURN_IF_ERROR(DecodeFunction(*fns_[i], &p_->functions_[i]));
@@ -89,6 +98,7 @@ class ProgramBuilder {
   struct Sym {
     enum Kind { kReg, kParam, kLocal, kShared } kind;
     uint64_t value;
+    bool pred = false;  // kReg: declared .pred
   };
 
   Status LayoutModuleVars() {
@@ -159,6 +169,11 @@ class ProgramBuilder {
           bits = v.type == Type::kF32 ? F32Bits(static_cast<float>(AsF64(o->bits))) : o->bits;
           break;
         case ptx::Operand::Kind::kSymbol: {
+          if (auto fi = p_->function_index_.find(o->name); fi != p_->function_index_.end()) {
+            bits = p_->FunctionAddress(fi->second) + static_cast<uint64_t>(o->offset);  // a vtable, a table of functions
+            p_->address_taken_.insert(fi->second);
+            break;
+          }
           auto it = p_->vars_.find(o->name);
           if (it == p_->vars_.end()) {
             return Status::NotSupported("ptx interp: initializer of " + v.name + " names " + o->name +
@@ -263,6 +278,7 @@ class ProgramBuilder {
   Status DecodeFunction(const ptx::Function& pf, Function* f) {
     f->name = pf.name;
     f->is_entry = pf.is_entry;
+    f->has_body = pf.has_body;
     scopes_.assign(1, {});
     uint64_t psize = 0;
     auto add_param = [&](const ptx::VarDecl& v, std::vector<ParamSlot>* slots) {
@@ -301,9 +317,11 @@ class ProgramBuilder {
         switch (v->space) {
           case Space::kReg:
             if (v->range) {
-              for (uint32_t i = 0; i < *v->range; ++i) scopes_.back()[v->name + std::to_string(i)] = {Sym::kReg, nregs++};
+              for (uint32_t i = 0; i < *v->range; ++i) {
+                scopes_.back()[v->name + std::to_string(i)] = {Sym::kReg, nregs++, v->type == Type::kPred};
+              }
             } else {
-              scopes_.back()[v->name] = {Sym::kReg, nregs++};
+              scopes_.back()[v->name] = {Sym::kReg, nregs++, v->type == Type::kPred};
             }
             break;
           case Space::kParam:
@@ -380,8 +398,13 @@ class ProgramBuilder {
       o->reg = kEnvreg0 + static_cast<uint32_t>(std::stoi(name.substr(7)));
       return true;
     }
+    if (auto fi = p_->function_index_.find(name); fi != p_->function_index_.end()) {
+      o->kind = Operand::kImm;  // mov.u64 %rd, func: a function pointer
+      o->imm += p_->FunctionAddress(fi->second);
+      p_->address_taken_.insert(fi->second);
+      return true;
+    }
     *why = "unknown name " + name;
-    if (p_->function_index_.count(name)) *why = "function address " + name + " (indirect calls are not supported)";
     return false;
   }
 
@@ -517,8 +540,26 @@ class ProgramBuilder {
       else if ((o.kind == K::kSymbol || o.kind == K::kRegister) && !callee) callee = &o;
       else if (o.kind == K::kList && callee && !args) args = &o;
     }
+    if (callee && callee->kind == K::kRegister) {
+      // call (rets), %reg, (args), prototype: through a function pointer.
+      // The pointer register follows the returns and arguments.
+      op->fn = &ExecCallIndirect;
+      f->calls_indirect = true;
+      op->nshape = 3;
+      op->shape[0] = static_cast<uint8_t>(rets ? rets->elems.size() : 0);
+      op->shape[1] = static_cast<uint8_t>(args ? args->elems.size() : 0);
+      op->shape[2] = 1;
+      for (const ptx::Operand* list : {rets, args}) {
+        if (!list) continue;
+        for (const auto& e : list->elems) {
+          if (!AddScalar(e, Type::kNone, f, why)) return;
+        }
+      }
+      AddScalar(*callee, Type::kNone, f, why);
+      return;
+    }
     if (!callee || callee->kind != K::kSymbol) {
-      *why = "indirect call";
+      *why = "call without a callee";
       return;
     }
     auto it = p_->function_index_.find(callee->name);
@@ -554,6 +595,88 @@ class ProgramBuilder {
     }
   }
 
+  // cp.async (ops_mem.cc: copies at issue) and its group commit/waits.
+  ExecFn BindCp(const ptx::Instruction& in, Op* op, std::string* why) {
+    if (!in.HasMod("async")) {
+      *why = "unsupported instruction";
+      return nullptr;
+    }
+    if (in.HasMod("commit_group") || in.HasMod("wait_group") || in.HasMod("wait_all")) return &ExecNop;
+    if (in.HasMod("bulk") || in.HasMod("mbarrier") || in.HasMod("tensor") || in.HasMod("reduce")) {
+      *why = "cp.async.bulk/.mbarrier/.tensor (mbarrier is not supported)";
+      return nullptr;
+    }
+    if (!in.HasMod("shared") && !in.HasMod("shared::cta")) {
+      *why = "cp.async to a space other than shared";
+      return nullptr;
+    }
+    // Operands: [dst], [src], cp-size, then src-size or ignore-src (a
+    // predicate), then a cache policy when .L2::cache_hint is given.
+    const size_t hint = in.HasMod("L2::cache_hint") ? 1 : 0;
+    const size_t extra = in.operands.size() >= 3 + hint ? in.operands.size() - 3 - hint : 99;
+    if (extra > 1) {
+      *why = "cp.async operands";
+      return nullptr;
+    }
+    if (extra == 1) {
+      const ptx::Operand& o = in.operands[3];
+      const Sym* s = o.kind == ptx::Operand::Kind::kRegister ? Lookup(o.name) : nullptr;
+      op->sub = s != nullptr && s->pred ? kCpAsyncIgnoreSrc : kCpAsyncSrcSize;
+    }
+    return &ExecCpAsync;
+  }
+
+  // wmma.load / wmma.store / wmma.mma (ops_matrix.cc).
+  ExecFn BindWmma(const ptx::Instruction& in, Op* op, std::string* why) {
+    WmmaShape shape;
+    bool have_shape = false;
+    for (const auto& m : in.mods) {
+      if (m.size() > 1 && m[0] == 'm' && std::sscanf(m.c_str(), "m%dn%dk%d", &shape.m, &shape.n, &shape.k) == 3) {
+        have_shape = true;
+      }
+    }
+    const bool known = (shape.m == 16 && shape.n == 16 && (shape.k == 16 || shape.k == 8)) ||
+                       (shape.m == 32 && shape.n == 8 && shape.k == 16) ||
+                       (shape.m == 8 && shape.n == 32 && shape.k == 16) || (shape.m == 8 && shape.n == 8 && shape.k == 4);
+    if (!have_shape || !known) {
+      *why = "wmma shape (supported: m16n16k16, m32n8k16, m8n32k16, m16n16k8 .tf32, m8n8k4 .f64)";
+      return nullptr;
+    }
+    const ptx::InstrInfo& d = in.info;
+    auto element_ok = [](Type t) {
+      return t == Type::kF16 || t == Type::kBF16 || t == Type::kS8 || t == Type::kU8 || t == Type::kTF32 ||
+             t == Type::kF32 || t == Type::kS32 || t == Type::kF64;
+    };
+    shape.col = in.HasMod("col");
+    shape.satfinite = in.HasMod("satfinite");
+    if (in.HasMod("load") || in.HasMod("store")) {
+      shape.matrix = in.HasMod("a") ? kWmmaA : in.HasMod("b") ? kWmmaB : kWmmaC;
+      op->sub = in.HasMod("load") ? kWmmaLoad : kWmmaStore;
+      if (!element_ok(op->type)) {
+        *why = "wmma element type (sub-byte .s4/.u4/.b1 are not supported)";
+        return nullptr;
+      }
+      op->target = shape.Pack();
+      return in.HasMod("load") ? &ExecWmmaLoad : &ExecWmmaStore;
+    }
+    if (!in.HasMod("mma") || (d.types.size() != 2 && d.types.size() != 4)) {
+      *why = "unsupported wmma form";
+      return nullptr;
+    }
+    // .dtype.ctype (A and B .f16) or .dtype.atype.btype.ctype.
+    op->type = d.types[0];
+    op->type3 = d.types.size() == 2 ? Type::kF16 : d.types[1];
+    op->type2 = d.types.back();
+    if (!element_ok(op->type) || !element_ok(op->type2) || !element_ok(op->type3) ||
+        (d.types.size() == 4 && d.types[1] != d.types[2])) {
+      *why = "wmma.mma types (sub-byte and mixed A/B types are not supported)";
+      return nullptr;
+    }
+    op->sub = kWmmaMma;
+    op->target = shape.Pack();
+    return &ExecCollective;
+  }
+
   // Picks the handler for an instruction and decodes opcode-specific modes.
   ExecFn Bind(const ptx::Instruction& in, Op* op, std::string* why) {
     const Type t = op->type;
@@ -565,11 +688,13 @@ class ProgramBuilder {
     switch (op->opcode) {
       case Opcode::kAdd: case Opcode::kSub: case Opcode::kMul: case Opcode::kMad: case Opcode::kDiv:
       case Opcode::kAbs: case Opcode::kNeg: case Opcode::kMin: case Opcode::kMax:
-        if (t == Type::kF16x2 || t == Type::kBF16x2) return unsupported_type();
-        return flt ? &ExecFloatArith : &ExecIntArith;
+        if (!flt) return &ExecIntArith;
+        op->sub = static_cast<uint8_t>((in.HasMod("relu") ? kFloatRelu : 0) | (in.HasMod("NaN") ? kFloatNaN : 0));
+        return &ExecFloatArith;
       case Opcode::kFma: case Opcode::kRcp: case Opcode::kSqrt: case Opcode::kRsqrt: case Opcode::kEx2:
       case Opcode::kLg2: case Opcode::kSin: case Opcode::kCos: case Opcode::kTanh: case Opcode::kCopysign:
-        if (!flt || t == Type::kF16x2 || t == Type::kBF16x2) return unsupported_type();
+        if (!flt) return unsupported_type();
+        op->sub = in.HasMod("relu") ? kFloatRelu : 0;
         return &ExecFloatArith;
       case Opcode::kShf:
         op->sub = static_cast<uint8_t>((in.HasMod("r") ? 1 : 0) | (in.HasMod("clamp") ? 2 : 0));
@@ -584,12 +709,18 @@ class ProgramBuilder {
         }
         return &ExecIntArith;
       }
+      case Opcode::kDp4a: case Opcode::kDp2a:
+        if (!IsInteger32(op->type) || !IsInteger32(op->type2)) return unsupported_type();
+        op->sub = in.HasMod("hi") ? 1 : 0;
+        return &ExecIntArith;
       case Opcode::kAddc: case Opcode::kSubc: case Opcode::kMadc: case Opcode::kMul24: case Opcode::kMad24: case Opcode::kSad:
       case Opcode::kPopc: case Opcode::kClz: case Opcode::kBrev: case Opcode::kBfe: case Opcode::kBfi:
       case Opcode::kLop3: case Opcode::kShl: case Opcode::kShr: case Opcode::kAnd: case Opcode::kOr:
       case Opcode::kXor: case Opcode::kNot: case Opcode::kCnot: case Opcode::kRem:
         return &ExecIntArith;
-      case Opcode::kCvt: return &ExecCvt;
+      case Opcode::kCvt:
+        op->sub = static_cast<uint8_t>((in.HasMod("relu") ? kCvtRelu : 0) | (in.HasMod("satfinite") ? kCvtSatFinite : 0));
+        return &ExecCvt;
       case Opcode::kSetp: return &ExecSetp;
       case Opcode::kSet: return &ExecSet;
       case Opcode::kSelp: return &ExecSelp;
@@ -601,6 +732,8 @@ class ProgramBuilder {
       case Opcode::kIsspacep: return &ExecIsspacep;
       case Opcode::kPrefetch: case Opcode::kFence: case Opcode::kMembar: case Opcode::kNanosleep:
         return &ExecNop;
+      case Opcode::kCp: return BindCp(in, op, why);
+      case Opcode::kWmma: return BindWmma(in, op, why);
       case Opcode::kAtom: case Opcode::kRed:
         return &ExecAtom;
       case Opcode::kBra:
@@ -672,6 +805,16 @@ Status Program::Build(const ptx::Module& module, const StorageAllocator& storage
   return Status::Ok();
 }
 
+uint64_t Program::FunctionAddress(int index) const {
+  return kCodeWindow + (code_tag_ << 24) + static_cast<uint64_t>(index) * 16;
+}
+
+int Program::FunctionAt(uint64_t addr) const {
+  const uint64_t base = kCodeWindow + (code_tag_ << 24);
+  if (addr < base || (addr - base) % 16 != 0 || (addr - base) / 16 >= functions_.size()) return -1;
+  return static_cast<int>((addr - base) / 16);
+}
+
 int Program::FindFunction(std::string_view name) const {
   auto it = function_index_.find(std::string(name));
   return it == function_index_.end() ? -1 : it->second;
@@ -705,11 +848,15 @@ Status Program::CheckRunnable(int kernel) const {
         return Status::NotSupported("ptx interp: cannot run " + Where(fi, i) + ": " + f.unsupported[i]);
       }
     }
-    for (uint32_t c : f.callees) {
+    auto visit = [&](uint32_t c) {
       if (!seen[c]) {
         seen[c] = true;
         todo.push_back(static_cast<int>(c));
       }
+    };
+    for (uint32_t c : f.callees) visit(c);
+    if (f.calls_indirect) {
+      for (int c : address_taken_) visit(static_cast<uint32_t>(c));
     }
   }
   return Status::Ok();

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -68,6 +69,7 @@ struct Op {
   ptx::Opcode opcode = ptx::Opcode::kUnknown;
   ptx::Type type = ptx::Type::kNone;   // first type modifier
   ptx::Type type2 = ptx::Type::kNone;  // second (cvt/set/slct source type)
+  ptx::Type type3 = ptx::Type::kNone;  // wmma.mma: the A/B element type
   ptx::Space space = ptx::Space::kNone;
   ptx::Rounding rounding = ptx::Rounding::kNone;
   ptx::CmpOp cmp = ptx::CmpOp::kNone;
@@ -86,7 +88,7 @@ struct Op {
   uint8_t count = 0;
   uint8_t shape[6] = {};    // elements of each source operand ({a,b}: 2, a|p: 2)
   uint8_t nshape = 0;
-  uint32_t target = 0;      // bra: op index; call: function index
+  uint32_t target = 0;      // bra: op index; call: function index; wmma: WmmaShape
 };
 
 struct ParamSlot {
@@ -97,6 +99,7 @@ struct ParamSlot {
 struct Function {
   std::string name;
   bool is_entry = false;
+  bool has_body = false;                // false: an .extern declaration
   std::vector<Op> ops;
   std::vector<Operand> operands;
   std::vector<std::string> op_text;     // "st.global.u32" per op (errors)
@@ -108,6 +111,7 @@ struct Function {
   std::vector<ParamSlot> returns, params;
   uint32_t local_size = 0;              // .local depot bytes
   std::vector<uint32_t> callees;        // functions called directly
+  bool calls_indirect = false;          // has a call through a function pointer
 };
 
 // Where a Program keeps its module variables (.global/.const). By default
@@ -133,6 +137,15 @@ class Program {
   static Status Build(const ptx::Module& module, std::unique_ptr<Program>* out);
 
   int FindFunction(std::string_view name) const;  // -1 if absent
+  // The address a function pointer to function `index` holds (mov of a
+  // function's name, a module initializer naming one), in the code window
+  // of memory.h: no data access can reach it. It depends only on the
+  // module's function names (a hash of them and the index), so a pointer
+  // saved in device memory before a checkpoint still names the same
+  // function in the same module loaded again after a restore.
+  uint64_t FunctionAddress(int index) const;
+  // The function a pointer names, or -1 if it names none of this program.
+  int FunctionAt(uint64_t addr) const;
   const Function& function(int i) const { return functions_[i]; }
   size_t num_functions() const { return functions_.size(); }
 
@@ -180,6 +193,8 @@ class Program {
   uint64_t storage_base_ = 0, storage_size_ = 0;
   uint64_t const_begin_ = 0, const_end_ = 0;        // .const part of storage
   uint32_t shared_size_ = 0;
+  uint64_t code_tag_ = 0;                // 24-bit hash of the function names
+  std::set<int> address_taken_;          // functions a pointer may name
   std::unordered_map<std::string, uint32_t> kernel_shared_;  // entry -> its own static shared bytes
 
   friend class ProgramBuilder;

@@ -60,20 +60,22 @@ DONE:
 )PTX";
 
 // A module whose kernel uses an instruction the sim's interpreter does not
-// run (dp4a): the sim must refuse it by name, never run it wrong.
-inline constexpr char kDp4aPtx[] = R"PTX(
+// run (suld, a surface load): the sim must refuse it by name, never run it
+// wrong.
+inline constexpr char kSurfaceLoadPtx[] = R"PTX(
 .version 8.0
 .target sm_90
 .address_size 64
 
-.visible .entry dot4(.param .u64 out)
+.visible .entry surface_load(.param .u64 out, .param .u64 surf)
 {
     .reg .b32 %r<4>;
-    .reg .b64 %rd<3>;
+    .reg .b64 %rd<4>;
     ld.param.u64 %rd1, [out];
+    ld.param.u64 %rd3, [surf];
     cvta.to.global.u64 %rd2, %rd1;
-    mov.u32 %r1, 16909060;
-    dp4a.u32.u32 %r2, %r1, %r1, 0;
+    mov.u32 %r1, 4;
+    suld.b.1d.b32.trap {%r2}, [%rd3, {%r1}];
     st.global.u32 [%rd2], %r2;
     ret;
 }

@@ -97,16 +97,17 @@ TEST(SimKernels, UnsupportedInstructionIsRefusedByNameAtLaunch) {
   SimFixture f;
   SIM_ASSERT_OK(f.Init());
   ModuleHandle m = 0;
-  SIM_ASSERT_OK(f.ctx->LoadModule(testing::kDp4aPtx, sizeof testing::kDp4aPtx, &m));
+  SIM_ASSERT_OK(f.ctx->LoadModule(testing::kSurfaceLoadPtx, sizeof testing::kSurfaceLoadPtx, &m));
   FunctionHandle fn = 0;
-  SIM_ASSERT_OK(f.ctx->GetFunction(m, "dot4", &fn));
+  SIM_ASSERT_OK(f.ctx->GetFunction(m, "surface_load", &fn));
   DevicePtr out = 0;
   SIM_ASSERT_OK(f.ctx->Allocate(4, 0, &out));
   std::vector<std::uint8_t> params;
   Put<std::uint64_t>(&params, 0, out);
+  Put<std::uint64_t>(&params, 8, 1);
   Status s = f.ctx->LaunchKernel(fn, Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, kDefaultStream, params);
   EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
-  EXPECT_NE(s.message().find("dp4a"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("suld"), std::string::npos) << s.message();
   SIM_ASSERT_OK(f.ctx->Synchronize());  // nothing ran, nothing sticky
 }
 

@@ -399,7 +399,7 @@ constexpr const char* kUnsupportedPtx = R"(
   ld.param.u64 %rd1, [p];
   mov.u32 %r1, 1;
   .loc 1 42 0
-  dp4a.u32.u32 %r2, %r1, %r1, %r1;
+  suld.b.1d.b32.trap {%r2}, [%rd1, {%r1}];
   st.global.u32 [%rd1], %r2;
   ret;
 }
@@ -463,7 +463,7 @@ TEST(interp_errors, UnsupportedInstructionIsNamed) {
   Status st = h.Launch("weird", {1}, {1}, Params().Add(h.Alloc(v)));
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
-  EXPECT_NE(st.message().find("dp4a.u32.u32"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("suld.b.1d.b32.trap"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("weird"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("line 42"), std::string::npos) << st.message();
   EXPECT_EQ(v[0], 1u);  // nothing ran

@@ -3,6 +3,10 @@
 // dp4a, cp.async, wmma, indirect calls. Compiled to PTX for sm_90 at build
 // time and checked against CPU references by isa_test.cc.
 #include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_pipeline.h>
+#include <mma.h>
 #include <cooperative_groups/reduce.h>
 namespace cg = cooperative_groups;
 
@@ -43,4 +47,126 @@ __global__ void split_shfl(const int* in, int* out) {
   if (threadIdx.x & 1) r = __shfl_sync(0xffffffffu, v * 3, (threadIdx.x + 5) & 31);
   else r = __shfl_sync(0xffffffffu, v + 1000, (threadIdx.x + 5) & 31);
   out[i] = r;
+}
+
+__global__ void dot_int8(const int* a, const int* b, const unsigned* ua, const unsigned* ub, int* out_s, unsigned* out_u, int* out_2, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  out_s[i] = __dp4a(a[i], b[i], i);
+  out_u[i] = __dp4a(ua[i], ub[i], (unsigned)i);
+  out_2[i] = __dp2a_lo(a[i], b[i], 7) + __dp2a_hi(ua[i], ub[i], 3u);
+}
+
+__global__ void half2_math(const __half2* a, const __half2* b, const __half2* c, __half2* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  __half2 x = __hfma2(a[i], b[i], c[i]);
+  x = __hadd2(x, __hmul2(a[i], c[i]));
+  x = __hsub2(x, __hneg2(b[i]));
+  x = __hmax2(x, __habs2(c[i]));
+  x = __hmin2(x, __float2half2_rn(100.0f));
+  out[i] = x;
+}
+
+__global__ void bf162_math(const __nv_bfloat162* a, const __nv_bfloat162* b, __nv_bfloat162* out, float* f, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  __nv_bfloat162 x = __hfma2(a[i], b[i], a[i]);
+  x = __hmul2(x, b[i]);
+  x = __hadd2(x, a[i]);
+  out[i] = x;
+  float2 g = __bfloat1622float2(x);
+  f[i] = g.x - g.y;
+}
+
+__global__ void async_copy(const float* in, float* out, int n) {
+  extern __shared__ float tile[];
+  int base = blockIdx.x * blockDim.x * 4;
+  for (int k = 0; k < 4; ++k) {
+    int j = base + k * blockDim.x + threadIdx.x;
+    if (j < n) __pipeline_memcpy_async(&tile[k * blockDim.x + threadIdx.x], &in[j], sizeof(float));
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  for (int k = 0; k < 4; ++k) {
+    int j = base + k * blockDim.x + threadIdx.x;
+    if (j < n) out[j] = tile[(k * blockDim.x + threadIdx.x + 1) % (4 * blockDim.x)] * 2.0f;
+  }
+}
+
+__global__ void async_copy16(const float4* in, float4* out, int n) {
+  __shared__ float4 tile[128];
+  int j = blockIdx.x * blockDim.x + threadIdx.x;
+  // The last (j % 4) floats of each element are zero-filled (src-size form).
+  if (j < n) __pipeline_memcpy_async(&tile[threadIdx.x], &in[j], sizeof(float4), (j % 4) * sizeof(float));
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  if (j < n) { float4 v = tile[blockDim.x - 1 - threadIdx.x]; out[j] = v; }
+}
+
+// Calls through function pointers: a module-scope table (an initializer
+// naming functions, like a vtable) and a pointer chosen at run time.
+__device__ int twice(int x) { return 2 * x; }
+__device__ int square(int x) { return x * x; }
+__device__ int negate(int x) { return -x; }
+typedef int (*unary_fn)(int);
+__device__ unary_fn table[3] = {twice, square, negate};
+
+__global__ void indirect(const int* sel, const int* in, int* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  unary_fn f = (sel[i] & 8) ? table[sel[i] % 3] : &negate;
+  out[i] = f(in[i]) + table[(sel[i] + 1) % 3](i);
+}
+
+using namespace nvcuda;
+
+// One warp per 16x16 tile of C (+)= A(row-major m x k) * B(col-major: n x k rows).
+template <typename TA, typename TC, int M, int N, int K, typename LA, typename LB>
+__device__ void tile_gemm(const TA* a, const TA* b, TC* c, int m, int n, int k, TC scale) {
+  int tile_m = blockIdx.y, tile_n = blockIdx.x;
+  wmma::fragment<wmma::matrix_a, M, N, K, TA, LA> fa;
+  wmma::fragment<wmma::matrix_b, M, N, K, TA, LB> fb;
+  wmma::fragment<wmma::accumulator, M, N, K, TC> fc;
+  wmma::load_matrix_sync(fc, c + tile_m * M * n + tile_n * N, n, wmma::mem_row_major);
+  for (int kk = 0; kk < k; kk += K) {
+    wmma::load_matrix_sync(fa, a + tile_m * M * k + kk, k);
+    wmma::load_matrix_sync(fb, b + tile_n * N * k + kk, k);
+    wmma::mma_sync(fc, fa, fb, fc);
+  }
+  for (int t = 0; t < fc.num_elements; ++t) fc.x[t] = fc.x[t] * scale;
+  wmma::store_matrix_sync(c + tile_m * M * n + tile_n * N, fc, n, wmma::mem_row_major);
+}
+__global__ void wmma_f16(const half* a, const half* b, float* c, int m, int n, int k) {
+  tile_gemm<half, float, 16, 16, 16, wmma::row_major, wmma::col_major>(a, b, c, m, n, k, 0.5f);
+}
+__global__ void wmma_f16_32x8(const half* a, const half* b, float* c, int m, int n, int k) {
+  tile_gemm<half, float, 32, 8, 16, wmma::row_major, wmma::col_major>(a, b, c, m, n, k, 2.0f);
+}
+__global__ void wmma_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, int m, int n, int k) {
+  tile_gemm<__nv_bfloat16, float, 16, 16, 16, wmma::row_major, wmma::col_major>(a, b, c, m, n, k, 1.0f);
+}
+__global__ void wmma_s8(const signed char* a, const signed char* b, int* c, int m, int n, int k) {
+  tile_gemm<signed char, int, 16, 16, 16, wmma::row_major, wmma::col_major>(a, b, c, m, n, k, 3);
+}
+__global__ void wmma_f64(const double* a, const double* b, double* c, int m, int n, int k) {
+  tile_gemm<double, double, 8, 8, 4, wmma::row_major, wmma::col_major>(a, b, c, m, n, k, 1.0);
+}
+__global__ void wmma_tf32(const float* a, const float* b, float* c, int m, int n, int k) {
+  int tile_m = blockIdx.y, tile_n = blockIdx.x;
+  wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 8, float> fc;
+  wmma::fill_fragment(fc, 0.0f);
+  for (int kk = 0; kk < k; kk += 8) {
+    // A col-major: element (i, kk) at a[kk*m + i]; B row-major: (kk, j) at b[kk*n + j].
+    wmma::load_matrix_sync(fa, a + kk * m + tile_m * 16, m);
+    wmma::load_matrix_sync(fb, b + kk * n + tile_n * 16, n);
+    for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
+    for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
+    wmma::mma_sync(fc, fa, fb, fc);
+  }
+  wmma::store_matrix_sync(c + tile_m * 16 + tile_n * 16 * m, fc, m, wmma::mem_col_major);
 }

@@ -5,7 +5,9 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <set>
+#include <type_traits>
 
 #include "interp_harness.h"
 
@@ -97,6 +99,232 @@ TEST_F(isa, ShufflesAtDifferentSitesMeet) {
     const int src = (i & ~31) + (((i & 31) + 5) & 31);
     const int want = (src & 1) ? in[src] * 3 : in[src] + 1000;
     ASSERT_EQ(out[i], want) << i;
+  }
+}
+
+// dp4a / dp2a against byte-wise dot products.
+TEST_F(isa, Dp4aDp2a) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 500;
+  auto a = RandInts<int>(rng, n, INT_MIN, INT_MAX), b = RandInts<int>(rng, n, INT_MIN, INT_MAX);
+  auto ua = RandInts<unsigned>(rng, n, 0, UINT_MAX), ub = RandInts<unsigned>(rng, n, 0, UINT_MAX);
+  int* out_s = h.Alloc(RandInts<int>(rng, n, 1, 9));
+  unsigned* out_u = h.Alloc(RandInts<unsigned>(rng, n, 1, 9));
+  int* out_2 = h.Alloc(RandInts<int>(rng, n, 1, 9));
+  ASSERT_TRUE(h.Launch(h.Kernel("dot_int8"), {4}, {128},
+                       Params().Add(h.Alloc(a)).Add(h.Alloc(b)).Add(h.Alloc(ua)).Add(h.Alloc(ub)).Add(out_s).Add(out_u)
+                           .Add(out_2).Add(n)).ok());
+  auto sbyte = [](uint32_t v, int i) { return static_cast<int64_t>(static_cast<int8_t>(v >> (8 * i))); };
+  auto ubyte = [](uint32_t v, int i) { return static_cast<int64_t>((v >> (8 * i)) & 0xFF); };
+  for (int i = 0; i < n; ++i) {
+    const uint32_t sa = static_cast<uint32_t>(a[i]), sb = static_cast<uint32_t>(b[i]);
+    int64_t s = i, u = i;
+    for (int k = 0; k < 4; ++k) {
+      s += sbyte(sa, k) * sbyte(sb, k);
+      u += ubyte(ua[i], k) * ubyte(ub[i], k);
+    }
+    const int64_t lo = 7 + static_cast<int16_t>(sa) * sbyte(sb, 0) + static_cast<int16_t>(sa >> 16) * sbyte(sb, 1);
+    const int64_t hi = 3 + static_cast<int64_t>(ua[i] & 0xFFFF) * ubyte(ub[i], 2) +
+                       static_cast<int64_t>(ua[i] >> 16) * ubyte(ub[i], 3);
+    ASSERT_EQ(out_s[i], static_cast<int>(static_cast<uint32_t>(s))) << i;
+    ASSERT_EQ(out_u[i], static_cast<uint32_t>(u)) << i;
+    ASSERT_EQ(out_2[i], static_cast<int>(static_cast<uint32_t>(lo + hi))) << i;
+  }
+}
+
+// Half-precision helpers for the references: GCC's _Float16 rounds each
+// conversion correctly; every operation below is rounded explicitly.
+uint16_t HalfBits(_Float16 h) {
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+_Float16 HalfOf(uint16_t u) {
+  _Float16 h;
+  std::memcpy(&h, &u, 2);
+  return h;
+}
+_Float16 H(double v) { return static_cast<_Float16>(v); }
+
+// Packed f16x2 fma/add/mul/sub/neg/abs/max/min, each half on its own.
+TEST_F(isa, PackedHalfArithmetic) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 600;
+  auto rand_half2 = [&] {
+    std::vector<uint32_t> v(n);
+    std::uniform_int_distribution<int> d(-1024, 1024);
+    for (auto& x : v) x = HalfBits(H(d(rng) / 256.0)) | static_cast<uint32_t>(HalfBits(H(d(rng) / 256.0))) << 16;
+    return v;
+  };
+  auto a = rand_half2(), b = rand_half2(), c = rand_half2();
+  uint32_t* out = h.Alloc(std::vector<uint32_t>(n, 0xDEADBEEF));
+  ASSERT_TRUE(h.Launch(h.Kernel("half2_math"), {5}, {128},
+                       Params().Add(h.Alloc(a)).Add(h.Alloc(b)).Add(h.Alloc(c)).Add(out).Add(n)).ok());
+  for (int i = 0; i < n; ++i) {
+    for (int half = 0; half < 2; ++half) {
+      const double x_a = static_cast<double>(HalfOf(static_cast<uint16_t>(a[i] >> (16 * half))));
+      const double x_b = static_cast<double>(HalfOf(static_cast<uint16_t>(b[i] >> (16 * half))));
+      const double x_c = static_cast<double>(HalfOf(static_cast<uint16_t>(c[i] >> (16 * half))));
+      double x = static_cast<double>(H(std::fma(x_a, x_b, x_c)));
+      x = static_cast<double>(H(x + static_cast<double>(H(x_a * x_c))));
+      x = static_cast<double>(H(x + x_b));
+      x = std::max(x, std::fabs(x_c));
+      x = std::min(x, 100.0);
+      ASSERT_EQ(static_cast<uint16_t>(out[i] >> (16 * half)), HalfBits(H(x))) << i << " half " << half;
+    }
+  }
+}
+
+// bfloat16 of a float that is exact (the inputs keep every step exact in
+// float), rounded to nearest even.
+uint16_t Bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+float Bf16Value(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST_F(isa, PackedBf16Arithmetic) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 600;
+  auto rand_bf162 = [&] {
+    std::vector<uint32_t> v(n);
+    std::uniform_int_distribution<int> d(-64, 64);
+    for (auto& x : v) x = Bf16Bits(d(rng) / 16.0f) | static_cast<uint32_t>(Bf16Bits(d(rng) / 16.0f)) << 16;
+    return v;
+  };
+  auto a = rand_bf162(), b = rand_bf162();
+  uint32_t* out = h.Alloc(std::vector<uint32_t>(n, 0xDEADBEEF));
+  float* diff = h.Alloc(RandReals<float>(rng, n, 1, 2));
+  ASSERT_TRUE(h.Launch(h.Kernel("bf162_math"), {5}, {128},
+                       Params().Add(h.Alloc(a)).Add(h.Alloc(b)).Add(out).Add(diff).Add(n)).ok());
+  for (int i = 0; i < n; ++i) {
+    float got[2];
+    for (int half = 0; half < 2; ++half) {
+      const float x_a = Bf16Value(static_cast<uint16_t>(a[i] >> (16 * half)));
+      const float x_b = Bf16Value(static_cast<uint16_t>(b[i] >> (16 * half)));
+      float x = Bf16Value(Bf16Bits(x_a * x_b + x_a));
+      x = Bf16Value(Bf16Bits(x * x_b));
+      x = Bf16Value(Bf16Bits(x + x_a));
+      ASSERT_EQ(static_cast<uint16_t>(out[i] >> (16 * half)), Bf16Bits(x)) << i << " half " << half;
+      got[half] = x;
+    }
+    ASSERT_EQ(diff[i], got[0] - got[1]) << i;
+  }
+}
+
+// cp.async (4-byte .ca into dynamic shared memory; 16-byte .cg with a
+// zero-filled tail) with commit/wait groups.
+TEST_F(isa, CpAsyncCopiesAndZeroFills) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int bs = 64, n = bs * 4 * 3;
+  auto in = RandReals<float>(rng, n, -100, 100);
+  float* out = h.Alloc(RandReals<float>(rng, n, 1, 2));
+  ASSERT_TRUE(h.Launch(h.Kernel("async_copy"), {3}, {bs}, Params().Add(h.Alloc(in)).Add(out).Add(n),
+                       4 * bs * sizeof(float)).ok());
+  for (int i = 0; i < n; ++i) {
+    const int base = i / (4 * bs) * 4 * bs, local = i - base;
+    ASSERT_EQ(out[i], in[base + (local + 1) % (4 * bs)] * 2.0f) << i;
+  }
+  const int n4 = 256;
+  auto in4 = RandReals<float>(rng, n4 * 4, -100, 100);
+  float* out4 = h.Alloc(RandReals<float>(rng, n4 * 4, 1, 2));
+  ASSERT_TRUE(h.Launch(h.Kernel("async_copy16"), {2}, {128}, Params().Add(h.Alloc(in4)).Add(out4).Add(n4)).ok());
+  for (int j = 0; j < n4; ++j) {
+    const int src = (j / 128) * 128 + 127 - (j % 128);
+    const int keep = 4 - src % 4;
+    for (int e = 0; e < 4; ++e) ASSERT_EQ(out4[j * 4 + e], e < keep ? in4[src * 4 + e] : 0.0f) << j << "." << e;
+  }
+}
+
+// Calls through function pointers: a table of functions initialized at
+// module load, and a pointer picked at run time.
+TEST_F(isa, IndirectCallsThroughFunctionPointers) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 700;
+  auto sel = RandInts<int>(rng, n, 0, 1000);
+  auto in = RandInts<int>(rng, n, -30000, 30000);
+  int* out = h.Alloc(RandInts<int>(rng, n, 1, 9));
+  ASSERT_TRUE(h.Launch(h.Kernel("indirect"), {6}, {128},
+                       Params().Add(h.Alloc(sel)).Add(h.Alloc(in)).Add(out).Add(n)).ok());
+  auto apply = [](int which, int v) { return which == 0 ? 2 * v : which == 1 ? v * v : -v; };
+  for (int i = 0; i < n; ++i) {
+    const int first = (sel[i] & 8) ? apply(sel[i] % 3, in[i]) : -in[i];
+    ASSERT_EQ(out[i], first + apply((sel[i] + 1) % 3, i)) << i;
+  }
+}
+
+// wmma tiles: C = scale * (C + A * B), A row-major m x k, B given as n
+// rows of k (column-major k x n), C row-major; one warp per tile.
+template <typename T, typename Make, typename ToDouble>
+void CheckWmma(Harness& h, std::mt19937& rng, const char* kernel, int tm, int tn, int tk, double scale,
+               Make make, ToDouble to_double, bool exact) {
+  const int m = tm * 2, n = tn * 3, k = tk * 4;
+  std::vector<T> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k));
+  for (auto& v : a) v = make(rng);
+  for (auto& v : b) v = make(rng);
+  using C = std::conditional_t<std::is_same_v<T, signed char>, int, std::conditional_t<std::is_same_v<T, double>, double, float>>;
+  std::vector<C> c0(static_cast<size_t>(m * n));
+  std::uniform_int_distribution<int> d(-50, 50);
+  for (auto& v : c0) v = static_cast<C>(d(rng));
+  C* c = h.Alloc(c0);
+  ASSERT_TRUE(h.Launch(h.Kernel(kernel), {static_cast<unsigned>(n / tn), static_cast<unsigned>(m / tm)}, {32},
+                       Params().Add(h.Alloc(a)).Add(h.Alloc(b)).Add(c).Add(m).Add(n).Add(k)).ok())
+      << kernel;
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double want = static_cast<double>(c0[static_cast<size_t>(i * n + j)]);
+      for (int kk = 0; kk < k; ++kk) want += to_double(a[static_cast<size_t>(i * k + kk)]) * to_double(b[static_cast<size_t>(j * k + kk)]);
+      want *= scale;
+      const double got = static_cast<double>(c[static_cast<size_t>(i * n + j)]);
+      if (exact) {
+        ASSERT_EQ(got, want) << kernel << " " << i << "," << j;
+      } else {
+        ASSERT_TRUE(Near(got, want, 1e-5, 1e-4)) << kernel << " " << i << "," << j << ": " << got << " vs " << want;
+      }
+    }
+  }
+}
+
+TEST_F(isa, WmmaTiles) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  auto half = [](std::mt19937& r) {
+    return HalfBits(H(std::uniform_int_distribution<int>(-256, 256)(r) / 64.0));
+  };
+  auto half_value = [](uint16_t u) { return static_cast<double>(HalfOf(u)); };
+  CheckWmma<uint16_t>(h, rng, "wmma_f16P", 16, 16, 16, 0.5, half, half_value, false);
+  CheckWmma<uint16_t>(h, rng, "wmma_f16_32x8", 32, 8, 16, 2.0, half, half_value, false);
+  auto bf16 = [](std::mt19937& r) { return Bf16Bits(std::uniform_int_distribution<int>(-64, 64)(r) / 16.0f); };
+  CheckWmma<uint16_t>(h, rng, "wmma_bf16", 16, 16, 16, 1.0, bf16, [](uint16_t u) { return double{Bf16Value(u)}; }, false);
+  auto s8 = [](std::mt19937& r) { return static_cast<signed char>(std::uniform_int_distribution<int>(-128, 127)(r)); };
+  CheckWmma<signed char>(h, rng, "wmma_s8", 16, 16, 16, 3.0, s8, [](signed char v) { return double{v}; }, true);
+  auto f64 = [](std::mt19937& r) { return std::uniform_real_distribution<double>(-1, 1)(r); };
+  CheckWmma<double>(h, rng, "wmma_f64", 8, 8, 4, 1.0, f64, [](double v) { return v; }, false);
+}
+
+// tf32: A column-major, B row-major, C stored column-major from a zeroed
+// accumulator; inputs exact in tf32 (11 significant bits).
+TEST_F(isa, WmmaTf32ColumnMajor) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int m = 32, n = 48, k = 24;
+  std::uniform_int_distribution<int> d(-2047, 2047);
+  std::vector<float> a(m * k), b(k * n);
+  for (auto& v : a) v = static_cast<float>(d(rng)) / 1024.0f;
+  for (auto& v : b) v = static_cast<float>(d(rng)) / 1024.0f;
+  float* c = h.Alloc(RandReals<float>(rng, m * n, 5, 6));
+  ASSERT_TRUE(h.Launch(h.Kernel("wmma_tf32"), {n / 16, m / 16}, {32},
+                       Params().Add(h.Alloc(a)).Add(h.Alloc(b)).Add(c).Add(m).Add(n).Add(k)).ok());
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double want = 0;
+      for (int kk = 0; kk < k; ++kk) want += static_cast<double>(a[kk * m + i]) * b[kk * n + j];
+      ASSERT_TRUE(Near(c[j * m + i], want, 1e-6, 1e-6)) << i << "," << j << ": " << c[j * m + i] << " vs " << want;
+    }
   }
 }
 
