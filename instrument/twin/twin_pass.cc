@@ -1,6 +1,7 @@
 // The twin-kernel pass (twin_pass.h).
 #include "twin/twin_pass.h"
 
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -46,7 +47,45 @@ struct Site {
   bool generic = false;   // test isspacep.global first
   uint32_t bytes = 1;     // access width when size_reg is empty
   std::string size_reg;   // copies with a register size (u32)
+  // wmma.load/store: a matrix of `outer` lines of `inner` elements of
+  // `elem` bytes, `stride` elements apart (a register, or stride_imm); the
+  // access spans [addr, addr + ((outer - 1) * stride + inner) * elem).
+  struct Matrix {
+    uint32_t outer = 0, inner = 0, elem = 0;
+    std::string stride_reg;
+    uint64_t stride_imm = 0;
+  };
+  std::optional<Matrix> matrix;
 };
+
+// The footprint of a wmma.load/store (nullopt: not a form the pass knows;
+// the interpreter refuses the same forms).
+std::optional<Site::Matrix> WmmaFootprint(const Instruction& in, size_t stride_op) {
+  int m = 0, n = 0, k = 0;
+  for (const auto& mod : in.mods) {
+    if (mod.size() > 1 && mod[0] == 'm' && std::sscanf(mod.c_str(), "m%dn%dk%d", &m, &n, &k) == 3) break;
+  }
+  if (m <= 0 || n <= 0 || k <= 0) return std::nullopt;
+  int rows = m, cols = n;  // c/d
+  if (in.HasMod("a")) cols = k;
+  if (in.HasMod("b")) rows = k;
+  const int bits = ptx::TypeBits(in.info.type());
+  if (bits < 8) return std::nullopt;
+  Site::Matrix mx;
+  mx.elem = static_cast<uint32_t>(bits / 8);
+  const bool col = in.HasMod("col");
+  mx.outer = static_cast<uint32_t>(col ? cols : rows);
+  mx.inner = static_cast<uint32_t>(col ? rows : cols);
+  if (stride_op < in.operands.size()) {
+    const Operand& st = in.operands[stride_op];
+    if (st.kind == Operand::Kind::kImmInt && !st.minus) mx.stride_imm = st.bits;
+    else if (st.kind == Operand::Kind::kRegister && !st.neg) mx.stride_reg = st.name;
+    else return std::nullopt;
+  } else {
+    mx.stride_imm = mx.inner;  // the default leading dimension
+  }
+  return mx;
+}
 
 // Per-module facts the pass needs.
 struct ModuleFacts {
@@ -150,6 +189,22 @@ std::vector<Site> Classify(const Instruction& in, TwinMode mode, const ModuleFac
         }
         if (ClassifyAddress(in.operands[side], Space::kGlobal, mf, locals, &s.generic)) sites.push_back(s);
       }
+      break;
+    }
+    case ptx::Opcode::kWmma: {
+      // wmma.load {frag}, [p]{, stride} reads; wmma.store [p], {frag}{, stride} writes.
+      const bool load = in.HasMod("load"), store = in.HasMod("store");
+      if (!load && !store) break;
+      if (load && mode != TwinMode::kReadsAndWrites) break;
+      const size_t addr = load ? 1 : 0;
+      if (in.operands.size() <= addr) break;
+      Site s;
+      s.kind = load ? Kind::kLoad : Kind::kStore;
+      s.addr_op = addr;
+      s.is_write = store;
+      s.matrix = WmmaFootprint(in, 2);
+      if (!s.matrix) break;
+      if (ClassifyAddress(in.operands[addr], info.space, mf, locals, &s.generic)) sites.push_back(s);
       break;
     }
     default: break;
@@ -334,7 +389,19 @@ class FunctionTwinner {
       PHOS_RETURN_IF_ERROR(Add(out, "@!%phos_p0 bra " + done + ";"));
     }
     // %phos_rd1 = last byte of the access.
-    if (!s.size_reg.empty()) {
+    if (s.matrix) {
+      const Site::Matrix& mx = *s.matrix;
+      if (mx.stride_reg.empty()) {
+        PHOS_RETURN_IF_ERROR(Add(out, "mov.u64 %phos_rd1, " + std::to_string(mx.stride_imm) + ";"));
+      } else {
+        PHOS_RETURN_IF_ERROR(Add(out, "cvt.u64.u32 %phos_rd1, " + mx.stride_reg + ";"));
+      }
+      PHOS_RETURN_IF_ERROR(Add(out, "mul.lo.u64 %phos_rd1, %phos_rd1, " + std::to_string(mx.outer - 1) + ";"));
+      PHOS_RETURN_IF_ERROR(Add(out, "add.s64 %phos_rd1, %phos_rd1, " + std::to_string(mx.inner) + ";"));
+      PHOS_RETURN_IF_ERROR(Add(out, "mul.lo.u64 %phos_rd1, %phos_rd1, " + std::to_string(mx.elem) + ";"));
+      PHOS_RETURN_IF_ERROR(Add(out, "add.s64 %phos_rd1, %phos_rd0, %phos_rd1;"));
+      PHOS_RETURN_IF_ERROR(Add(out, "sub.s64 %phos_rd1, %phos_rd1, 1;"));
+    } else if (!s.size_reg.empty()) {
       PHOS_RETURN_IF_ERROR(Add(out, "cvt.u64.u32 %phos_rd1, " + s.size_reg + ";"));
       PHOS_RETURN_IF_ERROR(Add(out, "add.s64 %phos_rd1, %phos_rd0, %phos_rd1;"));
       PHOS_RETURN_IF_ERROR(Add(out, "sub.s64 %phos_rd1, %phos_rd1, 1;"));

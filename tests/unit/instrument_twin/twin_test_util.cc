@@ -78,8 +78,9 @@ int ExpectedChecks(const ptx::Module& in, TwinMode mode) {
         if (global_is_dst || mode == TwinMode::kReadsAndWrites) ++n;
         continue;
       }
-      bool write = op == ptx::Opcode::kSt || op == ptx::Opcode::kAtom || op == ptx::Opcode::kRed;
-      bool read = op == ptx::Opcode::kLd || op == ptx::Opcode::kLdu;
+      bool write = op == ptx::Opcode::kSt || op == ptx::Opcode::kAtom || op == ptx::Opcode::kRed ||
+                   (op == ptx::Opcode::kWmma && ins->HasMod("store"));
+      bool read = op == ptx::Opcode::kLd || op == ptx::Opcode::kLdu || (op == ptx::Opcode::kWmma && ins->HasMod("load"));
       if (!write && !(read && mode == TwinMode::kReadsAndWrites)) continue;
       if (ins->info.space == ptx::Space::kGlobal) {
         ++n;

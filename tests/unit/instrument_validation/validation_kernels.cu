@@ -49,3 +49,23 @@ __global__ void scatter_via_func_b(int* const* table, int tables, const int* src
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) scatter_one(table, tables, i, src[i] - 7);
 }
+
+// wmma tiles: C = C + A * B per 16x16 tile, one warp per tile (A row-major
+// m x k, B as n rows of k, C row-major with leading dimension n). Its
+// stores reach C only through wmma.store, its loads through wmma.load: the
+// twin must check each whole tile footprint (16 rows, `n` elements apart).
+#include <mma.h>
+__global__ void wmma_tile(const half* a, const half* b, float* c, int n, int k) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  float* tile = c + blockIdx.y * 16 * n + blockIdx.x * 16;
+  wmma::load_matrix_sync(fc, tile, n, wmma::mem_row_major);
+  for (int kk = 0; kk < k; kk += 16) {
+    wmma::load_matrix_sync(fa, a + blockIdx.y * 16 * k + kk, k);
+    wmma::load_matrix_sync(fb, b + blockIdx.x * 16 * k + kk, k);
+    wmma::mma_sync(fc, fa, fb, fc);
+  }
+  wmma::store_matrix_sync(tile, fc, n, wmma::mem_row_major);
+}

@@ -16,6 +16,7 @@
 // reference.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "validation_harness.h"
@@ -295,7 +296,7 @@ TEST(validation_own, AllKernelsWithFullRanges) {
   PHOS_SEEDED_RNG(rng);
   Kernels k;
   ASSERT_TRUE(k.Load("validation_kernels"));
-  ASSERT_EQ(k.Names().size(), 5u);
+  ASSERT_EQ(k.Names().size(), 6u);  // wmma_tile: validation_wmma
   Device dev;
   PointerTable pt(dev, rng);
   const int n = pt.n;
@@ -608,6 +609,59 @@ TEST(validation_functions, MissInDeviceFunctionCarriesLaunchingKernelId) {
     std::sort(want.begin(), want.end());
     EXPECT_EQ(by_a, want);
     EXPECT_EQ(by_b, want);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// 7. wmma: a tile store is checked over its whole footprint (16 rows of 16
+// floats, `n` apart), a tile load too in read+write mode.
+
+uint16_t HalfBits(double v) {
+  const _Float16 h = static_cast<_Float16>(v);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+
+TEST(validation_wmma, TileFootprintsAreChecked) {
+  PHOS_SEEDED_RNG(rng);
+  Kernels k;
+  ASSERT_TRUE(k.Load("validation_kernels"));
+  Device dev;
+  const int m = 32, n = 48, kk = 32;
+  std::uniform_int_distribution<int> d(-64, 64);
+  std::vector<uint16_t> a(m * kk), b(n * kk);
+  for (auto& v : a) v = HalfBits(d(rng) / 16.0);
+  for (auto& v : b) v = HalfBits(d(rng) / 16.0);
+  uint16_t* da = dev.Alloc(a);
+  uint16_t* db = dev.Alloc(b);
+  float* dc = dev.Alloc(RandReals<float>(rng, m * n, -10, 10));
+  const std::string kernel = k.Kernel("wmma_tile");
+  const Params p = Params().Add(da).Add(db).Add(dc).Add(n).Add(kk);
+  const interp::Dim3 grid{n / 16, m / 16}, block{32};
+  const twin::Range rc = dev.RangeOf(dc);
+  ExpectTwinsMatchOriginal(k, dev, kernel, grid, block, p, {dev.RangeOf(da), dev.RangeOf(db), rc});
+  // C speculated short of its last float: only the last tile's footprint
+  // reaches it — one miss per lane of that warp, at the tile's start.
+  const uint64_t last_tile = Addr(dc) + ((m - 16) * n + (n - 16)) * sizeof(float);
+  for (TwinMode mode : kModes) {
+    SCOPED_TRACE(ModeName(mode));
+    dev.Reset();
+    ReportBuffer report(dev, 256, k.Id(kernel), ModeFlags(mode));
+    const std::vector<Range> ranges = {dev.RangeOf(da), dev.RangeOf(db), {rc.begin, rc.end - sizeof(float)}};
+    Status st = k.RunTwin(dev, mode, kernel, grid, block, p, ranges, report);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(report.CanaryIntact());
+    twin::Report r;
+    ASSERT_TRUE(report.Decode(&r).ok());
+    size_t writes = 0, reads = 0;
+    for (const auto& rec : r.records) {
+      EXPECT_EQ(rec.address, last_tile);
+      (rec.is_write ? writes : reads) += 1;
+    }
+    EXPECT_EQ(writes, 32u);
+    EXPECT_EQ(reads, mode == TwinMode::kReadsAndWrites ? 32u : 0u);  // the accumulator's wmma.load.c
+    EXPECT_EQ(r.header.count, writes + reads);
   }
 }
 
