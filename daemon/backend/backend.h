@@ -248,6 +248,12 @@ class Context {
   /// Waits for all work on all streams of this context; returns the first
   /// sticky error, if any.
   virtual Status Synchronize() = 0;
+  // Text the context's kernels printed (device printf) that the app has
+  // not taken yet: how many bytes, and up to `max` of them (removed). The
+  // sim collects it (interp::DeviceOutput); on a GPU the driver prints
+  // printf in phosd's own process, so the cuda backend has none to give.
+  virtual std::size_t PendingDeviceOutput() const { return 0; }
+  virtual void TakeDeviceOutput(std::size_t max, std::string* out) { out->clear(); }
 
   /// The context's owner is gone (its app died or phosd is stopping) and
   /// nobody will read the results of its queued work: drop what has not

@@ -1,5 +1,6 @@
 // Device queries: kGetDeviceCount, kGetDeviceProperties,
-// kDeviceGetAttribute, kMemGetInfo (rows in interposer/protocol/calls.def).
+// kDeviceGetAttribute, kMemGetInfo, and the device's printf output
+// (kTakeDeviceOutput) (rows in interposer/protocol/calls.def).
 //
 // A session sees exactly one device, ordinal 0 = the GPU it is bound to
 // (st.device), like CUDA_VISIBLE_DEVICES=<that GPU>: its allocations,
@@ -86,6 +87,17 @@ void HandleDeviceGetAttribute(SessionState& st, const CallContext& call, const w
                                                     " is not one CUDA defines for this device");
   }
   out->Set(wire::ValueReply{v});
+}
+
+void HandleTakeDeviceOutput(SessionState& st, const CallContext& call, const wire::DeviceOutputRequest& req,
+                            Outcome* out) {
+  if (req.reply_chunk >= st.geometry.chunk_count) {
+    return out->Fail(WireStatus::kInvalidValue, "bad reply chunk " + std::to_string(req.reply_chunk));
+  }
+  std::string text;
+  st.ctx->TakeDeviceOutput(st.geometry.chunk_bytes, &text);
+  std::memcpy(wire::ChunkBytes(st.region_base, st.geometry, req.reply_chunk), text.data(), text.size());
+  out->Set(wire::ChunkReply{text.size()});
 }
 
 }  // namespace phos::session

@@ -323,6 +323,9 @@ void Session::Run() {
     // app, `phos ps` already shows the new buffer count.
     if (state_.buffers.TakeChanged()) Publish();
     if (wants) {
+      // Kernel printf text reaches the app at its synchronizing calls
+      // (docs/interposer.md "Device printf").
+      ring_->SetDeviceOutputPending(state_.ctx->PendingDeviceOutput() > 0);
       Status c = ring_->Complete(slot, seq, static_cast<int32_t>(out.status), out.reply());
       if (!c.ok()) spdlog::warn("session {}: cannot complete call: {}", id_, c.ToString());
     } else if (!out.ok()) {

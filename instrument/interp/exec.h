@@ -163,6 +163,15 @@ Flow ExecBra(Exec&, const Op&);         // ops_control.cc
 Flow ExecCall(Exec&, const Op&);
 Flow ExecCallIndirect(Exec&, const Op&);
 Flow ExecAssertFail(Exec&, const Op&);  // a call of __assertfail (ops_control.cc)
+Flow ExecVprintf(Exec&, const Op&);     // a call of vprintf (ops_printf.cc)
+// Calls of the external functions the interpreter implements itself
+// (ops_control.cc): argument `i` of call `op` as wide as the callee
+// declares it (at most 8 bytes; 0 for one it lacks); a NUL-terminated
+// string at a generic address (at most `max` bytes, "?" if unreadable);
+// the call's return value (its first return operand, `bytes` wide).
+uint64_t CallArg(Exec& x, const Op& op, uint32_t i);
+std::string DeviceString(Exec& x, uint64_t addr, size_t max = 256);
+void SetCallReturn(Exec& x, const Op& op, uint64_t value, size_t bytes);
 Flow ExecRet(Exec&, const Op&);
 Flow ExecExit(Exec&, const Op&);
 Flow ExecTrap(Exec&, const Op&);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "interp/device_output.h"
 #include "interp/memory.h"
 #include "interp/program.h"
 
@@ -49,6 +50,8 @@ struct LaunchOptions {
   // grid.sync() then traps, as on a GPU for a non-cooperative launch).
   bool cooperative = false;
   uint64_t grid_workspace = 0;
+  // Where the kernel's printf (vprintf) text goes; null: it is discarded.
+  DeviceOutput* device_output = nullptr;
 };
 
 // Runs `kernel` (mangled .entry name) over `grid` x `block` threads.

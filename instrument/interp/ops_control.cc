@@ -92,9 +92,6 @@ Flow ExecCallIndirect(Exec& x, const Op& op) {
   return CallFunction(x, op, static_cast<uint32_t>(target));
 }
 
-namespace {
-// The value of call argument `i` of `op`, as wide as the callee declares
-// it (at most 8 bytes); 0 for an argument the declaration lacks.
 uint64_t CallArg(Exec& x, const Op& op, uint32_t i) {
   const Function& callee = x.b->prog->function(static_cast<int>(op.target));
   if (i >= callee.params.size()) return 0;
@@ -104,11 +101,9 @@ uint64_t CallArg(Exec& x, const Op& op, uint32_t i) {
   return v;
 }
 
-// A NUL-terminated string at generic address `addr` (at most 256 bytes;
-// "?" where it cannot be read).
-std::string DeviceString(Exec& x, uint64_t addr) {
+std::string DeviceString(Exec& x, uint64_t addr, size_t max) {
   std::string s;
-  for (size_t i = 0; i < 256; ++i) {
+  for (size_t i = 0; i < max; ++i) {
     const uint8_t* c = Resolve(x, ptx::Space::kNone, addr + i, 1, false);
     if (c == nullptr) {
       x.error.clear();  // an unreadable string is not the kernel's failure
@@ -119,7 +114,17 @@ std::string DeviceString(Exec& x, uint64_t addr) {
   }
   return s;
 }
-}  // namespace
+
+void SetCallReturn(Exec& x, const Op& op, uint64_t value, size_t bytes) {
+  if (op.shape[0] == 0) return;
+  Thread& t = *x.t;
+  const Operand& r = x.fn->operands[op.first];
+  if (r.kind == Operand::kImm) {
+    std::memcpy(t.params.data() + t.frames.back().param_base + r.imm, &value, std::min<size_t>(bytes, 8));
+  } else if (r.kind == Operand::kReg) {
+    x.r[r.reg] = value;
+  }
+}
 
 // __assertfail(message, file, line, function, charSize): what a failed
 // assert() calls. The kernel fails with cudaErrorAssert (710, sticky, as on

@@ -568,17 +568,20 @@ class ProgramBuilder {
       return;
     }
     if (!fns_[it->second]->has_body) {
-      // CUDA's device-side assert: the kernel fails with cudaErrorAssert
-      // (ExecAssertFail) — the one external function the interpreter runs.
+      // The external functions the interpreter implements itself: CUDA's
+      // device-side assert (the kernel fails with cudaErrorAssert) and
+      // printf.
       if (callee->name == "__assertfail") {
         op->fn = &ExecAssertFail;
+      } else if (callee->name == "vprintf") {
+        op->fn = &ExecVprintf;  // device printf
       } else {
         *why = "call to external function " + callee->name + " (no body in this module)";
         return;
       }
     }
     op->target = static_cast<uint32_t>(it->second);
-    if (op->fn != &ExecAssertFail &&
+    if (op->fn != &ExecAssertFail && op->fn != &ExecVprintf &&
         std::find(f->callees.begin(), f->callees.end(), op->target) == f->callees.end()) {
       f->callees.push_back(op->target);
     }

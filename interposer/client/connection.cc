@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,7 @@ struct Connection::State {
   ring::WaitPolicy wait;
   bool trace_errors = false;  // $PHOS_TRACE_ERRORS: print phosd's message of every failed call
   std::mutex segment_mu;      // pairs a host segment's channel record with its call
+  std::mutex output_mu;       // one thread at a time prints the device's printf text
 };
 
 Connection& Connection::Get() {
@@ -125,7 +127,31 @@ WireStatus Connection::Call(wire::ApiId api, uint32_t stream, std::span<const st
     std::fprintf(stderr, "phos: %s failed (%d): %.*s\n", interposer::ApiName(api), reply->status,
                  static_cast<int>(reply->bytes), reinterpret_cast<const char*>(reply->data.data()));
   }
-  return static_cast<WireStatus>(reply->status);
+  const auto status = static_cast<WireStatus>(reply->status);
+  if (api != wire::op::kTakeDeviceOutput && state_->client->device_output_pending()) PrintDeviceOutput();
+  return status;
+}
+
+void Connection::PrintDeviceOutput() {
+  std::lock_guard<std::mutex> lock(state_->output_mu);
+  uint32_t chunk = 0;
+  if (AcquireChunk(&chunk) != WireStatus::kSuccess) return;
+  for (;;) {
+    const wire::DeviceOutputRequest req{chunk, 0};
+    ring::Reply r;
+    if (Call(wire::op::kTakeDeviceOutput, 0, std::as_bytes(std::span(&req, 1)), &r) != WireStatus::kSuccess ||
+        r.bytes < sizeof(wire::ChunkReply)) {
+      break;
+    }
+    wire::ChunkReply got{};
+    std::memcpy(&got, r.data.data(), sizeof got);
+    const size_t n = std::min<uint64_t>(got.bytes, chunk_bytes());
+    // The app's own stdout stream, as the driver prints device printf: in
+    // order with what the app printed before the synchronizing call.
+    if (n > 0) std::fwrite(ChunkBytes(chunk), 1, n, stdout);
+    if (n < chunk_bytes()) break;
+  }
+  ReleaseChunk(chunk);
 }
 
 WireStatus Connection::Post(wire::ApiId api, uint32_t stream, std::span<const std::byte> payload) {

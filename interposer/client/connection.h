@@ -71,6 +71,10 @@ class Connection {
  private:
   Connection();
   WireStatus Lost(const Status& why);
+  /// Takes the kernels' printf text phosd holds (RegionHeader::
+  /// device_output said so after a synchronous call) and writes it to
+  /// stdout (docs/interposer.md "Device printf").
+  void PrintDeviceOutput();
   struct State;
   State* state_;
   std::string data_socket_;

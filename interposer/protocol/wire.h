@@ -132,6 +132,7 @@ namespace call_ids {
 using enum interposer::ApiId;
 inline constexpr ApiId k_phosHostCopyStats = static_cast<ApiId>(0x10000);
 inline constexpr ApiId k_phosBlasProbe = static_cast<ApiId>(0x10001);
+inline constexpr ApiId k_phosTakeDeviceOutput = static_cast<ApiId>(0x10002);
 }  // namespace call_ids
 
 /// The canonical ApiId of each op, one constant per row of calls.def
@@ -575,6 +576,15 @@ struct HostCopyStatsReply {
   uint64_t segment_bytes;
 };
 static_assert(sizeof(HostCopyStatsReply) == 48);
+
+/// kTakeDeviceOutput: the session's pending device printf text, up to a
+/// chunk of it, written into the reply chunk the app holds (ChunkReply
+/// says how many bytes; fewer than a chunk: nothing is left).
+struct DeviceOutputRequest {
+  uint32_t reply_chunk;
+  uint32_t reserved;
+};
+static_assert(sizeof(DeviceOutputRequest) == 8);
 
 // ---------------------------------------------------------------- function attributes
 

@@ -43,6 +43,10 @@ RingClient::RingClient(void* base, const RingGeometry& g, RingOptions options)
 
 bool RingClient::closed() const { return header_->closed.load(std::memory_order_acquire) != 0; }
 
+bool RingClient::device_output_pending() const {
+  return header_->device_output.load(std::memory_order_acquire) != 0;
+}
+
 void RingClient::Close() {
   header_->closed.store(1, std::memory_order_release);
   NotifyAll(header_, slots_, geometry_.slot_count);
@@ -247,6 +251,12 @@ RingServer::RingServer(void* base, const RingGeometry& g, RingOptions options)
 }
 
 bool RingServer::closed() const { return header_->closed.load(std::memory_order_acquire) != 0; }
+
+void RingServer::SetDeviceOutputPending(bool pending) {
+  // Only stores when it changes: the word shares a line with `closed`.
+  const uint32_t v = pending ? 1 : 0;
+  if (header_->device_output.load(std::memory_order_relaxed) != v) header_->device_output.store(v, std::memory_order_release);
+}
 
 void RingServer::Close() {
   header_->closed.store(2, std::memory_order_release);

@@ -91,6 +91,8 @@ class RingClient {
   /// sides.
   void Close();
   bool closed() const;
+  /// RegionHeader::device_output: phosd holds kernel printf text.
+  bool device_output_pending() const;
 
   const RingGeometry& geometry() const { return geometry_; }
 
@@ -151,6 +153,9 @@ class RingServer {
 
   void Close();
   bool closed() const;
+  /// Publishes whether the session has device output waiting
+  /// (RegionHeader::device_output). Consumer thread, before Complete().
+  void SetDeviceOutputPending(bool pending);
   const RingGeometry& geometry() const { return geometry_; }
   /// The consumer position as published in the region (between two calls
   /// it equals the private one): what a whole-process image records.

@@ -46,7 +46,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
 
 inline constexpr uint64_t kRegionMagic = 0x474e4952534f4850ull;  // "PHOSRING" little-endian
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;  // 2: RegionHeader::device_output
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kPage = 4096;
 /// Frames in the ring are multiples of this (so a wrap gap always fits a
@@ -96,7 +96,14 @@ struct alignas(kCacheLine) RegionHeader {
   // after setting it the closer notifies every EventWord so all sleepers
   // re-check. Nobody ever clears it.
   alignas(kCacheLine) std::atomic<uint32_t> closed;
-  uint8_t pad1[kCacheLine - 4];
+  // Non-zero while phosd holds device output (kernel printf text) of the
+  // session. phosd stores it (release) before completing each synchronous
+  // call; the app loads it (acquire) after one and, if set, takes the text
+  // with kTakeDeviceOutput and writes it to its stdout, where a GPU's
+  // driver prints its printf FIFO at synchronization. The app cannot hurt
+  // phosd through it: a forged 1 costs it one call.
+  std::atomic<uint32_t> device_output;
+  uint8_t pad1[kCacheLine - 8];
 
   // ---- line 3: producer tail (app threads; CAS, acq_rel) ----
   // Byte position (monotonic 64-bit, never wraps in practice) up to which

@@ -23,6 +23,13 @@ def check(name, got, want, rtol=1e-5, atol=1e-6):
 
 
 @cuda.jit
+def shout(x):
+    i = cuda.grid(1)
+    if i < 3:
+        print("numba_kernels device print", i, x[i])
+
+
+@cuda.jit
 def axpy(a, x, y, out):
     i = cuda.grid(1)
     if i < out.size:
@@ -134,6 +141,11 @@ def main():
     t = cuda.device_array((53, 37), dtype=np.float32)
     transpose[((53 + 15) // 16, (37 + 15) // 16), (16, 16)](cuda.to_device(a), t)
     check("2D grid, 2D shared tile (transpose)", t.copy_to_host(), a.T, rtol=0, atol=0)
+
+    # print() in a kernel is device printf (vprintf): its lines reach this
+    # process's stdout at the synchronization (run_under_phos.py --expect).
+    shout[1, 4](cuda.to_device(np.array([0.5, 1.5, 2.5, 3.5])))
+    cuda.synchronize()
 
     print(f"numba_kernels: OK ({len(checked)} checks on {cuda.get_current_device().name.decode() if isinstance(cuda.get_current_device().name, bytes) else cuda.get_current_device().name})")
     return 0

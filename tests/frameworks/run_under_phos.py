@@ -17,7 +17,8 @@ def main():
     ap.add_argument("--phos", required=True, help="the phos CLI")
     ap.add_argument("--lib", required=True, help="libphos.so")
     ap.add_argument("--python", required=True, help="the venv's python")
-    ap.add_argument("--expect", required=True, help="text the script must print")
+    ap.add_argument("--expect", required=True, action="append",
+                    help="text the script must print (repeat: each one)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("script", nargs=argparse.REMAINDER)
     a = ap.parse_args()
@@ -34,10 +35,11 @@ def main():
             print(out + f"\nrun_under_phos: timed out after {a.timeout:.0f} s\n--- phosd log ---\n" + d.log())
             return 1
         print(r.stdout, end="")
-        ok = r.returncode == 0 and a.expect in r.stdout
+        missing = [e for e in a.expect if e not in r.stdout]
+        ok = r.returncode == 0 and not missing
         if not ok:
-            print(f"run_under_phos: exit status {r.returncode}; expected output "
-                  f"{'found' if a.expect in r.stdout else 'missing'}: {a.expect!r}\n--- phosd log ---\n" + d.log())
+            print(f"run_under_phos: exit status {r.returncode}; expected output missing: {missing!r}"
+                  "\n--- phosd log ---\n" + d.log())
         return 0 if ok else 1
 
 

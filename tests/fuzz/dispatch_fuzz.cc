@@ -18,7 +18,7 @@
 // Input, read front to back (little-endian): records until the input runs
 // out (at most 16), each:
 //   u8 selector   < 2*rows: row (selector % rows) of wire::kCalls; < 250: a
-//                 u32 id follows; else an id just past the table (0x10002,
+//                 u32 id follows; else an id just past the table (0x10003,
 //                 kApiCount, ...)
 //   u8 flags      bit 0 call (wants a reply), bit 1 staged, bits 2-3 stream
 //                 id 0..3 (bit 4: a u32 stream id follows instead), bit 5 the
@@ -377,8 +377,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         row = wire::FindCallRow(static_cast<wire::ApiId>(api));
       } else {
         // Ids no row has: the first phos-private id after the last used one
-        // (0x10000 stats, 0x10001 the cuBLAS probe), past the generated ones, ...
-        const uint32_t past[] = {0x10002, static_cast<uint32_t>(interposer::kApiCount), 0, 0xffffffffu,
+        // (0x10000 stats, 0x10001 the cuBLAS probe, 0x10002 device output), past the generated ones, ...
+        const uint32_t past[] = {0x10003, static_cast<uint32_t>(interposer::kApiCount), 0, 0xffffffffu,
                                  0x0fffffffu, 0x10000 - 1};
         api = past[(sel - 250) % std::size(past)];
       }

@@ -8,6 +8,13 @@
 //   error_paths assert      a kernel with assert(): runs while the asserts
 //                           hold; a failing one ends in cudaErrorAssert,
 //                           sticky. Prints "error_paths: assert OK".
+//   error_paths printf      a kernel prints (device printf) what it gets
+//                           from functions called through a __device__
+//                           table of function pointers: the lines appear
+//                           between the host's "host: before" and "host:
+//                           after" (printed at cudaDeviceSynchronize, as the
+//                           driver prints its printf buffer). Prints
+//                           "error_paths: printf OK".
 //   error_paths owner N F   allocates N MiB, fills them with a pattern,
 //                           prints "owner: ptr 0x... ready", then waits until
 //                           the file F exists, checks its data is intact,
@@ -109,6 +116,27 @@ static int Assert() {
   return 0;
 }
 
+// Device printf, and calls through a table of function pointers that the
+// module's initializer fills (a vtable's shape).
+__device__ int add_one(int v) { return v + 1; }
+__device__ int times_ten(int v) { return v * 10; }
+__device__ int (*ops_table[2])(int) = {add_one, times_ten};
+
+__global__ void greet(int base) {
+  const int i = threadIdx.x;
+  printf("kernel %d: %d %s %.2f\n", i, ops_table[i & 1](base + i), (i & 1) ? "odd" : "even", i * 0.25);
+}
+
+static int Printf() {
+  std::printf("host: before\n");
+  greet<<<1, 4>>>(100);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::printf("host: after\n");
+  std::printf("error_paths: printf OK\n");
+  return 0;
+}
+
 static int Owner(size_t mib, const char* go_file) {
   const size_t n = mib * (1u << 20) / sizeof(unsigned);
   unsigned* d = nullptr;
@@ -158,9 +186,10 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "errors";
   if (mode == "errors") return Errors();
   if (mode == "assert") return Assert();
+  if (mode == "printf") return Printf();
   if (mode == "owner" && argc > 3) return Owner(std::strtoull(argv[2], nullptr, 10), argv[3]);
   if (mode == "intruder" && argc > 2) return Intruder(argv[2]);
   if (mode == "hold" && argc > 2) return Hold(std::strtoull(argv[2], nullptr, 10));
-  std::printf("usage: error_paths errors | assert | owner MIB GOFILE | intruder PTR | hold MIB\n");
+  std::printf("usage: error_paths errors | assert | printf | owner MIB GOFILE | intruder PTR | hold MIB\n");
   return 2;
 }

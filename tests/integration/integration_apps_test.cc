@@ -304,6 +304,27 @@ TEST_F(IntegrationTest, DeviceAssertRunsAndFailsAsCuda) {
   EXPECT_EQ(v.Wait(std::chrono::seconds(60)), 0) << v.output;
 }
 
+// Device printf reaches the app's stdout at the synchronizing call, in order
+// with what the app printed itself; the kernel calls through a table of
+// function pointers its module's initializer filled.
+TEST_F(IntegrationTest, DevicePrintfReachesTheAppsStdout) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", ErrorPaths(), "printf"});
+  ASSERT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output << d.log();
+  const size_t before = c.output.find("host: before\n"), after = c.output.find("host: after\n");
+  ASSERT_NE(before, std::string::npos) << c.output;
+  ASSERT_NE(after, std::string::npos) << c.output;
+  for (const char* line : {"kernel 0: 101 even 0.00\n", "kernel 1: 1010 odd 0.25\n", "kernel 2: 103 even 0.50\n",
+                           "kernel 3: 1030 odd 0.75\n"}) {
+    const size_t at = c.output.find(line);
+    ASSERT_NE(at, std::string::npos) << line << " missing from:\n" << c.output;
+    EXPECT_GT(at, before) << c.output;
+    EXPECT_LT(at, after) << c.output;
+  }
+  EXPECT_NE(c.output.find("error_paths: printf OK"), std::string::npos) << c.output;
+}
+
 TEST_F(IntegrationTest, ErrorPathsGiveCudaErrors) {
   Daemon d(dir_);
   ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();

@@ -645,11 +645,13 @@ Status SimContext::Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsign
   const std::uint64_t owner = id_;
   std::shared_ptr<std::atomic<bool>> cancel = abandoned_;
   Status queued = EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes, params, owner,
-                                         cancel, aliases = host_aliases_, cooperative, workspace]() -> Status {
+                                         cancel, aliases = host_aliases_, cooperative, workspace,
+                                         output = device_output_]() -> Status {
     SimKernelMemory memory(shared->memory.get(), owner, aliases.get());
     interp::LaunchOptions options;
     options.cancel = cancel.get();
     options.cooperative = cooperative;
+    options.device_output = output.get();
     if (workspace != 0) {
       std::memset(reinterpret_cast<void*>(workspace), 0, 8);  // the sim's device memory is phosd's
       options.grid_workspace = workspace;

@@ -18,6 +18,7 @@
 #include "backend/sim/sim_module.h"
 #include "backend/sim/sim_shared.h"
 #include "backend/sim/sim_stream.h"
+#include "interp/device_output.h"
 
 namespace phos::backend::sim {
 
@@ -60,6 +61,8 @@ class SimContext final : public Context {
   Status ElapsedTime(EventHandle start, EventHandle end, float* ms) override;
 
   Status Synchronize() override;
+  std::size_t PendingDeviceOutput() const override { return device_output_->pending(); }
+  void TakeDeviceOutput(std::size_t max, std::string* out) override { device_output_->Take(max, out); }
   /// Sets the flag every stream and queued kernel of this context reads:
   /// queued ops are skipped, running kernels stop between blocks. Returns
   /// at once (lock-free); Synchronize() then returns soon.
@@ -121,6 +124,10 @@ class SimContext final : public Context {
   // Set once by Abandon(); read by every stream and queued kernel launch
   // (they share it, so it outlives the context if one of them does).
   const std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  // What this context's kernels print (device printf), until the session
+  // takes it. Shared with queued launches, which may outlive a call.
+  // Thread-safe itself (interp/device_output.h).
+  const std::shared_ptr<interp::DeviceOutput> device_output_ = std::make_shared<interp::DeviceOutput>();
   // Mapped host memory; its own lock. Shared with queued launches.
   const std::shared_ptr<SimHostAliases> host_aliases_ = std::make_shared<SimHostAliases>();
 

@@ -57,9 +57,10 @@ class Harness {
     return p;
   }
   Status Launch(const std::string& kernel, Dim3 grid, Dim3 block, const Params& p, unsigned dyn = 0,
-                unsigned workers = 4) {
+                unsigned workers = 4, DeviceOutput* output = nullptr) {
     LaunchOptions o;
     o.workers = workers;
+    o.device_output = output;
     o.stats = &stats;
     o.max_instructions_per_thread = 100'000'000;
     return LaunchKernel(*prog_, kernel, grid, block, dyn, p.data(), p.size(), &mem_, o);

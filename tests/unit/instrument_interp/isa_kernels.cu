@@ -170,3 +170,13 @@ __global__ void wmma_tf32(const float* a, const float* b, float* c, int m, int n
   }
   wmma::store_matrix_sync(c + tile_m * 16 + tile_n * 16 * m, fc, m, wmma::mem_col_major);
 }
+
+// Device printf: integers of every width, floats, characters, strings,
+// pointers, flags, widths and precisions (also given with '*').
+__global__ void print_values(const int* in, const double* d, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long long big = (long long)in[i] * 1000003LL;
+  printf("t%d: %5d|%-4x|%08.3f|%lld|%c|%s|%+.2e|%u|%*d|%.*f|100%%\n", i, in[i], (unsigned)in[i] & 0xfff, d[i], big,
+         'a' + (i % 26), (i & 1) ? "odd" : "even", d[i] * 1e10, (unsigned)i, 6, -i, 2, d[i]);
+}

@@ -328,5 +328,50 @@ TEST_F(isa, WmmaTf32ColumnMajor) {
   }
 }
 
+// printf from a kernel: the launch's DeviceOutput holds each thread's line,
+// formatted as the host's printf formats the same values.
+TEST_F(isa, DevicePrintfFormatsEveryConversion) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 40;
+  auto in = RandInts<int>(rng, n, -100000, 100000);
+  auto d = RandReals<double>(rng, n, -500, 500);
+  DeviceOutput out;
+  ASSERT_TRUE(h.Launch(h.Kernel("print_values"), {2}, {32}, Params().Add(h.Alloc(in)).Add(h.Alloc(d)).Add(n), 0, 4,
+                       &out).ok());
+  std::string text;
+  out.Take(SIZE_MAX, &text);
+  std::multiset<std::string> got, want;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t nl = text.find('\n', pos);
+    ASSERT_NE(nl, std::string::npos) << text;
+    got.insert(text.substr(pos, nl + 1 - pos));
+    pos = nl + 1;
+  }
+  for (int i = 0; i < n; ++i) {
+    char line[512];
+    std::snprintf(line, sizeof line, "t%d: %5d|%-4x|%08.3f|%lld|%c|%s|%+.2e|%u|%*d|%.*f|100%%\n", i, in[i],
+                  static_cast<unsigned>(in[i]) & 0xfff, d[i], static_cast<long long>(in[i]) * 1000003LL,
+                  'a' + (i % 26), (i & 1) ? "odd" : "even", d[i] * 1e10, static_cast<unsigned>(i), 6, -i, 2, d[i]);
+    want.insert(line);
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(out.pending(), 0u);
+  EXPECT_EQ(out.dropped(), 0u);
+}
+
+// A FIFO too small for every line keeps whole lines only and counts the rest.
+TEST_F(isa, DevicePrintfFifoDropsWholeRecords) {
+  const int n = 40;
+  DeviceOutput out(200);
+  ASSERT_TRUE(h.Launch(h.Kernel("print_values"), {2}, {32},
+                       Params().Add(h.Alloc(RandInts<int>(rng, n, 1, 9))).Add(h.Alloc(RandReals<double>(rng, n, 1, 2))).Add(n),
+                       0, 4, &out).ok());
+  std::string text;
+  out.Take(SIZE_MAX, &text);
+  EXPECT_LE(text.size(), 200u);
+  EXPECT_GT(out.dropped(), 0u);
+  EXPECT_EQ(static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n')) + out.dropped(), static_cast<uint64_t>(n));
+}
+
 }  // namespace
 }  // namespace phos::interp::test

@@ -145,6 +145,7 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kBlasLtMatmul, ApiId::k_cublasLtMatmul},
       {op::kBlasProbe, static_cast<ApiId>(0x10001)},
       {op::kHostCopyStats, static_cast<ApiId>(0x10000)},
+      {op::kTakeDeviceOutput, static_cast<ApiId>(0x10002)},
   };
   for (const auto& [got, want] : expected) {
     EXPECT_EQ(static_cast<uint32_t>(got), static_cast<uint32_t>(want));
@@ -158,7 +159,7 @@ TEST(CallTableTest, EveryRowIsDispatchedToItsHandler) {
     EXPECT_EQ(DispatchedRow(r.id), &r) << r.op;
     EXPECT_EQ(wire::FindCallRow(r.id), &r) << r.op;
   }
-  EXPECT_EQ(DispatchedRow(static_cast<ApiId>(0x10002)), nullptr);
+  EXPECT_EQ(DispatchedRow(static_cast<ApiId>(0x10003)), nullptr);
 }
 
 TEST(CallTableTest, StagingIsRefusedForRowsThatDoNotAllowIt) {
@@ -180,7 +181,7 @@ TEST(CallTableTest, StagingIsRefusedForRowsThatDoNotAllowIt) {
 TEST(CallTableTest, UnknownIdsAnswerNotSupported) {
   std::set<uint32_t> rows;
   for (const CallRow& r : wire::kCalls) rows.insert(static_cast<uint32_t>(r.id));
-  std::vector<uint32_t> unknown = {0x10002, 0x7fffffff, 0xffffffff, static_cast<uint32_t>(interposer::kApiCount)};
+  std::vector<uint32_t> unknown = {0x10003, 0x7fffffff, 0xffffffff, static_cast<uint32_t>(interposer::kApiCount)};
   for (uint32_t id = 0; id < interposer::kApiCount && unknown.size() < 40; id += 37) {
     if (!rows.count(id)) unknown.push_back(id);
   }
