@@ -83,7 +83,8 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     t.lane = i % 32;
     t.warp = i / 32;
     PushFrame(t, p, static_cast<uint32_t>(kernel));
-    std::memcpy(t.params.data(), params, std::min<size_t>(params_size, kf.param_size));
+    const size_t n = std::min<size_t>(params_size, kf.param_size);
+    if (n > 0) std::memcpy(t.params.data(), params, n);  // a kernel without parameters has no buffer
   }
   Status result;
   std::string error;

@@ -21,6 +21,8 @@ using ptx::Type;
 
 namespace {
 
+constexpr size_t kOperandPadding = 64;  // more than any handler's fixed operand count
+
 uint64_t AlignUp(uint64_t v, uint64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
 
 // Bytes of one declared variable (vector and array dims included); arrays
@@ -347,6 +349,11 @@ class ProgramBuilder {
         f->op_text.push_back(in->FullOpcode());
       }
     }
+    // Handlers read a fixed number of operands per opcode; PTX with fewer
+    // (which ptxas would reject, but a module is untrusted input) must not
+    // make them read past the vector: they read these kNone operands (0;
+    // writes dropped) or the next op's, never freed memory.
+    f->operands.resize(f->operands.size() + kOperandPadding);
     f->num_regs = nregs;
     f->param_size = static_cast<uint32_t>(AlignUp(psize, 8));
     f->local_size = static_cast<uint32_t>(AlignUp(lsize, 16));
