@@ -27,7 +27,8 @@ struct Frame {
 };
 
 struct Thread {
-  enum State : uint8_t { kRunnable, kBarrier, kCollective, kExited };
+  // kYield: waits at an mbarrier (ops_mbarrier.cc) until one changes.
+  enum State : uint8_t { kRunnable, kBarrier, kCollective, kYield, kExited };
   std::vector<uint64_t> regs;
   std::vector<uint8_t> params;
   std::vector<uint8_t> local;
@@ -36,6 +37,8 @@ struct Thread {
   uint32_t linear = 0, lane = 0, warp = 0;
   State state = kRunnable;
   bool carry = false;        // CC.CF of add.cc / sub.cc
+  bool wait_timed_out = false;  // resumed from kYield with nothing changed
+  uint64_t wait_epoch = 0;      // Block::mbar_epoch when it yielded
   uint64_t icount = 0;       // instructions executed (also %clock)
 };
 
@@ -47,6 +50,7 @@ struct Block {
   uint32_t dyn_smem = 0;
   uint32_t ctaid[3] = {}, ntid[3] = {}, nctaid[3] = {};
   uint32_t nthreads = 0, nwarps = 0, smid = 0;
+  uint64_t mbar_epoch = 0;  // bumped by every change of an mbarrier of the block
   std::vector<Thread> threads;
 };
 
@@ -101,6 +105,14 @@ struct WmmaShape {
     return s;
   }
 };
+// mbarrier (ops_mbarrier.cc): the operation in Op::sub, flags in
+// Op::target.
+constexpr uint8_t kMbarInit = 1, kMbarInval = 2, kMbarArrive = 3, kMbarArriveDrop = 4, kMbarExpectTx = 5,
+                  kMbarCompleteTx = 6, kMbarTestWait = 7, kMbarTryWait = 8, kMbarPendingCount = 9;
+constexpr uint32_t kMbarFlagExpectTx = 1;  // arrive.expect_tx: the count operand is a transaction count
+constexpr uint32_t kMbarFlagParity = 2;    // test_wait/try_wait.parity
+constexpr uint32_t kMbarFlagNoInc = 4;     // cp.async.mbarrier.arrive.noinc
+constexpr uint32_t kBulkToShared = 8;  // cp.async.bulk from global into shared (else shared -> global)
 // Op::sub bits of cvt.
 constexpr uint8_t kCvtRelu = 1;       // .relu
 constexpr uint8_t kCvtSatFinite = 2;  // .satfinite: +-inf becomes +-max finite
@@ -153,6 +165,9 @@ Flow ExecCvta(Exec&, const Op&);
 Flow ExecIsspacep(Exec&, const Op&);
 Flow ExecNop(Exec&, const Op&);
 Flow ExecCpAsync(Exec&, const Op&);
+Flow ExecMbarrier(Exec&, const Op&);             // ops_mbarrier.cc
+Flow ExecCpAsyncMbarrierArrive(Exec&, const Op&);
+Flow ExecCpAsyncBulk(Exec&, const Op&);
 Flow ExecWmmaLoad(Exec&, const Op&);    // ops_matrix.cc
 Flow ExecWmmaStore(Exec&, const Op&);
 // ops_matrix.cc: wmma.mma for the lanes of `group` (the whole warp), each

@@ -1,9 +1,12 @@
 // Block scheduler. Threads of a block are logical threads stepped one at a
 // time on the worker's host thread: each runs until it exits or waits
-// (bar.sync, warp collective). When no thread can run, waiting warp
-// collectives whose member lanes have all arrived complete; failing that, a
-// barrier at which every live thread waits releases; failing that, the
-// block is deadlocked and the launch fails (a GPU would hang).
+// (bar.sync, warp collective, an incomplete mbarrier wait). When no thread
+// can run, waiting warp collectives whose member lanes have all arrived
+// complete; failing that, mbarrier waiters whose mbarrier changed resume;
+// failing that, a barrier at which every live thread waits releases;
+// failing that, mbarrier waits time out (answer false) for up to two
+// rounds; failing that, the block is deadlocked and the launch fails (a GPU
+// would hang).
 #include "interp/executor.h"
 
 #include <algorithm>
@@ -75,6 +78,8 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     t.frames.clear();
     t.state = Thread::kRunnable;
     t.carry = false;
+    t.wait_timed_out = false;
+    t.wait_epoch = 0;
     t.icount = 0;
     t.tid[0] = i % b.ntid[0];
     t.tid[1] = (i / b.ntid[0]) % b.ntid[1];
@@ -88,6 +93,7 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
   }
   Status result;
   std::string error;
+  int stalls = 0;  // rounds in which only timed-out mbarrier waits moved
   for (;;) {
     for (Thread& t : b.threads) {
       if (t.state != Thread::kRunnable) continue;
@@ -130,11 +136,27 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
       }
     }
     if (!result.ok()) break;
-    if (progress) continue;
-    uint32_t at_barrier = 0, exited = 0;
+    if (progress) {
+      stalls = 0;
+      continue;
+    }
+    // Threads waiting at an mbarrier that changed since they yielded.
+    bool woken = false;
+    for (Thread& t : b.threads) {
+      if (t.state == Thread::kYield && t.wait_epoch != b.mbar_epoch) {
+        t.state = Thread::kRunnable;
+        woken = true;
+      }
+    }
+    if (woken) {
+      stalls = 0;
+      continue;
+    }
+    uint32_t at_barrier = 0, exited = 0, yielded = 0;
     for (const Thread& t : b.threads) {
       at_barrier += t.state == Thread::kBarrier;
       exited += t.state == Thread::kExited;
+      yielded += t.state == Thread::kYield;
     }
     if (exited == b.nthreads) break;
     if (at_barrier + exited == b.nthreads) {
@@ -144,10 +166,30 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
           ++t.frames.back().pc;
         }
       }
+      stalls = 0;
+      continue;
+    }
+    // Nothing else can move: let the mbarrier waits answer false once
+    // (ops_mbarrier.cc); twice in a row without any change is a deadlock.
+    if (yielded > 0 && stalls < 2) {
+      ++stalls;
+      for (Thread& t : b.threads) {
+        if (t.state == Thread::kYield) {
+          t.state = Thread::kRunnable;
+          t.wait_timed_out = true;
+        }
+      }
       continue;
     }
     // Nobody can move: report the first thread stuck at a collective.
     for (const Thread& t : b.threads) {
+      if (t.state == Thread::kYield) {
+        const Frame& f = t.frames.back();
+        result = Status::FailedPrecondition("ptx interp: deadlock: " + ThreadName(b, t) + " waits at " +
+                                            p.Where(static_cast<int>(f.func), f.pc) +
+                                            " for an mbarrier phase that no thread of the block completes");
+        break;
+      }
       if (t.state == Thread::kCollective) {
         const Frame& f = t.frames.back();
         result = Status::FailedPrecondition(

@@ -612,9 +612,31 @@ class ProgramBuilder {
       return nullptr;
     }
     if (in.HasMod("commit_group") || in.HasMod("wait_group") || in.HasMod("wait_all")) return &ExecNop;
-    if (in.HasMod("bulk") || in.HasMod("mbarrier") || in.HasMod("tensor") || in.HasMod("reduce")) {
-      *why = "cp.async.bulk/.mbarrier/.tensor (mbarrier is not supported)";
+    if (in.HasMod("tensor") || in.HasMod("reduce") || in.HasMod("multicast::cluster")) {
+      *why = "cp.async.bulk.tensor/.reduce/.multicast (tensor maps and clusters are not supported)";
       return nullptr;
+    }
+    if (in.HasMod("mbarrier") && in.HasMod("arrive")) {  // cp.async.mbarrier.arrive{.noinc}
+      op->target = in.HasMod("noinc") ? kMbarFlagNoInc : 0;
+      return &ExecCpAsyncMbarrierArrive;
+    }
+    if (in.HasMod("bulk")) {
+      if (in.HasMod("prefetch")) return &ExecNop;
+      // The first space named is the destination's.
+      size_t global_at = in.mods.size(), shared_at = in.mods.size();
+      for (size_t i = 0; i < in.mods.size(); ++i) {
+        if (in.mods[i] == "global" && global_at == in.mods.size()) global_at = i;
+        if (in.mods[i].rfind("shared", 0) == 0 && shared_at == in.mods.size()) shared_at = i;
+      }
+      const bool to_shared = shared_at < global_at;
+      if (global_at == in.mods.size() || shared_at == in.mods.size() ||
+          (to_shared && !in.HasMod("mbarrier::complete_tx::bytes")) || (!to_shared && !in.HasMod("bulk_group"))) {
+        *why = "cp.async.bulk form (supported: global to shared with mbarrier::complete_tx::bytes, shared to "
+               "global with bulk_group)";
+        return nullptr;
+      }
+      op->target = to_shared ? kBulkToShared : 0;
+      return &ExecCpAsyncBulk;
     }
     if (!in.HasMod("shared") && !in.HasMod("shared::cta")) {
       *why = "cp.async to a space other than shared";
@@ -634,6 +656,29 @@ class ProgramBuilder {
       op->sub = s != nullptr && s->pred ? kCpAsyncIgnoreSrc : kCpAsyncSrcSize;
     }
     return &ExecCpAsync;
+  }
+
+  // mbarrier.* (ops_mbarrier.cc).
+  ExecFn BindMbarrier(const ptx::Instruction& in, Op* op, std::string* why) {
+    static const struct { const char* mod; uint8_t sub; } kOps[] = {
+        {"init", kMbarInit}, {"inval", kMbarInval}, {"arrive_drop", kMbarArriveDrop}, {"arrive", kMbarArrive},
+        {"complete_tx", kMbarCompleteTx}, {"test_wait", kMbarTestWait}, {"try_wait", kMbarTryWait},
+        {"pending_count", kMbarPendingCount}, {"expect_tx", kMbarExpectTx}};
+    for (const auto& o : kOps) {
+      if (in.HasMod(o.mod)) {
+        op->sub = o.sub;
+        break;
+      }
+    }
+    if (op->sub == 0) {
+      *why = "unsupported mbarrier operation";
+      return nullptr;
+    }
+    if ((op->sub == kMbarArrive || op->sub == kMbarArriveDrop) && in.HasMod("expect_tx")) {
+      op->target |= kMbarFlagExpectTx;
+    }
+    if (in.HasMod("parity")) op->target |= kMbarFlagParity;
+    return &ExecMbarrier;
   }
 
   // wmma.load / wmma.store / wmma.mma (ops_matrix.cc).
@@ -744,6 +789,7 @@ class ProgramBuilder {
         return &ExecNop;
       case Opcode::kCp: return BindCp(in, op, why);
       case Opcode::kWmma: return BindWmma(in, op, why);
+      case Opcode::kMbarrier: return BindMbarrier(in, op, why);
       case Opcode::kAtom: case Opcode::kRed:
         return &ExecAtom;
       case Opcode::kBra:

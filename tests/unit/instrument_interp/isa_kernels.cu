@@ -2,7 +2,9 @@
 // collectives under independent thread scheduling, packed half arithmetic,
 // dp4a, cp.async, wmma, indirect calls. Compiled to PTX for sm_90 at build
 // time and checked against CPU references by isa_test.cc.
+#pragma nv_diag_suppress static_var_with_dynamic_init
 #include <cooperative_groups.h>
+#include <cuda/barrier>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
@@ -179,4 +181,34 @@ __global__ void print_values(const int* in, const double* d, int n) {
   long long big = (long long)in[i] * 1000003LL;
   printf("t%d: %5d|%-4x|%08.3f|%lld|%c|%s|%+.2e|%u|%*d|%.*f|100%%\n", i, in[i], (unsigned)in[i] & 0xfff, d[i], big,
          'a' + (i % 26), (i & 1) ? "odd" : "even", d[i] * 1e10, (unsigned)i, 6, -i, 2, d[i]);
+}
+
+// cuda::barrier (mbarrier init/arrive/try_wait) used three rounds in a row:
+// every thread writes, waits, reads its neighbour's value, waits again.
+__global__ void barrier_rotate(const int* in, int* out, int n) {
+  __shared__ int tile[128];
+  __shared__ cuda::barrier<cuda::thread_scope_block> bar;
+  if (threadIdx.x == 0) init(&bar, blockDim.x);
+  __syncthreads();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int round = 0; round < 3; ++round) {
+    tile[threadIdx.x] = (i < n ? in[i] : 0) + round;
+    bar.arrive_and_wait();
+    int v = tile[(threadIdx.x + 1 + round) % blockDim.x];
+    bar.arrive_and_wait();
+    if (i < n) out[i * 3 + round] = v;
+  }
+}
+
+// cuda::memcpy_async of a whole tile with a barrier: on sm_90 a bulk copy
+// (cp.async.bulk ... mbarrier::complete_tx::bytes) and mbarrier.expect_tx.
+__global__ void bulk_copy_tile(const float* in, float* out) {
+  __shared__ alignas(16) float tile[256];
+  __shared__ cuda::barrier<cuda::thread_scope_block> bar;
+  auto block = cooperative_groups::this_thread_block();
+  if (block.thread_rank() == 0) init(&bar, block.size());
+  block.sync();
+  cuda::memcpy_async(block, tile, in + blockIdx.x * 256, cuda::aligned_size_t<16>(sizeof(float) * 256), bar);
+  bar.arrive_and_wait();
+  out[blockIdx.x * 256 + threadIdx.x] = tile[255 - threadIdx.x] * 3.0f;
 }

@@ -373,5 +373,64 @@ TEST_F(isa, DevicePrintfFifoDropsWholeRecords) {
   EXPECT_EQ(static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n')) + out.dropped(), static_cast<uint64_t>(n));
 }
 
+// mbarrier through cuda::barrier: arrive_and_wait is mbarrier.arrive then a
+// try_wait loop with back-off; threads that find the phase open yield.
+TEST_F(isa, CudaBarrierRounds) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int bs = 128, n = bs * 3 - 50;  // the last block is partial
+  auto in = RandInts<int>(rng, n, -100000, 100000);
+  int* out = h.Alloc(RandInts<int>(rng, n * 3, 1, 9));
+  ASSERT_TRUE(h.Launch(h.Kernel("barrier_rotate"), {3}, {bs}, Params().Add(h.Alloc(in)).Add(out).Add(n)).ok());
+  for (int i = 0; i < n; ++i) {
+    const int blk = i / bs, t = i % bs;
+    for (int round = 0; round < 3; ++round) {
+      const int j = blk * bs + (t + 1 + round) % bs;
+      ASSERT_EQ(out[i * 3 + round], (j < n ? in[j] : 0) + round) << i << " round " << round;
+    }
+  }
+}
+
+// cuda::memcpy_async into shared memory with a barrier: a bulk copy whose
+// complete_tx runs before the expect_tx, as libcu++ issues them.
+TEST_F(isa, BulkCopyCompletesTransactions) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int blocks = 3;
+  auto in = RandReals<float>(rng, blocks * 256, -50, 50);
+  float* out = h.Alloc(RandReals<float>(rng, blocks * 256, 1, 2));
+  ASSERT_TRUE(h.Launch(h.Kernel("bulk_copy_tile"), {blocks}, {256}, Params().Add(h.Alloc(in)).Add(out)).ok());
+  for (int b = 0; b < blocks; ++b) {
+    for (int t = 0; t < 256; ++t) ASSERT_EQ(out[b * 256 + t], in[b * 256 + 255 - t] * 3.0f) << b << "," << t;
+  }
+}
+
+// A wait for a phase nobody completes is a deadlock the launch reports (a
+// GPU would hang), after the waits were allowed to time out.
+TEST(isa_errors, MbarrierWaitNobodyCompletesIsADeadlock) {
+  Harness h;
+  ASSERT_TRUE(h.LoadText(R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry stuck()
+{
+  .shared .align 8 .b64 bar;
+  .reg .pred %p<2>;
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<3>;
+  mov.u32 %r1, bar;
+  mov.u32 %r2, 64;
+  mbarrier.init.shared.b64 [%r1], %r2;
+  mbarrier.arrive.shared.b64 %rd1, [%r1];
+$Lwait:
+  mbarrier.try_wait.shared.b64 %p1, [%r1], %rd1;
+  @!%p1 bra $Lwait;
+  ret;
+}
+)"));
+  Status st = h.Launch("stuck", {1}, {32}, Params());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("mbarrier phase"), std::string::npos) << st.ToString();
+}
+
 }  // namespace
 }  // namespace phos::interp::test
