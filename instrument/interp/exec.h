@@ -18,6 +18,8 @@
 
 namespace phos::interp {
 
+constexpr uint32_t kNumBarriers = 16;  // CTA barriers 0..15 (bar.sync a)
+
 struct Frame {
   uint32_t func = 0;
   uint32_t pc = 0;
@@ -39,6 +41,7 @@ struct Thread {
   bool carry = false;        // CC.CF of add.cc / sub.cc
   bool wait_timed_out = false;  // resumed from kYield with nothing changed
   uint64_t wait_epoch = 0;      // Block::mbar_epoch when it yielded
+  uint8_t bar_id = 0;           // kBarrier: the barrier it waits at
   uint64_t icount = 0;       // instructions executed (also %clock)
 };
 
@@ -51,6 +54,8 @@ struct Block {
   uint32_t ctaid[3] = {}, ntid[3] = {}, nctaid[3] = {};
   uint32_t nthreads = 0, nwarps = 0, smid = 0;
   uint64_t mbar_epoch = 0;  // bumped by every change of an mbarrier of the block
+  // bar.arrive arrivals at each barrier in its current generation.
+  uint32_t bar_arrived[kNumBarriers] = {};
   std::vector<Thread> threads;
 };
 
@@ -105,6 +110,11 @@ struct WmmaShape {
     return s;
   }
 };
+// CTA barriers (ops_barrier.cc): Op::sub of bar/barrier (1 is
+// bar.warp.sync, a warp collective), flags in Op::target.
+constexpr uint8_t kBarSync = 0, kBarWarpSync = 1, kBarArrive = 2, kBarRed = 3;
+constexpr uint32_t kBarHasCount = 1;  // a thread-count operand b
+constexpr uint32_t kBarRedPopc = 2, kBarRedAnd = 4, kBarRedOr = 8;
 // mbarrier (ops_mbarrier.cc): the operation in Op::sub, flags in
 // Op::target.
 constexpr uint8_t kMbarInit = 1, kMbarInval = 2, kMbarArrive = 3, kMbarArriveDrop = 4, kMbarExpectTx = 5,
@@ -199,6 +209,14 @@ Flow ExecCollective(Exec&, const Op&);  // ops_warp.cc: bar/shfl/vote/... wait
 // member mask has not arrived), kNext when done (pcs advanced), kError.
 Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t exited, std::string* error);
 bool IsBarrierOp(const Op& op);
+Flow ExecBarrier(Exec&, const Op&);    // ops_barrier.cc: bar.sync / bar.red wait
+Flow ExecBarArrive(Exec&, const Op&);  // bar.arrive
+// ops_barrier.cc: releases every barrier of the block whose arrivals are
+// complete (computing bar.red results); whether one was. False with
+// *error set on a malformed barrier.
+bool ReleaseBarriers(Block& b, bool* released, std::string* error);
+// A thread stuck at a barrier, for the deadlock message.
+std::string BarrierWaitText(const Block& b, const Thread& t);
 // ops_warp.cc: the waiting lanes (bit mask) that meet lane `first` at its
 // collective: the same kind of instruction with the same member mask
 // (activemask: the same site).

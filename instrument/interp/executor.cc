@@ -70,6 +70,7 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
   const Program& p = *b.prog;
   const Function& kf = p.function(kernel);
   b.threads.resize(b.nthreads);
+  std::fill(std::begin(b.bar_arrived), std::end(b.bar_arrived), 0u);
   for (uint32_t i = 0; i < b.nthreads; ++i) {
     Thread& t = b.threads[i];
     t.regs.clear();
@@ -152,20 +153,19 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
       stalls = 0;
       continue;
     }
-    uint32_t at_barrier = 0, exited = 0, yielded = 0;
+    uint32_t exited = 0, yielded = 0;
     for (const Thread& t : b.threads) {
-      at_barrier += t.state == Thread::kBarrier;
       exited += t.state == Thread::kExited;
       yielded += t.state == Thread::kYield;
     }
     if (exited == b.nthreads) break;
-    if (at_barrier + exited == b.nthreads) {
-      for (Thread& t : b.threads) {
-        if (t.state == Thread::kBarrier) {
-          t.state = Thread::kRunnable;
-          ++t.frames.back().pc;
-        }
-      }
+    bool released = false;
+    if (!ReleaseBarriers(b, &released, &error)) {
+      result = Status::FailedPrecondition("ptx interp: block (" + std::to_string(b.ctaid[0]) + "," +
+                                          std::to_string(b.ctaid[1]) + "," + std::to_string(b.ctaid[2]) + "): " + error);
+      break;
+    }
+    if (released) {
       stalls = 0;
       continue;
     }
@@ -188,6 +188,13 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
         result = Status::FailedPrecondition("ptx interp: deadlock: " + ThreadName(b, t) + " waits at " +
                                             p.Where(static_cast<int>(f.func), f.pc) +
                                             " for an mbarrier phase that no thread of the block completes");
+        break;
+      }
+      if (t.state == Thread::kBarrier) {
+        const Frame& f = t.frames.back();
+        result = Status::FailedPrecondition("ptx interp: deadlock: " + ThreadName(b, t) + " waits at " +
+                                            p.Where(static_cast<int>(f.func), f.pc) + " on " +
+                                            BarrierWaitText(b, t) + " for threads that never arrive");
         break;
       }
       if (t.state == Thread::kCollective) {

@@ -30,7 +30,7 @@ using ptx::Type;
 using ptx::VoteMode;
 
 bool IsBarrierOp(const Op& op) {
-  return (op.opcode == Opcode::kBar || op.opcode == Opcode::kBarrier) && op.sub == 0;
+  return (op.opcode == Opcode::kBar || op.opcode == Opcode::kBarrier) && (op.sub == kBarSync || op.sub == kBarRed);
 }
 
 Flow ExecCollective(Exec& x, const Op& op) {
@@ -47,6 +47,7 @@ int MaskOperand(const Op& op) {
     case Opcode::kShfl: return nd + 3;
     case Opcode::kVote: case Opcode::kRedux: return 2;
     case Opcode::kMatch: return nd + 1;
+    case Opcode::kElect: return nd;
     case Opcode::kBar: case Opcode::kBarrier: return 0;
     default: return -1;
   }
@@ -266,6 +267,12 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
     }
     case Opcode::kActivemask:
       each([&](int l) { Set(ctx[l], *ops[l], 0, group); });
+      break;
+    case Opcode::kElect:  // elect.sync d|p, membermask: the lowest lane leads
+      each([&](int l) {
+        Set(ctx[l], *ops[l], 0, static_cast<uint64_t>(lead));
+        if (nd == 2) Set(ctx[l], *ops[l], 1, l == lead ? 1 : 0);
+      });
       break;
     case Opcode::kBar: case Opcode::kBarrier:  // bar.warp.sync
       break;

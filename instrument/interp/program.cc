@@ -658,6 +658,38 @@ class ProgramBuilder {
     return &ExecCpAsync;
   }
 
+  // CTA barriers (ops_barrier.cc): bar/barrier .sync, .arrive and .red
+  // (popc, and, or), with or without a thread count.
+  ExecFn BindBarrier(const ptx::Instruction& in, Op* op, std::string* why) {
+    const size_t n = in.operands.size();
+    if (in.HasMod("red")) {
+      op->sub = kBarRed;
+      op->target = in.HasMod("popc") ? kBarRedPopc : in.HasMod("and") ? kBarRedAnd : in.HasMod("or") ? kBarRedOr : 0;
+      if (op->target == 0 || (n != 3 && n != 4)) {
+        *why = "bar.red form (popc.u32, and.pred or or.pred; d, a{, b}, {!}c)";
+        return nullptr;
+      }
+      if (n == 4) op->target |= kBarHasCount;
+      return &ExecBarrier;
+    }
+    if (in.HasMod("arrive")) {
+      op->sub = kBarArrive;
+      if (n != 2) {
+        *why = "bar.arrive needs a barrier and a thread count";
+        return nullptr;
+      }
+      op->target = kBarHasCount;
+      return &ExecBarArrive;
+    }
+    if (n != 1 && n != 2) {
+      *why = "bar.sync form (a{, b})";
+      return nullptr;
+    }
+    op->sub = kBarSync;
+    op->target = n == 2 ? kBarHasCount : 0;
+    return &ExecBarrier;
+  }
+
   // mbarrier.* (ops_mbarrier.cc).
   ExecFn BindMbarrier(const ptx::Instruction& in, Op* op, std::string* why) {
     static const struct { const char* mod; uint8_t sub; } kOps[] = {
@@ -807,15 +839,11 @@ class ProgramBuilder {
           op->sub = 1;
           return &ExecCollective;
         }
-        if (in.HasMod("arrive") || in.HasMod("red") || in.operands.size() > 1) {
-          *why = "only bar.sync/barrier.sync with a barrier number are supported";
-          return nullptr;
-        }
-        return &ExecCollective;
+        return BindBarrier(in, op, why);
       case Opcode::kMatch:
         op->sub = in.HasMod("all") ? 2 : 1;
         return &ExecCollective;
-      case Opcode::kShfl: case Opcode::kVote: case Opcode::kActivemask: case Opcode::kRedux:
+      case Opcode::kShfl: case Opcode::kVote: case Opcode::kActivemask: case Opcode::kRedux: case Opcode::kElect:
         return &ExecCollective;
       default:
         break;

@@ -212,3 +212,46 @@ __global__ void bulk_copy_tile(const float* in, float* out) {
   bar.arrive_and_wait();
   out[blockIdx.x * 256 + threadIdx.x] = tile[255 - threadIdx.x] * 3.0f;
 }
+
+// __syncthreads_count/_and/_or (bar.red.popc/and/or) over a partial block.
+__global__ void block_votes(const int* in, int* count, int* all, int* any, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  int v = i < n ? in[i] : 0;
+  int c = __syncthreads_count(v > 0);
+  int a = __syncthreads_and(v > -50);
+  int o = __syncthreads_or(v > 90);
+  if (threadIdx.x == 0) {
+    count[blockIdx.x] = c;
+    all[blockIdx.x] = a;
+    any[blockIdx.x] = o;
+  }
+}
+
+// Named barriers with thread counts: warps 0-1 produce and bar.arrive,
+// warps 2-3 bar.sync on the same barrier, then read what was produced.
+__global__ void producer_consumer(const int* in, int* out) {
+  __shared__ int buf[64];
+  int t = threadIdx.x;
+  if (t < 64) {
+    buf[t] = in[blockIdx.x * 64 + t] * 2;
+    asm volatile("bar.arrive 1, 128;" ::: "memory");
+  } else {
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    out[blockIdx.x * 64 + t - 64] = buf[63 - (t - 64)] + 1;
+  }
+}
+
+// elect.sync over the lanes that take a branch: one leader per warp
+// counts them.
+__global__ void elect_leaders(const int* in, int* counts, int* leaders, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && (in[i] & 1)) {
+    unsigned mask = __activemask();
+    unsigned leader;
+    int is_leader;
+    asm volatile("{ .reg .pred p; elect.sync %0|p, %2; selp.s32 %1, 1, 0, p; }"
+                 : "=r"(leader), "=r"(is_leader) : "r"(mask));
+    if (is_leader) atomicAdd(&counts[i / 32], __popc(mask));
+    leaders[i] = (int)leader;
+  }
+}

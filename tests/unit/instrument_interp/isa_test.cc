@@ -432,5 +432,67 @@ $Lwait:
   EXPECT_NE(st.message().find("mbarrier phase"), std::string::npos) << st.ToString();
 }
 
+// bar.red: __syncthreads_count/_and/_or, the last block partial.
+TEST_F(isa, BlockVotes) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int bs = 128, blocks = 4, n = bs * blocks - 37;
+  auto in = RandInts<int>(rng, n, -60, 100);
+  int* count = h.Alloc(std::vector<int>(blocks, -1));
+  int* all = h.Alloc(std::vector<int>(blocks, -1));
+  int* any = h.Alloc(std::vector<int>(blocks, -1));
+  ASSERT_TRUE(h.Launch(h.Kernel("block_votes"), {blocks}, {bs},
+                       Params().Add(h.Alloc(in)).Add(count).Add(all).Add(any).Add(n)).ok());
+  for (int b = 0; b < blocks; ++b) {
+    int c = 0;
+    bool a = true, o = false;
+    for (int t = 0; t < bs; ++t) {
+      const int i = b * bs + t, v = i < n ? in[i] : 0;
+      c += v > 0;
+      a = a && v > -50;
+      o = o || v > 90;
+    }
+    EXPECT_EQ(count[b], c) << b;
+    EXPECT_EQ(all[b] != 0, a) << b;
+    EXPECT_EQ(any[b] != 0, o) << b;
+  }
+}
+
+// Named barrier 1 with 128 threads: 64 producers bar.arrive, 64 consumers
+// bar.sync, then read every producer's value.
+TEST_F(isa, NamedBarrierProducersConsumers) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int blocks = 3;
+  auto in = RandInts<int>(rng, blocks * 64, -100000, 100000);
+  int* out = h.Alloc(RandInts<int>(rng, blocks * 64, 1, 9));
+  ASSERT_TRUE(h.Launch(h.Kernel("producer_consumer"), {blocks}, {128}, Params().Add(h.Alloc(in)).Add(out)).ok());
+  for (int b = 0; b < blocks; ++b) {
+    for (int t = 0; t < 64; ++t) ASSERT_EQ(out[b * 64 + t], in[b * 64 + 63 - t] * 2 + 1) << b << "," << t;
+  }
+}
+
+// elect.sync: the lowest lane of the member mask leads; its count of the
+// mask's lanes is added once per warp.
+TEST_F(isa, ElectSyncPicksTheLowestLane) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 300;
+  auto in = RandInts<int>(rng, n, 0, 1000);
+  int* counts = h.Alloc(std::vector<int>((n + 31) / 32, 0));
+  int* leaders = h.Alloc(std::vector<int>(n, -1));
+  ASSERT_TRUE(h.Launch(h.Kernel("elect_leaders"), {3}, {128},
+                       Params().Add(h.Alloc(in)).Add(counts).Add(leaders).Add(n)).ok());
+  for (int w = 0; w * 32 < n; ++w) {
+    int lowest = -1, odd = 0;
+    for (int i = w * 32; i < std::min(n, w * 32 + 32); ++i) {
+      if (!(in[i] & 1)) continue;
+      if (lowest < 0) lowest = i % 32;
+      ++odd;
+    }
+    EXPECT_EQ(counts[w], odd) << w;
+    for (int i = w * 32; i < std::min(n, w * 32 + 32); ++i) {
+      EXPECT_EQ(leaders[i], (in[i] & 1) ? lowest : -1) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace phos::interp::test
