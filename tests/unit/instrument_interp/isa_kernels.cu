@@ -249,8 +249,13 @@ __global__ void elect_leaders(const int* in, int* counts, int* leaders, int n) {
     unsigned mask = __activemask();
     unsigned leader;
     int is_leader;
+#if __CUDA_ARCH__ >= 900
     asm volatile("{ .reg .pred p; elect.sync %0|p, %2; selp.s32 %1, 1, 0, p; }"
                  : "=r"(leader), "=r"(is_leader) : "r"(mask));
+#else  // the twin corpus builds this file for sm_80 too
+    leader = __ffs(mask) - 1;
+    is_leader = (threadIdx.x % 32) == leader;
+#endif
     if (is_leader) atomicAdd(&counts[i / 32], __popc(mask));
     leaders[i] = (int)leader;
   }
