@@ -16,8 +16,10 @@ cd "$(dirname "$0")/.."
 
 JOBS=${PHOS_JOBS:-$(nproc)}
 FUZZ_SECONDS=${PHOS_FUZZ_SECONDS:-15}
-# The sanitizer and fuzz builds need line numbers in their reports, not full
-# debug info: -g1 compiles and links them faster (CI stays under 30 min).
+# The builds of this script need line numbers in their reports (sanitizers,
+# crashes), not full debug info: -g1 compiles and links them faster (CI
+# stays under 30 min). scripts/demo.sh and a developer's own build keep
+# the default RelWithDebInfo.
 SAN_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
   "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
 step() { printf '\n==== phos test: %s ====\n' "$*"; }
@@ -27,7 +29,7 @@ step "dependencies"
 bash scripts/setup.sh
 
 step "build (RelWithDebInfo) in build/"
-cmake -S . -B build -G Ninja -DPHOS_SANITIZER=none >/dev/null
+cmake -S . -B build -G Ninja -DPHOS_SANITIZER=none "${SAN_FLAGS[@]}" >/dev/null
 cmake --build build -j"$JOBS"
 
 step "unit tests"

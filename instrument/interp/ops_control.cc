@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "interp/device_output.h"
 #include "interp/exec.h"
 
 namespace phos::interp {
@@ -135,6 +136,17 @@ Flow ExecAssertFail(Exec& x, const Op& op) {
   const uint64_t line = op.shape[1] > 2 ? (CallArg(x, op, 2) & 0xffffffffu) : 0;
   const std::string function = op.shape[1] > 3 ? DeviceString(x, CallArg(x, op, 3)) : "?";
   x.api_error = 710;  // cudaErrorAssert / CUDA_ERROR_ASSERT
+  // What the device prints through its printf FIFO (the app sees it at
+  // the synchronization that reports the error), in CUDA's format.
+  if (x.b->opts->device_output != nullptr) {
+    const Block& b = *x.b;
+    const Thread& t = *x.t;
+    char where[160];
+    std::snprintf(where, sizeof where, ": block: [%u,%u,%u], thread: [%u,%u,%u]", b.ctaid[0], b.ctaid[1], b.ctaid[2],
+                  t.tid[0], t.tid[1], t.tid[2]);
+    x.b->opts->device_output->Append(file + ":" + std::to_string(line) + ": " + function + where + " Assertion `" +
+                                     message + "` failed.\n");
+  }
   return Fail(x, "device-side assert triggered: " + file + ":" + std::to_string(line) + ": " + function +
                      ": Assertion `" + message + "` failed.");
 }

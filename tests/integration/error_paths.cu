@@ -112,6 +112,7 @@ static int Assert() {
   doubled_checked<<<(n + 255) / 256, 256>>>(in, out, n);
   EXPECT_ERR(cudaDeviceSynchronize(), cudaErrorAssert);
   EXPECT_ERR(cudaMalloc(&in, 16), cudaErrorAssert);  // sticky
+  EXPECT(std::strcmp(cudaGetErrorString(cudaErrorAssert), "device-side assert triggered") == 0);
   std::printf("error_paths: assert OK\n");
   return 0;
 }

@@ -300,6 +300,10 @@ TEST_F(IntegrationTest, DeviceAssertRunsAndFailsAsCuda) {
   EXPECT_NE(c.output.find("error_paths: assert OK"), std::string::npos) << c.output;
   // The reason names the assertion the device would print.
   EXPECT_NE(c.output.find("Assertion `in[i] >= 0` failed"), std::string::npos) << c.output;
+  // And the device printed it as CUDA does (its printf FIFO, at the
+  // synchronization): element 617 is block 2, thread 105.
+  EXPECT_NE(c.output.find(": block: [2,0,0], thread: [105,0,0] Assertion `in[i] >= 0` failed.\n"), std::string::npos)
+      << c.output;
   Child v = RunUnderPhos(d.socket(), std::string(PHOS_APPS_DIR) + "/vector_add");
   EXPECT_EQ(v.Wait(std::chrono::seconds(60)), 0) << v.output;
 }
