@@ -6,22 +6,6 @@ namespace phos::interp {
 
 using ptx::Type;
 
-int TypeBytes(Type t) {
-  switch (t) {
-    case Type::kPred: case Type::kB8: case Type::kU8: case Type::kS8:
-    case Type::kE4M3: case Type::kE5M2: return 1;
-    case Type::kB16: case Type::kU16: case Type::kS16: case Type::kF16: case Type::kBF16:
-    case Type::kE4M3x2: case Type::kE5M2x2: return 2;
-    case Type::kB32: case Type::kU32: case Type::kS32: case Type::kF32: case Type::kF16x2:
-    case Type::kBF16x2: case Type::kTF32: return 4;
-    case Type::kB64: case Type::kU64: case Type::kS64: case Type::kF64: return 8;
-    case Type::kB128: return 16;
-    default: return 0;
-  }
-}
-
-bool IsSignedInt(Type t) { return t == Type::kS8 || t == Type::kS16 || t == Type::kS32 || t == Type::kS64; }
-bool IsFloat(Type t) { return t == Type::kF16 || t == Type::kBF16 || t == Type::kF32 || t == Type::kF64; }
 
 uint16_t DoubleToHalf(double d, Round r) {
   const uint16_t sign = std::signbit(d) ? 0x8000 : 0;

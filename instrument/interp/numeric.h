@@ -42,9 +42,30 @@ inline int64_t SExt(uint64_t v, int bits) {
 }
 
 // Size in bytes of a scalar PTX type as stored in memory (pred: 1).
-int TypeBytes(ptx::Type t);
-bool IsSignedInt(ptx::Type t);
-bool IsFloat(ptx::Type t);  // f16, bf16, f32, f64 (scalar)
+// Inline: every executed op asks.
+inline int TypeBytes(ptx::Type t) {
+  using ptx::Type;
+  switch (t) {
+    case Type::kPred: case Type::kB8: case Type::kU8: case Type::kS8:
+    case Type::kE4M3: case Type::kE5M2: return 1;
+    case Type::kB16: case Type::kU16: case Type::kS16: case Type::kF16: case Type::kBF16:
+    case Type::kE4M3x2: case Type::kE5M2x2: return 2;
+    case Type::kB32: case Type::kU32: case Type::kS32: case Type::kF32: case Type::kF16x2:
+    case Type::kBF16x2: case Type::kTF32: return 4;
+    case Type::kB64: case Type::kU64: case Type::kS64: case Type::kF64: return 8;
+    case Type::kB128: return 16;
+    default: return 0;
+  }
+}
+inline bool IsSignedInt(ptx::Type t) {
+  using ptx::Type;
+  return t == Type::kS8 || t == Type::kS16 || t == Type::kS32 || t == Type::kS64;
+}
+// f16, bf16, f32, f64 (scalar)
+inline bool IsFloat(ptx::Type t) {
+  using ptx::Type;
+  return t == Type::kF16 || t == Type::kBF16 || t == Type::kF32 || t == Type::kF64;
+}
 
 // binary16 <-> float. ToHalf rounds as asked (nearest = ties to even),
 // handles subnormals, overflow (to inf or max finite per mode) and NaN.

@@ -104,10 +104,17 @@ Type TypeFromName(std::string_view name) {
     if (e.name == name) return e.t;
   return Type::kNone;
 }
+// Indexed by the enum: the interpreter asks for every executed op.
+constexpr size_t kTypeCount = static_cast<size_t>(Type::kOther) + 1;
+constexpr std::array<int16_t, kTypeCount> kTypeBits = [] {
+  std::array<int16_t, kTypeCount> a{};
+  for (const auto& e : kTypes) a[static_cast<size_t>(e.t)] = static_cast<int16_t>(e.bits);
+  return a;
+}();
+
 int TypeBits(Type t) {
-  for (const auto& e : kTypes)
-    if (e.t == t) return e.bits;
-  return 0;
+  const auto i = static_cast<size_t>(t);
+  return i < kTypeCount ? kTypeBits[i] : 0;
 }
 
 std::string_view SpaceName(Space s) {
