@@ -183,6 +183,11 @@ Flow ExecWmmaStore(Exec&, const Op&);
 // ops_matrix.cc: wmma.mma for the lanes of `group` (the whole warp), each
 // with its Exec and op (ResolveCollective calls it).
 Flow WmmaMma(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error);
+// ops_matrix.cc: mma.sync and ldmatrix, whole-warp collectives with the
+// ISA's fragment layouts.
+Flow MmaSync(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error);
+Flow Ldmatrix(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error);
+constexpr uint32_t kLdmatrixTrans = 1;  // Op::target of ldmatrix
 Flow ExecAtom(Exec&, const Op&);        // ops_atomic.cc
 Flow ExecBra(Exec&, const Op&);         // ops_control.cc
 Flow ExecCall(Exec&, const Op&);

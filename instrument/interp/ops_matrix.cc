@@ -217,3 +217,156 @@ Flow WmmaMma(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error
 }
 
 }  // namespace phos::interp
+
+// ---------------------------------------------------------------- mma.sync
+//
+// Unlike wmma, mma.sync and ldmatrix have fragment layouts the PTX ISA
+// specifies (each lane holds given elements; hand-written PTX and libraries
+// such as CUTLASS rely on them): the functions below give, for lane `lane`
+// and the i-th element of its fragment (registers in order, elements of a
+// register from the low bits), the element's row and column, following the
+// ISA's figures for each shape and type ("Matrix fragments for mma.m16n8k16"
+// and its neighbours). g = lane / 4 (the group), t = lane % 4.
+
+namespace phos::interp {
+
+namespace {
+
+struct RowCol {
+  int row, col;
+};
+
+bool IsInt8(Type t) { return t == Type::kS8 || t == Type::kU8; }
+
+RowCol MmaA(const WmmaShape& s, Type t, int lane, int i) {
+  const int g = lane >> 2, q = lane & 3;
+  if (s.m == 8) return {g, q};                                             // m8n8k4 .f64
+  if (t == Type::kTF32) {
+    if (s.k == 4) return {g + 8 * i, q};                                   // m16n8k4
+    return {g + 8 * (i & 1), q + 4 * (i >> 1)};                            // m16n8k8
+  }
+  if (IsInt8(t)) {
+    if (s.k == 16) return {g + 8 * (i >> 2), q * 4 + (i & 3)};             // m16n8k16
+    return {g + 8 * ((i >> 2) & 1), q * 4 + (i & 3) + 16 * (i >> 3)};      // m16n8k32
+  }
+  if (s.k == 8) return {g + 8 * (i >> 1), q * 2 + (i & 1)};                // f16/bf16 m16n8k8
+  return {g + 8 * ((i >> 1) & 1), q * 2 + (i & 1) + 8 * (i >> 2)};         // f16/bf16 m16n8k16
+}
+
+RowCol MmaB(const WmmaShape& s, Type t, int lane, int i) {
+  const int g = lane >> 2, q = lane & 3;
+  if (s.m == 8) return {q, g};                                             // m8n8k4 .f64
+  if (t == Type::kTF32) return {q + 4 * i, g};                             // m16n8k4 (i = 0), k8
+  if (IsInt8(t)) {
+    if (s.k == 16) return {q * 4 + i, g};
+    return {q * 4 + (i & 3) + 16 * (i >> 2), g};
+  }
+  if (s.k == 8) return {q * 2 + i, g};
+  return {q * 2 + (i & 1) + 8 * (i >> 1), g};
+}
+
+RowCol MmaC(const WmmaShape& s, int lane, int i) {
+  const int g = lane >> 2, q = lane & 3;
+  if (s.m == 8) return {g, q * 2 + i};                                     // m8n8k4 .f64
+  return {g + 8 * (i >> 1), q * 2 + (i & 1)};
+}
+
+// Elements per lane of each fragment.
+int MmaElems(const WmmaShape& s, int which) {
+  const int rows = which == kWmmaB ? s.k : s.m, cols = which == kWmmaA ? s.k : s.n;
+  return rows * cols / 32;
+}
+
+}  // namespace
+
+// mma.sync.aligned.shape.row.col.dtype.atype.btype.ctype d, a, b, c over
+// the whole warp.
+Flow MmaSync(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error) {
+  if (group != 0xFFFFFFFFu) {
+    *error = "mma.sync with lanes of the warp exited (every lane must execute it)";
+    return Flow::kError;
+  }
+  const Op& op0 = *ops[0];
+  const WmmaShape s = WmmaShape::Unpack(op0.target);
+  const Type dt = op0.type, ct = op0.type2, at = op0.type3;
+  Frag fa, fb, fc, fd;
+  if (!Layout(at, s.m, s.k, &fa) || !Layout(at, s.k, s.n, &fb) || !Layout(ct, s.m, s.n, &fc) ||
+      !Layout(dt, s.m, s.n, &fd)) {
+    *error = "unsupported mma.sync types";
+    return Flow::kError;
+  }
+  const int nd = op0.shape[0], na = op0.shape[1], nb = op0.shape[2], nc = op0.shape[3];
+  const int ea = MmaElems(s, kWmmaA), eb = MmaElems(s, kWmmaB), ec = MmaElems(s, kWmmaC);
+  if (na * fa.per_reg != ea || nb * fb.per_reg != eb || nc * fc.per_reg != ec || nd * fd.per_reg != ec) {
+    *error = "mma.sync fragment registers do not match the shape";
+    return Flow::kError;
+  }
+  std::vector<double> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n)),
+      c(static_cast<size_t>(s.m * s.n));
+  for (int l = 0; l < 32; ++l) {
+    for (int i = 0; i < ea; ++i) {
+      const RowCol p = MmaA(s, at, l, i);
+      a[static_cast<size_t>(p.row * s.k + p.col)] = ToDouble(at, SlotBits(ctx[l], *ops[l], nd, fa, i));
+    }
+    for (int i = 0; i < eb; ++i) {
+      const RowCol p = MmaB(s, at, l, i);
+      b[static_cast<size_t>(p.row * s.n + p.col)] = ToDouble(at, SlotBits(ctx[l], *ops[l], nd + na, fb, i));
+    }
+    for (int i = 0; i < ec; ++i) {
+      const RowCol p = MmaC(s, l, i);
+      c[static_cast<size_t>(p.row * s.n + p.col)] = ToDouble(ct, SlotBits(ctx[l], *ops[l], nd + na + nb, fc, i));
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    std::vector<uint64_t> regs(static_cast<size_t>(nd), 0);
+    for (int i = 0; i < ec; ++i) {
+      const RowCol p = MmaC(s, l, i);
+      double acc = c[static_cast<size_t>(p.row * s.n + p.col)];
+      for (int k = 0; k < s.k; ++k) {
+        acc = std::fma(a[static_cast<size_t>(p.row * s.k + k)], b[static_cast<size_t>(k * s.n + p.col)], acc);
+      }
+      const uint64_t bits = Trunc(FromDouble(dt, acc, s.satfinite), fd.elem_bits);
+      regs[static_cast<size_t>(i / fd.per_reg)] |= bits << (fd.elem_bits * (i % fd.per_reg));
+    }
+    for (int r = 0; r < nd; ++r) Set(ctx[l], *ops[l], r, regs[static_cast<size_t>(r)]);
+  }
+  return Flow::kNext;
+}
+
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared{::cta}.b16 {d..}, [p]:
+// lanes 8j..8j+7 give the addresses of the 8 rows (16 bytes each) of matrix
+// j; lane l receives, in register j, matrix j's row l/4, columns 2(l%4) and
+// 2(l%4)+1 — or with .trans the same two positions of the transpose.
+Flow Ldmatrix(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error) {
+  if (group != 0xFFFFFFFFu) {
+    *error = "ldmatrix with lanes of the warp exited (every lane must execute it)";
+    return Flow::kError;
+  }
+  const Op& op0 = *ops[0];
+  const int nmat = op0.shape[0];
+  const bool trans = (op0.target & kLdmatrixTrans) != 0;
+  uint16_t m[4][8][8];
+  for (int j = 0; j < nmat; ++j) {
+    for (int r = 0; r < 8; ++r) {
+      Exec& x = ctx[j * 8 + r];
+      const ptx::Space space = op0.space == ptx::Space::kNone ? ptx::Space::kNone : ptx::Space::kShared;
+      const uint8_t* p = Resolve(x, space, Src(x, *ops[j * 8 + r], nmat), 16, false);
+      if (p == nullptr) {
+        *error = x.error;
+        return Flow::kError;
+      }
+      std::memcpy(m[j][r], p, 16);
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    for (int j = 0; j < nmat; ++j) {
+      const int r = l >> 2, c = (l & 3) * 2;
+      const uint16_t lo = trans ? m[j][c][r] : m[j][r][c];
+      const uint16_t hi = trans ? m[j][c + 1][r] : m[j][r][c + 1];
+      Set(ctx[l], *ops[l], j, static_cast<uint64_t>(lo) | static_cast<uint64_t>(hi) << 16);
+    }
+  }
+  return Flow::kNext;
+}
+
+}  // namespace phos::interp

@@ -137,9 +137,13 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
   // each lane reads its operands through its own op.
   const Op& op = *ops[lead];
   const int mask_at = MaskOperand(op);
-  if (op.opcode == Opcode::kWmma) {  // .aligned over the whole warp
+  if (op.opcode == Opcode::kWmma || op.opcode == Opcode::kMma || op.opcode == Opcode::kLdmatrix) {
+    // .aligned over the whole warp
     if (~exited & ~group) return Flow::kBlock;
-    return WmmaMma(ctx, ops, group, error) == Flow::kNext ? Advance(lanes, group) : Flow::kError;
+    const Flow f = op.opcode == Opcode::kWmma ? WmmaMma(ctx, ops, group, error)
+                   : op.opcode == Opcode::kMma ? MmaSync(ctx, ops, group, error)
+                                               : Ldmatrix(ctx, ops, group, error);
+    return f == Flow::kNext ? Advance(lanes, group) : Flow::kError;
   }
   if (mask_at >= 0) {
     const uint32_t want = static_cast<uint32_t>(Src(ctx[lead], op, mask_at));

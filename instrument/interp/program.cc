@@ -690,6 +690,40 @@ class ProgramBuilder {
     return &ExecBarrier;
   }
 
+  // mma.sync (ops_matrix.cc): the shapes and types with the ISA's m16n8 and
+  // m8n8k4 .f64 layouts.
+  ExecFn BindMma(const ptx::Instruction& in, Op* op, std::string* why) {
+    WmmaShape shape;
+    for (const auto& m : in.mods) {
+      if (m.size() > 1 && m[0] == 'm') std::sscanf(m.c_str(), "m%dn%dk%d", &shape.m, &shape.n, &shape.k);
+    }
+    const ptx::InstrInfo& d = in.info;
+    if (!in.HasMod("sync") || d.types.size() != 4 || !in.HasMod("row") || !in.HasMod("col")) {
+      *why = "mma form (supported: mma.sync.aligned.<shape>.row.col.dtype.atype.btype.ctype)";
+      return nullptr;
+    }
+    op->type = d.types[0];
+    op->type3 = d.types[1];
+    op->type2 = d.types[3];
+    const Type a = d.types[1];
+    const bool half = a == Type::kF16 || a == Type::kBF16;
+    const bool int8 = a == Type::kS8 || a == Type::kU8;
+    const bool ok =
+        d.types[1] == d.types[2] &&
+        ((half && shape.m == 16 && shape.n == 8 && (shape.k == 16 || shape.k == 8) &&
+          (op->type == Type::kF32 || (a == Type::kF16 && op->type == Type::kF16))) ||
+         (a == Type::kTF32 && shape.m == 16 && shape.n == 8 && (shape.k == 8 || shape.k == 4) && op->type == Type::kF32) ||
+         (int8 && shape.m == 16 && shape.n == 8 && (shape.k == 32 || shape.k == 16) && op->type == Type::kS32) ||
+         (a == Type::kF64 && shape.m == 8 && shape.n == 8 && shape.k == 4 && op->type == Type::kF64));
+    if (!ok) {
+      *why = "mma shape/type (supported: m16n8k16/k8 f16/bf16, m16n8k8/k4 tf32, m16n8k32/k16 s8/u8, m8n8k4 f64)";
+      return nullptr;
+    }
+    shape.satfinite = in.HasMod("satfinite");
+    op->target = shape.Pack();
+    return &ExecCollective;
+  }
+
   // mbarrier.* (ops_mbarrier.cc).
   ExecFn BindMbarrier(const ptx::Instruction& in, Op* op, std::string* why) {
     static const struct { const char* mod; uint8_t sub; } kOps[] = {
@@ -822,6 +856,14 @@ class ProgramBuilder {
       case Opcode::kCp: return BindCp(in, op, why);
       case Opcode::kWmma: return BindWmma(in, op, why);
       case Opcode::kMbarrier: return BindMbarrier(in, op, why);
+      case Opcode::kMma: return BindMma(in, op, why);
+      case Opcode::kLdmatrix:
+        if (!in.HasMod("m8n8") || !(in.HasMod("x1") || in.HasMod("x2") || in.HasMod("x4")) || !in.HasMod("b16")) {
+          *why = "ldmatrix form (supported: .m8n8.x1/.x2/.x4{.trans}.b16)";
+          return nullptr;
+        }
+        op->target = in.HasMod("trans") ? kLdmatrixTrans : 0;
+        return &ExecCollective;
       case Opcode::kAtom: case Opcode::kRed:
         return &ExecAtom;
       case Opcode::kBra:

@@ -260,3 +260,41 @@ __global__ void elect_leaders(const int* in, int* counts, int* leaders, int n) {
     leaders[i] = (int)leader;
   }
 }
+
+// mma.sync as CUTLASS-style code writes it: fragments of A (16x16,
+// row-major) through ldmatrix.x4 and of B (16x8, k by n, row-major) through
+// ldmatrix.x2.trans from shared memory, one m16n8k16 f16 -> f32 per warp,
+// accumulating into C (16x8) stored from the ISA's accumulator layout.
+__global__ void mma_f16_tile(const __half* A, const __half* B, float* C) {
+  __shared__ alignas(16) __half sa[16 * 16];
+  __shared__ alignas(16) __half sb[16 * 8];
+  const int l = threadIdx.x, g = l >> 2, t = l & 3;
+  for (int i = l; i < 256; i += 32) sa[i] = A[blockIdx.x * 256 + i];
+  for (int i = l; i < 128; i += 32) sb[i] = B[blockIdx.x * 128 + i];
+  __syncwarp();
+  unsigned a0, a1, a2, a3, b0, b1;
+  const unsigned sa_addr = static_cast<unsigned>(__cvta_generic_to_shared(&sa[(l % 16) * 16 + (l / 16) * 8]));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(a0), "=r"(a1), "=r"(a2), "=r"(a3) : "r"(sa_addr));
+  const unsigned sb_addr = static_cast<unsigned>(__cvta_generic_to_shared(&sb[(l % 16) * 8]));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b0), "=r"(b1) : "r"(sb_addr));
+  float* out = C + blockIdx.x * 128;
+  float c[4];
+  for (int i = 0; i < 4; ++i) c[i] = out[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  for (int i = 0; i < 4; ++i) out[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = c[i];
+}
+
+// mma.sync m8n8k4 f64: each lane holds A[g][t], B[t][g], C[g][2t..2t+1].
+__global__ void mma_f64_tile(const double* A, const double* B, double* C) {
+  const int l = threadIdx.x, g = l >> 2, t = l & 3;
+  const double a = A[blockIdx.x * 32 + g * 4 + t], b = B[blockIdx.x * 32 + t * 8 + g];
+  double* out = C + blockIdx.x * 64;
+  double c0 = out[g * 8 + 2 * t], c1 = out[g * 8 + 2 * t + 1];
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+               : "+d"(c0), "+d"(c1) : "d"(a), "d"(b));
+  out[g * 8 + 2 * t] = c0;
+  out[g * 8 + 2 * t + 1] = c1;
+}

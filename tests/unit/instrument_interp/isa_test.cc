@@ -494,5 +494,48 @@ TEST_F(isa, ElectSyncPicksTheLowestLane) {
   }
 }
 
+// mma.sync with ldmatrix-built fragments (the ISA's layouts, as CUTLASS
+// uses them): C += A * B per warp, f16 inputs, f32 accumulators.
+TEST_F(isa, MmaSyncWithLdmatrixFragments) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int tiles = 3;
+  std::uniform_int_distribution<int> d(-64, 64);
+  std::vector<uint16_t> a(tiles * 256), b(tiles * 128);
+  for (auto& v : a) v = HalfBits(H(d(rng) / 16.0));
+  for (auto& v : b) v = HalfBits(H(d(rng) / 16.0));
+  auto c0 = RandReals<float>(rng, tiles * 128, -10, 10);
+  float* c = h.Alloc(c0);
+  ASSERT_TRUE(h.Launch(h.Kernel("mma_f16_tile"), {tiles}, {32}, Params().Add(h.Alloc(a)).Add(h.Alloc(b)).Add(c)).ok());
+  for (int tile = 0; tile < tiles; ++tile) {
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 8; ++j) {
+        double want = c0[tile * 128 + i * 8 + j];
+        for (int k = 0; k < 16; ++k) {
+          want += static_cast<double>(HalfOf(a[tile * 256 + i * 16 + k])) * static_cast<double>(HalfOf(b[tile * 128 + k * 8 + j]));
+        }
+        ASSERT_TRUE(Near(c[tile * 128 + i * 8 + j], want, 1e-6, 1e-5)) << tile << ": " << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST_F(isa, MmaSyncF64) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int tiles = 2;
+  auto a = RandReals<double>(rng, tiles * 32, -1, 1), b = RandReals<double>(rng, tiles * 32, -1, 1);
+  auto c0 = RandReals<double>(rng, tiles * 64, -1, 1);
+  double* c = h.Alloc(c0);
+  ASSERT_TRUE(h.Launch(h.Kernel("mma_f64_tile"), {tiles}, {32}, Params().Add(h.Alloc(a)).Add(h.Alloc(b)).Add(c)).ok());
+  for (int tile = 0; tile < tiles; ++tile) {
+    for (int i = 0; i < 8; ++i) {
+      for (int j = 0; j < 8; ++j) {
+        double want = c0[tile * 64 + i * 8 + j];
+        for (int k = 0; k < 4; ++k) want = std::fma(a[tile * 32 + i * 4 + k], b[tile * 32 + k * 8 + j], want);
+        ASSERT_TRUE(Near(c[tile * 64 + i * 8 + j], want, 1e-14, 1e-14)) << tile << ": " << i << "," << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace phos::interp::test
