@@ -23,6 +23,19 @@ namespace {
 
 constexpr size_t kOperandPadding = 64;  // more than any handler's fixed operand count
 
+// Why a call of an external function cannot run, naming what it is for
+// where the name says (docs/instrument.md lists what stays unsupported).
+std::string ExternalCallRefusal(const std::string& name) {
+  if (name.find("cudaCDP") != std::string::npos || name.rfind("cudaLaunchDevice", 0) == 0 ||
+      name.rfind("cudaGetParameterBuffer", 0) == 0 || name.rfind("cudaDeviceSynchronize", 0) == 0) {
+    return "dynamic parallelism (a device-side launch through " + name + ") is not supported";
+  }
+  if (name == "malloc" || name == "free" || name == "__nv_aligned_device_malloc") {
+    return "device-side " + name + " (the device heap) is not supported";
+  }
+  return "call to external function " + name + " (no body in this module)";
+}
+
 uint64_t AlignUp(uint64_t v, uint64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
 
 // Bytes of one declared variable (vector and array dims included); arrays
@@ -583,7 +596,7 @@ class ProgramBuilder {
       } else if (callee->name == "vprintf") {
         op->fn = &ExecVprintf;  // device printf
       } else {
-        *why = "call to external function " + callee->name + " (no body in this module)";
+        *why = ExternalCallRefusal(callee->name);
         return;
       }
     }

@@ -537,5 +537,41 @@ TEST_F(isa, MmaSyncF64) {
   }
 }
 
+// What stays unsupported is refused by name at launch, saying what it is.
+TEST(isa_errors, DeviceLaunchAndHeapAreRefusedByName) {
+  Harness h;
+  ASSERT_TRUE(h.LoadText(R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.extern .func (.param .b64 func_retval0) __cudaCDP2GetParameterBufferV2(.param .b64 a, .param .b64 b, .param .b64 c);
+.extern .func (.param .b64 func_retval0) malloc(.param .b64 n);
+.visible .entry launcher()
+{
+  .reg .b64 %rd<2>;
+  { .param .b64 a; .param .b64 b; .param .b64 c; .param .b64 r;
+    st.param.b64 [a], 0; st.param.b64 [b], 64; st.param.b64 [c], 16;
+    call.uni (r), __cudaCDP2GetParameterBufferV2, (a, b, c);
+    ld.param.b64 %rd1, [r]; }
+  ret;
+}
+.visible .entry allocator()
+{
+  .reg .b64 %rd<2>;
+  { .param .b64 n; .param .b64 r;
+    st.param.b64 [n], 64;
+    call.uni (r), malloc, (n);
+    ld.param.b64 %rd1, [r]; }
+  ret;
+}
+)"));
+  Status st = h.Launch("launcher", {1}, {1}, Params());
+  EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
+  EXPECT_NE(st.message().find("dynamic parallelism"), std::string::npos) << st.ToString();
+  st = h.Launch("allocator", {1}, {1}, Params());
+  EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
+  EXPECT_NE(st.message().find("device heap"), std::string::npos) << st.ToString();
+}
+
 }  // namespace
 }  // namespace phos::interp::test
