@@ -43,7 +43,7 @@ struct Connection::State {
   ring::WaitPolicy wait;
   bool trace_errors = false;  // $PHOS_TRACE_ERRORS: print phosd's message of every failed call
   std::mutex segment_mu;      // pairs a host segment's channel record with its call
-  std::mutex output_mu;       // one thread at a time prints the device's printf text
+  std::mutex output_mu;       // held by the thread printing the device's printf text (try_lock only)
 };
 
 Connection& Connection::Get() {
@@ -133,7 +133,12 @@ WireStatus Connection::Call(wire::ApiId api, uint32_t stream, std::span<const st
 }
 
 void Connection::PrintDeviceOutput() {
-  std::lock_guard<std::mutex> lock(state_->output_mu);
+  // One thread prints; another that finds the word set meanwhile goes on
+  // (the printing thread takes all there is). Never waiting for the lock
+  // keeps a thread that still holds a staging chunk (a D2H copy) out of a
+  // cycle with the printer, which may wait for a chunk.
+  std::unique_lock<std::mutex> lock(state_->output_mu, std::try_to_lock);
+  if (!lock.owns_lock()) return;
   uint32_t chunk = 0;
   if (AcquireChunk(&chunk) != WireStatus::kSuccess) return;
   for (;;) {
