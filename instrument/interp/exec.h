@@ -187,6 +187,7 @@ Flow WmmaMma(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error
 // ISA's fragment layouts.
 Flow MmaSync(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error);
 Flow Ldmatrix(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error);
+Flow Stmatrix(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error);
 constexpr uint32_t kLdmatrixTrans = 1;  // Op::target of ldmatrix
 Flow ExecAtom(Exec&, const Op&);        // ops_atomic.cc
 Flow ExecBra(Exec&, const Op&);         // ops_control.cc

@@ -369,4 +369,40 @@ Flow Ldmatrix(Exec* ctx, const Op* const* ops, uint32_t group, std::string* erro
   return Flow::kNext;
 }
 
+// stmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared{::cta}.b16 [p], {r..}:
+// ldmatrix's inverse — lane l's register j holds matrix j's row l/4,
+// columns 2(l%4) and 2(l%4)+1 (or those of the transpose), and lanes
+// 8j..8j+7 give the addresses its 8 rows are stored at.
+Flow Stmatrix(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error) {
+  if (group != 0xFFFFFFFFu) {
+    *error = "stmatrix with lanes of the warp exited (every lane must execute it)";
+    return Flow::kError;
+  }
+  const Op& op0 = *ops[0];
+  const int nmat = op0.nshape > 1 ? op0.shape[1] : 0;
+  const bool trans = (op0.target & kLdmatrixTrans) != 0;
+  uint16_t m[4][8][8];
+  for (int l = 0; l < 32; ++l) {
+    for (int j = 0; j < nmat; ++j) {
+      const uint32_t v = static_cast<uint32_t>(Src(ctx[l], *ops[l], 1 + j));
+      const int r = l >> 2, c = (l & 3) * 2;
+      (trans ? m[j][c][r] : m[j][r][c]) = static_cast<uint16_t>(v);
+      (trans ? m[j][c + 1][r] : m[j][r][c + 1]) = static_cast<uint16_t>(v >> 16);
+    }
+  }
+  for (int j = 0; j < nmat; ++j) {
+    for (int r = 0; r < 8; ++r) {
+      Exec& x = ctx[j * 8 + r];
+      const ptx::Space space = op0.space == ptx::Space::kNone ? ptx::Space::kNone : ptx::Space::kShared;
+      uint8_t* p = Resolve(x, space, Src(x, *ops[j * 8 + r], 0), 16, true);
+      if (p == nullptr) {
+        *error = x.error;
+        return Flow::kError;
+      }
+      std::memcpy(p, m[j][r], 16);
+    }
+  }
+  return Flow::kNext;
+}
+
 }  // namespace phos::interp

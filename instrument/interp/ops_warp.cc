@@ -137,12 +137,14 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
   // each lane reads its operands through its own op.
   const Op& op = *ops[lead];
   const int mask_at = MaskOperand(op);
-  if (op.opcode == Opcode::kWmma || op.opcode == Opcode::kMma || op.opcode == Opcode::kLdmatrix) {
+  if (op.opcode == Opcode::kWmma || op.opcode == Opcode::kMma || op.opcode == Opcode::kLdmatrix ||
+      op.opcode == Opcode::kStmatrix) {
     // .aligned over the whole warp
     if (~exited & ~group) return Flow::kBlock;
-    const Flow f = op.opcode == Opcode::kWmma ? WmmaMma(ctx, ops, group, error)
-                   : op.opcode == Opcode::kMma ? MmaSync(ctx, ops, group, error)
-                                               : Ldmatrix(ctx, ops, group, error);
+    const Flow f = op.opcode == Opcode::kWmma       ? WmmaMma(ctx, ops, group, error)
+                   : op.opcode == Opcode::kMma      ? MmaSync(ctx, ops, group, error)
+                   : op.opcode == Opcode::kLdmatrix ? Ldmatrix(ctx, ops, group, error)
+                                                    : Stmatrix(ctx, ops, group, error);
     return f == Flow::kNext ? Advance(lanes, group) : Flow::kError;
   }
   if (mask_at >= 0) {

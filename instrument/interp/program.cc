@@ -870,9 +870,9 @@ class ProgramBuilder {
       case Opcode::kWmma: return BindWmma(in, op, why);
       case Opcode::kMbarrier: return BindMbarrier(in, op, why);
       case Opcode::kMma: return BindMma(in, op, why);
-      case Opcode::kLdmatrix:
+      case Opcode::kLdmatrix: case Opcode::kStmatrix:
         if (!in.HasMod("m8n8") || !(in.HasMod("x1") || in.HasMod("x2") || in.HasMod("x4")) || !in.HasMod("b16")) {
-          *why = "ldmatrix form (supported: .m8n8.x1/.x2/.x4{.trans}.b16)";
+          *why = "ldmatrix/stmatrix form (supported: .m8n8.x1/.x2/.x4{.trans}.b16)";
           return nullptr;
         }
         op->target = in.HasMod("trans") ? kLdmatrixTrans : 0;

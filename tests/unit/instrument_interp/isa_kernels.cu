@@ -298,3 +298,28 @@ __global__ void mma_f64_tile(const double* A, const double* B, double* C) {
   out[g * 8 + 2 * t] = c0;
   out[g * 8 + 2 * t + 1] = c1;
 }
+
+// stmatrix (sm_90): a 16x16 tile goes through ldmatrix.x4.trans into
+// registers and back through stmatrix.x4 — the transpose lands in shared.
+__global__ void stmatrix_transpose(const __half* in, __half* out) {
+  __shared__ alignas(16) __half src[16 * 16];
+  __shared__ alignas(16) __half dst[16 * 16];
+  const int l = threadIdx.x;
+  for (int i = l; i < 256; i += 32) src[i] = in[i];
+  __syncwarp();
+  // Lane l addresses row (l % 8) of matrix l / 8: matrices in the order
+  // (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (0-7, 8-15), (8-15, 8-15).
+  const int mat = l / 8, row = (mat & 1) * 8 + (l % 8), col = (mat >> 1) * 8;
+  unsigned r0 = 0, r1 = 0, r2 = 0, r3 = 0;
+#if __CUDA_ARCH__ >= 900
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(&src[row * 16 + col]));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(s));
+  // Matrix (a, b) transposed belongs at block (b, a): swap the middle two.
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(&dst[row * 16 + col]));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};"
+               :: "r"(d), "r"(r0), "r"(r2), "r"(r1), "r"(r3) : "memory");
+#endif
+  __syncwarp();
+  for (int i = l; i < 256; i += 32) out[i] = dst[i];
+}

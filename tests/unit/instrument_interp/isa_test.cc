@@ -573,5 +573,16 @@ TEST(isa_errors, DeviceLaunchAndHeapAreRefusedByName) {
   EXPECT_NE(st.message().find("device heap"), std::string::npos) << st.ToString();
 }
 
+// ldmatrix.trans then stmatrix: a 16x16 half tile comes out transposed.
+TEST_F(isa, StmatrixStoresWhatLdmatrixLoaded) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  auto in = RandInts<uint16_t>(rng, 256, 1, 0x7BFF);
+  uint16_t* out = h.Alloc(std::vector<uint16_t>(256, 0));
+  ASSERT_TRUE(h.Launch(h.Kernel("stmatrix_transpose"), {1}, {32}, Params().Add(h.Alloc(in)).Add(out)).ok());
+  for (int r = 0; r < 16; ++r) {
+    for (int c = 0; c < 16; ++c) ASSERT_EQ(out[r * 16 + c], in[c * 16 + r]) << r << "," << c;
+  }
+}
+
 }  // namespace
 }  // namespace phos::interp::test
