@@ -77,6 +77,21 @@ struct Exec {
   Frame& frame() { return t->frames.back(); }
 };
 
+// The Exec of thread `t` of block `b` at its current frame, and the op
+// that thread stands at (the scheduler and the collectives look at threads
+// other than the one being stepped).
+inline Exec ExecOf(Block& b, Thread& t) {
+  Exec x;
+  x.b = &b;
+  x.t = &t;
+  x.Refresh();
+  return x;
+}
+inline const Op& CurrentOp(const Block& b, const Thread& t) {
+  const Frame& f = t.frames.back();
+  return b.prog->function(static_cast<int>(f.func)).ops[f.pc];
+}
+
 uint64_t ReadSreg(Exec& x, uint32_t id);  // ops_sreg.cc
 
 // Op::sub bits of floating-point arithmetic (testp uses sub for its mode).
@@ -177,7 +192,9 @@ Flow ExecNop(Exec&, const Op&);
 Flow ExecCpAsync(Exec&, const Op&);
 Flow ExecMbarrier(Exec&, const Op&);             // ops_mbarrier.cc
 Flow ExecCpAsyncMbarrierArrive(Exec&, const Op&);
-Flow ExecCpAsyncBulk(Exec&, const Op&);
+Flow ExecCpAsyncBulk(Exec&, const Op&);         // ops_mem.cc
+// ops_mbarrier.cc: `bytes` of the mbarrier at `addr` arrived (complete_tx).
+Flow MbarrierCompleteTx(Exec& x, const Op& op, uint64_t addr, uint64_t bytes);
 Flow ExecWmmaLoad(Exec&, const Op&);    // ops_matrix.cc
 Flow ExecWmmaStore(Exec&, const Op&);
 // ops_matrix.cc: wmma.mma for the lanes of `group` (the whole warp), each
@@ -207,14 +224,13 @@ Flow ExecRet(Exec&, const Op&);
 Flow ExecExit(Exec&, const Op&);
 Flow ExecTrap(Exec&, const Op&);
 Flow ExecUnsupported(Exec&, const Op&);
-Flow ExecCollective(Exec&, const Op&);  // ops_warp.cc: bar/shfl/vote/... wait
+Flow ExecCollective(Exec&, const Op&);  // ops_warp.cc: shfl/vote/.../bar.warp.sync/wmma.mma wait
 
 // ops_warp.cc: completes a warp collective for the lanes in `group` (all
 // waiting at the same op). lanes[i] is lane i of the warp (nullptr past the
 // block's end). Returns kBlock if it must keep waiting (a lane named in the
 // member mask has not arrived), kNext when done (pcs advanced), kError.
 Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t exited, std::string* error);
-bool IsBarrierOp(const Op& op);
 Flow ExecBarrier(Exec&, const Op&);    // ops_barrier.cc: bar.sync / bar.red wait
 Flow ExecBarArrive(Exec&, const Op&);  // bar.arrive
 // ops_barrier.cc: releases every barrier of the block whose arrivals are

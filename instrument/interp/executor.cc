@@ -17,10 +17,7 @@ namespace {
 
 // Steps one thread until it blocks, exits or fails.
 Flow RunThread(Block& b, Thread& t, std::string* error, int* api_error) {
-  Exec x;
-  x.b = &b;
-  x.t = &t;
-  x.Refresh();
+  Exec x = ExecOf(b, t);
   const uint64_t limit = b.opts->max_instructions_per_thread;
   for (;;) {
     Frame& f = t.frames.back();

@@ -16,19 +16,6 @@ namespace phos::interp {
 
 namespace {
 
-const Op& CurrentOp(const Block& b, const Thread& t) {
-  const Frame& f = t.frames.back();
-  return b.prog->function(static_cast<int>(f.func)).ops[f.pc];
-}
-
-Exec ContextOf(Block& b, Thread& t) {
-  Exec x;
-  x.b = &b;
-  x.t = &t;
-  x.Refresh();
-  return x;
-}
-
 // Operand positions: bar.sync a{, b}; bar.arrive a, b; bar.red d, a{, b}, c.
 int BarrierOperand(const Op& op) { return op.sub == kBarRed ? 1 : 0; }
 
@@ -67,7 +54,7 @@ bool ReleaseBarriers(Block& b, bool* released, std::string* error) {
     uint64_t want = b.nthreads - exited;  // no count: every thread still running
     uint64_t have = waiting + b.bar_arrived[id];
     if (op0.target & kBarHasCount) {
-      Exec x = ContextOf(b, *first);
+      Exec x = ExecOf(b, *first);
       want = Src(x, op0, BarrierOperand(op0) + 1) & 0xFFFFFFFFu;
       if (want == 0 || want % 32 != 0 || want > b.nthreads + 31) {
         *error = "barrier " + std::to_string(id) + " thread count " + std::to_string(want) +
@@ -81,7 +68,7 @@ bool ReleaseBarriers(Block& b, bool* released, std::string* error) {
     if (op0.sub == kBarRed) {
       for (Thread& t : b.threads) {
         if (t.state != Thread::kBarrier || t.bar_id != id) continue;
-        Exec x = ContextOf(b, t);
+        Exec x = ExecOf(b, t);
         const Op& op = CurrentOp(b, t);
         if (op.sub != kBarRed || op.target != op0.target) {
           *error = "threads meet at barrier " + std::to_string(id) + " with different bar.red operations";
@@ -94,7 +81,7 @@ bool ReleaseBarriers(Block& b, bool* released, std::string* error) {
     for (Thread& t : b.threads) {
       if (t.state != Thread::kBarrier || t.bar_id != id) continue;
       if (op0.sub == kBarRed) {
-        Exec x = ContextOf(b, t);
+        Exec x = ExecOf(b, t);
         const Op& op = CurrentOp(b, t);
         uint64_t v = popc;
         if (op0.target & kBarRedAnd) v = popc == count ? 1 : 0;

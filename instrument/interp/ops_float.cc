@@ -96,19 +96,17 @@ Flow Arith(Exec& x, const Op& op, Get get, Put put) {
   return Flow::kNext;
 }
 
-}  // namespace
-
-namespace {
-
-// A 16-bit float format: its bits <-> double, and whether .ftz flushes its
-// subnormals (f16 only; bf16 arithmetic has no .ftz).
+// A 16-bit float format: its bits <-> double, its smallest normal, and
+// whether .ftz flushes its subnormals (f16 only; bf16 arithmetic has no
+// .ftz).
 struct HalfFormat {
   float (*to_float)(uint16_t);
   uint16_t (*from_double)(double, Round);
   double min_normal;
+  bool has_ftz;
 };
-constexpr HalfFormat kF16{HalfToFloat, DoubleToHalf, 0x1p-14};
-constexpr HalfFormat kBf16{Bf16ToFloat, DoubleToBf16, 0x1p-126};
+constexpr HalfFormat kF16{HalfToFloat, DoubleToHalf, 0x1p-14, true};
+constexpr HalfFormat kBf16{Bf16ToFloat, DoubleToBf16, 0x1p-126, false};
 
 double FlushHalf(double v, bool ftz, double min_normal) {
   return ftz && v != 0 && std::fabs(v) < min_normal ? std::copysign(0.0, v) : v;
@@ -116,7 +114,7 @@ double FlushHalf(double v, bool ftz, double min_normal) {
 
 // One 16-bit float at bit `shift` of the operands; the result in *out.
 Flow HalfArith(Exec& x, const Op& op, const HalfFormat& fmt, int shift, uint64_t* out) {
-  const bool ftz = op.ftz && &fmt == &kF16;
+  const bool ftz = op.ftz && fmt.has_ftz;
   return Arith<double>(
       x, op,
       [&](uint64_t b) {

@@ -1,4 +1,5 @@
-// Warp-level matrix instructions: wmma.load, wmma.store, wmma.mma.
+// Warp-level matrix instructions: wmma.load, wmma.store, wmma.mma (this
+// part), then mma.sync, ldmatrix and stmatrix (below, "mma.sync").
 //
 // The PTX ISA leaves the distribution of a wmma fragment's elements over
 // the lanes of a warp unspecified ("opaque"): a program may only load it,
@@ -216,8 +217,6 @@ Flow WmmaMma(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error
   return Flow::kNext;
 }
 
-}  // namespace phos::interp
-
 // ---------------------------------------------------------------- mma.sync
 //
 // Unlike wmma, mma.sync and ldmatrix have fragment layouts the PTX ISA
@@ -227,8 +226,6 @@ Flow WmmaMma(Exec* ctx, const Op* const* ops, uint32_t group, std::string* error
 // register from the low bits), the element's row and column, following the
 // ISA's figures for each shape and type ("Matrix fragments for mma.m16n8k16"
 // and its neighbours). g = lane / 4 (the group), t = lane % 4.
-
-namespace phos::interp {
 
 namespace {
 
@@ -269,6 +266,18 @@ RowCol MmaC(const WmmaShape& s, int lane, int i) {
   const int g = lane >> 2, q = lane & 3;
   if (s.m == 8) return {g, q * 2 + i};                                     // m8n8k4 .f64
   return {g + 8 * (i >> 1), q * 2 + (i & 1)};
+}
+
+// ldmatrix/stmatrix: the 16 bytes of row r of matrix j, at the address lane
+// 8j + r gives in its operand `addr_at` (shared, or generic); null with
+// *error set if they cannot be reached.
+uint8_t* MatrixRow(Exec* ctx, const Op* const* ops, int j, int r, int addr_at, bool write, std::string* error) {
+  Exec& x = ctx[j * 8 + r];
+  const Op& op = *ops[j * 8 + r];
+  const ptx::Space space = op.space == ptx::Space::kNone ? ptx::Space::kNone : ptx::Space::kShared;
+  uint8_t* p = Resolve(x, space, Src(x, op, addr_at), 16, write);
+  if (p == nullptr) *error = x.error;
+  return p;
 }
 
 // Elements per lane of each fragment.
@@ -348,13 +357,8 @@ Flow Ldmatrix(Exec* ctx, const Op* const* ops, uint32_t group, std::string* erro
   uint16_t m[4][8][8];
   for (int j = 0; j < nmat; ++j) {
     for (int r = 0; r < 8; ++r) {
-      Exec& x = ctx[j * 8 + r];
-      const ptx::Space space = op0.space == ptx::Space::kNone ? ptx::Space::kNone : ptx::Space::kShared;
-      const uint8_t* p = Resolve(x, space, Src(x, *ops[j * 8 + r], nmat), 16, false);
-      if (p == nullptr) {
-        *error = x.error;
-        return Flow::kError;
-      }
+      const uint8_t* p = MatrixRow(ctx, ops, j, r, nmat, false, error);
+      if (p == nullptr) return Flow::kError;
       std::memcpy(m[j][r], p, 16);
     }
   }
@@ -392,13 +396,8 @@ Flow Stmatrix(Exec* ctx, const Op* const* ops, uint32_t group, std::string* erro
   }
   for (int j = 0; j < nmat; ++j) {
     for (int r = 0; r < 8; ++r) {
-      Exec& x = ctx[j * 8 + r];
-      const ptx::Space space = op0.space == ptx::Space::kNone ? ptx::Space::kNone : ptx::Space::kShared;
-      uint8_t* p = Resolve(x, space, Src(x, *ops[j * 8 + r], 0), 16, true);
-      if (p == nullptr) {
-        *error = x.error;
-        return Flow::kError;
-      }
+      uint8_t* p = MatrixRow(ctx, ops, j, r, 0, true, error);
+      if (p == nullptr) return Flow::kError;
       std::memcpy(p, m[j][r], 16);
     }
   }

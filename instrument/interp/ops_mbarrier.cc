@@ -1,6 +1,6 @@
 // mbarrier (sm_80+ shared-memory barriers: cuda::barrier, cuda::pipeline,
-// cuda::memcpy_async) and the bulk copies that complete transactions on
-// them (cp.async.bulk, sm_90).
+// cuda::memcpy_async), on which bulk copies (cp.async.bulk, sm_90)
+// complete transactions.
 //
 // The 8-byte object in shared memory is the interpreter's own encoding (the
 // ISA makes it opaque): bits 0-19 arrivals pending in the current phase,
@@ -21,9 +21,8 @@
 // so code that does other work between polls still progresses; when that
 // changes nothing either, the block is deadlocked (a GPU would hang).
 //
-// Bulk copies complete at issue, like cp.async (ops_mem.cc): the mbarrier
-// form then performs its complete_tx; commit/wait of bulk groups are no-ops.
-#include <atomic>
+// Bulk copies (ops_mem.cc) complete at issue, like cp.async: the mbarrier
+// form then performs its complete_tx here (MbarrierCompleteTx).
 #include <cstring>
 
 #include "interp/exec.h"
@@ -170,34 +169,8 @@ Flow ExecCpAsyncMbarrierArrive(Exec& x, const Op& op) {
   return Update(x, op, Src(x, op, 0), 1, 0, 0, nullptr);
 }
 
-// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar]
-// cp.async.bulk.global.shared::cta.bulk_group [dst], [src], size
-Flow ExecCpAsyncBulk(Exec& x, const Op& op) {
-  const uint64_t dst = Src(x, op, 0), src = Src(x, op, 1), size = Src(x, op, 2) & 0xFFFFFFFFu;
-  if (size % 16 != 0 || dst % 16 != 0 || src % 16 != 0) {
-    return Fail(x, "cp.async.bulk size and addresses must be multiples of 16");
-  }
-  const bool to_shared = (op.target & kBulkToShared) != 0;
-  const ptx::Space ds = to_shared ? ptx::Space::kShared : ptx::Space::kGlobal;
-  const ptx::Space ss = to_shared ? ptx::Space::kGlobal : ptx::Space::kShared;
-  if (size > 0) {
-    uint8_t* d = Resolve(x, ds, dst, size, true);
-    if (d == nullptr) return Flow::kError;
-    const uint8_t* s = Resolve(x, ss, src, size, false);
-    if (s == nullptr) return Flow::kError;
-    // Global memory is shared with the other blocks' host threads: byte by
-    // byte through relaxed atomics (a race there is the program's, as on a
-    // GPU, not undefined behaviour in phosd).
-    for (uint64_t i = 0; i < size; ++i) {
-      if (to_shared) {
-        d[i] = std::atomic_ref<uint8_t>(const_cast<uint8_t&>(s[i])).load(std::memory_order_relaxed);
-      } else {
-        std::atomic_ref<uint8_t>(d[i]).store(s[i], std::memory_order_relaxed);
-      }
-    }
-  }
-  if (to_shared && op.nshape > 3) return Update(x, op, Src(x, op, 3), 0, 0, -static_cast<int64_t>(size), nullptr);
-  return Flow::kNext;
+Flow MbarrierCompleteTx(Exec& x, const Op& op, uint64_t addr, uint64_t bytes) {
+  return Update(x, op, addr, 0, 0, -static_cast<int64_t>(bytes), nullptr);
 }
 
 }  // namespace phos::interp

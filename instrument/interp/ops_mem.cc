@@ -241,6 +241,23 @@ Flow ExecNop(Exec&, const Op&) { return Flow::kNext; }
 // of the allowed orders (a thread reading the destination earlier races
 // with the copy on a GPU too), so commit_group and the waits are no-ops.
 // Bytes past src-size (or all, with ignore-src true) are zero-filled.
+namespace {
+
+// Copies `n` bytes from `s` (in space `ss` at `saddr`) to `d` (space `ds`
+// at `daddr`) byte by byte, global memory through relaxed atomics: other
+// blocks' host threads share it (a race there is the program's, as on a
+// GPU, not undefined behaviour in phosd).
+void CopyBytes(Exec& x, uint8_t* d, ptx::Space ds, uint64_t daddr, const uint8_t* s, ptx::Space ss, uint64_t saddr,
+               uint64_t n) {
+  const bool atomic_src = SharedWithOtherHostThreads(x, ss, saddr), atomic_dst = SharedWithOtherHostThreads(x, ds, daddr);
+  for (uint64_t i = 0; i < n; ++i) {
+    StoreScalar(d + i, 1, LoadScalar(s + i, 1, atomic_src, std::memory_order_relaxed), atomic_dst,
+                std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
 Flow ExecCpAsync(Exec& x, const Op& op) {
   const uint64_t dst = Src(x, op, 0), src = Src(x, op, 1), size = Src(x, op, 2);
   if (size != 4 && size != 8 && size != 16) return Fail(x, "cp.async size must be 4, 8 or 16");
@@ -252,10 +269,32 @@ Flow ExecCpAsync(Exec& x, const Op& op) {
   if (from_src > 0) {
     const uint8_t* p = Resolve(x, ptx::Space::kGlobal, src, from_src, false);
     if (!p) return Flow::kError;
-    const bool atomic = SharedWithOtherHostThreads(x, ptx::Space::kGlobal, src);
-    for (uint64_t i = 0; i < from_src; ++i) d[i] = static_cast<uint8_t>(LoadScalar(p + i, 1, atomic, std::memory_order_relaxed));
+    CopyBytes(x, d, ptx::Space::kShared, dst, p, ptx::Space::kGlobal, src, from_src);
   }
   std::memset(d + from_src, 0, size - from_src);
+  return Flow::kNext;
+}
+
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar]
+// cp.async.bulk.global.shared::cta.bulk_group [dst], [src], size
+// Also at issue; the mbarrier form then completes its transaction bytes
+// (ops_mbarrier.cc); commit/wait of bulk groups are no-ops.
+Flow ExecCpAsyncBulk(Exec& x, const Op& op) {
+  const uint64_t dst = Src(x, op, 0), src = Src(x, op, 1), size = Src(x, op, 2) & 0xFFFFFFFFu;
+  if (size % 16 != 0 || dst % 16 != 0 || src % 16 != 0) {
+    return Fail(x, "cp.async.bulk size and addresses must be multiples of 16");
+  }
+  const bool to_shared = (op.target & kBulkToShared) != 0;
+  const ptx::Space ds = to_shared ? ptx::Space::kShared : ptx::Space::kGlobal;
+  const ptx::Space ss = to_shared ? ptx::Space::kGlobal : ptx::Space::kShared;
+  if (size > 0) {
+    uint8_t* d = Resolve(x, ds, dst, size, true);
+    if (d == nullptr) return Flow::kError;
+    const uint8_t* s = Resolve(x, ss, src, size, false);
+    if (s == nullptr) return Flow::kError;
+    CopyBytes(x, d, ds, dst, s, ss, src, size);
+  }
+  if (to_shared && op.nshape > 3) return MbarrierCompleteTx(x, op, Src(x, op, 3), size);
   return Flow::kNext;
 }
 

@@ -29,12 +29,10 @@ using ptx::ShflMode;
 using ptx::Type;
 using ptx::VoteMode;
 
-bool IsBarrierOp(const Op& op) {
-  return (op.opcode == Opcode::kBar || op.opcode == Opcode::kBarrier) && (op.sub == kBarSync || op.sub == kBarRed);
-}
-
-Flow ExecCollective(Exec& x, const Op& op) {
-  x.t->state = IsBarrierOp(op) ? Thread::kBarrier : Thread::kCollective;
+// CTA barriers (bar.sync, bar.red) wait in ops_barrier.cc; of the bar
+// opcodes only bar.warp.sync comes here.
+Flow ExecCollective(Exec& x, const Op&) {
+  x.t->state = Thread::kCollective;
   return Flow::kBlock;
 }
 
@@ -53,23 +51,11 @@ int MaskOperand(const Op& op) {
   }
 }
 
-}  // namespace
-
-namespace {
-
-const Op& CurrentOp(const Block& b, const Thread& t) {
-  const Frame& f = t.frames.back();
-  return b.prog->function(static_cast<int>(f.func)).ops[f.pc];
-}
-
 // The member mask lane `t` passes to `op` (all lanes when it has none).
 uint32_t LaneMask(Block& b, Thread& t, const Op& op) {
   const int at = MaskOperand(op);
   if (at < 0) return 0xFFFFFFFFu;
-  Exec x;
-  x.b = &b;
-  x.t = &t;
-  x.Refresh();
+  Exec x = ExecOf(b, t);
   return static_cast<uint32_t>(Src(x, op, at));
 }
 
@@ -79,10 +65,6 @@ bool SameCollective(const Op& a, const Op& c) {
   return a.opcode == c.opcode && a.sub == c.sub && a.type == c.type && a.shfl == c.shfl && a.vote == c.vote &&
          a.atom_op == c.atom_op && nda == ndc;
 }
-
-}  // namespace
-
-namespace {
 
 // Every lane of `group` done with its collective: on to the next op.
 Flow Advance(Thread* const* lanes, uint32_t group) {
@@ -126,9 +108,7 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
   const Op* ops[32] = {};
   for (uint32_t m = group; m; m &= m - 1) {
     const int l = __builtin_ctz(m);
-    ctx[l].b = &b;
-    ctx[l].t = lanes[l];
-    ctx[l].Refresh();
+    ctx[l] = ExecOf(b, *lanes[l]);
     ops[l] = &CurrentOp(b, *lanes[l]);
   }
   const int lead = __builtin_ctz(group);

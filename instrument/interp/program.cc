@@ -2,7 +2,6 @@
 #include "interp/program.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <unordered_set>
@@ -707,9 +706,7 @@ class ProgramBuilder {
   // m8n8k4 .f64 layouts.
   ExecFn BindMma(const ptx::Instruction& in, Op* op, std::string* why) {
     WmmaShape shape;
-    for (const auto& m : in.mods) {
-      if (m.size() > 1 && m[0] == 'm') std::sscanf(m.c_str(), "m%dn%dk%d", &shape.m, &shape.n, &shape.k);
-    }
+    in.MatrixShape(&shape.m, &shape.n, &shape.k);  // an absent shape fails the check below
     const ptx::InstrInfo& d = in.info;
     if (!in.HasMod("sync") || d.types.size() != 4 || !in.HasMod("row") || !in.HasMod("col")) {
       *why = "mma form (supported: mma.sync.aligned.<shape>.row.col.dtype.atype.btype.ctype)";
@@ -763,12 +760,7 @@ class ProgramBuilder {
   // wmma.load / wmma.store / wmma.mma (ops_matrix.cc).
   ExecFn BindWmma(const ptx::Instruction& in, Op* op, std::string* why) {
     WmmaShape shape;
-    bool have_shape = false;
-    for (const auto& m : in.mods) {
-      if (m.size() > 1 && m[0] == 'm' && std::sscanf(m.c_str(), "m%dn%dk%d", &shape.m, &shape.n, &shape.k) == 3) {
-        have_shape = true;
-      }
-    }
+    const bool have_shape = in.MatrixShape(&shape.m, &shape.n, &shape.k);
     const bool known = (shape.m == 16 && shape.n == 16 && (shape.k == 16 || shape.k == 8)) ||
                        (shape.m == 32 && shape.n == 8 && shape.k == 16) ||
                        (shape.m == 8 && shape.n == 32 && shape.k == 16) || (shape.m == 8 && shape.n == 8 && shape.k == 4);

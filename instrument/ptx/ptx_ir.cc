@@ -2,6 +2,7 @@
 #include "ptx/ptx_ir.h"
 
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -305,6 +306,13 @@ std::string Instruction::FullOpcode() const {
 bool Instruction::HasMod(std::string_view m) const {
   for (const auto& x : mods)
     if (x == m) return true;
+  return false;
+}
+
+bool Instruction::MatrixShape(int* m, int* n, int* k) const {
+  for (const auto& x : mods) {
+    if (x.size() > 1 && x[0] == 'm' && std::sscanf(x.c_str(), "m%dn%dk%d", m, n, k) == 3) return true;
+  }
   return false;
 }
 

@@ -179,6 +179,9 @@ struct Instruction {
   // "ld.global.nc.v4.f32"
   std::string FullOpcode() const;
   bool HasMod(std::string_view m) const;
+  // The shape modifier of a matrix instruction (wmma, mma: "m16n8k16") into
+  // *m, *n, *k; false if it has none.
+  bool MatrixShape(int* m, int* n, int* k) const;
 };
 
 // Builds a decoded instruction from a dotted opcode ("st.global.u32").

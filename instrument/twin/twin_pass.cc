@@ -1,7 +1,6 @@
 // The twin-kernel pass (twin_pass.h).
 #include "twin/twin_pass.h"
 
-#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -62,10 +61,7 @@ struct Site {
 // the interpreter refuses the same forms).
 std::optional<Site::Matrix> WmmaFootprint(const Instruction& in, size_t stride_op) {
   int m = 0, n = 0, k = 0;
-  for (const auto& mod : in.mods) {
-    if (mod.size() > 1 && mod[0] == 'm' && std::sscanf(mod.c_str(), "m%dn%dk%d", &m, &n, &k) == 3) break;
-  }
-  if (m <= 0 || n <= 0 || k <= 0) return std::nullopt;
+  if (!in.MatrixShape(&m, &n, &k) || m <= 0 || n <= 0 || k <= 0) return std::nullopt;
   int rows = m, cols = n;  // c/d
   if (in.HasMod("a")) cols = k;
   if (in.HasMod("b")) rows = k;

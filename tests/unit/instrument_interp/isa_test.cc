@@ -302,7 +302,7 @@ TEST_F(isa, WmmaTiles) {
   auto bf16 = [](std::mt19937& r) { return Bf16Bits(std::uniform_int_distribution<int>(-64, 64)(r) / 16.0f); };
   CheckWmma<uint16_t>(h, rng, "wmma_bf16", 16, 16, 16, 1.0, bf16, [](uint16_t u) { return double{Bf16Value(u)}; }, false);
   auto s8 = [](std::mt19937& r) { return static_cast<signed char>(std::uniform_int_distribution<int>(-128, 127)(r)); };
-  CheckWmma<signed char>(h, rng, "wmma_s8", 16, 16, 16, 3.0, s8, [](signed char v) { return double{v}; }, true);
+  CheckWmma<signed char>(h, rng, "wmma_s8", 16, 16, 16, 3.0, s8, [](signed char v) { return static_cast<double>(v); }, true);
   auto f64 = [](std::mt19937& r) { return std::uniform_real_distribution<double>(-1, 1)(r); };
   CheckWmma<double>(h, rng, "wmma_f64", 8, 8, 4, 1.0, f64, [](double v) { return v; }, false);
 }
