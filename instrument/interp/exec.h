@@ -219,7 +219,8 @@ Flow ExecVprintf(Exec&, const Op&);     // a call of vprintf (ops_printf.cc)
 // the call's return value (its first return operand, `bytes` wide).
 uint64_t CallArg(Exec& x, const Op& op, uint32_t i);
 std::string DeviceString(Exec& x, uint64_t addr, size_t max = 256);
-void SetCallReturn(Exec& x, const Op& op, uint64_t value, size_t bytes);
+// (kError when the return operand lies outside the caller's .param space.)
+Flow SetCallReturn(Exec& x, const Op& op, uint64_t value, size_t bytes);
 Flow ExecRet(Exec&, const Op&);
 Flow ExecExit(Exec&, const Op&);
 Flow ExecTrap(Exec&, const Op&);

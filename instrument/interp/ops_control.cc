@@ -36,15 +36,31 @@ Flow ExecBra(Exec& x, const Op& op) {
 }
 
 namespace {
+// Bytes [off, off + n) of frame `f`'s .param space, or null when they lie
+// outside it: a call's return or argument operand that is not a call-site
+// .param variable of the caller (PTX ptxas would reject; a module is
+// untrusted input, and the offset indexes phosd's memory).
+uint8_t* FrameParams(Thread& t, const Program& p, const Frame& f, uint64_t off, size_t n) {
+  const uint64_t size = p.function(static_cast<int>(f.func)).param_size;
+  if (off > size || n > size - off) return nullptr;
+  return t.params.data() + f.param_base + off;
+}
+
+constexpr const char* kBadParamOperand = "call argument or return outside the caller's .param space";
+
 // Copies call argument `a` — a call-site .param variable (its offset in the
-// caller's frame) or a register (at most 8 bytes) — into `dst`, `size` bytes.
-void CopyCallArg(const Thread& t, const Frame& caller, const Operand& a, size_t size, uint8_t* dst) {
+// caller's frame) or a register (at most 8 bytes) — into `dst`, `size`
+// bytes; false if a .param argument lies outside the caller's frame.
+bool CopyCallArg(Thread& t, const Program& p, const Frame& caller, const Operand& a, size_t size, uint8_t* dst) {
   if (a.kind == Operand::kImm) {
-    std::memcpy(dst, t.params.data() + caller.param_base + a.imm, size);
+    const uint8_t* src = FrameParams(t, p, caller, a.imm, size);
+    if (src == nullptr) return false;
+    std::memcpy(dst, src, size);
   } else if (a.kind == Operand::kReg) {
     const uint64_t v = t.regs[caller.reg_base + a.reg];
     std::memcpy(dst, &v, size < 8 ? size : 8);
   }
+  return true;
 }
 }  // namespace
 
@@ -68,7 +84,9 @@ Flow CallFunction(Exec& x, const Op& op, uint32_t target) {
   for (uint32_t i = 0; i < op.shape[1]; ++i) {
     const Operand& a = caller_fn.operands[op.first + op.shape[0] + i];
     const ParamSlot& slot = callee.params[i];
-    CopyCallArg(t, caller, a, slot.size, t.params.data() + nf.param_base + slot.offset);
+    if (!CopyCallArg(t, p, caller, a, slot.size, t.params.data() + nf.param_base + slot.offset)) {
+      return Fail(x, kBadParamOperand);
+    }
   }
   x.Refresh();
   return Flow::kJump;
@@ -97,8 +115,10 @@ uint64_t CallArg(Exec& x, const Op& op, uint32_t i) {
   const Function& callee = x.b->prog->function(static_cast<int>(op.target));
   if (i >= callee.params.size()) return 0;
   uint64_t v = 0;
-  CopyCallArg(*x.t, x.t->frames.back(), x.fn->operands[op.first + op.shape[0] + i],
-              std::min<size_t>(callee.params[i].size, 8), reinterpret_cast<uint8_t*>(&v));
+  if (!CopyCallArg(*x.t, *x.b->prog, x.t->frames.back(), x.fn->operands[op.first + op.shape[0] + i],
+                   std::min<size_t>(callee.params[i].size, 8), reinterpret_cast<uint8_t*>(&v))) {
+    return 0;  // as for an argument the declaration lacks
+  }
   return v;
 }
 
@@ -116,15 +136,19 @@ std::string DeviceString(Exec& x, uint64_t addr, size_t max) {
   return s;
 }
 
-void SetCallReturn(Exec& x, const Op& op, uint64_t value, size_t bytes) {
-  if (op.shape[0] == 0) return;
+Flow SetCallReturn(Exec& x, const Op& op, uint64_t value, size_t bytes) {
+  if (op.shape[0] == 0) return Flow::kNext;
   Thread& t = *x.t;
   const Operand& r = x.fn->operands[op.first];
   if (r.kind == Operand::kImm) {
-    std::memcpy(t.params.data() + t.frames.back().param_base + r.imm, &value, std::min<size_t>(bytes, 8));
+    const size_t n = std::min<size_t>(bytes, 8);
+    uint8_t* dst = FrameParams(t, *x.b->prog, t.frames.back(), r.imm, n);
+    if (dst == nullptr) return Fail(x, kBadParamOperand);
+    std::memcpy(dst, &value, n);
   } else if (r.kind == Operand::kReg) {
     x.r[r.reg] = value;
   }
+  return Flow::kNext;
 }
 
 // __assertfail(message, file, line, function, charSize): what a failed
@@ -166,7 +190,9 @@ Flow ExecRet(Exec& x, const Op&) {
     const ParamSlot& slot = cf.returns[i];
     const uint8_t* src = t.params.data() + callee.param_base + slot.offset;
     if (r.kind == Operand::kImm) {
-      std::memmove(t.params.data() + caller.param_base + r.imm, src, slot.size);
+      uint8_t* dst = FrameParams(t, p, caller, r.imm, slot.size);
+      if (dst == nullptr) return Fail(x, kBadParamOperand);
+      std::memmove(dst, src, slot.size);
     } else if (r.kind == Operand::kReg) {
       uint64_t v = 0;
       std::memcpy(&v, src, slot.size < 8 ? slot.size : 8);

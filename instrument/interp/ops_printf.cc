@@ -147,15 +147,13 @@ Flow ExecVprintf(Exec& x, const Op& op) {
   const uint64_t fmt_addr = op.shape[1] > 0 ? CallArg(x, op, 0) : 0;
   const uint64_t args = op.shape[1] > 1 ? CallArg(x, op, 1) : 0;
   if (fmt_addr == 0) {
-    SetCallReturn(x, op, static_cast<uint64_t>(-1), 4);
-    return Flow::kNext;
+    return SetCallReturn(x, op, static_cast<uint64_t>(-1), 4);
   }
   std::string text;
   const int read = Format(x, DeviceString(x, fmt_addr, kMaxFormat), args, &text);
   x.error.clear();  // an unreadable argument is the printf's error (-2), not the kernel's
   if (read >= 0 && x.b->opts->device_output != nullptr) x.b->opts->device_output->Append(text);
-  SetCallReturn(x, op, static_cast<uint64_t>(static_cast<int64_t>(read)), 4);
-  return Flow::kNext;
+  return SetCallReturn(x, op, static_cast<uint64_t>(static_cast<int64_t>(read)), 4);
 }
 
 }  // namespace phos::interp

@@ -584,5 +584,42 @@ TEST_F(isa, StmatrixStoresWhatLdmatrixLoaded) {
   }
 }
 
+// A call whose return operand is not a call-site .param variable (a module
+// variable here; ptxas would reject it) fails the launch by name instead
+// of writing at the variable's address as an offset into phosd's memory
+// (found by ptx_interp_fuzz through vprintf's return).
+TEST(isa_errors, CallReturnOutsideTheParamSpaceFails) {
+  Harness h;
+  ASSERT_TRUE(h.LoadText(R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.global .align 8 .b64 g;
+.extern .func (.param .b32 func_retval0) vprintf(.param .b64 a, .param .b64 b);
+.func (.param .b32 r) one()
+{
+  st.param.b32 [r], 1;
+  ret;
+}
+.visible .entry bad_ret()
+{
+  call.uni (g), one, ();
+  ret;
+}
+.visible .entry bad_printf_ret()
+{
+  { .param .b64 a; .param .b64 b;
+    st.param.b64 [a], 0; st.param.b64 [b], 0;
+    call.uni (g), vprintf, (a, b); }
+  ret;
+}
+)"));
+  for (const char* kernel : {"bad_ret", "bad_printf_ret"}) {
+    Status st = h.Launch(kernel, {1}, {1}, Params());
+    ASSERT_FALSE(st.ok()) << kernel;
+    EXPECT_NE(st.message().find("outside the caller's .param space"), std::string::npos) << st.ToString();
+  }
+}
+
 }  // namespace
 }  // namespace phos::interp::test
