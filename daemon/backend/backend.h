@@ -29,6 +29,10 @@
 #include "backend/blas_call.h"
 #include "common/status.h"
 
+namespace phos::wire {
+struct TextureDesc;  // protocol/texture_desc.h
+}  // namespace phos::wire
+
 namespace phos::backend {
 
 /// A device virtual address. Real and stable (docs/backends.md): the same value is
@@ -227,6 +231,27 @@ class Context {
     (void)stream;
     (void)fn;
     return Status::NotSupported("this backend cannot run host functions in stream order");
+  }
+
+  // ---- texture and surface objects (protocol/texture_desc.h) ---------------
+  /// Creates an object sampling (texture) or loading and storing (surface)
+  /// the texels `desc` describes. The session has checked `desc`
+  /// (wire::CheckTextureDesc) and that its texels lie in one of its
+  /// buffers. `requested` 0: any handle; else exactly that handle (a
+  /// restore into a fresh session: the app and its kernels hold the old
+  /// value), or FailedPrecondition naming why not. Backends without them:
+  /// NotSupported.
+  virtual Status CreateTextureObject(const wire::TextureDesc& desc, bool surface, std::uint64_t requested,
+                                     std::uint64_t* handle) {
+    (void)desc;
+    (void)surface;
+    (void)requested;
+    (void)handle;
+    return Status::NotSupported("this backend has no texture or surface objects");
+  }
+  virtual Status DestroyTextureObject(std::uint64_t handle) {
+    (void)handle;
+    return Status::NotSupported("this backend has no texture or surface objects");
   }
 
   // ---- events ---------------------------------------------------------------

@@ -24,7 +24,8 @@ namespace {
 /// nothing a restore would collide with.
 Status CheckEmpty(const session::SessionState& st) {
   const std::size_t held = st.buffers.size() + st.modules.size() + st.functions.size() + st.streams.size() +
-                           st.events.size() + st.globals.size() + st.pending_images.size();
+                           st.events.size() + st.globals.size() + st.pending_images.size() +
+                           st.texture_objects.size();
   if (held == 0) return Status::Ok();
   return Status::FailedPrecondition(
       "session " + std::to_string(st.session_id) + " is not empty (" + std::to_string(st.buffers.size()) +
@@ -41,6 +42,8 @@ void ReleaseCreated(session::SessionState& st) {
   Status s = st.ctx->Synchronize();
   if (!s.ok()) spdlog::warn("fresh restore rollback: pending work ended with: {}", s.ToString());
   session::ReapRetained(st, true);  // stream-ordered frees the app made since
+  for (auto& [h, obj] : st.texture_objects) (void)st.ctx->DestroyTextureObject(h);
+  st.texture_objects.clear();
   for (auto& [id, h] : st.events) (void)st.ctx->DestroyEvent(h);
   for (auto& [id, h] : st.streams) (void)st.ctx->DestroyStream(h);
   for (auto& [id, h] : st.modules) (void)st.ctx->UnloadModule(h);
@@ -194,6 +197,15 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
     }
     st.buffers.Add(b.address, b.bytes);
     ++r->allocated;
+  }
+  // Texture and surface objects last: each must name a buffer of the session.
+  for (const auto& t : handles.textures()) {
+    wire::TextureDesc desc;
+    PHOS_RETURN_IF_ERROR(DecodeTextureObject(t, &desc));
+    std::uint64_t got = 0;
+    PHOS_RETURN_IF_ERROR(session::CreateTextureObjectOf(st, desc, t.surface(), t.handle(), &got, nullptr)
+                             .WithContext(std::string("recreating ") + (t.surface() ? "surface" : "texture") +
+                                          " object " + std::to_string(t.handle())));
   }
   return Status::Ok();
 }

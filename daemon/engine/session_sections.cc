@@ -10,6 +10,58 @@
 
 namespace phos::engine {
 
+void EncodeTextureObject(std::uint64_t handle, const session::SessionState::TextureObject& obj,
+                         image::v1::TextureObjectRecord* r) {
+  const wire::TextureDesc& d = obj.desc;
+  r->set_handle(handle);
+  r->set_surface(obj.surface);
+  r->set_base(d.base);
+  r->set_pitch(d.pitch);
+  r->set_slice_pitch(d.slice_pitch);
+  r->set_width(d.width);
+  r->set_height(d.height);
+  r->set_depth(d.depth);
+  r->set_layers(d.layers);
+  r->set_flags(d.flags);
+  r->set_dims(d.dims);
+  r->set_channels(d.channels);
+  r->set_channel_bytes(d.channel_bytes);
+  r->set_kind(static_cast<std::uint32_t>(d.kind));
+  r->set_resource(static_cast<std::uint32_t>(d.resource));
+  for (wire::AddressMode m : d.address) r->add_address_modes(static_cast<std::uint32_t>(m));
+  for (float b : d.border) r->add_border(b);
+}
+
+Status DecodeTextureObject(const image::v1::TextureObjectRecord& r, wire::TextureDesc* d) {
+  auto narrow = [](std::uint32_t v, std::uint32_t max) { return v <= max; };
+  if (r.handle() == 0 || r.address_modes_size() != 3 || r.border_size() != 4 || !narrow(r.dims(), 255) ||
+      !narrow(r.channels(), 255) || !narrow(r.channel_bytes(), 255) || !narrow(r.kind(), 255) ||
+      !narrow(r.resource(), 255)) {
+    return Status::Corruption("texture object record " + std::to_string(r.handle()) + " is malformed");
+  }
+  *d = wire::TextureDesc{};
+  d->base = r.base();
+  d->pitch = r.pitch();
+  d->slice_pitch = r.slice_pitch();
+  d->width = r.width();
+  d->height = r.height();
+  d->depth = r.depth();
+  d->layers = r.layers();
+  d->flags = r.flags();
+  d->dims = static_cast<std::uint8_t>(r.dims());
+  d->channels = static_cast<std::uint8_t>(r.channels());
+  d->channel_bytes = static_cast<std::uint8_t>(r.channel_bytes());
+  d->kind = static_cast<wire::ChannelKind>(r.kind());
+  d->resource = static_cast<wire::ResourceKind>(r.resource());
+  for (int i = 0; i < 3; ++i) {
+    if (r.address_modes(i) > 255) return Status::Corruption("texture object record: bad address mode");
+    d->address[i] = static_cast<wire::AddressMode>(r.address_modes(i));
+  }
+  for (int i = 0; i < 4; ++i) d->border[i] = r.border(i);
+  // The session checks the rest (wire::CheckTextureDesc) when it recreates it.
+  return Status::Ok();
+}
+
 void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manifest) {
   EncodeSnapshot(snap, manifest->mutable_session());
   manifest->clear_first_use_order();
@@ -47,6 +99,7 @@ void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manife
     r->set_name(g.name);
     r->set_address_private(g.address_private);
   }
+  for (const auto& t : o.textures) EncodeTextureObject(t.handle, t.object, h.add_textures());
   std::uint64_t module_bytes = 0;
   for (const auto& m : o.modules) module_bytes += m.image ? m.image->size() : 0;
   image::v1::SessionModules modules;

@@ -7,7 +7,8 @@
 //   streams   a serialized image.v1.SessionHandles: streams and events
 //             with their creation flags, functions with module id, kernel
 //             name and attributes the app set, globals with their module
-//             and symbol name.
+//             and symbol name, texture and surface objects with their
+//             handles and descriptors.
 //   modules   a serialized image.v1.SessionModules: every module image as
 //             the app loaded it. Left empty (SessionHandles.modules_saved
 //             = false, a warning logged) when the images would make the
@@ -33,6 +34,12 @@ inline constexpr std::uint64_t kMaxStoredModuleBytes = 128ull << 20;
 /// Sets the manifest's handles, streams and modules sections from `snap`
 /// (CaptureSnapshot at the instant the image describes).
 void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manifest);
+
+/// A texture or surface object as its record holds it, and back (the
+/// decoded descriptor is checked again when the session recreates it).
+void EncodeTextureObject(std::uint64_t handle, const session::SessionState::TextureObject& obj,
+                         image::v1::TextureObjectRecord* r);
+Status DecodeTextureObject(const image::v1::TextureObjectRecord& r, wire::TextureDesc* d);
 
 /// The streams and modules sections, parsed and checked against `snap`
 /// (the decoded `handles` section): every module has an image, every

@@ -67,11 +67,16 @@ struct SessionObjects {
     std::string name;
     bool address_private = false;  // the app was never given the address (GlobalRecord)
   };
+  struct Texture {
+    std::uint64_t handle = 0;
+    session::SessionState::TextureObject object;
+  };
   std::vector<Module> modules;      // ascending id
   std::vector<Stream> streams;      // ascending id
   std::vector<Event> events;        // ascending id
   std::vector<Function> functions;  // ascending id
   std::vector<Global> globals;      // ascending address
+  std::vector<Texture> textures;    // ascending handle
 };
 
 struct SessionSnapshot {

@@ -287,6 +287,7 @@ void ReleaseAll(SessionState& st) {
   // Nothing runs any more: the segments' registrations can go (the
   // mappings stay for a context made after a device reset).
   st.host_segments.Unregister(st.ctx);
+  for (auto& [h, obj] : st.texture_objects) (void)st.ctx->DestroyTextureObject(h);
   for (auto& [id, h] : st.events) (void)st.ctx->DestroyEvent(h);
   for (auto& [id, h] : st.streams) (void)st.ctx->DestroyStream(h);
   for (auto& [id, h] : st.modules) (void)st.ctx->UnloadModule(h);
@@ -294,6 +295,7 @@ void ReleaseAll(SessionState& st) {
     Status f = st.ctx->Free(ptr);
     if (!f.ok()) spdlog::warn("session {}: freeing 0x{:x}: {}", st.session_id, ptr, f.ToString());
   }
+  st.texture_objects.clear();
   st.events.clear();
   st.streams.clear();
   st.event_flags.clear();

@@ -52,6 +52,17 @@ struct SessionState {
   // Every allocation of this session (start address -> bytes), its total
   // and the republish flag, in one owner (buffer_map.h).
   BufferMap buffers;
+  // Texture and surface objects (backend handle, which the app and its
+  // kernels hold -> what it samples; texture_handlers.cc). A launch of a
+  // kernel that may use them reads (textures) or writes (surfaces) their
+  // buffers (TextureAccess); a restore into a fresh session recreates them
+  // under the same handles.
+  struct TextureObject {
+    wire::TextureDesc desc{};
+    bool surface = false;
+    uint64_t span = 0;  // bytes from desc.base its texels occupy
+  };
+  std::map<uint64_t, TextureObject> texture_objects;
   // Module globals (address -> bytes): device ranges the app may also copy.
   std::map<uint64_t, uint64_t> globals;
   // Where each global came from (address -> module id and symbol name, as
@@ -231,6 +242,16 @@ Status GetGlobalOf(SessionState& st, uint32_t module_id, const std::string& name
 Status CreateStreamWithId(SessionState& st, uint32_t stream_id, uint32_t flags, int32_t priority,
                           const CallView* admit);
 Status CreateEventWithId(SessionState& st, uint32_t event_id, uint32_t flags, const CallView* admit);
+/// kCreateTextureObject / kCreateSurfaceObject (texture_handlers.cc):
+/// checks `desc` and that its texels lie in one buffer of the session,
+/// creates the object (`requested` handle, or any when 0) and records it.
+Status CreateTextureObjectOf(SessionState& st, const wire::TextureDesc& desc, bool surface, uint64_t requested,
+                             uint64_t* handle, const CallView* admit);
+/// Adds to a kernel launch's access set the buffers of every texture
+/// (read) and surface (read+write) object of the session: a handle reaches
+/// a kernel through its parameters or through memory, so phosd cannot tell
+/// which ones a launch uses (texture_handlers.cc).
+void AddTextureAccess(const SessionState& st, CallView* view);
 /// kFuncSetAttribute (function_reset_handlers.cc): wire attribute id
 /// (wire::kFuncAttr*), recorded in Function::attributes.
 Status SetFunctionAttributeOf(SessionState& st, uint32_t function_id, int32_t attribute, int32_t value,

@@ -4,6 +4,7 @@
 //   device_handlers.cc          device queries
 //   memory_handlers.cc          allocation, copies, memsets, pinned segments
 //   stream_event_handlers.cc    streams, events, device sync, last error
+//   texture_handlers.cc         texture and surface objects
 //   module_handlers.cc          modules, functions, globals, launches
 //   function_reset_handlers.cc  function attributes, cudaDeviceReset
 //   blas_handlers.cc            cuBLAS routines

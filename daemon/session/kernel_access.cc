@@ -162,6 +162,7 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
   PHOS_RETURN_IF_ERROR(ReadImage(bytes, &ik));
   out->has_ptx = ik.has_ptx;
   out->may_have_variables = ik.ptx.empty() || PtxDeclaresModuleVariables(ik.ptx);
+  out->may_use_textures = ik.ptx.empty() || PtxUsesTextures(ik.ptx);
 
   std::vector<signature::KernelRequest> requests;
   for (const auto& k : ik.cubin.kernels) {
@@ -211,6 +212,20 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
                   ik.has_ptx ? "PTX present (speculated)" : "no PTX (unvalidatable)");
   }
   return Status::Ok();
+}
+
+bool PtxUsesTextures(std::string_view ptx) {
+  for (std::string_view name : {"tex.", "tld4.", "txq.", "suld.", "sust.", "sured.", "suq."}) {
+    for (std::size_t pos = ptx.find(name); pos != std::string_view::npos; pos = ptx.find(name, pos + 1)) {
+      const char before = pos == 0 ? ' ' : ptx[pos - 1];
+      // An instruction starts a statement: after blanks, a label, a guard
+      // (`@%p1 tex...`) or a brace.
+      if (before == ' ' || before == '\t' || before == '\n' || before == '{' || before == ';' || before == ':') {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 bool PtxDeclaresModuleVariables(std::string_view ptx) {

@@ -82,8 +82,17 @@ struct ModuleKernels {
   /// counts as "may". Launches of such modules add the session's globals
   /// to their access set (ComputeLaunchAccess).
   bool may_have_variables = true;
+  /// Its kernels may sample textures or load/store surfaces (the PTX names
+  /// tex/tld4/txq/suld/sust/sured/suq, or there is no PTX to tell): their
+  /// launches read and write the session's texture and surface objects'
+  /// buffers (AddTextureAccess, call_handlers.h).
+  bool may_use_textures = true;
   std::unordered_map<std::string, std::shared_ptr<KernelAccessPlan>> kernels;
 };
+
+/// True when `ptx` has a texture or surface instruction (conservative: a
+/// match in a comment or string counts too).
+bool PtxUsesTextures(std::string_view ptx);
 
 /// Reads an image (fatbin container, cubin ELF or PTX text) and builds a
 /// plan for each kernel in it. An image phos cannot read yields no plans

@@ -177,6 +177,8 @@ void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::L
     auto mk = st.module_kernels.find(fit->second.module_id);
     const bool variables = mk == st.module_kernels.end() || mk->second.may_have_variables;
     ComputeLaunchAccess(*fit->second.access, params, st.buffers, st.globals, &v, variables);
+    const bool textures = mk == st.module_kernels.end() || mk->second.may_use_textures;
+    if (textures && v.kind != AccessKind::kUnknown) AddTextureAccess(st, &v);
   } else {
     v.kind = AccessKind::kUnknown;  // a function recreated without its plan (defensive)
   }

@@ -142,6 +142,15 @@ constexpr uint32_t kBulkToShared = 8;  // cp.async.bulk from global into shared 
 constexpr uint8_t kCvtRelu = 1;       // .relu
 constexpr uint8_t kCvtSatFinite = 2;  // .satfinite: +-inf becomes +-max finite
 
+// Textures and surfaces (ops_texture.cc): the geometry in Op::sub of
+// tex/tld4/suld/sust; tld4's component and the surface out-of-range mode
+// in Op::target; txq/suq's query in Op::sub, kQuerySurface in Op::target.
+constexpr uint8_t kGeom1d = 1, kGeom2d = 2, kGeom3d = 3, kGeomA1d = 4, kGeomA2d = 5;
+constexpr uint32_t kSurfaceTrap = 0, kSurfaceClamp = 1, kSurfaceZero = 2;
+constexpr uint8_t kQueryWidth = 1, kQueryHeight = 2, kQueryDepth = 3, kQueryArraySize = 4, kQueryMipLevels = 5,
+                  kQueryNormalized = 6, kQueryFilter = 7, kQueryAddr0 = 8, kQueryAddr1 = 9, kQueryAddr2 = 10;
+constexpr uint32_t kQuerySurface = 1;
+
 inline const Operand& Opd(const Exec& x, const Op& op, int i) { return x.fn->operands[op.first + i]; }
 inline uint64_t Val(Exec& x, const Operand& o) {
   switch (o.kind) {
@@ -195,6 +204,11 @@ Flow ExecCpAsyncMbarrierArrive(Exec&, const Op&);
 Flow ExecCpAsyncBulk(Exec&, const Op&);         // ops_mem.cc
 // ops_mbarrier.cc: `bytes` of the mbarrier at `addr` arrived (complete_tx).
 Flow MbarrierCompleteTx(Exec& x, const Op& op, uint64_t addr, uint64_t bytes);
+Flow ExecTex(Exec&, const Op&);           // ops_texture.cc
+Flow ExecTld4(Exec&, const Op&);
+Flow ExecTextureQuery(Exec&, const Op&);  // txq and suq
+Flow ExecSuld(Exec&, const Op&);
+Flow ExecSust(Exec&, const Op&);
 Flow ExecWmmaLoad(Exec&, const Op&);    // ops_matrix.cc
 Flow ExecWmmaStore(Exec&, const Op&);
 // ops_matrix.cc: wmma.mma for the lanes of `group` (the whole warp), each

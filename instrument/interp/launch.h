@@ -17,6 +17,7 @@
 #include "interp/device_output.h"
 #include "interp/memory.h"
 #include "interp/program.h"
+#include "interp/texture.h"
 
 namespace phos::interp {
 
@@ -52,6 +53,9 @@ struct LaunchOptions {
   uint64_t grid_workspace = 0;
   // Where the kernel's printf (vprintf) text goes; null: it is discarded.
   DeviceOutput* device_output = nullptr;
+  // The texture and surface objects the kernel's handles name (tex, suld,
+  // sust, ...); null: none exist, such an instruction faults.
+  const TextureTable* textures = nullptr;
 };
 
 // Runs `kernel` (mangled .entry name) over `grid` x `block` threads.

@@ -433,6 +433,35 @@ class ProgramBuilder {
       *why = "too many operands";
       return false;
     }
+    if (po.kind == K::kAddress && !po.elems.empty()) {
+      // [handle, {coordinates}] of tex/tld4/suld/sust: the handle, then
+      // each coordinate (ops_texture.cc reads them in that order).
+      if (!po.base_is_reg || po.offset != 0) {
+        *why = "a texture or surface named by a module-scope reference (only bindless handles are supported)";
+        return false;
+      }
+      // The parser keeps `{x, y}` as one vector element after the handle.
+      std::vector<const ptx::Operand*> coords;
+      for (const auto& e : po.elems) {
+        if (e.kind == K::kVector) {
+          for (const auto& c : e.elems) coords.push_back(&c);
+        } else {
+          coords.push_back(&e);
+        }
+      }
+      if (coords.size() > 8) {
+        *why = "too many texture coordinates";
+        return false;
+      }
+      op->shape[op->nshape++] = static_cast<uint8_t>(1 + coords.size());
+      Operand h;
+      if (!ResolveName(po.name, 0, &h, why)) return false;
+      f->operands.push_back(h);
+      for (const ptx::Operand* c : coords) {
+        if (!AddScalar(*c, imm_type, f, why)) return false;
+      }
+      return true;
+    }
     if (po.kind == K::kVector || po.kind == K::kPair || po.kind == K::kList) {
       op->shape[op->nshape++] = static_cast<uint8_t>(po.elems.size());
       for (const auto& e : po.elems) {
@@ -803,6 +832,89 @@ class ProgramBuilder {
     return &ExecCollective;
   }
 
+  // The geometry modifier of a texture or surface instruction (0: none the
+  // interpreter runs; *why names it).
+  static uint8_t Geometry(const ptx::Instruction& in, std::string* why) {
+    static const std::pair<const char*, uint8_t> kGeoms[] = {
+        {"1d", kGeom1d}, {"2d", kGeom2d}, {"3d", kGeom3d}, {"a1d", kGeomA1d}, {"a2d", kGeomA2d}};
+    for (const auto& [name, g] : kGeoms) {
+      if (in.HasMod(name)) return g;
+    }
+    *why = "texture/surface geometry (supported: .1d .2d .3d .a1d .a2d; not cube maps or multisample)";
+    return 0;
+  }
+
+  // tex / tld4 (ops_texture.cc).
+  ExecFn BindTexture(const ptx::Instruction& in, Op* op, std::string* why) {
+    op->sub = Geometry(in, why);
+    if (op->sub == 0) return nullptr;
+    const bool gather = op->opcode == Opcode::kTld4;
+    if (gather) {
+      static const char* kComp[] = {"r", "g", "b", "a"};
+      op->target = 4;
+      for (uint32_t i = 0; i < 4; ++i) {
+        if (in.HasMod(kComp[i])) op->target = i;
+      }
+      if (op->target == 4 || (op->sub != kGeom2d && op->sub != kGeomA2d)) {
+        *why = "tld4 form (supported: tld4.{r,g,b,a}.2d/.a2d)";
+        return nullptr;
+      }
+    }
+    const bool dtype_ok = op->type == Type::kF32 || op->type == Type::kS32 || op->type == Type::kU32;
+    const bool ctype_ok = op->type2 == Type::kF32 || (!gather && op->type2 == Type::kS32);
+    if (op->vec != 4 || !dtype_ok || !ctype_ok) {
+      *why = "texture fetch types (supported: .v4 of .f32/.s32/.u32 from .f32 or .s32 coordinates)";
+      return nullptr;
+    }
+    // tex.level has a level of detail, tex.grad two gradients: with no
+    // mipmaps both read level 0. More operands are an offset or a depth
+    // compare, which the interpreter does not model.
+    const size_t expected = 2 + (in.HasMod("level") ? 1 : 0) + (in.HasMod("grad") ? 2 : 0);
+    if (in.operands.size() != expected || in.operands[0].kind != ptx::Operand::Kind::kVector ||
+        in.operands[0].elems.size() != 4) {
+      *why = "texture fetch with an offset, a depth compare or a predicate result";
+      return nullptr;
+    }
+    return gather ? &ExecTld4 : &ExecTex;
+  }
+
+  // suld.b / sust.b (ops_texture.cc).
+  ExecFn BindSurface(const ptx::Instruction& in, Op* op, std::string* why) {
+    if (!in.HasMod("b")) {
+      *why = "formatted surface access (sust.p); only raw .b accesses are supported";
+      return nullptr;
+    }
+    op->sub = Geometry(in, why);
+    if (op->sub == 0) return nullptr;
+    op->target = in.HasMod("zero") ? kSurfaceZero : in.HasMod("clamp") ? kSurfaceClamp : kSurfaceTrap;
+    if (op->type != Type::kB8 && op->type != Type::kB16 && op->type != Type::kB32 && op->type != Type::kB64) {
+      *why = "surface access type (supported: .b8 .b16 .b32 .b64)";
+      return nullptr;
+    }
+    return op->opcode == Opcode::kSuld ? &ExecSuld : &ExecSust;
+  }
+
+  // txq / suq (ops_texture.cc).
+  ExecFn BindTextureQuery(const ptx::Instruction& in, Op* op, std::string* why) {
+    const bool surface = in.opcode == "suq";
+    op->target = surface ? kQuerySurface : 0;
+    static const std::pair<const char*, uint8_t> kQueries[] = {
+        {"width", kQueryWidth},           {"height", kQueryHeight},
+        {"depth", kQueryDepth},           {"array_size", kQueryArraySize},
+        {"num_mipmap_levels", kQueryMipLevels}, {"normalized_coords", kQueryNormalized},
+        {"filter_mode", kQueryFilter},    {"addr_mode_0", kQueryAddr0},
+        {"addr_mode_1", kQueryAddr1},     {"addr_mode_2", kQueryAddr2}};
+    for (const auto& [name, q] : kQueries) {
+      if (in.HasMod(name)) op->sub = q;
+    }
+    if (op->sub == 0 || in.HasMod("level") || (surface && op->sub > kQueryArraySize) || in.operands.size() != 2) {
+      *why = std::string(surface ? "suq" : "txq") + " query (supported: width, height, depth, array_size" +
+             (surface ? ")" : ", num_mipmap_levels, normalized_coords, filter_mode, addr_mode_0..2)");
+      return nullptr;
+    }
+    return &ExecTextureQuery;
+  }
+
   // Picks the handler for an instruction and decodes opcode-specific modes.
   ExecFn Bind(const ptx::Instruction& in, Op* op, std::string* why) {
     const Type t = op->type;
@@ -871,6 +983,10 @@ class ProgramBuilder {
         return &ExecCollective;
       case Opcode::kAtom: case Opcode::kRed:
         return &ExecAtom;
+      case Opcode::kTex: case Opcode::kTld4:
+        return BindTexture(in, op, why);
+      case Opcode::kSuld: case Opcode::kSust:
+        return BindSurface(in, op, why);
       case Opcode::kBra:
         if (in.operands.size() != 1 || in.operands[0].kind != ptx::Operand::Kind::kLabel) {
           *why = "branch target is not a label";
@@ -904,6 +1020,7 @@ class ProgramBuilder {
       return &ExecFloatArith;
     }
     if (in.opcode == "nop") return &ExecNop;
+    if (in.opcode == "txq" || in.opcode == "suq") return BindTextureQuery(in, op, why);
     *why = "unsupported instruction";
     return nullptr;
   }

@@ -55,6 +55,7 @@
 
 #include "common/status.h"
 #include "phos_api_ids.h"
+#include "protocol/texture_desc.h"
 #include "ring/ring_layout.h"
 #include "ring/waiter.h"
 

@@ -490,6 +490,20 @@ TEST_F(IntegrationTest, GraphsCaptureInstantiateLaunch) {
   EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
 }
 
+// docs/interposer.md "CUDA arrays, textures and surfaces": arrays, copies
+// in and out (2D, 3D, deprecated 1D forms, array to array), texture
+// objects of arrays, linear and pitched memory in every address and filter
+// mode, gather, surfaces read and written by kernels — against CPU
+// references, the texels fetched by the sim's interpreter.
+TEST_F(IntegrationTest, TexturesAndSurfacesMatchACpuReference) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/textures");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("textures: OK"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+}
+
 // docs/interposer.md "cuBLAS": a program linked with -lcublas — gemm in
 // S/D/C/Z/H, GemmEx, strided batched, device-pointer scalars, gemv, geam,
 // level 1, a captured GEMM, the helpers and the error paths — against CPU

@@ -646,9 +646,10 @@ Status SimContext::Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsign
   std::shared_ptr<std::atomic<bool>> cancel = abandoned_;
   Status queued = EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes, params, owner,
                                          cancel, aliases = host_aliases_, cooperative, workspace,
-                                         output = device_output_]() -> Status {
+                                         output = device_output_, textures = textures_]() -> Status {
     SimKernelMemory memory(shared->memory.get(), owner, aliases.get());
     interp::LaunchOptions options;
+    options.textures = textures->empty() ? nullptr : textures.get();
     options.cancel = cancel.get();
     options.cooperative = cooperative;
     options.device_output = output.get();
@@ -665,6 +666,32 @@ Status SimContext::Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsign
   });
   if (!queued.ok() && workspace != 0) (void)shared->memory->Free(owner, workspace);
   return queued;
+}
+
+Status SimContext::CreateTextureObject(const wire::TextureDesc& desc, bool surface, std::uint64_t requested,
+                                       std::uint64_t* handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::uint64_t h = requested;
+  if (h == 0) {
+    while (textures_->Contains(next_texture_)) ++next_texture_;
+    h = next_texture_++;
+  } else if (textures_->Contains(h)) {
+    return Status::FailedPrecondition("texture/surface handle " + std::to_string(h) + " is in use in this context");
+  } else {
+    next_texture_ = std::max(next_texture_, h + 1);
+  }
+  textures_ = textures_->With(h, ToInterpTexture(desc, surface));
+  *handle = h;
+  return Status::Ok();
+}
+
+Status SimContext::DestroyTextureObject(std::uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!textures_->Contains(handle)) {
+    return Status::NotFound("texture/surface handle " + std::to_string(handle) + " does not exist");
+  }
+  textures_ = textures_->Without(handle);
+  return Status::Ok();
 }
 
 Status SimContext::GetFunctionAttributes(FunctionHandle function, FunctionAttributes* out) {

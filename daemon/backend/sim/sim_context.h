@@ -18,6 +18,7 @@
 #include "backend/sim/sim_module.h"
 #include "backend/sim/sim_shared.h"
 #include "backend/sim/sim_stream.h"
+#include "backend/sim/sim_textures.h"
 #include "interp/device_output.h"
 
 namespace phos::backend::sim {
@@ -51,6 +52,11 @@ class SimContext final : public Context {
   /// cuBLAS on OpenBLAS (sim_blas.h), in stream order, its ranges pinned.
   Status Blas(const BlasCall& call, StreamHandle stream) override;
   Status BlasSupports(const BlasCall& call) const override;
+
+  /// Objects of this context (sim_textures.h); handles count up from 1.
+  Status CreateTextureObject(const wire::TextureDesc& desc, bool surface, std::uint64_t requested,
+                             std::uint64_t* handle) override;
+  Status DestroyTextureObject(std::uint64_t handle) override;
 
   Status CreateEvent(unsigned flags, EventHandle* out) override;
   Status DestroyEvent(EventHandle event) override;
@@ -137,6 +143,10 @@ class SimContext final : public Context {
   // stream workers never take mu_.
   std::mutex mu_;
   std::uint32_t next_handle_ = 0;
+  // Texture and surface objects: replaced, never changed in place (each
+  // launch keeps the table it was enqueued with).
+  std::shared_ptr<const SimTextureTable> textures_ = std::make_shared<SimTextureTable>();
+  std::uint64_t next_texture_ = 1;
   StreamEntry default_stream_;                          // kDefaultStream
   std::map<StreamHandle, StreamEntry> streams_;          // created streams
   std::vector<StreamEntry> retired_;                    // destroyed, still draining

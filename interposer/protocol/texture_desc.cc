@@ -1,0 +1,79 @@
+#include "protocol/texture_desc.h"
+
+#include <cmath>
+
+namespace phos::wire {
+
+namespace {
+
+// Span of `count` steps of `step` bytes plus `last` bytes; false on overflow.
+bool AddSpan(uint64_t step, uint64_t count, uint64_t last, uint64_t* out) {
+  if (count == 0) {
+    *out = last;
+    return true;
+  }
+  if (step != 0 && count > (UINT64_MAX - last) / step) return false;
+  *out = step * count + last;
+  return true;
+}
+
+}  // namespace
+
+bool CheckTextureDesc(const TextureDesc& d, bool surface, uint64_t* span, std::string* why) {
+  auto fail = [&](std::string m) {
+    *why = std::move(m);
+    return false;
+  };
+  if (d.base == 0) return fail("no memory (base address 0)");
+  if ((d.flags & ~kTextureKnownFlags) != 0) return fail("unknown flags " + std::to_string(d.flags));
+  if (d.dims < 1 || d.dims > 3) return fail("dimensions " + std::to_string(d.dims) + " (1, 2 or 3)");
+  if (d.channels != 1 && d.channels != 2 && d.channels != 4) {
+    return fail(std::to_string(d.channels) + " channels (1, 2 or 4)");
+  }
+  if (d.channel_bytes != 1 && d.channel_bytes != 2 && d.channel_bytes != 4) {
+    return fail(std::to_string(d.channel_bytes * 8) + "-bit channels (8, 16 or 32)");
+  }
+  if (static_cast<uint8_t>(d.kind) > 2) return fail("unknown channel kind");
+  if (d.kind == ChannelKind::kFloat && d.channel_bytes == 1) return fail("8-bit float channels");
+  if (static_cast<uint8_t>(d.resource) > 2) return fail("unknown resource kind");
+  for (AddressMode m : d.address) {
+    if (static_cast<uint8_t>(m) > 3) return fail("unknown address mode");
+  }
+  for (float b : d.border) {
+    if (!std::isfinite(b)) return fail("border colour is not finite");
+  }
+  if (d.width == 0 || d.height == 0 || d.depth == 0) return fail("an extent of 0");
+  if (d.dims == 1 && (d.height != 1 || d.depth != 1)) return fail("a 1D resource with height or depth");
+  if (d.dims == 2 && d.depth != 1) return fail("a 2D resource with depth");
+  const bool layered = (d.flags & kTextureLayered) != 0;
+  if (layered != (d.layers != 0)) return fail("layers without the layered flag, or the reverse");
+  if (layered && d.dims == 3) return fail("a layered 3D resource");
+  const uint64_t row = uint64_t{d.width} * d.texel_bytes();
+  if (d.pitch < row && (d.height > 1 || d.depth > 1 || layered)) return fail("a row pitch smaller than a row");
+  const uint64_t slices = layered ? d.layers : d.depth;
+  uint64_t slice_span = 0;
+  if (!AddSpan(d.pitch, d.height - 1, row, &slice_span)) return fail("extents overflow");
+  if (slices > 1 && d.slice_pitch < slice_span) return fail("a slice pitch smaller than a slice");
+  if (!AddSpan(d.slice_pitch, slices - 1, slice_span, span)) return fail("extents overflow");
+  if (d.base + *span < d.base) return fail("the texels wrap around the address space");
+  if (surface) {
+    if (d.resource != ResourceKind::kArray) return fail("a surface of memory that is not a CUDA array");
+    if ((d.flags & (kTextureLinearFilter | kTextureReadNormalized | kTextureNormalizedCoords | kTextureSrgb)) != 0) {
+      return fail("filtering, normalized coordinates or read modes on a surface");
+    }
+  } else {
+    const bool int_channels = d.kind != ChannelKind::kFloat;
+    if ((d.flags & kTextureReadNormalized) && (!int_channels || d.channel_bytes == 4)) {
+      return fail("cudaReadModeNormalizedFloat on channels that are not 8- or 16-bit integers");
+    }
+    if ((d.flags & kTextureLinearFilter) && int_channels && !(d.flags & kTextureReadNormalized)) {
+      return fail("linear filtering of integer texels read as integers");
+    }
+    if ((d.flags & kTextureSrgb) && !(int_channels && d.channel_bytes == 1 && (d.flags & kTextureReadNormalized))) {
+      return fail("sRGB on texels that are not 8-bit normalized integers");
+    }
+  }
+  return true;
+}
+
+}  // namespace phos::wire
