@@ -434,6 +434,133 @@ TEST_F(FreshRestoreTest, LaunchNeedsTheRestoredAttribute) {
   EXPECT_NE(app_->DeviceSync(), kOk);
 }
 
+// A texture object (linear memory) and a surface object (a 1D "array"),
+// checkpointed with the session and recreated under the same handles by
+// the fresh restore: B launches, with A's handles, a kernel that fetches
+// through the texture and stores twice the value through the surface.
+constexpr char kTexturePtx[] = R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry texcopy(.param .u64 t, .param .u64 s, .param .u64 out, .param .u32 n)
+{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  .reg .f32 %f<8>;
+  .reg .pred %p<2>;
+  ld.param.u64 %rd1, [t];
+  ld.param.u64 %rd2, [s];
+  ld.param.u64 %rd3, [out];
+  ld.param.u32 %r1, [n];
+  mov.u32 %r2, %tid.x;
+  setp.ge.u32 %p1, %r2, %r1;
+  @%p1 bra DONE;
+  tex.1d.v4.f32.s32 {%f1, %f2, %f3, %f4}, [%rd1, {%r2}];
+  mul.wide.u32 %rd4, %r2, 4;
+  add.u64 %rd5, %rd3, %rd4;
+  st.global.f32 [%rd5], %f1;
+  add.f32 %f5, %f1, %f1;
+  mov.b32 %r4, %f5;
+  shl.b32 %r3, %r2, 2;
+  sust.b.1d.b32.trap [%rd2, {%r3}], {%r4};
+DONE:
+  ret;
+}
+)";
+
+wire::TextureDesc Linear1D(uint64_t base, uint32_t n, wire::ResourceKind kind) {
+  wire::TextureDesc d{};
+  d.base = base;
+  d.pitch = n * 4;
+  d.width = n;
+  d.height = d.depth = 1;
+  d.dims = 1;
+  d.channels = 1;
+  d.channel_bytes = 4;
+  d.kind = wire::ChannelKind::kFloat;
+  d.resource = kind;
+  for (auto& m : d.address) m = wire::AddressMode::kClamp;
+  return d;
+}
+
+TEST_F(FreshRestoreTest, TextureAndSurfaceObjectsComeBackUnderTheirHandles) {
+  constexpr uint32_t kTexModule = 7, kTexCopy = 70;
+  constexpr uint32_t n = 64;
+  const auto ptx = std::as_bytes(std::span<const char>(kTexturePtx, sizeof kTexturePtx));
+  ASSERT_EQ(app_->ModuleLoad(kTexModule, ptx), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(kTexModule, kTexCopy, "texcopy"), kOk) << app_->message();
+  uint64_t src = 0, surf_mem = 0, out = 0;
+  ASSERT_EQ(app_->Malloc(n * 4, &src), kOk);
+  ASSERT_EQ(app_->Malloc(n * 4, &surf_mem), kOk);
+  ASSERT_EQ(app_->Malloc(n * 4, &out), kOk);
+  std::vector<float> v(n);
+  for (uint32_t i = 0; i < n; ++i) v[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  ASSERT_EQ(app_->H2D(src, v.data(), n * 4), kOk);
+  ring::Reply r;
+  ASSERT_EQ(app_->Send(wire::op::kCreateTextureObject, wire::TextureObjectRequest{Linear1D(src, n, wire::ResourceKind::kLinear)},
+                       true, 0, &r),
+            kOk)
+      << app_->message();
+  wire::ValueReply tex{};
+  std::memcpy(&tex, r.data.data(), sizeof tex);
+  ASSERT_EQ(app_->Send(wire::op::kCreateSurfaceObject, wire::TextureObjectRequest{Linear1D(surf_mem, n, wire::ResourceKind::kArray)},
+                       true, 0, &r),
+            kOk)
+      << app_->message();
+  wire::ValueReply surf{};
+  std::memcpy(&surf, r.data.data(), sizeof surf);
+  ASSERT_NE(tex.value, 0);
+  ASSERT_NE(surf.value, tex.value);
+  // A third object, destroyed: A's live handles are not the first ones a
+  // fresh sim hands out.
+  ASSERT_EQ(app_->Send(wire::op::kCreateTextureObject,
+                       wire::TextureObjectRequest{Linear1D(src, n, wire::ResourceKind::kLinear)}, true, 0, &r),
+            kOk);
+  wire::ValueReply third{};
+  std::memcpy(&third, r.data.data(), sizeof third);
+  ASSERT_EQ(app_->Send(wire::op::kDestroyTextureObject, wire::TextureHandleRequest{static_cast<uint64_t>(tex.value)}), kOk);
+  tex = third;
+  // Texels outside the session's buffers are refused.
+  EXPECT_NE(app_->Send(wire::op::kCreateTextureObject,
+                       wire::TextureObjectRequest{Linear1D(src + 4, n, wire::ResourceKind::kLinear)}),
+            kOk);
+  const std::string img = dir_ + "/textures";
+  Checkpoint(Mode::kCow, img);
+  Disconnect();
+
+  StopServer();  // a restarted phosd: its sim hands out handles from 1 again
+  StartServer();
+  Connect();
+  RestoreResult rr;
+  Status s = Restore(img, &rr);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  struct {
+    uint64_t t, s, out;
+    uint32_t n;
+  } params{static_cast<uint64_t>(tex.value), static_cast<uint64_t>(surf.value), out, n};
+  ASSERT_EQ(app_->Launch(kTexCopy, Grid(1, n), Bytes(params)), kOk);
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  std::vector<float> got(n), twice(n);
+  ASSERT_EQ(app_->D2H(got.data(), out, n * 4), kOk);
+  ASSERT_EQ(app_->D2H(twice.data(), surf_mem, n * 4), kOk);
+  for (uint32_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], v[i]) << i;
+    ASSERT_EQ(twice[i], 2 * v[i]) << i;
+  }
+  // A new object of B's does not take a restored handle.
+  ASSERT_EQ(app_->Send(wire::op::kCreateTextureObject,
+                       wire::TextureObjectRequest{Linear1D(src, n, wire::ResourceKind::kLinear)}, true, 0, &r),
+            kOk);
+  wire::ValueReply fresh{};
+  std::memcpy(&fresh, r.data.data(), sizeof fresh);
+  EXPECT_NE(fresh.value, tex.value);
+  EXPECT_NE(fresh.value, surf.value);
+  // The handles are live objects of B's session: destroying them works once.
+  EXPECT_EQ(app_->Send(wire::op::kDestroyTextureObject, wire::TextureHandleRequest{static_cast<uint64_t>(tex.value)}), kOk);
+  EXPECT_NE(app_->Send(wire::op::kDestroyTextureObject, wire::TextureHandleRequest{static_cast<uint64_t>(tex.value)}), kOk);
+  EXPECT_EQ(app_->Send(wire::op::kDestroySurfaceObject, wire::TextureHandleRequest{static_cast<uint64_t>(surf.value)}), kOk);
+}
+
 TEST_F(FreshRestoreTest, GlobalsComeBackAtTheirAddressAfterAPhosdRestart) {
   // The PTX module first (as a runtime loads modules before the app's
   // mallocs): a restarted sim places its global where it was.
