@@ -61,6 +61,7 @@ class Harness {
     LaunchOptions o;
     o.workers = workers;
     o.device_output = output;
+    o.textures = textures;
     o.stats = &stats;
     o.max_instructions_per_thread = 100'000'000;
     return LaunchKernel(*prog_, kernel, grid, block, dyn, p.data(), p.size(), &mem_, o);
@@ -78,6 +79,7 @@ class Harness {
   }
   const Program& program() const { return *prog_; }
   LaunchStats stats;
+  const TextureTable* textures = nullptr;  // what Launch passes (null: none)
 
  private:
   std::unique_ptr<Program> prog_;

@@ -399,7 +399,7 @@ constexpr const char* kUnsupportedPtx = R"(
   ld.param.u64 %rd1, [p];
   mov.u32 %r1, 1;
   .loc 1 42 0
-  suld.b.1d.b32.trap {%r2}, [%rd1, {%r1}];
+  sust.p.1d.b32.trap [%rd1, {%r1}], {%r1};
   st.global.u32 [%rd1], %r2;
   ret;
 }
@@ -456,6 +456,92 @@ TEST(interp_shared, EachKernelReportsTheSharedMemoryItReaches) {
   EXPECT_EQ(p.static_shared_bytes("no_such_kernel"), p.static_shared_bytes());
 }
 
+// Surfaces through a handle (ops_texture.cc): .clamp moves an outside
+// access to the nearest element, .zero reads 0, .trap fails the launch
+// naming it; suq answers the extent; a handle that names no object fails.
+class OneObject final : public TextureTable {
+ public:
+  explicit OneObject(const TextureDesc& d) : d_(d) {}
+  const TextureDesc* Find(uint64_t handle) const override { return handle == 77 ? &d_ : nullptr; }
+
+ private:
+  TextureDesc d_;
+};
+
+constexpr const char* kSurfacePtx = R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry modes(.param .u64 s, .param .u64 out)
+{
+  .reg .b32 %r<10>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [s];
+  ld.param.u64 %rd2, [out];
+  mov.u32 %r5, 400;
+  mov.s32 %r6, -1;
+  suld.b.2d.b32.clamp {%r1}, [%rd1, {%r5, %r6}];
+  suld.b.2d.b32.zero {%r2}, [%rd1, {%r5, %r6}];
+  suq.width.b32 %r3, [%rd1];
+  mov.u32 %r7, 8;
+  mov.u32 %r8, 2;
+  suld.b.2d.b32.trap {%r4}, [%rd1, {%r7, %r8}];
+  st.global.u32 [%rd2], %r1;
+  st.global.u32 [%rd2+4], %r2;
+  st.global.u32 [%rd2+8], %r3;
+  st.global.u32 [%rd2+12], %r4;
+  ret;
+}
+.visible .entry trap(.param .u64 s)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [s];
+  mov.u32 %r1, 20;
+  mov.u32 %r2, 0;
+  sust.b.2d.b32.trap [%rd1, {%r1, %r2}], {%r2};
+  ret;
+}
+)";
+
+TEST(interp_textures, SurfaceBoundaryModesAndQueries) {
+  Harness h;
+  ASSERT_TRUE(h.LoadText(kSurfacePtx));
+  std::vector<uint32_t> texels(15);  // 5 x 3, row pitch 20 bytes
+  for (uint32_t i = 0; i < texels.size(); ++i) texels[i] = 1000 + i;
+  TextureDesc d;
+  d.surface = true;
+  d.base = reinterpret_cast<uint64_t>(h.Alloc(texels));
+  d.pitch = 20;
+  d.slice_pitch = 60;
+  d.width = 5;
+  d.height = 3;
+  d.dims = 2;
+  d.channels = 1;
+  d.channel_bytes = 4;
+  d.kind = TextureDesc::Kind::kUnsigned;
+  OneObject table(d);
+  std::vector<uint32_t> out(4, 0xdeadbeef);
+  uint32_t* dout = h.Alloc(out);
+  // No table: the handle names nothing.
+  Status st = h.Launch("modes", {1}, {1}, Params().Add(uint64_t{77}).Add(dout));
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("not a live surface object"), std::string::npos) << st.message();
+  h.textures = &table;
+  st = h.Launch("modes", {1}, {1}, Params().Add(uint64_t{77}).Add(dout));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(dout[0], 1004u);  // byte x 400 -> the last element of row 0 (y -1 -> 0)
+  EXPECT_EQ(dout[1], 0u);     // .zero outside
+  EXPECT_EQ(dout[2], 5u);     // suq.width
+  EXPECT_EQ(dout[3], 1012u);  // byte 8 = element 2 of row 2
+  st = h.Launch("trap", {1}, {1}, Params().Add(uint64_t{77}));
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("outside the surface"), std::string::npos) << st.message();
+  // Another handle: no such object.
+  st = h.Launch("trap", {1}, {1}, Params().Add(uint64_t{78}));
+  EXPECT_NE(st.message().find("not a live surface object"), std::string::npos) << st.message();
+}
+
 TEST(interp_errors, UnsupportedInstructionIsNamed) {
   Harness h;
   ASSERT_TRUE(h.LoadText(std::string(".file 1 \"x.cu\"\n") + kUnsupportedPtx));
@@ -463,7 +549,7 @@ TEST(interp_errors, UnsupportedInstructionIsNamed) {
   Status st = h.Launch("weird", {1}, {1}, Params().Add(h.Alloc(v)));
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
-  EXPECT_NE(st.message().find("suld.b.1d.b32.trap"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("sust.p.1d.b32.trap"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("weird"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("line 42"), std::string::npos) << st.message();
   EXPECT_EQ(v[0], 1u);  // nothing ran
