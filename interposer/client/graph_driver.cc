@@ -262,3 +262,36 @@ PHOS_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec exec, cuuint64_t* flags) {
 PHOS_EXPORT CUresult cuGraphDebugDotPrint(CUgraph graph, const char* path, unsigned int flags) {
   return InContext([&] { return cudaGraphDebugDotPrint(graph, path, flags); });
 }
+
+// Graph memory nodes: the driver's parameter block is the runtime's
+// (CUDA_MEM_ALLOC_NODE_PARAMS and cudaMemAllocNodeParams share a layout).
+static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS) == sizeof(cudaMemAllocNodeParams));
+PHOS_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
+                                            CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+  return InContext([&] {
+    return AddMemAllocNode(node, graph, deps, n, reinterpret_cast<cudaMemAllocNodeParams*>(p));
+  });
+}
+PHOS_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
+                                           CUdeviceptr dptr) {
+  return InContext([&] { return AddMemFreeNode(node, graph, deps, n, reinterpret_cast<void*>(dptr)); });
+}
+PHOS_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* out) {
+  return InContext([&] { return MemAllocNodeParams(node, reinterpret_cast<cudaMemAllocNodeParams*>(out)); });
+}
+PHOS_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* out) {
+  return InContext([&] { return MemFreeNodePointer(node, reinterpret_cast<void**>(out)); });
+}
+PHOS_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
+  return InContext([&] { return cudaDeviceGraphMemTrim(device); });
+}
+PHOS_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  return InContext([&] {
+    return GraphMemAttribute(device, static_cast<int>(attr), static_cast<uint64_t*>(value), false);
+  });
+}
+PHOS_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void* value) {
+  return InContext([&] {
+    return GraphMemAttribute(device, static_cast<int>(attr), static_cast<uint64_t*>(value), true);
+  });
+}

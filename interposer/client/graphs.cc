@@ -17,9 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "interposer/client/arrays.h"
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/handles.h"
+
+namespace phos::client {
+struct GraphMemory;  // graph memory nodes' allocations (below)
+}  // namespace phos::client
 
 // The handle types the app holds (cudaGraph_t == CUgraph, and so on).
 struct CUgraphNode_st {
@@ -34,6 +39,12 @@ struct CUgraphNode_st {
   cudaMemcpy3DParms copy{};                 // explicit memcpy nodes (copy.kind set)
   bool has_copy = false;
   cudaEvent_t event = nullptr;              // event record / wait nodes
+  // Memory alloc nodes: the allocation (shared with the execs' steps) and
+  // the parameters as the getter returns them; memory free nodes: the
+  // pointer they free.
+  std::shared_ptr<phos::client::GraphMemory> mem;
+  cudaMemAllocNodeParams alloc{};
+  void* free_ptr = nullptr;
   const CUgraphNode_st* cloned_from = nullptr;  // cudaGraphNodeFindInClone
 };
 
@@ -129,6 +140,9 @@ std::unique_ptr<Graph> CloneGraph(const Graph& src, std::map<const Node*, Node*>
     c->copy = n->copy;
     c->has_copy = n->has_copy;
     c->event = n->event;
+    c->mem = n->mem;
+    c->alloc = n->alloc;
+    c->free_ptr = n->free_ptr;
     c->cloned_from = n.get();
     m[n.get()] = c;
   }
@@ -332,28 +346,17 @@ StreamOp KernelOp(const cudaKernelNodeParams& p, cudaError_t* error) {
 // A memcpy node of linear memory (cudaMemcpy3DParms without arrays): each
 // slice of `extent.depth` is a 2D copy of `extent.height` rows of
 // `extent.width` bytes, replayed through the 2D copy path (it reads host
-// memory when the node runs). Arrays are not offered (no CUDA arrays).
+// memory when the node runs). CUDA arrays on either side go through
+// arrays.h's Memcpy3D, which lays them out the same way.
 bool LinearCopy(const cudaMemcpy3DParms& p) {
   return p.srcArray == nullptr && p.dstArray == nullptr && p.srcPtr.ptr != nullptr && p.dstPtr.ptr != nullptr &&
          p.extent.width > 0 && p.extent.height > 0 && p.extent.depth > 0 && p.extent.width <= p.srcPtr.pitch &&
          p.extent.width <= p.dstPtr.pitch;
 }
 StreamOp CopyOp(const cudaMemcpy3DParms& p) {
+  // arrays.h's 3D copy: pitched linear memory or CUDA arrays on either side.
   return [p](uint32_t s) -> cudaError_t {
-    auto* stream = static_cast<cudaStream_t>(StreamHandleOf(s));
-    const size_t src_slice = p.srcPtr.pitch * p.srcPtr.ysize, dst_slice = p.dstPtr.pitch * p.dstPtr.ysize;
-    for (size_t z = 0; z < p.extent.depth; ++z) {
-      const auto* src = static_cast<const char*>(p.srcPtr.ptr) + (p.srcPos.z + z) * src_slice +
-                        p.srcPos.y * p.srcPtr.pitch + p.srcPos.x;
-      auto* dst = static_cast<char*>(p.dstPtr.ptr) + (p.dstPos.z + z) * dst_slice + p.dstPos.y * p.dstPtr.pitch +
-                  p.dstPos.x;
-      if (cudaError_t e = cudaMemcpy2DAsync(dst, p.dstPtr.pitch, src, p.srcPtr.pitch, p.extent.width, p.extent.height,
-                                            p.kind, stream);
-          e != cudaSuccess) {
-        return e;
-      }
-    }
-    return cudaSuccess;
+    return Memcpy3D(&p, static_cast<cudaStream_t>(StreamHandleOf(s)), true, false);
   };
 }
 cudaMemcpy3DParms Linear1D(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
@@ -368,8 +371,11 @@ cudaMemcpy3DParms Linear1D(void* dst, const void* src, size_t count, cudaMemcpyK
 cudaError_t CheckCopy(const cudaMemcpy3DParms* p) {
   if (p == nullptr) return cudaErrorInvalidValue;
   if (p->srcArray != nullptr || p->dstArray != nullptr) {
-    SayOnce("a graph memcpy node of a CUDA array is not supported (CUDA arrays are not offered)");
-    return cudaErrorNotSupported;
+    // A live array on each array side; the extents are checked when the
+    // node runs (arrays.h's Memcpy3D), as for any copy.
+    const bool src_ok = p->srcArray == nullptr ? p->srcPtr.ptr != nullptr : FindArray(p->srcArray) != nullptr;
+    const bool dst_ok = p->dstArray == nullptr ? p->dstPtr.ptr != nullptr : FindArray(p->dstArray) != nullptr;
+    return src_ok && dst_ok ? cudaSuccess : cudaErrorInvalidValue;
   }
   return LinearCopy(*p) ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -537,6 +543,197 @@ bool RefuseInCapture(uint32_t stream_id, const char* what, cudaError_t* result) 
   }
   *result = cudaErrorStreamCaptureUnsupported;
   return true;
+}
+
+// ---------------------------------------------------------------- graph memory nodes
+//
+// CUDA gives a graph's allocation one address for the graph's whole life:
+// the alloc node makes it usable, the free node (or a cudaFree/
+// cudaFreeAsync after the launch) gives it back, and the next launch's
+// alloc node brings it back at the same address. phos allocates it once,
+// when the node is made (a captured cudaMallocAsync, cudaGraphAddMemAllocNode),
+// as an ordinary buffer of the session (so checkpoints carry it), keeps it
+// while any graph or executable graph holding the node lives, and makes
+// the frees no-ops. Memory nodes replay as nothing.
+
+struct GraphMemory {
+  uintptr_t ptr = 0;
+  size_t bytes = 0;
+  ~GraphMemory();
+};
+
+namespace {
+
+// Live graph allocations (start -> bytes) and their totals; its own mutex
+// (taken inside G().mu when a node dies, never the other way round).
+struct GraphMemoryRegistry {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> live;
+  uint64_t used = 0, high = 0;
+};
+GraphMemoryRegistry& GraphMem() {
+  static auto* r = new GraphMemoryRegistry;
+  return *r;
+}
+
+cudaError_t NewGraphMemory(size_t bytes, std::shared_ptr<GraphMemory>* out) {
+  if (bytes == 0) return SetError(cudaErrorInvalidValue);
+  void* p = nullptr;
+  if (cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) return e;
+  auto m = std::make_shared<GraphMemory>();
+  m->ptr = reinterpret_cast<uintptr_t>(p);
+  m->bytes = bytes;
+  GraphMemoryRegistry& r = GraphMem();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.live[m->ptr] = bytes;
+  r.used += bytes;
+  r.high = std::max(r.high, r.used);
+  *out = std::move(m);
+  return cudaSuccess;
+}
+
+// A memory node's replay: nothing to do; holding `mem` keeps the
+// allocation alive while the executable graph lives.
+StreamOp HoldMemory(std::shared_ptr<GraphMemory> mem) {
+  return [mem = std::move(mem)](uint32_t) { return cudaSuccess; };
+}
+
+}  // namespace
+
+GraphMemory::~GraphMemory() {
+  {
+    GraphMemoryRegistry& r = GraphMem();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.live.erase(ptr);
+    r.used -= bytes;
+  }
+  (void)cudaFree(reinterpret_cast<void*>(ptr));  // no longer a graph allocation: really freed
+}
+
+bool IsGraphAllocation(const void* ptr) {
+  GraphMemoryRegistry& r = GraphMem();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.live.count(reinterpret_cast<uintptr_t>(ptr)) != 0;
+}
+
+bool CaptureMemAlloc(uint32_t stream_id, size_t bytes, void** ptr, cudaError_t* result) {
+  if (!AnyCapture()) return false;
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.by_stream.find(stream_id);
+  if (it == s.by_stream.end()) return false;
+  Capture& c = *it->second;
+  if (c.invalidated) {
+    *result = cudaErrorStreamCaptureInvalidated;
+    return true;
+  }
+  std::shared_ptr<GraphMemory> mem;
+  if ((*result = NewGraphMemory(bytes, &mem)) != cudaSuccess) return true;
+  std::vector<Node*>& f = c.frontier[stream_id];
+  Node* n = AddNode(c.target(), cudaGraphNodeTypeMemAlloc, f, HoldMemory(mem));
+  n->mem = mem;
+  n->alloc.poolProps.allocType = cudaMemAllocationTypePinned;
+  n->alloc.poolProps.location = {cudaMemLocationTypeDevice, 0};
+  n->alloc.bytesize = bytes;
+  n->alloc.dptr = reinterpret_cast<void*>(mem->ptr);
+  f.assign(1, n);
+  *ptr = reinterpret_cast<void*>(mem->ptr);
+  return true;
+}
+
+bool CaptureMemFree(uint32_t stream_id, void* ptr, cudaError_t* result) {
+  if (!AnyCapture()) return false;
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.by_stream.find(stream_id);
+  if (it == s.by_stream.end()) return false;
+  Capture& c = *it->second;
+  if (c.invalidated) {
+    *result = cudaErrorStreamCaptureInvalidated;
+    return true;
+  }
+  if (!IsGraphAllocation(ptr)) {
+    // Only graph allocations can be freed inside a graph.
+    *result = cudaErrorInvalidValue;
+    return true;
+  }
+  std::vector<Node*>& f = c.frontier[stream_id];
+  Node* n = AddNode(c.target(), cudaGraphNodeTypeMemFree, f, HoldMemory(nullptr));
+  n->free_ptr = ptr;
+  f.assign(1, n);
+  *result = cudaSuccess;
+  return true;
+}
+
+cudaError_t AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t ndeps,
+                            cudaMemAllocNodeParams* p) {
+  if (p == nullptr || node == nullptr) return SetError(cudaErrorInvalidValue);
+  if (p->poolProps.allocType != cudaMemAllocationTypePinned ||
+      p->poolProps.location.type != cudaMemLocationTypeDevice || p->poolProps.location.id != 0) {
+    SayOnce("graph memory nodes other than pinned device memory of device 0 are not supported");
+    return SetError(cudaErrorNotSupported);
+  }
+  std::shared_ptr<GraphMemory> mem;
+  if (cudaError_t e = NewGraphMemory(p->bytesize, &mem); e != cudaSuccess) return e;
+  const cudaMemAllocNodeParams params = *p;
+  cudaError_t e = AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemAlloc, HoldMemory(mem), nullptr,
+                                 [&](Node* n) {
+                                   n->mem = mem;
+                                   n->alloc = params;
+                                   n->alloc.accessDescs = nullptr;  // the app's array need not outlive the call
+                                   n->alloc.accessDescCount = 0;
+                                   n->alloc.dptr = reinterpret_cast<void*>(mem->ptr);
+                                 });
+  if (e == cudaSuccess) p->dptr = reinterpret_cast<void*>(mem->ptr);
+  return e;
+}
+
+cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t ndeps,
+                           void* dptr) {
+  if (!IsGraphAllocation(dptr)) return SetError(cudaErrorInvalidValue);
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeMemFree, HoldMemory(nullptr), nullptr,
+                        [dptr](Node* n) { n->free_ptr = dptr; });
+}
+
+cudaError_t MemAllocNodeParams(cudaGraphNode_t node, cudaMemAllocNodeParams* out) {
+  if (out == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeMemAlloc)) return SetError(cudaErrorInvalidValue);
+  *out = node->alloc;
+  return cudaSuccess;
+}
+
+cudaError_t MemFreeNodePointer(cudaGraphNode_t node, void** out) {
+  if (out == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeMemFree)) return SetError(cudaErrorInvalidValue);
+  *out = node->free_ptr;
+  return cudaSuccess;
+}
+
+cudaError_t GraphMemAttribute(int device, int attr, uint64_t* value, bool set) {
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return SetError(e);
+  if (device != 0 || value == nullptr) return SetError(device != 0 ? cudaErrorInvalidDevice : cudaErrorInvalidValue);
+  GraphMemoryRegistry& r = GraphMem();
+  std::lock_guard<std::mutex> lock(r.mu);
+  switch (attr) {
+    case cudaGraphMemAttrUsedMemCurrent: case cudaGraphMemAttrReservedMemCurrent:
+      if (set) return SetError(cudaErrorInvalidValue);
+      *value = r.used;
+      return cudaSuccess;
+    case cudaGraphMemAttrUsedMemHigh: case cudaGraphMemAttrReservedMemHigh:
+      if (set) {
+        if (*value != 0) return SetError(cudaErrorInvalidValue);  // only a reset to 0
+        r.high = r.used;
+      } else {
+        *value = r.high;
+      }
+      return cudaSuccess;
+    default:
+      return SetError(cudaErrorInvalidValue);
+  }
 }
 
 bool CaptureEventRecord(uint32_t event_id, uint32_t stream_id, cudaError_t* result) {
@@ -1341,6 +1538,14 @@ PHOS_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* node, cudaGraph_t grap
       return e;
     }
     case cudaGraphNodeTypeEmpty: return cudaGraphAddEmptyNode(node, graph, deps, ndeps);
+    case cudaGraphNodeTypeMemAlloc: {
+      cudaMemAllocNodeParams a{p->alloc.poolProps, p->alloc.accessDescs, p->alloc.accessDescCount,
+                               p->alloc.bytesize, nullptr};
+      cudaError_t e = AddMemAllocNode(node, graph, deps, ndeps, &a);
+      p->alloc.dptr = a.dptr;
+      return e;
+    }
+    case cudaGraphNodeTypeMemFree: return AddMemFreeNode(node, graph, deps, ndeps, p->free.dptr);
     case cudaGraphNodeTypeEventRecord: return cudaGraphAddEventRecordNode(node, graph, deps, ndeps, p->eventRecord.event);
     case cudaGraphNodeTypeWaitEvent: return cudaGraphAddEventWaitNode(node, graph, deps, ndeps, p->eventWait.event);
     default: return RefuseNodeType(p->type);
@@ -1390,4 +1595,34 @@ PHOS_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t exec, cudaGra
     case cudaGraphNodeTypeWaitEvent: return cudaGraphExecEventWaitNodeSetEvent(exec, node, p->eventWait.event);
     default: return RefuseNodeType(p->type);
   }
+}
+
+// ---------------------------------------------------------------- graph memory nodes (runtime API)
+
+PHOS_EXPORT cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                                 const cudaGraphNode_t* deps, size_t ndeps,
+                                                 cudaMemAllocNodeParams* p) {
+  return AddMemAllocNode(node, graph, deps, ndeps, p);
+}
+PHOS_EXPORT cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                                size_t ndeps, void* dptr) {
+  return AddMemFreeNode(node, graph, deps, ndeps, dptr);
+}
+PHOS_EXPORT cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, cudaMemAllocNodeParams* out) {
+  return MemAllocNodeParams(node, out);
+}
+PHOS_EXPORT cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void* dptr_out) {
+  return MemFreeNodePointer(node, static_cast<void**>(dptr_out));
+}
+// Graph allocations are buffers of their own, released when their graph
+// goes: there is no reserve to trim.
+PHOS_EXPORT cudaError_t cudaDeviceGraphMemTrim(int device) {
+  uint64_t ignored = 0;
+  return GraphMemAttribute(device, cudaGraphMemAttrUsedMemCurrent, &ignored, false);
+}
+PHOS_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, cudaGraphMemAttributeType attr, void* value) {
+  return GraphMemAttribute(device, attr, static_cast<uint64_t*>(value), false);
+}
+PHOS_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, cudaGraphMemAttributeType attr, void* value) {
+  return GraphMemAttribute(device, attr, static_cast<uint64_t*>(value), true);
 }

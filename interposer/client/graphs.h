@@ -63,6 +63,25 @@ cudaStreamCaptureStatus CaptureStatusOf(uint32_t stream_id, unsigned long long* 
 /// cudaStreamUpdateCaptureDependencies (flags: add or set).
 cudaError_t UpdateCaptureDependencies(uint32_t stream_id, const cudaGraphNode_t* deps, size_t n, unsigned flags);
 
+// ---- graph memory nodes (graphs.cc): an allocation lives as long as a
+// graph or executable graph holding its node; frees are no-ops.
+/// If `stream_id` is captured: a memory alloc node of `bytes` (the memory
+/// exists from now on, at its final address *ptr). False: not captured.
+bool CaptureMemAlloc(uint32_t stream_id, size_t bytes, void** ptr, cudaError_t* result);
+/// If captured: a memory free node of graph allocation `ptr`.
+bool CaptureMemFree(uint32_t stream_id, void* ptr, cudaError_t* result);
+/// `ptr` is the start of a live graph allocation (cudaFree/cudaFreeAsync of
+/// it outside a graph do nothing: it stays with its graph).
+bool IsGraphAllocation(const void* ptr);
+cudaError_t AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t ndeps,
+                            cudaMemAllocNodeParams* p);
+cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t ndeps,
+                           void* dptr);
+cudaError_t MemAllocNodeParams(cudaGraphNode_t node, cudaMemAllocNodeParams* out);
+cudaError_t MemFreeNodePointer(cudaGraphNode_t node, void** out);
+/// cudaDeviceGet/SetGraphMemAttribute (cudaGraphMemAttributeType).
+cudaError_t GraphMemAttribute(int device, int attr, uint64_t* value, bool set);
+
 /// A kernel launch as a node replays it: the packed wire launch (launch.cc).
 StreamOp KernelLaunchOp(std::vector<std::byte> payload, bool call);
 

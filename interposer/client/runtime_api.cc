@@ -492,6 +492,8 @@ PHOS_EXPORT cudaError_t cudaFree(void* ptr) {
   // cudaFree(nullptr) is the idiom that initialises CUDA: connect, so a
   // missing phosd (or a forked child) shows here.
   if (ptr == nullptr) return Finish(Connection::Get().Ensure());
+  // Graph memory stays with its graph until the graph goes (graphs.h).
+  if (IsGraphAllocation(ptr)) return cudaSuccess;
   WireStatus w = Connection::Get().Call(op::kFree, 0, Bytes(wire::PointerRequest{reinterpret_cast<uint64_t>(ptr)}));
   if (w == WireStatus::kSuccess) {
     ForgetDeviceAllocation(reinterpret_cast<uintptr_t>(ptr));

@@ -100,10 +100,6 @@ void NoteRefused(const char* what) {
   SayOnce(std::string(what) + " is not supported under phos (docs/interposer.md \"Stream-ordered allocation\")");
 }
 
-// What a stream-ordered allocation or free inside a capture is told.
-constexpr const char* kInCapture =
-    "stream-ordered allocation (CUDA records a graph memory node; phos offers none)";
-
 cudaError_t CheckDevice(int device) {
   int n = 0;
   if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) return e;
@@ -121,8 +117,10 @@ cudaError_t AllocateFrom(void** out, size_t size, Pool* pool, const void* stream
   if (out == nullptr) return SetError(cudaErrorInvalidValue);
   uint32_t id = 0;
   if (cudaError_t e = CheckStream(stream, zero, &id); e != cudaSuccess) return SetError(e);
-  // CUDA makes a graph allocation node of it; phos does not.
-  if (cudaError_t refused; RefuseInCapture(id, kInCapture, &refused)) return SetError(refused);
+  // Inside a capture: a graph memory node (graphs.h), not a pool's.
+  if (cudaError_t captured; size != 0 && CaptureMemAlloc(id, size, out, &captured)) {
+    return captured == cudaSuccess ? captured : SetError(captured);
+  }
   PoolRegistry& r = Pools();
   {
     std::lock_guard<std::mutex> lock(r.mu);
@@ -155,8 +153,13 @@ cudaError_t FreeOnStream(void* ptr, const void* stream, DefaultStream zero) {
   if (cudaError_t e = StickyError(); e != cudaSuccess) return SetError(e);
   uint32_t id = 0;
   if (cudaError_t e = CheckStream(stream, zero, &id); e != cudaSuccess) return SetError(e);
-  if (cudaError_t refused; RefuseInCapture(id, kInCapture, &refused)) return SetError(refused);
   if (ptr == nullptr) return cudaSuccess;
+  if (cudaError_t captured; CaptureMemFree(id, ptr, &captured)) {
+    return captured == cudaSuccess ? captured : SetError(captured);
+  }
+  // Graph memory stays with its graph (its next launch brings it back at
+  // the same address): freeing it after a launch is a no-op.
+  if (IsGraphAllocation(ptr)) return cudaSuccess;
   uintptr_t base = 0;
   size_t bytes = 0;
   // Only the start of a buffer can be freed; refused here, not deferred.

@@ -1,7 +1,7 @@
 """CuPy's CUDA graphs and its stream-ordered memory pool, as a user writes
 them, checked against numpy on random data. Run unmodified under `phos run`
 on the sim by tests/frameworks (docs/interposer.md "CUDA graphs",
-"Stream-ordered allocation"); runs as is on a GPU too.
+"Stream-ordered allocation", graph memory nodes); runs as is on a GPU too.
 
 Prints one line per check and "cupy_graphs_pools: OK (<n> checks ...)" at
 the end; any mismatch raises (non-zero exit)."""
@@ -88,9 +88,39 @@ def async_pool():
         cp.cuda.set_allocator(previous)
 
 
+def captured_temporaries():
+    """Temporaries allocated inside a capture from the stream-ordered pool:
+    CUDA (and phos) make graph memory nodes of them."""
+    pool = cp.cuda.MemoryAsyncPool()
+    previous = cp.cuda.get_allocator()
+    cp.cuda.set_allocator(pool.malloc)
+    try:
+        n = 1500
+        s = cp.cuda.Stream(non_blocking=True)
+        with s:
+            x = cp.asarray(rng.standard_normal(n))
+            out = cp.empty_like(x)
+            s.synchronize()
+            s.begin_capture()
+            t = cp.exp(x) * 2.0  # two temporaries from the pool, inside the graph
+            cp.add(t, x, out=out)
+            del t
+            g = s.end_capture()
+            for launch in range(3):
+                xs = rng.standard_normal(n)
+                x.set(xs, stream=s)
+                g.launch(stream=s)
+                s.synchronize()
+                check(f"graph with memory nodes, replay {launch + 1}", out, np.exp(xs) * 2.0 + xs,
+                      rtol=1e-12, atol=1e-12)
+    finally:
+        cp.cuda.set_allocator(previous)
+
+
 def main():
     graphs()
     async_pool()
+    captured_temporaries()
     name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"cupy_graphs_pools: OK ({len(checked)} checks on {name})", flush=True)
     return 0

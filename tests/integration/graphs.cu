@@ -571,6 +571,143 @@ int GenericNodes() {
     }                                               \
   } while (0)
 
+// Graph memory nodes: cudaMallocAsync/cudaFreeAsync captured (an alloc
+// node, a kernel using the memory, a free node) and explicit alloc/free
+// nodes; every launch computes from the graph's own allocation, which keeps
+// its address (CUDA's rule); the graph memory attributes count it; a
+// capture freeing memory no graph allocated is refused; the memory goes
+// when the graph and its exec are destroyed. Also a memcpy node of a CUDA
+// array.
+int MemoryNodes() {
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::vector<int> in(kN), out(kN);
+  int *d_in = nullptr, *d_out = nullptr;
+  CHECK(cudaMalloc(&d_in, kN * sizeof(int)));
+  CHECK(cudaMalloc(&d_out, kN * sizeof(int)));
+  uint64_t used0 = 0;
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used0));
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  int* tmp = nullptr;
+  CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tmp), kN * sizeof(int), s));
+  EXPECT(tmp != nullptr);
+  scale_add<<<kBlocks, 256, 0, s>>>(d_in, tmp, kN, 3, 1);
+  scale_add<<<kBlocks, 256, 0, s>>>(tmp, d_out, kN, 2, -5);
+  CHECK(cudaFreeAsync(tmp, s));
+  EXPECT_ERR(cudaFreeAsync(d_in, s), cudaErrorInvalidValue);  // not graph memory: refused, capture goes on
+  (void)cudaGetLastError();
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(s, &graph));
+  size_t n = 0;
+  CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  EXPECT(n == 4);
+  std::vector<cudaGraphNode_t> nodes(n);
+  CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  cudaGraphNodeType t0, t3;
+  CHECK(cudaGraphNodeGetType(nodes[0], &t0));
+  CHECK(cudaGraphNodeGetType(nodes[3], &t3));
+  EXPECT(t0 == cudaGraphNodeTypeMemAlloc && t3 == cudaGraphNodeTypeMemFree);
+  cudaMemAllocNodeParams ap{};
+  CHECK(cudaGraphMemAllocNodeGetParams(nodes[0], &ap));
+  EXPECT(ap.dptr == tmp && ap.bytesize == kN * sizeof(int));
+  void* freed = nullptr;
+  CHECK(cudaGraphMemFreeNodeGetParams(nodes[3], &freed));
+  EXPECT(freed == tmp);
+  uint64_t used = 0;
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+  EXPECT(used == used0 + kN * sizeof(int));
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 3; ++launch) {
+    Randomise(in.data(), kN);
+    CHECK(cudaMemcpyAsync(d_in, in.data(), kN * sizeof(int), cudaMemcpyHostToDevice, s));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaMemcpyAsync(out.data(), d_out, kN * sizeof(int), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < kN; ++i) {
+      if (out[i] != (in[i] * 3 + 1) * 2 - 5) PHOS_CHECK_FAIL(1, "memory-node graph launch %d element %d", launch, i);
+    }
+  }
+  // Explicit nodes: alloc -> memset -> copy out -> free.
+  cudaGraph_t g2 = nullptr;
+  CHECK(cudaGraphCreate(&g2, 0));
+  cudaMemAllocNodeParams p{};
+  p.poolProps.allocType = cudaMemAllocationTypePinned;
+  p.poolProps.location.type = cudaMemLocationTypeDevice;
+  p.poolProps.location.id = 0;
+  p.bytesize = 4096;
+  cudaGraphNode_t alloc = nullptr, set = nullptr, copy = nullptr, free_node = nullptr;
+  CHECK(cudaGraphAddMemAllocNode(&alloc, g2, nullptr, 0, &p));
+  EXPECT(p.dptr != nullptr);
+  cudaMemsetParams ms{};
+  ms.dst = p.dptr;
+  ms.value = 0x5a;
+  ms.elementSize = 1;
+  ms.width = 4096;
+  ms.height = 1;
+  CHECK(cudaGraphAddMemsetNode(&set, g2, &alloc, 1, &ms));
+  CHECK(cudaGraphAddMemcpyNode1D(&copy, g2, &set, 1, d_out, p.dptr, 4096, cudaMemcpyDeviceToDevice));
+  CHECK(cudaGraphAddMemFreeNode(&free_node, g2, &copy, 1, p.dptr));
+  cudaGraphExec_t e2 = nullptr;
+  CHECK(cudaGraphInstantiate(&e2, g2, 0));
+  CHECK(cudaGraphLaunch(e2, s));
+  std::vector<unsigned char> bytes(4096);
+  CHECK(cudaMemcpyAsync(bytes.data(), d_out, 4096, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (unsigned char b : bytes) EXPECT(b == 0x5a);
+  // A free after the launch, outside the graph: the memory stays the
+  // graph's (the next launch brings it back at the same address).
+  CHECK(cudaFree(p.dptr));
+  CHECK(cudaGraphLaunch(e2, s));
+  CHECK(cudaStreamSynchronize(s));
+  // A memcpy node of a CUDA array: d_in -> array -> d_out.
+  {
+    cudaChannelFormatDesc fmt = cudaCreateChannelDesc<int>();
+    cudaArray_t arr = nullptr;
+    CHECK(cudaMallocArray(&arr, &fmt, 100, 30));
+    Randomise(in.data(), 3000);
+    CHECK(cudaMemcpy(d_in, in.data(), 3000 * sizeof(int), cudaMemcpyHostToDevice));
+    cudaMemcpy3DParms to{}, from{};
+    to.srcPtr = make_cudaPitchedPtr(d_in, 100 * sizeof(int), 100, 30);
+    to.dstArray = arr;
+    to.extent = make_cudaExtent(100, 30, 1);
+    to.kind = cudaMemcpyDeviceToDevice;
+    from.srcArray = arr;
+    from.dstPtr = make_cudaPitchedPtr(d_out, 100 * sizeof(int), 100, 30);
+    from.extent = make_cudaExtent(100, 30, 1);
+    from.kind = cudaMemcpyDeviceToDevice;
+    cudaGraph_t g3 = nullptr;
+    CHECK(cudaGraphCreate(&g3, 0));
+    cudaGraphNode_t c1 = nullptr, c2 = nullptr;
+    CHECK(cudaGraphAddMemcpyNode(&c1, g3, nullptr, 0, &to));
+    CHECK(cudaGraphAddMemcpyNode(&c2, g3, &c1, 1, &from));
+    cudaGraphExec_t e3 = nullptr;
+    CHECK(cudaGraphInstantiate(&e3, g3, 0));
+    CHECK(cudaMemset(d_out, 0, 3000 * sizeof(int)));
+    CHECK(cudaGraphLaunch(e3, s));
+    CHECK(cudaMemcpyAsync(out.data(), d_out, 3000 * sizeof(int), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < 3000; ++i) EXPECT(out[i] == in[i]);
+    CHECK(cudaGraphExecDestroy(e3));
+    CHECK(cudaGraphDestroy(g3));
+    CHECK(cudaFreeArray(arr));
+  }
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaGraphExecDestroy(e2));
+  CHECK(cudaGraphDestroy(g2));
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+  EXPECT(used == used0);  // both graphs' memory went with them
+  uint64_t high = 0;
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &high));
+  EXPECT(high >= used0 + kN * sizeof(int) + 4096);
+  CHECK(cudaFree(d_in));
+  CHECK(cudaFree(d_out));
+  CHECK(cudaStreamDestroy(s));
+  std::printf("graphs: memory nodes (captured and explicit), array memcpy nodes: OK\n");
+  return 0;
+}
+
 int main() {
   STEP(CaptureOneStream());
   STEP(CaptureForkJoin());
@@ -578,6 +715,7 @@ int main() {
   STEP(ExplicitGraph());
   STEP(MemcpyNodes());
   STEP(GenericNodes());
+  STEP(MemoryNodes());
   std::printf("graphs: OK\n");
   return 0;
 }
