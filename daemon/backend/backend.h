@@ -233,6 +233,19 @@ class Context {
     return Status::NotSupported("this backend cannot run host functions in stream order");
   }
 
+  // ---- the device heap (device-side malloc/free) ------------------------------
+  /// Whether kernels' malloc/free need a heap the session makes
+  /// (SetDeviceHeap): the sim's interpreter does; a GPU's driver keeps its
+  /// own heap inside the context.
+  virtual bool WantsDeviceHeap() const { return false; }
+  /// The heap kernels' malloc/free use from now on: `bytes` of device
+  /// memory of this context at `base` (a buffer of the session).
+  virtual Status SetDeviceHeap(DevicePtr base, std::size_t bytes) {
+    (void)base;
+    (void)bytes;
+    return Status::NotSupported("this backend keeps its own device heap");
+  }
+
   // ---- texture and surface objects (protocol/texture_desc.h) ---------------
   /// Creates an object sampling (texture) or loading and storing (surface)
   /// the texels `desc` describes. The session has checked `desc`

@@ -44,6 +44,7 @@ void ReleaseCreated(session::SessionState& st) {
   session::ReapRetained(st, true);  // stream-ordered frees the app made since
   for (auto& [h, obj] : st.texture_objects) (void)st.ctx->DestroyTextureObject(h);
   st.texture_objects.clear();
+  st.device_heap = 0;  // one of the buffers freed below
   for (auto& [id, h] : st.events) (void)st.ctx->DestroyEvent(h);
   for (auto& [id, h] : st.streams) (void)st.ctx->DestroyStream(h);
   for (auto& [id, h] : st.modules) (void)st.ctx->UnloadModule(h);
@@ -206,6 +207,10 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
     PHOS_RETURN_IF_ERROR(session::CreateTextureObjectOf(st, desc, t.surface(), t.handle(), &got, nullptr)
                              .WithContext(std::string("recreating ") + (t.surface() ? "surface" : "texture") +
                                           " object " + std::to_string(t.handle())));
+  }
+  // The device heap: one of the buffers, its allocator state inside it.
+  if (handles.device_heap() != 0) {
+    PHOS_RETURN_IF_ERROR(session::AdoptDeviceHeap(st, handles.device_heap()).WithContext("restoring the device heap"));
   }
   return Status::Ok();
 }

@@ -100,6 +100,7 @@ void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manife
     r->set_address_private(g.address_private);
   }
   for (const auto& t : o.textures) EncodeTextureObject(t.handle, t.object, h.add_textures());
+  h.set_device_heap(o.device_heap);
   std::uint64_t module_bytes = 0;
   for (const auto& m : o.modules) module_bytes += m.image ? m.image->size() : 0;
   image::v1::SessionModules modules;

@@ -77,6 +77,7 @@ struct SessionObjects {
   std::vector<Function> functions;  // ascending id
   std::vector<Global> globals;      // ascending address
   std::vector<Texture> textures;    // ascending handle
+  std::uint64_t device_heap = 0;    // a buffer's address (0: none)
 };
 
 struct SessionSnapshot {

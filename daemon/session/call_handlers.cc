@@ -296,6 +296,8 @@ void ReleaseAll(SessionState& st) {
     if (!f.ok()) spdlog::warn("session {}: freeing 0x{:x}: {}", st.session_id, ptr, f.ToString());
   }
   st.texture_objects.clear();
+  st.device_heap = 0;  // freed with the buffers
+  st.device_heap_bytes = 8ull << 20;  // cudaDeviceReset resets the limits too
   st.events.clear();
   st.streams.clear();
   st.event_flags.clear();

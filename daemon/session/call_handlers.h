@@ -63,6 +63,12 @@ struct SessionState {
     uint64_t span = 0;  // bytes from desc.base its texels occupy
   };
   std::map<uint64_t, TextureObject> texture_objects;
+  // The device heap kernels' malloc/free use (device_heap.cc): a buffer of
+  // the session (so checkpoints carry it, allocator state included),
+  // made at the first launch of a kernel whose module calls malloc; 0
+  // until then. Its size is set by cudaDeviceSetLimit before that.
+  uint64_t device_heap = 0;
+  uint64_t device_heap_bytes = 8ull << 20;  // CUDA's default cudaLimitMallocHeapSize
   // Module globals (address -> bytes): device ranges the app may also copy.
   std::map<uint64_t, uint64_t> globals;
   // Where each global came from (address -> module id and symbol name, as
@@ -252,6 +258,17 @@ Status CreateTextureObjectOf(SessionState& st, const wire::TextureDesc& desc, bo
 /// a kernel through its parameters or through memory, so phosd cannot tell
 /// which ones a launch uses (texture_handlers.cc).
 void AddTextureAccess(const SessionState& st, CallView* view);
+/// The device heap (device_heap.cc): made (a buffer of the session, handed
+/// to the backend) if a kernel of a module that calls malloc is launched
+/// and there is none yet.
+Status EnsureDeviceHeap(SessionState& st, const CallView* admit);
+/// Adopts buffer `address` as the device heap (a restore into a fresh
+/// session: the buffer came back with the image).
+Status AdoptDeviceHeap(SessionState& st, uint64_t address);
+/// A kernel may reach the heap through any pointer malloc returned (kept in
+/// memory by an earlier kernel): once a heap exists, every launch reads
+/// and writes it.
+void AddDeviceHeapAccess(const SessionState& st, CallView* view);
 /// kFuncSetAttribute (function_reset_handlers.cc): wire attribute id
 /// (wire::kFuncAttr*), recorded in Function::attributes.
 Status SetFunctionAttributeOf(SessionState& st, uint32_t function_id, int32_t attribute, int32_t value,

@@ -2,6 +2,7 @@
 // interposer/protocol/calls.def names a handler, Handle<Handler>, declared
 // here from the table and defined in the file of its concern:
 //   device_handlers.cc          device queries
+//   device_heap.cc              the device heap's size
 //   memory_handlers.cc          allocation, copies, memsets, pinned segments
 //   stream_event_handlers.cc    streams, events, device sync, last error
 //   texture_handlers.cc         texture and surface objects

@@ -163,6 +163,8 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
   out->has_ptx = ik.has_ptx;
   out->may_have_variables = ik.ptx.empty() || PtxDeclaresModuleVariables(ik.ptx);
   out->may_use_textures = ik.ptx.empty() || PtxUsesTextures(ik.ptx);
+  // Without PTX only a GPU runs the module, and its driver keeps its own heap.
+  out->uses_device_heap = !ik.ptx.empty() && PtxUsesDeviceHeap(ik.ptx);
 
   std::vector<signature::KernelRequest> requests;
   for (const auto& k : ik.cubin.kernels) {
@@ -224,6 +226,36 @@ bool PtxUsesTextures(std::string_view ptx) {
         return true;
       }
     }
+  }
+  return false;
+}
+
+bool PtxUsesDeviceHeap(std::string_view ptx) {
+  // nvcc declares them `.extern .func  (.param .b64 func_retval0) malloc`
+  // and `.extern .func free`, the parameter list on the following lines.
+  std::size_t pos = 0;
+  while (pos < ptx.size()) {
+    std::size_t end = ptx.find('\n', pos);
+    if (end == std::string_view::npos) end = ptx.size();
+    std::string_view line = ptx.substr(pos, end - pos);
+    pos = end + 1;
+    const std::size_t i = line.find_first_not_of(" \t");
+    if (i == std::string_view::npos || line.substr(i).rfind(".extern", 0) != 0 ||
+        line.find(".func") == std::string_view::npos) {
+      continue;
+    }
+    // The function's name: the last identifier before '(' that is not in
+    // the return list, i.e. after the return list's ')' if there is one.
+    std::string_view rest = line.substr(line.find(".func") + 5);
+    if (const std::size_t close = rest.find(')'); close != std::string_view::npos && rest.find('(') < close) {
+      rest = rest.substr(close + 1);
+    }
+    const std::size_t b = rest.find_first_not_of(" \t");
+    if (b == std::string_view::npos) continue;
+    rest = rest.substr(b);
+    const std::size_t e = rest.find_first_of(" \t(;");
+    const std::string_view name = rest.substr(0, e);
+    if (name == "malloc" || name == "free") return true;
   }
   return false;
 }

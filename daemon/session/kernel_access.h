@@ -87,12 +87,17 @@ struct ModuleKernels {
   /// launches read and write the session's texture and surface objects'
   /// buffers (AddTextureAccess, call_handlers.h).
   bool may_use_textures = true;
+  /// Its kernels call device-side malloc/free (the PTX declares them): a
+  /// launch needs the device heap (when the backend wants one made).
+  bool uses_device_heap = false;
   std::unordered_map<std::string, std::shared_ptr<KernelAccessPlan>> kernels;
 };
 
 /// True when `ptx` has a texture or surface instruction (conservative: a
 /// match in a comment or string counts too).
 bool PtxUsesTextures(std::string_view ptx);
+/// True when `ptx` declares the external `malloc` or `free` (device heap).
+bool PtxUsesDeviceHeap(std::string_view ptx);
 
 /// Reads an image (fatbin container, cubin ELF or PTX text) and builds a
 /// plan for each kernel in it. An image phos cannot read yields no plans

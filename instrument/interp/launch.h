@@ -56,6 +56,11 @@ struct LaunchOptions {
   // The texture and surface objects the kernel's handles name (tex, suld,
   // sust, ...); null: none exist, such an instruction faults.
   const TextureTable* textures = nullptr;
+  // The device heap device-side malloc/free use (ops_heap.cc): device
+  // memory whose first bytes hold the allocator's state, so it may be
+  // checkpointed and restored with it. 0: none (malloc/free fail the launch).
+  uint64_t heap_base = 0;
+  uint64_t heap_bytes = 0;
 };
 
 // Runs `kernel` (mangled .entry name) over `grid` x `block` threads.

@@ -29,8 +29,8 @@ std::string ExternalCallRefusal(const std::string& name) {
       name.rfind("cudaGetParameterBuffer", 0) == 0 || name.rfind("cudaDeviceSynchronize", 0) == 0) {
     return "dynamic parallelism (a device-side launch through " + name + ") is not supported";
   }
-  if (name == "malloc" || name == "free" || name == "__nv_aligned_device_malloc") {
-    return "device-side " + name + " (the device heap) is not supported";
+  if (name == "__nv_aligned_device_malloc") {
+    return "device-side " + name + " (malloc with an alignment above 16) is not supported";
   }
   return "call to external function " + name + " (no body in this module)";
 }
@@ -623,13 +623,17 @@ class ProgramBuilder {
         op->fn = &ExecAssertFail;
       } else if (callee->name == "vprintf") {
         op->fn = &ExecVprintf;  // device printf
+      } else if (callee->name == "malloc") {
+        op->fn = &ExecDeviceMalloc;  // the device heap (ops_heap.cc)
+      } else if (callee->name == "free") {
+        op->fn = &ExecDeviceFree;
       } else {
         *why = ExternalCallRefusal(callee->name);
         return;
       }
     }
     op->target = static_cast<uint32_t>(it->second);
-    if (op->fn != &ExecAssertFail && op->fn != &ExecVprintf &&
+    if (op->fn != &ExecAssertFail && op->fn != &ExecVprintf && op->fn != &ExecDeviceMalloc && op->fn != &ExecDeviceFree &&
         std::find(f->callees.begin(), f->callees.end(), op->target) == f->callees.end()) {
       f->callees.push_back(op->target);
     }

@@ -230,6 +230,14 @@ struct PointerRequest {
 };
 static_assert(sizeof(PointerRequest) == 8);
 
+/// kSetDeviceHeapSize (cudaDeviceSetLimit(cudaLimitMallocHeapSize)): the
+/// size of the device heap kernels' malloc uses; refused once the heap
+/// exists (after a launch of a kernel that calls malloc), as in CUDA.
+struct DeviceHeapRequest {
+  uint64_t bytes;
+};
+static_assert(sizeof(DeviceHeapRequest) == 8);
+
 /// kLaunchHostFunc (cudaLaunchHostFunc, cudaStreamAddCallback,
 /// cuLaunchHostFunc; docs/interposer.md "Host functions in stream order"):
 /// the frame's stream stops at this point until the app has run its

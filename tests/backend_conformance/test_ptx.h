@@ -60,14 +60,14 @@ DONE:
 )PTX";
 
 // A module whose kernel uses an instruction the sim's interpreter does not
-// run (suld, a surface load): the sim must refuse it by name, never run it
-// wrong.
-inline constexpr char kSurfaceLoadPtx[] = R"PTX(
+// run (sust.p, a formatted surface store): the sim must refuse it by name,
+// never run it wrong.
+inline constexpr char kFormattedSurfaceStorePtx[] = R"PTX(
 .version 8.0
 .target sm_90
 .address_size 64
 
-.visible .entry surface_load(.param .u64 out, .param .u64 surf)
+.visible .entry surface_store(.param .u64 out, .param .u64 surf)
 {
     .reg .b32 %r<4>;
     .reg .b64 %rd<4>;
@@ -75,8 +75,8 @@ inline constexpr char kSurfaceLoadPtx[] = R"PTX(
     ld.param.u64 %rd3, [surf];
     cvta.to.global.u64 %rd2, %rd1;
     mov.u32 %r1, 4;
-    suld.b.1d.b32.trap {%r2}, [%rd3, {%r1}];
-    st.global.u32 [%rd2], %r2;
+    sust.p.1d.b32.trap [%rd3, {%r1}], {%r1};
+    st.global.u32 [%rd2], %r1;
     ret;
 }
 )PTX";

@@ -504,6 +504,18 @@ TEST_F(IntegrationTest, TexturesAndSurfacesMatchACpuReference) {
   EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
 }
 
+// docs/interposer.md "The device heap": malloc/free/new/delete in kernels,
+// across kernels, with virtual calls; the heap limit set before and
+// refused after the first launch that uses malloc.
+TEST_F(IntegrationTest, DeviceHeapMallocNewAndDeleteAcrossKernels) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/device_heap");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("device_heap: OK"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+}
+
 // docs/interposer.md "cuBLAS": a program linked with -lcublas — gemm in
 // S/D/C/Z/H, GemmEx, strided batched, device-pointer scalars, gemv, geam,
 // level 1, a captured GEMM, the helpers and the error paths — against CPU

@@ -646,9 +646,12 @@ Status SimContext::Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsign
   std::shared_ptr<std::atomic<bool>> cancel = abandoned_;
   Status queued = EnqueueLocked(stream, [shared, module, name, grid, block, shared_memory_bytes, params, owner,
                                          cancel, aliases = host_aliases_, cooperative, workspace,
-                                         output = device_output_, textures = textures_]() -> Status {
+                                         output = device_output_, textures = textures_, heap = heap_base_,
+                                         heap_bytes = heap_bytes_]() -> Status {
     SimKernelMemory memory(shared->memory.get(), owner, aliases.get());
     interp::LaunchOptions options;
+    options.heap_base = heap;
+    options.heap_bytes = heap_bytes;
     options.textures = textures->empty() ? nullptr : textures.get();
     options.cancel = cancel.get();
     options.cooperative = cooperative;
@@ -666,6 +669,13 @@ Status SimContext::Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsign
   });
   if (!queued.ok() && workspace != 0) (void)shared->memory->Free(owner, workspace);
   return queued;
+}
+
+Status SimContext::SetDeviceHeap(DevicePtr base, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  heap_base_ = base;
+  heap_bytes_ = bytes;
+  return Status::Ok();
 }
 
 Status SimContext::CreateTextureObject(const wire::TextureDesc& desc, bool surface, std::uint64_t requested,

@@ -53,6 +53,9 @@ class SimContext final : public Context {
   Status Blas(const BlasCall& call, StreamHandle stream) override;
   Status BlasSupports(const BlasCall& call) const override;
 
+  /// Kernels' malloc/free run on a heap the session makes (interp's ops_heap.cc).
+  bool WantsDeviceHeap() const override { return true; }
+  Status SetDeviceHeap(DevicePtr base, std::size_t bytes) override;
   /// Objects of this context (sim_textures.h); handles count up from 1.
   Status CreateTextureObject(const wire::TextureDesc& desc, bool surface, std::uint64_t requested,
                              std::uint64_t* handle) override;
@@ -147,6 +150,9 @@ class SimContext final : public Context {
   // launch keeps the table it was enqueued with).
   std::shared_ptr<const SimTextureTable> textures_ = std::make_shared<SimTextureTable>();
   std::uint64_t next_texture_ = 1;
+  // The device heap (SetDeviceHeap; 0: none yet).
+  DevicePtr heap_base_ = 0;
+  std::size_t heap_bytes_ = 0;
   StreamEntry default_stream_;                          // kDefaultStream
   std::map<StreamHandle, StreamEntry> streams_;          // created streams
   std::vector<StreamEntry> retired_;                    // destroyed, still draining

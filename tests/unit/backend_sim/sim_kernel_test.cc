@@ -97,9 +97,9 @@ TEST(SimKernels, UnsupportedInstructionIsRefusedByNameAtLaunch) {
   SimFixture f;
   SIM_ASSERT_OK(f.Init());
   ModuleHandle m = 0;
-  SIM_ASSERT_OK(f.ctx->LoadModule(testing::kSurfaceLoadPtx, sizeof testing::kSurfaceLoadPtx, &m));
+  SIM_ASSERT_OK(f.ctx->LoadModule(testing::kFormattedSurfaceStorePtx, sizeof testing::kFormattedSurfaceStorePtx, &m));
   FunctionHandle fn = 0;
-  SIM_ASSERT_OK(f.ctx->GetFunction(m, "surface_load", &fn));
+  SIM_ASSERT_OK(f.ctx->GetFunction(m, "surface_store", &fn));
   DevicePtr out = 0;
   SIM_ASSERT_OK(f.ctx->Allocate(4, 0, &out));
   std::vector<std::uint8_t> params;
@@ -107,7 +107,7 @@ TEST(SimKernels, UnsupportedInstructionIsRefusedByNameAtLaunch) {
   Put<std::uint64_t>(&params, 8, 1);
   Status s = f.ctx->LaunchKernel(fn, Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0, kDefaultStream, params);
   EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
-  EXPECT_NE(s.message().find("suld"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("sust.p"), std::string::npos) << s.message();
   SIM_ASSERT_OK(f.ctx->Synchronize());  // nothing ran, nothing sticky
 }
 

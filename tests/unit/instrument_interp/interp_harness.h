@@ -62,6 +62,8 @@ class Harness {
     o.workers = workers;
     o.device_output = output;
     o.textures = textures;
+    o.heap_base = heap_base;
+    o.heap_bytes = heap_bytes;
     o.stats = &stats;
     o.max_instructions_per_thread = 100'000'000;
     return LaunchKernel(*prog_, kernel, grid, block, dyn, p.data(), p.size(), &mem_, o);
@@ -80,6 +82,7 @@ class Harness {
   const Program& program() const { return *prog_; }
   LaunchStats stats;
   const TextureTable* textures = nullptr;  // what Launch passes (null: none)
+  uint64_t heap_base = 0, heap_bytes = 0;  // the device heap Launch passes (0: none)
 
  private:
   std::unique_ptr<Program> prog_;

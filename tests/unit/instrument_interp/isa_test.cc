@@ -545,7 +545,7 @@ TEST(isa_errors, DeviceLaunchAndHeapAreRefusedByName) {
 .target sm_90
 .address_size 64
 .extern .func (.param .b64 func_retval0) __cudaCDP2GetParameterBufferV2(.param .b64 a, .param .b64 b, .param .b64 c);
-.extern .func (.param .b64 func_retval0) malloc(.param .b64 n);
+.extern .func (.param .b64 func_retval0) __nv_aligned_device_malloc(.param .b64 n, .param .b64 a);
 .visible .entry launcher()
 {
   .reg .b64 %rd<2>;
@@ -558,9 +558,9 @@ TEST(isa_errors, DeviceLaunchAndHeapAreRefusedByName) {
 .visible .entry allocator()
 {
   .reg .b64 %rd<2>;
-  { .param .b64 n; .param .b64 r;
-    st.param.b64 [n], 64;
-    call.uni (r), malloc, (n);
+  { .param .b64 n; .param .b64 a; .param .b64 r;
+    st.param.b64 [n], 64; st.param.b64 [a], 256;
+    call.uni (r), __nv_aligned_device_malloc, (n, a);
     ld.param.b64 %rd1, [r]; }
   ret;
 }
@@ -570,7 +570,98 @@ TEST(isa_errors, DeviceLaunchAndHeapAreRefusedByName) {
   EXPECT_NE(st.message().find("dynamic parallelism"), std::string::npos) << st.ToString();
   st = h.Launch("allocator", {1}, {1}, Params());
   EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
-  EXPECT_NE(st.message().find("device heap"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("__nv_aligned_device_malloc"), std::string::npos) << st.ToString();
+}
+
+// The device heap (ops_heap.cc): blocks malloc'ed by one launch are read
+// and freed by another (the allocator's state lives in the heap), a
+// request larger than the heap is NULL, freed memory is reused, a double
+// free fails the launch naming it, and without a heap malloc fails.
+TEST(isa_heap, MallocInOneLaunchFreeInAnother) {
+  Harness h;
+  ASSERT_TRUE(h.LoadText(R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.extern .func (.param .b64 func_retval0) malloc(.param .b64 n);
+.extern .func free(.param .b64 p);
+.visible .entry alloc(.param .u64 ptrs, .param .u64 want)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<8>;
+  .reg .pred %p<2>;
+  ld.param.u64 %rd1, [ptrs];
+  ld.param.u64 %rd6, [want];
+  mov.u32 %r1, %tid.x;
+  { .param .b64 n; .param .b64 r;
+    st.param.b64 [n], %rd6;
+    call.uni (r), malloc, (n);
+    ld.param.b64 %rd2, [r]; }
+  mul.wide.u32 %rd3, %r1, 8;
+  add.u64 %rd4, %rd1, %rd3;
+  st.global.u64 [%rd4], %rd2;
+  setp.eq.u64 %p1, %rd2, 0;
+  @%p1 bra DONE;
+  st.global.u32 [%rd2], %r1;
+DONE:
+  ret;
+}
+.visible .entry readfree(.param .u64 ptrs, .param .u64 out)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<8>;
+  .reg .pred %p<2>;
+  ld.param.u64 %rd1, [ptrs];
+  ld.param.u64 %rd5, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 8;
+  add.u64 %rd4, %rd1, %rd3;
+  ld.global.u64 %rd2, [%rd4];
+  ld.global.u32 %r2, [%rd2];
+  mul.wide.u32 %rd6, %r1, 4;
+  add.u64 %rd7, %rd5, %rd6;
+  st.global.u32 [%rd7], %r2;
+  { .param .b64 p;
+    st.param.b64 [p], %rd2;
+    call.uni free, (p); }
+  ret;
+}
+)"));
+  constexpr unsigned kThreads = 100;
+  std::vector<uint8_t> heap(1 << 16, 0);
+  h.heap_base = reinterpret_cast<uint64_t>(h.Alloc(heap));
+  h.heap_bytes = heap.size();
+  uint64_t* ptrs = h.Alloc(std::vector<uint64_t>(kThreads, 0));
+  uint32_t* out = h.Alloc(std::vector<uint32_t>(kThreads, 0));
+  ASSERT_TRUE(h.Launch("alloc", {1}, {kThreads}, Params().Add(ptrs).Add(uint64_t{24})).ok());
+  std::set<uint64_t> distinct;
+  for (unsigned i = 0; i < kThreads; ++i) {
+    ASSERT_NE(ptrs[i], 0u) << i;
+    EXPECT_EQ(ptrs[i] % 16, 0u) << i;
+    EXPECT_GE(ptrs[i], h.heap_base);
+    EXPECT_LE(ptrs[i] + 24, h.heap_base + h.heap_bytes);
+    distinct.insert(ptrs[i]);
+  }
+  EXPECT_EQ(distinct.size(), kThreads);
+  ASSERT_TRUE(h.Launch("readfree", {1}, {kThreads}, Params().Add(ptrs).Add(out)).ok());
+  for (unsigned i = 0; i < kThreads; ++i) EXPECT_EQ(out[i], i);
+  // Everything was freed: 100 blocks of 600 bytes fit again (60 000 of 64 KiB).
+  ASSERT_TRUE(h.Launch("alloc", {1}, {kThreads}, Params().Add(ptrs).Add(uint64_t{600})).ok());
+  for (unsigned i = 0; i < kThreads; ++i) EXPECT_NE(ptrs[i], 0u) << i;
+  ASSERT_TRUE(h.Launch("readfree", {1}, {kThreads}, Params().Add(ptrs).Add(out)).ok());
+  // More than the heap holds: NULL, as CUDA.
+  ASSERT_TRUE(h.Launch("alloc", {1}, {1}, Params().Add(ptrs).Add(uint64_t{1} << 20)).ok());
+  EXPECT_EQ(ptrs[0], 0u);
+  // A double free fails the launch, naming it.
+  ASSERT_TRUE(h.Launch("alloc", {1}, {1}, Params().Add(ptrs).Add(uint64_t{8})).ok());
+  ASSERT_TRUE(h.Launch("readfree", {1}, {1}, Params().Add(ptrs).Add(out)).ok());
+  Status st = h.Launch("readfree", {1}, {1}, Params().Add(ptrs).Add(out));
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("not a live block of the device heap"), std::string::npos) << st.message();
+  // No heap: malloc fails the launch.
+  h.heap_base = h.heap_bytes = 0;
+  st = h.Launch("alloc", {1}, {1}, Params().Add(ptrs).Add(uint64_t{8}));
+  EXPECT_NE(st.message().find("without a device heap"), std::string::npos) << st.message();
 }
 
 // ldmatrix.trans then stmatrix: a 16x16 half tile comes out transposed.

@@ -1,0 +1,141 @@
+// Device-side malloc and free (docs/instrument.md §6 "The device heap"):
+// calls of the external functions `malloc` and `free` that nvcc emits for
+// malloc/free/new/delete in kernels.
+//
+// The heap is device memory the embedder gives the launch
+// (LaunchOptions::heap_base/heap_bytes: in phos, a buffer of the session, so
+// a checkpoint carries it). ALL of the allocator's state lives inside the
+// heap itself — a header and one 16-byte header per block — so a restored
+// heap is a working heap, and allocations made by one kernel are freed by
+// another, as CUDA allows.
+//
+//   heap_base + 0   magic "PHOSHEAP" (a heap without it is formatted: all free)
+//             + 8   bytes of the heap
+//             + 16  the next-fit rover (offset of the block to search from)
+//   heap_base + 64  blocks: [u64 size | used bit][u64 reserved][payload ...]
+// Blocks are 16-byte multiples, payloads 16-byte aligned (CUDA's promise).
+// Adjacent free blocks merge while malloc walks over them.
+//
+// Lock: one process-wide mutex around every malloc and free (the blocks of
+// a launch run on several host threads; device malloc is rare enough that
+// one lock costs nothing measurable).
+#include <cstring>
+#include <mutex>
+
+#include "interp/exec.h"
+
+namespace phos::interp {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x50414548534f4850ull;  // the bytes "PHOSHEAP"
+constexpr uint64_t kFirstBlock = 64;
+constexpr uint64_t kHeader = 16;
+constexpr uint64_t kUsed = 1;
+
+std::mutex g_heap_mu;
+
+// The heap's memory, or nullptr (x.error set).
+uint8_t* HeapMemory(Exec& x) {
+  const LaunchOptions& o = *x.b->opts;
+  if (o.heap_base == 0 || o.heap_bytes < kFirstBlock + 2 * kHeader) {
+    x.error = "device-side malloc/free without a device heap (the embedder gave the launch none)";
+    return nullptr;
+  }
+  return Resolve(x, ptx::Space::kGlobal, o.heap_base, o.heap_bytes, true);
+}
+
+uint64_t Load(const uint8_t* h, uint64_t off) {
+  uint64_t v = 0;
+  std::memcpy(&v, h + off, 8);
+  return v;
+}
+void Store(uint8_t* h, uint64_t off, uint64_t v) { std::memcpy(h + off, &v, 8); }
+
+// Formats a heap that is not one yet (fresh memory is zero).
+void Format(uint8_t* h, uint64_t bytes) {
+  const uint64_t usable = (bytes - kFirstBlock) & ~uint64_t{15};
+  Store(h, 0, kMagic);
+  Store(h, 8, bytes);
+  Store(h, 16, kFirstBlock);
+  Store(h, kFirstBlock, usable);  // one free block
+  Store(h, kFirstBlock + 8, 0);
+}
+
+// Caller holds g_heap_mu. Offset of the payload, or 0 when nothing fits.
+uint64_t Allocate(uint8_t* h, uint64_t bytes, uint64_t want) {
+  const uint64_t need = kHeader + ((want + 15) & ~uint64_t{15});
+  if (need < want) return 0;  // overflow
+  const uint64_t end = kFirstBlock + ((bytes - kFirstBlock) & ~uint64_t{15});
+  uint64_t rover = Load(h, 16);
+  if (rover < kFirstBlock || rover >= end) rover = kFirstBlock;
+  // Two passes: from the rover to the end, then from the start.
+  for (int pass = 0; pass < 2; ++pass) {
+    uint64_t at = pass == 0 ? rover : kFirstBlock;
+    const uint64_t stop = pass == 0 ? end : rover;
+    while (at < stop) {
+      uint64_t size = Load(h, at);
+      if (size < kHeader || (size & ~kUsed) > end - at) return 0;  // a corrupt heap: nothing more to give
+      if ((size & kUsed) == 0) {
+        // Merge the free blocks that follow.
+        while (at + size < end) {
+          const uint64_t next = Load(h, at + size);
+          if ((next & kUsed) != 0 || next < kHeader || next > end - at - size) break;
+          size += next;
+        }
+        Store(h, at, size);
+        if (size >= need) {
+          if (size - need >= 2 * kHeader) {  // split
+            Store(h, at + need, size - need);
+            Store(h, at + need + 8, 0);
+            size = need;
+          }
+          Store(h, at, size | kUsed);
+          Store(h, 16, at + size < end ? at + size : kFirstBlock);
+          return at + kHeader;
+        }
+      }
+      at += size & ~kUsed;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Flow ExecDeviceMalloc(Exec& x, const Op& op) {
+  const uint64_t want = op.shape[1] > 0 ? CallArg(x, op, 0) : 0;
+  uint64_t result = 0;
+  if (want != 0) {
+    uint8_t* h = HeapMemory(x);
+    if (h == nullptr) return Flow::kError;
+    const uint64_t bytes = x.b->opts->heap_bytes;
+    std::lock_guard<std::mutex> lock(g_heap_mu);
+    if (Load(h, 0) != kMagic || Load(h, 8) != bytes) Format(h, bytes);
+    const uint64_t off = Allocate(h, bytes, want);
+    result = off == 0 ? 0 : x.b->opts->heap_base + off;  // NULL when the heap is full, as CUDA
+  }
+  return SetCallReturn(x, op, result, 8);
+}
+
+Flow ExecDeviceFree(Exec& x, const Op& op) {
+  const uint64_t p = op.shape[1] > 0 ? CallArg(x, op, 0) : 0;
+  if (p == 0) return Flow::kNext;  // free(NULL)
+  uint8_t* h = HeapMemory(x);
+  if (h == nullptr) return Flow::kError;
+  const uint64_t base = x.b->opts->heap_base, bytes = x.b->opts->heap_bytes;
+  std::lock_guard<std::mutex> lock(g_heap_mu);
+  const uint64_t off = p - base;
+  if (p < base || off < kFirstBlock + kHeader || off >= bytes || (off & 15) != 0 || Load(h, 0) != kMagic ||
+      (Load(h, off - kHeader) & kUsed) == 0) {
+    char hex[24];
+    std::snprintf(hex, sizeof(hex), "0x%llx", static_cast<unsigned long long>(p));
+    return Fail(x, std::string("device-side free of ") + hex +
+                       ", which is not a live block of the device heap (a double free, or a pointer malloc did "
+                       "not return)");
+  }
+  Store(h, off - kHeader, Load(h, off - kHeader) & ~kUsed);
+  return Flow::kNext;
+}
+
+}  // namespace phos::interp
