@@ -561,6 +561,104 @@ TEST_F(FreshRestoreTest, TextureAndSurfaceObjectsComeBackUnderTheirHandles) {
   EXPECT_EQ(app_->Send(wire::op::kDestroySurfaceObject, wire::TextureHandleRequest{static_cast<uint64_t>(surf.value)}), kOk);
 }
 
+// The device heap (daemon/session/device_heap.cc): A's kernel mallocs a
+// block per thread and keeps the pointers in a buffer; after a checkpoint
+// and a restore into a fresh phosd, B's kernel reads the blocks and frees
+// them (the allocator's state came back inside the heap), and malloc works
+// again after that.
+constexpr char kHeapPtx[] = R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.extern .func (.param .b64 func_retval0) malloc(.param .b64 n);
+.extern .func free(.param .b64 p);
+.visible .entry alloc(.param .u64 ptrs)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<8>;
+  .reg .pred %p<2>;
+  ld.param.u64 %rd1, [ptrs];
+  mov.u32 %r1, %tid.x;
+  { .param .b64 n; .param .b64 r;
+    st.param.b64 [n], 40;
+    call.uni (r), malloc, (n);
+    ld.param.b64 %rd2, [r]; }
+  mul.wide.u32 %rd3, %r1, 8;
+  add.u64 %rd4, %rd1, %rd3;
+  st.global.u64 [%rd4], %rd2;
+  setp.eq.u64 %p1, %rd2, 0;
+  @%p1 bra DONE;
+  add.u32 %r2, %r1, 1000;
+  st.global.u32 [%rd2], %r2;
+DONE:
+  ret;
+}
+.visible .entry readfree(.param .u64 ptrs, .param .u64 out)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [ptrs];
+  ld.param.u64 %rd5, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 8;
+  add.u64 %rd4, %rd1, %rd3;
+  ld.global.u64 %rd2, [%rd4];
+  ld.global.u32 %r2, [%rd2];
+  mul.wide.u32 %rd6, %r1, 4;
+  add.u64 %rd7, %rd5, %rd6;
+  st.global.u32 [%rd7], %r2;
+  { .param .b64 p;
+    st.param.b64 [p], %rd2;
+    call.uni free, (p); }
+  ret;
+}
+)";
+
+TEST_F(FreshRestoreTest, DeviceHeapBlocksAndAllocatorComeBack) {
+  constexpr uint32_t kHeapModule = 8, kAlloc = 80, kReadFree = 81;
+  constexpr uint32_t n = 64;
+  const auto ptx = std::as_bytes(std::span<const char>(kHeapPtx, sizeof kHeapPtx));
+  ASSERT_EQ(app_->ModuleLoad(kHeapModule, ptx), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(kHeapModule, kAlloc, "alloc"), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(kHeapModule, kReadFree, "readfree"), kOk) << app_->message();
+  // A 1 MiB heap, set before the first launch.
+  ASSERT_EQ(app_->Send(wire::op::kSetDeviceHeapSize, wire::DeviceHeapRequest{1u << 20}), kOk) << app_->message();
+  uint64_t ptrs = 0, out = 0;
+  ASSERT_EQ(app_->Malloc(n * 8, &ptrs), kOk);
+  ASSERT_EQ(app_->Malloc(n * 4, &out), kOk);
+  ASSERT_EQ(app_->Launch(kAlloc, Grid(1, n), Bytes(ptrs)), kOk);
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  // The heap exists now: its size can no longer change.
+  EXPECT_NE(app_->Send(wire::op::kSetDeviceHeapSize, wire::DeviceHeapRequest{2u << 20}), kOk);
+  std::vector<uint64_t> before(n);
+  ASSERT_EQ(app_->D2H(before.data(), ptrs, n * 8), kOk);
+  for (uint64_t p : before) ASSERT_NE(p, 0u);
+  const std::string img = dir_ + "/heap";
+  Checkpoint(Mode::kCow, img);
+  Disconnect();
+  StopServer();
+  StartServer();
+  Connect();
+  RestoreResult rr;
+  Status s = Restore(img, &rr);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  struct {
+    uint64_t ptrs, out;
+  } params{ptrs, out};
+  ASSERT_EQ(app_->Launch(kReadFree, Grid(1, n), Bytes(params)), kOk);
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  std::vector<uint32_t> got(n);
+  ASSERT_EQ(app_->D2H(got.data(), out, n * 4), kOk);
+  for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(got[i], 1000 + i) << i;
+  // The restored allocator hands out blocks again (and the frees above
+  // were of live blocks: a double free would have failed the launch).
+  ASSERT_EQ(app_->Launch(kAlloc, Grid(1, n), Bytes(ptrs)), kOk);
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  std::vector<uint64_t> after(n);
+  ASSERT_EQ(app_->D2H(after.data(), ptrs, n * 8), kOk);
+  for (uint64_t p : after) ASSERT_NE(p, 0u);
+}
+
 TEST_F(FreshRestoreTest, GlobalsComeBackAtTheirAddressAfterAPhosdRestart) {
   // The PTX module first (as a runtime loads modules before the app's
   // mallocs): a restarted sim places its global where it was.
