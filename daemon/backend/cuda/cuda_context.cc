@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backend/cuda/cuda_errors.h"
+#include "protocol/texture_desc.h"
 
 namespace phos::backend::cuda {
 namespace {
@@ -558,6 +559,78 @@ Status CudaContext::MemsetAsync(DevicePtr dst, std::uint32_t value, std::size_t 
 }
 
 // ---- events -----------------------------------------------------------------------------
+
+namespace {
+
+CUarray_format DriverFormat(const wire::TextureDesc& d) {
+  switch (d.kind) {
+    case wire::ChannelKind::kUnsigned:
+      return d.channel_bytes == 1 ? CU_AD_FORMAT_UNSIGNED_INT8
+                                  : d.channel_bytes == 2 ? CU_AD_FORMAT_UNSIGNED_INT16 : CU_AD_FORMAT_UNSIGNED_INT32;
+    case wire::ChannelKind::kSigned:
+      return d.channel_bytes == 1 ? CU_AD_FORMAT_SIGNED_INT8
+                                  : d.channel_bytes == 2 ? CU_AD_FORMAT_SIGNED_INT16 : CU_AD_FORMAT_SIGNED_INT32;
+    case wire::ChannelKind::kFloat:
+      break;
+  }
+  return d.channel_bytes == 2 ? CU_AD_FORMAT_HALF : CU_AD_FORMAT_FLOAT;
+}
+
+}  // namespace
+
+Status CudaContext::CreateTextureObject(const wire::TextureDesc& d, bool surface, std::uint64_t requested,
+                                        std::uint64_t* handle) {
+  if (surface) {
+    return Status::NotSupported("surface objects on the cuda backend (they need real CUDA arrays; phos lays arrays "
+                                "out as buffers)");
+  }
+  if (d.dims == 3 || d.layers != 0) {
+    return Status::NotSupported("3D and layered textures on the cuda backend (they need real CUDA arrays)");
+  }
+  if (requested != 0) {
+    return Status::FailedPrecondition("texture object " + std::to_string(requested) +
+                                      " cannot be recreated with its handle: the CUDA driver picks handles");
+  }
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  CUDA_RESOURCE_DESC res{};
+  const std::size_t row = std::size_t{d.width} * d.texel_bytes();
+  if (d.resource == wire::ResourceKind::kLinear) {
+    res.resType = CU_RESOURCE_TYPE_LINEAR;
+    res.res.linear.devPtr = d.base;
+    res.res.linear.format = DriverFormat(d);
+    res.res.linear.numChannels = d.channels;
+    res.res.linear.sizeInBytes = row;
+  } else {
+    // A 1D array is a pitched texture of one row (filtering and addressing
+    // work there, unlike a linear resource); its pitch rounded to the
+    // driver's 32-byte rule reads nothing past the row.
+    res.resType = CU_RESOURCE_TYPE_PITCH2D;
+    res.res.pitch2D.devPtr = d.base;
+    res.res.pitch2D.format = DriverFormat(d);
+    res.res.pitch2D.numChannels = d.channels;
+    res.res.pitch2D.width = d.width;
+    res.res.pitch2D.height = d.height;
+    res.res.pitch2D.pitchInBytes = d.dims == 1 ? (row + 31) / 32 * 32 : d.pitch;
+  }
+  CUDA_TEXTURE_DESC td{};
+  for (int i = 0; i < 3; ++i) td.addressMode[i] = static_cast<CUaddress_mode>(d.address[i]);  // same numbers
+  td.filterMode = (d.flags & wire::kTextureLinearFilter) ? CU_TR_FILTER_MODE_LINEAR : CU_TR_FILTER_MODE_POINT;
+  if (d.kind != wire::ChannelKind::kFloat && !(d.flags & wire::kTextureReadNormalized)) {
+    td.flags |= CU_TRSF_READ_AS_INTEGER;
+  }
+  if (d.flags & wire::kTextureNormalizedCoords) td.flags |= CU_TRSF_NORMALIZED_COORDINATES;
+  if (d.flags & wire::kTextureSrgb) td.flags |= CU_TRSF_SRGB;
+  for (int i = 0; i < 4; ++i) td.borderColor[i] = d.border[i];
+  CUtexObject tex = 0;
+  PHOS_RETURN_IF_ERROR(Check(driver_->TexObjectCreate(&tex, &res, &td, nullptr), "cuTexObjectCreate"));
+  *handle = tex;
+  return Status::Ok();
+}
+
+Status CudaContext::DestroyTextureObject(std::uint64_t handle) {
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  return Check(driver_->TexObjectDestroy(static_cast<CUtexObject>(handle)), "cuTexObjectDestroy");
+}
 
 Status CudaContext::CreateEvent(unsigned flags, EventHandle* out) {
   if (out == nullptr) return Status::InvalidArgument("CreateEvent: null output pointer");

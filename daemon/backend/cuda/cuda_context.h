@@ -91,6 +91,15 @@ class CudaContext final : public Context {
   /// loaded (and cuBLASLt for a Lt matmul).
   Status BlasSupports(const BlasCall& call) const override;
 
+  /// Textures of linear and pitched memory (phos lays CUDA arrays out as
+  /// pitched buffers: 1D and 2D arrays qualify) through cuTexObjectCreate.
+  /// Refused by name: surfaces, 3D and layered textures (they need real
+  /// CUDA arrays), and a `requested` handle (the driver picks handles: a
+  /// restore into a fresh context cannot give the app's back). Not yet run
+  /// on a GPU.
+  Status CreateTextureObject(const wire::TextureDesc& desc, bool surface, std::uint64_t requested,
+                             std::uint64_t* handle) override;
+  Status DestroyTextureObject(std::uint64_t handle) override;
   Status CreateEvent(unsigned flags, EventHandle* out) override;
   Status DestroyEvent(EventHandle event) override;
   Status RecordEvent(EventHandle event, StreamHandle stream) override;

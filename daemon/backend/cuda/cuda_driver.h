@@ -76,6 +76,8 @@ namespace phos::backend::cuda {
   X(MemsetD16Async, 3020)                 \
   X(MemsetD32Async, 3020)                 \
   X(LaunchHostFunc, 10000)                \
+  X(TexObjectCreate, 5000)                \
+  X(TexObjectDestroy, 5000)               \
   X(EventCreate, 2000)                    \
   X(EventDestroy, 4000)                   \
   X(EventRecord, 2000)                    \
