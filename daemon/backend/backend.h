@@ -291,6 +291,12 @@ class Context {
   // sim collects it (interp::DeviceOutput); on a GPU the driver prints
   // printf in phosd's own process, so the cuda backend has none to give.
   virtual std::size_t PendingDeviceOutput() const { return 0; }
+  /// cudaLimitPrintfFifoSize: the bytes of device printf text kept before
+  /// more is dropped. A backend whose driver prints itself accepts it.
+  virtual Status SetDeviceOutputLimit(std::size_t bytes) {
+    (void)bytes;
+    return Status::Ok();
+  }
   virtual void TakeDeviceOutput(std::size_t max, std::string* out) { out->clear(); }
 
   /// The context's owner is gone (its app died or phosd is stopping) and

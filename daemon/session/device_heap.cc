@@ -1,5 +1,6 @@
-// The device heap of kernels' malloc/free (kSetDeviceHeapSize; docs/
-// interposer.md "The device heap").
+// The device heap of kernels' malloc/free, and the device limits phosd
+// applies (kDeviceSetLimit: the heap's size, the printf FIFO's; docs/
+// interposer.md "The device heap", "Device printf").
 //
 // On the sim, the heap is a buffer of the session that phosd makes at the
 // first launch of a kernel whose module calls malloc, sized by the app's
@@ -16,9 +17,16 @@ namespace phos::session {
 
 using wire::WireStatus;
 
-void HandleSetDeviceHeapSize(SessionState& st, const CallContext& call, const wire::DeviceHeapRequest& req,
-                             Outcome* out) {
+void HandleDeviceSetLimit(SessionState& st, const CallContext& call, const wire::DeviceLimitRequest& req,
+                          Outcome* out) {
   (void)call;
+  if (req.limit == wire::kLimitPrintfFifoSize) {
+    if (req.value == 0) return out->Fail(WireStatus::kInvalidValue, "a printf FIFO of 0 bytes");
+    return out->Fail(st.ctx->SetDeviceOutputLimit(req.value));
+  }
+  if (req.limit != wire::kLimitMallocHeapSize) {
+    return out->Fail(WireStatus::kInvalidValue, "phosd applies no limit " + std::to_string(req.limit));
+  }
   if (st.device_heap != 0) {
     // CUDA: the limit cannot change once a kernel that uses malloc ran.
     return out->Fail(WireStatus::kInvalidValue,
@@ -26,8 +34,8 @@ void HandleSetDeviceHeapSize(SessionState& st, const CallContext& call, const wi
                                  "be set before the first launch of a kernel that calls malloc",
                                  st.device_heap_bytes, st.device_heap));
   }
-  if (req.bytes == 0) return out->Fail(WireStatus::kInvalidValue, "a device heap of 0 bytes");
-  st.device_heap_bytes = req.bytes;
+  if (req.value == 0) return out->Fail(WireStatus::kInvalidValue, "a device heap of 0 bytes");
+  st.device_heap_bytes = req.value;
 }
 
 Status EnsureDeviceHeap(SessionState& st, const CallView* admit) {

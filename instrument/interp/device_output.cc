@@ -30,4 +30,9 @@ uint64_t DeviceOutput::dropped() const {
   return dropped_;
 }
 
+void DeviceOutput::SetLimit(size_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  limit_ = limit;
+}
+
 }  // namespace phos::interp

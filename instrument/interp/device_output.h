@@ -29,6 +29,8 @@ class DeviceOutput {
   void Append(std::string_view text);
   // Moves up to `max` bytes from the front into *out (replacing it).
   void Take(size_t max, std::string* out);
+  // cudaLimitPrintfFifoSize: text already kept stays; later appends see it.
+  void SetLimit(size_t limit);
   size_t pending() const;
   uint64_t dropped() const;
 

@@ -133,12 +133,13 @@ PHOS_EXPORT cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
   if (limit == cudaLimitMaxL2FetchGranularity && (value > 128 || (value & (value - 1)) != 0)) {
     return SetError(cudaErrorInvalidValue);
   }
-  if (limit == cudaLimitMallocHeapSize) {
-    // phosd makes the device heap (daemon/session/device_heap.cc): it must
-    // know its size, and refuses a change once the heap exists.
-    const phos::wire::DeviceHeapRequest req{value};
-    WireStatus w = Connection::Get().Call(phos::wire::op::kSetDeviceHeapSize, 0,
-                                          std::as_bytes(std::span<const phos::wire::DeviceHeapRequest>(&req, 1)));
+  if (limit == cudaLimitMallocHeapSize || limit == cudaLimitPrintfFifoSize) {
+    // phosd makes the device heap and keeps the printf FIFO
+    // (daemon/session/device_heap.cc): it must know their sizes, and
+    // refuses a heap size once the heap exists.
+    const phos::wire::DeviceLimitRequest req{static_cast<uint32_t>(limit), 0, value};
+    WireStatus w = Connection::Get().Call(phos::wire::op::kDeviceSetLimit, 0,
+                                          std::as_bytes(std::span<const phos::wire::DeviceLimitRequest>(&req, 1)));
     if (w != WireStatus::kSuccess) return Finish(w);
   }
   Limits& l = DeviceSettings();

@@ -230,13 +230,18 @@ struct PointerRequest {
 };
 static_assert(sizeof(PointerRequest) == 8);
 
-/// kSetDeviceHeapSize (cudaDeviceSetLimit(cudaLimitMallocHeapSize)): the
-/// size of the device heap kernels' malloc uses; refused once the heap
-/// exists (after a launch of a kernel that calls malloc), as in CUDA.
-struct DeviceHeapRequest {
-  uint64_t bytes;
+/// kDeviceSetLimit (cudaDeviceSetLimit of the limits phosd applies):
+/// `limit` is a cudaLimit — kLimitPrintfFifoSize (the device printf FIFO)
+/// or kLimitMallocHeapSize (the device heap; refused once the heap exists,
+/// after a launch of a kernel that calls malloc, as in CUDA).
+inline constexpr uint32_t kLimitPrintfFifoSize = 1;  // cudaLimitPrintfFifoSize
+inline constexpr uint32_t kLimitMallocHeapSize = 2;  // cudaLimitMallocHeapSize
+struct DeviceLimitRequest {
+  uint32_t limit;
+  uint32_t pad;  // 0
+  uint64_t value;
 };
-static_assert(sizeof(DeviceHeapRequest) == 8);
+static_assert(sizeof(DeviceLimitRequest) == 16);
 
 /// kLaunchHostFunc (cudaLaunchHostFunc, cudaStreamAddCallback,
 /// cuLaunchHostFunc; docs/interposer.md "Host functions in stream order"):

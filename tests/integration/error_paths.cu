@@ -8,6 +8,8 @@
 //   error_paths assert      a kernel with assert(): runs while the asserts
 //                           hold; a failing one ends in cudaErrorAssert,
 //                           sticky. Prints "error_paths: assert OK".
+//   error_paths printf-fifo a 256-byte cudaLimitPrintfFifoSize keeps some of
+//                           64 lines, drops the rest
 //   error_paths printf      a kernel prints (device printf) what it gets
 //                           from functions called through a __device__
 //                           table of function pointers: the lines appear
@@ -128,6 +130,20 @@ __global__ void greet(int base) {
   printf("kernel %d: %d %s %.2f\n", i, ops_table[i & 1](base + i), (i & 1) ? "odd" : "even", i * 0.25);
 }
 
+// cudaLimitPrintfFifoSize: a FIFO too small for every line keeps some and
+// drops the rest (whole lines), as a GPU does.
+static int PrintfFifo() {
+  CHECK(cudaDeviceSetLimit(cudaLimitPrintfFifoSize, 256));
+  size_t got = 0;
+  CHECK(cudaDeviceGetLimit(&got, cudaLimitPrintfFifoSize));
+  EXPECT(got == 256);
+  greet<<<1, 64>>>(0);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::printf("error_paths: printf-fifo OK\n");
+  return 0;
+}
+
 static int Printf() {
   std::printf("host: before\n");
   greet<<<1, 4>>>(100);
@@ -188,9 +204,10 @@ int main(int argc, char** argv) {
   if (mode == "errors") return Errors();
   if (mode == "assert") return Assert();
   if (mode == "printf") return Printf();
+  if (mode == "printf-fifo") return PrintfFifo();
   if (mode == "owner" && argc > 3) return Owner(std::strtoull(argv[2], nullptr, 10), argv[3]);
   if (mode == "intruder" && argc > 2) return Intruder(argv[2]);
   if (mode == "hold" && argc > 2) return Hold(std::strtoull(argv[2], nullptr, 10));
-  std::printf("usage: error_paths errors | assert | printf | owner MIB GOFILE | intruder PTR | hold MIB\n");
+  std::printf("usage: error_paths errors | assert | printf | printf-fifo | owner MIB GOFILE | intruder PTR | hold MIB\n");
   return 2;
 }

@@ -329,6 +329,20 @@ TEST_F(IntegrationTest, DevicePrintfReachesTheAppsStdout) {
   EXPECT_NE(c.output.find("error_paths: printf OK"), std::string::npos) << c.output;
 }
 
+// cudaLimitPrintfFifoSize reaches phosd: 64 lines of about 25 bytes do not
+// fit a 256-byte FIFO; some arrive whole, the rest are dropped.
+TEST_F(IntegrationTest, DevicePrintfFifoSizeDropsWhatDoesNotFit) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", ErrorPaths(), "printf-fifo"});
+  ASSERT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output << d.log();
+  const size_t lines = Count(c.output, "kernel ");
+  EXPECT_GT(lines, 0u) << c.output;
+  EXPECT_LT(lines, 64u) << c.output;
+  EXPECT_LE(lines * 20, 256u) << c.output;  // each line is at least 20 bytes
+  EXPECT_NE(c.output.find("error_paths: printf-fifo OK"), std::string::npos) << c.output;
+}
+
 TEST_F(IntegrationTest, ErrorPathsGiveCudaErrors) {
   Daemon d(dir_);
   ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();

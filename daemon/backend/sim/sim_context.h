@@ -72,6 +72,10 @@ class SimContext final : public Context {
   Status Synchronize() override;
   std::size_t PendingDeviceOutput() const override { return device_output_->pending(); }
   void TakeDeviceOutput(std::size_t max, std::string* out) override { device_output_->Take(max, out); }
+  Status SetDeviceOutputLimit(std::size_t bytes) override {
+    device_output_->SetLimit(bytes);
+    return Status::Ok();
+  }
   /// Sets the flag every stream and queued kernel of this context reads:
   /// queued ops are skipped, running kernels stop between blocks. Returns
   /// at once (lock-free); Synchronize() then returns soon.

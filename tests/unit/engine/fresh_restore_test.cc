@@ -622,14 +622,14 @@ TEST_F(FreshRestoreTest, DeviceHeapBlocksAndAllocatorComeBack) {
   ASSERT_EQ(app_->GetFunction(kHeapModule, kAlloc, "alloc"), kOk) << app_->message();
   ASSERT_EQ(app_->GetFunction(kHeapModule, kReadFree, "readfree"), kOk) << app_->message();
   // A 1 MiB heap, set before the first launch.
-  ASSERT_EQ(app_->Send(wire::op::kSetDeviceHeapSize, wire::DeviceHeapRequest{1u << 20}), kOk) << app_->message();
+  ASSERT_EQ(app_->Send(wire::op::kDeviceSetLimit, wire::DeviceLimitRequest{wire::kLimitMallocHeapSize, 0, 1u << 20}), kOk) << app_->message();
   uint64_t ptrs = 0, out = 0;
   ASSERT_EQ(app_->Malloc(n * 8, &ptrs), kOk);
   ASSERT_EQ(app_->Malloc(n * 4, &out), kOk);
   ASSERT_EQ(app_->Launch(kAlloc, Grid(1, n), Bytes(ptrs)), kOk);
   ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
   // The heap exists now: its size can no longer change.
-  EXPECT_NE(app_->Send(wire::op::kSetDeviceHeapSize, wire::DeviceHeapRequest{2u << 20}), kOk);
+  EXPECT_NE(app_->Send(wire::op::kDeviceSetLimit, wire::DeviceLimitRequest{wire::kLimitMallocHeapSize, 0, 2u << 20}), kOk);
   std::vector<uint64_t> before(n);
   ASSERT_EQ(app_->D2H(before.data(), ptrs, n * 8), kOk);
   for (uint64_t p : before) ASSERT_NE(p, 0u);

@@ -101,7 +101,7 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kMemset2DAsync, ApiId::k_cudaMemset2DAsync},
       {op::kFreeAsync, ApiId::k_cudaFreeAsync},
       {op::kLaunchHostFunc, ApiId::k_cudaLaunchHostFunc},
-      {op::kSetDeviceHeapSize, ApiId::k_cudaDeviceSetLimit},
+      {op::kDeviceSetLimit, ApiId::k_cudaDeviceSetLimit},
       {op::kCreateTextureObject, ApiId::k_cudaCreateTextureObject},
       {op::kCreateSurfaceObject, ApiId::k_cudaCreateSurfaceObject},
       {op::kDestroyTextureObject, ApiId::k_cudaDestroyTextureObject},
