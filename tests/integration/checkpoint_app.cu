@@ -12,6 +12,10 @@
 //   step         one step; prints "step K checksum 0x.. steps G"
 //   graphstep    the same step as one launch of a CUDA graph (captured at
 //                first use); prints what `step` prints
+//   texstep      the same step, the kernel reading `state` through a
+//                texture object and also storing through a surface object
+//                of a CUDA array (both made at first use, kept: a restore
+//                must bring their handles back); prints what `step` prints
 //   print        prints "state checksum 0x.. steps G verify-step S
 //                verify-big B": S / B are the steps whose CPU references
 //                match `state` / `big` on the device (or -1)
@@ -48,6 +52,15 @@ __device__ unsigned int g_steps;
 __global__ void Step(uint32_t* s, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) s[i] = s[i] * 1664525u + 1013904223u + static_cast<uint32_t>(i);
+  if (i == 0) g_steps += 1;
+}
+
+// Step, reading the old value through a texture of `s` and leaving a mark
+// in a surface (a dead handle would fail the kernel: a sticky error).
+__global__ void TexStep(cudaTextureObject_t t, cudaSurfaceObject_t marks, uint32_t* s, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) s[i] = tex1Dfetch<unsigned int>(t, i) * 1664525u + 1013904223u + static_cast<uint32_t>(i);
+  if (i < 64) surf1Dwrite(static_cast<unsigned int>(i), marks, i * 4);
   if (i == 0) g_steps += 1;
 }
 
@@ -99,6 +112,8 @@ int main(int argc, char** argv) {
 
   int step = 0;
   cudaGraphExec_t graph_exec = nullptr;  // "graphstep": captured at first use
+  cudaTextureObject_t state_tex = 0;      // "texstep": made at first use
+  cudaSurfaceObject_t marks_surf = 0;
   cudaStream_t graph_stream = nullptr;
   unsigned char* pinned_big = nullptr;
   std::vector<uint32_t> host_state(kN);
@@ -155,7 +170,32 @@ int main(int argc, char** argv) {
       CHECK(cudaGraphLaunch(graph_exec, graph_stream));
       CHECK(cudaStreamSynchronize(graph_stream));
     }
-    if (cmd == "step" || cmd == "graphstep" || cmd == "print") {
+    if (cmd == "texstep") {
+      ++step;
+      if (state_tex == 0) {
+        cudaResourceDesc res{};
+        res.resType = cudaResourceTypeLinear;
+        res.res.linear.devPtr = state;
+        res.res.linear.desc = cudaCreateChannelDesc<unsigned int>();
+        res.res.linear.sizeInBytes = kN * sizeof(uint32_t);
+        cudaTextureDesc td{};
+        td.readMode = cudaReadModeElementType;
+        CHECK(cudaCreateTextureObject(&state_tex, &res, &td, nullptr));
+        cudaChannelFormatDesc fmt = cudaCreateChannelDesc<unsigned int>();
+        cudaArray_t marks = nullptr;
+        CHECK(cudaMallocArray(&marks, &fmt, 64, 0, cudaArraySurfaceLoadStore));
+        cudaResourceDesc sres{};
+        sres.resType = cudaResourceTypeArray;
+        sres.res.array.array = marks;
+        CHECK(cudaCreateSurfaceObject(&marks_surf, &sres));
+      }
+      TexStep<<<(kN + 255) / 256, 256>>>(state_tex, marks_surf, state, kN);
+      CHECK(cudaGetLastError());
+      FillBig(host_big, step);
+      CHECK(cudaMemcpy(big, host_big.data(), kBigBytes, cudaMemcpyHostToDevice));
+      CHECK(cudaDeviceSynchronize());
+    }
+    if (cmd == "step" || cmd == "graphstep" || cmd == "texstep" || cmd == "print") {
       CHECK(cudaMemcpy(host_state.data(), state, kN * sizeof(uint32_t), cudaMemcpyDeviceToHost));
       std::vector<unsigned char> got_big(kBigBytes);
       CHECK(cudaMemcpy(got_big.data(), big, kBigBytes, cudaMemcpyDeviceToHost));

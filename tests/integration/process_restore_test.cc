@@ -105,7 +105,9 @@ class ProcessRestoreTest : public ::testing::Test, protected phos::testing::Chec
 
   // Checkpoint (whole process), one more step, kill, restore: the restored
   // app holds the checkpoint's state and then steps exactly as before.
-  void RoundTrip(pid_t pid, const std::string& mode, int steps_done, const std::string& sum_at) {
+  // `step_cmd`: the app's command that makes a step (step, texstep).
+  void RoundTrip(pid_t pid, const std::string& mode, int steps_done, const std::string& sum_at,
+                 const std::string& step_cmd = "step") {
     const std::string img = dir_ + "/img-" + mode;
     Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--mode", mode, "--out", img});
     ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << DaemonLog();
@@ -114,7 +116,7 @@ class ProcessRestoreTest : public ::testing::Test, protected phos::testing::Chec
     const int at_checkpoint = next_cmd_;
 
     // The app kept running: one more step.
-    const std::string next = Cmd("step");
+    const std::string next = Cmd(step_cmd);
     const std::string sum_next = Field(next, "checksum");
     ASSERT_NE(next.find("step " + std::to_string(steps_done + 1) + " checksum"), std::string::npos) << next;
     ASSERT_NE(sum_next, sum_at);
@@ -132,7 +134,7 @@ class ProcessRestoreTest : public ::testing::Test, protected phos::testing::Chec
     EXPECT_EQ(Field(p, "steps"), std::to_string(steps_done)) << p;
     EXPECT_EQ(Field(p, "verify-step"), std::to_string(steps_done)) << p;
     EXPECT_EQ(Field(p, "verify-big"), std::to_string(steps_done)) << p;
-    const std::string again = Cmd("step");
+    const std::string again = Cmd(step_cmd);
     EXPECT_NE(again.find("step " + std::to_string(steps_done + 1) + " checksum " + sum_next), std::string::npos)
         << again << "\nexpected checksum " << sum_next;
   }
@@ -154,6 +156,21 @@ TEST_F(ProcessRestoreTest, StopAndCowCheckpointsRestoreTheWholeProcess) {
   s = Cmd("step");  // step 5
   ASSERT_NE(s.find("step 5 checksum"), std::string::npos) << s;
   ASSERT_NO_FATAL_FAILURE(RoundTrip(pid, "cow", 5, Field(s, "checksum")));
+  Cmd("quit");
+}
+
+// docs/interposer.md "CUDA arrays, textures and surfaces": a process whose
+// steps read through a texture object and store through a surface object
+// of a CUDA array is checkpointed whole (cow) and restored into a
+// restarted phosd: the objects come back under the handles the app holds
+// (its next steps use them) and the state matches.
+TEST_F(ProcessRestoreTest, TextureAndSurfaceObjectsSurviveAWholeProcessRestore) {
+  const pid_t pid = StartApp();
+  ASSERT_GT(pid, 0) << Log();
+  std::string s;
+  for (int i = 0; i < 2; ++i) s = Cmd("texstep");
+  ASSERT_NE(s.find("step 2 checksum"), std::string::npos) << s << Log();
+  ASSERT_NO_FATAL_FAILURE(RoundTrip(pid, "cow", 2, Field(s, "checksum"), "texstep"));
   Cmd("quit");
 }
 
