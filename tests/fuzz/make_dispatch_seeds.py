@@ -92,6 +92,13 @@ def name_req(fmt, *fields, name):
     return struct.pack(fmt, *fields) + name
 
 
+def texture(base, width, kind_resource, flags=0, dims=1, height=1, pitch=None):
+    """A wire::TextureDesc (protocol/texture_desc.h): float texels, 1 channel."""
+    pitch = width * 4 if pitch is None else pitch
+    return struct.pack("<QQQIIIIIBBBBBBBBffff", base, pitch, 0, width, height, 1, 0, flags, dims, 1, 4, 2,
+                       kind_resource, 1, 1, 1, 0.0, 0.0, 0.0, 1.0) + bytes(4)
+
+
 SEEDS = {
     "copies": [
         rec("Memcpy", memcpy(A0 + 16, 0, 64, H2D) + bytes(range(64))),
@@ -161,6 +168,17 @@ SEEDS = {
         rec("HostSegmentRegister", struct.pack("<QQQ", 7, 1 << 21, C1 + (8 << 20)), segment_mode=3),
         rec("HostSegmentRegister", struct.pack("<QQQ", 8, 1 << 21, C1 + (8 << 20))),
         rec("HostSegmentRegister", struct.pack("<QQQ", 9, 1 << 21, C0), segment_mode=1),
+    ],
+    "textures": [
+        rec("CreateTextureObject", texture(A0, 64, 1)),
+        rec("CreateSurfaceObject", texture(A1, 16, 0, dims=2, height=4, pitch=64)),
+        rec("CreateTextureObject", texture(A1, 16, 0, flags=2 | 4, dims=2, height=4, pitch=64)),
+        rec("CreateTextureObject", texture(B0, 8, 1)),
+        rec("DestroyTextureObject", struct.pack("<Q", 1)),
+        rec("DestroySurfaceObject", struct.pack("<Q", 1)),
+        rec("DeviceSetLimit", struct.pack("<IIQ", 2, 0, 1 << 20)),
+        rec("DeviceSetLimit", struct.pack("<IIQ", 1, 0, 4096)),
+        rec("DeviceSetLimit", struct.pack("<IIQ", 7, 0, 1)),
     ],
     "device": [
         rec("GetDeviceCount"),
