@@ -16,6 +16,18 @@
 namespace phos::session {
 namespace {
 
+// Calls stop(line) for each line of `text` until it returns true; whether one did.
+template <typename Stop>
+bool ForEachLine(std::string_view text, Stop&& stop) {
+  for (std::size_t pos = 0; pos < text.size();) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    if (stop(text.substr(pos, end - pos))) return true;
+    pos = end + 1;
+  }
+  return false;
+}
+
 constexpr uint32_t kFatbinContainerMagic = 0xBA55ED50u;  // fatbin_format.h
 constexpr unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
 
@@ -233,43 +245,30 @@ bool PtxUsesTextures(std::string_view ptx) {
 bool PtxUsesDeviceHeap(std::string_view ptx) {
   // nvcc declares them `.extern .func  (.param .b64 func_retval0) malloc`
   // and `.extern .func free`, the parameter list on the following lines.
-  std::size_t pos = 0;
-  while (pos < ptx.size()) {
-    std::size_t end = ptx.find('\n', pos);
-    if (end == std::string_view::npos) end = ptx.size();
-    std::string_view line = ptx.substr(pos, end - pos);
-    pos = end + 1;
+  return ForEachLine(ptx, [](std::string_view line) {
     const std::size_t i = line.find_first_not_of(" \t");
     if (i == std::string_view::npos || line.substr(i).rfind(".extern", 0) != 0 ||
         line.find(".func") == std::string_view::npos) {
-      continue;
+      return false;
     }
-    // The function's name: the last identifier before '(' that is not in
-    // the return list, i.e. after the return list's ')' if there is one.
+    // The function's name: the first word after the return list, if any.
     std::string_view rest = line.substr(line.find(".func") + 5);
     if (const std::size_t close = rest.find(')'); close != std::string_view::npos && rest.find('(') < close) {
       rest = rest.substr(close + 1);
     }
     const std::size_t b = rest.find_first_not_of(" \t");
-    if (b == std::string_view::npos) continue;
+    if (b == std::string_view::npos) return false;
     rest = rest.substr(b);
-    const std::size_t e = rest.find_first_of(" \t(;");
-    const std::string_view name = rest.substr(0, e);
-    if (name == "malloc" || name == "free") return true;
-  }
-  return false;
+    const std::string_view name = rest.substr(0, rest.find_first_of(" \t(;"));
+    return name == "malloc" || name == "free";
+  });
 }
 
 bool PtxDeclaresModuleVariables(std::string_view ptx) {
   int depth = 0;  // brace depth: module scope is depth 0
-  std::size_t pos = 0;
-  while (pos < ptx.size()) {
-    std::size_t end = ptx.find('\n', pos);
-    if (end == std::string_view::npos) end = ptx.size();
-    std::string_view line = ptx.substr(pos, end - pos);
-    pos = end + 1;
+  return ForEachLine(ptx, [&depth](std::string_view line) {
     std::size_t i = line.find_first_not_of(" \t");
-    if (i == std::string_view::npos) continue;
+    if (i == std::string_view::npos) return false;
     std::string_view t = line.substr(i);
     if (depth == 0) {
       for (std::string_view prefix : {".visible ", ".extern ", ".weak "}) {
@@ -284,8 +283,8 @@ bool PtxDeclaresModuleVariables(std::string_view ptx) {
       if (c == '{') ++depth;
       if (c == '}' && depth > 0) --depth;
     }
-  }
-  return false;
+    return false;
+  });
 }
 
 void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params,

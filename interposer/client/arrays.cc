@@ -192,6 +192,26 @@ cudaError_t Copy3D(const CopySide& dst, const CopySide& src, size_t width, size_
   return cudaSuccess;
 }
 
+namespace {
+
+// One side of a cudaMemcpy3DParms: array `a` (when not null) at `pos` (x in
+// its elements), else the pitched pointer at `pos` (x in bytes); the region
+// is w bytes x h rows x d slices. False when it does not fit or is absent.
+bool ParmsSide(const ArrayRec* a, const cudaPos& pos, const cudaPitchedPtr& ptr, size_t elem, size_t w, size_t h,
+               size_t d, CopySide* out) {
+  if (a != nullptr) {
+    if (!FitsArray(*a, pos.x * elem, pos.y, pos.z, w, h, d)) return false;
+    *out = ArraySide(*a, pos.x, pos.y, pos.z);
+    return true;
+  }
+  if (ptr.ptr == nullptr && w != 0) return false;
+  *out = {reinterpret_cast<uintptr_t>(ptr.ptr) + pos.z * ptr.pitch * ptr.ysize + pos.y * ptr.pitch + pos.x, ptr.pitch,
+          ptr.pitch * ptr.ysize, IsDevicePtr(ptr.ptr)};
+  return true;
+}
+
+}  // namespace
+
 cudaError_t Memcpy3D(const cudaMemcpy3DParms* p, cudaStream_t stream, bool async, bool per_thread) {
   if (p == nullptr) return SetError(cudaErrorInvalidValue);
   const bool src_is_array = p->srcArray != nullptr, dst_is_array = p->dstArray != nullptr;
@@ -214,25 +234,8 @@ cudaError_t Memcpy3D(const cudaMemcpy3DParms* p, cudaStream_t stream, bool async
   const size_t w = p->extent.width * elem, h = p->extent.height, d = p->extent.depth;
   if (w / elem != p->extent.width) return SetError(cudaErrorInvalidValue);
   CopySide src, dst;
-  if (sa != nullptr) {
-    if (!FitsArray(*sa, p->srcPos.x * elem, p->srcPos.y, p->srcPos.z, w, h, d)) return SetError(cudaErrorInvalidValue);
-    src = ArraySide(*sa, p->srcPos.x, p->srcPos.y, p->srcPos.z);
-  } else {
-    const cudaPitchedPtr& s = p->srcPtr;
-    if (s.ptr == nullptr && w != 0) return SetError(cudaErrorInvalidValue);
-    src = {reinterpret_cast<uintptr_t>(s.ptr) + p->srcPos.z * s.pitch * s.ysize + p->srcPos.y * s.pitch +
-               p->srcPos.x,
-           s.pitch, s.pitch * s.ysize, IsDevicePtr(s.ptr)};
-  }
-  if (da != nullptr) {
-    if (!FitsArray(*da, p->dstPos.x * elem, p->dstPos.y, p->dstPos.z, w, h, d)) return SetError(cudaErrorInvalidValue);
-    dst = ArraySide(*da, p->dstPos.x, p->dstPos.y, p->dstPos.z);
-  } else {
-    const cudaPitchedPtr& s = p->dstPtr;
-    if (s.ptr == nullptr && w != 0) return SetError(cudaErrorInvalidValue);
-    dst = {reinterpret_cast<uintptr_t>(s.ptr) + p->dstPos.z * s.pitch * s.ysize + p->dstPos.y * s.pitch +
-               p->dstPos.x,
-           s.pitch, s.pitch * s.ysize, IsDevicePtr(s.ptr)};
+  if (!ParmsSide(sa, p->srcPos, p->srcPtr, elem, w, h, d, &src) || !ParmsSide(da, p->dstPos, p->dstPtr, elem, w, h, d, &dst)) {
+    return SetError(cudaErrorInvalidValue);
   }
   // A given kind must agree with where the memory is (cudaMemcpyDefault
   // infers it; the 2D copies below check pointers again).

@@ -514,21 +514,38 @@ cudaError_t EndCapture(cudaStream_t stream, cudaGraph_t* out, DefaultStream zero
 
 // ---------------------------------------------------------------- capture hooks (graphs.h)
 
-bool CaptureOp(uint32_t stream_id, cudaGraphNodeType type, StreamOp op, cudaError_t* result) {
+namespace {
+
+// If stream `stream_id` is being captured: runs add(capture, frontier) under
+// mu (unless the capture was invalidated: cudaErrorStreamCaptureInvalidated)
+// and returns true with *result = what it returned; else false. `add`
+// appends the stream's next node after `frontier` and makes it the
+// frontier (AppendNode).
+template <typename Add>
+bool OnCapturedStream(uint32_t stream_id, cudaError_t* result, Add&& add) {
   Graphs& s = G();
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.by_stream.find(stream_id);
   if (it == s.by_stream.end()) return false;
   Capture& c = *it->second;
-  if (c.invalidated) {
-    *result = cudaErrorStreamCaptureInvalidated;
-    return true;
-  }
-  std::vector<Node*>& f = c.frontier[stream_id];
-  Node* n = AddNode(c.target(), type, f, std::move(op));
-  f.assign(1, n);
-  *result = cudaSuccess;
+  *result = c.invalidated ? cudaErrorStreamCaptureInvalidated : add(c, c.frontier[stream_id]);
   return true;
+}
+
+// Caller holds mu. A node of `type` after the stream's frontier, which it becomes.
+Node* AppendNode(Capture& c, std::vector<Node*>& frontier, cudaGraphNodeType type, StreamOp op) {
+  Node* n = AddNode(c.target(), type, frontier, std::move(op));
+  frontier.assign(1, n);
+  return n;
+}
+
+}  // namespace
+
+bool CaptureOp(uint32_t stream_id, cudaGraphNodeType type, StreamOp op, cudaError_t* result) {
+  return OnCapturedStream(stream_id, result, [&](Capture& c, std::vector<Node*>& frontier) {
+    AppendNode(c, frontier, type, std::move(op));
+    return cudaSuccess;
+  });
 }
 
 bool RefuseInCapture(uint32_t stream_id, const char* what, cudaError_t* result) {
@@ -618,51 +635,28 @@ bool IsGraphAllocation(const void* ptr) {
 
 bool CaptureMemAlloc(uint32_t stream_id, size_t bytes, void** ptr, cudaError_t* result) {
   if (!AnyCapture()) return false;
-  Graphs& s = G();
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.by_stream.find(stream_id);
-  if (it == s.by_stream.end()) return false;
-  Capture& c = *it->second;
-  if (c.invalidated) {
-    *result = cudaErrorStreamCaptureInvalidated;
-    return true;
-  }
-  std::shared_ptr<GraphMemory> mem;
-  if ((*result = NewGraphMemory(bytes, &mem)) != cudaSuccess) return true;
-  std::vector<Node*>& f = c.frontier[stream_id];
-  Node* n = AddNode(c.target(), cudaGraphNodeTypeMemAlloc, f, HoldMemory(mem));
-  n->mem = mem;
-  n->alloc.poolProps.allocType = cudaMemAllocationTypePinned;
-  n->alloc.poolProps.location = {cudaMemLocationTypeDevice, 0};
-  n->alloc.bytesize = bytes;
-  n->alloc.dptr = reinterpret_cast<void*>(mem->ptr);
-  f.assign(1, n);
-  *ptr = reinterpret_cast<void*>(mem->ptr);
-  return true;
+  return OnCapturedStream(stream_id, result, [&](Capture& c, std::vector<Node*>& frontier) {
+    std::shared_ptr<GraphMemory> mem;
+    if (cudaError_t e = NewGraphMemory(bytes, &mem); e != cudaSuccess) return e;
+    Node* n = AppendNode(c, frontier, cudaGraphNodeTypeMemAlloc, HoldMemory(mem));
+    n->mem = mem;
+    n->alloc.poolProps.allocType = cudaMemAllocationTypePinned;
+    n->alloc.poolProps.location = {cudaMemLocationTypeDevice, 0};
+    n->alloc.bytesize = bytes;
+    n->alloc.dptr = reinterpret_cast<void*>(mem->ptr);
+    *ptr = n->alloc.dptr;
+    return cudaSuccess;
+  });
 }
 
 bool CaptureMemFree(uint32_t stream_id, void* ptr, cudaError_t* result) {
   if (!AnyCapture()) return false;
-  Graphs& s = G();
-  std::lock_guard<std::mutex> lock(s.mu);
-  auto it = s.by_stream.find(stream_id);
-  if (it == s.by_stream.end()) return false;
-  Capture& c = *it->second;
-  if (c.invalidated) {
-    *result = cudaErrorStreamCaptureInvalidated;
-    return true;
-  }
-  if (!IsGraphAllocation(ptr)) {
+  return OnCapturedStream(stream_id, result, [&](Capture& c, std::vector<Node*>& frontier) {
     // Only graph allocations can be freed inside a graph.
-    *result = cudaErrorInvalidValue;
-    return true;
-  }
-  std::vector<Node*>& f = c.frontier[stream_id];
-  Node* n = AddNode(c.target(), cudaGraphNodeTypeMemFree, f, HoldMemory(nullptr));
-  n->free_ptr = ptr;
-  f.assign(1, n);
-  *result = cudaSuccess;
-  return true;
+    if (!IsGraphAllocation(ptr)) return cudaErrorInvalidValue;
+    AppendNode(c, frontier, cudaGraphNodeTypeMemFree, HoldMemory(nullptr))->free_ptr = ptr;
+    return cudaSuccess;
+  });
 }
 
 cudaError_t AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t ndeps,

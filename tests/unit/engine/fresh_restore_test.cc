@@ -496,29 +496,24 @@ TEST_F(FreshRestoreTest, TextureAndSurfaceObjectsComeBackUnderTheirHandles) {
   std::vector<float> v(n);
   for (uint32_t i = 0; i < n; ++i) v[i] = 0.5f * static_cast<float>(i) - 3.0f;
   ASSERT_EQ(app_->H2D(src, v.data(), n * 4), kOk);
-  ring::Reply r;
-  ASSERT_EQ(app_->Send(wire::op::kCreateTextureObject, wire::TextureObjectRequest{Linear1D(src, n, wire::ResourceKind::kLinear)},
-                       true, 0, &r),
-            kOk)
-      << app_->message();
-  wire::ValueReply tex{};
-  std::memcpy(&tex, r.data.data(), sizeof tex);
-  ASSERT_EQ(app_->Send(wire::op::kCreateSurfaceObject, wire::TextureObjectRequest{Linear1D(surf_mem, n, wire::ResourceKind::kArray)},
-                       true, 0, &r),
-            kOk)
-      << app_->message();
-  wire::ValueReply surf{};
-  std::memcpy(&surf, r.data.data(), sizeof surf);
-  ASSERT_NE(tex.value, 0);
-  ASSERT_NE(surf.value, tex.value);
-  // A third object, destroyed: A's live handles are not the first ones a
-  // fresh sim hands out.
-  ASSERT_EQ(app_->Send(wire::op::kCreateTextureObject,
-                       wire::TextureObjectRequest{Linear1D(src, n, wire::ResourceKind::kLinear)}, true, 0, &r),
-            kOk);
-  wire::ValueReply third{};
-  std::memcpy(&third, r.data.data(), sizeof third);
-  ASSERT_EQ(app_->Send(wire::op::kDestroyTextureObject, wire::TextureHandleRequest{static_cast<uint64_t>(tex.value)}), kOk);
+  // Creates an object; its handle (0 when refused).
+  auto create = [&](wire::ApiId op, const wire::TextureDesc& d) -> uint64_t {
+    ring::Reply r;
+    if (app_->Send(op, wire::TextureObjectRequest{d}, true, 0, &r) != kOk) return 0;
+    wire::ValueReply v{};
+    std::memcpy(&v, r.data.data(), sizeof v);
+    return static_cast<uint64_t>(v.value);
+  };
+  uint64_t tex = create(wire::op::kCreateTextureObject, Linear1D(src, n, wire::ResourceKind::kLinear));
+  const uint64_t surf = create(wire::op::kCreateSurfaceObject, Linear1D(surf_mem, n, wire::ResourceKind::kArray));
+  ASSERT_NE(tex, 0u) << app_->message();
+  ASSERT_NE(surf, 0u) << app_->message();
+  ASSERT_NE(surf, tex);
+  // A third object, the first destroyed: A's live handles are not the
+  // first ones a fresh sim hands out.
+  const uint64_t third = create(wire::op::kCreateTextureObject, Linear1D(src, n, wire::ResourceKind::kLinear));
+  ASSERT_NE(third, 0u);
+  ASSERT_EQ(app_->Send(wire::op::kDestroyTextureObject, wire::TextureHandleRequest{tex}), kOk);
   tex = third;
   // Texels outside the session's buffers are refused.
   EXPECT_NE(app_->Send(wire::op::kCreateTextureObject,
@@ -537,7 +532,7 @@ TEST_F(FreshRestoreTest, TextureAndSurfaceObjectsComeBackUnderTheirHandles) {
   struct {
     uint64_t t, s, out;
     uint32_t n;
-  } params{static_cast<uint64_t>(tex.value), static_cast<uint64_t>(surf.value), out, n};
+  } params{tex, surf, out, n};
   ASSERT_EQ(app_->Launch(kTexCopy, Grid(1, n), Bytes(params)), kOk);
   ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
   std::vector<float> got(n), twice(n);
@@ -548,17 +543,14 @@ TEST_F(FreshRestoreTest, TextureAndSurfaceObjectsComeBackUnderTheirHandles) {
     ASSERT_EQ(twice[i], 2 * v[i]) << i;
   }
   // A new object of B's does not take a restored handle.
-  ASSERT_EQ(app_->Send(wire::op::kCreateTextureObject,
-                       wire::TextureObjectRequest{Linear1D(src, n, wire::ResourceKind::kLinear)}, true, 0, &r),
-            kOk);
-  wire::ValueReply fresh{};
-  std::memcpy(&fresh, r.data.data(), sizeof fresh);
-  EXPECT_NE(fresh.value, tex.value);
-  EXPECT_NE(fresh.value, surf.value);
+  const uint64_t fresh = create(wire::op::kCreateTextureObject, Linear1D(src, n, wire::ResourceKind::kLinear));
+  EXPECT_NE(fresh, 0u);
+  EXPECT_NE(fresh, tex);
+  EXPECT_NE(fresh, surf);
   // The handles are live objects of B's session: destroying them works once.
-  EXPECT_EQ(app_->Send(wire::op::kDestroyTextureObject, wire::TextureHandleRequest{static_cast<uint64_t>(tex.value)}), kOk);
-  EXPECT_NE(app_->Send(wire::op::kDestroyTextureObject, wire::TextureHandleRequest{static_cast<uint64_t>(tex.value)}), kOk);
-  EXPECT_EQ(app_->Send(wire::op::kDestroySurfaceObject, wire::TextureHandleRequest{static_cast<uint64_t>(surf.value)}), kOk);
+  EXPECT_EQ(app_->Send(wire::op::kDestroyTextureObject, wire::TextureHandleRequest{tex}), kOk);
+  EXPECT_NE(app_->Send(wire::op::kDestroyTextureObject, wire::TextureHandleRequest{tex}), kOk);
+  EXPECT_EQ(app_->Send(wire::op::kDestroySurfaceObject, wire::TextureHandleRequest{surf}), kOk);
 }
 
 // The device heap (daemon/session/device_heap.cc): A's kernel mallocs a
