@@ -72,6 +72,14 @@ struct DriverFunctionInfo {
 };
 /// False when `f` is not a live CUfunction minted by GetDriverFunction.
 bool DescribeDriverFunction(const void* f, DriverFunctionInfo* out);
+/// A driver function's launch packed for the wire (kernelParams or `extra`
+/// copied now): a kLaunchKernel payload. For launches and for graph
+/// kernel nodes (graph_driver.cc).
+CUresult PackDriverLaunch(CUfunction f, dim3 grid, dim3 block, unsigned shmem, void** kernelParams, void** extra,
+                          bool cooperative, std::vector<std::byte>* payload);
+/// cuMemcpy3D(Async)'s body (driver_textures.cc): arrays, host, device or
+/// unified memory on either side; for graph memcpy nodes too.
+CUresult DriverCopy3D(const CUDA_MEMCPY3D* p, CUstream stream, bool async);
 /// Launches a driver function (a CUfunction or CUkernel the runtime API was
 /// handed) as cuLaunchKernel does, or as cuLaunchCooperativeKernel; with
 /// `per_thread`, a null stream is the per-thread default stream.

@@ -150,13 +150,14 @@ CUresult PackParams(const KernelRec& k, void** kernelParams, void** extra, std::
   return CUDA_SUCCESS;
 }
 
-CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                      unsigned shmem, const void* stream, void** kernelParams, void** extra,
-                      bool cooperative = false) {
-  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+}  // namespace
+
+CUresult PackDriverLaunch(CUfunction f, dim3 grid, dim3 block, unsigned shmem, void** kernelParams, void** extra,
+                          bool cooperative, std::vector<std::byte>* payload_out) {
+  const unsigned gx = grid.x, gy = grid.y, gz = grid.z, bx = block.x, by = block.y, bz = block.z;
   if (f == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
-  std::vector<std::byte> payload;
+  std::vector<std::byte>& payload = *payload_out;
   {
     DriverModules& d = Mods();
     std::unique_lock<std::mutex> lock(d.mu);
@@ -176,6 +177,21 @@ CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsig
     payload.resize(sizeof(req) + block.size());
     std::memcpy(payload.data(), &req, sizeof(req));
     if (!block.empty()) std::memcpy(payload.data() + sizeof(req), block.data(), block.size());
+  }
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      unsigned shmem, const void* stream, void** kernelParams, void** extra,
+                      bool cooperative = false) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  std::vector<std::byte> payload;
+  if (CUresult r = PackDriverLaunch(f, dim3(gx, gy, gz), dim3(bx, by, bz), shmem, kernelParams, extra, cooperative,
+                                    &payload);
+      r != CUDA_SUCCESS) {
+    return r;
   }
   // Posted: a launch error (and a fault of the kernel) surfaces at the next
   // synchronising call, as in CUDA. A cooperative launch is called: CUDA

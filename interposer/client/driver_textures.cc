@@ -92,7 +92,9 @@ CUresult Copy2DOf(const CUDA_MEMCPY2D* p, CUstream stream, bool async) {
   return ToCu(Copy3D(dst, src, p->WidthInBytes, p->Height, 1, reinterpret_cast<cudaStream_t>(stream), async, false));
 }
 
-CUresult Copy3DOf(const CUDA_MEMCPY3D* p, CUstream stream, bool async) {
+}  // namespace
+
+CUresult DriverCopy3D(const CUDA_MEMCPY3D* p, CUstream stream, bool async) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (p == nullptr || p->srcLOD != 0 || p->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
   CopySide src, dst;
@@ -109,6 +111,8 @@ CUresult Copy3DOf(const CUDA_MEMCPY3D* p, CUstream stream, bool async) {
   return ToCu(Copy3D(dst, src, p->WidthInBytes, p->Height, p->Depth, reinterpret_cast<cudaStream_t>(stream), async,
                      false));
 }
+
+namespace {
 
 // A driver resource descriptor as the runtime's.
 CUresult RuntimeResource(const CUDA_RESOURCE_DESC& r, cudaResourceDesc* out) {
@@ -205,8 +209,8 @@ PHOS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t
 PHOS_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D* p) { return Copy2DOf(p, nullptr, false); }
 PHOS_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* p) { return Copy2DOf(p, nullptr, false); }
 PHOS_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* p, CUstream s) { return Copy2DOf(p, s, true); }
-PHOS_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* p) { return Copy3DOf(p, nullptr, false); }
-PHOS_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* p, CUstream s) { return Copy3DOf(p, s, true); }
+PHOS_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* p) { return DriverCopy3D(p, nullptr, false); }
+PHOS_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* p, CUstream s) { return DriverCopy3D(p, s, true); }
 
 // The 1D array copies: bytes from byte `offset` of the array's first row.
 static CUresult ArrayRowCopy(CUarray array, size_t offset, bool to_array, CUmemorytype other_type, const void* host,

@@ -12,6 +12,7 @@
 #include "interposer/client/client_internal.h"
 #include "interposer/client/driver_internal.h"
 #include "interposer/client/graphs.h"
+#include "interposer/client/handles.h"
 
 using namespace phos::client;  // NOLINT
 
@@ -294,4 +295,68 @@ PHOS_EXPORT CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_at
   return InContext([&] {
     return GraphMemAttribute(device, static_cast<int>(attr), static_cast<uint64_t*>(value), true);
   });
+}
+
+// ---- kernel and memcpy nodes of the driver API (XLA builds its graphs so).
+
+namespace {
+
+// A kernel node's replay: the launch packed now (its kernelParams or
+// `extra` copied, as CUDA copies them when the node is made).
+CUresult DriverKernelOp(const CUDA_KERNEL_NODE_PARAMS* p, StreamOp* op) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUfunction f = p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern);
+  std::vector<std::byte> payload;
+  if (CUresult r = PackDriverLaunch(f, dim3(p->gridDimX, p->gridDimY, p->gridDimZ),
+                                    dim3(p->blockDimX, p->blockDimY, p->blockDimZ), p->sharedMemBytes,
+                                    p->kernelParams, p->extra, false, &payload);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  *op = KernelLaunchOp(std::move(payload), /*call=*/false);  // as a captured cuLaunchKernel
+  return CUDA_SUCCESS;
+}
+
+// A memcpy node's replay: the driver's 3D copy on the launch stream (host
+// memory read when the node runs).
+StreamOp DriverCopyOp(const CUDA_MEMCPY3D& copy) {
+  return [copy](uint32_t s) -> cudaError_t {
+    const CUresult r = DriverCopy3D(&copy, static_cast<CUstream>(StreamHandleOf(s)), true);
+    return static_cast<cudaError_t>(r);  // the numbers coincide for every code a copy returns
+  };
+}
+
+}  // namespace
+
+PHOS_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
+                                             const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  StreamOp op;
+  if (CUresult r = DriverKernelOp(p, &op); r != CUDA_SUCCESS) return r;
+  return ToCu(AddOpNode(node, graph, deps, n, cudaGraphNodeTypeKernel, std::move(op)));
+}
+PHOS_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  StreamOp op;
+  if (CUresult r = DriverKernelOp(p, &op); r != CUDA_SUCCESS) return r;
+  return ToCu(SetNodeOp(node, cudaGraphNodeTypeKernel, std::move(op)));
+}
+PHOS_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
+                                                       const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  StreamOp op;
+  if (CUresult r = DriverKernelOp(p, &op); r != CUDA_SUCCESS) return r;
+  return ToCu(SetExecNodeOp(exec, node, cudaGraphNodeTypeKernel, std::move(op)));
+}
+PHOS_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
+                                          const CUDA_MEMCPY3D* copy, CUcontext /*ctx: the current one*/) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (copy == nullptr || copy->srcLOD != 0 || copy->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
+  return ToCu(AddOpNode(node, graph, deps, n, cudaGraphNodeTypeMemcpy, DriverCopyOp(*copy)));
+}
+PHOS_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* copy,
+                                                    CUcontext /*ctx*/) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (copy == nullptr || copy->srcLOD != 0 || copy->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
+  return ToCu(SetExecNodeOp(exec, node, cudaGraphNodeTypeMemcpy, DriverCopyOp(*copy)));
 }

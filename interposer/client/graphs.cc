@@ -562,6 +562,23 @@ bool RefuseInCapture(uint32_t stream_id, const char* what, cudaError_t* result) 
   return true;
 }
 
+cudaError_t AddOpNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t ndeps,
+                      cudaGraphNodeType type, StreamOp op) {
+  return AddNodeChecked(node, graph, deps, ndeps, type, std::move(op));
+}
+
+cudaError_t SetNodeOp(cudaGraphNode_t node, cudaGraphNodeType type, StreamOp op) {
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, type)) return SetError(cudaErrorInvalidValue);
+  node->op = std::move(op);
+  return cudaSuccess;
+}
+
+cudaError_t SetExecNodeOp(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraphNodeType type, StreamOp op) {
+  return SetExecStep(exec, node, type, op);
+}
+
 // ---------------------------------------------------------------- graph memory nodes
 //
 // CUDA gives a graph's allocation one address for the graph's whole life:
@@ -916,11 +933,7 @@ PHOS_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const
   cudaError_t e = cudaSuccess;
   StreamOp op = KernelOp(*params, &e);
   if (e != cudaSuccess) return SetError(e);
-  Graphs& s = G();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (!IsNodeOfType(s, node, cudaGraphNodeTypeKernel)) return SetError(cudaErrorInvalidValue);
-  node->op = std::move(op);
-  return cudaSuccess;
+  return SetNodeOp(node, cudaGraphNodeTypeKernel, std::move(op));
 }
 
 PHOS_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,

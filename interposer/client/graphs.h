@@ -82,6 +82,15 @@ cudaError_t MemFreeNodePointer(cudaGraphNode_t node, void** out);
 /// cudaDeviceGet/SetGraphMemAttribute (cudaGraphMemAttributeType).
 cudaError_t GraphMemAttribute(int device, int attr, uint64_t* value, bool set);
 
+/// Explicit nodes whose replay the caller built (graph_driver.cc's kernel
+/// and memcpy nodes): added after `deps`, or given a new operation on the
+/// graph / on an executable graph's steps. cudaErrorInvalidValue for a node
+/// that is not of `type`.
+cudaError_t AddOpNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps, size_t ndeps,
+                      cudaGraphNodeType type, StreamOp op);
+cudaError_t SetNodeOp(cudaGraphNode_t node, cudaGraphNodeType type, StreamOp op);
+cudaError_t SetExecNodeOp(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraphNodeType type, StreamOp op);
+
 /// A kernel launch as a node replays it: the packed wire launch (launch.cc).
 StreamOp KernelLaunchOp(std::vector<std::byte> payload, bool call);
 

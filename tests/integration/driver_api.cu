@@ -297,6 +297,58 @@ int RunKernels(CUmodule mod, const char* what) {
   for (int i = 0; i < n; ++i) ref[i] = a * x[i] + y[i];
   for (int i = 0; i < n; ++i) EXPECT(Close(out[i], ref[i]));
 
+  // The driver's explicit graph nodes (as XLA builds graphs): saxpy as a
+  // kernel node (its parameters copied when the node is made), then a
+  // memcpy node of y into host memory; relaunched after the exec's kernel
+  // node got another `a`.
+  {
+    CHECK(cuMemcpyHtoD(dy, y.data(), n * sizeof(float)));
+    CUgraph graph = nullptr;
+    CHECK(cuGraphCreate(&graph, 0));
+    float a_node = 1.5f;
+    void* node_args[] = {&n, &a_node, &dx, &dy};
+    CUDA_KERNEL_NODE_PARAMS kp{};
+    kp.func = saxpy;
+    kp.gridDimX = (n + 127) / 128;
+    kp.gridDimY = kp.gridDimZ = 1;
+    kp.blockDimX = 128;
+    kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = node_args;
+    CUgraphNode kn = nullptr, cn = nullptr;
+    CHECK(cuGraphAddKernelNode(&kn, graph, nullptr, 0, &kp));
+    a_node = 99.0f;  // the node took its own copy
+    std::vector<float> host(n, 0.0f);
+    CUDA_MEMCPY3D cp{};
+    cp.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    cp.srcDevice = dy;
+    cp.srcPitch = n * sizeof(float);
+    cp.srcHeight = 1;
+    cp.dstMemoryType = CU_MEMORYTYPE_HOST;
+    cp.dstHost = host.data();
+    cp.dstPitch = n * sizeof(float);
+    cp.dstHeight = 1;
+    cp.WidthInBytes = n * sizeof(float);
+    cp.Height = 1;
+    cp.Depth = 1;
+    CHECK(cuGraphAddMemcpyNode(&cn, graph, &kn, 1, &cp, nullptr));
+    CUgraphExec exec = nullptr;
+    CHECK(cuGraphInstantiate(&exec, graph, 0));
+    CHECK(cuGraphLaunch(exec, nullptr));
+    CHECK(cuCtxSynchronize());
+    for (int i = 0; i < n; ++i) EXPECT(Close(host[i], 1.5f * x[i] + y[i]));
+    // The exec's kernel node with a = 2 applies to what y holds now.
+    float a2 = 2.0f;
+    void* args2[] = {&n, &a2, &dx, &dy};
+    kp.kernelParams = args2;
+    CHECK(cuGraphExecKernelNodeSetParams(exec, kn, &kp));
+    CHECK(cuGraphLaunch(exec, nullptr));
+    CHECK(cuCtxSynchronize());
+    for (int i = 0; i < n; ++i) EXPECT(Close(host[i], 2.0f * x[i] + (1.5f * x[i] + y[i])));
+    CHECK(cuGraphExecDestroy(exec));
+    CHECK(cuGraphDestroy(graph));
+    CHECK(cuMemcpyHtoD(dy, ref.data(), n * sizeof(float)));  // y as the steps below expect it
+  }
+
   // saxpy again, its parameters packed by hand and passed with `extra`.
   struct {
     int n;
