@@ -360,3 +360,10 @@ PHOS_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNod
   if (copy == nullptr || copy->srcLOD != 0 || copy->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
   return ToCu(SetExecNodeOp(exec, node, cudaGraphNodeTypeMemcpy, DriverCopyOp(*copy)));
 }
+
+PHOS_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject obj, unsigned int count, unsigned int flags) {
+  return InContext([&] { return cudaGraphRetainUserObject(graph, obj, count, flags); });
+}
+PHOS_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject obj, unsigned int count) {
+  return InContext([&] { return cudaGraphReleaseUserObject(graph, obj, count); });
+}

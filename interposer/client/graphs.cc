@@ -21,6 +21,7 @@
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/handles.h"
+#include "interposer/client/user_objects.h"
 
 namespace phos::client {
 struct GraphMemory;  // graph memory nodes' allocations (below)
@@ -50,6 +51,7 @@ struct CUgraphNode_st {
 
 struct CUgraph_st {
   std::vector<std::unique_ptr<CUgraphNode_st>> nodes;  // in creation order
+  phos::client::UserObjectRefs user_objects;            // cudaGraphRetainUserObject
 };
 
 struct CUgraphExec_st {
@@ -67,6 +69,7 @@ struct CUgraphExec_st {
   cudaEvent_t serial = nullptr;          // orders launches of this exec after one another
   bool launched = false;
   unsigned long long flags = 0;          // as instantiated
+  phos::client::UserObjectRefs user_objects;  // its graph's (and child graphs') references, retained
 };
 
 namespace phos::client {
@@ -128,6 +131,7 @@ Node* AddNode(Graph* g, cudaGraphNodeType type, const std::vector<Node*>& deps, 
 // Caller holds mu. A copy of `src`; `map` (may be null) gets old -> new.
 std::unique_ptr<Graph> CloneGraph(const Graph& src, std::map<const Node*, Node*>* map) {
   auto g = std::make_unique<Graph>();
+  g->user_objects = src.user_objects;  // a clone holds references of its own
   std::map<const Node*, Node*> local;
   std::map<const Node*, Node*>& m = map ? *map : local;
   // Nodes first, edges second: an edge may point to a node made later
@@ -397,6 +401,16 @@ cudaError_t Instantiate(cudaGraphExec_t* out, cudaGraph_t graph, unsigned long l
     if (!LaunchOrder(*graph, steps.get())) return SetError(cudaErrorInvalidValue);  // a cycle
     exec->steps = std::move(steps);
     for (const auto& n : graph->nodes) exec->shape.push_back(n->type);
+    // The exec holds the graph's user objects, and its child graphs'.
+    std::vector<const Graph*> todo{graph};
+    while (!todo.empty()) {
+      const Graph* g = todo.back();
+      todo.pop_back();
+      exec->user_objects.Merge(g->user_objects);
+      for (const auto& n : g->nodes) {
+        if (n->child) todo.push_back(n->child.get());
+      }
+    }
   }
   exec->flags = flags;
   if (cudaError_t e = cudaEventCreateWithFlags(&exec->serial, cudaEventDisableTiming); e != cudaSuccess) return e;
@@ -1632,4 +1646,28 @@ PHOS_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, cudaGraphMemA
 }
 PHOS_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, cudaGraphMemAttributeType attr, void* value) {
   return GraphMemAttribute(device, attr, static_cast<uint64_t*>(value), true);
+}
+
+// ---------------------------------------------------------------- user objects (user_objects.h)
+
+PHOS_EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t obj, unsigned int count,
+                                                  unsigned int flags) {
+  if (count == 0 || (flags & ~unsigned{cudaGraphUserObjectMove}) != 0 || !IsLiveUserObject(obj)) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  // Move: the caller's references become the graph's; else new ones.
+  if (!(flags & cudaGraphUserObjectMove)) RetainUserObject(obj, count);
+  graph->user_objects.Add(obj, count);
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t obj, unsigned int count) {
+  if (count == 0) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, graph) || !graph->user_objects.Release(obj, count)) return SetError(cudaErrorInvalidValue);
+  return cudaSuccess;
 }

@@ -10,9 +10,12 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "program_checks.h"
@@ -708,6 +711,41 @@ int MemoryNodes() {
   return 0;
 }
 
+// User objects: a graph holds references (moved and retained), a clone and
+// an exec hold their own; the destructor runs only once the last holder is
+// gone, exactly once.
+std::atomic<int> g_destroyed{0};
+void CUDART_CB CountDestroy(void* p) { g_destroyed.fetch_add(*static_cast<int*>(p)); }
+
+int UserObjects() {
+  static int one = 1;
+  cudaUserObject_t obj = nullptr;
+  CHECK(cudaUserObjectCreate(&obj, &one, CountDestroy, 1, cudaUserObjectNoDestructorSync));
+  cudaGraph_t graph = nullptr, clone = nullptr;
+  CHECK(cudaGraphCreate(&graph, 0));
+  cudaGraphNode_t empty = nullptr;
+  CHECK(cudaGraphAddEmptyNode(&empty, graph, nullptr, 0));
+  CHECK(cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove));  // our reference moves
+  CHECK(cudaGraphRetainUserObject(graph, obj, 2, 0));                        // two more, retained
+  CHECK(cudaGraphReleaseUserObject(graph, obj, 1));
+  EXPECT_ERR(cudaGraphReleaseUserObject(graph, obj, 5), cudaErrorInvalidValue);  // it holds 2
+  (void)cudaGetLastError();
+  CHECK(cudaGraphClone(&clone, graph));
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaGraphDestroy(clone));
+  EXPECT(g_destroyed.load() == 0);  // the exec still holds it
+  CHECK(cudaGraphLaunch(exec, 0));
+  CHECK(cudaStreamSynchronize(0));
+  CHECK(cudaGraphExecDestroy(exec));
+  // CUDA runs the destructor on a thread of its own, later: wait for it.
+  for (int i = 0; i < 2000 && g_destroyed.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT(g_destroyed.load() == 1);
+  std::printf("graphs: user objects: OK\n");
+  return 0;
+}
+
 int main() {
   STEP(CaptureOneStream());
   STEP(CaptureForkJoin());
@@ -716,6 +754,7 @@ int main() {
   STEP(MemcpyNodes());
   STEP(GenericNodes());
   STEP(MemoryNodes());
+  STEP(UserObjects());
   std::printf("graphs: OK\n");
   return 0;
 }
