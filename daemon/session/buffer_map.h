@@ -15,6 +15,20 @@
 
 namespace phos::session {
 
+/// The range of `m` (start -> bytes, non-overlapping) that holds all of
+/// [ptr, ptr + bytes): its start and size, or false. The one lookup behind
+/// CheckDeviceRange, the launch probes and texture objects.
+inline bool FindHoldingRange(const std::map<std::uint64_t, std::uint64_t>& m, std::uint64_t ptr, std::uint64_t bytes,
+                             std::uint64_t* start, std::uint64_t* size) {
+  auto it = m.upper_bound(ptr);
+  if (it == m.begin()) return false;
+  --it;
+  if (bytes > it->second || ptr - it->first > it->second - bytes) return false;
+  *start = it->first;
+  *size = it->second;
+  return true;
+}
+
 class BufferMap {
  public:
   using Map = std::map<std::uint64_t, std::uint64_t>;

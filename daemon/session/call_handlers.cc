@@ -145,13 +145,11 @@ Status FindEvent(SessionState& st, uint32_t id, backend::EventHandle* out) {
 }
 
 Status CheckDeviceRange(const SessionState& st, uint64_t ptr, uint64_t bytes) {
-  auto inside = [&](const std::map<uint64_t, uint64_t>& m) {
-    auto it = m.upper_bound(ptr);
-    if (it == m.begin()) return false;
-    --it;
-    return ptr >= it->first && bytes <= it->second && ptr - it->first <= it->second - bytes;
-  };
-  if (inside(st.buffers) || inside(st.globals)) return Status::Ok();
+  uint64_t start = 0, size = 0;
+  if (FindHoldingRange(st.buffers, ptr, bytes, &start, &size) ||
+      FindHoldingRange(st.globals, ptr, bytes, &start, &size)) {
+    return Status::Ok();
+  }
   return Status::InvalidArgument(
       fmt::format("invalid device pointer: [0x{:x}, +{}) is not in a buffer of this session", ptr, bytes));
 }
@@ -297,7 +295,7 @@ void ReleaseAll(SessionState& st) {
   }
   st.texture_objects.clear();
   st.device_heap = 0;  // freed with the buffers
-  st.device_heap_bytes = 8ull << 20;  // cudaDeviceReset resets the limits too
+  st.device_heap_bytes = SessionState::kDefaultDeviceHeapBytes;  // cudaDeviceReset resets the limits too
   st.events.clear();
   st.streams.clear();
   st.event_flags.clear();

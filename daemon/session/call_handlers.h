@@ -67,8 +67,9 @@ struct SessionState {
   // the session (so checkpoints carry it, allocator state included),
   // made at the first launch of a kernel whose module calls malloc; 0
   // until then. Its size is set by cudaDeviceSetLimit before that.
+  static constexpr uint64_t kDefaultDeviceHeapBytes = 8ull << 20;  // CUDA's default cudaLimitMallocHeapSize
   uint64_t device_heap = 0;
-  uint64_t device_heap_bytes = 8ull << 20;  // CUDA's default cudaLimitMallocHeapSize
+  uint64_t device_heap_bytes = kDefaultDeviceHeapBytes;
   // Module globals (address -> bytes): device ranges the app may also copy.
   std::map<uint64_t, uint64_t> globals;
   // Where each global came from (address -> module id and symbol name, as

@@ -71,14 +71,7 @@ Status AdoptDeviceHeap(SessionState& st, uint64_t address) {
 }
 
 void AddDeviceHeapAccess(const SessionState& st, CallView* view) {
-  if (st.device_heap == 0) return;
-  for (AccessRange& r : view->ranges) {
-    if (r.ptr == st.device_heap) {
-      r.write = true;
-      return;
-    }
-  }
-  view->Add(st.device_heap, st.device_heap_bytes, true);
+  if (st.device_heap != 0) view->AddOrMerge(st.device_heap, st.device_heap_bytes, true);
 }
 
 }  // namespace phos::session

@@ -99,6 +99,17 @@ struct CallView {
   bool access_known() const { return kind != AccessKind::kUnknown; }
 
   void Add(uint64_t ptr, uint64_t bytes, bool write) { ranges.push_back({ptr, bytes, write}); }
+  /// Kernels: the buffer at `ptr` with the role `write`, merged into its
+  /// entry when the set names it already (read+write if either writes).
+  void AddOrMerge(uint64_t ptr, uint64_t bytes, bool write) {
+    for (AccessRange& r : ranges) {
+      if (r.ptr == ptr) {
+        r.write = r.write || write;
+        return;
+      }
+    }
+    Add(ptr, bytes, write);
+  }
 };
 
 /// Per-session counts of admitted calls by AccessKind (`phos ps`). Written

@@ -10,6 +10,7 @@
 #include "fatbin/nv_info.h"
 #include "ptx/ptx_ir.h"
 #include "ptx/ptx_parser.h"
+#include "session/buffer_map.h"
 #include "signature/kernel_signature.h"
 #include "signature/signature_cache.h"
 
@@ -145,17 +146,6 @@ std::shared_ptr<KernelAccessPlan> PlanFrom(const signature::KernelSignature& sig
   }
   plan->word_hits.assign(plan->probes.size(), 0);
   return plan;
-}
-
-// The buffer `v` lands in, from a start -> bytes map.
-inline bool Lookup(const std::map<uint64_t, uint64_t>& m, uint64_t v, uint64_t* start, uint64_t* bytes) {
-  auto it = m.upper_bound(v);
-  if (it == m.begin()) return false;
-  --it;
-  if (v - it->first >= it->second) return false;
-  *start = it->first;
-  *bytes = it->second;
-  return true;
 }
 
 }  // namespace
@@ -301,30 +291,12 @@ void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params
     std::memcpy(&v, params.data() + probe.offset, 8);
     if (v == 0) continue;
     uint64_t start = 0, bytes = 0;
-    if (!Lookup(buffers, v, &start, &bytes) && !Lookup(globals, v, &start, &bytes)) continue;
+    if (!FindHoldingRange(buffers, v, 1, &start, &bytes) && !FindHoldingRange(globals, v, 1, &start, &bytes)) continue;
     if (probe.aggregate_word) ++plan.word_hits[i];
-    bool merged = false;
-    for (AccessRange& r : view->ranges) {
-      if (r.ptr == start) {
-        r.write = r.write || probe.write;
-        merged = true;
-        break;
-      }
-    }
-    if (!merged) view->ranges.push_back({start, bytes, probe.write});
+    view->AddOrMerge(start, bytes, probe.write);
   }
   if (!module_variables) return;
-  for (const auto& [start, bytes] : globals) {
-    bool merged = false;
-    for (AccessRange& r : view->ranges) {
-      if (r.ptr == start) {
-        r.write = true;
-        merged = true;
-        break;
-      }
-    }
-    if (!merged) view->ranges.push_back({start, bytes, true});
-  }
+  for (const auto& [start, bytes] : globals) view->AddOrMerge(start, bytes, true);
 }
 
 }  // namespace phos::session

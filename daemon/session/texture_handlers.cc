@@ -18,17 +18,6 @@ using wire::WireStatus;
 
 namespace {
 
-/// The buffer holding [ptr, ptr + bytes), or false.
-bool ContainingBuffer(const SessionState& st, uint64_t ptr, uint64_t bytes, uint64_t* start, uint64_t* size) {
-  auto it = st.buffers.upper_bound(ptr);
-  if (it == st.buffers.begin()) return false;
-  --it;
-  if (ptr - it->first > it->second || bytes > it->second - (ptr - it->first)) return false;
-  *start = it->first;
-  *size = it->second;
-  return true;
-}
-
 bool IsSurfaceRow(const CallContext& call) {
   return call.api() == wire::op::kCreateSurfaceObject || call.api() == wire::op::kDestroySurfaceObject;
 }
@@ -44,7 +33,7 @@ Status CreateTextureObjectOf(SessionState& st, const wire::TextureDesc& desc, bo
     return Status::InvalidArgument(std::string(what) + ": " + why);
   }
   uint64_t start = 0, size = 0;
-  if (!ContainingBuffer(st, desc.base, span, &start, &size)) {
+  if (!FindHoldingRange(st.buffers, desc.base, span, &start, &size)) {
     return Status::InvalidArgument(fmt::format("{}: its texels [0x{:x}, +{}) are not inside one buffer of this session",
                                                what, desc.base, span));
   }
@@ -64,16 +53,8 @@ void AddTextureAccess(const SessionState& st, CallView* view) {
   for (const auto& [handle, obj] : st.texture_objects) {
     uint64_t start = 0, size = 0;
     // A buffer freed under a live object: nothing of the session to protect.
-    if (!ContainingBuffer(st, obj.desc.base, obj.span, &start, &size)) continue;
-    bool merged = false;
-    for (AccessRange& r : view->ranges) {
-      if (r.ptr == start) {
-        r.write = r.write || obj.surface;
-        merged = true;
-        break;
-      }
-    }
-    if (!merged) view->Add(start, size, obj.surface);
+    if (!FindHoldingRange(st.buffers, obj.desc.base, obj.span, &start, &size)) continue;
+    view->AddOrMerge(start, size, obj.surface);
   }
 }
 

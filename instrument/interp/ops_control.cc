@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/hex.h"
 #include "interp/device_output.h"
 #include "interp/exec.h"
 
@@ -103,9 +104,7 @@ Flow ExecCallIndirect(Exec& x, const Op& op) {
   const uint64_t addr = Src(x, op, op.shape[0] + op.shape[1]);
   const int target = x.b->prog->FunctionAt(addr);
   if (target < 0) {
-    char hex[24];
-    std::snprintf(hex, sizeof(hex), "0x%llx", static_cast<unsigned long long>(addr));
-    return Fail(x, std::string("indirect call through ") + hex + ", which is not a function of this module");
+    return Fail(x, "indirect call through " + Hex(addr) + ", which is not a function of this module");
   }
   if (x.b->prog->function(target).is_entry) return Fail(x, "indirect call of a kernel entry");
   return CallFunction(x, op, static_cast<uint32_t>(target));

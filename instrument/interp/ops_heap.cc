@@ -22,6 +22,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/hex.h"
 #include "interp/exec.h"
 
 namespace phos::interp {
@@ -128,9 +129,7 @@ Flow ExecDeviceFree(Exec& x, const Op& op) {
   const uint64_t off = p - base;
   if (p < base || off < kFirstBlock + kHeader || off >= bytes || (off & 15) != 0 || Load(h, 0) != kMagic ||
       (Load(h, off - kHeader) & kUsed) == 0) {
-    char hex[24];
-    std::snprintf(hex, sizeof(hex), "0x%llx", static_cast<unsigned long long>(p));
-    return Fail(x, std::string("device-side free of ") + hex +
+    return Fail(x, "device-side free of " + Hex(p) +
                        ", which is not a live block of the device heap (a double free, or a pointer malloc did "
                        "not return)");
   }

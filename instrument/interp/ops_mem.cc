@@ -10,6 +10,7 @@
 
 #include <thread>
 
+#include "common/hex.h"
 #include "interp/exec.h"
 
 namespace phos::interp {
@@ -17,12 +18,6 @@ namespace phos::interp {
 using ptx::Space;
 
 namespace {
-
-std::string Hex(uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 uint8_t* Illegal(Exec& x, const char* space, uint64_t addr, size_t bytes, bool write) {
   x.error = std::string("illegal address: ") + (write ? "store of " : "load of ") + std::to_string(bytes) +

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/hex.h"
 #include "interp/exec.h"
 
 namespace phos::interp {
@@ -41,11 +42,8 @@ const TextureDesc* FindObject(Exec& x, uint64_t handle, bool surface, const char
   const TextureTable* table = x.b->opts->textures;
   const TextureDesc* t = table != nullptr ? table->Find(handle) : nullptr;
   if (t == nullptr || t->surface != surface) {
-    x.error = std::string(what) + " through handle 0x" + [&] {
-      char buf[24];
-      std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(handle));
-      return std::string(buf);
-    }() + ", which is not a live " + (surface ? "surface" : "texture") + " object";
+    x.error = std::string(what) + " through handle " + Hex(handle) + ", which is not a live " +
+              (surface ? "surface" : "texture") + " object";
     return nullptr;
   }
   return t;

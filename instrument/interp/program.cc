@@ -35,6 +35,17 @@ std::string ExternalCallRefusal(const std::string& name) {
   return "call to external function " + name + " (no body in this module)";
 }
 
+// The external functions the interpreter implements itself (null: none):
+// CUDA's device-side assert (the kernel fails with cudaErrorAssert), printf
+// and the device heap's malloc/free (ops_heap.cc).
+ExecFn BuiltinExternal(const std::string& name) {
+  if (name == "__assertfail") return &ExecAssertFail;
+  if (name == "vprintf") return &ExecVprintf;
+  if (name == "malloc") return &ExecDeviceMalloc;
+  if (name == "free") return &ExecDeviceFree;
+  return nullptr;
+}
+
 uint64_t AlignUp(uint64_t v, uint64_t a) { return a <= 1 ? v : (v + a - 1) / a * a; }
 
 // Bytes of one declared variable (vector and array dims included); arrays
@@ -615,26 +626,16 @@ class ProgramBuilder {
       *why = "call to unknown function " + callee->name;
       return;
     }
-    if (!fns_[it->second]->has_body) {
-      // The external functions the interpreter implements itself: CUDA's
-      // device-side assert (the kernel fails with cudaErrorAssert) and
-      // printf.
-      if (callee->name == "__assertfail") {
-        op->fn = &ExecAssertFail;
-      } else if (callee->name == "vprintf") {
-        op->fn = &ExecVprintf;  // device printf
-      } else if (callee->name == "malloc") {
-        op->fn = &ExecDeviceMalloc;  // the device heap (ops_heap.cc)
-      } else if (callee->name == "free") {
-        op->fn = &ExecDeviceFree;
-      } else {
+    const bool external = !fns_[it->second]->has_body;
+    if (external) {
+      op->fn = BuiltinExternal(callee->name);
+      if (op->fn == nullptr) {
         *why = ExternalCallRefusal(callee->name);
         return;
       }
     }
     op->target = static_cast<uint32_t>(it->second);
-    if (op->fn != &ExecAssertFail && op->fn != &ExecVprintf && op->fn != &ExecDeviceMalloc && op->fn != &ExecDeviceFree &&
-        std::find(f->callees.begin(), f->callees.end(), op->target) == f->callees.end()) {
+    if (!external && std::find(f->callees.begin(), f->callees.end(), op->target) == f->callees.end()) {
       f->callees.push_back(op->target);
     }
     op->nshape = 2;

@@ -42,11 +42,6 @@ std::unordered_set<const ArrayRec*>& LiveArrays() {  // guarded by g_arrays_mu
   return *live;
 }
 
-cudaError_t Refuse(const std::string& what) {
-  SayOnce(what);
-  return SetError(cudaErrorNotSupported);
-}
-
 }  // namespace
 
 // The channel layout of `d`: every present channel the same width, 1, 2 or
@@ -60,7 +55,9 @@ cudaError_t ChannelLayout(const cudaChannelFormatDesc& d, uint8_t* channels, uin
   }
   if (n == 0 || n == 3) return SetError(cudaErrorInvalidChannelDescriptor);
   for (int i = 1; i < n; ++i) {
-    if (bits[i] != bits[0]) return Refuse("CUDA arrays with channels of different widths are not supported");
+    if (bits[i] != bits[0]) {
+      return RefuseNotSupported("CUDA arrays with channels of different widths are not supported");
+    }
   }
   if (bits[0] != 8 && bits[0] != 16 && bits[0] != 32) return SetError(cudaErrorInvalidChannelDescriptor);
   switch (d.f) {
@@ -71,7 +68,7 @@ cudaError_t ChannelLayout(const cudaChannelFormatDesc& d, uint8_t* channels, uin
       *kind = wire::ChannelKind::kFloat;
       break;
     default:
-      return Refuse("CUDA arrays of channel format kind " + std::to_string(static_cast<int>(d.f)) +
+      return RefuseNotSupported("CUDA arrays of channel format kind " + std::to_string(static_cast<int>(d.f)) +
                     " (normalized, block-compressed or NV12 formats) are not supported");
   }
   *channels = static_cast<uint8_t>(n);
@@ -120,9 +117,11 @@ cudaError_t CreateArray(const cudaChannelFormatDesc& desc, size_t width, size_t 
                         cudaArray_t* out) {
   if (out == nullptr) return SetError(cudaErrorInvalidValue);
   if (cudaError_t e = Initialised(); e != cudaSuccess) return SetError(e);
-  if (flags & cudaArrayCubemap) return Refuse("cube-map CUDA arrays (cudaArrayCubemap) are not supported");
+  if (flags & cudaArrayCubemap) {
+    return RefuseNotSupported("cube-map CUDA arrays (cudaArrayCubemap) are not supported");
+  }
   if (flags & (cudaArraySparse | cudaArrayDeferredMapping)) {
-    return Refuse("sparse and deferred-mapping CUDA arrays are not supported");
+    return RefuseNotSupported("sparse and deferred-mapping CUDA arrays are not supported");
   }
   if (flags & ~unsigned{cudaArrayLayered | cudaArraySurfaceLoadStore | cudaArrayTextureGather}) {
     return SetError(cudaErrorInvalidValue);
@@ -234,7 +233,8 @@ cudaError_t Memcpy3D(const cudaMemcpy3DParms* p, cudaStream_t stream, bool async
   const size_t w = p->extent.width * elem, h = p->extent.height, d = p->extent.depth;
   if (w / elem != p->extent.width) return SetError(cudaErrorInvalidValue);
   CopySide src, dst;
-  if (!ParmsSide(sa, p->srcPos, p->srcPtr, elem, w, h, d, &src) || !ParmsSide(da, p->dstPos, p->dstPtr, elem, w, h, d, &dst)) {
+  if (!ParmsSide(sa, p->srcPos, p->srcPtr, elem, w, h, d, &src) ||
+      !ParmsSide(da, p->dstPos, p->dstPtr, elem, w, h, d, &dst)) {
     return SetError(cudaErrorInvalidValue);
   }
   // A given kind must agree with where the memory is (cudaMemcpyDefault

@@ -42,6 +42,12 @@ inline bool FirstTimeFor(std::atomic<uint64_t>& seen, unsigned id) {
 /// (runtime_api.cc): a refusal or a limit named once, however often it is
 /// hit. Any thread.
 void SayOnce(const std::string& text);
+/// An API form phos does not offer: says `what` once and records
+/// cudaErrorNotSupported as the call's result.
+inline cudaError_t RefuseNotSupported(const std::string& what) {
+  SayOnce(what);
+  return SetError(cudaErrorNotSupported);
+}
 /// The process-wide sticky error, or cudaSuccess.
 cudaError_t StickyError();
 /// A device's uuid text as phosd sends it ("GPU-xxxxxxxx-xxxx-...", 32 hex

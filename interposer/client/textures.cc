@@ -33,11 +33,6 @@ std::map<uint64_t, ObjectRec>& Objects() {  // guarded by g_objects_mu
   return *objects;
 }
 
-cudaError_t Refuse(const std::string& what) {
-  SayOnce(what);
-  return SetError(cudaErrorNotSupported);
-}
-
 wire::AddressMode AddressOf(cudaTextureAddressMode m) {
   switch (m) {
     case cudaAddressModeWrap: return wire::AddressMode::kWrap;
@@ -92,7 +87,7 @@ cudaError_t ResolveResource(const cudaResourceDesc& res, bool surface, wire::Tex
       return cudaSuccess;
     }
     case cudaResourceTypeMipmappedArray:
-      return Refuse("textures of mipmapped arrays (cudaResourceTypeMipmappedArray) are not supported");
+      return RefuseNotSupported("textures of mipmapped arrays (cudaResourceTypeMipmappedArray) are not supported");
     default:
       return SetError(cudaErrorInvalidValue);
   }
@@ -138,7 +133,9 @@ namespace wire = phos::wire;
 PHOS_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t* out, const cudaResourceDesc* res,
                                                 const cudaTextureDesc* tex, const cudaResourceViewDesc* view) {
   if (out == nullptr || res == nullptr || tex == nullptr) return SetError(cudaErrorInvalidValue);
-  if (view != nullptr) return Refuse("texture objects with a resource view (cudaResourceViewDesc) are not supported");
+  if (view != nullptr) {
+    return RefuseNotSupported("texture objects with a resource view (cudaResourceViewDesc) are not supported");
+  }
   wire::TextureDesc d;
   if (cudaError_t e = ResolveResource(*res, false, &d); e != cudaSuccess) return e;
   ApplyTextureDesc(*tex, &d);
