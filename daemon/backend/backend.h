@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "backend/blas_call.h"
+#include "backend/collective.h"
 #include "common/status.h"
 
 namespace phos::wire {
@@ -231,6 +232,35 @@ class Context {
     (void)stream;
     (void)fn;
     return Status::NotSupported("this backend cannot run host functions in stream order");
+  }
+
+  // ---- collectives (NCCL; docs/backends.md "Collectives") --------------------
+  /// Makes this context rank `rank` of the `nranks`-rank communicator
+  /// `unique_id` names (ncclCommInitRank): blocks until every rank joined,
+  /// `cancelled()` returns true (Unavailable), or the communicator was
+  /// aborted. Ranks may be contexts of several sessions of this backend.
+  virtual Status JoinCommunicator(const CommunicatorId& unique_id, int nranks, int rank,
+                                  const std::function<bool()>& cancelled, std::shared_ptr<CommRank>* out) {
+    (void)unique_id;
+    (void)nranks;
+    (void)rank;
+    (void)cancelled;
+    (void)out;
+    return Status::NotSupported("this backend runs no NCCL collectives");
+  }
+  /// Enqueues one group of collective and point-to-point ops of `rank`'s
+  /// communicator on `stream` (ncclGroupEnd, or one ncclAllReduce ...):
+  /// the group's sends are posted first, then its collectives run in
+  /// order, then its receives, so the groups of a ring exchange never wait
+  /// on each other. Every buffer must be this context's. Errors of the
+  /// group as it runs (a peer that aborted) go to rank.AsyncError(), not
+  /// to the stream.
+  virtual Status EnqueueCollectives(const std::shared_ptr<CommRank>& rank, const std::vector<CollectiveOp>& ops,
+                                    StreamHandle stream) {
+    (void)rank;
+    (void)ops;
+    (void)stream;
+    return Status::NotSupported("this backend runs no NCCL collectives");
   }
 
   // ---- the device heap (device-side malloc/free) ------------------------------

@@ -224,6 +224,23 @@ Status CopyAll(session::SessionState& st, RestoreTask& task, Progress* progress)
   return st.ctx->Synchronize();
 }
 
+/// The session goes to the GPU its image was taken on (an empty session:
+/// its context is replaced, as cudaSetDevice does before any allocation).
+Status MoveToImageDevice(session::SessionState& st, int device) {
+  if (device == st.device) return Status::Ok();
+  if (device < 0 || device >= st.backend->device_count()) {
+    return Status::FailedPrecondition("the image was taken on GPU " + std::to_string(device) + "; this phosd has " +
+                                      std::to_string(st.backend->device_count()) +
+                                      " GPU(s) (restoring onto another GPU is not offered yet); the session is unchanged");
+  }
+  if (!st.replace_context) return Status::FailedPrecondition("this session cannot change its GPU");
+  const int old = st.device;
+  st.device = device;
+  Status s = st.replace_context();
+  if (!s.ok()) st.device = old;
+  return s.WithContext("moving session " + std::to_string(st.session_id) + " to GPU " + std::to_string(device));
+}
+
 /// The control task's common part: refuse a non-empty or faulted session
 /// unchanged, recreate and map, then `finish` (copy everything, or hand
 /// the buffers to the concurrent loader). A failure after the first change
@@ -232,6 +249,7 @@ Status RecreateInto(session::SessionState& st, RestoreTask& task, const image::v
                     const image::v1::SessionModules& modules, Progress* progress,
                     const std::function<Status()>& finish) {
   PHOS_RETURN_IF_ERROR(CheckEmpty(st));
+  PHOS_RETURN_IF_ERROR(MoveToImageDevice(st, handles.device()));
   progress->SetPhase("quiesce", "waiting for the session's GPU work to finish");
   if (Status sync = st.ctx->Synchronize(); !sync.ok()) {
     return Status::FailedPrecondition("the session's GPU context has a sticky error (" + sync.message() +

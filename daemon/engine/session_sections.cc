@@ -101,6 +101,7 @@ void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manife
   }
   for (const auto& t : o.textures) EncodeTextureObject(t.handle, t.object, h.add_textures());
   h.set_device_heap(o.device_heap);
+  h.set_device(o.device);
   std::uint64_t module_bytes = 0;
   for (const auto& m : o.modules) module_bytes += m.image ? m.image->size() : 0;
   image::v1::SessionModules modules;

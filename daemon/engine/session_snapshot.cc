@@ -42,6 +42,7 @@ void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
   }
   for (const auto& [handle, obj] : st.texture_objects) o->textures.push_back({handle, obj});  // std::map: ascending
   o->device_heap = st.device_heap;
+  o->device = st.device;
   auto by_id = [](const auto& a, const auto& b) { return a.id < b.id; };
   // Modules in the order the app loaded them (a fresh restore reloads them
   // in this order: backends place module variables by allocation order).

@@ -78,6 +78,7 @@ struct SessionObjects {
   std::vector<Global> globals;      // ascending address
   std::vector<Texture> textures;    // ascending handle
   std::uint64_t device_heap = 0;    // a buffer's address (0: none)
+  int device = 0;                   // phosd's ordinal of the session's GPU
 };
 
 struct SessionSnapshot {

@@ -130,7 +130,8 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "sim: modelled device memory per GPU, e.g. 80G")
       ->transform(CLI::AsSizeValue(false))
       ->default_str("80G");
-  app->add_option("--sim-devices", options->backend.sim.device_count, "sim: number of GPUs")
+  app->add_option("--sim-gpus,--sim-devices", options->backend.sim.device_count,
+                  "sim: number of GPUs phosd models (each with its own memory and copy engines)")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
   app->add_option("--sim-va-base", raw->sim_va_base,

@@ -37,6 +37,9 @@ constexpr OperandSpec kBlasOperands[] = {
     {"aux (Lt output)", ArgRole::kReadWrite},
 };
 static_assert(std::size(kBlasOperands) == wire::kBlasSlotCount);
+// NCCL ops (protocol/nccl_wire.h's CheckNcclOp gives the extents): the
+// send buffer read, the receive buffer written whole.
+constexpr OperandSpec kCollectiveOperands[] = {{"send", ArgRole::kRead}, {"recv", ArgRole::kWrite}};
 static_assert(wire::kBlasSlotCount <= kMaxSpecOperands);
 
 std::vector<CallSpec> BuildSpecs() {
@@ -67,6 +70,7 @@ std::span<const OperandSpec> RuleOperands(AccessRule rule) {
     case AccessRule::kFill: return kFillOperands;
     case AccessRule::kRelease: return kReleaseOperands;
     case AccessRule::kBlas: return kBlasOperands;
+    case AccessRule::kCollective: return kCollectiveOperands;
     case AccessRule::kNoDeviceMemory:
     case AccessRule::kKernel:
     case AccessRule::kWhole: return {};

@@ -279,6 +279,9 @@ void ReapRetained(SessionState& st, bool wait_all) {
 
 void ReleaseAll(SessionState& st) {
   if (st.ctx == nullptr) return;
+  // First: a group of this session waiting for its peers would hold up the
+  // synchronisation below, and the peers would wait for it forever.
+  if (!st.comms.empty()) AbortCommunicators(st, "its process ended or reset its device");
   Status s = st.ctx->Synchronize();
   if (!s.ok()) spdlog::info("session {}: pending work ended with: {}", st.session_id, s.ToString());
   ReapRetained(st, true);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -180,6 +181,15 @@ struct SessionState {
     if (!s.ok() && deferred.ok()) deferred = s;
   }
 
+  // NCCL communicators (the app's id -> this session's rank in it;
+  // nccl_handlers.cc). A session's teardown aborts those it still holds,
+  // so its peers fail instead of waiting for it.
+  std::unordered_map<uint32_t, std::shared_ptr<backend::CommRank>> comms;
+  // The Session's stop flag (its app ended, or phosd stops): a call that
+  // blocks on other processes (ncclCommInitRank) gives up when it is set.
+  // Null where no Session owns the state (tests): never set.
+  const std::atomic<bool>* stopping = nullptr;
+
   // Set by the Session: replaces `ctx` with a fresh Context on the same
   // device (cudaDeviceReset; the old one must hold nothing any more). On
   // failure `ctx` is unchanged.
@@ -285,5 +295,8 @@ Status RunMaybeAdmitted(SessionState& st, const CallView* admit, Body&& body) {
 /// retained host bytes, destroy events and streams, unload modules, free
 /// every buffer. Errors are logged, not returned.
 void ReleaseAll(SessionState& st);
+/// Aborts every NCCL communicator rank the session holds (its peers' waits
+/// fail with `why` instead of hanging) and forgets them (nccl_handlers.cc).
+void AbortCommunicators(SessionState& st, const std::string& why);
 
 }  // namespace phos::session

@@ -113,6 +113,7 @@ Status Session::Start() {
   ring_ = std::make_unique<ring::RingServer>(region_->base(), region_->geometry(), opts);
   state_.session_id = id_;
   state_.device = 0;
+  state_.stopping = &stop_requested_;
   state_.backend = backend_;
   state_.ctx = ctx_.get();
   state_.ring = ring_.get();

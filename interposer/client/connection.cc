@@ -1,4 +1,5 @@
 #include "interposer/client/connection.h"
+#include "interposer/client/devices.h"
 
 #include <cstring>
 
@@ -110,7 +111,9 @@ WireStatus Connection::Ensure() {
   opts.wait = state_->wait;
   state_->client = std::make_unique<ring::RingClient>(state_->region->base(), state_->region->geometry(), opts);
   state_->phase.store(1, std::memory_order_release);
-  return WireStatus::kSuccess;
+  // A session starts on phosd's GPU 0; the app's GPU 0 may be another
+  // (CUDA_VISIBLE_DEVICES). Its own calls go through Ensure's fast path.
+  return MoveToStartDevice();
 }
 
 WireStatus Connection::Call(wire::ApiId api, uint32_t stream, std::span<const std::byte> payload,

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "interposer/client/client_internal.h"
+#include "interposer/client/devices.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
@@ -185,11 +186,11 @@ PHOS_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int
   return cudaSuccess;
 }
 
-// One device per app (cudaSetDevice takes only 0), so no peer to access.
+// A process under phos uses one GPU (devices.h), so no peer to access.
 PHOS_EXPORT cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
   if (canAccessPeer == nullptr) return SetError(cudaErrorInvalidValue);
   int count = 0;
-  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) return e;
+  if (cudaError_t e = VisibleDeviceCount(&count); e != cudaSuccess) return SetError(e);
   if (device < 0 || device >= count || peerDevice < 0 || peerDevice >= count) {
     return SetError(cudaErrorInvalidDevice);
   }
@@ -197,11 +198,11 @@ PHOS_EXPORT cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, 
   return cudaSuccess;
 }
 
-// Device 0 is the only device an app can use.
+// The session's GPU is the only one a process under phos can use.
 PHOS_EXPORT cudaError_t cudaChooseDevice(int* device, const cudaDeviceProp* prop) {
   if (device == nullptr || prop == nullptr) return SetError(cudaErrorInvalidValue);
   if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
-  *device = 0;
+  *device = SessionDevice();
   return cudaSuccess;
 }
 

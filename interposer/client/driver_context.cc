@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "interposer/client/connection.h"
+#include "interposer/client/devices.h"
 #include "interposer/client/driver_internal.h"
 
 namespace phos::client {
@@ -70,15 +71,25 @@ ContextRec* Current() {
   return RuntimeCameFirst() ? &Ctx().primary : nullptr;
 }
 
+// A GPU the app sees. Making or retaining a context on it (BindDevice)
+// makes it the process's GPU (devices.h).
 CUresult CheckDevice(CUdevice dev) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  // Sessions run on device 0 (docs/interposer.md "Not yet").
-  return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  int physical = 0;
+  return PhysicalDevice(dev, &physical) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+// The session moves to `dev` unless it is there; refused (by phosd, named
+// in its message) once the process holds anything on another GPU.
+CUresult BindDevice(CUdevice dev) {
+  if (IsSessionDevice(dev)) return CUDA_SUCCESS;
+  return ToCu(SelectDevice(dev));
 }
 
 CUresult CreateContext(CUcontext* pctx, unsigned flags, CUdevice dev) {
   if (CUresult r = CheckDevice(dev); r != CUDA_SUCCESS) return r;
   if (pctx == nullptr || (flags & ~static_cast<unsigned>(CU_CTX_FLAGS_MASK)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = BindDevice(dev); r != CUDA_SUCCESS) return r;
   auto* rec = new ContextRec{dev, flags, false};
   {
     Contexts& c = Ctx();
@@ -109,7 +120,7 @@ void NoteDriverInit() {
 
 bool RuntimeCameFirst() { return g_runtime_first.load(std::memory_order_relaxed); }
 
-CUcontext PrimaryContextHandle(CUdevice dev) { return dev == 0 ? AsHandle(&Ctx().primary) : nullptr; }
+CUcontext PrimaryContextHandle(CUdevice dev) { return IsSessionDevice(dev) ? AsHandle(&Ctx().primary) : nullptr; }
 
 // On every call's path: no lock. A stack entry was validated (Live) when it
 // was pushed, so only its destroyed flag can have changed since.
@@ -129,6 +140,7 @@ using namespace phos::client;  // NOLINT
 PHOS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (CUresult r = CheckDevice(dev); r != CUDA_SUCCESS) return r;
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = BindDevice(dev); r != CUDA_SUCCESS) return r;
   Contexts& c = Ctx();
   std::lock_guard<std::mutex> lock(c.mu);
   ++c.primary_refs;
@@ -260,7 +272,7 @@ PHOS_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
   ContextRec* rec = nullptr;
   if (CUresult r = Resolve(nullptr, &rec); r != CUDA_SUCCESS) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *device = rec->device;
+  *device = rec == &Ctx().primary ? SessionDevice() : rec->device;  // the primary one follows cudaSetDevice
   return CUDA_SUCCESS;
 }
 
@@ -268,7 +280,7 @@ PHOS_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
   ContextRec* rec = nullptr;
   if (CUresult r = Resolve(ctx, &rec); r != CUDA_SUCCESS) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *device = rec->device;
+  *device = rec == &Ctx().primary ? SessionDevice() : rec->device;  // the primary one follows cudaSetDevice
   return CUDA_SUCCESS;
 }
 

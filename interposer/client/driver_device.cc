@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "interposer/client/connection.h"
+#include "interposer/client/devices.h"
 #include "interposer/client/driver_internal.h"
 
 namespace phos::client {
@@ -23,11 +24,13 @@ std::span<const std::byte> Bytes(const T& v) {
 // the WireDeviceProps: it is larger than a completion slot).
 CUresult FetchProps(CUdevice dev, wire::WireDeviceProps* props) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  int physical = 0;
+  if (cudaError_t e = PhysicalDevice(dev, &physical); e != cudaSuccess) return ToCu(static_cast<WireStatus>(e));
   Connection& c = Connection::Get();
   uint32_t chunk = 0;
   if (WireStatus w = c.AcquireChunk(&chunk); w != WireStatus::kSuccess) return ToCu(w);
   ring::Reply r;
-  WireStatus w = c.Call(op::kGetDeviceProperties, 0, Bytes(wire::DevicePropsRequest{dev, chunk}), &r);
+  WireStatus w = c.Call(op::kGetDeviceProperties, 0, Bytes(wire::DevicePropsRequest{physical, chunk}), &r);
   if (w == WireStatus::kSuccess) {
     wire::ChunkReply cr{};
     if (r.bytes == sizeof(cr)) std::memcpy(&cr, r.data.data(), sizeof(cr));
@@ -46,9 +49,11 @@ CUresult FetchProps(CUdevice dev, wire::WireDeviceProps* props) {
 CUresult Attribute(int* value, CUdevice_attribute attrib, CUdevice dev) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int physical = 0;
+  if (cudaError_t e = PhysicalDevice(dev, &physical); e != cudaSuccess) return ToCu(static_cast<WireStatus>(e));
   ring::Reply r;
   WireStatus w = Connection::Get().Call(
-      op::kDeviceGetAttribute, 0, Bytes(wire::DeviceAttributeRequest{dev, static_cast<int32_t>(attrib)}), &r);
+      op::kDeviceGetAttribute, 0, Bytes(wire::DeviceAttributeRequest{physical, static_cast<int32_t>(attrib)}), &r);
   wire::ValueReply v{};
   if (w == WireStatus::kSuccess && r.bytes == sizeof(v)) {
     std::memcpy(&v, r.data.data(), sizeof(v));
@@ -147,14 +152,10 @@ PHOS_EXPORT CUresult cuDriverGetVersion(int* driverVersion) {
 PHOS_EXPORT CUresult cuDeviceGetCount(int* count) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  ring::Reply r;
-  WireStatus w = Connection::Get().Call(wire::op::kGetDeviceCount, 0, {}, &r);
-  wire::DeviceCountReply v{};
-  if (w == WireStatus::kSuccess && r.bytes == sizeof(v)) {
-    std::memcpy(&v, r.data.data(), sizeof(v));
-    *count = v.count;
-  }
-  return ToCu(w);
+  int n = 0;
+  if (cudaError_t e = VisibleDeviceCount(&n); e != cudaSuccess) return ToCu(static_cast<WireStatus>(e));
+  *count = n;  // the driver answers 0 without an error when no GPU is visible
+  return CUDA_SUCCESS;
 }
 
 PHOS_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {

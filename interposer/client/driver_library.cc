@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "interposer/client/devices.h"
 #include "interposer/client/driver_internal.h"
 #include "interposer/client/image_layouts.h"
 
@@ -64,8 +65,8 @@ bool Describe(CUkernel kernel, DriverFunctionInfo* info) {
   return kernel != nullptr && DescribeDriverFunction(kernel, info);
 }
 
-// Every CUkernel call takes a device: sessions see device 0 only.
-CUresult CheckKernelDevice(CUdevice dev) { return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
+// Every CUkernel call takes a device: the session's GPU (devices.h).
+CUresult CheckKernelDevice(CUdevice dev) { return IsSessionDevice(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
 
 }  // namespace
 }  // namespace phos::client

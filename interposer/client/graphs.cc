@@ -19,6 +19,7 @@
 
 #include "interposer/client/arrays.h"
 #include "interposer/client/client_internal.h"
+#include "interposer/client/devices.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/handles.h"
 #include "interposer/client/user_objects.h"
@@ -740,7 +741,9 @@ cudaError_t MemFreeNodePointer(cudaGraphNode_t node, void** out) {
 
 cudaError_t GraphMemAttribute(int device, int attr, uint64_t* value, bool set) {
   if (cudaError_t e = Initialised(); e != cudaSuccess) return SetError(e);
-  if (device != 0 || value == nullptr) return SetError(device != 0 ? cudaErrorInvalidDevice : cudaErrorInvalidValue);
+  if (!IsSessionDevice(device) || value == nullptr) {
+    return SetError(!IsSessionDevice(device) ? cudaErrorInvalidDevice : cudaErrorInvalidValue);
+  }
   GraphMemoryRegistry& r = GraphMem();
   std::lock_guard<std::mutex> lock(r.mu);
   switch (attr) {

@@ -3,8 +3,8 @@
 //   PCI bus ids         cudaDeviceGetPCIBusId / cuDeviceGetPCIBusId and the
 //                       reverse lookups (from the PCI domain/bus/device
 //                       attributes; "dddd:bb:dd.0" as CUDA formats it)
-//   device set-up       cudaInitDevice, cudaSetValidDevices (device 0 only:
-//                       a phos session sees one device)
+//   device set-up       cudaInitDevice, cudaSetValidDevices (the session's
+//                       GPU only: a process under phos uses one, devices.h)
 //   function identity   cudaFuncGetName / cuFuncGetName, cudaFuncGetParamInfo
 //                       / cuFuncGetParamInfo, cuFuncGetModule
 //   hints               shared-memory bank configuration (Get answers the
@@ -22,6 +22,7 @@
 #include <cstring>
 
 #include "interposer/client/client_internal.h"
+#include "interposer/client/devices.h"
 #include "interposer/client/driver_internal.h"
 
 namespace phos::client {
@@ -36,18 +37,19 @@ cudaError_t GetPciLocation(int device, PciLocation* out) {
 namespace {
 
 // "dddd:bb:dd.0", as CUDA formats a bus id.
-cudaError_t BusId(char* out, int len) {
+cudaError_t BusId(int device, char* out, int len) {
   PciLocation l;
-  if (cudaError_t e = GetPciLocation(0, &l); e != cudaSuccess) return e;
+  if (cudaError_t e = GetPciLocation(device, &l); e != cudaSuccess) return e;
   std::snprintf(out, static_cast<size_t>(len), "%04x:%02x:%02x.0", l.domain, l.bus, l.device);
   return cudaSuccess;
 }
 
-// Does `text` name device 0? Accepts the forms CUDA documents:
-// [domain]:[bus]:[device].[function], domain and function optional.
-bool NamesDeviceZero(const char* text) {
+// Does `text` name the app's GPU `device`? Accepts the forms CUDA
+// documents: [domain]:[bus]:[device].[function], domain and function
+// optional.
+bool NamesDevice(const char* text, int device) {
   PciLocation l;
-  if (GetPciLocation(0, &l) != cudaSuccess) return false;
+  if (GetPciLocation(device, &l) != cudaSuccess) return false;
   unsigned domain = 0, bus = 0, dev = 0, fn = 0;
   if (std::sscanf(text, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) >= 3) {
     return domain == static_cast<unsigned>(l.domain) && bus == static_cast<unsigned>(l.bus) &&
@@ -57,6 +59,15 @@ bool NamesDeviceZero(const char* text) {
     return bus == static_cast<unsigned>(l.bus) && dev == static_cast<unsigned>(l.device);
   }
   return false;
+}
+
+// The app's ordinal of the GPU `text` names, or -1.
+int DeviceNamed(const char* text) {
+  int count = 0;
+  if (VisibleDeviceCount(&count) != cudaSuccess) return -1;
+  for (int d = 0; d < count; ++d)
+    if (NamesDevice(text, d)) return d;
+  return -1;
 }
 
 // The name and parameters of a runtime or driver function handle.
@@ -84,43 +95,45 @@ using namespace phos::client;  // NOLINT
 // ---- PCI bus ids
 PHOS_EXPORT cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
   if (pciBusId == nullptr || len <= 0) return SetError(cudaErrorInvalidValue);
-  if (device != 0) return SetError(cudaErrorInvalidDevice);
-  return BusId(pciBusId, len);  // an attribute's failure is already this thread's last error
+  return BusId(device, pciBusId, len);  // an attribute's failure is already this thread's last error
 }
 PHOS_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  return ToCu(BusId(pciBusId, len));
+  return ToCu(BusId(dev, pciBusId, len));
 }
 PHOS_EXPORT cudaError_t cudaDeviceGetByPCIBusId(int* device, const char* pciBusId) {
   if (device == nullptr || pciBusId == nullptr) return SetError(cudaErrorInvalidValue);
-  if (!NamesDeviceZero(pciBusId)) return SetError(cudaErrorInvalidDevice);
-  *device = 0;
+  const int d = DeviceNamed(pciBusId);
+  if (d < 0) return SetError(cudaErrorInvalidDevice);
+  *device = d;
   return cudaSuccess;
 }
 PHOS_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* pciBusId) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (dev == nullptr || pciBusId == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!NamesDeviceZero(pciBusId)) return CUDA_ERROR_INVALID_DEVICE;
-  *dev = 0;
+  const int d = DeviceNamed(pciBusId);
+  if (d < 0) return CUDA_ERROR_INVALID_DEVICE;
+  *dev = d;
   return CUDA_SUCCESS;
 }
 
 // ---- device set-up
 PHOS_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags) {
-  if (device != 0) return SetError(cudaErrorInvalidDevice);
+  int count = 0;
+  if (cudaError_t e = VisibleDeviceCount(&count); e != cudaSuccess) return SetError(e);
+  if (device < 0 || device >= count) return SetError(cudaErrorInvalidDevice);
   if (flags != 0 && flags != cudaInitDeviceFlagsAreValid) return SetError(cudaErrorInvalidValue);
   if (flags == cudaInitDeviceFlagsAreValid) {
     if (cudaError_t e = cudaSetDeviceFlags(deviceFlags); e != cudaSuccess) return e;
   }
-  int count = 0;
-  return cudaGetDeviceCount(&count);  // connects to phosd: the device is ready after this
+  // Under phos the GPU a process initialises is the one it runs on (devices.h).
+  return cudaSetDevice(device);
 }
 PHOS_EXPORT cudaError_t cudaSetValidDevices(int* device_arr, int len) {
   if (len < 0 || (len > 0 && device_arr == nullptr)) return SetError(cudaErrorInvalidValue);
   for (int i = 0; i < len; ++i) {
-    if (device_arr[i] != 0) return SetError(cudaErrorInvalidDevice);
+    if (!IsSessionDevice(device_arr[i])) return SetError(cudaErrorInvalidDevice);
   }
   return cudaSuccess;
 }

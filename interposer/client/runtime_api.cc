@@ -17,6 +17,7 @@
 
 #include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
+#include "interposer/client/devices.h"
 #include "interposer/client/graphs.h"
 #include "interposer/client/handles.h"
 
@@ -385,31 +386,34 @@ using phos::ring::Reply;
 PHOS_EXPORT cudaError_t cudaGetDeviceCount(int* count) {
   PHOS_CHECK_STICKY();
   if (count == nullptr) return SetError(cudaErrorInvalidValue);
-  Reply r;
-  WireStatus w = Connection::Get().Call(op::kGetDeviceCount, 0, {}, &r);
-  wire::DeviceCountReply v{};
-  if (w == WireStatus::kSuccess && ReadReply(r, &v)) *count = v.count;
-  return Finish(w);
+  int n = 0;
+  if (cudaError_t e = VisibleDeviceCount(&n); e != cudaSuccess) return SetError(e);
+  *count = n;
+  return n == 0 ? SetError(cudaErrorNoDevice) : cudaSuccess;
 }
 
 PHOS_EXPORT cudaError_t cudaGetDevice(int* device) {
   if (device == nullptr) return SetError(cudaErrorInvalidValue);
-  *device = 0;
+  *device = SessionDevice();
   return cudaSuccess;
 }
 
 PHOS_EXPORT cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : SetError(cudaErrorInvalidDevice);
+  PHOS_CHECK_STICKY();
+  cudaError_t e = SelectDevice(device);
+  return e == cudaSuccess ? e : SetError(e);
 }
 
 PHOS_EXPORT cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   PHOS_CHECK_STICKY();
   if (prop == nullptr) return SetError(cudaErrorInvalidValue);
+  int physical = 0;
+  if (cudaError_t e = PhysicalDevice(device, &physical); e != cudaSuccess) return SetError(e);
   Connection& c = Connection::Get();
   uint32_t chunk = 0;
   if (WireStatus w = c.AcquireChunk(&chunk); w != WireStatus::kSuccess) return Finish(w);
   Reply r;
-  WireStatus w = c.Call(op::kGetDeviceProperties, 0, Bytes(wire::DevicePropsRequest{device, chunk}), &r);
+  WireStatus w = c.Call(op::kGetDeviceProperties, 0, Bytes(wire::DevicePropsRequest{physical, chunk}), &r);
   wire::ChunkReply cr{};
   if (w == WireStatus::kSuccess) {
     wire::WireDeviceProps props{};
@@ -427,9 +431,11 @@ PHOS_EXPORT cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device
 PHOS_EXPORT cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   PHOS_CHECK_STICKY();
   if (value == nullptr) return SetError(cudaErrorInvalidValue);
+  int physical = 0;
+  if (cudaError_t e = PhysicalDevice(device, &physical); e != cudaSuccess) return SetError(e);
   Reply r;
   WireStatus w = Connection::Get().Call(op::kDeviceGetAttribute, 0,
-                                        Bytes(wire::DeviceAttributeRequest{device, static_cast<int32_t>(attr)}), &r);
+                                        Bytes(wire::DeviceAttributeRequest{physical, static_cast<int32_t>(attr)}), &r);
   wire::ValueReply v{};
   if (w == WireStatus::kSuccess && ReadReply(r, &v)) *value = static_cast<int>(v.value);
   return Finish(w);

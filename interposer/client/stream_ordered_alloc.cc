@@ -35,6 +35,7 @@
 #include <string>
 
 #include "interposer/client/client_internal.h"
+#include "interposer/client/devices.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/driver_internal.h"
 #include "interposer/client/graphs.h"
@@ -100,10 +101,10 @@ void NoteRefused(const char* what) {
   SayOnce(std::string(what) + " is not supported under phos (docs/interposer.md \"Stream-ordered allocation\")");
 }
 
+// Pools live on the session's GPU (devices.h).
 cudaError_t CheckDevice(int device) {
-  int n = 0;
-  if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) return e;
-  return device >= 0 && device < n ? cudaSuccess : cudaErrorInvalidDevice;
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
+  return IsSessionDevice(device) ? cudaSuccess : cudaErrorInvalidDevice;
 }
 
 // The stream a stream-ordered call names must exist; phos never captures.

@@ -21,6 +21,7 @@
 //                 its 32-bit size, cuCtxCreate, cuGetProcAddress, ...) that
 //                 old binaries still link against.
 //   3 "blas":     cublas_api.h and cublasLt.h (their own ids, after CUDA's).
+//   4 "nccl":     nccl.h (its own ids, after cuBLASLt's).
 //
 // Usage: phos_api_gen --cuda-include DIR --out-dir DIR
 
@@ -46,9 +47,9 @@ struct Param {
 // The libraries whose C API libphos.so exports. Ids are numbered library by
 // library in this order (CUDA first), so adding a library never renumbers
 // the ones before it.
-enum class Library { kCuda = 0, kCublas = 1, kCublasLt = 2 };
-constexpr int kLibraryCount = 3;
-const char* const kLibraryNames[kLibraryCount] = {"kCuda", "kCublas", "kCublasLt"};
+enum class Library { kCuda = 0, kCublas = 1, kCublasLt = 2, kNccl = 3 };
+constexpr int kLibraryCount = 4;
+const char* const kLibraryNames[kLibraryCount] = {"kCuda", "kCublas", "kCublasLt", "kNccl"};
 
 struct Function {
   std::string name;  // symbol name (extern "C": the spelling)
@@ -56,7 +57,7 @@ struct Function {
   std::vector<Param> params;
   bool driver = false;  // declared in a driver header (cuda.h, cudaProfiler.h)
   Library library = Library::kCuda;
-  int pass = 0;         // first parse that declared it (0 default, 1 ptds, 2 internal, 3 blas)
+  int pass = 0;         // first parse that declared it (0 default, 1 ptds, 2 internal, 3 blas, 4 nccl)
   std::string file;     // header it came from (basename)
 };
 
@@ -74,17 +75,21 @@ const std::vector<const char*> kCudaHeaders = {"cuda.h", "cudaProfiler.h", "cuda
 // cublas_v2.h link against; the legacy cublas.h API is not exported) and
 // cuBLASLt.
 const std::vector<const char*> kBlasHeaders = {"cublas_api.h", "cublasLt.h"};
+// NCCL: every ncclX and its profiling alias pncclX.
+const std::vector<const char*> kNcclHeaders = {"nccl.h"};
 
 const Pass kPasses[] = {
     {"default", {}, kCudaHeaders},
     {"ptds", {"CUDA_API_PER_THREAD_DEFAULT_STREAM"}, kCudaHeaders},
     {"internal", {"__CUDA_API_VERSION_INTERNAL"}, kCudaHeaders},
     {"blas", {}, kBlasHeaders},
+    {"nccl", {}, kNcclHeaders},
 };
 
 Library LibraryOfHeader(const std::string& base) {
   if (base == "cublas_api.h") return Library::kCublas;
   if (base == "cublasLt.h") return Library::kCublasLt;
+  if (base == "nccl.h") return Library::kNccl;
   return Library::kCuda;
 }
 
@@ -269,12 +274,13 @@ bool NeedsAlias(const std::string& type) {
   return type.find('(') != std::string::npos || type.find('[') != std::string::npos;
 }
 
-enum class RetKind { kRuntimeError, kDriverError, kBlasStatus, kVoid, kString, kPointer, kValue };
+enum class RetKind { kRuntimeError, kDriverError, kBlasStatus, kNcclResult, kVoid, kString, kPointer, kValue };
 
 RetKind Classify(const Function& f) {
   if (f.ret == "cudaError_t") return RetKind::kRuntimeError;
   if (f.ret == "CUresult") return RetKind::kDriverError;
   if (f.ret == "cublasStatus_t") return RetKind::kBlasStatus;
+  if (f.ret == "ncclResult_t") return RetKind::kNcclResult;
   if (f.ret == "void") return RetKind::kVoid;
   if (f.ret == "const char *") return RetKind::kString;
   if (!f.ret.empty() && f.ret.back() == '*') return RetKind::kPointer;
@@ -291,8 +297,9 @@ void EmitHeader(const std::vector<const Function*>& fns, std::ostream& os) {
         "// One id per exported C function of cuda_runtime_api.h and cuda.h (and\n"
         "// their profiler companions) over all parses (default, per-thread\n"
         "// default stream, legacy unversioned), then of cuBLAS (cublas_api.h) and\n"
-        "// cuBLASLt (cublasLt.h). Ids are numbered library by library (CUDA,\n"
-        "// cuBLAS, cuBLASLt), each in the order of its symbol names sorted by\n"
+        "// cuBLASLt (cublasLt.h), then of NCCL (nccl.h). Ids are numbered library\n"
+        "// by library (CUDA, cuBLAS, cuBLASLt, NCCL), each in the order of its\n"
+        "// symbol names sorted by\n"
         "// strcmp, so a library added later never renumbers the CUDA ids.\n"
         "// Enumerators carry a k_ prefix because cuda.h #defines many plain names\n"
         "// to _v2 variants, which would otherwise rename (and collide) enumerators.\n"
@@ -307,9 +314,10 @@ void EmitHeader(const std::vector<const Function*>& fns, std::ostream& os) {
      << "inline constexpr size_t kApiDriverCount = " << ndrv << ";\n"
      << "inline constexpr size_t kApiRuntimeCount = " << per_library[0] - ndrv << ";\n"
      << "inline constexpr size_t kApiCublasCount = " << per_library[1] << ";\n"
-     << "inline constexpr size_t kApiCublasLtCount = " << per_library[2] << ";\n\n"
+     << "inline constexpr size_t kApiCublasLtCount = " << per_library[2] << ";\n"
+     << "inline constexpr size_t kApiNcclCount = " << per_library[3] << ";\n\n"
      << "/// The library an exported function belongs to.\n"
-        "enum class ApiLibrary : uint8_t { kCuda, kCublas, kCublasLt };\n\n"
+        "enum class ApiLibrary : uint8_t { kCuda, kCublas, kCublasLt, kNccl };\n\n"
      << "// Symbol name of an id (\"?\" for out-of-range values).\n"
         "const char* ApiName(ApiId id);\n"
         "// True for driver API functions (cuda.h, cudaProfiler.h).\n"
@@ -387,6 +395,9 @@ void EmitStubs(const std::vector<const Function*>& fns, int pass, std::ostream& 
       case RetKind::kRuntimeError: os << "  return cudaErrorNotSupported;\n"; break;
       case RetKind::kDriverError: os << "  return CUDA_ERROR_NOT_SUPPORTED;\n"; break;
       case RetKind::kBlasStatus: os << "  return CUBLAS_STATUS_NOT_SUPPORTED;\n"; break;
+      // NCCL has no "not supported": ncclInvalidUsage is what it answers
+      // for a call it cannot make in this configuration.
+      case RetKind::kNcclResult: os << "  return ncclInvalidUsage;\n"; break;
       case RetKind::kVoid: break;
       case RetKind::kString: os << "  return kUnsupportedString;\n"; break;
       case RetKind::kPointer: os << "  return nullptr;\n"; break;
@@ -564,7 +575,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("phos_api_gen: %zu functions (%zu driver; %zu default, %zu ptds-only, "
-              "%zu legacy/internal-only, %zu cuBLAS/cuBLASLt)\n",
-              fns.size(), ndrv, per_pass[0], per_pass[1], per_pass[2], per_pass[3]);
+              "%zu legacy/internal-only, %zu cuBLAS/cuBLASLt, %zu NCCL)\n",
+              fns.size(), ndrv, per_pass[0], per_pass[1], per_pass[2], per_pass[3], per_pass[4]);
   return 0;
 }

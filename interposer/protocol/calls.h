@@ -39,6 +39,7 @@ enum class AccessRule : uint8_t {
   kKernel = 4,          // the kernel's access plan
   kWhole = 5,           // any buffer of the session (kUnknown)
   kBlas = 6,            // a cuBLAS routine's operands (protocol/blas_spec.h)
+  kCollective = 7,      // NCCL ops: send buffers read, receive buffers written (protocol/nccl_wire.h)
 };
 
 /// Bytes of a request or reply struct in the payload (0 for the markers).

@@ -56,6 +56,7 @@
 #include "common/status.h"
 #include "phos_api_ids.h"
 #include "protocol/texture_desc.h"
+#include "protocol/nccl_wire.h"
 #include "ring/ring_layout.h"
 #include "ring/waiter.h"
 
@@ -159,6 +160,14 @@ struct DeviceCountReply {
   uint32_t pad;
 };
 static_assert(sizeof(DeviceCountReply) == 8);
+
+/// kSetDevice: the GPU (phosd's ordinal; libphos.so maps the app's ordinal
+/// through CUDA_VISIBLE_DEVICES) the session runs on from now on.
+struct DeviceRequest {
+  int32_t device;
+  uint32_t pad;
+};
+static_assert(sizeof(DeviceRequest) == 8);
 
 /// kGetDeviceProperties: the app takes a staging chunk (AcquireReplyChunk),
 /// phosd writes a WireDeviceProps at its start and completes with

@@ -36,8 +36,11 @@ size_t Count(const std::string& hay, const std::string& needle) {
 
 class Daemon {
  public:
-  explicit Daemon(const std::string& dir) : socket_(dir + "/phosd.sock") {
-    child_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", socket_});
+  explicit Daemon(const std::string& dir, const std::vector<std::string>& extra = {})
+      : socket_(dir + "/phosd.sock") {
+    std::vector<std::string> argv = {PHOS_BIN, "daemon", "--backend", "sim", "--socket", socket_};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    child_ = Child::Start(argv);
   }
   ~Daemon() { Stop(); }
   const std::string& socket() const { return socket_; }
@@ -618,6 +621,127 @@ TEST_F(IntegrationTest, DlopenedDriverIsPhos) {
   EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output;
   EXPECT_NE(c.output.find("dlopen_driver: 1 "), std::string::npos) << c.output;
   EXPECT_NE(c.output.find(" OK"), std::string::npos) << c.output;
+}
+
+}  // namespace
+
+namespace {
+
+std::string NcclRanks() { return std::string(PHOS_INTEGRATION_DIR) + "/nccl_ranks"; }
+
+// docs/interposer.md "Devices": a process sees phosd's GPUs through its
+// CUDA_VISIBLE_DEVICES, runs on the one it names before it allocates, and
+// is refused another once it holds memory.
+TEST_F(IntegrationTest, DevicesFollowCudaVisibleDevices) {
+  Daemon d(dir_, {"--sim-gpus", "2"});
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  auto run = [&](const std::vector<std::string>& env) {
+    Child c = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", NcclRanks(),
+                            "devices"}, env);
+    EXPECT_EQ(c.Wait(std::chrono::seconds(60)), 0) << c.output;
+    EXPECT_NE(c.output.find("devices: OK"), std::string::npos) << c.output;
+    return c.output;
+  };
+  const std::string all = run({});
+  const size_t at = all.find("devices: 2 busid ");
+  ASSERT_NE(at, std::string::npos) << all;
+  int bus0 = -1, bus1 = -1;
+  ASSERT_EQ(std::sscanf(all.c_str() + at, "devices: 2 busid %d busid %d", &bus0, &bus1), 2) << all;
+  EXPECT_NE(bus0, bus1);
+  const std::string one = run({"CUDA_VISIBLE_DEVICES=1"});
+  EXPECT_NE(one.find("devices: 1 busid " + std::to_string(bus1) + "\n"), std::string::npos) << one;
+  const std::string swapped = run({"CUDA_VISIBLE_DEVICES=1,0"});
+  EXPECT_NE(swapped.find("devices: 2 busid " + std::to_string(bus1) + " busid " + std::to_string(bus0)),
+            std::string::npos)
+      << swapped;
+  // The list ends at the first entry that is no GPU (as CUDA's does).
+  const std::string cut = run({"CUDA_VISIBLE_DEVICES=0,7,1"});
+  EXPECT_NE(cut.find("devices: 1 busid " + std::to_string(bus0) + "\n"), std::string::npos) << cut;
+}
+
+// Ranks of NCCL jobs in one phosd (docs/interposer.md "NCCL"): every
+// collective, operator and type, a Send/Recv ring and a training loop,
+// checked by each rank against a CPU reference; 2 and 4 ranks on 4 GPUs,
+// and 4 ranks sharing 2.
+void RunRanks(const std::string& socket, const std::string& dir, int nranks, const std::string& tag) {
+  const std::string id = dir + "/" + tag + ".id";
+  std::vector<Child> ranks;
+  for (int r = 0; r < nranks; ++r) {
+    ranks.push_back(Child::Start({PHOS_BIN, "--socket", socket, "run", "--lib", PHOS_LIB_PATH, "--", NcclRanks(),
+                                  "collectives", std::to_string(r), std::to_string(nranks), id}));
+  }
+  for (int r = 0; r < nranks; ++r) {
+    EXPECT_EQ(ranks[r].Wait(std::chrono::seconds(300)), 0) << tag << " rank " << r << ":\n" << ranks[r].output;
+    EXPECT_NE(ranks[r].output.find("rank " + std::to_string(r) + ": OK"), std::string::npos)
+        << tag << ":\n" << ranks[r].output;
+  }
+  // Every rank ends with the same trained parameters.
+  for (int r = 1; r < nranks; ++r) {
+    auto checksum = [](const std::string& out) {
+      const size_t at = out.find("training checksum");
+      return out.substr(at, out.find('\n', at) - at);
+    };
+    if (ranks[0].output.find("training checksum") == std::string::npos ||
+        ranks[r].output.find("training checksum") == std::string::npos) {
+      continue;  // reported above
+    }
+    EXPECT_EQ(checksum(ranks[0].output), checksum(ranks[r].output)) << tag;
+  }
+}
+
+TEST_F(IntegrationTest, NcclCollectivesAcrossRanksOfOneDaemon) {
+  Daemon d(dir_, {"--sim-gpus", "4"});
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  RunRanks(d.socket(), dir_, 2, "two");
+  RunRanks(d.socket(), dir_, 4, "four");
+}
+
+TEST_F(IntegrationTest, NcclRanksMaySharePhosdsGpus) {
+  Daemon d(dir_, {"--sim-gpus", "2"});
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  RunRanks(d.socket(), dir_, 4, "shared");
+}
+
+// A rank that dies makes its peers' collectives fail with ncclRemoteError;
+// nobody hangs.
+TEST_F(IntegrationTest, NcclRankDeathFailsItsPeersWithRemoteError) {
+  Daemon d(dir_, {"--sim-gpus", "2"});
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  const std::string id = dir_ + "/dies.id";
+  Child r0 = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", NcclRanks(), "dies",
+                           "0", "2", id});
+  Child r1 = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", NcclRanks(), "dies",
+                           "1", "2", id});
+  EXPECT_EQ(r1.Wait(std::chrono::seconds(120)), 3) << r1.output;
+  EXPECT_EQ(r0.Wait(std::chrono::seconds(120)), 0) << r0.output;
+  EXPECT_NE(r0.output.find("rank 0: remote error"), std::string::npos) << r0.output;
+}
+
+// One rank of a job alone is no consistent checkpoint: refused by name,
+// nothing written, the ranks keep running and end cleanly.
+TEST_F(IntegrationTest, CheckpointOfOneNcclRankIsRefusedByName) {
+  Daemon d(dir_, {"--sim-gpus", "2"});
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  const std::string id = dir_ + "/hold.id";
+  std::vector<Child> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", NcclRanks(),
+                                  "hold", std::to_string(r), "2", id}));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ranks[r].ReadUntil("holding", std::chrono::seconds(120))) << ranks[r].output;
+  }
+  const std::string image = dir_ + "/rank0.img";
+  Child ck = Child::Start({PHOS_BIN, "--socket", d.socket(), "checkpoint", "--pid", std::to_string(ranks[0].pid),
+                           "--gpu-only", "--out", image});
+  EXPECT_NE(ck.Wait(std::chrono::seconds(60)), 0) << ck.output;
+  EXPECT_NE(ck.output.find("NCCL communicator"), std::string::npos) << ck.output;
+  EXPECT_FALSE(Exists(image)) << "a refused checkpoint left " << image;
+  ASSERT_EQ(std::system(("touch " + id + ".go").c_str()), 0);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].Wait(std::chrono::seconds(60)), 0) << ranks[r].output;
+    EXPECT_NE(ranks[r].output.find("released"), std::string::npos) << ranks[r].output;
+  }
 }
 
 }  // namespace

@@ -485,6 +485,40 @@ void SimContext::Abandon() {
   abandoned_->store(true, std::memory_order_relaxed);
 }
 
+// ---- collectives (sim_collectives.h) --------------------------------------------
+
+Status SimContext::JoinCommunicator(const CommunicatorId& unique_id, int nranks, int rank,
+                                    const std::function<bool()>& cancelled, std::shared_ptr<CommRank>* out) {
+  return shared_->comms.Join(unique_id, nranks, rank, device_, cancelled, out);
+}
+
+Status SimContext::EnqueueCollectives(const std::shared_ptr<CommRank>& rank, const std::vector<CollectiveOp>& ops,
+                                      StreamHandle stream) {
+  auto sim_rank = std::dynamic_pointer_cast<SimCommRank>(rank);
+  if (!sim_rank) return Status::InvalidArgument("EnqueueCollectives: not a communicator of this backend");
+  std::uint64_t collectives = 0;
+  for (const CollectiveOp& op : ops) {
+    collectives += op.kind != CollectiveOp::Kind::kSend && op.kind != CollectiveOp::Kind::kRecv ? 1 : 0;
+  }
+  auto group = std::make_shared<const std::vector<CollectiveOp>>(ops);
+  SimAddressSpace* memory = shared_->memory.get();
+  const std::uint64_t owner = id_;
+  std::shared_ptr<const std::atomic<bool>> abandoned = abandoned_;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Sequence numbers are taken in stream-enqueue order, under mu_.
+  const std::uint64_t first = sim_rank->ReserveCollectives(collectives);
+  Status s = EnqueueLocked(stream, [sim_rank, group, memory, owner, first, abandoned]() -> Status {
+    sim_rank->RunGroup(memory, owner, *group, first, abandoned);
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    // Its sequence numbers will never arrive: the peers must not wait for them.
+    sim_rank->Abort("rank " + std::to_string(sim_rank->rank()) + " could not enqueue a collective: " + s.message());
+    sim_rank->Unreserve();
+  }
+  return s;
+}
+
 // ---- modules and kernels ---------------------------------------------------------
 
 Status SimContext::LoadModule(const void* image, std::size_t size, ModuleHandle* out) {

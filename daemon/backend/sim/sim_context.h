@@ -81,6 +81,11 @@ class SimContext final : public Context {
   /// at once (lock-free); Synchronize() then returns soon.
   void Abandon() override;
 
+  Status JoinCommunicator(const CommunicatorId& unique_id, int nranks, int rank,
+                          const std::function<bool()>& cancelled, std::shared_ptr<CommRank>* out) override;
+  Status EnqueueCollectives(const std::shared_ptr<CommRank>& rank, const std::vector<CollectiveOp>& ops,
+                            StreamHandle stream) override;
+
   Status LoadModule(const void* image, std::size_t size, ModuleHandle* out) override;
   Status LoadModuleWithGlobalsAt(const void* image, std::size_t size, DevicePtr globals_at,
                                  ModuleHandle* out) override;

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/backend_factory.h"
 #include "backend/sim/sim_address_space.h"
+#include "backend/sim/sim_collectives.h"
 #include "backend/sim/sim_copy_engines.h"
 
 namespace phos::backend::sim {
@@ -21,6 +22,7 @@ struct SimShared {
   // Thread-safe objects (each has its own lock).
   std::unique_ptr<SimAddressSpace> memory;               // all devices share one VA range
   std::vector<std::unique_ptr<SimCopyEngines>> engines;  // one pool per device
+  SimCommRegistry comms;                                 // NCCL communicators still forming
   // Ids tag every handle a context mints, so a handle used with another
   // context is recognised as foreign.
   std::atomic<std::uint64_t> next_context_id{1};

@@ -64,10 +64,16 @@ const char* const kKnownDriver[] = {
 
 TEST(GeneratedIds, KnownFunctionsFromBothHeaders) {
   std::printf("exported: %zu functions, %zu driver (cuda.h, cudaProfiler.h), %zu runtime "
-              "(cuda_runtime_api.h, cuda_profiler_api.h), %zu cuBLAS, %zu cuBLASLt\n",
-              kApiCount, kApiDriverCount, kApiRuntimeCount, kApiCublasCount, kApiCublasLtCount);
+              "(cuda_runtime_api.h, cuda_profiler_api.h), %zu cuBLAS, %zu cuBLASLt, %zu NCCL\n",
+              kApiCount, kApiDriverCount, kApiRuntimeCount, kApiCublasCount, kApiCublasLtCount, kApiNcclCount);
   EXPECT_EQ(static_cast<size_t>(ApiId::kCount), kApiCount);
-  EXPECT_EQ(kApiDriverCount + kApiRuntimeCount + kApiCublasCount + kApiCublasLtCount, kApiCount);
+  EXPECT_EQ(kApiDriverCount + kApiRuntimeCount + kApiCublasCount + kApiCublasLtCount + kApiNcclCount, kApiCount);
+  EXPECT_GT(kApiNcclCount, 40u);  // every ncclX and its pncclX alias
+  for (const char* name : {"ncclAllReduce", "pncclAllReduce", "ncclCommInitRank", "ncclGroupEnd"}) {
+    ApiId id = ApiIdFromName(name);
+    ASSERT_NE(id, ApiId::kCount) << name;
+    EXPECT_EQ(ApiLibraryOf(id), ApiLibrary::kNccl) << name;
+  }
   EXPECT_GT(kApiCublasCount, 300u);
   EXPECT_GT(kApiCublasLtCount, 30u);
   EXPECT_GT(kApiDriverCount, 300u);

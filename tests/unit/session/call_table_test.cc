@@ -151,6 +151,13 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kBlasProbe, static_cast<ApiId>(0x10001)},
       {op::kHostCopyStats, static_cast<ApiId>(0x10000)},
       {op::kTakeDeviceOutput, static_cast<ApiId>(0x10002)},
+      {op::kSetDevice, ApiId::k_cudaSetDevice},
+      {op::kNcclCommInitRank, ApiId::k_ncclCommInitRank},
+      {op::kNcclCommFinalize, ApiId::k_ncclCommFinalize},
+      {op::kNcclCommDestroy, ApiId::k_ncclCommDestroy},
+      {op::kNcclCommAbort, ApiId::k_ncclCommAbort},
+      {op::kNcclCommGetAsyncError, ApiId::k_ncclCommGetAsyncError},
+      {op::kNcclGroup, ApiId::k_ncclGroupEnd},
   };
   for (const auto& [got, want] : expected) {
     EXPECT_EQ(static_cast<uint32_t>(got), static_cast<uint32_t>(want));
@@ -245,6 +252,12 @@ TEST(CallTableTest, AccessRulesGiveTheSpecRows) {
         EXPECT_EQ(spec->operands[wire::kBlasSlotA].role, ArgRole::kRead) << r.op;
         EXPECT_EQ(spec->operands[wire::kBlasSlotC].role, ArgRole::kReadWrite) << r.op;
         EXPECT_EQ(spec->operands[wire::kBlasSlotResult].role, ArgRole::kWrite) << r.op;
+        break;
+      case wire::AccessRule::kCollective:
+        ASSERT_NE(spec, nullptr) << r.op;
+        EXPECT_EQ(spec->operand_count, 2u) << r.op;
+        EXPECT_EQ(spec->operands[0].role, ArgRole::kRead) << r.op;
+        EXPECT_EQ(spec->operands[1].role, ArgRole::kWrite) << r.op;
         break;
       case wire::AccessRule::kNoDeviceMemory:
       case wire::AccessRule::kKernel:

@@ -1,0 +1,51 @@
+// The collectives a backend runs for NCCL (Context::JoinCommunicator,
+// Context::EnqueueCollectives; docs/backends.md "Collectives").
+//
+// phosd checks every op (protocol/nccl_wire.h: kinds, types, operators,
+// extents inside the session's buffers) before a backend sees it; a backend
+// only executes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace phos::backend {
+
+/// ncclUniqueId's 128 bytes: what names a communicator to all its ranks.
+using CommunicatorId = std::array<std::uint8_t, 128>;
+
+/// One op of a group, as phosd decoded and checked it.
+struct CollectiveOp {
+  enum class Kind : std::uint8_t { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kSend, kRecv };
+  Kind kind = Kind::kAllReduce;
+  std::uint8_t datatype = 0;  // ncclDataType_t
+  std::uint8_t redop = 0;     // ncclRedOp_t built-in (ncclSum .. ncclAvg), or kPreMulSum
+  static constexpr std::uint8_t kPreMulSum = 0xff;
+  bool scalar_on_device = false;  // PreMulSum: the scalar is read from device memory as the op runs
+  std::uint64_t scalar = 0;       // PreMulSum: the scalar's bytes (host) or its device address
+  int peer = 0;                   // root (Broadcast, Reduce) or peer (Send, Recv)
+  std::uint64_t send = 0;         // device addresses
+  std::uint64_t recv = 0;
+  std::uint64_t count = 0;        // elements, as the NCCL call names them
+};
+
+/// One rank's membership of a communicator. Thread-safe.
+class CommRank {
+ public:
+  virtual ~CommRank() = default;
+  virtual int rank() const = 0;
+  virtual int nranks() const = 0;
+  /// Ends the communicator for every rank: ops waiting for a peer give up
+  /// (every rank's AsyncError becomes Unavailable naming `why`: NCCL's
+  /// ncclRemoteError), later ops fail at once. Idempotent.
+  virtual void Abort(const std::string& why) = 0;
+  /// The first error an op of this rank met as it ran (OK if none).
+  virtual Status AsyncError() const = 0;
+  /// Ops of this rank enqueued and not yet run (ncclCommFinalize waits for 0).
+  virtual bool Idle() const = 0;
+};
+
+}  // namespace phos::backend

@@ -1,0 +1,80 @@
+// The sim's NCCL: communicators whose ranks are contexts of one sim backend
+// (sessions of one phosd), exchanging through the simulated device memory,
+// which is host memory of phosd (docs/backends.md "Collectives").
+//
+// A communicator forms when all its ranks joined (JoinCommunicator blocks
+// until then). Each collective has a sequence number per rank (the order the
+// rank enqueued it, which NCCL requires to be the same on every rank); the
+// last rank to reach collective #k on its stream computes it for all ranks,
+// while the others wait, holding their buffers pinned. Sends are deposits
+// in a FIFO per (sender, receiver) pair that the receiver copies out of.
+// Reductions run in rank order 0..n-1, so every run gives the same bytes.
+//
+// Locks: SimCommRegistry::mu_ guards the communicators still forming;
+// each SimCommunicator's mu guards all of its state (joins, slots, mail,
+// the abort reason, every rank's async error). Waits are condition-variable
+// waits that also wake every 100 ms to look at the waiter's cancel flag
+// (its context abandoned: its app died), never spins.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/collective.h"
+#include "common/status.h"
+
+namespace phos::backend::sim {
+
+class SimAddressSpace;
+struct SimCommunicator;
+
+/// One rank's membership (what a session holds).
+class SimCommRank final : public CommRank {
+ public:
+  SimCommRank(std::shared_ptr<SimCommunicator> comm, int rank) : comm_(std::move(comm)), rank_(rank) {}
+  ~SimCommRank() override;
+  int rank() const override { return rank_; }
+  int nranks() const override;
+  void Abort(const std::string& why) override;
+  Status AsyncError() const override;
+  bool Idle() const override { return pending_.load(std::memory_order_acquire) == 0; }
+
+  /// Reserves the sequence numbers of a group's collectives (in enqueue
+  /// order) and counts the group as pending; RunGroup runs it on a stream.
+  std::uint64_t ReserveCollectives(std::uint64_t count);
+  /// A reserved group that was never enqueued is not pending.
+  void Unreserve() { pending_.fetch_sub(1, std::memory_order_acq_rel); }
+  /// Runs a group (on the stream's worker). `first_seq` from
+  /// ReserveCollectives; `cancelled`: this rank's context was abandoned.
+  /// Never fails the stream: an error goes to the rank's async error.
+  /// `owner`: the context's id (its buffers only).
+  void RunGroup(SimAddressSpace* memory, std::uint64_t owner, const std::vector<CollectiveOp>& ops,
+                std::uint64_t first_seq, const std::shared_ptr<const std::atomic<bool>>& cancelled);
+
+ private:
+  std::shared_ptr<SimCommunicator> comm_;
+  const int rank_;
+  std::uint64_t next_seq_ = 0;      // guarded by comm_->mu
+  std::atomic<int> pending_{0};     // groups enqueued and not yet run
+};
+
+/// Every communicator of one sim backend that is still forming.
+class SimCommRegistry {
+ public:
+  Status Join(const CommunicatorId& id, int nranks, int rank, int device, const std::function<bool()>& cancelled,
+              std::shared_ptr<CommRank>* out);
+
+ private:
+  std::mutex mu_;  // guards forming_
+  std::map<CommunicatorId, std::shared_ptr<SimCommunicator>> forming_;
+};
+
+}  // namespace phos::backend::sim

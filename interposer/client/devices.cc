@@ -1,0 +1,129 @@
+#include "interposer/client/devices.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "interposer/client/client_internal.h"
+#include "interposer/client/connection.h"
+
+namespace phos::client {
+namespace {
+
+namespace op = wire::op;
+using wire::WireStatus;
+
+// The app's GPUs (index = app ordinal, value = phosd's ordinal), resolved
+// once from phosd's GPU count and CUDA_VISIBLE_DEVICES. Written under
+// `mu` once; read after `resolved` is set.
+struct Visible {
+  std::mutex mu;
+  std::atomic<bool> resolved{false};
+  std::vector<int> physical;
+};
+Visible& Vis() {
+  static Visible* v = new Visible();  // leaked: used by static destructors of the app
+  return *v;
+}
+
+std::atomic<int> g_session_device{0};  // app ordinal of the session's GPU
+
+// CUDA's parse: entries separated by commas; the list ends at the first
+// entry that is not a GPU (or repeats one).
+std::vector<int> ParseVisible(const char* env, int daemon_count) {
+  std::vector<int> out;
+  if (env == nullptr) {
+    for (int d = 0; d < daemon_count; ++d) out.push_back(d);
+    return out;
+  }
+  std::string list(env);
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t comma = list.find(',', start);
+    std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    while (!entry.empty() && entry.front() == ' ') entry.erase(entry.begin());
+    while (!entry.empty() && entry.back() == ' ') entry.pop_back();
+    char* end = nullptr;
+    errno = 0;
+    const long v = entry.empty() ? -1 : std::strtol(entry.c_str(), &end, 10);
+    if (entry.empty() || errno != 0 || *end != '\0' || v < 0 || v >= daemon_count) {
+      if (!entry.empty() && (entry[0] == 'G' || entry[0] == 'M')) {
+        SayOnce("phos: CUDA_VISIBLE_DEVICES entry '" + entry +
+                "': GPU and MIG UUIDs are not supported yet (use ordinals); the list ends there");
+      }
+      break;
+    }
+    bool repeated = false;
+    for (int d : out) repeated = repeated || d == static_cast<int>(v);
+    if (repeated) break;
+    out.push_back(static_cast<int>(v));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+cudaError_t Resolve() {
+  Visible& v = Vis();
+  if (v.resolved.load(std::memory_order_acquire)) return cudaSuccess;
+  ring::Reply r;
+  WireStatus w = Connection::Get().Call(op::kGetDeviceCount, 0, {}, &r);
+  if (w != WireStatus::kSuccess) return static_cast<cudaError_t>(w);
+  wire::DeviceCountReply c{};
+  if (r.bytes != sizeof(c)) return cudaErrorUnknown;
+  std::memcpy(&c, r.data.data(), sizeof(c));
+  std::lock_guard<std::mutex> lock(v.mu);
+  if (!v.resolved.load(std::memory_order_relaxed)) {
+    v.physical = ParseVisible(std::getenv("CUDA_VISIBLE_DEVICES"), c.count);
+    v.resolved.store(true, std::memory_order_release);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t VisibleDeviceCount(int* count) {
+  if (cudaError_t e = Resolve(); e != cudaSuccess) return e;
+  *count = static_cast<int>(Vis().physical.size());
+  return cudaSuccess;
+}
+
+cudaError_t PhysicalDevice(int device, int* physical) {
+  if (cudaError_t e = Resolve(); e != cudaSuccess) return e;
+  const std::vector<int>& p = Vis().physical;
+  if (device < 0 || static_cast<std::size_t>(device) >= p.size()) return cudaErrorInvalidDevice;
+  *physical = p[static_cast<std::size_t>(device)];
+  return cudaSuccess;
+}
+
+int SessionDevice() { return g_session_device.load(std::memory_order_acquire); }
+
+bool IsSessionDevice(int device) { return device == SessionDevice(); }
+
+cudaError_t SelectDevice(int device) {
+  int physical = 0;
+  if (cudaError_t e = PhysicalDevice(device, &physical); e != cudaSuccess) return e;
+  const wire::DeviceRequest req{physical, 0};
+  WireStatus w = Connection::Get().Call(op::kSetDevice, 0, std::as_bytes(std::span(&req, 1)), nullptr);
+  if (w == WireStatus::kSuccess) g_session_device.store(device, std::memory_order_release);
+  return static_cast<cudaError_t>(w);
+}
+
+WireStatus MoveToStartDevice() {
+  int physical = 0;
+  if (cudaError_t e = PhysicalDevice(SessionDevice(), &physical); e != cudaSuccess) {
+    // No GPU visible (CUDA_VISIBLE_DEVICES=""): every device call says so.
+    return e == cudaErrorInvalidDevice ? WireStatus::kSuccess : static_cast<WireStatus>(e);
+  }
+  if (physical == 0) return WireStatus::kSuccess;
+  const wire::DeviceRequest req{physical, 0};
+  return Connection::Get().Call(op::kSetDevice, 0, std::as_bytes(std::span(&req, 1)), nullptr);
+}
+
+}  // namespace phos::client

@@ -1,0 +1,477 @@
+// NCCL in libphos.so (docs/interposer.md "NCCL"): the app's communicators
+// and groups, forwarded to phosd, which runs them with the backend's
+// collectives (the sim: daemon/backend/sim/sim_collectives.h).
+//
+// A communicator handle is a struct ncclComm of this file: phosd's id for
+// it, its size, the caller's rank and GPU. Groups are per thread, as in
+// NCCL: between ncclGroupStart and the outermost ncclGroupEnd ops are
+// collected, then sent as one kNcclGroup per (communicator, stream) in the
+// order they were first named; outside a group each op is a group of one.
+// Ops are called, not posted, so NCCL's argument errors come back at once;
+// what fails as the group runs is the communicator's async error.
+//
+// Not offered (the generated stubs answer ncclInvalidUsage and log the name
+// once): ncclCommSplit, ncclCommShrink, ncclCommInitRankScalable, buffer and
+// window registration, ncclAlltoAll/Gather/Scatter, ncclGroupSimulateEnd,
+// ncclCommRevoke. ncclCommInitAll is offered for one GPU (a process under
+// phos uses one, devices.h).
+#include <nccl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "interposer/client/client_internal.h"
+#include "interposer/client/connection.h"
+#include "interposer/client/devices.h"
+#include "interposer/client/graphs.h"
+#include "interposer/client/handles.h"
+
+// The opaque type nccl.h names (ncclComm_t is a pointer to it).
+struct ncclComm {
+  uint32_t id = 0;  // phosd's name for it (kNcclCommInitRank's comm)
+  int nranks = 0;
+  int rank = 0;
+  int device = 0;  // the app's ordinal of the GPU it was made on
+};
+
+namespace phos::client {
+namespace {
+
+namespace op = wire::op;
+using wire::WireStatus;
+
+std::atomic<uint32_t> g_next_comm{1};
+
+// The last error's text, for ncclGetLastError (NCCL keeps one per process).
+std::mutex g_last_error_mu;
+std::string g_last_error;  // guarded by g_last_error_mu
+
+void NoteError(const std::string& text) {
+  std::lock_guard<std::mutex> lock(g_last_error_mu);
+  g_last_error = text;
+}
+
+// Operators made by ncclRedOpCreatePreMulSum (op value -> its scalar).
+struct PreMulSum {
+  ncclDataType_t datatype = ncclFloat32;
+  bool on_device = false;
+  uint64_t scalar = 0;  // the bytes (host) or the address (device)
+  ncclComm_t comm = nullptr;
+};
+std::mutex g_ops_mu;
+std::unordered_map<int, PreMulSum> g_ops;  // guarded by g_ops_mu
+int g_next_op = ncclNumOps;                // guarded by g_ops_mu
+
+// This thread's group (NCCL's groups are per thread).
+struct PendingOp {
+  ncclComm_t comm;
+  uint32_t stream;
+  wire::NcclOp op;
+};
+thread_local int t_group_depth = 0;
+thread_local std::vector<PendingOp> t_group;
+thread_local ncclResult_t t_group_error = ncclSuccess;
+
+ncclResult_t FromWire(WireStatus w) {
+  switch (w) {
+    case WireStatus::kSuccess: return ncclSuccess;
+    case WireStatus::kInvalidValue:
+    case WireStatus::kInvalidResourceHandle:
+    case WireStatus::kIllegalAddress: return ncclInvalidArgument;
+    case WireStatus::kNotSupported:
+    case WireStatus::kInvalidDevice: return ncclInvalidUsage;
+    case WireStatus::kDaemonUnavailable: return ncclSystemError;
+    default: return ncclInternalError;
+  }
+}
+
+ncclResult_t Handle(ncclComm_t comm, uint32_t wire_op) {
+  const wire::HandleRequest req{comm->id, 0};
+  WireStatus w = Connection::Get().Call(static_cast<wire::ApiId>(wire_op), 0, std::as_bytes(std::span(&req, 1)), nullptr);
+  if (w != WireStatus::kSuccess) NoteError("phosd refused the call (cuda error " + std::to_string(static_cast<int>(w)) + ")");
+  return FromWire(w);
+}
+
+ncclResult_t AsyncErrorOf(ncclComm_t comm, ncclResult_t* out) {
+  const wire::HandleRequest req{comm->id, 0};
+  ring::Reply r;
+  WireStatus w = Connection::Get().Call(op::kNcclCommGetAsyncError, 0, std::as_bytes(std::span(&req, 1)), &r);
+  if (w != WireStatus::kSuccess) return FromWire(w);
+  wire::ValueReply v{};
+  if (r.bytes != sizeof v) return ncclInternalError;
+  std::memcpy(&v, r.data.data(), sizeof v);
+  *out = static_cast<ncclResult_t>(v.value);
+  return ncclSuccess;
+}
+
+// Sends one group of `comm`'s ops on `stream`.
+ncclResult_t SendGroup(ncclComm_t comm, uint32_t stream, const std::vector<wire::NcclOp>& ops) {
+  if (ops.size() > wire::kMaxNcclGroupOps) {
+    NoteError("a group of " + std::to_string(ops.size()) + " ops on one communicator and stream; phos takes " +
+              std::to_string(wire::kMaxNcclGroupOps));
+    return ncclInvalidUsage;
+  }
+  const wire::NcclGroupRequest head{comm->id, static_cast<uint32_t>(ops.size())};
+  std::vector<std::byte> payload(sizeof head + ops.size() * sizeof(wire::NcclOp));
+  std::memcpy(payload.data(), &head, sizeof head);
+  std::memcpy(payload.data() + sizeof head, ops.data(), ops.size() * sizeof(wire::NcclOp));
+  ring::Reply r;
+  WireStatus w = Connection::Get().Call(op::kNcclGroup, stream, payload, &r);
+  if (w == WireStatus::kSuccess) return ncclSuccess;
+  NoteError(std::string(reinterpret_cast<const char*>(r.data.data()), r.bytes));
+  ncclResult_t async = ncclSuccess;
+  if (AsyncErrorOf(comm, &async) == ncclSuccess && async != ncclSuccess) return async;
+  return FromWire(w);
+}
+
+ncclResult_t Flush() {
+  std::vector<PendingOp> ops;
+  ops.swap(t_group);
+  ncclResult_t result = t_group_error;
+  t_group_error = ncclSuccess;
+  if (result != ncclSuccess) return result;  // an op of the group was refused when it was named
+  std::vector<bool> sent(ops.size(), false);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (sent[i]) continue;
+    std::vector<wire::NcclOp> group;
+    for (size_t j = i; j < ops.size(); ++j) {
+      if (!sent[j] && ops[j].comm == ops[i].comm && ops[j].stream == ops[i].stream) {
+        group.push_back(ops[j].op);
+        sent[j] = true;
+      }
+    }
+    if (ncclResult_t r = SendGroup(ops[i].comm, ops[i].stream, group); r != ncclSuccess) return r;
+  }
+  return ncclSuccess;
+}
+
+// Checks what libphos.so can check of one op, then queues it in the
+// thread's group or sends it as a group of one.
+ncclResult_t Enqueue(ncclComm_t comm, cudaStream_t stream, wire::NcclKind kind, const void* send, void* recv,
+                     size_t count, ncclDataType_t datatype, ncclRedOp_t redop, int peer) {
+  if (comm == nullptr) {
+    NoteError("a NULL communicator");
+    return ncclInvalidArgument;
+  }
+  wire::NcclOp o{};
+  o.kind = static_cast<uint8_t>(kind);
+  o.datatype = static_cast<uint8_t>(datatype);
+  o.peer = peer;
+  o.send = reinterpret_cast<uint64_t>(send);
+  o.recv = reinterpret_cast<uint64_t>(recv);
+  o.count = count;
+  if (static_cast<int>(datatype) < 0 || static_cast<int>(datatype) >= ncclNumTypes) o.datatype = 0xff;
+  const bool reduces = kind == wire::NcclKind::kAllReduce || kind == wire::NcclKind::kReduce ||
+                       kind == wire::NcclKind::kReduceScatter;
+  if (reduces) {
+    if (static_cast<int>(redop) >= 0 && static_cast<int>(redop) < ncclNumOps) {
+      o.redop = static_cast<uint8_t>(redop);
+    } else {
+      std::lock_guard<std::mutex> lock(g_ops_mu);
+      auto it = g_ops.find(static_cast<int>(redop));
+      if (it == g_ops.end() || it->second.comm != comm || it->second.datatype != datatype) {
+        NoteError("reduction operator " + std::to_string(static_cast<int>(redop)) +
+                  " was not made for this communicator and datatype");
+        return ncclInvalidArgument;
+      }
+      o.redop = wire::kNcclPreMulSum;
+      o.scalar = static_cast<uint8_t>(it->second.on_device ? wire::NcclScalar::kDevice : wire::NcclScalar::kHost);
+      o.scalar_value = it->second.scalar;
+    }
+  }
+  uint64_t send_bytes = 0, recv_bytes = 0;
+  if (const char* why = wire::CheckNcclOp(o, comm->nranks, comm->rank, &send_bytes, &recv_bytes); why != nullptr) {
+    NoteError(std::string("NCCL ") + wire::NcclKindName(o.kind) + ": " + why);
+    return ncclInvalidArgument;
+  }
+  const uint32_t stream_id = StreamIdOf(stream, DefaultStream::kLegacy);
+  if (AnyCapture()) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+      SayOnce("phos: NCCL calls inside a CUDA graph capture are not supported yet");
+      NoteError("NCCL inside a CUDA graph capture is not supported by phos yet");
+      return ncclInvalidUsage;
+    }
+  }
+  if (t_group_depth > 0) {
+    t_group.push_back({comm, stream_id, o});
+    return ncclSuccess;
+  }
+  return SendGroup(comm, stream_id, {o});
+}
+
+ncclResult_t InitRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank) {
+  if (out == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
+    NoteError("ncclCommInitRank: rank " + std::to_string(rank) + " of " + std::to_string(nranks));
+    return ncclInvalidArgument;
+  }
+  wire::NcclInitRequest req{};
+  req.comm = g_next_comm.fetch_add(1, std::memory_order_relaxed);
+  req.nranks = nranks;
+  req.rank = rank;
+  std::memcpy(req.unique_id, id.internal, sizeof req.unique_id);
+  ring::Reply r;
+  WireStatus w = Connection::Get().Call(op::kNcclCommInitRank, 0, std::as_bytes(std::span(&req, 1)), &r);
+  if (w != WireStatus::kSuccess) {
+    NoteError(std::string(reinterpret_cast<const char*>(r.data.data()), r.bytes));
+    return FromWire(w);
+  }
+  *out = new ncclComm{req.comm, nranks, rank, SessionDevice()};
+  return ncclSuccess;
+}
+
+}  // namespace
+}  // namespace phos::client
+
+using namespace phos::client;  // NOLINT
+namespace wire = phos::wire;
+
+PHOS_EXPORT ncclResult_t ncclGetVersion(int* version) {
+  if (version == nullptr) return ncclInvalidArgument;
+  *version = NCCL_VERSION_CODE;  // the nccl.h libphos.so was built against
+  return ncclSuccess;
+}
+
+PHOS_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+PHOS_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
+  (void)comm;
+  static thread_local std::string copy;  // stays valid until this thread's next call
+  std::lock_guard<std::mutex> lock(g_last_error_mu);
+  copy = g_last_error;
+  return copy.c_str();
+}
+
+PHOS_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  if (uniqueId == nullptr) return ncclInvalidArgument;
+  // The magic, then 24 random bytes: ranks of one phosd meet by it.
+  std::memset(uniqueId->internal, 0, sizeof uniqueId->internal);
+  std::memcpy(uniqueId->internal, wire::kNcclIdMagic, sizeof wire::kNcclIdMagic);
+  char* random = uniqueId->internal + sizeof wire::kNcclIdMagic;
+  if (getrandom(random, 24, 0) != 24) {
+    const uint64_t fallback[3] = {static_cast<uint64_t>(getpid()), static_cast<uint64_t>(std::time(nullptr)),
+                                  static_cast<uint64_t>(reinterpret_cast<uintptr_t>(uniqueId))};
+    std::memcpy(random, fallback, sizeof fallback);
+  }
+  return ncclSuccess;
+}
+
+PHOS_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return InitRank(comm, nranks, commId, rank);
+}
+
+// The configuration's hints (CTAs, netName, blocking...) change how NCCL
+// schedules, not what it computes; a non-blocking communicator is ready
+// when this returns (ncclCommGetAsyncError answers ncclSuccess).
+PHOS_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                                ncclConfig_t* config) {
+  if (config != nullptr && config->magic != 0xcafebeef) {
+    NoteError("ncclCommInitRankConfig: the config was not set from NCCL_CONFIG_INITIALIZER");
+    return ncclInvalidArgument;
+  }
+  return InitRank(comm, nranks, commId, rank);
+}
+
+PHOS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  if (comm == nullptr || ndev < 1) return ncclInvalidArgument;
+  if (ndev > 1) {
+    SayOnce("phos: ncclCommInitAll over " + std::to_string(ndev) +
+            " GPUs: a process under phos uses one GPU (run one process per rank)");
+    NoteError("a process under phos uses one GPU");
+    return ncclInvalidUsage;
+  }
+  if (devlist != nullptr && devlist[0] != SessionDevice()) {
+    if (cudaSetDevice(devlist[0]) != cudaSuccess) return ncclUnhandledCudaError;
+  }
+  ncclUniqueId id;
+  ncclGetUniqueId(&id);
+  return InitRank(comm, 1, id, 0);
+}
+
+PHOS_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  return Handle(comm, static_cast<uint32_t>(wire::op::kNcclCommFinalize));
+}
+
+PHOS_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;  // NCCL accepts a NULL communicator here
+  ncclResult_t r = Handle(comm, static_cast<uint32_t>(wire::op::kNcclCommDestroy));
+  delete comm;
+  return r;
+}
+
+PHOS_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  ncclResult_t r = Handle(comm, static_cast<uint32_t>(wire::op::kNcclCommAbort));
+  delete comm;
+  return r;
+}
+
+PHOS_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  if (comm == nullptr || asyncError == nullptr) return ncclInvalidArgument;
+  return AsyncErrorOf(comm, asyncError);
+}
+
+PHOS_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (comm == nullptr || count == nullptr) return ncclInvalidArgument;
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+PHOS_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  if (comm == nullptr || device == nullptr) return ncclInvalidArgument;
+  *device = comm->device;
+  return ncclSuccess;
+}
+
+PHOS_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (comm == nullptr || rank == nullptr) return ncclInvalidArgument;
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+PHOS_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  if (ptr == nullptr) return ncclInvalidArgument;
+  return cudaMalloc(ptr, size) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+}
+
+PHOS_EXPORT ncclResult_t ncclMemFree(void* ptr) {
+  return cudaFree(ptr) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+}
+
+PHOS_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                                  ncclScalarResidence_t residence, ncclComm_t comm) {
+  const uint32_t es = wire::NcclTypeBytes(static_cast<uint8_t>(datatype));
+  if (op == nullptr || scalar == nullptr || comm == nullptr || es == 0 || static_cast<int>(datatype) < 0) {
+    return ncclInvalidArgument;
+  }
+  PreMulSum p;
+  p.datatype = datatype;
+  p.comm = comm;
+  p.on_device = residence == ncclScalarDevice;
+  if (p.on_device) {
+    p.scalar = reinterpret_cast<uint64_t>(scalar);
+  } else {
+    std::memcpy(&p.scalar, scalar, es);  // read now, as NCCL does for a host scalar
+  }
+  std::lock_guard<std::mutex> lock(g_ops_mu);
+  const int id = g_next_op++;
+  g_ops[id] = p;
+  *op = static_cast<ncclRedOp_t>(id);
+  return ncclSuccess;
+}
+
+PHOS_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(g_ops_mu);
+  auto it = g_ops.find(static_cast<int>(op));
+  if (it == g_ops.end() || it->second.comm != comm) return ncclInvalidArgument;
+  g_ops.erase(it);
+  return ncclSuccess;
+}
+
+PHOS_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(comm, stream, wire::NcclKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0);
+}
+
+PHOS_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                       int root, ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(comm, stream, wire::NcclKind::kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root);
+}
+
+PHOS_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                                   cudaStream_t stream) {
+  return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+PHOS_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                    ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(comm, stream, wire::NcclKind::kReduce, sendbuff, recvbuff, count, datatype, op, root);
+}
+
+PHOS_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(comm, stream, wire::NcclKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0);
+}
+
+PHOS_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                           cudaStream_t stream) {
+  return Enqueue(comm, stream, wire::NcclKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0);
+}
+
+PHOS_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                                  ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(comm, stream, wire::NcclKind::kSend, sendbuff, nullptr, count, datatype, ncclSum, peer);
+}
+
+PHOS_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                                  cudaStream_t stream) {
+  return Enqueue(comm, stream, wire::NcclKind::kRecv, nullptr, recvbuff, count, datatype, ncclSum, peer);
+}
+
+PHOS_EXPORT ncclResult_t ncclGroupStart() {
+  ++t_group_depth;
+  return ncclSuccess;
+}
+
+PHOS_EXPORT ncclResult_t ncclGroupEnd() {
+  if (t_group_depth == 0) {
+    NoteError("ncclGroupEnd without ncclGroupStart");
+    return ncclInvalidUsage;
+  }
+  if (--t_group_depth > 0) return ncclSuccess;
+  return Flush();
+}
+
+// NCCL's profiling names (pnccl*) are the same functions.
+#define PHOS_NCCL_ALIAS(name) extern "C" __attribute__((visibility("default"), alias(#name))) decltype(name) p##name;
+PHOS_NCCL_ALIAS(ncclGetVersion)
+PHOS_NCCL_ALIAS(ncclGetErrorString)
+PHOS_NCCL_ALIAS(ncclGetLastError)
+PHOS_NCCL_ALIAS(ncclGetUniqueId)
+PHOS_NCCL_ALIAS(ncclCommInitRank)
+PHOS_NCCL_ALIAS(ncclCommInitRankConfig)
+PHOS_NCCL_ALIAS(ncclCommInitAll)
+PHOS_NCCL_ALIAS(ncclCommFinalize)
+PHOS_NCCL_ALIAS(ncclCommDestroy)
+PHOS_NCCL_ALIAS(ncclCommAbort)
+PHOS_NCCL_ALIAS(ncclCommGetAsyncError)
+PHOS_NCCL_ALIAS(ncclCommCount)
+PHOS_NCCL_ALIAS(ncclCommCuDevice)
+PHOS_NCCL_ALIAS(ncclCommUserRank)
+PHOS_NCCL_ALIAS(ncclMemAlloc)
+PHOS_NCCL_ALIAS(ncclMemFree)
+PHOS_NCCL_ALIAS(ncclRedOpCreatePreMulSum)
+PHOS_NCCL_ALIAS(ncclRedOpDestroy)
+PHOS_NCCL_ALIAS(ncclAllReduce)
+PHOS_NCCL_ALIAS(ncclBroadcast)
+PHOS_NCCL_ALIAS(ncclBcast)
+PHOS_NCCL_ALIAS(ncclReduce)
+PHOS_NCCL_ALIAS(ncclAllGather)
+PHOS_NCCL_ALIAS(ncclReduceScatter)
+PHOS_NCCL_ALIAS(ncclSend)
+PHOS_NCCL_ALIAS(ncclRecv)
+PHOS_NCCL_ALIAS(ncclGroupStart)
+PHOS_NCCL_ALIAS(ncclGroupEnd)

@@ -1,0 +1,374 @@
+// One rank of an NCCL job under phos (docs/interposer.md "NCCL"):
+//   nccl_ranks collectives RANK NRANKS IDFILE   every collective, operator
+//       and type against a CPU reference, a Send/Recv ring in a group, and a
+//       small data-parallel training loop (gradient kernel, all-reduce,
+//       optimizer kernel); prints "rank R: OK"
+//   nccl_ranks dies RANK NRANKS IDFILE          rank 1 exits after the
+//       communicator formed; rank 0's all-reduce then fails with NCCL's
+//       ncclRemoteError (prints "rank 0: remote error"), it does not hang
+//   nccl_ranks hold RANK NRANKS IDFILE          forms the communicator,
+//       prints "rank R: holding", waits for IDFILE.go, then ends cleanly
+//   nccl_ranks devices                          what the process sees of the
+//       GPUs: "devices: COUNT busid BUS ..." of each visible one
+// Rank 0 writes the unique id to IDFILE (through a rename), the others read
+// it, as torchrun's store passes it. Rank r runs on GPU r % count.
+#define PHOS_PROGRAM_NAME "nccl_ranks"
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "program_checks.h"
+
+#define NCHECK(x)                                                                           \
+  do {                                                                                      \
+    ncclResult_t nccl_r_ = (x);                                                             \
+    if (nccl_r_ != ncclSuccess) PHOS_CHECK_FAIL(2, "%s failed: %s (%s)", #x, ncclGetErrorString(nccl_r_), \
+                                                ncclGetLastError(nullptr));                \
+  } while (0)
+
+namespace {
+
+int g_rank = 0, g_nranks = 1;
+
+__global__ void Gradient(const float* params, float* grad, int n, int rank, int step) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  // Small integers: sums are exact in float, so every run gives these bits.
+  if (i < n) grad[i] = static_cast<float>((i + rank * 3 + step) % 7) - 3.0f + 0.0f * params[i];
+}
+
+__global__ void Sgd(float* params, const float* grad, int n, float lr) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) params[i] -= lr * grad[i];
+}
+
+// The value rank r contributes at element i (exact in every type used).
+double Input(int r, size_t i) { return static_cast<double>((i * 7 + r * 5) % 11) - 4.0; }
+
+template <typename T>
+T From(double v) {
+  // Integers wrap as in the type (a negative input in an unsigned type).
+  if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<int64_t>(v));
+  return static_cast<T>(v);
+}
+template <>
+__half From<__half>(double v) { return __float2half(static_cast<float>(v)); }
+template <>
+__nv_bfloat16 From<__nv_bfloat16>(double v) { return __float2bfloat16(static_cast<float>(v)); }
+template <typename T>
+double To(T v) { return static_cast<double>(v); }
+template <>
+double To<__half>(__half v) { return __half2float(v); }
+template <>
+double To<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// The reduction over ranks of element i, in T's arithmetic for integers.
+template <typename T>
+double ExpectedIn(ncclRedOp_t op, size_t i) {
+  if constexpr (std::is_integral_v<T>) {
+    T acc = From<T>(Input(0, i));
+    for (int r = 1; r < g_nranks; ++r) {
+      const T v = From<T>(Input(r, i));
+      switch (op) {
+        case ncclProd: acc = static_cast<T>(acc * v); break;
+        case ncclMax: acc = std::max(acc, v); break;
+        case ncclMin: acc = std::min(acc, v); break;
+        default: acc = static_cast<T>(acc + v); break;
+      }
+    }
+    if (op == ncclAvg) acc = static_cast<T>(acc / static_cast<T>(g_nranks));
+    return static_cast<double>(acc);
+  }
+  return 0;
+}
+
+double Expected(ncclRedOp_t op, size_t i, bool integral) {
+  double acc = Input(0, i);
+  for (int r = 1; r < g_nranks; ++r) {
+    const double v = Input(r, i);
+    switch (op) {
+      case ncclProd: acc *= v; break;
+      case ncclMax: acc = std::max(acc, v); break;
+      case ncclMin: acc = std::min(acc, v); break;
+      default: acc += v; break;
+    }
+  }
+  if (op == ncclAvg) acc = integral ? std::trunc(acc / g_nranks) : acc / g_nranks;
+  return acc;
+}
+
+template <typename T>
+int AllReduceCase(ncclComm_t comm, cudaStream_t s, ncclDataType_t type, ncclRedOp_t op, bool integral) {
+  const size_t n = 1000;
+  std::vector<T> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = From<T>(Input(g_rank, i));
+  T *send = nullptr, *recv = nullptr;
+  CHECK(cudaMalloc(&send, n * sizeof(T)));
+  CHECK(cudaMalloc(&recv, n * sizeof(T)));
+  CHECK(cudaMemcpy(send, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  NCHECK(ncclAllReduce(send, recv, n, type, op, comm, s));
+  // In place as well.
+  NCHECK(ncclAllReduce(send, send, n, type, op, comm, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::vector<T> out(n), in_place(n);
+  CHECK(cudaMemcpy(out.data(), recv, n * sizeof(T), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(in_place.data(), send, n * sizeof(T), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i) {
+    const double want = integral ? ExpectedIn<T>(op, i) : To<T>(From<T>(Expected(op, i, integral)));
+    if (To<T>(out[i]) != want || To<T>(in_place[i]) != want) {
+      PHOS_CHECK_FAIL(1, "AllReduce type %d op %d: element %zu is %g (in place %g), want %g", type, op, i,
+                      To<T>(out[i]), To<T>(in_place[i]), want);
+    }
+  }
+  CHECK(cudaFree(send));
+  CHECK(cudaFree(recv));
+  return 0;
+}
+
+int Collectives(ncclComm_t comm, cudaStream_t s) {
+  // Every operator on int32 and float, sum on every other type.
+  for (ncclRedOp_t op : {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg}) {
+    if (int rc = AllReduceCase<int32_t>(comm, s, ncclInt32, op, true)) return rc;
+    if (int rc = AllReduceCase<float>(comm, s, ncclFloat32, op, false)) return rc;
+  }
+  if (int rc = AllReduceCase<int8_t>(comm, s, ncclInt8, ncclSum, true)) return rc;
+  if (int rc = AllReduceCase<uint8_t>(comm, s, ncclUint8, ncclMax, true)) return rc;
+  if (int rc = AllReduceCase<uint32_t>(comm, s, ncclUint32, ncclMax, true)) return rc;
+  if (int rc = AllReduceCase<int64_t>(comm, s, ncclInt64, ncclSum, true)) return rc;
+  if (int rc = AllReduceCase<uint64_t>(comm, s, ncclUint64, ncclMin, true)) return rc;
+  if (int rc = AllReduceCase<double>(comm, s, ncclFloat64, ncclSum, false)) return rc;
+  if (int rc = AllReduceCase<__half>(comm, s, ncclFloat16, ncclSum, false)) return rc;
+  if (int rc = AllReduceCase<__nv_bfloat16>(comm, s, ncclBfloat16, ncclMax, false)) return rc;
+
+  const size_t n = 256;
+  const size_t all = n * static_cast<size_t>(g_nranks);
+  float *a = nullptr, *b = nullptr, *scalar = nullptr;
+  CHECK(cudaMalloc(&a, all * sizeof(float)));
+  CHECK(cudaMalloc(&b, all * sizeof(float)));
+  CHECK(cudaMalloc(&scalar, sizeof(float)));
+  std::vector<float> mine(all), out(all);
+  for (size_t i = 0; i < all; ++i) mine[i] = static_cast<float>(Input(g_rank, i));
+  CHECK(cudaMemcpy(a, mine.data(), all * sizeof(float), cudaMemcpyHostToDevice));
+
+  // Broadcast from the last rank.
+  const int root = g_nranks - 1;
+  NCHECK(ncclBroadcast(a, b, n, ncclFloat32, root, comm, s));
+  CHECK(cudaMemcpy(out.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i)
+    if (out[i] != static_cast<float>(Input(root, i))) PHOS_CHECK_FAIL(1, "Broadcast: element %zu is %g", i, out[i]);
+
+  // Reduce (max) to rank 0.
+  CHECK(cudaMemset(b, 0, n * sizeof(float)));
+  NCHECK(ncclReduce(a, b, n, ncclFloat32, ncclMax, 0, comm, s));
+  CHECK(cudaMemcpy(out.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i) {
+    const float want = g_rank == 0 ? static_cast<float>(Expected(ncclMax, i, false)) : 0.0f;
+    if (out[i] != want) PHOS_CHECK_FAIL(1, "Reduce: element %zu is %g, want %g", i, out[i], want);
+  }
+
+  // AllGather: block r of the result is rank r's first n elements.
+  NCHECK(ncclAllGather(a, b, n, ncclFloat32, comm, s));
+  CHECK(cudaMemcpy(out.data(), b, all * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < g_nranks; ++r)
+    for (size_t i = 0; i < n; ++i)
+      if (out[r * n + i] != static_cast<float>(Input(r, i))) PHOS_CHECK_FAIL(1, "AllGather: block %d element %zu", r, i);
+
+  // ReduceScatter (sum): this rank gets block `rank` of the sums.
+  NCHECK(ncclReduceScatter(a, b, n, ncclFloat32, ncclSum, comm, s));
+  CHECK(cudaMemcpy(out.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i) {
+    const float want = static_cast<float>(Expected(ncclSum, g_rank * n + i, false));
+    if (out[i] != want) PHOS_CHECK_FAIL(1, "ReduceScatter: element %zu is %g, want %g", i, out[i], want);
+  }
+
+  // PreMulSum: each rank scales by (rank + 1), from the host and from device memory.
+  const float factor = static_cast<float>(g_rank + 1);
+  CHECK(cudaMemcpy(scalar, &factor, sizeof factor, cudaMemcpyHostToDevice));
+  for (ncclScalarResidence_t where : {ncclScalarHostImmediate, ncclScalarDevice}) {
+    ncclRedOp_t premul;
+    NCHECK(ncclRedOpCreatePreMulSum(&premul, where == ncclScalarDevice ? static_cast<void*>(scalar)
+                                                                       : const_cast<float*>(&factor),
+                                    ncclFloat32, where, comm));
+    NCHECK(ncclAllReduce(a, b, n, ncclFloat32, premul, comm, s));
+    CHECK(cudaMemcpy(out.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int r = 0; r < g_nranks; ++r) want += (r + 1) * Input(r, i);
+      if (out[i] != static_cast<float>(want)) PHOS_CHECK_FAIL(1, "PreMulSum (%d): element %zu is %g", where, i, out[i]);
+    }
+    NCHECK(ncclRedOpDestroy(premul, comm));
+  }
+
+  // A ring in one group: send to the next rank, receive from the previous.
+  const int next = (g_rank + 1) % g_nranks, prev = (g_rank + g_nranks - 1) % g_nranks;
+  NCHECK(ncclGroupStart());
+  NCHECK(ncclSend(a, n, ncclFloat32, next, comm, s));
+  NCHECK(ncclRecv(b, n, ncclFloat32, prev, comm, s));
+  NCHECK(ncclGroupEnd());
+  CHECK(cudaMemcpy(out.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i)
+    if (out[i] != static_cast<float>(Input(prev, i))) PHOS_CHECK_FAIL(1, "ring: element %zu is %g", i, out[i]);
+
+  // Bad arguments come back at once, as NCCL's do.
+  if (ncclAllReduce(a, b, n, static_cast<ncclDataType_t>(99), ncclSum, comm, s) != ncclInvalidArgument) {
+    PHOS_CHECK_FAIL(1, "an unknown datatype was accepted");
+  }
+  if (ncclSend(a, n, ncclFloat32, g_nranks + 3, comm, s) != ncclInvalidArgument) {
+    PHOS_CHECK_FAIL(1, "a peer outside the communicator was accepted");
+  }
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  CHECK(cudaFree(scalar));
+
+  // Data-parallel training: params identical on every rank after each step.
+  const int p = 4096, steps = 20;
+  float *params = nullptr, *grad = nullptr;
+  CHECK(cudaMalloc(&params, p * sizeof(float)));
+  CHECK(cudaMalloc(&grad, p * sizeof(float)));
+  CHECK(cudaMemsetAsync(params, 0, p * sizeof(float), s));
+  for (int step = 0; step < steps; ++step) {
+    Gradient<<<(p + 255) / 256, 256, 0, s>>>(params, grad, p, g_rank, step);
+    NCHECK(ncclAllReduce(grad, grad, p, ncclFloat32, ncclSum, comm, s));
+    Sgd<<<(p + 255) / 256, 256, 0, s>>>(params, grad, p, 0.25f);
+  }
+  std::vector<float> trained(p);
+  CHECK(cudaMemcpyAsync(trained.data(), params, p * sizeof(float), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::vector<float> ref(p, 0.0f);
+  for (int step = 0; step < steps; ++step)
+    for (int i = 0; i < p; ++i) {
+      float g = 0;
+      for (int r = 0; r < g_nranks; ++r) g += static_cast<float>((i + r * 3 + step) % 7) - 3.0f;
+      ref[i] -= 0.25f * g;
+    }
+  double checksum = 0;
+  for (int i = 0; i < p; ++i) {
+    if (trained[i] != ref[i]) PHOS_CHECK_FAIL(1, "training: param %d is %g, want %g", i, trained[i], ref[i]);
+    checksum += trained[i];
+  }
+  std::printf("rank %d: training checksum %.3f\n", g_rank, checksum);
+  CHECK(cudaFree(params));
+  CHECK(cudaFree(grad));
+  return 0;
+}
+
+int GetId(const std::string& file, ncclUniqueId* id) {
+  if (g_rank == 0) {
+    NCHECK(ncclGetUniqueId(id));
+    const std::string tmp = file + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (f == nullptr || std::fwrite(id, sizeof *id, 1, f) != 1) PHOS_CHECK_FAIL(2, "cannot write %s", tmp.c_str());
+    std::fclose(f);
+    if (std::rename(tmp.c_str(), file.c_str()) != 0) PHOS_CHECK_FAIL(2, "cannot rename to %s", file.c_str());
+    return 0;
+  }
+  for (int i = 0; i < 1200; ++i) {
+    if (FILE* f = std::fopen(file.c_str(), "rb")) {
+      const size_t got = std::fread(id, sizeof *id, 1, f);
+      std::fclose(f);
+      if (got == 1) return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  PHOS_CHECK_FAIL(2, "no unique id in %s after 60 s", file.c_str());
+}
+
+int Devices() {
+  int count = 0;
+  CHECK(cudaGetDeviceCount(&count));
+  std::printf("devices: %d", count);
+  for (int d = 0; d < count; ++d) {
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, d));
+    std::printf(" busid %d", prop.pciBusID);
+  }
+  std::printf("\n");
+  if (count > 0) {
+    // The process's GPU is the last one it names before it allocates.
+    CHECK(cudaSetDevice(count - 1));
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, 1 << 20));
+    int current = -1;
+    CHECK(cudaGetDevice(&current));
+    EXPECT(current == count - 1);
+    if (count > 1) EXPECT_ERR(cudaSetDevice(0), cudaErrorNotSupported);
+    CHECK(cudaFree(p));
+  }
+  std::printf("devices: OK\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "devices") == 0) return Devices();
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: nccl_ranks collectives|dies|hold RANK NRANKS IDFILE | nccl_ranks devices\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  g_rank = std::atoi(argv[2]);
+  g_nranks = std::atoi(argv[3]);
+  int count = 0;
+  CHECK(cudaGetDeviceCount(&count));
+  CHECK(cudaSetDevice(g_rank % count));
+  ncclUniqueId id;
+  if (int rc = GetId(argv[4], &id)) return rc;
+  ncclComm_t comm = nullptr;
+  NCHECK(ncclCommInitRank(&comm, g_nranks, id, g_rank));
+  int n = 0, r = -1, dev = -1;
+  NCHECK(ncclCommCount(comm, &n));
+  NCHECK(ncclCommUserRank(comm, &r));
+  NCHECK(ncclCommCuDevice(comm, &dev));
+  EXPECT(n == g_nranks && r == g_rank && dev == g_rank % count);
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  if (mode == "hold") {
+    std::printf("rank %d: holding\n", g_rank);
+    const std::string go = std::string(argv[4]) + ".go";
+    for (int i = 0; i < 2400 && access(go.c_str(), F_OK) != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    NCHECK(ncclCommDestroy(comm));
+    std::printf("rank %d: released\n", g_rank);
+    return 0;
+  }
+  if (mode == "dies") {
+    if (g_rank == 1) {
+      std::printf("rank 1: exiting without a word\n");
+      std::fflush(stdout);
+      _exit(3);
+    }
+    float* x = nullptr;
+    CHECK(cudaMalloc(&x, 1024 * sizeof(float)));
+    // Refused at once when rank 1's end was already seen, else failed as it runs.
+    ncclResult_t async = ncclAllReduce(x, x, 1024, ncclFloat32, ncclSum, comm, s);
+    if (async != ncclRemoteError) NCHECK(async);
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < 600 && async == ncclSuccess; ++i) {
+      NCHECK(ncclCommGetAsyncError(comm, &async));
+      if (async == ncclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT(async == ncclRemoteError);
+    std::printf("rank 0: remote error (%s)\n", ncclGetErrorString(async));
+    NCHECK(ncclCommAbort(comm));
+    return 0;
+  }
+  if (int rc = Collectives(comm, s)) return rc;
+  NCHECK(ncclCommFinalize(comm));
+  NCHECK(ncclCommDestroy(comm));
+  CHECK(cudaStreamDestroy(s));
+  std::printf("rank %d: OK\n", g_rank);
+  return 0;
+}
