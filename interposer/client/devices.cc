@@ -70,6 +70,9 @@ std::vector<int> ParseVisible(const char* env, int daemon_count) {
 }
 
 cudaError_t Resolve() {
+  // Usable only while the connection is (not in a child forked after
+  // CUDA was initialised, not once phosd is gone).
+  if (WireStatus w = Connection::Get().Ensure(); w != WireStatus::kSuccess) return static_cast<cudaError_t>(w);
   Visible& v = Vis();
   if (v.resolved.load(std::memory_order_acquire)) return cudaSuccess;
   ring::Reply r;
