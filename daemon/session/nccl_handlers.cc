@@ -154,6 +154,18 @@ void HandleNcclGroup(SessionState& st, const CallContext& call, const wire::Nccl
     op.recv = w.recv;
     op.count = w.count;
   }
+  // A rank's sends to itself are received in the same group, or never:
+  // its stream would wait for itself (NCCL hangs; phos refuses).
+  uint64_t self_sent = 0, self_received = 0;
+  for (const backend::CollectiveOp& op : ops) {
+    if (op.peer != rank->rank()) continue;
+    if (op.kind == backend::CollectiveOp::Kind::kSend) self_sent += op.count * wire::NcclTypeBytes(op.datatype) + 1;
+    if (op.kind == backend::CollectiveOp::Kind::kRecv) self_received += op.count * wire::NcclTypeBytes(op.datatype) + 1;
+  }
+  if (self_sent != self_received) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     "NCCL: a rank's Send to itself and its Recv from itself must be in one group, with equal sizes");
+  }
   out->Fail(st.executor->Run(v, [&] { return st.ctx->EnqueueCollectives(rank, ops, stream); }));
 }
 

@@ -37,6 +37,7 @@
 // Seeds: tests/fuzz/corpus/dispatch/ (made by make_dispatch_seeds.py).
 // PHOS_DISPATCH_FUZZ_TRACE=1 prints every record's op and answer (to check
 // what a seed or a crash input does: dispatch_fuzz -runs=0 FILE).
+#include <atomic>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -192,6 +193,10 @@ struct Fuzzed {
     app_fd = sv[1];
     st.session_id = 2;
     st.device = 0;
+    // The fuzzed app has no peers: an ncclCommInitRank that would wait for
+    // other ranks gives up at once (as when a session stops).
+    static const std::atomic<bool> kNoPeers{true};
+    st.stopping = &kNoPeers;
     st.backend = w.backend.get();
     st.ctx = ctx.get();
     st.ring = ring.get();

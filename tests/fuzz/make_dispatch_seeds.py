@@ -99,6 +99,19 @@ def texture(base, width, kind_resource, flags=0, dims=1, height=1, pitch=None):
                        kind_resource, 1, 1, 1, 0.0, 0.0, 0.0, 1.0) + bytes(4)
 
 
+def nccl_op(kind, dtype, send, recv, count, redop=0, peer=0, scalar=0, scalar_value=0):
+    """A wire::NcclOp (protocol/nccl_wire.h)."""
+    return struct.pack("<BBBBiQQQQ", kind, dtype, redop, scalar, peer, send, recv, count, scalar_value)
+
+
+def nccl_group(comm, *ops):
+    return struct.pack("<II", comm, len(ops)) + b"".join(ops)
+
+
+NCCL_ID = b"phosnccl" + bytes(range(120))
+ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCESCATTER, SEND, RECV = range(7)
+FLOAT32, FLOAT16 = 7, 6
+
 SEEDS = {
     "copies": [
         rec("Memcpy", memcpy(A0 + 16, 0, 64, H2D) + bytes(range(64))),
@@ -179,6 +192,27 @@ SEEDS = {
         rec("DeviceSetLimit", struct.pack("<IIQ", 2, 0, 1 << 20)),
         rec("DeviceSetLimit", struct.pack("<IIQ", 1, 0, 4096)),
         rec("DeviceSetLimit", struct.pack("<IIQ", 7, 0, 1)),
+    ],
+    # The fuzzed app has no peers: a 1-rank communicator forms at once, a
+    # larger one gives up (dispatch_fuzz.cc sets the session's stop flag).
+    "nccl": [
+        rec("SetDevice", struct.pack("<iI", 0, 0)),
+        rec("SetDevice", struct.pack("<iI", 1, 0)),
+        rec("NcclCommInitRank", struct.pack("<IiiI", 1, 1, 0, 0) + NCCL_ID),
+        rec("NcclCommInitRank", struct.pack("<IiiI", 2, 2, 1, 0) + NCCL_ID),
+        rec("NcclGroup", nccl_group(1, nccl_op(ALLREDUCE, FLOAT32, A0, A1, 64))),
+        rec("NcclGroup", nccl_group(1, nccl_op(SEND, FLOAT32, A0, 0, 32), nccl_op(RECV, FLOAT32, 0, A1 + 256, 32))),
+        rec("NcclGroup", nccl_group(1, nccl_op(BROADCAST, FLOAT16, A1, A1, 16), nccl_op(ALLGATHER, FLOAT32, A0, A1, 8),
+                                    nccl_op(REDUCESCATTER, FLOAT32, A0, A1, 8, redop=2))),
+        rec("NcclGroup", nccl_group(1, nccl_op(ALLREDUCE, FLOAT32, A0 + 64, A1, 8, redop=0xff, scalar=2,
+                                               scalar_value=A0))),
+        rec("NcclGroup", nccl_group(1, nccl_op(RECV, FLOAT32, 0, A1, 8))),
+        rec("NcclGroup", nccl_group(1, nccl_op(9, FLOAT32, A0, A1, 8))),
+        rec("NcclGroup", nccl_group(1, nccl_op(ALLREDUCE, FLOAT32, A0, B0, 8))),
+        rec("NcclCommGetAsyncError", struct.pack("<II", 1, 0)),
+        rec("NcclCommFinalize", struct.pack("<II", 1, 0)),
+        rec("NcclCommAbort", struct.pack("<II", 1, 0)),
+        rec("NcclCommDestroy", struct.pack("<II", 1, 0)),
     ],
     "device": [
         rec("GetDeviceCount"),
