@@ -1,4 +1,4 @@
-// phos checkpoint PID|NAME [--gpu-only] [--mode cow|recopy|stop] [--out DIR]
+// phos checkpoint PID|NAME [--gpu-only | --job] [--mode cow|recopy|stop] [--out DIR]
 // [--unvalidated trust|stop] [--leave-running|--kill] [--json]: checkpoint a
 // process running under phos — its GPU state, and without --gpu-only its
 // CPU state through CRIU (docs/criu.md "Whole-process checkpoint and
@@ -20,6 +20,7 @@ namespace {
 struct CheckpointArgs {
   TargetArgs target;
   bool gpu_only = false;
+  bool job = false;
   std::string mode = "cow";
   bool leave_running = false;  // the default; the flag only says so
   bool kill = false;
@@ -41,6 +42,7 @@ int RunCheckpoint(const GlobalOptions& global, const CheckpointArgs& a) {
   v1::CheckpointRequest req;
   req.set_pid(pid);
   req.set_gpu_only(a.gpu_only);
+  req.set_job(a.job);
   req.set_leave_running(!a.kill);
   req.set_kill(a.kill);
   ToProto(a.criu, req.mutable_criu());
@@ -78,6 +80,11 @@ void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_
   cmd->add_flag("--gpu-only", a->gpu_only,
                 "Save the GPU state only (no CRIU). Default: the whole process — its GPU state and, "
                 "through CRIU (root), its CPU state in DIR/criu/; the app keeps running either way");
+  cmd->add_flag("--job", a->job,
+                "Checkpoint the whole NCCL job of this process (every process sharing a communicator with it) "
+                "at one consistent cut: DIR/rank-<R>/ per rank, DIR/job written last; `phos restore DIR` brings "
+                "every rank back")
+      ->excludes("--gpu-only");
   AddModeOption(cmd, &a->mode, {"cow", "recopy", "stop"});
   AddEndOptions(cmd, &a->leave_running, &a->kill, /*kill_by_default=*/false);
   cmd->add_option("--unvalidated", a->unvalidated,

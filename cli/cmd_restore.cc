@@ -65,7 +65,7 @@ int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
   // "running" event prints "restored pid N" as soon as it runs.
   const int rc = ShowOperation(reader.get(), "Restore", "restore", a.json, &result);
   if (rc != 0 || a.gpu_only) return rc;
-  if (a.detach) {
+  if (a.detach || result.rank_pids_size() > 0) {  // a job's ranks always run on detached
     if (!a.json) std::cout << "restored pid " << result.pid() << "\n" << std::flush;
     return 0;
   }

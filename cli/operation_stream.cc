@@ -112,6 +112,11 @@ int ShowOperation(grpc::ClientReaderInterface<v1::OperationEvent>* reader, const
       // total is how long the operation took, the app running meanwhile.
       std::cout << "\n  stall " << HumanMicros(r.stall_us()) << " (the app was held this long), took "
                 << HumanMicros(r.total_ms() * 1000) << "\n";
+      if (r.rank_pids_size() > 0) {
+        std::cout << "  job of " << r.rank_pids_size() << " ranks, pids";
+        for (int p : r.rank_pids()) std::cout << " " << p;
+        std::cout << " (rank order)\n";
+      }
     }
     return 0;
   }

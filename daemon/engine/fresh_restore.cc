@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <span>
@@ -241,14 +242,43 @@ Status MoveToImageDevice(session::SessionState& st, int device) {
   return s.WithContext("moving session " + std::to_string(st.session_id) + " to GPU " + std::to_string(device));
 }
 
+/// Forms the image's communicators again with the job's other ranks, under
+/// the app's ids; a new unique id per job restore (`generation` in the
+/// last bytes), so a copy of a job never meets the original or another copy.
+Status RejoinCommunicators(session::SessionState& st, const image::v1::SessionHandles& handles,
+                           std::uint64_t generation, Progress* progress) {
+  if (handles.communicators_size() == 0) return Status::Ok();
+  progress->SetPhase("communicators", "forming " + std::to_string(handles.communicators_size()) +
+                                          " NCCL communicator(s) again with the job's other ranks");
+  for (const auto& c : handles.communicators()) {
+    backend::CommunicatorId id{};
+    if (c.unique_id().size() != id.size()) return Status::Corruption("a communicator record without its unique id");
+    std::memcpy(id.data(), c.unique_id().data(), id.size());
+    for (std::size_t i = 0; i < sizeof generation; ++i) {
+      id[id.size() - sizeof generation + i] ^= static_cast<std::uint8_t>(generation >> (8 * i));
+    }
+    PHOS_RETURN_IF_ERROR(session::JoinCommunicator(st, c.app_id(), id, c.nranks(), c.rank())
+                             .WithContext("forming NCCL communicator " + std::to_string(c.app_id()) + " (rank " +
+                                          std::to_string(c.rank()) + " of " + std::to_string(c.nranks()) + ")"));
+  }
+  return Status::Ok();
+}
+
 /// The control task's common part: refuse a non-empty or faulted session
 /// unchanged, recreate and map, then `finish` (copy everything, or hand
 /// the buffers to the concurrent loader). A failure after the first change
 /// releases what was created.
 Status RecreateInto(session::SessionState& st, RestoreTask& task, const image::v1::SessionHandles& handles,
-                    const image::v1::SessionModules& modules, Progress* progress,
+                    const image::v1::SessionModules& modules, Progress* progress, std::uint64_t comm_generation,
                     const std::function<Status()>& finish) {
   PHOS_RETURN_IF_ERROR(CheckEmpty(st));
+  if (handles.communicators_size() > 0 && comm_generation == 0) {
+    return Status::FailedPrecondition(
+        "this image is rank " + std::to_string(handles.communicators(0).rank()) + " of a " +
+        std::to_string(handles.communicators(0).nranks()) +
+        "-rank NCCL job: it comes back only with the job's other ranks (restore the job's directory); the session "
+        "is unchanged");
+  }
   PHOS_RETURN_IF_ERROR(MoveToImageDevice(st, handles.device()));
   progress->SetPhase("quiesce", "waiting for the session's GPU work to finish");
   if (Status sync = st.ctx->Synchronize(); !sync.ok()) {
@@ -257,8 +287,11 @@ Status RecreateInto(session::SessionState& st, RestoreTask& task, const image::v
   }
   Status r = Recreate(st, task, handles, modules, progress);
   if (r.ok()) r = finish();
+  // Communicators last: each waits for the job's other ranks.
+  if (r.ok()) r = RejoinCommunicators(st, handles, comm_generation, progress);
   if (!r.ok()) {
     // Back to empty: the app can retry (another image) or start over.
+    if (!st.comms.empty()) session::AbortCommunicators(st, "its restore failed");
     ReleaseCreated(st);
     r = r.WithContext("fresh restore failed; everything it had created was released, session " +
                       std::to_string(st.session_id) + " is empty again");
@@ -307,8 +340,11 @@ Status RestoreFreshWithHooks(session::Session& session, const RestoreOptions& op
     // Recreate and map here; from there on it is the concurrent restore:
     // every image buffer ABSENT, globals loaded synchronously, the loader
     // in first-use order, calls touching an absent buffer wait.
-    ControlStep step = [hook, handles, modules, progress](session::SessionState& st, ConcurrentRestore& op) {
-      return RecreateInto(st, op.task(), *handles, *modules, progress, [&] { return op.StartMapped(st, hook); });
+    const std::uint64_t generation = options.comm_generation;
+    ControlStep step = [hook, handles, modules, progress, generation](session::SessionState& st,
+                                                                      ConcurrentRestore& op) {
+      return RecreateInto(st, op.task(), *handles, *modules, progress, generation,
+                          [&] { return op.StartMapped(st, hook); });
     };
     Status s = DriveConcurrentRestore(session, hook, std::move(task), step, options, progress, result, hooks,
                                       load_order, t0);
@@ -323,7 +359,8 @@ Status RestoreFreshWithHooks(session::Session& session, const RestoreOptions& op
 
   Status s = session.RunControl([&](session::SessionState& st) -> Status {
     const auto stall0 = Clock::now();
-    Status r = RecreateInto(st, *task, *handles, *modules, progress, [&] { return CopyAll(st, *task, progress); });
+    Status r = RecreateInto(st, *task, *handles, *modules, progress, options.comm_generation,
+                            [&] { return CopyAll(st, *task, progress); });
     task->mutable_result()->stall_us = MicrosSince(stall0);
     return r;
   });

@@ -115,12 +115,12 @@ Status Checkpoint(session::Session& session, const CheckpointOptions& options, P
   }
   // A rank of an NCCL job alone is no checkpoint of the job: its peers'
   // collectives would be half inside it (docs/protocols.md "Job checkpoints").
-  PHOS_RETURN_IF_ERROR(session.RunControl([pid = session.pid()](session::SessionState& st) {
-    if (st.comms.empty()) return Status::Ok();
+  PHOS_RETURN_IF_ERROR(session.RunControl([pid = session.pid(), job = options.job_rank](session::SessionState& st) {
+    if (st.comms.empty() || job) return Status::Ok();
     return Status::FailedPrecondition(
         "pid " + std::to_string(pid) + " holds " + std::to_string(st.comms.size()) +
-        " NCCL communicator rank(s): a checkpoint of one rank of a job is not consistent, and checkpoints of "
-        "whole NCCL jobs are not implemented yet; nothing was written, the process keeps running");
+        " NCCL communicator rank(s): a checkpoint of one rank of a job is not consistent; checkpoint the whole "
+        "job (phos checkpoint --job); nothing was written, the process keeps running");
   }));
   switch (options.mode) {
     case Mode::kStop: return RunStop(session, options, progress, result);

@@ -45,6 +45,10 @@ struct CheckpointOptions {
   /// (server/migration.h). A failure fails the checkpoint (no image). May
   /// run twice when cow falls back to stop-the-world.
   std::function<Status(session::SessionState&)> at_capture;
+  /// The session is one rank of a job checkpoint that brought every rank
+  /// to one cut (docs/protocols.md "Job checkpoints"): its communicators
+  /// are recorded instead of refused.
+  bool job_rank = false;
   /// Recopy only: every copy a round stages is handed here as it is taken
   /// (live migration's pre-copy, engine/precopy_sink.h), and extents still
   /// equal to a handed-over copy at t2 are written as references, not
@@ -111,6 +115,12 @@ struct RestoreOptions {
   /// refused, never run on its missing bytes). false: verify everything
   /// before the session is touched.
   bool verified = false;
+  /// A job restore (docs/protocols.md "Job checkpoints"): the image's NCCL
+  /// communicators are formed again by all the job's ranks, under unique
+  /// ids this number (the same for every rank of one job restore, nonzero)
+  /// makes new. 0: an image holding communicators is refused (one rank of a
+  /// job comes back only with the others).
+  std::uint64_t comm_generation = 0;
 };
 
 struct RestoreResult {

@@ -102,6 +102,13 @@ void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manife
   for (const auto& t : o.textures) EncodeTextureObject(t.handle, t.object, h.add_textures());
   h.set_device_heap(o.device_heap);
   h.set_device(o.device);
+  for (const auto& c : o.communicators) {
+    auto* r = h.add_communicators();
+    r->set_app_id(c.app_id);
+    r->set_unique_id(c.unique_id.data(), c.unique_id.size());
+    r->set_nranks(c.nranks);
+    r->set_rank(c.rank);
+  }
   std::uint64_t module_bytes = 0;
   for (const auto& m : o.modules) module_bytes += m.image ? m.image->size() : 0;
   image::v1::SessionModules modules;

@@ -43,6 +43,9 @@ void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
   for (const auto& [handle, obj] : st.texture_objects) o->textures.push_back({handle, obj});  // std::map: ascending
   o->device_heap = st.device_heap;
   o->device = st.device;
+  for (const auto& [id, c] : st.comms) {  // std::map: ascending
+    o->communicators.push_back({id, c.unique_id, c.rank->nranks(), c.rank->rank()});
+  }
   auto by_id = [](const auto& a, const auto& b) { return a.id < b.id; };
   // Modules in the order the app loaded them (a fresh restore reloads them
   // in this order: backends place module variables by allocation order).

@@ -79,6 +79,12 @@ struct SessionObjects {
   std::vector<Texture> textures;    // ascending handle
   std::uint64_t device_heap = 0;    // a buffer's address (0: none)
   int device = 0;                   // phosd's ordinal of the session's GPU
+  struct Communicator {
+    std::uint32_t app_id = 0;
+    backend::CommunicatorId unique_id{};
+    int nranks = 0, rank = 0;
+  };
+  std::vector<Communicator> communicators;  // ascending app id
 };
 
 struct SessionSnapshot {

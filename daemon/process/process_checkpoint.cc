@@ -151,6 +151,7 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
   // same instant by construction. The app's calls wait for the dump (~0.1 s,
   // criu_dump_ms).
   uint64_t dump_ms = 0;
+  const auto caller_at_capture = gpu.at_capture;  // a job's: runs after the dump
   gpu_here.at_capture = [&](session::SessionState& st) -> Status {
     RecordCapturePoint(st, &im);
     // No progress phase of its own: for cow the copy phase follows at once
@@ -167,7 +168,7 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
       return ds.WithContext("CRIU dump of pid " + std::to_string(im.pid) +
                             (keep ? " (CRIU's log kept as " + kept + ")" : std::string()));
     }
-    return ds;
+    return caller_at_capture ? caller_at_capture(st) : ds;
   };
   engine::CheckpointResult r;
   Status s = engine::Checkpoint(sess, gpu_here, progress, &r);
@@ -308,6 +309,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
     return e;
   }
   engine::RestoreOptions gro;
+  gro.comm_generation = options.comm_generation;
   gro.dir = dir;
   gro.concurrent = options.concurrent;
   gro.verified = options.image_verified;

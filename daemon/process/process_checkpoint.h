@@ -100,6 +100,8 @@ struct ProcessRestoreOptions {
   CriuUserOptions criu;
   /// phosd's --criu-binary ("" = `criu` on PATH).
   std::string criu_binary;
+  /// A job restore: engine::RestoreOptions::comm_generation.
+  std::uint64_t comm_generation = 0;
 };
 
 /// Restores the process of image `dir` (its pid must be free). On any

@@ -18,6 +18,7 @@
 #include "engine/progress.h"
 #include "image/image_catalog.h"
 #include "server/phos_service.h"
+#include "jobs/job_image.h"
 #include "process/process_checkpoint.h"
 #include "server/rpc_events.h"
 
@@ -181,6 +182,18 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
                                     : req->unvalidated() == v1::UNVALIDATED_STOP;
   opts.unvalidated = stop_unvalidated ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
   const bool whole = !req->gpu_only();
+  if (req->job()) {
+    if (!whole) {
+      return FailOperation(writer, "Checkpoint",
+                           phos::Status::InvalidArgument("a job checkpoint captures every rank whole (its restore "
+                                                         "recreates the processes): drop --gpu-only"));
+    }
+    if (req->kill()) {
+      return FailOperation(writer, "Checkpoint",
+                           phos::Status::InvalidArgument("--kill is not offered for job checkpoints yet"));
+    }
+    return CheckpointJobRpc(req, *sess, dir, opts, writer);
+  }
   spdlog::info("rpc=Checkpoint pid={} session={} mode={} {} dir={}", req->pid(), sess->id(),
                engine::ModeName(opts.mode), whole ? "whole-process" : "gpu-only", dir);
   engine::Progress progress;
@@ -262,6 +275,13 @@ grpc::Status PhosService::Restore(grpc::ServerContext* ctx, const v1::RestoreReq
   if (req->image_dir().empty() || req->image_dir()[0] != '/') {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "image_dir must be an absolute path (got '" + req->image_dir() + "')");
+  }
+  if (jobs::IsJobImage(req->image_dir())) {
+    if (req->gpu_only()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          req->image_dir() + " is the image of an NCCL job: it restores whole (drop --gpu-only)");
+    }
+    return RestoreJobRpc(req, writer);
   }
   if (!req->gpu_only()) return RestoreWholeProcess(ctx, req, writer);
   v1::RestoreRequest resolved;

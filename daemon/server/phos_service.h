@@ -18,6 +18,7 @@
 #include "server/session_registry.h"
 #include "templates/template_store.h"
 #include "session/session_server.h"
+#include "engine/operations.h"
 
 namespace phos::server {
 
@@ -123,6 +124,13 @@ class PhosService final : public v1::Phos::Service {
   /// Restore RPC, gpu_only = false (process_checkpoint.h).
   grpc::Status RestoreWholeProcess(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                                    grpc::ServerWriter<v1::OperationEvent>* writer);
+  /// Checkpoint RPC with `job` (job_rpcs.cc; jobs/job_checkpoint.h): `dir`
+  /// and the per-rank `opts` as the single-process path resolved them.
+  grpc::Status CheckpointJobRpc(const v1::CheckpointRequest* req, const session::Session& seed,
+                                const std::string& dir, const engine::CheckpointOptions& opts,
+                                grpc::ServerWriter<v1::OperationEvent>* writer);
+  /// Restore RPC of a job image (job_rpcs.cc).
+  grpc::Status RestoreJobRpc(const v1::RestoreRequest* req, grpc::ServerWriter<v1::OperationEvent>* writer);
 
   // Set at construction (PhosServiceConfig) and only read afterwards; the
   // pointees are thread-safe (Backend's contract, SessionRegistry's mutex,

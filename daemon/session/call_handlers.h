@@ -27,6 +27,7 @@
 #include "ring/record.h"
 #include "ring/ring.h"
 #include "session/buffer_map.h"
+#include "session/communicator_book.h"
 #include "session/executor.h"
 #include "session/host_functions.h"
 #include "session/host_segments.h"
@@ -181,10 +182,18 @@ struct SessionState {
     if (!s.ok() && deferred.ok()) deferred = s;
   }
 
-  // NCCL communicators (the app's id -> this session's rank in it;
-  // nccl_handlers.cc). A session's teardown aborts those it still holds,
-  // so its peers fail instead of waiting for it.
-  std::unordered_map<uint32_t, std::shared_ptr<backend::CommRank>> comms;
+  // NCCL communicators (the app's id -> this session's rank in it and the
+  // unique id that names it; nccl_handlers.cc). A session's teardown aborts
+  // those it still holds, so its peers fail instead of waiting for it.
+  struct Communicator {
+    std::shared_ptr<backend::CommRank> rank;
+    backend::CommunicatorId unique_id{};
+  };
+  std::map<uint32_t, Communicator> comms;
+  // phosd's book of every session's ranks and their counts (a job
+  // checkpoint's cut); not owned, outlives the session. Null: not kept
+  // (tests, the fuzzer).
+  CommunicatorBook* comm_book = nullptr;
   // The Session's stop flag (its app ended, or phosd stops): a call that
   // blocks on other processes (ncclCommInitRank) gives up when it is set.
   // Null where no Session owns the state (tests): never set.
@@ -298,5 +307,11 @@ void ReleaseAll(SessionState& st);
 /// Aborts every NCCL communicator rank the session holds (its peers' waits
 /// fail with `why` instead of hanging) and forgets them (nccl_handlers.cc).
 void AbortCommunicators(SessionState& st, const std::string& why);
+/// Makes the session rank `rank` of the `nranks`-rank communicator
+/// `unique_id`, under the app's id `app_id` (ncclCommInitRank, and a job
+/// restore recreating it): blocks until every rank joined or the session
+/// stops.
+Status JoinCommunicator(SessionState& st, uint32_t app_id, const backend::CommunicatorId& unique_id, int nranks,
+                        int rank);
 
 }  // namespace phos::session

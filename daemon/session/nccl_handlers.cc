@@ -29,8 +29,16 @@ constexpr size_t kMaxCommunicators = 4096;
 Status FindComm(SessionState& st, uint32_t id, std::shared_ptr<backend::CommRank>* out) {
   auto it = st.comms.find(id);
   if (it == st.comms.end()) return Status::NotFound("no NCCL communicator " + std::to_string(id) + " in this process");
-  *out = it->second;
+  *out = it->second.rank;
   return Status::Ok();
+}
+
+/// The session no longer holds communicator `id` (destroyed, aborted).
+void Forget(SessionState& st, uint32_t id) {
+  auto it = st.comms.find(id);
+  if (it == st.comms.end()) return;
+  if (st.comm_book != nullptr) st.comm_book->Leave(it->second.unique_id, it->second.rank->rank(), st.session_id);
+  st.comms.erase(it);
 }
 
 int64_t NcclResultOf(const Status& s) {
@@ -60,15 +68,9 @@ void HandleNcclCommInitRank(SessionState& st, const CallContext& call, const wir
   }
   backend::CommunicatorId id{};
   std::memcpy(id.data(), req.unique_id, id.size());
-  const std::atomic<bool>* stop = st.stopping;
-  std::shared_ptr<backend::CommRank> rank;
-  // Blocks (this session's consumer thread, as NCCL blocks the app's
-  // thread) until every rank joined or this app ended.
-  Status s = st.ctx->JoinCommunicator(id, req.nranks, req.rank,
-                                      [stop] { return stop != nullptr && stop->load(std::memory_order_acquire); },
-                                      &rank);
-  if (!s.ok()) return out->Fail(s.WithContext("ncclCommInitRank"));
-  st.comms[req.comm] = std::move(rank);
+  if (Status s = JoinCommunicator(st, req.comm, id, req.nranks, req.rank); !s.ok()) {
+    return out->Fail(s.WithContext("ncclCommInitRank"));
+  }
   spdlog::info("session {}: rank {} of a {}-rank NCCL communicator on GPU {}", st.session_id, req.rank, req.nranks,
                st.device);
 }
@@ -86,14 +88,14 @@ void HandleNcclCommDestroy(SessionState& st, const CallContext& call, const wire
   std::shared_ptr<backend::CommRank> rank;
   if (Status s = FindComm(st, req.id, &rank); !s.ok()) return out->Fail(s);
   // Groups still queued hold the rank themselves and run to the end.
-  st.comms.erase(req.id);
+  Forget(st, req.id);
 }
 
 void HandleNcclCommAbort(SessionState& st, const CallContext& call, const wire::HandleRequest& req, Outcome* out) {
   std::shared_ptr<backend::CommRank> rank;
   if (Status s = FindComm(st, req.id, &rank); !s.ok()) return out->Fail(s);
   rank->Abort("rank " + std::to_string(rank->rank()) + " called ncclCommAbort");
-  st.comms.erase(req.id);
+  Forget(st, req.id);
 }
 
 void HandleNcclCommGetAsyncError(SessionState& st, const CallContext& call, const wire::HandleRequest& req,
@@ -166,13 +168,44 @@ void HandleNcclGroup(SessionState& st, const CallContext& call, const wire::Nccl
     return out->Fail(WireStatus::kInvalidValue,
                      "NCCL: a rank's Send to itself and its Recv from itself must be in one group, with equal sizes");
   }
-  out->Fail(st.executor->Run(v, [&] { return st.ctx->EnqueueCollectives(rank, ops, stream); }));
+  Status s = st.executor->Run(v, [&] { return st.ctx->EnqueueCollectives(rank, ops, stream); });
+  if (s.ok() && st.comm_book != nullptr) {
+    GroupCounts counts;
+    for (const backend::CollectiveOp& op : ops) {
+      if (op.kind == backend::CollectiveOp::Kind::kSend) {
+        ++counts.sent[op.peer];
+      } else if (op.kind == backend::CollectiveOp::Kind::kRecv) {
+        ++counts.received[op.peer];
+      } else {
+        ++counts.collectives;
+      }
+    }
+    st.comm_book->Count(st.comms.at(req.comm).unique_id, rank->rank(), st.session_id, counts);
+  }
+  out->Fail(s);
+}
+
+Status JoinCommunicator(SessionState& st, uint32_t app_id, const backend::CommunicatorId& unique_id, int nranks,
+                        int rank) {
+  const std::atomic<bool>* stop = st.stopping;
+  std::shared_ptr<backend::CommRank> joined;
+  // Blocks (this session's consumer thread, as NCCL blocks the app's
+  // thread) until every rank joined or this app ended.
+  PHOS_RETURN_IF_ERROR(st.ctx->JoinCommunicator(
+      unique_id, nranks, rank, [stop] { return stop != nullptr && stop->load(std::memory_order_acquire); },
+      &joined));
+  st.comms[app_id] = SessionState::Communicator{std::move(joined), unique_id};
+  if (st.comm_book != nullptr) st.comm_book->Join(unique_id, nranks, rank, st.session_id);
+  return Status::Ok();
 }
 
 /// Ends the session's ranks: the peers' waits fail (ncclRemoteError)
 /// instead of hanging on a process that is gone (ReleaseAll).
 void AbortCommunicators(SessionState& st, const std::string& why) {
-  for (auto& [id, rank] : st.comms) rank->Abort("rank " + std::to_string(rank->rank()) + ": " + why);
+  for (auto& [id, c] : st.comms) {
+    c.rank->Abort("rank " + std::to_string(c.rank->rank()) + ": " + why);
+    if (st.comm_book != nullptr) st.comm_book->Leave(c.unique_id, c.rank->rank(), st.session_id);
+  }
   st.comms.clear();
 }
 

@@ -100,6 +100,9 @@ class Session {
   /// The kernel-signature cache module loads use (not owned; must outlive
   /// the session; null = a memory-only one per load). Before Start().
   void set_signature_cache(signature::SignatureCache* cache) { state_.signature_cache = cache; }
+  /// phosd's book of NCCL ranks (not owned; must outlive the session).
+  /// Before Start().
+  void set_comm_book(CommunicatorBook* book) { state_.comm_book = book; }
   /// Start() with the consumer held: it runs control tasks but takes no
   /// call off the ring until OpenGate(). A session adopted for a restored
   /// process (whole-process restore) is gated so the GPU state is back

@@ -76,6 +76,7 @@ void SessionServer::AcceptOne() {
   session->set_on_finished([this] { Wake(); });
   session->set_context_pool(options_.context_pool);
   session->set_signature_cache(options_.signature_cache);
+  session->set_comm_book(&comm_book_);
   s = session->Start();
   if (!s.ok()) {
     spdlog::warn("data plane: cannot start session {}: {}", id, s.ToString());
@@ -99,6 +100,7 @@ Status SessionServer::Adopt(std::unique_ptr<ring::ChannelConnection> conn,
   session->set_on_finished([this] { Wake(); });
   session->set_context_pool(options_.context_pool);
   session->set_signature_cache(options_.signature_cache);
+  session->set_comm_book(&comm_book_);
   session->set_start_gated();
   PHOS_RETURN_IF_ERROR(session->PrepareContext().WithContext("a GPU context for the adopted session"));
   PHOS_RETURN_IF_ERROR(session->Start().WithContext("starting the adopted session"));
@@ -109,6 +111,12 @@ Status SessionServer::Adopt(std::unique_ptr<ring::ChannelConnection> conn,
   Wake();  // the server thread polls the new socket from its next round
   *out = std::move(session);
   return Status::Ok();
+}
+
+std::shared_ptr<Session> SessionServer::FindById(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<Session> SessionServer::FindByPid(pid_t pid) const {

@@ -30,6 +30,7 @@
 #include "ring/channel.h"
 #include "ring/ring_layout.h"
 #include "session/executor.h"
+#include "session/communicator_book.h"
 #include "session/session.h"
 
 namespace phos::session {
@@ -82,6 +83,10 @@ class SessionServer {
   /// (including one whose stop was requested: its GPU memory is still
   /// allocated). The whole-process restore waits for this to turn false.
   bool PidHasSession(pid_t pid) const;
+  /// The live session with id `id`, or null.
+  std::shared_ptr<Session> FindById(uint64_t id) const;
+  /// Every NCCL communicator rank of this server's sessions (a job's cut).
+  CommunicatorBook& communicators() { return comm_book_; }
   const std::string& path() const { return path_; }
 
   /// Adopts a connection phosd did not accept (whole-process restore: its
@@ -120,6 +125,9 @@ class SessionServer {
   // engine's RPCs); the last holder destroys (joins) the Session.
   std::map<uint64_t, std::shared_ptr<Session>> sessions_;
   HookFactory hook_factory_;
+  // Thread-safe itself; its sessions point to it, so it is declared before
+  // nothing that outlives them (the sessions are joined in Stop).
+  CommunicatorBook comm_book_;
   std::atomic<uint64_t> next_id_{1};  // AcceptOne (server thread) and Adopt (any thread)
   // Server thread only: session id -> start (BusyCall) of the call already
   // logged as slow, so each slow call is logged once.

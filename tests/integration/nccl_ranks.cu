@@ -8,6 +8,11 @@
 //       ncclRemoteError (prints "rank 0: remote error"), it does not hang
 //   nccl_ranks hold RANK NRANKS IDFILE          forms the communicator,
 //       prints "rank R: holding", waits for IDFILE.go, then ends cleanly
+//   nccl_ranks train RANK NRANKS IDFILE         a longer data-parallel run
+//       (300 steps, rank 1 slower than rank 0, so their collective counts
+//       differ at any moment) for job checkpoints: prints "rank R: step N"
+//       every 10 steps and "rank R: trained checksum C OK" when its
+//       parameters match the CPU reference
 //   nccl_ranks devices                          what the process sees of the
 //       GPUs: "devices: COUNT busid BUS ..." of each visible one
 // Rank 0 writes the unique id to IDFILE (through a rename), the others read
@@ -263,6 +268,45 @@ int Collectives(ncclComm_t comm, cudaStream_t s) {
   return 0;
 }
 
+// params -= lr * sum over ranks of the gradient, `steps` times; the CPU
+// reference of the same arithmetic must match bit for bit.
+int Train(ncclComm_t comm, cudaStream_t s, int steps) {
+  const int p = 4096;
+  float *params = nullptr, *grad = nullptr;
+  CHECK(cudaMalloc(&params, p * sizeof(float)));
+  CHECK(cudaMalloc(&grad, p * sizeof(float)));
+  CHECK(cudaMemsetAsync(params, 0, p * sizeof(float), s));
+  for (int step = 0; step < steps; ++step) {
+    Gradient<<<(p + 255) / 256, 256, 0, s>>>(params, grad, p, g_rank, step);
+    NCHECK(ncclAllReduce(grad, grad, p, ncclFloat32, ncclSum, comm, s));
+    Sgd<<<(p + 255) / 256, 256, 0, s>>>(params, grad, p, 0.25f);
+    if (step % 10 == 9) {
+      CHECK(cudaStreamSynchronize(s));
+      std::printf("rank %d: step %d\n", g_rank, step + 1);
+    }
+    usleep(g_rank == 0 ? 2000 : 6000);
+  }
+  std::vector<float> trained(p);
+  CHECK(cudaMemcpyAsync(trained.data(), params, p * sizeof(float), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  std::vector<float> ref(p, 0.0f);
+  for (int step = 0; step < steps; ++step)
+    for (int i = 0; i < p; ++i) {
+      float g = 0;
+      for (int r = 0; r < g_nranks; ++r) g += static_cast<float>((i + r * 3 + step) % 7) - 3.0f;
+      ref[i] -= 0.25f * g;
+    }
+  double checksum = 0;
+  for (int i = 0; i < p; ++i) {
+    if (trained[i] != ref[i]) PHOS_CHECK_FAIL(1, "training: param %d is %g, want %g", i, trained[i], ref[i]);
+    checksum += static_cast<double>(trained[i]) * ((i % 13) + 1);
+  }
+  std::printf("rank %d: trained checksum %.3f OK\n", g_rank, checksum);
+  CHECK(cudaFree(params));
+  CHECK(cudaFree(grad));
+  return 0;
+}
+
 int GetId(const std::string& file, ncclUniqueId* id) {
   if (g_rank == 0) {
     NCHECK(ncclGetUniqueId(id));
@@ -314,7 +358,7 @@ int Devices() {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "devices") == 0) return Devices();
   if (argc != 5) {
-    std::fprintf(stderr, "usage: nccl_ranks collectives|dies|hold RANK NRANKS IDFILE | nccl_ranks devices\n");
+    std::fprintf(stderr, "usage: nccl_ranks collectives|dies|hold|train RANK NRANKS IDFILE | nccl_ranks devices\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -334,6 +378,11 @@ int main(int argc, char** argv) {
   EXPECT(n == g_nranks && r == g_rank && dev == g_rank % count);
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
+  if (mode == "train") {
+    if (int rc = Train(comm, s, 300)) return rc;
+    NCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
   if (mode == "hold") {
     std::printf("rank %d: holding\n", g_rank);
     const std::string go = std::string(argv[4]) + ".go";

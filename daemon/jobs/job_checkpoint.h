@@ -1,0 +1,67 @@
+// Checkpoint and restore of a whole NCCL job on one phosd
+// (docs/protocols.md "Job checkpoints"): every rank brought to one cut, then
+// each captured by the whole-process checkpoint; restored together, their
+// communicators formed again.
+//
+// Threading: any thread except a session's consumer (as engine
+// operations). Root only (CRIU).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/operations.h"
+#include "engine/progress.h"
+#include "process/process_checkpoint.h"
+#include "session/session_server.h"
+
+namespace phos::jobs {
+
+struct JobCheckpointOptions {
+  /// Per rank: mode, cow reserve, validation policy, manifest fields (dir
+  /// and at_capture are set per rank).
+  engine::CheckpointOptions rank;
+  std::string dir;  // the job image to create (must not exist)
+  /// How long the ranks may take to reach the cut; then the checkpoint
+  /// fails, every rank runs on, nothing is written.
+  std::chrono::milliseconds cut_timeout{60000};
+  process::CriuUserOptions criu;
+  std::string criu_binary;
+};
+
+struct JobRankResult {
+  int rank = 0;
+  pid_t pid = 0;
+  std::uint64_t session_id = 0;
+  std::string dir;
+  process::ProcessCheckpointResult result;
+};
+
+struct JobCheckpointResult {
+  std::vector<JobRankResult> ranks;
+  std::uint64_t cut_us = 0;    // choosing and reaching the cut
+  std::uint64_t stall_us = 0;  // the longest any rank could not run (cut hold + its own stall)
+  std::uint64_t bytes = 0;
+};
+
+/// Checkpoints the job of session `seed` (the sessions sharing NCCL
+/// communicators with it, transitively).
+Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const JobCheckpointOptions& options,
+                     engine::Progress* progress, JobCheckpointResult* result);
+
+struct JobRestoreResult {
+  std::vector<process::ProcessRestoreResult> ranks;  // the manifest's order
+};
+
+/// Restores every rank of the job image `dir` (their pids must be free)
+/// and forms their communicators again. On a failure, every rank this
+/// restore brought back is ended.
+Status RestoreJob(session::SessionServer* server, const std::string& dir, const process::ProcessRestoreOptions& options,
+                  engine::Progress* progress, JobRestoreResult* result);
+
+}  // namespace phos::jobs

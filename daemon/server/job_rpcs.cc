@@ -1,0 +1,99 @@
+// The Checkpoint RPC with `job` and the Restore RPC of a job image: thin
+// adapters over jobs/job_checkpoint.h (docs/protocols.md "Job
+// checkpoints").
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <future>
+
+#include "jobs/job_checkpoint.h"
+#include "server/phos_service.h"
+#include "server/rpc_events.h"
+
+namespace phos::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t MillisSince(Clock::time_point t0) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+}
+
+}  // namespace
+
+grpc::Status PhosService::CheckpointJobRpc(const v1::CheckpointRequest* req, const session::Session& seed,
+                                           const std::string& dir, const engine::CheckpointOptions& opts,
+                                           grpc::ServerWriter<v1::OperationEvent>* writer) {
+  const auto t0 = Clock::now();
+  session::SessionServer* server = nullptr;
+  if (phos::Status d = DataPlane(&server); !d.ok()) return FailOperation(writer, "Checkpoint", d);
+  spdlog::info("rpc=Checkpoint job of pid {} (session {}) mode={} dir={}", req->pid(), seed.id(),
+               engine::ModeName(opts.mode), dir);
+  jobs::JobCheckpointOptions jo;
+  jo.rank = opts;
+  jo.dir = dir;
+  jo.criu = FromProto(req->criu());
+  jo.criu_binary = criu_binary_;
+  engine::Progress progress;
+  jobs::JobCheckpointResult r;
+  std::future<phos::Status> done = std::async(std::launch::async, [&] {
+    return jobs::CheckpointJob(server, seed.id(), jo, &progress, &r);
+  });
+  phos::Status s = StreamUntilDone(done, progress, writer);
+  if (!s.ok()) return FailOperation(writer, "Checkpoint", s.WithContext("job checkpoint of pid " + std::to_string(req->pid())));
+  WriteProgress(writer, progress.Snapshot());
+  v1::OperationEvent ev;
+  v1::OperationResult* out = ev.mutable_done();
+  out->set_image_dir(dir);
+  out->set_pid(req->pid());
+  out->set_stall_us(r.stall_us);
+  out->set_total_ms(MillisSince(t0));
+  out->set_bytes_written(r.bytes);
+  for (const auto& rank : r.ranks) out->add_rank_pids(static_cast<int32_t>(rank.pid));
+  (*out->mutable_counters())["ranks"] = r.ranks.size();
+  (*out->mutable_counters())["cut_us"] = r.cut_us;
+  (*out->mutable_counters())["mode_" + std::string(engine::ModeName(opts.mode))] = 1;
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::RestoreJobRpc(const v1::RestoreRequest* req, grpc::ServerWriter<v1::OperationEvent>* writer) {
+  const auto t0 = Clock::now();
+  session::SessionServer* server = nullptr;
+  if (phos::Status d = DataPlane(&server); !d.ok()) return ToGrpcStatus(d);
+  spdlog::info("rpc=Restore job from {}", req->image_dir());
+  engine::Progress progress;
+  jobs::JobRestoreResult r;
+  process::ProcessRestoreOptions ro;
+  ro.concurrent = req->concurrent();
+  ro.criu = FromProto(req->criu());
+  ro.criu_binary = criu_binary_;
+  std::future<phos::Status> done = std::async(std::launch::async, [&] {
+    phos::Status rs = jobs::RestoreJob(server, req->image_dir(), ro, &progress, &r);
+    if (rs.ok()) {
+      for (const auto& rank : r.ranks) restored_.Track(rank.pid);
+    }
+    return rs;
+  });
+  phos::Status s = StreamUntilDone(done, progress, writer);
+  if (!s.ok()) return FailOperation(writer, "Restore", s);
+  v1::OperationEvent ev;
+  v1::OperationResult* out = ev.mutable_done();
+  out->set_image_dir(req->image_dir());
+  if (!r.ranks.empty()) out->set_pid(r.ranks.front().pid);
+  std::uint64_t stall = 0, bytes = 0;
+  for (const auto& rank : r.ranks) {
+    out->add_rank_pids(rank.pid);
+    stall = std::max(stall, rank.gpu.stall_us);
+    bytes += rank.gpu.bytes;
+  }
+  out->set_stall_us(stall);
+  out->set_bytes_written(bytes);
+  out->set_total_ms(MillisSince(t0));
+  (*out->mutable_counters())["ranks"] = r.ranks.size();
+  // A job restore always detaches: its ranks run on, phosd reaps them.
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+}  // namespace phos::server
