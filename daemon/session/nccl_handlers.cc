@@ -62,9 +62,10 @@ void HandleNcclCommInitRank(SessionState& st, const CallContext& call, const wir
     return out->Fail(WireStatus::kMemoryAllocation, "this process holds " + std::to_string(st.comms.size()) +
                                                          " NCCL communicators, the most phos keeps for one");
   }
-  if (req.nranks < 1 || req.rank < 0 || req.rank >= req.nranks) {
-    return out->Fail(WireStatus::kInvalidValue,
-                     "ncclCommInitRank: rank " + std::to_string(req.rank) + " of " + std::to_string(req.nranks));
+  if (req.nranks < 1 || req.nranks > wire::kMaxNcclRanks || req.rank < 0 || req.rank >= req.nranks) {
+    return out->Fail(WireStatus::kInvalidValue, "ncclCommInitRank: rank " + std::to_string(req.rank) + " of " +
+                                                    std::to_string(req.nranks) + " (phos forms communicators of 1 to " +
+                                                    std::to_string(wire::kMaxNcclRanks) + " ranks)");
   }
   backend::CommunicatorId id{};
   std::memcpy(id.data(), req.unique_id, id.size());

@@ -210,7 +210,7 @@ ncclResult_t Enqueue(ncclComm_t comm, cudaStream_t stream, wire::NcclKind kind, 
 }
 
 ncclResult_t InitRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank) {
-  if (out == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
+  if (out == nullptr || nranks < 1 || nranks > wire::kMaxNcclRanks || rank < 0 || rank >= nranks) {
     NoteError("ncclCommInitRank: rank " + std::to_string(rank) + " of " + std::to_string(nranks));
     return ncclInvalidArgument;
   }

@@ -14,6 +14,10 @@ inline constexpr uint32_t kNcclUniqueIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 /// The first bytes of a unique id libphos.so made (ncclGetUniqueId).
 inline constexpr char kNcclIdMagic[8] = {'p', 'h', 'o', 's', 'n', 'c', 'c', 'l'};
 
+/// The largest communicator phos forms (NCCL sets none; this bounds what
+/// one app can make phosd allocate per communicator).
+inline constexpr int32_t kMaxNcclRanks = 16384;
+
 /// kNcclCommInitRank: the app's id for its communicator (nonzero, minted
 /// by libphos.so) and what ncclCommInitRank was given. Blocks until every
 /// rank joined.

@@ -395,7 +395,7 @@ void SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const s
 Status SimCommRegistry::Join(const CommunicatorId& id, int nranks, int rank, int device,
                              const std::function<bool()>& cancelled, std::shared_ptr<CommRank>* out) {
   (void)device;
-  if (nranks < 1 || rank < 0 || rank >= nranks) {
+  if (nranks < 1 || nranks > wire::kMaxNcclRanks || rank < 0 || rank >= nranks) {
     return Status::InvalidArgument("rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   }
   std::shared_ptr<SimCommunicator> c;
