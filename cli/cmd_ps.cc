@@ -1,4 +1,5 @@
 // phos ps: the sessions (app processes) phosd serves.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -56,16 +57,27 @@ int RunPs(const GlobalOptions& global, int pid, bool json) {
     PrintJson(reply);
     return 0;
   }
+  // The ranks of one NCCL job together, in rank order; other sessions after.
+  std::vector<const v1::SessionInfo*> sessions;
+  for (const v1::SessionInfo& si : reply.sessions()) sessions.push_back(&si);
+  std::stable_sort(sessions.begin(), sessions.end(), [](const v1::SessionInfo* a, const v1::SessionInfo* b) {
+    if (a->job().empty() != b->job().empty()) return !a->job().empty();
+    return std::make_pair(a->job(), a->job_rank()) < std::make_pair(b->job(), b->job_rank());
+  });
   std::vector<std::vector<std::string>> rows;
-  for (const v1::SessionInfo& si : reply.sessions()) {
+  for (const v1::SessionInfo* p : sessions) {
+    const v1::SessionInfo& si = *p;
+    const std::string job = si.job().empty() ? "-"
+                                             : si.job() + " " + std::to_string(si.job_rank()) + "/" +
+                                                   std::to_string(si.job_size());
     rows.push_back({std::to_string(si.pid()), si.launcher_pid() > 0 ? std::to_string(si.launcher_pid()) : "-",
-                    si.name().empty() ? "-" : si.name(), std::to_string(si.session_id()),
+                    si.name().empty() ? "-" : si.name(), std::to_string(si.session_id()), job,
                     std::to_string(si.device()), HumanBytes(si.device_memory_bytes()),
                     std::to_string(si.buffer_count()), AccessCounts(si), CrCounts(si), StateName(si.state()),
                     si.command()});
   }
   std::cout << FormatTable(
-      {"PID", "LAUNCHER", "NAME", "SESSION", "GPU", "GPU-MEM", "BUFFERS", "CALLS(EX/SPEC/UNVAL)", "C/R(CKPT/RST/FALLBACK)", "STATE",
+      {"PID", "LAUNCHER", "NAME", "SESSION", "JOB (RANK/SIZE)", "GPU", "GPU-MEM", "BUFFERS", "CALLS(EX/SPEC/UNVAL)", "C/R(CKPT/RST/FALLBACK)", "STATE",
        "COMMAND"}, rows);
   return 0;
 }
@@ -77,7 +89,8 @@ void AddPsCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
   auto json = std::make_shared<bool>(false);
   CLI::App* cmd = app->add_subcommand(
       "ps", "List the processes running under phos: pid (LAUNCHER: the `phos run` that started it; NAME: its "
-            "--name), GPU memory, buffers, state.");
+            "--name), the NCCL job it is a rank of (its ranks listed together), the GPU it runs on (phosd's "
+            "ordinal), GPU memory, buffers, state.");
   cmd->add_option("--pid", *pid, "Only this process (its pid or its `phos run`'s)");
   cmd->add_flag("--json", *json, "Print as JSON (for tools)");
   cmd->callback([global, pid, json, exit_code] { *exit_code = RunPs(*global, *pid, *json); });

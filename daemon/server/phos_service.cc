@@ -1,5 +1,6 @@
 #include "server/phos_service.h"
 
+#include <cstdio>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -78,8 +79,25 @@ grpc::Status PhosService::Status(grpc::ServerContext*, const v1::StatusRequest*,
 
 grpc::Status PhosService::ListSessions(grpc::ServerContext*, const v1::ListSessionsRequest* req,
                                        v1::ListSessionsReply* reply) {
+  session::SessionServer* server = session_server_.load(std::memory_order_acquire);
   for (const v1::SessionInfo& s : sessions_->ListForPid(req->pid())) {
-    *reply->add_sessions() = s;
+    v1::SessionInfo* out = reply->add_sessions();
+    *out = s;
+    if (server == nullptr) continue;
+    // Its job: its rank in the largest communicator it holds.
+    const session::CommunicatorBook::Communicators comms = server->communicators().Snapshot({s.session_id()});
+    int best = 0;
+    for (const auto& [id, c] : comms) {
+      for (const auto& [rank, r] : c.ranks) {
+        if (r.session_id != s.session_id() || c.nranks <= best) continue;
+        best = c.nranks;
+        char hex[9];
+        std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", id[8], id[9], id[10], id[11]);
+        out->set_job(std::string("nccl-") + hex);
+        out->set_job_rank(rank);
+        out->set_job_size(c.nranks);
+      }
+    }
   }
   return grpc::Status::OK;
 }

@@ -242,7 +242,7 @@ void Session::RunControlTasks() {
     Status s = task->fn(state_);
     SetIdle();
     SetInControlTask(false);
-    if (state_.buffers.TakeChanged()) Publish();
+    if (state_.buffers.TakeChanged() || summary_.device != state_.device) Publish();
     task->done.set_value(std::move(s));
   }
 }
@@ -262,6 +262,7 @@ void Session::FailControlTasks() {
 }
 
 void Session::Publish() {
+  summary_.device = state_.device;
   summary_.device_memory_bytes = state_.buffers.bytes();
   summary_.buffer_count = static_cast<uint32_t>(state_.buffers.size());
   if (callbacks_.publish) callbacks_.publish(summary_);

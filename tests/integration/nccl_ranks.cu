@@ -9,7 +9,7 @@
 //   nccl_ranks hold RANK NRANKS IDFILE          forms the communicator,
 //       prints "rank R: holding", waits for IDFILE.go, then ends cleanly
 //   nccl_ranks train RANK NRANKS IDFILE         a longer data-parallel run
-//       (300 steps, rank 1 slower than rank 0, so their collective counts
+//       (1500 steps, rank 1 slower than rank 0, so their collective counts
 //       differ at any moment) for job checkpoints: prints "rank R: step N"
 //       every 10 steps and "rank R: trained checksum C OK" when its
 //       parameters match the CPU reference
@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
   if (mode == "train") {
-    if (int rc = Train(comm, s, 300)) return rc;
+    if (int rc = Train(comm, s, 1500)) return rc;
     NCHECK(ncclCommDestroy(comm));
     return 0;
   }
