@@ -13,6 +13,11 @@
 //       differ at any moment) for job checkpoints: prints "rank R: step N"
 //       every 10 steps and "rank R: trained checksum C OK" when its
 //       parameters match the CPU reference
+//   nccl_ranks pipeline RANK NRANKS IDFILE      a pipeline of NRANKS stages
+//       over Send/Recv (600 steps: stage 0 makes the input, each stage
+//       receives from the one before, computes, sends to the next; the last
+//       accumulates); prints "rank R: step N" every 10 steps and, on the last
+//       stage, "rank R: pipeline checksum C OK" when it matches the CPU
 //   nccl_ranks devices                          what the process sees of the
 //       GPUs: "devices: COUNT busid BUS ..." of each visible one
 // Rank 0 writes the unique id to IDFILE (through a rename), the others read
@@ -272,6 +277,16 @@ int Collectives(ncclComm_t comm, cudaStream_t s) {
 // reference of the same arithmetic must match bit for bit.
 int Train(ncclComm_t comm, cudaStream_t s, int steps) {
   const int p = 4096;
+  // NCCL_RANKS_BALLAST_MB=N: N MiB more of device state per rank (the job
+  // checkpoint benchmark's image size).
+  void* ballast = nullptr;
+  if (const char* mb = std::getenv("NCCL_RANKS_BALLAST_MB")) {
+    const size_t bytes = std::strtoull(mb, nullptr, 10) << 20;
+    if (bytes > 0) {
+      CHECK(cudaMalloc(&ballast, bytes));
+      CHECK(cudaMemsetAsync(ballast, g_rank + 1, bytes, s));
+    }
+  }
   float *params = nullptr, *grad = nullptr;
   CHECK(cudaMalloc(&params, p * sizeof(float)));
   CHECK(cudaMalloc(&grad, p * sizeof(float)));
@@ -302,8 +317,74 @@ int Train(ncclComm_t comm, cudaStream_t s, int steps) {
     checksum += static_cast<double>(trained[i]) * ((i % 13) + 1);
   }
   std::printf("rank %d: trained checksum %.3f OK\n", g_rank, checksum);
+  if (ballast != nullptr) CHECK(cudaFree(ballast));
   CHECK(cudaFree(params));
   CHECK(cudaFree(grad));
+  return 0;
+}
+
+__global__ void MakeInput(float* x, int n, int step) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = static_cast<float>((i + step) % 5);
+}
+
+__global__ void Stage(const float* x, float* y, int n, int rank) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] * 2.0f + static_cast<float>(rank);
+}
+
+__global__ void Accumulate(float* acc, const float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) acc[i] += y[i];
+}
+
+int Pipeline(ncclComm_t comm, cudaStream_t s, int steps) {
+  const int n = 1024, last = g_nranks - 1;
+  float *x = nullptr, *y = nullptr, *acc = nullptr;
+  CHECK(cudaMalloc(&x, n * sizeof(float)));
+  CHECK(cudaMalloc(&y, n * sizeof(float)));
+  CHECK(cudaMalloc(&acc, n * sizeof(float)));
+  CHECK(cudaMemsetAsync(acc, 0, n * sizeof(float), s));
+  for (int step = 0; step < steps; ++step) {
+    if (g_rank == 0) {
+      MakeInput<<<(n + 255) / 256, 256, 0, s>>>(x, n, step);
+    } else {
+      NCHECK(ncclRecv(x, n, ncclFloat32, g_rank - 1, comm, s));
+    }
+    Stage<<<(n + 255) / 256, 256, 0, s>>>(x, y, n, g_rank);
+    if (g_rank < last) {
+      NCHECK(ncclSend(y, n, ncclFloat32, g_rank + 1, comm, s));
+    } else {
+      Accumulate<<<(n + 255) / 256, 256, 0, s>>>(acc, y, n);
+    }
+    if (step % 10 == 9) {
+      CHECK(cudaStreamSynchronize(s));
+      std::printf("rank %d: step %d\n", g_rank, step + 1);
+    }
+    usleep(g_rank == 1 ? 5000 : 1000);
+  }
+  CHECK(cudaStreamSynchronize(s));
+  if (g_rank == last) {
+    std::vector<float> got(n);
+    CHECK(cudaMemcpy(got.data(), acc, n * sizeof(float), cudaMemcpyDeviceToHost));
+    double checksum = 0;
+    for (int i = 0; i < n; ++i) {
+      float want = 0;
+      for (int step = 0; step < steps; ++step) {
+        float v = static_cast<float>((i + step) % 5);
+        for (int r = 0; r < g_nranks; ++r) v = v * 2.0f + static_cast<float>(r);
+        want += v;
+      }
+      if (got[i] != want) PHOS_CHECK_FAIL(1, "pipeline: element %d is %g, want %g", i, got[i], want);
+      checksum += got[i];
+    }
+    std::printf("rank %d: pipeline checksum %.1f OK\n", g_rank, checksum);
+  } else {
+    std::printf("rank %d: pipeline done OK\n", g_rank);
+  }
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(y));
+  CHECK(cudaFree(acc));
   return 0;
 }
 
@@ -358,7 +439,7 @@ int Devices() {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "devices") == 0) return Devices();
   if (argc != 5) {
-    std::fprintf(stderr, "usage: nccl_ranks collectives|dies|hold|train RANK NRANKS IDFILE | nccl_ranks devices\n");
+    std::fprintf(stderr, "usage: nccl_ranks collectives|dies|hold|train|pipeline RANK NRANKS IDFILE | nccl_ranks devices\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -380,6 +461,11 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreate(&s));
   if (mode == "train") {
     if (int rc = Train(comm, s, 1500)) return rc;
+    NCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
+  if (mode == "pipeline") {
+    if (int rc = Pipeline(comm, s, 600)) return rc;
     NCHECK(ncclCommDestroy(comm));
     return 0;
   }

@@ -243,7 +243,7 @@ class SdkStreamsTest(unittest.TestCase):
         from phos._convert import message_to_dict
         self.assertEqual(message_to_dict(pb.OperationResult(counters={"x": 2**63})),
                          {"image_dir": "", "pid": 0, "stall_us": 0, "total_ms": 0, "bytes_written": 0,
-                          "counters": {"x": 2**63}, "exit_status": 0})
+                          "counters": {"x": 2**63}, "exit_status": 0, "rank_pids": []})
         event = message_to_dict(pb.OperationEvent(operation_id=3, progress=pb.Progress(phase="load",
                                                                                        bytes_per_second=0.5)))
         self.assertEqual(event["operation_id"], 3)
