@@ -40,6 +40,7 @@ for _ in $(seq 100); do [[ -S $sock.data ]] && break; sleep 0.1; done
 one_run() {
   local n=$1 mode=$2 id=$work/id.$RANDOM
   local pids=()
+  rm -f "$work"/rank*.log  # the wait below must not read the last run's log
   for ((r = 0; r < n; r++)); do
     NCCL_RANKS_BALLAST_MB=$ballast setsid "$phos" --socket "$sock" run --lib "$lib" -- "$app" train "$r" "$n" "$id" \
       >"$work/rank$r.log" 2>&1 </dev/null &
