@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The CUDA API compatibility table of docs/compatibility.md, from libphos.so.
 
-Every function of cuda.h, cuda_runtime_api.h, cublas_api.h and cublasLt.h
+Every function of cuda.h, cuda_runtime_api.h, cublas_api.h, cublasLt.h and nccl.h
 that libphos.so exports is
 either implemented (a strong definition: forwarded to phosd or answered in
 the app) or refused (a generated weak stub: returns the library's "not
@@ -25,6 +25,7 @@ END = "<!-- END GENERATED -->"
 # Why a family is refused: the first matching pattern wins. Each names the
 # issue (or the reason) that would add it.
 REASONS = [
+    (r"^p?nccl", "NCCL calls not offered yet (docs/interposer.md \"NCCL\")"),
     (r"^cublasLt", "cuBLASLt (exported, not forwarded yet: cuBLAS issue)"),
     (r"^cublas.*Batched$|^cublas.*Batched_64$", "cuBLAS batched routines (other than gemm) and the batched solvers (cuBLAS issue)"),
     (r"^cublas", "cuBLAS routines not forwarded yet (cuBLAS issue)"),
@@ -64,7 +65,7 @@ def exported(lib):
         if len(parts) != 3:
             continue
         _, kind, name = parts
-        if not re.match(r"^(cu|cuda|__cuda)[A-Za-z0-9_]*$", name):
+        if not re.match(r"^(cu|cuda|__cuda|nccl|pnccl)[A-Za-z0-9_]*$", name):
             continue
         (impl if kind == "T" else stub if kind in ("W", "V") else set()).add(name)
     return impl, stub - impl
@@ -85,6 +86,8 @@ def reason(name, impl):
 def table(lib):
     impl, stub = exported(lib)
     def api(n):
+        if n.startswith(("nccl", "pnccl")):
+            return "NCCL"
         if n.startswith("cublasLt"):
             return "cuBLASLt"
         if n.startswith("cublas"):
@@ -92,7 +95,7 @@ def table(lib):
         return "driver" if n.startswith("cu") and not n.startswith("cuda") else "runtime"
     lines = [BEGIN, ""]
     total = len(impl) + len(stub)
-    for kind in ("runtime", "driver", "cuBLAS", "cuBLASLt"):
+    for kind in ("runtime", "driver", "cuBLAS", "cuBLASLt", "NCCL"):
         i = sorted(n for n in impl if api(n) == kind)
         s = sorted(n for n in stub if api(n) == kind)
         lines.append(f"- **{kind} API**: {len(i)} of {len(i) + len(s)} exported functions implemented, "
@@ -111,7 +114,7 @@ def table(lib):
         lines.append("</details>")
         lines.append("")
     lines += ["### Implemented", ""]
-    for kind in ("runtime", "driver", "cuBLAS", "cuBLASLt"):
+    for kind in ("runtime", "driver", "cuBLAS", "cuBLASLt", "NCCL"):
         names = sorted(n for n in impl if api(n) == kind)
         lines.append(f"<details><summary>{kind}: {len(names)}</summary>")
         lines.append("")

@@ -192,6 +192,18 @@ setup: install it from PyPI, all pinned to the same 13.0 release:
 EOF
   exit 1
 fi
+# NCCL's header (libphos.so exports nccl.h's functions: phos_api_gen parses
+# it) and library (tests/integration's nccl_ranks links -lnccl as users do).
+if [[ ! -f "$CUDA_HOME/include/nccl.h" ]] || ! compgen -G "$CUDA_HOME/lib64/libnccl.so*" >/dev/null; then
+  cat >&2 <<EOF2
+setup: NCCL is missing (nccl.h under $CUDA_HOME/include, libnccl.so under $CUDA_HOME/lib64).
+setup: PyPI's nvidia-nccl-cu13 carries both (include/nccl.h, lib/libnccl.so.2):
+         pip install nvidia-nccl-cu13
+       then copy or link them into $CUDA_HOME/include and $CUDA_HOME/lib64
+       (with libnccl.so -> libnccl.so.2).
+EOF2
+  exit 1
+fi
 NVCC=$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")
 say "CUDA toolkit: $("$NVCC" --version | tail -1) at $CUDA_HOME"
 say "done"
