@@ -11,6 +11,7 @@
 
 #include <array>
 #include <mutex>
+#include <string>
 
 #include "interposer/client/client_internal.h"
 #include "interposer/client/devices.h"
@@ -196,6 +197,48 @@ PHOS_EXPORT cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, 
   }
   *canAccessPeer = 0;
   return cudaSuccess;
+}
+
+// Peer access and peer copies: within the session's GPU a peer copy is an
+// ordinary device-to-device copy; another GPU is refused by name.
+namespace {
+cudaError_t CheckPeerDevices(int a, int b, const char* what) {
+  int count = 0;
+  if (cudaError_t e = VisibleDeviceCount(&count); e != cudaSuccess) return e;
+  if (a < 0 || a >= count || b < 0 || b >= count) return cudaErrorInvalidDevice;
+  if (IsSessionDevice(a) && IsSessionDevice(b)) return cudaSuccess;
+  SayOnce(std::string("phos: ") + what +
+          " between two GPUs: a process under phos uses one GPU (docs/interposer.md \"Devices\")");
+  return cudaErrorNotSupported;
+}
+}  // namespace
+
+PHOS_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
+  if (flags != 0) return SetError(cudaErrorInvalidValue);
+  int count = 0;
+  if (cudaError_t e = VisibleDeviceCount(&count); e != cudaSuccess) return SetError(e);
+  if (peerDevice < 0 || peerDevice >= count || IsSessionDevice(peerDevice)) return SetError(cudaErrorInvalidDevice);
+  return SetError(cudaErrorPeerAccessUnsupported);  // as CUDA answers where cudaDeviceCanAccessPeer says 0
+}
+
+PHOS_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice) {
+  int count = 0;
+  if (cudaError_t e = VisibleDeviceCount(&count); e != cudaSuccess) return SetError(e);
+  if (peerDevice < 0 || peerDevice >= count || IsSessionDevice(peerDevice)) return SetError(cudaErrorInvalidDevice);
+  return SetError(cudaErrorPeerAccessNotEnabled);  // it never was
+}
+
+PHOS_EXPORT cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count) {
+  if (cudaError_t e = CheckPeerDevices(dstDevice, srcDevice, "cudaMemcpyPeer"); e != cudaSuccess) return SetError(e);
+  return cudaMemcpy(dst, src, count, cudaMemcpyDeviceToDevice);
+}
+
+PHOS_EXPORT cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
+                                            cudaStream_t stream) {
+  if (cudaError_t e = CheckPeerDevices(dstDevice, srcDevice, "cudaMemcpyPeerAsync"); e != cudaSuccess) {
+    return SetError(e);
+  }
+  return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
 }
 
 // The session's GPU is the only one a process under phos can use.

@@ -427,7 +427,22 @@ int Devices() {
     int current = -1;
     CHECK(cudaGetDevice(&current));
     EXPECT(current == count - 1);
-    if (count > 1) EXPECT_ERR(cudaSetDevice(0), cudaErrorNotSupported);
+    // A peer copy within the process's GPU is a device-to-device copy.
+    char* c = static_cast<char*>(p);
+    CHECK(cudaMemset(c, 7, 256));
+    CHECK(cudaMemcpyPeer(c + 512, count - 1, c, count - 1, 256));
+    char back[256];
+    CHECK(cudaMemcpy(back, c + 512, sizeof back, cudaMemcpyDeviceToHost));
+    EXPECT(back[0] == 7 && back[255] == 7);
+    if (count > 1) {
+      EXPECT_ERR(cudaSetDevice(0), cudaErrorNotSupported);
+      EXPECT_ERR(cudaMemcpyPeer(c, count - 1, c + 512, 0, 16), cudaErrorNotSupported);
+      EXPECT_ERR(cudaDeviceEnablePeerAccess(0, 0), cudaErrorPeerAccessUnsupported);
+      int can = -1;
+      CHECK(cudaDeviceCanAccessPeer(&can, count - 1, 0));
+      EXPECT(can == 0);
+    }
+    (void)cudaGetLastError();
     CHECK(cudaFree(p));
   }
   std::printf("devices: OK\n");
