@@ -9,8 +9,10 @@
 //   nccl_ranks hold RANK NRANKS IDFILE          forms the communicator,
 //       prints "rank R: holding", waits for IDFILE.go, then ends cleanly
 //   nccl_ranks train RANK NRANKS IDFILE         a longer data-parallel run
-//       (1500 steps, rank 1 slower than rank 0, so their collective counts
-//       differ at any moment) for job checkpoints: prints "rank R: step N"
+//       (1500 steps of: an input kernel, a cuBLAS GEMM, a gradient kernel
+//       using it, an all-reduce, an optimizer kernel; rank 1 slower than
+//       rank 0, so their collective counts differ at any moment) for job
+//       checkpoints: prints "rank R: step N"
 //       every 10 steps and "rank R: trained checksum C OK" when its
 //       parameters match the CPU reference
 //   nccl_ranks pipeline RANK NRANKS IDFILE      a pipeline of NRANKS stages
@@ -23,6 +25,7 @@
 // Rank 0 writes the unique id to IDFILE (through a rename), the others read
 // it, as torchrun's store passes it. Rank r runs on GPU r % count.
 #define PHOS_PROGRAM_NAME "nccl_ranks"
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <nccl.h>
@@ -275,8 +278,35 @@ int Collectives(ncclComm_t comm, cudaStream_t s) {
 
 // params -= lr * sum over ranks of the gradient, `steps` times; the CPU
 // reference of the same arithmetic must match bit for bit.
+// The GEMM of a training step: Y (8x8) = A (8x16, from the step) B (16x8,
+// the rank's), small integers, so every sum is exact in float.
+constexpr int kM = 8, kN = 8, kK = 16;
+float AValue(int i, int step, int rank) { return static_cast<float>((i + step + rank) % 5) - 2.0f; }
+float BValue(int i, int rank) { return static_cast<float>((i * 3 + rank) % 4) - 1.0f; }
+
+__global__ void MakeA(float* a, int step, int rank) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < kM * kK) a[i] = static_cast<float>((i + step + rank) % 5) - 2.0f;
+}
+
+__global__ void GradientFromGemm(float* grad, const float* y, int n, int rank, int step) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) grad[i] = static_cast<float>((i + rank * 3 + step) % 7) - 3.0f + y[i % (kM * kN)];
+}
+
 int Train(ncclComm_t comm, cudaStream_t s, int steps) {
   const int p = 4096;
+  cublasHandle_t blas;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) PHOS_CHECK_FAIL(2, "cublasCreate failed");
+  if (cublasSetStream(blas, s) != CUBLAS_STATUS_SUCCESS) PHOS_CHECK_FAIL(2, "cublasSetStream failed");
+  float *a = nullptr, *b = nullptr, *y = nullptr;
+  CHECK(cudaMalloc(&a, kM * kK * sizeof(float)));
+  CHECK(cudaMalloc(&b, kK * kN * sizeof(float)));
+  CHECK(cudaMalloc(&y, kM * kN * sizeof(float)));
+  std::vector<float> hb(kK * kN);
+  for (int i = 0; i < kK * kN; ++i) hb[i] = BValue(i, g_rank);
+  CHECK(cudaMemcpy(b, hb.data(), hb.size() * sizeof(float), cudaMemcpyHostToDevice));
+  const float one = 1.0f, zero = 0.0f;
   // NCCL_RANKS_BALLAST_MB=N: N MiB more of device state per rank (the job
   // checkpoint benchmark's image size).
   void* ballast = nullptr;
@@ -292,7 +322,12 @@ int Train(ncclComm_t comm, cudaStream_t s, int steps) {
   CHECK(cudaMalloc(&grad, p * sizeof(float)));
   CHECK(cudaMemsetAsync(params, 0, p * sizeof(float), s));
   for (int step = 0; step < steps; ++step) {
-    Gradient<<<(p + 255) / 256, 256, 0, s>>>(params, grad, p, g_rank, step);
+    MakeA<<<1, kM * kK, 0, s>>>(a, step, g_rank);
+    if (cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, kM, kN, kK, &one, a, kM, b, kK, &zero, y, kM) !=
+        CUBLAS_STATUS_SUCCESS) {
+      PHOS_CHECK_FAIL(2, "cublasSgemm failed at step %d", step);
+    }
+    GradientFromGemm<<<(p + 255) / 256, 256, 0, s>>>(grad, y, p, g_rank, step);
     NCHECK(ncclAllReduce(grad, grad, p, ncclFloat32, ncclSum, comm, s));
     Sgd<<<(p + 255) / 256, 256, 0, s>>>(params, grad, p, 0.25f);
     if (step % 10 == 9) {
@@ -305,18 +340,33 @@ int Train(ncclComm_t comm, cudaStream_t s, int steps) {
   CHECK(cudaMemcpyAsync(trained.data(), params, p * sizeof(float), cudaMemcpyDeviceToHost, s));
   CHECK(cudaStreamSynchronize(s));
   std::vector<float> ref(p, 0.0f);
-  for (int step = 0; step < steps; ++step)
+  std::vector<float> yref(static_cast<size_t>(g_nranks) * kM * kN);
+  for (int step = 0; step < steps; ++step) {
+    for (int r = 0; r < g_nranks; ++r)
+      for (int col = 0; col < kN; ++col)
+        for (int row = 0; row < kM; ++row) {
+          float acc = 0;
+          for (int k = 0; k < kK; ++k) acc += AValue(row + k * kM, step, r) * BValue(k + col * kK, r);
+          yref[r * kM * kN + row + col * kM] = acc;
+        }
     for (int i = 0; i < p; ++i) {
       float g = 0;
-      for (int r = 0; r < g_nranks; ++r) g += static_cast<float>((i + r * 3 + step) % 7) - 3.0f;
+      for (int r = 0; r < g_nranks; ++r) {
+        g += static_cast<float>((i + r * 3 + step) % 7) - 3.0f + yref[r * kM * kN + i % (kM * kN)];
+      }
       ref[i] -= 0.25f * g;
     }
+  }
   double checksum = 0;
   for (int i = 0; i < p; ++i) {
     if (trained[i] != ref[i]) PHOS_CHECK_FAIL(1, "training: param %d is %g, want %g", i, trained[i], ref[i]);
     checksum += static_cast<double>(trained[i]) * ((i % 13) + 1);
   }
   std::printf("rank %d: trained checksum %.3f OK\n", g_rank, checksum);
+  cublasDestroy(blas);
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  CHECK(cudaFree(y));
   if (ballast != nullptr) CHECK(cudaFree(ballast));
   CHECK(cudaFree(params));
   CHECK(cudaFree(grad));
