@@ -134,7 +134,7 @@ void HandleNcclGroup(SessionState& st, const CallContext& call, const wire::Nccl
         why != nullptr) {
       return out->Fail(WireStatus::kInvalidValue, what + ": " + why);
     }
-    const bool device_scalar = w.redop == wire::kNcclPreMulSum && w.scalar == static_cast<uint8_t>(wire::NcclScalar::kDevice);
+    const bool device_scalar = wire::NcclDeviceScalar(w);
     const std::pair<uint64_t, uint64_t> ranges[] = {
         {w.send, send_bytes}, {w.recv, recv_bytes}, {device_scalar ? w.scalar_value : 0, wire::NcclTypeBytes(w.datatype)}};
     for (const auto& [ptr, bytes] : ranges) {

@@ -27,6 +27,12 @@ const char* NcclKindName(uint8_t kind) {
   return kind < std::size(kNames) ? kNames[kind] : "?";
 }
 
+bool NcclDeviceScalar(const NcclOp& op) {
+  const auto kind = static_cast<NcclKind>(op.kind);
+  const bool reduces = kind == NcclKind::kAllReduce || kind == NcclKind::kReduce || kind == NcclKind::kReduceScatter;
+  return reduces && op.redop == kNcclPreMulSum && op.scalar == static_cast<uint8_t>(NcclScalar::kDevice);
+}
+
 const char* CheckNcclOp(const NcclOp& op, int nranks, int rank, uint64_t* send_bytes, uint64_t* recv_bytes) {
   *send_bytes = 0;
   *recv_bytes = 0;
@@ -42,6 +48,7 @@ const char* CheckNcclOp(const NcclOp& op, int nranks, int rank, uint64_t* send_b
         op.scalar != static_cast<uint8_t>(NcclScalar::kDevice)) {
       return "PreMulSum operator without its scalar";
     }
+    if (NcclDeviceScalar(op) && op.scalar_value == 0) return "a NULL PreMulSum scalar";
   }
   const bool rooted = kind == NcclKind::kBroadcast || kind == NcclKind::kReduce || kind == NcclKind::kSend ||
                       kind == NcclKind::kRecv;

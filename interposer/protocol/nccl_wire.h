@@ -67,6 +67,10 @@ uint32_t NcclTypeBytes(uint8_t t);
 const char* NcclTypeName(uint8_t t);
 const char* NcclKindName(uint8_t kind);
 
+/// Whether `op` reads a PreMulSum scalar from device memory (at
+/// op.scalar_value; a reduction only).
+bool NcclDeviceScalar(const NcclOp& op);
+
 /// Checks `op` of rank `rank` of an `nranks`-rank communicator and sets the
 /// bytes it reads at `send` and writes at `recv` (0 where it touches none:
 /// a Broadcast's send on a non-root, a Reduce's recv on one). nullptr if it
