@@ -5,6 +5,9 @@
 // phos restore DIR --gpu-only --pid PID|NAME [--stop-the-world] [--json]: roll the
 // GPU state of a running process back to an image (in place; every
 // checksum is verified before the process is touched).
+#include <string>
+#include <vector>
+#include <cstdio>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -31,6 +34,7 @@ struct RestoreArgs {
   bool gpu_only = false;
   bool concurrent = true;
   bool detach = false;
+  std::vector<std::string> device_map;  // "OLD=NEW"
   CriuFlags criu;
   bool json = false;
 };
@@ -56,6 +60,15 @@ int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
   }
   req.set_concurrent(a.concurrent);
   req.set_detach(a.detach);
+  for (const std::string& m : a.device_map) {
+    int from = -1, to = -1;
+    char extra = 0;
+    if (std::sscanf(m.c_str(), "%d=%d%c", &from, &to, &extra) != 2 || from < 0 || to < 0) {
+      std::cerr << "phos: --device-map takes OLD=NEW (phosd's GPU ordinals), got '" << m << "'\n";
+      return 2;
+    }
+    (*req.mutable_device_map())[from] = to;
+  }
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
   grpc::ClientContext ctx;
@@ -92,6 +105,10 @@ void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
   cmd->add_flag("--gpu-only", a->gpu_only,
                 "Restore the GPU state only, in place into the running --pid. Default: restore the whole "
                 "process from a whole-process image (CRIU, root; its old pid must be free)");
+  cmd->add_option("--device-map", a->device_map,
+                  "OLD=NEW[,OLD=NEW...]: put what ran on the image's GPU OLD on this phosd's GPU NEW (same kind of "
+                  "GPU; phosd's ordinals, as `phos ps` shows them); default: the same GPU")
+      ->delimiter(',');
   cmd->add_flag("--detach", a->detach,
                 "Whole-process restore: return once the process runs (default: wait until it exits and "
                 "return its exit status)");

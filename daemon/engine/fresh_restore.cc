@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -227,13 +228,30 @@ Status CopyAll(session::SessionState& st, RestoreTask& task, Progress* progress)
 
 /// The session goes to the GPU its image was taken on (an empty session:
 /// its context is replaced, as cudaSetDevice does before any allocation).
-Status MoveToImageDevice(session::SessionState& st, int device) {
-  if (device == st.device) return Status::Ok();
+Status MoveToImageDevice(session::SessionState& st, int image_device, const std::map<int, int>& device_map) {
+  auto mapped = device_map.find(image_device);
+  const int device = mapped == device_map.end() ? image_device : mapped->second;
+  const std::string from =
+      mapped == device_map.end() ? std::string() : " (mapped from the image's GPU " + std::to_string(image_device) + ")";
   if (device < 0 || device >= st.backend->device_count()) {
-    return Status::FailedPrecondition("the image was taken on GPU " + std::to_string(device) + "; this phosd has " +
-                                      std::to_string(st.backend->device_count()) +
-                                      " GPU(s) (restoring onto another GPU is not offered yet); the session is unchanged");
+    return Status::FailedPrecondition("the image was taken on GPU " + std::to_string(image_device) + "; this phosd has " +
+                                      std::to_string(st.backend->device_count()) + " GPU(s) (GPU " +
+                                      std::to_string(device) + from +
+                                      " is not one; --device-map OLD=NEW puts it on another); the session is unchanged");
   }
+  if (mapped != device_map.end() && device != st.device) {
+    // The driver's own checkpoints restore onto a GPU of the same kind only.
+    backend::DeviceProperties now, was;
+    PHOS_RETURN_IF_ERROR(st.backend->GetDeviceProperties(device, &now));
+    if (image_device < st.backend->device_count() && st.backend->GetDeviceProperties(image_device, &was).ok() &&
+        was.name != now.name) {
+      return Status::FailedPrecondition("--device-map " + std::to_string(image_device) + "=" + std::to_string(device) +
+                                        ": GPU " + std::to_string(device) + " is a " + now.name + ", GPU " +
+                                        std::to_string(image_device) + " a " + was.name +
+                                        "; a restore needs a GPU of the same kind");
+    }
+  }
+  if (device == st.device) return Status::Ok();
   if (!st.replace_context) return Status::FailedPrecondition("this session cannot change its GPU");
   const int old = st.device;
   st.device = device;
@@ -270,7 +288,7 @@ Status RejoinCommunicators(session::SessionState& st, const image::v1::SessionHa
 /// releases what was created.
 Status RecreateInto(session::SessionState& st, RestoreTask& task, const image::v1::SessionHandles& handles,
                     const image::v1::SessionModules& modules, Progress* progress, std::uint64_t comm_generation,
-                    const std::function<Status()>& finish) {
+                    const std::map<int, int>& device_map, const std::function<Status()>& finish) {
   PHOS_RETURN_IF_ERROR(CheckEmpty(st));
   if (handles.communicators_size() > 0 && comm_generation == 0) {
     return Status::FailedPrecondition(
@@ -279,7 +297,7 @@ Status RecreateInto(session::SessionState& st, RestoreTask& task, const image::v
         "-rank NCCL job: it comes back only with the job's other ranks (restore the job's directory); the session "
         "is unchanged");
   }
-  PHOS_RETURN_IF_ERROR(MoveToImageDevice(st, handles.device()));
+  PHOS_RETURN_IF_ERROR(MoveToImageDevice(st, handles.device(), device_map));
   progress->SetPhase("quiesce", "waiting for the session's GPU work to finish");
   if (Status sync = st.ctx->Synchronize(); !sync.ok()) {
     return Status::FailedPrecondition("the session's GPU context has a sticky error (" + sync.message() +
@@ -341,9 +359,10 @@ Status RestoreFreshWithHooks(session::Session& session, const RestoreOptions& op
     // every image buffer ABSENT, globals loaded synchronously, the loader
     // in first-use order, calls touching an absent buffer wait.
     const std::uint64_t generation = options.comm_generation;
-    ControlStep step = [hook, handles, modules, progress, generation](session::SessionState& st,
-                                                                      ConcurrentRestore& op) {
-      return RecreateInto(st, op.task(), *handles, *modules, progress, generation,
+    const std::map<int, int> device_map = options.device_map;
+    ControlStep step = [hook, handles, modules, progress, generation, device_map](session::SessionState& st,
+                                                                                  ConcurrentRestore& op) {
+      return RecreateInto(st, op.task(), *handles, *modules, progress, generation, device_map,
                           [&] { return op.StartMapped(st, hook); });
     };
     Status s = DriveConcurrentRestore(session, hook, std::move(task), step, options, progress, result, hooks,
@@ -359,7 +378,7 @@ Status RestoreFreshWithHooks(session::Session& session, const RestoreOptions& op
 
   Status s = session.RunControl([&](session::SessionState& st) -> Status {
     const auto stall0 = Clock::now();
-    Status r = RecreateInto(st, *task, *handles, *modules, progress, options.comm_generation,
+    Status r = RecreateInto(st, *task, *handles, *modules, progress, options.comm_generation, options.device_map,
                             [&] { return CopyAll(st, *task, progress); });
     task->mutable_result()->stall_us = MicrosSince(stall0);
     return r;

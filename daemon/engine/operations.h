@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,9 @@ struct RestoreOptions {
   /// makes new. 0: an image holding communicators is refused (one rank of a
   /// job comes back only with the others).
   std::uint64_t comm_generation = 0;
+  /// Image GPU -> this phosd's GPU (phos restore --device-map); a GPU not
+  /// listed stays.
+  std::map<int, int> device_map;
 };
 
 struct RestoreResult {

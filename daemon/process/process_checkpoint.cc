@@ -310,6 +310,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   }
   engine::RestoreOptions gro;
   gro.comm_generation = options.comm_generation;
+  gro.device_map = options.device_map;
   gro.dir = dir;
   gro.concurrent = options.concurrent;
   gro.verified = options.image_verified;

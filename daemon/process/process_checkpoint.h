@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "common/status.h"
@@ -102,6 +103,8 @@ struct ProcessRestoreOptions {
   std::string criu_binary;
   /// A job restore: engine::RestoreOptions::comm_generation.
   std::uint64_t comm_generation = 0;
+  /// engine::RestoreOptions::device_map.
+  std::map<int, int> device_map;
 };
 
 /// Restores the process of image `dir` (its pid must be free). On any

@@ -284,6 +284,11 @@ grpc::Status PhosService::Restore(grpc::ServerContext* ctx, const v1::RestoreReq
     return RestoreJobRpc(req, writer);
   }
   if (!req->gpu_only()) return RestoreWholeProcess(ctx, req, writer);
+  if (!req->device_map().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "--device-map moves a restored process to other GPUs; a --gpu-only restore rolls a running "
+                        "process back on the GPU it runs on");
+  }
   v1::RestoreRequest resolved;
   ResolveLauncherPid(&req, &resolved);
   std::shared_ptr<session::Session> sess;
@@ -355,6 +360,7 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
         ro.concurrent = req->concurrent();  // the CLI's default: runs while buffers load
         ro.criu = FromProto(req->criu());
         ro.criu_binary = criu_binary_;
+        ro.device_map.insert(req->device_map().begin(), req->device_map().end());
         if (!req->detach()) ro.on_running = [&](pid_t pid) { announce.Ran(pid); };
         phos::Status rs = RestoreProcess(server, req->image_dir(), &progress, &r, ro);
         if (rs.ok()) tracked = restored_.Track(r.pid);

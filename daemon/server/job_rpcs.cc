@@ -68,6 +68,7 @@ grpc::Status PhosService::RestoreJobRpc(const v1::RestoreRequest* req, grpc::Ser
   ro.concurrent = req->concurrent();
   ro.criu = FromProto(req->criu());
   ro.criu_binary = criu_binary_;
+  ro.device_map.insert(req->device_map().begin(), req->device_map().end());
   std::future<phos::Status> done = std::async(std::launch::async, [&] {
     phos::Status rs = jobs::RestoreJob(server, req->image_dir(), ro, &progress, &r);
     if (rs.ok()) {

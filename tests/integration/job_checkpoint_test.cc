@@ -21,6 +21,7 @@
 #include <chrono>
 #include <filesystem>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,23 @@ struct JobCase {
   std::string program;  // nccl_ranks mode
   int ranks;
   std::string mode;     // checkpoint mode
+  bool swap_gpus = false;  // restore with --device-map 0=1,1=0
 };
+
+// `phos ps`'s GPU column of process `pid` (-1: not listed).
+int GpuOf(const std::string& socket, pid_t pid) {
+  phos::testing::PhosResult ps = phos::testing::RunPhos(socket, {"ps"});
+  std::istringstream lines(ps.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream cols(line);
+    std::vector<std::string> c;
+    for (std::string w; cols >> w;) c.push_back(w);
+    // PID LAUNCHER NAME SESSION JOB RANK/SIZE GPU ...
+    if (c.size() > 6 && c[0] == std::to_string(pid) && c[4].rfind("nccl-", 0) == 0) return std::stoi(c[6]);
+  }
+  return -1;
+}
 
 class JobCheckpointTest : public ::testing::TestWithParam<JobCase> {
  protected:
@@ -127,12 +144,24 @@ TEST_P(JobCheckpointTest, JobCheckpointedAtOneCutRestoresAndFinishesExactly) {
   // their addresses) restores the job.
   ASSERT_TRUE(phos::testing::StopDaemon(&daemon_));
   ASSERT_TRUE(phos::testing::StartSimDaemon(socket_, {"--sim-gpus", "2"}, &daemon_));
-  Result rs = phos::testing::RunPhos(socket_, {"restore", img}, 120s);
+  std::vector<std::string> restore = {"restore", img};
+  if (c.swap_gpus) restore.insert(restore.end(), {"--device-map", "0=1,1=0"});
+  Result rs = phos::testing::RunPhos(socket_, restore, 120s);
   ASSERT_EQ(rs.rc, 0) << rs.output << "\nphosd:\n" << phos::testing::DaemonOutput(&daemon_) << logs();
   std::string pids_line = "job of " + std::to_string(c.ranks) + " ranks, pids";
   for (pid_t p : ranks) pids_line += " " + std::to_string(p);
   EXPECT_NE(rs.output.find(pids_line), std::string::npos) << rs.output;
   pids_ = ranks;  // the same pids, re-parented to us (subreaper)
+  // Rank r ran on GPU r % 2; swapped, it runs on the other one now.
+  int listed = 0;
+  for (int r = 0; r < c.ranks; ++r) {
+    const int want = c.swap_gpus ? 1 - r % 2 : r % 2;
+    const int got = GpuOf(socket_, ranks[r]);
+    if (got == -1) continue;  // it finished already
+    ++listed;
+    EXPECT_EQ(got, want) << "rank " << r;
+  }
+  EXPECT_GT(listed, 0) << "no restored rank was listed by phos ps (all finished at once?)";
 
   std::vector<std::string> sums;
   for (int r = 0; r < c.ranks; ++r) {
@@ -157,9 +186,10 @@ TEST_P(JobCheckpointTest, JobCheckpointedAtOneCutRestoresAndFinishesExactly) {
 
 INSTANTIATE_TEST_SUITE_P(Jobs, JobCheckpointTest,
                          ::testing::Values(JobCase{"train", 2, "stop"}, JobCase{"train", 2, "cow"},
-                                           JobCase{"train", 2, "recopy"}, JobCase{"pipeline", 3, "cow"}),
+                                           JobCase{"train", 2, "recopy"}, JobCase{"pipeline", 3, "cow", true}),
                          [](const ::testing::TestParamInfo<JobCase>& i) {
-                           return i.param.program + "_" + std::to_string(i.param.ranks) + "_ranks_" + i.param.mode;
+                           return i.param.program + "_" + std::to_string(i.param.ranks) + "_ranks_" + i.param.mode +
+                                  (i.param.swap_gpus ? "_gpus_swapped" : "");
                          });
 
 }  // namespace
