@@ -1,4 +1,4 @@
-// phos run [--name NAME] [--lib PATH] [--no-pid-ns] [--] CMD ARGS...: run an unmodified
+// phos run [--name NAME] [--job JOB] [--lib PATH] [--no-pid-ns] [--] CMD ARGS...: run an unmodified
 // CUDA program against phosd by preloading libphos.so (docs/interposer.md
 // "libphos.so and phos run"). A program that links the CUDA runtime
 // statically (nvcc's default) runs that runtime over phos's driver API
@@ -158,29 +158,31 @@ int SuperviseChild(pid_t child, const sigset_t& relayed) {
 /// With a name, failing is an error (the name would not work); without
 /// one it only costs the convenience, so a phosd that is not there yet is
 /// not (the program reports that itself when it makes its first call).
-bool RegisterWithDaemon(const GlobalOptions& global, const std::string& name) {
+bool RegisterWithDaemon(const GlobalOptions& global, const std::string& name, const std::string& job) {
   struct stat st {};
-  if (name.empty() && stat(global.socket_path.c_str(), &st) != 0) return true;
+  if (name.empty() && job.empty() && stat(global.socket_path.c_str(), &st) != 0) return true;
   std::unique_ptr<v1::Phos::Stub> stub;
   if (Status c = ConnectToDaemon(global.socket_path, global.connect_timeout_ms, &stub); !c.ok()) {
-    if (name.empty()) return true;
-    std::cerr << "phos run: cannot reserve the name '" << name << "': " << c.message() << "\n";
+    if (name.empty() && job.empty()) return true;
+    std::cerr << "phos run: cannot register the name '" << (name.empty() ? job : name) << "': " << c.message()
+              << "\n";
     return false;
   }
   grpc::ClientContext ctx;
   v1::RegisterRunRequest req;
   req.set_launcher_pid(getpid());
   req.set_name(name);
+  req.set_job(job);
   v1::RegisterRunReply reply;
   grpc::Status rpc = stub->RegisterRun(&ctx, req, &reply);
   if (rpc.ok()) return true;
-  if (name.empty() && rpc.error_code() == grpc::StatusCode::UNIMPLEMENTED) return true;  // an older phosd
+  if (name.empty() && job.empty() && rpc.error_code() == grpc::StatusCode::UNIMPLEMENTED) return true;  // an older phosd
   std::cerr << "phos run: " << rpc.error_message() << "\n";
   return false;
 }
 
 int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::string> args, bool pid_ns,
-               const std::string& name) {
+               const std::string& name, const std::string& job) {
   if (!args.empty() && args.front() == "--") args.erase(args.begin());
   if (args.empty()) {
     std::cerr << "phos run: no command given (usage: phos run [--lib PATH] [--] CMD ARGS...)\n";
@@ -227,7 +229,7 @@ int RunProgram(const GlobalOptions& global, std::string lib, std::vector<std::st
     setenv("LD_LIBRARY_PATH", path_list.c_str(), 1);
   }
   setenv("PHOS_SOCKET", global.socket_path.c_str(), 1);
-  if (!RegisterWithDaemon(global, name)) return 1;
+  if (!RegisterWithDaemon(global, name, job)) return 1;
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -279,6 +281,7 @@ void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
   auto lib = std::make_shared<std::string>();
   auto name = std::make_shared<std::string>();
   auto no_pid_ns = std::make_shared<bool>(false);
+  auto job = std::make_shared<std::string>();
   CLI::App* cmd = app->add_subcommand(
       "run",
       "Run a CUDA program on phosd: preloads libphos.so so the program's CUDA calls go to the daemon "
@@ -290,6 +293,10 @@ void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
                   "A name for the program, unique on this phosd (like `docker run --name`): `phos ps` shows it and "
                   "`phos checkpoint NAME` (every command that takes a pid) finds the program by it. Refused when "
                   "another running program holds it");
+  cmd->add_option("--job", *job,
+                  "The NCCL job this program is a rank of (give every rank the same JOB): `phos ps` shows it, "
+                  "`phos checkpoint JOB --job` checkpoints the whole job. Default: phos names a job after its "
+                  "communicator");
   cmd->add_flag("--no-pid-ns", *no_pid_ns,
                 "Run the program in our pid namespace. Default (when allowed, i.e. as root): the program is "
                 "pid 1 of a new pid namespace, so its whole-process images can be restored while it still "
@@ -303,12 +310,12 @@ void AddRunCommand(CLI::App* app, const GlobalOptions* global, int* exit_code) {
   cmd->add_option("command", *positional, "the program and its arguments (after `--` if they look like options)");
   cmd->prefix_command();
   cmd->fallthrough(false);  // the program and its arguments are not phos options
-  cmd->callback([cmd, lib, name, no_pid_ns, positional, global, exit_code] {
+  cmd->callback([cmd, lib, name, job, no_pid_ns, positional, global, exit_code] {
     std::vector<std::string> rest = cmd->remaining();
     if (!positional->empty() && !rest.empty() && rest.back() == "--") rest.pop_back();
     std::vector<std::string> args = *positional;
     for (auto& a : rest) args.push_back(a);
-    *exit_code = RunProgram(*global, *lib, std::move(args), !*no_pid_ns, *name);
+    *exit_code = RunProgram(*global, *lib, std::move(args), !*no_pid_ns, *name, *job);
   });
 }
 

@@ -49,9 +49,20 @@ int ResolveTarget(const GlobalOptions& global, const TargetArgs& args, const std
   for (const v1::SessionInfo& s : reply.sessions()) {
     if (s.name() == t) pid = s.pid();  // names are unique per phosd; ids grow: the newest wins
   }
+  // Else a job's name (`phos run --job`, or the one `phos ps` shows): its
+  // lowest rank stands for it (`phos checkpoint JOB --job`).
   if (pid == 0) {
-    std::cerr << "phos " << command << ": no process named '" << t
-              << "' on this phosd (names come from `phos run --name`; `phos ps` lists them)\n";
+    int best_rank = -1;
+    for (const v1::SessionInfo& s : reply.sessions()) {
+      if (s.job() == t && (best_rank < 0 || s.job_rank() < best_rank)) {
+        best_rank = s.job_rank();
+        pid = s.pid();
+      }
+    }
+  }
+  if (pid == 0) {
+    std::cerr << "phos " << command << ": no process or job named '" << t
+              << "' on this phosd (names come from `phos run --name` and `--job`; `phos ps` lists them)\n";
   }
   return pid;
 }

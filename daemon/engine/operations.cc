@@ -119,8 +119,8 @@ Status Checkpoint(session::Session& session, const CheckpointOptions& options, P
     if (st.comms.empty() || job) return Status::Ok();
     return Status::FailedPrecondition(
         "pid " + std::to_string(pid) + " holds " + std::to_string(st.comms.size()) +
-        " NCCL communicator rank(s): a checkpoint of one rank of a job is not consistent; checkpoint the whole "
-        "job (phos checkpoint --job); nothing was written, the process keeps running");
+        " NCCL communicator rank(s): one rank of a job alone is no consistent checkpoint; checkpoint the whole "
+        "job (phos checkpoint --job)");
   }));
   switch (options.mode) {
     case Mode::kStop: return RunStop(session, options, progress, result);

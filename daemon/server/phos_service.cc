@@ -93,7 +93,7 @@ grpc::Status PhosService::ListSessions(grpc::ServerContext*, const v1::ListSessi
         best = c.nranks;
         char hex[9];
         std::snprintf(hex, sizeof hex, "%02x%02x%02x%02x", id[8], id[9], id[10], id[11]);
-        out->set_job(std::string("nccl-") + hex);
+        if (s.job().empty()) out->set_job(std::string("nccl-") + hex);
         out->set_job_rank(rank);
         out->set_job_size(c.nranks);
       }
@@ -104,7 +104,7 @@ grpc::Status PhosService::ListSessions(grpc::ServerContext*, const v1::ListSessi
 
 grpc::Status PhosService::RegisterRun(grpc::ServerContext*, const v1::RegisterRunRequest* req,
                                       v1::RegisterRunReply*) {
-  phos::Status s = sessions_->runs().Register(req->launcher_pid(), req->name());
+  phos::Status s = sessions_->runs().Register(req->launcher_pid(), req->name(), req->job());
   if (!s.ok()) return ToGrpcStatus(s);
   spdlog::info("rpc=RegisterRun launcher_pid={}{}", req->launcher_pid(),
                req->name().empty() ? "" : " name=" + req->name());

@@ -31,8 +31,9 @@ bool RunRegistry::Live(const Run& r) {
   return !r.sessions.empty() || SameProcessRuns(r.info.launcher_pid, r.start_ticks);
 }
 
-Status RunRegistry::Register(pid_t launcher_pid, const std::string& name) {
+Status RunRegistry::Register(pid_t launcher_pid, const std::string& name, const std::string& job) {
   if (!name.empty()) PHOS_RETURN_IF_ERROR(CheckName(name));
+  if (!job.empty()) PHOS_RETURN_IF_ERROR(CheckName(job).WithContext("the job's name"));
   ProcStat st;
   if (launcher_pid <= 0 || !ReadProcStat(launcher_pid, &st) || !st.running()) {
     return Status::InvalidArgument("launcher pid " + std::to_string(launcher_pid) +
@@ -57,7 +58,7 @@ Status RunRegistry::Register(pid_t launcher_pid, const std::string& name) {
     }
   }
   Run r;
-  r.info = RunInfo{launcher_pid, name};
+  r.info = RunInfo{launcher_pid, name, job};
   r.start_ticks = st.start_ticks;
   runs_.push_back(std::move(r));
   return Status::Ok();

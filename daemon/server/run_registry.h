@@ -30,6 +30,7 @@ namespace phos::server {
 struct RunInfo {
   pid_t launcher_pid = 0;
   std::string name;  // "" = unnamed
+  std::string job;   // `phos run --job`: "" = none (many runs share one)
 };
 
 class RunRegistry {
@@ -40,7 +41,7 @@ class RunRegistry {
 
   /// Records launcher `launcher_pid` (it must run) with `name` ("" = none).
   /// AlreadyExists when a live run holds the name, saying which pids.
-  Status Register(pid_t launcher_pid, const std::string& name);
+  Status Register(pid_t launcher_pid, const std::string& name, const std::string& job = "");
   /// The run that started process `pid` — its launcher is `pid` itself or
   /// `pid`'s parent — and binds session `session_id` to it; nullopt when
   /// none (the process was not started by a registered `phos run`).

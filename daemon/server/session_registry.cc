@@ -87,6 +87,7 @@ void SessionRegistry::Publish(const session::SessionSummary& s) {
   if (run) {
     info.set_launcher_pid(run->launcher_pid);
     info.set_name(run->name);
+    info.set_job(run->job);
   }
   info.set_session_id(s.session_id);
   info.set_pid(s.pid);

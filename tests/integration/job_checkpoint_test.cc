@@ -52,7 +52,7 @@ int GpuOf(const std::string& socket, pid_t pid) {
     std::vector<std::string> c;
     for (std::string w; cols >> w;) c.push_back(w);
     // PID LAUNCHER NAME SESSION JOB RANK/SIZE GPU ...
-    if (c.size() > 6 && c[0] == std::to_string(pid) && c[4].rfind("nccl-", 0) == 0) return std::stoi(c[6]);
+    if (c.size() > 6 && c[0] == std::to_string(pid) && c[4] != "-") return std::stoi(c[6]);
   }
   return -1;
 }
@@ -85,7 +85,8 @@ class JobCheckpointTest : public ::testing::TestWithParam<JobCase> {
   // Rank `rank` of the 2-rank job under phos run (--no-pid-ns: the image
   // keeps the program's own pid, which the restore takes back).
   pid_t StartRank(const JobCase& c, int rank) {
-    const std::vector<std::string> run = {"run", "--no-pid-ns", "--lib", PHOS_LIB_PATH, "--", PHOS_NCCL_RANKS,
+    const std::vector<std::string> run = {"run", "--no-pid-ns", "--job", "testjob", "--lib", PHOS_LIB_PATH, "--",
+                                          PHOS_NCCL_RANKS,
                                           c.program, std::to_string(rank), std::to_string(c.ranks), dir_ + "/job.id"};
     const pid_t pid = phos::testing::StartDetached(phos::testing::PhosArgv(socket_, run), LogOf(rank), LogOf(rank));
     pids_.push_back(pid);
@@ -120,8 +121,9 @@ TEST_P(JobCheckpointTest, JobCheckpointedAtOneCutRestoresAndFinishesExactly) {
   EXPECT_FALSE(fs::exists(dir_ + "/one"));
 
   const std::string img = dir_ + "/img-" + c.mode;
-  Result ck = phos::testing::RunPhos(
-      socket_, {"checkpoint", "--pid", std::to_string(ranks[0]), "--job", "--mode", c.mode, "--out", img}, 120s);
+  // The job by a rank's pid, or (swap case) by its `phos run --job` name.
+  const std::string target = c.swap_gpus ? "testjob" : std::to_string(ranks[0]);
+  Result ck = phos::testing::RunPhos(socket_, {"checkpoint", target, "--job", "--mode", c.mode, "--out", img}, 120s);
   ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << phos::testing::DaemonOutput(&daemon_) << logs();
   EXPECT_NE(ck.output.find("job of " + std::to_string(c.ranks) + " ranks"), std::string::npos) << ck.output;
   EXPECT_TRUE(fs::exists(img + "/job")) << ck.output;
