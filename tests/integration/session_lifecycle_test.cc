@@ -172,7 +172,7 @@ TEST_F(SessionLifecycleTest, NameAndLauncherPidNameTheProgram) {
   EXPECT_EQ(by_flag.rc, 0) << by_flag.output;
   const PhosResult unknown = Phos({"checkpoint", "no-such-job", "--gpu-only", "--out", dir_ + "/none"});
   EXPECT_NE(unknown.rc, 0);
-  EXPECT_NE(unknown.output.find("no process named 'no-such-job'"), std::string::npos) << unknown.output;
+  EXPECT_NE(unknown.output.find("no process or job named 'no-such-job'"), std::string::npos) << unknown.output;
   // Results say the stall in human units next to the time taken.
   EXPECT_TRUE(std::regex_search(by_name.output, std::regex(R"(stall [0-9.]+ (ms|s) .*took [0-9.]+ (ms|s))")))
       << by_name.output;

@@ -281,7 +281,8 @@ void SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const s
   // done: peers read and write them while this rank waits.
   std::deque<SimAddressSpace::Pin> pins;
   for (const CollectiveOp& op : ops) {
-    wire::NcclOp w{static_cast<std::uint8_t>(op.kind), op.datatype, op.redop, 0, op.peer, op.send, op.recv, op.count, 0};
+    wire::NcclOp w{static_cast<std::uint8_t>(op.kind), op.datatype, op.redop, 0, op.peer, op.send, op.recv, op.count,
+                   op.scalar};
     w.scalar = static_cast<std::uint8_t>(op.scalar_on_device ? wire::NcclScalar::kDevice : wire::NcclScalar::kHost);
     std::uint64_t send_bytes = 0, recv_bytes = 0;
     if (const char* why = wire::CheckNcclOp(w, c.nranks, rank_, &send_bytes, &recv_bytes); why != nullptr) {

@@ -97,6 +97,37 @@ TEST(SimCollectives, AllReduceOfFourRanksOnTwoGpusInRankOrder) {
   }
 }
 
+TEST(SimCollectives, PreMulSumScalesEachRankByItsScalarFromHostOrDevice) {
+  Ranks k;
+  SIM_ASSERT_OK(k.Init(2, 2, 7));
+  const std::size_t n = 16;
+  std::vector<DevicePtr> buf, scalar;
+  for (int r = 0; r < 2; ++r) {
+    buf.push_back(k.Alloc(r, n * sizeof(float)));
+    scalar.push_back(k.Alloc(r, sizeof(float)));
+    *F(scalar[r]) = static_cast<float>(r + 2);  // 2 and 3
+    for (std::size_t i = 0; i < n; ++i) F(buf[r])[i] = static_cast<float>(i);
+  }
+  for (bool on_device : {true, false}) {
+    for (int r = 0; r < 2; ++r) {
+      CollectiveOp op = Op(CollectiveOp::Kind::kAllReduce, buf[r], buf[r], n, 0, CollectiveOp::kPreMulSum);
+      op.scalar_on_device = on_device;
+      if (on_device) {
+        op.scalar = scalar[r];
+      } else {
+        const float f = static_cast<float>(r + 2);
+        std::memcpy(&op.scalar, &f, sizeof f);
+      }
+      SIM_ASSERT_OK(k.ctx[r]->EnqueueCollectives(k.rank[r], {op}, k.stream[r]));
+    }
+    for (int r = 0; r < 2; ++r) SIM_ASSERT_OK(k.ctx[r]->SynchronizeStream(k.stream[r]));
+    for (int r = 0; r < 2; ++r) EXPECT_TRUE(k.rank[r]->AsyncError().ok()) << k.rank[r]->AsyncError().ToString();
+  }
+  // Twice scaled by 2 + 3: x * 5 * 5.
+  for (int r = 0; r < 2; ++r)
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(F(buf[r])[i], 25.0f * static_cast<float>(i)) << r << " " << i;
+}
+
 TEST(SimCollectives, RingExchangeInOneGroupDoesNotDeadlock) {
   Ranks k;
   SIM_ASSERT_OK(k.Init(3, 3, 2));
