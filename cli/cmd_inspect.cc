@@ -1,5 +1,7 @@
 // phos inspect DIR [--json] [--no-verify] [--pread]: what a checkpoint image holds,
-// and whether every checksum still matches (docs/image-format.md).
+// and whether every checksum still matches (docs/image-format.md). A job
+// image (DIR/job, docs/protocols.md "Job checkpoints"): its manifest, then
+// every rank's image the same way.
 //
 // Runs without a daemon: it reads the directory directly. Exit status 0
 // when the image is intact, 1 with the first problem otherwise (the
@@ -12,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -20,6 +23,7 @@
 #include "common/logging.h"
 #include "image.pb.h"
 #include "image/image_reader.h"
+#include "image/job_manifest.h"
 
 namespace phos::cli {
 namespace {
@@ -109,7 +113,6 @@ void PrintSummary(const std::string& dir, const image::v1::Manifest& m) {
 }
 
 int RunInspect(const std::string& dir, bool json, bool verify, bool pread) {
-  (void)InitLogging("warn");  // the pwrite fallback warning goes to stderr
   image::v1::InspectReport report;
   report.set_dir(dir);
   auto finish = [&](bool intact, const std::string& problem) {
@@ -160,6 +163,41 @@ int RunInspect(const std::string& dir, bool json, bool verify, bool pread) {
   return finish(true, "");
 }
 
+// A job image: the job's manifest, then each rank's image (--json: one
+// object per line, the job's first). Intact only when every rank is.
+int RunInspectJob(const std::string& dir, bool json, bool verify, bool pread) {
+  image::v1::JobManifest jm;
+  if (Status s = image::ReadJobManifest(dir, &jm); !s.ok()) {
+    std::cerr << "phos inspect: " << s.ToString() << "\n";
+    return 1;
+  }
+  if (json) {
+    PrintJson(jm);
+    std::cout << "\n";
+  } else {
+    std::cout << "job image " << dir << ": " << jm.ranks_size() << " ranks, mode " << jm.mode() << ", taken "
+              << UtcTime(jm.created_unix_ns()) << " by phos " << jm.phos_version() << ", cut reached in "
+              << HumanMicros(jm.cut_us()) << "\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& r : jm.ranks()) {
+      std::string cmd;
+      for (const auto& a : r.cmdline()) cmd += (cmd.empty() ? "" : " ") + a;
+      rows.push_back({r.dir(), std::to_string(r.pid()), cmd});
+    }
+    std::cout << FormatTable({"RANK IMAGE", "PID", "COMMAND"}, rows);
+    for (const auto& c : jm.cut()) {
+      std::cout << "communicator of " << c.nranks() << " ranks: " << c.collectives()
+                << " collectives enqueued by every rank at the cut\n";
+    }
+  }
+  int rc = 0;
+  for (const auto& r : jm.ranks()) {
+    if (!json) std::cout << "\n=== " << r.dir() << " ===\n";
+    rc |= RunInspect(dir + "/" + r.dir(), json, verify, pread);
+  }
+  return rc;
+}
+
 }  // namespace
 
 void AddInspectCommand(CLI::App* app, int* exit_code) {
@@ -176,7 +214,9 @@ void AddInspectCommand(CLI::App* app, int* exit_code) {
   cmd->add_flag("--no-verify", *no_verify, "Check manifest and layout only, not the data");
   cmd->add_flag("--pread", *pread, "Read with pread instead of io_uring + O_DIRECT");
   cmd->callback([dir, json, no_verify, pread, exit_code] {
-    *exit_code = RunInspect(*dir, *json, !*no_verify, *pread);
+    (void)InitLogging("warn");  // the pwrite fallback warning goes to stderr
+    *exit_code = image::IsJobImage(*dir) ? RunInspectJob(*dir, *json, !*no_verify, *pread)
+                                         : RunInspect(*dir, *json, !*no_verify, *pread);
   });
 }
 

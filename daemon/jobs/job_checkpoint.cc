@@ -17,7 +17,7 @@
 #include "common/version.h"
 #include "image/commit_dir.h"
 #include "image/image_layout.h"
-#include "jobs/job_image.h"
+#include "image/job_manifest.h"
 #include "session/communicator_book.h"
 
 namespace phos::jobs {
@@ -320,7 +320,7 @@ Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const J
     c->set_nranks(comms.at(cid).nranks);
     c->set_collectives(k);
   }
-  Status w = WriteJobManifest(staged, jm);
+  Status w = image::WriteJobManifest(staged, jm);
   if (w.ok()) w = image::CommitDirectory(staged, options.dir, image::CommitSync::kDirectory);
   if (!w.ok()) {
     std::filesystem::remove_all(staged, ec);
@@ -339,7 +339,7 @@ Status RestoreJob(session::SessionServer* server, const std::string& dir, const 
                   engine::Progress* progress, JobRestoreResult* result) {
   *result = JobRestoreResult{};
   image::v1::JobManifest jm;
-  PHOS_RETURN_IF_ERROR(ReadJobManifest(dir, &jm));
+  PHOS_RETURN_IF_ERROR(image::ReadJobManifest(dir, &jm));
   // One new generation for every communicator of this restore: its ranks
   // meet each other, never the original job or another copy of it.
   std::random_device rd;

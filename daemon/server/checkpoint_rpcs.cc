@@ -18,7 +18,7 @@
 #include "engine/progress.h"
 #include "image/image_catalog.h"
 #include "server/phos_service.h"
-#include "jobs/job_image.h"
+#include "image/job_manifest.h"
 #include "process/process_checkpoint.h"
 #include "server/rpc_events.h"
 
@@ -276,7 +276,7 @@ grpc::Status PhosService::Restore(grpc::ServerContext* ctx, const v1::RestoreReq
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "image_dir must be an absolute path (got '" + req->image_dir() + "')");
   }
-  if (jobs::IsJobImage(req->image_dir())) {
+  if (image::IsJobImage(req->image_dir())) {
     if (req->gpu_only()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           req->image_dir() + " is the image of an NCCL job: it restores whole (drop --gpu-only)");

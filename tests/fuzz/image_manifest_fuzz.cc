@@ -3,8 +3,10 @@
 // no huge allocation) whatever the bytes of manifest and gpu.img are.
 //
 // Input byte 0 picks the mode:
-//   even: DecodeManifestFile over the rest (header, checksum, protobuf,
-//         structural validation);
+//   even, and not 2 mod 4: DecodeManifestFile over the rest (header,
+//         checksum, protobuf, structural validation);
+//   2 mod 4: DecodeJobManifest over the rest (a job image's `job` file:
+//         magic, version, protobuf, rank directories);
 //   odd:  bytes 1-2 (little-endian) give the manifest length m; the next m
 //         bytes become DIR/manifest and the rest DIR/gpu.img, then
 //         ImageReader::Open + VerifyAll run on DIR (pread backend: no
@@ -23,8 +25,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include "image/image_reader.h"
+#include "image/job_manifest.h"
 #include "image/manifest_file.h"
 
 namespace {
@@ -64,6 +68,11 @@ const std::string& ScratchDir() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace phos::image;
   if (size < 1) return 0;
+  if ((data[0] & 3) == 2) {
+    v1::JobManifest m;
+    (void)DecodeJobManifest(std::string_view(reinterpret_cast<const char*>(data + 1), size - 1), "job", &m);
+    return 0;
+  }
   if ((data[0] & 1) == 0) {
     v1::Manifest m;
     (void)DecodeManifestFile({data + 1, size - 1}, &m);

@@ -130,6 +130,13 @@ TEST_P(JobCheckpointTest, JobCheckpointedAtOneCutRestoresAndFinishesExactly) {
   for (int r = 0; r < c.ranks; ++r) {
     EXPECT_TRUE(fs::exists(img + "/rank-" + std::to_string(r) + "/criu/inventory.img")) << ck.output;
   }
+  // `phos inspect` reads the job image: its manifest, then every rank's image, all intact.
+  Result in = phos::testing::RunPhos(socket_, {"inspect", img});
+  EXPECT_EQ(in.rc, 0) << in.output;
+  EXPECT_NE(in.output.find("job image " + img + ": " + std::to_string(c.ranks) + " ranks, mode " + c.mode),
+            std::string::npos)
+      << in.output;
+  EXPECT_NE(in.output.find("=== rank-" + std::to_string(c.ranks - 1) + " ==="), std::string::npos) << in.output;
 
   // Killed before they finished (else this run proves nothing).
   for (pid_t& p : pids_) {

@@ -6,11 +6,12 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "image.pb.h"
 
-namespace phos::jobs {
+namespace phos::image {
 
 inline constexpr char kJobManifestFile[] = "job";
 inline constexpr std::uint32_t kJobFormatVersion = 1;
@@ -22,5 +23,10 @@ bool IsJobImage(const std::string& dir);
 Status WriteJobManifest(const std::string& dir, const image::v1::JobManifest& m);
 /// Reads and checks `dir`/job: Corruption naming what is wrong.
 Status ReadJobManifest(const std::string& dir, image::v1::JobManifest* m);
+/// The file's bytes <-> the manifest (magic, version, protobuf, and every
+/// rank directory inside the job directory). Decode reads untrusted bytes:
+/// Corruption naming what is wrong, never a crash (fuzzed).
+std::string EncodeJobManifest(const image::v1::JobManifest& m);
+Status DecodeJobManifest(std::string_view bytes, const std::string& what, image::v1::JobManifest* m);
 
-}  // namespace phos::jobs
+}  // namespace phos::image

@@ -1,4 +1,4 @@
-#include "jobs/job_image.h"
+#include "image/job_manifest.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <sstream>
 
 
-namespace phos::jobs {
+namespace phos::image {
 namespace {
 
 constexpr char kMagic[8] = {'p', 'h', 'o', 's', 'j', 'o', 'b', '\0'};
@@ -27,13 +27,16 @@ Status SyncPath(const std::string& path, int flags) {
 
 bool IsJobImage(const std::string& dir) { return access((dir + "/" + kJobManifestFile).c_str(), F_OK) == 0; }
 
-Status WriteJobManifest(const std::string& dir, const image::v1::JobManifest& m) {
-  std::string body;
-  if (!m.SerializeToString(&body)) return Status::Internal("cannot serialize the job manifest");
+std::string EncodeJobManifest(const image::v1::JobManifest& m) {
   std::string bytes(kMagic, sizeof kMagic);
   const std::uint32_t version = kJobFormatVersion;
   bytes.append(reinterpret_cast<const char*>(&version), sizeof version);
-  bytes += body;
+  bytes += m.SerializeAsString();
+  return bytes;
+}
+
+Status WriteJobManifest(const std::string& dir, const image::v1::JobManifest& m) {
+  const std::string bytes = EncodeJobManifest(m);
   const std::string final_path = dir + "/" + kJobManifestFile;
   const std::string staged = final_path + ".tmp";
   {
@@ -52,7 +55,10 @@ Status ReadJobManifest(const std::string& dir, image::v1::JobManifest* m) {
   if (!in) return Status::NotFound(path + " does not exist (not a job image)");
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string bytes = ss.str();
+  return DecodeJobManifest(ss.str(), path, m);
+}
+
+Status DecodeJobManifest(std::string_view bytes, const std::string& path, image::v1::JobManifest* m) {
   if (bytes.size() < sizeof kMagic + 4 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
     return Status::Corruption(path + " is not a phos job manifest (bad magic)");
   }
@@ -74,4 +80,4 @@ Status ReadJobManifest(const std::string& dir, image::v1::JobManifest* m) {
   return Status::Ok();
 }
 
-}  // namespace phos::jobs
+}  // namespace phos::image
