@@ -252,12 +252,8 @@ Status MoveToImageDevice(session::SessionState& st, int image_device, const std:
     }
   }
   if (device == st.device) return Status::Ok();
-  if (!st.replace_context) return Status::FailedPrecondition("this session cannot change its GPU");
-  const int old = st.device;
-  st.device = device;
-  Status s = st.replace_context();
-  if (!s.ok()) st.device = old;
-  return s.WithContext("moving session " + std::to_string(st.session_id) + " to GPU " + std::to_string(device));
+  return session::MoveToDevice(st, device)
+      .WithContext("moving session " + std::to_string(st.session_id) + " to GPU " + std::to_string(device));
 }
 
 /// Forms the image's communicators again with the job's other ranks, under

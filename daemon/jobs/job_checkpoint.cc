@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "common/version.h"
+#include "engine/operation_util.h"
 #include "image/commit_dir.h"
 #include "image/image_layout.h"
 #include "image/job_manifest.h"
@@ -23,12 +24,9 @@
 namespace phos::jobs {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using engine::Clock;
+using engine::MicrosSince;
 using Book = session::CommunicatorBook;
-
-std::uint64_t MicrosSince(Clock::time_point t0) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-}
 
 /// What every rank must have enqueued at the cut: per communicator, the
 /// most collectives any rank enqueued, and per (sender, receiver) the most

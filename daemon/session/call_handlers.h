@@ -307,6 +307,10 @@ void ReleaseAll(SessionState& st);
 /// Aborts every NCCL communicator rank the session holds (its peers' waits
 /// fail with `why` instead of hanging) and forgets them (nccl_handlers.cc).
 void AbortCommunicators(SessionState& st, const std::string& why);
+/// Puts the session on phosd's GPU `device` by replacing its context (it
+/// must hold nothing on the GPU: cudaSetDevice before the first allocation,
+/// a restore into a fresh session). On failure it stays where it was.
+Status MoveToDevice(SessionState& st, int device);
 /// Makes the session rank `rank` of the `nranks`-rank communicator
 /// `unique_id`, under the app's id `app_id` (ncclCommInitRank, and a job
 /// restore recreating it): blocks until every rank joined or the session

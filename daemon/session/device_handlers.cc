@@ -115,15 +115,17 @@ void HandleSetDevice(SessionState& st, const CallContext& call, const wire::Devi
   }
   CallView v = ViewOf(st, call);
   v.kind = AccessKind::kUnknown;  // the context changes under everything
-  Status s = st.executor->Run(v, [&] {
-    if (!st.replace_context) return Status::Unavailable("this session cannot change its GPU");
-    const int old = st.device;
-    st.device = req.device;
-    Status r = st.replace_context();
-    if (!r.ok()) st.device = old;  // the old context stays
-    return r;
-  });
-  out->Fail(s);
+  out->Fail(st.executor->Run(v, [&] { return MoveToDevice(st, req.device); }));
+}
+
+Status MoveToDevice(SessionState& st, int device) {
+  if (device == st.device) return Status::Ok();
+  if (!st.replace_context) return Status::FailedPrecondition("this session cannot change its GPU");
+  const int old = st.device;
+  st.device = device;
+  Status r = st.replace_context();
+  if (!r.ok()) st.device = old;  // the old context stays
+  return r;
 }
 
 void HandleTakeDeviceOutput(SessionState& st, const CallContext& call, const wire::DeviceOutputRequest& req,

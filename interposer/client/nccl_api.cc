@@ -170,9 +170,7 @@ ncclResult_t Enqueue(ncclComm_t comm, cudaStream_t stream, wire::NcclKind kind, 
   o.recv = reinterpret_cast<uint64_t>(recv);
   o.count = count;
   if (static_cast<int>(datatype) < 0 || static_cast<int>(datatype) >= ncclNumTypes) o.datatype = 0xff;
-  const bool reduces = kind == wire::NcclKind::kAllReduce || kind == wire::NcclKind::kReduce ||
-                       kind == wire::NcclKind::kReduceScatter;
-  if (reduces) {
+  if (wire::NcclReduces(o.kind)) {
     if (static_cast<int>(redop) >= 0 && static_cast<int>(redop) < ncclNumOps) {
       o.redop = static_cast<uint8_t>(redop);
     } else {

@@ -27,10 +27,18 @@ const char* NcclKindName(uint8_t kind) {
   return kind < std::size(kNames) ? kNames[kind] : "?";
 }
 
+bool NcclReduces(uint8_t kind) {
+  const auto k = static_cast<NcclKind>(kind);
+  return k == NcclKind::kAllReduce || k == NcclKind::kReduce || k == NcclKind::kReduceScatter;
+}
+
+bool NcclIsCollective(uint8_t kind) {
+  return kind < static_cast<uint8_t>(NcclKind::kCount) && kind != static_cast<uint8_t>(NcclKind::kSend) &&
+         kind != static_cast<uint8_t>(NcclKind::kRecv);
+}
+
 bool NcclDeviceScalar(const NcclOp& op) {
-  const auto kind = static_cast<NcclKind>(op.kind);
-  const bool reduces = kind == NcclKind::kAllReduce || kind == NcclKind::kReduce || kind == NcclKind::kReduceScatter;
-  return reduces && op.redop == kNcclPreMulSum && op.scalar == static_cast<uint8_t>(NcclScalar::kDevice);
+  return NcclReduces(op.kind) && op.redop == kNcclPreMulSum && op.scalar == static_cast<uint8_t>(NcclScalar::kDevice);
 }
 
 const char* CheckNcclOp(const NcclOp& op, int nranks, int rank, uint64_t* send_bytes, uint64_t* recv_bytes) {
@@ -41,8 +49,7 @@ const char* CheckNcclOp(const NcclOp& op, int nranks, int rank, uint64_t* send_b
   const uint32_t es = NcclTypeBytes(op.datatype);
   if (es == 0) return "datatype is not one ncclDataType_t defines";
   if (nranks < 1 || rank < 0 || rank >= nranks) return "bad rank";
-  const bool reduces = kind == NcclKind::kAllReduce || kind == NcclKind::kReduce || kind == NcclKind::kReduceScatter;
-  if (reduces) {
+  if (NcclReduces(op.kind)) {
     if (op.redop > 4 && op.redop != kNcclPreMulSum) return "reduction operator is not one NCCL defines";
     if (op.redop == kNcclPreMulSum && op.scalar != static_cast<uint8_t>(NcclScalar::kHost) &&
         op.scalar != static_cast<uint8_t>(NcclScalar::kDevice)) {

@@ -67,6 +67,11 @@ uint32_t NcclTypeBytes(uint8_t t);
 const char* NcclTypeName(uint8_t t);
 const char* NcclKindName(uint8_t kind);
 
+/// Whether ops of kind `kind` (NcclKind) reduce (take an operator), and
+/// whether they are collectives (not Send/Recv).
+bool NcclReduces(uint8_t kind);
+bool NcclIsCollective(uint8_t kind);
+
 /// Whether `op` reads a PreMulSum scalar from device memory (at
 /// op.scalar_value; a reduction only).
 bool NcclDeviceScalar(const NcclOp& op);

@@ -14,6 +14,11 @@
 namespace phos::backend::sim {
 
 using Kind = CollectiveOp::Kind;
+// phosd casts the wire's kinds to these (nccl_handlers.cc); the shared
+// predicates of nccl_wire.h take them back the same way.
+static_assert(static_cast<int>(Kind::kSend) == static_cast<int>(wire::NcclKind::kSend) &&
+              static_cast<int>(Kind::kRecv) == static_cast<int>(wire::NcclKind::kRecv) &&
+              static_cast<int>(Kind::kReduceScatter) == static_cast<int>(wire::NcclKind::kReduceScatter));
 
 // All state of one communicator; every field below `nranks` is guarded by
 // `mu` (sim_collectives.h "Locks").
@@ -185,7 +190,7 @@ Status Compute(const std::vector<const CollectiveOp*>& ops, std::uint64_t seq) {
   const int n = static_cast<int>(ops.size());
   for (int r = 1; r < n; ++r) {
     const CollectiveOp& b = *ops[static_cast<std::size_t>(r)];
-    const bool reduces = a.kind == Kind::kAllReduce || a.kind == Kind::kReduce || a.kind == Kind::kReduceScatter;
+    const bool reduces = wire::NcclReduces(static_cast<std::uint8_t>(a.kind));
     const bool rooted = a.kind == Kind::kBroadcast || a.kind == Kind::kReduce;
     if (b.kind != a.kind || b.datatype != a.datatype || b.count != a.count || (rooted && b.peer != a.peer) ||
         (reduces && (b.redop == CollectiveOp::kPreMulSum) != (a.redop == CollectiveOp::kPreMulSum)) ||
@@ -244,7 +249,7 @@ Status Compute(const std::vector<const CollectiveOp*>& ops, std::uint64_t seq) {
   return Status::Internal("not a collective");
 }
 
-bool IsCollective(Kind k) { return k != Kind::kSend && k != Kind::kRecv; }
+bool IsCollective(Kind k) { return wire::NcclIsCollective(static_cast<std::uint8_t>(k)); }
 
 }  // namespace
 

@@ -1,3 +1,4 @@
+#include "protocol/nccl_wire.h"
 #include "backend/sim/sim_context.h"
 
 #include "common/hex.h"
@@ -498,7 +499,7 @@ Status SimContext::EnqueueCollectives(const std::shared_ptr<CommRank>& rank, con
   if (!sim_rank) return Status::InvalidArgument("EnqueueCollectives: not a communicator of this backend");
   std::uint64_t collectives = 0;
   for (const CollectiveOp& op : ops) {
-    collectives += op.kind != CollectiveOp::Kind::kSend && op.kind != CollectiveOp::Kind::kRecv ? 1 : 0;
+    collectives += wire::NcclIsCollective(static_cast<std::uint8_t>(op.kind)) ? 1 : 0;
   }
   auto group = std::make_shared<const std::vector<CollectiveOp>>(ops);
   SimAddressSpace* memory = shared_->memory.get();
