@@ -420,6 +420,19 @@ class Backend {
   /// Creates a context on `device` (slow on a real GPU: hundreds of ms; the
   /// context pool hides it).
   virtual Status CreateContext(int device, std::unique_ptr<Context>* out) = 0;
+  /// A message from another phosd about a communicator whose ranks are on
+  /// both (CollectiveFabric; the peer plane's Collective call). InvalidArgument
+  /// for one that contradicts the communicator.
+  virtual Status DeliverCollective(const FabricMessage& message) {
+    (void)message;
+    return Status::NotSupported("this backend runs no collectives across phosds");
+  }
+  /// The phosd at peer `endpoint` is gone (its etcd lease expired): every
+  /// communicator with a rank there ends (its ranks see ncclRemoteError).
+  virtual void PeerLost(const std::string& endpoint, const std::string& why) {
+    (void)endpoint;
+    (void)why;
+  }
 };
 
 }  // namespace phos::backend

@@ -43,6 +43,10 @@ struct SimOptions {
   /// the cuda backend, whose driver places them itself: tests of a restore
   /// that must cope with variables elsewhere run on the sim with it.
   bool places_module_variables = true;
+  /// Where communicators reach their ranks on other phosds (phosd's
+  /// --etcd; daemon/cluster/). Not owned; must outlive the backend. Null:
+  /// every rank of a communicator is a session of this phosd.
+  CollectiveFabric* fabric = nullptr;
 };
 
 struct CudaOptions {

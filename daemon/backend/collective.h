@@ -8,7 +8,9 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -46,6 +48,47 @@ class CommRank {
   virtual Status AsyncError() const = 0;
   /// Ops of this rank enqueued and not yet run (ncclCommFinalize waits for 0).
   virtual bool Idle() const = 0;
+};
+
+/// What the phosds of a communicator whose ranks are on several of them
+/// tell each other (docs/backends.md "Collectives across phosds"). The
+/// receiving phosd checks it against the communicator before using it: a
+/// peer is authenticated (the peer token) but its bytes are not trusted.
+struct FabricMessage {
+  enum class Kind : std::uint8_t {
+    kCollective,  // rank `from_rank`'s part of collective #seq: its op and its send bytes
+    kSend,        // rank `from_rank`'s Send to `to_rank`: the bytes
+    kAbort,       // the communicator ended on the sender's side: `why`
+  };
+  Kind kind = Kind::kCollective;
+  CommunicatorId comm{};
+  int nranks = 0;
+  int from_rank = 0;
+  int to_rank = 0;          // kSend
+  std::uint64_t seq = 0;    // kCollective
+  CollectiveOp op;          // kCollective, kSend; send/recv are the sender's addresses (not used);
+                            // a PreMulSum's scalar always travels by value (scalar_on_device false)
+  std::vector<std::uint8_t> data;  // the op's send bytes
+  std::string why;          // kAbort
+};
+
+/// How a backend reaches the ranks of its communicators on other phosds
+/// (implemented by daemon/cluster/ over etcd and the peer plane). Only set
+/// when phosd runs with --etcd. Thread-safe.
+class CollectiveFabric {
+ public:
+  virtual ~CollectiveFabric() = default;
+  /// Records that rank `rank` of `comm` joined on this phosd, then blocks
+  /// until all `nranks` ranks joined somewhere (or `cancelled()`, or the
+  /// ranks disagree on the size). `where[r]`: the peer endpoint of rank r's
+  /// phosd, "" for this phosd.
+  virtual Status Rendezvous(const CommunicatorId& comm, int nranks, int rank, const std::function<bool()>& cancelled,
+                            std::vector<std::string>* where) = 0;
+  /// Delivers `message` to the phosd at `endpoint`; returns once that phosd
+  /// took it (or why it could not).
+  virtual Status Send(const std::string& endpoint, const FabricMessage& message) = 0;
+  /// Rank `rank` of `comm` on this phosd is gone (destroyed, aborted).
+  virtual void Leave(const CommunicatorId& comm, int rank) = 0;
 };
 
 }  // namespace phos::backend

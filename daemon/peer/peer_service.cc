@@ -9,6 +9,7 @@
 
 #include "common/grpc_status.h"
 #include "image/image_receiver.h"
+#include "peer/fabric_message.h"
 #include "peer/peer_token.h"
 
 namespace phos::peer {
@@ -36,12 +37,25 @@ std::string PeerHost(const std::string& peer) {
 }  // namespace
 
 PeerService::PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
-                         PeerRestorer restorer, bool drop_restore_replies)
+                         PeerRestorer restorer, bool drop_restore_replies, CollectiveSink collectives)
     : token_(std::move(token)),
       incoming_dir_(std::move(checkpoint_root) + "/incoming"),
       max_receive_bytes_(max_receive_bytes),
       restorer_(std::move(restorer)),
-      drop_restore_replies_(drop_restore_replies) {}
+      drop_restore_replies_(drop_restore_replies),
+      collectives_(std::move(collectives)) {}
+
+grpc::Status PeerService::Collective(grpc::ServerContext* context, const peer::v1::CollectiveMessage* request,
+                                     peer::v1::CollectiveReply*) {
+  if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  if (!collectives_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this phosd runs no NCCL communicators across phosds (start it with --etcd)");
+  }
+  backend::FabricMessage message;
+  if (Status s = DecodeFabricMessage(*request, &message); !s.ok()) return ToGrpcStatus(s);
+  return ToGrpcStatus(collectives_(message));
+}
 
 grpc::Status PeerService::Ping(grpc::ServerContext* context, const peer::v1::PingRequest*,
                                peer::v1::PingReply* reply) {
@@ -334,11 +348,13 @@ Status PeerService::ReceivePrecopy(const std::shared_ptr<PrecopyStore>& store, g
   return store->Seal();
 }
 
-Status PeerServer::Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer) {
+Status PeerServer::Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer,
+                         CollectiveSink collectives) {
   std::string token;
   PHOS_RETURN_IF_ERROR(LoadPeerToken(options.peer_token_file, &token).WithContext("--peer-token"));
   service_ = std::make_unique<PeerService>(std::move(token), checkpoint_root, options.max_receive_bytes,
-                                           std::move(restorer), options.test_drop_restore_reply);
+                                           std::move(restorer), options.test_drop_restore_reply,
+                                           std::move(collectives));
   if (options.test_drop_restore_reply) {
     spdlog::warn("peer: --test-drop-restore-reply: every RestoreImage answers UNAVAILABLE after restoring (tests only)");
   }

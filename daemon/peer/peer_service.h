@@ -20,6 +20,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "backend/collective.h"
 #include "common/status.h"
 #include "peer.grpc.pb.h"
 #include "image/precopy_store.h"
@@ -31,6 +32,10 @@ namespace phos::peer {
 using PeerRestorer =
     std::function<Status(const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply)>;
 
+/// Takes a peer's message about a communicator spanning phosds (the
+/// backend's DeliverCollective); null when this phosd runs none (no --etcd).
+using CollectiveSink = std::function<Status(const backend::FabricMessage& message)>;
+
 class PeerService final : public peer::v1::PhosPeer::Service {
  public:
   /// Images go to `<checkpoint_root>/incoming/<name>`. `restorer` serves
@@ -38,8 +43,9 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   /// `drop_restore_replies` (tests only, --test-drop-restore-reply): every
   /// RestoreImage restores as asked, records its outcome, then answers
   /// UNAVAILABLE instead — a reply lost after the copy already runs.
+  /// `collectives` serves Collective (immutable; null: refused).
   PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
-              PeerRestorer restorer, bool drop_restore_replies = false);
+              PeerRestorer restorer, bool drop_restore_replies = false, CollectiveSink collectives = nullptr);
 
   grpc::Status Ping(grpc::ServerContext* context, const peer::v1::PingRequest* request,
                     peer::v1::PingReply* reply) override;
@@ -47,6 +53,9 @@ class PeerService final : public peer::v1::PhosPeer::Service {
                             peer::v1::RestoreImageReply* reply) override;
   grpc::Status RestoreStatus(grpc::ServerContext* context, const peer::v1::RestoreStatusRequest* request,
                              peer::v1::RestoreStatusReply* reply) override;
+
+  grpc::Status Collective(grpc::ServerContext* context, const peer::v1::CollectiveMessage* request,
+                          peer::v1::CollectiveReply* reply) override;
 
   grpc::Status ReceiveImage(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
                             peer::v1::ReceiveImageReply* reply) override;
@@ -94,6 +103,7 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   const std::uint64_t max_receive_bytes_;
   const PeerRestorer restorer_;
   const bool drop_restore_replies_;
+  const CollectiveSink collectives_;
 
   std::mutex mu_;  // guards in_flight_, precopies_, refused_hosts_, restores_ and restore_order_
   std::set<std::string> in_flight_;      // image names being received now
@@ -119,7 +129,9 @@ class PeerServer {
   ~PeerServer() { Shutdown(); }
   /// Loads options.peer_token_file, listens on options.listen and serves
   /// PeerService. The token is checked before anything listens.
-  Status Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer);
+  /// `collectives`: where peers' collective messages go (null: refused).
+  Status Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer,
+               CollectiveSink collectives = nullptr);
   /// Stops serving (in-flight transfers get a short grace period). Idempotent.
   void Shutdown();
   /// The port actually bound (options.listen may say port 0); 0 when not started.

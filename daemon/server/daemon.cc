@@ -20,6 +20,7 @@
 #include "engine/engine_hook.h"
 #include "common/version.h"
 #include "image/recovery.h"
+#include "peer/peer_token.h"
 #include "session/kernel_access.h"
 #include "signature/signature_cache.h"
 
@@ -37,9 +38,26 @@ Status Daemon::Start(const DaemonOptions& options) {
   }
 
   std::string why;
+  backend::BackendOptions backend_options = options.backend;
+  if (!options.etcd.empty()) {
+    // Jobs across phosds (docs/protocols.md "Jobs across phosds"): etcd
+    // first, so a phosd that cannot reach it says so before anything runs.
+    cluster::ClusterOptions co;
+    co.etcd_endpoints = options.etcd;
+    co.lease_ttl_s = options.etcd_lease_ttl_s;
+    std::string token;
+    Status c = peer::LoadPeerToken(options.peer_token_file, &token).WithContext("--peer-token");
+    if (c.ok()) c = cluster::ClusterMember::Join(co, &cluster_).WithContext("--etcd " + options.etcd);
+    if (!c.ok()) {
+      socket_guard_.Release();
+      return c;
+    }
+    fabric_ = std::make_unique<cluster::EtcdFabric>(cluster_.get(), std::move(token));
+    backend_options.sim.fabric = fabric_.get();
+  }
   // The socket first: a second daemon must be refused before it touches a
   // GPU (or the sim's fixed address range).
-  Status backend_status = backend::CreateBackend(options.backend, &backend_, &why);
+  Status backend_status = backend::CreateBackend(backend_options, &backend_, &why);
   if (!backend_status.ok()) {
     socket_guard_.Release();
     return backend_status.WithContext("cannot start the GPU backend");
@@ -96,9 +114,28 @@ Status Daemon::Start(const DaemonOptions& options) {
     po.peer_token_file = options.peer_token_file;
     po.max_receive_bytes = options.max_receive_bytes;
     po.test_drop_restore_reply = options.test_drop_restore_reply;
-    if (Status p = peer_server_.Start(po, checkpoint_root, std::move(restorer)); !p.ok()) {
+    peer::CollectiveSink collectives;
+    if (cluster_) {
+      backend::Backend* b = backend_.get();  // outlives the peer server (Shutdown order)
+      collectives = [b](const backend::FabricMessage& m) { return b->DeliverCollective(m); };
+    }
+    if (Status p = peer_server_.Start(po, checkpoint_root, std::move(restorer), std::move(collectives)); !p.ok()) {
       Shutdown();
       return p.WithContext("cannot start the peer plane");
+    }
+    if (cluster_) {
+      std::string advertise = options.advertise;
+      if (advertise.empty()) {
+        advertise = options.listen.substr(0, options.listen.rfind(':')) + ":" + std::to_string(peer_server_.port());
+      }
+      backend::Backend* b = backend_.get();
+      Status a = cluster_->Announce(advertise, [b](const std::string& e, const std::string& why) {
+        b->PeerLost(e, why);
+      });
+      if (!a.ok()) {
+        Shutdown();
+        return a.WithContext("--etcd " + options.etcd);
+      }
     }
   }
   grpc::ServerBuilder builder;
@@ -173,7 +210,12 @@ void Daemon::Shutdown() {
     context_pool_->Shutdown();
     context_pool_.reset();
   }
+  // The membership's threads call into the backend (PeerLost): stopped
+  // first; the fabric goes after the backend whose contexts use it.
+  if (cluster_) cluster_->Stop();
   backend_.reset();
+  fabric_.reset();
+  cluster_.reset();
 }
 
 int RunDaemonUntilSignal(const DaemonOptions& options) {

@@ -12,6 +12,8 @@
 
 #include "backend/backend.h"
 #include "backend/context_pool.h"
+#include "cluster/cluster_member.h"
+#include "cluster/etcd_fabric.h"
 #include "common/status.h"
 #include "server/daemon_options.h"
 #include "peer/peer_service.h"
@@ -53,6 +55,11 @@ class Daemon {
   // Owned; created in Start() and destroyed in Shutdown(), both on the
   // thread that owns the Daemon. gRPC threads only reach them through
   // service_, which is stopped before they are destroyed.
+  // --etcd: this phosd's membership and the fabric its backend's
+  // communicators use to reach other phosds. Created before the backend,
+  // destroyed after it (contexts may still tell peers they ended).
+  std::unique_ptr<cluster::ClusterMember> cluster_;
+  std::unique_ptr<cluster::EtcdFabric> fabric_;
   std::unique_ptr<backend::Backend> backend_;
   // Created right after the backend, shut down (pooled contexts destroyed)
   // just before it, after everything that takes from it has stopped.

@@ -82,6 +82,18 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
   app->add_option("--peer-token", options->peer_token_file,
                   "File whose first line is the token daemons share for the peer plane; must be "
                   "mode 0600 or stricter");
+  app->add_option("--etcd", options->etcd,
+                  "etcd endpoints HOST:PORT[,...] through which phosds coordinate NCCL jobs whose ranks run "
+                  "on several of them (docs/protocols.md \"Jobs across phosds\"); needs --listen and "
+                  "--peer-token (the same token on every phosd). Default: none (a job lives on one phosd)");
+  app->add_option("--advertise", options->advertise,
+                  "With --etcd: the HOST:PORT other phosds reach this one's peer plane at. Default: the "
+                  "--listen address (with the port it bound)");
+  app->add_option("--etcd-lease-ttl", options->etcd_lease_ttl_s,
+                  "With --etcd: seconds after which other phosds consider this one gone when it stops "
+                  "renewing its etcd lease (it renews every third of that)")
+      ->check(CLI::Range(2, 300))
+      ->capture_default_str();
   app->add_option("--max-receive-bytes", options->max_receive_bytes,
                   "Largest image a peer may send, e.g. 512G")
       ->transform(CLI::AsSizeValue(false))
@@ -148,6 +160,14 @@ Status FinishDaemonFlags(const DaemonFlagValues& raw, DaemonOptions* options) {
   if (!options->listen.empty() && options->peer_token_file.empty()) {
     return Status::InvalidArgument("--listen " + options->listen +
                                    " needs --peer-token FILE (peers authenticate with a shared token)");
+  }
+  if (!options->etcd.empty() && options->listen.empty()) {
+    return Status::InvalidArgument("--etcd " + options->etcd +
+                                   " needs --listen HOST:PORT and --peer-token FILE: phosds of one job exchange "
+                                   "their ranks' data over the peer plane");
+  }
+  if (!options->advertise.empty() && options->etcd.empty()) {
+    return Status::InvalidArgument("--advertise only means something with --etcd");
   }
   PHOS_RETURN_IF_ERROR(backend::ParseBackendKind(raw.backend, &options->backend.kind));
   if (!options->criu_binary.empty()) PHOS_RETURN_IF_ERROR(CheckCriuBinary(options->criu_binary));

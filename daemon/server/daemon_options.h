@@ -46,6 +46,14 @@ struct DaemonOptions {
   std::string listen;
   /// File whose first line is the token peers share (mode 0600 or stricter).
   std::string peer_token_file;
+  /// etcd endpoints (HOST:PORT[,...]) for jobs across phosds
+  /// (daemon/cluster/); "" = none. Needs listen.
+  std::string etcd;
+  /// What other phosds dial to reach this one's peer plane; "" = listen's
+  /// host with the port it bound.
+  std::string advertise;
+  /// The etcd lease's time to live in seconds.
+  int etcd_lease_ttl_s = 5;
   /// Largest image a peer may send (ReceiveImage).
   std::uint64_t max_receive_bytes = 1ull << 40;
   /// The criu binary whole-process checkpoints and restores run (a path, or

@@ -135,8 +135,7 @@ Status SimBackend::CreateContext(int device, std::unique_ptr<Context>* out) {
 Status CreateSimBackend(const SimOptions& options, std::unique_ptr<Backend>* out) {
   if (out == nullptr) return Status::InvalidArgument("CreateSimBackend: null output pointer");
   PHOS_RETURN_IF_ERROR(sim::ValidateOptions(options));
-  auto shared = std::make_shared<sim::SimShared>();
-  shared->options = options;
+  auto shared = std::make_shared<sim::SimShared>(options);
   PHOS_RETURN_IF_ERROR(sim::SimAddressSpace::Reserve(options.va_base, options.va_size,
                                                      options.device_count,
                                                      options.memory_bytes, &shared->memory));

@@ -28,6 +28,10 @@ class SimBackend final : public Backend {
   Status GetMemoryInfo(int device, std::uint64_t* free_bytes,
                        std::uint64_t* total_bytes) const override;
   Status CreateContext(int device, std::unique_ptr<Context>* out) override;
+  Status DeliverCollective(const FabricMessage& message) override { return shared_->comms.Deliver(message); }
+  void PeerLost(const std::string& endpoint, const std::string& why) override {
+    shared_->comms.PeerLost(endpoint, why);
+  }
 
  private:
   Status CheckDevice(int device) const;

@@ -23,9 +23,12 @@ static_assert(static_cast<int>(Kind::kSend) == static_cast<int>(wire::NcclKind::
 // All state of one communicator; every field below `nranks` is guarded by
 // `mu` (sim_collectives.h "Locks").
 struct SimCommunicator {
-  explicit SimCommunicator(int n) : nranks(n), joined(static_cast<std::size_t>(n), false),
-                                    errors(static_cast<std::size_t>(n)) {}
+  SimCommunicator(const CommunicatorId& i, int n, CollectiveFabric* f)
+      : id(i), nranks(n), fabric(f), joined(static_cast<std::size_t>(n), false), errors(static_cast<std::size_t>(n)),
+        local_ranks(n) {}
+  const CommunicatorId id;
   const int nranks;
+  CollectiveFabric* const fabric;  // null: no ranks elsewhere possible
   std::mutex mu;
   std::condition_variable cv;
   std::vector<bool> joined;
@@ -33,14 +36,28 @@ struct SimCommunicator {
   bool formed = false;
   std::string aborted;          // why, once aborted
   std::vector<Status> errors;   // each rank's first async error
+  // Where each rank is ("" here, else its phosd's peer endpoint): set by
+  // the first local rank past its rendezvous, read-only once formed (so
+  // RunGroup reads it without mu). Empty: every rank is here.
+  std::vector<std::string> where;
+  std::vector<std::string> remotes;  // the distinct endpoints in `where`
+  int local_ranks;                   // ranks on this phosd
+  int local_joined = 0;
   // Collective #seq: each rank's op (null until it arrived; the op lives in
   // its rank's group, which waits in RunGroup until `done`).
   struct Slot {
     std::vector<const CollectiveOp*> ops;
     int arrived = 0;
-    int left = 0;
+    int left = 0;           // local ranks done with the slot (it goes when all are)
+    bool computing = false;  // a local rank computes it (mu released)
     bool done = false;
     Status result;
+    // The parts of ranks on other phosds: their op, send pointing into data.
+    struct Remote {
+      CollectiveOp op;
+      std::vector<std::uint8_t> data;
+    };
+    std::vector<std::unique_ptr<Remote>> remote;
   };
   std::map<std::uint64_t, Slot> slots;
   // Sends from .first to .second, oldest first.
@@ -49,17 +66,37 @@ struct SimCommunicator {
     std::uint64_t bytes = 0;
     bool copying = false;  // a receiver copies out of it with mu released
     bool taken = false;
+    std::vector<std::uint8_t> owned;  // a remote sender's bytes (addr points here)
   };
   std::map<std::pair<int, int>, std::deque<std::shared_ptr<Deposit>>> mail;
 
-  void AbortLocked(const std::string& why) {
-    if (aborted.empty()) {
+  /// True when this call aborted it (the caller tells the other phosds,
+  /// with mu released: TellAbort).
+  bool AbortLocked(const std::string& why) {
+    const bool first = aborted.empty();
+    if (first) {
       aborted = why;
       for (Status& e : errors)
         if (e.ok()) e = Status::Unavailable(why);
     }
     cv.notify_all();
+    return first;
   }
+
+  /// Tells every other phosd of the communicator that it ended here
+  /// (mu not held; best effort: a phosd that cannot be told finds out from
+  /// its own failed send, or from etcd when this phosd is gone).
+  void TellAbort(const std::string& why) {
+    if (fabric == nullptr || remotes.empty()) return;
+    FabricMessage m;
+    m.kind = FabricMessage::Kind::kAbort;
+    m.comm = id;
+    m.nranks = nranks;
+    m.why = why;
+    for (const std::string& e : remotes) (void)fabric->Send(e, m);
+  }
+
+  bool IsRemote(int rank) const { return !where.empty() && !where[static_cast<std::size_t>(rank)].empty(); }
 
   /// Waits (with `lock` held on mu) until `done()`; Unavailable when the
   /// communicator is aborted or `cancelled` is set first.
@@ -211,17 +248,18 @@ Status Compute(const std::vector<const CollectiveOp*>& ops, std::uint64_t seq) {
       tmp.resize(bytes);
       PHOS_RETURN_IF_ERROR(Reduce(a.datatype, in, ops, a.redop, a.count, tmp.data()));
       if (a.kind == Kind::kReduce) {
-        if (bytes) std::memcpy(At(ops[static_cast<std::size_t>(a.peer)]->recv), tmp.data(), bytes);
+        const CollectiveOp* root = ops[static_cast<std::size_t>(a.peer)];
+        if (bytes && root->recv) std::memcpy(At(root->recv), tmp.data(), bytes);
       } else {
         for (const CollectiveOp* o : ops)
-          if (bytes) std::memcpy(At(o->recv), tmp.data(), bytes);
+          if (bytes && o->recv) std::memcpy(At(o->recv), tmp.data(), bytes);
       }
       return Status::Ok();
     }
     case Kind::kBroadcast:
       tmp.assign(At(ops[static_cast<std::size_t>(a.peer)]->send), At(ops[static_cast<std::size_t>(a.peer)]->send) + bytes);
       for (const CollectiveOp* o : ops)
-        if (bytes) std::memcpy(At(o->recv), tmp.data(), bytes);
+        if (bytes && o->recv) std::memcpy(At(o->recv), tmp.data(), bytes);
       return Status::Ok();
     case Kind::kAllGather:
       // In place is allowed (send = recv + rank * bytes): gather first.
@@ -229,7 +267,7 @@ Status Compute(const std::vector<const CollectiveOp*>& ops, std::uint64_t seq) {
       for (int r = 0; r < n; ++r)
         if (bytes) std::memcpy(tmp.data() + static_cast<std::uint64_t>(r) * bytes, At(ops[static_cast<std::size_t>(r)]->send), bytes);
       for (const CollectiveOp* o : ops)
-        if (!tmp.empty()) std::memcpy(At(o->recv), tmp.data(), tmp.size());
+        if (!tmp.empty() && o->recv) std::memcpy(At(o->recv), tmp.data(), tmp.size());
       return Status::Ok();
     case Kind::kReduceScatter: {
       tmp.resize(bytes * static_cast<std::uint64_t>(n));
@@ -240,7 +278,8 @@ Status Compute(const std::vector<const CollectiveOp*>& ops, std::uint64_t seq) {
                                     tmp.data() + static_cast<std::uint64_t>(block) * bytes));
       }
       for (int r = 0; r < n; ++r)
-        if (bytes) std::memcpy(At(ops[static_cast<std::size_t>(r)]->recv), tmp.data() + static_cast<std::uint64_t>(r) * bytes, bytes);
+        if (bytes && ops[static_cast<std::size_t>(r)]->recv)
+          std::memcpy(At(ops[static_cast<std::size_t>(r)]->recv), tmp.data() + static_cast<std::uint64_t>(r) * bytes, bytes);
       return Status::Ok();
     }
     case Kind::kSend:
@@ -251,17 +290,83 @@ Status Compute(const std::vector<const CollectiveOp*>& ops, std::uint64_t seq) {
 
 bool IsCollective(Kind k) { return wire::NcclIsCollective(static_cast<std::uint8_t>(k)); }
 
+/// nccl_wire's check of one op (the same phosd ran on the app's call): its
+/// send and receive extents, or why it is malformed.
+const char* CheckOp(const CollectiveOp& op, int nranks, int rank, std::uint64_t* send_bytes,
+                    std::uint64_t* recv_bytes) {
+  wire::NcclOp w{static_cast<std::uint8_t>(op.kind), op.datatype, op.redop, 0, op.peer, op.send, op.recv, op.count,
+                 op.scalar};
+  w.scalar = static_cast<std::uint8_t>(op.scalar_on_device ? wire::NcclScalar::kDevice : wire::NcclScalar::kHost);
+  return wire::CheckNcclOp(w, nranks, rank, send_bytes, recv_bytes);
+}
+
+/// The most one op moves between phosds (one message of the peer plane).
+constexpr std::uint64_t kMaxFabricBytes = 16ull << 20;
+
+/// Ships rank `rank`'s part of a group to the other phosds: each
+/// collective's op and send bytes to all of them, each Send to its
+/// receiver's. Runs on the stream worker before the group waits, with the
+/// group's ranges pinned; `c.where` is read-only once formed.
+Status Ship(SimCommunicator& c, int rank, const std::vector<CollectiveOp>& ops, std::uint64_t first_seq) {
+  std::uint64_t seq = first_seq;
+  for (const CollectiveOp& op : ops) {
+    const bool collective = IsCollective(op.kind);
+    const bool remote_send = op.kind == Kind::kSend && c.IsRemote(op.peer);
+    if (!collective && !remote_send) continue;
+    std::uint64_t send_bytes = 0, recv_bytes = 0;
+    if (const char* why = CheckOp(op, c.nranks, rank, &send_bytes, &recv_bytes); why != nullptr) {
+      return Status::InvalidArgument(why);
+    }
+    if (send_bytes > kMaxFabricBytes) {
+      return Status::NotSupported("the sim moves at most " + std::to_string(kMaxFabricBytes >> 20) +
+                                  " MiB per NCCL op between phosds; this " + Describe(op) + " sends " +
+                                  std::to_string(send_bytes) + " bytes");
+    }
+    FabricMessage m;
+    m.kind = collective ? FabricMessage::Kind::kCollective : FabricMessage::Kind::kSend;
+    m.comm = c.id;
+    m.nranks = c.nranks;
+    m.from_rank = rank;
+    m.to_rank = op.peer;
+    m.seq = collective ? seq++ : 0;
+    m.op = op;
+    if (op.redop == CollectiveOp::kPreMulSum && op.scalar_on_device) {
+      m.op.scalar = 0;
+      std::memcpy(&m.op.scalar, At(op.scalar), wire::NcclTypeBytes(op.datatype));
+      m.op.scalar_on_device = false;
+    }
+    m.data.assign(reinterpret_cast<const std::uint8_t*>(At(op.send)),
+                  reinterpret_cast<const std::uint8_t*>(At(op.send)) + send_bytes);
+    if (collective) {
+      for (const std::string& e : c.remotes) {
+        PHOS_RETURN_IF_ERROR(c.fabric->Send(e, m).WithContext("rank " + std::to_string(rank) + "'s part of " +
+                                                                Describe(op) + " for the phosd at " + e));
+      }
+    } else {
+      const std::string& e = c.where[static_cast<std::size_t>(op.peer)];
+      PHOS_RETURN_IF_ERROR(c.fabric->Send(e, m).WithContext("rank " + std::to_string(rank) + "'s Send to rank " +
+                                                            std::to_string(op.peer) + " at the phosd at " + e));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 // ---- SimCommRank ----
 
+// A formed rank keeps its rendezvous record (etcd_fabric.h says why).
 SimCommRank::~SimCommRank() = default;
 
 int SimCommRank::nranks() const { return comm_->nranks; }
 
 void SimCommRank::Abort(const std::string& why) {
-  std::lock_guard<std::mutex> lock(comm_->mu);
-  comm_->AbortLocked(why);
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(comm_->mu);
+    first = comm_->AbortLocked(why);
+  }
+  if (first) comm_->TellAbort(why);
 }
 
 Status SimCommRank::AsyncError() const {
@@ -286,11 +391,8 @@ void SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const s
   // done: peers read and write them while this rank waits.
   std::deque<SimAddressSpace::Pin> pins;
   for (const CollectiveOp& op : ops) {
-    wire::NcclOp w{static_cast<std::uint8_t>(op.kind), op.datatype, op.redop, 0, op.peer, op.send, op.recv, op.count,
-                   op.scalar};
-    w.scalar = static_cast<std::uint8_t>(op.scalar_on_device ? wire::NcclScalar::kDevice : wire::NcclScalar::kHost);
     std::uint64_t send_bytes = 0, recv_bytes = 0;
-    if (const char* why = wire::CheckNcclOp(w, c.nranks, rank_, &send_bytes, &recv_bytes); why != nullptr) {
+    if (const char* why = CheckOp(op, c.nranks, rank_, &send_bytes, &recv_bytes); why != nullptr) {
       s = Status::InvalidArgument(why);
       break;
     }
@@ -306,13 +408,16 @@ void SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const s
     }
     if (!s.ok()) break;
   }
+  // 0. Ranks on other phosds get this rank's parts first (mu not held:
+  //    this is network I/O).
+  if (s.ok() && !c.remotes.empty()) s = Ship(c, rank_, ops, first_seq);
   std::vector<std::shared_ptr<SimCommunicator::Deposit>> sent;
   std::unique_lock<std::mutex> lock(c.mu);
   if (s.ok() && !c.aborted.empty()) s = Status::Unavailable(c.aborted);
-  // 1. Sends: deposits the peers copy out of.
+  // 1. Sends to ranks here: deposits the peers copy out of.
   for (const CollectiveOp& op : ops) {
     if (!s.ok()) break;
-    if (op.kind != Kind::kSend) continue;
+    if (op.kind != Kind::kSend || c.IsRemote(op.peer)) continue;
     auto d = std::make_shared<SimCommunicator::Deposit>();
     d->addr = op.send;
     d->bytes = op.count * wire::NcclTypeBytes(op.datatype);
@@ -320,7 +425,9 @@ void SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const s
     sent.push_back(std::move(d));
   }
   if (!sent.empty()) c.cv.notify_all();
-  // 2. Collectives in order.
+  // 2. Collectives in order. The first local rank to find every part there
+  //    computes it (with mu released; nobody else touches the slot until
+  //    `done`) while the others wait.
   std::uint64_t seq = first_seq;
   for (const CollectiveOp& op : ops) {
     if (!s.ok()) break;
@@ -328,28 +435,33 @@ void SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const s
     SimCommunicator::Slot& slot = c.slots[seq];
     if (slot.ops.empty()) slot.ops.assign(static_cast<std::size_t>(c.nranks), nullptr);
     slot.ops[static_cast<std::size_t>(rank_)] = &op;
-    if (++slot.arrived == c.nranks) {
+    ++slot.arrived;
+    c.cv.notify_all();
+    s = c.Wait(lock, stop, [&slot, &c] { return slot.done || (slot.arrived == c.nranks && !slot.computing); });
+    if (s.ok() && !slot.done) {
+      slot.computing = true;
       const std::vector<const CollectiveOp*> all = slot.ops;
-      lock.unlock();  // the others wait; nobody else touches this slot until done
+      lock.unlock();
       Status r = Compute(all, seq);
       lock.lock();
       slot.result = r;
       slot.done = true;
       c.cv.notify_all();
-    } else {
-      s = c.Wait(lock, stop, [&slot] { return slot.done; });
-      if (!s.ok()) {
-        // The last rank may be computing with this rank's op and buffers:
-        // they must outlive that (it ends by itself).
-        if (slot.arrived == c.nranks) {
-          while (!slot.done) c.cv.wait(lock);
-          if (++slot.left == c.nranks) c.slots.erase(seq);
-        }
-        break;
+    }
+    if (!s.ok()) {
+      // A rank computing with this rank's op and buffers: they must outlive
+      // that (it ends by itself). Otherwise the op is withdrawn, so no rank
+      // starts computing with it once this rank's group is gone.
+      while (slot.computing && !slot.done) c.cv.wait(lock);
+      if (!slot.done) {
+        slot.ops[static_cast<std::size_t>(rank_)] = nullptr;
+        --slot.arrived;
       }
+      if (++slot.left == c.local_ranks) c.slots.erase(seq);
+      break;
     }
     s = slot.result;
-    if (++slot.left == c.nranks) c.slots.erase(seq);
+    if (++slot.left == c.local_ranks) c.slots.erase(seq);
     ++seq;
   }
   // 3. Receives, each from its peer's oldest deposit.
@@ -383,6 +495,8 @@ void SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const s
       return std::all_of(sent.begin(), sent.end(), [](const auto& d) { return d->taken; });
     });
   }
+  bool tell = false;
+  std::string why;
   if (!s.ok()) {
     // A receiver still copying out of this rank's buffers finishes first.
     while (std::any_of(sent.begin(), sent.end(), [](const auto& d) { return d->copying; })) c.cv.wait(lock);
@@ -390,9 +504,11 @@ void SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const s
     if (e.ok()) e = s;
     // A rank that gives up leaves its peers waiting for it forever: end the
     // communicator for all (NCCL's peers see ncclRemoteError).
-    c.AbortLocked("rank " + std::to_string(rank_) + " failed in a collective: " + s.message());
+    why = "rank " + std::to_string(rank_) + " failed in a collective: " + s.message();
+    tell = c.AbortLocked(why);
   }
   lock.unlock();
+  if (tell) c.TellAbort(why);
   pending_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
@@ -404,11 +520,14 @@ Status SimCommRegistry::Join(const CommunicatorId& id, int nranks, int rank, int
   if (nranks < 1 || nranks > wire::kMaxNcclRanks || rank < 0 || rank >= nranks) {
     return Status::InvalidArgument("rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   }
+  // With other phosds: meet every rank first, wherever it is.
+  std::vector<std::string> where;
+  if (fabric_ != nullptr) PHOS_RETURN_IF_ERROR(fabric_->Rendezvous(id, nranks, rank, cancelled, &where));
   std::shared_ptr<SimCommunicator> c;
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::shared_ptr<SimCommunicator>& slot = forming_[id];
-    if (!slot) slot = std::make_shared<SimCommunicator>(nranks);
+    if (!slot) slot = std::make_shared<SimCommunicator>(id, nranks, fabric_);
     c = slot;
     std::lock_guard<std::mutex> cl(c->mu);
     if (c->nranks != nranks) {
@@ -420,25 +539,51 @@ Status SimCommRegistry::Join(const CommunicatorId& id, int nranks, int rank, int
       return Status::InvalidArgument("rank " + std::to_string(rank) +
                                      " of this communicator has joined already (two processes passed one rank)");
     }
+    if (!where.empty() && c->where.empty()) {
+      // The first local rank past the rendezvous: the ranks elsewhere count
+      // as joined (they joined there).
+      c->where = where;
+      c->local_ranks = 0;
+      for (int r = 0; r < nranks; ++r) {
+        const std::string& e = where[static_cast<std::size_t>(r)];
+        if (e.empty()) {
+          ++c->local_ranks;
+          continue;
+        }
+        c->joined[static_cast<std::size_t>(r)] = true;
+        ++c->joined_count;
+        if (std::find(c->remotes.begin(), c->remotes.end(), e) == c->remotes.end()) c->remotes.push_back(e);
+      }
+    } else if (!where.empty() && c->where != where) {
+      return Status::Internal("the ranks of a communicator were told different places for their peers");
+    }
     c->joined[static_cast<std::size_t>(rank)] = true;
+    ++c->local_joined;
     if (++c->joined_count == nranks) {
       c->formed = true;
       forming_.erase(id);
+      if (!c->remotes.empty()) spanning_[id] = c;
       c->cv.notify_all();
+    }
+    // Formed communicators that ended here are forgotten as new ones form.
+    for (auto it = spanning_.begin(); it != spanning_.end();) {
+      it = it->second.expired() ? spanning_.erase(it) : std::next(it);
     }
   }
   std::unique_lock<std::mutex> lock(c->mu);
   while (!c->formed) {
     if (cancelled && cancelled()) {
       c->joined[static_cast<std::size_t>(rank)] = false;
-      const bool last = --c->joined_count == 0;
+      --c->joined_count;
+      const bool last = --c->local_joined == 0;
       lock.unlock();
+      if (fabric_ != nullptr) fabric_->Leave(id, rank);
       if (last) {
         std::lock_guard<std::mutex> rl(mu_);
         auto it = forming_.find(id);
         if (it != forming_.end() && it->second == c) {
           std::lock_guard<std::mutex> cl(c->mu);
-          if (c->joined_count == 0) forming_.erase(it);
+          if (c->local_joined == 0) forming_.erase(it);
         }
       }
       return Status::Unavailable("ncclCommInitRank of rank " + std::to_string(rank) +
@@ -448,6 +593,110 @@ Status SimCommRegistry::Join(const CommunicatorId& id, int nranks, int rank, int
   }
   *out = std::make_shared<SimCommRank>(c, rank);
   return Status::Ok();
+}
+
+Status SimCommRegistry::Deliver(const FabricMessage& m) {
+  if (fabric_ == nullptr) return Status::FailedPrecondition("this phosd runs no communicators across phosds (--etcd)");
+  if (m.nranks < 1 || m.nranks > wire::kMaxNcclRanks || m.from_rank < 0 || m.from_rank >= m.nranks) {
+    return Status::InvalidArgument("a peer's collective message names rank " + std::to_string(m.from_rank) + " of " +
+                                   std::to_string(m.nranks));
+  }
+  std::shared_ptr<SimCommunicator> c;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = spanning_.find(m.comm); it != spanning_.end()) c = it->second.lock();
+    if (!c) {
+      auto it = forming_.find(m.comm);
+      if (it != forming_.end()) {
+        c = it->second;
+      } else if (m.kind == FabricMessage::Kind::kAbort) {
+        return Status::Ok();  // nothing of it here (ended, or never formed here)
+      } else if (forming_.size() >= kMaxForming) {
+        return Status::OutOfMemory("this phosd has " + std::to_string(forming_.size()) +
+                                         " communicators forming, the most it keeps");
+      } else {
+        // A peer's part may come before this phosd's ranks joined.
+        c = forming_[m.comm] = std::make_shared<SimCommunicator>(m.comm, m.nranks, fabric_);
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (c->nranks != m.nranks) {
+    return Status::InvalidArgument("a peer says the communicator has " + std::to_string(m.nranks) +
+                                   " ranks; it has " + std::to_string(c->nranks));
+  }
+  if (m.kind == FabricMessage::Kind::kAbort) {
+    c->AbortLocked(m.why.empty() ? "a peer phosd ended the communicator" : m.why);
+    return Status::Ok();
+  }
+  if (!c->where.empty() && !c->IsRemote(m.from_rank)) {
+    return Status::InvalidArgument("a peer sent a part of rank " + std::to_string(m.from_rank) +
+                                   ", which is a rank of this phosd");
+  }
+  if (!c->aborted.empty()) return Status::Ok();  // nobody waits for it any more
+  // The part, checked as phosd checks a local rank's op; its bytes stand
+  // in for the sender's buffer.
+  auto part = std::make_unique<SimCommunicator::Slot::Remote>();
+  part->op = m.op;
+  part->op.scalar_on_device = false;
+  part->op.send = 1;  // placeholders: CheckNcclOp refuses NULL buffers
+  part->op.recv = 1;
+  std::uint64_t send_bytes = 0, recv_bytes = 0;
+  const bool collective = m.kind == FabricMessage::Kind::kCollective;
+  if (collective != IsCollective(m.op.kind) || (!collective && m.op.kind != Kind::kSend)) {
+    return Status::InvalidArgument("a peer's message does not match its op's kind");
+  }
+  if (const char* why = CheckOp(part->op, m.nranks, m.from_rank, &send_bytes, &recv_bytes); why != nullptr) {
+    return Status::InvalidArgument(std::string("a peer's part of ") + Describe(m.op) + ": " + why);
+  }
+  if (m.data.size() != send_bytes) {
+    return Status::InvalidArgument("a peer's part of " + Describe(m.op) + " carries " + std::to_string(m.data.size()) +
+                                   " bytes, not " + std::to_string(send_bytes));
+  }
+  part->data = m.data;
+  part->op.send = reinterpret_cast<std::uint64_t>(part->data.data());
+  part->op.recv = 0;  // each phosd writes only its own ranks' results
+  if (!collective) {
+    if (m.op.peer < 0 || m.op.peer >= c->nranks || c->IsRemote(m.op.peer) || m.to_rank != m.op.peer) {
+      return Status::InvalidArgument("a peer's Send is for rank " + std::to_string(m.op.peer) +
+                                     ", which is not a rank of this phosd");
+    }
+    auto d = std::make_shared<SimCommunicator::Deposit>();
+    d->owned = std::move(part->data);
+    d->addr = reinterpret_cast<std::uint64_t>(d->owned.data());
+    d->bytes = send_bytes;
+    d->taken = true;  // nobody waits for it to be taken: the sender holds no buffer
+    c->mail[{m.from_rank, m.op.peer}].push_back(std::move(d));
+    c->cv.notify_all();
+    return Status::Ok();
+  }
+  SimCommunicator::Slot& slot = c->slots[m.seq];
+  if (slot.ops.empty()) slot.ops.assign(static_cast<std::size_t>(c->nranks), nullptr);
+  if (slot.ops[static_cast<std::size_t>(m.from_rank)] != nullptr || slot.done || slot.computing) {
+    return Status::InvalidArgument("a peer sent rank " + std::to_string(m.from_rank) + "'s part of collective #" +
+                                   std::to_string(m.seq) + " twice");
+  }
+  slot.ops[static_cast<std::size_t>(m.from_rank)] = &part->op;
+  slot.remote.push_back(std::move(part));
+  ++slot.arrived;
+  c->cv.notify_all();
+  return Status::Ok();
+}
+
+void SimCommRegistry::PeerLost(const std::string& endpoint, const std::string& why) {
+  std::vector<std::shared_ptr<SimCommunicator>> hit;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, weak] : spanning_) {
+      if (auto c = weak.lock()) hit.push_back(std::move(c));
+    }
+    for (auto& [id, c] : forming_) hit.push_back(c);
+  }
+  for (const std::shared_ptr<SimCommunicator>& c : hit) {
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (std::find(c->remotes.begin(), c->remotes.end(), endpoint) == c->remotes.end()) continue;
+    c->AbortLocked("the phosd at " + endpoint + ", which held ranks of this communicator, is gone: " + why);
+  }
 }
 
 }  // namespace phos::backend::sim

@@ -10,7 +10,17 @@
 // in a FIFO per (sender, receiver) pair that the receiver copies out of.
 // Reductions run in rank order 0..n-1, so every run gives the same bytes.
 //
-// Locks: SimCommRegistry::mu_ guards the communicators still forming;
+// Ranks on other phosds (phosd --etcd; docs/backends.md "Collectives across
+// phosds"): a join first meets every rank through the CollectiveFabric,
+// which says where each is. A local rank then ships its part of each
+// collective (its op and send bytes) to every other phosd of the
+// communicator, and its Sends to the receiver's phosd; every phosd computes
+// each collective itself, for its own ranks, from all ranks' parts in rank
+// order — the same bytes everywhere. A remote part waits in the slot (or the
+// mail) like a local rank's op.
+//
+// Locks: SimCommRegistry::mu_ guards the communicators still forming and
+// the formed ones with ranks elsewhere;
 // each SimCommunicator's mu guards all of its state (joins, slots, mail,
 // the abort reason, every rank's async error). Waits are condition-variable
 // waits that also wake every 100 ms to look at the waiter's cancel flag
@@ -66,15 +76,28 @@ class SimCommRank final : public CommRank {
   std::atomic<int> pending_{0};     // groups enqueued and not yet run
 };
 
-/// Every communicator of one sim backend that is still forming.
+/// Every communicator of one sim backend that is still forming, and those
+/// formed with ranks on other phosds (for the messages of their peers).
 class SimCommRegistry {
  public:
+  /// `fabric`: how to reach other phosds (not owned), or null.
+  explicit SimCommRegistry(CollectiveFabric* fabric = nullptr) : fabric_(fabric) {}
   Status Join(const CommunicatorId& id, int nranks, int rank, int device, const std::function<bool()>& cancelled,
               std::shared_ptr<CommRank>* out);
+  /// A peer phosd's part of a communicator (Backend::DeliverCollective).
+  Status Deliver(const FabricMessage& message);
+  /// Ends every communicator with a rank at `endpoint` (Backend::PeerLost).
+  void PeerLost(const std::string& endpoint, const std::string& why);
+
+  /// Communicators at most forming at once (peers' early messages make
+  /// entries too).
+  static constexpr std::size_t kMaxForming = 4096;
 
  private:
-  std::mutex mu_;  // guards forming_
+  CollectiveFabric* const fabric_;
+  std::mutex mu_;  // guards forming_ and spanning_
   std::map<CommunicatorId, std::shared_ptr<SimCommunicator>> forming_;
+  std::map<CommunicatorId, std::weak_ptr<SimCommunicator>> spanning_;  // formed, ranks elsewhere too
 };
 
 }  // namespace phos::backend::sim
