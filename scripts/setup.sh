@@ -40,6 +40,7 @@ BOOKWORM_PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev                              # tests, benchmarks
   python3 procps                                                          # test helpers
   python3-grpcio python3-protobuf python3-venv                            # Python SDK (cli/python), its PyPI venv
+  etcd-server                                                             # jobs across phosds (--etcd); cluster_test starts one
 )
 TRIXIE_PKGS=(criu libcriu-dev)
 
