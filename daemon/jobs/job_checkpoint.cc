@@ -215,8 +215,8 @@ Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const J
     if (static_cast<int>(c.ranks.size()) != c.nranks) {
       return Status::FailedPrecondition(
           "a communicator of the job has " + std::to_string(c.nranks) + " ranks, " + std::to_string(c.ranks.size()) +
-          " of them in sessions of this phosd: a job across phosds needs their coordination through etcd, which "
-          "is not implemented yet; nothing was written");
+          " of them in sessions of this phosd: the job runs across phosds (--etcd), and checkpoints of such "
+          "jobs are not implemented yet (docs/protocols.md \"Jobs across phosds\"); nothing was written");
     }
   }
   std::error_code ec;

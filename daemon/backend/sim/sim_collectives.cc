@@ -670,6 +670,12 @@ Status SimCommRegistry::Deliver(const FabricMessage& m) {
     c->cv.notify_all();
     return Status::Ok();
   }
+  // A rank runs at most one group (1024 collectives) ahead of the slowest
+  // rank: more pending slots than this is a peer gone wrong.
+  if (c->slots.count(m.seq) == 0 && c->slots.size() >= SimCommRegistry::kMaxPendingCollectives) {
+    return Status::OutOfMemory("a peer sent parts of " + std::to_string(c->slots.size()) +
+                               " collectives this phosd's ranks have not reached; the most it holds");
+  }
   SimCommunicator::Slot& slot = c->slots[m.seq];
   if (slot.ops.empty()) slot.ops.assign(static_cast<std::size_t>(c->nranks), nullptr);
   if (slot.ops[static_cast<std::size_t>(m.from_rank)] != nullptr || slot.done || slot.computing) {

@@ -92,6 +92,8 @@ class SimCommRegistry {
   /// Communicators at most forming at once (peers' early messages make
   /// entries too).
   static constexpr std::size_t kMaxForming = 4096;
+  /// Collectives of one communicator a peer's parts may be waiting in.
+  static constexpr std::size_t kMaxPendingCollectives = 4096;
 
  private:
   CollectiveFabric* const fabric_;

@@ -203,7 +203,9 @@ TEST(SimFabric, EveryCollectiveAcrossTwoPhosdsGivesTheBytesOfOne) {
       }
       ASSERT_EQ(F(ar[r])[i], mx) << r << " " << i;
       ASSERT_EQ(F(bc[r])[i], input(3, i)) << r << " " << i;
-      if (r == 1) ASSERT_EQ(F(rd[r])[i], sum) << i;
+      if (r == 1) {
+        ASSERT_EQ(F(rd[r])[i], sum) << i;
+      }
       ASSERT_EQ(F(pm[r])[i], premul) << r << " " << i;
       float block = 0;
       for (int q = 0; q < 4; ++q) block += input(q, static_cast<std::size_t>(r) * n + i);
