@@ -34,6 +34,7 @@ class EtcdFabric final : public backend::CollectiveFabric {
                     std::vector<std::string>* where) override;
   Status Send(const std::string& endpoint, const backend::FabricMessage& message) override;
   void Leave(const backend::CommunicatorId& comm, int rank) override;
+  const std::string& peer_token() const { return peer_token_; }
 
   /// How long one Send waits for the peer (connecting included).
   static constexpr std::chrono::seconds kSendTimeout{30};

@@ -19,6 +19,8 @@
 #include "image/commit_dir.h"
 #include "image/image_layout.h"
 #include "image/job_manifest.h"
+#include "jobs/job_checkpoint_across.h"
+#include "jobs/job_cut.h"
 #include "session/communicator_book.h"
 
 namespace phos::jobs {
@@ -26,116 +28,6 @@ namespace {
 
 using engine::Clock;
 using engine::MicrosSince;
-using Book = session::CommunicatorBook;
-
-/// What every rank must have enqueued at the cut: per communicator, the
-/// most collectives any rank enqueued, and per (sender, receiver) the most
-/// messages either side enqueued.
-struct Targets {
-  std::map<backend::CommunicatorId, std::uint64_t> collectives;
-  std::map<backend::CommunicatorId, std::map<std::pair<int, int>, std::uint64_t>> messages;
-};
-
-Targets TargetsOf(const Book::Communicators& comms) {
-  Targets t;
-  for (const auto& [id, c] : comms) {
-    std::uint64_t& k = t.collectives[id];
-    auto& m = t.messages[id];
-    for (const auto& [rank, r] : c.ranks) {
-      k = std::max(k, r.enqueued.collectives);
-      for (const auto& [peer, n] : r.enqueued.sent) m[{rank, peer}] = std::max(m[{rank, peer}], n);
-      for (const auto& [peer, n] : r.enqueued.received) m[{peer, rank}] = std::max(m[{peer, rank}], n);
-    }
-  }
-  return t;
-}
-
-std::uint64_t CountOf(const std::map<int, std::uint64_t>& m, int peer) {
-  auto it = m.find(peer);
-  return it == m.end() ? 0 : it->second;
-}
-
-/// Whether every rank session `id` holds has enqueued exactly the targets;
-/// else `*behind` says how far one is.
-bool AtTargets(const Book::Communicators& comms, const Targets& t, std::uint64_t id, std::string* behind) {
-  for (const auto& [cid, c] : comms) {
-    for (const auto& [rank, r] : c.ranks) {
-      if (r.session_id != id) continue;
-      const std::uint64_t k = t.collectives.at(cid);
-      if (r.enqueued.collectives != k) {
-        *behind = "rank " + std::to_string(rank) + " enqueued " + std::to_string(r.enqueued.collectives) + " of " +
-                  std::to_string(k) + " collectives";
-        return false;
-      }
-      for (const auto& [pair, n] : t.messages.at(cid)) {
-        const std::uint64_t mine = pair.first == rank    ? CountOf(r.enqueued.sent, pair.second)
-                                   : pair.second == rank ? CountOf(r.enqueued.received, pair.first)
-                                                         : n;
-        if (mine != n) {
-          *behind = "rank " + std::to_string(rank) + " enqueued " + std::to_string(mine) + " of " +
-                    std::to_string(n) + " messages between ranks " + std::to_string(pair.first) + " and " +
-                    std::to_string(pair.second);
-          return false;
-        }
-      }
-    }
-  }
-  return true;
-}
-
-/// One session of the job while it is checkpointed. `gated`, `parked` and
-/// `closing`: the job operation's thread while it brings the job to the cut;
-/// from the captures on, Release (the rank's capture and the job thread)
-/// takes `mu`.
-struct Member {
-  std::shared_ptr<session::Session> session;
-  std::uint64_t id = 0;
-  int rank = 0;                  // its rank in the job's largest communicator (the image's name)
-  bool gated = false;            // a CloseGate was posted and not undone
-  bool parked = false;           // ... and it ran: the consumer holds between two calls
-  std::future<Status> closing;   // that control task
-  Clock::time_point gated_at{};
-  std::atomic<std::uint64_t> held_us{0};
-  std::mutex mu;                 // Release from the capture and from the job thread
-};
-
-void Hold(Member& m) {
-  session::Session* s = m.session.get();
-  m.closing = s->PostControl([s](session::SessionState&) {
-    s->CloseGate();
-    return Status::Ok();
-  });
-  m.gated = true;
-  m.parked = false;
-  m.gated_at = Clock::now();
-}
-
-/// Whether the member's consumer is now held; fails when its session ended.
-Status Poll(Member& m) {
-  if (!m.gated || m.parked || m.closing.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-    return Status::Ok();
-  }
-  Status p = m.closing.get();
-  if (!p.ok()) {
-    m.gated = false;
-    return p.WithContext("holding session " + std::to_string(m.id) + " at the cut (its process ended?)");
-  }
-  m.parked = true;
-  return Status::Ok();
-}
-
-/// Lets the member run again. A CloseGate still queued runs first (else it
-/// would close the gate after this opened it).
-void Release(Member& m) {
-  std::lock_guard<std::mutex> lock(m.mu);
-  if (!m.gated) return;
-  if (!m.parked && m.closing.valid()) m.closing.wait();
-  m.session->OpenGate();
-  m.gated = false;
-  m.parked = false;
-  std::uint64_t expected = 0;
-  m.held_us.compare_exchange_strong(expected, MicrosSince(m.gated_at));
-}
 
 /// Brings every member to one cut: see docs/protocols.md "Job checkpoints".
 /// On success every member is held between two calls with exactly the
@@ -185,19 +77,6 @@ Status ReachCut(Book& book, const std::set<std::uint64_t>& job, std::vector<std:
   }
 }
 
-int LargestRank(const Book::Communicators& comms, std::uint64_t id) {
-  int best_size = -1, rank = -1;
-  for (const auto& [cid, c] : comms) {
-    for (const auto& [r, info] : c.ranks) {
-      if (info.session_id == id && c.nranks > best_size) {
-        best_size = c.nranks;
-        rank = r;
-      }
-    }
-  }
-  return rank;
-}
-
 }  // namespace
 
 Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const JobCheckpointOptions& options,
@@ -211,33 +90,22 @@ Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const J
                                       " holds no NCCL communicator: it is no job (checkpoint it without --job)");
   }
   const Book::Communicators comms = book.Snapshot(job);
-  for (const auto& [cid, c] : comms) {
-    if (static_cast<int>(c.ranks.size()) != c.nranks) {
-      return Status::FailedPrecondition(
-          "a communicator of the job has " + std::to_string(c.nranks) + " ranks, " + std::to_string(c.ranks.size()) +
-          " of them in sessions of this phosd: the job runs across phosds (--etcd), and checkpoints of such "
-          "jobs are not implemented yet (docs/protocols.md \"Jobs across phosds\"); nothing was written");
-    }
-  }
   std::error_code ec;
   if (std::filesystem::exists(options.dir, ec)) {
     return Status::AlreadyExists(options.dir + " exists; choose another --out or remove it");
   }
-  std::vector<std::unique_ptr<Member>> members;
-  std::set<int> names;
-  for (std::uint64_t id : job) {
-    auto m = std::make_unique<Member>();
-    m->session = server->FindById(id);
-    if (!m->session) return Status::Unavailable("session " + std::to_string(id) + " of the job ended");
-    m->id = id;
-    m->rank = LargestRank(comms, id);
-    if (!names.insert(m->rank).second) {
-      return Status::FailedPrecondition("two sessions of the job are rank " + std::to_string(m->rank) +
-                                        " of its largest communicator");
+  for (const auto& [cid, c] : comms) {
+    if (static_cast<int>(c.ranks.size()) == c.nranks) continue;
+    if (options.cluster.member == nullptr) {
+      return Status::FailedPrecondition(
+          "a communicator of the job has " + std::to_string(c.nranks) + " ranks, " + std::to_string(c.ranks.size()) +
+          " of them in sessions of this phosd, and this phosd coordinates with no other (no --etcd): a job across "
+          "phosds is checkpointed through etcd (docs/protocols.md \"Jobs across phosds\"); nothing was written");
     }
-    members.push_back(std::move(m));
+    return CheckpointJobAcrossPhosds(server, job, comms, options, progress, result);
   }
-  std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a->rank < b->rank; });
+  std::vector<std::unique_ptr<Member>> members;
+  PHOS_RETURN_IF_ERROR(MembersOf(server, job, comms, &members));
 
   progress->SetPhase("cut", "bringing " + std::to_string(members.size()) + " ranks to one cut");
   Targets cut;
@@ -255,37 +123,7 @@ Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const J
     return Status::IoError("cannot create " + staged + ": " + ec.message());
   }
   progress->SetPhase("capture", "checkpointing " + std::to_string(members.size()) + " ranks at the cut");
-  std::vector<std::future<Status>> captures;
-  result->ranks.resize(members.size());
-  std::vector<std::unique_ptr<engine::Progress>> rank_progress;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    Member* m = members[i].get();
-    JobRankResult* r = &result->ranks[i];
-    r->rank = m->rank;
-    r->pid = m->session->pid();
-    r->session_id = m->id;
-    r->dir = "rank-" + std::to_string(m->rank);
-    rank_progress.push_back(std::make_unique<engine::Progress>());
-    engine::Progress* rp = rank_progress.back().get();
-    engine::CheckpointOptions o = options.rank;
-    o.dir = staged + "/" + r->dir;
-    o.job_rank = true;
-    o.metadata.set_session_id(m->id);
-    o.metadata.set_pid(r->pid);
-    o.at_capture = [m](session::SessionState&) {
-      Release(*m);  // captured at the cut: this rank runs on
-      return Status::Ok();
-    };
-    captures.push_back(std::async(std::launch::async, [m, r, rp, o, &options] {
-      return process::CheckpointProcess(*m->session, o, rp, &r->result, options.criu, options.criu_binary);
-    }));
-  }
-  Status failed;
-  for (std::size_t i = 0; i < captures.size(); ++i) {
-    Status s = captures[i].get();
-    if (!s.ok() && failed.ok()) failed = s.WithContext("rank " + std::to_string(members[i]->rank));
-  }
-  for (auto& m : members) Release(*m);  // whatever did not capture
+  Status failed = CaptureMembers(members, staged, options, &result->ranks);
   if (!failed.ok()) {
     std::filesystem::remove_all(staged, ec);
     return failed.WithContext("job checkpoint failed; nothing was committed, every rank keeps running");
@@ -301,15 +139,7 @@ Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const J
   jm.set_mode(engine::ModeName(options.rank.mode));
   jm.set_cut_us(result->cut_us);
   for (const JobRankResult& r : result->ranks) {
-    auto* out = jm.add_ranks();
-    out->set_dir(r.dir);
-    out->set_pid(r.pid);
-    const std::string& argv = r.result.image.cmdline;  // NUL-separated
-    for (std::size_t at = 0; at < argv.size();) {
-      const std::size_t end = std::min(argv.find('\0', at), argv.size());
-      out->add_cmdline(argv.substr(at, end - at));
-      at = end + 1;
-    }
+    DescribeRank(r, jm.add_ranks());
     result->bytes += r.result.gpu.bytes;
   }
   for (const auto& [cid, k] : cut.collectives) {
@@ -340,6 +170,14 @@ Status RestoreJob(session::SessionServer* server, const std::string& dir, const 
   PHOS_RETURN_IF_ERROR(image::ReadJobManifest(dir, &jm));
   // One new generation for every communicator of this restore: its ranks
   // meet each other, never the original job or another copy of it.
+  for (const auto& r : jm.ranks()) {
+    std::error_code ec;
+    if (!r.phosd().empty() && !std::filesystem::exists(dir + "/" + r.dir(), ec)) {
+      return Status::NotSupported("rank image " + r.dir() + " of " + dir + " was written by the phosd at " +
+                                  r.phosd() + " on its machine and is not here: copy it into " + dir +
+                                  " (restoring each rank on its own phosd is not implemented yet)");
+    }
+  }
   std::random_device rd;
   std::uint64_t generation = 0;
   while (generation == 0) generation = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/cluster_member.h"
 #include "common/status.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
@@ -21,6 +22,13 @@
 #include "session/session_server.h"
 
 namespace phos::jobs {
+
+/// How a phosd reaches the others (--etcd): jobs across phosds need it.
+struct JobCluster {
+  cluster::ClusterMember* member = nullptr;  // null: every job lives on one phosd
+  std::string peer_token;                    // the peer plane's (JoinCut)
+  std::function<bool()> cancelled;           // phosd is stopping: a participant gives up
+};
 
 struct JobCheckpointOptions {
   /// Per rank: mode, cow reserve, validation policy, manifest fields (dir
@@ -32,6 +40,7 @@ struct JobCheckpointOptions {
   std::chrono::milliseconds cut_timeout{60000};
   process::CriuUserOptions criu;
   std::string criu_binary;
+  JobCluster cluster;
 };
 
 struct JobRankResult {
@@ -53,6 +62,14 @@ struct JobCheckpointResult {
 /// communicators with it, transitively).
 Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const JobCheckpointOptions& options,
                      engine::Progress* progress, JobCheckpointResult* result);
+
+/// This phosd's part in job checkpoint `cut` that another phosd
+/// coordinates through etcd (docs/protocols.md "Jobs across phosds";
+/// PhosPeer.JoinCut): its ranks of the job brought to the cut, captured
+/// into the job image's staging directory, committed or removed as the
+/// coordinator decides. `base`: the daemon's defaults (the mode, directory
+/// and timeout come from the cut's request).
+Status TakePartInCut(session::SessionServer* server, const std::string& cut, const JobCheckpointOptions& base);
 
 struct JobRestoreResult {
   std::vector<process::ProcessRestoreResult> ranks;  // the manifest's order

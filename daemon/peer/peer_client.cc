@@ -286,3 +286,23 @@ Status PingPeer(const std::string& host_port, const std::string& token, int conn
 }
 
 }  // namespace phos::peer
+
+namespace phos::peer {
+
+Status RequestJoinCut(const std::string& host_port, const std::string& token, const std::string& cut,
+                      int timeout_ms) {
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
+  PHOS_RETURN_IF_ERROR(ConnectPeer(host_port, deadline, &stub));
+  grpc::ClientContext context;
+  context.AddMetadata(kPeerTokenHeader, token);
+  context.set_deadline(deadline);
+  peer::v1::JoinCutRequest request;
+  request.set_cut(cut);
+  peer::v1::JoinCutReply reply;
+  const grpc::Status g = stub->JoinCut(&context, request, &reply);
+  if (!g.ok()) return PeerStatus(host_port, g);
+  return Status::Ok();
+}
+
+}  // namespace phos::peer

@@ -99,6 +99,12 @@ Status RestoreOnPeer(const std::string& host_port, const std::string& token, con
 Status RestoreStatusOnPeer(const std::string& host_port, const std::string& token, const std::string& name,
                            peer::v1::RestoreStatusReply* reply, int timeout_ms);
 
+/// Asks the daemon at `host_port` to take part in job checkpoint `cut`
+/// (PhosPeer.JoinCut; docs/protocols.md "Jobs across phosds"). Errors as
+/// SendImage's.
+Status RequestJoinCut(const std::string& host_port, const std::string& token, const std::string& cut,
+                      int timeout_ms = 5000);
+
 /// Checks that the daemon at `host_port` answers and accepts `token`
 /// (PhosPeer.Ping); errors as SendImage's.
 Status PingPeer(const std::string& host_port, const std::string& token, int connect_timeout_ms = 5000);

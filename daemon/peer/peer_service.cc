@@ -37,13 +37,29 @@ std::string PeerHost(const std::string& peer) {
 }  // namespace
 
 PeerService::PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
-                         PeerRestorer restorer, bool drop_restore_replies, CollectiveSink collectives)
+                         PeerRestorer restorer, bool drop_restore_replies, CollectiveSink collectives,
+                         CutJoiner join_cut)
     : token_(std::move(token)),
       incoming_dir_(std::move(checkpoint_root) + "/incoming"),
       max_receive_bytes_(max_receive_bytes),
       restorer_(std::move(restorer)),
       drop_restore_replies_(drop_restore_replies),
-      collectives_(std::move(collectives)) {}
+      collectives_(std::move(collectives)),
+      join_cut_(std::move(join_cut)) {}
+
+grpc::Status PeerService::JoinCut(grpc::ServerContext* context, const peer::v1::JoinCutRequest* request,
+                                  peer::v1::JoinCutReply*) {
+  if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  if (!join_cut_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this phosd takes part in no job checkpoints across phosds (start it with --etcd)");
+  }
+  const std::string& cut = request->cut();
+  if (cut.size() != 16 || cut.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a cut is named by 16 hex digits");
+  }
+  return ToGrpcStatus(join_cut_(cut));
+}
 
 grpc::Status PeerService::Collective(grpc::ServerContext* context, const peer::v1::CollectiveMessage* request,
                                      peer::v1::CollectiveReply*) {
@@ -349,12 +365,12 @@ Status PeerService::ReceivePrecopy(const std::shared_ptr<PrecopyStore>& store, g
 }
 
 Status PeerServer::Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer,
-                         CollectiveSink collectives) {
+                         CollectiveSink collectives, CutJoiner join_cut) {
   std::string token;
   PHOS_RETURN_IF_ERROR(LoadPeerToken(options.peer_token_file, &token).WithContext("--peer-token"));
   service_ = std::make_unique<PeerService>(std::move(token), checkpoint_root, options.max_receive_bytes,
                                            std::move(restorer), options.test_drop_restore_reply,
-                                           std::move(collectives));
+                                           std::move(collectives), std::move(join_cut));
   if (options.test_drop_restore_reply) {
     spdlog::warn("peer: --test-drop-restore-reply: every RestoreImage answers UNAVAILABLE after restoring (tests only)");
   }

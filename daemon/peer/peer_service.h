@@ -35,6 +35,9 @@ using PeerRestorer =
 /// Takes a peer's message about a communicator spanning phosds (the
 /// backend's DeliverCollective); null when this phosd runs none (no --etcd).
 using CollectiveSink = std::function<Status(const backend::FabricMessage& message)>;
+/// Starts this phosd's part in a job checkpoint another phosd coordinates
+/// (returns at once); null when this phosd has no --etcd.
+using CutJoiner = std::function<Status(const std::string& cut)>;
 
 class PeerService final : public peer::v1::PhosPeer::Service {
  public:
@@ -45,7 +48,8 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   /// UNAVAILABLE instead — a reply lost after the copy already runs.
   /// `collectives` serves Collective (immutable; null: refused).
   PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
-              PeerRestorer restorer, bool drop_restore_replies = false, CollectiveSink collectives = nullptr);
+              PeerRestorer restorer, bool drop_restore_replies = false, CollectiveSink collectives = nullptr,
+              CutJoiner join_cut = nullptr);
 
   grpc::Status Ping(grpc::ServerContext* context, const peer::v1::PingRequest* request,
                     peer::v1::PingReply* reply) override;
@@ -56,6 +60,8 @@ class PeerService final : public peer::v1::PhosPeer::Service {
 
   grpc::Status Collective(grpc::ServerContext* context, const peer::v1::CollectiveMessage* request,
                           peer::v1::CollectiveReply* reply) override;
+  grpc::Status JoinCut(grpc::ServerContext* context, const peer::v1::JoinCutRequest* request,
+                       peer::v1::JoinCutReply* reply) override;
 
   grpc::Status ReceiveImage(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
                             peer::v1::ReceiveImageReply* reply) override;
@@ -104,6 +110,7 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   const PeerRestorer restorer_;
   const bool drop_restore_replies_;
   const CollectiveSink collectives_;
+  const CutJoiner join_cut_;
 
   std::mutex mu_;  // guards in_flight_, precopies_, refused_hosts_, restores_ and restore_order_
   std::set<std::string> in_flight_;      // image names being received now
@@ -131,7 +138,7 @@ class PeerServer {
   /// PeerService. The token is checked before anything listens.
   /// `collectives`: where peers' collective messages go (null: refused).
   Status Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer,
-               CollectiveSink collectives = nullptr);
+               CollectiveSink collectives = nullptr, CutJoiner join_cut = nullptr);
   /// Stops serving (in-flight transfers get a short grace period). Idempotent.
   void Shutdown();
   /// The port actually bound (options.listen may say port 0); 0 when not started.

@@ -92,6 +92,8 @@ Status Daemon::Start(const DaemonOptions& options) {
   // Every CRIU call phosd makes runs this one ("" = criu on PATH): the
   // service passes it down to each whole-process operation.
   config.criu_binary = options.criu_binary;
+  config.cluster = cluster_.get();
+  if (fabric_) config.peer_token = fabric_->peer_token();
   service_ = std::make_unique<PhosService>(std::move(config));
   if (!options.criu_binary.empty()) spdlog::info("criu binary: {}", options.criu_binary);
   // A daemon killed mid-checkpoint leaves `NAME.tmp`: never an image (no
@@ -119,7 +121,11 @@ Status Daemon::Start(const DaemonOptions& options) {
       backend::Backend* b = backend_.get();  // outlives the peer server (Shutdown order)
       collectives = [b](const backend::FabricMessage& m) { return b->DeliverCollective(m); };
     }
-    if (Status p = peer_server_.Start(po, checkpoint_root, std::move(restorer), std::move(collectives)); !p.ok()) {
+    peer::CutJoiner join_cut;
+    if (cluster_) join_cut = [service](const std::string& cut) { return service->JoinCutForPeer(cut); };
+    if (Status p = peer_server_.Start(po, checkpoint_root, std::move(restorer), std::move(collectives),
+                                      std::move(join_cut));
+        !p.ok()) {
       Shutdown();
       return p.WithContext("cannot start the peer plane");
     }
@@ -194,6 +200,7 @@ void Daemon::Shutdown() {
   // Restore RPC may still hold it (its sessions have ended, so their
   // control tasks fail with Unavailable and the RPCs return).
   peer_server_.Shutdown();  // no new transfers; in-flight ones get a grace period
+  if (service_) service_->StopCuts();  // job cuts this phosd takes part in use the data plane
   if (session_server_) session_server_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

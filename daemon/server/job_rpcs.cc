@@ -34,6 +34,7 @@ grpc::Status PhosService::CheckpointJobRpc(const v1::CheckpointRequest* req, con
   jo.dir = dir;
   jo.criu = FromProto(req->criu());
   jo.criu_binary = criu_binary_;
+  jo.cluster = jobs::JobCluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
   engine::Progress progress;
   jobs::JobCheckpointResult r;
   std::future<phos::Status> done = std::async(std::launch::async, [&] {
@@ -55,6 +56,25 @@ grpc::Status PhosService::CheckpointJobRpc(const v1::CheckpointRequest* req, con
   (*out->mutable_counters())["mode_" + std::string(engine::ModeName(opts.mode))] = 1;
   writer->Write(ev);
   return grpc::Status::OK;
+}
+
+phos::Status PhosService::JoinCutForPeer(const std::string& cut) {
+  session::SessionServer* server = nullptr;
+  PHOS_RETURN_IF_ERROR(DataPlane(&server));
+  if (cluster_ == nullptr) return phos::Status::FailedPrecondition("this phosd has no --etcd");
+  jobs::JobCheckpointOptions base;
+  base.rank.cow_reserve_bytes = cow_reserve_bytes_;
+  base.rank.recopy_rounds = recopy_rounds_;
+  base.rank.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
+  base.criu_binary = criu_binary_;
+  base.cluster = jobs::JobCluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
+  std::lock_guard<std::mutex> lock(cuts_mu_);
+  if (stopping_.load()) return phos::Status::Unavailable("phosd is stopping");
+  cut_threads_.emplace_back([server, cut, base] {
+    phos::Status s = jobs::TakePartInCut(server, cut, base);
+    if (!s.ok()) spdlog::warn("job cut {}: this phosd's part failed: {}", cut, s.ToString());
+  });
+  return phos::Status::Ok();
 }
 
 grpc::Status PhosService::RestoreJobRpc(const v1::RestoreRequest* req, grpc::ServerWriter<v1::OperationEvent>* writer) {

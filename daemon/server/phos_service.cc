@@ -31,7 +31,19 @@ PhosService::PhosService(PhosServiceConfig config)
       unvalidated_stop_(config.unvalidated_stop),
       recopy_rounds_(config.recopy_rounds),
       template_cache_(std::move(config.template_cache)),
-      criu_binary_(std::move(config.criu_binary)) {}
+      criu_binary_(std::move(config.criu_binary)),
+      cluster_(config.cluster),
+      peer_token_(std::move(config.peer_token)) {}
+
+void PhosService::StopCuts() {
+  stopping_.store(true);
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(cuts_mu_);
+    threads.swap(cut_threads_);
+  }
+  for (std::thread& t : threads) t.join();
+}
 
 grpc::Status PhosService::Status(grpc::ServerContext*, const v1::StatusRequest*,
                                  v1::StatusReply* reply) {

@@ -8,9 +8,13 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 #include <string>
 
 #include "backend/backend.h"
+#include "cluster/cluster_member.h"
 #include "backend/context_pool.h"
 #include "peer.pb.h"
 #include "phos.grpc.pb.h"
@@ -45,11 +49,19 @@ struct PhosServiceConfig {
   /// --criu-binary: the CRIU every whole-process checkpoint, restore,
   /// migration and template runs ("" = `criu` on PATH).
   std::string criu_binary;
+  /// --etcd: this phosd's membership (null: none) and the peer token, for
+  /// job checkpoints across phosds.
+  cluster::ClusterMember* cluster = nullptr;
+  std::string peer_token;
 };
 
 class PhosService final : public v1::Phos::Service {
  public:
   explicit PhosService(PhosServiceConfig config);
+  ~PhosService() override { StopCuts(); }
+  /// Makes the job cuts this phosd takes part in give up and waits for
+  /// them (they use the data plane: before it goes). Idempotent.
+  void StopCuts();
 
   grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
                       v1::StatusReply* reply) override;
@@ -89,6 +101,9 @@ class PhosService final : public v1::Phos::Service {
   /// by the peer server): restores the whole-process image in `dir`, with
   /// `resume` SIGCONTs it (it was dumped stopped), and fills `reply`.
   phos::Status RestoreForPeer(const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply);
+  /// PhosPeer.JoinCut: starts this phosd's part in job checkpoint `cut`
+  /// (jobs::TakePartInCut) on a thread of its own; returns at once.
+  phos::Status JoinCutForPeer(const std::string& cut);
   /// Where default checkpoint images go (PhosServiceConfig::checkpoint_root).
   const std::string& DefaultCheckpointRoot() const { return checkpoint_root_; }
   /// Opens the template store, <checkpoint root>/templates, and its
@@ -151,6 +166,11 @@ class PhosService final : public v1::Phos::Service {
   std::unique_ptr<templates::TemplateStore> templates_;   // set by OpenTemplates before serving; locks itself
   phos::Status templates_status_;              // why templates_ is null; set with it
   process::RestoredProcesses restored_;  // reaps what Restore restored (thread-safe)
+  cluster::ClusterMember* const cluster_;  // --etcd, else null
+  const std::string peer_token_;
+  std::atomic<bool> stopping_{false};      // set by the destructor: cut participants give up
+  std::mutex cuts_mu_;                     // guards cut_threads_
+  std::vector<std::thread> cut_threads_;   // JoinCutForPeer's, joined by the destructor
 };
 
 }  // namespace phos::server

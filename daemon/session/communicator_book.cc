@@ -56,6 +56,17 @@ std::set<std::uint64_t> CommunicatorBook::JobOf(std::uint64_t session_id) const 
   return job;
 }
 
+std::set<std::uint64_t> CommunicatorBook::SessionsHolding(const std::vector<backend::CommunicatorId>& ids) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::uint64_t> out;
+  for (const backend::CommunicatorId& id : ids) {
+    auto it = comms_.find(id);
+    if (it == comms_.end()) continue;
+    for (const auto& [rank, r] : it->second.ranks) out.insert(r.session_id);
+  }
+  return out;
+}
+
 CommunicatorBook::Communicators CommunicatorBook::Snapshot(const std::set<std::uint64_t>& sessions,
                                                            std::uint64_t* version) const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -53,6 +53,9 @@ class CommunicatorBook {
   /// The sessions that share a communicator with `session_id`, transitively
   /// (itself included; empty if it holds none).
   std::set<std::uint64_t> JobOf(std::uint64_t session_id) const;
+  /// The sessions that hold a rank of any of `ids` (a job across phosds
+  /// as this phosd sees it: call JobOf on each for the closure).
+  std::set<std::uint64_t> SessionsHolding(const std::vector<backend::CommunicatorId>& ids) const;
   /// The communicators any of `sessions` holds a rank of, as they are now.
   Communicators Snapshot(const std::set<std::uint64_t>& sessions, std::uint64_t* version = nullptr) const;
   /// Blocks until the book changed after `version` or `limit` passed.

@@ -1,0 +1,503 @@
+// The barrier of a job checkpoint across phosds lives in etcd, under
+// /phos/v1/cuts/<cut>/ (docs/protocols.md "Jobs across phosds"):
+//   request          CutRequest, the coordinator's lease
+//   state/<phosd>    CutState of each participant, its own lease (gone when it dies)
+//   capture          the coordinator saw every rank held at one cut
+//   committed        the job image is committed
+//   abort            why the cut failed (every participant releases and cleans up)
+// Every participant (the coordinator's own part included) runs TakePart;
+// the coordinator also runs Coordinate, which decides. Both poll the
+// prefix every 20 ms (and wake at once on a change of their own ranks).
+#include "jobs/job_checkpoint_across.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "cluster/etcd_fabric.h"
+#include "common/version.h"
+#include "image/commit_dir.h"
+#include "image/image_layout.h"
+#include "image/job_manifest.h"
+#include "peer.pb.h"
+#include "peer/peer_client.h"
+
+namespace phos::jobs {
+namespace {
+
+using engine::Clock;
+using engine::MicrosSince;
+using peer::v1::CutRequest;
+using peer::v1::CutState;
+constexpr auto kPoll = std::chrono::milliseconds(20);
+
+std::string CutPrefix(const std::string& cut) { return std::string(cluster::kEtcdRoot) + "cuts/" + cut + "/"; }
+
+std::string NewCutId() {
+  std::random_device rd;
+  const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+/// One read of the cut's keys (one etcd revision: a consistent view).
+struct CutView {
+  bool has_request = false;
+  CutRequest request;
+  bool capture = false;
+  bool committed = false;
+  std::string abort;
+  std::map<std::string, CutState> states;  // by participant endpoint
+};
+
+Status ReadCut(cluster::EtcdClient& etcd, const std::string& cut, CutView* v) {
+  *v = CutView{};
+  std::vector<cluster::KeyValue> kvs;
+  const std::string prefix = CutPrefix(cut);
+  PHOS_RETURN_IF_ERROR(etcd.List(prefix, &kvs));
+  for (const cluster::KeyValue& kv : kvs) {
+    const std::string name = kv.key.substr(prefix.size());
+    if (name == "request") {
+      if (!v->request.ParseFromString(kv.value)) return Status::Corruption("cut " + cut + ": a malformed request");
+      v->has_request = true;
+    } else if (name == "capture") {
+      v->capture = true;
+    } else if (name == "committed") {
+      v->committed = true;
+    } else if (name == "abort") {
+      v->abort = kv.value.empty() ? "aborted" : kv.value;
+    } else if (name.rfind("state/", 0) == 0) {
+      CutState st;
+      if (!st.ParseFromString(kv.value)) return Status::Corruption("cut " + cut + ": a malformed state of " + name);
+      v->states[name.substr(6)] = std::move(st);
+    }
+  }
+  return Status::Ok();
+}
+
+backend::CommunicatorId IdOf(const std::string& bytes) {
+  backend::CommunicatorId id{};
+  std::memcpy(id.data(), bytes.data(), std::min(bytes.size(), id.size()));
+  return id;
+}
+
+/// The counts of this phosd's ranks, as a participant publishes them.
+void PutCounts(const Book::Communicators& comms, const std::set<std::uint64_t>& job, CutState* st) {
+  st->clear_counts();
+  for (const auto& [id, c] : comms) {
+    for (const auto& [rank, r] : c.ranks) {
+      if (job.count(r.session_id) == 0) continue;
+      auto* out = st->add_counts();
+      out->set_communicator(id.data(), id.size());
+      out->set_nranks(c.nranks);
+      out->set_rank(rank);
+      out->set_collectives(r.enqueued.collectives);
+      for (const auto& [peer, n] : r.enqueued.sent) (*out->mutable_sent())[peer] = n;
+      for (const auto& [peer, n] : r.enqueued.received) (*out->mutable_received())[peer] = n;
+    }
+  }
+}
+
+/// `into` plus the ranks the states publish (as ranks of no local session:
+/// session id 0). Checked: sizes agree, ranks in range, no rank twice.
+Status MergeCounts(const std::map<std::string, CutState>& states, Book::Communicators* into) {
+  for (const auto& [endpoint, st] : states) {
+    for (const auto& rc : st.counts()) {
+      if (rc.communicator().size() != backend::CommunicatorId{}.size() || rc.nranks() < 1 ||
+          rc.rank() < 0 || rc.rank() >= rc.nranks()) {
+        return Status::Corruption("the phosd at " + endpoint + " published malformed counts");
+      }
+      Book::Communicator& c = (*into)[IdOf(rc.communicator())];
+      if (c.nranks != 0 && c.nranks != rc.nranks()) {
+        return Status::Corruption("the phosd at " + endpoint + " says a communicator has " +
+                                  std::to_string(rc.nranks()) + " ranks, another " + std::to_string(c.nranks));
+      }
+      c.nranks = rc.nranks();
+      if (c.ranks.count(rc.rank()) != 0) {
+        return Status::Corruption("rank " + std::to_string(rc.rank()) + " is published twice (again by " + endpoint +
+                                  ")");
+      }
+      Book::Rank& r = c.ranks[rc.rank()];
+      r.session_id = 0;
+      r.rank = rc.rank();
+      r.enqueued.collectives = rc.collectives();
+      for (const auto& [peer, n] : rc.sent()) r.enqueued.sent[peer] = n;
+      for (const auto& [peer, n] : rc.received()) r.enqueued.received[peer] = n;
+    }
+  }
+  return Status::Ok();
+}
+
+/// Whether every rank of every communicator is published and at `t`.
+bool AllAtTargets(const Book::Communicators& all, const Targets& t, std::string* why) {
+  for (const auto& [id, c] : all) {
+    if (static_cast<int>(c.ranks.size()) != c.nranks) {
+      *why = std::to_string(c.nranks - static_cast<int>(c.ranks.size())) + " ranks of a communicator are not reported";
+      return false;
+    }
+  }
+  Book::Communicators relabeled = all;  // AtTargets looks at one session's ranks: give all one id
+  for (auto& [id, c] : relabeled) {
+    for (auto& [rank, r] : c.ranks) r.session_id = 1;
+  }
+  return AtTargets(relabeled, t, 1, why);
+}
+
+/// The other participants' states (not `self`'s).
+std::map<std::string, CutState> Others(const CutView& v, const std::string& self) {
+  std::map<std::string, CutState> out = v.states;
+  out.erase(self);
+  return out;
+}
+
+void Publish(cluster::ClusterMember* member, const std::string& cut, const CutState& st) {
+  const std::string key = CutPrefix(cut) + "state/" + member->endpoint();
+  if (Status s = member->etcd().Put(key, st.SerializeAsString(), member->lease()); !s.ok()) {
+    spdlog::warn("job cut {}: cannot publish this phosd's state: {}", cut, s.message());
+  }
+}
+
+/// The rank directories this participant wrote under `staged`.
+void RemoveOwn(const std::string& staged, const std::vector<std::unique_ptr<Member>>& members) {
+  std::error_code ec;
+  for (const auto& m : members) std::filesystem::remove_all(staged + "/rank-" + std::to_string(m->rank), ec);
+  std::filesystem::remove(staged, ec);  // only if empty: others may still be there
+}
+
+}  // namespace
+
+Status TakePartInCut(session::SessionServer* server, const std::string& cut, const JobCheckpointOptions& base) {
+  cluster::ClusterMember* member = base.cluster.member;
+  if (member == nullptr) return Status::FailedPrecondition("this phosd has no --etcd");
+  CutView view;
+  PHOS_RETURN_IF_ERROR(ReadCut(member->etcd(), cut, &view));
+  if (!view.has_request) return Status::NotFound("job cut " + cut + " has no request in etcd (it ended?)");
+  const CutRequest req = view.request;
+  CutState state;
+  auto fail = [&](Status s) {
+    state.set_error(s.message());
+    state.set_held(false);
+    Publish(member, cut, state);
+    spdlog::warn("job cut {}: {}", cut, s.message());
+    return s;
+  };
+  // This phosd's sessions of the job: those holding ranks of its
+  // communicators, and everything they share communicators with here.
+  std::vector<backend::CommunicatorId> ids;
+  for (const std::string& c : req.communicators()) ids.push_back(IdOf(c));
+  Book& book = server->communicators();
+  std::set<std::uint64_t> job;
+  for (std::uint64_t s : book.SessionsHolding(ids)) {
+    for (std::uint64_t t : book.JobOf(s)) job.insert(t);
+  }
+  const Book::Communicators first = book.Snapshot(job);
+  std::vector<std::unique_ptr<Member>> members;
+  if (Status m = MembersOf(server, job, first, &members); !m.ok()) return fail(m);
+  spdlog::info("job cut {}: {} ranks of this phosd take part (coordinator {})", cut, members.size(),
+               req.coordinator());
+  const auto release_all = [&] {
+    for (auto& m : members) Release(*m);
+  };
+  // 1. Run to the cut: the targets are the maxima over every phosd's
+  //    published counts and this phosd's live ones (job_checkpoint.cc's
+  //    ReachCut, with the other phosds' ranks read from etcd).
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<std::uint64_t>(req.timeout_ms(), 1000));
+  std::string published;
+  std::string behind;
+  for (;;) {
+    if (Status r = ReadCut(member->etcd(), cut, &view); !r.ok()) {
+      release_all();
+      return fail(r.WithContext("reading the cut from etcd"));
+    }
+    if (!view.abort.empty() || !view.has_request) {
+      release_all();
+      const std::string why = !view.abort.empty() ? view.abort : "the coordinator's request is gone (it died?)";
+      spdlog::warn("job cut {}: aborted: {}", cut, why);
+      state.set_done(true);
+      Publish(member, cut, state);
+      return Status::Unavailable("job cut " + cut + " aborted: " + why);
+    }
+    if (view.capture) break;
+    if (base.cluster.cancelled && base.cluster.cancelled()) {
+      release_all();
+      return fail(Status::Unavailable("this phosd is stopping"));
+    }
+    std::uint64_t version = 0;
+    const Book::Communicators local = book.Snapshot(job, &version);
+    Book::Communicators merged = local;
+    if (Status m = MergeCounts(Others(view, member->endpoint()), &merged); !m.ok()) {
+      release_all();
+      return fail(m);
+    }
+    const Targets t = TargetsOf(merged);
+    bool all = true;
+    for (auto& m : members) {
+      if (Status p = Poll(*m); !p.ok()) {
+        release_all();
+        return fail(p);
+      }
+      std::string why;
+      const bool at = AtTargets(local, t, m->id, &why);
+      if (at && !m->gated) Hold(*m);
+      if (!at && m->parked) Release(*m);
+      if (!at) behind = why;
+      all = all && at && m->parked;
+    }
+    if (all) {
+      std::uint64_t now = 0;
+      (void)book.Snapshot(job, &now);
+      all = now == version;  // nothing changed since the counts were read
+    }
+    PutCounts(local, job, &state);
+    state.set_held(all);
+    if (std::string bytes = state.SerializeAsString(); bytes != published) {
+      Publish(member, cut, state);
+      published = bytes;
+    }
+    if (Clock::now() >= deadline) {
+      release_all();
+      return fail(Status::Unavailable("this phosd's ranks did not reach the cut in time" +
+                                      (behind.empty() ? std::string() : " (" + behind + ")")));
+    }
+    book.WaitForChange(version, kPoll);
+  }
+  // 2. Every rank of the job is held at the cut: capture this phosd's.
+  JobCheckpointOptions opts = base;
+  opts.rank.mode = req.mode() == "stop"     ? engine::Mode::kStop
+                   : req.mode() == "recopy" ? engine::Mode::kRecopy
+                                            : engine::Mode::kCow;
+  const std::string staged = req.dir() + ".tmp";
+  std::error_code ec;
+  std::filesystem::create_directories(staged, ec);
+  std::vector<JobRankResult> ranks;
+  Status captured = ec ? Status::IoError("cannot create " + staged + ": " + ec.message())
+                       : CaptureMembers(members, staged, opts, &ranks);
+  if (ec) release_all();
+  if (!captured.ok()) {
+    RemoveOwn(staged, members);
+    return fail(captured);
+  }
+  state.set_held(false);
+  state.set_captured(true);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const JobRankResult& r = ranks[i];
+    image::v1::JobManifest::RankImage described;
+    DescribeRank(r, &described);
+    auto* out = state.add_ranks();
+    out->set_rank(r.rank);
+    out->set_pid(r.pid);
+    out->set_dir(r.dir);
+    *out->mutable_cmdline() = described.cmdline();
+    out->set_gpu_bytes(r.result.gpu.bytes);
+    out->set_held_us(members[i]->held_us.load());
+  }
+  Publish(member, cut, state);
+  // 3. The coordinator commits or aborts.
+  Status decided = member->etcd().WaitPrefix(
+      CutPrefix(cut),
+      [&](const std::vector<cluster::KeyValue>&) {
+        return ReadCut(member->etcd(), cut, &view).ok() &&
+               (view.committed || !view.abort.empty() || !view.has_request);
+      },
+      Clock::now() + std::chrono::minutes(10), base.cluster.cancelled,
+      "job cut " + cut + " waiting for the coordinator");
+  Status outcome;
+  if (decided.ok() && view.committed) {
+    // On another machine (no shared file system) the coordinator's commit
+    // did not move this phosd's ranks: commit them here the same way.
+    if (std::filesystem::exists(staged, ec) && !std::filesystem::exists(req.dir(), ec)) {
+      outcome = image::CommitDirectory(staged, req.dir(), image::CommitSync::kDirectory);
+    }
+    spdlog::info("job cut {}: committed ({} ranks of this phosd)", cut, members.size());
+  } else {
+    RemoveOwn(staged, members);
+    outcome = Status::Unavailable("job cut " + cut + " aborted: " +
+                                  (!decided.ok() ? decided.message()
+                                                 : !view.abort.empty() ? view.abort : "the coordinator is gone"));
+  }
+  state.set_done(true);
+  Publish(member, cut, state);
+  return outcome;
+}
+
+Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<std::uint64_t>& job,
+                                 const Book::Communicators& comms, const JobCheckpointOptions& options,
+                                 engine::Progress* progress, JobCheckpointResult* result) {
+  (void)job;
+  cluster::ClusterMember* member = options.cluster.member;
+  const auto t0 = Clock::now();
+  const std::string self = member->endpoint();
+  // The participants: every phosd that joined a rank of the job's
+  // communicators (their rendezvous records).
+  CutRequest req;
+  std::set<std::string> participants;
+  for (const auto& [id, c] : comms) {
+    req.add_communicators(id.data(), id.size());
+    std::vector<cluster::KeyValue> kvs;
+    PHOS_RETURN_IF_ERROR(member->etcd().List(cluster::CommunicatorPrefix(id), &kvs));
+    if (static_cast<int>(kvs.size()) != c.nranks) {
+      return Status::FailedPrecondition("etcd knows " + std::to_string(kvs.size()) + " of the " +
+                                        std::to_string(c.nranks) + " ranks of a communicator of the job");
+    }
+    for (const cluster::KeyValue& kv : kvs) participants.insert(kv.value.substr(0, kv.value.find(' ')));
+  }
+  for (const std::string& p : participants) req.add_participants(p);
+  req.set_coordinator(self);
+  req.set_mode(engine::ModeName(options.rank.mode));
+  req.set_dir(std::filesystem::absolute(options.dir).string());
+  req.set_timeout_ms(static_cast<std::uint64_t>(options.cut_timeout.count()));
+  const std::string staged = req.dir() + ".tmp";
+  std::error_code ec;
+  std::filesystem::remove_all(staged, ec);
+  const std::string cut = NewCutId();
+  const std::string prefix = CutPrefix(cut);
+  PHOS_RETURN_IF_ERROR(member->etcd().Put(prefix + "request", req.SerializeAsString(), member->lease()));
+  spdlog::info("job cut {}: {} phosds, {} communicators, into {}", cut, participants.size(), comms.size(), req.dir());
+  // Every other participant starts its part; this phosd runs its own.
+  std::future<Status> own = std::async(std::launch::async, [server, cut, options] {
+    return TakePartInCut(server, cut, options);
+  });
+  auto abort = [&](const Status& why) {
+    (void)member->etcd().Put(prefix + "abort", why.message(), member->lease());
+    (void)own.get();
+    // Let the participants release their ranks and clean up (bounded).
+    (void)member->etcd().WaitPrefix(
+        prefix,
+        [&](const std::vector<cluster::KeyValue>& kvs) {
+          CutView v;
+          if (!ReadCut(member->etcd(), cut, &v).ok()) return true;
+          for (const auto& [e, st] : v.states) {
+            if (!st.done() && st.error().empty()) return false;
+          }
+          return true;
+        },
+        Clock::now() + std::chrono::seconds(10), nullptr, "participants cleaning up");
+    std::filesystem::remove_all(staged, ec);
+    (void)member->etcd().DeletePrefix(prefix);
+    return why.WithContext("job checkpoint across " + std::to_string(participants.size()) +
+                           " phosds failed; nothing was committed, every rank keeps running");
+  };
+  for (const std::string& p : participants) {
+    if (p == self) continue;
+    if (Status s = peer::RequestJoinCut(p, options.cluster.peer_token, cut); !s.ok()) {
+      return abort(s.WithContext("asking the phosd at " + p + " to take part"));
+    }
+  }
+  progress->SetPhase("cut", "bringing the ranks on " + std::to_string(participants.size()) + " phosds to one cut");
+  // Decide: capture once every rank is held at one cut; commit once every
+  // participant captured. A participant whose state vanished (its lease
+  // ended: it died) or that failed aborts the cut.
+  const auto deadline = Clock::now() + options.cut_timeout + std::chrono::minutes(10);
+  std::set<std::string> seen;
+  Targets cut_targets;
+  bool capturing = false;
+  for (;;) {
+    CutView v;
+    if (Status r = ReadCut(member->etcd(), cut, &v); !r.ok()) return abort(r);
+    for (const auto& [e, st] : v.states) {
+      seen.insert(e);
+      if (!st.error().empty()) return abort(Status::Unavailable("the phosd at " + e + ": " + st.error()));
+    }
+    for (const std::string& e : seen) {
+      if (v.states.count(e) == 0) {
+        return abort(Status::Unavailable("the phosd at " + e + " left etcd mid-checkpoint (it died?)"));
+      }
+    }
+    const bool all_reported = std::all_of(participants.begin(), participants.end(),
+                                          [&](const std::string& e) { return v.states.count(e) != 0; });
+    if (!capturing && all_reported &&
+        std::all_of(v.states.begin(), v.states.end(), [](const auto& s) { return s.second.held(); })) {
+      Book::Communicators all;
+      if (Status m = MergeCounts(v.states, &all); !m.ok()) return abort(m);
+      const Targets t = TargetsOf(all);
+      std::string why;
+      if (AllAtTargets(all, t, &why)) {
+        PHOS_RETURN_IF_ERROR(member->etcd().Put(prefix + "capture", "1", member->lease()));
+        capturing = true;
+        cut_targets = t;
+        result->cut_us = MicrosSince(t0);
+        spdlog::info("job cut {}: every rank held at one cut after {} us", cut, result->cut_us);
+        progress->SetPhase("capture", "checkpointing the ranks on " + std::to_string(participants.size()) +
+                                          " phosds at the cut");
+      }
+    }
+    if (capturing && all_reported &&
+        std::all_of(v.states.begin(), v.states.end(), [](const auto& s) { return s.second.captured(); })) {
+      // 3. Commit: the manifest lists every rank and the phosd holding it.
+      progress->SetPhase("commit", "writing the job manifest");
+      image::v1::JobManifest jm;
+      jm.set_format_version(image::kImageFormatVersion);
+      jm.set_phos_version(VersionString());
+      jm.set_created_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count());
+      jm.set_mode(req.mode());
+      jm.set_cut_us(result->cut_us);
+      std::vector<std::pair<int, const peer::v1::CutRank*>> order;
+      std::map<int, std::string> where;
+      for (const auto& [e, st] : v.states) {
+        for (const auto& r : st.ranks()) {
+          order.emplace_back(r.rank(), &r);
+          where[r.rank()] = e;
+        }
+      }
+      std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (const auto& [rank, r] : order) {
+        auto* out = jm.add_ranks();
+        out->set_dir(r->dir());
+        out->set_pid(r->pid());
+        *out->mutable_cmdline() = r->cmdline();
+        if (where[rank] != self) out->set_phosd(where[rank]);
+        JobRankResult jr;
+        jr.rank = rank;
+        jr.pid = static_cast<pid_t>(r->pid());
+        jr.dir = r->dir();
+        result->ranks.push_back(jr);
+        result->bytes += r->gpu_bytes();
+        result->stall_us = std::max(result->stall_us, r->held_us());
+      }
+      for (const auto& [cid, k] : cut_targets.collectives) {
+        auto* c = jm.add_cut();
+        c->set_unique_id(cid.data(), cid.size());
+        Book::Communicators all;
+        (void)MergeCounts(v.states, &all);
+        c->set_nranks(all[cid].nranks);
+        c->set_collectives(k);
+      }
+      Status w = image::WriteJobManifest(staged, jm);
+      if (w.ok()) w = image::CommitDirectory(staged, req.dir(), image::CommitSync::kDirectory);
+      if (!w.ok()) return abort(w.WithContext("committing the job image " + req.dir()));
+      (void)member->etcd().Put(prefix + "committed", "1", member->lease());
+      Status mine = own.get();
+      // The participants move their own ranks where no file system is
+      // shared, then say they are done (bounded: the image is committed).
+      (void)member->etcd().WaitPrefix(
+          prefix,
+          [&](const std::vector<cluster::KeyValue>&) {
+            CutView d;
+            if (!ReadCut(member->etcd(), cut, &d).ok()) return true;
+            for (const auto& [e, st] : d.states) {
+              if (!st.done()) return false;
+            }
+            return true;
+          },
+          Clock::now() + std::chrono::seconds(30), nullptr, "participants finishing");
+      (void)member->etcd().DeletePrefix(prefix);
+      if (!mine.ok()) spdlog::warn("job cut {}: this phosd's part ended with: {}", cut, mine.message());
+      spdlog::info("job cut {}: {} committed ({} ranks on {} phosds, {} bytes, cut after {} us, longest stall {} us)",
+                   cut, req.dir(), result->ranks.size(), participants.size(), result->bytes, result->cut_us,
+                   result->stall_us);
+      return Status::Ok();
+    }
+    if (Clock::now() >= deadline) return abort(Status::Unavailable("the job checkpoint did not finish in time"));
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+}  // namespace phos::jobs

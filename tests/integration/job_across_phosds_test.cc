@@ -1,0 +1,203 @@
+// Checkpoints of NCCL jobs whose ranks run on two phosds coordinated through
+// etcd (docs/protocols.md "Jobs across phosds"), end to end: a real etcd on
+// loopback, phosds A and B (sim, --etcd), the 4 ranks of `nccl_ranks train`
+// (0 and 1 on A, 2 and 3 on B; rank 0 fastest, so their collective counts
+// differ at any moment). `phos checkpoint --job` on A brings all four to
+// one cut through the barrier in etcd and captures each where it runs; all
+// are killed; a fresh phosd restores the job image and the ranks finish
+// with the bytes of an uninterrupted run — in every mode. And a phosd that
+// hangs mid-checkpoint makes it fail cleanly: nothing committed, an earlier
+// job image intact, every rank runs on to the right result.
+//
+// Ranks log to files opened O_APPEND in sessions of their own (CRIU needs
+// no --shell-job); this test is a child subreaper and reaps restored ranks.
+// Skips ("skipped: CRIU unavailable ...") when CriuClient::Check fails.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "local_etcd.h"
+#include "process_harness.h"
+
+namespace {
+
+using phos::testing::Child;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using Result = phos::testing::PhosResult;
+
+constexpr int kRanks = 4;
+
+class JobAcrossPhosdsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const phos::Status& criu = phos::testing::CriuAvailable();
+    if (!criu.ok()) GTEST_SKIP() << "skipped: CRIU unavailable: " << criu.ToString();
+    ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+    char tmpl[] = "/tmp/phos_jobx_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    etcd_ = std::make_unique<phos::testing::LocalEtcd>(dir_);
+    ASSERT_TRUE(etcd_->ok()) << etcd_->error();
+    token_ = dir_ + "/peer-token";
+    std::ofstream(token_) << "job-across-test\n";
+    fs::permissions(token_, fs::perms::owner_read | fs::perms::owner_write);
+    for (const char* d : {"a", "b"}) fs::create_directories(dir_ + "/" + d);
+  }
+  void TearDown() override {
+    for (pid_t& p : pids_) {
+      if (p > 0) phos::testing::KillAndWaitGone(p, 10s);
+      p = -1;
+    }
+    if (b_.pid > 0) kill(b_.pid, SIGCONT);
+    EXPECT_TRUE(phos::testing::StopDaemon(&a_));
+    EXPECT_TRUE(phos::testing::StopDaemon(&b_));
+    etcd_.reset();
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  std::string Socket(const std::string& which) const { return dir_ + "/" + which + "/phosd.sock"; }
+  ::testing::AssertionResult StartPhosd(const std::string& which, Child* out, const std::string& lease_ttl = "5") {
+    return phos::testing::StartSimDaemon(
+        Socket(which),
+        {"--sim-gpus", "2", "--checkpoint-root", dir_ + "/" + which + "/checkpoints", "--template-cache", "off",
+         "--listen", "127.0.0.1:0", "--peer-token", token_, "--etcd", etcd_->endpoint(), "--etcd-lease-ttl",
+         lease_ttl},
+        out);
+  }
+  std::string LogOf(int rank) const { return dir_ + "/rank" + std::to_string(rank) + ".log"; }
+  std::string Log(int rank) const { return phos::testing::ReadFile(LogOf(rank)); }
+  std::string Logs() const {
+    std::string all;
+    for (int r = 0; r < kRanks; ++r) all += "--- rank " + std::to_string(r) + ":\n" + Log(r);
+    return all;
+  }
+  std::string Daemons() { return "\nphosd A:\n" + phos::testing::DaemonOutput(&a_) + "\nphosd B:\n" + phos::testing::DaemonOutput(&b_); }
+  // Ranks 0 and 1 on A, 2 and 3 on B (--no-pid-ns: the image keeps the
+  // program's own pid, which the restore takes back).
+  void StartRanks() {
+    for (int r = 0; r < kRanks; ++r) {
+      const std::vector<std::string> run = {"run",      "--no-pid-ns", "--job", "crossjob", "--lib", PHOS_LIB_PATH,
+                                            "--",       PHOS_NCCL_RANKS, "train",  std::to_string(r),
+                                            std::to_string(kRanks), dir_ + "/job.id"};
+      const pid_t pid = phos::testing::StartDetached(phos::testing::PhosArgv(Socket(r < 2 ? "a" : "b"), run),
+                                                     LogOf(r), LogOf(r));
+      ASSERT_GT(pid, 0);
+      pids_.push_back(pid);
+    }
+  }
+  /// Every rank ends with " OK" after `from[r]` bytes of its log, all with
+  /// one checksum.
+  void ExpectFinishedExactly(const std::vector<size_t>& from) {
+    std::vector<std::string> sums;
+    for (int r = 0; r < kRanks; ++r) {
+      ASSERT_TRUE(phos::testing::WaitFileText(LogOf(r), " OK\n", 240s)) << Logs() << Daemons();
+      const std::string after = Log(r).substr(from[static_cast<size_t>(r)]);
+      EXPECT_EQ(after.find("nccl_ranks: line "), std::string::npos) << after;  // no failed check
+      const std::string want = "rank " + std::to_string(r) + ": trained checksum ";
+      const size_t at = after.find(want);
+      ASSERT_NE(at, std::string::npos) << after;
+      sums.push_back(after.substr(at + want.size(), after.find(' ', at + want.size()) - (at + want.size())));
+    }
+    for (const std::string& sum : sums) EXPECT_EQ(sum, sums[0]);
+  }
+
+  std::string dir_, token_;
+  std::unique_ptr<phos::testing::LocalEtcd> etcd_;
+  Child a_, b_;
+  std::vector<pid_t> pids_;
+};
+
+TEST_P(JobAcrossPhosdsTest, JobOnTwoPhosdsCheckpointedThroughEtcdRestoresAndFinishesExactly) {
+  const std::string mode = GetParam();
+  ASSERT_TRUE(StartPhosd("a", &a_));
+  ASSERT_TRUE(StartPhosd("b", &b_));
+  StartRanks();
+  ASSERT_TRUE(phos::testing::WaitFileText(LogOf(1), "rank 1: step 30", 120s)) << Logs() << Daemons();
+
+  const std::string img = dir_ + "/img-" + mode;
+  Result ck = phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--mode", mode, "--out", img},
+                                     180s);
+  ASSERT_EQ(ck.rc, 0) << ck.output << Daemons() << Logs();
+  EXPECT_NE(ck.output.find("job of 4 ranks"), std::string::npos) << ck.output;
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(fs::exists(img + "/rank-" + std::to_string(r) + "/criu/inventory.img")) << ck.output;
+  }
+  Result in = phos::testing::RunPhos(Socket("a"), {"inspect", img});
+  EXPECT_EQ(in.rc, 0) << in.output;
+  EXPECT_NE(in.output.find("job image " + img + ": 4 ranks, mode " + mode), std::string::npos) << in.output;
+
+  // Killed before they finished (else this run proves nothing).
+  std::vector<pid_t> ranks = pids_;
+  for (pid_t& p : pids_) {
+    ASSERT_TRUE(phos::testing::KillAndWaitGone(p, 10s));
+    p = -1;
+  }
+  std::vector<size_t> before;
+  for (int r = 0; r < kRanks; ++r) {
+    before.push_back(Log(r).size());
+    ASSERT_EQ(Log(r).find(" OK\n"), std::string::npos) << "rank " << r << " finished before the kill; lengthen the run";
+  }
+  // Both phosds go; a fresh one restores the whole job (the images are on
+  // this machine's file system, which both phosds share here).
+  ASSERT_TRUE(phos::testing::StopDaemon(&a_));
+  ASSERT_TRUE(phos::testing::StopDaemon(&b_));
+  ASSERT_TRUE(StartPhosd("a", &a_));
+  Result rs = phos::testing::RunPhos(Socket("a"), {"restore", img}, 180s);
+  ASSERT_EQ(rs.rc, 0) << rs.output << Daemons() << Logs();
+  std::string pids_line = "job of 4 ranks, pids";
+  for (pid_t p : ranks) pids_line += " " + std::to_string(p);
+  EXPECT_NE(rs.output.find(pids_line), std::string::npos) << rs.output;
+  pids_ = ranks;  // re-parented to us (subreaper)
+  ExpectFinishedExactly(before);
+  for (pid_t& p : pids_) {
+    EXPECT_TRUE(phos::testing::WaitGone(p, 60s));
+    p = -1;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, JobAcrossPhosdsTest, ::testing::Values("stop", "cow", "recopy"));
+
+// A phosd that hangs mid-checkpoint (SIGSTOP: it cannot take part) fails
+// the checkpoint cleanly on both: nothing is committed, the job image taken
+// before is intact, and once B runs again every rank finishes exactly.
+TEST_F(JobAcrossPhosdsTest, APhosdThatHangsMidCheckpointFailsItCleanlyAndTheJobRunsOn) {
+  ASSERT_TRUE(StartPhosd("a", &a_));
+  ASSERT_TRUE(StartPhosd("b", &b_, "60"));  // its lease outlives the hang
+  StartRanks();
+  ASSERT_TRUE(phos::testing::WaitFileText(LogOf(1), "rank 1: step 30", 120s)) << Logs() << Daemons();
+  const std::string good = dir_ + "/img-good";
+  Result ok = phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", good}, 180s);
+  ASSERT_EQ(ok.rc, 0) << ok.output << Daemons();
+
+  ASSERT_EQ(kill(b_.pid, SIGSTOP), 0);
+  const std::string bad = dir_ + "/img-bad";
+  Result failed = phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", bad}, 180s);
+  ASSERT_EQ(kill(b_.pid, SIGCONT), 0);
+  EXPECT_NE(failed.rc, 0) << failed.output;
+  EXPECT_NE(failed.output.find("nothing was committed, every rank keeps running"), std::string::npos)
+      << failed.output << Daemons();
+  EXPECT_FALSE(fs::exists(bad)) << failed.output;
+  EXPECT_FALSE(fs::exists(bad + ".tmp")) << failed.output;
+  Result in = phos::testing::RunPhos(Socket("a"), {"inspect", good});
+  EXPECT_EQ(in.rc, 0) << in.output;
+
+  std::vector<size_t> from(kRanks, 0);
+  ExpectFinishedExactly(from);
+  for (pid_t& p : pids_) {
+    EXPECT_TRUE(phos::testing::WaitGone(p, 60s));
+    p = -1;
+  }
+}
+
+}  // namespace
