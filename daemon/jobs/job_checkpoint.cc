@@ -21,6 +21,7 @@
 #include "image/job_manifest.h"
 #include "jobs/job_checkpoint_across.h"
 #include "jobs/job_cut.h"
+#include "peer/peer_client.h"
 #include "session/communicator_book.h"
 
 namespace phos::jobs {
@@ -163,66 +164,144 @@ Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const J
   return Status::Ok();
 }
 
-Status RestoreJob(session::SessionServer* server, const std::string& dir, const process::ProcessRestoreOptions& options,
-                  engine::Progress* progress, JobRestoreResult* result) {
-  *result = JobRestoreResult{};
-  image::v1::JobManifest jm;
-  PHOS_RETURN_IF_ERROR(image::ReadJobManifest(dir, &jm));
-  // One new generation for every communicator of this restore: its ranks
-  // meet each other, never the original job or another copy of it.
-  for (const auto& r : jm.ranks()) {
-    std::error_code ec;
-    if (!r.phosd().empty() && !std::filesystem::exists(dir + "/" + r.dir(), ec)) {
-      return Status::NotSupported("rank image " + r.dir() + " of " + dir + " was written by the phosd at " +
-                                  r.phosd() + " on its machine and is not here: copy it into " + dir +
-                                  " (restoring each rank on its own phosd is not implemented yet)");
-    }
-  }
-  std::random_device rd;
-  std::uint64_t generation = 0;
-  while (generation == 0) generation = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  progress->SetPhase("restore", "restoring " + std::to_string(jm.ranks_size()) + " ranks of " + dir);
-  result->ranks.resize(static_cast<std::size_t>(jm.ranks_size()));
+Status RestoreRanks(session::SessionServer* server, const std::string& dir, const std::vector<std::string>& rank_dirs,
+                    const std::vector<pid_t>& pids, std::uint64_t generation, const process::ProcessRestoreOptions& options,
+                    const std::function<bool()>& cancelled, std::vector<process::ProcessRestoreResult>* results) {
+  results->assign(rank_dirs.size(), process::ProcessRestoreResult{});
   std::vector<std::unique_ptr<engine::Progress>> rank_progress;
   std::vector<std::future<Status>> restores;
-  for (int i = 0; i < jm.ranks_size(); ++i) {
+  for (std::size_t i = 0; i < rank_dirs.size(); ++i) {
     rank_progress.push_back(std::make_unique<engine::Progress>());
     engine::Progress* rp = rank_progress.back().get();
-    process::ProcessRestoreResult* r = &result->ranks[static_cast<std::size_t>(i)];
+    process::ProcessRestoreResult* r = &(*results)[i];
     process::ProcessRestoreOptions o = options;
     o.comm_generation = generation;
-    const std::string rank_dir = dir + "/" + jm.ranks(i).dir();
+    const std::string rank_dir = dir + "/" + rank_dirs[i];
     restores.push_back(std::async(std::launch::async, [server, rank_dir, rp, r, o] {
       return process::RestoreProcess(server, rank_dir, rp, r, o);
     }));
   }
   Status failed;
   std::vector<bool> done(restores.size(), false);
-  // A rank that fails leaves the others waiting for it to form their
-  // communicators: end every rank this restore brought back (its session
-  // stops, its wait gives up) before waiting for the rest.
+  // A rank that fails (or a caller that gives up) leaves the others waiting
+  // for it to form their communicators: end every rank this restore
+  // brought back (its session stops, its wait gives up).
+  // A restore still waiting in its rejoin has not reported its pid yet:
+  // the image's pids (a restore gives each its pid back).
+  auto end_all = [&] {
+    for (pid_t pid : pids) {
+      if (pid > 0 && server->PidHasSession(pid)) kill(pid, SIGKILL);
+    }
+    for (const auto& r : *results) {
+      if (r.pid > 0 && server->PidHasSession(r.pid)) kill(r.pid, SIGKILL);
+    }
+  };
   for (std::size_t left = restores.size(); left > 0;) {
+    if (failed.ok() && cancelled && cancelled()) {
+      failed = Status::Unavailable("the job restore was given up (a rank on another phosd failed)");
+    }
+    if (!failed.ok()) end_all();
     for (std::size_t i = 0; i < restores.size(); ++i) {
       if (done[i] || restores[i].wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) continue;
       done[i] = true;
       --left;
       Status s = restores[i].get();
-      if (!s.ok() && failed.ok()) {
-        failed = s.WithContext(jm.ranks(static_cast<int>(i)).dir());
-        for (const auto& r : jm.ranks()) {
-          const pid_t pid = static_cast<pid_t>(r.pid());
-          if (pid > 0 && server->PidHasSession(pid)) kill(pid, SIGKILL);
-        }
-      }
+      if (!s.ok() && failed.ok()) failed = s.WithContext(rank_dirs[i]);
     }
   }
   if (!failed.ok()) {
-    for (const auto& r : result->ranks) {
-      if (r.pid > 0 && server->PidHasSession(r.pid)) kill(r.pid, SIGKILL);
-    }
-    return failed.WithContext("job restore of " + dir + " failed; every rank it had restored was ended");
+    end_all();
+    return failed;
   }
-  spdlog::info("job restore: {} ranks of {} run again", result->ranks.size(), dir);
+  return Status::Ok();
+}
+
+Status RestoreJob(session::SessionServer* server, const std::string& dir, const process::ProcessRestoreOptions& options,
+                  const JobCluster& cluster, engine::Progress* progress, JobRestoreResult* result) {
+  *result = JobRestoreResult{};
+  image::v1::JobManifest jm;
+  PHOS_RETURN_IF_ERROR(image::ReadJobManifest(dir, &jm));
+  const std::string self = cluster.member != nullptr ? cluster.member->endpoint() : "";
+  // Which phosd restores each rank: the one that took it.
+  std::map<std::string, std::vector<int>> by_phosd;  // "" = here
+  for (int i = 0; i < jm.ranks_size(); ++i) {
+    const std::string& p = jm.ranks(i).phosd();
+    by_phosd[p == self ? "" : p].push_back(i);
+  }
+  if (by_phosd.size() > 1 && cluster.member == nullptr) {
+    return Status::FailedPrecondition("ranks of " + dir + " were taken on other phosds (first: " +
+                                      std::next(by_phosd.begin())->first +
+                                      "); this phosd coordinates with none (no --etcd)");
+  }
+  std::error_code ec;
+  const std::string abs = std::filesystem::absolute(dir, ec).string();
+  // One new generation for every communicator of this restore: its ranks
+  // meet each other, never the original job or another copy of it.
+  std::random_device rd;
+  std::uint64_t generation = 0;
+  while (generation == 0) generation = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  progress->SetPhase("restore", "restoring " + std::to_string(jm.ranks_size()) + " ranks of " + dir + " on " +
+                                    std::to_string(by_phosd.size()) + " phosd(s)");
+  std::atomic<bool> give_up{false};
+  struct Part {
+    std::vector<int> indexes;
+    std::vector<std::string> dirs;
+    std::vector<pid_t> old_pids;
+    std::vector<process::ProcessRestoreResult> results;
+    std::vector<int> pids;  // remote parts
+    std::future<Status> done;
+  };
+  std::map<std::string, Part> parts;
+  for (const auto& [phosd, indexes] : by_phosd) {
+    Part& part = parts[phosd];
+    part.indexes = indexes;
+    for (int i : indexes) {
+      part.dirs.push_back(jm.ranks(i).dir());
+      part.old_pids.push_back(static_cast<pid_t>(jm.ranks(i).pid()));
+    }
+  }
+  for (auto& [phosd, part] : parts) {
+    Part* p = &part;
+    const std::string endpoint = phosd;
+    if (endpoint.empty()) {
+      p->done = std::async(std::launch::async, [&, p] {
+        return RestoreRanks(server, dir, p->dirs, p->old_pids, generation, options, [&] { return give_up.load(); }, &p->results);
+      });
+    } else {
+      p->done = std::async(std::launch::async, [&, p, endpoint] {
+        return peer::RequestRestoreJobRanks(endpoint, cluster.peer_token, abs, p->dirs, p->old_pids, generation,
+                                            [&] { return give_up.load(); }, &p->pids)
+            .WithContext("the phosd at " + endpoint);
+      });
+    }
+  }
+  Status failed;
+  for (std::size_t left = parts.size(); left > 0;) {
+    for (auto& [phosd, part] : parts) {
+      if (!part.done.valid() || part.done.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+        continue;
+      }
+      --left;
+      Status s = part.done.get();
+      if (!s.ok() && failed.ok()) {
+        failed = s;
+        give_up.store(true);  // every other part ends what it restored
+      }
+    }
+  }
+  if (!failed.ok()) return failed.WithContext("job restore of " + dir + " failed; every rank it had restored was ended");
+  result->ranks.resize(static_cast<std::size_t>(jm.ranks_size()));
+  for (auto& [phosd, part] : parts) {
+    for (std::size_t k = 0; k < part.indexes.size(); ++k) {
+      auto& out = result->ranks[static_cast<std::size_t>(part.indexes[k])];
+      if (phosd.empty()) {
+        out = part.results[k];
+      } else if (k < part.pids.size()) {
+        out.pid = part.pids[k];
+      }
+    }
+  }
+  spdlog::info("job restore: {} ranks of {} run again on {} phosd(s)", result->ranks.size(), dir, parts.size());
   return Status::Ok();
 }
 

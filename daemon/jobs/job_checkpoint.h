@@ -76,9 +76,18 @@ struct JobRestoreResult {
 };
 
 /// Restores every rank of the job image `dir` (their pids must be free)
-/// and forms their communicators again. On a failure, every rank this
-/// restore brought back is ended.
+/// and forms their communicators again: ranks taken on another phosd
+/// (the manifest's `phosd`) are restored by that phosd (PhosPeer.
+/// RestoreJobRanks; `cluster` needed), the others here. On a failure,
+/// every rank this restore brought back is ended.
 Status RestoreJob(session::SessionServer* server, const std::string& dir, const process::ProcessRestoreOptions& options,
-                  engine::Progress* progress, JobRestoreResult* result);
+                  const JobCluster& cluster, engine::Progress* progress, JobRestoreResult* result);
+
+/// Restores the ranks `rank_dirs` of job image `dir` here with communicator
+/// generation `generation` (RestoreJob's part on each phosd). Gives up,
+/// ending what it restored, when `cancelled()` says so or a rank fails.
+Status RestoreRanks(session::SessionServer* server, const std::string& dir, const std::vector<std::string>& rank_dirs,
+                    const std::vector<pid_t>& pids, std::uint64_t generation, const process::ProcessRestoreOptions& options,
+                    const std::function<bool()>& cancelled, std::vector<process::ProcessRestoreResult>* results);
 
 }  // namespace phos::jobs

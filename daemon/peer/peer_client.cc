@@ -306,3 +306,41 @@ Status RequestJoinCut(const std::string& host_port, const std::string& token, co
 }
 
 }  // namespace phos::peer
+
+namespace phos::peer {
+
+Status RequestRestoreJobRanks(const std::string& host_port, const std::string& token, const std::string& dir,
+                              const std::vector<std::string>& rank_dirs, const std::vector<pid_t>& pids,
+                              std::uint64_t generation, const std::function<bool()>& give_up,
+                              std::vector<int>* pids_out) {
+  std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
+  PHOS_RETURN_IF_ERROR(ConnectPeer(host_port, std::chrono::system_clock::now() + std::chrono::seconds(5), &stub));
+  grpc::ClientContext context;
+  context.AddMetadata(kPeerTokenHeader, token);
+  peer::v1::RestoreJobRanksRequest request;
+  request.set_dir(dir);
+  for (const std::string& d : rank_dirs) request.add_rank_dirs(d);
+  for (pid_t p : pids) request.add_pids(p);
+  request.set_generation(generation);
+  peer::v1::RestoreJobRanksReply reply;
+  // The call blocks until the peer's ranks formed their communicators,
+  // which needs ours: a watcher cancels it when this side gives up.
+  std::atomic<bool> finished{false};
+  std::thread watcher([&] {
+    while (!finished.load()) {
+      if (give_up && give_up()) {
+        context.TryCancel();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  const grpc::Status g = stub->RestoreJobRanks(&context, request, &reply);
+  finished.store(true);
+  watcher.join();
+  if (!g.ok()) return PeerStatus(host_port, g);
+  pids_out->assign(reply.pids().begin(), reply.pids().end());
+  return Status::Ok();
+}
+
+}  // namespace phos::peer

@@ -8,6 +8,9 @@
 #include "peer.grpc.pb.h"
 #include "peer.pb.h"
 
+#include <sys/types.h>
+
+#include <atomic>
 #include <cstdint>
 #include <chrono>
 #include <functional>
@@ -104,6 +107,16 @@ Status RestoreStatusOnPeer(const std::string& host_port, const std::string& toke
 /// SendImage's.
 Status RequestJoinCut(const std::string& host_port, const std::string& token, const std::string& cut,
                       int timeout_ms = 5000);
+
+/// Asks the daemon at `host_port` to restore ranks `rank_dirs` (taken as
+/// `pids`) of job image `dir` with communicator generation `generation`
+/// (PhosPeer.RestoreJobRanks) and waits until they run; `pids_out`: their
+/// pids. Cancels the call (the peer ends what it restored) once
+/// `give_up()` says so. Errors as SendImage's.
+Status RequestRestoreJobRanks(const std::string& host_port, const std::string& token, const std::string& dir,
+                              const std::vector<std::string>& rank_dirs, const std::vector<pid_t>& pids,
+                              std::uint64_t generation, const std::function<bool()>& give_up,
+                              std::vector<int>* pids_out);
 
 /// Checks that the daemon at `host_port` answers and accepts `token`
 /// (PhosPeer.Ping); errors as SendImage's.

@@ -38,14 +38,36 @@ std::string PeerHost(const std::string& peer) {
 
 PeerService::PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
                          PeerRestorer restorer, bool drop_restore_replies, CollectiveSink collectives,
-                         CutJoiner join_cut)
+                         CutJoiner join_cut, JobRanksRestorer restore_job_ranks)
     : token_(std::move(token)),
       incoming_dir_(std::move(checkpoint_root) + "/incoming"),
       max_receive_bytes_(max_receive_bytes),
       restorer_(std::move(restorer)),
       drop_restore_replies_(drop_restore_replies),
       collectives_(std::move(collectives)),
-      join_cut_(std::move(join_cut)) {}
+      join_cut_(std::move(join_cut)),
+      restore_job_ranks_(std::move(restore_job_ranks)) {}
+
+grpc::Status PeerService::RestoreJobRanks(grpc::ServerContext* context,
+                                          const peer::v1::RestoreJobRanksRequest* request,
+                                          peer::v1::RestoreJobRanksReply* reply) {
+  if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  if (!restore_job_ranks_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this phosd restores no ranks of jobs across phosds (start it with --etcd)");
+  }
+  for (const std::string& d : request->rank_dirs()) {
+    if (std::string why = CheckImageName(d); !why.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+  }
+  if (request->pids_size() != request->rank_dirs_size() || request->dir().empty() || request->dir()[0] != '/') {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a job restore request needs an absolute dir and a pid per rank");
+  }
+  std::vector<int> pids;
+  Status s = restore_job_ranks_(*request, [context] { return context->IsCancelled(); }, &pids);
+  if (!s.ok()) return ToGrpcStatus(s);
+  for (int p : pids) reply->add_pids(p);
+  return grpc::Status::OK;
+}
 
 grpc::Status PeerService::JoinCut(grpc::ServerContext* context, const peer::v1::JoinCutRequest* request,
                                   peer::v1::JoinCutReply*) {
@@ -365,12 +387,13 @@ Status PeerService::ReceivePrecopy(const std::shared_ptr<PrecopyStore>& store, g
 }
 
 Status PeerServer::Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer,
-                         CollectiveSink collectives, CutJoiner join_cut) {
+                         CollectiveSink collectives, CutJoiner join_cut, JobRanksRestorer restore_job_ranks) {
   std::string token;
   PHOS_RETURN_IF_ERROR(LoadPeerToken(options.peer_token_file, &token).WithContext("--peer-token"));
   service_ = std::make_unique<PeerService>(std::move(token), checkpoint_root, options.max_receive_bytes,
                                            std::move(restorer), options.test_drop_restore_reply,
-                                           std::move(collectives), std::move(join_cut));
+                                           std::move(collectives), std::move(join_cut),
+                                           std::move(restore_job_ranks));
   if (options.test_drop_restore_reply) {
     spdlog::warn("peer: --test-drop-restore-reply: every RestoreImage answers UNAVAILABLE after restoring (tests only)");
   }

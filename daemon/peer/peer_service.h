@@ -38,6 +38,11 @@ using CollectiveSink = std::function<Status(const backend::FabricMessage& messag
 /// Starts this phosd's part in a job checkpoint another phosd coordinates
 /// (returns at once); null when this phosd has no --etcd.
 using CutJoiner = std::function<Status(const std::string& cut)>;
+/// Restores ranks of a job image here for a job restore another phosd
+/// runs (PhosPeer.RestoreJobRanks); gives up, ending them, once
+/// `cancelled()`; null when this phosd has no --etcd.
+using JobRanksRestorer = std::function<Status(const peer::v1::RestoreJobRanksRequest& request,
+                                              const std::function<bool()>& cancelled, std::vector<int>* pids)>;
 
 class PeerService final : public peer::v1::PhosPeer::Service {
  public:
@@ -49,7 +54,7 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   /// `collectives` serves Collective (immutable; null: refused).
   PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
               PeerRestorer restorer, bool drop_restore_replies = false, CollectiveSink collectives = nullptr,
-              CutJoiner join_cut = nullptr);
+              CutJoiner join_cut = nullptr, JobRanksRestorer restore_job_ranks = nullptr);
 
   grpc::Status Ping(grpc::ServerContext* context, const peer::v1::PingRequest* request,
                     peer::v1::PingReply* reply) override;
@@ -62,6 +67,8 @@ class PeerService final : public peer::v1::PhosPeer::Service {
                           peer::v1::CollectiveReply* reply) override;
   grpc::Status JoinCut(grpc::ServerContext* context, const peer::v1::JoinCutRequest* request,
                        peer::v1::JoinCutReply* reply) override;
+  grpc::Status RestoreJobRanks(grpc::ServerContext* context, const peer::v1::RestoreJobRanksRequest* request,
+                               peer::v1::RestoreJobRanksReply* reply) override;
 
   grpc::Status ReceiveImage(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
                             peer::v1::ReceiveImageReply* reply) override;
@@ -111,6 +118,7 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   const bool drop_restore_replies_;
   const CollectiveSink collectives_;
   const CutJoiner join_cut_;
+  const JobRanksRestorer restore_job_ranks_;
 
   std::mutex mu_;  // guards in_flight_, precopies_, refused_hosts_, restores_ and restore_order_
   std::set<std::string> in_flight_;      // image names being received now
@@ -138,7 +146,8 @@ class PeerServer {
   /// PeerService. The token is checked before anything listens.
   /// `collectives`: where peers' collective messages go (null: refused).
   Status Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer,
-               CollectiveSink collectives = nullptr, CutJoiner join_cut = nullptr);
+               CollectiveSink collectives = nullptr, CutJoiner join_cut = nullptr,
+               JobRanksRestorer restore_job_ranks = nullptr);
   /// Stops serving (in-flight transfers get a short grace period). Idempotent.
   void Shutdown();
   /// The port actually bound (options.listen may say port 0); 0 when not started.

@@ -122,9 +122,14 @@ Status Daemon::Start(const DaemonOptions& options) {
       collectives = [b](const backend::FabricMessage& m) { return b->DeliverCollective(m); };
     }
     peer::CutJoiner join_cut;
-    if (cluster_) join_cut = [service](const std::string& cut) { return service->JoinCutForPeer(cut); };
+    peer::JobRanksRestorer restore_job_ranks;
+    if (cluster_) {
+      join_cut = [service](const std::string& cut) { return service->JoinCutForPeer(cut); };
+      restore_job_ranks = [service](const peer::v1::RestoreJobRanksRequest& r, const std::function<bool()>& c,
+                                    std::vector<int>* pids) { return service->RestoreJobRanksForPeer(r, c, pids); };
+    }
     if (Status p = peer_server_.Start(po, checkpoint_root, std::move(restorer), std::move(collectives),
-                                      std::move(join_cut));
+                                      std::move(join_cut), std::move(restore_job_ranks));
         !p.ok()) {
       Shutdown();
       return p.WithContext("cannot start the peer plane");

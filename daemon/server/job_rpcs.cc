@@ -77,6 +77,26 @@ phos::Status PhosService::JoinCutForPeer(const std::string& cut) {
   return phos::Status::Ok();
 }
 
+phos::Status PhosService::RestoreJobRanksForPeer(const peer::v1::RestoreJobRanksRequest& request,
+                                                 const std::function<bool()>& cancelled, std::vector<int>* pids) {
+  session::SessionServer* server = nullptr;
+  PHOS_RETURN_IF_ERROR(DataPlane(&server));
+  spdlog::info("peer: restoring {} ranks of job image {}", request.rank_dirs_size(), request.dir());
+  process::ProcessRestoreOptions ro;
+  ro.criu_binary = criu_binary_;
+  const std::vector<std::string> dirs(request.rank_dirs().begin(), request.rank_dirs().end());
+  const std::vector<pid_t> old(request.pids().begin(), request.pids().end());
+  std::vector<process::ProcessRestoreResult> results;
+  PHOS_RETURN_IF_ERROR(jobs::RestoreRanks(
+      server, request.dir(), dirs, old, request.generation(), ro,
+      [&] { return stopping_.load() || cancelled(); }, &results));
+  for (const auto& r : results) {
+    restored_.Track(r.pid);
+    pids->push_back(r.pid);
+  }
+  return phos::Status::Ok();
+}
+
 grpc::Status PhosService::RestoreJobRpc(const v1::RestoreRequest* req, grpc::ServerWriter<v1::OperationEvent>* writer) {
   const auto t0 = Clock::now();
   session::SessionServer* server = nullptr;
@@ -90,7 +110,8 @@ grpc::Status PhosService::RestoreJobRpc(const v1::RestoreRequest* req, grpc::Ser
   ro.criu_binary = criu_binary_;
   ro.device_map.insert(req->device_map().begin(), req->device_map().end());
   std::future<phos::Status> done = std::async(std::launch::async, [&] {
-    phos::Status rs = jobs::RestoreJob(server, req->image_dir(), ro, &progress, &r);
+    const jobs::JobCluster cluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
+    phos::Status rs = jobs::RestoreJob(server, req->image_dir(), ro, cluster, &progress, &r);
     if (rs.ok()) {
       for (const auto& rank : r.ranks) restored_.Track(rank.pid);
     }

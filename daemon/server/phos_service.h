@@ -104,6 +104,10 @@ class PhosService final : public v1::Phos::Service {
   /// PhosPeer.JoinCut: starts this phosd's part in job checkpoint `cut`
   /// (jobs::TakePartInCut) on a thread of its own; returns at once.
   phos::Status JoinCutForPeer(const std::string& cut);
+  /// PhosPeer.RestoreJobRanks: this phosd's ranks of a job restore another
+  /// phosd runs (jobs::RestoreRanks).
+  phos::Status RestoreJobRanksForPeer(const peer::v1::RestoreJobRanksRequest& request,
+                                      const std::function<bool()>& cancelled, std::vector<int>* pids);
   /// Where default checkpoint images go (PhosServiceConfig::checkpoint_root).
   const std::string& DefaultCheckpointRoot() const { return checkpoint_root_; }
   /// Opens the template store, <checkpoint root>/templates, and its

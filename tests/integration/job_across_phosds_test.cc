@@ -4,7 +4,8 @@
 // (0 and 1 on A, 2 and 3 on B; rank 0 fastest, so their collective counts
 // differ at any moment). `phos checkpoint --job` on A brings all four to
 // one cut through the barrier in etcd and captures each where it runs; all
-// are killed; a fresh phosd restores the job image and the ranks finish
+// are killed; fresh phosds restore the job image (A its ranks, B on A's
+// request its own) and the ranks finish
 // with the bytes of an uninterrupted run — in every mode. And a phosd that
 // hangs mid-checkpoint makes it fail cleanly: nothing committed, an earlier
 // job image intact, every rank runs on to the right result.
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,10 @@ class JobAcrossPhosdsTest : public ::testing::TestWithParam<std::string> {
     std::ofstream(token_) << "job-across-test\n";
     fs::permissions(token_, fs::perms::owner_read | fs::perms::owner_write);
     for (const char* d : {"a", "b"}) fs::create_directories(dir_ + "/" + d);
+    // Fixed ports: a phosd started again is the same peer endpoint, which
+    // the job image names for the ranks it holds.
+    port_["a"] = phos::testing::FreeLoopbackPort();
+    port_["b"] = phos::testing::FreeLoopbackPort();
   }
   void TearDown() override {
     for (pid_t& p : pids_) {
@@ -71,7 +77,7 @@ class JobAcrossPhosdsTest : public ::testing::TestWithParam<std::string> {
     return phos::testing::StartSimDaemon(
         Socket(which),
         {"--sim-gpus", "2", "--checkpoint-root", dir_ + "/" + which + "/checkpoints", "--template-cache", "off",
-         "--listen", "127.0.0.1:0", "--peer-token", token_, "--etcd", etcd_->endpoint(), "--etcd-lease-ttl",
+         "--listen", "127.0.0.1:" + std::to_string(port_[which]), "--peer-token", token_, "--etcd", etcd_->endpoint(), "--etcd-lease-ttl",
          lease_ttl},
         out);
   }
@@ -116,6 +122,7 @@ class JobAcrossPhosdsTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<phos::testing::LocalEtcd> etcd_;
   Child a_, b_;
   std::vector<pid_t> pids_;
+  std::map<std::string, int> port_;
 };
 
 TEST_P(JobAcrossPhosdsTest, JobOnTwoPhosdsCheckpointedThroughEtcdRestoresAndFinishesExactly) {
@@ -148,11 +155,12 @@ TEST_P(JobAcrossPhosdsTest, JobOnTwoPhosdsCheckpointedThroughEtcdRestoresAndFini
     before.push_back(Log(r).size());
     ASSERT_EQ(Log(r).find(" OK\n"), std::string::npos) << "rank " << r << " finished before the kill; lengthen the run";
   }
-  // Both phosds go; a fresh one restores the whole job (the images are on
-  // this machine's file system, which both phosds share here).
+  // Both phosds go; fresh ones at the same addresses restore the job, each
+  // the ranks it had (restored on A, which asks B for B's).
   ASSERT_TRUE(phos::testing::StopDaemon(&a_));
   ASSERT_TRUE(phos::testing::StopDaemon(&b_));
   ASSERT_TRUE(StartPhosd("a", &a_));
+  ASSERT_TRUE(StartPhosd("b", &b_));
   Result rs = phos::testing::RunPhos(Socket("a"), {"restore", img}, 180s);
   ASSERT_EQ(rs.rc, 0) << rs.output << Daemons() << Logs();
   std::string pids_line = "job of 4 ranks, pids";
