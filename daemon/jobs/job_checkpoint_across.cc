@@ -393,7 +393,10 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<
   // Decide: capture once every rank is held at one cut; commit once every
   // participant captured. A participant whose state vanished (its lease
   // ended: it died) or that failed aborts the cut.
-  const auto deadline = Clock::now() + options.cut_timeout + std::chrono::minutes(10);
+  // Reaching the cut is bounded by the cut timeout (a phosd that never
+  // reports fails it); the captures and commit then get ten minutes.
+  const auto cut_deadline = Clock::now() + options.cut_timeout + std::chrono::seconds(5);
+  auto deadline = cut_deadline;
   std::set<std::string> seen;
   Targets cut_targets;
   bool capturing = false;
@@ -420,6 +423,7 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<
       if (AllAtTargets(all, t, &why)) {
         PHOS_RETURN_IF_ERROR(member->etcd().Put(prefix + "capture", "1", member->lease()));
         capturing = true;
+        deadline = Clock::now() + std::chrono::minutes(10);
         cut_targets = t;
         result->cut_us = MicrosSince(t0);
         spdlog::info("job cut {}: every rank held at one cut after {} us", cut, result->cut_us);
@@ -495,7 +499,16 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<
                    result->stall_us);
       return Status::Ok();
     }
-    if (Clock::now() >= deadline) return abort(Status::Unavailable("the job checkpoint did not finish in time"));
+    if (Clock::now() >= deadline) {
+      std::string missing;
+      for (const std::string& e : participants) {
+        if (v.states.count(e) == 0 || !v.states.at(e).held()) missing += " " + e;
+      }
+      return abort(Status::Unavailable(
+          capturing ? "the captures did not finish in time"
+                    : "the ranks did not reach one cut within " + std::to_string(options.cut_timeout.count()) +
+                          " ms (phosds not held at it:" + missing + ")"));
+    }
     std::this_thread::sleep_for(kPoll);
   }
 }
