@@ -81,74 +81,6 @@ Status ReadCut(cluster::EtcdClient& etcd, const std::string& cut, CutView* v) {
   return Status::Ok();
 }
 
-backend::CommunicatorId IdOf(const std::string& bytes) {
-  backend::CommunicatorId id{};
-  std::memcpy(id.data(), bytes.data(), std::min(bytes.size(), id.size()));
-  return id;
-}
-
-/// The counts of this phosd's ranks, as a participant publishes them.
-void PutCounts(const Book::Communicators& comms, const std::set<std::uint64_t>& job, CutState* st) {
-  st->clear_counts();
-  for (const auto& [id, c] : comms) {
-    for (const auto& [rank, r] : c.ranks) {
-      if (job.count(r.session_id) == 0) continue;
-      auto* out = st->add_counts();
-      out->set_communicator(id.data(), id.size());
-      out->set_nranks(c.nranks);
-      out->set_rank(rank);
-      out->set_collectives(r.enqueued.collectives);
-      for (const auto& [peer, n] : r.enqueued.sent) (*out->mutable_sent())[peer] = n;
-      for (const auto& [peer, n] : r.enqueued.received) (*out->mutable_received())[peer] = n;
-    }
-  }
-}
-
-/// `into` plus the ranks the states publish (as ranks of no local session:
-/// session id 0). Checked: sizes agree, ranks in range, no rank twice.
-Status MergeCounts(const std::map<std::string, CutState>& states, Book::Communicators* into) {
-  for (const auto& [endpoint, st] : states) {
-    for (const auto& rc : st.counts()) {
-      if (rc.communicator().size() != backend::CommunicatorId{}.size() || rc.nranks() < 1 ||
-          rc.rank() < 0 || rc.rank() >= rc.nranks()) {
-        return Status::Corruption("the phosd at " + endpoint + " published malformed counts");
-      }
-      Book::Communicator& c = (*into)[IdOf(rc.communicator())];
-      if (c.nranks != 0 && c.nranks != rc.nranks()) {
-        return Status::Corruption("the phosd at " + endpoint + " says a communicator has " +
-                                  std::to_string(rc.nranks()) + " ranks, another " + std::to_string(c.nranks));
-      }
-      c.nranks = rc.nranks();
-      if (c.ranks.count(rc.rank()) != 0) {
-        return Status::Corruption("rank " + std::to_string(rc.rank()) + " is published twice (again by " + endpoint +
-                                  ")");
-      }
-      Book::Rank& r = c.ranks[rc.rank()];
-      r.session_id = 0;
-      r.rank = rc.rank();
-      r.enqueued.collectives = rc.collectives();
-      for (const auto& [peer, n] : rc.sent()) r.enqueued.sent[peer] = n;
-      for (const auto& [peer, n] : rc.received()) r.enqueued.received[peer] = n;
-    }
-  }
-  return Status::Ok();
-}
-
-/// Whether every rank of every communicator is published and at `t`.
-bool AllAtTargets(const Book::Communicators& all, const Targets& t, std::string* why) {
-  for (const auto& [id, c] : all) {
-    if (static_cast<int>(c.ranks.size()) != c.nranks) {
-      *why = std::to_string(c.nranks - static_cast<int>(c.ranks.size())) + " ranks of a communicator are not reported";
-      return false;
-    }
-  }
-  Book::Communicators relabeled = all;  // AtTargets looks at one session's ranks: give all one id
-  for (auto& [id, c] : relabeled) {
-    for (auto& [rank, r] : c.ranks) r.session_id = 1;
-  }
-  return AtTargets(relabeled, t, 1, why);
-}
-
 /// The other participants' states (not `self`'s).
 std::map<std::string, CutState> Others(const CutView& v, const std::string& self) {
   std::map<std::string, CutState> out = v.states;
@@ -190,7 +122,12 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
   // This phosd's sessions of the job: those holding ranks of its
   // communicators, and everything they share communicators with here.
   std::vector<backend::CommunicatorId> ids;
-  for (const std::string& c : req.communicators()) ids.push_back(IdOf(c));
+  for (const std::string& c : req.communicators()) {
+    backend::CommunicatorId id{};
+    if (c.size() != id.size()) return fail(Status::Corruption("cut " + cut + ": a malformed communicator id"));
+    std::memcpy(id.data(), c.data(), id.size());
+    ids.push_back(id);
+  }
   Book& book = server->communicators();
   std::set<std::uint64_t> job;
   for (std::uint64_t s : book.SessionsHolding(ids)) {

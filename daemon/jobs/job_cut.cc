@@ -8,54 +8,6 @@
 namespace phos::jobs {
 
 
-Targets TargetsOf(const Book::Communicators& comms) {
-  Targets t;
-  for (const auto& [id, c] : comms) {
-    std::uint64_t& k = t.collectives[id];
-    auto& m = t.messages[id];
-    for (const auto& [rank, r] : c.ranks) {
-      k = std::max(k, r.enqueued.collectives);
-      for (const auto& [peer, n] : r.enqueued.sent) m[{rank, peer}] = std::max(m[{rank, peer}], n);
-      for (const auto& [peer, n] : r.enqueued.received) m[{peer, rank}] = std::max(m[{peer, rank}], n);
-    }
-  }
-  return t;
-}
-
-static std::uint64_t CountOf(const std::map<int, std::uint64_t>& m, int peer) {
-  auto it = m.find(peer);
-  return it == m.end() ? 0 : it->second;
-}
-
-/// Whether every rank session `id` holds has enqueued exactly the targets;
-/// else `*behind` says how far one is.
-bool AtTargets(const Book::Communicators& comms, const Targets& t, std::uint64_t id, std::string* behind) {
-  for (const auto& [cid, c] : comms) {
-    for (const auto& [rank, r] : c.ranks) {
-      if (r.session_id != id) continue;
-      const std::uint64_t k = t.collectives.at(cid);
-      if (r.enqueued.collectives != k) {
-        *behind = "rank " + std::to_string(rank) + " enqueued " + std::to_string(r.enqueued.collectives) + " of " +
-                  std::to_string(k) + " collectives";
-        return false;
-      }
-      for (const auto& [pair, n] : t.messages.at(cid)) {
-        const std::uint64_t mine = pair.first == rank    ? CountOf(r.enqueued.sent, pair.second)
-                                   : pair.second == rank ? CountOf(r.enqueued.received, pair.first)
-                                                         : n;
-        if (mine != n) {
-          *behind = "rank " + std::to_string(rank) + " enqueued " + std::to_string(mine) + " of " +
-                    std::to_string(n) + " messages between ranks " + std::to_string(pair.first) + " and " +
-                    std::to_string(pair.second);
-          return false;
-        }
-      }
-    }
-  }
-  return true;
-}
-
-
 void Hold(Member& m) {
   session::Session* s = m.session.get();
   m.closing = s->PostControl([s](session::SessionState&) {

@@ -16,25 +16,10 @@
 
 #include "engine/operation_util.h"
 #include "jobs/job_checkpoint.h"
+#include "jobs/cut_counts.h"
 #include "session/communicator_book.h"
 
 namespace phos::jobs {
-
-using Book = session::CommunicatorBook;
-
-/// What every rank must have enqueued at the cut: per communicator, the
-/// most collectives any rank enqueued, and per (sender, receiver) the most
-/// messages either side enqueued.
-struct Targets {
-  std::map<backend::CommunicatorId, std::uint64_t> collectives;
-  std::map<backend::CommunicatorId, std::map<std::pair<int, int>, std::uint64_t>> messages;
-};
-
-Targets TargetsOf(const Book::Communicators& comms);
-
-/// Whether every rank session `id` holds (in `comms`) has enqueued exactly
-/// the targets; else `*behind` says how far one is.
-bool AtTargets(const Book::Communicators& comms, const Targets& t, std::uint64_t id, std::string* behind);
 
 /// The rank session `id` holds in the largest of `comms` (-1: none).
 int LargestRank(const Book::Communicators& comms, std::uint64_t id);
