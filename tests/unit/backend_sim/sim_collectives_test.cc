@@ -57,19 +57,10 @@ struct Ranks {
   }
 };
 
-float* F(DevicePtr p) { return reinterpret_cast<float*>(p); }
-
+float* F(DevicePtr p) { return sim_test::Floats(p); }
 CollectiveOp Op(CollectiveOp::Kind kind, DevicePtr send, DevicePtr recv, std::uint64_t count, int peer = 0,
                 std::uint8_t redop = 0) {
-  CollectiveOp op;
-  op.kind = kind;
-  op.datatype = 7;  // ncclFloat32
-  op.redop = redop;
-  op.send = send;
-  op.recv = recv;
-  op.count = count;
-  op.peer = peer;
-  return op;
+  return sim_test::FloatOp(kind, send, recv, count, peer, redop);
 }
 
 TEST(SimCollectives, AllReduceOfFourRanksOnTwoGpusInRankOrder) {
