@@ -429,6 +429,98 @@ PHOS_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t d
   return Enqueue(comm, stream, wire::NcclKind::kRecv, nullptr, recvbuff, count, datatype, ncclSum, peer);
 }
 
+namespace {
+
+/// One Send or Recv of a collective NCCL builds from point-to-point ops.
+struct P2p {
+  bool send;
+  const void* buf;
+  int peer;
+};
+
+/// ncclAlltoAll/Gather/Scatter: NCCL defines them as a group of Sends and
+/// Recvs; so does libphos.so (phosd runs them as any such group). All or
+/// nothing: an op refused leaves none of the others queued.
+ncclResult_t SendRecvGroup(ncclComm_t comm, cudaStream_t stream, size_t count, ncclDataType_t datatype,
+                           const std::vector<P2p>& ops) {
+  if (comm == nullptr) {
+    NoteError("a NULL communicator");
+    return ncclInvalidArgument;
+  }
+  const size_t queued = t_group.size();
+  ++t_group_depth;
+  for (const P2p& op : ops) {
+    const ncclResult_t r =
+        op.send ? Enqueue(comm, stream, wire::NcclKind::kSend, op.buf, nullptr, count, datatype, ncclSum, op.peer)
+                : Enqueue(comm, stream, wire::NcclKind::kRecv, nullptr, const_cast<void*>(op.buf), count, datatype,
+                          ncclSum, op.peer);
+    if (r != ncclSuccess) {
+      t_group.resize(queued);
+      --t_group_depth;
+      return r;
+    }
+  }
+  return ncclGroupEnd();
+}
+
+/// `base` + `index` blocks of `count` elements of `datatype` (NULL stays
+/// NULL, for phosd's check to name).
+const void* Block(const void* base, int index, size_t count, ncclDataType_t datatype) {
+  if (base == nullptr) return nullptr;
+  const uint64_t es = wire::NcclTypeBytes(static_cast<uint8_t>(datatype));
+  return static_cast<const char*>(base) + static_cast<uint64_t>(index) * count * es;
+}
+
+bool ValidType(ncclDataType_t datatype) {
+  if (static_cast<int>(datatype) < 0 || wire::NcclTypeBytes(static_cast<uint8_t>(datatype)) == 0) {
+    NoteError("datatype " + std::to_string(static_cast<int>(datatype)) + " is not one ncclDataType_t defines");
+    return false;
+  }
+  return true;
+}
+
+bool ValidRoot(ncclComm_t comm, int root) {
+  if (comm != nullptr && (root < 0 || root >= comm->nranks)) {
+    NoteError("root " + std::to_string(root) + " is not a rank of the communicator");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+PHOS_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                      ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || !ValidType(datatype)) return ncclInvalidArgument;
+  std::vector<P2p> ops;
+  for (int r = 0; r < comm->nranks; ++r) {
+    ops.push_back({true, Block(sendbuff, r, count, datatype), r});
+    ops.push_back({false, Block(recvbuff, r, count, datatype), r});
+  }
+  return SendRecvGroup(comm, stream, count, datatype, ops);
+}
+
+PHOS_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                    int root, ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || !ValidType(datatype) || !ValidRoot(comm, root)) return ncclInvalidArgument;
+  std::vector<P2p> ops = {{true, sendbuff, root}};
+  if (comm->rank == root) {
+    for (int r = 0; r < comm->nranks; ++r) ops.push_back({false, Block(recvbuff, r, count, datatype), r});
+  }
+  return SendRecvGroup(comm, stream, count, datatype, ops);
+}
+
+PHOS_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                     int root, ncclComm_t comm, cudaStream_t stream) {
+  if (comm == nullptr || !ValidType(datatype) || !ValidRoot(comm, root)) return ncclInvalidArgument;
+  std::vector<P2p> ops;
+  if (comm->rank == root) {
+    for (int r = 0; r < comm->nranks; ++r) ops.push_back({true, Block(sendbuff, r, count, datatype), r});
+  }
+  ops.push_back({false, recvbuff, root});
+  return SendRecvGroup(comm, stream, count, datatype, ops);
+}
+
 PHOS_EXPORT ncclResult_t ncclGroupStart() {
   ++t_group_depth;
   return ncclSuccess;
@@ -473,3 +565,6 @@ PHOS_NCCL_ALIAS(ncclSend)
 PHOS_NCCL_ALIAS(ncclRecv)
 PHOS_NCCL_ALIAS(ncclGroupStart)
 PHOS_NCCL_ALIAS(ncclGroupEnd)
+PHOS_NCCL_ALIAS(ncclAlltoAll)
+PHOS_NCCL_ALIAS(ncclGather)
+PHOS_NCCL_ALIAS(ncclScatter)

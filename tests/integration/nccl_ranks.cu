@@ -1,6 +1,7 @@
 // One rank of an NCCL job under phos (docs/interposer.md "NCCL"):
 //   nccl_ranks collectives RANK NRANKS IDFILE   every collective, operator
-//       and type against a CPU reference, a Send/Recv ring in a group, and a
+//       and type against a CPU reference, a Send/Recv ring in a group,
+//       AlltoAll, Gather and Scatter, and a
 //       small data-parallel training loop (gradient kernel, all-reduce,
 //       optimizer kernel); prints "rank R: OK"
 //   nccl_ranks dies RANK NRANKS IDFILE          rank 1 exits after the
@@ -232,6 +233,30 @@ int Collectives(ncclComm_t comm, cudaStream_t s) {
   CHECK(cudaMemcpy(out.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < n; ++i)
     if (out[i] != static_cast<float>(Input(prev, i))) PHOS_CHECK_FAIL(1, "ring: element %zu is %g", i, out[i]);
+
+  // AlltoAll: block r of the result is block `rank` of rank r's input.
+  NCHECK(ncclAlltoAll(a, b, n, ncclFloat32, comm, s));
+  CHECK(cudaMemcpy(out.data(), b, all * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < g_nranks; ++r)
+    for (size_t i = 0; i < n; ++i)
+      if (out[r * n + i] != static_cast<float>(Input(r, g_rank * n + i))) {
+        PHOS_CHECK_FAIL(1, "AlltoAll: block %d element %zu is %g", r, i, out[r * n + i]);
+      }
+  // Gather to the last rank: block r is rank r's first n elements; the
+  // others' buffers stay as they were.
+  CHECK(cudaMemset(b, 0, all * sizeof(float)));
+  NCHECK(ncclGather(a, b, n, ncclFloat32, root, comm, s));
+  CHECK(cudaMemcpy(out.data(), b, all * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < g_nranks; ++r)
+    for (size_t i = 0; i < n; ++i) {
+      const float want = g_rank == root ? static_cast<float>(Input(r, i)) : 0.0f;
+      if (out[r * n + i] != want) PHOS_CHECK_FAIL(1, "Gather: block %d element %zu is %g", r, i, out[r * n + i]);
+    }
+  // Scatter from rank 0: this rank gets block `rank` of rank 0's input.
+  NCHECK(ncclScatter(a, b, n, ncclFloat32, 0, comm, s));
+  CHECK(cudaMemcpy(out.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i)
+    if (out[i] != static_cast<float>(Input(0, g_rank * n + i))) PHOS_CHECK_FAIL(1, "Scatter: element %zu is %g", i, out[i]);
 
   // Bad arguments come back at once, as NCCL's do.
   if (ncclAllReduce(a, b, n, static_cast<ncclDataType_t>(99), ncclSum, comm, s) != ncclInvalidArgument) {
