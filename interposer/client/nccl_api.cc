@@ -11,14 +11,15 @@
 // what fails as the group runs is the communicator's async error.
 //
 // Not offered (the generated stubs answer ncclInvalidUsage and log the name
-// once): ncclCommSplit, ncclCommShrink, ncclCommInitRankScalable, buffer and
-// window registration, ncclAlltoAll/Gather/Scatter, ncclGroupSimulateEnd,
-// ncclCommRevoke. ncclCommInitAll is offered for one GPU (a process under
+// once): ncclCommShrink, ncclCommInitRankScalable, buffer and
+// window registration, ncclGroupSimulateEnd, ncclCommRevoke. ncclCommSplit,
+// ncclAlltoAll, ncclGather and ncclScatter are made here from the others. ncclCommInitAll is offered for one GPU (a process under
 // phos uses one, devices.h).
 #include <nccl.h>
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +42,8 @@ struct ncclComm {
   int nranks = 0;
   int rank = 0;
   int device = 0;  // the app's ordinal of the GPU it was made on
+  ncclUniqueId unique_id{};  // what it was formed from (ncclCommSplit derives its children's)
+  uint64_t splits = 0;       // ncclCommSplit calls so far (the same on every rank: a collective)
 };
 
 namespace phos::client {
@@ -223,7 +226,7 @@ ncclResult_t InitRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int r
     NoteError(std::string(reinterpret_cast<const char*>(r.data.data()), r.bytes));
     return FromWire(w);
   }
-  *out = new ncclComm{req.comm, nranks, rank, SessionDevice()};
+  *out = new ncclComm{req.comm, nranks, rank, SessionDevice(), id, 0};
   return ncclSuccess;
 }
 
@@ -305,6 +308,70 @@ PHOS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* 
   ncclUniqueId id;
   ncclGetUniqueId(&id);
   return InitRank(comm, 1, id, 0);
+}
+
+// ncclCommSplit, as NCCL defines it, on phos's own calls: every rank's
+// (color, key) gathered over the parent (an AllGather on a stream of its
+// own), then the ranks of each color form a communicator of their own,
+// ranked by key (then by parent rank), from a unique id every member
+// derives alike: the parent's, with the split's sequence number and the
+// color mixed into bytes phos's ids leave random. A rank with
+// NCCL_SPLIT_NOCOLOR takes part and gets NULL.
+PHOS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                       ncclConfig_t* config) {
+  if (comm == nullptr || newcomm == nullptr || (color < 0 && color != NCCL_SPLIT_NOCOLOR)) {
+    NoteError("ncclCommSplit: a NULL communicator or result, or a negative color");
+    return ncclInvalidArgument;
+  }
+  if (config != nullptr && config->magic != 0xcafebeef) {
+    NoteError("ncclCommSplit: the config was not set from NCCL_CONFIG_INITIALIZER");
+    return ncclInvalidArgument;
+  }
+  if (t_group_depth > 0) {
+    NoteError("ncclCommSplit inside ncclGroupStart/End is not supported by phos");
+    return ncclInvalidUsage;
+  }
+  const int n = comm->nranks;
+  std::vector<int32_t> mine = {color, key};
+  std::vector<int32_t> all(static_cast<size_t>(2 * n));
+  void* dev = nullptr;
+  cudaStream_t stream = nullptr;
+  if (cudaMalloc(&dev, all.size() * sizeof(int32_t)) != cudaSuccess) return ncclUnhandledCudaError;
+  ncclResult_t r = ncclSuccess;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMemcpyAsync(static_cast<int32_t*>(dev) + 2 * comm->rank, mine.data(), 2 * sizeof(int32_t),
+                      cudaMemcpyHostToDevice, stream) != cudaSuccess) {
+    r = ncclUnhandledCudaError;
+  }
+  if (r == ncclSuccess) {
+    r = ncclAllGather(static_cast<int32_t*>(dev) + 2 * comm->rank, dev, 2, ncclInt32, comm, stream);
+  }
+  if (r == ncclSuccess && (cudaMemcpyAsync(all.data(), dev, all.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                           stream) != cudaSuccess ||
+                           cudaStreamSynchronize(stream) != cudaSuccess)) {
+    r = ncclUnhandledCudaError;
+  }
+  if (stream != nullptr) cudaStreamDestroy(stream);
+  cudaFree(dev);
+  if (r != ncclSuccess) return r;
+  const uint64_t split = ++comm->splits;
+  if (color == NCCL_SPLIT_NOCOLOR) {
+    *newcomm = nullptr;
+    return ncclSuccess;
+  }
+  std::vector<std::pair<std::pair<int, int>, int>> members;  // ((key, parent rank), parent rank)
+  for (int q = 0; q < n; ++q) {
+    if (all[static_cast<size_t>(2 * q)] == color) members.push_back({{all[static_cast<size_t>(2 * q + 1)], q}, q});
+  }
+  std::sort(members.begin(), members.end());
+  int rank = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].second == comm->rank) rank = static_cast<int>(i);
+  }
+  ncclUniqueId id = comm->unique_id;
+  uint64_t mix[2] = {split * 0x9e3779b97f4a7c15ull, static_cast<uint64_t>(color) * 0xc2b2ae3d27d4eb4full + 1};
+  for (size_t i = 0; i < sizeof mix; ++i) id.internal[8 + i] ^= reinterpret_cast<const char*>(mix)[i];
+  return InitRank(newcomm, static_cast<int>(members.size()), id, rank);
 }
 
 PHOS_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
@@ -545,6 +612,7 @@ PHOS_NCCL_ALIAS(ncclCommInitRank)
 PHOS_NCCL_ALIAS(ncclCommInitRankConfig)
 PHOS_NCCL_ALIAS(ncclCommInitAll)
 PHOS_NCCL_ALIAS(ncclCommFinalize)
+PHOS_NCCL_ALIAS(ncclCommSplit)
 PHOS_NCCL_ALIAS(ncclCommDestroy)
 PHOS_NCCL_ALIAS(ncclCommAbort)
 PHOS_NCCL_ALIAS(ncclCommGetAsyncError)

@@ -1,7 +1,7 @@
 // One rank of an NCCL job under phos (docs/interposer.md "NCCL"):
 //   nccl_ranks collectives RANK NRANKS IDFILE   every collective, operator
 //       and type against a CPU reference, a Send/Recv ring in a group,
-//       AlltoAll, Gather and Scatter, and a
+//       AlltoAll, Gather and Scatter, CommSplit, and a
 //       small data-parallel training loop (gradient kernel, all-reduce,
 //       optimizer kernel); prints "rank R: OK"
 //   nccl_ranks dies RANK NRANKS IDFILE          rank 1 exits after the
@@ -257,6 +257,35 @@ int Collectives(ncclComm_t comm, cudaStream_t s) {
   CHECK(cudaMemcpy(out.data(), b, n * sizeof(float), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < n; ++i)
     if (out[i] != static_cast<float>(Input(0, g_rank * n + i))) PHOS_CHECK_FAIL(1, "Scatter: element %zu is %g", i, out[i]);
+
+  // CommSplit: even and odd ranks, each ordered by descending parent rank.
+  {
+    ncclComm_t half = nullptr;
+    NCHECK(ncclCommSplit(comm, g_rank % 2, -g_rank, &half, nullptr));
+    int hn = 0, hr = -1;
+    NCHECK(ncclCommCount(half, &hn));
+    NCHECK(ncclCommUserRank(half, &hr));
+    int want_n = 0, want_r = 0;
+    for (int r = 0; r < g_nranks; ++r) {
+      if (r % 2 != g_rank % 2) continue;
+      ++want_n;
+      if (r > g_rank) ++want_r;
+    }
+    if (hn != want_n || hr != want_r) PHOS_CHECK_FAIL(1, "CommSplit: rank %d of %d, want %d of %d", hr, hn, want_r, want_n);
+    const float me = static_cast<float>(g_rank);
+    CHECK(cudaMemcpy(b, &me, sizeof me, cudaMemcpyHostToDevice));
+    NCHECK(ncclAllReduce(b, b, 1, ncclFloat32, ncclSum, half, s));
+    float sum = 0;
+    CHECK(cudaMemcpy(&sum, b, sizeof sum, cudaMemcpyDeviceToHost));
+    float want = 0;
+    for (int r = g_rank % 2; r < g_nranks; r += 2) want += static_cast<float>(r);
+    if (sum != want) PHOS_CHECK_FAIL(1, "CommSplit: the half's sum is %g, want %g", sum, want);
+    NCHECK(ncclCommDestroy(half));
+    ncclComm_t none = reinterpret_cast<ncclComm_t>(&sum);
+    NCHECK(ncclCommSplit(comm, g_rank == 0 ? NCCL_SPLIT_NOCOLOR : 0, 0, &none, nullptr));
+    if ((g_rank == 0) != (none == nullptr)) PHOS_CHECK_FAIL(1, "CommSplit: NOCOLOR gave %p", static_cast<void*>(none));
+    if (none != nullptr) NCHECK(ncclCommDestroy(none));
+  }
 
   // Bad arguments come back at once, as NCCL's do.
   if (ncclAllReduce(a, b, n, static_cast<ncclDataType_t>(99), ncclSum, comm, s) != ncclInvalidArgument) {
