@@ -103,7 +103,7 @@ Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const J
           " of them in sessions of this phosd, and this phosd coordinates with no other (no --etcd): a job across "
           "phosds is checkpointed through etcd (docs/protocols.md \"Jobs across phosds\"); nothing was written");
     }
-    return CheckpointJobAcrossPhosds(server, job, comms, options, progress, result);
+    return CheckpointJobAcrossPhosds(server, comms, options, progress, result);
   }
   std::vector<std::unique_ptr<Member>> members;
   PHOS_RETURN_IF_ERROR(MembersOf(server, job, comms, &members));

@@ -56,11 +56,10 @@ struct CutView {
   std::map<std::string, CutState> states;  // by participant endpoint
 };
 
-Status ReadCut(cluster::EtcdClient& etcd, const std::string& cut, CutView* v) {
+/// The cut's keys `kvs` (as one List or WaitPrefix gave them) as a view.
+Status ParseCut(const std::string& cut, const std::vector<cluster::KeyValue>& kvs, CutView* v) {
   *v = CutView{};
-  std::vector<cluster::KeyValue> kvs;
   const std::string prefix = CutPrefix(cut);
-  PHOS_RETURN_IF_ERROR(etcd.List(prefix, &kvs));
   for (const cluster::KeyValue& kv : kvs) {
     const std::string name = kv.key.substr(prefix.size());
     if (name == "request") {
@@ -79,6 +78,12 @@ Status ReadCut(cluster::EtcdClient& etcd, const std::string& cut, CutView* v) {
     }
   }
   return Status::Ok();
+}
+
+Status ReadCut(cluster::EtcdClient& etcd, const std::string& cut, CutView* v) {
+  std::vector<cluster::KeyValue> kvs;
+  PHOS_RETURN_IF_ERROR(etcd.List(CutPrefix(cut), &kvs));
+  return ParseCut(cut, kvs, v);
 }
 
 /// The other participants' states (not `self`'s).
@@ -238,9 +243,8 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
   // 3. The coordinator commits or aborts.
   Status decided = member->etcd().WaitPrefix(
       CutPrefix(cut),
-      [&](const std::vector<cluster::KeyValue>&) {
-        return ReadCut(member->etcd(), cut, &view).ok() &&
-               (view.committed || !view.abort.empty() || !view.has_request);
+      [&](const std::vector<cluster::KeyValue>& kvs) {
+        return ParseCut(cut, kvs, &view).ok() && (view.committed || !view.abort.empty() || !view.has_request);
       },
       Clock::now() + std::chrono::minutes(10), base.cluster.cancelled,
       "job cut " + cut + " waiting for the coordinator");
@@ -263,10 +267,9 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
   return outcome;
 }
 
-Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<std::uint64_t>& job,
-                                 const Book::Communicators& comms, const JobCheckpointOptions& options,
-                                 engine::Progress* progress, JobCheckpointResult* result) {
-  (void)job;
+Status CheckpointJobAcrossPhosds(session::SessionServer* server, const Book::Communicators& comms,
+                                 const JobCheckpointOptions& options, engine::Progress* progress,
+                                 JobCheckpointResult* result) {
   cluster::ClusterMember* member = options.cluster.member;
   const auto t0 = Clock::now();
   const std::string self = member->endpoint();
@@ -308,7 +311,7 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<
         prefix,
         [&](const std::vector<cluster::KeyValue>& kvs) {
           CutView v;
-          if (!ReadCut(member->etcd(), cut, &v).ok()) return true;
+          if (!ParseCut(cut, kvs, &v).ok()) return true;
           for (const auto& [e, st] : v.states) {
             if (!st.done() && st.error().empty()) return false;
           }
@@ -336,6 +339,7 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<
   auto deadline = cut_deadline;
   std::set<std::string> seen;
   Targets cut_targets;
+  Book::Communicators cut_counts;  // every rank's counts at the cut (the manifest's sizes)
   bool capturing = false;
   for (;;) {
     CutView v;
@@ -358,8 +362,9 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<
       const Targets t = TargetsOf(all);
       std::string why;
       if (AllAtTargets(all, t, &why)) {
-        PHOS_RETURN_IF_ERROR(member->etcd().Put(prefix + "capture", "1", member->lease()));
+        if (Status c = member->etcd().Put(prefix + "capture", "1", member->lease()); !c.ok()) return abort(c);
         capturing = true;
+        cut_counts = all;
         deadline = Clock::now() + std::chrono::minutes(10);
         cut_targets = t;
         result->cut_us = MicrosSince(t0);
@@ -406,9 +411,7 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<
       for (const auto& [cid, k] : cut_targets.collectives) {
         auto* c = jm.add_cut();
         c->set_unique_id(cid.data(), cid.size());
-        Book::Communicators all;
-        (void)MergeCounts(v.states, &all);
-        c->set_nranks(all[cid].nranks);
+        c->set_nranks(cut_counts[cid].nranks);
         c->set_collectives(k);
       }
       Status w = image::WriteJobManifest(staged, jm);
@@ -420,9 +423,9 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<
       // shared, then say they are done (bounded: the image is committed).
       (void)member->etcd().WaitPrefix(
           prefix,
-          [&](const std::vector<cluster::KeyValue>&) {
+          [&](const std::vector<cluster::KeyValue>& kvs) {
             CutView d;
-            if (!ReadCut(member->etcd(), cut, &d).ok()) return true;
+            if (!ParseCut(cut, kvs, &d).ok()) return true;
             for (const auto& [e, st] : d.states) {
               if (!st.done()) return false;
             }

@@ -10,10 +10,10 @@
 
 namespace phos::jobs {
 
-/// Coordinates checkpoint of the job `job` (this phosd's sessions of it)
-/// whose communicators `comms` have ranks on other phosds.
-Status CheckpointJobAcrossPhosds(session::SessionServer* server, const std::set<std::uint64_t>& job,
-                                 const Book::Communicators& comms, const JobCheckpointOptions& options,
-                                 engine::Progress* progress, JobCheckpointResult* result);
+/// Coordinates the checkpoint of the job whose communicators `comms` (as
+/// this phosd's sessions hold them) have ranks on other phosds.
+Status CheckpointJobAcrossPhosds(session::SessionServer* server, const Book::Communicators& comms,
+                                 const JobCheckpointOptions& options, engine::Progress* progress,
+                                 JobCheckpointResult* result);
 
 }  // namespace phos::jobs
