@@ -20,8 +20,13 @@ FUZZ_SECONDS=${PHOS_FUZZ_SECONDS:-15}
 # crashes), not full debug info: -g1 compiles and links them faster (CI
 # stays under 30 min). scripts/demo.sh and a developer's own build keep
 # the default RelWithDebInfo.
-SAN_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+BUILD_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
   "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
+# The sanitizer builds compile at -O1 (what the TSan and ASan manuals
+# suggest): ~10% less compile time than -O2, and their tests are not
+# about speed.
+SANITIZED_FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 step() { printf '\n==== phos test: %s ====\n' "$*"; }
 t0=$SECONDS
 
@@ -29,7 +34,7 @@ step "dependencies"
 bash scripts/setup.sh
 
 step "build (RelWithDebInfo) in build/"
-cmake -S . -B build -G Ninja -DPHOS_SANITIZER=none "${SAN_FLAGS[@]}" >/dev/null
+cmake -S . -B build -G Ninja -DPHOS_SANITIZER=none "${BUILD_FLAGS[@]}" >/dev/null
 cmake --build build -j"$JOBS"
 
 step "unit tests"
@@ -40,7 +45,7 @@ if [[ "${PHOS_SKIP_SANITIZERS:-0}" != 1 ]]; then
   # bits can place libraries where TSan's shadow goes. setarch -R turns ASLR
   # off for the test processes only.
   step "concurrency tests under ThreadSanitizer (build-tsan/)"
-  cmake -S . -B build-tsan -G Ninja -DPHOS_SANITIZER=thread -DPHOS_BUILD_BENCHMARKS=OFF "${SAN_FLAGS[@]}" >/dev/null
+  cmake -S . -B build-tsan -G Ninja -DPHOS_SANITIZER=thread -DPHOS_BUILD_BENCHMARKS=OFF "${SANITIZED_FLAGS[@]}" >/dev/null
   cmake --build build-tsan -j"$JOBS" --target tests_concurrency
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     setarch "$(uname -m)" -R ctest --test-dir build-tsan -L concurrency --no-tests=error \
@@ -51,7 +56,7 @@ if [[ "${PHOS_SKIP_SANITIZERS:-0}" != 1 ]]; then
   # ~5 minutes).
   step "parser tests under AddressSanitizer+UBSan, then fuzzers ${FUZZ_SECONDS}s each (build-fuzz/, clang-14)"
   CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DPHOS_FUZZ=ON \
-    -DPHOS_SANITIZER=address -DPHOS_BUILD_BENCHMARKS=OFF -DPHOS_FUZZ_SECONDS="$FUZZ_SECONDS" "${SAN_FLAGS[@]}" >/dev/null
+    -DPHOS_SANITIZER=address -DPHOS_BUILD_BENCHMARKS=OFF -DPHOS_FUZZ_SECONDS="$FUZZ_SECONDS" "${SANITIZED_FLAGS[@]}" >/dev/null
   cmake --build build-fuzz -j"$JOBS" --target tests_parser tests_fuzz
   ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
     ctest --test-dir build-fuzz -L parser --no-tests=error --output-on-failure -j"$JOBS"
