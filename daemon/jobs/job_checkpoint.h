@@ -41,6 +41,9 @@ struct JobCheckpointOptions {
   process::CriuUserOptions criu;
   std::string criu_binary;
   JobCluster cluster;
+  /// Tests only (phosd --test-pause-cut-before-capture): TakePartInCut,
+  /// told to capture, waits until this file exists (or phosd stops).
+  std::string test_pause_before_capture;
 };
 
 struct JobRankResult {

@@ -107,6 +107,17 @@ void RemoveOwn(const std::string& staged, const std::vector<std::unique_ptr<Memb
   std::filesystem::remove(staged, ec);  // only if empty: others may still be there
 }
 
+/// --test-pause-cut-before-capture: waits until `file` exists (a test's
+/// go-ahead) or phosd stops. Tests only; polls, as nothing signals a file.
+void PauseForTest(const std::string& file, const std::string& cut, const std::function<bool()>& cancelled) {
+  spdlog::warn("job cut {}: paused before capturing until {} exists (--test-pause-cut-before-capture)", cut, file);
+  std::error_code ec;
+  while (!std::filesystem::exists(file, ec) && !(cancelled && cancelled())) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  spdlog::info("job cut {}: going on", cut);
+}
+
 }  // namespace
 
 Status TakePartInCut(session::SessionServer* server, const std::string& cut, const JobCheckpointOptions& base) {
@@ -210,6 +221,7 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
     book.WaitForChange(version, kPoll);
   }
   // 2. Every rank of the job is held at the cut: capture this phosd's.
+  if (!base.test_pause_before_capture.empty()) PauseForTest(base.test_pause_before_capture, cut, base.cluster.cancelled);
   JobCheckpointOptions opts = base;
   opts.rank.mode = req.mode() == "stop"     ? engine::Mode::kStop
                    : req.mode() == "recopy" ? engine::Mode::kRecopy
@@ -321,7 +333,7 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const Book::Com
     std::filesystem::remove_all(staged, ec);
     (void)member->etcd().DeletePrefix(prefix);
     return why.WithContext("job checkpoint across " + std::to_string(participants.size()) +
-                           " phosds failed; nothing was committed, every rank keeps running");
+                           " phosds failed; nothing was committed, earlier job images are untouched, every rank still alive runs on");
   };
   for (const std::string& p : participants) {
     if (p == self) continue;

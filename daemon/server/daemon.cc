@@ -94,6 +94,7 @@ Status Daemon::Start(const DaemonOptions& options) {
   config.criu_binary = options.criu_binary;
   config.cluster = cluster_.get();
   if (fabric_) config.peer_token = fabric_->peer_token();
+  config.test_pause_cut_before_capture = options.test_pause_cut_before_capture;
   service_ = std::make_unique<PhosService>(std::move(config));
   if (!options.criu_binary.empty()) spdlog::info("criu binary: {}", options.criu_binary);
   // A daemon killed mid-checkpoint leaves `NAME.tmp`: never an image (no

@@ -154,6 +154,10 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
   app->add_flag("--test-drop-restore-reply", options->test_drop_restore_reply,
                 "Tests only: every peer RestoreImage restores, then answers UNAVAILABLE (a lost reply)")
       ->group("");
+  // Fault injection for job_across_phosds_test (a phosd or etcd that dies mid-checkpoint).
+  app->add_option("--test-pause-cut-before-capture", options->test_pause_cut_before_capture,
+                  "Tests only: a job cut this phosd joins waits, before capturing, until FILE exists")
+      ->group("");
 }
 
 Status FinishDaemonFlags(const DaemonFlagValues& raw, DaemonOptions* options) {

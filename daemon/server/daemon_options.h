@@ -70,6 +70,11 @@ struct DaemonOptions {
   /// answers UNAVAILABLE — the reply lost after the copy already runs, which
   /// the source recovers with RestoreStatus (docs/migration.md).
   bool test_drop_restore_reply = false;
+  /// Tests only (hidden --test-pause-cut-before-capture FILE): this
+  /// phosd's part in a job cut another phosd coordinates, once told to
+  /// capture, waits until FILE exists — a point where a test can kill this
+  /// phosd or etcd mid-checkpoint, every rank held at the cut.
+  std::string test_pause_cut_before_capture;
 };
 
 /// Where checkpoints that name no directory go: options.checkpoint_root

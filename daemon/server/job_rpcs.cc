@@ -68,6 +68,7 @@ phos::Status PhosService::JoinCutForPeer(const std::string& cut) {
   base.rank.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
   base.criu_binary = criu_binary_;
   base.cluster = jobs::JobCluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
+  base.test_pause_before_capture = test_pause_cut_before_capture_;
   std::lock_guard<std::mutex> lock(cuts_mu_);
   if (stopping_.load()) return phos::Status::Unavailable("phosd is stopping");
   cut_threads_.emplace_back([server, cut, base] {

@@ -33,7 +33,8 @@ PhosService::PhosService(PhosServiceConfig config)
       template_cache_(std::move(config.template_cache)),
       criu_binary_(std::move(config.criu_binary)),
       cluster_(config.cluster),
-      peer_token_(std::move(config.peer_token)) {}
+      peer_token_(std::move(config.peer_token)),
+      test_pause_cut_before_capture_(std::move(config.test_pause_cut_before_capture)) {}
 
 void PhosService::StopCuts() {
   stopping_.store(true);

@@ -53,6 +53,8 @@ struct PhosServiceConfig {
   /// job checkpoints across phosds.
   cluster::ClusterMember* cluster = nullptr;
   std::string peer_token;
+  /// --test-pause-cut-before-capture (tests only; JobCheckpointOptions).
+  std::string test_pause_cut_before_capture;
 };
 
 class PhosService final : public v1::Phos::Service {
@@ -172,6 +174,7 @@ class PhosService final : public v1::Phos::Service {
   process::RestoredProcesses restored_;  // reaps what Restore restored (thread-safe)
   cluster::ClusterMember* const cluster_;  // --etcd, else null
   const std::string peer_token_;
+  const std::string test_pause_cut_before_capture_;
   std::atomic<bool> stopping_{false};      // set by the destructor: cut participants give up
   std::mutex cuts_mu_;                     // guards cut_threads_
   std::vector<std::thread> cut_threads_;   // JoinCutForPeer's, joined by the destructor

@@ -6,9 +6,10 @@
 // one cut through the barrier in etcd and captures each where it runs; all
 // are killed; fresh phosds restore the job image (A its ranks, B on A's
 // request its own) and the ranks finish
-// with the bytes of an uninterrupted run — in every mode. And with etcd
-// gone a job checkpoint fails cleanly: nothing committed, an earlier job
-// image intact, every rank runs on to the right result.
+// with the bytes of an uninterrupted run — in every mode. And etcd or a
+// phosd that dies mid-checkpoint (every rank held at the cut) fails it
+// cleanly on every phosd that lives on: nothing committed, an earlier job
+// image intact; with etcd gone every rank runs on to the right result.
 //
 // Ranks log to files opened O_APPEND in sessions of their own (CRIU needs
 // no --shell-job); this test is a child subreaper and reaps restored ranks.
@@ -21,6 +22,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <map>
 #include <string>
@@ -72,14 +74,43 @@ class JobAcrossPhosdsTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::string Socket(const std::string& which) const { return dir_ + "/" + which + "/phosd.sock"; }
-  ::testing::AssertionResult StartPhosd(const std::string& which, Child* out, const std::string& lease_ttl = "5") {
-    return phos::testing::StartSimDaemon(
-        Socket(which),
-        {"--sim-gpus", "2", "--checkpoint-root", dir_ + "/" + which + "/checkpoints", "--template-cache", "off",
-         "--listen", "127.0.0.1:" + std::to_string(port_[which]), "--peer-token", token_, "--etcd", etcd_->endpoint(), "--etcd-lease-ttl",
-         lease_ttl},
-        out);
+  ::testing::AssertionResult StartPhosd(const std::string& which, Child* out, const std::string& lease_ttl = "5",
+                                        const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--sim-gpus", "2", "--checkpoint-root", dir_ + "/" + which + "/checkpoints",
+                                     "--template-cache", "off", "--listen", Endpoint(which), "--peer-token", token_,
+                                     "--etcd", etcd_->endpoint(), "--etcd-lease-ttl", lease_ttl};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return phos::testing::StartSimDaemon(Socket(which), args, out);
   }
+  std::string Endpoint(const std::string& which) { return "127.0.0.1:" + std::to_string(port_[which]); }
+  /// Until a job cut's coordinator told the participants to capture (every
+  /// rank held at the cut), read from etcd as phosd writes it.
+  ::testing::AssertionResult WaitForCapture(std::chrono::seconds limit) {
+    std::unique_ptr<phos::cluster::EtcdClient> etcd;
+    phos::Status s = phos::cluster::EtcdClient::Connect(etcd_->endpoint(), 5s, &etcd);
+    if (s.ok()) {
+      s = etcd->WaitPrefix(
+          "/phos/v1/cuts/",
+          [](const std::vector<phos::cluster::KeyValue>& kvs) {
+            for (const auto& kv : kvs) {
+              if (kv.key.size() > 8 && kv.key.compare(kv.key.size() - 8, 8, "/capture") == 0) return true;
+            }
+            return false;
+          },
+          std::chrono::steady_clock::now() + limit, nullptr, "the cut's capture");
+    }
+    if (s.ok()) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << s.ToString() << Daemons();
+  }
+  /// Creates (or removes) the file phosd B's --test-pause-cut-before-capture waits for.
+  void GoAhead(bool go) {
+    if (go) {
+      std::ofstream(Go()) << "go\n";
+    } else {
+      fs::remove(Go());
+    }
+  }
+  std::string Go() const { return dir_ + "/go-ahead"; }
   std::string LogOf(int rank) const { return dir_ + "/rank" + std::to_string(rank) + ".log"; }
   std::string Log(int rank) const { return phos::testing::ReadFile(LogOf(rank)); }
   std::string Logs() const {
@@ -175,26 +206,36 @@ TEST_P(JobAcrossPhosdsTest, JobOnTwoPhosdsCheckpointedThroughEtcdRestoresAndFini
 
 INSTANTIATE_TEST_SUITE_P(Modes, JobAcrossPhosdsTest, ::testing::Values("stop", "cow", "recopy"));
 
-// etcd gone when a job checkpoint is asked for: the barrier cannot be
-// set up, so the checkpoint fails cleanly — nothing committed, the job
-// image taken before intact — and the job, whose collectives go between
-// the phosds directly, runs on to the right result.
-TEST_F(JobAcrossPhosdsTest, WithoutEtcdAJobCheckpointFailsCleanlyAndTheJobRunsOn) {
+// etcd dies mid-checkpoint: phosd B has held its ranks at the cut and
+// waits (--test-pause-cut-before-capture) when etcd is killed; then B goes
+// on. The checkpoint fails cleanly on both phosds — nothing committed, the
+// job image taken before intact, no staging left — and the job, whose
+// collectives go between the phosds directly, runs on to the right result.
+TEST_F(JobAcrossPhosdsTest, EtcdKilledMidCheckpointFailsItCleanlyAndTheJobRunsOn) {
   ASSERT_TRUE(StartPhosd("a", &a_));
-  ASSERT_TRUE(StartPhosd("b", &b_));
+  ASSERT_TRUE(StartPhosd("b", &b_, "5", {"--test-pause-cut-before-capture", Go()}));
   StartRanks();
   ASSERT_TRUE(phos::testing::WaitFileText(LogOf(1), "rank 1: step 30", 120s)) << Logs() << Daemons();
   const std::string good = dir_ + "/img-good";
+  GoAhead(true);
   Result ok = phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", good}, 180s);
   ASSERT_EQ(ok.rc, 0) << ok.output << Daemons();
+  GoAhead(false);
 
-  etcd_->Kill();
   const std::string bad = dir_ + "/img-bad";
-  Result failed = phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", bad}, 180s);
+  auto pending = std::async(std::launch::async, [&] {
+    return phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", bad}, 180s);
+  });
+  ASSERT_TRUE(WaitForCapture(120s));
+  etcd_->Kill();
+  GoAhead(true);
+  Result failed = pending.get();
   EXPECT_NE(failed.rc, 0) << failed.output;
   EXPECT_NE(failed.output.find("etcd"), std::string::npos) << failed.output << Daemons();
+  EXPECT_NE(failed.output.find("nothing was committed"), std::string::npos) << failed.output;
   EXPECT_FALSE(fs::exists(bad)) << failed.output;
-  EXPECT_FALSE(fs::exists(bad + ".tmp")) << failed.output;
+  // B cleans its part of the staging up once it finds etcd gone.
+  EXPECT_TRUE(phos::testing::WaitPathGone(bad + ".tmp", 60s)) << Daemons();
   Result in = phos::testing::RunPhos(Socket("a"), {"inspect", good});
   EXPECT_EQ(in.rc, 0) << in.output;
 
@@ -204,6 +245,47 @@ TEST_F(JobAcrossPhosdsTest, WithoutEtcdAJobCheckpointFailsCleanlyAndTheJobRunsOn
     EXPECT_TRUE(phos::testing::WaitGone(p, 60s));
     p = -1;
   }
+}
+
+// A phosd dies mid-checkpoint: B has held its ranks at the cut and waits
+// (--test-pause-cut-before-capture) when it is SIGKILLed. Its etcd lease
+// ends; the coordinator fails the checkpoint naming B — nothing committed,
+// the earlier job image intact — and A's ranks, whose peers died with B,
+// fail with NCCL's remote error instead of hanging. A serves on.
+TEST_F(JobAcrossPhosdsTest, APhosdKilledMidCheckpointFailsItCleanlyOnTheOthers) {
+  ASSERT_TRUE(StartPhosd("a", &a_));
+  ASSERT_TRUE(StartPhosd("b", &b_, "2", {"--test-pause-cut-before-capture", Go()}));
+  StartRanks();
+  ASSERT_TRUE(phos::testing::WaitFileText(LogOf(1), "rank 1: step 30", 120s)) << Logs() << Daemons();
+  const std::string good = dir_ + "/img-good";
+  GoAhead(true);
+  Result ok = phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", good}, 180s);
+  ASSERT_EQ(ok.rc, 0) << ok.output << Daemons();
+  GoAhead(false);
+
+  const std::string bad = dir_ + "/img-bad";
+  auto pending = std::async(std::launch::async, [&] {
+    return phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", bad}, 180s);
+  });
+  ASSERT_TRUE(WaitForCapture(120s));
+  ASSERT_EQ(kill(b_.pid, SIGKILL), 0);
+  (void)b_.Wait(10s);
+  Result failed = pending.get();
+  EXPECT_NE(failed.rc, 0) << failed.output;
+  EXPECT_NE(failed.output.find(Endpoint("b")), std::string::npos) << failed.output << Daemons();
+  EXPECT_NE(failed.output.find("nothing was committed"), std::string::npos) << failed.output;
+  EXPECT_FALSE(fs::exists(bad)) << failed.output;
+  EXPECT_TRUE(phos::testing::WaitPathGone(bad + ".tmp", 60s)) << Daemons();
+  Result in = phos::testing::RunPhos(Socket("a"), {"inspect", good});
+  EXPECT_EQ(in.rc, 0) << in.output;
+
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(phos::testing::WaitGone(pids_[static_cast<size_t>(r)], 120s)) << Logs() << Daemons();
+    pids_[static_cast<size_t>(r)] = -1;
+    EXPECT_NE(Log(r).find("remote process exited or there was a network error"), std::string::npos) << Log(r);
+  }
+  Result ps = phos::testing::RunPhos(Socket("a"), {"ps"});
+  EXPECT_EQ(ps.rc, 0) << ps.output << Daemons();
 }
 
 }  // namespace

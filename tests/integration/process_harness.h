@@ -97,6 +97,17 @@ inline bool WaitFileText(const std::string& path, const std::string& needle, std
   return true;
 }
 
+/// Waits (bounded, 5 ms steps) until nothing exists at `path`.
+inline bool WaitPathGone(const std::string& path, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  std::error_code ec;
+  while (std::filesystem::exists(path, ec)) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 /// fork + execv(argv[0]) in a new session, stdin /dev/null, stdout/stderr
 /// appended to `out` / `err` (created 0644; one open file for both when
 /// they are the same path), no other descriptors. `set` entries ("K=V") are
