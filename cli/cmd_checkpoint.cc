@@ -83,7 +83,7 @@ void AddCheckpointCommand(CLI::App* app, const GlobalOptions* global, int* exit_
   cmd->add_flag("--job", a->job,
                 "Checkpoint the whole NCCL job of this process (every process sharing a communicator with it) "
                 "at one consistent cut: DIR/rank-<R>/ per rank, DIR/job written last; `phos restore DIR` brings "
-                "every rank back")
+                "every rank back. With --kill every rank is ended, by the phosd it runs on, once DIR is committed")
       ->excludes("--gpu-only");
   AddModeOption(cmd, &a->mode, {"cow", "recopy", "stop"});
   AddEndOptions(cmd, &a->leave_running, &a->kill, /*kill_by_default=*/false);

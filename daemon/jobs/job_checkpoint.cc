@@ -161,6 +161,10 @@ Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const J
   for (const auto& m : members) result->stall_us = std::max(result->stall_us, m->held_us.load());
   spdlog::info("job checkpoint: {} committed ({} ranks, {} bytes, cut after {} us, longest stall {} us)",
                options.dir, members.size(), result->bytes, result->cut_us, result->stall_us);
+  if (options.kill) progress->SetPhase("kill", "job image committed; ending its " + std::to_string(members.size()) + " ranks");
+  if (Status k = EndRanks(options, result->ranks, &result->killed); !k.ok()) {
+    return k.WithContext("the job image " + options.dir + " is committed, but its ranks were not all ended");
+  }
   return Status::Ok();
 }
 

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ struct JobCheckpointOptions {
   process::CriuUserOptions criu;
   std::string criu_binary;
   JobCluster cluster;
+  /// --kill: once the job image is committed every rank is ended, each by
+  /// the phosd it runs on, through `end_ranks` (the server's: SIGKILL, then
+  /// wait until each session gave its GPU state back). false: they run on.
+  bool kill = false;
+  std::function<Status(const std::vector<pid_t>&)> end_ranks;
   /// Tests only (phosd --test-pause-cut-before-capture): TakePartInCut,
   /// told to capture, waits until this file exists (or phosd stops).
   std::string test_pause_before_capture;
@@ -59,6 +65,7 @@ struct JobCheckpointResult {
   std::uint64_t cut_us = 0;    // choosing and reaching the cut
   std::uint64_t stall_us = 0;  // the longest any rank could not run (cut hold + its own stall)
   std::uint64_t bytes = 0;
+  std::uint32_t killed = 0;  // --kill: ranks ended after the commit
 };
 
 /// Checkpoints the job of session `seed` (the sessions sharing NCCL

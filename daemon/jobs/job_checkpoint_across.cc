@@ -268,6 +268,15 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
       outcome = image::CommitDirectory(staged, req.dir(), image::CommitSync::kDirectory);
     }
     spdlog::info("job cut {}: committed ({} ranks of this phosd)", cut, members.size());
+    // --kill: this phosd ends its ranks (the coordinator reports the sum).
+    JobCheckpointOptions ending = base;
+    ending.kill = req.kill();
+    std::uint32_t ended = 0;
+    if (Status k = EndRanks(ending, ranks, &ended); !k.ok()) {
+      state.set_end_error(k.message());
+      spdlog::warn("job cut {}: committed, but this phosd's ranks were not all ended: {}", cut, k.message());
+    }
+    state.set_ended(ended);
   } else {
     RemoveOwn(staged, members);
     outcome = Status::Unavailable("job cut " + cut + " aborted: " +
@@ -304,6 +313,7 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const Book::Com
   req.set_mode(engine::ModeName(options.rank.mode));
   req.set_dir(std::filesystem::absolute(options.dir).string());
   req.set_timeout_ms(static_cast<std::uint64_t>(options.cut_timeout.count()));
+  req.set_kill(options.kill);
   const std::string staged = req.dir() + ".tmp";
   std::error_code ec;
   std::filesystem::remove_all(staged, ec);
@@ -430,25 +440,42 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const Book::Com
       if (w.ok()) w = image::CommitDirectory(staged, req.dir(), image::CommitSync::kDirectory);
       if (!w.ok()) return abort(w.WithContext("committing the job image " + req.dir()));
       (void)member->etcd().Put(prefix + "committed", "1", member->lease());
+      if (options.kill) progress->SetPhase("kill", "job image committed; every phosd ends its ranks");
       Status mine = own.get();
       // The participants move their own ranks where no file system is
       // shared, then say they are done (bounded: the image is committed).
+      CutView finished;
       (void)member->etcd().WaitPrefix(
           prefix,
           [&](const std::vector<cluster::KeyValue>& kvs) {
-            CutView d;
-            if (!ParseCut(cut, kvs, &d).ok()) return true;
-            for (const auto& [e, st] : d.states) {
+            if (!ParseCut(cut, kvs, &finished).ok()) return true;
+            for (const auto& [e, st] : finished.states) {
               if (!st.done()) return false;
             }
             return true;
           },
           Clock::now() + std::chrono::seconds(30), nullptr, "participants finishing");
+      std::string not_ended;
+      if (options.kill) {
+        for (const std::string& e : participants) {
+          auto it = finished.states.find(e);
+          if (it == finished.states.end() || !it->second.done()) {
+            not_ended += "; the phosd at " + e + " did not say it ended its ranks";
+          } else if (!it->second.end_error().empty()) {
+            not_ended += "; the phosd at " + e + ": " + it->second.end_error();
+          }
+          if (it != finished.states.end()) result->killed += it->second.ended();
+        }
+      }
       (void)member->etcd().DeletePrefix(prefix);
       if (!mine.ok()) spdlog::warn("job cut {}: this phosd's part ended with: {}", cut, mine.message());
       spdlog::info("job cut {}: {} committed ({} ranks on {} phosds, {} bytes, cut after {} us, longest stall {} us)",
                    cut, req.dir(), result->ranks.size(), participants.size(), result->bytes, result->cut_us,
                    result->stall_us);
+      if (!not_ended.empty()) {
+        return Status::Unavailable("the job image " + req.dir() + " is committed, but its ranks were not all ended" +
+                                   not_ended);
+      }
       return Status::Ok();
     }
     if (Clock::now() >= deadline) {

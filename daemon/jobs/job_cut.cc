@@ -126,4 +126,15 @@ void DescribeRank(const JobRankResult& r, image::v1::JobManifest::RankImage* out
   }
 }
 
+Status EndRanks(const JobCheckpointOptions& options, const std::vector<JobRankResult>& ranks, std::uint32_t* ended) {
+  *ended = 0;
+  if (!options.kill) return Status::Ok();
+  if (!options.end_ranks) return Status::Internal("--kill without a way to end the ranks");
+  std::vector<pid_t> pids;
+  for (const JobRankResult& r : ranks) pids.push_back(r.pid);
+  PHOS_RETURN_IF_ERROR(options.end_ranks(pids));
+  *ended = static_cast<std::uint32_t>(pids.size());
+  return Status::Ok();
+}
+
 }  // namespace phos::jobs

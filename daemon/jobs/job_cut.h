@@ -59,6 +59,11 @@ Status MembersOf(session::SessionServer* server, const std::set<std::uint64_t>& 
 Status CaptureMembers(std::vector<std::unique_ptr<Member>>& members, const std::string& staged,
                       const JobCheckpointOptions& options, std::vector<JobRankResult>* ranks);
 
+/// --kill (options.kill): ends the captured `ranks` of this phosd through
+/// options.end_ranks once the job image is committed; `ended` counts them.
+/// OK and nothing done without --kill.
+Status EndRanks(const JobCheckpointOptions& options, const std::vector<JobRankResult>& ranks, std::uint32_t* ended);
+
 /// The job manifest's entry of a captured rank.
 void DescribeRank(const JobRankResult& r, image::v1::JobManifest::RankImage* out);
 

@@ -188,10 +188,6 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
                            phos::Status::InvalidArgument("a job checkpoint captures every rank whole (its restore "
                                                          "recreates the processes): drop --gpu-only"));
     }
-    if (req->kill()) {
-      return FailOperation(writer, "Checkpoint",
-                           phos::Status::InvalidArgument("--kill is not offered for job checkpoints yet"));
-    }
     return CheckpointJobRpc(req, *sess, dir, opts, writer);
   }
   spdlog::info("rpc=Checkpoint pid={} session={} mode={} {} dir={}", req->pid(), sess->id(),
@@ -230,23 +226,13 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   // session gave its GPU state back, so the GPU is free when we answer.
   bool killed = false;
   if (req->kill()) {
-    const std::uint64_t session_id = sess->id();
     sess.reset();
     progress.SetPhase("kill", "image committed; ending pid " + std::to_string(req->pid()));
     WriteProgress(writer, progress.Snapshot());
-    if (kill(req->pid(), SIGKILL) != 0 && errno != ESRCH) {
-      return FailOperation(writer, "Checkpoint",
-                           phos::Status::FromErrno("kill pid " + std::to_string(req->pid()), errno)
-                               .WithContext("the image " + dir + " is committed, but the process was not ended"));
+    if (phos::Status k = EndProcesses({req->pid()}); !k.ok()) {
+      return FailOperation(writer, "Checkpoint", k.WithContext("the image " + dir + " is committed"));
     }
-    killed = sessions_->WaitRemoved(session_id, std::chrono::seconds(10));
-    if (!killed) {
-      return FailOperation(writer, "Checkpoint",
-                           phos::Status::Unavailable("pid " + std::to_string(req->pid()) +
-                                                     " was killed but its session still holds its GPU state after "
-                                                     "10 s (phosd's log says why); the image " + dir +
-                                                     " is committed"));
-    }
+    killed = true;
   }
   v1::OperationEvent ev;
   v1::OperationResult* out = ev.mutable_done();
@@ -385,6 +371,30 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
   if (!req->detach() && tracked) WaitForRestoredExit(ctx, r.pid, out);
   writer->Write(ev);
   return grpc::Status::OK;
+}
+
+phos::Status PhosService::EndProcesses(const std::vector<pid_t>& pids) {
+  session::SessionServer* server = nullptr;
+  PHOS_RETURN_IF_ERROR(DataPlane(&server));
+  std::vector<std::pair<pid_t, std::uint64_t>> ending;
+  for (pid_t pid : pids) {
+    std::shared_ptr<session::Session> s = server->FindByPid(pid);
+    if (s == nullptr) continue;  // ended already
+    ending.emplace_back(pid, s->id());
+    if (kill(pid, SIGKILL) != 0 && errno != ESRCH) {
+      return phos::Status::FromErrno("kill pid " + std::to_string(pid), errno);
+    }
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (const auto& [pid, id] : ending) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (!sessions_->WaitRemoved(id, std::max(left, std::chrono::milliseconds(0)))) {
+      return phos::Status::Unavailable("pid " + std::to_string(pid) +
+                                       " was killed but its session still holds its GPU state after 10 s "
+                                       "(phosd's log says why)");
+    }
+  }
+  return phos::Status::Ok();
 }
 
 }  // namespace phos::server

@@ -35,6 +35,8 @@ grpc::Status PhosService::CheckpointJobRpc(const v1::CheckpointRequest* req, con
   jo.criu = FromProto(req->criu());
   jo.criu_binary = criu_binary_;
   jo.cluster = jobs::JobCluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
+  jo.kill = req->kill();
+  jo.end_ranks = [this](const std::vector<pid_t>& pids) { return EndProcesses(pids); };
   engine::Progress progress;
   jobs::JobCheckpointResult r;
   std::future<phos::Status> done = std::async(std::launch::async, [&] {
@@ -53,6 +55,7 @@ grpc::Status PhosService::CheckpointJobRpc(const v1::CheckpointRequest* req, con
   for (const auto& rank : r.ranks) out->add_rank_pids(static_cast<int32_t>(rank.pid));
   (*out->mutable_counters())["ranks"] = r.ranks.size();
   (*out->mutable_counters())["cut_us"] = r.cut_us;
+  if (r.killed > 0) (*out->mutable_counters())["killed"] = r.killed;
   (*out->mutable_counters())["mode_" + std::string(engine::ModeName(opts.mode))] = 1;
   writer->Write(ev);
   return grpc::Status::OK;
@@ -69,6 +72,7 @@ phos::Status PhosService::JoinCutForPeer(const std::string& cut) {
   base.criu_binary = criu_binary_;
   base.cluster = jobs::JobCluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
   base.test_pause_before_capture = test_pause_cut_before_capture_;
+  base.end_ranks = [this](const std::vector<pid_t>& pids) { return EndProcesses(pids); };
   std::lock_guard<std::mutex> lock(cuts_mu_);
   if (stopping_.load()) return phos::Status::Unavailable("phosd is stopping");
   cut_threads_.emplace_back([server, cut, base] {

@@ -150,6 +150,10 @@ class PhosService final : public v1::Phos::Service {
   grpc::Status CheckpointJobRpc(const v1::CheckpointRequest* req, const session::Session& seed,
                                 const std::string& dir, const engine::CheckpointOptions& opts,
                                 grpc::ServerWriter<v1::OperationEvent>* writer);
+  /// --kill after a committed image: SIGKILLs every pid (a session of
+  /// this phosd's) and waits, at most 10 s in all, until each session gave
+  /// its GPU state back, so the GPU is free when the RPC answers.
+  phos::Status EndProcesses(const std::vector<pid_t>& pids);
   /// Restore RPC of a job image (job_rpcs.cc).
   grpc::Status RestoreJobRpc(const v1::RestoreRequest* req, grpc::ServerWriter<v1::OperationEvent>* writer);
 

@@ -40,6 +40,7 @@ struct JobCase {
   int ranks;
   std::string mode;     // checkpoint mode
   bool swap_gpus = false;  // restore with --device-map 0=1,1=0
+  bool kill = false;       // `phos checkpoint --kill` ends the ranks (else the test kills them)
 };
 
 // `phos ps`'s GPU column of process `pid` (-1: not listed).
@@ -123,7 +124,9 @@ TEST_P(JobCheckpointTest, JobCheckpointedAtOneCutRestoresAndFinishesExactly) {
   const std::string img = dir_ + "/img-" + c.mode;
   // The job by a rank's pid, or (swap case) by its `phos run --job` name.
   const std::string target = c.swap_gpus ? "testjob" : std::to_string(ranks[0]);
-  Result ck = phos::testing::RunPhos(socket_, {"checkpoint", target, "--job", "--mode", c.mode, "--out", img}, 120s);
+  std::vector<std::string> checkpoint = {"checkpoint", target, "--job", "--mode", c.mode, "--out", img};
+  if (c.kill) checkpoint.push_back("--kill");
+  Result ck = phos::testing::RunPhos(socket_, checkpoint, 120s);
   ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << phos::testing::DaemonOutput(&daemon_) << logs();
   EXPECT_NE(ck.output.find("job of " + std::to_string(c.ranks) + " ranks"), std::string::npos) << ck.output;
   EXPECT_TRUE(fs::exists(img + "/job")) << ck.output;
@@ -138,7 +141,17 @@ TEST_P(JobCheckpointTest, JobCheckpointedAtOneCutRestoresAndFinishesExactly) {
       << in.output;
   EXPECT_NE(in.output.find("=== rank-" + std::to_string(c.ranks - 1) + " ==="), std::string::npos) << in.output;
 
-  // Killed before they finished (else this run proves nothing).
+  // Killed before they finished (else this run proves nothing): by
+  // --kill, which answers once every rank's session is gone (phos ps
+  // lists none of them; the dead ranks wait for us, their reaper), or here.
+  if (c.kill) {
+    EXPECT_NE(ck.output.find(std::to_string(c.ranks) + " killed"), std::string::npos) << ck.output;
+    for (pid_t p : ranks) EXPECT_EQ(GpuOf(socket_, p), -1) << "rank pid " << p << " still has a session";
+    for (pid_t& p : pids_) {
+      ASSERT_TRUE(phos::testing::WaitGone(p, 10s)) << "rank pid " << p << " outlived --kill";
+      p = -1;
+    }
+  }
   for (pid_t& p : pids_) {
     ASSERT_TRUE(phos::testing::KillAndWaitGone(p, 10s));
     p = -1;
@@ -195,10 +208,11 @@ TEST_P(JobCheckpointTest, JobCheckpointedAtOneCutRestoresAndFinishesExactly) {
 
 INSTANTIATE_TEST_SUITE_P(Jobs, JobCheckpointTest,
                          ::testing::Values(JobCase{"train", 2, "stop"}, JobCase{"train", 2, "cow"},
-                                           JobCase{"train", 2, "recopy"}, JobCase{"pipeline", 3, "cow", true}),
+                                           JobCase{"train", 2, "recopy", false, true},
+                                           JobCase{"pipeline", 3, "cow", true, true}),
                          [](const ::testing::TestParamInfo<JobCase>& i) {
                            return i.param.program + "_" + std::to_string(i.param.ranks) + "_ranks_" + i.param.mode +
-                                  (i.param.swap_gpus ? "_gpus_swapped" : "");
+                                  (i.param.swap_gpus ? "_gpus_swapped" : "") + (i.param.kill ? "_killed" : "");
                          });
 
 }  // namespace
