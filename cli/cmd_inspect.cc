@@ -178,6 +178,7 @@ int RunInspectJob(const std::string& dir, bool json, bool verify, bool pread) {
     std::cout << "job image " << dir << ": " << jm.ranks_size() << " ranks, mode " << jm.mode() << ", taken "
               << UtcTime(jm.created_unix_ns()) << " by phos " << jm.phos_version() << ", cut reached in "
               << HumanMicros(jm.cut_us()) << "\n";
+    if (!jm.job_name().empty()) std::cout << "job " << jm.job_name() << " (its restored ranks keep the name)\n";
     std::vector<std::vector<std::string>> rows;
     for (const auto& r : jm.ranks()) {
       std::string cmd;

@@ -1,5 +1,5 @@
 // phos migrate PID|NAME --to HOST:PORT --peer-token FILE [--mode recopy|stop]
-// [--rounds N] [--max-rate R] [--json]: live-migrate a process under phos
+// [--rounds N] [--max-rate R] [--job] [--json]: live-migrate a process under phos
 // to another phosd (started with --listen and the same token). The local
 // phosd does the work (server/migration.h); this prints its progress, the
 // new pid at the destination and the downtime. docs/migration.md.
@@ -24,6 +24,7 @@ struct MigrateArgs {
   unsigned rounds = 0;
   std::uint64_t max_rate = 0;
   bool no_precopy = false;
+  bool job = false;
   CriuFlags criu;
   bool json = false;
 };
@@ -44,6 +45,7 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
   req.set_max_precopy_rounds(a.rounds);
   req.set_max_bytes_per_sec(a.max_rate);
   req.set_no_precopy(a.no_precopy);
+  req.set_job(a.job);
   ToProto(a.criu, req.mutable_criu());
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
@@ -52,6 +54,18 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
   v1::OperationResult result;
   const int rc = ShowOperation(reader.get(), "Migrate", "migrate", a.json, &result);
   if (rc != 0) return rc;
+  if (!a.json && a.job) {
+    const auto& c = result.counters();
+    auto get = [&c](const char* k) { return c.count(k) ? c.at(k) : 0; };
+    std::cout << "migrated the job of pid " << pid << " (" << result.rank_pids_size() << " ranks) to " << a.to
+              << ": pids";
+    for (int p : result.rank_pids()) std::cout << " " << p;
+    std::cout << " there (rank order)\n"
+              << "  downtime " << get("downtime_us") / 1000.0 << " ms (ranks ended here -> all running there): "
+              << "transfer " << get("transfer_ms") << " ms of " << result.bytes_written() << " bytes; the cut took "
+              << get("cut_us") / 1000.0 << " ms\n";
+    return 0;
+  }
   if (!a.json) {
     const auto& c = result.counters();
     auto get = [&c](const char* k) { return c.count(k) ? c.at(k) : 0; };
@@ -81,6 +95,10 @@ void AddMigrateCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
   cmd->add_option("--peer-token", a->token_file, "File holding the destination's peer token (mode 0600)")
       ->required();
   AddModeOption(cmd, &a->mode, {"recopy", "stop"});
+  cmd->add_flag("--job", a->job,
+                "Move the whole NCCL job of this process (every rank must run on this phosd): one job checkpoint "
+                "at a consistent cut, every rank ended here once it is committed, the job image sent, every rank "
+                "restored there; if the destination fails, the job is restored here from that image");
   cmd->add_option("--rounds", a->rounds, "Most recopy rounds before the freeze (default: phosd's --recopy-rounds)");
   cmd->add_option("--max-rate", a->max_rate, "Cap on the transfer's bytes per second, e.g. 100M (default: none)")
       ->transform(CLI::AsSizeValue(false));

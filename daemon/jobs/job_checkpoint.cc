@@ -138,6 +138,7 @@ Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const J
                              std::chrono::system_clock::now().time_since_epoch())
                              .count());
   jm.set_mode(engine::ModeName(options.rank.mode));
+  jm.set_job_name(options.job_name);
   jm.set_cut_us(result->cut_us);
   for (const JobRankResult& r : result->ranks) {
     DescribeRank(r, jm.add_ranks());
@@ -300,11 +301,13 @@ Status RestoreJob(session::SessionServer* server, const std::string& dir, const 
       auto& out = result->ranks[static_cast<std::size_t>(part.indexes[k])];
       if (phosd.empty()) {
         out = part.results[k];
+        result->pids_here.push_back(out.pid);
       } else if (k < part.pids.size()) {
         out.pid = part.pids[k];
       }
     }
   }
+  result->job_name = jm.job_name();
   spdlog::info("job restore: {} ranks of {} run again on {} phosd(s)", result->ranks.size(), dir, parts.size());
   return Status::Ok();
 }

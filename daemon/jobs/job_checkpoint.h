@@ -42,6 +42,8 @@ struct JobCheckpointOptions {
   process::CriuUserOptions criu;
   std::string criu_binary;
   JobCluster cluster;
+  /// The job's `phos run --job` name ("" = none), kept in the manifest.
+  std::string job_name;
   /// --kill: once the job image is committed every rank is ended, each by
   /// the phosd it runs on, through `end_ranks` (the server's: SIGKILL, then
   /// wait until each session gave its GPU state back). false: they run on.
@@ -83,6 +85,8 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
 
 struct JobRestoreResult {
   std::vector<process::ProcessRestoreResult> ranks;  // the manifest's order
+  std::vector<int> pids_here;  // the ranks this phosd restored (others: their phosds)
+  std::string job_name;        // the manifest's
 };
 
 /// Restores every rank of the job image `dir` (their pids must be free)

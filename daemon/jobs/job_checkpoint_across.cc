@@ -406,6 +406,7 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const Book::Com
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count());
       jm.set_mode(req.mode());
+      jm.set_job_name(options.job_name);
       jm.set_cut_us(result->cut_us);
       std::vector<std::pair<int, const peer::v1::CutRank*>> order;
       std::map<int, std::string> where;

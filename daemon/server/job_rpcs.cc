@@ -6,7 +6,10 @@
 #include <chrono>
 #include <future>
 
+#include "common/clock_util.h"
+#include "image/job_manifest.h"
 #include "jobs/job_checkpoint.h"
+#include "jobs/job_migrate.h"
 #include "server/phos_service.h"
 #include "server/rpc_events.h"
 
@@ -36,6 +39,7 @@ grpc::Status PhosService::CheckpointJobRpc(const v1::CheckpointRequest* req, con
   jo.criu_binary = criu_binary_;
   jo.cluster = jobs::JobCluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
   jo.kill = req->kill();
+  jo.job_name = sessions_->JobOf(seed.id());
   jo.end_ranks = [this](const std::vector<pid_t>& pids) { return EndProcesses(pids); };
   engine::Progress progress;
   jobs::JobCheckpointResult r;
@@ -95,8 +99,11 @@ phos::Status PhosService::RestoreJobRanksForPeer(const peer::v1::RestoreJobRanks
   PHOS_RETURN_IF_ERROR(jobs::RestoreRanks(
       server, request.dir(), dirs, old, request.generation(), ro,
       [&] { return stopping_.load() || cancelled(); }, &results));
+  image::v1::JobManifest jm;
+  const bool named = image::ReadJobManifest(request.dir(), &jm).ok();  // RestoreRanks read it already
   for (const auto& r : results) {
     restored_.Track(r.pid);
+    if (named) sessions_->SetRestoredJob(r.pid, jm.job_name());
     pids->push_back(r.pid);
   }
   return phos::Status::Ok();
@@ -118,7 +125,10 @@ grpc::Status PhosService::RestoreJobRpc(const v1::RestoreRequest* req, grpc::Ser
     const jobs::JobCluster cluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
     phos::Status rs = jobs::RestoreJob(server, req->image_dir(), ro, cluster, &progress, &r);
     if (rs.ok()) {
-      for (const auto& rank : r.ranks) restored_.Track(rank.pid);
+      for (int pid : r.pids_here) {
+        restored_.Track(pid);
+        sessions_->SetRestoredJob(pid, r.job_name);
+      }
     }
     return rs;
   });
@@ -139,6 +149,63 @@ grpc::Status PhosService::RestoreJobRpc(const v1::RestoreRequest* req, grpc::Ser
   out->set_total_ms(MillisSince(t0));
   (*out->mutable_counters())["ranks"] = r.ranks.size();
   // A job restore always detaches: its ranks run on, phosd reaps them.
+  writer->Write(ev);
+  return grpc::Status::OK;
+}
+
+grpc::Status PhosService::MigrateJobRpc(const v1::MigrateRequest* req, const session::Session& seed,
+                                        grpc::ServerWriter<v1::OperationEvent>* writer) {
+  const auto t0 = Clock::now();
+  session::SessionServer* server = nullptr;
+  if (phos::Status d = DataPlane(&server); !d.ok()) return FailOperation(writer, "Migrate", d);
+  jobs::JobMigrateOptions o;
+  o.destination = req->destination();
+  o.token = req->peer_token();
+  o.name = "migrate-job-" + std::to_string(req->pid()) + "-" + std::to_string(RealtimeNs() / 1000000);
+  o.max_bytes_per_sec = req->max_bytes_per_sec();
+  jobs::JobCheckpointOptions& ck = o.checkpoint;
+  ck.rank.mode = req->mode() == v1::MODE_STOP  ? engine::Mode::kStop
+                 : req->mode() == v1::MODE_COW ? engine::Mode::kCow
+                                               : engine::Mode::kRecopy;
+  ck.rank.recopy_rounds = req->max_precopy_rounds() > 0 ? static_cast<int>(req->max_precopy_rounds()) : recopy_rounds_;
+  ck.rank.cow_reserve_bytes = cow_reserve_bytes_;
+  ck.rank.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
+  ck.dir = DefaultCheckpointRoot() + "/outgoing/" + o.name;
+  ck.criu = FromProto(req->criu());
+  ck.criu_binary = criu_binary_;
+  ck.end_ranks = [this](const std::vector<pid_t>& pids) { return EndProcesses(pids); };
+  ck.job_name = sessions_->JobOf(seed.id());
+  o.restore_here.criu = ck.criu;
+  o.restore_here.criu_binary = criu_binary_;
+  spdlog::info("rpc=Migrate job of pid {} (session {}) to {} mode={}", req->pid(), seed.id(), o.destination,
+               engine::ModeName(ck.rank.mode));
+  engine::Progress progress;
+  jobs::JobMigrateResult r;
+  std::future<phos::Status> done = std::async(std::launch::async, [&] {
+    phos::Status ms = jobs::MigrateJob(server, seed.id(), o, &progress, &r);
+    for (int pid : r.restored_here_pids) {
+      restored_.Track(pid);
+      sessions_->SetRestoredJob(pid, o.checkpoint.job_name);
+    }
+    return ms;
+  });
+  phos::Status s = StreamUntilDone(done, progress, writer);
+  if (!s.ok()) return FailOperation(writer, "Migrate", s.WithContext("job migration of pid " + std::to_string(req->pid())));
+  WriteProgress(writer, progress.Snapshot());
+  v1::OperationEvent ev;
+  v1::OperationResult* out = ev.mutable_done();
+  out->set_image_dir(o.destination + ":" + r.destination_dir);
+  if (!r.destination_pids.empty()) out->set_pid(r.destination_pids.front());
+  for (int pid : r.destination_pids) out->add_rank_pids(pid);
+  out->set_stall_us(r.downtime_us);
+  out->set_total_ms(MillisSince(t0));
+  out->set_bytes_written(r.bytes_sent);
+  auto& c = *out->mutable_counters();
+  c["ranks"] = r.destination_pids.size();
+  c["downtime_us"] = r.downtime_us;
+  c["cut_us"] = r.checkpoint.cut_us;
+  c["transfer_ms"] = r.transfer_ms;
+  c["source_pid"] = static_cast<std::uint64_t>(req->pid());
   writer->Write(ev);
   return grpc::Status::OK;
 }

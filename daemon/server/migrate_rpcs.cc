@@ -44,6 +44,7 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   ResolveLauncherPid(&req, &resolved);
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
+  if (req->job()) return MigrateJobRpc(req, *sess, writer);
 
   MigrateOptions o;
   o.criu_binary = criu_binary_;

@@ -154,6 +154,9 @@ class PhosService final : public v1::Phos::Service {
   /// this phosd's) and waits, at most 10 s in all, until each session gave
   /// its GPU state back, so the GPU is free when the RPC answers.
   phos::Status EndProcesses(const std::vector<pid_t>& pids);
+  /// Migrate RPC with `job` (job_rpcs.cc; jobs/job_migrate.h).
+  grpc::Status MigrateJobRpc(const v1::MigrateRequest* req, const session::Session& seed,
+                             grpc::ServerWriter<v1::OperationEvent>* writer);
   /// Restore RPC of a job image (job_rpcs.cc).
   grpc::Status RestoreJobRpc(const v1::RestoreRequest* req, grpc::ServerWriter<v1::OperationEvent>* writer);
 

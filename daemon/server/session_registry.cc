@@ -88,6 +88,9 @@ void SessionRegistry::Publish(const session::SessionSummary& s) {
     info.set_launcher_pid(run->launcher_pid);
     info.set_name(run->name);
     info.set_job(run->job);
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto j = restored_job_.find(s.pid); j != restored_job_.end()) info.set_job(j->second);
   }
   info.set_session_id(s.session_id);
   info.set_pid(s.pid);
@@ -118,6 +121,7 @@ bool SessionRegistry::Remove(std::uint64_t session_id) {
     op_state_.erase(session_id);
     op_counters_.erase(session_id);
     run_of_.erase(session_id);
+    if (auto it = sessions_.find(session_id); it != sessions_.end()) restored_job_.erase(it->second.info.pid());
     removed = sessions_.erase(session_id) > 0;
   }
   removed_cv_.notify_all();
@@ -127,6 +131,21 @@ bool SessionRegistry::Remove(std::uint64_t session_id) {
 bool SessionRegistry::WaitRemoved(std::uint64_t session_id, std::chrono::milliseconds limit) const {
   std::unique_lock<std::mutex> lock(mu_);
   return removed_cv_.wait_for(lock, limit, [&] { return sessions_.count(session_id) == 0; });
+}
+
+void SessionRegistry::SetRestoredJob(pid_t pid, const std::string& job) {
+  if (job.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  restored_job_[pid] = job;
+  for (auto& [id, entry] : sessions_) {
+    if (entry.info.pid() == pid && entry.info.job().empty()) entry.info.set_job(job);
+  }
+}
+
+std::string SessionRegistry::JobOf(std::uint64_t session_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(session_id);
+  return it == sessions_.end() ? std::string() : it->second.info.job();
 }
 
 }  // namespace phos::server

@@ -58,6 +58,12 @@ class SessionRegistry {
   /// the session's totals (SessionInfo.counters) and the daemon's
   /// (DaemonCounters, `phos status`).
   void AddOperationCounters(std::uint64_t session_id, const std::map<std::string, std::uint64_t>& counters);
+  /// A restored rank of job `job` (its image's job name; "" = none): the
+  /// session of process `pid` shows it, as `phos run --job` would have
+  /// (a restored process has no launcher). Forgotten with the session.
+  void SetRestoredJob(pid_t pid, const std::string& job);
+  /// The job name session `session_id` shows ("" = none).
+  std::string JobOf(std::uint64_t session_id) const;
   /// Totals over every operation since phosd started.
   std::map<std::string, std::uint64_t> DaemonCounters() const;
 
@@ -74,6 +80,9 @@ class SessionRegistry {
   // Guarded by mu_: the run each published session belongs to, looked up
   // once at its first Publish (nullopt: none); erased with the session.
   std::map<std::uint64_t, std::optional<RunInfo>> run_of_;
+  // Guarded by mu_: pid -> job name of restored ranks (SetRestoredJob);
+  // erased when a session of that pid is removed.
+  std::map<int, std::string> restored_job_;
   // Guarded by mu_: per-session operation state and counter totals (erased
   // with the session), and the daemon-wide totals (never erased).
   std::map<std::uint64_t, v1::SessionState> op_state_;

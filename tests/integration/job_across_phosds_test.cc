@@ -121,12 +121,12 @@ class JobAcrossPhosdsTest : public ::testing::TestWithParam<std::string> {
   std::string Daemons() { return "\nphosd A:\n" + phos::testing::DaemonOutput(&a_) + "\nphosd B:\n" + phos::testing::DaemonOutput(&b_); }
   // Ranks 0 and 1 on A, 2 and 3 on B (--no-pid-ns: the image keeps the
   // program's own pid, which the restore takes back).
-  void StartRanks() {
+  void StartRanks(bool all_on_a = false) {
     for (int r = 0; r < kRanks; ++r) {
       const std::vector<std::string> run = {"run",      "--no-pid-ns", "--job", "crossjob", "--lib", PHOS_LIB_PATH,
                                             "--",       PHOS_NCCL_RANKS, "train",  std::to_string(r),
                                             std::to_string(kRanks), dir_ + "/job.id"};
-      const pid_t pid = phos::testing::StartDetached(phos::testing::PhosArgv(Socket(r < 2 ? "a" : "b"), run),
+      const pid_t pid = phos::testing::StartDetached(phos::testing::PhosArgv(Socket(r < 2 || all_on_a ? "a" : "b"), run),
                                                      LogOf(r), LogOf(r));
       ASSERT_GT(pid, 0);
       pids_.push_back(pid);
@@ -175,6 +175,7 @@ TEST_P(JobAcrossPhosdsTest, JobOnTwoPhosdsCheckpointedThroughEtcdRestoresAndFini
   Result in = phos::testing::RunPhos(Socket("a"), {"inspect", img});
   EXPECT_EQ(in.rc, 0) << in.output;
   EXPECT_NE(in.output.find("job image " + img + ": 4 ranks, mode " + mode), std::string::npos) << in.output;
+  EXPECT_NE(in.output.find("job crossjob "), std::string::npos) << in.output;
 
   // Ended by --kill (on A and, through etcd, on B) before they finished,
   // else this run proves nothing.
@@ -200,6 +201,9 @@ TEST_P(JobAcrossPhosdsTest, JobOnTwoPhosdsCheckpointedThroughEtcdRestoresAndFini
   for (pid_t p : ranks) pids_line += " " + std::to_string(p);
   EXPECT_NE(rs.output.find(pids_line), std::string::npos) << rs.output;
   pids_ = ranks;  // re-parented to us (subreaper)
+  // The restored ranks keep their job's name (the manifest's), on A and on B.
+  EXPECT_NE(phos::testing::RunPhos(Socket("a"), {"ps"}).output.find("crossjob"), std::string::npos);
+  EXPECT_NE(phos::testing::RunPhos(Socket("b"), {"ps"}).output.find("crossjob"), std::string::npos);
   ExpectFinishedExactly(before);
   for (pid_t& p : pids_) {
     EXPECT_TRUE(phos::testing::WaitGone(p, 60s));
@@ -289,6 +293,94 @@ TEST_F(JobAcrossPhosdsTest, APhosdKilledMidCheckpointFailsItCleanlyOnTheOthers) 
   }
   Result ps = phos::testing::RunPhos(Socket("a"), {"ps"});
   EXPECT_EQ(ps.rc, 0) << ps.output << Daemons();
+}
+
+// `phos migrate --job`: a job whose 4 ranks all run on A moves to B — one
+// job checkpoint, every rank ended on A once the image is committed, the
+// image sent to B, every rank restored there (same pids: --no-pid-ns) —
+// and finishes with the bytes of an uninterrupted run.
+TEST_F(JobAcrossPhosdsTest, AJobMigratesToAnotherPhosdAndFinishesExactly) {
+  ASSERT_TRUE(StartPhosd("a", &a_));
+  ASSERT_TRUE(StartPhosd("b", &b_));
+  StartRanks(/*all_on_a=*/true);
+  ASSERT_TRUE(phos::testing::WaitFileText(LogOf(1), "rank 1: step 30", 120s)) << Logs() << Daemons();
+  const std::vector<pid_t> ranks = pids_;
+  auto pending = std::async(std::launch::async, [&] {
+    return phos::testing::RunPhos(Socket("a"), {"migrate", "crossjob", "--job", "--to", Endpoint("b"), "--peer-token",
+                                                token_, "--mode", "stop"},
+                                  180s);
+  });
+  // The ranks end on A once the job image is committed; reaping them (we
+  // are their parent) frees their pids for the restore on B.
+  for (pid_t& p : pids_) {
+    EXPECT_TRUE(phos::testing::WaitGone(p, 120s)) << "rank pid " << p << " was not ended on A";
+    p = -1;
+  }
+  std::vector<size_t> before;
+  for (int r = 0; r < kRanks; ++r) before.push_back(Log(r).size());
+  Result mig = pending.get();
+  ASSERT_EQ(mig.rc, 0) << mig.output << Daemons() << Logs();
+  std::string pids_line = "pids";
+  for (pid_t p : ranks) pids_line += " " + std::to_string(p);
+  EXPECT_NE(mig.output.find("migrated the job of pid"), std::string::npos) << mig.output;
+  EXPECT_NE(mig.output.find(pids_line + " there"), std::string::npos) << mig.output;
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(Log(r).substr(0, before[static_cast<size_t>(r)]).find(" OK\n"), std::string::npos)
+        << "rank " << r << " finished before the migration; lengthen the run";
+  }
+  pids_ = ranks;  // restored on B, re-parented to us (subreaper)
+  // B serves them now; A none.
+  Result ps_b = phos::testing::RunPhos(Socket("b"), {"ps"});
+  Result ps_a = phos::testing::RunPhos(Socket("a"), {"ps"});
+  EXPECT_NE(ps_b.output.find("crossjob"), std::string::npos) << ps_b.output;
+  EXPECT_EQ(ps_a.output.find("crossjob"), std::string::npos) << ps_a.output;
+  ExpectFinishedExactly(before);
+  for (pid_t& p : pids_) {
+    EXPECT_TRUE(phos::testing::WaitGone(p, 60s));
+    p = -1;
+  }
+}
+
+// `phos migrate --job` that cannot finish: to a destination that does not
+// answer, nothing is touched (the job runs on); to one that refuses the
+// image (B takes at most 1 KiB), the ranks, already ended here, are
+// restored here from the image at the cut — and finish exactly.
+TEST_F(JobAcrossPhosdsTest, AJobWhoseMigrationFailsRunsOnOrIsRestoredHere) {
+  ASSERT_TRUE(StartPhosd("a", &a_));
+  ASSERT_TRUE(StartPhosd("b", &b_, "5", {"--max-receive-bytes", "1K"}));
+  StartRanks(/*all_on_a=*/true);
+  ASSERT_TRUE(phos::testing::WaitFileText(LogOf(1), "rank 1: step 30", 120s)) << Logs() << Daemons();
+  const std::vector<pid_t> ranks = pids_;
+
+  const std::string nobody = "127.0.0.1:" + std::to_string(phos::testing::FreeLoopbackPort());
+  Result unreachable = phos::testing::RunPhos(
+      Socket("a"), {"migrate", "crossjob", "--job", "--to", nobody, "--peer-token", token_, "--mode", "stop"}, 60s);
+  EXPECT_NE(unreachable.rc, 0) << unreachable.output;
+  EXPECT_NE(unreachable.output.find("nothing was done, the job runs on here"), std::string::npos)
+      << unreachable.output;
+  for (pid_t p : ranks) EXPECT_EQ(kill(p, 0), 0) << "rank pid " << p << " did not run on";
+
+  auto pending = std::async(std::launch::async, [&] {
+    return phos::testing::RunPhos(Socket("a"), {"migrate", "crossjob", "--job", "--to", Endpoint("b"), "--peer-token",
+                                                token_, "--mode", "stop"},
+                                  180s);
+  });
+  for (pid_t& p : pids_) {
+    EXPECT_TRUE(phos::testing::WaitGone(p, 120s)) << "rank pid " << p << " was not ended on A";
+    p = -1;
+  }
+  std::vector<size_t> before;
+  for (int r = 0; r < kRanks; ++r) before.push_back(Log(r).size());
+  Result failed = pending.get();
+  EXPECT_NE(failed.rc, 0) << failed.output;
+  EXPECT_NE(failed.output.find("the job runs here again"), std::string::npos) << failed.output << Daemons();
+  pids_ = ranks;  // restored on A, re-parented to us (subreaper)
+  EXPECT_NE(phos::testing::RunPhos(Socket("a"), {"ps"}).output.find("crossjob"), std::string::npos);
+  ExpectFinishedExactly(before);
+  for (pid_t& p : pids_) {
+    EXPECT_TRUE(phos::testing::WaitGone(p, 60s));
+    p = -1;
+  }
 }
 
 }  // namespace
