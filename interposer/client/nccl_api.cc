@@ -294,6 +294,23 @@ PHOS_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, nc
   return InitRank(comm, nranks, commId, rank);
 }
 
+// Scalable init: every rank passes the same nId unique ids (NCCL spreads
+// its bootstrap over them); one of them names the communicator as well as
+// all of them do, so phosd's rendezvous takes the first.
+PHOS_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                                  ncclUniqueId* commIds, ncclConfig_t* config) {
+  if (nId < 1 || commIds == nullptr) {
+    NoteError("ncclCommInitRankScalable: nId " + std::to_string(nId) + " with " +
+              (commIds == nullptr ? "no" : "some") + " unique ids");
+    return ncclInvalidArgument;
+  }
+  if (config != nullptr && config->magic != 0xcafebeef) {
+    NoteError("ncclCommInitRankScalable: the config was not set from NCCL_CONFIG_INITIALIZER");
+    return ncclInvalidArgument;
+  }
+  return InitRank(newcomm, nranks, commIds[0], myrank);
+}
+
 PHOS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   if (comm == nullptr || ndev < 1) return ncclInvalidArgument;
   if (ndev > 1) {
@@ -588,6 +605,76 @@ PHOS_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_
   return SendRecvGroup(comm, stream, count, datatype, ops);
 }
 
+// Buffer and window registration let NCCL take zero-copy and symmetric
+// paths; what a collective computes does not depend on them, and phosd
+// executes every collective from the buffers the call names. A handle is
+// a record of this library's, checked when it is given back (a foreign or
+// twice-given handle is refused, as NCCL refuses it).
+namespace phos::client {
+namespace {
+struct NcclRegistration {
+  ncclComm_t comm;
+  void* buff;
+  std::size_t size;
+  bool window;
+};
+std::mutex g_registrations_mu;
+std::vector<NcclRegistration*> g_registrations;  // guarded by g_registrations_mu; live handles
+
+ncclResult_t Register(ncclComm_t comm, void* buff, std::size_t size, bool window, void** out, const char* what) {
+  if (comm == nullptr || buff == nullptr || size == 0 || out == nullptr) {
+    NoteError(std::string(what) + ": a NULL communicator, buffer or handle, or size 0");
+    return ncclInvalidArgument;
+  }
+  auto* r = new NcclRegistration{comm, buff, size, window};
+  std::lock_guard<std::mutex> lock(g_registrations_mu);
+  g_registrations.push_back(r);
+  *out = r;
+  return ncclSuccess;
+}
+
+ncclResult_t Deregister(ncclComm_t comm, void* handle, bool window, const char* what) {
+  std::lock_guard<std::mutex> lock(g_registrations_mu);
+  auto it = std::find(g_registrations.begin(), g_registrations.end(), static_cast<NcclRegistration*>(handle));
+  if (comm == nullptr || it == g_registrations.end() || (*it)->comm != comm || (*it)->window != window) {
+    NoteError(std::string(what) + ": not a handle this communicator registered (or given back already)");
+    return ncclInvalidArgument;
+  }
+  delete *it;
+  g_registrations.erase(it);
+  return ncclSuccess;
+}
+}  // namespace
+}  // namespace phos::client
+
+PHOS_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  return Register(comm, buff, size, false, handle, "ncclCommRegister");
+}
+
+PHOS_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return Deregister(comm, handle, false, "ncclCommDeregister");
+}
+
+PHOS_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                                int winFlags) {
+  if (winFlags != NCCL_WIN_DEFAULT && winFlags != NCCL_WIN_COLL_SYMMETRIC) {
+    NoteError("ncclCommWindowRegister: unknown window flags " + std::to_string(winFlags));
+    return ncclInvalidArgument;
+  }
+  void* h = nullptr;
+  const ncclResult_t r = Register(comm, buff, size, true, &h, "ncclCommWindowRegister");
+  if (r == ncclSuccess) *win = static_cast<ncclWindow_t>(h);
+  return r;
+}
+
+PHOS_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  return Deregister(comm, win, true, "ncclCommWindowDeregister");
+}
+
+// NCCL's own debug settings (NCCL_DEBUG...) are read again by its next
+// call; phos keeps none, so there is nothing to reset.
+PHOS_EXPORT void ncclResetDebugInit() {}
+
 PHOS_EXPORT ncclResult_t ncclGroupStart() {
   ++t_group_depth;
   return ncclSuccess;
@@ -611,6 +698,12 @@ PHOS_NCCL_ALIAS(ncclGetUniqueId)
 PHOS_NCCL_ALIAS(ncclCommInitRank)
 PHOS_NCCL_ALIAS(ncclCommInitRankConfig)
 PHOS_NCCL_ALIAS(ncclCommInitAll)
+PHOS_NCCL_ALIAS(ncclCommInitRankScalable)
+PHOS_NCCL_ALIAS(ncclCommRegister)
+PHOS_NCCL_ALIAS(ncclCommDeregister)
+PHOS_NCCL_ALIAS(ncclCommWindowRegister)
+PHOS_NCCL_ALIAS(ncclCommWindowDeregister)
+PHOS_NCCL_ALIAS(ncclResetDebugInit)
 PHOS_NCCL_ALIAS(ncclCommFinalize)
 PHOS_NCCL_ALIAS(ncclCommSplit)
 PHOS_NCCL_ALIAS(ncclCommDestroy)

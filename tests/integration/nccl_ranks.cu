@@ -1,7 +1,8 @@
 // One rank of an NCCL job under phos (docs/interposer.md "NCCL"):
 //   nccl_ranks collectives RANK NRANKS IDFILE   every collective, operator
 //       and type against a CPU reference, a Send/Recv ring in a group,
-//       AlltoAll, Gather and Scatter, CommSplit, and a
+//       AlltoAll, Gather and Scatter, CommSplit, InitRankScalable with
+//       registered buffers and a window, and a
 //       small data-parallel training loop (gradient kernel, all-reduce,
 //       optimizer kernel); prints "rank R: OK"
 //   nccl_ranks dies RANK NRANKS IDFILE          rank 1 exits after the
@@ -55,6 +56,7 @@
 namespace {
 
 int g_rank = 0, g_nranks = 1;
+ncclUniqueId g_id;  // the job's (main)
 
 __global__ void Gradient(const float* params, float* grad, int n, int rank, int step) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -285,6 +287,41 @@ int Collectives(ncclComm_t comm, cudaStream_t s) {
     NCHECK(ncclCommSplit(comm, g_rank == 0 ? NCCL_SPLIT_NOCOLOR : 0, 0, &none, nullptr));
     if ((g_rank == 0) != (none == nullptr)) PHOS_CHECK_FAIL(1, "CommSplit: NOCOLOR gave %p", static_cast<void*>(none));
     if (none != nullptr) NCHECK(ncclCommDestroy(none));
+  }
+
+  // Scalable init: two unique ids (derived from the job's, the same on
+  // every rank) make one more communicator of every rank.
+  {
+    ncclUniqueId ids[2] = {g_id, g_id};
+    ids[0].internal[100] ^= 0x5a;  // past the magic and the random bytes
+    ids[1].internal[101] ^= 0x5a;
+    ncclComm_t wide = nullptr;
+    NCHECK(ncclCommInitRankScalable(&wide, g_nranks, g_rank, 2, ids, nullptr));
+    int wn = 0, wr = -1;
+    NCHECK(ncclCommCount(wide, &wn));
+    NCHECK(ncclCommUserRank(wide, &wr));
+    if (wn != g_nranks || wr != g_rank) PHOS_CHECK_FAIL(1, "InitRankScalable: rank %d of %d", wr, wn);
+    // Registered buffers (and a window) compute what unregistered ones do.
+    void* reg = nullptr;
+    ncclWindow_t win = nullptr;
+    NCHECK(ncclCommRegister(wide, b, n * sizeof(float), &reg));
+    NCHECK(ncclCommWindowRegister(wide, a, n * sizeof(float), &win, NCCL_WIN_COLL_SYMMETRIC));
+    const float me = static_cast<float>(g_rank + 1);
+    CHECK(cudaMemcpy(b, &me, sizeof me, cudaMemcpyHostToDevice));
+    NCHECK(ncclAllReduce(b, b, 1, ncclFloat32, ncclSum, wide, s));
+    float sum = 0;
+    CHECK(cudaMemcpy(&sum, b, sizeof sum, cudaMemcpyDeviceToHost));
+    if (sum != static_cast<float>(g_nranks * (g_nranks + 1) / 2)) PHOS_CHECK_FAIL(1, "InitRankScalable: sum %g", sum);
+    NCHECK(ncclCommWindowDeregister(wide, win));
+    NCHECK(ncclCommDeregister(wide, reg));
+    if (ncclCommDeregister(wide, reg) != ncclInvalidArgument) PHOS_CHECK_FAIL(1, "a handle was given back twice");
+    if (ncclCommWindowRegister(wide, a, 64, &win, 0x40) != ncclInvalidArgument) {
+      PHOS_CHECK_FAIL(1, "unknown window flags were accepted");
+    }
+    if (ncclCommInitRankScalable(&wide, g_nranks, g_rank, 0, ids, nullptr) != ncclInvalidArgument) {
+      PHOS_CHECK_FAIL(1, "InitRankScalable without ids was accepted");
+    }
+    NCHECK(ncclCommDestroy(wide));
   }
 
   // Bad arguments come back at once, as NCCL's do.
@@ -569,6 +606,7 @@ int main(int argc, char** argv) {
   CHECK(cudaSetDevice(g_rank % count));
   ncclUniqueId id;
   if (int rc = GetId(argv[4], &id)) return rc;
+  g_id = id;
   ncclComm_t comm = nullptr;
   NCHECK(ncclCommInitRank(&comm, g_nranks, id, g_rank));
   int n = 0, r = -1, dev = -1;
