@@ -44,6 +44,7 @@ struct ncclComm {
   int device = 0;  // the app's ordinal of the GPU it was made on
   ncclUniqueId unique_id{};  // what it was formed from (ncclCommSplit derives its children's)
   uint64_t splits = 0;       // ncclCommSplit calls so far (the same on every rank: a collective)
+  uint64_t shrinks = 0;      // ncclCommShrink calls so far (the same on every rank that makes them)
 };
 
 namespace phos::client {
@@ -391,6 +392,66 @@ PHOS_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   return InitRank(newcomm, static_cast<int>(members.size()), id, rank);
 }
 
+// ncclCommShrink: the ranks not in the exclude list (they alone call it,
+// with the same list) form a communicator in parent-rank order. Nothing
+// needs gathering: each survivor computes its new rank and the unique id
+// (the parent's, mixed with the derivation's number and the list) alike.
+// NCCL_SHRINK_ABORT (cancel the parent's ongoing operations first) is
+// refused: phos cannot cancel them yet; they fail with ncclRemoteError
+// once phosd sees the excluded ranks gone.
+PHOS_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                        ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  if (comm == nullptr || newcomm == nullptr || excludeRanksCount < 0 ||
+      (excludeRanksCount > 0 && excludeRanksList == nullptr)) {
+    NoteError("ncclCommShrink: a NULL communicator, result or exclude list");
+    return ncclInvalidArgument;
+  }
+  if (config != nullptr && config->magic != 0xcafebeef) {
+    NoteError("ncclCommShrink: the config was not set from NCCL_CONFIG_INITIALIZER");
+    return ncclInvalidArgument;
+  }
+  if (shrinkFlags != NCCL_SHRINK_DEFAULT) {
+    SayOnce("phos: ncclCommShrink with NCCL_SHRINK_ABORT is not supported yet (phos cannot cancel the parent's "
+            "operations)");
+    NoteError("ncclCommShrink: only NCCL_SHRINK_DEFAULT is supported by phos");
+    return ncclInvalidUsage;
+  }
+  if (t_group_depth > 0) {
+    NoteError("ncclCommShrink inside ncclGroupStart/End is not supported by phos");
+    return ncclInvalidUsage;
+  }
+  std::vector<bool> excluded(static_cast<size_t>(comm->nranks), false);
+  uint64_t list_hash = 0x5348524e4bull;  // "SHRNK": apart from every split's color
+  for (int i = 0; i < excludeRanksCount; ++i) {
+    const int q = excludeRanksList[i];
+    if (q < 0 || q >= comm->nranks || excluded[static_cast<size_t>(q)]) {
+      NoteError("ncclCommShrink: rank " + std::to_string(q) + " excluded twice or outside the communicator");
+      return ncclInvalidArgument;
+    }
+    excluded[static_cast<size_t>(q)] = true;
+  }
+  if (excluded[static_cast<size_t>(comm->rank)]) {
+    NoteError("ncclCommShrink: called by rank " + std::to_string(comm->rank) + ", which the list excludes");
+    return ncclInvalidArgument;
+  }
+  int rank = 0, size = 0;
+  for (int q = 0; q < comm->nranks; ++q) {
+    if (excluded[static_cast<size_t>(q)]) {
+      list_hash = list_hash * 0x100000001b3ull ^ static_cast<uint64_t>(q + 1);
+      continue;
+    }
+    if (q < comm->rank) ++rank;
+    ++size;
+  }
+  // Its own count: an excluded rank, which does not call it, still agrees
+  // with the others on the numbers of later splits.
+  const uint64_t seq = ++comm->shrinks;
+  ncclUniqueId id = comm->unique_id;
+  uint64_t mix[2] = {seq * 0x9e3779b97f4a7c15ull, list_hash * 0xc2b2ae3d27d4eb4full + 0x7f};
+  for (size_t i = 0; i < sizeof mix; ++i) id.internal[8 + i] ^= reinterpret_cast<const char*>(mix)[i];
+  return InitRank(newcomm, size, id, rank);
+}
+
 PHOS_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (comm == nullptr) return ncclInvalidArgument;
   return Handle(comm, static_cast<uint32_t>(wire::op::kNcclCommFinalize));
@@ -706,6 +767,7 @@ PHOS_NCCL_ALIAS(ncclCommWindowDeregister)
 PHOS_NCCL_ALIAS(ncclResetDebugInit)
 PHOS_NCCL_ALIAS(ncclCommFinalize)
 PHOS_NCCL_ALIAS(ncclCommSplit)
+PHOS_NCCL_ALIAS(ncclCommShrink)
 PHOS_NCCL_ALIAS(ncclCommDestroy)
 PHOS_NCCL_ALIAS(ncclCommAbort)
 PHOS_NCCL_ALIAS(ncclCommGetAsyncError)

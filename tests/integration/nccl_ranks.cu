@@ -1,7 +1,7 @@
 // One rank of an NCCL job under phos (docs/interposer.md "NCCL"):
 //   nccl_ranks collectives RANK NRANKS IDFILE   every collective, operator
 //       and type against a CPU reference, a Send/Recv ring in a group,
-//       AlltoAll, Gather and Scatter, CommSplit, InitRankScalable with
+//       AlltoAll, Gather and Scatter, CommSplit, CommShrink, InitRankScalable with
 //       registered buffers and a window, and a
 //       small data-parallel training loop (gradient kernel, all-reduce,
 //       optimizer kernel); prints "rank R: OK"
@@ -322,6 +322,29 @@ int Collectives(ncclComm_t comm, cudaStream_t s) {
       PHOS_CHECK_FAIL(1, "InitRankScalable without ids was accepted");
     }
     NCHECK(ncclCommDestroy(wide));
+  }
+
+  // Shrink: the last rank is excluded (and does not call it); the others
+  // form a communicator in their order.
+  if (g_rank != g_nranks - 1) {
+    int last = g_nranks - 1;
+    ncclComm_t small = nullptr;
+    NCHECK(ncclCommShrink(comm, &last, 1, &small, nullptr, NCCL_SHRINK_DEFAULT));
+    int sn = 0, sr = -1;
+    NCHECK(ncclCommCount(small, &sn));
+    NCHECK(ncclCommUserRank(small, &sr));
+    if (sn != g_nranks - 1 || sr != g_rank) PHOS_CHECK_FAIL(1, "CommShrink: rank %d of %d", sr, sn);
+    const float me = static_cast<float>(g_rank + 1);
+    CHECK(cudaMemcpy(b, &me, sizeof me, cudaMemcpyHostToDevice));
+    NCHECK(ncclAllReduce(b, b, 1, ncclFloat32, ncclSum, small, s));
+    float sum = 0;
+    CHECK(cudaMemcpy(&sum, b, sizeof sum, cudaMemcpyDeviceToHost));
+    if (sum != static_cast<float>((g_nranks - 1) * g_nranks / 2)) PHOS_CHECK_FAIL(1, "CommShrink: sum %g", sum);
+    NCHECK(ncclCommDestroy(small));
+    ncclComm_t bad = nullptr;
+    if (ncclCommShrink(comm, &g_rank, 1, &bad, nullptr, NCCL_SHRINK_DEFAULT) != ncclInvalidArgument) {
+      PHOS_CHECK_FAIL(1, "CommShrink by an excluded rank was accepted");
+    }
   }
 
   // Bad arguments come back at once, as NCCL's do.
