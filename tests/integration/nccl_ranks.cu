@@ -14,8 +14,9 @@
 //       (1500 steps of: an input kernel, a cuBLAS GEMM, a gradient kernel
 //       using it, an all-reduce, an optimizer kernel; rank 1 slower than
 //       rank 0, so their collective counts differ at any moment) for job
-//       checkpoints: prints "rank R: step N"
-//       every 10 steps and "rank R: trained checksum C OK" when its
+//       checkpoints; every 10 steps an all-reduce on a split communicator
+//       (even / odd ranks) checked, and "rank R: step N" printed;
+//       "rank R: trained checksum C OK" when its
 //       parameters match the CPU reference
 //   nccl_ranks pipeline RANK NRANKS IDFILE      a pipeline of NRANKS stages
 //       over Send/Recv (600 steps: stage 0 makes the input, each stage
@@ -435,6 +436,13 @@ int Train(ncclComm_t comm, cudaStream_t s, int steps) {
   CHECK(cudaMalloc(&params, p * sizeof(float)));
   CHECK(cudaMalloc(&grad, p * sizeof(float)));
   CHECK(cudaMemsetAsync(params, 0, p * sizeof(float), s));
+  // A split communicator (even and odd ranks) the job also holds, so its
+  // checkpoints and restores cover one: every 10 steps each half sums
+  // step + rank over its ranks.
+  ncclComm_t half = nullptr;
+  NCHECK(ncclCommSplit(comm, g_rank % 2, g_rank, &half, nullptr));
+  float* half_sum = nullptr;
+  CHECK(cudaMalloc(&half_sum, sizeof(float)));
   for (int step = 0; step < steps; ++step) {
     MakeA<<<1, kM * kK, 0, s>>>(a, step, g_rank);
     if (cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, kM, kN, kK, &one, a, kM, b, kK, &zero, y, kM) !=
@@ -445,7 +453,14 @@ int Train(ncclComm_t comm, cudaStream_t s, int steps) {
     NCHECK(ncclAllReduce(grad, grad, p, ncclFloat32, ncclSum, comm, s));
     Sgd<<<(p + 255) / 256, 256, 0, s>>>(params, grad, p, 0.25f);
     if (step % 10 == 9) {
+      const float mine = static_cast<float>(step + g_rank);
+      CHECK(cudaMemcpyAsync(half_sum, &mine, sizeof mine, cudaMemcpyHostToDevice, s));
+      NCHECK(ncclAllReduce(half_sum, half_sum, 1, ncclFloat32, ncclSum, half, s));
+      float got = 0, want = 0;
+      CHECK(cudaMemcpyAsync(&got, half_sum, sizeof got, cudaMemcpyDeviceToHost, s));
       CHECK(cudaStreamSynchronize(s));
+      for (int r = g_rank % 2; r < g_nranks; r += 2) want += static_cast<float>(step + r);
+      if (got != want) PHOS_CHECK_FAIL(1, "step %d: the half's sum is %g, want %g", step + 1, got, want);
       std::printf("rank %d: step %d\n", g_rank, step + 1);
     }
     usleep(g_rank == 0 ? 2000 : 6000);
@@ -477,6 +492,8 @@ int Train(ncclComm_t comm, cudaStream_t s, int steps) {
     checksum += static_cast<double>(trained[i]) * ((i % 13) + 1);
   }
   std::printf("rank %d: trained checksum %.3f OK\n", g_rank, checksum);
+  NCHECK(ncclCommDestroy(half));
+  CHECK(cudaFree(half_sum));
   cublasDestroy(blas);
   CHECK(cudaFree(a));
   CHECK(cudaFree(b));
