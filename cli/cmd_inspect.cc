@@ -183,9 +183,9 @@ int RunInspectJob(const std::string& dir, bool json, bool verify, bool pread) {
     for (const auto& r : jm.ranks()) {
       std::string cmd;
       for (const auto& a : r.cmdline()) cmd += (cmd.empty() ? "" : " ") + a;
-      rows.push_back({r.dir(), std::to_string(r.pid()), cmd});
+      rows.push_back({r.dir(), std::to_string(r.pid()), r.phosd().empty() ? "-" : r.phosd(), cmd});
     }
-    std::cout << FormatTable({"RANK IMAGE", "PID", "COMMAND"}, rows);
+    std::cout << FormatTable({"RANK IMAGE", "PID", "PHOSD", "COMMAND"}, rows);
     for (const auto& c : jm.cut()) {
       std::cout << "communicator of " << c.nranks() << " ranks: " << c.collectives()
                 << " collectives enqueued by every rank at the cut\n";

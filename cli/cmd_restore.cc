@@ -35,6 +35,7 @@ struct RestoreArgs {
   bool concurrent = true;
   bool detach = false;
   std::vector<std::string> device_map;  // "OLD=NEW"
+  std::vector<std::string> phosd_map;   // "FROM=TO" (peer endpoints, or TO "here")
   CriuFlags criu;
   bool json = false;
 };
@@ -68,6 +69,15 @@ int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
       return 2;
     }
     (*req.mutable_device_map())[from] = to;
+  }
+  for (const std::string& m : a.phosd_map) {
+    const size_t eq = m.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) {
+      std::cerr << "phos: --phosd-map takes FROM=TO (FROM a phosd's HOST:PORT as the job image names it, TO another "
+                   "or 'here'), got '" << m << "'\n";
+      return 2;
+    }
+    (*req.mutable_phosd_map())[m.substr(0, eq)] = m.substr(eq + 1);
   }
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
@@ -108,6 +118,11 @@ void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
   cmd->add_option("--device-map", a->device_map,
                   "OLD=NEW[,OLD=NEW...]: put what ran on the image's GPU OLD on this phosd's GPU NEW (same kind of "
                   "GPU; phosd's ordinals, as `phos ps` shows them); default: the same GPU")
+      ->delimiter(',');
+  cmd->add_option("--phosd-map", a->phosd_map,
+                  "FROM=TO[,FROM=TO...]: job images: restore the ranks the phosd at FROM (HOST:PORT, as `phos "
+                  "inspect` shows) took on the phosd at TO instead, or on this one with TO 'here' (e.g. after "
+                  "losing a machine); each rank's image must be readable where it is restored")
       ->delimiter(',');
   cmd->add_flag("--detach", a->detach,
                 "Whole-process restore: return once the process runs (default: wait until it exits and "

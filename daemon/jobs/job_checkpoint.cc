@@ -222,16 +222,42 @@ Status RestoreRanks(session::SessionServer* server, const std::string& dir, cons
 }
 
 Status RestoreJob(session::SessionServer* server, const std::string& dir, const process::ProcessRestoreOptions& options,
-                  const JobCluster& cluster, engine::Progress* progress, JobRestoreResult* result) {
+                  const JobCluster& cluster, engine::Progress* progress, JobRestoreResult* result,
+                  const std::map<std::string, std::string>& phosd_map) {
   *result = JobRestoreResult{};
   image::v1::JobManifest jm;
   PHOS_RETURN_IF_ERROR(image::ReadJobManifest(dir, &jm));
   const std::string self = cluster.member != nullptr ? cluster.member->endpoint() : "";
-  // Which phosd restores each rank: the one that took it.
+  // Which phosd restores each rank: the one that took it, unless
+  // --phosd-map moves it.
+  for (const auto& [from, to] : phosd_map) {
+    const bool named = std::any_of(jm.ranks().begin(), jm.ranks().end(),
+                                   [&](const auto& r) { return r.phosd() == from; });
+    if (!named) {
+      return Status::InvalidArgument("--phosd-map " + from + "=" + to + ": " + dir +
+                                     " has no rank taken on the phosd at " + from);
+    }
+  }
   std::map<std::string, std::vector<int>> by_phosd;  // "" = here
   for (int i = 0; i < jm.ranks_size(); ++i) {
-    const std::string& p = jm.ranks(i).phosd();
+    std::string p = jm.ranks(i).phosd();
+    if (auto m = phosd_map.find(p); m != phosd_map.end()) p = m->second == "here" ? self : m->second;
     by_phosd[p == self ? "" : p].push_back(i);
+  }
+  // The images of the ranks restored here must be here (a rank taken on
+  // another machine stays there unless copied).
+  if (auto here = by_phosd.find(""); here != by_phosd.end()) {
+    for (int i : here->second) {
+      const std::string rank_dir = dir + "/" + jm.ranks(i).dir();
+      std::error_code exists_ec;
+      if (!std::filesystem::is_directory(rank_dir, exists_ec)) {
+        return Status::NotFound("the image of " + jm.ranks(i).dir() + " (taken on " +
+                                (jm.ranks(i).phosd().empty() ? std::string("this job image's coordinator")
+                                                             : "the phosd at " + jm.ranks(i).phosd()) +
+                                ") is not at " + rank_dir + " on this machine: copy it here, or restore it "
+                                "where it was taken (without --phosd-map for it)");
+      }
+    }
   }
   if (by_phosd.size() > 1 && cluster.member == nullptr) {
     return Status::FailedPrecondition("ranks of " + dir + " were taken on other phosds (first: " +

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -94,8 +95,12 @@ struct JobRestoreResult {
 /// (the manifest's `phosd`) are restored by that phosd (PhosPeer.
 /// RestoreJobRanks; `cluster` needed), the others here. On a failure,
 /// every rank this restore brought back is ended.
+/// `phosd_map` (phos restore --phosd-map): the ranks a phosd took are
+/// restored by another instead ("here" = this phosd); each rank's image
+/// must be readable there (checked here for the ranks restored here).
 Status RestoreJob(session::SessionServer* server, const std::string& dir, const process::ProcessRestoreOptions& options,
-                  const JobCluster& cluster, engine::Progress* progress, JobRestoreResult* result);
+                  const JobCluster& cluster, engine::Progress* progress, JobRestoreResult* result,
+                  const std::map<std::string, std::string>& phosd_map = {});
 
 /// Restores the ranks `rank_dirs` of job image `dir` here with communicator
 /// generation `generation` (RestoreJob's part on each phosd). Gives up,

@@ -422,7 +422,7 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const Book::Com
         out->set_dir(r->dir());
         out->set_pid(r->pid());
         *out->mutable_cmdline() = r->cmdline();
-        if (where[rank] != self) out->set_phosd(where[rank]);
+        out->set_phosd(where[rank]);  // the coordinator's own too: --phosd-map can name every phosd
         JobRankResult jr;
         jr.rank = rank;
         jr.pid = static_cast<pid_t>(r->pid());

@@ -323,7 +323,9 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   };
   gro.on_resumed = let_run;  // concurrent: as soon as the control task is done
   s = engine::RestoreFresh(*sess, gro, progress, &result->gpu);
-  if (!s.ok() && ProcessRunning(im.pid) && server->PidHasSession(im.pid)) {
+  // (Restored without a pid namespace, the process has the image's pid:
+  // then the original cannot be what holds the addresses.)
+  if (!s.ok() && im.pid != pid && ProcessRunning(im.pid) && server->PidHasSession(im.pid)) {
     s = s.WithContext("pid " + std::to_string(im.pid) + ", the process this image was taken from, still runs on "
                       "this phosd and holds the image's device addresses (one device address space per phosd): "
                       "restore it with another phosd, or end pid " + std::to_string(im.pid) + " first");

@@ -123,7 +123,8 @@ grpc::Status PhosService::RestoreJobRpc(const v1::RestoreRequest* req, grpc::Ser
   ro.device_map.insert(req->device_map().begin(), req->device_map().end());
   std::future<phos::Status> done = std::async(std::launch::async, [&] {
     const jobs::JobCluster cluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
-    phos::Status rs = jobs::RestoreJob(server, req->image_dir(), ro, cluster, &progress, &r);
+    const std::map<std::string, std::string> phosd_map(req->phosd_map().begin(), req->phosd_map().end());
+    phos::Status rs = jobs::RestoreJob(server, req->image_dir(), ro, cluster, &progress, &r, phosd_map);
     if (rs.ok()) {
       for (int pid : r.pids_here) {
         restored_.Track(pid);
