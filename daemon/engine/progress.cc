@@ -29,6 +29,20 @@ void Progress::AddBytes(std::uint64_t n) {
   cv_.notify_all();
 }
 
+std::function<void(std::uint64_t, std::uint64_t)> Progress::TotalsReporter(std::string phase, std::string message) {
+  auto reported = std::make_shared<std::uint64_t>(0);  // the reporter's own: it runs on one thread at a time
+  return [this, reported, phase = std::move(phase), message = std::move(message)](std::uint64_t done,
+                                                                                  std::uint64_t total) {
+    if (done == 0) {
+      SetPhase(phase, message, total);
+      *reported = 0;
+      return;
+    }
+    if (done > *reported) AddBytes(done - *reported);
+    *reported = done;
+  };
+}
+
 ProgressSnapshot Progress::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   ProgressSnapshot out = s_;

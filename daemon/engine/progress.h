@@ -10,6 +10,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -32,6 +34,11 @@ class Progress {
   void SetPhase(std::string phase, std::string message, std::uint64_t bytes_total = 0);
   /// Adds bytes to the current phase's bytes_done.
   void AddBytes(std::uint64_t n);
+  /// For a reporter of running totals (done, total), as an image transfer
+  /// calls it: done 0 starts phase `phase` of `total` bytes, each later
+  /// call adds what was done since. Call it from one thread at a time.
+  std::function<void(std::uint64_t done, std::uint64_t total)> TotalsReporter(std::string phase,
+                                                                              std::string message);
   ProgressSnapshot Snapshot() const;
   /// Waits until the version differs from `seen` or `timeout` passes.
   void WaitForChange(std::uint64_t seen, std::chrono::milliseconds timeout) const;

@@ -72,18 +72,9 @@ Status MigrateJob(session::SessionServer* server, std::uint64_t seed, const JobM
     peer::SendImageOptions so;
     so.max_bytes_per_sec = options.max_bytes_per_sec;
     so.skip_fsync = true;  // it lives until restored there; the staged copy stays until then
-    // SendImage reports running totals; Progress counts increments.
-    std::uint64_t reported = 0;
-    peer::SendProgress on_sent = [&](std::uint64_t done, std::uint64_t total) {
-      if (done == 0) {
-        progress->SetPhase("transfer", "sending the job image to " + options.destination, total);
-        reported = 0;
-        return;
-      }
-      if (done > reported) progress->AddBytes(done - reported);
-      reported = done;
-    };
-    s = peer::SendImage(options.destination, options.token, ck.dir, options.name, on_sent, &sent, so)
+    s = peer::SendImage(options.destination, options.token, ck.dir, options.name,
+                        progress->TotalsReporter("transfer", "sending the job image to " + options.destination),
+                        &sent, so)
             .WithContext("sending the job image to " + options.destination);
   }
   result->transfer_ms = MicrosSince(t_send) / 1000;

@@ -239,18 +239,8 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
 
   auto t0 = Clock::now();
   SendImageResult sent;
-  // SendImage reports running totals; Progress counts increments.
-  std::uint64_t reported = 0;
-  SendProgress on_sent = [&](std::uint64_t done, std::uint64_t total) {
-    if (progress == nullptr) return;
-    if (done == 0) {
-      progress->SetPhase("transfer", "sending the image to " + o.destination, total);
-      reported = 0;
-      return;
-    }
-    if (done > reported) progress->AddBytes(done - reported);
-    reported = done;
-  };
+  SendProgress on_sent;
+  if (progress != nullptr) on_sent = progress->TotalsReporter("transfer", "sending the image to " + o.destination);
   s = SendImage(o.destination, o.token, o.staging_dir, o.name, on_sent, &sent, so);
   result->transfer_ms = MsSince(t0);
   result->bytes_sent = sent.bytes;

@@ -165,12 +165,7 @@ grpc::Status PhosService::MigrateJobRpc(const v1::MigrateRequest* req, const ses
   o.name = "migrate-job-" + std::to_string(req->pid()) + "-" + std::to_string(RealtimeNs() / 1000000);
   o.max_bytes_per_sec = req->max_bytes_per_sec();
   jobs::JobCheckpointOptions& ck = o.checkpoint;
-  ck.rank.mode = req->mode() == v1::MODE_STOP  ? engine::Mode::kStop
-                 : req->mode() == v1::MODE_COW ? engine::Mode::kCow
-                                               : engine::Mode::kRecopy;
-  ck.rank.recopy_rounds = req->max_precopy_rounds() > 0 ? static_cast<int>(req->max_precopy_rounds()) : recopy_rounds_;
-  ck.rank.cow_reserve_bytes = cow_reserve_bytes_;
-  ck.rank.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
+  ck.rank = MigrationCheckpointOptions(*req);
   ck.dir = DefaultCheckpointRoot() + "/outgoing/" + o.name;
   ck.criu = FromProto(req->criu());
   ck.criu_binary = criu_binary_;

@@ -55,12 +55,7 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   o.max_bytes_per_sec = req->max_bytes_per_sec();
   o.precopy = !req->no_precopy();
   o.criu = FromProto(req->criu());
-  o.gpu.mode = req->mode() == v1::MODE_STOP ? engine::Mode::kStop
-               : req->mode() == v1::MODE_COW ? engine::Mode::kCow
-                                              : engine::Mode::kRecopy;
-  o.gpu.recopy_rounds = req->max_precopy_rounds() > 0 ? static_cast<int>(req->max_precopy_rounds()) : recopy_rounds_;
-  o.gpu.cow_reserve_bytes = cow_reserve_bytes_;
-  o.gpu.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
+  o.gpu = MigrationCheckpointOptions(*req);
   image::v1::Manifest meta;
   meta.set_session_id(sess->id());
   meta.set_pid(req->pid());
@@ -140,6 +135,17 @@ phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, pe
   spdlog::info("peer restore: {} runs as pid {} (criu {} ms, gpu {} bytes)", dir, r.pid, r.criu_restore_ms,
                r.gpu.bytes);
   return phos::Status::Ok();
+}
+
+engine::CheckpointOptions PhosService::MigrationCheckpointOptions(const v1::MigrateRequest& req) const {
+  engine::CheckpointOptions o;
+  o.mode = req.mode() == v1::MODE_STOP  ? engine::Mode::kStop
+           : req.mode() == v1::MODE_COW ? engine::Mode::kCow
+                                        : engine::Mode::kRecopy;
+  o.recopy_rounds = req.max_precopy_rounds() > 0 ? static_cast<int>(req.max_precopy_rounds()) : recopy_rounds_;
+  o.cow_reserve_bytes = cow_reserve_bytes_;
+  o.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
+  return o;
 }
 
 }  // namespace phos::server

@@ -154,6 +154,9 @@ class PhosService final : public v1::Phos::Service {
   /// this phosd's) and waits, at most 10 s in all, until each session gave
   /// its GPU state back, so the GPU is free when the RPC answers.
   phos::Status EndProcesses(const std::vector<pid_t>& pids);
+  /// The engine options a migration's checkpoint runs with: the request's
+  /// mode (default recopy) and rounds, phosd's defaults for the rest.
+  engine::CheckpointOptions MigrationCheckpointOptions(const v1::MigrateRequest& req) const;
   /// Migrate RPC with `job` (job_rpcs.cc; jobs/job_migrate.h).
   grpc::Status MigrateJobRpc(const v1::MigrateRequest* req, const session::Session& seed,
                              grpc::ServerWriter<v1::OperationEvent>* writer);

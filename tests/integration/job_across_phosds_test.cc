@@ -148,6 +148,58 @@ class JobAcrossPhosdsTest : public ::testing::TestWithParam<std::string> {
     for (const std::string& sum : sums) EXPECT_EQ(sum, sums[0]);
   }
 
+  /// A and B (B's etcd lease `lease_ttl` s; B waits before capturing
+  /// until GoAhead), the ranks 2 + 2, a committed job image at Good(); then
+  /// a second job checkpoint into Bad(), started in the background
+  /// (`pending`), which this returns from once it is held where B waits:
+  /// every rank held at the cut, `capture` put, B not yet captured.
+  void CheckpointPausedBeforeCapture(const std::string& lease_ttl, std::future<Result>* pending) {
+    ASSERT_TRUE(StartPhosd("a", &a_));
+    ASSERT_TRUE(StartPhosd("b", &b_, lease_ttl, {"--test-pause-cut-before-capture", Go()}));
+    StartRanks();
+    ASSERT_TRUE(phos::testing::WaitFileText(LogOf(1), "rank 1: step 30", 120s)) << Logs() << Daemons();
+    GoAhead(true);
+    Result ok = phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", Good()}, 180s);
+    ASSERT_EQ(ok.rc, 0) << ok.output << Daemons();
+    GoAhead(false);
+    *pending = std::async(std::launch::async, [this] {
+      return phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", Bad()}, 180s);
+    });
+    ASSERT_TRUE(WaitForCapture(120s));
+  }
+  /// The checkpoint into Bad() failed naming `why`, and cleanly: nothing
+  /// committed, no staging left (a participant cleans its part up once it
+  /// finds the cut over), the image at Good() intact.
+  void ExpectFailedCleanly(const Result& failed, const std::string& why) {
+    EXPECT_NE(failed.rc, 0) << failed.output;
+    EXPECT_NE(failed.output.find(why), std::string::npos) << failed.output << Daemons();
+    EXPECT_NE(failed.output.find("nothing was committed"), std::string::npos) << failed.output;
+    EXPECT_FALSE(fs::exists(Bad())) << failed.output;
+    EXPECT_TRUE(phos::testing::WaitPathGone(Bad() + ".tmp", 60s)) << Daemons();
+    Result in = phos::testing::RunPhos(Socket("a"), {"inspect", Good()});
+    EXPECT_EQ(in.rc, 0) << in.output;
+  }
+  /// `phos migrate crossjob --job --to DESTINATION` on A (stop mode). A
+  /// ends the ranks once the job image is committed; this reaps them
+  /// meanwhile (we are their parent), which frees their pids for the
+  /// restore, and fills `before` with each rank's log size at its end.
+  Result MigrateFromA(const std::string& destination, std::vector<size_t>* before) {
+    auto pending = std::async(std::launch::async, [this, destination] {
+      return phos::testing::RunPhos(Socket("a"), {"migrate", "crossjob", "--job", "--to", destination, "--peer-token",
+                                                  token_, "--mode", "stop"},
+                                    180s);
+    });
+    for (pid_t& p : pids_) {
+      EXPECT_TRUE(phos::testing::WaitGone(p, 120s)) << "rank pid " << p << " was not ended on A";
+      p = -1;
+    }
+    before->clear();
+    for (int r = 0; r < kRanks; ++r) before->push_back(Log(r).size());
+    return pending.get();
+  }
+  std::string Good() const { return dir_ + "/img-good"; }
+  std::string Bad() const { return dir_ + "/img-bad"; }
+
   std::string dir_, token_;
   std::unique_ptr<phos::testing::LocalEtcd> etcd_;
   Child a_, b_;
@@ -235,33 +287,12 @@ INSTANTIATE_TEST_SUITE_P(Modes, JobAcrossPhosdsTest, ::testing::Values("stop", "
 // job image taken before intact, no staging left — and the job, whose
 // collectives go between the phosds directly, runs on to the right result.
 TEST_F(JobAcrossPhosdsTest, EtcdKilledMidCheckpointFailsItCleanlyAndTheJobRunsOn) {
-  ASSERT_TRUE(StartPhosd("a", &a_));
-  ASSERT_TRUE(StartPhosd("b", &b_, "5", {"--test-pause-cut-before-capture", Go()}));
-  StartRanks();
-  ASSERT_TRUE(phos::testing::WaitFileText(LogOf(1), "rank 1: step 30", 120s)) << Logs() << Daemons();
-  const std::string good = dir_ + "/img-good";
-  GoAhead(true);
-  Result ok = phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", good}, 180s);
-  ASSERT_EQ(ok.rc, 0) << ok.output << Daemons();
-  GoAhead(false);
-
-  const std::string bad = dir_ + "/img-bad";
-  auto pending = std::async(std::launch::async, [&] {
-    return phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", bad}, 180s);
-  });
-  ASSERT_TRUE(WaitForCapture(120s));
+  std::future<Result> pending;
+  CheckpointPausedBeforeCapture("5", &pending);
+  if (HasFatalFailure()) return;
   etcd_->Kill();
   GoAhead(true);
-  Result failed = pending.get();
-  EXPECT_NE(failed.rc, 0) << failed.output;
-  EXPECT_NE(failed.output.find("etcd"), std::string::npos) << failed.output << Daemons();
-  EXPECT_NE(failed.output.find("nothing was committed"), std::string::npos) << failed.output;
-  EXPECT_FALSE(fs::exists(bad)) << failed.output;
-  // B cleans its part of the staging up once it finds etcd gone.
-  EXPECT_TRUE(phos::testing::WaitPathGone(bad + ".tmp", 60s)) << Daemons();
-  Result in = phos::testing::RunPhos(Socket("a"), {"inspect", good});
-  EXPECT_EQ(in.rc, 0) << in.output;
-
+  ExpectFailedCleanly(pending.get(), "etcd");
   std::vector<size_t> from(kRanks, 0);
   ExpectFinishedExactly(from);
   for (pid_t& p : pids_) {
@@ -276,32 +307,12 @@ TEST_F(JobAcrossPhosdsTest, EtcdKilledMidCheckpointFailsItCleanlyAndTheJobRunsOn
 // the earlier job image intact — and A's ranks, whose peers died with B,
 // fail with NCCL's remote error instead of hanging. A serves on.
 TEST_F(JobAcrossPhosdsTest, APhosdKilledMidCheckpointFailsItCleanlyOnTheOthers) {
-  ASSERT_TRUE(StartPhosd("a", &a_));
-  ASSERT_TRUE(StartPhosd("b", &b_, "2", {"--test-pause-cut-before-capture", Go()}));
-  StartRanks();
-  ASSERT_TRUE(phos::testing::WaitFileText(LogOf(1), "rank 1: step 30", 120s)) << Logs() << Daemons();
-  const std::string good = dir_ + "/img-good";
-  GoAhead(true);
-  Result ok = phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", good}, 180s);
-  ASSERT_EQ(ok.rc, 0) << ok.output << Daemons();
-  GoAhead(false);
-
-  const std::string bad = dir_ + "/img-bad";
-  auto pending = std::async(std::launch::async, [&] {
-    return phos::testing::RunPhos(Socket("a"), {"checkpoint", "crossjob", "--job", "--out", bad}, 180s);
-  });
-  ASSERT_TRUE(WaitForCapture(120s));
+  std::future<Result> pending;
+  CheckpointPausedBeforeCapture("2", &pending);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(kill(b_.pid, SIGKILL), 0);
   (void)b_.Wait(10s);
-  Result failed = pending.get();
-  EXPECT_NE(failed.rc, 0) << failed.output;
-  EXPECT_NE(failed.output.find(Endpoint("b")), std::string::npos) << failed.output << Daemons();
-  EXPECT_NE(failed.output.find("nothing was committed"), std::string::npos) << failed.output;
-  EXPECT_FALSE(fs::exists(bad)) << failed.output;
-  EXPECT_TRUE(phos::testing::WaitPathGone(bad + ".tmp", 60s)) << Daemons();
-  Result in = phos::testing::RunPhos(Socket("a"), {"inspect", good});
-  EXPECT_EQ(in.rc, 0) << in.output;
-
+  ExpectFailedCleanly(pending.get(), Endpoint("b"));
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(phos::testing::WaitGone(pids_[static_cast<size_t>(r)], 120s)) << Logs() << Daemons();
     pids_[static_cast<size_t>(r)] = -1;
@@ -321,20 +332,8 @@ TEST_F(JobAcrossPhosdsTest, AJobMigratesToAnotherPhosdAndFinishesExactly) {
   StartRanks(/*all_on_a=*/true);
   ASSERT_TRUE(phos::testing::WaitFileText(LogOf(1), "rank 1: step 30", 120s)) << Logs() << Daemons();
   const std::vector<pid_t> ranks = pids_;
-  auto pending = std::async(std::launch::async, [&] {
-    return phos::testing::RunPhos(Socket("a"), {"migrate", "crossjob", "--job", "--to", Endpoint("b"), "--peer-token",
-                                                token_, "--mode", "stop"},
-                                  180s);
-  });
-  // The ranks end on A once the job image is committed; reaping them (we
-  // are their parent) frees their pids for the restore on B.
-  for (pid_t& p : pids_) {
-    EXPECT_TRUE(phos::testing::WaitGone(p, 120s)) << "rank pid " << p << " was not ended on A";
-    p = -1;
-  }
   std::vector<size_t> before;
-  for (int r = 0; r < kRanks; ++r) before.push_back(Log(r).size());
-  Result mig = pending.get();
+  Result mig = MigrateFromA(Endpoint("b"), &before);
   ASSERT_EQ(mig.rc, 0) << mig.output << Daemons() << Logs();
   std::string pids_line = "pids";
   for (pid_t p : ranks) pids_line += " " + std::to_string(p);
@@ -376,18 +375,8 @@ TEST_F(JobAcrossPhosdsTest, AJobWhoseMigrationFailsRunsOnOrIsRestoredHere) {
       << unreachable.output;
   for (pid_t p : ranks) EXPECT_EQ(kill(p, 0), 0) << "rank pid " << p << " did not run on";
 
-  auto pending = std::async(std::launch::async, [&] {
-    return phos::testing::RunPhos(Socket("a"), {"migrate", "crossjob", "--job", "--to", Endpoint("b"), "--peer-token",
-                                                token_, "--mode", "stop"},
-                                  180s);
-  });
-  for (pid_t& p : pids_) {
-    EXPECT_TRUE(phos::testing::WaitGone(p, 120s)) << "rank pid " << p << " was not ended on A";
-    p = -1;
-  }
   std::vector<size_t> before;
-  for (int r = 0; r < kRanks; ++r) before.push_back(Log(r).size());
-  Result failed = pending.get();
+  Result failed = MigrateFromA(Endpoint("b"), &before);
   EXPECT_NE(failed.rc, 0) << failed.output;
   EXPECT_NE(failed.output.find("the job runs here again"), std::string::npos) << failed.output << Daemons();
   pids_ = ranks;  // restored on A, re-parented to us (subreaper)
