@@ -101,6 +101,16 @@ const char* ModeName(Mode m) {
   return "?";
 }
 
+bool ParseMode(const std::string& name, Mode* out) {
+  for (Mode m : {Mode::kStop, Mode::kCow, Mode::kRecopy}) {
+    if (name == ModeName(m)) {
+      *out = m;
+      return true;
+    }
+  }
+  return false;
+}
+
 Status Checkpoint(session::Session& session, const CheckpointOptions& options, Progress* progress,
                   CheckpointResult* result) {
   *result = CheckpointResult{};

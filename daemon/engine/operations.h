@@ -25,6 +25,8 @@ namespace phos::engine {
 
 enum class Mode { kStop, kCow, kRecopy };
 const char* ModeName(Mode m);
+/// ModeName's inverse ("stop", "cow", "recopy"); false for anything else.
+bool ParseMode(const std::string& name, Mode* out);
 
 /// What to do with a kernel that has no PTX (cannot be twinned) while an
 /// operation validates speculation (`phosd --unvalidated`).

@@ -223,9 +223,10 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
   // 2. Every rank of the job is held at the cut: capture this phosd's.
   if (!base.test_pause_before_capture.empty()) PauseForTest(base.test_pause_before_capture, cut, base.cluster.cancelled);
   JobCheckpointOptions opts = base;
-  opts.rank.mode = req.mode() == "stop"     ? engine::Mode::kStop
-                   : req.mode() == "recopy" ? engine::Mode::kRecopy
-                                            : engine::Mode::kCow;
+  if (!engine::ParseMode(req.mode(), &opts.rank.mode)) {
+    release_all();
+    return fail(Status::Corruption("cut " + cut + ": unknown mode '" + req.mode() + "' in its request"));
+  }
   const std::string staged = req.dir() + ".tmp";
   std::error_code ec;
   std::filesystem::create_directories(staged, ec);

@@ -325,14 +325,6 @@ std::string CountersJson(const engine::OperationCounters& c) {
   return o.str();
 }
 
-bool ParseMode(const std::string& s, engine::Mode* m) {
-  if (s == "stop") *m = engine::Mode::kStop;
-  else if (s == "cow") *m = engine::Mode::kCow;
-  else if (s == "recopy") *m = engine::Mode::kRecopy;
-  else return false;
-  return true;
-}
-
 int Fail(const std::string& why) {
   std::fprintf(stderr, "engine_stall_bench: %s\n", why.c_str());
   return 1;
@@ -380,7 +372,7 @@ int Main(int argc, char** argv) {
   std::vector<engine::Mode> modes;
   for (const auto& m : f.modes) {
     engine::Mode mode;
-    if (!ParseMode(m, &mode)) return Fail("unknown mode '" + m + "' (stop, cow, recopy)");
+    if (!engine::ParseMode(m, &mode)) return Fail("unknown mode '" + m + "' (stop, cow, recopy)");
     modes.push_back(mode);
   }
 
