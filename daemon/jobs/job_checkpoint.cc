@@ -10,7 +10,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <set>
 #include <utility>
 
@@ -162,9 +161,11 @@ Status CheckpointJob(session::SessionServer* server, std::uint64_t seed, const J
   for (const auto& m : members) result->stall_us = std::max(result->stall_us, m->held_us.load());
   spdlog::info("job checkpoint: {} committed ({} ranks, {} bytes, cut after {} us, longest stall {} us)",
                options.dir, members.size(), result->bytes, result->cut_us, result->stall_us);
-  if (options.kill) progress->SetPhase("kill", "job image committed; ending its " + std::to_string(members.size()) + " ranks");
-  if (Status k = EndRanks(options, result->ranks, &result->killed); !k.ok()) {
-    return k.WithContext("the job image " + options.dir + " is committed, but its ranks were not all ended");
+  if (options.kill) {
+    progress->SetPhase("kill", "job image committed; ending its " + std::to_string(members.size()) + " ranks");
+    if (Status k = EndRanks(options.end_ranks, result->ranks, &result->killed); !k.ok()) {
+      return k.WithContext("the job image " + options.dir + " is committed, but its ranks were not all ended");
+    }
   }
   return Status::Ok();
 }
@@ -266,11 +267,8 @@ Status RestoreJob(session::SessionServer* server, const std::string& dir, const 
   }
   std::error_code ec;
   const std::string abs = std::filesystem::absolute(dir, ec).string();
-  // One new generation for every communicator of this restore: its ranks
-  // meet each other, never the original job or another copy of it.
-  std::random_device rd;
-  std::uint64_t generation = 0;
-  while (generation == 0) generation = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  // One new generation for every communicator of this restore.
+  const std::uint64_t generation = NewCommGeneration();
   progress->SetPhase("restore", "restoring " + std::to_string(jm.ranks_size()) + " ranks of " + dir + " on " +
                                     std::to_string(by_phosd.size()) + " phosd(s)");
   std::atomic<bool> give_up{false};

@@ -135,6 +135,11 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
     spdlog::warn("job cut {}: {}", cut, s.message());
     return s;
   };
+  // The request, checked before any rank is held.
+  JobCheckpointOptions opts = base;
+  if (!engine::ParseMode(req.mode(), &opts.rank.mode)) {
+    return fail(Status::Corruption("cut " + cut + ": unknown mode '" + req.mode() + "' in its request"));
+  }
   // This phosd's sessions of the job: those holding ranks of its
   // communicators, and everything they share communicators with here.
   std::vector<backend::CommunicatorId> ids;
@@ -222,11 +227,6 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
   }
   // 2. Every rank of the job is held at the cut: capture this phosd's.
   if (!base.test_pause_before_capture.empty()) PauseForTest(base.test_pause_before_capture, cut, base.cluster.cancelled);
-  JobCheckpointOptions opts = base;
-  if (!engine::ParseMode(req.mode(), &opts.rank.mode)) {
-    release_all();
-    return fail(Status::Corruption("cut " + cut + ": unknown mode '" + req.mode() + "' in its request"));
-  }
   const std::string staged = req.dir() + ".tmp";
   std::error_code ec;
   std::filesystem::create_directories(staged, ec);
@@ -270,14 +270,14 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
     }
     spdlog::info("job cut {}: committed ({} ranks of this phosd)", cut, members.size());
     // --kill: this phosd ends its ranks (the coordinator reports the sum).
-    JobCheckpointOptions ending = base;
-    ending.kill = req.kill();
-    std::uint32_t ended = 0;
-    if (Status k = EndRanks(ending, ranks, &ended); !k.ok()) {
-      state.set_end_error(k.message());
-      spdlog::warn("job cut {}: committed, but this phosd's ranks were not all ended: {}", cut, k.message());
+    if (req.kill()) {
+      std::uint32_t ended = 0;
+      if (Status k = EndRanks(base.end_ranks, ranks, &ended); !k.ok()) {
+        state.set_end_error(k.message());
+        spdlog::warn("job cut {}: committed, but this phosd's ranks were not all ended: {}", cut, k.message());
+      }
+      state.set_ended(ended);
     }
-    state.set_ended(ended);
   } else {
     RemoveOwn(staged, members);
     outcome = Status::Unavailable("job cut " + cut + " aborted: " +

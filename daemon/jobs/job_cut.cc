@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 
 #include "process/process_checkpoint.h"
 
@@ -126,15 +127,22 @@ void DescribeRank(const JobRankResult& r, image::v1::JobManifest::RankImage* out
   }
 }
 
-Status EndRanks(const JobCheckpointOptions& options, const std::vector<JobRankResult>& ranks, std::uint32_t* ended) {
+Status EndRanks(const std::function<Status(const std::vector<pid_t>&)>& end_ranks,
+                const std::vector<JobRankResult>& ranks, std::uint32_t* ended) {
   *ended = 0;
-  if (!options.kill) return Status::Ok();
-  if (!options.end_ranks) return Status::Internal("--kill without a way to end the ranks");
+  if (!end_ranks) return Status::Internal("--kill without a way to end the ranks");
   std::vector<pid_t> pids;
   for (const JobRankResult& r : ranks) pids.push_back(r.pid);
-  PHOS_RETURN_IF_ERROR(options.end_ranks(pids));
+  PHOS_RETURN_IF_ERROR(end_ranks(pids));
   *ended = static_cast<std::uint32_t>(pids.size());
   return Status::Ok();
+}
+
+std::uint64_t NewCommGeneration() {
+  std::random_device rd;
+  std::uint64_t generation = 0;
+  while (generation == 0) generation = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return generation;
 }
 
 }  // namespace phos::jobs

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <future>
 #include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -59,10 +60,15 @@ Status MembersOf(session::SessionServer* server, const std::set<std::uint64_t>& 
 Status CaptureMembers(std::vector<std::unique_ptr<Member>>& members, const std::string& staged,
                       const JobCheckpointOptions& options, std::vector<JobRankResult>* ranks);
 
-/// --kill (options.kill): ends the captured `ranks` of this phosd through
-/// options.end_ranks once the job image is committed; `ended` counts them.
-/// OK and nothing done without --kill.
-Status EndRanks(const JobCheckpointOptions& options, const std::vector<JobRankResult>& ranks, std::uint32_t* ended);
+/// --kill, once the job image is committed: ends the captured `ranks` of
+/// this phosd through `end_ranks` (JobCheckpointOptions::end_ranks);
+/// `ended` counts them.
+Status EndRanks(const std::function<Status(const std::vector<pid_t>&)>& end_ranks,
+                const std::vector<JobRankResult>& ranks, std::uint32_t* ended);
+
+/// A new communicator generation (never 0) for one job restore: its ranks
+/// meet each other, never the original job or another copy of it.
+std::uint64_t NewCommGeneration();
 
 /// The job manifest's entry of a captured rank.
 void DescribeRank(const JobRankResult& r, image::v1::JobManifest::RankImage* out);

@@ -6,19 +6,16 @@
 
 #include <chrono>
 #include <filesystem>
-#include <random>
 
-#include "image/job_manifest.h"
+#include "engine/operation_util.h"
+#include "jobs/job_cut.h"
 #include "peer/peer_client.h"
 
 namespace phos::jobs {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-std::uint64_t MicrosSince(Clock::time_point t0) {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
-}
+using engine::Clock;
+using engine::MicrosSince;
 
 /// The destination failed after the ranks were ended here: bring the job
 /// back from the staged image and say what happened either way.
@@ -63,36 +60,30 @@ Status MigrateJob(session::SessionServer* server, std::uint64_t seed, const JobM
   PHOS_RETURN_IF_ERROR(CheckpointJob(server, seed, ck, progress, &result->checkpoint)
                            .WithContext("job migration moves jobs whose ranks all run on this phosd"));
   const auto down = Clock::now();
-  image::v1::JobManifest jm;
-  Status s = image::ReadJobManifest(ck.dir, &jm);
   // 3. The image to the destination.
-  const auto t_send = Clock::now();
   peer::SendImageResult sent;
-  if (s.ok()) {
-    peer::SendImageOptions so;
-    so.max_bytes_per_sec = options.max_bytes_per_sec;
-    so.skip_fsync = true;  // it lives until restored there; the staged copy stays until then
-    s = peer::SendImage(options.destination, options.token, ck.dir, options.name,
-                        progress->TotalsReporter("transfer", "sending the job image to " + options.destination),
-                        &sent, so)
-            .WithContext("sending the job image to " + options.destination);
-  }
-  result->transfer_ms = MicrosSince(t_send) / 1000;
+  peer::SendImageOptions so;
+  so.max_bytes_per_sec = options.max_bytes_per_sec;
+  so.skip_fsync = true;  // it lives until restored there; the staged copy stays until then
+  Status s = peer::SendImage(options.destination, options.token, ck.dir, options.name,
+                             progress->TotalsReporter("transfer", "sending the job image to " + options.destination),
+                             &sent, so)
+                 .WithContext("sending the job image to " + options.destination);
+  result->transfer_ms = MicrosSince(down) / 1000;
   result->bytes_sent = sent.bytes;
   result->destination_dir = sent.path;
-  // 4. Every rank restored there, with a generation of its own.
+  // 4. Every rank restored there, with a generation of its own (the
+  //    ranks as the checkpoint captured them: the manifest's order).
   if (s.ok()) {
-    progress->SetPhase("restore", "restoring " + std::to_string(jm.ranks_size()) + " ranks at " + options.destination);
+    const std::vector<JobRankResult>& ranks = result->checkpoint.ranks;
+    progress->SetPhase("restore", "restoring " + std::to_string(ranks.size()) + " ranks at " + options.destination);
     std::vector<std::string> dirs;
     std::vector<pid_t> pids;
-    for (const auto& r : jm.ranks()) {
-      dirs.push_back(r.dir());
-      pids.push_back(static_cast<pid_t>(r.pid()));
+    for (const JobRankResult& r : ranks) {
+      dirs.push_back(r.dir);
+      pids.push_back(r.pid);
     }
-    std::random_device rd;
-    std::uint64_t generation = 0;
-    while (generation == 0) generation = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-    s = peer::RequestRestoreJobRanks(options.destination, options.token, sent.path, dirs, pids, generation,
+    s = peer::RequestRestoreJobRanks(options.destination, options.token, sent.path, dirs, pids, NewCommGeneration(),
                                      [] { return false; }, &result->destination_pids)
             .WithContext("restoring the job at " + options.destination);
   }

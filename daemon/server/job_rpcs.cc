@@ -99,13 +99,11 @@ phos::Status PhosService::RestoreJobRanksForPeer(const peer::v1::RestoreJobRanks
   PHOS_RETURN_IF_ERROR(jobs::RestoreRanks(
       server, request.dir(), dirs, old, request.generation(), ro,
       [&] { return stopping_.load() || cancelled(); }, &results));
+  // The job's name is in its manifest (RestoreRanks reads only the ranks').
   image::v1::JobManifest jm;
-  const bool named = image::ReadJobManifest(request.dir(), &jm).ok();  // RestoreRanks read it already
-  for (const auto& r : results) {
-    restored_.Track(r.pid);
-    if (named) sessions_->SetRestoredJob(r.pid, jm.job_name());
-    pids->push_back(r.pid);
-  }
+  const std::string job = image::ReadJobManifest(request.dir(), &jm).ok() ? jm.job_name() : "";
+  for (const auto& r : results) pids->push_back(r.pid);
+  AdoptRestoredRanks(*pids, job);
   return phos::Status::Ok();
 }
 
@@ -125,12 +123,7 @@ grpc::Status PhosService::RestoreJobRpc(const v1::RestoreRequest* req, grpc::Ser
     const jobs::JobCluster cluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
     const std::map<std::string, std::string> phosd_map(req->phosd_map().begin(), req->phosd_map().end());
     phos::Status rs = jobs::RestoreJob(server, req->image_dir(), ro, cluster, &progress, &r, phosd_map);
-    if (rs.ok()) {
-      for (int pid : r.pids_here) {
-        restored_.Track(pid);
-        sessions_->SetRestoredJob(pid, r.job_name);
-      }
-    }
+    if (rs.ok()) AdoptRestoredRanks(r.pids_here, r.job_name);
     return rs;
   });
   phos::Status s = StreamUntilDone(done, progress, writer);
@@ -179,10 +172,7 @@ grpc::Status PhosService::MigrateJobRpc(const v1::MigrateRequest* req, const ses
   jobs::JobMigrateResult r;
   std::future<phos::Status> done = std::async(std::launch::async, [&] {
     phos::Status ms = jobs::MigrateJob(server, seed.id(), o, &progress, &r);
-    for (int pid : r.restored_here_pids) {
-      restored_.Track(pid);
-      sessions_->SetRestoredJob(pid, o.checkpoint.job_name);
-    }
+    AdoptRestoredRanks(r.restored_here_pids, o.checkpoint.job_name);
     return ms;
   });
   phos::Status s = StreamUntilDone(done, progress, writer);
@@ -204,6 +194,13 @@ grpc::Status PhosService::MigrateJobRpc(const v1::MigrateRequest* req, const ses
   c["source_pid"] = static_cast<std::uint64_t>(req->pid());
   writer->Write(ev);
   return grpc::Status::OK;
+}
+
+void PhosService::AdoptRestoredRanks(const std::vector<int>& pids, const std::string& job) {
+  for (int pid : pids) {
+    restored_.Track(pid);
+    sessions_->SetRestoredJob(pid, job);
+  }
 }
 
 }  // namespace phos::server

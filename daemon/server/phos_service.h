@@ -157,6 +157,10 @@ class PhosService final : public v1::Phos::Service {
   /// The engine options a migration's checkpoint runs with: the request's
   /// mode (default recopy) and rounds, phosd's defaults for the rest.
   engine::CheckpointOptions MigrationCheckpointOptions(const v1::MigrateRequest& req) const;
+  /// Ranks of job `job` this phosd restored (a job restore, its part of
+  /// one, a migration's fallback): reaped when they exit, shown with the
+  /// job's name (a restored process has no `phos run` launcher).
+  void AdoptRestoredRanks(const std::vector<int>& pids, const std::string& job);
   /// Migrate RPC with `job` (job_rpcs.cc; jobs/job_migrate.h).
   grpc::Status MigrateJobRpc(const v1::MigrateRequest* req, const session::Session& seed,
                              grpc::ServerWriter<v1::OperationEvent>* writer);
