@@ -34,6 +34,7 @@ struct RestoreArgs {
   bool gpu_only = false;
   bool concurrent = true;
   bool detach = false;
+  std::string verify = "auto";
   std::vector<std::string> device_map;  // "OLD=NEW"
   std::vector<std::string> phosd_map;   // "FROM=TO" (peer endpoints, or TO "here")
   CriuFlags criu;
@@ -61,6 +62,7 @@ int RunRestore(const GlobalOptions& global, const RestoreArgs& a) {
   }
   req.set_concurrent(a.concurrent);
   req.set_detach(a.detach);
+  req.set_verify(a.verify);
   for (const std::string& m : a.device_map) {
     int from = -1, to = -1;
     char extra = 0;
@@ -131,6 +133,15 @@ void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
                 "--concurrent (default): the process resumes at once and buffers load in the background in "
                 "the order it first used them (a call needing one waits for it); --stop-the-world: the "
                 "process waits until everything is loaded");
+  cmd->add_option("--verify", a->verify,
+                  "When the image's checksums are checked: 'first' reads and checks all of gpu.img before "
+                  "anything changes (the image is read twice); 'as-loaded' checks each chunk as it is loaded, "
+                  "before it reaches the GPU (read once: a bad chunk fails the restore, a restored process is "
+                  "killed, a --concurrent one has the calls that need an unloaded buffer refused); 'auto' "
+                  "(default): first for --gpu-only (a running process's state would be lost), as-loaded "
+                  "otherwise")
+      ->check(CLI::IsMember({"auto", "first", "as-loaded"}))
+      ->capture_default_str();
   AddCriuFlags(cmd, &a->criu, /*restore=*/true);
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunRestore(*global, *a); });

@@ -262,11 +262,9 @@ TrackedBuffer* ConcurrentRestore::NextToLoad() {
 }
 
 Status ConcurrentRestore::LoadAll() {
-  std::vector<std::byte> host(static_cast<std::size_t>(std::max<std::uint64_t>(task_->max_chunk_bytes(), 1)));
-  bool pinned = false;
-  UseContext([&] {
-    if (stream_ != 0) pinned = ctx_->RegisterHostMemory(host.data(), host.size()).ok();
-  });
+  ChunkLoader loader(task_->reader(), ctx_, stream_, [this](const std::function<void()>& f) { return UseContext(f); },
+                     progress_);
+  loader.set_before_copy([this] { gate_.YieldIfNeeded(ctx_); });
   Status status;
   for (;;) {
     TrackedBuffer* b = nullptr;
@@ -282,7 +280,7 @@ Status ConcurrentRestore::LoadAll() {
     }
     // address, bytes and image_index never change after Start: read unlocked.
     bool paused = false;
-    status = LoadOne(*b, host.data(), &paused);
+    status = LoadOne(*b, loader, &paused);
     {
       std::lock_guard<std::mutex> lock(table_.mu);
       if (status.ok() && paused) {
@@ -311,7 +309,7 @@ Status ConcurrentRestore::LoadAll() {
     }
     if (hooks_.loaded) hooks_.loaded(b->address);
   }
-  if (pinned) UseContext([&] { (void)ctx_->UnregisterHostMemory(host.data()); });
+  loader.Finish();
   if (!status.ok() && status.code() != Status::Code::kUnavailable) return RestoreTask::Undefined(status);
   return status;
 }
@@ -325,12 +323,10 @@ bool ConcurrentRestore::ShouldPause(const TrackedBuffer& b) {
   return false;
 }
 
-Status ConcurrentRestore::LoadOne(const TrackedBuffer& b, std::byte* host, bool* paused) {
+Status ConcurrentRestore::LoadOne(const TrackedBuffer& b, ChunkLoader& loader, bool* paused) {
   *paused = false;
-  image::ImageReader& reader = task_->reader();
-  const auto& e = reader.manifest().buffers(static_cast<int>(b.image_index));
-  const std::uint64_t chunk = e.chunk_bytes();
-  const std::uint64_t chunks = chunk == 0 ? 0 : (e.bytes() + chunk - 1) / chunk;
+  const auto& e = task_->reader().manifest().buffers(static_cast<int>(b.image_index));
+  const std::uint64_t chunks = static_cast<std::uint64_t>(e.chunk_xxh3_size());
   std::uint64_t first = 0;
   {
     std::lock_guard<std::mutex> lock(table_.mu);
@@ -340,31 +336,20 @@ Status ConcurrentRestore::LoadOne(const TrackedBuffer& b, std::byte* host, bool*
       resume_at_.erase(it);
     }
   }
-  for (std::uint64_t c = first; c < chunks; ++c) {
-    // A call waits for another buffer: serve it first (a big buffer's
-    // chunks would otherwise keep it waiting for up to the whole buffer;
-    // measured: the first kernel of a template start waited 3-8 ms behind
-    // a 16 MiB buffer). Resumed at chunk c later.
-    if (c > first && ShouldPause(b)) {
-      std::lock_guard<std::mutex> lock(table_.mu);
-      resume_at_[b.address] = c;
-      *paused = true;
-      return Status::Ok();
-    }
-    std::size_t len = 0;
-    // Re-verified as it is read (the file could have changed since VerifyAll).
-    PHOS_RETURN_IF_ERROR(reader.ReadChunk(b.image_index, c, host, &len));
-    const std::uint64_t dst = b.address + c * chunk;
-    Status s;
-    const bool used = UseContext([&] {
-      gate_.YieldIfNeeded(ctx_);
-      s = ctx_->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(host), len, backend::CopyKind::kHostToDevice, stream_);
-      // The host buffer is reused for the next chunk; PRESENT means on the device.
-      if (s.ok()) s = ctx_->SynchronizeStream(stream_);
-    });
-    if (!used) return Status::Unavailable("the process exited during the restore");
-    if (!s.ok()) return s.WithContext("loading buffer " + Hex(b.address) + " chunk " + std::to_string(c));
-    progress_->AddBytes(len);
+  // A call waits for another buffer: serve it first (a big buffer's chunks
+  // would otherwise keep it waiting for up to the whole buffer; measured:
+  // the first kernel of a template start waited 3-8 ms behind a 16 MiB
+  // buffer). Resumed at `next` later.
+  std::uint64_t next = first;
+  Status s = loader.Load(b.image_index, b.address, first, chunks, [&] { return ShouldPause(b); }, &next);
+  if (!s.ok()) {
+    if (s.code() == Status::Code::kUnavailable) return s;
+    return s.WithContext("loading buffer " + Hex(b.address));
+  }
+  if (next < chunks) {
+    std::lock_guard<std::mutex> lock(table_.mu);
+    resume_at_[b.address] = next;
+    *paused = true;
   }
   return Status::Ok();
 }
@@ -411,8 +396,8 @@ Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook
                                      std::vector<std::uint64_t>* load_order) {
   const auto t0 = Clock::now();
   auto task = std::make_unique<RestoreTask>(progress);
-  // Every checksum before the session is touched (unless the caller did).
-  if (Status p = task->Prepare(options.dir, !options.verified); !p.ok()) {
+  // In place: by default every checksum before the session is touched.
+  if (Status p = task->Prepare(options.dir, VerifiesFirst(options.verify, true)); !p.ok()) {
     return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
   }
   // In place: make the session's buffer map match the image, then track.

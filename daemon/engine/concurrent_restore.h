@@ -12,8 +12,9 @@
 // they are the same.
 //
 // Steps:
-//   Prepare     caller's thread: RestoreTask::Prepare — open the image and
-//               verify every checksum BEFORE the session is touched.
+//   Prepare     caller's thread: RestoreTask::Prepare — open the image; in
+//               place (by default, engine::Verify) verify every checksum
+//               BEFORE the session is touched.
 //   control     (the stall, RestoreResult::stall_us) the ControlStep maps
 //               the image's buffers, then calls StartMapped(). In place
 //               that is StartInPlace(): RestoreTask::MapBuffers (synchronise,
@@ -30,13 +31,14 @@
 //               waits for them) first, then the image's first-use order
 //               (SessionSnapshot::first_use; empty for stop-mode images),
 //               then the rest by ascending address. ABSENT -> LOADING ->
-//               H2D chunk by chunk (the image's chunks, 4 MiB by default;
-//               each re-verified as it is read) on its own stream, yielding
-//               to app copies (CopyEngineGate) -> PRESENT, waiters notified.
-//               Between two chunks a buffer nobody waits for is paused
+//               H2D in batches of the image's chunks (4 MiB by default;
+//               ChunkLoader: each verified as it is read, the next batch
+//               read while one is copied) on its own stream, yielding to
+//               app copies (CopyEngineGate) -> PRESENT, waiters notified.
+//               Between two batches a buffer nobody waits for is paused
 //               (back to ABSENT, resumed at that chunk) when a call waits
 //               for another absent buffer: a waiting call waits for at most
-//               one chunk of something else.
+//               one batch of something else.
 //   Finish()    control task once every buffer is PRESENT: uninstall, drop
 //               the validator, stream and gate. total_us ends when the
 //               loader returned.
@@ -87,6 +89,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/chunk_loader.h"
 #include "engine/engine_hook.h"
 #include "engine/operations.h"
 #include "engine/restore_task.h"
@@ -114,8 +117,8 @@ struct ConcurrentRestoreHooks {
 /// error says (in place: unchanged or undefined; fresh: empty again).
 using ControlStep = std::function<Status(session::SessionState& st, ConcurrentRestore& op)>;
 
-/// The driver both concurrent restores share. `task`: prepared (image
-/// verified, or options.verified). Runs `step` as a control task, then the
+/// The driver both concurrent restores share. `task`: prepared (the image
+/// opened; verified first where options.verify says so). Runs `step` as a control task, then the
 /// loader on the caller's thread, then Finish (Fail when the loader failed)
 /// as a control task. result: the task's
 /// result plus concurrent, stall_us (the control task), total_us (from
@@ -136,7 +139,7 @@ class ConcurrentRestore final : public SoftOperation {
  public:
   enum State : std::uint8_t { kAbsent, kLoading, kPresent };
 
-  /// `task`: prepared (image verified). Owned: the hook may keep the
+  /// `task`: prepared (RestoreTask::Prepare). Owned: the hook may keep the
   /// operation after its driver gave up on the session. `step`: what
   /// Start() runs (StartInPlace, or the fresh restore's recreation).
   ConcurrentRestore(std::unique_ptr<RestoreTask> task, Progress* progress, ConcurrentRestoreHooks hooks,
@@ -184,10 +187,10 @@ class ConcurrentRestore final : public SoftOperation {
   /// mu held: the loader's next buffer (urgent first), or null.
   TrackedBuffer* NextToLoad();
   /// Loader: one buffer's chunks H2D, from where a paused load stopped.
-  /// Between two chunks it pauses (*paused, OK) when a call waits for
+  /// Between two batches it pauses (*paused, OK) when a call waits for
   /// another, absent buffer and this one is not wanted urgently. mu NOT
   /// held.
-  Status LoadOne(const TrackedBuffer& b, std::byte* host, bool* paused);
+  Status LoadOne(const TrackedBuffer& b, ChunkLoader& loader, bool* paused);
   /// Loader, mu NOT held: an absent urgent buffer waits and `b` is not urgent.
   bool ShouldPause(const TrackedBuffer& b);
   /// mu held: waits until every buffer in `wanted` is PRESENT (marks the

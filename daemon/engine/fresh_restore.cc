@@ -342,7 +342,7 @@ Status RestoreFreshWithHooks(session::Session& session, const RestoreOptions& op
   const auto t0 = Clock::now();
   const std::string untouched = "fresh restore refused; session " + std::to_string(session.id()) + " is untouched";
   auto task = std::make_unique<RestoreTask>(progress);
-  PHOS_RETURN_IF_ERROR(task->Prepare(options.dir, !options.verified).WithContext(untouched));
+  PHOS_RETURN_IF_ERROR(task->Prepare(options.dir, VerifiesFirst(options.verify, false)).WithContext(untouched));
   // Shared with the concurrent ControlStep (a copyable std::function).
   auto handles = std::make_shared<image::v1::SessionHandles>();
   auto modules = std::make_shared<image::v1::SessionModules>();

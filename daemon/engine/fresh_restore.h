@@ -7,11 +7,13 @@
 // sections (session_sections.h), so the app's later calls — with its old
 // module/function/stream/event ids and its old device pointers — work:
 //
-//   caller's thread  claim the session; RestoreTask::Prepare (every
-//                    checksum verified, unless options.verified says the
-//                    caller did); parse and cross-check the
-//                    `streams`/`modules` sections. A bad image is refused
-//                    here, before the session is touched.
+//   caller's thread  claim the session; RestoreTask::Prepare (the image
+//                    opened; by default (engine::Verify) NOT every checksum
+//                    first: each chunk is verified as it is loaded, and a
+//                    bad one fails the restore as below, so the image is
+//                    read once); parse and cross-check the
+//                    `streams`/`modules` sections. A bad manifest is
+//                    refused here, before the session is touched.
 //   control task     (stop-the-world, on the session's consumer thread)
 //                    refuse a session that holds anything; load every
 //                    module with its id (ascending), resolve every function

@@ -111,6 +111,34 @@ bool ParseMode(const std::string& name, Mode* out) {
   return false;
 }
 
+const char* VerifyName(Verify v) {
+  switch (v) {
+    case Verify::kAuto: return "auto";
+    case Verify::kFirst: return "first";
+    case Verify::kAsLoaded: return "as-loaded";
+  }
+  return "?";
+}
+
+bool ParseVerify(const std::string& name, Verify* out) {
+  for (Verify v : {Verify::kAuto, Verify::kFirst, Verify::kAsLoaded}) {
+    if (name == VerifyName(v)) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool VerifiesFirst(Verify v, bool in_place) {
+  switch (v) {
+    case Verify::kFirst: return true;
+    case Verify::kAsLoaded: return false;
+    case Verify::kAuto: break;
+  }
+  return in_place;
+}
+
 Status Checkpoint(session::Session& session, const CheckpointOptions& options, Progress* progress,
                   CheckpointResult* result) {
   *result = CheckpointResult{};
@@ -156,7 +184,7 @@ Status Restore(session::Session& session, const RestoreOptions& options, Progres
   }
   const auto t0 = Clock::now();
   RestoreTask task(progress);
-  if (Status p = task.Prepare(options.dir, !options.verified); !p.ok()) {
+  if (Status p = task.Prepare(options.dir, VerifiesFirst(options.verify, true)); !p.ok()) {
     return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
   }
   Status s = session.RunControl([&task](session::SessionState& st) { return task.Apply(st); });

@@ -101,6 +101,29 @@ struct CheckpointResult {
 Status Checkpoint(session::Session& session, const CheckpointOptions& options, Progress* progress,
                   CheckpointResult* result);
 
+/// When a restore checks the image's checksums (docs/protocols.md
+/// "Verification"). Every chunk is verified either way: the question is
+/// whether a full pass comes before the session is touched (the image is
+/// read twice) or each chunk is verified as it is loaded, before it reaches
+/// device memory (read once).
+enum class Verify {
+  /// kFirst for an in-place restore, kAsLoaded for a fresh one. A fresh
+  /// restore that meets a bad chunk loses nothing: stop-the-world releases
+  /// what it created (the session is empty again; a restored process is
+  /// killed, the image untouched); concurrent refuses the app's calls that
+  /// need a buffer that never loaded. An in-place restore has the live
+  /// session's state to lose and cannot roll back without a copy of all its
+  /// device memory, so it checks everything first.
+  kAuto,
+  kFirst,
+  kAsLoaded,
+};
+const char* VerifyName(Verify v);
+/// "auto", "first", "as-loaded" (VerifyName's inverse); false otherwise.
+bool ParseVerify(const std::string& name, Verify* out);
+/// Whether a restore verifies the whole image before touching the session.
+bool VerifiesFirst(Verify v, bool in_place);
+
 struct RestoreOptions {
   std::string dir;
   /// true: buffers start ABSENT and load in the background in first-use
@@ -110,14 +133,8 @@ struct RestoreOptions {
   /// run again (the control task finished, buffers still loading). A
   /// whole-process restore opens its session's gate here.
   std::function<void()> on_resumed;
-  /// The caller verified every checksum of this image and knows its files
-  /// did not change since (a template's in-memory copy, TemplateStore):
-  /// the full pre-restore verification (RestoreTask::Prepare) is skipped.
-  /// Each chunk is still verified as it is loaded; a bad one fails the
-  /// restore (concurrent: calls touching a buffer that never loaded are
-  /// refused, never run on its missing bytes). false: verify everything
-  /// before the session is touched.
-  bool verified = false;
+  /// When the image's checksums are checked (Verify above).
+  Verify verify = Verify::kAuto;
   /// A job restore (docs/protocols.md "Job checkpoints"): the image's NCCL
   /// communicators are formed again by all the job's ranks, under unique
   /// ids this number (the same for every rank of one job restore, nonzero)

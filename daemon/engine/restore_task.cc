@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/hex.h"
+#include "engine/chunk_loader.h"
 
 namespace phos::engine {
 
@@ -23,7 +24,11 @@ bool Overlaps(std::uint64_t a, std::uint64_t an, std::uint64_t b, std::uint64_t 
 Status RestoreTask::Prepare(const std::string& dir, bool verify_all) {
   result_.dir = dir;
   progress_->SetPhase("open", "reading " + dir + "/manifest");
-  PHOS_RETURN_IF_ERROR(image::ImageReader::Open(dir, {}, &reader_));
+  // Half the staging buffers are read while the other half is copied to
+  // the device (ChunkLoader).
+  image::ImageReaderOptions ro;
+  ro.io.queue_depth = kReadQueueDepth;
+  PHOS_RETURN_IF_ERROR(image::ImageReader::Open(dir, ro, &reader_));
   const auto& m = reader_->manifest();
   result_.source_pid = static_cast<std::uint64_t>(m.pid());
   if (!m.has_session()) {
@@ -151,34 +156,28 @@ Status RestoreTask::MapBuffers(session::SessionState& st) {
 Status RestoreTask::LoadExtents(backend::Context* ctx, const std::vector<std::size_t>& extents) {
   if (extents.empty()) return Status::Ok();
   const auto& m = reader_->manifest();
-  std::vector<std::byte> host(static_cast<std::size_t>(max_chunk_bytes_));
-  const bool pinned = !host.empty() && ctx->RegisterHostMemory(host.data(), host.size()).ok();
   backend::StreamHandle stream = 0;
   Status s = ctx->CreateStream(0, 0, &stream);
-  for (std::size_t i : extents) {
-    if (!s.ok()) break;
-    const auto& e = m.buffers(static_cast<int>(i));
-    const std::uint64_t chunks = e.chunk_bytes() == 0 ? 0 : (e.bytes() + e.chunk_bytes() - 1) / e.chunk_bytes();
-    auto moved = relocated_.find(e.device_address());
-    const std::uint64_t base = moved == relocated_.end() ? e.device_address() : moved->second;
-    for (std::uint64_t c = 0; s.ok() && c < chunks; ++c) {
-      std::size_t len = 0;
-      s = reader_->ReadChunk(i, c, host.data(), &len);
-      if (!s.ok()) break;
-      const std::uint64_t dst = base + c * e.chunk_bytes();
-      s = ctx->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(host.data()), len, backend::CopyKind::kHostToDevice,
-                           stream);
-      // The host buffer is reused for the next chunk: wait for this copy.
-      if (s.ok()) s = ctx->SynchronizeStream(stream);
-      if (!s.ok()) s = s.WithContext("copying to " + Hex(dst));
-      progress_->AddBytes(len);
+  if (s.ok()) {
+    ChunkLoader loader(*reader_, ctx, stream, [](const std::function<void()>& f) { f(); return true; }, progress_);
+    for (std::size_t i : extents) {
+      const auto& e = m.buffers(static_cast<int>(i));
+      const std::uint64_t chunks = static_cast<std::uint64_t>(e.chunk_xxh3_size());
+      auto moved = relocated_.find(e.device_address());
+      const std::uint64_t base = moved == relocated_.end() ? e.device_address() : moved->second;
+      std::uint64_t next = 0;
+      s = loader.Load(i, base, 0, chunks, {}, &next);
+      if (!s.ok()) {
+        s = s.WithContext("loading extent " + Hex(e.device_address()));
+        break;
+      }
     }
+    loader.Finish();
   }
   if (stream != 0) {
     Status d = ctx->DestroyStream(stream);
     if (!d.ok()) spdlog::warn("restore: cannot destroy the engine's stream: {}", d.ToString());
   }
-  if (pinned) (void)ctx->UnregisterHostMemory(host.data());
   return s;
 }
 

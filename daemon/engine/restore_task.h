@@ -1,17 +1,18 @@
 // In-place restore ("roll the session back") of a session's GPU state
 // from a GPU-only image (docs/protocols.md "In-place restore").
 //
-//   Prepare()   caller's thread: ImageReader::Open + VerifyAll — every
-//               chunk's checksum is checked BEFORE the session is touched;
-//               a corrupt or truncated image is refused naming the buffer,
-//               chunk and file offset. Also decodes the session metadata.
-//               `verify_all` false (RestoreOptions::verified: the caller
-//               verified this image already) skips VerifyAll only: the
-//               manifest and gpu.img's header and length are still checked
-//               (Open), and every chunk is still verified as it is read.
+//   Prepare()   caller's thread: ImageReader::Open (the manifest, gpu.img's
+//               header and length) and decodes the session metadata. With
+//               `verify_all` (engine::Verify, operations.h: the default
+//               of in-place restores) also VerifyAll — every chunk's
+//               checksum is checked BEFORE the session is touched; a
+//               corrupt image is refused naming the buffer, chunk and file
+//               offset. Either way every chunk is verified again as it is
+//               loaded (ChunkLoader), before it reaches device memory.
 //   Apply()     ON the session's consumer thread (control task), the
 //               stop-the-world restore: MapBuffers(), then every extent
-//               H2D (LoadExtents), synchronise.
+//               H2D (LoadExtents: ChunkLoader, reads in flight overlapping
+//               the copies), synchronise.
 // The pieces are public so the concurrent restore (concurrent_restore.h)
 // shares them: it calls MapBuffers() and loads the globals with
 // LoadExtents() in its control task, and reads buffer chunks itself.
@@ -52,7 +53,11 @@ class RestoreTask {
  public:
   explicit RestoreTask(Progress* progress) : progress_(progress) {}
 
-  Status Prepare(const std::string& dir, bool verify_all = true);
+  /// Staging buffers of the image reader: ChunkLoader reads half of them
+  /// while the other half is being copied to the device.
+  static constexpr std::size_t kReadQueueDepth = 8;
+
+  Status Prepare(const std::string& dir, bool verify_all);
   /// Consumer thread only (control task): the whole stop-the-world restore.
   Status Apply(session::SessionState& st);
 
@@ -61,8 +66,8 @@ class RestoreTask {
   /// later failures are Undefined().
   Status MapBuffers(session::SessionState& st);
   /// Consumer thread: copies the given extents (manifest indices) H2D on a
-  /// stream of its own, chunk by chunk (each re-verified as it is read),
-  /// and waits for them. Progress bytes are added per chunk. An extent
+  /// stream of its own (ChunkLoader: each chunk verified as it is read,
+  /// before it is copied), and waits for them. Progress bytes are added per chunk. An extent
   /// whose address was relocated (RelocateGlobal) goes to its new address.
   Status LoadExtents(backend::Context* ctx, const std::vector<std::size_t>& extents);
   /// Consumer thread, before LoadExtents: the module global the image has at

@@ -101,6 +101,7 @@ Status ImageReader::Open(const std::string& dir, const ImageReaderOptions& optio
   io.buffer_bytes = max_chunk;
   IoBackendFactory factory = options.backend_factory ? options.backend_factory : OpenIoBackend;
   PHOS_RETURN_IF_ERROR(factory(path, IoMode::kRead, io, &r->io_));
+  r->queue_depth_ = std::max<std::size_t>(io.pool ? io.pool->count() : io.queue_depth, 1);
   *out = std::move(r);
   return Status::Ok();
 }
@@ -127,69 +128,70 @@ Status ImageReader::CheckChunk(std::size_t buffer, std::uint64_t chunk, const st
   return Status::Ok();
 }
 
-Status ImageReader::ReadChunkStaged(std::size_t buffer, std::uint64_t chunk, IoBuffer** staged,
-                                    std::size_t* len) {
+Status ImageReader::ReadChunk(std::size_t buffer, std::uint64_t chunk, void* dst,
+                              std::size_t* len) {
+  if (buffer < buffer_count() &&
+      chunk >= static_cast<std::uint64_t>(manifest_.buffers(static_cast<int>(buffer)).chunk_xxh3_size())) {
+    return Status::InvalidArgument(Who(manifest_.buffers(static_cast<int>(buffer)), buffer) + " has no chunk " +
+                                   std::to_string(chunk));
+  }
+  std::vector<StagedChunk> staged;
+  PHOS_RETURN_IF_ERROR(ReadStaged(buffer, chunk, chunk + 1, 1, true, &staged));
+  std::memcpy(dst, staged[0].data, staged[0].len);
+  *len = staged[0].len;
+  Release(staged[0]);
+  return Status::Ok();
+}
+
+Status ImageReader::ReadStaged(std::size_t buffer, std::uint64_t first, std::uint64_t end, std::size_t max,
+                               bool wait, std::vector<StagedChunk>* out) {
   if (buffer >= buffer_count()) {
     return Status::InvalidArgument("image has no buffer " + std::to_string(buffer));
   }
   const v1::BufferExtent& e = manifest_.buffers(static_cast<int>(buffer));
-  if (chunk >= static_cast<std::uint64_t>(e.chunk_xxh3_size())) {
-    return Status::InvalidArgument(Who(e, buffer) + " has no chunk " + std::to_string(chunk));
-  }
-  const std::uint64_t boff = chunk * e.chunk_bytes();
-  const std::size_t n =
-      static_cast<std::size_t>(std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - boff));
+  end = std::min<std::uint64_t>(end, static_cast<std::uint64_t>(e.chunk_xxh3_size()));
+  if (first >= end || max == 0) return Status::Ok();
+  // One buffer (blocking when `wait`), more only if free: concurrent
+  // readers never deadlock holding part of the pool each.
   IoBuffer* b = nullptr;
-  PHOS_RETURN_IF_ERROR(io_->Acquire(&b));
-  std::size_t got = 0;
-  Status s = io_->Read(b, e.extent_offset() + boff, RoundUp(n, kAlign), &got);
-  if (s.ok()) s = CheckChunk(buffer, chunk, b->data, got);
+  if (wait) {
+    PHOS_RETURN_IF_ERROR(io_->Acquire(&b));
+  } else if ((b = io_->TryAcquire()) == nullptr) {
+    return Status::Ok();
+  }
+  std::vector<IoBackend::ReadOp> ops;
+  do {
+    const std::uint64_t boff = (first + ops.size()) * e.chunk_bytes();
+    const std::uint64_t n = std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - boff);
+    ops.push_back({b, e.extent_offset() + boff, static_cast<std::size_t>(RoundUp(n, kAlign)), 0});
+  } while (ops.size() < max && first + ops.size() < end && (b = io_->TryAcquire()) != nullptr);
+  Status s = io_->ReadBatch(ops);
+  for (std::size_t i = 0; i < ops.size() && s.ok(); ++i) s = CheckChunk(buffer, first + i, ops[i].buf->data, ops[i].got);
   if (!s.ok()) {
-    io_->Release(b);
+    for (const auto& op : ops) io_->Release(op.buf);
     return s;
   }
-  *staged = b;
-  *len = n;
-  return Status::Ok();
-}
-
-Status ImageReader::ReadChunk(std::size_t buffer, std::uint64_t chunk, void* dst,
-                              std::size_t* len) {
-  IoBuffer* b = nullptr;
-  PHOS_RETURN_IF_ERROR(ReadChunkStaged(buffer, chunk, &b, len));
-  std::memcpy(dst, b->data, *len);
-  io_->Release(b);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const std::uint64_t c = first + i;
+    out->push_back({ops[i].buf, c, ops[i].buf->data,
+                    static_cast<std::size_t>(std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - c * e.chunk_bytes()))});
+  }
   return Status::Ok();
 }
 
 Status ImageReader::ReadChunks(
     std::size_t buffer, std::uint64_t first, std::uint64_t end,
     const std::function<void(std::uint64_t, const std::uint8_t*, std::size_t)>& sink) {
-  const v1::BufferExtent& e = manifest_.buffers(static_cast<int>(buffer));
-  std::vector<IoBackend::ReadOp> ops;
+  std::vector<StagedChunk> staged;
   for (std::uint64_t c = first; c < end;) {
-    // One buffer blocking, more only if free: concurrent readers never
-    // deadlock holding part of the pool each.
-    ops.clear();
-    IoBuffer* b = nullptr;
-    PHOS_RETURN_IF_ERROR(io_->Acquire(&b));
-    do {
-      const std::uint64_t boff = (c + ops.size()) * e.chunk_bytes();
-      const std::uint64_t n = std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - boff);
-      ops.push_back({b, e.extent_offset() + boff, static_cast<std::size_t>(RoundUp(n, kAlign)), 0});
-    } while (c + ops.size() < end && (b = io_->TryAcquire()) != nullptr);
-    Status s = io_->ReadBatch(ops);
-    for (std::size_t i = 0; i < ops.size() && s.ok(); ++i) {
-      s = CheckChunk(buffer, c + i, ops[i].buf->data, ops[i].got);
-      if (s.ok()) {
-        sink(c + i, ops[i].buf->data,
-             static_cast<std::size_t>(std::min<std::uint64_t>(e.chunk_bytes(),
-                                                              e.bytes() - (c + i) * e.chunk_bytes())));
-      }
+    staged.clear();
+    PHOS_RETURN_IF_ERROR(ReadStaged(buffer, c, end, queue_depth_, true, &staged));
+    if (staged.empty()) return Status::Internal("image reader: no chunk read at " + std::to_string(c));
+    for (const StagedChunk& sc : staged) {
+      sink(sc.chunk, sc.data, sc.len);
+      Release(sc);
     }
-    for (const auto& op : ops) io_->Release(op.buf);
-    PHOS_RETURN_IF_ERROR(s);
-    c += ops.size();
+    c += staged.size();
   }
   return Status::Ok();
 }

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "image.pb.h"
@@ -59,13 +60,33 @@ class ImageReader {
   /// first problem. `progress(done_bytes, total_bytes)` after each chunk.
   Status VerifyAll(const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
 
+  /// A verified chunk still in its staging buffer (no copy out of it): the
+  /// caller copies from `data` (e.g. H2D straight from the staging buffer)
+  /// and gives it back with Release().
+  struct StagedChunk {
+    IoBuffer* buf = nullptr;
+    std::uint64_t chunk = 0;
+    const std::uint8_t* data = nullptr;
+    std::size_t len = 0;
+  };
+  /// Reads chunks first, first+1, ... (at most `max`, none at or past
+  /// `end`) of `buffer` with as many reads in flight as staging buffers it
+  /// gets, verifies each and appends them to *out in order. `wait`: block
+  /// for the first staging buffer; false: append nothing when none is free
+  /// (a caller holding staged chunks releases them first — it would
+  /// otherwise wait for itself). On error *out is unchanged and nothing
+  /// stays acquired; the error names the first bad chunk.
+  Status ReadStaged(std::size_t buffer, std::uint64_t first, std::uint64_t end, std::size_t max, bool wait,
+                    std::vector<StagedChunk>* out);
+  void Release(const StagedChunk& c) { io_->Release(c.buf); }
+  /// Staging buffers (concurrent reads in flight at most).
+  std::size_t queue_depth() const { return queue_depth_; }
+
  private:
   ImageReader() = default;
-  /// Reads and verifies one chunk into a staging buffer; the caller releases it.
-  Status ReadChunkStaged(std::size_t buffer, std::uint64_t chunk, IoBuffer** staged,
-                         std::size_t* len);
   /// Reads chunks [first, end) of a buffer with up to queue-depth reads in
-  /// flight, verifies each and passes it to `sink(chunk, data, len)` in order.
+  /// flight (ReadStaged), verifies each and passes it to `sink(chunk, data,
+  /// len)` in order.
   Status ReadChunks(std::size_t buffer, std::uint64_t first, std::uint64_t end,
                     const std::function<void(std::uint64_t, const std::uint8_t*, std::size_t)>& sink);
   /// Checks one chunk read into `data` (got bytes): length and xxh3.
@@ -75,6 +96,7 @@ class ImageReader {
   std::string dir_;
   v1::Manifest manifest_;         // immutable after Open
   std::unique_ptr<IoBackend> io_;  // thread-safe itself
+  std::size_t queue_depth_ = 1;    // immutable after Open
 };
 
 }  // namespace phos::image

@@ -313,7 +313,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   gro.device_map = options.device_map;
   gro.dir = dir;
   gro.concurrent = options.concurrent;
-  gro.verified = options.image_verified;
+  gro.verify = options.verify;
   bool running = false;  // the gate opened (this thread only)
   auto let_run = [&] {
     if (running) return;

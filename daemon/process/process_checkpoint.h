@@ -92,11 +92,11 @@ struct ProcessRestoreOptions {
   /// Called (restoring thread) the moment the process may run: its
   /// session's gate just opened. Migration SIGCONTs its stopped process here.
   std::function<void(pid_t)> on_running;
-  /// Every checksum of the GPU image was verified by the caller and its
-  /// files did not change since (a template's in-memory copy): the engine
-  /// skips its full pre-restore verification (engine::RestoreOptions::
-  /// verified). `phos restore DIR` leaves it false.
-  bool image_verified = false;
+  /// When the GPU image's checksums are checked (engine::Verify; `phos
+  /// restore --verify`). The default verifies each chunk as it loads: a bad
+  /// one fails the restore and the restored process is killed, the image
+  /// untouched.
+  engine::Verify verify = engine::Verify::kAuto;
   /// Added to what the image's dump used (`phos restore --tcp-established`...).
   CriuUserOptions criu;
   /// phosd's --criu-binary ("" = `criu` on PATH).

@@ -262,6 +262,11 @@ grpc::Status PhosService::Restore(grpc::ServerContext* ctx, const v1::RestoreReq
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "image_dir must be an absolute path (got '" + req->image_dir() + "')");
   }
+  engine::Verify verify = engine::Verify::kAuto;
+  if (!req->verify().empty() && !engine::ParseVerify(req->verify(), &verify)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "unknown --verify '" + req->verify() + "' (auto, first or as-loaded)");
+  }
   if (image::IsJobImage(req->image_dir())) {
     if (req->gpu_only()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -269,7 +274,7 @@ grpc::Status PhosService::Restore(grpc::ServerContext* ctx, const v1::RestoreReq
     }
     return RestoreJobRpc(req, writer);
   }
-  if (!req->gpu_only()) return RestoreWholeProcess(ctx, req, writer);
+  if (!req->gpu_only()) return RestoreWholeProcess(ctx, req, verify, writer);
   if (!req->device_map().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "--device-map moves a restored process to other GPUs; a --gpu-only restore rolls a running "
@@ -285,6 +290,7 @@ grpc::Status PhosService::Restore(grpc::ServerContext* ctx, const v1::RestoreReq
   engine::RestoreOptions opts;
   opts.dir = req->image_dir();
   opts.concurrent = req->concurrent();
+  opts.verify = verify;
   engine::RestoreResult r;
   OperationRecord record(sessions_, sess->id(), v1::SESSION_RESTORING, "restore");
   std::future<phos::Status> done =
@@ -329,7 +335,7 @@ void PhosService::WaitForRestoredExit(grpc::ServerContext* ctx, int pid, v1::Ope
 }
 
 grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
-                                              grpc::ServerWriter<v1::OperationEvent>* writer) {
+                                              engine::Verify verify, grpc::ServerWriter<v1::OperationEvent>* writer) {
   const auto t0 = Clock::now();
   session::SessionServer* server = nullptr;
   if (phos::Status d = DataPlane(&server); !d.ok()) return ToGrpcStatus(d);
@@ -347,6 +353,7 @@ grpc::Status PhosService::RestoreWholeProcess(grpc::ServerContext* ctx, const v1
         ro.criu = FromProto(req->criu());
         ro.criu_binary = criu_binary_;
         ro.device_map.insert(req->device_map().begin(), req->device_map().end());
+        ro.verify = verify;
         if (!req->detach()) ro.on_running = [&](pid_t pid) { announce.Ran(pid); };
         phos::Status rs = RestoreProcess(server, req->image_dir(), &progress, &r, ro);
         if (rs.ok()) tracked = restored_.Track(r.pid);

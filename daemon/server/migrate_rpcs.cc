@@ -105,13 +105,13 @@ phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, pe
   ProcessRestoreOptions ro;
   ro.concurrent = true;  // it runs while its buffers load, in first-use order
   ro.criu_binary = criu_binary_;
-  // No full checksum pass before the restore (it would read the whole
-  // gpu.img in the downtime, and O_DIRECT reads of a file just written
-  // first wait for its writeback): every byte was checked on arrival —
-  // streamed files against FileEnd's xxh3, pre-copied buffers against
-  // their chunk checksums (PrecopyStore), the values the manifest holds —
-  // and the concurrent restore checks each chunk again as it loads it.
-  ro.image_verified = true;
+  // No full checksum pass before the restore (the default of a fresh
+  // restore, engine::Verify; it would read the whole gpu.img in the
+  // downtime, and O_DIRECT reads of a file just written first wait for its
+  // writeback): every byte was checked on arrival — streamed files against
+  // FileEnd's xxh3, pre-copied buffers against their chunk checksums
+  // (PrecopyStore), the values the manifest holds — and the concurrent
+  // restore checks each chunk again as it loads it.
   std::int64_t resumed_ns = 0;
   phos::Status cont;
   // CRIU restores a process dumped stopped as stopped: let it run the

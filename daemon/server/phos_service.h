@@ -142,8 +142,9 @@ class PhosService final : public v1::Phos::Service {
   void WaitForRestoredExit(grpc::ServerContext* ctx, int pid, v1::OperationResult* out);
   /// OK when the template store is open, else UNAVAILABLE saying why.
   grpc::Status TemplatesReady() const;
-  /// Restore RPC, gpu_only = false (process_checkpoint.h).
-  grpc::Status RestoreWholeProcess(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
+  /// Restore RPC, gpu_only = false (process_checkpoint.h); `verify` parsed
+  /// from the request.
+  grpc::Status RestoreWholeProcess(grpc::ServerContext* ctx, const v1::RestoreRequest* req, engine::Verify verify,
                                    grpc::ServerWriter<v1::OperationEvent>* writer);
   /// Checkpoint RPC with `job` (job_rpcs.cc; jobs/job_checkpoint.h): `dir`
   /// and the per-rank `opts` as the single-process path resolved them.

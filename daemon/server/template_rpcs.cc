@@ -265,9 +265,11 @@ grpc::Status PhosService::TemplateStart(grpc::ServerContext* ctx, const v1::Temp
     ProcessRestoreOptions ro;
     ro.concurrent = true;
     ro.criu_binary = criu_binary_;
-    // A verified cache copy whose files did not change since (StartDir):
-    // no full verification; chunks are still verified as they load.
-    ro.image_verified = verified;
+    // A verified cache copy whose files did not change since (StartDir): no
+    // full verification, each chunk is verified as it loads. From disk:
+    // everything first, so that no instance of a damaged template ever runs
+    // (a concurrent restore as loaded would let it run until the bad chunk).
+    ro.verify = verified ? engine::Verify::kAsLoaded : engine::Verify::kFirst;
     // The instance runs: say so at once ("started pid N"), not when every
     // buffer has loaded.
     RunningAnnouncer announce(writer, progress, "started pid");

@@ -770,7 +770,7 @@ TEST_F(FreshRestoreTest, NonEmptySessionIsRefusedUnchanged) {
   EXPECT_NE(app_->StreamQuery(kStream), kOk) << "stream 3 was created by a refused restore";
 }
 
-TEST_F(FreshRestoreTest, CorruptImageIsRefusedBeforeTouchingTheSession) {
+TEST_F(FreshRestoreTest, CorruptImageIsRefusedBeforeTouchingTheSessionWithVerifyFirst) {
   BuildVectorAddState();
   const std::string img = dir_ + "/img", bad = dir_ + "/bad";
   Checkpoint(Mode::kStop, img);
@@ -793,7 +793,14 @@ TEST_F(FreshRestoreTest, CorruptImageIsRefusedBeforeTouchingTheSession) {
   Disconnect();
 
   Connect(a_session);
-  Status s = Restore(bad);
+  // Verify::kFirst: every checksum before the session is touched (the
+  // default, as loaded, is verified_restore_test's).
+  RestoreOptions o;
+  o.dir = bad;
+  o.verify = Verify::kFirst;
+  Progress progress;
+  RestoreResult r;
+  Status s = RestoreFresh(*session_, o, &progress, &r);
   ASSERT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find("untouched"), std::string::npos) << s.ToString();
   EXPECT_NE(app_->StreamQuery(kStream), kOk);

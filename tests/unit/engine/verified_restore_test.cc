@@ -1,17 +1,20 @@
-// RestoreOptions::verified (operations.h): the caller vouches that the
-// image was verified (a template's in-memory copy), so the fresh restore
-// skips the full pre-restore verification — and must still never let the
-// app compute on bytes that were not restored:
+// RestoreOptions::verify (operations.h, engine::Verify): a restore reads
+// the image once and verifies each chunk as it loads it (the default of
+// fresh restores), or verifies all of it first (the default in place) —
+// and never lets the app compute on bytes that were not restored:
 //
-//   - a good image restores with `verified` (stop-the-world and concurrent);
-//   - a corrupt image WITHOUT `verified` is refused before the session is
-//     touched (as always);
-//   - a corrupt image WITH `verified` (the caller was wrong: changed after
-//     it was verified) gets past Prepare; the concurrent loader meets the
+//   - a good image restores with each policy (stop-the-world and
+//     concurrent);
+//   - a corrupt image with Verify::kFirst is refused before the session is
+//     touched;
+//   - a corrupt image, fresh, by default: the concurrent loader meets the
 //     bad chunk and fails the restore with Corruption naming it, and the
 //     app's calls touching a buffer that never loaded are refused (before
 //     and after the restore returned), while a buffer loaded before the
-//     failure reads back right.
+//     failure reads back right; stop-the-world releases everything it
+//     created (the session is empty again and takes the good image);
+//   - in place, by default a corrupt image is refused with the session
+//     unchanged; with kAsLoaded the bad chunk never reaches device memory.
 //
 // Sim backend, real SessionServer with the engine hook, fake apps
 // (engine_test_env.h). Label `concurrency`: re-run under TSan.
@@ -105,11 +108,11 @@ class VerifiedRestoreTest : public ::testing::Test {
     ASSERT_TRUE(env_.Connect(&app_, &session_).ok());
   }
 
-  RestoreOptions Options(const std::string& dir, bool concurrent, bool verified) {
+  RestoreOptions Options(const std::string& dir, bool concurrent, Verify verify) {
     RestoreOptions o;
     o.dir = dir;
     o.concurrent = concurrent;
-    o.verified = verified;
+    o.verify = verify;
     return o;
   }
 
@@ -140,40 +143,101 @@ class VerifiedRestoreTest : public ::testing::Test {
   std::string img_, bad_;
 };
 
-TEST_F(VerifiedRestoreTest, AGoodImageRestoresWithoutTheFullVerification) {
-  for (bool concurrent : {false, true}) {
-    SCOPED_TRACE(concurrent ? "concurrent" : "stop-the-world");
-    Progress progress;
-    RestoreResult r;
-    Status s = RestoreFresh(*session_, Options(img_, concurrent, true), &progress, &r);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    ExpectReads(low_, data_[0]);
-    ExpectReads(big_, data_[1]);
-    ExpectReads(high_, data_[2]);
-    NewApp();
+TEST_F(VerifiedRestoreTest, AGoodImageRestoresWithEachPolicy) {
+  for (Verify v : {Verify::kAuto, Verify::kFirst, Verify::kAsLoaded}) {
+    for (bool concurrent : {false, true}) {
+      SCOPED_TRACE(std::string(VerifyName(v)) + (concurrent ? ", concurrent" : ", stop-the-world"));
+      Progress progress;
+      RestoreResult r;
+      Status s = RestoreFresh(*session_, Options(img_, concurrent, v), &progress, &r);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ExpectReads(low_, data_[0]);
+      ExpectReads(big_, data_[1]);
+      ExpectReads(high_, data_[2]);
+      NewApp();
+    }
   }
 }
 
-TEST_F(VerifiedRestoreTest, ACorruptImageIsRefusedUpFrontUnlessVerified) {
+TEST_F(VerifiedRestoreTest, ACorruptImageIsRefusedUpFrontWithVerifyFirst) {
   Progress progress;
   RestoreResult r;
-  Status s = RestoreFresh(*session_, Options(bad_, true, false), &progress, &r);
+  Status s = RestoreFresh(*session_, Options(bad_, true, Verify::kFirst), &progress, &r);
   ASSERT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find("untouched"), std::string::npos) << s.ToString();
   // Untouched: the good image restores into the same session.
-  Status good = RestoreFresh(*session_, Options(img_, true, false), &progress, &r);
+  Status good = RestoreFresh(*session_, Options(img_, true, Verify::kFirst), &progress, &r);
   ASSERT_TRUE(good.ok()) << good.ToString();
   ExpectReads(big_, data_[1]);
 }
 
-// `verified` but corrupt: the loader finds the bad chunk. The app first
+TEST_F(VerifiedRestoreTest, ParseVerifyIsVerifyNamesInverseAndAutoDependsOnWhere) {
+  for (Verify v : {Verify::kAuto, Verify::kFirst, Verify::kAsLoaded}) {
+    Verify got = Verify::kAuto;
+    ASSERT_TRUE(ParseVerify(VerifyName(v), &got)) << VerifyName(v);
+    EXPECT_EQ(got, v);
+  }
+  Verify got = Verify::kFirst;
+  EXPECT_FALSE(ParseVerify("always", &got));
+  EXPECT_TRUE(VerifiesFirst(Verify::kAuto, true));
+  EXPECT_FALSE(VerifiesFirst(Verify::kAuto, false));
+  EXPECT_TRUE(VerifiesFirst(Verify::kFirst, false));
+  EXPECT_FALSE(VerifiesFirst(Verify::kAsLoaded, true));
+}
+
+// A fresh stop-the-world restore reads the image once; the bad chunk fails
+// it, everything it created is released, and the same session then takes
+// the good image.
+TEST_F(VerifiedRestoreTest, AFreshStopTheWorldRestoreMeetingACorruptChunkLeavesTheSessionEmpty) {
+  Progress progress;
+  RestoreResult r;
+  Status s = RestoreFresh(*session_, Options(bad_, false, Verify::kAuto), &progress, &r);
+  ASSERT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("empty again"), std::string::npos) << s.ToString();
+  std::vector<std::byte> got(data_[0].size());
+  EXPECT_NE(app_->D2H(got.data(), low_, got.size()), kOk) << "low_ still mapped after the failed restore";
+  Status good = RestoreFresh(*session_, Options(img_, false, Verify::kAuto), &progress, &r);
+  ASSERT_TRUE(good.ok()) << good.ToString();
+  ExpectReads(low_, data_[0]);
+  ExpectReads(big_, data_[1]);
+  ExpectReads(high_, data_[2]);
+}
+
+// In place the default checks everything first: the live session keeps
+// its state. With kAsLoaded the restore fails part-way (undefined, and
+// says so), and the bad chunk's batch never reached device memory.
+TEST_F(VerifiedRestoreTest, InPlaceACorruptImageIsRefusedByDefaultAndNeverReachesTheDevice) {
+  Progress progress;
+  RestoreResult r;
+  ASSERT_TRUE(RestoreFresh(*session_, Options(img_, false, Verify::kAuto), &progress, &r).ok());
+  // The app overwrites big_ with a pattern of its own.
+  std::vector<std::byte> mine = Pattern(7, data_[1].size());
+  ASSERT_EQ(app_->H2D(big_, mine.data(), mine.size()), kOk) << app_->message();
+  for (bool concurrent : {false, true}) {
+    SCOPED_TRACE(concurrent ? "concurrent" : "stop-the-world");
+    Status s = engine::Restore(*session_, Options(bad_, concurrent, Verify::kAuto), &progress, &r);
+    ASSERT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+    EXPECT_NE(s.message().find("untouched"), std::string::npos) << s.ToString();
+    ExpectReads(big_, mine);
+  }
+  Status s = engine::Restore(*session_, Options(bad_, false, Verify::kAsLoaded), &progress, &r);
+  ASSERT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("undefined"), std::string::npos) << s.ToString();
+  // low_ (before big_ in the image) was loaded; big_'s chunks are one batch
+  // with the bad one: none of them was copied.
+  ExpectReads(low_, data_[0]);
+  ExpectReads(big_, mine);
+}
+
+// Fresh, concurrent, by default (as loaded): the loader finds the bad chunk. The app first
 // reads low_ (loaded before the bad chunk: right), then big_ and high_
 // (never loaded: refused, not garbage), during and after the restore.
 TEST_F(VerifiedRestoreTest, ACorruptChunkMetWhileLoadingFailsAndUnloadedBuffersAreRefused) {
   Progress progress;
   RestoreResult r;
   Status s;
-  std::thread restore([&] { s = RestoreFresh(*session_, Options(bad_, true, true), &progress, &r); });
+  std::thread restore([&] { s = RestoreFresh(*session_, Options(bad_, true, Verify::kAuto), &progress, &r); });
   WaitForLoadPhase(progress);
   ASSERT_EQ(progress.Snapshot().phase, "load");
   std::vector<std::byte> got(data_[0].size());

@@ -175,7 +175,7 @@ TEST_F(ControlTaskTest, EngineCheckpointAndRestoreRoundTrip) {
   ASSERT_EQ(app_->Malloc(4096, &c), kOk);
 
   engine::RestoreTask rs(&progress);
-  ASSERT_TRUE(rs.Prepare(img).ok());
+  ASSERT_TRUE(rs.Prepare(img, true).ok());
   s = session_->RunControl([&](SessionState& st) { return rs.Apply(st); });
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(rs.result().allocated, 1u);
@@ -205,7 +205,7 @@ TEST_F(ControlTaskTest, EngineCheckpointAndRestoreRoundTrip) {
     std::fclose(f);
   }
   engine::RestoreTask bad(&progress);
-  Status v = bad.Prepare(img);
+  Status v = bad.Prepare(img, true);
   EXPECT_EQ(v.code(), Status::Code::kCorruption) << v.ToString();
   EXPECT_NE(v.message().find("chunk 1"), std::string::npos) << v.message();
 }
