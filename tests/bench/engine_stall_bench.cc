@@ -28,14 +28,18 @@
 //
 // Restore ("time to first kernel"): the writer stops, every buffer is set to
 // byte A and a stop-the-world checkpoint is taken; then, for each restore
-// mode (stop, concurrent): every buffer is set to byte B, engine::Restore
+// (stop and concurrent verifying each chunk as it loads — the image is read
+// once —, then stop verifying everything first, engine::Verify): every
+// buffer is set to byte B, engine::Restore
 // starts on a thread, and the app reads the last 4 bytes of each buffer in
 // the image's load order (a stop image has no first-use order: ascending
 // address), polling the first one until it reads A. Reported: time from
 // Restore() start until the first such read returned A (time to first
 // kernel), until the read of the last buffer in load order returned
 // (everything the app needs is back), the engine's stall_us / total_us, and
-// the phase timeline (both modes verify every checksum first).
+// the phase timeline, and the stop restore's read rate (image bytes over
+// its "copy" phase; engine_stall_bench.sh measures fio's on the same file,
+// kept with --keep-restore-image).
 //
 // Before the checkpoints it times one malloc + D2D of a buffer's size into
 // fresh memory (what a cow shadow costs the app's stream on this backend)
@@ -107,6 +111,7 @@ struct Flags {
   int hot_buffers = 0;  // 0: the writer picks from every buffer
   std::uint64_t baseline_ms = 1000;
   bool restore = true;
+  std::string keep_restore_image;  // move the restores' image here instead of deleting it
   std::uint64_t seed = 1;
   std::string json;
   std::string log_level = "warn";
@@ -302,6 +307,15 @@ struct RestoreRow {
   double first_ms = 0;    // Restore() start -> first read returned A
   double last_ms = 0;     // -> read of the last buffer in load order returned A
   double return_ms = 0;   // -> Restore() returned
+  /// GB/s: image bytes over the "copy" phase (stop-the-world only).
+  double CopyRate() const {
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+      if (phases[i].first != "copy") continue;
+      const double end = i + 1 < phases.size() ? phases[i + 1].second : return_ms;
+      return end > phases[i].second ? static_cast<double>(r.bytes) / ((end - phases[i].second) * 1e6) : 0;
+    }
+    return 0;
+  }
   std::uint64_t polls = 0;
   std::vector<std::pair<std::string, double>> phases;
   /// ms after Restore() start when the phase after "verify" began (the
@@ -349,6 +363,8 @@ bool FillAll(FakeApp* app, const std::vector<std::uint64_t>& bufs, std::uint64_t
 int Main(int argc, char** argv) {
   Flags f;
   CLI::App cli{"engine_stall_bench: application stall of checkpoint modes and time to first kernel of restores"};
+  // engine_stall_bench.sh passes its defaults first: a later flag wins.
+  cli.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cli.add_option("--buffers", f.buffers, "device buffers the app allocates")->check(CLI::Range(2, 100000));
   cli.add_option("--buffer-mib", f.buffer_mib, "size of each buffer (MiB)")->check(CLI::Range(1, 65536));
   cli.add_option("--link-gbps", f.link_gbps, "sim host<->device link, GB/s per copy engine (phosd --sim-link-gbps)");
@@ -364,6 +380,8 @@ int Main(int argc, char** argv) {
   cli.add_option("--think-us", f.think_us, "host time between writer iterations (us)");
   cli.add_option("--baseline-ms", f.baseline_ms, "writer time with no operation before each checkpoint (ms)");
   cli.add_option("--restore", f.restore, "also measure restores (true/false)");
+  cli.add_option("--keep-restore-image", f.keep_restore_image,
+                 "move the restores' image to this directory afterwards (for fio on the same gpu.img)");
   cli.add_option("--json", f.json, "also write the results as JSON to this file ('-' = stdout)");
   cli.add_option("--trace-ms", f.trace_ms, "list the app's synchronous calls slower than this during each checkpoint");
   cli.add_option("--log-level", f.log_level, "phos log level");
@@ -508,13 +526,22 @@ int Main(int argc, char** argv) {
     if (Status s = engine::Checkpoint(*sess, o, &cp, &cr); !s.ok()) return Fail("checkpoint for restore: " + s.ToString());
     std::vector<std::uint64_t> order = bufs;  // a stop image's load order: ascending address
     std::sort(order.begin(), order.end());
-    for (bool concurrent : {false, true}) {
+    struct Kind {
+      const char* name;
+      bool concurrent;
+      engine::Verify verify;
+    };
+    for (const Kind& kind : {Kind{"stop", false, engine::Verify::kAsLoaded},
+                             Kind{"concurrent", true, engine::Verify::kAsLoaded},
+                             Kind{"stop-vfy1st", false, engine::Verify::kFirst}}) {
+      const bool concurrent = kind.concurrent;
       RestoreRow row;
-      row.mode = concurrent ? "concurrent" : "stop";
+      row.mode = kind.name;
       if (!FillAll(app.get(), bufs, buf_bytes, kB, &why)) return Fail(why);
       engine::RestoreOptions ro;
       ro.dir = o.dir;
       ro.concurrent = concurrent;
+      ro.verify = kind.verify;
       engine::Progress progress;
       Status rs;
       std::atomic<std::int64_t> returned{0};
@@ -557,6 +584,12 @@ int Main(int argc, char** argv) {
       restores.push_back(std::move(row));
     }
     std::error_code ec;
+    if (!f.keep_restore_image.empty()) {
+      std::filesystem::remove_all(f.keep_restore_image, ec);
+      std::filesystem::rename(o.dir, f.keep_restore_image, ec);
+      if (ec) std::fprintf(stderr, "cannot move %s to %s: %s\n", o.dir.c_str(), f.keep_restore_image.c_str(),
+                           ec.message().c_str());
+    }
     std::filesystem::remove_all(o.dir, ec);
   }
   app.reset();
@@ -607,20 +640,22 @@ int Main(int argc, char** argv) {
   }
   if (!restores.empty()) {
     const RestoreRow& s = restores[0];
-    std::printf("\n%-11s %13s %8s %10s %16s %8s %12s %10s %10s %10s %8s\n", "restore", "first_call_ms", "vs_stop",
+    std::printf("\n%-11s %13s %8s %10s %16s %8s %12s %10s %10s %10s %8s %9s\n", "restore", "first_call_ms", "vs_stop",
                 "verify_ms", "first_after_vfy", "vs_stop", "last_buf_ms", "return_ms", "stall_ms", "total_ms",
-                "absent");
+                "absent", "copy_GBps");
     const double s_after = s.first_ms - s.VerifiedMs();
     for (const auto& r : restores) {
       const double after = r.first_ms - r.VerifiedMs();
-      std::printf("%-11s %13.1f %7.1f%% %10.1f %16.1f %7.1f%% %12.1f %10.1f %10.1f %10.1f %8" PRIu64 "\n",
+      std::printf("%-11s %13.1f %7.1f%% %10.1f %16.1f %7.1f%% %12.1f %10.1f %10.1f %10.1f %8" PRIu64 " %9.2f\n",
                   r.mode.c_str(), r.first_ms, pct(r.first_ms, s.first_ms), r.VerifiedMs(), after, pct(after, s_after),
                   r.last_ms, r.return_ms, static_cast<double>(r.r.stall_us) / 1e3,
-                  static_cast<double>(r.r.total_us) / 1e3, r.r.counters.absent_waits);
+                  static_cast<double>(r.r.total_us) / 1e3, r.r.counters.absent_waits, r.CopyRate());
     }
     std::printf("(first_call: Restore() start -> the app's first read of a restored buffer returned the image's bytes;\n"
                 " first_after_vfy: the same from the end of checksum verification, when the session is first touched;\n"
-                " last_buf: -> the read of the last buffer in load order returned)\n");
+                " last_buf: -> the read of the last buffer in load order returned;\n"
+                " stop, concurrent: each chunk verified as it loads (the image read once); stop-vfy1st: all first;\n"
+                " copy_GBps: image bytes / the stop restore's copy phase, reads from gpu.img included)\n");
     for (const auto& r : restores) {
       std::printf("  %-10s phases (ms after Restore()): %s\n", r.mode.c_str(), PhasesText(r.phases).c_str());
     }
@@ -650,7 +685,7 @@ int Main(int argc, char** argv) {
     for (std::size_t i = 0; i < restores.size(); ++i) {
       const auto& r = restores[i];
       j << (i ? "," : "") << "{\"mode\":\"" << r.mode << "\",\"first_call_ms\":" << r.first_ms
-        << ",\"verified_ms\":" << r.VerifiedMs() << ",\"last_buffer_ms\":" << r.last_ms << ",\"return_ms\":" << r.return_ms << ",\"stall_us\":"
+        << ",\"verified_ms\":" << r.VerifiedMs() << ",\"copy_gbps\":" << r.CopyRate() << ",\"last_buffer_ms\":" << r.last_ms << ",\"return_ms\":" << r.return_ms << ",\"stall_us\":"
         << r.r.stall_us << ",\"total_us\":" << r.r.total_us << ",\"polls\":" << r.polls
         << ",\"counters\":" << CountersJson(r.r.counters) << ",\"phases\":" << PhasesJson(r.phases) << "}";
     }

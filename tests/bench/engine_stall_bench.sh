@@ -11,8 +11,8 @@
 # --sim-link-gbps 25), images under /var/tmp, --cow-reserve 2 GiB. The sim
 # keeps device memory in host RAM: peak host memory is about 2x the buffers
 # (shadows for cow, staging for recopy) plus the page cache of the images;
-# ~90 s on the 2-core development VM. PROGRAM FLAGS are appended (later
-# flags win), e.g. --json FILE, --modes stop,cow, --hot-buffers 8.
+# ~90 s on the 2-core development VM. PROGRAM FLAGS are appended (a default
+# they give is left out), e.g. --json FILE, --modes stop,cow, --hot-buffers 8.
 set -euo pipefail
 
 build=build
@@ -37,7 +37,30 @@ free -m | awk 'NR == 2 { printf "memory: %d MiB total, %d MiB available\n", $2, 
 df -h --output=source,fstype,size,avail "$dir" | tail -1 | awk -v d="$dir" '{ printf "disk (%s): %s %s, %s total, %s free\n", d, $1, $2, $3, $4 }'
 echo "git: $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$(dirname "$0")" diff --quiet HEAD -- daemon 2>/dev/null || echo ' (daemon/ modified)')"
 
-cmd=("$bin" --buffers 64 --buffer-mib 64 --link-gbps 25 --dir "$dir" --modes stop,cow,recopy --cow-reserve-mib 2048
-     "${extra[@]}")
+# Defaults, each left out when PROGRAM FLAGS give it (list flags such as
+# --modes would otherwise add up).
+cmd=("$bin")
+defaults=(--buffers 64 --buffer-mib 64 --link-gbps 25 --dir "$dir" --modes stop,cow,recopy --cow-reserve-mib 2048)
+for ((i = 0; i < ${#defaults[@]}; i += 2)); do
+  [[ " ${extra[*]} " == *" ${defaults[i]} "* ]] || cmd+=("${defaults[i]}" "${defaults[i + 1]}")
+done
+cmd+=("${extra[@]}")
+# fio's sequential O_DIRECT read of the restores' own gpu.img is the
+# baseline of the stop restore's read rate (docs/benchmarks.md; issue #19:
+# >= 90 %). Skipped with --restore false.
+keep=""
+if command -v fio >/dev/null && [[ " ${extra[*]} " != *" --restore false "* ]]; then
+  keep=$dir/engine-stall-bench-restore-image.$$
+  cmd+=(--keep-restore-image "$keep")
+fi
 echo "== ${cmd[*]}"
 "${cmd[@]}"
+if [[ -n $keep && -f $keep/gpu.img ]]; then
+  for qd in 1 4; do
+    echo "== fio: sequential O_DIRECT read of the restore's gpu.img, 4 MiB blocks, io_uring, iodepth $qd"
+    fio --name=restore-read --filename="$keep/gpu.img" --rw=read --direct=1 --bs=4M --ioengine=io_uring \
+        --iodepth=$qd --readonly --output-format=terse --terse-version=3 |
+      awk -F';' '{ printf "fio iodepth '"$qd"': %.2f GB/s (%d MiB in %d ms)\n", $7 * 1024 / 1e9, $6 / 1024, $9 }'
+  done
+  rm -rf "$keep"
+fi
