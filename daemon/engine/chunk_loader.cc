@@ -3,19 +3,21 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <deque>
 
 #include "common/hex.h"
 
 namespace phos::engine {
 
 ChunkLoader::ChunkLoader(image::ImageReader& reader, backend::Context* ctx, backend::StreamHandle stream,
-                         ContextAccess access, Progress* progress)
+                         ContextAccess access, Progress* progress, std::size_t read_ahead)
     : reader_(reader),
       ctx_(ctx),
       stream_(stream),
       access_(std::move(access)),
       progress_(progress),
-      batch_(std::max<std::size_t>(reader.queue_depth() / 2, 1)) {}
+      // One staging buffer is being verified, one copied: the rest may be read.
+      read_ahead_(std::clamp<std::size_t>(read_ahead, 1, std::max<std::size_t>(reader.queue_depth(), 3) - 2)) {}
 
 ChunkLoader::~ChunkLoader() { Finish(); }
 
@@ -60,33 +62,58 @@ Status ChunkLoader::Queue(const std::vector<image::ImageReader::StagedChunk>& ba
 
 Status ChunkLoader::Load(std::size_t extent, std::uint64_t base, std::uint64_t first, std::uint64_t end,
                          const std::function<bool()>& pause, std::uint64_t* next) {
+  using Pending = std::unique_ptr<image::ImageReader::PendingChunks>;
   const std::uint64_t chunk_bytes = reader_.manifest().buffers(static_cast<int>(extent)).chunk_bytes();
-  std::uint64_t c = first;   // next chunk to read
-  std::uint64_t done = first;  // chunks before it are on the device (after Drain)
-  Status s;
-  std::vector<image::ImageReader::StagedChunk> batch;
-  while (c < end) {
-    if (c > first && pause && pause()) break;
-    batch.clear();
-    // Blocking only with nothing of ours in flight: else the staging
-    // buffers we wait for could be the ones our own copies hold.
-    s = reader_.ReadStaged(extent, c, end, batch_, inflight_.empty(), &batch);
+  std::uint64_t c = first;     // the first chunk not queued for copying
+  std::uint64_t done = first;  // chunks before it are on the device
+  std::uint64_t reading = first;  // the first chunk whose read was not started
+  bool paused = false;
+  std::deque<Pending> ahead;  // reads started, in chunk order
+  // Keeps up to read_ahead_ chunk reads in flight. Before each read but the
+  // first, `pause` may stop the load (a call waits for another buffer).
+  auto read_more = [&]() -> Status {
+    while (!paused && ahead.size() < read_ahead_ && reading < end) {
+      if (reading > first && pause && pause()) {
+        paused = true;
+        break;
+      }
+      Pending p;
+      // Blocking only with nothing of ours held: else the staging buffers
+      // we would wait for could be the ones our own reads and copies hold.
+      PHOS_RETURN_IF_ERROR(reader_.StartStaged(extent, reading, end, 1, ahead.empty() && inflight_.empty(), &p));
+      if (p == nullptr) {
+        if (!ahead.empty()) break;  // more once these are consumed
+        PHOS_RETURN_IF_ERROR(Drain());  // every free buffer was in our copies
+        if (done < c) done = c;
+        PHOS_RETURN_IF_ERROR(reader_.StartStaged(extent, reading, end, 1, true, &p));
+      }
+      reading += p->size();
+      ahead.push_back(std::move(p));
+    }
+    return Status::Ok();
+  };
+  Status s = read_more();
+  std::vector<image::ImageReader::StagedChunk> chunk;
+  while (s.ok() && !ahead.empty()) {
+    Pending p = std::move(ahead.front());
+    ahead.pop_front();
+    chunk.clear();
+    s = reader_.FinishStaged(std::move(p), &chunk);  // waits, verifies: a bad chunk stops here
     if (!s.ok()) break;
-    // The previous batch was copied while this one was read.
+    // The previous chunk was copied while this one was read and verified.
     s = Drain();
     if (s.ok()) done = c;
-    if (!s.ok() || batch.empty()) {
-      for (const auto& b : batch) reader_.Release(b);
-      if (!s.ok()) break;
-      continue;  // every staging buffer was ours: now they are free
-    }
-    s = Queue(batch, base, chunk_bytes);
-    inflight_ = batch;  // also on failure: queued copies must finish before the buffers go back
+    if (s.ok()) s = Queue(chunk, base, chunk_bytes);
+    inflight_ = chunk;  // also on failure: queued copies must finish before the buffers go back
     if (!s.ok()) break;
-    c += batch.size();
+    c += chunk.size();
+    s = read_more();
   }
-  // Whatever is in flight ends at c (the failed batch of a Queue() error
-  // was not counted in c).
+  // Dropping reads still in flight waits for them and frees their buffers
+  // (read ahead of a pause: read again when the load resumes).
+  ahead.clear();
+  // What is in flight ends at c (a chunk whose Queue() failed was not
+  // counted in c).
   Status d = Drain();
   if (d.ok()) done = c;
   if (s.ok()) s = d;

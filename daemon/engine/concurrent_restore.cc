@@ -263,7 +263,7 @@ TrackedBuffer* ConcurrentRestore::NextToLoad() {
 
 Status ConcurrentRestore::LoadAll() {
   ChunkLoader loader(task_->reader(), ctx_, stream_, [this](const std::function<void()>& f) { return UseContext(f); },
-                     progress_);
+                     progress_, ChunkLoader::kConcurrentReadAhead);
   loader.set_before_copy([this] { gate_.YieldIfNeeded(ctx_); });
   Status status;
   for (;;) {

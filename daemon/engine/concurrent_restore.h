@@ -31,14 +31,14 @@
 //               waits for them) first, then the image's first-use order
 //               (SessionSnapshot::first_use; empty for stop-mode images),
 //               then the rest by ascending address. ABSENT -> LOADING ->
-//               H2D in batches of the image's chunks (4 MiB by default;
-//               ChunkLoader: each verified as it is read, the next batch
-//               read while one is copied) on its own stream, yielding to
-//               app copies (CopyEngineGate) -> PRESENT, waiters notified.
-//               Between two batches a buffer nobody waits for is paused
-//               (back to ABSENT, resumed at that chunk) when a call waits
-//               for another absent buffer: a waiting call waits for at most
-//               one batch of something else.
+//               H2D chunk by chunk (the image's chunks, 4 MiB by default;
+//               ChunkLoader: each verified as it is read, two reads ahead)
+//               on its own stream, yielding to app copies (CopyEngineGate)
+//               -> PRESENT, waiters notified. Between two chunks a buffer
+//               nobody waits for is paused (back to ABSENT, resumed at that
+//               chunk; chunks read ahead are dropped) when a call waits for
+//               another absent buffer: a waiting call waits for at most one
+//               chunk of something else plus the two reads in flight.
 //   Finish()    control task once every buffer is PRESENT: uninstall, drop
 //               the validator, stream and gate. total_us ends when the
 //               loader returned.
@@ -187,7 +187,7 @@ class ConcurrentRestore final : public SoftOperation {
   /// mu held: the loader's next buffer (urgent first), or null.
   TrackedBuffer* NextToLoad();
   /// Loader: one buffer's chunks H2D, from where a paused load stopped.
-  /// Between two batches it pauses (*paused, OK) when a call waits for
+  /// Between two chunks it pauses (*paused, OK) when a call waits for
   /// another, absent buffer and this one is not wanted urgently. mu NOT
   /// held.
   Status LoadOne(const TrackedBuffer& b, ChunkLoader& loader, bool* paused);

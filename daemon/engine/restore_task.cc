@@ -24,8 +24,8 @@ bool Overlaps(std::uint64_t a, std::uint64_t an, std::uint64_t b, std::uint64_t 
 Status RestoreTask::Prepare(const std::string& dir, bool verify_all) {
   result_.dir = dir;
   progress_->SetPhase("open", "reading " + dir + "/manifest");
-  // Half the staging buffers are read while the other half is copied to
-  // the device (ChunkLoader).
+  // Reads in flight while a chunk is verified and another copied to the
+  // device (ChunkLoader).
   image::ImageReaderOptions ro;
   ro.io.queue_depth = kReadQueueDepth;
   PHOS_RETURN_IF_ERROR(image::ImageReader::Open(dir, ro, &reader_));
@@ -159,7 +159,9 @@ Status RestoreTask::LoadExtents(backend::Context* ctx, const std::vector<std::si
   backend::StreamHandle stream = 0;
   Status s = ctx->CreateStream(0, 0, &stream);
   if (s.ok()) {
-    ChunkLoader loader(*reader_, ctx, stream, [](const std::function<void()>& f) { f(); return true; }, progress_);
+    // Stop-the-world: as many reads in flight as the staging buffers allow.
+    ChunkLoader loader(*reader_, ctx, stream, [](const std::function<void()>& f) { f(); return true; }, progress_,
+                       kReadQueueDepth);
     for (std::size_t i : extents) {
       const auto& e = m.buffers(static_cast<int>(i));
       const std::uint64_t chunks = static_cast<std::uint64_t>(e.chunk_xxh3_size());

@@ -53,8 +53,9 @@ class RestoreTask {
  public:
   explicit RestoreTask(Progress* progress) : progress_(progress) {}
 
-  /// Staging buffers of the image reader: ChunkLoader reads half of them
-  /// while the other half is being copied to the device.
+  /// Staging buffers of the image reader (4 MiB each by default):
+  /// ChunkLoader reads into all but two of them while it verifies one chunk
+  /// and another is being copied to the device.
   static constexpr std::size_t kReadQueueDepth = 8;
 
   Status Prepare(const std::string& dir, bool verify_all);

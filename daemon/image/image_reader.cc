@@ -143,8 +143,16 @@ Status ImageReader::ReadChunk(std::size_t buffer, std::uint64_t chunk, void* dst
   return Status::Ok();
 }
 
-Status ImageReader::ReadStaged(std::size_t buffer, std::uint64_t first, std::uint64_t end, std::size_t max,
-                               bool wait, std::vector<StagedChunk>* out) {
+ImageReader::PendingChunks::~PendingChunks() {
+  reads_.reset();  // waits for the reads still in flight
+  if (reader_ != nullptr) {
+    for (const auto& op : ops_) reader_->io_->Release(op.buf);
+  }
+}
+
+Status ImageReader::StartStaged(std::size_t buffer, std::uint64_t first, std::uint64_t end, std::size_t max,
+                                bool wait, std::unique_ptr<PendingChunks>* out) {
+  out->reset();
   if (buffer >= buffer_count()) {
     return Status::InvalidArgument("image has no buffer " + std::to_string(buffer));
   }
@@ -159,24 +167,50 @@ Status ImageReader::ReadStaged(std::size_t buffer, std::uint64_t first, std::uin
   } else if ((b = io_->TryAcquire()) == nullptr) {
     return Status::Ok();
   }
-  std::vector<IoBackend::ReadOp> ops;
+  auto p = std::make_unique<PendingChunks>();
+  p->reader_ = this;
+  p->buffer_ = buffer;
+  p->first_ = first;
   do {
-    const std::uint64_t boff = (first + ops.size()) * e.chunk_bytes();
+    const std::uint64_t boff = (first + p->ops_.size()) * e.chunk_bytes();
     const std::uint64_t n = std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - boff);
-    ops.push_back({b, e.extent_offset() + boff, static_cast<std::size_t>(RoundUp(n, kAlign)), 0});
-  } while (ops.size() < max && first + ops.size() < end && (b = io_->TryAcquire()) != nullptr);
-  Status s = io_->ReadBatch(ops);
-  for (std::size_t i = 0; i < ops.size() && s.ok(); ++i) s = CheckChunk(buffer, first + i, ops[i].buf->data, ops[i].got);
-  if (!s.ok()) {
-    for (const auto& op : ops) io_->Release(op.buf);
-    return s;
+    p->ops_.push_back({b, e.extent_offset() + boff, static_cast<std::size_t>(RoundUp(n, kAlign)), 0});
+  } while (p->ops_.size() < max && first + p->ops_.size() < end && (b = io_->TryAcquire()) != nullptr);
+  PHOS_RETURN_IF_ERROR(io_->StartReads(p->ops_, &p->reads_));  // p releases the buffers
+  *out = std::move(p);
+  return Status::Ok();
+}
+
+Status ImageReader::PendingChunks::Wait() {
+  if (reads_ != nullptr) {
+    read_status_ = reads_->Wait();
+    reads_.reset();
   }
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    const std::uint64_t c = first + i;
-    out->push_back({ops[i].buf, c, ops[i].buf->data,
+  return read_status_;
+}
+
+Status ImageReader::FinishStaged(std::unique_ptr<PendingChunks> p, std::vector<StagedChunk>* out) {
+  if (p == nullptr) return Status::Ok();
+  Status s = p->Wait();
+  const v1::BufferExtent& e = manifest_.buffers(static_cast<int>(p->buffer_));
+  for (std::size_t i = 0; i < p->ops_.size() && s.ok(); ++i) {
+    s = CheckChunk(p->buffer_, p->first_ + i, p->ops_[i].buf->data, p->ops_[i].got);
+  }
+  if (!s.ok()) return s;  // p releases the buffers
+  for (std::size_t i = 0; i < p->ops_.size(); ++i) {
+    const std::uint64_t c = p->first_ + i;
+    out->push_back({p->ops_[i].buf, c, p->ops_[i].buf->data,
                     static_cast<std::size_t>(std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - c * e.chunk_bytes()))});
   }
+  p->ops_.clear();  // handed out: the caller releases them
   return Status::Ok();
+}
+
+Status ImageReader::ReadStaged(std::size_t buffer, std::uint64_t first, std::uint64_t end, std::size_t max,
+                               bool wait, std::vector<StagedChunk>* out) {
+  std::unique_ptr<PendingChunks> p;
+  PHOS_RETURN_IF_ERROR(StartStaged(buffer, first, end, max, wait, &p));
+  return FinishStaged(std::move(p), out);
 }
 
 Status ImageReader::ReadChunks(

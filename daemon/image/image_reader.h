@@ -78,6 +78,36 @@ class ImageReader {
   /// stays acquired; the error names the first bad chunk.
   Status ReadStaged(std::size_t buffer, std::uint64_t first, std::uint64_t end, std::size_t max, bool wait,
                     std::vector<StagedChunk>* out);
+
+  /// ReadStaged in two steps, so that the caller works while the reads run
+  /// (ChunkLoader verifies and copies one batch while the next is read).
+  /// Dropping it unfinished waits for its reads and releases their buffers.
+  class PendingChunks {
+   public:
+    ~PendingChunks();
+    std::uint64_t first() const { return first_; }
+    std::size_t size() const { return ops_.size(); }
+    /// Waits for the reads (not the checks: FinishStaged); the first error.
+    Status Wait();
+
+   private:
+    friend class ImageReader;
+    ImageReader* reader_ = nullptr;
+    std::size_t buffer_ = 0;
+    std::uint64_t first_ = 0;
+    std::vector<IoBackend::ReadOp> ops_;
+    std::unique_ptr<IoBackend::PendingReads> reads_;  // null once waited for
+    Status read_status_;
+  };
+  /// Starts the reads ReadStaged would do. *out stays null when there is
+  /// nothing to read (first >= end) or, without `wait`, no staging buffer
+  /// is free.
+  Status StartStaged(std::size_t buffer, std::uint64_t first, std::uint64_t end, std::size_t max, bool wait,
+                     std::unique_ptr<PendingChunks>* out);
+  /// Waits for `p`'s reads, verifies each chunk and appends them to *out as
+  /// ReadStaged does (on error nothing is appended and nothing stays
+  /// acquired).
+  Status FinishStaged(std::unique_ptr<PendingChunks> p, std::vector<StagedChunk>* out);
   void Release(const StagedChunk& c) { io_->Release(c.buf); }
   /// Staging buffers (concurrent reads in flight at most).
   std::size_t queue_depth() const { return queue_depth_; }

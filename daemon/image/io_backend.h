@@ -89,6 +89,20 @@ class IoBackend {
     for (ReadOp& op : ops) PHOS_RETURN_IF_ERROR(Read(op.buf, op.offset, op.len, &op.got));
     return Status::Ok();
   }
+
+  /// Reads started by StartReads. Destroying it waits for them (their
+  /// buffers and ops must not be reused while the kernel may still write).
+  class PendingReads {
+   public:
+    virtual ~PendingReads() = default;
+    /// Waits until every read is done (ops' `got` set); the first error.
+    /// Call at most once.
+    virtual Status Wait() = 0;
+  };
+  /// Queues reads of all ops and returns at once where the backend can
+  /// (io_uring), so the caller can work while they run; `ops` must stay
+  /// valid until Wait() returned. The default (pread) reads them now.
+  virtual Status StartReads(std::span<ReadOp> ops, std::unique_ptr<PendingReads>* out);
 };
 
 /// Opens `path` (created/truncated for kWrite) with io_uring or the fallback.

@@ -233,31 +233,68 @@ Status UringIo::Read(IoBuffer* buf, std::uint64_t offset, std::size_t len, std::
   return s;
 }
 
-Status UringIo::ReadBatch(std::span<ReadOp> ops) {
-  // Requests live here until finished: ReapOneLocked completes them by
-  // pointer. The vector is sized once, so the pointers stay valid.
-  std::vector<Request> reqs(ops.size());
-  std::unique_lock<std::mutex> lock(mu_);
-  Status first;
-  std::size_t submitted = 0;
-  for (; submitted < ops.size(); ++submitted) {
-    Request& r = reqs[submitted];
-    r.buf = ops[submitted].buf;
-    r.offset = ops[submitted].offset;
-    r.len = ops[submitted].len;
-    r.is_read = true;
-    first = SubmitLocked(&r);
-    if (!first.ok()) break;
+// Its requests live here until finished: ReapOneLocked completes them by
+// pointer (whichever thread reaps). The vector is sized once, so the
+// pointers stay valid.
+class UringIo::UringPendingReads : public IoBackend::PendingReads {
+ public:
+  UringPendingReads(UringIo* io, std::span<ReadOp> ops) : io_(io), ops_(ops), reqs_(ops.size()) {}
+  ~UringPendingReads() override {
+    if (!waited_) (void)Wait();
   }
-  for (std::size_t i = 0; i < submitted; ++i) {
-    while (!reqs[i].finished) {
-      if (in_flight_ == 0) return Status::Internal("io_uring lost a read of " + path_);
-      ReapOneLocked();
+
+  /// Submits every op (stops at the first failure, kept for Wait).
+  void Submit() {
+    std::unique_lock<std::mutex> lock(io_->mu_);
+    for (; submitted_ < ops_.size(); ++submitted_) {
+      Request& r = reqs_[submitted_];
+      r.buf = ops_[submitted_].buf;
+      r.offset = ops_[submitted_].offset;
+      r.len = ops_[submitted_].len;
+      r.is_read = true;
+      first_ = io_->SubmitLocked(&r);
+      if (!first_.ok()) break;
     }
-    ops[i].got = reqs[i].done;
-    if (first.ok() && !reqs[i].status.ok()) first = reqs[i].status;
   }
-  return first;
+
+  Status Wait() override {
+    waited_ = true;
+    std::unique_lock<std::mutex> lock(io_->mu_);
+    for (std::size_t i = 0; i < submitted_; ++i) {
+      while (!reqs_[i].finished) {
+        if (io_->in_flight_ == 0) {
+          // The ring failed (ReapOneLocked): nothing more will complete.
+          for (std::size_t j = i; j < submitted_; ++j) reqs_[j].finished = true;
+          return Status::Internal("io_uring lost a read of " + io_->path_);
+        }
+        io_->ReapOneLocked();
+      }
+      ops_[i].got = reqs_[i].done;
+      if (first_.ok() && !reqs_[i].status.ok()) first_ = reqs_[i].status;
+    }
+    return first_;
+  }
+
+ private:
+  UringIo* io_;
+  std::span<ReadOp> ops_;
+  std::vector<Request> reqs_;
+  std::size_t submitted_ = 0;
+  Status first_;
+  bool waited_ = false;
+};
+
+Status UringIo::StartReads(std::span<ReadOp> ops, std::unique_ptr<PendingReads>* out) {
+  auto pending = std::make_unique<UringPendingReads>(this, ops);
+  pending->Submit();
+  *out = std::move(pending);
+  return Status::Ok();
+}
+
+Status UringIo::ReadBatch(std::span<ReadOp> ops) {
+  std::unique_ptr<PendingReads> pending;
+  PHOS_RETURN_IF_ERROR(StartReads(ops, &pending));
+  return pending->Wait();
 }
 
 }  // namespace phos::image

@@ -45,6 +45,7 @@ class UringIo : public IoBackend {
   Status Truncate(std::uint64_t bytes) override;
   Status Read(IoBuffer* buf, std::uint64_t offset, std::size_t len, std::size_t* got) override;
   Status ReadBatch(std::span<ReadOp> ops) override;
+  Status StartReads(std::span<ReadOp> ops, std::unique_ptr<PendingReads>* out) override;
 
  private:
   struct Request {
@@ -57,6 +58,8 @@ class UringIo : public IoBackend {
     int retries = 0;
     Status status;
   };
+
+  class UringPendingReads;
 
   UringIo(std::string path, int fd, std::shared_ptr<BufferPool> pool)
       : path_(std::move(path)), fd_(fd), pool_(std::move(pool)) {}
