@@ -1,5 +1,6 @@
 // Damaged images: every kind of damage is refused with a message that says
 // where (buffer address, chunk, file offset) — never silently read back.
+#include <cstring>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,6 +71,58 @@ TEST_P(CorruptionTest, FlippedByteNamesBufferChunkAndOffset) {
   Status v = r->VerifyAll();
   EXPECT_EQ(v.code(), Status::Code::kCorruption);
   EXPECT_EQ(v.message(), s.message());
+}
+
+// StartStaged/FinishStaged (the restore's ChunkLoader): reads run while
+// the caller holds earlier chunks; a bad chunk fails its batch with the
+// same message, holds no staging buffer afterwards, and neither does a
+// batch dropped unfinished — the reader still has all its buffers.
+TEST_P(CorruptionTest, StagedReadsInFlightVerifyAndGiveTheirBuffersBack) {
+  const v1::BufferExtent& e = manifest_.buffers(1);  // 100000 bytes: 13 chunks of 8 KiB
+  testing::FlipByte(GpuImg(), e.extent_offset() + 5 * e.chunk_bytes() + 3);
+  ImageReaderOptions o = Options();
+  o.io.queue_depth = 4;
+  std::unique_ptr<ImageReader> r;
+  ASSERT_TRUE(ImageReader::Open(dir_, o, &r).ok());
+  ASSERT_EQ(r->queue_depth(), 4u);
+  // Chunks 0-1 read and held; chunks 2-3 in flight meanwhile.
+  std::vector<ImageReader::StagedChunk> held;
+  ASSERT_TRUE(r->ReadStaged(1, 0, 13, 2, true, &held).ok());
+  ASSERT_EQ(held.size(), 2u);
+  std::unique_ptr<ImageReader::PendingChunks> ahead;
+  ASSERT_TRUE(r->StartStaged(1, 2, 13, 4, false, &ahead).ok());
+  ASSERT_NE(ahead, nullptr);
+  EXPECT_EQ(ahead->first(), 2u);
+  EXPECT_EQ(ahead->size(), 2u) << "only two staging buffers were free";
+  std::unique_ptr<ImageReader::PendingChunks> none;
+  ASSERT_TRUE(r->StartStaged(1, 4, 13, 4, false, &none).ok());
+  EXPECT_EQ(none, nullptr) << "every staging buffer is held: nothing may start without waiting";
+  std::vector<ImageReader::StagedChunk> got;
+  ASSERT_TRUE(r->FinishStaged(std::move(ahead), &got).ok());
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& c : held) got.insert(got.begin() + static_cast<long>(c.chunk), c);
+  for (const auto& c : got) {
+    ASSERT_EQ(c.len, e.chunk_bytes());
+    EXPECT_EQ(std::memcmp(c.data, buffers_[1].data.data() + c.chunk * e.chunk_bytes(), c.len), 0) << c.chunk;
+    r->Release(c);
+  }
+  // Chunks 4-7: chunk 5 is bad; the whole batch fails naming it.
+  std::unique_ptr<ImageReader::PendingChunks> bad;
+  ASSERT_TRUE(r->StartStaged(1, 4, 13, 4, true, &bad).ok());
+  ASSERT_NE(bad, nullptr);
+  std::vector<ImageReader::StagedChunk> none_out;
+  Status s = r->FinishStaged(std::move(bad), &none_out);
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_TRUE(Contains(s, "chunk 5")) << s.message();
+  EXPECT_TRUE(none_out.empty());
+  // A batch dropped while in flight gives its buffers back too.
+  std::unique_ptr<ImageReader::PendingChunks> dropped;
+  ASSERT_TRUE(r->StartStaged(1, 8, 13, 4, true, &dropped).ok());
+  dropped.reset();
+  std::vector<ImageReader::StagedChunk> all;
+  ASSERT_TRUE(r->ReadStaged(1, 8, 13, 4, false, &all).ok());
+  EXPECT_EQ(all.size(), 4u) << "a staging buffer was not given back";
+  for (const auto& c : all) r->Release(c);
 }
 
 TEST_P(CorruptionTest, FlippedByteInLastShortChunk) {
