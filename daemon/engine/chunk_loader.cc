@@ -69,8 +69,9 @@ Status ChunkLoader::Load(std::size_t extent, std::uint64_t base, std::uint64_t f
   std::uint64_t reading = first;  // the first chunk whose read was not started
   bool paused = false;
   std::deque<Pending> ahead;  // reads started, in chunk order
-  // Keeps up to read_ahead_ chunk reads in flight. Before each read but the
-  // first, `pause` may stop the load (a call waits for another buffer).
+  // Keeps up to read_ahead_ chunk reads in flight. Before each read and
+  // each copy but the first, `pause` may stop the load (a call waits for
+  // another buffer).
   auto read_more = [&]() -> Status {
     while (!paused && ahead.size() < read_ahead_ && reading < end) {
       if (reading > first && pause && pause()) {
@@ -95,6 +96,9 @@ Status ChunkLoader::Load(std::size_t extent, std::uint64_t base, std::uint64_t f
   Status s = read_more();
   std::vector<image::ImageReader::StagedChunk> chunk;
   while (s.ok() && !ahead.empty()) {
+    // Also before each copy: the reads of this buffer may all have started
+    // before a call began to wait for another one.
+    if (c > first && pause && pause()) break;
     Pending p = std::move(ahead.front());
     ahead.pop_front();
     chunk.clear();

@@ -57,8 +57,8 @@ class ChunkLoader {
   void set_before_copy(std::function<void()> f) { before_copy_ = std::move(f); }
 
   /// Loads chunks [first, end) of manifest extent `extent` to `base` + the
-  /// chunk's offset. Before each chunk's read but the first, `pause` (may
-  /// be empty) can stop it; chunks read ahead are then dropped. *next: the
+  /// chunk's offset. Before each chunk's read and copy but the first's,
+  /// `pause` (may be empty) can stop it; chunks read ahead are then dropped. *next: the
   /// first chunk not loaded (end when it completed); every chunk before it
   /// is on the device when this returns, also on error. Progress bytes are
   /// added per chunk on the device.
