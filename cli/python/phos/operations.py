@@ -75,12 +75,12 @@ def checkpoint(name=None, pid=None, mode="cow", gpu_only=True, out=None, keep="m
     return start("Checkpoint", req, socket, pid, mode)
 
 
-def restore(image_dir, pid, gpu_only=True, concurrent=True, socket=None, *, detach=False):
+def restore(image_dir, pid, gpu_only=True, concurrent=True, socket=None, *, detach=False, verify="auto"):
     """Starts restoring a process's GPU state (gpu_only=False: the whole process); returns an OperationHandle.
 
     GPU-only restores are in place: the live session of `pid` is rolled back
-    to the image (phosd verifies every checksum first and leaves the process
-    untouched when one fails).
+    to the image (by default phosd verifies every checksum first and leaves
+    the process untouched when one fails; see `verify`).
 
     Args:
         image_dir: the image (OperationResult.image_dir of a checkpoint).
@@ -101,14 +101,25 @@ def restore(image_dir, pid, gpu_only=True, concurrent=True, socket=None, *, deta
             wait() returns while it still runs, when phosd cannot reap it).
             True: wait() returns as soon as it runs (result.pid), without an
             exit status.
+        verify: when the image's checksums are checked (`phos restore
+            --verify`): "first" reads and checks all of gpu.img before
+            anything changes; "as-loaded" checks each chunk as it loads,
+            before it reaches the GPU (the image is read once; a bad chunk
+            fails the restore: a restored process is killed, a concurrent
+            one has the calls needing an unloaded buffer refused); "auto"
+            (default): first for gpu_only, as-loaded otherwise.
 
     Raises:
-        ValueError: pid is not a positive int.
+        ValueError: pid is not a positive int, or verify is not one of
+            "auto", "first", "as-loaded".
         PhosError: UNAVAILABLE when no phosd answers (at once); the
             operation's failures (NOT_FOUND, DATA_LOSS for a corrupt image, ...)
             come from wait() (and wait_running()).
     """
     pid = check_pid(pid)
+    if verify not in ("auto", "first", "as-loaded"):
+        raise ValueError("verify must be 'auto', 'first' or 'as-loaded', got %r" % (verify,))
     req = pb.RestoreRequest(image_dir=os.path.normpath(os.path.abspath(os.fspath(image_dir))), pid=pid,
-                            gpu_only=bool(gpu_only), concurrent=bool(concurrent), detach=bool(detach))
+                            gpu_only=bool(gpu_only), concurrent=bool(concurrent), detach=bool(detach),
+                            verify=verify)
     return start("Restore", req, socket, pid, "concurrent" if concurrent else "stop-the-world")

@@ -185,6 +185,13 @@ class SdkStreamsTest(unittest.TestCase):
         self.assertEqual(result.pid, 99)
         self.assertTrue(self.sent("Restore").detach)
 
+    def test_restore_verify_policy_is_sent_and_checked(self):
+        self.script("Restore", done(image_dir="/img", pid=99))
+        phos.restore("/img", 1, gpu_only=False, socket=self.socket, detach=True, verify="first").wait(10)
+        self.assertEqual(self.sent("Restore").verify, "first")
+        with self.assertRaises(ValueError):
+            phos.restore("/img", 1, socket=self.socket, verify="sometimes")
+
     def test_exit_status_zero_is_not_none(self):
         self.script("Restore", progress("running", "restored pid 5"), done(pid=5, exit_status=0))
         self.assertEqual(phos.restore("/img", 1, gpu_only=False, socket=self.socket).wait(10).exit_status, 0)
