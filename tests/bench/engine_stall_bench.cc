@@ -38,8 +38,9 @@
 // kernel), until the read of the last buffer in load order returned
 // (everything the app needs is back), the engine's stall_us / total_us, and
 // the phase timeline, and the stop restore's read rate (image bytes over
-// its "copy" phase; engine_stall_bench.sh measures fio's on the same file,
-// kept with --keep-restore-image).
+// its "copy" phase; with --fio, fio's sequential O_DIRECT read of the same
+// gpu.img right after each round is its baseline). --restore-rounds N runs
+// the three restores N times in turn: this VM's disk rate drifts.
 //
 // Before the checkpoints it times one malloc + D2D of a buffer's size into
 // fresh memory (what a cow shadow costs the app's stream on this backend)
@@ -112,6 +113,8 @@ struct Flags {
   std::uint64_t baseline_ms = 1000;
   bool restore = true;
   std::string keep_restore_image;  // move the restores' image here instead of deleting it
+  int restore_rounds = 1;          // the three restores, this many times in turn
+  bool fio = false;                // fio on the restores' gpu.img after each round
   std::uint64_t seed = 1;
   std::string json;
   std::string log_level = "warn";
@@ -303,6 +306,7 @@ struct CheckpointRow {
 
 struct RestoreRow {
   std::string mode;
+  int round = 0;
   engine::RestoreResult r;
   double first_ms = 0;    // Restore() start -> first read returned A
   double last_ms = 0;     // -> read of the last buffer in load order returned A
@@ -327,6 +331,29 @@ struct RestoreRow {
     return 0;
   }
 };
+
+/// fio's sequential O_DIRECT read rate of `path` in GB/s; 0 (and a line on
+/// stderr) when fio is missing or fails.
+double FioReadGBps(const std::string& path) {
+  const std::string cmd = "fio --name=restore-read --filename='" + path +
+                          "' --rw=read --direct=1 --bs=4M --ioengine=io_uring --iodepth=4 --readonly "
+                          "--output-format=terse --terse-version=3 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return 0;
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int rc = ::pclose(p);
+  // terse v3: field 7 (1-based) is the read bandwidth in KiB/s.
+  std::vector<std::string> fields;
+  std::stringstream ss(out);
+  for (std::string x; std::getline(ss, x, ';');) fields.push_back(x);
+  if (rc != 0 || fields.size() < 7) {
+    std::fprintf(stderr, "fio on %s failed (rc %d): is fio installed?\n", path.c_str(), rc);
+    return 0;
+  }
+  return std::stod(fields[6]) * 1024 / 1e9;
+}
 
 std::string CountersJson(const engine::OperationCounters& c) {
   std::ostringstream o;
@@ -380,6 +407,11 @@ int Main(int argc, char** argv) {
   cli.add_option("--think-us", f.think_us, "host time between writer iterations (us)");
   cli.add_option("--baseline-ms", f.baseline_ms, "writer time with no operation before each checkpoint (ms)");
   cli.add_option("--restore", f.restore, "also measure restores (true/false)");
+  cli.add_option("--restore-rounds", f.restore_rounds, "run the restores this many times in turn (the disk's rate drifts)")
+      ->check(CLI::Range(1, 20));
+  cli.add_option("--fio", f.fio,
+                 "after each round of restores, fio's sequential O_DIRECT read (io_uring, 4 MiB, iodepth 4) of "
+                 "the same gpu.img: the read-rate baseline measured beside it");
   cli.add_option("--keep-restore-image", f.keep_restore_image,
                  "move the restores' image to this directory afterwards (for fio on the same gpu.img)");
   cli.add_option("--json", f.json, "also write the results as JSON to this file ('-' = stdout)");
@@ -514,6 +546,7 @@ int Main(int argc, char** argv) {
 
   // ---- restores: time to first kernel
   std::vector<RestoreRow> restores;
+  std::vector<double> fio_gbps;  // per round (--fio); 0 when fio failed
   if (f.restore) {
     const std::uint32_t kA = 0x5A, kB = 0xB5;
     if (!FillAll(app.get(), bufs, buf_bytes, kA, &why)) return Fail(why);
@@ -531,12 +564,14 @@ int Main(int argc, char** argv) {
       bool concurrent;
       engine::Verify verify;
     };
+    for (int round = 0; round < f.restore_rounds; ++round) {
     for (const Kind& kind : {Kind{"stop", false, engine::Verify::kAsLoaded},
                              Kind{"concurrent", true, engine::Verify::kAsLoaded},
                              Kind{"stop-vfy1st", false, engine::Verify::kFirst}}) {
       const bool concurrent = kind.concurrent;
       RestoreRow row;
       row.mode = kind.name;
+      row.round = round;
       if (!FillAll(app.get(), bufs, buf_bytes, kB, &why)) return Fail(why);
       engine::RestoreOptions ro;
       ro.dir = o.dir;
@@ -582,6 +617,8 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "restore %-10s done: first call %.1f ms, last buffer %.1f ms\n", row.mode.c_str(),
                    row.first_ms, row.last_ms);
       restores.push_back(std::move(row));
+    }
+    if (f.fio) fio_gbps.push_back(FioReadGBps(o.dir + "/gpu.img"));
     }
     std::error_code ec;
     if (!f.keep_restore_image.empty()) {
@@ -639,15 +676,16 @@ int Main(int argc, char** argv) {
                 r.during.iterations, r.during.rate(), r.base.rate());
   }
   if (!restores.empty()) {
-    const RestoreRow& s = restores[0];
     std::printf("\n%-11s %13s %8s %10s %16s %8s %12s %10s %10s %10s %8s %9s\n", "restore", "first_call_ms", "vs_stop",
                 "verify_ms", "first_after_vfy", "vs_stop", "last_buf_ms", "return_ms", "stall_ms", "total_ms",
                 "absent", "copy_GBps");
-    const double s_after = s.first_ms - s.VerifiedMs();
     for (const auto& r : restores) {
+      const RestoreRow& s = restores[static_cast<std::size_t>(r.round) * 3];  // that round's stop restore
+      const double s_after = s.first_ms - s.VerifiedMs();
       const double after = r.first_ms - r.VerifiedMs();
+      const std::string name = f.restore_rounds > 1 ? r.mode + "#" + std::to_string(r.round + 1) : r.mode;
       std::printf("%-11s %13.1f %7.1f%% %10.1f %16.1f %7.1f%% %12.1f %10.1f %10.1f %10.1f %8" PRIu64 " %9.2f\n",
-                  r.mode.c_str(), r.first_ms, pct(r.first_ms, s.first_ms), r.VerifiedMs(), after, pct(after, s_after),
+                  name.c_str(), r.first_ms, pct(r.first_ms, s.first_ms), r.VerifiedMs(), after, pct(after, s_after),
                   r.last_ms, r.return_ms, static_cast<double>(r.r.stall_us) / 1e3,
                   static_cast<double>(r.r.total_us) / 1e3, r.r.counters.absent_waits, r.CopyRate());
     }
@@ -658,6 +696,12 @@ int Main(int argc, char** argv) {
                 " copy_GBps: image bytes / the stop restore's copy phase, reads from gpu.img included)\n");
     for (const auto& r : restores) {
       std::printf("  %-10s phases (ms after Restore()): %s\n", r.mode.c_str(), PhasesText(r.phases).c_str());
+    }
+    for (std::size_t i = 0; i < fio_gbps.size(); ++i) {
+      const double ours = restores[i * 3].CopyRate();
+      std::printf("round %zu: stop restore reads at %.2f GB/s, fio (io_uring, O_DIRECT, 4 MiB, iodepth 4) right after "
+                  "at %.2f GB/s: %.0f %%\n",
+                  i + 1, ours, fio_gbps[i], fio_gbps[i] > 0 ? 100.0 * ours / fio_gbps[i] : 0.0);
     }
   }
 

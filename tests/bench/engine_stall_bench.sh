@@ -45,22 +45,11 @@ for ((i = 0; i < ${#defaults[@]}; i += 2)); do
   [[ " ${extra[*]} " == *" ${defaults[i]} "* ]] || cmd+=("${defaults[i]}" "${defaults[i + 1]}")
 done
 cmd+=("${extra[@]}")
-# fio's sequential O_DIRECT read of the restores' own gpu.img is the
-# baseline of the stop restore's read rate (docs/benchmarks.md; issue #19:
-# >= 90 %). Skipped with --restore false.
-keep=""
-if command -v fio >/dev/null && [[ " ${extra[*]} " != *" --restore false "* ]]; then
-  keep=$dir/engine-stall-bench-restore-image.$$
-  cmd+=(--keep-restore-image "$keep")
+# fio's sequential O_DIRECT read of the restores' own gpu.img, right after
+# each round of restores, is the baseline of the stop restore's read rate
+# (docs/benchmarks.md; issue #19: >= 90 %).
+if command -v fio >/dev/null; then
+  cmd+=(--fio true)
 fi
 echo "== ${cmd[*]}"
 "${cmd[@]}"
-if [[ -n $keep && -f $keep/gpu.img ]]; then
-  for qd in 1 4; do
-    echo "== fio: sequential O_DIRECT read of the restore's gpu.img, 4 MiB blocks, io_uring, iodepth $qd"
-    fio --name=restore-read --filename="$keep/gpu.img" --rw=read --direct=1 --bs=4M --ioengine=io_uring \
-        --iodepth=$qd --readonly --output-format=terse --terse-version=3 |
-      awk -F';' '{ printf "fio iodepth '"$qd"': %.2f GB/s (%d MiB in %d ms)\n", $7 * 1024 / 1e9, $6 / 1024, $9 }'
-  done
-  rm -rf "$keep"
-fi
