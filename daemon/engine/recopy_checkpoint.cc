@@ -14,20 +14,25 @@ namespace phos::engine {
 namespace {
 
 /// Synchronous D2H of [address, address + bytes) into `host` (resized), in
-/// chunks on `stream`. The session is quiesced (t2): no yields.
+/// chunks on `stream`. The session is quiesced (t2): no yields, and every
+/// chunk has its own place in `host`, so all are queued before one
+/// synchronisation (a wait per chunk left the link idle between chunks).
 Status CopyNow(backend::Context* ctx, backend::StreamHandle stream, std::uint64_t address, std::uint64_t bytes,
                std::vector<std::byte>* host) {
   const std::uint64_t chunk = image::kDefaultChunkBytes;
   host->resize(bytes);
-  for (std::uint64_t off = 0; off < bytes; off += chunk) {
+  Status s;
+  for (std::uint64_t off = 0; off < bytes && s.ok(); off += chunk) {
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, bytes - off));
-    Status s = ctx->MemcpyAsync(reinterpret_cast<std::uint64_t>(host->data() + off), address + off, len,
-                                backend::CopyKind::kDeviceToHost, stream);
-    if (s.ok()) s = ctx->SynchronizeStream(stream);
-    if (!s.ok()) {
-      return s.WithContext("copying buffer " + Hex(address) + " at offset " + std::to_string(off) + " to the host");
-    }
+    s = ctx->MemcpyAsync(reinterpret_cast<std::uint64_t>(host->data() + off), address + off, len,
+                         backend::CopyKind::kDeviceToHost, stream);
+    if (!s.ok()) s = s.WithContext("at offset " + std::to_string(off));
   }
+  // Also after a failed queueing: what was queued must finish before `host`
+  // may go away.
+  Status w = ctx->SynchronizeStream(stream);
+  if (s.ok()) s = w;
+  if (!s.ok()) return s.WithContext("copying buffer " + Hex(address) + " to the host");
   return Status::Ok();
 }
 }  // namespace
