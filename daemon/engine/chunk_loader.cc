@@ -44,8 +44,8 @@ Status ChunkLoader::Queue(const std::vector<image::ImageReader::StagedChunk>& ba
     for (const auto& c : batch) {
       // Pinned memory lets the copy run asynchronously (DMA) while the next
       // batch is read; a backend that refuses still copies, synchronously.
-      if (pinned_.insert(c.buf->data).second && !ctx_->RegisterHostMemory(c.buf->data, c.buf->capacity).ok()) {
-        pinned_.erase(c.buf->data);
+      if (tried_pin_.insert(c.buf->data).second && ctx_->RegisterHostMemory(c.buf->data, c.buf->capacity).ok()) {
+        pinned_.insert(c.buf->data);
       }
       const std::uint64_t dst = base + c.chunk * chunk_bytes;
       s = ctx_->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(c.data), c.len, backend::CopyKind::kHostToDevice,

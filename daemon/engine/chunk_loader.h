@@ -84,7 +84,8 @@ class ChunkLoader {
   std::function<void()> before_copy_;
   std::size_t read_ahead_;
   std::vector<image::ImageReader::StagedChunk> inflight_;  // a copy queued, not yet synchronised
-  std::set<const void*> pinned_;                      // staging buffers registered with ctx_
+  std::set<const void*> tried_pin_;  // staging buffers we tried to register (once each)
+  std::set<const void*> pinned_;     // ... and those ctx_ registered
   bool finished_ = false;
 };
 
