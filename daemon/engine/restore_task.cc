@@ -52,7 +52,6 @@ Status RestoreTask::Prepare(const std::string& dir, bool verify_all) {
                                 " is not in the image's session metadata");
     }
     total += e.bytes();
-    max_chunk_bytes_ = std::max<std::uint64_t>(max_chunk_bytes_, e.chunk_bytes());
   }
   for (int i = 0; i < m.buffers_size(); ++i) extent_by_address_[m.buffers(i).device_address()] = static_cast<std::size_t>(i);
   result_.bytes = total;

@@ -90,8 +90,6 @@ class RestoreTask {
     auto it = extent_by_address_.find(address);
     return it == extent_by_address_.end() ? -1 : static_cast<long>(it->second);
   }
-  /// The largest chunk of any extent (a host staging buffer's size).
-  std::uint64_t max_chunk_bytes() const { return max_chunk_bytes_; }
 
  private:
   Status CheckFits(const session::SessionState& st) const;
@@ -100,7 +98,6 @@ class RestoreTask {
   std::unique_ptr<image::ImageReader> reader_;
   SessionSnapshot snap_;
   std::map<std::uint64_t, std::size_t> extent_by_address_;  // device address -> manifest extent
-  std::uint64_t max_chunk_bytes_ = 0;
   std::map<std::uint64_t, std::uint64_t> relocated_;  // image address -> restored address (consumer thread)
   RestoreResult result_;
 };

@@ -21,6 +21,11 @@ std::string Who(const v1::BufferExtent& e, std::size_t i) {
   return "buffer " + std::to_string(i) + " (" + Hex(e.device_address()) + ")";
 }
 
+/// Bytes of chunk `c` of `e` (the last one may be short).
+std::size_t ChunkLen(const v1::BufferExtent& e, std::uint64_t c) {
+  return static_cast<std::size_t>(std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - c * e.chunk_bytes()));
+}
+
 }  // namespace
 
 Status ReadManifest(const std::string& dir, v1::Manifest* m) {
@@ -59,9 +64,7 @@ Status ImageReader::Open(const std::string& dir, const ImageReaderOptions& optio
       const v1::BufferExtent& e = m.buffers(i);
       for (int c = 0; c < e.chunk_xxh3_size(); ++c) {
         const std::uint64_t off = e.extent_offset() + static_cast<std::uint64_t>(c) * e.chunk_bytes();
-        const std::uint64_t len = std::min<std::uint64_t>(
-            e.chunk_bytes(), e.bytes() - static_cast<std::uint64_t>(c) * e.chunk_bytes());
-        if (off + len > size) {
+        if (off + ChunkLen(e, static_cast<std::uint64_t>(c)) > size) {
           what += "; first damaged: " + Who(e, static_cast<std::size_t>(i)) + ", chunk " +
                   std::to_string(c) + " at file offset " + std::to_string(off);
           return Status::Corruption(what);
@@ -109,10 +112,8 @@ Status ImageReader::Open(const std::string& dir, const ImageReaderOptions& optio
 Status ImageReader::CheckChunk(std::size_t buffer, std::uint64_t chunk, const std::uint8_t* data,
                                std::size_t got) const {
   const v1::BufferExtent& e = manifest_.buffers(static_cast<int>(buffer));
-  const std::uint64_t boff = chunk * e.chunk_bytes();
-  const std::size_t n =
-      static_cast<std::size_t>(std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - boff));
-  const std::uint64_t file_off = e.extent_offset() + boff;
+  const std::size_t n = ChunkLen(e, chunk);
+  const std::uint64_t file_off = e.extent_offset() + chunk * e.chunk_bytes();
   if (got < n) {
     return Status::Corruption("gpu.img is truncated: " + Who(e, buffer) + ", chunk " +
                               std::to_string(chunk) + " at file offset " + std::to_string(file_off) +
@@ -125,21 +126,6 @@ Status ImageReader::CheckChunk(std::size_t buffer, std::uint64_t chunk, const st
                               std::to_string(file_off) + " (" + std::to_string(n) +
                               " bytes); the image is corrupt and must not be restored");
   }
-  return Status::Ok();
-}
-
-Status ImageReader::ReadChunk(std::size_t buffer, std::uint64_t chunk, void* dst,
-                              std::size_t* len) {
-  if (buffer < buffer_count() &&
-      chunk >= static_cast<std::uint64_t>(manifest_.buffers(static_cast<int>(buffer)).chunk_xxh3_size())) {
-    return Status::InvalidArgument(Who(manifest_.buffers(static_cast<int>(buffer)), buffer) + " has no chunk " +
-                                   std::to_string(chunk));
-  }
-  std::vector<StagedChunk> staged;
-  PHOS_RETURN_IF_ERROR(ReadStaged(buffer, chunk, chunk + 1, 1, true, &staged));
-  std::memcpy(dst, staged[0].data, staged[0].len);
-  *len = staged[0].len;
-  Release(staged[0]);
   return Status::Ok();
 }
 
@@ -172,9 +158,8 @@ Status ImageReader::StartStaged(std::size_t buffer, std::uint64_t first, std::ui
   p->buffer_ = buffer;
   p->first_ = first;
   do {
-    const std::uint64_t boff = (first + p->ops_.size()) * e.chunk_bytes();
-    const std::uint64_t n = std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - boff);
-    p->ops_.push_back({b, e.extent_offset() + boff, static_cast<std::size_t>(RoundUp(n, kAlign)), 0});
+    const std::uint64_t c = first + p->ops_.size();
+    p->ops_.push_back({b, e.extent_offset() + c * e.chunk_bytes(), RoundUp(ChunkLen(e, c), kAlign), 0});
   } while (p->ops_.size() < max && first + p->ops_.size() < end && (b = io_->TryAcquire()) != nullptr);
   PHOS_RETURN_IF_ERROR(io_->StartReads(p->ops_, &p->reads_));  // p releases the buffers
   *out = std::move(p);
@@ -199,8 +184,7 @@ Status ImageReader::FinishStaged(std::unique_ptr<PendingChunks> p, std::vector<S
   if (!s.ok()) return s;  // p releases the buffers
   for (std::size_t i = 0; i < p->ops_.size(); ++i) {
     const std::uint64_t c = p->first_ + i;
-    out->push_back({p->ops_[i].buf, c, p->ops_[i].buf->data,
-                    static_cast<std::size_t>(std::min<std::uint64_t>(e.chunk_bytes(), e.bytes() - c * e.chunk_bytes()))});
+    out->push_back({p->ops_[i].buf, c, p->ops_[i].buf->data, ChunkLen(e, c)});
   }
   p->ops_.clear();  // handed out: the caller releases them
   return Status::Ok();

@@ -28,7 +28,7 @@ namespace phos::image {
 
 struct ImageReaderOptions {
   /// Staging buffers for reads (buffer_bytes is set to the largest chunk;
-  /// queue_depth = buffers, i.e. concurrent ReadChunk calls in flight).
+  /// queue_depth = buffers, i.e. chunk reads in flight at most).
   IoOptions io = [] {
     IoOptions o;
     o.queue_depth = 4;
@@ -51,9 +51,6 @@ class ImageReader {
   std::size_t buffer_count() const { return static_cast<std::size_t>(manifest_.buffers_size()); }
   std::string_view io_backend_name() const { return io_->name(); }
 
-  /// Reads chunk `chunk` of buffer `buffer` into dst (room for the chunk's
-  /// length, written to *len) and verifies its checksum.
-  Status ReadChunk(std::size_t buffer, std::uint64_t chunk, void* dst, std::size_t* len);
   /// Reads a whole buffer (manifest().buffers(i).bytes() bytes) into dst.
   Status ReadBuffer(std::size_t buffer, void* dst);
   /// Reads and verifies every chunk without keeping the data; stops at the
