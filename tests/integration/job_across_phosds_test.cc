@@ -317,6 +317,9 @@ TEST_F(JobAcrossPhosdsTest, APhosdKilledMidCheckpointFailsItCleanlyOnTheOthers) 
     EXPECT_TRUE(phos::testing::WaitGone(pids_[static_cast<size_t>(r)], 120s)) << Logs() << Daemons();
     pids_[static_cast<size_t>(r)] = -1;
     EXPECT_NE(Log(r).find("remote process exited or there was a network error"), std::string::npos) << Log(r);
+    // A collective cut off by B's death is an error, never a result: no
+    // rank checked a half-sum that only held its own part.
+    EXPECT_EQ(Log(r).find(", want "), std::string::npos) << Log(r);
   }
   Result ps = phos::testing::RunPhos(Socket("a"), {"ps"});
   EXPECT_EQ(ps.rc, 0) << ps.output << Daemons();

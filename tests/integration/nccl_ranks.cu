@@ -409,6 +409,35 @@ __global__ void GradientFromGemm(float* grad, const float* y, int n, int rank, i
   if (i < n) grad[i] = static_cast<float>((i + rank * 3 + step) % 7) - 3.0f + y[i % (kM * kN)];
 }
 
+// "; NCCL: <async error>" of the first of `comms` that has one, else "":
+// a peer that died shows up in the training loop as a failed stream (the
+// sim fails a collective that could not complete), a failed cuBLAS call
+// after it, or an NCCL error — each failure names the NCCL cause too.
+std::string NcclWhy(std::initializer_list<ncclComm_t> comms) {
+  for (ncclComm_t c : comms) {
+    ncclResult_t a = ncclSuccess;
+    if (c != nullptr && ncclCommGetAsyncError(c, &a) == ncclSuccess && a != ncclSuccess) {
+      return std::string("; NCCL: ") + ncclGetErrorString(a);
+    }
+  }
+  return "";
+}
+
+#define TCHECK(x)                                                                                        \
+  do {                                                                                                   \
+    cudaError_t t_e_ = (x);                                                                              \
+    if (t_e_ != cudaSuccess) {                                                                           \
+      PHOS_CHECK_FAIL(2, "%s failed: %s%s", #x, cudaGetErrorString(t_e_), NcclWhy({comm, half}).c_str()); \
+    }                                                                                                    \
+  } while (0)
+#define TNCHECK(x)                                                                                     \
+  do {                                                                                                 \
+    ncclResult_t t_r_ = (x);                                                                           \
+    if (t_r_ != ncclSuccess) {                                                                         \
+      PHOS_CHECK_FAIL(2, "%s failed: %s%s", #x, ncclGetErrorString(t_r_), NcclWhy({comm, half}).c_str()); \
+    }                                                                                                  \
+  } while (0)
+
 int Train(ncclComm_t comm, cudaStream_t s, int steps) {
   const int p = 4096;
   cublasHandle_t blas;
@@ -447,18 +476,18 @@ int Train(ncclComm_t comm, cudaStream_t s, int steps) {
     MakeA<<<1, kM * kK, 0, s>>>(a, step, g_rank);
     if (cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, kM, kN, kK, &one, a, kM, b, kK, &zero, y, kM) !=
         CUBLAS_STATUS_SUCCESS) {
-      PHOS_CHECK_FAIL(2, "cublasSgemm failed at step %d", step);
+      PHOS_CHECK_FAIL(2, "cublasSgemm failed at step %d%s", step, NcclWhy({comm, half}).c_str());
     }
     GradientFromGemm<<<(p + 255) / 256, 256, 0, s>>>(grad, y, p, g_rank, step);
-    NCHECK(ncclAllReduce(grad, grad, p, ncclFloat32, ncclSum, comm, s));
+    TNCHECK(ncclAllReduce(grad, grad, p, ncclFloat32, ncclSum, comm, s));
     Sgd<<<(p + 255) / 256, 256, 0, s>>>(params, grad, p, 0.25f);
     if (step % 10 == 9) {
       const float mine = static_cast<float>(step + g_rank);
-      CHECK(cudaMemcpyAsync(half_sum, &mine, sizeof mine, cudaMemcpyHostToDevice, s));
-      NCHECK(ncclAllReduce(half_sum, half_sum, 1, ncclFloat32, ncclSum, half, s));
+      TCHECK(cudaMemcpyAsync(half_sum, &mine, sizeof mine, cudaMemcpyHostToDevice, s));
+      TNCHECK(ncclAllReduce(half_sum, half_sum, 1, ncclFloat32, ncclSum, half, s));
       float got = 0, want = 0;
-      CHECK(cudaMemcpyAsync(&got, half_sum, sizeof got, cudaMemcpyDeviceToHost, s));
-      CHECK(cudaStreamSynchronize(s));
+      TCHECK(cudaMemcpyAsync(&got, half_sum, sizeof got, cudaMemcpyDeviceToHost, s));
+      TCHECK(cudaStreamSynchronize(s));
       for (int r = g_rank % 2; r < g_nranks; r += 2) want += static_cast<float>(step + r);
       if (got != want) PHOS_CHECK_FAIL(1, "step %d: the half's sum is %g, want %g", step + 1, got, want);
       std::printf("rank %d: step %d\n", g_rank, step + 1);
@@ -466,8 +495,8 @@ int Train(ncclComm_t comm, cudaStream_t s, int steps) {
     usleep(g_rank == 0 ? 2000 : 6000);
   }
   std::vector<float> trained(p);
-  CHECK(cudaMemcpyAsync(trained.data(), params, p * sizeof(float), cudaMemcpyDeviceToHost, s));
-  CHECK(cudaStreamSynchronize(s));
+  TCHECK(cudaMemcpyAsync(trained.data(), params, p * sizeof(float), cudaMemcpyDeviceToHost, s));
+  TCHECK(cudaStreamSynchronize(s));
   std::vector<float> ref(p, 0.0f);
   std::vector<float> yref(static_cast<size_t>(g_nranks) * kM * kN);
   for (int step = 0; step < steps; ++step) {
@@ -687,7 +716,10 @@ int main(int argc, char** argv) {
     // Refused at once when rank 1's end was already seen, else failed as it runs.
     ncclResult_t async = ncclAllReduce(x, x, 1024, ncclFloat32, ncclSum, comm, s);
     if (async != ncclRemoteError) NCHECK(async);
-    CHECK(cudaStreamSynchronize(s));
+    // Enqueued, it can never complete (rank 1 is gone): the sim fails it on
+    // the stream instead of handing back x as "the sum".
+    const cudaError_t synced = cudaStreamSynchronize(s);
+    EXPECT(async == ncclSuccess ? synced == cudaErrorLaunchFailure : synced == cudaSuccess);
     for (int i = 0; i < 600 && async == ncclSuccess; ++i) {
       NCHECK(ncclCommGetAsyncError(comm, &async));
       if (async == ncclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(50));

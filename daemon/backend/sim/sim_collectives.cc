@@ -1,5 +1,7 @@
 #include "backend/sim/sim_collectives.h"
 
+#include <cuda.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -361,6 +363,7 @@ SimCommRank::~SimCommRank() = default;
 int SimCommRank::nranks() const { return comm_->nranks; }
 
 void SimCommRank::Abort(const std::string& why) {
+  ended_here_.store(true, std::memory_order_release);
   bool first = false;
   {
     std::lock_guard<std::mutex> lock(comm_->mu);
@@ -382,8 +385,8 @@ std::uint64_t SimCommRank::ReserveCollectives(std::uint64_t count) {
   return first;
 }
 
-void SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const std::vector<CollectiveOp>& ops,
-                           std::uint64_t first_seq, const std::shared_ptr<const std::atomic<bool>>& cancelled) {
+Status SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const std::vector<CollectiveOp>& ops,
+                             std::uint64_t first_seq, const std::shared_ptr<const std::atomic<bool>>& cancelled) {
   SimCommunicator& c = *comm_;
   const std::atomic<bool>* stop = cancelled.get();
   Status s;
@@ -510,6 +513,10 @@ void SimCommRank::RunGroup(SimAddressSpace* memory, std::uint64_t owner, const s
   lock.unlock();
   if (tell) c.TellAbort(why);
   pending_.fetch_sub(1, std::memory_order_acq_rel);
+  if (s.ok() || ended_here_.load(std::memory_order_acquire)) return Status::Ok();
+  return Status(s.code(), "an NCCL group of rank " + std::to_string(rank_) +
+                              " did not complete, its buffers hold no result: " + s.message())
+      .WithApiError(CUDA_ERROR_LAUNCH_FAILED);
 }
 
 // ---- SimCommRegistry ----

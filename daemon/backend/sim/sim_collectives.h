@@ -64,16 +64,23 @@ class SimCommRank final : public CommRank {
   void Unreserve() { pending_.fetch_sub(1, std::memory_order_acq_rel); }
   /// Runs a group (on the stream's worker). `first_seq` from
   /// ReserveCollectives; `cancelled`: this rank's context was abandoned.
-  /// Never fails the stream: an error goes to the rank's async error.
-  /// `owner`: the context's id (its buffers only).
-  void RunGroup(SimAddressSpace* memory, std::uint64_t owner, const std::vector<CollectiveOp>& ops,
-                std::uint64_t first_seq, const std::shared_ptr<const std::atomic<bool>>& cancelled);
+  /// `owner`: the context's id (its buffers only). A group that could not
+  /// complete sets the rank's async error (ncclRemoteError and the like)
+  /// and, unless this rank's own owner ended it (Abort on this rank:
+  /// ncclCommAbort, its process ended), returns the error for its stream:
+  /// cudaErrorLaunchFailure, as an NCCL kernel that never finished. Real
+  /// NCCL would leave that kernel waiting until the app aborts; a stream
+  /// that completed instead would hand the app a buffer nobody reduced —
+  /// a wrong answer (docs/backends.md "Collectives": an aborted collective).
+  Status RunGroup(SimAddressSpace* memory, std::uint64_t owner, const std::vector<CollectiveOp>& ops,
+                  std::uint64_t first_seq, const std::shared_ptr<const std::atomic<bool>>& cancelled);
 
  private:
   std::shared_ptr<SimCommunicator> comm_;
   const int rank_;
   std::uint64_t next_seq_ = 0;      // guarded by comm_->mu
   std::atomic<int> pending_{0};     // groups enqueued and not yet run
+  std::atomic<bool> ended_here_{false};  // Abort was called on this rank (its owner ended it)
 };
 
 /// Every communicator of one sim backend that is still forming, and those

@@ -509,8 +509,7 @@ Status SimContext::EnqueueCollectives(const std::shared_ptr<CommRank>& rank, con
   // Sequence numbers are taken in stream-enqueue order, under mu_.
   const std::uint64_t first = sim_rank->ReserveCollectives(collectives);
   Status s = EnqueueLocked(stream, [sim_rank, group, memory, owner, first, abandoned]() -> Status {
-    sim_rank->RunGroup(memory, owner, *group, first, abandoned);
-    return Status::Ok();
+    return sim_rank->RunGroup(memory, owner, *group, first, abandoned);
   });
   if (!s.ok()) {
     // Its sequence numbers will never arrive: the peers must not wait for them.

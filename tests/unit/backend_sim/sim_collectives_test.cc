@@ -3,6 +3,8 @@
 // over the ranks' memory; a rank that gives up fails the others instead of
 // leaving them waiting. Runs stream workers and joiners on several threads
 // (re-run under ThreadSanitizer).
+#include <cuda.h>
+
 #include <atomic>
 #include <cstring>
 #include <future>
@@ -149,7 +151,11 @@ TEST(SimCollectives, RanksThatDisagreeFailAllWithTheirAsyncError) {
   SIM_ASSERT_OK(k.ctx[0]->EnqueueCollectives(k.rank[0], {Op(CollectiveOp::Kind::kAllReduce, a, a, 16)}, k.stream[0]));
   SIM_ASSERT_OK(k.ctx[1]->EnqueueCollectives(k.rank[1], {Op(CollectiveOp::Kind::kAllReduce, b, b, 32)}, k.stream[1]));
   for (int r = 0; r < 2; ++r) {
-    SIM_ASSERT_OK(k.ctx[r]->SynchronizeStream(k.stream[r]));  // the stream does not fail
+    // Nothing was reduced: the stream says so (an NCCL kernel that failed),
+    // so no app reads its buffer as a result.
+    const Status sync = k.ctx[r]->SynchronizeStream(k.stream[r]);
+    EXPECT_EQ(sync.api_error(), CUDA_ERROR_LAUNCH_FAILED) << sync.ToString();
+    EXPECT_NE(sync.message().find("did not complete"), std::string::npos) << sync.ToString();
     const Status e = k.rank[r]->AsyncError();
     EXPECT_FALSE(e.ok());
     EXPECT_NE(e.message().find("disagree"), std::string::npos) << e.ToString();
@@ -165,13 +171,37 @@ TEST(SimCollectives, AnAbandonedRankFailsItsWaitingPeers) {
   SIM_ASSERT_OK(k.ctx[0]->EnqueueCollectives(k.rank[0], {Op(CollectiveOp::Kind::kAllReduce, a, a, 16)}, k.stream[0]));
   k.ctx[1]->Abandon();
   k.rank[1]->Abort("rank 1: its process ended");
-  SIM_ASSERT_OK(k.ctx[0]->SynchronizeStream(k.stream[0]));
+  // Rank 0's all-reduce never got rank 1's part: its stream fails instead
+  // of completing with rank 0's own bytes as "the sum".
+  const Status sync = k.ctx[0]->SynchronizeStream(k.stream[0]);
+  EXPECT_EQ(sync.api_error(), CUDA_ERROR_LAUNCH_FAILED) << sync.ToString();
+  EXPECT_NE(sync.message().find("process ended"), std::string::npos) << sync.ToString();
   const Status e = k.rank[0]->AsyncError();
   EXPECT_EQ(e.code(), Status::Code::kUnavailable) << e.ToString();
   EXPECT_NE(e.message().find("process ended"), std::string::npos) << e.ToString();
   // Later groups fail at once.
   SIM_ASSERT_OK(k.ctx[0]->EnqueueCollectives(k.rank[0], {Op(CollectiveOp::Kind::kAllReduce, a, a, 16)}, k.stream[0]));
+  EXPECT_FALSE(k.ctx[0]->SynchronizeStream(k.stream[0]).ok());
+}
+
+// A rank whose own app ends the communicator (ncclCommAbort) while its
+// all-reduce waits drops that collective as NCCL does: the app asked for it,
+// knows the buffer holds no result, and its stream goes on without error.
+// The peer, which did not ask, gets the error on its stream.
+TEST(SimCollectives, ARankThatAbortsItselfKeepsItsStreamItsPeerDoesNot) {
+  Ranks k;
+  SIM_ASSERT_OK(k.Init(2, 2, 9));
+  DevicePtr a = k.Alloc(0, 4096), b = k.Alloc(1, 4096);
+  // Rank 0 waits in an all-reduce whose other part comes only after rank 1
+  // aborted (so it never arrives in time).
+  SIM_ASSERT_OK(k.ctx[0]->EnqueueCollectives(k.rank[0], {Op(CollectiveOp::Kind::kAllReduce, a, a, 16)}, k.stream[0]));
+  k.rank[0]->Abort("rank 0 called ncclCommAbort");
   SIM_ASSERT_OK(k.ctx[0]->SynchronizeStream(k.stream[0]));
+  EXPECT_FALSE(k.rank[0]->AsyncError().ok());
+  SIM_ASSERT_OK(k.ctx[1]->EnqueueCollectives(k.rank[1], {Op(CollectiveOp::Kind::kAllReduce, b, b, 16)}, k.stream[1]));
+  const Status sync = k.ctx[1]->SynchronizeStream(k.stream[1]);
+  EXPECT_EQ(sync.api_error(), CUDA_ERROR_LAUNCH_FAILED) << sync.ToString();
+  EXPECT_NE(sync.message().find("ncclCommAbort"), std::string::npos) << sync.ToString();
 }
 
 TEST(SimCollectives, AJoinGivesUpWhenCancelledAndALaterJoinFormsAFreshOne) {

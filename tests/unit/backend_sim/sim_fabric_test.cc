@@ -5,6 +5,8 @@
 // DeliverCollective). Ranks on both compute every collective exactly; a
 // rank that ends, or a phosd that is lost, fails the ranks waiting for it;
 // a peer's malformed message is refused. Re-run under ThreadSanitizer.
+#include <cuda.h>
+
 #include <condition_variable>
 #include <cstring>
 #include <future>
@@ -239,7 +241,9 @@ TEST(SimFabric, ARankEndingOnOnePhosdFailsTheRanksWaitingOnTheOther) {
   // ends and its session aborts the communicator, which tells B.
   SIM_ASSERT_OK(k.ctx[1]->EnqueueCollectives(k.rank[1], {Op(CollectiveOp::Kind::kAllReduce, p, p, 16)}, k.stream[1]));
   k.rank[0]->Abort("rank 0: its process ended");
-  SIM_ASSERT_OK(k.ctx[1]->SynchronizeStream(k.stream[1]));
+  // Rank 1's stream fails: its buffer holds no sum.
+  const Status sync = k.ctx[1]->SynchronizeStream(k.stream[1]);
+  EXPECT_EQ(sync.api_error(), CUDA_ERROR_LAUNCH_FAILED) << sync.ToString();
   const Status e = k.rank[1]->AsyncError();
   EXPECT_EQ(e.code(), Status::Code::kUnavailable) << e.ToString();
   EXPECT_NE(e.message().find("process ended"), std::string::npos) << e.ToString();
@@ -252,7 +256,9 @@ TEST(SimFabric, ALostPhosdFailsTheRanksWaitingForIt) {
   SIM_ASSERT_OK(k.ctx[0]->EnqueueCollectives(k.rank[0], {Op(CollectiveOp::Kind::kAllReduce, p, p, 16)}, k.stream[0]));
   // B vanishes without a word (its etcd lease ended).
   k.a->PeerLost("B", "its etcd lease ended");
-  SIM_ASSERT_OK(k.ctx[0]->SynchronizeStream(k.stream[0]));
+  const Status sync = k.ctx[0]->SynchronizeStream(k.stream[0]);
+  EXPECT_EQ(sync.api_error(), CUDA_ERROR_LAUNCH_FAILED) << sync.ToString();
+  EXPECT_NE(sync.message().find("phosd at B"), std::string::npos) << sync.ToString();
   const Status e = k.rank[0]->AsyncError();
   EXPECT_EQ(e.code(), Status::Code::kUnavailable) << e.ToString();
   EXPECT_NE(e.message().find("phosd at B"), std::string::npos) << e.ToString();
