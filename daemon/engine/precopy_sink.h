@@ -8,14 +8,16 @@
 //   - Staged() runs on the copier's thread (the caller of engine::Checkpoint),
 //     never on the consumer thread, one call at a time, with no engine lock
 //     held. The data is valid only during the call.
-//   - A copy handed over gets a copy id (1, 2, ...; unique within one
-//     checkpoint). A buffer copied again later gets a new id; the older copy
-//     is superseded.
-//   - At t2 every image extent whose staged copy is still current is written
-//     as a reference to its copy id instead of bytes
-//     (ImageWriter::WriteElsewhere; CheckpointResult::precopied lists them):
-//     the image on the source is then incomplete until the receiver fills
-//     those extents from the copies it kept.
+//   - A copy is a run of whole image chunks of one buffer (dirtiness is per
+//     chunk: a round copies only the chunks written since their last copy),
+//     and gets a copy id (1, 2, ...; unique within one checkpoint). A chunk
+//     copied again later is in a newer copy; the older one is superseded
+//     for that chunk.
+//   - At t2 every image chunk whose staged copy is still current is written
+//     as a reference to (copy id, offset in that copy) instead of bytes
+//     (ImageWriter::WriteElsewhere; CheckpointResult::precopied lists the
+//     runs): the image on the source is then incomplete until the receiver
+//     fills those chunks from the copies it kept.
 //   - A failing Staged() fails the checkpoint (no image; the app runs on).
 #pragma once
 
@@ -28,7 +30,7 @@ namespace phos::engine {
 
 struct StagedCopy {
   std::uint64_t copy_id = 0;
-  std::uint64_t address = 0;      // device address of the buffer
+  std::uint64_t address = 0;      // device address of its first byte (a chunk boundary of its buffer)
   std::uint64_t bytes = 0;
   const std::byte* data = nullptr;
   /// XXH3-64 of each chunk of `chunk_bytes` (the image's chunk size), as
@@ -43,11 +45,13 @@ class PrecopySink {
   virtual Status Staged(const StagedCopy& copy) = 0;
 };
 
-/// One extent of the image written as a reference (see above).
+/// A run of image chunks written as a reference (see above): device bytes
+/// [address, +bytes) are bytes [copy_offset, +bytes) of copy `copy_id`.
 struct PrecopiedExtent {
   std::uint64_t address = 0;
   std::uint64_t bytes = 0;
   std::uint64_t copy_id = 0;
+  std::uint64_t copy_offset = 0;
 };
 
 }  // namespace phos::engine

@@ -13,20 +13,22 @@ namespace phos::engine {
 
 namespace {
 
-/// Synchronous D2H of [address, address + bytes) into `host` (resized), in
-/// chunks on `stream`. The session is quiesced (t2): no yields, and every
-/// chunk has its own place in `host`, so all are queued before one
-/// synchronisation (a wait per chunk left the link idle between chunks).
-Status CopyNow(backend::Context* ctx, backend::StreamHandle stream, std::uint64_t address, std::uint64_t bytes,
-               std::vector<std::byte>* host) {
-  const std::uint64_t chunk = image::kDefaultChunkBytes;
-  host->resize(bytes);
+/// Synchronous D2H of the chunks of [address, address + host->size())
+/// flagged in `chunks` (empty: all) into their places in `host`, on
+/// `stream`. The session is quiesced (t2): no yields, and every chunk has
+/// its own place in `host`, so all are queued before one synchronisation
+/// (a wait per chunk left the link idle between chunks). *copied: bytes.
+Status CopyNow(backend::Context* ctx, backend::StreamHandle stream, std::uint64_t address, std::uint64_t chunk,
+               const std::vector<bool>& chunks, std::vector<std::byte>* host, std::uint64_t* copied) {
+  const std::uint64_t bytes = host->size();
   Status s;
-  for (std::uint64_t off = 0; off < bytes && s.ok(); off += chunk) {
+  for (std::uint64_t off = 0, c = 0; off < bytes && s.ok(); off += chunk, ++c) {
+    if (!chunks.empty() && !chunks[c]) continue;
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, bytes - off));
     s = ctx->MemcpyAsync(reinterpret_cast<std::uint64_t>(host->data() + off), address + off, len,
                          backend::CopyKind::kDeviceToHost, stream);
     if (!s.ok()) s = s.WithContext("at offset " + std::to_string(off));
+    if (s.ok()) *copied += len;
   }
   // Also after a failed queueing: what was queued must finish before `host`
   // may go away.
@@ -35,11 +37,14 @@ Status CopyNow(backend::Context* ctx, backend::StreamHandle stream, std::uint64_
   if (!s.ok()) return s.WithContext("copying buffer " + Hex(address) + " to the host");
   return Status::Ok();
 }
+
+bool AnyDirty(const TrackedBuffer& b) { return std::find(b.dirty.begin(), b.dirty.end(), true) != b.dirty.end(); }
 }  // namespace
 
 RecopyCheckpoint::RecopyCheckpoint(const CheckpointOptions& options, Progress* progress, CheckpointResult* result)
     : SoftOperation(progress, "checkpoint", "copier", /*check_reads=*/false, "its speculated access set is trusted"),
       options_(options),
+      chunk_(options.image.chunk_bytes != 0 ? options.image.chunk_bytes : image::kDefaultChunkBytes),
       result_(result) {}
 
 RecopyCheckpoint::~RecopyCheckpoint() = default;
@@ -56,6 +61,7 @@ Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
     b.bytes = r.bytes;
     b.global = global;
     b.state = kDirty;
+    b.dirty.assign(ChunkCount(r.bytes), true);
     total += r.bytes;
     order.push_back(r.address);
     tracked.push_back(std::move(b));
@@ -102,8 +108,7 @@ Status RecopyCheckpoint::Admit(const session::CallView& call) {
     // copier stops; t2 copies whatever the app has by then, fresh.
     for (auto& [addr, b] : table_.by_address) {
       b.freed = true;
-      ++b.generation;
-      b.state = kDirty;
+      DirtyAllLocked(b);
     }
     reset_ = true;
     abandoned_ = true;
@@ -121,9 +126,8 @@ Status RecopyCheckpoint::Admit(const session::CallView& call) {
     TrackedBuffer* b = table_.Find(call.ranges.front().ptr);
     if (b == nullptr || b->address != call.ranges.front().ptr) return Status::Ok();
     b->freed = true;
-    ++b->generation;
     const bool copying = b->state == kCopying;
-    b->state = kDirty;
+    DirtyAllLocked(*b);
     if (!copying) return Status::Ok();
     abort_copy_.store(true);
     lock.unlock();
@@ -154,14 +158,21 @@ void RecopyCheckpoint::AdmittedCall(const session::CallView& call, const Status&
   if (unvalidatable) ++counters_.unvalidated_kernels;
   if (abandoned_) return;
   // The call's result does not matter: a failed call may have run in part.
-  std::vector<TrackedBuffer*> hit;
+  // What it wrote: exact ranges (copies, memsets, library calls) dirty the
+  // chunks they overlap; a kernel's ranges are its buffers, whole.
+  struct Hit {
+    TrackedBuffer* buffer;
+    std::uint64_t ptr, bytes;  // bytes 0: the whole buffer
+  };
+  std::vector<Hit> hit;
   if (writes_anything) {
-    for (auto& [addr, b] : table_.by_address) hit.push_back(&b);
+    for (auto& [addr, b] : table_.by_address) hit.push_back(Hit{&b, 0, 0});
   } else {
+    const bool exact = call.kind == session::AccessKind::kExact;
     for (const auto& r : call.ranges) {
       if (!r.write) continue;
       table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) {
-        if (std::find(hit.begin(), hit.end(), &b) == hit.end()) hit.push_back(&b);
+        hit.push_back(exact ? Hit{&b, r.ptr, r.bytes} : Hit{&b, 0, 0});
       });
     }
   }
@@ -169,15 +180,22 @@ void RecopyCheckpoint::AdmittedCall(const session::CallView& call, const Status&
   // The call is enqueued: an event recorded now completes after its write.
   bool recorded = RecordWriteLocked(call.stream);
   if (!recorded) {
-    // No event: let the write finish before the buffers become DIRTY, so
-    // every copy taken after that sees it (copies taken before are dropped
-    // by the generation bump below).
+    // No event: let the write finish before its chunks become dirty, so
+    // every copy taken after that sees it (copies taken before are
+    // superseded: their chunks are dirty again).
     lock.unlock();
     (void)ctx_->SynchronizeStream(call.stream);
     lock.lock();
     if (abandoned_) return;
   }
-  for (TrackedBuffer* b : hit) MarkDirtyLocked(*b, recorded, call.stream);
+  for (const Hit& h : hit) {
+    if (h.bytes == 0) {
+      DirtyAllLocked(*h.buffer);
+    } else {
+      DirtyChunksLocked(*h.buffer, h.ptr, h.bytes);
+    }
+    if (recorded) WrittenOnLocked(*h.buffer, call.stream);
+  }
 }
 
 bool RecopyCheckpoint::RecordWriteLocked(backend::StreamHandle stream) {
@@ -196,10 +214,18 @@ bool RecopyCheckpoint::RecordWriteLocked(backend::StreamHandle stream) {
   return true;
 }
 
-void RecopyCheckpoint::MarkDirtyLocked(TrackedBuffer& b, bool written_on_stream, backend::StreamHandle stream) {
-  ++b.generation;
+void RecopyCheckpoint::DirtyChunksLocked(TrackedBuffer& b, std::uint64_t ptr, std::uint64_t bytes) {
+  const std::uint64_t from = std::max(ptr, b.address) - b.address;
+  const std::uint64_t to = std::min(ptr + (bytes == 0 ? 1 : bytes), b.address + b.bytes) - b.address;  // exclusive
+  if (to > from) {
+    const std::size_t last = std::min<std::size_t>(static_cast<std::size_t>((to - 1) / chunk_), b.dirty.size() - 1);
+    for (std::size_t c = static_cast<std::size_t>(from / chunk_); c <= last; ++c) b.dirty[c] = true;
+  }
   b.state = kDirty;
-  if (written_on_stream && std::find(b.written_on.begin(), b.written_on.end(), stream) == b.written_on.end()) {
+}
+
+void RecopyCheckpoint::WrittenOnLocked(TrackedBuffer& b, backend::StreamHandle stream) {
+  if (std::find(b.written_on.begin(), b.written_on.end(), stream) == b.written_on.end()) {
     b.written_on.push_back(stream);
   }
 }
@@ -207,7 +233,10 @@ void RecopyCheckpoint::MarkDirtyLocked(TrackedBuffer& b, bool written_on_stream,
 std::uint64_t RecopyCheckpoint::DirtyBytesLocked() const {
   std::uint64_t n = 0;
   for (const auto& [addr, b] : table_.by_address) {
-    if (!b.freed && b.state != kCopied) n += b.bytes;
+    if (b.freed || b.state == kCopied) continue;
+    for (std::size_t c = 0; c < b.dirty.size(); ++c) {
+      if (b.dirty[c]) n += std::min<std::uint64_t>(chunk_, b.bytes - c * chunk_);
+    }
   }
   return n;
 }
@@ -225,22 +254,23 @@ Status RecopyCheckpoint::CopyRounds() {
   while (rounds < options_.recopy_rounds && dirty_before > 0) {
     for (std::uint64_t addr : order_) {
       TrackedBuffer* b = nullptr;
-      std::uint64_t generation = 0;
+      std::vector<bool> taken;  // the chunks this copy takes
       {
         std::lock_guard<std::mutex> lock(table_.mu);
         if (abandoned_) break;
         b = &table_.by_address.at(addr);
         if (b->freed || b->state != kDirty) continue;
         b->state = kCopying;
-        generation = b->generation;
+        taken.swap(b->dirty);
+        b->dirty.assign(taken.size(), false);
         abort_copy_.store(false);
         // Waits on the copier's stream for every write admitted so far
         // (their events were recorded after they were enqueued).
         Status ordered;
         UseContext([&] {
           for (backend::StreamHandle s : b->written_on) {
-            // Without the wait the copy could miss a write the generation
-            // no longer reveals: no image rather than a wrong one.
+            // Without the wait the copy could miss a write its chunks no
+            // longer reveal: no image rather than a wrong one.
             ordered = ctx_->StreamWaitEvent(stream_, stream_events_.at(s));
             if (!ordered.ok()) return;
           }
@@ -250,22 +280,31 @@ Status RecopyCheckpoint::CopyRounds() {
         }
         b->written_on.clear();
       }
-      b->copy_id = 0;  // `host` is about to be overwritten
+      // `host`'s taken chunks are about to be overwritten: no longer handed over.
+      b->handed.resize(taken.size());
+      for (std::size_t c = 0; c < taken.size(); ++c) {
+        if (taken[c]) b->handed[c] = TrackedBuffer::Handed{};
+      }
       bool dropped = false;
-      Status s = CopyOne(*b, &dropped);
-      bool copied = false;
+      Status s = CopyOne(*b, taken, &dropped);
+      std::vector<bool> clean;  // taken, copied, and not written since
       {
         std::lock_guard<std::mutex> lock(table_.mu);
-        if (b->state == kCopying) {
-          b->state = s.ok() && !dropped && b->generation == generation && !b->freed ? kCopied : kDirty;
-          copied = b->state == kCopied;
+        if (!b->freed) {
+          if (s.ok() && !dropped) {
+            clean = taken;
+            for (std::size_t c = 0; c < clean.size(); ++c) clean[c] = clean[c] && !b->dirty[c];
+          } else {
+            for (std::size_t c = 0; c < taken.size(); ++c) b->dirty[c] = b->dirty[c] || taken[c];
+          }
+          b->state = AnyDirty(*b) ? kDirty : kCopied;
         }
         if (!s.ok() && !abandoned_) return s;  // a copy failed: no image
       }
-      // A write admitted from here on makes the copy stale (DIRTY again);
-      // it is still a true copy of the moment it was taken, and the next
-      // round supersedes it.
-      if (copied && options_.precopy != nullptr) PHOS_RETURN_IF_ERROR(HandOver(*b));
+      // A write admitted from here on makes a chunk's copy stale (dirty
+      // again); it is still a true copy of the moment it was taken, and the
+      // next round supersedes it.
+      if (!clean.empty() && options_.precopy != nullptr) PHOS_RETURN_IF_ERROR(HandOver(*b, clean));
       UseContext([&] {
         if (validator_) (void)validator_->Drain(false, &reports);
       });
@@ -300,11 +339,11 @@ Status RecopyCheckpoint::CopyRounds() {
   return Status::Ok();
 }
 
-Status RecopyCheckpoint::CopyOne(TrackedBuffer& b, bool* dropped) {
-  const std::uint64_t chunk = image::kDefaultChunkBytes;
+Status RecopyCheckpoint::CopyOne(TrackedBuffer& b, const std::vector<bool>& chunks, bool* dropped) {
   b.host.resize(b.bytes);  // the copier owns `host` while the buffer is COPYING
-  for (std::uint64_t off = 0; off < b.bytes; off += chunk) {
-    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, b.bytes - off));
+  for (std::uint64_t off = 0, c = 0; off < b.bytes; off += chunk_, ++c) {
+    if (!chunks[c]) continue;
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk_, b.bytes - off));
     Status s;
     bool aborted = false;
     const bool used = UseContext([&] {
@@ -330,21 +369,36 @@ Status RecopyCheckpoint::CopyOne(TrackedBuffer& b, bool* dropped) {
   return Status::Ok();
 }
 
-Status RecopyCheckpoint::HandOver(TrackedBuffer& b) {
-  const std::uint64_t chunk = options_.image.chunk_bytes;
-  b.host_xxh3.clear();
-  for (std::uint64_t off = 0; off < b.bytes; off += chunk) {
-    b.host_xxh3.push_back(image::Xxh3(b.host.data() + off, static_cast<std::size_t>(std::min(chunk, b.bytes - off))));
+Status RecopyCheckpoint::HandOver(TrackedBuffer& b, const std::vector<bool>& chunks) {
+  b.host_xxh3.resize(chunks.size());
+  b.handed.resize(chunks.size());
+  for (std::size_t first = 0; first < chunks.size();) {
+    if (!chunks[first]) {
+      ++first;
+      continue;
+    }
+    std::size_t end = first;
+    while (end < chunks.size() && chunks[end]) ++end;
+    // One copy per run of clean chunks: [first, end).
+    const std::uint64_t off = first * chunk_;
+    const std::uint64_t bytes = std::min<std::uint64_t>(end * chunk_, b.bytes) - off;
+    std::vector<std::uint64_t> sums;
+    for (std::size_t c = first; c < end; ++c) {
+      const std::uint64_t at = c * chunk_;
+      b.host_xxh3[c] = image::Xxh3(b.host.data() + at, static_cast<std::size_t>(std::min(chunk_, b.bytes - at)));
+      sums.push_back(b.host_xxh3[c]);
+    }
+    StagedCopy copy;
+    copy.copy_id = ++next_copy_id_;
+    copy.address = b.address + off;
+    copy.bytes = bytes;
+    copy.data = b.host.data() + off;
+    copy.chunk_bytes = chunk_;
+    copy.chunk_xxh3 = &sums;
+    PHOS_RETURN_IF_ERROR(options_.precopy->Staged(copy).WithContext("pre-copy of buffer " + Hex(b.address)));
+    for (std::size_t c = first; c < end; ++c) b.handed[c] = TrackedBuffer::Handed{copy.copy_id, (c - first) * chunk_};
+    first = end;
   }
-  StagedCopy c;
-  c.copy_id = ++next_copy_id_;
-  c.address = b.address;
-  c.bytes = b.bytes;
-  c.data = b.host.data();
-  c.chunk_bytes = chunk;
-  c.chunk_xxh3 = &b.host_xxh3;
-  PHOS_RETURN_IF_ERROR(options_.precopy->Staged(c).WithContext("pre-copy of buffer " + Hex(b.address)));
-  b.copy_id = c.copy_id;
   return Status::Ok();
 }
 
@@ -357,10 +411,7 @@ void RecopyCheckpoint::ApplyReports(std::vector<TwinValidator::Collected>& repor
       // Some writes went unrecorded: any buffer may have changed since its copy.
       spdlog::warn("checkpoint: a kernel's twin report overflowed ({} accesses unrecorded); recopying every buffer",
                    r.dropped);
-      for (auto& [addr, b] : table_.by_address) {
-        ++b.generation;
-        b.state = kDirty;
-      }
+      for (auto& [addr, b] : table_.by_address) DirtyAllLocked(b);
       ++counters_.recopy_misses;
       continue;
     }
@@ -369,9 +420,9 @@ void RecopyCheckpoint::ApplyReports(std::vector<TwinValidator::Collected>& repor
       TrackedBuffer* b = table_.Find(m.address);
       if (b == nullptr) continue;  // not tracked: t2 copies it fresh anyway
       // The kernel completed (its report is in), so a copy taken from now
-      // on sees its write; one taken before is redone.
-      ++b->generation;
-      b->state = kDirty;
+      // on sees its write; one taken before is redone. The kernel's writes
+      // are per buffer: all of it.
+      DirtyAllLocked(*b);
       ++counters_.recopy_misses;
       spdlog::debug("checkpoint: kernel (function id {}) wrote {} in buffer {} outside its speculated access set; "
                     "recopying it", m.kernel_id, Hex(m.address), Hex(b->address));
@@ -426,14 +477,15 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
     PHOS_RETURN_IF_ERROR(st.ctx->CreateStream(backend::kStreamNonBlocking, 0, &temp));
     stream = temp;
   }
-  // What each extent of the image takes: the staged copy (COPIED, same
-  // buffer as at Start) or a copy now (DIRTY, or allocated/re-allocated
-  // since Start). Decided under mu; the copies run without it (the copier
-  // has ended, so the `host` vectors are ours).
+  // What each extent of the image takes: per chunk, the staged copy (clean
+  // chunks of a buffer tracked since Start) or a copy now (dirty chunks;
+  // whole buffers allocated or re-allocated since Start). Decided under mu;
+  // the copies run without it (the copier has ended, so the `host` vectors
+  // are ours).
   struct Plan {
     DeviceRange range;
     TrackedBuffer* tracked = nullptr;  // null: not tracked (or not the same buffer)
-    bool staged = false;
+    std::vector<bool> copy_now;        // with `tracked`: the chunks still dirty
   };
   std::vector<Plan> plan;
   {
@@ -445,9 +497,9 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
       if (same_context && it != table_.by_address.end() && !it->second.freed && it->second.bytes == r.bytes &&
           it->second.global == global) {
         p.tracked = &it->second;
-        p.staged = it->second.state == kCopied;
+        p.copy_now = it->second.dirty;
       }
-      plan.push_back(p);
+      plan.push_back(std::move(p));
     };
     for (const auto& r : final_snapshot_.buffers) decide(r, false);
     for (const auto& r : final_snapshot_.globals) decide(r, true);
@@ -463,23 +515,36 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
   }
   std::uint64_t copied_now = 0, total = 0;
   Status status;
-  for (const Plan& p : plan) {
+  for (Plan& p : plan) {
     Extent e;
     e.address = p.range.address;
     e.bytes = p.range.bytes;
-    if (p.staged && p.tracked->copy_id != 0) {
-      // Handed over in a round and unchanged since: the receiver has it.
-      e.copy_id = p.tracked->copy_id;
-      e.xxh3 = std::move(p.tracked->host_xxh3);
-      std::vector<std::byte>().swap(p.tracked->host);
-    } else if (p.staged) {
-      e.host = std::move(p.tracked->host);
+    if (p.tracked == nullptr) {
+      e.host.resize(p.range.bytes);
+      status = CopyNow(st.ctx, stream, p.range.address, chunk_, {}, &e.host, &copied_now);
     } else {
-      status = CopyNow(st.ctx, stream, p.range.address, p.range.bytes, &e.host);
-      if (!status.ok()) break;
-      copied_now += p.range.bytes;
-      if (p.tracked != nullptr) std::vector<std::byte>().swap(p.tracked->host);  // a stale copy
+      TrackedBuffer& b = *p.tracked;
+      e.host = std::move(b.host);
+      e.host.resize(p.range.bytes);  // a buffer never copied had no host vector (all its chunks are dirty)
+      status = CopyNow(st.ctx, stream, p.range.address, chunk_, p.copy_now, &e.host, &copied_now);
+      // A clean chunk handed over in a round is still current: the receiver
+      // has it. Everything else is in `host` now.
+      bool referenced = false;
+      for (std::size_t c = 0; c < b.handed.size() && c < p.copy_now.size(); ++c) {
+        if (!p.copy_now[c] && b.handed[c].copy_id != 0) referenced = true;
+      }
+      if (referenced) {
+        e.refs.resize(p.copy_now.size());
+        for (std::size_t c = 0; c < e.refs.size(); ++c) {
+          if (!p.copy_now[c] && c < b.handed.size()) e.refs[c] = b.handed[c];
+        }
+        e.xxh3 = std::move(b.host_xxh3);
+        if (std::all_of(e.refs.begin(), e.refs.end(), [](const auto& r) { return r.copy_id != 0; })) {
+          std::vector<std::byte>().swap(e.host);  // every chunk is the receiver's
+        }
+      }
     }
+    if (!status.ok()) break;
     total += p.range.bytes;
     extents_.push_back(std::move(e));
   }
@@ -504,11 +569,32 @@ Status RecopyCheckpoint::WriteImage(image::ImageWriter* writer, std::vector<Prec
   for (auto& e : extents_) {
     std::size_t index = 0;
     PHOS_RETURN_IF_ERROR(writer->AddBuffer(e.address, e.bytes, &index));
-    if (e.copy_id != 0) {
-      PHOS_RETURN_IF_ERROR(writer->WriteElsewhere(index, e.xxh3));
-      precopied->push_back(PrecopiedExtent{e.address, e.bytes, e.copy_id});
-    } else if (e.bytes > 0) {
-      PHOS_RETURN_IF_ERROR(writer->WriteBuffer(index, e.host.data()));
+    if (e.refs.empty()) {
+      if (e.bytes > 0) PHOS_RETURN_IF_ERROR(writer->WriteBuffer(index, e.host.data()));
+    } else {
+      // Chunk by chunk: bytes, or a reference; consecutive chunks of one
+      // copy at consecutive offsets make one reference.
+      for (std::size_t c = 0; c < e.refs.size();) {
+        const std::uint64_t off = c * chunk_;
+        const TrackedBuffer::Handed& r = e.refs[c];
+        if (r.copy_id == 0) {
+          const std::size_t len = static_cast<std::size_t>(std::min(chunk_, e.bytes - off));
+          PHOS_RETURN_IF_ERROR(writer->Write(index, off, e.host.data() + off, len));
+          ++c;
+          continue;
+        }
+        std::size_t end = c + 1;
+        while (end < e.refs.size() && e.refs[end].copy_id == r.copy_id &&
+               e.refs[end].copy_offset == r.copy_offset + (end - c) * chunk_) {
+          ++end;
+        }
+        PHOS_RETURN_IF_ERROR(writer->WriteElsewhere(
+            index, c, std::vector<std::uint64_t>(e.xxh3.begin() + static_cast<std::ptrdiff_t>(c),
+                                                 e.xxh3.begin() + static_cast<std::ptrdiff_t>(end))));
+        const std::uint64_t bytes = std::min<std::uint64_t>(end * chunk_, e.bytes) - off;
+        precopied->push_back(PrecopiedExtent{e.address + off, bytes, r.copy_id, r.copy_offset});
+        c = end;
+      }
     }
     progress_->AddBytes(e.bytes);
     std::vector<std::byte>().swap(e.host);  // the writer staged it

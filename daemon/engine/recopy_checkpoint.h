@@ -7,38 +7,44 @@
 //               the twin validator, install into the EngineHook.
 //   Work()      = CopyRounds(), the caller's thread: the copier. Rounds; in each it takes
 //               every DIRTY buffer (DIRTY -> COPYING: waits on its stream
-//               for the writes admitted so far, remembers the generation),
-//               copies it D2H in 4 MiB chunks into the buffer's host staging
-//               vector (yielding to app copies, CopyEngineGate), then
-//               COPYING -> COPIED if no write was admitted meanwhile (same
-//               generation), else it stays DIRTY. Rounds go on while the
-//               dirty bytes shrink by >= 10 % per round, at most
+//               for the writes admitted so far, takes its dirty chunks and
+//               clears them), copies those chunks D2H into the buffer's
+//               host staging vector (yielding to app copies,
+//               CopyEngineGate), then COPYING -> COPIED if no chunk was
+//               dirtied meanwhile, else DIRTY (a chunk written during its
+//               copy is dirty again; the others stay copied). Rounds go on
+//               while the dirty bytes shrink by >= 10 % per round, at most
 //               options.recopy_rounds.
 //   Finish()    control task. After a failed copier: remove and cancel
 //               (no image). Else Final() = t2 (the stall): collect every
-//               twin report, synchronise, take the final snapshot, copy what
-//               is DIRTY (and buffers allocated or re-allocated since
-//               Start), remove the operation, drop its device state; then
-//               options.at_capture.
+//               twin report, synchronise, take the final snapshot, copy the
+//               chunks still dirty (and whole buffers allocated or
+//               re-allocated since Start), remove the operation, drop its
+//               device state; then options.at_capture.
 //   WriteImage() the caller's thread, the app runs again: every staged host
 //               copy into the image (ImageWriter writes each chunk exactly
 //               once, so nothing is written before t2).
-// Pre-copy (options.precopy, live migration): each copy that ends COPIED is
-// checksummed per image chunk and handed to the sink with a fresh copy id
-// on the copier's thread; at t2 an extent whose staged copy was handed over
-// is written as a reference (ImageWriter::WriteElsewhere), the rest as bytes.
+// Dirtiness is per image chunk (4 MiB by default): a write whose range is
+// exact (copies, memsets, spec-table library calls) dirties the chunks it
+// overlaps, so a round re-copies what changed, not whole buffers; kernels,
+// twin misses and calls without an access set dirty whole buffers.
+// Pre-copy (options.precopy, live migration): each run of chunks a copy
+// left clean is checksummed per chunk and handed to the sink with a fresh
+// copy id on the copier's thread; at t2 a chunk whose staged copy was
+// handed over and is still current is written as a reference (copy id,
+// offset; ImageWriter::WriteElsewhere), the rest as bytes.
 // Admission: recopy never blocks a call (except cudaFree of a buffer the
 // copier is reading: it waits for that one chunk). Admitted() — after the
-// call was enqueued — marks every buffer the call writes DIRTY, bumps its
-// generation and records the stream's write event, so the copier's next
-// copy of it waits for the write and a copy racing with it is dropped. A
-// call with no access set (kUnknown), or an unvalidatable kernel under
+// call was enqueued — marks the chunks the call writes dirty and records
+// the stream's write event, so the copier's next copy of them waits for
+// the write, and a copy racing with it leaves them dirty. A call with no
+// access set (kUnknown), or an unvalidatable kernel under
 // --unvalidated=stop, dirties every buffer. A twin reporting a write outside
 // its speculated set dirties the buffer hit (recopy_misses); an overflowed
 // report dirties everything.
 //
 // Locks: the soft-operation rule (soft_operation.h): table_.mu guards the
-// table (not `host`/`host_xxh3`/`copy_id`: a buffer's staged copy belongs
+// table (not `host`/`host_xxh3`/`handed`: a buffer's staged copy belongs
 // to the copier while the buffer is COPYING and to Final()/WriteImage()
 // after the copier ended) and every member below marked so; the copier
 // touches the context only through UseContext; a cudaFree of a buffer the
@@ -89,22 +95,29 @@ class RecopyCheckpoint final : public SoftOperation {
   Status Admit(const session::CallView& call) override;
 
  private:
-  /// One extent of the image, fixed at t2.
+  /// One extent of the image, fixed at t2: per chunk, its bytes in `host`
+  /// or, when refs[c].copy_id != 0, a reference to a pre-copy (then
+  /// xxh3[c] is its checksum).
   struct Extent {
     std::uint64_t address = 0;
     std::uint64_t bytes = 0;
     std::vector<std::byte> host;
-    std::uint64_t copy_id = 0;            // pre-copy: written as a reference to this copy
-    std::vector<std::uint64_t> xxh3;      // its chunk checksums
+    std::vector<TrackedBuffer::Handed> refs;  // empty: no chunk referenced
+    std::vector<std::uint64_t> xxh3;
   };
 
-  /// mu held: the buffer becomes DIRTY (generation++); when `stream` is
-  /// set, the copier's next copy waits for `stream`'s write event.
-  void MarkDirtyLocked(TrackedBuffer& b, bool written_on_stream, backend::StreamHandle stream);
+  /// Chunks of a buffer of `bytes` (chunk_).
+  std::size_t ChunkCount(std::uint64_t bytes) const { return static_cast<std::size_t>((bytes + chunk_ - 1) / chunk_); }
+  /// mu held: the chunks of `b` overlapping [ptr, ptr + bytes) (bytes 0
+  /// counts as 1) become dirty, and the buffer DIRTY.
+  void DirtyChunksLocked(TrackedBuffer& b, std::uint64_t ptr, std::uint64_t bytes);
+  void DirtyAllLocked(TrackedBuffer& b) { DirtyChunksLocked(b, b.address, b.bytes); }
+  /// mu held: the copier's next copy of `b` waits for `stream`'s write event.
+  void WrittenOnLocked(TrackedBuffer& b, backend::StreamHandle stream);
   /// mu held: records the write event of `stream` after the call just
   /// enqueued on it. False when it could not (then the caller must make
   /// sure the copier's copies of what the call wrote are dropped — they are,
-  /// by the generation bump — and retaken after the write: see AdmittedCall).
+  /// by their chunks becoming dirty again — and retaken after the write: see AdmittedCall).
   bool RecordWriteLocked(backend::StreamHandle stream);
   // SoftOperation.
   void AdmittedCall(const session::CallView& call, const Status& result) override;
@@ -116,18 +129,20 @@ class RecopyCheckpoint final : public SoftOperation {
   /// Final's work before it uninstalls: twin reports, synchronise, the
   /// final snapshot, the copies at t2.
   Status CaptureFinal(session::SessionState& st, CheckpointResult* result);
-  /// mu held: DIRTY bytes of buffers not freed.
+  /// mu held: bytes of the dirty chunks of buffers not freed.
   std::uint64_t DirtyBytesLocked() const;
-  /// Copier: copies one buffer into its host vector. *dropped when a free
-  /// of the buffer interrupted it.
-  Status CopyOne(TrackedBuffer& b, bool* dropped);
-  /// Copier, pre-copy only: checksums the COPIED buffer's staged copy and
-  /// hands it to options_.precopy under a new copy id.
-  Status HandOver(TrackedBuffer& b);
+  /// Copier: copies the chunks of `b` flagged in `chunks` into its host
+  /// vector. *dropped when a free of the buffer interrupted it.
+  Status CopyOne(TrackedBuffer& b, const std::vector<bool>& chunks, bool* dropped);
+  /// Copier, pre-copy only: checksums the chunks of `b` flagged in `chunks`
+  /// (copied and still clean) and hands each run of them to
+  /// options_.precopy under a new copy id.
+  Status HandOver(TrackedBuffer& b, const std::vector<bool>& chunks);
   /// Applies collected twin reports. mu NOT held.
   void ApplyReports(std::vector<TwinValidator::Collected>& reports);
 
   const CheckpointOptions options_;
+  const std::uint64_t chunk_;                    // the image's chunk size: the unit of dirtiness and of copies
   CheckpointResult* const result_;               // written by Final (consumer thread), read after the driver
 
   // Guarded by table_.mu:

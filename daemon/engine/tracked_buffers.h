@@ -33,8 +33,12 @@ struct TrackedBuffer {
   backend::DevicePtr shadow = 0;             // device copy of the t1 content
   backend::EventHandle shadow_ready = 0;     // recorded after the D2D into the shadow
   std::uint64_t safe_from = std::numeric_limits<std::uint64_t>::max();  // admission seq from which writes are harmless
-  // Soft recopy.
-  std::uint64_t generation = 0;              // bumped by every admitted write
+  // Soft recopy, per chunk of the image (CheckpointOptions::image
+  // .chunk_bytes, 4 MiB by default): a write whose range is exact (a copy,
+  // a memset, a spec-table library call) dirties the chunks it overlaps; a
+  // kernel, a twin's miss or a call with no access set every chunk of what
+  // it may write. The buffer is DIRTY while any chunk is.
+  std::vector<bool> dirty;                   // one flag per chunk
   /// Streams that wrote it since the copier last took it: the copier waits
   /// for each one's write event (RecopyCheckpoint::stream_events_) before
   /// copying. One event per stream, not per buffer: writes of one buffer on
@@ -43,11 +47,16 @@ struct TrackedBuffer {
   bool freed = false;                        // the app freed it during the operation
   // Not under mu: owned by the recopy copier while the buffer is COPYING,
   // by RecopyCheckpoint::Final/WriteImage after the copier ended.
-  std::vector<std::byte> host;               // the last copy (recopy stages in host memory)
-  // Pre-copy (CheckpointOptions::precopy): the id `host` was handed to the
-  // sink under (0: not handed over, or overwritten since) and its chunk
-  // checksums. Owned like `host`: by the copier, then by Final/WriteImage.
-  std::uint64_t copy_id = 0;
+  std::vector<std::byte> host;               // the last copy of each chunk (recopy stages in host memory)
+  // Pre-copy (CheckpointOptions::precopy), per chunk: the copy its bytes in
+  // `host` were handed to the sink in (copy_id 0: not handed over, or
+  // overwritten since), where in that copy, and its checksum. Owned like
+  // `host`.
+  struct Handed {
+    std::uint64_t copy_id = 0;
+    std::uint64_t copy_offset = 0;
+  };
+  std::vector<Handed> handed;
   std::vector<std::uint64_t> host_xxh3;
 };
 

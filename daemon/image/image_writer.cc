@@ -174,7 +174,8 @@ Status ImageWriter::WriteBuffer(std::size_t buffer, const void* data) {
   return Status::Ok();
 }
 
-Status ImageWriter::WriteElsewhere(std::size_t buffer, const std::vector<std::uint64_t>& chunk_xxh3) {
+Status ImageWriter::WriteElsewhere(std::size_t buffer, std::size_t first_chunk,
+                                   const std::vector<std::uint64_t>& chunk_xxh3) {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != State::kOpen) return Status::FailedPrecondition("image writer is closed");
   if (buffer >= buffers_.size()) return Status::InvalidArgument("image has no buffer " + std::to_string(buffer));
@@ -182,18 +183,19 @@ Status ImageWriter::WriteElsewhere(std::size_t buffer, const std::vector<std::ui
     return Status::InvalidArgument("an image kept in the host tier cannot leave buffer bytes to someone else");
   }
   BufferState* b = buffers_[buffer].get();
-  if (chunk_xxh3.size() != b->chunks.size()) {
+  if (first_chunk > b->chunks.size() || chunk_xxh3.size() > b->chunks.size() - first_chunk) {
     return Status::InvalidArgument("buffer " + Hex(b->addr) + " has " + std::to_string(b->chunks.size()) +
-                                   " chunks, " + std::to_string(chunk_xxh3.size()) + " checksums given");
+                                   " chunks, not chunks " + std::to_string(first_chunk) + " to " +
+                                   std::to_string(first_chunk + chunk_xxh3.size() - 1));
   }
-  for (std::size_t c = 0; c < b->chunks.size(); ++c) {
+  for (std::size_t c = first_chunk; c < first_chunk + chunk_xxh3.size(); ++c) {
     if (b->chunks[c] != ChunkState::kEmpty) {
       return Status::InvalidArgument("chunk " + std::to_string(c) + " of buffer " + Hex(b->addr) + " written twice");
     }
   }
-  for (std::size_t c = 0; c < b->chunks.size(); ++c) {
-    b->xxh3[c] = chunk_xxh3[c];
-    b->chunks[c] = ChunkState::kDone;
+  for (std::size_t k = 0; k < chunk_xxh3.size(); ++k) {
+    b->xxh3[first_chunk + k] = chunk_xxh3[k];
+    b->chunks[first_chunk + k] = ChunkState::kDone;
   }
   return Status::Ok();
 }

@@ -4,9 +4,9 @@
 //   AddBuffer(addr, n)   reserves a 4 KiB-aligned extent in gpu.img
 //   Write(buf, off, ..)  one chunk, any order, from any thread: checksummed
 //                        (xxh3), copied into a staging buffer, queued
-//   WriteElsewhere(buf, sums)  all chunks of a buffer whose bytes someone
-//                        else supplies (live migration's pre-copy: the
-//                        receiver fills the extent); only the checksums are
+//   WriteElsewhere(buf, first, sums)  chunks of a buffer whose bytes
+//                        someone else supplies (live migration's pre-copy:
+//                        the receiver fills them); only the checksums are
 //                        recorded and gpu.img keeps a hole there
 //   Commit()             waits for all I/O, writes the gpu.img header,
 //                        fsyncs gpu.img, writes `manifest` (last), fsyncs it
@@ -80,12 +80,13 @@ class ImageWriter {
   Status Write(std::size_t buffer, std::uint64_t offset, const void* data, std::size_t len);
   /// Writes all chunks of a buffer from `data` (bytes long).
   Status WriteBuffer(std::size_t buffer, const void* data);
-  /// Marks every chunk of `buffer` written without writing its bytes:
-  /// `chunk_xxh3` (one per chunk, computed by whoever holds the bytes) goes
-  /// into the manifest, and gpu.img keeps a hole the image's receiver must
-  /// fill before anyone reads it. Refused with a host tier (it would hold
-  /// no bytes) and for chunks already written.
-  Status WriteElsewhere(std::size_t buffer, const std::vector<std::uint64_t>& chunk_xxh3);
+  /// Marks chunks [first_chunk, first_chunk + chunk_xxh3.size()) of
+  /// `buffer` written without writing their bytes: `chunk_xxh3` (one per
+  /// chunk, computed by whoever holds the bytes) goes into the manifest,
+  /// and gpu.img keeps a hole the image's receiver must fill before anyone
+  /// reads it. Refused with a host tier (it would hold no bytes), for
+  /// chunks outside the buffer and for chunks already written.
+  Status WriteElsewhere(std::size_t buffer, std::size_t first_chunk, const std::vector<std::uint64_t>& chunk_xxh3);
   /// Engine sections filled late (handles, streams, modules, first-use
   /// order). Not synchronized: set them before Commit, from one thread.
   v1::Manifest* mutable_metadata() { return &manifest_; }

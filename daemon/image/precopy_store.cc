@@ -86,11 +86,17 @@ Status PrecopyStore::AddLocked(const peer::v1::PrecopyData& d) {
                                      std::to_string(d.chunk_xxh3_size()) + " checksums of " + std::to_string(cb) +
                                      "-byte chunks");
     }
-    // Where it goes: over the copy of the same address it supersedes when
-    // the size is the same (that copy is never referenced again), else at
-    // the end of the file.
+    // A copy supersedes the one before it at the same address when it is
+    // at least as long: it holds newer bytes of every chunk that one held,
+    // so that one is never referenced again. (A shorter copy — the source
+    // copies only the chunks written since — leaves the older copy's other
+    // chunks referenced: both stay.) It goes over the superseded copy when
+    // the size is the same, else at the end of the file.
     auto superseded = by_id_.end();
-    if (auto it = by_address_.find(d.address()); it != by_address_.end()) superseded = by_id_.find(it->second);
+    if (auto it = by_address_.find(d.address()); it != by_address_.end()) {
+      auto older = by_id_.find(it->second);
+      if (older != by_id_.end() && older->second.where.bytes <= d.bytes()) superseded = older;
+    }
     const bool in_place = superseded != by_id_.end() && superseded->second.where.bytes == d.bytes();
     const std::uint64_t slot = image::RoundUp(d.bytes(), image::kAlign);
     if (!in_place && (slot > max_bytes_ || end_ - image::kGpuImgHeaderBlock > max_bytes_ - slot)) {

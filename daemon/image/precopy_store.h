@@ -13,7 +13,11 @@
 //   Add(PrecopyData)  the Precopy RPC thread: a copy's first chunk places it
 //                     — over the previous copy of the same address when the
 //                     size is the same (the source superseded it), else at
-//                     the end — and later chunks are written in order; each
+//                     the end; a copy is a run of whole image chunks of one
+//                     buffer, and a shorter copy at the same address leaves
+//                     the longer one before it in place (its other chunks
+//                     may still be referenced) — and later chunks are
+//                     written in order; each
 //                     image chunk is checked against the checksums the first
 //                     chunk carried as soon as its bytes are in (Corruption)
 //   Seal()            the stream ended cleanly: no more Adds; Lookup may run

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "image/image_layout.h"
 #include "image/image_reader.h"
 #include "common/clock_util.h"
+#include "common/hex.h"
 #include "peer/peer_client.h"
 #include "peer/precopy_sender.h"
 #include "process/process_checkpoint.h"
@@ -68,24 +70,27 @@ Status Freeze(pid_t pid) {
   return Status::Ok();
 }
 
-/// The image's pre-copied extents as ranges of gpu.img (SendImage sends
-/// them as references): the manifest in `dir` gives each buffer's extent.
+/// The image's pre-copied runs of chunks as ranges of gpu.img (SendImage
+/// sends them as references): the manifest in `dir` gives each buffer's
+/// extent, which holds the buffer's bytes in order.
 Status PrecopiedRanges(const std::string& dir, const std::vector<engine::PrecopiedExtent>& precopied,
                        std::map<std::string, std::vector<PrecopiedRange>>* out) {
   if (precopied.empty()) return Status::Ok();
   image::v1::Manifest m;
   PHOS_RETURN_IF_ERROR(image::ReadManifest(dir, &m));
-  std::map<std::uint64_t, const engine::PrecopiedExtent*> by_address;
-  for (const auto& e : precopied) by_address[e.address] = &e;
+  std::map<std::uint64_t, const image::v1::BufferExtent*> by_address;
+  for (const auto& b : m.buffers()) by_address[b.device_address()] = &b;
   std::vector<PrecopiedRange>& ranges = (*out)[std::string(image::kGpuImgName)];
-  for (const auto& b : m.buffers()) {
-    auto it = by_address.find(b.device_address());
-    if (it == by_address.end() || it->second->bytes != b.bytes()) continue;
-    ranges.push_back(PrecopiedRange{b.extent_offset(), b.bytes(), it->second->copy_id, 0});
-    by_address.erase(it);
-  }
-  if (!by_address.empty()) {
-    return Status::Internal(std::to_string(by_address.size()) + " pre-copied extents are not in " + dir + "'s manifest");
+  for (const auto& e : precopied) {
+    auto it = by_address.upper_bound(e.address);
+    const image::v1::BufferExtent* b = it == by_address.begin() ? nullptr : std::prev(it)->second;
+    if (b == nullptr || e.address - b->device_address() > b->bytes() ||
+        e.bytes > b->bytes() - (e.address - b->device_address())) {
+      return Status::Internal("pre-copied extent " + Hex(e.address) + " (" + std::to_string(e.bytes) +
+                              " bytes) is not inside a buffer of " + dir + "'s manifest");
+    }
+    ranges.push_back(PrecopiedRange{b->extent_offset() + (e.address - b->device_address()), e.bytes, e.copy_id,
+                                    e.copy_offset});
   }
   return Status::Ok();
 }

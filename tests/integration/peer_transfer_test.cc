@@ -430,9 +430,9 @@ TEST_F(PeerTransferTest, PrecopyRefsFillTheFileAndBadRefsAreRefused) {
     ASSERT_TRUE(w->AddBuffer(0x1000, new_copy.size(), &ia).ok());
     ASSERT_TRUE(w->AddBuffer(0x5000, streamed.size(), &ib).ok());
     ASSERT_TRUE(w->AddBuffer(0x9000, other.size(), &ic).ok());
-    ASSERT_TRUE(w->WriteElsewhere(ia, {XXH3_64bits(new_copy.data(), new_copy.size())}).ok());
+    ASSERT_TRUE(w->WriteElsewhere(ia, 0, {XXH3_64bits(new_copy.data(), new_copy.size())}).ok());
     ASSERT_TRUE(w->WriteBuffer(ib, streamed.data()).ok());
-    ASSERT_TRUE(w->WriteElsewhere(ic, {XXH3_64bits(other.data(), other.size())}).ok());
+    ASSERT_TRUE(w->WriteElsewhere(ic, 0, {XXH3_64bits(other.data(), other.size())}).ok());
     phos::Status c = w->Commit();
     ASSERT_TRUE(c.ok()) << c.ToString();
   }
@@ -541,6 +541,33 @@ TEST_F(PeerTransferTest, PrecopyRefsFillTheFileAndBadRefsAreRefused) {
   EXPECT_EQ(g.error_code(), grpc::StatusCode::UNAUTHENTICATED) << g.error_message();
   EXPECT_EQ(Entries(incoming_), std::vector<std::string>{"pre"});
   EXPECT_TRUE(Entries(root_ + "/precopy").empty()) << "pre-copy files left behind";
+}
+
+// Pre-copies of runs of chunks (the source's dirtiness is per image chunk):
+// a shorter copy at the address of a longer one holds only its first
+// chunks, so it does not supersede the longer one — both stay, and a
+// reference into the longer one's other chunks still resolves; a copy at
+// least as long does supersede.
+TEST_F(PeerTransferTest, AShorterPrecopyAtTheSameAddressKeepsTheLongerOne) {
+  const std::string tok = "s3cret-peer-token";
+  const std::string whole = RandomBytes(8192, 21), first = RandomBytes(4096, 22), again = RandomBytes(8192, 23);
+  phos::peer::v1::PrecopyReply reply;
+  std::vector<phos::peer::v1::PrecopyChunk> msgs = {PrecopyBegin("runs")};
+  for (auto part : {PrecopyCopy(1, 0x10000, whole, 0, 4096), PrecopyCopy(2, 0x10000, first, 0, 4096)}) {
+    msgs.insert(msgs.end(), part.begin(), part.end());
+  }
+  grpc::Status g = RawPrecopy(msgs, tok, &reply);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_EQ(reply.copies(), 2u) << "copy 2 (chunk 0 only) must not drop copy 1 (chunks 0-1)";
+  EXPECT_EQ(reply.bytes(), 12288u);
+  msgs = {PrecopyBegin("runs2")};
+  for (auto part : {PrecopyCopy(1, 0x10000, first, 0, 4096), PrecopyCopy(2, 0x10000, again, 0, 4096)}) {
+    msgs.insert(msgs.end(), part.begin(), part.end());
+  }
+  g = RawPrecopy(msgs, tok, &reply);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_EQ(reply.copies(), 1u) << "copy 2 covers every chunk of copy 1";
+  EXPECT_EQ(reply.bytes(), 8192u);
 }
 
 }  // namespace

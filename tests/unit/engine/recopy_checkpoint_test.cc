@@ -368,6 +368,31 @@ class RecordingSink : public PrecopySink {
   int fail_after = -1;  // >= 0: fail once this many copies were taken
 };
 
+/// The receiver's job: fills each referenced run of chunks in `img` from
+/// the sink's copy, after checking each chunk's checksum in the manifest
+/// against the copy's.
+void FillFromCopies(const image::v1::Manifest& m, const std::vector<PrecopiedExtent>& precopied,
+                    const RecordingSink& sink, std::fstream* img) {
+  const uint64_t chunk = image::kDefaultChunkBytes;
+  for (const PrecopiedExtent& e : precopied) {
+    const image::v1::BufferExtent* buffer = nullptr;
+    for (const auto& b : m.buffers()) {
+      if (b.device_address() <= e.address && e.address < b.device_address() + b.bytes()) buffer = &b;
+    }
+    ASSERT_NE(buffer, nullptr) << "a reference outside every buffer";
+    const RecordingSink::Copy& c = sink.copies.at(e.copy_id);
+    const uint64_t in_buffer = e.address - buffer->device_address();
+    ASSERT_EQ(in_buffer % chunk, 0u) << "a reference that does not start a chunk";
+    ASSERT_EQ(e.copy_offset % chunk, 0u);
+    ASSERT_LE(e.copy_offset + e.bytes, c.bytes.size());
+    for (uint64_t k = 0; k * chunk < e.bytes; ++k) {
+      EXPECT_EQ(buffer->chunk_xxh3(static_cast<int>(in_buffer / chunk + k)), c.xxh3.at(e.copy_offset / chunk + k));
+    }
+    img->seekp(static_cast<std::streamoff>(buffer->extent_offset() + in_buffer));
+    img->write(reinterpret_cast<const char*>(c.bytes.data() + e.copy_offset), static_cast<std::streamsize>(e.bytes));
+  }
+}
+
 // The hot/cold workload of ImageIsTheStateAtT2WhileTheAppWrites with a
 // pre-copy sink: cold buffers reach the image as references to their
 // (only) copy, hot ones as bytes or as a reference to their latest copy;
@@ -412,21 +437,83 @@ TEST_F(RecopyCheckpointTest, PrecopySinkGetsTheCopiesAndTheImageRefersToThem) {
   {
     std::fstream img(o.dir + "/" + std::string(image::kGpuImgName), std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(img.good());
-    for (const auto& b : m.buffers()) {
-      auto it = referenced.find(b.device_address());
-      if (it == referenced.end()) continue;
-      const RecordingSink::Copy& c = sink.copies.at(it->second);
-      ASSERT_EQ(static_cast<size_t>(b.chunk_xxh3_size()), c.xxh3.size());
-      for (int k = 0; k < b.chunk_xxh3_size(); ++k) EXPECT_EQ(b.chunk_xxh3(k), c.xxh3[static_cast<size_t>(k)]);
-      img.seekp(static_cast<std::streamoff>(b.extent_offset()));
-      img.write(reinterpret_cast<const char*>(c.bytes.data()), static_cast<std::streamsize>(c.bytes.size()));
-    }
+    FillFromCopies(m, result_.precopied, sink, &img);
   }
   auto image = ReadImage(o.dir);  // verifies every chunk
   ASSERT_EQ(image.size(), bufs_.size());
   for (size_t k = 0; k < bufs_.size(); ++k) {
     ExpectFilled(image[bufs_[k]], HotSetByte(k, calls, kHot), "buffer " + std::to_string(k));
   }
+}
+
+// Dirtiness per image chunk (issue #19 item 2): the app rewrites 1 MiB
+// inside chunk 2 of a 4-chunk buffer with memsets (exact ranges) while a
+// pre-copy checkpoint runs. Chunks 0, 1 and 3 are copied and handed over
+// exactly once (later rounds re-copy only chunk 2, not the buffer), the
+// image refers to them, at most chunk 2 is copied at t2, and the image
+// filled from the copies is the state at t2.
+TEST_F(RecopyCheckpointTest, RoundsRecopyOnlyTheChunksWrittenSinceTheirCopy) {
+  const uint64_t kChunk = image::kDefaultChunkBytes;
+  const uint64_t kBytes = 4 * kChunk;
+  MakeBuffers(1, kBytes);
+  const uint64_t buf = bufs_[0];
+  const uint64_t hot = buf + 2 * kChunk + (1 << 20);
+  const uint64_t setup = session_->admitted();
+  RecordingSink sink;
+  CheckpointOptions o = Options();
+  o.precopy = &sink;
+  std::atomic<bool> stop{false};
+  std::atomic<int> done{0};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      if (app_->Memset(hot, (i % 250) + 2, 1, 1 << 20) != kOk) return;
+      done.fetch_add(1);
+    }
+  });
+  while (done.load() < 3) std::this_thread::sleep_for(1ms);
+  Status s = Checkpoint(*session_, o, &progress_, &result_);
+  stop.store(true);
+  writer.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const uint64_t calls = result_.admitted_at_capture - setup;
+
+  // Every copy is a run of whole chunks; each of chunks 0, 1, 3 is in
+  // exactly one.
+  std::map<uint64_t, int> copies_of;  // chunk -> copies holding it
+  for (const auto& [id, c] : sink.copies) {
+    ASSERT_EQ((c.address - buf) % kChunk, 0u) << "copy " << id << " does not start a chunk";
+    ASSERT_EQ(c.bytes.size() % kChunk, 0u) << "copy " << id << " is not whole chunks";
+    for (uint64_t k = 0; k < c.bytes.size() / kChunk; ++k) ++copies_of[(c.address - buf) / kChunk + k];
+  }
+  // (Chunk 2 may be in none: written during each of its copies, it is
+  // never handed over and t2 copies it.)
+  for (uint64_t k : {0, 1, 3}) EXPECT_EQ(copies_of[k], 1) << "chunk " << k << " was copied again unwritten";
+  // The image refers to chunks 0, 1, 3 (and chunk 2 when its last copy
+  // stayed current); t2 copied at most chunk 2.
+  uint64_t referenced = 0;
+  for (const PrecopiedExtent& e : result_.precopied) referenced += e.bytes;
+  EXPECT_GE(referenced, 3 * kChunk);
+  EXPECT_LE(result_.counters.recopy_dirty_bytes, kChunk);
+  EXPECT_EQ(referenced + result_.counters.recopy_dirty_bytes, kBytes)
+      << "every chunk is either referenced or copied at t2";
+
+  image::v1::Manifest m;
+  ASSERT_TRUE(image::ReadManifest(o.dir, &m).ok());
+  {
+    std::fstream img(o.dir + "/" + std::string(image::kGpuImgName), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(img.good());
+    FillFromCopies(m, result_.precopied, sink, &img);
+  }
+  auto image = ReadImage(o.dir);  // verifies every chunk
+  ASSERT_EQ(image.size(), 1u);
+  const std::vector<uint8_t>& got = image[buf];
+  const uint8_t last = static_cast<uint8_t>(((calls - 1) % 250) + 2);  // the last memset admitted before t2
+  size_t bad = 0;
+  for (uint64_t i = 0; i < kBytes; ++i) {
+    const bool in_hot = i >= hot - buf && i < hot - buf + (1 << 20);
+    bad += got[i] != (in_hot ? last : 1);
+  }
+  EXPECT_EQ(bad, 0u) << "after " << calls << " memsets";
 }
 
 // The sink fails (the destination died) after 2 copies: no image, and the
