@@ -232,7 +232,8 @@ Status ImageReceiver::PlaceGpuImgChunk(const peer::v1::FileData& data, const cha
                                      std::to_string(ref.copy_id()) + " of buffer " + Hex(where.address) + " (" +
                                      std::to_string(where.bytes) + " bytes)");
     }
-    spans_.push_back(Span{src, ref.length(), where.file_offset + ref.copy_offset()});
+    spans_.push_back(Span{src, ref.length(), where.file_offset + ref.copy_offset(), where.address, where.bytes,
+                          where.file_offset});
     inline_run_ = false;
     return Status::Ok();
   }
@@ -251,6 +252,81 @@ Status ImageReceiver::PlaceGpuImgChunk(const peer::v1::FileData& data, const cha
   return Status::Ok();
 }
 
+namespace {
+/// Copies `len` bytes of `fd` from offset `from` to offset `to` (ranges
+/// that do not overlap).
+Status CopyWithin(int fd, std::uint64_t from, std::uint64_t to, std::uint64_t len, const std::string& path) {
+  std::vector<char> buf(static_cast<std::size_t>(std::min<std::uint64_t>(len, 4ull << 20)));
+  for (std::uint64_t done = 0; done < len;) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), len - done));
+    const ssize_t r = pread(fd, buf.data(), want, static_cast<off_t>(from + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return image::ErrnoError("read", path, r < 0 ? errno : EIO);
+    for (ssize_t put = 0; put < r;) {
+      const ssize_t w = pwrite(fd, buf.data() + put, static_cast<std::size_t>(r - put),
+                               static_cast<off_t>(to + done + static_cast<std::uint64_t>(put)));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return image::ErrnoError("write", path, errno);
+      put += w;
+    }
+    done += static_cast<std::uint64_t>(r);
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status ImageReceiver::PlaceExtent(int fd, image::v1::BufferExtent* b, std::uint64_t* file_end) {
+  // The spans covering [off, off + bytes) of the source's gpu.img, in order,
+  // each as a piece: [at, +len) of the extent lies at `dst` in our file.
+  struct Piece {
+    std::uint64_t at, len, dst;
+    const Span* span;
+  };
+  const std::uint64_t off = b->extent_offset(), bytes = b->bytes();
+  std::vector<Piece> pieces;
+  auto it = std::upper_bound(spans_.begin(), spans_.end(), off,
+                             [](std::uint64_t v, const Span& sp) { return v < sp.src; });
+  if (it != spans_.begin()) --it;
+  for (std::uint64_t at = 0; at < bytes; ++it) {
+    if (it == spans_.end() || it->src > off + at || it->src + it->len <= off + at) {
+      return Status::Corruption("buffer " + Hex(b->device_address()) + "'s extent [" + std::to_string(off) + ", +" +
+                                std::to_string(bytes) + ") of gpu.img was not received whole (nothing at +" +
+                                std::to_string(at) + ")");
+    }
+    const std::uint64_t in_span = off + at - it->src;
+    const std::uint64_t len = std::min(it->len - in_span, bytes - at);
+    pieces.push_back(Piece{at, len, it->dst + in_span, &*it});
+    at += len;
+  }
+  // Where the extent goes: where its first piece puts it when every piece
+  // is already in line; else over the buffer's whole copy; else at the end.
+  std::uint64_t home = pieces.front().dst;
+  const bool in_line = std::all_of(pieces.begin(), pieces.end(), [&](const Piece& p) { return p.dst == home + p.at; });
+  if (!in_line) {
+    home = 0;
+    for (const Piece& p : pieces) {
+      if (p.span->copy_bytes == bytes && p.span->copy_address == b->device_address()) home = p.span->copy_file_offset;
+    }
+    if (home == 0) {
+      home = image::RoundUp(*file_end, image::kAlign);
+      *file_end = home + image::RoundUp(bytes, image::kAlign);
+    }
+    // A whole copy's slot holds only this buffer's bytes, and the pieces
+    // copied over it replace chunks the source superseded: nothing else
+    // refers to them.
+    const std::string path = tmp_dir_ + "/" + std::string(image::kGpuImgName);
+    for (const Piece& p : pieces) {
+      if (p.dst != home + p.at) PHOS_RETURN_IF_ERROR(CopyWithin(fd, p.dst, home + p.at, p.len, path));
+    }
+  }
+  if (home % image::kAlign != 0) {
+    return Status::Internal("buffer " + Hex(b->device_address()) + " would start at unaligned offset " +
+                            std::to_string(home));
+  }
+  b->set_extent_offset(home);
+  return Status::Ok();
+}
+
 Status ImageReceiver::LayOutGpuImg() {
   const std::string manifest_path = tmp_dir_ + "/" + std::string(image::kManifestName);
   std::string bytes;
@@ -259,44 +335,34 @@ Status ImageReceiver::LayOutGpuImg() {
   image::v1::Manifest m;
   PHOS_RETURN_IF_ERROR(image::DecodeManifestFile(
       std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()), &m));
-  // Every extent's bytes lie in one span (a copy, or a run of streamed bytes).
-  for (auto& b : *m.mutable_buffers()) {
-    if (b.bytes() == 0) continue;
-    const std::uint64_t off = b.extent_offset();
-    auto it = std::upper_bound(spans_.begin(), spans_.end(), off,
-                               [](std::uint64_t v, const Span& sp) { return v < sp.src; });
-    if (it == spans_.begin() || off - (it - 1)->src > (it - 1)->len || b.bytes() > (it - 1)->len - (off - (it - 1)->src)) {
-      return Status::Corruption("buffer " + Hex(b.device_address()) + "'s extent [" + std::to_string(off) + ", +" +
-                                std::to_string(b.bytes()) + ") of gpu.img was not received in one piece");
-    }
-    const std::uint64_t dst = (it - 1)->dst + (off - (it - 1)->src);
-    if (dst % image::kAlign != 0) {
-      return Status::Internal("buffer " + Hex(b.device_address()) + " would start at unaligned offset " +
-                              std::to_string(dst));
-    }
-    b.set_extent_offset(dst);
-  }
+  const std::string gpu_path = tmp_dir_ + "/" + std::string(image::kGpuImgName);
+  const int fd = open(gpu_path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return image::ErrnoError("open", gpu_path, errno);
   std::uint64_t file_end = gpu_end_;
   for (const Span& sp : spans_) file_end = std::max(file_end, sp.dst + sp.len);
-  for (const auto& b : m.buffers()) {
-    file_end = std::max(file_end, b.extent_offset() + image::RoundUp(b.bytes(), image::kAlign));
-  }
-  m.set_gpu_img_bytes(image::RoundUp(file_end, image::kAlign));
-  const std::string gpu_path = tmp_dir_ + "/" + std::string(image::kGpuImgName);
-  const int fd = open(gpu_path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return image::ErrnoError("open", gpu_path, errno);
-  std::uint8_t block[image::kGpuImgHeaderBlock] = {};
-  image::GpuImgHeader h;
-  h.image_id = m.image_id();
-  h.file_bytes = m.gpu_img_bytes();
-  image::EncodeGpuImgHeader(h, block);
   Status s;
-  if (pwrite(fd, block, sizeof(block), 0) != static_cast<ssize_t>(sizeof(block))) {
-    s = image::ErrnoError("write the header of", gpu_path, errno);
-  } else if (ftruncate(fd, static_cast<off_t>(m.gpu_img_bytes())) != 0) {
-    s = image::ErrnoError("truncate", gpu_path, errno);
-  } else if (!skip_fsync_ && fsync(fd) != 0) {
-    s = image::ErrnoError("fsync", gpu_path, errno);
+  for (auto& b : *m.mutable_buffers()) {
+    if (b.bytes() == 0) continue;
+    s = PlaceExtent(fd, &b, &file_end);
+    if (!s.ok()) break;
+  }
+  if (s.ok()) {
+    for (const auto& b : m.buffers()) {
+      file_end = std::max(file_end, b.extent_offset() + image::RoundUp(b.bytes(), image::kAlign));
+    }
+    m.set_gpu_img_bytes(image::RoundUp(file_end, image::kAlign));
+    std::uint8_t block[image::kGpuImgHeaderBlock] = {};
+    image::GpuImgHeader h;
+    h.image_id = m.image_id();
+    h.file_bytes = m.gpu_img_bytes();
+    image::EncodeGpuImgHeader(h, block);
+    if (pwrite(fd, block, sizeof(block), 0) != static_cast<ssize_t>(sizeof(block))) {
+      s = image::ErrnoError("write the header of", gpu_path, errno);
+    } else if (ftruncate(fd, static_cast<off_t>(m.gpu_img_bytes())) != 0) {
+      s = image::ErrnoError("truncate", gpu_path, errno);
+    } else if (!skip_fsync_ && fsync(fd) != 0) {
+      s = image::ErrnoError("fsync", gpu_path, errno);
+    }
   }
   close(fd);
   PHOS_RETURN_IF_ERROR(s);

@@ -21,7 +21,14 @@
 // streamed bytes are appended (each run keeping its offset modulo 4 KiB, so
 // aligned extents stay aligned). End then reads the manifest, moves every
 // extent's offset to where its bytes are, writes the gpu.img header and the
-// new manifest. Nothing pre-copied is copied again after the freeze.
+// new manifest. An extent whose bytes arrived in several places (the
+// source's dirtiness is per chunk: a buffer's clean chunks in its first
+// copy, the chunks written since in later copies or streamed after the
+// freeze) is assembled in place: the pieces that are not where the
+// buffer's whole copy holds them are copied there within the file (only
+// the chunks written since that copy), or, with no whole copy, the extent
+// is assembled at the end of the file. Nothing else pre-copied is copied
+// again after the freeze.
 //
 // A receiver dropped without End or Discard (the source vanished) leaves the
 // .tmp: image::RecoverDirectory removes it at the next phosd start, and the
@@ -39,6 +46,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "image.pb.h"
 #include "peer.pb.h"
 #include "image/precopy_store.h"
 
@@ -88,6 +96,10 @@ class ImageReceiver {
   Status PlaceGpuImgChunk(const peer::v1::FileData& data, const char* bytes, std::size_t size);
   /// End with a pre-copy: extents moved to where their bytes are, header, manifest.
   Status LayOutGpuImg();
+  /// LayOutGpuImg, one buffer: points its extent at its bytes in our file
+  /// (`fd`), assembling them first when they arrived in several places;
+  /// *file_end grows when it is assembled at the end.
+  Status PlaceExtent(int fd, image::v1::BufferExtent* b, std::uint64_t* file_end);
   void CloseFile();
 
   ImageReceiverOptions options_;
@@ -100,6 +112,9 @@ class ImageReceiver {
   // our gpu.img (sorted by source offset: the stream is in order).
   struct Span {
     std::uint64_t src = 0, len = 0, dst = 0;
+    // A span of a pre-copy: the whole copy's device range and where the
+    // copy starts in our file (copy_bytes 0: streamed bytes).
+    std::uint64_t copy_address = 0, copy_bytes = 0, copy_file_offset = 0;
   };
   bool relayout_ = false;   // gpu.img came from the pre-copy
   std::vector<Span> spans_;

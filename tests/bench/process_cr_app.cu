@@ -6,14 +6,17 @@
 // script sees, from the app's side, how long it was stopped and when a
 // restored copy ran its first kernel.
 //
-//   process_cr_app MIB [DIRTY_MIB] [PERIOD_US]
+//   process_cr_app MIB [DIRTY_MIB] [PERIOD_US] [HOT_MIB]
 //
 // Allocates a 4 KiB counter buffer, then MIB MiB in buffers of at most
 // 16 MiB, fills them (cudaMemset: on the sim a PTX kernel over hundreds of
 // MiB would take minutes), prints "process_cr_app: ready pid P gpu_mib M"
 // and loops:
 //   - cudaMemset of DIRTY_MIB MiB (default 4), walking round the buffers,
-//     so a checkpoint always finds buffers written since its start;
+//     so a checkpoint always finds buffers written since its start; with
+//     HOT_MIB > 0 the walk stays inside a hot set of HOT_MIB MiB that
+//     starts 8 MiB into the memory (the second half of the first 16 MiB
+//     buffer onwards: it covers parts of buffers, as real hot sets do);
 //   - one small kernel (Tick: 32 threads increment the counter buffer);
 //   - a 4-byte cudaMemcpy of the counter back (a synchronous call: the
 //     iteration ends when the kernel is done);
@@ -65,14 +68,15 @@ static long long NowUs() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::printf("usage: process_cr_app MIB [DIRTY_MIB] [PERIOD_US]\n");
+    std::printf("usage: process_cr_app MIB [DIRTY_MIB] [PERIOD_US] [HOT_MIB]\n");
     return 2;
   }
   const size_t mib = std::strtoull(argv[1], nullptr, 10);
   const size_t dirty_mib = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 4;
   const long period_us = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 2000;
-  if (mib == 0 || period_us < 0) {
-    std::printf("process_cr_app: MIB must be > 0 and PERIOD_US >= 0\n");
+  const size_t hot_mib = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 0;
+  if (mib == 0 || period_us < 0 || (hot_mib > 0 && hot_mib + 8 > mib)) {
+    std::printf("process_cr_app: MIB must be > 0, PERIOD_US >= 0, HOT_MIB + 8 <= MIB\n");
     return 2;
   }
   constexpr size_t kMiB = 1u << 20;
@@ -97,21 +101,24 @@ int main(int argc, char** argv) {
   std::printf("process_cr_app: ready pid %ld gpu_mib %zu buffers %zu\n", HostPid(), mib, bufs.size() + 1);
   std::fflush(stdout);
 
-  size_t cursor_buf = 0, cursor_off = 0;
+  // The walk: every buffer, or [8 MiB, 8 MiB + HOT_MIB) of the memory.
+  const size_t walk_from = hot_mib > 0 ? 8 * kMiB : 0;
+  const size_t walk_bytes = hot_mib > 0 ? hot_mib * kMiB : mib * kMiB;
+  size_t walked = 0;  // bytes into the walk
   uint32_t host = 0;
   for (unsigned long long iter = 1; NowUs() < deadline; ++iter) {
     const long long t0 = NowUs();
     // DIRTY_MIB MiB, continuing where the last iteration stopped.
     for (size_t left = dirty_mib * kMiB; left > 0;) {
-      size_t n = sizes[cursor_buf] - cursor_off;
+      // The buffer and offset of memory byte walk_from + walked.
+      size_t at = walk_from + walked, b = 0;
+      while (at >= sizes[b]) at -= sizes[b++];
+      size_t n = sizes[b] - at;
       if (n > left) n = left;
-      CHECK(cudaMemset(bufs[cursor_buf] + cursor_off, static_cast<int>(iter & 0xff), n));
+      if (n > walk_bytes - walked) n = walk_bytes - walked;
+      CHECK(cudaMemset(bufs[b] + at, static_cast<int>(iter & 0xff), n));
       left -= n;
-      cursor_off += n;
-      if (cursor_off == sizes[cursor_buf]) {
-        cursor_off = 0;
-        cursor_buf = (cursor_buf + 1) % bufs.size();
-      }
+      walked = (walked + n) % walk_bytes;
     }
     Tick<<<1, 32>>>(counter);
     CHECK(cudaGetLastError());

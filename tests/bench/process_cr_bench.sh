@@ -6,7 +6,7 @@
 # item 7). A benchmark, not a test: nothing here is registered in ctest.
 #
 #   tests/bench/process_cr_bench.sh [--build DIR] [--work DIR] [--link-gbps G]
-#       [--ckpt-mib N] [--ckpt-reps N] [--migrate-mib "A B C"]
+#       [--ckpt-mib N] [--ckpt-reps N] [--migrate-mib "A B C"] [--migrate-hot-mib N]
 #       [--template-mib "A B"] [--template-starts N] [--sections "1 2 3"] [--keep]
 #
 # The app is tests/bench/process_cr_app (MIB of device memory in <= 16 MiB
@@ -31,7 +31,9 @@
 #    in --migrate-mib, a fresh app (1 MiB per 2 ms iteration), `phos migrate
 #    --mode stop`, `--mode recopy --no-precopy` (every byte after the
 #    freeze) and `--mode recopy` (pre-copy: the rounds stream to B); the
-#    migrated copy is killed on B.
+#    migrated copy is killed on B. --migrate-hot-mib N: the app's writes
+#    stay in a hot set of N MiB starting 8 MiB into its memory (parts of
+#    buffers; default 0: it walks all of its memory).
 # 3. Templates (phosd A): for each size in --template-mib, an app with no
 #    writes (one kernel per 1 ms iteration: a function waiting for work),
 #    `phos template save`, then --template-starts x (`phos template start
@@ -51,6 +53,7 @@ link_gbps=25
 ckpt_mib=256
 ckpt_reps=3
 migrate_mib="64 256 1024"
+migrate_hot_mib=0
 template_mib="16 256"
 template_starts=8
 keep=0
@@ -63,6 +66,7 @@ while (($#)); do
     --ckpt-mib) ckpt_mib=$2; shift 2 ;;
     --ckpt-reps) ckpt_reps=$2; shift 2 ;;
     --migrate-mib) migrate_mib=$2; shift 2 ;;
+    --migrate-hot-mib) migrate_hot_mib=$2; shift 2 ;;
     --template-mib) template_mib=$2; shift 2 ;;
     --template-starts) template_starts=$2; shift 2 ;;
     --sections) sections=$2; shift 2 ;;
@@ -147,14 +151,14 @@ wait_line() {
   die "no line matching '$re' in $log within ${secs}s"
 }
 
-# start_app LOG MIB DIRTY_MIB PERIOD_US: runs the app under `phos run` on
+# start_app LOG MIB DIRTY_MIB PERIOD_US [HOT_MIB]: runs the app under `phos run` on
 # phosd A; sets APP_PID (host pid), APP_T0 (launch, µs) and APP_FIRST_US
 # (end of its first iteration).
 start_app() {
   local log=$1
   : >"$log"
   APP_T0=$(now_us)
-  setsid "$phos" --socket "$work/a.sock" run -- "$app" "$2" "$3" "$4" >>"$log" 2>&1 </dev/null &
+  setsid "$phos" --socket "$work/a.sock" run -- "$app" "$2" "$3" "$4" "${5:-0}" >>"$log" 2>&1 </dev/null &
   run_pids+=($!)
   local l
   l=$(wait_line "$log" 0 'ready pid' 120)
@@ -310,7 +314,9 @@ fi  # section 1
 # ------------------------------------------------------------------ 2. migration
 if want 2; then
 echo
-echo "== 2. phos migrate A -> B over loopback (app writes 1 MiB per 2 ms iteration)"
+hot_text="walking all of its memory"
+((migrate_hot_mib > 0)) && hot_text="in a hot set of $migrate_hot_mib MiB from 8 MiB on"
+echo "== 2. phos migrate A -> B over loopback (app writes 1 MiB per 2 ms iteration, $hot_text)"
 start_daemon b --listen 127.0.0.1:0 --peer-token "$work/peer.token"
 port=
 for _ in $(seq 100); do
@@ -328,7 +334,7 @@ for mib in $migrate_mib; do
     extra=(--mode "${mode%-np}")
     [[ $mode == recopy-np ]] && extra+=(--no-precopy)
     log=$work/mig-$mib-$mode.log
-    start_app "$log" "$mib" 1 2000
+    start_app "$log" "$mib" 1 2000 "$migrate_hot_mib"
     sleep 1
     out=$work/mig-$mib-$mode.json
     n0=$(lines "$log")
