@@ -62,6 +62,7 @@ Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
     b.global = global;
     b.state = kDirty;
     b.dirty.assign(ChunkCount(r.bytes), true);
+    b.dirtied_in.assign(b.dirty.size(), 0);
     total += r.bytes;
     order.push_back(r.address);
     tracked.push_back(std::move(b));
@@ -219,7 +220,10 @@ void RecopyCheckpoint::DirtyChunksLocked(TrackedBuffer& b, std::uint64_t ptr, st
   const std::uint64_t to = std::min(ptr + (bytes == 0 ? 1 : bytes), b.address + b.bytes) - b.address;  // exclusive
   if (to > from) {
     const std::size_t last = std::min<std::size_t>(static_cast<std::size_t>((to - 1) / chunk_), b.dirty.size() - 1);
-    for (std::size_t c = static_cast<std::size_t>(from / chunk_); c <= last; ++c) b.dirty[c] = true;
+    for (std::size_t c = static_cast<std::size_t>(from / chunk_); c <= last; ++c) {
+      b.dirty[c] = true;
+      b.dirtied_in[c] = round_;
+    }
   }
   b.state = kDirty;
 }
@@ -252,6 +256,10 @@ Status RecopyCheckpoint::CopyRounds() {
   std::vector<TwinValidator::Collected> reports;
   int rounds = 0;
   while (rounds < options_.recopy_rounds && dirty_before > 0) {
+    {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      round_ = static_cast<std::uint32_t>(rounds + 1);
+    }
     for (std::uint64_t addr : order_) {
       TrackedBuffer* b = nullptr;
       std::vector<bool> taken;  // the chunks this copy takes
@@ -260,9 +268,18 @@ Status RecopyCheckpoint::CopyRounds() {
         if (abandoned_) break;
         b = &table_.by_address.at(addr);
         if (b->freed || b->state != kDirty) continue;
+        // The dirty chunks, but from round 2 on not those written during
+        // this round: they are being written now (left dirty for the next
+        // round or t2).
+        taken.assign(b->dirty.size(), false);
+        bool any = false;
+        for (std::size_t c = 0; c < taken.size(); ++c) {
+          taken[c] = b->dirty[c] && (round_ == 1 || b->dirtied_in[c] < round_);
+          if (taken[c]) b->dirty[c] = false;
+          any = any || taken[c];
+        }
+        if (!any) continue;
         b->state = kCopying;
-        taken.swap(b->dirty);
-        b->dirty.assign(taken.size(), false);
         abort_copy_.store(false);
         // Waits on the copier's stream for every write admitted so far
         // (their events were recorded after they were enqueued).

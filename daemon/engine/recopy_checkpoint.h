@@ -10,7 +10,10 @@
 //               for the writes admitted so far, takes its dirty chunks and
 //               clears them), copies those chunks D2H into the buffer's
 //               host staging vector (yielding to app copies,
-//               CopyEngineGate), then COPYING -> COPIED if no chunk was
+//               CopyEngineGate; from round 2 on, a chunk written during the
+//               current round is left for later: it is being written now,
+//               so a copy would likely be stale before t2 — Xen's pre-copy
+//               skips such pages the same way), then COPYING -> COPIED if no chunk was
 //               dirtied meanwhile, else DIRTY (a chunk written during its
 //               copy is dirty again; the others stay copied). Rounds go on
 //               while the dirty bytes shrink by >= 10 % per round, at most
@@ -151,6 +154,7 @@ class RecopyCheckpoint final : public SoftOperation {
   std::unordered_map<backend::StreamHandle, backend::EventHandle> stream_events_;  // write event per app stream
   bool reset_ = false;                           // a cudaDeviceReset freed every tracked buffer
   std::uint64_t next_copy_id_ = 0;               // copier only: pre-copy ids
+  std::uint32_t round_ = 0;                      // the copier's round (1, 2, ...; 0 before the first)
   std::atomic<bool> abort_copy_{false};          // set by Admit (a free, a reset), cleared and read by the copier:
                                                  // the buffer being copied goes away, stop copying it
 

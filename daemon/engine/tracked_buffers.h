@@ -39,6 +39,7 @@ struct TrackedBuffer {
   // kernel, a twin's miss or a call with no access set every chunk of what
   // it may write. The buffer is DIRTY while any chunk is.
   std::vector<bool> dirty;                   // one flag per chunk
+  std::vector<std::uint32_t> dirtied_in;     // per chunk: the recopy round of its last write (0: before round 1)
   /// Streams that wrote it since the copier last took it: the copier waits
   /// for each one's write event (RecopyCheckpoint::stream_events_) before
   /// copying. One event per stream, not per buffer: writes of one buffer on
