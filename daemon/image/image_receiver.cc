@@ -308,6 +308,15 @@ Status ImageReceiver::PlaceExtent(int fd, image::v1::BufferExtent* b, std::uint6
       if (p.span->copy_bytes == bytes && p.span->copy_address == b->device_address()) home = p.span->copy_file_offset;
     }
     if (home == 0) {
+      // Bounded like the image itself: a manifest naming many overlapping
+      // extents must not grow the file without end.
+      assembled_bytes_ += image::RoundUp(bytes, image::kAlign);
+      if (assembled_bytes_ > options_.max_bytes) {
+        return Status::OutOfMemory("image '" + name_ + "': assembling buffer " + Hex(b->device_address()) +
+                                   " would take " + std::to_string(assembled_bytes_) +
+                                   " bytes of extents assembled anew, over this daemon's limit of " +
+                                   std::to_string(options_.max_bytes) + " (--max-receive-bytes)");
+      }
       home = image::RoundUp(*file_end, image::kAlign);
       *file_end = home + image::RoundUp(bytes, image::kAlign);
     }

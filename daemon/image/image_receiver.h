@@ -120,6 +120,7 @@ class ImageReceiver {
   std::vector<Span> spans_;
   bool inline_run_ = false; // the last span holds streamed bytes and may grow
   std::uint64_t gpu_end_ = 0;  // end of what our gpu.img holds
+  std::uint64_t assembled_bytes_ = 0;  // LayOutGpuImg: extents assembled at the end of the file
   // The file being received (fd_ < 0: none).
   int fd_ = -1;
   std::string file_rel_;
