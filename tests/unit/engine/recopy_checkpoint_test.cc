@@ -52,6 +52,59 @@ constexpr WireStatus kOk = WireStatus::kSuccess;
 
 using testing::ReadAppFixture;
 
+/// Keeps every copy handed over (copier thread; read after the checkpoint).
+class RecordingSink : public PrecopySink {
+ public:
+  struct Copy {
+    uint64_t address = 0;
+    std::vector<uint8_t> bytes;
+    std::vector<uint64_t> xxh3;
+  };
+  Status Staged(const StagedCopy& c) override {
+    if (fail_after >= 0 && static_cast<int>(copies.size()) >= fail_after) {
+      return Status::Unavailable("the destination went away");
+    }
+    EXPECT_GT(c.copy_id, last_id) << "copy ids must increase";
+    last_id = c.copy_id;
+    EXPECT_EQ(c.chunk_bytes, image::kDefaultChunkBytes);
+    Copy k;
+    k.address = c.address;
+    const auto* p = reinterpret_cast<const uint8_t*>(c.data);
+    k.bytes.assign(p, p + c.bytes);
+    k.xxh3 = *c.chunk_xxh3;
+    copies[c.copy_id] = std::move(k);
+    return Status::Ok();
+  }
+  std::map<uint64_t, Copy> copies;
+  uint64_t last_id = 0;
+  int fail_after = -1;  // >= 0: fail once this many copies were taken
+};
+
+/// The receiver's job: fills each referenced run of chunks in `img` from
+/// the sink's copy, after checking each chunk's checksum in the manifest
+/// against the copy's.
+void FillFromCopies(const image::v1::Manifest& m, const std::vector<PrecopiedExtent>& precopied,
+                    const RecordingSink& sink, std::fstream* img) {
+  const uint64_t chunk = image::kDefaultChunkBytes;
+  for (const PrecopiedExtent& e : precopied) {
+    const image::v1::BufferExtent* buffer = nullptr;
+    for (const auto& b : m.buffers()) {
+      if (b.device_address() <= e.address && e.address < b.device_address() + b.bytes()) buffer = &b;
+    }
+    ASSERT_NE(buffer, nullptr) << "a reference outside every buffer";
+    const RecordingSink::Copy& c = sink.copies.at(e.copy_id);
+    const uint64_t in_buffer = e.address - buffer->device_address();
+    ASSERT_EQ(in_buffer % chunk, 0u) << "a reference that does not start a chunk";
+    ASSERT_EQ(e.copy_offset % chunk, 0u);
+    ASSERT_LE(e.copy_offset + e.bytes, c.bytes.size());
+    for (uint64_t k = 0; k * chunk < e.bytes; ++k) {
+      EXPECT_EQ(buffer->chunk_xxh3(static_cast<int>(in_buffer / chunk + k)), c.xxh3.at(e.copy_offset / chunk + k));
+    }
+    img->seekp(static_cast<std::streamoff>(buffer->extent_offset() + in_buffer));
+    img->write(reinterpret_cast<const char*>(c.bytes.data() + e.copy_offset), static_cast<std::streamsize>(e.bytes));
+  }
+}
+
 class RecopyCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -104,6 +157,20 @@ class RecopyCheckpointTest : public ::testing::Test {
       out[e.device_address()] = std::move(bytes);
     }
     return out;
+  }
+
+  /// The image in `dir` as the receiver would have it: the chunks written
+  /// as references filled from `sink`'s copies (FillFromCopies), then read
+  /// back with every chunk verified.
+  std::map<uint64_t, std::vector<uint8_t>> ReadFilledImage(const std::string& dir, const RecordingSink& sink) {
+    image::v1::Manifest m;
+    EXPECT_TRUE(image::ReadManifest(dir, &m).ok());
+    {
+      std::fstream img(dir + "/" + std::string(image::kGpuImgName), std::ios::in | std::ios::out | std::ios::binary);
+      EXPECT_TRUE(img.good());
+      FillFromCopies(m, result_.precopied, sink, &img);
+    }
+    return ReadImage(dir);
   }
 
   /// Runs a checkpoint with `o` while a thread rewrites a hot set — the
@@ -340,59 +407,6 @@ TEST_F(RecopyCheckpointTest, IdleSessionNeedsOneRoundAndNoCopyAtT2) {
   for (uint64_t b : bufs_) ExpectFilled(image[b], 1, "buffer");
 }
 
-/// Keeps every copy handed over (copier thread; read after the checkpoint).
-class RecordingSink : public PrecopySink {
- public:
-  struct Copy {
-    uint64_t address = 0;
-    std::vector<uint8_t> bytes;
-    std::vector<uint64_t> xxh3;
-  };
-  Status Staged(const StagedCopy& c) override {
-    if (fail_after >= 0 && static_cast<int>(copies.size()) >= fail_after) {
-      return Status::Unavailable("the destination went away");
-    }
-    EXPECT_GT(c.copy_id, last_id) << "copy ids must increase";
-    last_id = c.copy_id;
-    EXPECT_EQ(c.chunk_bytes, image::kDefaultChunkBytes);
-    Copy k;
-    k.address = c.address;
-    const auto* p = reinterpret_cast<const uint8_t*>(c.data);
-    k.bytes.assign(p, p + c.bytes);
-    k.xxh3 = *c.chunk_xxh3;
-    copies[c.copy_id] = std::move(k);
-    return Status::Ok();
-  }
-  std::map<uint64_t, Copy> copies;
-  uint64_t last_id = 0;
-  int fail_after = -1;  // >= 0: fail once this many copies were taken
-};
-
-/// The receiver's job: fills each referenced run of chunks in `img` from
-/// the sink's copy, after checking each chunk's checksum in the manifest
-/// against the copy's.
-void FillFromCopies(const image::v1::Manifest& m, const std::vector<PrecopiedExtent>& precopied,
-                    const RecordingSink& sink, std::fstream* img) {
-  const uint64_t chunk = image::kDefaultChunkBytes;
-  for (const PrecopiedExtent& e : precopied) {
-    const image::v1::BufferExtent* buffer = nullptr;
-    for (const auto& b : m.buffers()) {
-      if (b.device_address() <= e.address && e.address < b.device_address() + b.bytes()) buffer = &b;
-    }
-    ASSERT_NE(buffer, nullptr) << "a reference outside every buffer";
-    const RecordingSink::Copy& c = sink.copies.at(e.copy_id);
-    const uint64_t in_buffer = e.address - buffer->device_address();
-    ASSERT_EQ(in_buffer % chunk, 0u) << "a reference that does not start a chunk";
-    ASSERT_EQ(e.copy_offset % chunk, 0u);
-    ASSERT_LE(e.copy_offset + e.bytes, c.bytes.size());
-    for (uint64_t k = 0; k * chunk < e.bytes; ++k) {
-      EXPECT_EQ(buffer->chunk_xxh3(static_cast<int>(in_buffer / chunk + k)), c.xxh3.at(e.copy_offset / chunk + k));
-    }
-    img->seekp(static_cast<std::streamoff>(buffer->extent_offset() + in_buffer));
-    img->write(reinterpret_cast<const char*>(c.bytes.data() + e.copy_offset), static_cast<std::streamsize>(e.bytes));
-  }
-}
-
 // The hot/cold workload of ImageIsTheStateAtT2WhileTheAppWrites with a
 // pre-copy sink: cold buffers reach the image as references to their
 // (only) copy, hot ones as bytes or as a reference to their latest copy;
@@ -432,14 +446,7 @@ TEST_F(RecopyCheckpointTest, PrecopySinkGetsTheCopiesAndTheImageRefersToThem) {
 
   // The receiver's job: fill the holes from the copies, after checking each
   // chunk's checksum in the manifest against the copy's.
-  image::v1::Manifest m;
-  ASSERT_TRUE(image::ReadManifest(o.dir, &m).ok());
-  {
-    std::fstream img(o.dir + "/" + std::string(image::kGpuImgName), std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(img.good());
-    FillFromCopies(m, result_.precopied, sink, &img);
-  }
-  auto image = ReadImage(o.dir);  // verifies every chunk
+  auto image = ReadFilledImage(o.dir, sink);  // verifies every chunk
   ASSERT_EQ(image.size(), bufs_.size());
   for (size_t k = 0; k < bufs_.size(); ++k) {
     ExpectFilled(image[bufs_[k]], HotSetByte(k, calls, kHot), "buffer " + std::to_string(k));
@@ -497,14 +504,7 @@ TEST_F(RecopyCheckpointTest, RoundsRecopyOnlyTheChunksWrittenSinceTheirCopy) {
   EXPECT_EQ(referenced + result_.counters.recopy_dirty_bytes, kBytes)
       << "every chunk is either referenced or copied at t2";
 
-  image::v1::Manifest m;
-  ASSERT_TRUE(image::ReadManifest(o.dir, &m).ok());
-  {
-    std::fstream img(o.dir + "/" + std::string(image::kGpuImgName), std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(img.good());
-    FillFromCopies(m, result_.precopied, sink, &img);
-  }
-  auto image = ReadImage(o.dir);  // verifies every chunk
+  auto image = ReadFilledImage(o.dir, sink);  // verifies every chunk
   ASSERT_EQ(image.size(), 1u);
   const std::vector<uint8_t>& got = image[buf];
   const uint8_t last = static_cast<uint8_t>(((calls - 1) % 250) + 2);  // the last memset admitted before t2
