@@ -61,7 +61,7 @@ Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
     b.bytes = r.bytes;
     b.global = global;
     b.state = kDirty;
-    b.dirty.assign(ChunkCount(r.bytes), true);
+    b.dirty.assign(static_cast<std::size_t>(image::ChunkCount(r.bytes, chunk_)), true);
     b.dirtied_in.assign(b.dirty.size(), 0);
     total += r.bytes;
     order.push_back(r.address);
@@ -163,17 +163,17 @@ void RecopyCheckpoint::AdmittedCall(const session::CallView& call, const Status&
   // chunks they overlap; a kernel's ranges are its buffers, whole.
   struct Hit {
     TrackedBuffer* buffer;
-    std::uint64_t ptr, bytes;  // bytes 0: the whole buffer
+    std::uint64_t ptr, bytes;  // the written range
   };
   std::vector<Hit> hit;
   if (writes_anything) {
-    for (auto& [addr, b] : table_.by_address) hit.push_back(Hit{&b, 0, 0});
+    for (auto& [addr, b] : table_.by_address) hit.push_back(Hit{&b, b.address, b.bytes});
   } else {
     const bool exact = call.kind == session::AccessKind::kExact;
     for (const auto& r : call.ranges) {
       if (!r.write) continue;
       table_.ForEachOverlapping(r.ptr, r.bytes, [&](TrackedBuffer& b) {
-        hit.push_back(exact ? Hit{&b, r.ptr, r.bytes} : Hit{&b, 0, 0});
+        hit.push_back(exact ? Hit{&b, r.ptr, r.bytes} : Hit{&b, b.address, b.bytes});
       });
     }
   }
@@ -190,11 +190,7 @@ void RecopyCheckpoint::AdmittedCall(const session::CallView& call, const Status&
     if (abandoned_) return;
   }
   for (const Hit& h : hit) {
-    if (h.bytes == 0) {
-      DirtyAllLocked(*h.buffer);
-    } else {
-      DirtyChunksLocked(*h.buffer, h.ptr, h.bytes);
-    }
+    DirtyChunksLocked(*h.buffer, h.ptr, h.bytes);
     if (recorded) WrittenOnLocked(*h.buffer, call.stream);
   }
 }
@@ -546,15 +542,15 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
       status = CopyNow(st.ctx, stream, p.range.address, chunk_, p.copy_now, &e.host, &copied_now);
       // A clean chunk handed over in a round is still current: the receiver
       // has it. Everything else is in `host` now.
+      e.refs.resize(p.copy_now.size());
       bool referenced = false;
-      for (std::size_t c = 0; c < b.handed.size() && c < p.copy_now.size(); ++c) {
-        if (!p.copy_now[c] && b.handed[c].copy_id != 0) referenced = true;
+      for (std::size_t c = 0; c < e.refs.size() && c < b.handed.size(); ++c) {
+        if (!p.copy_now[c]) e.refs[c] = b.handed[c];
+        referenced = referenced || e.refs[c].copy_id != 0;
       }
-      if (referenced) {
-        e.refs.resize(p.copy_now.size());
-        for (std::size_t c = 0; c < e.refs.size(); ++c) {
-          if (!p.copy_now[c] && c < b.handed.size()) e.refs[c] = b.handed[c];
-        }
+      if (!referenced) {
+        e.refs.clear();
+      } else {
         e.xxh3 = std::move(b.host_xxh3);
         if (std::all_of(e.refs.begin(), e.refs.end(), [](const auto& r) { return r.copy_id != 0; })) {
           std::vector<std::byte>().swap(e.host);  // every chunk is the receiver's

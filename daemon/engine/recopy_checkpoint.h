@@ -109,8 +109,6 @@ class RecopyCheckpoint final : public SoftOperation {
     std::vector<std::uint64_t> xxh3;
   };
 
-  /// Chunks of a buffer of `bytes` (chunk_).
-  std::size_t ChunkCount(std::uint64_t bytes) const { return static_cast<std::size_t>((bytes + chunk_ - 1) / chunk_); }
   /// mu held: the chunks of `b` overlapping [ptr, ptr + bytes) (bytes 0
   /// counts as 1) become dirty, and the buffer DIRTY.
   void DirtyChunksLocked(TrackedBuffer& b, std::uint64_t ptr, std::uint64_t bytes);

@@ -254,22 +254,14 @@ Status ImageReceiver::PlaceGpuImgChunk(const peer::v1::FileData& data, const cha
 
 namespace {
 /// Copies `len` bytes of `fd` from offset `from` to offset `to` (ranges
-/// that do not overlap).
+/// that do not overlap), in the kernel (copy_file_range: no bounce buffer).
 Status CopyWithin(int fd, std::uint64_t from, std::uint64_t to, std::uint64_t len, const std::string& path) {
-  std::vector<char> buf(static_cast<std::size_t>(std::min<std::uint64_t>(len, 4ull << 20)));
+  auto in = static_cast<off_t>(from), out = static_cast<off_t>(to);
   for (std::uint64_t done = 0; done < len;) {
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), len - done));
-    const ssize_t r = pread(fd, buf.data(), want, static_cast<off_t>(from + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return image::ErrnoError("read", path, r < 0 ? errno : EIO);
-    for (ssize_t put = 0; put < r;) {
-      const ssize_t w = pwrite(fd, buf.data() + put, static_cast<std::size_t>(r - put),
-                               static_cast<off_t>(to + done + static_cast<std::uint64_t>(put)));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return image::ErrnoError("write", path, errno);
-      put += w;
-    }
-    done += static_cast<std::uint64_t>(r);
+    const ssize_t n = copy_file_range(fd, &in, fd, &out, static_cast<std::size_t>(len - done), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return image::ErrnoError("copy within", path, n < 0 ? errno : EIO);  // 0: past the end
+    done += static_cast<std::uint64_t>(n);
   }
   return Status::Ok();
 }
