@@ -36,7 +36,9 @@ struct Segment {
   explicit Segment(bool seal = true) {
     fd = memfd_create("test-pinned", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     EXPECT_EQ(ftruncate(fd, kSeg), 0);
-    if (seal) EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+    if (seal) {
+      EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+    }
     base = static_cast<std::byte*>(mmap(nullptr, kSeg, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
   }
   ~Segment() {
@@ -64,7 +66,9 @@ class HostSegmentProtocolTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   WireStatus Share(const Segment& s, uint64_t id, bool send_record = true, uint64_t call_bytes = kSeg) {
-    if (send_record) EXPECT_TRUE(app_->channel()->SendHostSegment({id, kSeg, s.app()}, s.fd).ok());
+    if (send_record) {
+      EXPECT_TRUE(app_->channel()->SendHostSegment({id, kSeg, s.app()}, s.fd).ok());
+    }
     return app_->Send(op::kHostSegmentRegister, wire::HostSegmentRequest{id, call_bytes, s.app()});
   }
   wire::HostCopyStatsReply Stats() {
@@ -168,11 +172,14 @@ TEST_F(HostSegmentProtocolTest, HostFunctionGateHoldsTheStreamUntilTheAppAnswers
       << app_->message();
   // Work after the function waits for it.
   ASSERT_EQ(app_->Memset(dev, 0x77, 1, 4096, 7, /*sync=*/false), WireStatus::kSuccess);
-  // phosd reaches the gate: the word says so and the doorbell rang.
-  while (word->load() != wire::kHostFuncReached) {
-    (void)ring::FutexWait(doorbell, doorbell->load(), 10'000'000);
+  // phosd reaches the gate: it marks the word reached, then rings the
+  // doorbell (the app's thread wakes on the doorbell and then reads the
+  // words, so that order is the protocol). Wait as the app does — on the
+  // doorbell — and the word must already say reached.
+  for (uint32_t rung = doorbell->load(); rung == 0; rung = doorbell->load()) {
+    (void)ring::FutexWait(doorbell, rung, 10'000'000);
   }
-  EXPECT_GE(doorbell->load(), 1u);
+  EXPECT_EQ(word->load(), wire::kHostFuncReached);
   EXPECT_EQ(app_->StreamQuery(7), WireStatus::kNotReady);  // held at the gate
   word->store(wire::kHostFuncDone);
   ring::FutexWake(word, 1);
