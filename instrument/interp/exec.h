@@ -28,10 +28,34 @@ struct Frame {
   uint32_t local_base = 0;  // into Thread::local
 };
 
+constexpr uint32_t kWarpSize = 32;
+
+// The registers of one warp, lane-interleaved ("structure of arrays"):
+// register row r of lane l is regs[r * kWarpSize + l]. A row is a frame's
+// register (the frame's reg_base + its index); every lane has every row,
+// so an op executed for the lanes of a warp at once (warp_ops.cc) reads
+// and writes contiguous memory. Each lane uses rows [0, its reg_top).
+// Owned by the Block's worker thread, like the Threads.
+struct WarpRegisters {
+  std::vector<uint64_t> regs;
+  uint32_t rows() const { return static_cast<uint32_t>(regs.size() / kWarpSize); }
+  // Grows to at least `rows` rows (new ones zero). May move `regs`.
+  void Reserve(uint32_t rows) {
+    if (regs.size() < size_t{rows} * kWarpSize) regs.resize(size_t{rows} * kWarpSize, 0);
+  }
+};
+
+// One lane's view of its frame's registers: r[i] is register i of the frame.
+struct RegView {
+  uint64_t* p = nullptr;  // row 0 of the frame, this lane's column
+  uint64_t& operator[](uint32_t i) const { return p[size_t{i} * kWarpSize]; }
+};
+
 struct Thread {
   // kYield: waits at an mbarrier (ops_mbarrier.cc) until one changes.
   enum State : uint8_t { kRunnable, kBarrier, kCollective, kYield, kExited };
-  std::vector<uint64_t> regs;
+  WarpRegisters* reg_file = nullptr;  // its warp's (Block::warp_regs)
+  uint32_t reg_top = 0;               // rows in use by its frames
   std::vector<uint8_t> params;
   std::vector<uint8_t> local;
   std::vector<Frame> frames;
@@ -43,6 +67,7 @@ struct Thread {
   uint64_t wait_epoch = 0;      // Block::mbar_epoch when it yielded
   uint8_t bar_id = 0;           // kBarrier: the barrier it waits at
   uint64_t icount = 0;       // instructions executed (also %clock)
+  uint64_t& reg(uint32_t row) const { return reg_file->regs[size_t{row} * kWarpSize + lane]; }
 };
 
 struct Block {
@@ -57,13 +82,14 @@ struct Block {
   // bar.arrive arrivals at each barrier in its current generation.
   uint32_t bar_arrived[kNumBarriers] = {};
   std::vector<Thread> threads;
+  std::vector<WarpRegisters> warp_regs;  // one per warp
 };
 
 // Context of the thread being stepped. `r` and `fn` follow the top frame.
 struct Exec {
   Block* b = nullptr;
   Thread* t = nullptr;
-  uint64_t* r = nullptr;
+  RegView r;
   const Function* fn = nullptr;
   std::string error;
   // The CUDA error a failure stands for when it is not a plain launch
@@ -71,7 +97,7 @@ struct Exec {
   int api_error = 0;
   void Refresh() {
     const Frame& f = t->frames.back();
-    r = t->regs.data() + f.reg_base;
+    r.p = t->reg_file->regs.data() + size_t{f.reg_base} * kWarpSize + t->lane;
     fn = &b->prog->function(static_cast<int>(f.func));
   }
   Frame& frame() { return t->frames.back(); }
@@ -179,6 +205,30 @@ inline Round RoundOf(ptx::Rounding r) {
     default: return Round::kNearest;
   }
 }
+
+// The lanes of one warp that stand at one op together, for a WarpFn:
+// their frame's register rows (register i of lane l: rows[i * kWarpSize +
+// l]) and Threads (lanes[l]; the others' may be null).
+struct WarpExec {
+  Block* b = nullptr;
+  Thread* const* lanes = nullptr;
+  const Function* fn = nullptr;
+  uint64_t* rows = nullptr;
+  const Operand& Opd(const Op& op, int i) const { return fn->operands[op.first + i]; }
+};
+// The warp handler of a decoded op, or null when it has none (warp_ops.cc).
+WarpFn BindWarp(const Op& op, const std::vector<Operand>& operands);
+
+// ops_cvt.cc: cvt of one scalar `a` as `op` says (not the packed forms);
+// false for a pair of types it does not convert.
+bool ConvertScalar(const Op& op, uint64_t a, uint64_t* out);
+// ops_cvt.cc: setp/set's comparison of a and b as type t.
+bool Compare(ptx::CmpOp c, ptx::Type t, uint64_t a, uint64_t b, bool ftz);
+
+// Host pointer for global (or module variable) bytes [addr, addr + bytes),
+// or nullptr when they are not all such memory, or a write to .const
+// (ops_mem.cc).
+uint8_t* GlobalBytes(const Block& b, uint64_t addr, size_t bytes, bool write);
 
 // Host pointer for `bytes` at `addr` in `space` (kNone = generic), or
 // nullptr with x.error set (illegal address). ops_mem.cc.

@@ -51,6 +51,9 @@ Flow RunThread(Block& b, Thread& t, std::string* error, int* api_error) {
         *error = b.prog->Where(static_cast<int>(func), pc) + ": " + x.error;
         *api_error = x.api_error;
         return Flow::kError;
+      case Flow::kPerThread:  // only warp handlers answer it
+        *error = b.prog->Where(static_cast<int>(func), pc) + ": internal: a per-thread handler declined";
+        return Flow::kError;
     }
   }
 }
@@ -61,16 +64,271 @@ std::string ThreadName(const Block& b, const Thread& t) {
          "," + std::to_string(t.tid[2]) + ")";
 }
 
+
+// Lanes of warp `w` (nullptr past the block's end) and the ones that exist.
+uint32_t WarpLanes(Block& b, uint32_t w, Thread** lanes) {
+  uint32_t present = 0;
+  for (uint32_t l = 0; l < kWarpSize; ++l) {
+    const uint32_t i = w * kWarpSize + l;
+    lanes[l] = i < b.nthreads ? &b.threads[i] : nullptr;
+    if (lanes[l] != nullptr) present |= 1u << l;
+  }
+  return present;
+}
+
+// Completes the warp collectives of warp `w` whose member lanes have all
+// arrived; *progress when one did.
+Status ResolveWarpCollectives(Block& b, uint32_t w, bool* progress) {
+  Thread* lanes[kWarpSize];
+  const uint32_t present = WarpLanes(b, w, lanes);
+  uint32_t exited = ~present, waiting = 0;
+  for (uint32_t m = present; m; m &= m - 1) {
+    const int l = __builtin_ctz(m);
+    if (lanes[l]->state == Thread::kExited) exited |= 1u << l;
+    if (lanes[l]->state == Thread::kCollective) waiting |= 1u << l;
+  }
+  std::string error;
+  while (waiting) {
+    const int first = __builtin_ctz(waiting);
+    const Thread& a = *lanes[first];
+    const uint32_t group = CollectiveGroup(b, lanes, waiting, first);
+    waiting &= ~group;
+    const Flow fl = ResolveCollective(b, lanes, group, exited, &error);
+    if (fl == Flow::kNext) *progress = true;
+    if (fl == Flow::kError) {
+      const Frame& f = a.frames.back();
+      return Status::FailedPrecondition("ptx interp: " + ThreadName(b, a) + ": " +
+                                        b.prog->Where(static_cast<int>(f.func), f.pc) + ": " + error);
+    }
+  }
+  return Status();
+}
+
+// --- Lockstep warps ---------------------------------------------------------
+
+// A group runs at most this many ops while other lanes of its warp could
+// run, and a warp at most kWarpTurn while it holds the block's host thread:
+// lanes spinning on a flag another lane or warp sets must let that one run
+// (independent thread scheduling guarantees it progress). Large enough that
+// the re-grouping costs nothing measurable.
+constexpr uint64_t kGroupTurn = 4096;
+constexpr uint64_t kWarpTurn = 65536;
+
+// Where a lane stands; lanes that stand at the same place form a group.
+struct Place {
+  size_t depth = 0;
+  uint32_t func = 0, pc = 0, reg_base = 0;
+  static Place Of(const Thread& t) {
+    const Frame& f = t.frames.back();
+    return {t.frames.size(), f.func, f.pc, f.reg_base};
+  }
+  bool operator==(const Place& o) const {
+    return depth == o.depth && func == o.func && pc == o.pc && reg_base == o.reg_base;
+  }
+  // Runs first: the deepest frame (a callee returns before its callers go
+  // on), then the lowest pc — the branch that has further to go to where
+  // the paths join, so lanes that branched apart meet again there.
+  bool Before(const Place& o) const {
+    if (depth != o.depth) return depth > o.depth;
+    if (func != o.func) return func < o.func;
+    return pc < o.pc;
+  }
+};
+
+// Why a group stopped running together.
+struct GroupEnd {
+  uint64_t steps = 0;  // ops it ran (its lanes' icount went up by as many)
+  bool turn_over = false;  // it used its turn; its lanes can still run
+};
+
+// Runs the lanes `group` of warp `w` (all runnable, all at one Place) op by
+// op until they part (a branch some take, a call, a lane that waits or
+// exits), or `turn` ops ran. Between ops the shared pc is kept here, not
+// in the frames; the frames and icounts are brought up to date before an
+// op runs through its per-thread handler and when the group ends.
+Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint64_t turn, GroupEnd* end) {
+  const Program& p = *b.prog;
+  const int lead = __builtin_ctz(group);
+  const Place at = Place::Of(*lanes[lead]);
+  const Function& fn = p.function(static_cast<int>(at.func));
+  WarpRegisters& rf = b.warp_regs[w];
+  const uint64_t limit = b.opts->max_instructions_per_thread;
+  uint64_t most = 0;  // the highest icount among the lanes
+  for (uint32_t m = group; m; m &= m - 1) most = std::max(most, lanes[__builtin_ctz(m)]->icount);
+  uint32_t pc = at.pc;
+  uint64_t pending = 0;  // ops run since the icounts were last brought up to date
+  auto settle = [&] {
+    for (uint32_t m = group; m; m &= m - 1) lanes[__builtin_ctz(m)]->icount += pending;
+    most += pending;
+    end->steps += pending;
+    pending = 0;
+  };
+  auto park = [&](uint32_t at_pc) {  // the lanes' frames take the shared pc
+    for (uint32_t m = group; m; m &= m - 1) lanes[__builtin_ctz(m)]->frames.back().pc = at_pc;
+  };
+  for (uint64_t ran = 0;; ++ran) {
+    if (ran == turn) {
+      settle();
+      park(pc);
+      end->turn_over = true;
+      return Status();
+    }
+    if (pc >= fn.ops.size()) {  // fell off the end: return (not counted, as an op)
+      settle();
+      park(pc);
+      static const Op kRet{};
+      for (uint32_t m = group; m; m &= m - 1) {
+        Thread& t = *lanes[__builtin_ctz(m)];
+        Exec x = ExecOf(b, t);
+        if (ExecRet(x, kRet) == Flow::kExit) t.state = Thread::kExited;
+      }
+      return Status();
+    }
+    const Op& op = fn.ops[pc];
+    ++pending;
+    if (limit && most + pending > limit) {
+      settle();
+      park(pc);
+      return Status::FailedPrecondition("ptx interp: " + ThreadName(b, *lanes[lead]) + ": " + p.Where(static_cast<int>(at.func), pc) +
+                                        ": thread exceeded " + std::to_string(limit) +
+                                        " instructions (max_instructions_per_thread)");
+    }
+    uint32_t active = group;
+    if (op.guard >= 0) {
+      const uint64_t* g = rf.regs.data() + (size_t{at.reg_base} + static_cast<uint32_t>(op.guard)) * kWarpSize;
+      active = 0;
+      for (uint32_t m = group; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        if (((g[l] & 1) != 0) != op.guard_neg) active |= 1u << l;
+      }
+      if (active == 0) {
+        ++pc;
+        continue;
+      }
+    }
+    if (op.fn == &ExecBra) {
+      if (active == group) {
+        pc = op.target;
+        continue;
+      }
+      settle();  // the lanes part
+      for (uint32_t m = group; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        lanes[l]->frames.back().pc = (active >> l) & 1 ? op.target : pc + 1;
+      }
+      return Status();
+    }
+    if (op.warp_fn != nullptr) {
+      WarpExec wx;
+      wx.b = &b;
+      wx.lanes = lanes;
+      wx.fn = &fn;
+      wx.rows = rf.regs.data() + size_t{at.reg_base} * kWarpSize;
+      if (op.warp_fn(wx, op, active) == Flow::kNext) {
+        ++pc;
+        continue;
+      }
+    }
+    // Through the op's per-thread handler, lane by lane, as the per-thread
+    // interpreter runs it (frames and icounts up to date).
+    settle();
+    park(pc);
+    for (uint32_t m = group; m; m &= m - 1) {
+      const int l = __builtin_ctz(m);
+      Thread& t = *lanes[l];
+      Flow fl = Flow::kNext;
+      if ((active >> l) & 1) {
+        Exec x = ExecOf(b, t);
+        fl = op.fn(x, op);
+        if (fl == Flow::kError) {
+          Status st = Status::FailedPrecondition("ptx interp: " + ThreadName(b, t) + ": " +
+                                                 p.Where(static_cast<int>(at.func), pc) + ": " + x.error);
+          return x.api_error != 0 ? st.WithApiError(x.api_error) : st;
+        }
+      }
+      if (fl == Flow::kNext) ++t.frames.back().pc;
+      if (fl == Flow::kExit) t.state = Thread::kExited;
+    }
+    // Together still? (All runnable, at one place: the same function and
+    // frame, so `fn` and the rows stay right.)
+    const Place next = Place::Of(*lanes[lead]);
+    for (uint32_t m = group; m; m &= m - 1) {
+      const Thread& t = *lanes[__builtin_ctz(m)];
+      if (t.state != Thread::kRunnable || !(Place::Of(t) == next)) return Status();
+    }
+    if (!(next.depth == at.depth && next.func == at.func && next.reg_base == at.reg_base)) return Status();
+    pc = next.pc;
+  }
+}
+
+// Runs the lanes of warp `w` until none can run (each waits or has exited;
+// warp collectives whose lanes have all arrived complete here) or the warp
+// used its turn (*yielded: lanes can still run).
+Status RunWarp(Block& b, uint32_t w, bool* yielded) {
+  Thread* lanes[kWarpSize];
+  const uint32_t present = WarpLanes(b, w, lanes);
+  uint64_t left = kWarpTurn;
+  int rotate_after = -1;  // after a group's turn ran out: lead with the next runnable lane after it
+  *yielded = false;
+  while (left > 0) {
+    uint32_t runnable = 0;
+    for (uint32_t m = present; m; m &= m - 1) {
+      const int l = __builtin_ctz(m);
+      if (lanes[l]->state == Thread::kRunnable) runnable |= 1u << l;
+    }
+    if (runnable == 0) {
+      bool progress = false;
+      PHOS_RETURN_IF_ERROR(ResolveWarpCollectives(b, w, &progress));
+      if (progress) continue;
+      return Status();
+    }
+    int lead = __builtin_ctz(runnable);
+    if (rotate_after >= 0) {
+      const uint32_t after = runnable & ~((2u << rotate_after) - 1);
+      lead = __builtin_ctz(after ? after : runnable);
+      rotate_after = -1;
+    } else {
+      Place best = Place::Of(*lanes[lead]);
+      for (uint32_t m = runnable & (runnable - 1); m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        const Place here = Place::Of(*lanes[l]);
+        if (here.Before(best)) {
+          best = here;
+          lead = l;
+        }
+      }
+    }
+    const Place at = Place::Of(*lanes[lead]);
+    uint32_t group = 0;
+    for (uint32_t m = runnable; m; m &= m - 1) {
+      const int l = __builtin_ctz(m);
+      if (Place::Of(*lanes[l]) == at) group |= 1u << l;
+    }
+    const uint64_t turn = std::min(left, group == runnable ? left : kGroupTurn);
+    GroupEnd end;
+    PHOS_RETURN_IF_ERROR(RunGroup(b, w, lanes, group, turn, &end));
+    left -= std::min(left, std::max<uint64_t>(end.steps, 1));
+    if (end.turn_over) rotate_after = lead;
+  }
+  for (uint32_t m = present; m; m &= m - 1) {
+    if (lanes[__builtin_ctz(m)]->state == Thread::kRunnable) *yielded = true;
+  }
+  return Status();
+}
+
 }  // namespace
 
 Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size, uint64_t* icount) {
   const Program& p = *b.prog;
   const Function& kf = p.function(kernel);
   b.threads.resize(b.nthreads);
+  b.warp_regs.resize(b.nwarps);
+  for (WarpRegisters& rf : b.warp_regs) rf.regs.clear();  // keeps its capacity for the next block
   std::fill(std::begin(b.bar_arrived), std::end(b.bar_arrived), 0u);
   for (uint32_t i = 0; i < b.nthreads; ++i) {
     Thread& t = b.threads[i];
-    t.regs.clear();
+    t.reg_file = &b.warp_regs[i / kWarpSize];
+    t.reg_top = 0;
     t.params.clear();
     t.local.clear();
     t.frames.clear();
@@ -83,8 +341,8 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     t.tid[1] = (i / b.ntid[0]) % b.ntid[1];
     t.tid[2] = i / (b.ntid[0] * b.ntid[1]);
     t.linear = i;
-    t.lane = i % 32;
-    t.warp = i / 32;
+    t.lane = i % kWarpSize;
+    t.warp = i / kWarpSize;
     PushFrame(t, p, static_cast<uint32_t>(kernel));
     const size_t n = std::min<size_t>(params_size, kf.param_size);
     if (n > 0) std::memcpy(t.params.data(), params, n);  // a kernel without parameters has no buffer
@@ -93,46 +351,27 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
   std::string error;
   int stalls = 0;  // rounds in which only timed-out mbarrier waits moved
   for (;;) {
-    for (Thread& t : b.threads) {
-      if (t.state != Thread::kRunnable) continue;
-      int api_error = 0;
-      if (RunThread(b, t, &error, &api_error) == Flow::kError) {
-        result = Status::FailedPrecondition("ptx interp: " + ThreadName(b, t) + ": " + error);
-        if (api_error != 0) result = result.WithApiError(api_error);
-        break;
-      }
-    }
-    if (!result.ok()) break;
-    // Warp collectives.
-    bool progress = false;
-    for (uint32_t w = 0; w < b.nwarps && result.ok(); ++w) {
-      Thread* lanes[32] = {};
-      uint32_t exited = 0, waiting = 0;
-      for (uint32_t l = 0; l < 32; ++l) {
-        const uint32_t i = w * 32 + l;
-        if (i >= b.nthreads) {
-          exited |= 1u << l;
-          continue;
-        }
-        lanes[l] = &b.threads[i];
-        if (lanes[l]->state == Thread::kExited) exited |= 1u << l;
-        if (lanes[l]->state == Thread::kCollective) waiting |= 1u << l;
-      }
-      while (waiting) {
-        const int first = __builtin_ctz(waiting);
-        const Thread& a = *lanes[first];
-        const uint32_t group = CollectiveGroup(b, lanes, waiting, first);
-        waiting &= ~group;
-        const Flow fl = ResolveCollective(b, lanes, group, exited, &error);
-        if (fl == Flow::kNext) progress = true;
-        if (fl == Flow::kError) {
-          const Frame& f = a.frames.back();
-          result = Status::FailedPrecondition("ptx interp: " + ThreadName(b, a) + ": " +
-                                              p.Where(static_cast<int>(f.func), f.pc) + ": " + error);
+    bool progress = false;  // a warp that used its turn, a collective that completed
+    if (b.opts->thread_at_a_time) {
+      for (Thread& t : b.threads) {
+        if (t.state != Thread::kRunnable) continue;
+        int api_error = 0;
+        if (RunThread(b, t, &error, &api_error) == Flow::kError) {
+          result = Status::FailedPrecondition("ptx interp: " + ThreadName(b, t) + ": " + error);
+          if (api_error != 0) result = result.WithApiError(api_error);
           break;
         }
       }
+    } else {
+      for (uint32_t w = 0; w < b.nwarps && result.ok(); ++w) {
+        bool yielded = false;
+        result = RunWarp(b, w, &yielded);
+        progress = progress || yielded;
+      }
     }
+    if (!result.ok()) break;
+    // Warp collectives (the lockstep path completed its own already).
+    for (uint32_t w = 0; w < b.nwarps && result.ok(); ++w) result = ResolveWarpCollectives(b, w, &progress);
     if (!result.ok()) break;
     if (progress) {
       stalls = 0;

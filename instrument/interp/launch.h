@@ -1,11 +1,17 @@
 // Public API of the PTX interpreter: run one kernel of a Program.
 //
 // Execution model (docs/instrument.md "PTX interpreter"): blocks are
-// independent and run in parallel on a pool of host threads; the threads of
-// a block run one after another on one host thread, each until it exits or
-// waits at bar.sync or a warp collective (shfl/vote/match/redux/activemask/
-// bar.warp.sync). A collective completes once every lane of its member mask
-// waits at it; a barrier once every live thread of the block waits at one.
+// independent and run in parallel on a pool of host threads; the warps of
+// a block run one after another on one host thread, each until none of its
+// lanes can run: the lanes that stand at the same op execute it together
+// (lockstep), lanes that branched apart run in turns (the group at the
+// deepest frame and lowest pc first, so they meet again where the branches
+// join) until they exit or wait at bar.sync or a warp collective
+// (shfl/vote/match/redux/activemask/bar.warp.sync). A collective completes
+// once every lane of its member mask waits at it; a barrier once every
+// live thread of the block waits at one. A group or warp that runs long
+// yields its turn, so lanes and warps spinning on each other's flags make
+// progress.
 #pragma once
 
 #include <atomic>
@@ -61,6 +67,16 @@ struct LaunchOptions {
   // checkpointed and restored with it. 0: none (malloc/free fail the launch).
   uint64_t heap_base = 0;
   uint64_t heap_bytes = 0;
+  // How the threads of a block are stepped. false (the default): the lanes
+  // of a warp that stand at the same op run it together, register file in
+  // lane-interleaved rows, common ops through whole-warp handlers
+  // (warp_ops.cc). true: each thread alone, op by op, until it waits — the
+  // interpreter as it was before issue #16's speed-up, kept as the
+  // baseline interp_bench compares against and as the reference the
+  // lockstep tests check the warp path's results with. Both run every
+  // thread through the same ops; only the interleaving differs, and the
+  // PTX memory model allows either.
+  bool thread_at_a_time = false;
 };
 
 // Runs `kernel` (mangled .entry name) over `grid` x `block` threads.

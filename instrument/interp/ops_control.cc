@@ -22,8 +22,10 @@ void PushFrame(Thread& t, const Program& p, uint32_t func) {
   Frame fr;
   fr.func = func;
   fr.pc = 0;
-  fr.reg_base = static_cast<uint32_t>(t.regs.size());
-  t.regs.resize(t.regs.size() + f.num_regs, 0);
+  fr.reg_base = t.reg_top;
+  t.reg_top += f.num_regs;
+  t.reg_file->Reserve(t.reg_top);  // may move the rows: callers Refresh their Exec
+  for (uint32_t row = fr.reg_base; row < t.reg_top; ++row) t.reg(row) = 0;
   fr.param_base = Align(t.params.size(), 16);
   t.params.resize(fr.param_base + f.param_size, 0);
   fr.local_base = Align(t.local.size(), 16);
@@ -58,7 +60,7 @@ bool CopyCallArg(Thread& t, const Program& p, const Frame& caller, const Operand
     if (src == nullptr) return false;
     std::memcpy(dst, src, size);
   } else if (a.kind == Operand::kReg) {
-    const uint64_t v = t.regs[caller.reg_base + a.reg];
+    const uint64_t v = t.reg(caller.reg_base + a.reg);
     std::memcpy(dst, &v, size < 8 ? size : 8);
   }
   return true;
@@ -195,10 +197,10 @@ Flow ExecRet(Exec& x, const Op&) {
     } else if (r.kind == Operand::kReg) {
       uint64_t v = 0;
       std::memcpy(&v, src, slot.size < 8 ? slot.size : 8);
-      t.regs[caller.reg_base + r.reg] = v;
+      t.reg(caller.reg_base + r.reg) = v;
     }
   }
-  t.regs.resize(callee.reg_base);
+  t.reg_top = callee.reg_base;
   t.params.resize(callee.param_base);
   t.local.resize(callee.local_base);
   ++caller.pc;

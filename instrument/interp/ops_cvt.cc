@@ -44,6 +44,8 @@ uint64_t StoreFloat(Type t, double v, Round r, bool ftz, bool sat) {
   }
 }
 
+}  // namespace
+
 bool Compare(CmpOp c, Type t, uint64_t a, uint64_t b, bool ftz) {
   if (IsFloat(t)) {
     const double x = FloatValue(t, a, ftz), y = FloatValue(t, b, ftz);
@@ -100,8 +102,6 @@ bool CombineBool(ptx::BoolOp op, bool r, bool c) {
   }
 }
 
-}  // namespace
-
 namespace {
 
 // cvt{.relu}{.satfinite}.f16x2.f32 / .bf16x2.f32 d, a, b: a to the upper
@@ -150,13 +150,20 @@ Flow ExecCvt(Exec& x, const Op& op) {
   const Type dt = op.type, st = op.type2;
   if ((dt == Type::kF16x2 || dt == Type::kBF16x2) && st == Type::kF32) return PackTwoFloats(x, op);
   if (dt == Type::kTF32 && st == Type::kF32) return ToTf32(x, op);
+  uint64_t d;
+  if (!ConvertScalar(op, Src(x, op, 1), &d)) return Fail(x, "unsupported conversion");
+  Set(x, op, 0, d);
+  return Flow::kNext;
+}
+
+bool ConvertScalar(const Op& op, uint64_t a, uint64_t* out) {
+  const Type dt = op.type, st = op.type2;
   const int dbits = TypeBits(dt), sbits = TypeBits(st);
   if (!dbits || !sbits || dbits > 64 || sbits > 64 || dt == Type::kPred || st == Type::kPred ||
       dt == Type::kF16x2 || st == Type::kF16x2 || dt == Type::kBF16x2 || st == Type::kBF16x2 ||
       dt == Type::kTF32 || st == Type::kTF32 || TypeBytes(dt) == 0) {
-    return Fail(x, "unsupported conversion");
+    return false;
   }
-  const uint64_t a = Src(x, op, 1);
   const Round r = RoundOf(op.rounding);
   const bool dflt = IsFloat(dt), sflt = IsFloat(st);
   uint64_t d;
@@ -179,8 +186,8 @@ Flow ExecCvt(Exec& x, const Op& op) {
       d = v;
     }
     if (IsSignedInt(dt)) d = static_cast<uint64_t>(SExt(d, dbits));
-    Set(x, op, 0, dbits >= 64 || IsSignedInt(dt) ? d : Trunc(d, dbits));
-    return Flow::kNext;
+    *out = dbits >= 64 || IsSignedInt(dt) ? d : Trunc(d, dbits);
+    return true;
   }
   if (sflt && !dflt) {
     double v = FloatValue(st, a, op.ftz);
@@ -198,8 +205,8 @@ Flow ExecCvt(Exec& x, const Op& op) {
         d = v <= 0 ? 0 : (v >= hi ? Trunc(~0ull, dbits) : static_cast<uint64_t>(v));
       }
     }
-    Set(x, op, 0, IsSignedInt(dt) ? d : Trunc(d, dbits));
-    return Flow::kNext;
+    *out = IsSignedInt(dt) ? d : Trunc(d, dbits);
+    return true;
   }
   if (!sflt && dflt) {
     const bool sgn = IsSignedInt(st);
@@ -210,14 +217,14 @@ Flow ExecCvt(Exec& x, const Op& op) {
     } else {
       f = I2D(v, sgn, r);
     }
-    Set(x, op, 0, StoreFloat(dt, f, r, op.ftz, op.sat));
-    return Flow::kNext;
+    *out = StoreFloat(dt, f, r, op.ftz, op.sat);
+    return true;
   }
   // float -> float
   double v = FloatValue(st, a, op.ftz);
   if (IsIntegerRounding(op.rounding)) v = RoundIntegral(v, r);
-  Set(x, op, 0, StoreFloat(dt, v, r, op.ftz, op.sat));
-  return Flow::kNext;
+  *out = StoreFloat(dt, v, r, op.ftz, op.sat);
+  return true;
 }
 
 Flow ExecSetp(Exec& x, const Op& op) {

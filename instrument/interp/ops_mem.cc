@@ -12,6 +12,7 @@
 
 #include "common/hex.h"
 #include "interp/exec.h"
+#include "interp/scalar_access.h"
 
 namespace phos::interp {
 
@@ -33,16 +34,24 @@ uint8_t* InBuffer(Exec& x, std::vector<uint8_t>& buf, uint64_t off, size_t bytes
 
 uint8_t* Global(Exec& x, uint64_t addr, size_t bytes, bool write) {
   const Program& p = *x.b->prog;
-  if (p.InModuleStorage(addr, bytes)) {
-    if (write && p.InConstStorage(addr)) return Illegal(x, "write to .const", addr, bytes, write);
-    return reinterpret_cast<uint8_t*>(addr);
+  if (write && p.InModuleStorage(addr, bytes) && p.InConstStorage(addr)) {
+    return Illegal(x, "write to .const", addr, bytes, write);
   }
-  void* h = x.b->gmem->Translate(addr, bytes, write);
+  uint8_t* h = GlobalBytes(*x.b, addr, bytes, write);
   if (!h) return Illegal(x, "global", addr, bytes, write);
-  return static_cast<uint8_t*>(h);
+  return h;
 }
 
 }  // namespace
+
+uint8_t* GlobalBytes(const Block& b, uint64_t addr, size_t bytes, bool write) {
+  const Program& p = *b.prog;
+  if (p.InModuleStorage(addr, bytes)) {
+    if (write && p.InConstStorage(addr)) return nullptr;
+    return reinterpret_cast<uint8_t*>(addr);
+  }
+  return static_cast<uint8_t*>(b.gmem->Translate(addr, bytes, write));
+}
 
 uint8_t* Resolve(Exec& x, Space space, uint64_t addr, size_t bytes, bool write) {
   Thread& t = *x.t;
@@ -109,41 +118,6 @@ bool SharedWithOtherHostThreads(const Exec& x, ptx::Space s, uint64_t addr) {
       return !InWindow(addr, kSharedWindow) && !InWindow(addr, kLocalWindow) && !InWindow(addr, kParamWindow);
     default: return false;
   }
-}
-
-template <typename U>
-uint64_t AtomicLoad(const uint8_t* q, std::memory_order mo) {
-  return std::atomic_ref<U>(*reinterpret_cast<U*>(const_cast<uint8_t*>(q))).load(mo);
-}
-template <typename U>
-void AtomicStore(uint8_t* q, uint64_t v, std::memory_order mo) {
-  std::atomic_ref<U>(*reinterpret_cast<U*>(q)).store(static_cast<U>(v), mo);
-}
-
-uint64_t LoadScalar(const uint8_t* q, int eb, bool atomic, std::memory_order mo) {
-  if (atomic && reinterpret_cast<uintptr_t>(q) % eb == 0) {
-    switch (eb) {
-      case 1: return AtomicLoad<uint8_t>(q, mo);
-      case 2: return AtomicLoad<uint16_t>(q, mo);
-      case 4: return AtomicLoad<uint32_t>(q, mo);
-      default: return AtomicLoad<uint64_t>(q, mo);
-    }
-  }
-  uint64_t v = 0;
-  std::memcpy(&v, q, static_cast<size_t>(eb));
-  return v;
-}
-
-void StoreScalar(uint8_t* q, int eb, uint64_t v, bool atomic, std::memory_order mo) {
-  if (atomic && reinterpret_cast<uintptr_t>(q) % eb == 0) {
-    switch (eb) {
-      case 1: return AtomicStore<uint8_t>(q, v, mo);
-      case 2: return AtomicStore<uint16_t>(q, v, mo);
-      case 4: return AtomicStore<uint32_t>(q, v, mo);
-      default: return AtomicStore<uint64_t>(q, v, mo);
-    }
-  }
-  std::memcpy(q, &v, static_cast<size_t>(eb));
 }
 
 }  // namespace

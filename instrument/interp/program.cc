@@ -584,6 +584,8 @@ class ProgramBuilder {
     if (!why.empty()) {
       op.fn = &ExecUnsupported;
       op.guard = -1;
+    } else {
+      op.warp_fn = BindWarp(op, f->operands);
     }
     f->unsupported.push_back(why);
     f->ops.push_back(op);

@@ -32,8 +32,15 @@ enum class Flow : uint8_t {
   kBlock,    // the thread waits (bar.sync, warp collective); pc stays
   kExit,     // the thread finished
   kError,    // Exec::error says what went wrong
+  kPerThread,  // (warp handlers only) declined: run the op lane by lane through Op::fn
 };
 using ExecFn = Flow (*)(Exec&, const Op&);
+struct WarpExec;
+// Runs an op for the lanes `active` of a warp standing at it together
+// (warp_ops.cc): kNext, or kPerThread to have Op::fn run it lane by lane
+// (an address it cannot vouch for, say: the per-thread handler then makes
+// the error message). Never fails itself.
+using WarpFn = Flow (*)(WarpExec&, const Op&, uint32_t active);
 
 // An operand after decoding. value = base + imm where base depends on kind.
 struct Operand {
@@ -66,6 +73,7 @@ enum SregId : uint32_t {
 
 struct Op {
   ExecFn fn = nullptr;
+  WarpFn warp_fn = nullptr;  // the op for a whole warp at once; null: lane by lane through fn
   ptx::Opcode opcode = ptx::Opcode::kUnknown;
   ptx::Type type = ptx::Type::kNone;   // first type modifier
   ptx::Type type2 = ptx::Type::kNone;  // second (cvt/set/slct source type)

@@ -1,0 +1,646 @@
+// Whole-warp handlers (WarpFn): the common ops run once for every lane of
+// a warp that stands at them together, reading and writing the warp's
+// lane-interleaved register rows (exec.h WarpRegisters), with no per-lane
+// dispatch or operand decoding. This is where the lockstep interpreter's
+// speed comes from (docs/benchmarks.md "PTX interpreter").
+//
+// Each handler computes exactly what the op's per-thread handler computes
+// (ops_int.cc, ops_float.cc, ops_cvt.cc, ops_mem.cc) — the same
+// truncations, sign extensions, comparisons and host atomics — and the
+// lockstep tests check it against them op by op on random values. Forms a
+// handler does not cover are not bound (Op::warp_fn stays null); values it
+// cannot vouch for at run time (an address outside one allocation, a
+// special register that counts instructions) make it answer kPerThread,
+// and the per-thread handler runs the op and words any error.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "interp/exec.h"
+#include "interp/scalar_access.h"
+
+namespace phos::interp {
+
+namespace {
+
+using ptx::CmpOp;
+using ptx::MulMode;
+using ptx::Opcode;
+using ptx::Space;
+using ptx::Type;
+
+constexpr uint32_t kAllLanes = 0xFFFFFFFFu;
+using u128 = unsigned __int128;
+using i128 = __int128;
+
+// --- Operands ----------------------------------------------------------------
+
+// Special registers whose value does not depend on how far a lane has run
+// (%clock does: the lockstep loop brings instruction counts up to date
+// only before per-thread ops).
+bool GatherSreg(const WarpExec& w, uint32_t id, uint64_t* v) {
+  const Block& b = *w.b;
+  auto each_lane = [&](auto f) {
+    for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = w.lanes[l] != nullptr ? f(*w.lanes[l], l) : 0;
+  };
+  auto all = [&](uint64_t x) {
+    for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = x;
+  };
+  switch (id) {
+    case kTidX: case kTidY: case kTidZ:
+      each_lane([&](const Thread& t, uint32_t) -> uint64_t { return t.tid[id - kTidX]; });
+      return true;
+    case kNtidX: case kNtidY: case kNtidZ: all(b.ntid[id - kNtidX]); return true;
+    case kCtaidX: case kCtaidY: case kCtaidZ: all(b.ctaid[id - kCtaidX]); return true;
+    case kNctaidX: case kNctaidY: case kNctaidZ: all(b.nctaid[id - kNctaidX]); return true;
+    case kLaneid:
+      for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = l;
+      return true;
+    case kWarpid: each_lane([](const Thread& t, uint32_t) -> uint64_t { return t.warp; }); return true;
+    case kNwarpid: all(b.nwarps); return true;
+    case kWarpSz: all(kWarpSize); return true;
+    default: return false;  // the rest through ReadSreg, lane by lane
+  }
+}
+
+// Operand `o`'s value in every lane (as Val; lanes outside the group too —
+// every lane has every row, and no read has a side effect). False when it
+// must be read lane by lane.
+bool Gather(const WarpExec& w, const Operand& o, uint64_t* v) {
+  switch (o.kind) {
+    case Operand::kReg: {
+      const uint64_t* row = w.rows + size_t{o.reg} * kWarpSize;
+      const uint64_t imm = o.imm;
+      for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = row[l] + imm;
+      return true;
+    }
+    case Operand::kImm:
+      for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = o.imm;
+      return true;
+    case Operand::kSreg: return GatherSreg(w, o.reg, v);
+    case Operand::kLocalSym:
+      for (uint32_t l = 0; l < kWarpSize; ++l) {
+        v[l] = w.lanes[l] != nullptr ? w.lanes[l]->frames.back().local_base + o.imm : 0;
+      }
+      return true;
+    default:
+      for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = 0;
+      return true;
+  }
+}
+
+// As Set: the active lanes' values into register `o` (nothing for `_`).
+void Scatter(const WarpExec& w, const Operand& o, uint32_t active, const uint64_t* v) {
+  if (o.kind != Operand::kReg) return;
+  uint64_t* row = w.rows + size_t{o.reg} * kWarpSize;
+  if (active == kAllLanes) {
+    for (uint32_t l = 0; l < kWarpSize; ++l) row[l] = v[l];
+    return;
+  }
+  for (uint32_t m = active; m; m &= m - 1) {
+    const int l = __builtin_ctz(m);
+    row[l] = v[l];
+  }
+}
+
+// As PredVal, from gathered values.
+inline bool Pred(const Operand& o, uint64_t v) { return ((v & 1) != 0) != o.neg; }
+
+// d = F(a, b, c) lane-wise over sources 1..N of `op`.
+template <int N, typename F>
+Flow Map(WarpExec& w, const Op& op, uint32_t active, F f) {
+  uint64_t s[N][kWarpSize];
+  for (int i = 0; i < N; ++i) {
+    if (!Gather(w, w.Opd(op, 1 + i), s[i])) return Flow::kPerThread;
+  }
+  uint64_t d[kWarpSize];
+  for (uint32_t l = 0; l < kWarpSize; ++l) {
+    if constexpr (N == 1) d[l] = f(s[0][l]);
+    if constexpr (N == 2) d[l] = f(s[0][l], s[1][l]);
+    if constexpr (N == 3) d[l] = f(s[0][l], s[1][l], s[2][l]);
+  }
+  Scatter(w, w.Opd(op, 0), active, d);
+  return Flow::kNext;
+}
+
+// --- Integer arithmetic (ops_int.cc) -------------------------------------------
+
+template <int B>
+constexpr uint64_t U(uint64_t v) {
+  return Trunc(v, B);
+}
+template <int B>
+constexpr int64_t S(uint64_t v) {
+  return SExt(v, B);
+}
+
+enum class Int { kAdd, kSub, kMulLo, kMulHi, kMulWide, kMadLo, kMadHi, kMadWide, kShl, kShr, kAnd, kOr, kXor, kNot,
+                 kMin, kMax, kNeg };
+
+// The product as ops_int.cc forms it (signed in 128 bits, or unsigned).
+template <int B, bool Sgn>
+inline i128 Product(uint64_t a, uint64_t b) {
+  return Sgn ? static_cast<i128>(S<B>(a)) * S<B>(b) : static_cast<i128>(static_cast<u128>(U<B>(a)) * U<B>(b));
+}
+
+template <Int K, int B, bool Sgn>
+Flow IntOp(WarpExec& w, const Op& op, uint32_t active) {
+  if constexpr (K == Int::kAdd) return Map<2>(w, op, active, [](uint64_t a, uint64_t b) { return U<B>(U<B>(a) + U<B>(b)); });
+  if constexpr (K == Int::kSub) return Map<2>(w, op, active, [](uint64_t a, uint64_t b) { return U<B>(U<B>(a) - U<B>(b)); });
+  if constexpr (K == Int::kMulLo) {
+    return Map<2>(w, op, active, [](uint64_t a, uint64_t b) { return U<B>(static_cast<uint64_t>(Product<B, Sgn>(a, b))); });
+  }
+  if constexpr (K == Int::kMulHi) {
+    return Map<2>(w, op, active, [](uint64_t a, uint64_t b) {
+      return U<B>(static_cast<uint64_t>(static_cast<u128>(Product<B, Sgn>(a, b)) >> B));
+    });
+  }
+  if constexpr (K == Int::kMulWide) {
+    return Map<2>(w, op, active, [](uint64_t a, uint64_t b) { return U<2 * B>(static_cast<uint64_t>(Product<B, Sgn>(a, b))); });
+  }
+  if constexpr (K == Int::kMadLo) {
+    return Map<3>(w, op, active, [](uint64_t a, uint64_t b, uint64_t c) {
+      return U<B>(U<B>(static_cast<uint64_t>(Product<B, Sgn>(a, b))) + U<B>(c));
+    });
+  }
+  if constexpr (K == Int::kMadHi) {
+    return Map<3>(w, op, active, [](uint64_t a, uint64_t b, uint64_t c) {
+      return U<B>(U<B>(static_cast<uint64_t>(static_cast<u128>(Product<B, Sgn>(a, b)) >> B)) + U<B>(c));
+    });
+  }
+  if constexpr (K == Int::kMadWide) {
+    return Map<3>(w, op, active,
+                  [](uint64_t a, uint64_t b, uint64_t c) { return U<2 * B>(static_cast<uint64_t>(Product<B, Sgn>(a, b)) + c); });
+  }
+  if constexpr (K == Int::kShl) {
+    return Map<2>(w, op, active, [](uint64_t a, uint64_t b) {
+      const uint64_t n = b & 0xFFFFFFFFu;
+      return n >= B ? 0 : U<B>(U<B>(a) << n);
+    });
+  }
+  if constexpr (K == Int::kShr) {
+    return Map<2>(w, op, active, [](uint64_t a, uint64_t b) -> uint64_t {
+      const uint64_t n = b & 0xFFFFFFFFu;
+      if constexpr (Sgn) {
+        const int64_t v = S<B>(a);
+        return U<B>(static_cast<uint64_t>(n >= B ? (v < 0 ? -1 : 0) : v >> n));
+      }
+      return n >= B ? 0 : U<B>(a) >> n;
+    });
+  }
+  if constexpr (K == Int::kAnd) return Map<2>(w, op, active, [](uint64_t a, uint64_t b) { return U<B>(a & b); });
+  if constexpr (K == Int::kOr) return Map<2>(w, op, active, [](uint64_t a, uint64_t b) { return U<B>(a | b); });
+  if constexpr (K == Int::kXor) return Map<2>(w, op, active, [](uint64_t a, uint64_t b) { return U<B>(a ^ b); });
+  if constexpr (K == Int::kNot) return Map<1>(w, op, active, [](uint64_t a) { return U<B>(~a); });
+  if constexpr (K == Int::kNeg) return Map<1>(w, op, active, [](uint64_t a) { return U<B>(0 - U<B>(a)); });
+  if constexpr (K == Int::kMin || K == Int::kMax) {
+    return Map<2>(w, op, active, [](uint64_t a, uint64_t b) -> uint64_t {
+      if constexpr (Sgn) {
+        const int64_t x = S<B>(a), y = S<B>(b);
+        return U<B>(static_cast<uint64_t>(K == Int::kMin ? std::min(x, y) : std::max(x, y)));
+      }
+      return K == Int::kMin ? std::min(U<B>(a), U<B>(b)) : std::max(U<B>(a), U<B>(b));
+    });
+  }
+  return Flow::kPerThread;
+}
+
+template <Int K, int B>
+WarpFn IntBySign(bool sgn) {
+  return sgn ? &IntOp<K, B, true> : &IntOp<K, B, false>;
+}
+
+template <Int K>
+WarpFn IntByType(Type t) {
+  const bool sgn = IsSignedInt(t);
+  switch (TypeBits(t)) {
+    case 16: return IntBySign<K, 16>(sgn);
+    case 32: return IntBySign<K, 32>(sgn);
+    case 64:
+      if constexpr (K == Int::kMulWide || K == Int::kMadWide) return nullptr;  // .wide needs 16/32 bits
+      else return IntBySign<K, 64>(sgn);
+    default: return nullptr;
+  }
+}
+
+WarpFn BindInt(const Op& op) {
+  if (op.type == Type::kPred || IsFloat(op.type) || op.cc || op.sat) return nullptr;
+  switch (op.opcode) {
+    case Opcode::kAdd: return IntByType<Int::kAdd>(op.type);
+    case Opcode::kSub: return IntByType<Int::kSub>(op.type);
+    case Opcode::kMul:
+      return op.mul_mode == MulMode::kWide ? IntByType<Int::kMulWide>(op.type)
+             : op.mul_mode == MulMode::kHi ? IntByType<Int::kMulHi>(op.type)
+                                           : IntByType<Int::kMulLo>(op.type);
+    case Opcode::kMad:
+      return op.mul_mode == MulMode::kWide ? IntByType<Int::kMadWide>(op.type)
+             : op.mul_mode == MulMode::kHi ? IntByType<Int::kMadHi>(op.type)
+                                           : IntByType<Int::kMadLo>(op.type);
+    case Opcode::kShl: return IntByType<Int::kShl>(op.type);
+    case Opcode::kShr: return IntByType<Int::kShr>(op.type);
+    case Opcode::kAnd: return IntByType<Int::kAnd>(op.type);
+    case Opcode::kOr: return IntByType<Int::kOr>(op.type);
+    case Opcode::kXor: return IntByType<Int::kXor>(op.type);
+    case Opcode::kNot: return IntByType<Int::kNot>(op.type);
+    case Opcode::kNeg: return IntByType<Int::kNeg>(op.type);
+    case Opcode::kMin: return IntByType<Int::kMin>(op.type);
+    case Opcode::kMax: return IntByType<Int::kMax>(op.type);
+    default: return nullptr;
+  }
+}
+
+// --- Floating point (ops_float.cc), round to nearest, no .ftz/.sat -------------
+
+enum class Float { kAdd, kSub, kMul, kFma, kMin, kMax, kNeg, kAbs };
+
+template <typename T>
+T FromBits(uint64_t b) {
+  if constexpr (std::is_same_v<T, float>) return AsF32(b);
+  else return AsF64(b);
+}
+template <typename T>
+uint64_t ToBits(T v) {
+  if constexpr (std::is_same_v<T, float>) return F32Bits(v);
+  else return F64Bits(v);
+}
+
+template <Float K, typename T>
+Flow FloatOp(WarpExec& w, const Op& op, uint32_t active) {
+  auto F = [](uint64_t b) { return FromBits<T>(b); };
+  if constexpr (K == Float::kAdd) return Map<2>(w, op, active, [&](uint64_t a, uint64_t b) { return ToBits<T>(F(a) + F(b)); });
+  if constexpr (K == Float::kSub) return Map<2>(w, op, active, [&](uint64_t a, uint64_t b) { return ToBits<T>(F(a) + -F(b)); });
+  if constexpr (K == Float::kMul) return Map<2>(w, op, active, [&](uint64_t a, uint64_t b) { return ToBits<T>(F(a) * F(b)); });
+  if constexpr (K == Float::kFma) {
+    return Map<3>(w, op, active, [&](uint64_t a, uint64_t b, uint64_t c) { return ToBits<T>(std::fma(F(a), F(b), F(c))); });
+  }
+  if constexpr (K == Float::kMin) return Map<2>(w, op, active, [&](uint64_t a, uint64_t b) { return ToBits<T>(std::fmin(F(a), F(b))); });
+  if constexpr (K == Float::kMax) return Map<2>(w, op, active, [&](uint64_t a, uint64_t b) { return ToBits<T>(std::fmax(F(a), F(b))); });
+  if constexpr (K == Float::kNeg) return Map<1>(w, op, active, [&](uint64_t a) { return ToBits<T>(-F(a)); });
+  if constexpr (K == Float::kAbs) return Map<1>(w, op, active, [&](uint64_t a) { return ToBits<T>(std::fabs(F(a))); });
+  return Flow::kPerThread;
+}
+
+template <Float K>
+WarpFn FloatByType(Type t) {
+  return t == Type::kF32 ? &FloatOp<K, float> : t == Type::kF64 ? &FloatOp<K, double> : nullptr;
+}
+
+WarpFn BindFloat(const Op& op) {
+  const bool nearest = op.rounding == ptx::Rounding::kNone || op.rounding == ptx::Rounding::kRn;
+  if (!nearest || op.ftz || op.sat || op.sub != 0 || (op.type != Type::kF32 && op.type != Type::kF64)) return nullptr;
+  switch (op.opcode) {
+    case Opcode::kAdd: return FloatByType<Float::kAdd>(op.type);
+    case Opcode::kSub: return FloatByType<Float::kSub>(op.type);
+    case Opcode::kMul: return FloatByType<Float::kMul>(op.type);
+    case Opcode::kMad: case Opcode::kFma: return FloatByType<Float::kFma>(op.type);
+    case Opcode::kMin: return FloatByType<Float::kMin>(op.type);
+    case Opcode::kMax: return FloatByType<Float::kMax>(op.type);
+    case Opcode::kNeg: return FloatByType<Float::kNeg>(op.type);
+    case Opcode::kAbs: return FloatByType<Float::kAbs>(op.type);
+    default: return nullptr;
+  }
+}
+
+// --- Comparisons and selection (ops_cvt.cc) ------------------------------------
+
+// setp's d (and d|p's p) from the per-lane results `res`, combined with a
+// predicate as ExecSetp does.
+Flow FinishSetp(WarpExec& w, const Op& op, uint32_t active, const bool* res) {
+  const int nd = op.shape[0];
+  const bool combine = op.bool_op != ptx::BoolOp::kNone && op.nshape > 3;
+  uint64_t c[kWarpSize];
+  if (combine && !Gather(w, w.Opd(op, nd + 2), c)) return Flow::kPerThread;
+  const Operand& co = combine ? w.Opd(op, nd + 2) : w.Opd(op, 0);
+  auto with = [&](bool r, int l) {
+    if (!combine) return r;
+    const bool p = Pred(co, c[l]);
+    switch (op.bool_op) {
+      case ptx::BoolOp::kAnd: return r && p;
+      case ptx::BoolOp::kOr: return r || p;
+      case ptx::BoolOp::kXor: return r != p;
+      default: return r;
+    }
+  };
+  uint64_t d[kWarpSize], q[kWarpSize];
+  for (uint32_t l = 0; l < kWarpSize; ++l) {
+    d[l] = with(res[l], static_cast<int>(l));
+    q[l] = with(!res[l], static_cast<int>(l));
+  }
+  Scatter(w, w.Opd(op, 0), active, d);
+  if (nd == 2) Scatter(w, w.Opd(op, 1), active, q);
+  return Flow::kNext;
+}
+
+// Integer comparisons as Compare makes them: signed types compare signed
+// values for eq..ge, everything else compares the truncated bits.
+template <CmpOp C, int B, bool Sgn>
+Flow SetpInt(WarpExec& w, const Op& op, uint32_t active) {
+  const int nd = op.shape[0];
+  uint64_t a[kWarpSize], b[kWarpSize];
+  if (!Gather(w, w.Opd(op, nd), a) || !Gather(w, w.Opd(op, nd + 1), b)) return Flow::kPerThread;
+  bool res[kWarpSize];
+  for (uint32_t l = 0; l < kWarpSize; ++l) {
+    if constexpr (Sgn) {
+      const int64_t x = S<B>(a[l]), y = S<B>(b[l]);
+      res[l] = C == CmpOp::kEq ? x == y : C == CmpOp::kNe ? x != y : C == CmpOp::kLt ? x < y
+             : C == CmpOp::kLe ? x <= y : C == CmpOp::kGt ? x > y : x >= y;
+    } else {
+      const uint64_t x = U<B>(a[l]), y = U<B>(b[l]);
+      res[l] = C == CmpOp::kEq ? x == y : C == CmpOp::kNe ? x != y : C == CmpOp::kLt ? x < y
+             : C == CmpOp::kLe ? x <= y : C == CmpOp::kGt ? x > y : x >= y;
+    }
+  }
+  return FinishSetp(w, op, active, res);
+}
+
+// Any other setp: Compare itself, lane by lane.
+Flow SetpAny(WarpExec& w, const Op& op, uint32_t active) {
+  const int nd = op.shape[0];
+  uint64_t a[kWarpSize], b[kWarpSize];
+  if (!Gather(w, w.Opd(op, nd), a) || !Gather(w, w.Opd(op, nd + 1), b)) return Flow::kPerThread;
+  bool res[kWarpSize];
+  for (uint32_t l = 0; l < kWarpSize; ++l) res[l] = Compare(op.cmp, op.type, a[l], b[l], op.ftz);
+  return FinishSetp(w, op, active, res);
+}
+
+template <int B, bool Sgn>
+WarpFn SetpIntBy(CmpOp c) {
+  // The unsigned spellings (lo/ls/hi/hs) compare bits, also of a signed type.
+  switch (c) {
+    case CmpOp::kEq: return &SetpInt<CmpOp::kEq, B, Sgn>;
+    case CmpOp::kNe: return &SetpInt<CmpOp::kNe, B, Sgn>;
+    case CmpOp::kLt: return &SetpInt<CmpOp::kLt, B, Sgn>;
+    case CmpOp::kLe: return &SetpInt<CmpOp::kLe, B, Sgn>;
+    case CmpOp::kGt: return &SetpInt<CmpOp::kGt, B, Sgn>;
+    case CmpOp::kGe: return &SetpInt<CmpOp::kGe, B, Sgn>;
+    case CmpOp::kLo: return &SetpInt<CmpOp::kLt, B, false>;
+    case CmpOp::kLs: return &SetpInt<CmpOp::kLe, B, false>;
+    case CmpOp::kHi: return &SetpInt<CmpOp::kGt, B, false>;
+    case CmpOp::kHs: return &SetpInt<CmpOp::kGe, B, false>;
+    default: return nullptr;
+  }
+}
+
+WarpFn BindSetp(const Op& op) {
+  if (op.nshape < 3 || op.shape[0] < 1 || op.shape[0] > 2) return nullptr;
+  const Type t = op.type;
+  if (t == Type::kPred || IsFloat(t) || TypeBits(t) == 0) return &SetpAny;
+  WarpFn f = nullptr;
+  const bool sgn = IsSignedInt(t);
+  switch (TypeBits(t)) {
+    case 16: f = sgn ? SetpIntBy<16, true>(op.cmp) : SetpIntBy<16, false>(op.cmp); break;
+    case 32: f = sgn ? SetpIntBy<32, true>(op.cmp) : SetpIntBy<32, false>(op.cmp); break;
+    case 64: f = sgn ? SetpIntBy<64, true>(op.cmp) : SetpIntBy<64, false>(op.cmp); break;
+    default: break;
+  }
+  return f != nullptr ? f : &SetpAny;
+}
+
+Flow Selp(WarpExec& w, const Op& op, uint32_t active) {
+  const Operand& po = w.Opd(op, 3);
+  return Map<3>(w, op, active, [&](uint64_t a, uint64_t b, uint64_t p) { return Pred(po, p) ? a : b; });
+}
+
+// --- Moves and conversions -----------------------------------------------------
+
+Flow Mov(WarpExec& w, const Op& op, uint32_t active) { return Map<1>(w, op, active, [](uint64_t a) { return a; }); }
+Flow MovPred(WarpExec& w, const Op& op, uint32_t active) {
+  const Operand& o = w.Opd(op, 1);
+  return Map<1>(w, op, active, [&](uint64_t a) -> uint64_t { return Pred(o, a); });
+}
+
+// Integer to integer without .sat (ConvertScalar's first case): the source
+// read as its type, the destination's bits kept (sign-extended for a
+// signed destination).
+template <int SB, bool SS, int DB, bool DS>
+Flow CvtInt(WarpExec& w, const Op& op, uint32_t active) {
+  return Map<1>(w, op, active, [](uint64_t a) -> uint64_t {
+    const uint64_t v = SS ? static_cast<uint64_t>(S<SB>(a)) : U<SB>(a);
+    if constexpr (DS) return static_cast<uint64_t>(S<DB>(v));
+    return U<DB>(v);
+  });
+}
+
+Flow CvtAny(WarpExec& w, const Op& op, uint32_t active) {
+  uint64_t a[kWarpSize], d[kWarpSize];
+  if (!Gather(w, w.Opd(op, 1), a)) return Flow::kPerThread;
+  for (uint32_t m = active; m; m &= m - 1) {
+    const int l = __builtin_ctz(m);
+    if (!ConvertScalar(op, a[l], &d[l])) return Flow::kPerThread;
+  }
+  Scatter(w, w.Opd(op, 0), active, d);
+  return Flow::kNext;
+}
+
+template <int SB, bool SS>
+WarpFn CvtIntTo(Type dt) {
+  const bool ds = IsSignedInt(dt);
+  switch (TypeBits(dt)) {
+    case 16: return ds ? &CvtInt<SB, SS, 16, true> : &CvtInt<SB, SS, 16, false>;
+    case 32: return ds ? &CvtInt<SB, SS, 32, true> : &CvtInt<SB, SS, 32, false>;
+    case 64: return ds ? &CvtInt<SB, SS, 64, true> : &CvtInt<SB, SS, 64, false>;
+    default: return nullptr;
+  }
+}
+
+WarpFn BindCvt(const Op& op) {
+  const Type dt = op.type, st = op.type2;
+  auto packed = [](Type t) {
+    return t == Type::kF16x2 || t == Type::kBF16x2 || t == Type::kTF32 || t == Type::kPred;
+  };
+  if (packed(dt) || packed(st) || TypeBits(dt) == 0 || TypeBits(st) == 0) return nullptr;
+  if (!IsFloat(dt) && !IsFloat(st) && !op.sat) {
+    WarpFn f = nullptr;
+    const bool ss = IsSignedInt(st);
+    switch (TypeBits(st)) {
+      case 16: f = ss ? CvtIntTo<16, true>(dt) : CvtIntTo<16, false>(dt); break;
+      case 32: f = ss ? CvtIntTo<32, true>(dt) : CvtIntTo<32, false>(dt); break;
+      case 64: f = ss ? CvtIntTo<64, true>(dt) : CvtIntTo<64, false>(dt); break;
+      default: break;
+    }
+    if (f != nullptr) return f;
+  }
+  return &CvtAny;
+}
+
+// cvta between generic and global/const (the identity) or shared (the
+// shared window); .param's depends on the lane's frame: per thread.
+template <bool Narrow>
+Flow CvtaBy(WarpExec& w, const Op& op, uint32_t active) {
+  uint64_t window = 0;
+  switch (op.space) {
+    case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster: window = kSharedWindow; break;
+    case Space::kLocal: window = kLocalWindow; break;
+    default: break;
+  }
+  const bool to = op.to;
+  return Map<1>(w, op, active, [&](uint64_t a) {
+    const uint64_t d = window ? (to ? a - window : a + window) : a;
+    return Narrow ? d & 0xFFFFFFFFu : d;
+  });
+}
+
+WarpFn BindCvta(const Op& op) {
+  switch (op.space) {
+    case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster: case Space::kLocal:
+    case Space::kGlobal: case Space::kConst:
+      return op.type == Type::kU32 || op.type == Type::kB32 ? &CvtaBy<true> : &CvtaBy<false>;
+    default: return nullptr;
+  }
+}
+
+// --- Loads and stores (ops_mem.cc), scalar and weak ----------------------------
+
+// The lowest and highest address of the active lanes; false when `eb`
+// bytes at the highest would wrap.
+bool Span(const uint64_t* a, uint32_t active, int eb, uint64_t* lo, uint64_t* hi) {
+  uint64_t l0 = UINT64_MAX, h0 = 0;
+  for (uint32_t m = active; m; m &= m - 1) {
+    const uint64_t v = a[__builtin_ctz(m)];
+    l0 = std::min(l0, v);
+    h0 = std::max(h0, v);
+  }
+  *lo = l0;
+  *hi = h0;
+  return h0 <= UINT64_MAX - static_cast<uint64_t>(eb);
+}
+
+// Host bytes for every active lane's access, or false (then per thread).
+// Global: one lookup for the span of the lanes' addresses — inside one
+// allocation (the usual case) it stands for each lane's own lookup, which
+// would find the same allocation; anything else goes lane by lane.
+template <bool Write>
+bool Locate(WarpExec& w, const Op& op, const uint64_t* a, uint32_t active, int eb, uint8_t** host) {
+  Block& b = *w.b;
+  switch (op.space) {
+    case Space::kGlobal: {
+      uint64_t lo = 0, hi = 0;
+      if (!Span(a, active, eb, &lo, &hi)) return false;
+      uint8_t* base = GlobalBytes(b, lo, hi - lo + static_cast<uint64_t>(eb), Write);
+      if (base == nullptr) return false;
+      for (uint32_t m = active; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        host[l] = base + (a[l] - lo);
+      }
+      return true;
+    }
+    case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster: {
+      const uint64_t size = b.shared.size();
+      for (uint32_t m = active; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        const uint64_t off = InWindow(a[l], kSharedWindow) ? a[l] - kSharedWindow : a[l];
+        if (off > size || static_cast<uint64_t>(eb) > size - off) return false;
+        host[l] = b.shared.data() + off;
+      }
+      return true;
+    }
+    case Space::kParam: {
+      if (Write) return false;
+      for (uint32_t m = active; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        Thread& t = *w.lanes[l];
+        const uint64_t off = InWindow(a[l], kParamWindow) ? a[l] - kParamWindow : t.frames.back().param_base + a[l];
+        if (off > t.params.size() || static_cast<uint64_t>(eb) > t.params.size() - off) return false;
+        host[l] = t.params.data() + off;
+      }
+      return true;
+    }
+    case Space::kConst: {
+      if (Write) return false;
+      for (uint32_t m = active; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        if (!b.prog->InModuleStorage(a[l], static_cast<size_t>(eb))) return false;
+        host[l] = reinterpret_cast<uint8_t*>(a[l]);
+      }
+      return true;
+    }
+    default: return false;
+  }
+}
+
+template <int EB, bool Sgn>
+Flow Ld(WarpExec& w, const Op& op, uint32_t active) {
+  uint64_t a[kWarpSize];
+  uint8_t* host[kWarpSize];
+  if (!Gather(w, w.Opd(op, 1), a) || !Locate<false>(w, op, a, active, EB, host)) return Flow::kPerThread;
+  const bool atomic = op.space == Space::kGlobal;  // shared with other blocks' host threads
+  uint64_t d[kWarpSize];
+  for (uint32_t m = active; m; m &= m - 1) {
+    const int l = __builtin_ctz(m);
+    const uint64_t v = LoadScalar(host[l], EB, atomic, std::memory_order_relaxed);
+    d[l] = Sgn ? static_cast<uint64_t>(SExt(v, EB * 8)) : v;
+  }
+  Scatter(w, w.Opd(op, 0), active, d);
+  return Flow::kNext;
+}
+
+template <int EB>
+Flow St(WarpExec& w, const Op& op, uint32_t active) {
+  uint64_t a[kWarpSize], v[kWarpSize];
+  uint8_t* host[kWarpSize];
+  if (!Gather(w, w.Opd(op, 0), a) || !Gather(w, w.Opd(op, 1), v) || !Locate<true>(w, op, a, active, EB, host)) {
+    return Flow::kPerThread;
+  }
+  const bool atomic = op.space == Space::kGlobal;
+  // Lane order, as the per-thread interpreter stores: of lanes storing to
+  // one address the highest lane's value stays (the PTX ISA leaves which
+  // one to the machine).
+  for (uint32_t m = active; m; m &= m - 1) {
+    const int l = __builtin_ctz(m);
+    StoreScalar(host[l], EB, v[l], atomic, std::memory_order_relaxed);
+  }
+  return Flow::kNext;
+}
+
+template <bool Load, bool Sgn>
+WarpFn MemBy(int eb) {
+  switch (eb) {
+    case 1: return Load ? &Ld<1, Sgn> : &St<1>;
+    case 2: return Load ? &Ld<2, Sgn> : &St<2>;
+    case 4: return Load ? &Ld<4, Sgn> : &St<4>;
+    case 8: return Load ? &Ld<8, Sgn> : &St<8>;
+    default: return nullptr;
+  }
+}
+
+WarpFn BindMem(const Op& op, bool load) {
+  // Ordered accesses (volatile, relaxed, acquire, release) keep their
+  // per-thread handler: it orders them and yields in cooperative launches.
+  if (op.sem != ptx::Semantics::kNone && op.sem != ptx::Semantics::kWeak) return nullptr;
+  if (op.nshape != 2 || op.type == Type::kPred) return nullptr;
+  if (load ? op.shape[0] != 1 : op.shape[1] != 1) return nullptr;  // vectors: per thread
+  const int eb = TypeBytes(op.type);
+  if (eb == 0 || eb > 8) return nullptr;
+  switch (op.space) {
+    case Space::kGlobal: case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster:
+      break;
+    case Space::kParam: case Space::kConst:
+      if (!load) return nullptr;
+      break;
+    default: return nullptr;  // generic and local: per thread
+  }
+  const bool sgn = IsSignedInt(op.type);
+  return load ? (sgn ? MemBy<true, true>(eb) : MemBy<true, false>(eb)) : MemBy<false, false>(eb);
+}
+
+}  // namespace
+
+WarpFn BindWarp(const Op& op, const std::vector<Operand>& operands) {
+  (void)operands;
+  if (op.fn == &ExecIntArith) return BindInt(op);
+  if (op.fn == &ExecFloatArith) return BindFloat(op);
+  if (op.fn == &ExecSetp) return BindSetp(op);
+  if (op.fn == &ExecSelp) return op.count >= 4 ? &Selp : nullptr;
+  if (op.fn == &ExecCvt) return BindCvt(op);
+  if (op.fn == &ExecCvta) return BindCvta(op);
+  if (op.fn == &ExecMov) {
+    if (op.nshape == 2 && (op.shape[0] > 1 || op.shape[1] > 1)) return nullptr;  // pack/unpack
+    return op.type == Type::kPred ? &MovPred : &Mov;
+  }
+  if (op.fn == &ExecLd && op.opcode == Opcode::kLd) return BindMem(op, true);
+  if (op.fn == &ExecSt) return BindMem(op, false);
+  return nullptr;
+}
+
+}  // namespace phos::interp
