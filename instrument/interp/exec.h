@@ -83,7 +83,19 @@ struct Block {
   uint32_t bar_arrived[kNumBarriers] = {};
   std::vector<Thread> threads;
   std::vector<WarpRegisters> warp_regs;  // one per warp
+  // The launch's parameter bytes: every thread's kernel formals (read-only).
+  const uint8_t* launch_params = nullptr;
 };
+
+// Whether a write of `bytes` at offset `off` of thread `t`'s parameter
+// buffer would touch its kernel's formal parameters, which the PTX ISA
+// makes read-only (ops_mem.cc, ops_control.cc refuse such writes: the
+// warp handlers read the formals from Block::launch_params).
+inline bool WritesKernelFormals(const Thread& t, const Program& p, uint64_t off, size_t bytes) {
+  (void)bytes;
+  return !t.frames.empty() && off < p.function(static_cast<int>(t.frames.front().func)).formal_bytes;
+}
+constexpr const char* kKernelFormalsReadOnly = "store to a kernel parameter (read-only in the PTX ISA)";
 
 // Context of the thread being stepped. `r` and `fn` follow the top frame.
 struct Exec {
@@ -214,6 +226,7 @@ struct WarpExec {
   Thread* const* lanes = nullptr;
   const Function* fn = nullptr;
   uint64_t* rows = nullptr;
+  size_t depth = 0;  // of the lanes' frame stacks (1: in the kernel itself)
   const Operand& Opd(const Op& op, int i) const { return fn->operands[op.first + i]; }
 };
 // The warp handler of a decoded op, or null when it has none (warp_ops.cc).

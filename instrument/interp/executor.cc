@@ -153,8 +153,10 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
   const Function& fn = p.function(static_cast<int>(at.func));
   WarpRegisters& rf = b.warp_regs[w];
   const uint64_t limit = b.opts->max_instructions_per_thread;
-  uint64_t most = 0;  // the highest icount among the lanes
-  for (uint32_t m = group; m; m &= m - 1) most = std::max(most, lanes[__builtin_ctz(m)]->icount);
+  uint64_t most = 0;  // the highest icount among the lanes (when there is a limit)
+  if (limit) {
+    for (uint32_t m = group; m; m &= m - 1) most = std::max(most, lanes[__builtin_ctz(m)]->icount);
+  }
   uint32_t pc = at.pc;
   uint64_t pending = 0;  // ops run since the icounts were last brought up to date
   auto settle = [&] {
@@ -206,6 +208,21 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
         continue;
       }
     }
+    // exit, or ret from the kernel itself: the lanes finish (as ExecExit
+    // and ExecRet answer for them); the others go on.
+    if (op.fn == &ExecExit || (op.fn == &ExecRet && at.depth == 1)) {
+      settle();
+      for (uint32_t m = group; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        if ((active >> l) & 1) {
+          lanes[l]->state = Thread::kExited;
+          lanes[l]->frames.back().pc = pc;
+        } else {
+          lanes[l]->frames.back().pc = pc + 1;
+        }
+      }
+      return Status();
+    }
     if (op.fn == &ExecBra) {
       if (active == group) {
         pc = op.target;
@@ -224,6 +241,7 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
       wx.lanes = lanes;
       wx.fn = &fn;
       wx.rows = rf.regs.data() + size_t{at.reg_base} * kWarpSize;
+      wx.depth = at.depth;
       if (op.warp_fn(wx, op, active) == Flow::kNext) {
         ++pc;
         continue;
@@ -271,10 +289,14 @@ Status RunWarp(Block& b, uint32_t w, bool* yielded) {
   int rotate_after = -1;  // after a group's turn ran out: lead with the next runnable lane after it
   *yielded = false;
   while (left > 0) {
+    // One pass over the lanes: which can run, and where each stands.
+    Place places[kWarpSize];
     uint32_t runnable = 0;
     for (uint32_t m = present; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
-      if (lanes[l]->state == Thread::kRunnable) runnable |= 1u << l;
+      if (lanes[l]->state != Thread::kRunnable) continue;
+      runnable |= 1u << l;
+      places[l] = Place::Of(*lanes[l]);
     }
     if (runnable == 0) {
       bool progress = false;
@@ -288,21 +310,15 @@ Status RunWarp(Block& b, uint32_t w, bool* yielded) {
       lead = __builtin_ctz(after ? after : runnable);
       rotate_after = -1;
     } else {
-      Place best = Place::Of(*lanes[lead]);
       for (uint32_t m = runnable & (runnable - 1); m; m &= m - 1) {
         const int l = __builtin_ctz(m);
-        const Place here = Place::Of(*lanes[l]);
-        if (here.Before(best)) {
-          best = here;
-          lead = l;
-        }
+        if (places[l].Before(places[lead])) lead = l;
       }
     }
-    const Place at = Place::Of(*lanes[lead]);
     uint32_t group = 0;
     for (uint32_t m = runnable; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
-      if (Place::Of(*lanes[l]) == at) group |= 1u << l;
+      if (places[l] == places[lead]) group |= 1u << l;
     }
     const uint64_t turn = std::min(left, group == runnable ? left : kGroupTurn);
     GroupEnd end;
@@ -323,15 +339,26 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
   const Function& kf = p.function(kernel);
   b.threads.resize(b.nthreads);
   b.warp_regs.resize(b.nwarps);
-  for (WarpRegisters& rf : b.warp_regs) rf.regs.clear();  // keeps its capacity for the next block
+  // Every thread enters the kernel: frame 0 (what PushFrame would make,
+  // done for the whole block at once, reusing the previous block's
+  // vectors): rows [0, num_regs) of its warp zeroed, its parameter buffer
+  // the launch's parameters then zeros, its local depot zeroed.
+  for (WarpRegisters& rf : b.warp_regs) rf.regs.assign(size_t{kf.num_regs} * kWarpSize, 0);
   std::fill(std::begin(b.bar_arrived), std::end(b.bar_arrived), 0u);
+  const size_t param_bytes = std::min<size_t>(params_size, kf.param_size);
+  Frame entry;
+  entry.func = static_cast<uint32_t>(kernel);
   for (uint32_t i = 0; i < b.nthreads; ++i) {
     Thread& t = b.threads[i];
     t.reg_file = &b.warp_regs[i / kWarpSize];
-    t.reg_top = 0;
-    t.params.clear();
-    t.local.clear();
+    t.reg_top = kf.num_regs;
+    t.params.resize(kf.param_size);
+    if (param_bytes > 0) std::memcpy(t.params.data(), params, param_bytes);  // a kernel without parameters has no buffer
+    if (kf.param_size > param_bytes) std::memset(t.params.data() + param_bytes, 0, kf.param_size - param_bytes);
+    t.local.resize(kf.local_size);
+    if (kf.local_size > 0) std::memset(t.local.data(), 0, kf.local_size);
     t.frames.clear();
+    t.frames.push_back(entry);
     t.state = Thread::kRunnable;
     t.carry = false;
     t.wait_timed_out = false;
@@ -343,10 +370,8 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     t.linear = i;
     t.lane = i % kWarpSize;
     t.warp = i / kWarpSize;
-    PushFrame(t, p, static_cast<uint32_t>(kernel));
-    const size_t n = std::min<size_t>(params_size, kf.param_size);
-    if (n > 0) std::memcpy(t.params.data(), params, n);  // a kernel without parameters has no buffer
   }
+  b.launch_params = params;
   Status result;
   std::string error;
   int stalls = 0;  // rounds in which only timed-out mbarrier waits moved
@@ -370,29 +395,31 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
       }
     }
     if (!result.ok()) break;
-    // Warp collectives (the lockstep path completed its own already).
-    for (uint32_t w = 0; w < b.nwarps && result.ok(); ++w) result = ResolveWarpCollectives(b, w, &progress);
+    // Warp collectives. (RunWarp completes its warp's before it returns,
+    // and nothing of a warp changes after: a lockstep round has none left.)
+    if (b.opts->thread_at_a_time) {
+      for (uint32_t w = 0; w < b.nwarps && result.ok(); ++w) result = ResolveWarpCollectives(b, w, &progress);
+    }
     if (!result.ok()) break;
     if (progress) {
       stalls = 0;
       continue;
     }
-    // Threads waiting at an mbarrier that changed since they yielded.
+    // Threads waiting at an mbarrier that changed since they yielded (one
+    // pass that also counts the finished and the still waiting).
     bool woken = false;
+    uint32_t exited = 0, yielded = 0;
     for (Thread& t : b.threads) {
       if (t.state == Thread::kYield && t.wait_epoch != b.mbar_epoch) {
         t.state = Thread::kRunnable;
         woken = true;
       }
+      exited += t.state == Thread::kExited;
+      yielded += t.state == Thread::kYield;
     }
     if (woken) {
       stalls = 0;
       continue;
-    }
-    uint32_t exited = 0, yielded = 0;
-    for (const Thread& t : b.threads) {
-      exited += t.state == Thread::kExited;
-      yielded += t.state == Thread::kYield;
     }
     if (exited == b.nthreads) break;
     bool released = false;

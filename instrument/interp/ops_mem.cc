@@ -55,6 +55,16 @@ uint8_t* GlobalBytes(const Block& b, uint64_t addr, size_t bytes, bool write) {
 
 uint8_t* Resolve(Exec& x, Space space, uint64_t addr, size_t bytes, bool write) {
   Thread& t = *x.t;
+  if (write && (space == Space::kNone || space == Space::kParam)) {
+    const bool in_window = InWindow(addr, kParamWindow);
+    if (in_window || space == Space::kParam) {
+      const uint64_t off = in_window ? addr - kParamWindow : t.frames.back().param_base + addr;
+      if (WritesKernelFormals(t, *x.b->prog, off, bytes)) {
+        x.error = kKernelFormalsReadOnly;
+        return nullptr;
+      }
+    }
+  }
   switch (space) {
     case Space::kNone:
       if (InWindow(addr, kSharedWindow)) return InBuffer(x, x.b->shared, addr - kSharedWindow, bytes, "shared", addr, write);

@@ -314,6 +314,7 @@ class ProgramBuilder {
     };
     for (const auto& v : pf.returns) add_param(v, &f->returns);
     for (const auto& v : pf.params) add_param(v, &f->params);
+    f->formal_bytes = static_cast<uint32_t>(psize);
     if (!pf.has_body) {
       f->param_size = static_cast<uint32_t>(psize);
       return Status::Ok();

@@ -116,6 +116,10 @@ struct Function {
   std::vector<std::string> unsupported; // per op: "" or why it cannot run
   uint32_t num_regs = 0;
   uint32_t param_size = 0;              // formals + call-site .param vars
+  // Returns + formals: the frame's first bytes. A kernel's are read-only
+  // (the PTX ISA: kernel parameters are per-kernel and read-only), so
+  // every thread's copy stays the launch's parameter bytes.
+  uint32_t formal_bytes = 0;
   std::vector<ParamSlot> returns, params;
   uint32_t local_size = 0;              // .local depot bytes
   std::vector<uint32_t> callees;        // functions called directly

@@ -64,20 +64,29 @@ bool GatherSreg(const WarpExec& w, uint32_t id, uint64_t* v) {
   }
 }
 
+bool GatherOther(const WarpExec& w, const Operand& o, uint64_t* v);
+
 // Operand `o`'s value in every lane (as Val; lanes outside the group too —
 // every lane has every row, and no read has a side effect). False when it
-// must be read lane by lane.
-bool Gather(const WarpExec& w, const Operand& o, uint64_t* v) {
+// must be read lane by lane. Registers and immediates inline: they are
+// nearly every operand.
+[[gnu::always_inline]] inline bool Gather(const WarpExec& w, const Operand& o, uint64_t* v) {
+  if (o.kind == Operand::kReg) {
+    const uint64_t* row = w.rows + size_t{o.reg} * kWarpSize;
+    const uint64_t imm = o.imm;
+    for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = row[l] + imm;
+    return true;
+  }
+  if (o.kind == Operand::kImm) {
+    const uint64_t imm = o.imm;
+    for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = imm;
+    return true;
+  }
+  return GatherOther(w, o, v);
+}
+
+bool GatherOther(const WarpExec& w, const Operand& o, uint64_t* v) {
   switch (o.kind) {
-    case Operand::kReg: {
-      const uint64_t* row = w.rows + size_t{o.reg} * kWarpSize;
-      const uint64_t imm = o.imm;
-      for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = row[l] + imm;
-      return true;
-    }
-    case Operand::kImm:
-      for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = o.imm;
-      return true;
     case Operand::kSreg: return GatherSreg(w, o.reg, v);
     case Operand::kLocalSym:
       for (uint32_t l = 0; l < kWarpSize; ++l) {
@@ -91,7 +100,7 @@ bool Gather(const WarpExec& w, const Operand& o, uint64_t* v) {
 }
 
 // As Set: the active lanes' values into register `o` (nothing for `_`).
-void Scatter(const WarpExec& w, const Operand& o, uint32_t active, const uint64_t* v) {
+[[gnu::always_inline]] inline void Scatter(const WarpExec& w, const Operand& o, uint32_t active, const uint64_t* v) {
   if (o.kind != Operand::kReg) return;
   uint64_t* row = w.rows + size_t{o.reg} * kWarpSize;
   if (active == kAllLanes) {
@@ -559,8 +568,25 @@ bool Locate(WarpExec& w, const Op& op, const uint64_t* a, uint32_t active, int e
   }
 }
 
+// ld.param of a kernel formal at a fixed offset, in the kernel's own frame
+// (param_base 0): every lane's copy holds the launch's bytes there (they
+// are read-only), so one read serves the warp.
+template <int EB, bool Sgn>
+bool LdFormal(WarpExec& w, const Op& op, uint32_t active) {
+  const Operand& ao = w.Opd(op, 1);
+  if (w.depth != 1 || ao.kind != Operand::kImm || InWindow(ao.imm, kParamWindow)) return false;
+  if (ao.imm > w.fn->formal_bytes || static_cast<uint64_t>(EB) > w.fn->formal_bytes - ao.imm) return false;
+  uint64_t v = LoadScalar(w.b->launch_params + ao.imm, EB, false, std::memory_order_relaxed);
+  if (Sgn) v = static_cast<uint64_t>(SExt(v, EB * 8));
+  uint64_t d[kWarpSize];
+  for (uint32_t l = 0; l < kWarpSize; ++l) d[l] = v;
+  Scatter(w, w.Opd(op, 0), active, d);
+  return true;
+}
+
 template <int EB, bool Sgn>
 Flow Ld(WarpExec& w, const Op& op, uint32_t active) {
+  if (op.space == Space::kParam && LdFormal<EB, Sgn>(w, op, active)) return Flow::kNext;
   uint64_t a[kWarpSize];
   uint8_t* host[kWarpSize];
   if (!Gather(w, w.Opd(op, 1), a) || !Locate<false>(w, op, a, active, EB, host)) return Flow::kPerThread;
