@@ -115,9 +115,9 @@ constexpr uint64_t kGroupTurn = 4096;
 constexpr uint64_t kWarpTurn = 65536;
 
 // Where a lane stands; lanes that stand at the same place form a group.
-struct Place {
-  size_t depth = 0;
-  uint32_t func = 0, pc = 0, reg_base = 0;
+struct Place {  // no initializers: RunWarp keeps an array of 32 it fills itself
+  size_t depth;
+  uint32_t func, pc, reg_base;
   static Place Of(const Thread& t) {
     const Frame& f = t.frames.back();
     return {t.frames.size(), f.func, f.pc, f.reg_base};
@@ -198,11 +198,10 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
     uint32_t active = group;
     if (op.guard >= 0) {
       const uint64_t* g = rf.regs.data() + (size_t{at.reg_base} + static_cast<uint32_t>(op.guard)) * kWarpSize;
-      active = 0;
-      for (uint32_t m = group; m; m &= m - 1) {
-        const int l = __builtin_ctz(m);
-        if (((g[l] & 1) != 0) != op.guard_neg) active |= 1u << l;
-      }
+      const uint64_t flip = op.guard_neg ? 1 : 0;
+      uint32_t holds = 0;  // every lane's guard (each has the row); no branch per lane
+      for (uint32_t l = 0; l < kWarpSize; ++l) holds |= static_cast<uint32_t>((g[l] ^ flip) & 1) << l;
+      active = group & holds;
       if (active == 0) {
         ++pc;
         continue;
@@ -305,20 +304,26 @@ Status RunWarp(Block& b, uint32_t w, bool* yielded) {
       return Status();
     }
     int lead = __builtin_ctz(runnable);
+    auto group_of = [&](int leader) {
+      uint32_t g = 0;
+      for (uint32_t m = runnable; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        if (places[l] == places[leader]) g |= 1u << l;
+      }
+      return g;
+    };
+    uint32_t group = group_of(lead);  // usually every runnable lane: converged
     if (rotate_after >= 0) {
       const uint32_t after = runnable & ~((2u << rotate_after) - 1);
       lead = __builtin_ctz(after ? after : runnable);
       rotate_after = -1;
-    } else {
+      group = group_of(lead);
+    } else if (group != runnable) {
       for (uint32_t m = runnable & (runnable - 1); m; m &= m - 1) {
         const int l = __builtin_ctz(m);
         if (places[l].Before(places[lead])) lead = l;
       }
-    }
-    uint32_t group = 0;
-    for (uint32_t m = runnable; m; m &= m - 1) {
-      const int l = __builtin_ctz(m);
-      if (places[l] == places[lead]) group |= 1u << l;
+      group = group_of(lead);
     }
     const uint64_t turn = std::min(left, group == runnable ? left : kGroupTurn);
     GroupEnd end;
@@ -337,7 +342,18 @@ Status RunWarp(Block& b, uint32_t w, bool* yielded) {
 Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size, uint64_t* icount) {
   const Program& p = *b.prog;
   const Function& kf = p.function(kernel);
-  b.threads.resize(b.nthreads);
+  if (b.threads.size() != b.nthreads) {  // the worker's first block: the ids stay for the launch
+    b.threads.resize(b.nthreads);
+    for (uint32_t i = 0; i < b.nthreads; ++i) {
+      Thread& t = b.threads[i];
+      t.tid[0] = i % b.ntid[0];
+      t.tid[1] = (i / b.ntid[0]) % b.ntid[1];
+      t.tid[2] = i / (b.ntid[0] * b.ntid[1]);
+      t.linear = i;
+      t.lane = i % kWarpSize;
+      t.warp = i / kWarpSize;
+    }
+  }
   b.warp_regs.resize(b.nwarps);
   // Every thread enters the kernel: frame 0 (what PushFrame would make,
   // done for the whole block at once, reusing the previous block's
@@ -364,12 +380,6 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     t.wait_timed_out = false;
     t.wait_epoch = 0;
     t.icount = 0;
-    t.tid[0] = i % b.ntid[0];
-    t.tid[1] = (i / b.ntid[0]) % b.ntid[1];
-    t.tid[2] = i / (b.ntid[0] * b.ntid[1]);
-    t.linear = i;
-    t.lane = i % kWarpSize;
-    t.warp = i / kWarpSize;
   }
   b.launch_params = params;
   Status result;

@@ -38,17 +38,19 @@ Flow ExecBarArrive(Exec& x, const Op& op) {
 
 bool ReleaseBarriers(Block& b, bool* released, std::string* error) {
   *released = false;
+  // One pass: who has finished, and who waits at which barrier.
   uint32_t exited = 0;
-  for (const Thread& t : b.threads) exited += t.state == Thread::kExited;
-  for (uint32_t id = 0; id < kNumBarriers; ++id) {
-    uint32_t waiting = 0;
-    Thread* first = nullptr;
-    for (Thread& t : b.threads) {
-      if (t.state == Thread::kBarrier && t.bar_id == id) {
-        ++waiting;
-        if (first == nullptr) first = &t;
-      }
+  uint32_t waiting_at[kNumBarriers] = {};
+  Thread* first_at[kNumBarriers] = {};
+  for (Thread& t : b.threads) {
+    exited += t.state == Thread::kExited;
+    if (t.state == Thread::kBarrier) {
+      if (waiting_at[t.bar_id]++ == 0) first_at[t.bar_id] = &t;
     }
+  }
+  for (uint32_t id = 0; id < kNumBarriers; ++id) {
+    const uint32_t waiting = waiting_at[id];
+    Thread* first = first_at[id];
     if (first == nullptr) continue;
     const Op& op0 = CurrentOp(b, *first);
     uint64_t want = b.nthreads - exited;  // no count: every thread still running

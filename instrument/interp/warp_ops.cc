@@ -116,20 +116,37 @@ bool GatherOther(const WarpExec& w, const Operand& o, uint64_t* v) {
 // As PredVal, from gathered values.
 inline bool Pred(const Operand& o, uint64_t v) { return ((v & 1) != 0) != o.neg; }
 
-// d = F(a, b, c) lane-wise over sources 1..N of `op`.
+// Where operand `o`'s values are: its register row itself when it is a
+// plain register, else `tmp` filled by Gather; null when it must be read
+// lane by lane.
+[[gnu::always_inline]] inline const uint64_t* Source(const WarpExec& w, const Operand& o, uint64_t* tmp) {
+  if (o.kind == Operand::kReg && o.imm == 0) return w.rows + size_t{o.reg} * kWarpSize;
+  return Gather(w, o, tmp) ? tmp : nullptr;
+}
+
+// d = F(a, b, c) lane-wise over sources 1..N of `op`, straight into d's
+// row (a lane reads its sources before it writes: d may be one of them).
 template <int N, typename F>
-Flow Map(WarpExec& w, const Op& op, uint32_t active, F f) {
-  uint64_t s[N][kWarpSize];
+[[gnu::always_inline]] inline Flow Map(WarpExec& w, const Op& op, uint32_t active, F f) {
+  uint64_t tmp[N][kWarpSize];
+  const uint64_t* s[N];
   for (int i = 0; i < N; ++i) {
-    if (!Gather(w, w.Opd(op, 1 + i), s[i])) return Flow::kPerThread;
+    s[i] = Source(w, w.Opd(op, 1 + i), tmp[i]);
+    if (s[i] == nullptr) return Flow::kPerThread;
   }
-  uint64_t d[kWarpSize];
-  for (uint32_t l = 0; l < kWarpSize; ++l) {
-    if constexpr (N == 1) d[l] = f(s[0][l]);
-    if constexpr (N == 2) d[l] = f(s[0][l], s[1][l]);
-    if constexpr (N == 3) d[l] = f(s[0][l], s[1][l], s[2][l]);
+  const Operand& d = w.Opd(op, 0);
+  if (d.kind != Operand::kReg) return Flow::kNext;  // `_`
+  uint64_t* row = w.rows + size_t{d.reg} * kWarpSize;
+  auto one = [&](uint32_t l) {
+    if constexpr (N == 1) row[l] = f(s[0][l]);
+    if constexpr (N == 2) row[l] = f(s[0][l], s[1][l]);
+    if constexpr (N == 3) row[l] = f(s[0][l], s[1][l], s[2][l]);
+  };
+  if (active == kAllLanes) {
+    for (uint32_t l = 0; l < kWarpSize; ++l) one(l);
+  } else {
+    for (uint32_t m = active; m; m &= m - 1) one(static_cast<uint32_t>(__builtin_ctz(m)));
   }
-  Scatter(w, w.Opd(op, 0), active, d);
   return Flow::kNext;
 }
 
@@ -318,6 +335,16 @@ WarpFn BindFloat(const Op& op) {
 Flow FinishSetp(WarpExec& w, const Op& op, uint32_t active, const bool* res) {
   const int nd = op.shape[0];
   const bool combine = op.bool_op != ptx::BoolOp::kNone && op.nshape > 3;
+  if (!combine) {  // the usual `setp.cc.t p, a, b`
+    uint64_t d[kWarpSize];
+    for (uint32_t l = 0; l < kWarpSize; ++l) d[l] = res[l];
+    Scatter(w, w.Opd(op, 0), active, d);
+    if (nd == 2) {
+      for (uint32_t l = 0; l < kWarpSize; ++l) d[l] = !res[l];
+      Scatter(w, w.Opd(op, 1), active, d);
+    }
+    return Flow::kNext;
+  }
   uint64_t c[kWarpSize];
   if (combine && !Gather(w, w.Opd(op, nd + 2), c)) return Flow::kPerThread;
   const Operand& co = combine ? w.Opd(op, nd + 2) : w.Opd(op, 0);
@@ -414,6 +441,31 @@ Flow Selp(WarpExec& w, const Op& op, uint32_t active) {
 // --- Moves and conversions -----------------------------------------------------
 
 Flow Mov(WarpExec& w, const Op& op, uint32_t active) { return Map<1>(w, op, active, [](uint64_t a) { return a; }); }
+
+// mov.b64 {a, b}, %rd (unpack) and mov.b64 %rd, {a, b} (pack), as ExecMov:
+// element i is bits [eb*i, eb*(i+1)) of the wide value.
+Flow MovUnpack(WarpExec& w, const Op& op, uint32_t active) {
+  const int n = op.shape[0];
+  const int eb = (TypeBits(op.type) ? TypeBits(op.type) : 64) / n;
+  uint64_t v[kWarpSize], d[kWarpSize];
+  if (!Gather(w, w.Opd(op, n), v)) return Flow::kPerThread;
+  for (int i = 0; i < n; ++i) {
+    for (uint32_t l = 0; l < kWarpSize; ++l) d[l] = Trunc(v[l] >> (eb * i), eb);
+    Scatter(w, w.Opd(op, i), active, d);
+  }
+  return Flow::kNext;
+}
+Flow MovPack(WarpExec& w, const Op& op, uint32_t active) {
+  const int n = op.shape[1];
+  const int eb = (TypeBits(op.type) ? TypeBits(op.type) : 64) / n;
+  uint64_t v[kWarpSize], d[kWarpSize] = {};
+  for (int i = 0; i < n; ++i) {
+    if (!Gather(w, w.Opd(op, 1 + i), v)) return Flow::kPerThread;
+    for (uint32_t l = 0; l < kWarpSize; ++l) d[l] |= Trunc(v[l], eb) << (eb * i);
+  }
+  Scatter(w, w.Opd(op, 0), active, d);
+  return Flow::kNext;
+}
 Flow MovPred(WarpExec& w, const Op& op, uint32_t active) {
   const Operand& o = w.Opd(op, 1);
   return Map<1>(w, op, active, [&](uint64_t a) -> uint64_t { return Pred(o, a); });
@@ -661,7 +713,8 @@ WarpFn BindWarp(const Op& op, const std::vector<Operand>& operands) {
   if (op.fn == &ExecCvt) return BindCvt(op);
   if (op.fn == &ExecCvta) return BindCvta(op);
   if (op.fn == &ExecMov) {
-    if (op.nshape == 2 && (op.shape[0] > 1 || op.shape[1] > 1)) return nullptr;  // pack/unpack
+    if (op.nshape == 2 && op.shape[0] > 1) return &MovUnpack;
+    if (op.nshape == 2 && op.shape[1] > 1) return &MovPack;
     return op.type == Type::kPred ? &MovPred : &Mov;
   }
   if (op.fn == &ExecLd && op.opcode == Opcode::kLd) return BindMem(op, true);
