@@ -227,6 +227,7 @@ struct WarpExec {
   const Function* fn = nullptr;
   uint64_t* rows = nullptr;
   size_t depth = 0;  // of the lanes' frame stacks (1: in the kernel itself)
+  uint32_t live = 0;  // the warp's lanes that have not exited (the group's and others)
   const Operand& Opd(const Op& op, int i) const { return fn->operands[op.first + i]; }
 };
 // The warp handler of a decoded op, or null when it has none (warp_ops.cc).
@@ -311,6 +312,10 @@ Flow ExecCollective(Exec&, const Op&);  // ops_warp.cc: shfl/vote/.../bar.warp.s
 // block's end). Returns kBlock if it must keep waiting (a lane named in the
 // member mask has not arrived), kNext when done (pcs advanced), kError.
 Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t exited, std::string* error);
+// ops_warp.cc: shfl.sync's source lane for `lane` (its b and c operands,
+// the lanes `group` taking part): *source, and the predicate p (whether
+// the source lane is in range; when not, *source is the lane itself).
+bool ShuffleSource(ptx::ShflMode mode, int lane, uint64_t b, uint64_t c, uint32_t group, int* source);
 Flow ExecBarrier(Exec&, const Op&);    // ops_barrier.cc: bar.sync / bar.red wait
 Flow ExecBarArrive(Exec&, const Op&);  // bar.arrive
 // ops_barrier.cc: releases every barrier of the block whose arrivals are

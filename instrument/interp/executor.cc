@@ -145,8 +145,11 @@ struct GroupEnd {
 // op until they part (a branch some take, a call, a lane that waits or
 // exits), or `turn` ops ran. Between ops the shared pc is kept here, not
 // in the frames; the frames and icounts are brought up to date before an
-// op runs through its per-thread handler and when the group ends.
-Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint64_t turn, GroupEnd* end) {
+// op runs through its per-thread handler and when the group ends. `live`:
+// the warp's lanes that have not exited (warp handlers of collectives
+// complete one at once only when all of them stand at it).
+Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint32_t live, uint64_t turn,
+                GroupEnd* end) {
   const Program& p = *b.prog;
   const int lead = __builtin_ctz(group);
   const Place at = Place::Of(*lanes[lead]);
@@ -241,9 +244,19 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
       wx.fn = &fn;
       wx.rows = rf.regs.data() + size_t{at.reg_base} * kWarpSize;
       wx.depth = at.depth;
-      if (op.warp_fn(wx, op, active) == Flow::kNext) {
+      wx.live = live;
+      const Flow fl = op.warp_fn(wx, op, active);
+      if (fl == Flow::kNext) {
         ++pc;
         continue;
+      }
+      if (fl == Flow::kBlock) {  // the active lanes wait here; the rest go on
+        settle();
+        for (uint32_t m = group; m; m &= m - 1) {
+          const int l = __builtin_ctz(m);
+          lanes[l]->frames.back().pc = (active >> l) & 1 ? pc : pc + 1;
+        }
+        return Status();
       }
     }
     // Through the op's per-thread handler, lane by lane, as the per-thread
@@ -290,9 +303,10 @@ Status RunWarp(Block& b, uint32_t w, bool* yielded) {
   while (left > 0) {
     // One pass over the lanes: which can run, and where each stands.
     Place places[kWarpSize];
-    uint32_t runnable = 0;
+    uint32_t runnable = 0, live = 0;
     for (uint32_t m = present; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
+      if (lanes[l]->state != Thread::kExited) live |= 1u << l;
       if (lanes[l]->state != Thread::kRunnable) continue;
       runnable |= 1u << l;
       places[l] = Place::Of(*lanes[l]);
@@ -327,7 +341,7 @@ Status RunWarp(Block& b, uint32_t w, bool* yielded) {
     }
     const uint64_t turn = std::min(left, group == runnable ? left : kGroupTurn);
     GroupEnd end;
-    PHOS_RETURN_IF_ERROR(RunGroup(b, w, lanes, group, turn, &end));
+    PHOS_RETURN_IF_ERROR(RunGroup(b, w, lanes, group, live, turn, &end));
     left -= std::min(left, std::max<uint64_t>(end.steps, 1));
     if (end.turn_over) rotate_after = lead;
   }

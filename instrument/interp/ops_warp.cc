@@ -78,6 +78,25 @@ Flow Advance(Thread* const* lanes, uint32_t group) {
 
 }  // namespace
 
+bool ShuffleSource(ShflMode mode, int lane, uint64_t b, uint64_t c, uint32_t group, int* source) {
+  const uint32_t bval = static_cast<uint32_t>(b) & 31;
+  const uint32_t cval = static_cast<uint32_t>(c) & 31, seg = (static_cast<uint32_t>(c) >> 8) & 31;
+  const int max_lane = static_cast<int>((static_cast<uint32_t>(lane) & seg) | (cval & ~seg));
+  const int min_lane = static_cast<int>(static_cast<uint32_t>(lane) & seg);
+  int j = lane;
+  bool p = false;
+  switch (mode) {
+    case ShflMode::kUp: j = lane - static_cast<int>(bval); p = j >= max_lane; break;
+    case ShflMode::kDown: j = lane + static_cast<int>(bval); p = j <= max_lane; break;
+    case ShflMode::kBfly: j = lane ^ static_cast<int>(bval); p = j <= max_lane; break;
+    case ShflMode::kIdx: j = min_lane | static_cast<int>(bval & ~seg); p = j <= max_lane; break;
+    default: break;
+  }
+  if (!p || j < 0 || j > 31 || !((group >> j) & 1)) j = lane;
+  *source = j;
+  return p;
+}
+
 uint32_t CollectiveGroup(Block& b, Thread* const* lanes, uint32_t waiting, int first) {
   Thread& a = *lanes[first];
   const Op& op = CurrentOp(b, a);
@@ -156,24 +175,9 @@ Flow ResolveCollective(Block& b, Thread* const* lanes, uint32_t group, uint32_t 
       uint64_t res[32] = {};
       bool pv[32] = {};
       each([&](int l) {
-        const uint32_t bval = static_cast<uint32_t>(Src(ctx[l], *ops[l], nd + 1)) & 31;
-        const uint32_t c = static_cast<uint32_t>(Src(ctx[l], *ops[l], nd + 2));
-        const uint32_t cval = c & 31, seg = (c >> 8) & 31;
-        const int lane = l;
-        const int max_lane = static_cast<int>((lane & seg) | (cval & ~seg));
-        const int min_lane = static_cast<int>(lane & seg);
-        int j = lane;
-        bool p = false;
-        switch (op.shfl) {
-          case ShflMode::kUp: j = lane - static_cast<int>(bval); p = j >= max_lane; break;
-          case ShflMode::kDown: j = lane + static_cast<int>(bval); p = j <= max_lane; break;
-          case ShflMode::kBfly: j = lane ^ static_cast<int>(bval); p = j <= max_lane; break;
-          case ShflMode::kIdx: j = min_lane | static_cast<int>(bval & ~seg); p = j <= max_lane; break;
-          default: break;
-        }
-        if (!p || j < 0 || j > 31 || !((group >> j) & 1)) j = lane;
+        int j = l;
+        pv[l] = ShuffleSource(op.shfl, l, Src(ctx[l], *ops[l], nd + 1), Src(ctx[l], *ops[l], nd + 2), group, &j);
         res[l] = val[j];
-        pv[l] = p;
       });
       each([&](int l) {
         Set(ctx[l], *ops[l], 0, res[l] & 0xFFFFFFFFu);

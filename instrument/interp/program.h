@@ -37,9 +37,10 @@ enum class Flow : uint8_t {
 using ExecFn = Flow (*)(Exec&, const Op&);
 struct WarpExec;
 // Runs an op for the lanes `active` of a warp standing at it together
-// (warp_ops.cc): kNext, or kPerThread to have Op::fn run it lane by lane
-// (an address it cannot vouch for, say: the per-thread handler then makes
-// the error message). Never fails itself.
+// (warp_ops.cc): kNext; kBlock when the active lanes now wait (their
+// Thread::state says at what; their pc stays); or kPerThread to have
+// Op::fn run it lane by lane (an address it cannot vouch for, say: the
+// per-thread handler then makes the error message). Never fails itself.
 using WarpFn = Flow (*)(WarpExec&, const Op&, uint32_t active);
 
 // An operand after decoding. value = base + imm where base depends on kind.

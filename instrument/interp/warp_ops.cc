@@ -702,6 +702,55 @@ WarpFn BindMem(const Op& op, bool load) {
   return load ? (sgn ? MemBy<true, true>(eb) : MemBy<true, false>(eb)) : MemBy<false, false>(eb);
 }
 
+// --- Barriers and warp collectives (ops_barrier.cc, ops_warp.cc) -------------
+
+// bar.sync a{, b} / barrier.sync: the active lanes wait at barrier a, as
+// ExecBarrier leaves each (release stays with the block scheduler).
+Flow BarSync(WarpExec& w, const Op& op, uint32_t active) {
+  uint64_t id[kWarpSize];
+  if (!Gather(w, w.Opd(op, 0), id)) return Flow::kPerThread;
+  for (uint32_t m = active; m; m &= m - 1) {
+    if (id[__builtin_ctz(m)] >= kNumBarriers) return Flow::kPerThread;  // its handler words the error
+  }
+  for (uint32_t m = active; m; m &= m - 1) {
+    const int l = __builtin_ctz(m);
+    w.lanes[l]->bar_id = static_cast<uint8_t>(id[l]);
+    w.lanes[l]->state = Thread::kBarrier;
+  }
+  return Flow::kBlock;
+}
+
+// shfl.sync d{|p}, a, b, c, membermask when every lane of the warp that has
+// not exited stands at it, all with one member mask that names them all:
+// then no lane has yet to arrive, and the exchange is what
+// ResolveCollective computes for that group. Anything else (lanes elsewhere
+// or guarded off, masks that differ or leave out a lane) waits the
+// per-thread way.
+Flow Shfl(WarpExec& w, const Op& op, uint32_t active) {
+  if (active != w.live || TypeBits(op.type) != 32) return Flow::kPerThread;
+  const int nd = op.shape[0];
+  uint64_t val[kWarpSize], b[kWarpSize], c[kWarpSize], mask[kWarpSize];
+  if (!Gather(w, w.Opd(op, nd), val) || !Gather(w, w.Opd(op, nd + 1), b) || !Gather(w, w.Opd(op, nd + 2), c) ||
+      !Gather(w, w.Opd(op, nd + 3), mask)) {
+    return Flow::kPerThread;
+  }
+  const uint32_t want = static_cast<uint32_t>(mask[__builtin_ctz(active)]);
+  if ((want & active) != active) return Flow::kPerThread;
+  for (uint32_t m = active; m; m &= m - 1) {
+    if (static_cast<uint32_t>(mask[__builtin_ctz(m)]) != want) return Flow::kPerThread;
+  }
+  uint64_t d[kWarpSize], p[kWarpSize];
+  for (uint32_t m = active; m; m &= m - 1) {
+    const int l = __builtin_ctz(m);
+    int j = l;
+    p[l] = ShuffleSource(op.shfl, l, b[l], c[l], active, &j) ? 1 : 0;
+    d[l] = val[j] & 0xFFFFFFFFu;
+  }
+  Scatter(w, w.Opd(op, 0), active, d);
+  if (nd == 2) Scatter(w, w.Opd(op, 1), active, p);
+  return Flow::kNext;
+}
+
 }  // namespace
 
 WarpFn BindWarp(const Op& op, const std::vector<Operand>& operands) {
@@ -719,6 +768,8 @@ WarpFn BindWarp(const Op& op, const std::vector<Operand>& operands) {
   }
   if (op.fn == &ExecLd && op.opcode == Opcode::kLd) return BindMem(op, true);
   if (op.fn == &ExecSt) return BindMem(op, false);
+  if (op.fn == &ExecBarrier && op.sub == kBarSync) return &BarSync;
+  if (op.fn == &ExecCollective && op.opcode == Opcode::kShfl && op.nshape >= 1) return &Shfl;
   return nullptr;
 }
 
