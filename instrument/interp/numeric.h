@@ -34,6 +34,19 @@ inline uint64_t F64Bits(double d) {
   std::memcpy(&b, &d, 8);
   return b;
 }
+// A NaN result of GPU float arithmetic is the canonical NaN: no payload or
+// sign of an operand comes through (x86 would pass the first NaN operand's
+// on, and which one is first depends on how the host compiler ordered the
+// operands). Sign-bit operations (neg, abs, copysign) keep their operand's
+// bits.
+constexpr uint64_t kCanonicalNaN32 = 0x7FFFFFFFu;
+constexpr uint64_t kCanonicalNaN64 = 0x7FFFFFFFFFFFFFFFull;
+inline bool CanonicalizesNaN(ptx::Opcode op) {
+  return op != ptx::Opcode::kNeg && op != ptx::Opcode::kAbs && op != ptx::Opcode::kCopysign;
+}
+inline uint64_t F32Result(float f) { return f != f ? kCanonicalNaN32 : F32Bits(f); }
+inline uint64_t F64Result(double d) { return d != d ? kCanonicalNaN64 : F64Bits(d); }
+
 inline uint64_t Trunc(uint64_t v, int bits) { return bits >= 64 ? v : (v & ((uint64_t{1} << bits) - 1)); }
 inline int64_t SExt(uint64_t v, int bits) {
   if (bits >= 64) return static_cast<int64_t>(v);

@@ -7,7 +7,8 @@
 // where plain min/max return the other operand. Approximate instructions (.approx: rcp, sqrt, rsqrt, ex2, lg2,
 // sin, cos, tanh, div) use the correctly rounded libm result, which is
 // within the PTX error bounds. .ftz flushes f32 subnormal inputs/outputs to
-// signed zero; .sat clamps to [0, 1] (NaN -> 0).
+// signed zero; .sat clamps to [0, 1] (NaN -> 0). An f32/f64 NaN result is
+// the GPU's canonical NaN (numeric.h).
 #include <cmath>
 #include <limits>
 
@@ -143,10 +144,10 @@ Flow ExecFloatArith(Exec& x, const Op& op) {
   switch (op.type) {
     case Type::kF32:
       return Arith<float>(x, op, [](uint64_t b) { return AsF32(b); },
-                          [&](float v) { Set(x, op, 0, F32Bits(v)); });
+                          [&](float v) { Set(x, op, 0, CanonicalizesNaN(op.opcode) ? F32Result(v) : F32Bits(v)); });
     case Type::kF64:
       return Arith<double>(x, op, [](uint64_t b) { return AsF64(b); },
-                           [&](double v) { Set(x, op, 0, F64Bits(v)); });
+                           [&](double v) { Set(x, op, 0, CanonicalizesNaN(op.opcode) ? F64Result(v) : F64Bits(v)); });
     case Type::kF16: return HalfArith(x, op, kF16, false);
     case Type::kF16x2: return HalfArith(x, op, kF16, true);
     case Type::kBF16: return HalfArith(x, op, kBf16, false);

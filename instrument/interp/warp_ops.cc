@@ -286,7 +286,12 @@ T FromBits(uint64_t b) {
   else return AsF64(b);
 }
 template <typename T>
-uint64_t ToBits(T v) {
+uint64_t ToBits(T v) {  // an arithmetic result: a NaN is the canonical one
+  if constexpr (std::is_same_v<T, float>) return F32Result(v);
+  else return F64Result(v);
+}
+template <typename T>
+uint64_t SignBits(T v) {  // neg/abs: the operand's bits, sign changed
   if constexpr (std::is_same_v<T, float>) return F32Bits(v);
   else return F64Bits(v);
 }
@@ -302,8 +307,8 @@ Flow FloatOp(WarpExec& w, const Op& op, uint32_t active) {
   }
   if constexpr (K == Float::kMin) return Map<2>(w, op, active, [&](uint64_t a, uint64_t b) { return ToBits<T>(std::fmin(F(a), F(b))); });
   if constexpr (K == Float::kMax) return Map<2>(w, op, active, [&](uint64_t a, uint64_t b) { return ToBits<T>(std::fmax(F(a), F(b))); });
-  if constexpr (K == Float::kNeg) return Map<1>(w, op, active, [&](uint64_t a) { return ToBits<T>(-F(a)); });
-  if constexpr (K == Float::kAbs) return Map<1>(w, op, active, [&](uint64_t a) { return ToBits<T>(std::fabs(F(a))); });
+  if constexpr (K == Float::kNeg) return Map<1>(w, op, active, [&](uint64_t a) { return SignBits<T>(-F(a)); });
+  if constexpr (K == Float::kAbs) return Map<1>(w, op, active, [&](uint64_t a) { return SignBits<T>(std::fabs(F(a))); });
   return Flow::kPerThread;
 }
 

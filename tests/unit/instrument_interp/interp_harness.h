@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -25,6 +26,15 @@ inline std::string ReadPtx(const std::string& stem) {
 }
 
 using Params = phos::test::KernelParams;
+
+// Which scheduler the harness's launches use: lockstep warps (the
+// default), or each thread alone (LaunchOptions::thread_at_a_time) when
+// PHOS_INTERP_THREAD_AT_A_TIME=1 — ctest runs the suite both ways, so every
+// kernel's CPU reference checks both.
+inline bool ThreadAtATimeFromEnv() {
+  const char* v = std::getenv("PHOS_INTERP_THREAD_AT_A_TIME");
+  return v != nullptr && std::string(v) == "1";
+}
 
 class Harness {
  public:
@@ -66,6 +76,7 @@ class Harness {
     o.heap_bytes = heap_bytes;
     o.stats = &stats;
     o.max_instructions_per_thread = 100'000'000;
+    o.thread_at_a_time = thread_at_a_time;
     return LaunchKernel(*prog_, kernel, grid, block, dyn, p.data(), p.size(), &mem_, o);
   }
   // A cooperative launch: every block at once, `workspace` its grid
@@ -77,12 +88,14 @@ class Harness {
     o.grid_workspace = workspace;
     o.stats = &stats;
     o.max_instructions_per_thread = 100'000'000;
+    o.thread_at_a_time = thread_at_a_time;
     return LaunchKernel(*prog_, kernel, grid, block, 0, p.data(), p.size(), &mem_, o);
   }
   const Program& program() const { return *prog_; }
   LaunchStats stats;
   const TextureTable* textures = nullptr;  // what Launch passes (null: none)
   uint64_t heap_base = 0, heap_bytes = 0;  // the device heap Launch passes (0: none)
+  bool thread_at_a_time = ThreadAtATimeFromEnv();  // what Launch passes
 
  private:
   std::unique_ptr<Program> prog_;
