@@ -85,6 +85,12 @@ struct Block {
   std::vector<WarpRegisters> warp_regs;  // one per warp
   // The launch's parameter bytes: every thread's kernel formals (read-only).
   const uint8_t* launch_params = nullptr;
+  // Device memory this worker has been told stays reachable for the launch
+  // (GlobalMemory::TranslateStable), looked in first by GlobalBytes; the
+  // Block lives for one launch, so they do too. Replaced round robin.
+  static constexpr size_t kStableRanges = 8;
+  StableRange stable[kStableRanges];
+  size_t stable_next = 0;
 };
 
 // Whether a write of `bytes` at offset `off` of thread `t`'s parameter
@@ -242,7 +248,7 @@ bool Compare(ptx::CmpOp c, ptx::Type t, uint64_t a, uint64_t b, bool ftz);
 // Host pointer for global (or module variable) bytes [addr, addr + bytes),
 // or nullptr when they are not all such memory, or a write to .const
 // (ops_mem.cc).
-uint8_t* GlobalBytes(const Block& b, uint64_t addr, size_t bytes, bool write);
+uint8_t* GlobalBytes(Block& b, uint64_t addr, size_t bytes, bool write);
 
 // Host pointer for `bytes` at `addr` in `space` (kNone = generic), or
 // nullptr with x.error set (illegal address). ops_mem.cc.

@@ -14,13 +14,20 @@ void RangeGlobalMemory::RemoveRange(uint64_t base) {
   ranges_.erase(base);
 }
 
-void* RangeGlobalMemory::Translate(uint64_t addr, size_t bytes, bool /*write*/) {
+void* RangeGlobalMemory::Translate(uint64_t addr, size_t bytes, bool write) {
+  StableRange unused;
+  return TranslateStable(addr, bytes, write, &unused);
+}
+
+void* RangeGlobalMemory::TranslateStable(uint64_t addr, size_t bytes, bool /*write*/, StableRange* range) {
+  *range = {};
   std::shared_lock lock(mu_);
   auto it = ranges_.upper_bound(addr);
   if (it == ranges_.begin()) return nullptr;
   --it;
   const uint64_t off = addr - it->first;
   if (off > it->second || bytes > it->second - off) return nullptr;
+  *range = {it->first, it->first + it->second, reinterpret_cast<uint8_t*>(it->first)};
   return reinterpret_cast<void*>(addr);
 }
 

@@ -38,6 +38,14 @@ constexpr uint64_t kSharedWindow = 0xFE00'0000'0000'0000ull;
 
 inline bool InWindow(uint64_t addr, uint64_t window) { return addr - window < kWindowSize; }
 
+// Device memory that stays reachable, at one host mapping, for the rest of
+// the launch that was told of it: [begin, end) at host address `host`
+// (for begin). Empty (end == begin) when there is no such promise.
+struct StableRange {
+  uint64_t begin = 0, end = 0;
+  uint8_t* host = nullptr;
+};
+
 // Device (global) memory as seen by kernels. Translate is called from every
 // worker thread of a launch at once: implementations must be thread-safe.
 class GlobalMemory {
@@ -47,17 +55,33 @@ class GlobalMemory {
   // them is not device memory (the launch then fails like an illegal-address
   // fault). `write` says whether the access stores.
   virtual void* Translate(uint64_t addr, size_t bytes, bool write) = 0;
+  // As Translate; on success also *range: the whole stretch of device
+  // memory those bytes lie in when it stays reachable for the rest of this
+  // launch (an allocation the launch has pinned), so that the interpreter
+  // may translate later accesses inside it itself, without a call and a
+  // lock each (the lockstep warps' loads and stores would otherwise
+  // contend on this object's lock from every worker). Reads and writes
+  // there are then both allowed without asking: memory that refuses one
+  // of them must not be handed out as stable. Empty when there is no such
+  // stretch; then every access asks again.
+  virtual void* TranslateStable(uint64_t addr, size_t bytes, bool write, StableRange* range) {
+    *range = {};
+    return Translate(addr, bytes, write);
+  }
 };
 
 // Default GlobalMemory: device address == host address, allowed inside a set
 // of registered ranges. Lock: mu_ (shared for Translate, exclusive for
-// Add/Remove), so ranges may change while launches run.
+// Add/Remove). Ranges may be added while launches run; a range may be
+// removed only when no running launch uses it (TranslateStable hands the
+// ranges out as stable for the launch).
 class RangeGlobalMemory : public GlobalMemory {
  public:
   void AddRange(uint64_t base, size_t bytes);
   void AddRange(const void* base, size_t bytes) { AddRange(reinterpret_cast<uint64_t>(base), bytes); }
   void RemoveRange(uint64_t base);
   void* Translate(uint64_t addr, size_t bytes, bool write) override;
+  void* TranslateStable(uint64_t addr, size_t bytes, bool write, StableRange* range) override;
 
  private:
   mutable std::shared_mutex mu_;

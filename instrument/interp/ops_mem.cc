@@ -44,13 +44,22 @@ uint8_t* Global(Exec& x, uint64_t addr, size_t bytes, bool write) {
 
 }  // namespace
 
-uint8_t* GlobalBytes(const Block& b, uint64_t addr, size_t bytes, bool write) {
+uint8_t* GlobalBytes(Block& b, uint64_t addr, size_t bytes, bool write) {
   const Program& p = *b.prog;
   if (p.InModuleStorage(addr, bytes)) {
     if (write && p.InConstStorage(addr)) return nullptr;
     return reinterpret_cast<uint8_t*>(addr);
   }
-  return static_cast<uint8_t*>(b.gmem->Translate(addr, bytes, write));
+  for (const StableRange& r : b.stable) {
+    if (addr >= r.begin && addr < r.end && bytes <= r.end - addr) return r.host + (addr - r.begin);
+  }
+  StableRange found;
+  void* host = b.gmem->TranslateStable(addr, bytes, write, &found);
+  if (host != nullptr && found.end > found.begin) {
+    b.stable[b.stable_next] = found;
+    b.stable_next = (b.stable_next + 1) % Block::kStableRanges;
+  }
+  return static_cast<uint8_t*>(host);
 }
 
 uint8_t* Resolve(Exec& x, Space space, uint64_t addr, size_t bytes, bool write) {

@@ -4,17 +4,30 @@
 
 namespace phos::backend::sim {
 
-bool SimKernelMemory::CachedLocked(std::uint64_t addr, std::size_t bytes) const {
-  for (const auto& [begin, end] : pinned_) {
-    if (addr >= begin && addr < end && bytes <= end - addr) return true;
+const std::pair<std::uint64_t, std::uint64_t>* SimKernelMemory::CachedLocked(std::uint64_t addr,
+                                                                              std::size_t bytes) const {
+  for (const auto& range : pinned_) {
+    const auto& [begin, end] = range;
+    if (addr >= begin && addr < end && bytes <= end - addr) return &range;
   }
-  return false;
+  return nullptr;
 }
 
-void* SimKernelMemory::Translate(std::uint64_t addr, std::size_t bytes, bool /*write*/) {
+void* SimKernelMemory::Translate(std::uint64_t addr, std::size_t bytes, bool write) {
+  interp::StableRange unused;
+  return TranslateStable(addr, bytes, write, &unused);
+}
+
+void* SimKernelMemory::TranslateStable(std::uint64_t addr, std::size_t bytes, bool /*write*/,
+                                       interp::StableRange* range) {
+  *range = {};
+  auto stable = [&](const std::pair<std::uint64_t, std::uint64_t>& pinned) {
+    *range = {pinned.first, pinned.second, reinterpret_cast<std::uint8_t*>(pinned.first)};
+    return reinterpret_cast<void*>(addr);
+  };
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
-    if (CachedLocked(addr, bytes)) return reinterpret_cast<void*>(addr);
+    if (const auto* pinned = CachedLocked(addr, bytes)) return stable(*pinned);
   }
   // Mapped host memory, before the exclusive path: a kernel reading it
   // must not serialise every access on mu_ and fail a pin each time. The
@@ -24,12 +37,12 @@ void* SimKernelMemory::Translate(std::uint64_t addr, std::size_t bytes, bool /*w
     if (void* host = host_aliases_->Translate(addr, bytes)) return host;
   }
   std::unique_lock<std::shared_mutex> lock(mu_);
-  if (CachedLocked(addr, bytes)) return reinterpret_cast<void*>(addr);
+  if (const auto* pinned = CachedLocked(addr, bytes)) return stable(*pinned);
   DevicePtr start = 0;
   std::uint64_t size = 0;
   if (!space_->PinOwnedRange(addr, bytes, owner_, &pin_, &start, &size).ok()) return nullptr;  // illegal address
   pinned_.emplace_back(start, start + size);
-  return reinterpret_cast<void*>(addr);
+  return stable(pinned_.back());
 }
 
 }  // namespace phos::backend::sim

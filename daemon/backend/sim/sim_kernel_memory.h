@@ -31,9 +31,13 @@ class SimKernelMemory final : public interp::GlobalMemory {
       : space_(space), owner_(owner), host_aliases_(host_aliases) {}
   /// Called by every interpreter worker thread at once.
   void* Translate(std::uint64_t addr, std::size_t bytes, bool write) override;
+  /// A pinned allocation stays for the launch: it is the stable range
+  /// (mapped host memory is not: its aliases may go).
+  void* TranslateStable(std::uint64_t addr, std::size_t bytes, bool write, interp::StableRange* range) override;
 
  private:
-  bool CachedLocked(std::uint64_t addr, std::size_t bytes) const;
+  // The pinned allocation holding [addr, addr + bytes), or null.
+  const std::pair<std::uint64_t, std::uint64_t>* CachedLocked(std::uint64_t addr, std::size_t bytes) const;
 
   SimAddressSpace* const space_;
   const std::uint64_t owner_;
