@@ -356,10 +356,17 @@ Status RunWarp(Block& b, uint32_t w, bool* yielded) {
 Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size, uint64_t* icount) {
   const Program& p = *b.prog;
   const Function& kf = p.function(kernel);
+  const size_t param_bytes = std::min<size_t>(params_size, kf.param_size);
   if (b.threads.size() != b.nthreads) {  // the worker's first block: the ids stay for the launch
     b.threads.resize(b.nthreads);
     for (uint32_t i = 0; i < b.nthreads; ++i) {
       Thread& t = b.threads[i];
+      // The launch's parameters, once: the formals are read-only (stores
+      // to them fail the launch), so they stay in every thread's buffer for
+      // all its blocks; only call-site .param variables past them are
+      // zeroed anew per block.
+      t.params.assign(kf.param_size, 0);
+      if (param_bytes > 0) std::memcpy(t.params.data(), params, param_bytes);  // a kernel without parameters has no buffer
       t.tid[0] = i % b.ntid[0];
       t.tid[1] = (i / b.ntid[0]) % b.ntid[1];
       t.tid[2] = i / (b.ntid[0] * b.ntid[1]);
@@ -372,21 +379,26 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
   // Every thread enters the kernel: frame 0 (what PushFrame would make,
   // done for the whole block at once, reusing the previous block's
   // vectors): rows [0, num_regs) of its warp zeroed, its parameter buffer
-  // the launch's parameters then zeros, its local depot zeroed.
+  // the launch's formals (there since the first block) then zeros, its
+  // local depot zeroed.
   for (WarpRegisters& rf : b.warp_regs) rf.regs.assign(size_t{kf.num_regs} * kWarpSize, 0);
   std::fill(std::begin(b.bar_arrived), std::end(b.bar_arrived), 0u);
-  const size_t param_bytes = std::min<size_t>(params_size, kf.param_size);
   Frame entry;
   entry.func = static_cast<uint32_t>(kernel);
   for (uint32_t i = 0; i < b.nthreads; ++i) {
     Thread& t = b.threads[i];
     t.reg_file = &b.warp_regs[i / kWarpSize];
     t.reg_top = kf.num_regs;
-    t.params.resize(kf.param_size);
-    if (param_bytes > 0) std::memcpy(t.params.data(), params, param_bytes);  // a kernel without parameters has no buffer
-    if (kf.param_size > param_bytes) std::memset(t.params.data() + param_bytes, 0, kf.param_size - param_bytes);
-    t.local.resize(kf.local_size);
-    if (kf.local_size > 0) std::memset(t.local.data(), 0, kf.local_size);
+    t.params.resize(kf.param_size);  // (a thread that exited inside a call left its callees' frames)
+    if (kf.param_size > kf.formal_bytes) {
+      std::memset(t.params.data() + kf.formal_bytes, 0, kf.param_size - kf.formal_bytes);
+    }
+    if (kf.local_size > 0) {
+      t.local.resize(kf.local_size);
+      std::memset(t.local.data(), 0, kf.local_size);
+    } else {
+      t.local.clear();
+    }
     t.frames.clear();
     t.frames.push_back(entry);
     t.state = Thread::kRunnable;
