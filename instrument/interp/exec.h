@@ -30,14 +30,21 @@ struct Frame {
 
 constexpr uint32_t kWarpSize = 32;
 
-// The registers of one warp, lane-interleaved ("structure of arrays"):
-// register row r of lane l is regs[r * kWarpSize + l]. A row is a frame's
-// register (the frame's reg_base + its index); every lane has every row,
-// so an op executed for the lanes of a warp at once (warp_ops.cc) reads
-// and writes contiguous memory. Each lane uses rows [0, its reg_top).
+// The per-lane state of one warp, lane-interleaved ("structure of
+// arrays") so that a pass over a warp's lanes touches a few cache lines,
+// not 32 Threads:
+//   regs   register row r of lane l is regs[r * kWarpSize + l]. A row is a
+//          frame's register (the frame's reg_base + its index); every lane
+//          has every row, so an op executed for the lanes of a warp at once
+//          (warp_ops.cc) reads and writes contiguous memory. Each lane uses
+//          rows [0, its reg_top).
+//   state  each lane's Thread::State (Thread::state()).
+//   icount each lane's executed ops (Thread::icount(); also %clock).
 // Owned by the Block's worker thread, like the Threads.
-struct WarpRegisters {
+struct WarpState {
   std::vector<uint64_t> regs;
+  uint8_t state[kWarpSize] = {};
+  uint64_t icount[kWarpSize] = {};
   uint32_t rows() const { return static_cast<uint32_t>(regs.size() / kWarpSize); }
   // Grows to at least `rows` rows (new ones zero). May move `regs`.
   void Reserve(uint32_t rows) {
@@ -54,20 +61,21 @@ struct RegView {
 struct Thread {
   // kYield: waits at an mbarrier (ops_mbarrier.cc) until one changes.
   enum State : uint8_t { kRunnable, kBarrier, kCollective, kYield, kExited };
-  WarpRegisters* reg_file = nullptr;  // its warp's (Block::warp_regs)
-  uint32_t reg_top = 0;               // rows in use by its frames
+  WarpState* warp_state = nullptr;  // its warp's (Block::warps): registers, state, icount
+  uint32_t reg_top = 0;             // rows in use by its frames
   std::vector<uint8_t> params;
   std::vector<uint8_t> local;
   std::vector<Frame> frames;
   uint32_t tid[3] = {};
   uint32_t linear = 0, lane = 0, warp = 0;
-  State state = kRunnable;
   bool carry = false;        // CC.CF of add.cc / sub.cc
   bool wait_timed_out = false;  // resumed from kYield with nothing changed
   uint64_t wait_epoch = 0;      // Block::mbar_epoch when it yielded
   uint8_t bar_id = 0;           // kBarrier: the barrier it waits at
-  uint64_t icount = 0;       // instructions executed (also %clock)
-  uint64_t& reg(uint32_t row) const { return reg_file->regs[size_t{row} * kWarpSize + lane]; }
+  State state() const { return static_cast<State>(warp_state->state[lane]); }
+  void set_state(State s) { warp_state->state[lane] = s; }
+  uint64_t& icount() const { return warp_state->icount[lane]; }  // ops executed (also %clock)
+  uint64_t& reg(uint32_t row) const { return warp_state->regs[size_t{row} * kWarpSize + lane]; }
 };
 
 struct Block {
@@ -82,7 +90,7 @@ struct Block {
   // bar.arrive arrivals at each barrier in its current generation.
   uint32_t bar_arrived[kNumBarriers] = {};
   std::vector<Thread> threads;
-  std::vector<WarpRegisters> warp_regs;  // one per warp
+  std::vector<WarpState> warps;  // one per warp
   // The launch's parameter bytes: every thread's kernel formals (read-only).
   const uint8_t* launch_params = nullptr;
   // Device memory this worker has been told stays reachable for the launch
@@ -115,7 +123,7 @@ struct Exec {
   int api_error = 0;
   void Refresh() {
     const Frame& f = t->frames.back();
-    r.p = t->reg_file->regs.data() + size_t{f.reg_base} * kWarpSize + t->lane;
+    r.p = t->warp_state->regs.data() + size_t{f.reg_base} * kWarpSize + t->lane;
     fn = &b->prog->function(static_cast<int>(f.func));
   }
   Frame& frame() { return t->frames.back(); }

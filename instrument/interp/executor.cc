@@ -25,14 +25,14 @@ Flow RunThread(Block& b, Thread& t, std::string* error, int* api_error) {
       static const Op kRet{};
       const Flow fl = ExecRet(x, kRet);
       if (fl == Flow::kExit) {
-        t.state = Thread::kExited;
+        t.set_state(Thread::kExited);
         return fl;
       }
       continue;
     }
     const Op& op = x.fn->ops[f.pc];
-    ++t.icount;
-    if (limit && t.icount > limit) {
+    ++t.icount();
+    if (limit && t.icount() > limit) {
       *error = b.prog->Where(static_cast<int>(f.func), f.pc) + ": thread exceeded " + std::to_string(limit) +
                " instructions (max_instructions_per_thread)";
       return Flow::kError;
@@ -46,7 +46,7 @@ Flow RunThread(Block& b, Thread& t, std::string* error, int* api_error) {
       case Flow::kNext: ++t.frames.back().pc; break;
       case Flow::kJump: break;
       case Flow::kBlock: return Flow::kBlock;
-      case Flow::kExit: t.state = Thread::kExited; return Flow::kExit;
+      case Flow::kExit: t.set_state(Thread::kExited); return Flow::kExit;
       case Flow::kError:
         *error = b.prog->Where(static_cast<int>(func), pc) + ": " + x.error;
         *api_error = x.api_error;
@@ -81,11 +81,12 @@ uint32_t WarpLanes(Block& b, uint32_t w, Thread** lanes) {
 Status ResolveWarpCollectives(Block& b, uint32_t w, bool* progress) {
   Thread* lanes[kWarpSize];
   const uint32_t present = WarpLanes(b, w, lanes);
+  const WarpState& ws = b.warps[w];
   uint32_t exited = ~present, waiting = 0;
   for (uint32_t m = present; m; m &= m - 1) {
     const int l = __builtin_ctz(m);
-    if (lanes[l]->state == Thread::kExited) exited |= 1u << l;
-    if (lanes[l]->state == Thread::kCollective) waiting |= 1u << l;
+    if (ws.state[l] == Thread::kExited) exited |= 1u << l;
+    if (ws.state[l] == Thread::kCollective) waiting |= 1u << l;
   }
   std::string error;
   while (waiting) {
@@ -154,16 +155,16 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
   const int lead = __builtin_ctz(group);
   const Place at = Place::Of(*lanes[lead]);
   const Function& fn = p.function(static_cast<int>(at.func));
-  WarpRegisters& rf = b.warp_regs[w];
+  WarpState& rf = b.warps[w];
   const uint64_t limit = b.opts->max_instructions_per_thread;
   uint64_t most = 0;  // the highest icount among the lanes (when there is a limit)
   if (limit) {
-    for (uint32_t m = group; m; m &= m - 1) most = std::max(most, lanes[__builtin_ctz(m)]->icount);
+    for (uint32_t m = group; m; m &= m - 1) most = std::max(most, rf.icount[__builtin_ctz(m)]);
   }
   uint32_t pc = at.pc;
   uint64_t pending = 0;  // ops run since the icounts were last brought up to date
   auto settle = [&] {
-    for (uint32_t m = group; m; m &= m - 1) lanes[__builtin_ctz(m)]->icount += pending;
+    for (uint32_t m = group; m; m &= m - 1) rf.icount[__builtin_ctz(m)] += pending;
     most += pending;
     end->steps += pending;
     pending = 0;
@@ -185,7 +186,7 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
       for (uint32_t m = group; m; m &= m - 1) {
         Thread& t = *lanes[__builtin_ctz(m)];
         Exec x = ExecOf(b, t);
-        if (ExecRet(x, kRet) == Flow::kExit) t.state = Thread::kExited;
+        if (ExecRet(x, kRet) == Flow::kExit) t.set_state(Thread::kExited);
       }
       return Status();
     }
@@ -217,8 +218,7 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
       for (uint32_t m = group; m; m &= m - 1) {
         const int l = __builtin_ctz(m);
         if ((active >> l) & 1) {
-          lanes[l]->state = Thread::kExited;
-          lanes[l]->frames.back().pc = pc;
+          rf.state[l] = Thread::kExited;  // (its frame keeps the pc it had: nothing reads an exited lane's)
         } else {
           lanes[l]->frames.back().pc = pc + 1;
         }
@@ -277,14 +277,14 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
         }
       }
       if (fl == Flow::kNext) ++t.frames.back().pc;
-      if (fl == Flow::kExit) t.state = Thread::kExited;
+      if (fl == Flow::kExit) t.set_state(Thread::kExited);
     }
     // Together still? (All runnable, at one place: the same function and
     // frame, so `fn` and the rows stay right.)
     const Place next = Place::Of(*lanes[lead]);
     for (uint32_t m = group; m; m &= m - 1) {
       const Thread& t = *lanes[__builtin_ctz(m)];
-      if (t.state != Thread::kRunnable || !(Place::Of(t) == next)) return Status();
+      if (t.state() != Thread::kRunnable || !(Place::Of(t) == next)) return Status();
     }
     if (!(next.depth == at.depth && next.func == at.func && next.reg_base == at.reg_base)) return Status();
     pc = next.pc;
@@ -293,21 +293,30 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
 
 // Runs the lanes of warp `w` until none can run (each waits or has exited;
 // warp collectives whose lanes have all arrived complete here) or the warp
-// used its turn (*yielded: lanes can still run).
-Status RunWarp(Block& b, uint32_t w, bool* yielded) {
+// used its turn (*yielded: lanes can still run). `entering`: the block's
+// first round, every lane at the kernel's first op.
+Status RunWarp(Block& b, uint32_t w, bool entering, bool* yielded) {
   Thread* lanes[kWarpSize];
   const uint32_t present = WarpLanes(b, w, lanes);
+  const WarpState& ws = b.warps[w];
   uint64_t left = kWarpTurn;
   int rotate_after = -1;  // after a group's turn ran out: lead with the next runnable lane after it
   *yielded = false;
   while (left > 0) {
+    if (entering) {  // every lane at the kernel's first op: one group, nothing to look at
+      entering = false;
+      GroupEnd end;
+      PHOS_RETURN_IF_ERROR(RunGroup(b, w, lanes, present, present, left, &end));
+      left -= std::min(left, std::max<uint64_t>(end.steps, 1));
+      continue;
+    }
     // One pass over the lanes: which can run, and where each stands.
     Place places[kWarpSize];
     uint32_t runnable = 0, live = 0;
     for (uint32_t m = present; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
-      if (lanes[l]->state != Thread::kExited) live |= 1u << l;
-      if (lanes[l]->state != Thread::kRunnable) continue;
+      if (ws.state[l] != Thread::kExited) live |= 1u << l;
+      if (ws.state[l] != Thread::kRunnable) continue;
       runnable |= 1u << l;
       places[l] = Place::Of(*lanes[l]);
     }
@@ -346,7 +355,7 @@ Status RunWarp(Block& b, uint32_t w, bool* yielded) {
     if (end.turn_over) rotate_after = lead;
   }
   for (uint32_t m = present; m; m &= m - 1) {
-    if (lanes[__builtin_ctz(m)]->state == Thread::kRunnable) *yielded = true;
+    if (ws.state[__builtin_ctz(m)] == Thread::kRunnable) *yielded = true;
   }
   return Status();
 }
@@ -375,19 +384,19 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
       t.warp = i / kWarpSize;
     }
   }
-  b.warp_regs.resize(b.nwarps);
+  b.warps.resize(b.nwarps);
   // Every thread enters the kernel: frame 0 (what PushFrame would make,
   // done for the whole block at once, reusing the previous block's
   // vectors): rows [0, num_regs) of its warp zeroed, its parameter buffer
   // the launch's formals (there since the first block) then zeros, its
   // local depot zeroed.
-  for (WarpRegisters& rf : b.warp_regs) rf.regs.assign(size_t{kf.num_regs} * kWarpSize, 0);
+  for (WarpState& rf : b.warps) rf.regs.assign(size_t{kf.num_regs} * kWarpSize, 0);
   std::fill(std::begin(b.bar_arrived), std::end(b.bar_arrived), 0u);
   Frame entry;
   entry.func = static_cast<uint32_t>(kernel);
   for (uint32_t i = 0; i < b.nthreads; ++i) {
     Thread& t = b.threads[i];
-    t.reg_file = &b.warp_regs[i / kWarpSize];
+    t.warp_state = &b.warps[i / kWarpSize];
     t.reg_top = kf.num_regs;
     t.params.resize(kf.param_size);  // (a thread that exited inside a call left its callees' frames)
     if (kf.param_size > kf.formal_bytes) {
@@ -401,21 +410,22 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     }
     t.frames.clear();
     t.frames.push_back(entry);
-    t.state = Thread::kRunnable;
+    t.set_state(Thread::kRunnable);
     t.carry = false;
     t.wait_timed_out = false;
     t.wait_epoch = 0;
-    t.icount = 0;
+    t.icount() = 0;
   }
   b.launch_params = params;
   Status result;
   std::string error;
   int stalls = 0;  // rounds in which only timed-out mbarrier waits moved
+  bool first_round = true;
   for (;;) {
     bool progress = false;  // a warp that used its turn, a collective that completed
     if (b.opts->thread_at_a_time) {
       for (Thread& t : b.threads) {
-        if (t.state != Thread::kRunnable) continue;
+        if (t.state() != Thread::kRunnable) continue;
         int api_error = 0;
         if (RunThread(b, t, &error, &api_error) == Flow::kError) {
           result = Status::FailedPrecondition("ptx interp: " + ThreadName(b, t) + ": " + error);
@@ -426,9 +436,10 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     } else {
       for (uint32_t w = 0; w < b.nwarps && result.ok(); ++w) {
         bool yielded = false;
-        result = RunWarp(b, w, &yielded);
+        result = RunWarp(b, w, first_round, &yielded);
         progress = progress || yielded;
       }
+      first_round = false;
     }
     if (!result.ok()) break;
     // Warp collectives. (RunWarp completes its warp's before it returns,
@@ -445,13 +456,14 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     // pass that also counts the finished and the still waiting).
     bool woken = false;
     uint32_t exited = 0, yielded = 0;
-    for (Thread& t : b.threads) {
-      if (t.state == Thread::kYield && t.wait_epoch != b.mbar_epoch) {
-        t.state = Thread::kRunnable;
+    for (uint32_t i = 0; i < b.nthreads; ++i) {  // states from the warps' arrays: Threads only for yields
+      uint8_t& state = b.warps[i / kWarpSize].state[i % kWarpSize];
+      if (state == Thread::kYield && b.threads[i].wait_epoch != b.mbar_epoch) {
+        state = Thread::kRunnable;
         woken = true;
       }
-      exited += t.state == Thread::kExited;
-      yielded += t.state == Thread::kYield;
+      exited += state == Thread::kExited;
+      yielded += state == Thread::kYield;
     }
     if (woken) {
       stalls = 0;
@@ -473,8 +485,8 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     if (yielded > 0 && stalls < 2) {
       ++stalls;
       for (Thread& t : b.threads) {
-        if (t.state == Thread::kYield) {
-          t.state = Thread::kRunnable;
+        if (t.state() == Thread::kYield) {
+          t.set_state(Thread::kRunnable);
           t.wait_timed_out = true;
         }
       }
@@ -482,21 +494,21 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     }
     // Nobody can move: report the first thread stuck at a collective.
     for (const Thread& t : b.threads) {
-      if (t.state == Thread::kYield) {
+      if (t.state() == Thread::kYield) {
         const Frame& f = t.frames.back();
         result = Status::FailedPrecondition("ptx interp: deadlock: " + ThreadName(b, t) + " waits at " +
                                             p.Where(static_cast<int>(f.func), f.pc) +
                                             " for an mbarrier phase that no thread of the block completes");
         break;
       }
-      if (t.state == Thread::kBarrier) {
+      if (t.state() == Thread::kBarrier) {
         const Frame& f = t.frames.back();
         result = Status::FailedPrecondition("ptx interp: deadlock: " + ThreadName(b, t) + " waits at " +
                                             p.Where(static_cast<int>(f.func), f.pc) + " on " +
                                             BarrierWaitText(b, t) + " for threads that never arrive");
         break;
       }
-      if (t.state == Thread::kCollective) {
+      if (t.state() == Thread::kCollective) {
         const Frame& f = t.frames.back();
         result = Status::FailedPrecondition(
             "ptx interp: deadlock: " + ThreadName(b, t) + " waits at " + p.Where(static_cast<int>(f.func), f.pc) +
@@ -507,7 +519,7 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     if (result.ok()) result = Status::Internal("ptx interp: block scheduler made no progress");
     break;
   }
-  for (const Thread& t : b.threads) *icount += t.icount;
+  for (const Thread& t : b.threads) *icount += t.icount();
   return result;
 }
 

@@ -25,7 +25,7 @@ Flow ExecBarrier(Exec& x, const Op& op) {
   const uint64_t id = Src(x, op, BarrierOperand(op));
   if (id >= kNumBarriers) return Fail(x, "barrier " + std::to_string(id) + " is outside 0..15");
   x.t->bar_id = static_cast<uint8_t>(id);
-  x.t->state = Thread::kBarrier;
+  x.t->set_state(Thread::kBarrier);
   return Flow::kBlock;
 }
 
@@ -43,8 +43,8 @@ bool ReleaseBarriers(Block& b, bool* released, std::string* error) {
   uint32_t waiting_at[kNumBarriers] = {};
   Thread* first_at[kNumBarriers] = {};
   for (Thread& t : b.threads) {
-    exited += t.state == Thread::kExited;
-    if (t.state == Thread::kBarrier) {
+    exited += t.state() == Thread::kExited;
+    if (t.state() == Thread::kBarrier) {
       if (waiting_at[t.bar_id]++ == 0) first_at[t.bar_id] = &t;
     }
   }
@@ -69,7 +69,7 @@ bool ReleaseBarriers(Block& b, bool* released, std::string* error) {
     uint32_t popc = 0, count = 0;
     if (op0.sub == kBarRed) {
       for (Thread& t : b.threads) {
-        if (t.state != Thread::kBarrier || t.bar_id != id) continue;
+        if (t.state() != Thread::kBarrier || t.bar_id != id) continue;
         Exec x = ExecOf(b, t);
         const Op& op = CurrentOp(b, t);
         if (op.sub != kBarRed || op.target != op0.target) {
@@ -81,7 +81,7 @@ bool ReleaseBarriers(Block& b, bool* released, std::string* error) {
       }
     }
     for (Thread& t : b.threads) {
-      if (t.state != Thread::kBarrier || t.bar_id != id) continue;
+      if (t.state() != Thread::kBarrier || t.bar_id != id) continue;
       if (op0.sub == kBarRed) {
         Exec x = ExecOf(b, t);
         const Op& op = CurrentOp(b, t);
@@ -90,7 +90,7 @@ bool ReleaseBarriers(Block& b, bool* released, std::string* error) {
         if (op0.target & kBarRedOr) v = popc > 0 ? 1 : 0;
         Set(x, op, 0, v);
       }
-      t.state = Thread::kRunnable;
+      t.set_state(Thread::kRunnable);
       ++t.frames.back().pc;
     }
     b.bar_arrived[id] = 0;

@@ -24,7 +24,7 @@ void PushFrame(Thread& t, const Program& p, uint32_t func) {
   fr.pc = 0;
   fr.reg_base = t.reg_top;
   t.reg_top += f.num_regs;
-  t.reg_file->Reserve(t.reg_top);  // may move the rows: callers Refresh their Exec
+  t.warp_state->Reserve(t.reg_top);  // may move the rows: callers Refresh their Exec
   for (uint32_t row = fr.reg_base; row < t.reg_top; ++row) t.reg(row) = 0;
   fr.param_base = Align(t.params.size(), 16);
   t.params.resize(fr.param_base + f.param_size, 0);

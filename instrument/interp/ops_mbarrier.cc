@@ -148,7 +148,7 @@ Flow ExecMbarrier(Exec& x, const Op& op) {
       Thread& t = *x.t;
       if (!done && !t.wait_timed_out) {
         t.wait_epoch = x.b->mbar_epoch;
-        t.state = Thread::kYield;
+        t.set_state(Thread::kYield);
         return Flow::kBlock;  // the pc stays: the wait runs again when resumed
       }
       t.wait_timed_out = false;

@@ -28,9 +28,9 @@ uint64_t ReadSreg(Exec& x, uint32_t id) {
     case kSmid: return b.smid;
     case kNsmid: return 1024;
     case kGridid: return 1;
-    case kClock: return t.icount & 0xFFFFFFFFu;
-    case kClockHi: return t.icount >> 32;
-    case kClock64: return t.icount;
+    case kClock: return t.icount() & 0xFFFFFFFFu;
+    case kClockHi: return t.icount() >> 32;
+    case kClock64: return t.icount();
     case kGlobaltimer: case kGlobaltimerLo: case kGlobaltimerHi: {
       const uint64_t ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::system_clock::now().time_since_epoch()).count());

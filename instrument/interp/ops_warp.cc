@@ -32,7 +32,7 @@ using ptx::VoteMode;
 // CTA barriers (bar.sync, bar.red) wait in ops_barrier.cc; of the bar
 // opcodes only bar.warp.sync comes here.
 Flow ExecCollective(Exec& x, const Op&) {
-  x.t->state = Thread::kCollective;
+  x.t->set_state(Thread::kCollective);
   return Flow::kBlock;
 }
 
@@ -70,7 +70,7 @@ bool SameCollective(const Op& a, const Op& c) {
 Flow Advance(Thread* const* lanes, uint32_t group) {
   for (uint32_t m = group; m; m &= m - 1) {
     Thread& t = *lanes[__builtin_ctz(m)];
-    t.state = Thread::kRunnable;
+    t.set_state(Thread::kRunnable);
     ++t.frames.back().pc;
   }
   return Flow::kNext;

@@ -1,6 +1,6 @@
 // Whole-warp handlers (WarpFn): the common ops run once for every lane of
 // a warp that stands at them together, reading and writing the warp's
-// lane-interleaved register rows (exec.h WarpRegisters), with no per-lane
+// lane-interleaved register rows (exec.h WarpState), with no per-lane
 // dispatch or operand decoding. This is where the lockstep interpreter's
 // speed comes from (docs/benchmarks.md "PTX interpreter").
 //
@@ -720,7 +720,7 @@ Flow BarSync(WarpExec& w, const Op& op, uint32_t active) {
   for (uint32_t m = active; m; m &= m - 1) {
     const int l = __builtin_ctz(m);
     w.lanes[l]->bar_id = static_cast<uint8_t>(id[l]);
-    w.lanes[l]->state = Thread::kBarrier;
+    w.lanes[l]->set_state(Thread::kBarrier);
   }
   return Flow::kBlock;
 }
