@@ -390,7 +390,11 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
   // vectors): rows [0, num_regs) of its warp zeroed, its parameter buffer
   // the launch's formals (there since the first block) then zeros, its
   // local depot zeroed.
-  for (WarpState& rf : b.warps) rf.regs.assign(size_t{kf.num_regs} * kWarpSize, 0);
+  for (WarpState& ws : b.warps) {
+    ws.regs.assign(size_t{kf.num_regs} * kWarpSize, 0);
+    std::fill(std::begin(ws.state), std::end(ws.state), Thread::kRunnable);
+    std::fill(std::begin(ws.icount), std::end(ws.icount), 0);
+  }
   std::fill(std::begin(b.bar_arrived), std::end(b.bar_arrived), 0u);
   Frame entry;
   entry.func = static_cast<uint32_t>(kernel);
@@ -399,9 +403,7 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     t.warp_state = &b.warps[i / kWarpSize];
     t.reg_top = kf.num_regs;
     t.params.resize(kf.param_size);  // (a thread that exited inside a call left its callees' frames)
-    if (kf.param_size > kf.formal_bytes) {
-      std::memset(t.params.data() + kf.formal_bytes, 0, kf.param_size - kf.formal_bytes);
-    }
+    if (kf.has_callsite_params) std::memset(t.params.data() + kf.formal_bytes, 0, kf.param_size - kf.formal_bytes);
     if (kf.local_size > 0) {
       t.local.resize(kf.local_size);
       std::memset(t.local.data(), 0, kf.local_size);
@@ -410,11 +412,9 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     }
     t.frames.clear();
     t.frames.push_back(entry);
-    t.set_state(Thread::kRunnable);
     t.carry = false;
     t.wait_timed_out = false;
     t.wait_epoch = 0;
-    t.icount() = 0;
   }
   b.launch_params = params;
   Status result;
@@ -519,7 +519,7 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     if (result.ok()) result = Status::Internal("ptx interp: block scheduler made no progress");
     break;
   }
-  for (const Thread& t : b.threads) *icount += t.icount();
+  for (uint32_t i = 0; i < b.nthreads; ++i) *icount += b.warps[i / kWarpSize].icount[i % kWarpSize];
   return result;
 }
 

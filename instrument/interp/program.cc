@@ -380,6 +380,7 @@ class ProgramBuilder {
     f->operands.resize(f->operands.size() + kOperandPadding);
     f->num_regs = nregs;
     f->param_size = static_cast<uint32_t>(AlignUp(psize, 8));
+    f->has_callsite_params = psize > f->formal_bytes;
     f->local_size = static_cast<uint32_t>(AlignUp(lsize, 16));
     return Status::Ok();
   }

@@ -121,6 +121,7 @@ struct Function {
   // (the PTX ISA: kernel parameters are per-kernel and read-only), so
   // every thread's copy stays the launch's parameter bytes.
   uint32_t formal_bytes = 0;
+  bool has_callsite_params = false;  // .param variables for its calls follow the formals
   std::vector<ParamSlot> returns, params;
   uint32_t local_size = 0;              // .local depot bytes
   std::vector<uint32_t> callees;        // functions called directly
