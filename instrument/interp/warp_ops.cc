@@ -562,10 +562,17 @@ WarpFn BindCvta(const Op& op) {
 // bytes at the highest would wrap.
 bool Span(const uint64_t* a, uint32_t active, int eb, uint64_t* lo, uint64_t* hi) {
   uint64_t l0 = UINT64_MAX, h0 = 0;
-  for (uint32_t m = active; m; m &= m - 1) {
-    const uint64_t v = a[__builtin_ctz(m)];
-    l0 = std::min(l0, v);
-    h0 = std::max(h0, v);
+  if (active == kAllLanes) {  // no mask to walk: a loop the compiler vectorises
+    for (uint32_t l = 0; l < kWarpSize; ++l) {
+      l0 = a[l] < l0 ? a[l] : l0;
+      h0 = a[l] > h0 ? a[l] : h0;
+    }
+  } else {
+    for (uint32_t m = active; m; m &= m - 1) {
+      const uint64_t v = a[__builtin_ctz(m)];
+      l0 = std::min(l0, v);
+      h0 = std::max(h0, v);
+    }
   }
   *lo = l0;
   *hi = h0;
@@ -585,10 +592,7 @@ bool Locate(WarpExec& w, const Op& op, const uint64_t* a, uint32_t active, int e
       if (!Span(a, active, eb, &lo, &hi)) return false;
       uint8_t* base = GlobalBytes(b, lo, hi - lo + static_cast<uint64_t>(eb), Write);
       if (base == nullptr) return false;
-      for (uint32_t m = active; m; m &= m - 1) {
-        const int l = __builtin_ctz(m);
-        host[l] = base + (a[l] - lo);
-      }
+      for (uint32_t l = 0; l < kWarpSize; ++l) host[l] = base + (a[l] - lo);  // (only active lanes' are used)
       return true;
     }
     case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster: {
