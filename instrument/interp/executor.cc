@@ -164,7 +164,9 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
   uint32_t pc = at.pc;
   uint64_t pending = 0;  // ops run since the icounts were last brought up to date
   auto settle = [&] {
-    for (uint32_t m = group; m; m &= m - 1) rf.icount[__builtin_ctz(m)] += pending;
+    for (uint32_t l = 0; l < kWarpSize; ++l) {  // no mask walk: the group's lanes get `pending`, others 0
+      rf.icount[l] += pending & (uint64_t{0} - ((group >> l) & 1));
+    }
     most += pending;
     end->steps += pending;
     pending = 0;
@@ -215,14 +217,10 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
     // and ExecRet answer for them); the others go on.
     if (op.fn == &ExecExit || (op.fn == &ExecRet && at.depth == 1)) {
       settle();
-      for (uint32_t m = group; m; m &= m - 1) {
-        const int l = __builtin_ctz(m);
-        if ((active >> l) & 1) {
-          rf.state[l] = Thread::kExited;  // (its frame keeps the pc it had: nothing reads an exited lane's)
-        } else {
-          lanes[l]->frames.back().pc = pc + 1;
-        }
+      for (uint32_t l = 0; l < kWarpSize; ++l) {  // (an exited lane's frame keeps the pc it had: nothing reads it)
+        if ((active >> l) & 1) rf.state[l] = Thread::kExited;
       }
+      for (uint32_t m = group & ~active; m; m &= m - 1) lanes[__builtin_ctz(m)]->frames.back().pc = pc + 1;
       return Status();
     }
     if (op.fn == &ExecBra) {
