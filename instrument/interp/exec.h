@@ -244,6 +244,9 @@ struct WarpExec {
   uint32_t live = 0;  // the warp's lanes that have not exited (the group's and others)
   const Operand& Opd(const Op& op, int i) const { return fn->operands[op.first + i]; }
 };
+// Fills f->zero_at_entry (entry_registers.cc). After the ops are decoded.
+void FindRegistersReadUnset(Function* f);
+
 // The warp handler of a decoded op, or null when it has none (warp_ops.cc).
 WarpFn BindWarp(const Op& op, const std::vector<Operand>& operands);
 

@@ -389,7 +389,13 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
   // the launch's formals (there since the first block) then zeros, its
   // local depot zeroed.
   for (WarpState& ws : b.warps) {
-    ws.regs.assign(size_t{kf.num_regs} * kWarpSize, 0);
+    // The worker's first block: all zero. Later ones: only the registers
+    // the kernel may read before setting (the others are set first).
+    if (kf.zero_all_at_entry || ws.regs.size() < size_t{kf.num_regs} * kWarpSize) {
+      ws.regs.assign(size_t{kf.num_regs} * kWarpSize, 0);
+    } else {
+      for (uint32_t r : kf.zero_at_entry) std::fill_n(ws.regs.data() + size_t{r} * kWarpSize, kWarpSize, 0);
+    }
     std::fill(std::begin(ws.state), std::end(ws.state), Thread::kRunnable);
     std::fill(std::begin(ws.icount), std::end(ws.icount), 0);
   }

@@ -115,7 +115,10 @@ class ProgramBuilder {
     PHOS_RETURN_IF_ERROR(LayoutModuleVars());
     LayoutShared();
     SizeKernelShared();
-    for (size_t i = 0; i < fns_.size(); ++i) PHOS_RETURN_IF_ERROR(DecodeFunction(*fns_[i], &p_->functions_[i]));
+    for (size_t i = 0; i < fns_.size(); ++i) {
+      PHOS_RETURN_IF_ERROR(DecodeFunction(*fns_[i], &p_->functions_[i]));
+      if (p_->functions_[i].is_entry) FindRegistersReadUnset(&p_->functions_[i]);
+    }
     return Status::Ok();
   }
 

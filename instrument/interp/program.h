@@ -122,6 +122,11 @@ struct Function {
   // every thread's copy stays the launch's parameter bytes.
   uint32_t formal_bytes = 0;
   bool has_callsite_params = false;  // .param variables for its calls follow the formals
+  // Registers a thread may read before writing them (entry_registers.cc):
+  // what a block zeroes when its threads enter this kernel. All of them
+  // when zero_all_at_entry (the analysis did not run).
+  std::vector<uint32_t> zero_at_entry;
+  bool zero_all_at_entry = true;
   std::vector<ParamSlot> returns, params;
   uint32_t local_size = 0;              // .local depot bytes
   std::vector<uint32_t> callees;        // functions called directly

@@ -1,7 +1,10 @@
 // PTX interpreter throughput: interpreted thread-instructions per second on
 // saxpy (tests/apps/saxpy_loop.cu) and the shared-memory + shuffle
 // reduction (tests/apps/reduce_shared.cu). Counter "thread_instr/s".
-//   build-interp/tests/bench/interp_bench
+// Arguments: workers (host threads), lockstep (1: lockstep warps, the
+// default scheduler; 0: LaunchOptions::thread_at_a_time, the one before).
+//   build/tests/bench/interp_bench
+//   tests/bench/interp_compare.sh   (against an older commit's interpreter)
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -51,6 +54,7 @@ void Run(benchmark::State& state, const Program& p, const std::string& k, Dim3 g
          const std::vector<uint8_t>& params, GlobalMemory* mem) {
   LaunchOptions o;
   o.workers = static_cast<unsigned>(state.range(0));
+  o.thread_at_a_time = state.range(1) == 0;
   LaunchStats stats;
   o.stats = &stats;
   uint64_t total = 0;
@@ -96,6 +100,17 @@ void BM_ReduceShared(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_Saxpy)->Arg(1)->ArgName("workers")->Arg(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_ReduceShared)->Arg(1)->ArgName("workers")->Arg(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))->Unit(benchmark::kMillisecond)->UseRealTime();
+namespace {
+void Shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"workers", "lockstep"});
+  const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int lockstep : {1, 0}) {
+    b->Args({1, lockstep});
+    if (all > 1) b->Args({all, lockstep});
+  }
+}
+}  // namespace
+
+BENCHMARK(BM_Saxpy)->Apply(Shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReduceShared)->Apply(Shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

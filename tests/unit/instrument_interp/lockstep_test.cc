@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -321,6 +322,87 @@ TEST(interp_lockstep, DivergentBranchesLoopsCallsAndShufflesMatch) {
   };
   uint64_t seed = 2000;
   for (const char* body : kBodies) ExpectSameBothWays(body, seed++);
+}
+
+// A block zeroes only the registers its kernel may read before setting
+// them (entry_registers.cc); the rest keep the worker's previous block's
+// values. A kernel that reads a register it set only on some paths must
+// still read 0 in every block where it did not set it: block 0 sets %r1 in
+// its even threads, later blocks never; every block's odd threads, and all
+// threads of the later blocks, must read 0 — with one worker, so that the
+// same warps run block after block.
+TEST(interp_lockstep, ARegisterReadBeforeItIsSetIsZeroInEveryBlock) {
+  const std::string ptx = R"(.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 out) {
+  .reg .b32 %r<4>;
+  .reg .b64 %a, %t;
+  .reg .pred %p, %q;
+  ld.param.u64 %a, [out];
+  mov.u32 %r2, %tid.x;
+  mov.u32 %r3, %ctaid.x;
+  and.b32 %r0, %r2, 1;
+  setp.eq.u32 %p, %r0, 0;
+  setp.eq.u32 %q, %r3, 0;
+  and.pred %p, %p, %q;
+  @%p mov.u32 %r1, 7;
+  mad.lo.u32 %r3, %r3, 64, %r2;
+  mul.wide.u32 %t, %r3, 4;
+  add.s64 %a, %a, %t;
+  st.global.u32 [%a], %r1;
+  ret;
+}
+)";
+  for (int mode = 0; mode < 2; ++mode) {
+    Harness h;
+    ASSERT_TRUE(h.LoadText(ptx));
+    const Function& k = h.program().function(h.program().FindFunction("k"));
+    EXPECT_FALSE(k.zero_all_at_entry);
+    EXPECT_NE(std::find(k.zero_at_entry.begin(), k.zero_at_entry.end(), 1u), k.zero_at_entry.end())
+        << "%r1 is read where it may be unset";
+    h.thread_at_a_time = mode == 1;
+    const uint32_t blocks = 6;
+    uint32_t* out = h.Alloc(std::vector<uint32_t>(blocks * 64, 0xDEAD));
+    Params p;
+    p.Add(out);
+    ASSERT_TRUE(h.Launch("k", {blocks}, {64}, p, 0, 1).ok());
+    for (uint32_t i = 0; i < blocks * 64; ++i) {
+      const uint32_t want = (i < 64 && i % 2 == 0) ? 7 : 0;
+      ASSERT_EQ(out[i], want) << (mode ? "thread at a time" : "lockstep") << ", block " << i / 64 << " thread "
+                              << i % 64;
+    }
+  }
+}
+
+// Registers every path sets before reading are not zeroed per block.
+TEST(interp_lockstep, RegistersSetOnEveryPathAreNotZeroedPerBlock) {
+  const std::string ptx = R"(.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 out) {
+  .reg .b32 %r<4>;
+  .reg .b64 %a;
+  .reg .pred %p;
+  ld.param.u64 %a, [out];
+  mov.u32 %r0, %tid.x;
+  setp.eq.u32 %p, %r0, 0;
+  @%p bra ELSE;
+  mov.u32 %r1, 1;
+  bra JOIN;
+ELSE:
+  mov.u32 %r1, 2;
+JOIN:
+  add.u32 %r2, %r1, %r0;
+  st.global.u32 [%a], %r2;
+  ret;
+}
+)";
+  Harness h;
+  ASSERT_TRUE(h.LoadText(ptx));
+  const Function& k = h.program().function(h.program().FindFunction("k"));
+  EXPECT_FALSE(k.zero_all_at_entry);
+  EXPECT_TRUE(k.zero_at_entry.empty()) << "first: register " << k.zero_at_entry.front();
 }
 
 }  // namespace
