@@ -40,11 +40,13 @@ constexpr uint32_t kWarpSize = 32;
 //          rows [0, its reg_top).
 //   state  each lane's Thread::State (Thread::state()).
 //   icount each lane's executed ops (Thread::icount(); also %clock).
+//   tid    each lane's %tid, for whole-warp reads of it.
 // Owned by the Block's worker thread, like the Threads.
 struct WarpState {
   std::vector<uint64_t> regs;
   uint8_t state[kWarpSize] = {};
   uint64_t icount[kWarpSize] = {};
+  uint32_t tid[3][kWarpSize] = {};  // each lane's %tid.x/y/z (0 past the block's end)
   uint32_t rows() const { return static_cast<uint32_t>(regs.size() / kWarpSize); }
   // Grows to at least `rows` rows (new ones zero). May move `regs`.
   void Reserve(uint32_t rows) {
@@ -240,6 +242,7 @@ struct WarpExec {
   Thread* const* lanes = nullptr;
   const Function* fn = nullptr;
   uint64_t* rows = nullptr;
+  const WarpState* ws = nullptr;  // the warp's
   size_t depth = 0;  // of the lanes' frame stacks (1: in the kernel itself)
   uint32_t live = 0;  // the warp's lanes that have not exited (the group's and others)
   const Operand& Opd(const Op& op, int i) const { return fn->operands[op.first + i]; }

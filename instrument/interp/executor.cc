@@ -241,6 +241,7 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
       wx.lanes = lanes;
       wx.fn = &fn;
       wx.rows = rf.regs.data() + size_t{at.reg_base} * kWarpSize;
+      wx.ws = &rf;
       wx.depth = at.depth;
       wx.live = live;
       const Flow fl = op.warp_fn(wx, op, active);
@@ -310,15 +311,17 @@ Status RunWarp(Block& b, uint32_t w, bool entering, bool* yielded) {
     }
     // One pass over the lanes: which can run, and where each stands.
     Place places[kWarpSize];
-    uint32_t runnable = 0, live = 0;
+    uint32_t runnable = 0, live = 0, collective = 0;
     for (uint32_t m = present; m; m &= m - 1) {
       const int l = __builtin_ctz(m);
       if (ws.state[l] != Thread::kExited) live |= 1u << l;
+      if (ws.state[l] == Thread::kCollective) collective |= 1u << l;
       if (ws.state[l] != Thread::kRunnable) continue;
       runnable |= 1u << l;
       places[l] = Place::Of(*lanes[l]);
     }
     if (runnable == 0) {
+      if (collective == 0) return Status();  // all wait at barriers or have finished
       bool progress = false;
       PHOS_RETURN_IF_ERROR(ResolveWarpCollectives(b, w, &progress));
       if (progress) continue;
@@ -380,6 +383,10 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
       t.linear = i;
       t.lane = i % kWarpSize;
       t.warp = i / kWarpSize;
+    }
+    b.warps.resize(b.nwarps);
+    for (uint32_t i = 0; i < b.nthreads; ++i) {
+      for (int d = 0; d < 3; ++d) b.warps[i / kWarpSize].tid[d][i % kWarpSize] = b.threads[i].tid[d];
     }
   }
   b.warps.resize(b.nwarps);

@@ -48,9 +48,11 @@ bool GatherSreg(const WarpExec& w, uint32_t id, uint64_t* v) {
     for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = x;
   };
   switch (id) {
-    case kTidX: case kTidY: case kTidZ:
-      each_lane([&](const Thread& t, uint32_t) -> uint64_t { return t.tid[id - kTidX]; });
+    case kTidX: case kTidY: case kTidZ: {  // from the warp's array: no Thread to touch
+      const uint32_t* tid = w.ws->tid[id - kTidX];
+      for (uint32_t l = 0; l < kWarpSize; ++l) v[l] = tid[l];
       return true;
+    }
     case kNtidX: case kNtidY: case kNtidZ: all(b.ntid[id - kNtidX]); return true;
     case kCtaidX: case kCtaidY: case kCtaidZ: all(b.ctaid[id - kCtaidX]); return true;
     case kNctaidX: case kNctaidY: case kNctaidZ: all(b.nctaid[id - kNctaidX]); return true;
@@ -376,22 +378,44 @@ Flow FinishSetp(WarpExec& w, const Op& op, uint32_t active, const bool* res) {
 // Integer comparisons as Compare makes them: signed types compare signed
 // values for eq..ge, everything else compares the truncated bits.
 template <CmpOp C, int B, bool Sgn>
+inline bool CompareInt(uint64_t a, uint64_t b) {
+  if constexpr (Sgn) {
+    const int64_t x = S<B>(a), y = S<B>(b);
+    return C == CmpOp::kEq ? x == y : C == CmpOp::kNe ? x != y : C == CmpOp::kLt ? x < y
+         : C == CmpOp::kLe ? x <= y : C == CmpOp::kGt ? x > y : x >= y;
+  } else {
+    const uint64_t x = U<B>(a), y = U<B>(b);
+    return C == CmpOp::kEq ? x == y : C == CmpOp::kNe ? x != y : C == CmpOp::kLt ? x < y
+         : C == CmpOp::kLe ? x <= y : C == CmpOp::kGt ? x > y : x >= y;
+  }
+}
+
+template <CmpOp C, int B, bool Sgn>
 Flow SetpInt(WarpExec& w, const Op& op, uint32_t active) {
   const int nd = op.shape[0];
+  if (nd == 1 && !(op.bool_op != ptx::BoolOp::kNone && op.nshape > 3)) {  // `setp.cc.t p, a, b`: straight into p
+    const Operand& a = w.Opd(op, 1), & b = w.Opd(op, 2);
+    uint64_t ta[kWarpSize], tb[kWarpSize];
+    const uint64_t* sa = Source(w, a, ta);
+    const uint64_t* sb = Source(w, b, tb);
+    if (sa == nullptr || sb == nullptr) return Flow::kPerThread;
+    const Operand& d = w.Opd(op, 0);
+    if (d.kind != Operand::kReg) return Flow::kNext;
+    uint64_t* row = w.rows + size_t{d.reg} * kWarpSize;
+    if (active == kAllLanes) {
+      for (uint32_t l = 0; l < kWarpSize; ++l) row[l] = CompareInt<C, B, Sgn>(sa[l], sb[l]);
+    } else {
+      for (uint32_t m = active; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        row[l] = CompareInt<C, B, Sgn>(sa[l], sb[l]);
+      }
+    }
+    return Flow::kNext;
+  }
   uint64_t a[kWarpSize], b[kWarpSize];
   if (!Gather(w, w.Opd(op, nd), a) || !Gather(w, w.Opd(op, nd + 1), b)) return Flow::kPerThread;
   bool res[kWarpSize];
-  for (uint32_t l = 0; l < kWarpSize; ++l) {
-    if constexpr (Sgn) {
-      const int64_t x = S<B>(a[l]), y = S<B>(b[l]);
-      res[l] = C == CmpOp::kEq ? x == y : C == CmpOp::kNe ? x != y : C == CmpOp::kLt ? x < y
-             : C == CmpOp::kLe ? x <= y : C == CmpOp::kGt ? x > y : x >= y;
-    } else {
-      const uint64_t x = U<B>(a[l]), y = U<B>(b[l]);
-      res[l] = C == CmpOp::kEq ? x == y : C == CmpOp::kNe ? x != y : C == CmpOp::kLt ? x < y
-             : C == CmpOp::kLe ? x <= y : C == CmpOp::kGt ? x > y : x >= y;
-    }
-  }
+  for (uint32_t l = 0; l < kWarpSize; ++l) res[l] = CompareInt<C, B, Sgn>(a[l], b[l]);
   return FinishSetp(w, op, active, res);
 }
 
