@@ -398,8 +398,10 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
   for (WarpState& ws : b.warps) {
     // The worker's first block: all zero. Later ones: only the registers
     // the kernel may read before setting (the others are set first).
-    if (kf.zero_all_at_entry || ws.regs.size() < size_t{kf.num_regs} * kWarpSize) {
-      ws.regs.assign(size_t{kf.num_regs} * kWarpSize, 0);
+    // (At least one row: a lane's view of a kernel without registers still
+    // points into the vector.)
+    if (kf.zero_all_at_entry || ws.regs.size() < size_t{std::max(kf.num_regs, 1u)} * kWarpSize) {
+      ws.regs.assign(size_t{std::max(kf.num_regs, 1u)} * kWarpSize, 0);
     } else {
       for (uint32_t r : kf.zero_at_entry) std::fill_n(ws.regs.data() + size_t{r} * kWarpSize, kWarpSize, 0);
     }

@@ -616,7 +616,10 @@ bool Locate(WarpExec& w, const Op& op, const uint64_t* a, uint32_t active, int e
       if (!Span(a, active, eb, &lo, &hi)) return false;
       uint8_t* base = GlobalBytes(b, lo, hi - lo + static_cast<uint64_t>(eb), Write);
       if (base == nullptr) return false;
-      for (uint32_t l = 0; l < kWarpSize; ++l) host[l] = base + (a[l] - lo);  // (only active lanes' are used)
+      // Every lane's (only the active lanes' are used: an inactive lane's
+      // address may lie anywhere, so this is integer arithmetic).
+      const uintptr_t at = reinterpret_cast<uintptr_t>(base);
+      for (uint32_t l = 0; l < kWarpSize; ++l) host[l] = reinterpret_cast<uint8_t*>(at + (a[l] - lo));
       return true;
     }
     case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster: {
