@@ -30,6 +30,45 @@ struct Frame {
 
 constexpr uint32_t kWarpSize = 32;
 
+// A thread's call frames, as much of std::vector's interface as the
+// interpreter uses. The first two live inside the Thread: most threads
+// never call deeper, and entering a block then writes no memory of its own
+// per thread (a vector's heap block per thread cost a cache miss each).
+class FrameStack {
+ public:
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  Frame& back() { return At(size_ - 1); }
+  const Frame& back() const { return At(size_ - 1); }
+  Frame& front() { return At(0); }
+  const Frame& front() const { return At(0); }
+  void clear() {
+    size_ = 0;
+    more_.clear();
+  }
+  void push_back(const Frame& f) {
+    if (size_ < kInline) {
+      inline_[size_] = f;
+    } else {
+      more_.push_back(f);
+    }
+    ++size_;
+  }
+  void pop_back() {
+    --size_;
+    if (size_ >= kInline) more_.pop_back();
+  }
+
+ private:
+  static constexpr size_t kInline = 2;
+  Frame& At(size_t i) { return i < kInline ? inline_[i] : more_[i - kInline]; }
+  const Frame& At(size_t i) const { return i < kInline ? inline_[i] : more_[i - kInline]; }
+  Frame inline_[kInline];
+  std::vector<Frame> more_;
+  size_t size_ = 0;
+};
+
+
 // The per-lane state of one warp, lane-interleaved ("structure of
 // arrays") so that a pass over a warp's lanes touches a few cache lines,
 // not 32 Threads:
@@ -67,7 +106,7 @@ struct Thread {
   uint32_t reg_top = 0;             // rows in use by its frames
   std::vector<uint8_t> params;
   std::vector<uint8_t> local;
-  std::vector<Frame> frames;
+  FrameStack frames;
   uint32_t tid[3] = {};
   uint32_t linear = 0, lane = 0, warp = 0;
   bool carry = false;        // CC.CF of add.cc / sub.cc

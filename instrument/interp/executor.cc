@@ -532,7 +532,9 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
     if (result.ok()) result = Status::Internal("ptx interp: block scheduler made no progress");
     break;
   }
-  for (uint32_t i = 0; i < b.nthreads; ++i) *icount += b.warps[i / kWarpSize].icount[i % kWarpSize];
+  uint64_t ops = 0;
+  for (uint32_t i = 0; i < b.nthreads; ++i) ops += b.warps[i / kWarpSize].icount[i % kWarpSize];
+  *icount += ops;
   return result;
 }
 

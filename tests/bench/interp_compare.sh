@@ -41,6 +41,8 @@ awk '$NF ~ /^thread_instr/ && $2 !~ /_(mean|median|stddev|cv)$/ {
   if (unit ~ /^G/) v *= 1000; if (unit ~ /^k/) v /= 1000
   if (v > best[side, name]) best[side, name] = v; names[name] = 1
 } END {
-  printf "%-28s %14s %14s %7s\n", "benchmark", "base M/s", "this M/s", "ratio"
   for (n in names) printf "%-28s %14.1f %14.1f %6.1fx\n", n, best["base", n], best["here", n], best["here", n] / best["base", n]
-}' "$out" | sort
+}' "$out" | sort >"$out.table"
+printf "%-28s %14s %14s %7s\n" "benchmark" "base M/s" "this M/s" "ratio"
+cat "$out.table"
+rm -f "$out.table"
