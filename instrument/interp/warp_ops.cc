@@ -611,6 +611,12 @@ template <bool Write>
 bool Locate(WarpExec& w, const Op& op, const uint64_t* a, uint32_t active, int eb, uint8_t** host) {
   Block& b = *w.b;
   switch (op.space) {
+    case Space::kNone:  // generic: global when no lane's address is in a shared/local/param window
+      for (uint32_t m = active; m; m &= m - 1) {
+        const uint64_t v = a[__builtin_ctz(m)];
+        if (InWindow(v, kSharedWindow) || InWindow(v, kLocalWindow) || InWindow(v, kParamWindow)) return false;
+      }
+      [[fallthrough]];
     case Space::kGlobal: {
       uint64_t lo = 0, hi = 0;
       if (!Span(a, active, eb, &lo, &hi)) return false;
@@ -672,48 +678,70 @@ bool LdFormal(WarpExec& w, const Op& op, uint32_t active) {
   return true;
 }
 
-template <int EB, bool Sgn>
+// Global memory (and generic addresses, which Locate admits only when
+// they are global) is shared with the blocks on other host threads: its
+// aligned accesses are host atomics, as in ExecLd/ExecSt.
+inline bool SharedWithOtherHostThreads(const Op& op) { return op.space == Space::kGlobal || op.space == Space::kNone; }
+
+// ld{.v2,.v4}: N elements of EB bytes each into operands 0..N-1, the
+// address operand after them.
+template <int EB, bool Sgn, int N>
 Flow Ld(WarpExec& w, const Op& op, uint32_t active) {
-  if (op.space == Space::kParam && LdFormal<EB, Sgn>(w, op, active)) return Flow::kNext;
+  if (N == 1 && op.space == Space::kParam && LdFormal<EB, Sgn>(w, op, active)) return Flow::kNext;
   uint64_t a[kWarpSize];
   uint8_t* host[kWarpSize];
-  if (!Gather(w, w.Opd(op, 1), a) || !Locate<false>(w, op, a, active, EB, host)) return Flow::kPerThread;
-  const bool atomic = op.space == Space::kGlobal;  // shared with other blocks' host threads
-  uint64_t d[kWarpSize];
-  for (uint32_t m = active; m; m &= m - 1) {
-    const int l = __builtin_ctz(m);
-    const uint64_t v = LoadScalar(host[l], EB, atomic, std::memory_order_relaxed);
-    d[l] = Sgn ? static_cast<uint64_t>(SExt(v, EB * 8)) : v;
+  if (!Gather(w, w.Opd(op, N), a) || !Locate<false>(w, op, a, active, EB * N, host)) return Flow::kPerThread;
+  const bool atomic = SharedWithOtherHostThreads(op);
+  for (int i = 0; i < N; ++i) {
+    uint64_t d[kWarpSize];
+    for (uint32_t m = active; m; m &= m - 1) {
+      const int l = __builtin_ctz(m);
+      const uint64_t v = LoadScalar(host[l] + i * EB, EB, atomic, std::memory_order_relaxed);
+      d[l] = Sgn ? static_cast<uint64_t>(SExt(v, EB * 8)) : v;
+    }
+    Scatter(w, w.Opd(op, i), active, d);
   }
-  Scatter(w, w.Opd(op, 0), active, d);
   return Flow::kNext;
 }
 
-template <int EB>
+// st{.v2,.v4}: the address operand, then N elements of EB bytes each.
+template <int EB, int N>
 Flow St(WarpExec& w, const Op& op, uint32_t active) {
-  uint64_t a[kWarpSize], v[kWarpSize];
+  uint64_t a[kWarpSize], v[N][kWarpSize];
   uint8_t* host[kWarpSize];
-  if (!Gather(w, w.Opd(op, 0), a) || !Gather(w, w.Opd(op, 1), v) || !Locate<true>(w, op, a, active, EB, host)) {
-    return Flow::kPerThread;
+  if (!Gather(w, w.Opd(op, 0), a)) return Flow::kPerThread;
+  for (int i = 0; i < N; ++i) {
+    if (!Gather(w, w.Opd(op, 1 + i), v[i])) return Flow::kPerThread;
   }
-  const bool atomic = op.space == Space::kGlobal;
-  // Lane order, as the per-thread interpreter stores: of lanes storing to
-  // one address the highest lane's value stays (the PTX ISA leaves which
-  // one to the machine).
+  if (!Locate<true>(w, op, a, active, EB * N, host)) return Flow::kPerThread;
+  const bool atomic = SharedWithOtherHostThreads(op);
+  // Lane order, each lane's elements in order, as the per-thread
+  // interpreter stores: of lanes storing to one address the highest lane's
+  // value stays (the PTX ISA leaves which one to the machine).
   for (uint32_t m = active; m; m &= m - 1) {
     const int l = __builtin_ctz(m);
-    StoreScalar(host[l], EB, v[l], atomic, std::memory_order_relaxed);
+    for (int i = 0; i < N; ++i) StoreScalar(host[l] + i * EB, EB, v[i][l], atomic, std::memory_order_relaxed);
   }
   return Flow::kNext;
+}
+
+template <bool Load, bool Sgn, int N>
+WarpFn MemBy(int eb) {
+  switch (eb) {
+    case 1: return Load ? &Ld<1, Sgn, N> : &St<1, N>;
+    case 2: return Load ? &Ld<2, Sgn, N> : &St<2, N>;
+    case 4: return Load ? &Ld<4, Sgn, N> : &St<4, N>;
+    case 8: return Load ? &Ld<8, Sgn, N> : &St<8, N>;
+    default: return nullptr;
+  }
 }
 
 template <bool Load, bool Sgn>
-WarpFn MemBy(int eb) {
-  switch (eb) {
-    case 1: return Load ? &Ld<1, Sgn> : &St<1>;
-    case 2: return Load ? &Ld<2, Sgn> : &St<2>;
-    case 4: return Load ? &Ld<4, Sgn> : &St<4>;
-    case 8: return Load ? &Ld<8, Sgn> : &St<8>;
+WarpFn MemBy(int eb, int n) {
+  switch (n) {
+    case 1: return MemBy<Load, Sgn, 1>(eb);
+    case 2: return MemBy<Load, Sgn, 2>(eb);
+    case 4: return MemBy<Load, Sgn, 4>(eb);
     default: return nullptr;
   }
 }
@@ -723,19 +751,19 @@ WarpFn BindMem(const Op& op, bool load) {
   // per-thread handler: it orders them and yields in cooperative launches.
   if (op.sem != ptx::Semantics::kNone && op.sem != ptx::Semantics::kWeak) return nullptr;
   if (op.nshape != 2 || op.type == Type::kPred) return nullptr;
-  if (load ? op.shape[0] != 1 : op.shape[1] != 1) return nullptr;  // vectors: per thread
+  const int n = load ? op.shape[0] : op.shape[1];  // elements (.v2, .v4)
   const int eb = TypeBytes(op.type);
   if (eb == 0 || eb > 8) return nullptr;
   switch (op.space) {
-    case Space::kGlobal: case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster:
+    case Space::kGlobal: case Space::kNone: case Space::kShared: case Space::kSharedCta: case Space::kSharedCluster:
       break;
     case Space::kParam: case Space::kConst:
       if (!load) return nullptr;
       break;
-    default: return nullptr;  // generic and local: per thread
+    default: return nullptr;  // local: per thread
   }
   const bool sgn = IsSignedInt(op.type);
-  return load ? (sgn ? MemBy<true, true>(eb) : MemBy<true, false>(eb)) : MemBy<false, false>(eb);
+  return load ? (sgn ? MemBy<true, true>(eb, n) : MemBy<true, false>(eb, n)) : MemBy<false, false>(eb, n);
 }
 
 // --- Barriers and warp collectives (ops_barrier.cc, ops_warp.cc) -------------
@@ -802,7 +830,7 @@ WarpFn BindWarp(const Op& op, const std::vector<Operand>& operands) {
     if (op.nshape == 2 && op.shape[1] > 1) return &MovPack;
     return op.type == Type::kPred ? &MovPred : &Mov;
   }
-  if (op.fn == &ExecLd && op.opcode == Opcode::kLd) return BindMem(op, true);
+  if (op.fn == &ExecLd) return BindMem(op, true);  // ld, ld.global.nc, ldu
   if (op.fn == &ExecSt) return BindMem(op, false);
   if (op.fn == &ExecBarrier && op.sub == kBarSync) return &BarSync;
   if (op.fn == &ExecCollective && op.opcode == Opcode::kShfl && op.nshape >= 1) return &Shfl;

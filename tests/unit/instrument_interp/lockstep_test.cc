@@ -297,6 +297,14 @@ TEST(interp_lockstep, LoadsAndStoresMatch) {
       ".shared .align 8 .b8 sm[2048];\n mov.u32 %bit, sm; shl.b32 %w6, %tid, 3; add.u32 %w6, %w6, %bit;"
       " st.shared.u64 [%w6], %x0; bar.sync 0; xor.b32 %w7, %tid, 1; shl.b32 %w7, %w7, 3; add.u32 %w7, %w7, %bit;"
       " ld.shared.u64 %x4, [%w7]; @%p0 ld.shared.s16 %x5, [%w7+2];",
+      // vectors, ldu/nc, generic addresses (global ones; a shared one goes per thread)
+      "ld.global.v2.u32 {%w4, %w5}, [%base+8]; @%p0 ld.global.nc.v4.u16 {%h3, %h2, %h1, %h0}, [%base+16];"
+      " ld.global.v2.u64 {%x4, %x5}, [%base+32]; ldu.global.u32 %w6, [%base+4];",
+      "@%p0 st.global.v2.u32 [%obase+8], {%w0, %w1}; st.global.v4.u16 [%obase+16], {%h0, %h1, %h2, %h0};"
+      " ld.global.v2.u64 {%x4, %x5}, [%obase+8];",
+      "ld.u32 %w4, [%base+12]; @%p0 st.u64 [%obase+24], %x2; ld.v2.s32 {%w5, %w6}, [%obase+24];",
+      ".shared .align 8 .b8 sg[2048];\n cvta.shared.u64 %x6, sg; mul.wide.u32 %t, %tid, 8; add.s64 %x6, %x6, %t;"
+      " st.u64 [%x6], %x1; bar.sync 0; ld.u64 %x4, [%x6]; @%p0 ld.v2.u32 {%w4, %w5}, [%x6];",
       // kernel formals, and a .param load that is not a formal
       "ld.param.u64 %x4, [out]; sub.u64 %x4, %obase, %x4; ld.param.u32 %w6, [in]; cvt.u32.u64 %w4, %base;"
       " sub.u32 %w4, %w4, %w6;",
