@@ -164,7 +164,7 @@ constexpr int64_t S(uint64_t v) {
 }
 
 enum class Int { kAdd, kSub, kMulLo, kMulHi, kMulWide, kMadLo, kMadHi, kMadWide, kShl, kShr, kAnd, kOr, kXor, kNot,
-                 kMin, kMax, kNeg };
+                 kMin, kMax, kNeg, kDiv, kRem, kAbs, kPopc, kClz };
 
 // The product as ops_int.cc forms it (signed in 128 bits, or unsigned).
 template <int B, bool Sgn>
@@ -222,6 +222,35 @@ Flow IntOp(WarpExec& w, const Op& op, uint32_t active) {
   if constexpr (K == Int::kXor) return Map<2>(w, op, active, [](uint64_t a, uint64_t b) { return U<B>(a ^ b); });
   if constexpr (K == Int::kNot) return Map<1>(w, op, active, [](uint64_t a) { return U<B>(~a); });
   if constexpr (K == Int::kNeg) return Map<1>(w, op, active, [](uint64_t a) { return U<B>(0 - U<B>(a)); });
+  if constexpr (K == Int::kDiv || K == Int::kRem) {  // as ops_int.cc: x/0 is all ones (div) or x (rem)
+    return Map<2>(w, op, active, [](uint64_t a, uint64_t b) -> uint64_t {
+      constexpr bool div = K == Int::kDiv;
+      if constexpr (Sgn) {
+        const int64_t x = S<B>(a), y = S<B>(b);
+        if (y == 0) return U<B>(div ? ~uint64_t{0} : static_cast<uint64_t>(x));
+        if (y == -1) return U<B>(div ? uint64_t{0} - static_cast<uint64_t>(x) : 0);
+        return U<B>(static_cast<uint64_t>(div ? x / y : x % y));
+      }
+      const uint64_t x = U<B>(a), y = U<B>(b);
+      if (y == 0) return U<B>(div ? ~uint64_t{0} : x);
+      return U<B>(div ? x / y : x % y);
+    });
+  }
+  if constexpr (K == Int::kAbs) {
+    return Map<1>(w, op, active, [](uint64_t a) {
+      const int64_t x = S<B>(a);
+      return U<B>(static_cast<uint64_t>(x < 0 ? -static_cast<uint64_t>(x) : x));
+    });
+  }
+  if constexpr (K == Int::kPopc) {  // (the count, not truncated to the type: as ops_int.cc)
+    return Map<1>(w, op, active, [](uint64_t a) { return static_cast<uint64_t>(__builtin_popcountll(U<B>(a))); });
+  }
+  if constexpr (K == Int::kClz) {
+    return Map<1>(w, op, active, [](uint64_t a) {
+      const uint64_t x = U<B>(a);
+      return static_cast<uint64_t>(x ? __builtin_clzll(x) - (64 - B) : B);
+    });
+  }
   if constexpr (K == Int::kMin || K == Int::kMax) {
     return Map<2>(w, op, active, [](uint64_t a, uint64_t b) -> uint64_t {
       if constexpr (Sgn) {
@@ -274,6 +303,11 @@ WarpFn BindInt(const Op& op) {
     case Opcode::kNeg: return IntByType<Int::kNeg>(op.type);
     case Opcode::kMin: return IntByType<Int::kMin>(op.type);
     case Opcode::kMax: return IntByType<Int::kMax>(op.type);
+    case Opcode::kDiv: return IntByType<Int::kDiv>(op.type);
+    case Opcode::kRem: return IntByType<Int::kRem>(op.type);
+    case Opcode::kAbs: return IntByType<Int::kAbs>(op.type);
+    case Opcode::kPopc: return IntByType<Int::kPopc>(op.type);
+    case Opcode::kClz: return IntByType<Int::kClz>(op.type);
     default: return nullptr;
   }
 }
