@@ -818,6 +818,21 @@ Flow BarSync(WarpExec& w, const Op& op, uint32_t active) {
   return Flow::kBlock;
 }
 
+// The member mask every active lane passes (operand `at`), when all of
+// them pass the same one and it names them all; else (mask != the value)
+// false. `active` must be every live lane (the caller checks).
+bool UniformMask(const WarpExec& w, const Op& op, int at, uint32_t active, uint32_t* mask) {
+  uint64_t m[kWarpSize];
+  if (!Gather(w, w.Opd(op, at), m)) return false;
+  const uint32_t want = static_cast<uint32_t>(m[__builtin_ctz(active)]);
+  if ((want & active) != active) return false;
+  for (uint32_t r = active; r; r &= r - 1) {
+    if (static_cast<uint32_t>(m[__builtin_ctz(r)]) != want) return false;
+  }
+  *mask = want;
+  return true;
+}
+
 // shfl.sync d{|p}, a, b, c, membermask when every lane of the warp that has
 // not exited stands at it, all with one member mask that names them all:
 // then no lane has yet to arrive, and the exchange is what
@@ -827,16 +842,12 @@ Flow BarSync(WarpExec& w, const Op& op, uint32_t active) {
 Flow Shfl(WarpExec& w, const Op& op, uint32_t active) {
   if (active != w.live || TypeBits(op.type) != 32) return Flow::kPerThread;
   const int nd = op.shape[0];
-  uint64_t val[kWarpSize], b[kWarpSize], c[kWarpSize], mask[kWarpSize];
-  if (!Gather(w, w.Opd(op, nd), val) || !Gather(w, w.Opd(op, nd + 1), b) || !Gather(w, w.Opd(op, nd + 2), c) ||
-      !Gather(w, w.Opd(op, nd + 3), mask)) {
+  uint64_t val[kWarpSize], b[kWarpSize], c[kWarpSize];
+  if (!Gather(w, w.Opd(op, nd), val) || !Gather(w, w.Opd(op, nd + 1), b) || !Gather(w, w.Opd(op, nd + 2), c)) {
     return Flow::kPerThread;
   }
-  const uint32_t want = static_cast<uint32_t>(mask[__builtin_ctz(active)]);
-  if ((want & active) != active) return Flow::kPerThread;
-  for (uint32_t m = active; m; m &= m - 1) {
-    if (static_cast<uint32_t>(mask[__builtin_ctz(m)]) != want) return Flow::kPerThread;
-  }
+  uint32_t mask = 0;
+  if (!UniformMask(w, op, nd + 3, active, &mask)) return Flow::kPerThread;
   uint64_t d[kWarpSize], p[kWarpSize];
   for (uint32_t m = active; m; m &= m - 1) {
     const int l = __builtin_ctz(m);
@@ -846,6 +857,42 @@ Flow Shfl(WarpExec& w, const Op& op, uint32_t active) {
   }
   Scatter(w, w.Opd(op, 0), active, d);
   if (nd == 2) Scatter(w, w.Opd(op, 1), active, p);
+  return Flow::kNext;
+}
+
+// vote.sync.{all,any,uni,ballot} d, {!}p, membermask with every live lane
+// at it (as Shfl): what ResolveCollective computes for that group.
+Flow Vote(WarpExec& w, const Op& op, uint32_t active) {
+  uint32_t mask = 0;
+  if (active != w.live || !UniformMask(w, op, 2, active, &mask)) return Flow::kPerThread;
+  const Operand& po = w.Opd(op, 1);
+  uint64_t p[kWarpSize];
+  if (!Gather(w, po, p)) return Flow::kPerThread;
+  uint32_t ballot = 0;
+  for (uint32_t r = active; r; r &= r - 1) {
+    const int l = __builtin_ctz(r);
+    if (Pred(po, p[l])) ballot |= 1u << l;
+  }
+  uint64_t v = 0;
+  switch (op.vote) {
+    case ptx::VoteMode::kAll: v = ballot == active; break;
+    case ptx::VoteMode::kAny: v = ballot != 0; break;
+    case ptx::VoteMode::kUni: v = ballot == active || ballot == 0; break;
+    case ptx::VoteMode::kBallot: v = ballot; break;
+    default: return Flow::kPerThread;  // its handler words the error
+  }
+  uint64_t d[kWarpSize];
+  for (uint32_t l = 0; l < kWarpSize; ++l) d[l] = v;
+  Scatter(w, w.Opd(op, 0), active, d);
+  return Flow::kNext;
+}
+
+// activemask d with every live lane at it: they are the converged lanes.
+Flow Activemask(WarpExec& w, const Op& op, uint32_t active) {
+  if (active != w.live) return Flow::kPerThread;
+  uint64_t d[kWarpSize];
+  for (uint32_t l = 0; l < kWarpSize; ++l) d[l] = active;
+  Scatter(w, w.Opd(op, 0), active, d);
   return Flow::kNext;
 }
 
@@ -868,6 +915,8 @@ WarpFn BindWarp(const Op& op, const std::vector<Operand>& operands) {
   if (op.fn == &ExecSt) return BindMem(op, false);
   if (op.fn == &ExecBarrier && op.sub == kBarSync) return &BarSync;
   if (op.fn == &ExecCollective && op.opcode == Opcode::kShfl && op.nshape >= 1) return &Shfl;
+  if (op.fn == &ExecCollective && op.opcode == Opcode::kVote && op.count >= 3) return &Vote;
+  if (op.fn == &ExecCollective && op.opcode == Opcode::kActivemask) return &Activemask;
   return nullptr;
 }
 

@@ -339,6 +339,10 @@ TEST(interp_lockstep, DivergentBranchesLoopsCallsAndShufflesMatch) {
       " 0xffffffff;",
       "shfl.sync.bfly.b32 %w4, %w0, 5, 31, 0xffffffff; @%p0 bra OUT; vote.sync.ballot.b32 %w5, %p1, 0xffffffff; OUT:",
       "shfl.sync.idx.b32 %w4|%p3, %w0, %w1, 31, 0xffffffff; shfl.sync.up.b32 %w5, %w4, 2, 0, 0xffffffff;",
+      // votes and activemask, converged and after a divergent branch
+      "vote.sync.ballot.b32 %w4, %p0, 0xffffffff; vote.sync.all.pred %p2, %p1, 0xffffffff;"
+      " vote.sync.any.pred %p3, !%p1, 0xffffffff; activemask.b32 %w5;",
+      "vote.sync.uni.pred %p2, %p0, 0xffffffff; @%p0 bra L1; activemask.b32 %w4; bra L2; L1: activemask.b32 %w5; L2:",
   };
   uint64_t seed = 2000;
   for (const char* body : kBodies) ExpectSameBothWays(body, seed++);
