@@ -399,6 +399,55 @@ TEST(interp_lockstep, ARegisterReadBeforeItIsSetIsZeroInEveryBlock) {
   }
 }
 
+// Independent thread scheduling: a lane spinning on a flag that another
+// lane of its warp, or a lane of another warp, sets (no barrier between)
+// must let that lane run. The lockstep scheduler yields a group's turn
+// after kGroupTurn ops and a warp's after kWarpTurn, so both finish; the
+// per-thread scheduler runs thread 0 until its instruction limit (which is
+// why this test names the lockstep scheduler instead of following
+// PHOS_INTERP_THREAD_AT_A_TIME).
+TEST(interp_lockstep, ALaneSpinningOnAnotherLanesFlagLetsItRun) {
+  const char* kPtx = R"(.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 out, .param .u32 setter) {
+  .reg .b32 %r<4>;
+  .reg .b64 %a;
+  .reg .pred %p<3>;
+  .shared .align 4 .b32 flag;
+  ld.param.u64 %a, [out];
+  ld.param.u32 %r3, [setter];
+  mov.u32 %r0, %tid.x;
+  setp.ne.u32 %p0, %r0, 0;
+  @%p0 bra SETTER;
+SPIN:
+  ld.volatile.shared.u32 %r1, [flag];
+  setp.eq.u32 %p1, %r1, 0;
+  @%p1 bra SPIN;
+  st.global.u32 [%a], %r1;
+  bra DONE;
+SETTER:
+  setp.ne.u32 %p2, %r0, %r3;
+  @%p2 bra DONE;
+  mov.u32 %r2, 5;
+  st.volatile.shared.u32 [flag], %r2;
+DONE:
+  ret;
+}
+)";
+  for (uint32_t setter : {1u, 33u}) {  // the same warp, the next one
+    Harness h;
+    ASSERT_TRUE(h.LoadText(kPtx));
+    h.thread_at_a_time = false;
+    uint32_t* out = h.Alloc(std::vector<uint32_t>(1, 0));
+    Params p;
+    p.Add(out).Add(setter);
+    const Status st = h.Launch("k", {1}, {64}, p, 0, 1);
+    ASSERT_TRUE(st.ok()) << "setter thread " << setter << ": " << st.ToString();
+    EXPECT_EQ(out[0], 5u) << "setter thread " << setter;
+  }
+}
+
 // Registers every path sets before reading are not zeroed per block.
 TEST(interp_lockstep, RegistersSetOnEveryPathAreNotZeroedPerBlock) {
   const std::string ptx = R"(.version 8.0
