@@ -142,12 +142,12 @@ struct Block {
   size_t stable_next = 0;
 };
 
-// Whether a write of `bytes` at offset `off` of thread `t`'s parameter
-// buffer would touch its kernel's formal parameters, which the PTX ISA
-// makes read-only (ops_mem.cc, ops_control.cc refuse such writes: the
-// warp handlers read the formals from Block::launch_params).
-inline bool WritesKernelFormals(const Thread& t, const Program& p, uint64_t off, size_t bytes) {
-  (void)bytes;
+// Whether a write at offset `off` of thread `t`'s parameter buffer would
+// touch its kernel's formal parameters (they are its first bytes, so where
+// the write starts decides), which the PTX ISA makes read-only (ops_mem.cc,
+// ops_control.cc refuse such writes: the warp handlers read the formals
+// from Block::launch_params).
+inline bool WritesKernelFormals(const Thread& t, const Program& p, uint64_t off) {
   return !t.frames.empty() && off < p.function(static_cast<int>(t.frames.front().func)).formal_bytes;
 }
 constexpr const char* kKernelFormalsReadOnly = "store to a kernel parameter (read-only in the PTX ISA)";

@@ -130,7 +130,6 @@ Status RunBlock(Block& b, int kernel, const uint8_t* params, size_t params_size,
       for (int d = 0; d < 3; ++d) b.warps[i / kWarpSize].tid[d][i % kWarpSize] = b.threads[i].tid[d];
     }
   }
-  b.warps.resize(b.nwarps);
   // Every thread enters the kernel: frame 0 (what PushFrame would make,
   // done for the whole block at once, reusing the previous block's
   // vectors): rows [0, num_regs) of its warp zeroed, its parameter buffer

@@ -145,7 +145,7 @@ Flow SetCallReturn(Exec& x, const Op& op, uint64_t value, size_t bytes) {
     const size_t n = std::min<size_t>(bytes, 8);
     uint8_t* dst = FrameParams(t, *x.b->prog, t.frames.back(), r.imm, n);
     if (dst == nullptr) return Fail(x, kBadParamOperand);
-    if (WritesKernelFormals(t, *x.b->prog, t.frames.back().param_base + r.imm, n)) return Fail(x, kKernelFormalsReadOnly);
+    if (WritesKernelFormals(t, *x.b->prog, t.frames.back().param_base + r.imm)) return Fail(x, kKernelFormalsReadOnly);
     std::memcpy(dst, &value, n);
   } else if (r.kind == Operand::kReg) {
     x.r[r.reg] = value;
@@ -194,7 +194,7 @@ Flow ExecRet(Exec& x, const Op&) {
     if (r.kind == Operand::kImm) {
       uint8_t* dst = FrameParams(t, p, caller, r.imm, slot.size);
       if (dst == nullptr) return Fail(x, kBadParamOperand);
-      if (WritesKernelFormals(t, p, caller.param_base + r.imm, slot.size)) return Fail(x, kKernelFormalsReadOnly);
+      if (WritesKernelFormals(t, p, caller.param_base + r.imm)) return Fail(x, kKernelFormalsReadOnly);
       std::memmove(dst, src, slot.size);
     } else if (r.kind == Operand::kReg) {
       uint64_t v = 0;

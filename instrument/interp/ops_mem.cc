@@ -68,7 +68,7 @@ uint8_t* Resolve(Exec& x, Space space, uint64_t addr, size_t bytes, bool write) 
     const bool in_window = InWindow(addr, kParamWindow);
     if (in_window || space == Space::kParam) {
       const uint64_t off = in_window ? addr - kParamWindow : t.frames.back().param_base + addr;
-      if (WritesKernelFormals(t, *x.b->prog, off, bytes)) {
+      if (WritesKernelFormals(t, *x.b->prog, off)) {
         x.error = kKernelFormalsReadOnly;
         return nullptr;
       }
