@@ -41,6 +41,28 @@ std::string CrCounts(const v1::SessionInfo& si) {
   return std::to_string(get("checkpoints")) + "/" + std::to_string(get("restores")) + "/" + std::to_string(fallbacks);
 }
 
+// Under the table: the kernels whose launches a checkpoint cannot
+// validate, and why (a few per process; --json has up to 64).
+void PrintUnvalidatable(const std::vector<const v1::SessionInfo*>& sessions) {
+  constexpr int kShown = 5;
+  bool header = false;
+  for (const v1::SessionInfo* si : sessions) {
+    const int n = si->unvalidatable_kernels_size();
+    if (n == 0) continue;
+    if (!header) {
+      std::cout << "\nUnvalidatable kernels (a checkpoint cannot check their writes; --unvalidated=trust|stop "
+                   "decides what it does with them):\n";
+      header = true;
+    }
+    for (int k = 0; k < std::min(n, kShown); ++k) {
+      const v1::UnvalidatableKernel& uk = si->unvalidatable_kernels(k);
+      std::cout << "  pid " << si->pid() << "  " << uk.kernel() << ": " << uk.reason() << "\n";
+    }
+    const uint64_t more = static_cast<uint64_t>(std::max(0, n - kShown)) + si->unvalidatable_kernels_not_listed();
+    if (more > 0) std::cout << "  pid " << si->pid() << "  ... and " << more << " more (--json lists the first 64)\n";
+  }
+}
+
 int RunPs(const GlobalOptions& global, int pid, bool json) {
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
@@ -79,6 +101,7 @@ int RunPs(const GlobalOptions& global, int pid, bool json) {
   std::cout << FormatTable(
       {"PID", "LAUNCHER", "NAME", "SESSION", "JOB (RANK/SIZE)", "GPU", "GPU-MEM", "BUFFERS", "CALLS(EX/SPEC/UNVAL)", "C/R(CKPT/RST/FALLBACK)", "STATE",
        "COMMAND"}, rows);
+  PrintUnvalidatable(sessions);
   return 0;
 }
 

@@ -154,7 +154,9 @@ Status TwinValidator::BuildTwin(const std::vector<std::byte>& image, bool check_
     if (!f->name.ends_with(twin::kTwinSuffix)) continue;
     TwinParamLayout layout;
     PHOS_RETURN_IF_ERROR(LayoutOf(*f, &layout));
-    out->layouts.emplace(f->name.substr(0, f->name.size() - twin::kTwinSuffix.size()), layout);
+    std::string kernel = f->name.substr(0, f->name.size() - twin::kTwinSuffix.size());
+    if (auto why = entry->info.UncheckedReason(kernel)) out->unchecked.emplace(kernel, std::move(*why));
+    out->layouts.emplace(std::move(kernel), layout);
   }
   // cuModuleLoadData wants NUL-terminated PTX text.
   // The original module loaded, so a refusal is about the twin (a JIT
@@ -189,6 +191,9 @@ Status TwinValidator::FindTwin(const session::SessionState& st, const session::L
     }
   }
   if (!t.status.ok()) return t.status;
+  if (auto u = t.unchecked.find(*args.kernel); u != t.unchecked.end()) {
+    return Status::NotSupported("kernel " + *args.kernel + " cannot be validated: its twin cannot check " + u->second);
+  }
   auto k = t.kernels.find(*args.kernel);
   if (k == t.kernels.end()) {
     auto l = t.layouts.find(*args.kernel);

@@ -158,6 +158,9 @@ class TwinValidator {
     backend::ModuleHandle module = 0;
     bool loaded = false;
     std::map<std::string, TwinParamLayout, std::less<>> layouts;  // by original kernel name
+    // Kernels the twin cannot fully check (twin_pass.h "unchecked"), with
+    // the reason: their launches get NotSupported, as a kernel without PTX.
+    std::map<std::string, std::string, std::less<>> unchecked;
     std::unordered_map<std::string, TwinKernel> kernels;           // resolved on first launch
   };
 

@@ -108,6 +108,14 @@ void SessionRegistry::Publish(const session::SessionSummary& s) {
       i->set_calls_speculated(stats->speculated.load(kRelaxed));
       i->set_calls_unvalidatable(stats->unvalidatable.load(kRelaxed));
       (*i->mutable_counters())["calls_unknown_access"] = stats->unknown.load(kRelaxed);
+      uint64_t not_listed = 0;
+      i->clear_unvalidatable_kernels();
+      for (const auto& k : stats->UnvalidatableKernels(&not_listed)) {
+        v1::UnvalidatableKernel* out = i->add_unvalidatable_kernels();
+        out->set_kernel(k.kernel);
+        out->set_reason(k.reason);
+      }
+      i->set_unvalidatable_kernels_not_listed(not_listed);
     };
   }
   Upsert(info, std::move(live));

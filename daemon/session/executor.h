@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,31 @@ struct AccessStats {
     }
     if (c != nullptr) c->store(c->load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
+
+  /// A kernel of the session that is unvalidatable, and why (no PTX; an
+  /// access its twin cannot check): `phos ps` lists them. The first
+  /// kMaxKernelsListed distinct names are kept, the rest only counted.
+  struct UnvalidatableKernel {
+    std::string kernel, reason;
+  };
+  static constexpr size_t kMaxKernelsListed = 64;
+  void NoteUnvalidatable(const std::string& kernel, const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& k : kernels_)
+      if (k.kernel == kernel) return;
+    if (kernels_.size() < kMaxKernelsListed) kernels_.push_back({kernel, reason});
+    else ++kernels_not_listed_;
+  }
+  std::vector<UnvalidatableKernel> UnvalidatableKernels(uint64_t* not_listed) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    *not_listed = kernels_not_listed_;
+    return kernels_;
+  }
+
+ private:
+  mutable std::mutex mu_;                      // guards the two below
+  std::vector<UnvalidatableKernel> kernels_;   // distinct names, first come
+  uint64_t kernels_not_listed_ = 0;
 };
 
 /// Implemented by the C/R engine. Called on the session's consumer thread
@@ -198,6 +224,11 @@ class Executor {
   AdmissionHook* hook() const { return hook_.get(); }
   /// Counts of admitted calls by access kind; shared with the registry.
   std::shared_ptr<const AccessStats> stats() const { return stats_; }
+  /// Records an unvalidatable kernel for `phos ps` (module load; consumer
+  /// thread).
+  void NoteUnvalidatable(const std::string& kernel, const std::string& reason) {
+    stats_->NoteUnvalidatable(kernel, reason);
+  }
 
  private:
   std::unique_ptr<AdmissionHook> hook_;

@@ -13,6 +13,7 @@
 #include "session/buffer_map.h"
 #include "signature/kernel_signature.h"
 #include "signature/signature_cache.h"
+#include "twin/twin_pass.h"
 
 namespace phos::session {
 namespace {
@@ -200,14 +201,26 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
   }
   (void)cache->ResolveAll(signature::SignatureCache::HashFatbin(bytes), requests, &sigs, &statuses);
   const AccessKind kind = ik.has_ptx ? AccessKind::kSpeculated : AccessKind::kUnvalidatable;
+  const std::map<std::string, std::string> unchecked =
+      ik.has_ptx ? UncheckedKernels(ik.ptx) : std::map<std::string, std::string>{};
   for (size_t i = 0; i < requests.size(); ++i) {
+    const std::string& name = requests[i].mangled_name;
+    std::shared_ptr<KernelAccessPlan> plan;
     if (!statuses[i].ok()) {
-      spdlog::warn("kernel {}: signature not resolved ({}); every 8-byte parameter is a candidate pointer",
-                   requests[i].mangled_name, statuses[i].ToString());
-      out->kernels[requests[i].mangled_name] = PlanFrom(SizeOnly(requests[i]), kind);
-      continue;
+      spdlog::warn("kernel {}: signature not resolved ({}); every 8-byte parameter is a candidate pointer", name,
+                   statuses[i].ToString());
+      plan = PlanFrom(SizeOnly(requests[i]), kind);
+    } else {
+      plan = PlanFrom(sigs[i], kind);
     }
-    out->kernels[requests[i].mangled_name] = PlanFrom(sigs[i], kind);
+    if (plan->kind == AccessKind::kUnvalidatable) {
+      plan->unvalidatable_reason = "the module has no PTX (SASS only): no twin can be built";
+    } else if (auto u = unchecked.find(name); u != unchecked.end() && plan->kind == AccessKind::kSpeculated) {
+      plan->kind = AccessKind::kUnvalidatable;
+      plan->unvalidatable_reason = "its twin cannot check " + u->second;
+      spdlog::warn("kernel {} is unvalidatable: {}", name, plan->unvalidatable_reason);
+    }
+    out->kernels[name] = std::move(plan);
   }
   if (spdlog::should_log(spdlog::level::debug)) {
     size_t typed = 0;
@@ -216,6 +229,30 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
                   ik.has_ptx ? "PTX present (speculated)" : "no PTX (unvalidatable)");
   }
   return Status::Ok();
+}
+
+std::map<std::string, std::string> UncheckedKernels(std::string_view ptx) {
+  std::map<std::string, std::string> out;
+  bool may = false;
+  for (std::string_view family : {"tensor", "multimem", "wmma", ".extern"}) {
+    may = may || ptx.find(family) != std::string_view::npos;
+  }
+  if (!may) return out;
+  ptx::Module mod, twin;
+  twin::TwinInfo info;
+  twin::TwinOptions opts;
+  opts.mode = twin::TwinMode::kWrites;
+  Status s = ptx::ParseModule(ptx, &mod);
+  if (s.ok()) s = twin::MakeTwin(mod, opts, &twin, &info);
+  if (!s.ok()) {
+    spdlog::debug("unchecked accesses not analysed: {}", s.ToString());
+    return out;
+  }
+  for (const twin::FunctionTwinInfo& f : info.functions) {
+    if (!f.is_entry) continue;
+    if (auto why = info.UncheckedReason(f.name)) out.emplace(f.name, std::move(*why));
+  }
+  return out;
 }
 
 bool PtxUsesTextures(std::string_view ptx) {

@@ -60,6 +60,9 @@ struct KernelAccessPlan {
   /// kSpeculated (its module has PTX: twin-able), kUnvalidatable (no PTX),
   /// or kUnknown (no parameter layout: nothing to probe).
   AccessKind kind = AccessKind::kUnknown;
+  /// Why a kUnvalidatable kernel is (no PTX; an access its twin cannot
+  /// check, twin_pass.h "unchecked"); empty otherwise.
+  std::string unvalidatable_reason;
   /// Every parameter's role came from parsed types. False for extern "C"
   /// kernels and size-only fallbacks: every 8-byte parameter is a
   /// read+write candidate ("all candidates").
@@ -96,6 +99,14 @@ struct ModuleKernels {
 /// True when `ptx` has a texture or surface instruction (conservative: a
 /// match in a comment or string counts too).
 bool PtxUsesTextures(std::string_view ptx);
+/// The kernels of `ptx` a twin cannot fully check for writes, with the
+/// reason (twin::TwinInfo::UncheckedReason in write mode). Only modules that
+/// name one of the instruction families that can go unchecked are parsed
+/// (tensor-map copies, multimem, tensormap, wmma, calls to .extern
+/// functions); others answer empty at the cost of a text scan. A module the
+/// parser or the pass refuses answers empty too: its twin is refused at
+/// validation time (engine/twin_validator.h), with the reason.
+std::map<std::string, std::string> UncheckedKernels(std::string_view ptx);
 /// True when `ptx` declares the external `malloc` or `free` (device heap).
 bool PtxUsesDeviceHeap(std::string_view ptx);
 

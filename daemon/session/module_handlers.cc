@@ -226,6 +226,9 @@ Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const st
   if (Status a = BuildModuleKernels(image, st.signature_cache, &mk); !a.ok()) {
     spdlog::warn("session {}: module {}: no kernel access sets: {}", st.session_id, module_id, a.ToString());
   }
+  for (const auto& [name, plan] : mk.kernels) {
+    if (plan->kind == AccessKind::kUnvalidatable) st.executor->NoteUnvalidatable(name, plan->unvalidatable_reason);
+  }
   return Status::Ok();
 }
 

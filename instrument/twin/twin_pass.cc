@@ -129,10 +129,21 @@ bool ClassifyAddress(const Operand& op, Space space, const ModuleFacts& mf,
   return true;
 }
 
+// Why an access to global memory goes unchecked (Classify's *unchecked):
+// the instruction text and the reason, for the kernel's "unvalidatable"
+// verdict.
+std::string UncheckedWhy(const Instruction& in, std::string_view why) {
+  return "`" + in.FullOpcode() + "`: " + std::string(why);
+}
+
+// The checks `in` needs. An access to global memory that the pass cannot
+// check (a form below it does not compute the footprint of) sets *unchecked
+// to why; accesses outside global memory are neither checked nor unchecked.
 std::vector<Site> Classify(const Instruction& in, TwinMode mode, const ModuleFacts& mf,
-                           const std::map<std::string, Space, std::less<>>& locals) {
+                           const std::map<std::string, Space, std::less<>>& locals, std::string* unchecked) {
   std::vector<Site> sites;
   const auto& info = in.info;
+  const bool reads = mode == TwinMode::kReadsAndWrites;
   auto first_addr = [&]() -> std::optional<size_t> {
     for (size_t i = 0; i < in.operands.size(); ++i)
       if (in.operands[i].kind == Operand::Kind::kAddress) return i;
@@ -146,7 +157,15 @@ std::vector<Site> Classify(const Instruction& in, TwinMode mode, const ModuleFac
     s.addr_op = *idx;
     s.is_write = is_write;
     s.bytes = AccessBytes(info);
-    if (ClassifyAddress(in.operands[*idx], info.space, mf, locals, &s.generic)) sites.push_back(s);
+    const Operand& a = in.operands[*idx];
+    if (ClassifyAddress(a, info.space, mf, locals, &s.generic)) {
+      sites.push_back(s);
+    } else if ((info.space == Space::kGlobal || info.space == Space::kNone) &&
+               (a.kind != Operand::Kind::kAddress || !a.elems.empty())) {
+      // Defensive: a global or generic address in a form the check cannot
+      // compute (the parser yields none today).
+      *unchecked = UncheckedWhy(in, "an address form the twin cannot compute");
+    }
   };
   switch (info.op) {
     case ptx::Opcode::kSt: add_simple(Kind::kStore, true); break;
@@ -154,24 +173,34 @@ std::vector<Site> Classify(const Instruction& in, TwinMode mode, const ModuleFac
     case ptx::Opcode::kRed: add_simple(Kind::kReduction, true); break;
     case ptx::Opcode::kLd:
     case ptx::Opcode::kLdu:
-      if (mode == TwinMode::kReadsAndWrites) add_simple(Kind::kLoad, false);
+      if (reads) add_simple(Kind::kLoad, false);
       break;
     case ptx::Opcode::kCp: {
       // cp[.reduce].async[.bulk].<dst space>.<src space>... [dst], [src], size
-      bool is_async = false, skip = false;
+      bool is_async = false, prefetch = false, tensor = false;
       std::vector<Space> spaces;
       for (const auto& m : in.mods) {
         if (m == "async") is_async = true;
-        if (m == "tensor" || m == "prefetch") skip = true;
+        if (m == "prefetch") prefetch = true;
+        if (m == "tensor") tensor = true;
         Space s = ptx::SpaceFromName(m);
         if (s != Space::kNone) spaces.push_back(s);
       }
-      if (!is_async || skip || spaces.size() != 2 || in.operands.size() < 3) break;
+      if (!is_async || prefetch || spaces.size() != 2) break;
+      if (tensor) {
+        // [tensorMap, {coords}]: the global address and the box come from
+        // a CUtensorMap in memory the twin cannot interpret.
+        if (spaces[0] == Space::kGlobal || (reads && spaces[1] == Space::kGlobal)) {
+          *unchecked = UncheckedWhy(in, "a tensor-map copy (its global footprint is in a CUtensorMap)");
+        }
+        break;
+      }
+      if (in.operands.size() < 3) break;
       const Operand& size = in.operands[2];
       for (size_t side = 0; side < 2; ++side) {
         if (spaces[side] != Space::kGlobal) continue;
         const bool is_write = side == 0;
-        if (!is_write && mode != TwinMode::kReadsAndWrites) continue;
+        if (!is_write && !reads) continue;
         Site s;
         s.kind = Kind::kCopy;
         s.addr_op = side;
@@ -191,18 +220,34 @@ std::vector<Site> Classify(const Instruction& in, TwinMode mode, const ModuleFac
       // wmma.load {frag}, [p]{, stride} reads; wmma.store [p], {frag}{, stride} writes.
       const bool load = in.HasMod("load"), store = in.HasMod("store");
       if (!load && !store) break;
-      if (load && mode != TwinMode::kReadsAndWrites) break;
+      if (load && !reads) break;
+      if (info.space != Space::kGlobal && info.space != Space::kNone) break;
       const size_t addr = load ? 1 : 0;
-      if (in.operands.size() <= addr) break;
       Site s;
       s.kind = load ? Kind::kLoad : Kind::kStore;
       s.addr_op = addr;
       s.is_write = store;
-      s.matrix = WmmaFootprint(in, 2);
-      if (!s.matrix) break;
+      if (in.operands.size() > addr) s.matrix = WmmaFootprint(in, 2);
+      if (!s.matrix) {
+        *unchecked = UncheckedWhy(in, "a wmma shape or layout whose footprint the twin does not know");
+        break;
+      }
       if (ClassifyAddress(in.operands[addr], info.space, mf, locals, &s.generic)) sites.push_back(s);
       break;
     }
+    case ptx::Opcode::kUnknown:
+      // Instructions the IR has no opcode for that reach global memory.
+      if (in.opcode == "multimem") {
+        // multimem.st / .red write, .ld_reduce reads, through a multicast
+        // address that names no buffer of the session.
+        if (!in.HasMod("ld_reduce") || reads) {
+          *unchecked = UncheckedWhy(in, "a multimem access (a multicast address, not a buffer of the session)");
+        }
+      } else if (in.opcode == "tensormap" && in.HasMod("replace") && !in.HasMod("shared") &&
+                 !in.HasMod("shared::cta")) {
+        *unchecked = UncheckedWhy(in, "tensormap.replace in global memory (not checked)");
+      }
+      break;
     default: break;
   }
   return sites;
@@ -285,9 +330,11 @@ class FunctionTwinner {
         if (in->info.op == ptx::Opcode::kCall) {
           PHOS_RETURN_IF_ERROR(PatchCall(in));
         } else {
-          for (const Site& s : Classify(*in, opts_.mode, mf_, locals_)) {
+          std::string unchecked;
+          for (const Site& s : Classify(*in, opts_.mode, mf_, locals_, &unchecked)) {
             PHOS_RETURN_IF_ERROR(EmitCheck(*in, s, &out));
           }
+          if (!unchecked.empty()) info_->AddUnchecked(std::move(unchecked));
         }
       }
       out.push_back(std::move(st));
@@ -347,8 +394,14 @@ class FunctionTwinner {
     bool patch = false;
     if (target.kind == Operand::Kind::kRegister) {
       patch = true;  // indirect: every target is a defined .func (prototype patched too)
+      info_->indirect_calls = true;
     } else if (target.kind == Operand::Kind::kSymbol) {
       patch = mf_.defined_funcs.count(target.name) != 0;
+      if (patch) {
+        info_->callees.insert(target.name);
+      } else if (!IsKnownRuntimeFunction(target.name)) {
+        info_->AddUnchecked("`call " + target.name + "`: a function whose code is not in the module");
+      }
     }
     if (!patch) return Status::Ok();
     std::vector<Operand> extra = {Operand::Reg(kRanges), Operand::Reg(kNRanges), Operand::Reg(kReport),
@@ -458,6 +511,54 @@ class FunctionTwinner {
 };
 
 bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+}  // namespace
+
+bool IsKnownRuntimeFunction(std::string_view name) {
+  // vprintf writes the device's printf buffer; malloc/free the device heap,
+  // which phosd adds to the access set of every launch of a module that
+  // uses it (docs/instrument.md "Device heap"); __assertfail ends the launch.
+  return name == "vprintf" || name == "malloc" || name == "free" || name == "__assertfail" ||
+         name == "__nv_aligned_device_malloc";
+}
+
+void FunctionTwinInfo::AddUnchecked(std::string why) {
+  if (unchecked.size() < kMaxUncheckedKept) unchecked.push_back(std::move(why));
+  ++unchecked_count;
+}
+
+std::optional<std::string> TwinInfo::UncheckedReason(std::string_view kernel) const {
+  const FunctionTwinInfo* k = Find(kernel);
+  if (k == nullptr || !k->is_entry) return std::nullopt;
+  // The kernel and every function it may reach: direct calls, and for an
+  // indirect call every function of the module (its target is a value).
+  std::vector<const FunctionTwinInfo*> todo{k};
+  std::set<std::string_view> seen{k->name};
+  bool all = false;
+  while (!todo.empty()) {
+    const FunctionTwinInfo* f = todo.back();
+    todo.pop_back();
+    if (!f->unchecked.empty()) {
+      std::string why = f->unchecked.front();
+      if (f != k) why = "in " + f->name + ": " + why;
+      if (f->unchecked_count > 1) why += " (and " + std::to_string(f->unchecked_count - 1) + " more)";
+      return why;
+    }
+    all = all || f->indirect_calls;
+    for (const std::string& c : f->callees) {
+      if (const FunctionTwinInfo* ci = Find(c); ci != nullptr && seen.insert(ci->name).second) todo.push_back(ci);
+    }
+    if (todo.empty() && all) {
+      for (const FunctionTwinInfo& fi : functions) {
+        if (!fi.is_entry && seen.insert(fi.name).second) todo.push_back(&fi);
+      }
+      all = false;
+    }
+  }
+  return std::nullopt;
+}
+
+namespace {
 
 // Rejects modules whose names would collide with the pass's own.
 Status CheckNames(const Module& m) {

@@ -25,12 +25,21 @@
 //    results as the kernel.
 //
 // Checked accesses: st, atom, red (kWrites and kReadsAndWrites), ld and ldu
-// (kReadsAndWrites only) in the .global space or generic (no space), and the
+// (kReadsAndWrites only) in the .global space or generic (no space), the
 // global side of cp.async / cp.async.bulk copies between shared and global
-// (destination = write, source = read). Not checked: .shared, .local,
-// .param, .const accesses; texture/surface instructions (tex, tld4, suld,
-// sust); tensor-map copies (cp.async.bulk.tensor), wmma/mma loads and stores,
-// prefetch, and anything inside .extern functions.
+// (destination = write, source = read), and wmma.store / wmma.load over the
+// tile's footprint. Not checked, because they never reach global memory
+// through an address: .shared, .local, .param, .const accesses, ldmatrix /
+// stmatrix, prefetch; texture/surface instructions (tex, tld4, suld, sust,
+// sured: phosd puts every texture and surface buffer of the session in the
+// access set of a module that uses them). Not checked although they may
+// reach global memory — "unchecked", recorded per function with the reason
+// (FunctionTwinInfo::unchecked), so a kernel that may run one is
+// unvalidatable (TwinInfo::UncheckedReason): tensor-map copies
+// (cp.async.bulk.tensor, cp.reduce.async.bulk.tensor), multimem accesses,
+// tensormap.replace in global memory, wmma forms whose footprint the pass
+// does not know, and calls to .extern functions other than the runtime's
+// known ones (IsKnownRuntimeFunction).
 //
 // The inserted code uses only ld/st/add/sub/mul.wide/setp/bra/atom/isspacep/
 // cvta/cvt/mov, registers named %phos_* and labels named $__phos_L*.
@@ -39,6 +48,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,6 +83,18 @@ struct FunctionTwinInfo {
   uint32_t generic = 0;        // of those, generic accesses (isspacep first)
   uint32_t calls_patched = 0;  // call sites that now pass the phos values
 
+  // Accesses that may reach global memory unchecked (see the file comment):
+  // the first kMaxUncheckedKept reasons ("`cp.async.bulk.tensor...`: why"),
+  // and how many there were.
+  static constexpr size_t kMaxUncheckedKept = 4;
+  std::vector<std::string> unchecked;
+  uint32_t unchecked_count = 0;
+  void AddUnchecked(std::string why);
+  // Functions of the module this one calls directly, and whether it makes
+  // indirect calls (then it may reach any function of the module).
+  std::set<std::string, std::less<>> callees;
+  bool indirect_calls = false;
+
   uint32_t checks() const { return stores + atomics + reductions + loads + copies; }
 };
 
@@ -87,7 +110,17 @@ struct TwinInfo {
       if (f.name == name) return &f;
     return nullptr;
   }
+  // Why `kernel` (an entry's original name) cannot be validated by its
+  // twin — an unchecked access in it or in a function it may call — or
+  // nullopt when every access it may make to global memory is checked (or
+  // it is not an entry of the module).
+  std::optional<std::string> UncheckedReason(std::string_view kernel) const;
 };
+
+// The .extern functions a twin may call without losing a check: the CUDA
+// device runtime's vprintf, malloc, free, __nv_aligned_device_malloc and
+// __assertfail (none writes the app's buffers outside the device heap).
+bool IsKnownRuntimeFunction(std::string_view name);
 
 // Builds the twin of `in` into *out (which may not alias `in`). Errors:
 // NotSupported for modules phos cannot twin (.address_size 32, kernels used

@@ -298,6 +298,58 @@ TEST_F(TwinValidatorTest, NoTwinWithoutPtx) {
   }
 }
 
+// A kernel whose twin cannot check an access it may make (here a
+// tensor-map load, unchecked in read mode) gets NotSupported with the
+// reason, and nothing runs; in write mode the same kernel has a twin.
+TEST_F(TwinValidatorTest, AKernelWithAnAccessItsTwinCannotCheckIsRefusedWithTheReason) {
+  static const char kPtx[] = R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry tensor_load(.param .u64 tm, .param .u64 out, .param .u32 use_tma)
+{
+  .shared .align 128 .b8 tile[256];
+  .shared .align 8 .b64 bar;
+  .reg .pred %p<2>;
+  .reg .b32 %r<5>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [tm];
+  ld.param.u64 %rd2, [out];
+  ld.param.u32 %r4, [use_tma];
+  setp.eq.u32 %p1, %r4, 0;
+  @%p1 bra $L_done;
+  mov.u32 %r1, 0;
+  mov.u32 %r2, tile;
+  mov.u32 %r3, bar;
+  cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%r2], [%rd1, {%r1}], [%r3];
+$L_done:
+  ret;
+}
+)";
+  auto image = std::make_shared<const std::vector<std::byte>>(
+      std::as_bytes(std::span<const char>(kPtx, sizeof kPtx)).begin(),
+      std::as_bytes(std::span<const char>(kPtx, sizeof kPtx)).end());
+  st_.module_images[5] = image;
+  ASSERT_OK(session::BuildModuleKernels(*image, nullptr, &st_.module_kernels[5]));
+  const uint64_t buf = Alloc(256);
+  Params p{20};
+  p.At<uint64_t>(0, buf).At<uint64_t>(8, buf).At<uint32_t>(16, 0);
+  const std::string kernel = "tensor_load";
+  TwinValidator v(ctx_.get(), 64, &cache_);
+  uint64_t ticket = 0;
+  Status st = v.Launch(st_, Args(1, 5, &kernel, 1, 1, p), stream_, {}, /*check_reads=*/true, &ticket);
+  EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
+  EXPECT_NE(st.message().find("cannot be validated"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("cp.async.bulk.tensor"), std::string::npos) << st.ToString();
+  EXPECT_EQ(v.pending(), 0u);
+  // Writes only: a tensor load writes shared memory, nothing unchecked, so
+  // the validator goes on to launch the twin (which the sim then refuses:
+  // it does not run tensor-map copies).
+  const std::vector<session::AccessRange> allowed{{buf, 256, true}};
+  st = v.Launch(st_, Args(1, 5, &kernel, 1, 1, p), stream_, allowed, false, &ticket);
+  EXPECT_EQ(st.message().find("cannot be validated"), std::string::npos) << st.ToString();
+}
+
 TEST_F(TwinValidatorTest, ReportOverflowIsReported) {
   AddModule(1, "pointer_table.fatbin");
   Scatter s;

@@ -434,6 +434,170 @@ TEST(twin_pass, CopiesCheckTheirGlobalSide) {
   ExpectAssembles(r.text);
 }
 
+// Accesses that may reach global memory but that the pass cannot check
+// make every kernel that may run them "unchecked", with the reason: in the
+// kernel, in a function it calls, or behind an indirect call.
+const char* kUncheckable = R"(
+.extern .func (.param .b32 func_retval0) vprintf(.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);
+.extern .func ext_write(.param .b64 ext_write_param_0);
+.func tensor_store(.param .b64 tm)
+{
+  .shared .align 128 .b8 tile[256];
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [tm];
+  mov.u32 %r1, 0;
+  mov.u32 %r2, tile;
+  cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%rd1, {%r1}], [%r2];
+  ret;
+}
+.func plain_store(.param .b64 p)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [p];
+  mov.u32 %r1, 7;
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+.visible .entry plain(.param .u64 out)
+{
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out];
+  {
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd1;
+  call.uni plain_store, (param0);
+  }
+  ret;
+}
+.visible .entry via_call(.param .u64 tm)
+{
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [tm];
+  {
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd1;
+  call.uni tensor_store, (param0);
+  }
+  ret;
+}
+.visible .entry indirect(.param .u64 out)
+{
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out];
+  mov.u64 %rd2, plain_store;
+  {
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd1;
+  prototype_0 : .callprototype ()_ (.param .b64 _);
+  call %rd2, (param0), prototype_0;
+  }
+  ret;
+}
+.visible .entry multicast(.param .u64 mc)
+{
+  .reg .f32 %f<2>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [mc];
+  mov.f32 %f1, 0f3F800000;
+  multimem.st.relaxed.sys.global.f32 [%rd1], %f1;
+  ret;
+}
+.visible .entry external(.param .u64 out)
+{
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out];
+  {
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd1;
+  call.uni ext_write, (param0);
+  }
+  ret;
+}
+.visible .entry prints(.param .u64 fmt)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [fmt];
+  {
+  .param .b64 param0;
+  .param .b64 param1;
+  .param .b32 retval0;
+  st.param.b64 [param0+0], %rd1;
+  st.param.b64 [param1+0], %rd1;
+  call.uni (retval0), vprintf, (param0, param1);
+  ld.param.b32 %r1, [retval0+0];
+  }
+  ret;
+}
+.visible .entry tensor_load(.param .u64 tm)
+{
+  .shared .align 128 .b8 tile[256];
+  .shared .align 8 .b64 bar;
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [tm];
+  mov.u32 %r1, 0;
+  mov.u32 %r2, tile;
+  mov.u32 %r3, bar;
+  cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%r2], [%rd1, {%r1}], [%r3];
+  ret;
+}
+)";
+
+TEST(twin_pass, AccessesItCannotCheckMakeTheirKernelsUnchecked) {
+  Twinned w = Twin(kUncheckable, TwinMode::kWrites);
+  EXPECT_EQ(w.info.UncheckedReason("plain"), std::nullopt);
+  EXPECT_EQ(w.info.UncheckedReason("prints"), std::nullopt);  // vprintf: a known runtime function
+  EXPECT_EQ(w.info.UncheckedReason("tensor_load"), std::nullopt);  // reads only: not a write
+  auto via = w.info.UncheckedReason("via_call");
+  ASSERT_TRUE(via.has_value());
+  EXPECT_NE(via->find("in tensor_store"), std::string::npos) << *via;
+  EXPECT_NE(via->find("cp.async.bulk.tensor"), std::string::npos) << *via;
+  EXPECT_NE(via->find("CUtensorMap"), std::string::npos) << *via;
+  // An indirect call may reach any function of the module.
+  auto ind = w.info.UncheckedReason("indirect");
+  ASSERT_TRUE(ind.has_value());
+  EXPECT_NE(ind->find("in tensor_store"), std::string::npos) << *ind;
+  auto mc = w.info.UncheckedReason("multicast");
+  ASSERT_TRUE(mc.has_value());
+  EXPECT_NE(mc->find("multimem"), std::string::npos) << *mc;
+  auto ext = w.info.UncheckedReason("external");
+  ASSERT_TRUE(ext.has_value());
+  EXPECT_NE(ext->find("ext_write"), std::string::npos) << *ext;
+  EXPECT_EQ(w.info.UncheckedReason("tensor_store"), std::nullopt);  // not an entry
+  EXPECT_EQ(w.info.UncheckedReason("no_such_kernel"), std::nullopt);
+  // The checkable store in plain_store is still checked.
+  EXPECT_EQ(w.info.Find("plain_store")->stores, 1u);
+  EXPECT_EQ(w.info.Find("tensor_store")->unchecked_count, 1u);
+
+  // Restore validation checks reads too: the tensor load is unchecked there.
+  Twinned r = Twin(kUncheckable, TwinMode::kReadsAndWrites);
+  auto load = r.info.UncheckedReason("tensor_load");
+  ASSERT_TRUE(load.has_value());
+  EXPECT_NE(load->find("cp.async.bulk.tensor"), std::string::npos) << *load;
+  EXPECT_EQ(r.info.UncheckedReason("plain"), std::nullopt);
+}
+
+// A wmma load whose footprint the pass does not know (sub-byte elements) is
+// unchecked in read mode, not skipped.
+TEST(twin_pass, WmmaOfUnknownFootprintIsUnchecked) {
+  Twinned t = Twin(R"(
+.visible .entry w(.param .u64 in)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [in];
+  wmma.load.a.sync.aligned.row.m8n8k32.global.s4 {%r1}, [%rd1];
+  ret;
+}
+)", TwinMode::kReadsAndWrites);
+  auto why = t.info.UncheckedReason("w");
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("wmma"), std::string::npos) << *why;
+}
+
 // ------------------------------------------------------------ report ---
 
 std::vector<unsigned char> MakeReport(uint32_t capacity, uint32_t count, size_t records_present) {

@@ -208,6 +208,84 @@ TEST_F(AccessSetSessionTest, LaunchesAndCopiesCarryAccessSetsAndPsCountsThem) {
   EXPECT_NE(ps.find(" 5/2/0 "), std::string::npos) << ps;
 }
 
+// A kernel that may write global memory in a way its twin cannot check (a
+// tensor-map copy) is unvalidatable from its module's load: its launches
+// count as such, and `phos ps` names it with the reason. Its neighbour in
+// the same module stays speculated. (The sim refuses the tensor copy at
+// launch, by name: the launch is admitted and counted, then fails.)
+TEST_F(AccessSetSessionTest, AKernelWhoseWritesItsTwinCannotCheckIsUnvalidatableWithTheReason) {
+  static const char kPtx[] = R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry maybe_tensor(.param .u64 out, .param .u32 use_tma)
+{
+  .shared .align 128 .b8 tile[256];
+  .reg .pred %p<2>;
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r3, [use_tma];
+  cvta.to.global.u64 %rd2, %rd1;
+  setp.eq.u32 %p1, %r3, 0;
+  @%p1 bra $L_plain;
+  mov.u32 %r1, 0;
+  mov.u32 %r2, tile;
+  cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%rd1, {%r1}], [%r2];
+$L_plain:
+  mov.u32 %r1, 7;
+  st.global.u32 [%rd2], %r1;
+  ret;
+}
+.visible .entry plain_store(.param .u64 out)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  mov.u32 %r1, 9;
+  st.global.u32 [%rd2+4], %r1;
+  ret;
+}
+)";
+  ASSERT_EQ(app_->ModuleLoad(1, std::as_bytes(std::span<const char>(kPtx, sizeof kPtx))), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(1, 10, "maybe_tensor"), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(1, 11, "plain_store"), kOk) << app_->message();
+  uint64_t d = 0;
+  ASSERT_EQ(app_->Malloc(8, &d), kOk);
+  struct {
+    uint64_t out;
+    uint32_t use_tma;
+  } mt{d, 0};
+  ASSERT_EQ(app_->Launch(11, Grid(1, 1), std::as_bytes(std::span(&d, 1))), kOk) << app_->message();
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  uint32_t out[2] = {};
+  ASSERT_EQ(app_->D2H(out, d, 8), kOk);
+  EXPECT_EQ(out[1], 9u);
+  ASSERT_EQ(app_->Launch(10, Grid(1, 1), std::as_bytes(std::span(&mt, 1))), kOk) << app_->message();
+  ASSERT_NE(app_->DeviceSync(), kOk);
+  EXPECT_NE(app_->message().find("tensor maps"), std::string::npos) << app_->message();
+
+  auto launches = Calls(op::kLaunchKernel);
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0].kind, AccessKind::kSpeculated);
+  EXPECT_EQ(launches[1].kind, AccessKind::kUnvalidatable);
+  ASSERT_EQ(launches[1].ranges.size(), 1u);  // still speculated from its parameters
+  EXPECT_EQ(launches[1].ranges[0].ptr, d);
+
+  const v1::SessionInfo info = OnlySession();
+  EXPECT_EQ(info.calls_speculated(), 1u);
+  EXPECT_EQ(info.calls_unvalidatable(), 1u);
+  ASSERT_EQ(info.unvalidatable_kernels_size(), 1);
+  EXPECT_EQ(info.unvalidatable_kernels(0).kernel(), "maybe_tensor");
+  EXPECT_NE(info.unvalidatable_kernels(0).reason().find("cp.async.bulk.tensor"), std::string::npos)
+      << info.unvalidatable_kernels(0).reason();
+  EXPECT_EQ(info.unvalidatable_kernels_not_listed(), 0u);
+  const std::string ps = RunPs();
+  EXPECT_NE(ps.find("Unvalidatable kernels"), std::string::npos) << ps;
+  EXPECT_NE(ps.find("maybe_tensor: its twin cannot check `cp.async.bulk.tensor"), std::string::npos) << ps;
+}
+
 // docs/interposer.md "cuBLAS and cuBLASLt": a library call's access set
 // comes from its specification — exact ranges, no speculation — and counts
 // as exact in `phos ps`; a pointer-array batch is unknown.
