@@ -175,6 +175,7 @@ class Program {
   // has none). A module built from the same PTX lays them out the same way,
   // so this base fixes every variable's address.
   uint64_t storage_base() const { return storage_size_ > 0 ? storage_base_ : 0; }
+  uint64_t storage_bytes() const { return storage_size_; }
   // Whether [addr, addr+bytes) lies in module variable storage.
   bool InModuleStorage(uint64_t addr, size_t bytes) const {
     return addr >= storage_base_ && addr - storage_base_ <= storage_size_ &&
