@@ -176,8 +176,11 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
   if (!s.ok()) {
     std::filesystem::remove_all(work_dir, ec);
     std::filesystem::remove_all(criu_tmp, ec);
-    return s.WithContext(kill(im.pid, 0) == 0 ? "no image was committed; the app keeps running"
-                                              : "no image was committed");
+    // A dead app (a zombie too: dead, not reaped yet) is named as such:
+    // killed during the CRIU dump, its error is CRIU's, not the session's.
+    return s.WithContext(ProcessRunning(im.pid) ? "no image was committed; the app keeps running"
+                                                : "pid " + std::to_string(im.pid) +
+                                                      " exited during the checkpoint; no image was committed");
   }
   result->criu_dump_ms = dump_ms;
   // stop-the-world's stall counts its capture only; the dump ran in the
@@ -195,7 +198,7 @@ Status CheckpointProcess(session::Session& sess, const engine::CheckpointOptions
     std::filesystem::remove_all(work_dir, ec);
     std::filesystem::remove_all(criu_tmp, ec);
     return w.WithContext("committing " + final_dir + " (nothing was committed" +
-                         (kill(im.pid, 0) == 0 ? "; the app keeps running)" : ")"));
+                         (ProcessRunning(im.pid) ? "; the app keeps running)" : "; the app has exited)"));
   }
   result->gpu.dir = final_dir;
   result->image = im;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <future>
 
+#include "common/proc_stat.h"
 #include "common/version.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
@@ -206,7 +207,7 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   record.Finish(s.ok(), r.counters);
   if (!s.ok()) {
     return FailOperation(writer, "Checkpoint", s.WithContext("checkpoint of pid " + std::to_string(req->pid()) +
-                                                    (kill(req->pid(), 0) == 0 ? " failed; the app keeps running and earlier images are untouched"
+                                                    (ProcessRunning(req->pid()) ? " failed; the app keeps running and earlier images are untouched"
                                                                               : " failed; earlier images are untouched")));
   }
   WriteProgress(writer, progress.Snapshot());

@@ -85,9 +85,12 @@ void FindRegistersReadUnset(Function* f) {
       const Operand& o = f->operands[op.first + k];
       if (o.kind == Operand::kReg && o.reg < regs) out[o.reg / 64] |= uint64_t{1} << (o.reg % 64);
     }
-    const bool jumps = op.fn == &ExecBra;
+    const bool jumps = op.fn == &ExecBra || op.fn == &ExecBrx;
     const bool ends = op.fn == &ExecRet || op.fn == &ExecExit || op.fn == &ExecTrap;
-    if (jumps) flow_into(op.target);
+    if (op.fn == &ExecBra) flow_into(op.target);
+    if (op.fn == &ExecBrx) {
+      for (uint32_t to : f->branch_targets[op.target]) flow_into(to);
+    }
     if ((!jumps && !ends) || op.guard >= 0) flow_into(i + 1);
   }
   // A register read where it may not have been set.

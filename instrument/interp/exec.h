@@ -345,6 +345,7 @@ Flow Stmatrix(Exec* ctx, const Op* const* ops, uint32_t group, std::string* erro
 constexpr uint32_t kLdmatrixTrans = 1;  // Op::target of ldmatrix
 Flow ExecAtom(Exec&, const Op&);        // ops_atomic.cc
 Flow ExecBra(Exec&, const Op&);         // ops_control.cc
+Flow ExecBrx(Exec&, const Op&);         // ops_control.cc: brx.idx
 Flow ExecCall(Exec&, const Op&);
 Flow ExecCallIndirect(Exec&, const Op&);
 Flow ExecAssertFail(Exec&, const Op&);  // a call of __assertfail (ops_control.cc)

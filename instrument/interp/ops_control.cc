@@ -38,6 +38,19 @@ Flow ExecBra(Exec& x, const Op& op) {
   return Flow::kJump;
 }
 
+// brx.idx index, list: the PTX ISA leaves an index past the list undefined;
+// the launch fails, naming it, rather than jump anywhere.
+Flow ExecBrx(Exec& x, const Op& op) {
+  const std::vector<uint32_t>& list = x.fn->branch_targets[op.target];
+  const uint64_t index = Src(x, op, 0) & 0xFFFFFFFFu;
+  if (index >= list.size()) {
+    return Fail(x, "brx.idx index " + std::to_string(index) + " is past its .branchtargets list of " +
+                       std::to_string(list.size()) + " labels");
+  }
+  x.frame().pc = list[index];
+  return Flow::kJump;
+}
+
 namespace {
 // Bytes [off, off + n) of frame `f`'s .param space, or null when they lie
 // outside it: a call's return or argument operand that is not a call-site

@@ -322,13 +322,22 @@ class ProgramBuilder {
       f->param_size = static_cast<uint32_t>(psize);
       return Status::Ok();
     }
-    // Labels -> index of the next op.
+    // Labels -> index of the next op; `name: .branchtargets L0, L1, ...;`
+    // lists (the parser gives a label, then the directive as raw text).
     labels_.clear();
+    branch_lists_.clear();
     {
       uint32_t n = 0;
+      const ptx::Label* last_label = nullptr;
       for (const auto& st : pf.body) {
         if (std::holds_alternative<ptx::Instruction>(st)) ++n;
-        if (const auto* l = std::get_if<ptx::Label>(&st)) labels_[l->name] = n;
+        const auto* raw = std::get_if<ptx::RawStatement>(&st);
+        if (raw != nullptr && last_label != nullptr) {
+          std::vector<std::string> names;
+          if (ParseBranchTargets(raw->text, &names)) branch_lists_[last_label->name] = std::move(names);
+        }
+        last_label = std::get_if<ptx::Label>(&st);
+        if (last_label != nullptr) labels_[last_label->name] = n;
       }
     }
     uint32_t nregs = 0;
@@ -571,6 +580,10 @@ class ProgramBuilder {
     if (why.empty() && op.fn != &ExecCall) {
       const Type imm_type = (d.op == Opcode::kCvt || d.op == Opcode::kSet || d.op == Opcode::kSlct) ? op.type2 : op.type;
       for (const auto& po : in.operands) {
+        if (po.kind == ptx::Operand::Kind::kLabel && op.fn == &ExecBrx) {
+          if (!BranchList(po.name, f, &op.target, &why)) break;
+          continue;
+        }
         if (po.kind == ptx::Operand::Kind::kLabel) {
           auto it = labels_.find(po.name);
           if (it == labels_.end()) {
@@ -1005,6 +1018,14 @@ class ProgramBuilder {
           return nullptr;
         }
         return &ExecBra;
+      case Opcode::kBrx:
+        // brx.idx{.uni} index, list (a register or immediate, a label of
+        // a .branchtargets directive).
+        if (!in.HasMod("idx") || in.operands.size() != 2 || in.operands[1].kind != ptx::Operand::Kind::kLabel) {
+          *why = "brx form (supported: brx.idx index, list)";
+          return nullptr;
+        }
+        return &ExecBrx;
       case Opcode::kCall: return &ExecCall;
       case Opcode::kRet: return &ExecRet;
       case Opcode::kExit: return &ExecExit;
@@ -1045,6 +1066,50 @@ class ProgramBuilder {
   uint64_t dyn_shared_ = 0, const_bytes_ = 0;
   std::vector<std::unordered_map<std::string, Sym>> scopes_;
   std::unordered_map<std::string, uint32_t> labels_;
+  std::unordered_map<std::string, std::vector<std::string>> branch_lists_;  // .branchtargets by name
+
+  // `.branchtargets a, b, c;` -> {a, b, c}; false for other text.
+  static bool ParseBranchTargets(const std::string& text, std::vector<std::string>* names) {
+    constexpr std::string_view kDirective = ".branchtargets";
+    std::string_view t(text);
+    const size_t start = t.find_first_not_of(" \t\n");
+    if (start == std::string_view::npos || t.substr(start, kDirective.size()) != kDirective) return false;
+    std::string name;
+    for (char c : t.substr(start + kDirective.size())) {
+      if (c == ',' || c == ';') {
+        if (name.empty()) return false;
+        names->push_back(name);
+        name.clear();
+        if (c == ';') return true;
+      } else if (c != ' ' && c != '\t' && c != '\n') {
+        name.push_back(c);
+      }
+    }
+    if (name.empty()) return false;  // the raw text may stop before the ';'
+    names->push_back(name);
+    return true;
+  }
+  // The .branchtargets list `name` as op indices, added to f's lists;
+  // *index is its place there.
+  bool BranchList(const std::string& name, Function* f, uint32_t* index, std::string* why) {
+    auto it = branch_lists_.find(name);
+    if (it == branch_lists_.end()) {
+      *why = "brx.idx names " + name + ", which is not a .branchtargets list of this function";
+      return false;
+    }
+    std::vector<uint32_t> pcs;
+    for (const std::string& label : it->second) {
+      auto l = labels_.find(label);
+      if (l == labels_.end()) {
+        *why = ".branchtargets " + name + " names unknown label " + label;
+        return false;
+      }
+      pcs.push_back(l->second);
+    }
+    *index = static_cast<uint32_t>(f->branch_targets.size());
+    f->branch_targets.push_back(std::move(pcs));
+    return true;
+  }
   const StorageAllocator* storage_ = nullptr;  // null: host memory owned by the Program
 };
 

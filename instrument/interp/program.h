@@ -130,6 +130,9 @@ struct Function {
   std::vector<ParamSlot> returns, params;
   uint32_t local_size = 0;              // .local depot bytes
   std::vector<uint32_t> callees;        // functions called directly
+  // brx.idx: each `.branchtargets` list a brx.idx names, as op indices
+  // (Op::target of the brx is the list's index here).
+  std::vector<std::vector<uint32_t>> branch_targets;
   bool calls_indirect = false;          // has a call through a function pointer
 };
 

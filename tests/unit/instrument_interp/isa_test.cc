@@ -538,6 +538,73 @@ TEST_F(isa, MmaSyncF64) {
 }
 
 // What stays unsupported is refused by name at launch, saying what it is.
+// brx.idx through a .branchtargets list (what LLVM's NVPTX backend emits
+// for a dense switch; nvcc's NVVM uses branch trees): the lanes of a warp
+// jump to different labels by their own index, meet again after, and an
+// index past the list fails the launch by name. Registers set on only some
+// targets must read 0 on the others (entry-register analysis follows every
+// target).
+TEST_F(isa, BrxIdxJumpsThroughItsBranchTargets) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Harness hx;
+  ASSERT_TRUE(hx.LoadText(R"(
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry switch4(.param .u64 in, .param .u64 out)
+{
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [in];
+  ld.param.u64 %rd2, [out];
+  mov.u32 %r5, %ctaid.x;
+  mov.u32 %r6, %ntid.x;
+  mov.u32 %r7, %tid.x;
+  mad.lo.u32 %r1, %r5, %r6, %r7;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  ld.global.u32 %r2, [%rd4];
+  add.s64 %rd5, %rd2, %rd3;
+  ts: .branchtargets $L_a, $L_b, $L_c, $L_d;
+  brx.idx %r2, ts;
+$L_a:
+  mov.u32 %r3, 100;
+  bra.uni $L_join;
+$L_b:
+  mul.lo.u32 %r3, %r1, 3;
+  bra.uni $L_join;
+$L_c:
+  mov.u32 %r4, 7;
+  add.u32 %r3, %r1, %r4;
+  bra.uni $L_join;
+$L_d:
+  mov.u32 %r3, 0;
+  add.u32 %r3, %r3, %r4;
+$L_join:
+  st.global.u32 [%rd5], %r3;
+  ret;
+}
+)"));
+  // Blocks run one after another on the same warps: block 0's lanes at
+  // $L_c set %r4, block 1's at $L_d read it, and must read 0.
+  const int bs = 64, blocks = 4, n = bs * blocks;
+  std::vector<unsigned> idx = RandInts<unsigned>(rng, n, 0, 3);
+  idx[0] = 0, idx[1] = 1, idx[2] = 2, idx[3] = 3;  // every target in warp 0
+  for (int i = 0; i < bs; ++i) idx[i] = i % 2 ? 2 : idx[i], idx[bs + i] = 3;
+  unsigned* out = hx.Alloc(RandInts<unsigned>(rng, n, 5000, 6000));
+  ASSERT_TRUE(hx.Launch(hx.Kernel("switch4"), {blocks}, {bs}, Params().Add(hx.Alloc(idx)).Add(out), 0, 1).ok());
+  for (int i = 0; i < n; ++i) {
+    const unsigned want = idx[i] == 0 ? 100u : idx[i] == 1 ? 3u * i : idx[i] == 2 ? i + 7u : 0u;  // %r4 unset: 0
+    EXPECT_EQ(out[i], want) << "thread " << i << " index " << idx[i];
+  }
+  std::vector<unsigned> bad(n, 1);
+  bad[37] = 4;
+  Status st = hx.Launch(hx.Kernel("switch4"), {blocks}, {bs}, Params().Add(hx.Alloc(bad)).Add(out));
+  EXPECT_EQ(st.code(), Status::Code::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("brx.idx index 4 is past its .branchtargets list of 4 labels"), std::string::npos)
+      << st.ToString();
+}
+
 TEST(isa_errors, DeviceLaunchAndHeapAreRefusedByName) {
   Harness h;
   ASSERT_TRUE(h.LoadText(R"(
