@@ -29,6 +29,12 @@ struct SimOptions {
   /// Modelled host<->device link bandwidth in GB/s (10^9 bytes/s) per copy
   /// engine; 0 = unthrottled. H2D and D2H copies are throttled, D2D not.
   double link_gbps = 0.0;
+  /// Kernels run each GPU thread alone (interp::LaunchOptions::
+  /// thread_at_a_time: the interpreter's scheduler before lockstep warps,
+  /// about ten times slower) instead of a warp's lanes together. A baseline
+  /// for benchmarks (tests/bench/framework_kernel_bench.py) and a
+  /// cross-check; results are the same.
+  bool interp_thread_at_a_time = false;
   /// Copy engines: at most this many H2D/D2H copies run at once.
   int copy_engines = 2;
   /// Ops a stream holds queued before enqueueing more waits (0 = no bound).

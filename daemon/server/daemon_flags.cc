@@ -129,6 +129,9 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "(0 = unthrottled)")
       ->check(CLI::Range(0.0, 10000.0))
       ->capture_default_str();
+  app->add_flag("--sim-interp-thread-at-a-time", options->backend.sim.interp_thread_at_a_time,
+               "sim: run each GPU thread alone rather than a warp's lanes together (the interpreter's "
+               "earlier scheduler, about ten times slower; same results): a baseline for benchmarks");
   app->add_option("--sim-copy-engines", options->backend.sim.copy_engines,
                   "sim: number of copy engines (concurrent host<->device copies)")
       ->check(CLI::Range(1, 16))

@@ -137,7 +137,9 @@ struct AccessStats {
 
   /// A kernel of the session that is unvalidatable, and why (no PTX; an
   /// access its twin cannot check): `phos ps` lists them. The first
-  /// kMaxKernelsListed distinct names are kept, the rest only counted.
+  /// kMaxKernelsListed distinct names are kept; past them, each kernel a
+  /// module load brings is only counted (a module loaded twice counts its
+  /// kernels twice: no set of every name is kept).
   struct UnvalidatableKernel {
     std::string kernel, reason;
   };

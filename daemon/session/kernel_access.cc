@@ -287,7 +287,8 @@ bool PtxUsesDeviceHeap(std::string_view ptx) {
     if (b == std::string_view::npos) return false;
     rest = rest.substr(b);
     const std::string_view name = rest.substr(0, rest.find_first_of(" \t(;"));
-    return name == "malloc" || name == "free";
+    return name == "malloc" || name == "free" || name == "__cuda_syscall_aligned_malloc" ||
+           name == "__nv_aligned_device_malloc";
   });
 }
 

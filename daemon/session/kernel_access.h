@@ -107,7 +107,9 @@ bool PtxUsesTextures(std::string_view ptx);
 /// parser or the pass refuses answers empty too: its twin is refused at
 /// validation time (engine/twin_validator.h), with the reason.
 std::map<std::string, std::string> UncheckedKernels(std::string_view ptx);
-/// True when `ptx` declares the external `malloc` or `free` (device heap).
+/// True when `ptx` declares the external `malloc`, `free` or an aligned
+/// malloc (`__cuda_syscall_aligned_malloc`, `__nv_aligned_device_malloc`):
+/// its kernels need the device heap.
 bool PtxUsesDeviceHeap(std::string_view ptx);
 
 /// Reads an image (fatbin container, cubin ELF or PTX text) and builds a

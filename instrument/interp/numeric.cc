@@ -1,5 +1,6 @@
 #include "interp/numeric.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace phos::interp {
@@ -40,6 +41,58 @@ uint16_t DoubleToHalf(double d, Round r) {
 }
 
 uint16_t FloatToHalf(float f, Round r) { return DoubleToHalf(static_cast<double>(f), r); }
+
+namespace {
+struct Fp8Format {
+  int mant_bits, exp_bits, bias;
+  double max_finite;
+  uint8_t max_code;  // the largest finite magnitude's bits
+};
+Fp8Format FormatOf(Fp8 f) {
+  return f == Fp8::kE4M3 ? Fp8Format{3, 4, 7, 448.0, 0x7E} : Fp8Format{2, 5, 15, 57344.0, 0x7B};
+}
+}  // namespace
+
+double Fp8ToDouble(Fp8 f, uint8_t bits) {
+  const Fp8Format ff = FormatOf(f);
+  const double sign = (bits & 0x80) ? -1.0 : 1.0;
+  const int exp = (bits >> ff.mant_bits) & ((1 << ff.exp_bits) - 1);
+  const int mant = bits & ((1 << ff.mant_bits) - 1);
+  const int exp_max = (1 << ff.exp_bits) - 1;
+  if (f == Fp8::kE4M3 && exp == exp_max && mant == (1 << ff.mant_bits) - 1) return std::nan("");
+  if (f == Fp8::kE5M2 && exp == exp_max) return mant == 0 ? sign * INFINITY : std::nan("");
+  if (exp == 0) return sign * std::ldexp(mant, 1 - ff.bias - ff.mant_bits);  // subnormal
+  return sign * std::ldexp(1.0 + std::ldexp(mant, -ff.mant_bits), exp - ff.bias);
+}
+
+uint8_t DoubleToFp8Satfinite(Fp8 f, double v) {
+  const Fp8Format ff = FormatOf(f);
+  if (std::isnan(v)) return 0x7F;
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const double a = std::fabs(v);
+  if (a >= ff.max_finite) return static_cast<uint8_t>(sign | ff.max_code);
+  if (a == 0) return sign;
+  // The spacing of representable values at a's exponent (subnormals share
+  // the smallest normal exponent), then round to a multiple of it, ties
+  // to even (a / q is exact in double; no dependence on the FPU's mode).
+  int e = 0;
+  (void)std::frexp(a, &e);
+  e = std::max(e - 1, 1 - ff.bias);
+  const double q = std::ldexp(1.0, e - ff.mant_bits);
+  const double t = a / q, fl = std::floor(t), frac = t - fl;
+  const double n = frac > 0.5 ? fl + 1 : frac < 0.5 ? fl : (std::fmod(fl, 2.0) == 0 ? fl : fl + 1);
+  const double r = n * q;
+  if (r > ff.max_finite) return static_cast<uint8_t>(sign | ff.max_code);
+  if (r == 0) return sign;
+  if (r < std::ldexp(1.0, 1 - ff.bias)) {  // subnormal
+    return static_cast<uint8_t>(sign | static_cast<int>(r / std::ldexp(1.0, 1 - ff.bias - ff.mant_bits)));
+  }
+  int re = 0;
+  const double m = std::frexp(r, &re);  // r = m * 2^re, m in [0.5, 1)
+  const int exp = re - 1 + ff.bias;
+  const int mant = static_cast<int>(std::ldexp(m * 2.0 - 1.0, ff.mant_bits));
+  return static_cast<uint8_t>(sign | exp << ff.mant_bits | mant);
+}
 
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;

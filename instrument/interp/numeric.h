@@ -90,6 +90,16 @@ float Bf16ToFloat(uint16_t h);
 // double -> bfloat16, correctly rounded (through a round-to-odd float).
 uint16_t DoubleToBf16(double d, Round r);
 
+// The two 8-bit floats of the PTX ISA (OCP FP8): .e4m3 (bias 7, no
+// infinities, S.1111.111 is NaN, max 448) and .e5m2 (bias 15, IEEE-like:
+// infinities and NaNs, max 57344).
+enum class Fp8 : uint8_t { kE4M3, kE5M2 };
+double Fp8ToDouble(Fp8 f, uint8_t bits);
+// Rounded to nearest, ties to even, saturating to +-max finite (.satfinite:
+// the only rounding the ISA offers for fp8 results; infinities saturate
+// too); a NaN becomes the canonical NaN 0x7F.
+uint8_t DoubleToFp8Satfinite(Fp8 f, double v);
+
 // Float arithmetic in a rounding mode (kNearest is the plain operation).
 float AddF(float a, float b, Round r);
 float MulF(float a, float b, Round r);

@@ -144,10 +144,65 @@ Flow ToTf32(Exec& x, const Op& op) {
   return Flow::kNext;
 }
 
+bool IsFp8x2(Type t) { return t == Type::kE4M3x2 || t == Type::kE5M2x2; }
+Fp8 Fp8Of(Type t) { return t == Type::kE4M3x2 ? Fp8::kE4M3 : Fp8::kE5M2; }
+
+// cvt.rn.satfinite{.relu}.e4m3x2/.e5m2x2.f32 d, a, b (a to the upper byte
+// of d, b to the lower), and .f16x2 / .bf16x2 d, a (a's upper half to the
+// upper byte). .satfinite and .rn are the ISA's only forms.
+Flow PackFp8(Exec& x, const Op& op) {
+  if (!(op.sub & kCvtSatFinite) || op.rounding != Rounding::kRn) {
+    return Fail(x, "cvt to an fp8 pair needs .rn.satfinite");
+  }
+  double v[2];  // the upper byte's source, then the lower's
+  const Type st = op.type2;
+  if (st == Type::kF32) {
+    v[0] = AsF32(Src(x, op, 1));
+    v[1] = AsF32(Src(x, op, 2));
+  } else if (st == Type::kF16x2 || st == Type::kBF16x2) {
+    const uint64_t s = Src(x, op, 1);
+    const auto half = [st](uint64_t h) {
+      return st == Type::kF16x2 ? HalfToFloat(static_cast<uint16_t>(h)) : Bf16ToFloat(static_cast<uint16_t>(h));
+    };
+    v[0] = half(s >> 16 & 0xFFFF);
+    v[1] = half(s & 0xFFFF);
+  } else {
+    return Fail(x, "unsupported conversion to an fp8 pair");
+  }
+  uint64_t d = 0;
+  for (int i = 0; i < 2; ++i) {
+    double w = v[i];
+    if ((op.sub & kCvtRelu) && !std::isnan(w) && w <= 0) w = 0;
+    d |= static_cast<uint64_t>(DoubleToFp8Satfinite(Fp8Of(op.type), w)) << (i == 0 ? 8 : 0);
+  }
+  Set(x, op, 0, d);
+  return Flow::kNext;
+}
+
+// cvt.rn{.relu}.f16x2.e4m3x2/.e5m2x2 d, a: each byte of a to a half, in
+// place (exact: every fp8 value is a half); a NaN is the canonical 0x7FFF.
+Flow UnpackFp8(Exec& x, const Op& op) {
+  const uint64_t s = Src(x, op, 1);
+  uint64_t d = 0;
+  for (int i = 0; i < 2; ++i) {
+    double w = Fp8ToDouble(Fp8Of(op.type2), static_cast<uint8_t>(s >> (8 * i)));
+    if ((op.sub & kCvtRelu) && !std::isnan(w) && w <= 0) w = 0;
+    const uint16_t h = std::isnan(w) ? 0x7FFF : DoubleToHalf(w, Round::kNearest);
+    d |= static_cast<uint64_t>(h) << (16 * i);
+  }
+  Set(x, op, 0, d);
+  return Flow::kNext;
+}
+
 }  // namespace
 
 Flow ExecCvt(Exec& x, const Op& op) {
   const Type dt = op.type, st = op.type2;
+  if (IsFp8x2(dt)) return PackFp8(x, op);
+  if (IsFp8x2(st)) {
+    if (dt == Type::kF16x2) return UnpackFp8(x, op);
+    return Fail(x, "unsupported conversion from an fp8 pair (supported: to .f16x2)");
+  }
   if ((dt == Type::kF16x2 || dt == Type::kBF16x2) && st == Type::kF32) return PackTwoFloats(x, op);
   if (dt == Type::kTF32 && st == Type::kF32) return ToTf32(x, op);
   uint64_t d;

@@ -1,6 +1,9 @@
 // Device-side malloc and free (docs/instrument.md §6 "The device heap"):
 // calls of the external functions `malloc` and `free` that nvcc emits for
-// malloc/free/new/delete in kernels.
+// malloc/free/new/delete in kernels, and of the aligned allocation CUDA 13
+// lowers `__nv_aligned_device_malloc(size, align)` and over-aligned `new` to
+// (`__cuda_syscall_aligned_malloc`; earlier toolkits call
+// `__nv_aligned_device_malloc` itself).
 //
 // The heap is device memory the embedder gives the launch
 // (LaunchOptions::heap_base/heap_bytes: in phos, a buffer of the session, so
@@ -64,9 +67,12 @@ void Format(uint8_t* h, uint64_t bytes) {
 }
 
 // Caller holds g_heap_mu. Offset of the payload, or 0 when nothing fits.
-uint64_t Allocate(uint8_t* h, uint64_t bytes, uint64_t want) {
+// `align` (a power of two, at least 16): the payload's address, `base` +
+// offset, is a multiple of it; the gap before it in a free block becomes a
+// free block of its own, so it needs at least two headers.
+uint64_t Allocate(uint8_t* h, uint64_t base, uint64_t bytes, uint64_t want, uint64_t align) {
   const uint64_t need = kHeader + ((want + 15) & ~uint64_t{15});
-  if (need < want) return 0;  // overflow
+  if (need < want || align > bytes) return 0;  // overflow; an alignment no block of the heap can have
   const uint64_t end = kFirstBlock + ((bytes - kFirstBlock) & ~uint64_t{15});
   uint64_t rover = Load(h, 16);
   if (rover < kFirstBlock || rover >= end) rover = kFirstBlock;
@@ -85,7 +91,20 @@ uint64_t Allocate(uint8_t* h, uint64_t bytes, uint64_t want) {
           size += next;
         }
         Store(h, at, size);
-        if (size >= need) {
+        uint64_t lead = 0;  // bytes before the block, for alignment
+        if (align > 16) {
+          uint64_t payload = ((base + at + kHeader + align - 1) & ~(align - 1)) - base;
+          if (payload - kHeader - at != 0 && payload - kHeader - at < 2 * kHeader) payload += align;
+          lead = payload - kHeader - at;
+        }
+        if (lead <= size && size - lead >= need) {
+          if (lead > 0) {  // the gap stays free
+            Store(h, at, lead);
+            Store(h, at + 8, 0);
+            at += lead;
+            size -= lead;
+            Store(h, at, size);
+          }
           if (size - need >= 2 * kHeader) {  // split
             Store(h, at + need, size - need);
             Store(h, at + need + 8, 0);
@@ -104,8 +123,10 @@ uint64_t Allocate(uint8_t* h, uint64_t bytes, uint64_t want) {
 
 }  // namespace
 
-Flow ExecDeviceMalloc(Exec& x, const Op& op) {
-  const uint64_t want = op.shape[1] > 0 ? CallArg(x, op, 0) : 0;
+namespace {
+
+// malloc(want) with the payload aligned to `align`; the call's result.
+Flow MallocAligned(Exec& x, const Op& op, uint64_t want, uint64_t align) {
   uint64_t result = 0;
   if (want != 0) {
     uint8_t* h = HeapMemory(x);
@@ -113,10 +134,25 @@ Flow ExecDeviceMalloc(Exec& x, const Op& op) {
     const uint64_t bytes = x.b->opts->heap_bytes;
     std::lock_guard<std::mutex> lock(g_heap_mu);
     if (Load(h, 0) != kMagic || Load(h, 8) != bytes) Format(h, bytes);
-    const uint64_t off = Allocate(h, bytes, want);
+    const uint64_t off = Allocate(h, x.b->opts->heap_base, bytes, want, align);
     result = off == 0 ? 0 : x.b->opts->heap_base + off;  // NULL when the heap is full, as CUDA
   }
   return SetCallReturn(x, op, result, 8);
+}
+
+}  // namespace
+
+Flow ExecDeviceMalloc(Exec& x, const Op& op) {
+  return MallocAligned(x, op, op.shape[1] > 0 ? CallArg(x, op, 0) : 0, 16);
+}
+
+// (size, align): NULL when align is not a power of two, as CUDA documents
+// for __nv_aligned_device_malloc; alignments below 16 get malloc's 16.
+Flow ExecDeviceAlignedMalloc(Exec& x, const Op& op) {
+  const uint64_t want = op.shape[1] > 0 ? CallArg(x, op, 0) : 0;
+  const uint64_t align = op.shape[1] > 1 ? CallArg(x, op, 1) : 0;
+  if (align == 0 || (align & (align - 1)) != 0) return SetCallReturn(x, op, 0, 8);
+  return MallocAligned(x, op, want, align < 16 ? 16 : align);
 }
 
 Flow ExecDeviceFree(Exec& x, const Op& op) {

@@ -44,7 +44,8 @@ bool Layout(Type t, int rows, int cols, Frag* f) {
   f->cols = cols;
   switch (t) {
     case Type::kF16: case Type::kBF16: f->per_reg = 2; f->elem_bits = 16; f->mem_bytes = 2; return true;
-    case Type::kS8: case Type::kU8: f->per_reg = 4; f->elem_bits = 8; f->mem_bytes = 1; return true;
+    case Type::kS8: case Type::kU8: case Type::kE4M3: case Type::kE5M2:
+      f->per_reg = 4; f->elem_bits = 8; f->mem_bytes = 1; return true;
     case Type::kF32: case Type::kS32: case Type::kTF32: f->per_reg = 1; f->elem_bits = 32; f->mem_bytes = 4; return true;
     case Type::kF64: f->per_reg = 1; f->elem_bits = 64; f->mem_bytes = 8; return true;
     default: return false;
@@ -69,6 +70,8 @@ double ToDouble(Type t, uint64_t bits) {
     case Type::kF64: return AsF64(bits);
     case Type::kS8: return static_cast<int8_t>(bits);
     case Type::kU8: return static_cast<uint8_t>(bits);
+    case Type::kE4M3: return Fp8ToDouble(Fp8::kE4M3, static_cast<uint8_t>(bits));
+    case Type::kE5M2: return Fp8ToDouble(Fp8::kE5M2, static_cast<uint8_t>(bits));
     default: return static_cast<int32_t>(bits);
   }
 }
@@ -233,7 +236,9 @@ struct RowCol {
   int row, col;
 };
 
-bool IsInt8(Type t) { return t == Type::kS8 || t == Type::kU8; }
+// 8-bit elements (.s8/.u8 and the fp8 .e4m3/.e5m2) share the fragment
+// layouts of m16n8k16 and m16n8k32.
+bool IsInt8(Type t) { return t == Type::kS8 || t == Type::kU8 || t == Type::kE4M3 || t == Type::kE5M2; }
 
 RowCol MmaA(const WmmaShape& s, Type t, int lane, int i) {
   const int g = lane >> 2, q = lane & 3;

@@ -29,10 +29,13 @@ std::string ExternalCallRefusal(const std::string& name) {
       name.rfind("cudaGetParameterBuffer", 0) == 0 || name.rfind("cudaDeviceSynchronize", 0) == 0) {
     return "dynamic parallelism (a device-side launch through " + name + ") is not supported";
   }
-  if (name == "__nv_aligned_device_malloc") {
-    return "device-side " + name + " (malloc with an alignment above 16) is not supported";
-  }
   return "call to external function " + name + " (no body in this module)";
+}
+
+// CUDA 13 lowers __nv_aligned_device_malloc (and over-aligned `new`) to
+// __cuda_syscall_aligned_malloc; earlier toolkits call it by its name.
+bool IsAlignedDeviceMalloc(const std::string& name) {
+  return name == "__cuda_syscall_aligned_malloc" || name == "__nv_aligned_device_malloc";
 }
 
 // The external functions the interpreter implements itself (null: none):
@@ -42,6 +45,7 @@ ExecFn BuiltinExternal(const std::string& name) {
   if (name == "__assertfail") return &ExecAssertFail;
   if (name == "vprintf") return &ExecVprintf;
   if (name == "malloc") return &ExecDeviceMalloc;
+  if (IsAlignedDeviceMalloc(name)) return &ExecDeviceAlignedMalloc;
   if (name == "free") return &ExecDeviceFree;
   return nullptr;
 }
@@ -772,15 +776,19 @@ class ProgramBuilder {
     const Type a = d.types[1];
     const bool half = a == Type::kF16 || a == Type::kBF16;
     const bool int8 = a == Type::kS8 || a == Type::kU8;
+    const bool fp8 = a == Type::kE4M3 || a == Type::kE5M2;
     const bool ok =
         d.types[1] == d.types[2] &&
         ((half && shape.m == 16 && shape.n == 8 && (shape.k == 16 || shape.k == 8) &&
           (op->type == Type::kF32 || (a == Type::kF16 && op->type == Type::kF16))) ||
          (a == Type::kTF32 && shape.m == 16 && shape.n == 8 && (shape.k == 8 || shape.k == 4) && op->type == Type::kF32) ||
          (int8 && shape.m == 16 && shape.n == 8 && (shape.k == 32 || shape.k == 16) && op->type == Type::kS32) ||
+         (fp8 && shape.m == 16 && shape.n == 8 && shape.k == 32 &&
+          (op->type == Type::kF32 || op->type == Type::kF16) && op->type == d.types[3]) ||
          (a == Type::kF64 && shape.m == 8 && shape.n == 8 && shape.k == 4 && op->type == Type::kF64));
     if (!ok) {
-      *why = "mma shape/type (supported: m16n8k16/k8 f16/bf16, m16n8k8/k4 tf32, m16n8k32/k16 s8/u8, m8n8k4 f64)";
+      *why = "mma shape/type (supported: m16n8k16/k8 f16/bf16, m16n8k8/k4 tf32, m16n8k32/k16 s8/u8, "
+             "m16n8k32 e4m3/e5m2, m8n8k4 f64)";
       return nullptr;
     }
     shape.satfinite = in.HasMod("satfinite");

@@ -571,7 +571,8 @@ WarpFn CvtIntTo(Type dt) {
 WarpFn BindCvt(const Op& op) {
   const Type dt = op.type, st = op.type2;
   auto packed = [](Type t) {
-    return t == Type::kF16x2 || t == Type::kBF16x2 || t == Type::kTF32 || t == Type::kPred;
+    return t == Type::kF16x2 || t == Type::kBF16x2 || t == Type::kTF32 || t == Type::kPred || t == Type::kE4M3x2 ||
+           t == Type::kE5M2x2 || t == Type::kE4M3 || t == Type::kE5M2;
   };
   if (packed(dt) || packed(st) || TypeBits(dt) == 0 || TypeBits(st) == 0) return nullptr;
   if (!IsFloat(dt) && !IsFloat(st) && !op.sat) {

@@ -519,7 +519,7 @@ bool IsKnownRuntimeFunction(std::string_view name) {
   // which phosd adds to the access set of every launch of a module that
   // uses it (docs/instrument.md "Device heap"); __assertfail ends the launch.
   return name == "vprintf" || name == "malloc" || name == "free" || name == "__assertfail" ||
-         name == "__nv_aligned_device_malloc";
+         name == "__nv_aligned_device_malloc" || name == "__cuda_syscall_aligned_malloc";
 }
 
 void FunctionTwinInfo::AddUnchecked(std::string why) {

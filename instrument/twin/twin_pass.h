@@ -118,7 +118,8 @@ struct TwinInfo {
 };
 
 // The .extern functions a twin may call without losing a check: the CUDA
-// device runtime's vprintf, malloc, free, __nv_aligned_device_malloc and
+// device runtime's vprintf, malloc, free, __nv_aligned_device_malloc (CUDA
+// 13: __cuda_syscall_aligned_malloc) and
 // __assertfail (none writes the app's buffers outside the device heap).
 bool IsKnownRuntimeFunction(std::string_view name);
 

@@ -30,12 +30,12 @@ class SimDaemon:
     """`with SimDaemon(phos, dir) as d:` d.socket, d.log(); d.ready is False
     when phosd did not come up within 30 s (its log says why)."""
 
-    def __init__(self, phos, directory):
+    def __init__(self, phos, directory, extra_args=()):
         self.socket = os.path.join(directory, "phosd.sock")
         self.log_path = os.path.join(directory, "phosd.log")
         with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen([phos, "daemon", "--backend", "sim", "--socket", self.socket], stdout=log,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen([phos, "daemon", "--backend", "sim", "--socket", self.socket, *extra_args],
+                                         stdout=log, stderr=subprocess.STDOUT)
         self.ready = wait_for(self._accepts, 30)
 
     def _accepts(self):

@@ -689,6 +689,7 @@ Status SimContext::Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsign
     options.textures = textures->empty() ? nullptr : textures.get();
     options.cancel = cancel.get();
     options.cooperative = cooperative;
+    options.thread_at_a_time = shared->options.interp_thread_at_a_time;
     options.device_output = output.get();
     if (workspace != 0) {
       std::memset(reinterpret_cast<void*>(workspace), 0, 8);  // the sim's device memory is phosd's

@@ -7,6 +7,7 @@
 #include <cuda/barrier>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_pipeline.h>
 #include <mma.h>
 #include <cooperative_groups/reduce.h>
@@ -323,3 +324,82 @@ __global__ void stmatrix_transpose(const __half* in, __half* out) {
   __syncwarp();
   for (int i = l; i < 256; i += 32) out[i] = dst[i];
 }
+
+// Aligned device allocations: __nv_aligned_device_malloc (CUDA 13 lowers it
+// to __cuda_syscall_aligned_malloc) and `new` of an over-aligned type (the
+// same call), each thread its own blocks, read back, freed.
+struct alignas(128) Aligned128 {
+  float v[40];
+};
+__global__ void aligned_allocs(unsigned long long* ptrs, const float* in, float* out, unsigned long long align) {
+  const int t = threadIdx.x;
+  float* p = static_cast<float*>(__nv_aligned_device_malloc((t + 1) * sizeof(float), align));
+  Aligned128* q = new Aligned128;
+  ptrs[2 * t] = reinterpret_cast<unsigned long long>(p);
+  ptrs[2 * t + 1] = reinterpret_cast<unsigned long long>(q);
+  if (p == nullptr || q == nullptr) {
+    free(p);
+    delete q;
+    return;
+  }
+  for (int i = 0; i <= t; ++i) p[i] = in[t] * static_cast<float>(i + 1);
+  for (int i = 0; i < 40; ++i) q->v[i] = in[t] + static_cast<float>(i);
+  float s = 0;
+  for (int i = 0; i <= t; ++i) s += p[i];
+  for (int i = 0; i < 40; ++i) s += q->v[i];
+  out[t] = s;
+  free(p);
+  delete q;
+}
+
+// fp8 conversions as cuda_fp8.h compiles them for sm_89+: float -> e4m3 /
+// e5m2 (cvt.rn.satfinite.e4m3x2.f32), a half2 -> an fp8 pair
+// (cvt.rn.satfinite.e4m3x2.f16x2) and back to float through half
+// (cvt.rn.f16x2.e4m3x2).
+__global__ void fp8_convert(const float* in, unsigned char* e4, unsigned char* e5, float* back4, float* back5,
+                            unsigned short* pair4, unsigned short* pair5, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const __nv_fp8_e4m3 a(in[i]);
+  const __nv_fp8_e5m2 b(in[i]);
+  e4[i] = a.__x;
+  e5[i] = b.__x;
+  back4[i] = static_cast<float>(a);
+  back5[i] = static_cast<float>(b);
+  const __half2 h = __floats2half2_rn(in[i], -in[i] * 0.5f);
+  pair4[i] = __nv_fp8x2_e4m3(h).__x;
+  pair5[i] = __nv_fp8x2_e5m2(h).__x;
+}
+
+// mma.sync m16n8k32 with fp8 inputs (sm_89+), f32 accumulators: the
+// fragments built from A (16x32, row-major bytes) and B (32x8, k by n) as
+// the ISA's figure for m16n8k32 8-bit types places them.
+template <bool E5M2>
+__device__ void mma_fp8(const unsigned char* A, const unsigned char* B, float* C) {
+  const int l = threadIdx.x, g = l >> 2, t = l & 3;
+  unsigned a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+  for (int i = 0; i < 16; ++i) {
+    const int row = g + 8 * ((i >> 2) & 1), col = t * 4 + (i & 3) + 16 * (i >> 3);
+    a[i / 4] |= static_cast<unsigned>(A[row * 32 + col]) << (8 * (i % 4));
+  }
+  for (int i = 0; i < 8; ++i) {
+    const int k = t * 4 + (i & 3) + 16 * (i >> 2);
+    b[i / 4] |= static_cast<unsigned>(B[k * 8 + g]) << (8 * (i % 4));
+  }
+  float c[4];
+  for (int i = 0; i < 4; ++i) c[i] = C[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
+#if __CUDA_ARCH__ >= 890
+  if (E5M2) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+#endif
+  for (int i = 0; i < 4; ++i) C[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = c[i];
+}
+__global__ void mma_e4m3_tile(const unsigned char* A, const unsigned char* B, float* C) { mma_fp8<false>(A, B, C); }
+__global__ void mma_e5m2_tile(const unsigned char* A, const unsigned char* B, float* C) { mma_fp8<true>(A, B, C); }

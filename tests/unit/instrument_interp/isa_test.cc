@@ -605,14 +605,13 @@ $L_join:
       << st.ToString();
 }
 
-TEST(isa_errors, DeviceLaunchAndHeapAreRefusedByName) {
+TEST(isa_errors, DeviceLaunchIsRefusedByName) {
   Harness h;
   ASSERT_TRUE(h.LoadText(R"(
 .version 8.0
 .target sm_90
 .address_size 64
 .extern .func (.param .b64 func_retval0) __cudaCDP2GetParameterBufferV2(.param .b64 a, .param .b64 b, .param .b64 c);
-.extern .func (.param .b64 func_retval0) __nv_aligned_device_malloc(.param .b64 n, .param .b64 a);
 .visible .entry launcher()
 {
   .reg .b64 %rd<2>;
@@ -622,22 +621,10 @@ TEST(isa_errors, DeviceLaunchAndHeapAreRefusedByName) {
     ld.param.b64 %rd1, [r]; }
   ret;
 }
-.visible .entry allocator()
-{
-  .reg .b64 %rd<2>;
-  { .param .b64 n; .param .b64 a; .param .b64 r;
-    st.param.b64 [n], 64; st.param.b64 [a], 256;
-    call.uni (r), __nv_aligned_device_malloc, (n, a);
-    ld.param.b64 %rd1, [r]; }
-  ret;
-}
 )"));
   Status st = h.Launch("launcher", {1}, {1}, Params());
   EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
   EXPECT_NE(st.message().find("dynamic parallelism"), std::string::npos) << st.ToString();
-  st = h.Launch("allocator", {1}, {1}, Params());
-  EXPECT_EQ(st.code(), Status::Code::kNotSupported) << st.ToString();
-  EXPECT_NE(st.message().find("__nv_aligned_device_malloc"), std::string::npos) << st.ToString();
 }
 
 // The device heap (ops_heap.cc): blocks malloc'ed by one launch are read
@@ -729,6 +716,162 @@ DONE:
   h.heap_base = h.heap_bytes = 0;
   st = h.Launch("alloc", {1}, {1}, Params().Add(ptrs).Add(uint64_t{8}));
   EXPECT_NE(st.message().find("without a device heap"), std::string::npos) << st.message();
+}
+
+// Aligned device allocations (ops_heap.cc): __nv_aligned_device_malloc and
+// an over-aligned `new`, as nvcc lowers them, give aligned, distinct,
+// non-overlapping blocks inside the heap that hold what the thread wrote;
+// an alignment that is not a power of two gives NULL; everything freed, the
+// heap takes as many again.
+TEST_F(isa, AlignedDeviceMallocAndOverAlignedNew) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  constexpr int kThreads = 64;
+  std::vector<uint8_t> heap(1 << 17, 0);
+  h.heap_base = reinterpret_cast<uint64_t>(h.Alloc(heap));
+  h.heap_bytes = heap.size();
+  auto in = RandReals<float>(rng, kThreads, -4, 4);
+  uint64_t* ptrs = h.Alloc(std::vector<uint64_t>(2 * kThreads, 1));
+  float* out = h.Alloc(RandReals<float>(rng, kThreads, 100, 200));
+  const float* din = h.Alloc(in);
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(h.Launch(h.Kernel("aligned_allocs"), {1}, {kThreads},
+                         Params().Add(ptrs).Add(din).Add(out).Add(uint64_t{256})).ok());
+    std::vector<std::pair<uint64_t, uint64_t>> blocks;  // [begin, end)
+    for (int t = 0; t < kThreads; ++t) {
+      const uint64_t p = ptrs[2 * t], q = ptrs[2 * t + 1];
+      ASSERT_NE(p, 0u) << t;
+      ASSERT_NE(q, 0u) << t;
+      EXPECT_EQ(p % 256, 0u) << t;
+      EXPECT_EQ(q % 128, 0u) << t;
+      blocks.push_back({p, p + 4 * (t + 1)});
+      blocks.push_back({q, q + 160});
+      float s = 0;
+      for (int i = 0; i <= t; ++i) s += in[t] * static_cast<float>(i + 1);
+      for (int i = 0; i < 40; ++i) s += in[t] + static_cast<float>(i);
+      EXPECT_EQ(out[t], s) << t;
+    }
+    std::sort(blocks.begin(), blocks.end());
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      EXPECT_GE(blocks[i].first, h.heap_base);
+      EXPECT_LE(blocks[i].second, h.heap_base + h.heap_bytes);
+      if (i > 0) EXPECT_LE(blocks[i - 1].second, blocks[i].first) << "blocks overlap";
+    }
+  }
+  // 48 is not a power of two: NULL (the over-aligned new still works).
+  ASSERT_TRUE(h.Launch(h.Kernel("aligned_allocs"), {1}, {kThreads},
+                       Params().Add(ptrs).Add(din).Add(out).Add(uint64_t{48})).ok());
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(ptrs[2 * t], 0u) << t;
+    EXPECT_NE(ptrs[2 * t + 1], 0u) << t;
+  }
+  h.heap_base = h.heap_bytes = 0;
+}
+
+// The fp8 formats, decoded here from their definitions (OCP FP8, PTX ISA
+// "Alternate floating point data formats"), independently of the
+// interpreter; NaN for the NaN codes.
+double Fp8Value(bool e5m2, uint8_t b) {
+  const int mant_bits = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+  const int exp = (b & 0x7F) >> mant_bits, mant = b & ((1 << mant_bits) - 1);
+  const double sign = (b & 0x80) ? -1 : 1;
+  if (!e5m2 && (b & 0x7F) == 0x7F) return NAN;
+  if (e5m2 && exp == 31) return mant == 0 ? sign * INFINITY : NAN;
+  if (exp == 0) return sign * mant * std::ldexp(1.0, 1 - bias - mant_bits);
+  return sign * (1 + mant / double(1 << mant_bits)) * std::ldexp(1.0, exp - bias);
+}
+// v rounded to the nearest fp8 value (ties to the even code), saturating to
+// the largest finite one: found by walking every code, not by arithmetic.
+uint8_t Fp8Nearest(bool e5m2, double v) {
+  if (std::isnan(v)) return 0x7F;
+  const uint8_t max_code = e5m2 ? 0x7B : 0x7E;
+  const double a = std::fabs(v);
+  if (a >= Fp8Value(e5m2, max_code)) return static_cast<uint8_t>((std::signbit(v) ? 0x80 : 0) | max_code);  // .satfinite
+  uint8_t best = 0;
+  for (uint8_t c = 1; c <= max_code; ++c) {
+    const double dc = std::fabs(Fp8Value(e5m2, c) - a), db = std::fabs(Fp8Value(e5m2, best) - a);
+    if (dc < db || (dc == db && (c & 1) == 0)) best = c;
+  }
+  return static_cast<uint8_t>((std::signbit(v) ? 0x80 : 0) | best);
+}
+
+// float -> fp8 (rounded, saturated), fp8 -> float, half2 -> an fp8 pair,
+// on values across both formats' ranges: subnormals, ties, beyond the
+// maxima, infinities, NaN.
+TEST_F(isa, Fp8ConversionsRoundSaturateAndComeBack) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int n = 512;
+  std::vector<float> in(n);
+  std::uniform_int_distribution<int> pick(0, 5);
+  std::uniform_real_distribution<double> mant(-1, 1);
+  std::uniform_int_distribution<int> ex(-20, 17);
+  for (float& v : in) {
+    switch (pick(rng)) {
+      case 0: v = static_cast<float>(mant(rng) * std::ldexp(1.0, ex(rng))); break;  // wide range
+      case 1: v = static_cast<float>(Fp8Value(false, static_cast<uint8_t>(rng() & 0x7E)) *
+                                     (rng() & 1 ? 1 : -1) * 1.0625);  // near e4m3 values, some ties
+              break;
+      case 2: v = static_cast<float>(mant(rng) * 600); break;  // around e4m3's 448
+      case 3: v = static_cast<float>(mant(rng) * 70000); break;  // around e5m2's 57344
+      case 4: v = static_cast<float>(mant(rng) * std::ldexp(1.0, -14)); break;  // subnormals
+      default: v = static_cast<float>(mant(rng) * 10); break;
+    }
+  }
+  in[0] = INFINITY, in[1] = -INFINITY, in[2] = NAN, in[3] = 0.0f, in[4] = -0.0f, in[5] = 464.0f, in[6] = 460.0f;
+  auto* e4 = h.Alloc(std::vector<uint8_t>(n, 0x11));
+  auto* e5 = h.Alloc(std::vector<uint8_t>(n, 0x11));
+  auto* back4 = h.Alloc(std::vector<float>(n, 7.0f));
+  auto* back5 = h.Alloc(std::vector<float>(n, 7.0f));
+  auto* pair4 = h.Alloc(std::vector<uint16_t>(n, 0x1111));
+  auto* pair5 = h.Alloc(std::vector<uint16_t>(n, 0x1111));
+  ASSERT_TRUE(h.Launch(h.Kernel("fp8_convert"), {n / 128}, {128},
+                       Params().Add(h.Alloc(in)).Add(e4).Add(e5).Add(back4).Add(back5).Add(pair4).Add(pair5).Add(n))
+                  .ok());
+  for (int i = 0; i < n; ++i) {
+    const double v = in[i];
+    ASSERT_EQ(e4[i], Fp8Nearest(false, v)) << i << ": " << v;
+    ASSERT_EQ(e5[i], Fp8Nearest(true, v)) << i << ": " << v;
+    const double b4 = Fp8Value(false, e4[i]), b5 = Fp8Value(true, e5[i]);
+    if (std::isnan(b4)) EXPECT_TRUE(std::isnan(back4[i])) << i;
+    else EXPECT_EQ(back4[i], static_cast<float>(b4)) << i;
+    if (std::isnan(b5)) EXPECT_TRUE(std::isnan(back5[i])) << i;
+    else EXPECT_EQ(back5[i], static_cast<float>(b5)) << i;
+    // The pair: __floats2half2_rn puts in[i] in the low half, -in[i]/2 in
+    // the high one; each half goes to the byte at its place.
+    const double lo = static_cast<double>(H(in[i])), hi = static_cast<double>(H(-in[i] * 0.5f));
+    EXPECT_EQ(pair4[i], Fp8Nearest(false, hi) << 8 | Fp8Nearest(false, lo)) << i << ": " << v;
+    EXPECT_EQ(pair5[i], Fp8Nearest(true, hi) << 8 | Fp8Nearest(true, lo)) << i << ": " << v;
+  }
+}
+
+// mma.sync m16n8k32 with e4m3 and e5m2 inputs: D = A*B + C against a CPU
+// product of the decoded values (exact in double, rounded once to float).
+TEST_F(isa, MmaSyncFp8) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (bool e5m2 : {false, true}) {
+    std::vector<uint8_t> a(16 * 32), b(32 * 8);
+    auto finite_code = [&] {
+      for (;;) {
+        const uint8_t c = static_cast<uint8_t>(rng());
+        if (!std::isnan(Fp8Value(e5m2, c)) && !std::isinf(Fp8Value(e5m2, c)) && std::fabs(Fp8Value(e5m2, c)) < 64) {
+          return c;
+        }
+      }
+    };
+    for (auto& v : a) v = finite_code();
+    for (auto& v : b) v = finite_code();
+    auto c0 = RandReals<float>(rng, 16 * 8, -100, 100);
+    float* c = h.Alloc(c0);
+    ASSERT_TRUE(h.Launch(h.Kernel(e5m2 ? "mma_e5m2_tile" : "mma_e4m3_tile"), {1}, {32},
+                         Params().Add(h.Alloc(a)).Add(h.Alloc(b)).Add(c))
+                    .ok());
+    for (int r = 0; r < 16; ++r) {
+      for (int col = 0; col < 8; ++col) {
+        double want = c0[r * 8 + col];
+        for (int k = 0; k < 32; ++k) want += Fp8Value(e5m2, a[r * 32 + k]) * Fp8Value(e5m2, b[k * 8 + col]);
+        EXPECT_EQ(c[r * 8 + col], static_cast<float>(want)) << (e5m2 ? "e5m2" : "e4m3") << " " << r << "," << col;
+      }
+    }
+  }
 }
 
 // ldmatrix.trans then stmatrix: a 16x16 half tile comes out transposed.
