@@ -5,7 +5,7 @@ scheduler (`phos daemon --sim-interp-thread-at-a-time`), same build, same
 run, alternating (docs/benchmarks.md "Lockstep warps: numba and CuPy").
 
   tests/bench/framework_kernel_bench.py --phos build/cli/phos \\
-      --lib build/interposer/libphos.so [--python /opt/phos/frameworks-venv/bin/python] \\
+      --lib build/interposer/client/libphos.so [--python /opt/phos/frameworks-venv/bin/python] \\
       [--n 1048576] [--launches 5] [--rounds 2]
 
 Each workload process compiles its kernels, runs each once (JIT and first
