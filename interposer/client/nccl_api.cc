@@ -137,6 +137,29 @@ ncclResult_t SendGroup(ncclComm_t comm, uint32_t stream, const std::vector<wire:
   return FromWire(w);
 }
 
+// A group of `comm`'s ops as a graph node replays it (NCCL inside a CUDA
+// graph capture, docs/interposer.md "NCCL"): at each launch of the graph
+// the group is sent again, on the launch stream, as the ordinary call it
+// would have been — so phosd and every checkpoint protocol see one more
+// collective, in the order the graph gives. A failure is the graph
+// launch's cudaErrorLaunchFailure; NCCL's own error stays readable with
+// ncclCommGetAsyncError / ncclGetLastError.
+StreamOp ReplayGroup(ncclComm_t comm, std::vector<wire::NcclOp> ops) {
+  return [comm, ops = std::move(ops)](uint32_t stream_id) {
+    return SendGroup(comm, stream_id, ops) == ncclSuccess ? cudaSuccess : cudaErrorLaunchFailure;
+  };
+}
+
+// If `stream_id` is being captured: the group becomes a node of its graph
+// (true, *result the capture's answer). Else false: the caller sends it.
+bool CaptureGroup(ncclComm_t comm, uint32_t stream_id, const std::vector<wire::NcclOp>& ops, ncclResult_t* result) {
+  cudaError_t e = cudaSuccess;
+  if (!MaybeCapture(stream_id, cudaGraphNodeTypeKernel, ReplayGroup(comm, ops), &e)) return false;
+  if (e != cudaSuccess) NoteError(std::string("capturing an NCCL call: ") + cudaGetErrorString(e));
+  *result = e == cudaSuccess ? ncclSuccess : ncclInvalidUsage;
+  return true;
+}
+
 ncclResult_t Flush() {
   std::vector<PendingOp> ops;
   ops.swap(t_group);
@@ -153,7 +176,9 @@ ncclResult_t Flush() {
         sent[j] = true;
       }
     }
-    if (ncclResult_t r = SendGroup(ops[i].comm, ops[i].stream, group); r != ncclSuccess) return r;
+    ncclResult_t r = ncclSuccess;
+    if (!CaptureGroup(ops[i].comm, ops[i].stream, group, &r)) r = SendGroup(ops[i].comm, ops[i].stream, group);
+    if (r != ncclSuccess) return r;
   }
   return ncclSuccess;
 }
@@ -196,18 +221,12 @@ ncclResult_t Enqueue(ncclComm_t comm, cudaStream_t stream, wire::NcclKind kind, 
     return ncclInvalidArgument;
   }
   const uint32_t stream_id = StreamIdOf(stream, DefaultStream::kLegacy);
-  if (AnyCapture()) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
-      SayOnce("phos: NCCL calls inside a CUDA graph capture are not supported yet");
-      NoteError("NCCL inside a CUDA graph capture is not supported by phos yet");
-      return ncclInvalidUsage;
-    }
-  }
-  if (t_group_depth > 0) {
+  if (t_group_depth > 0) {  // sent, or captured, at ncclGroupEnd
     t_group.push_back({comm, stream_id, o});
     return ncclSuccess;
   }
+  ncclResult_t captured = ncclSuccess;
+  if (CaptureGroup(comm, stream_id, {o}, &captured)) return captured;
   return SendGroup(comm, stream_id, {o});
 }
 

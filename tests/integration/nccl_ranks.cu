@@ -4,7 +4,8 @@
 //       AlltoAll, Gather and Scatter, CommSplit, CommShrink, InitRankScalable with
 //       registered buffers and a window, and a
 //       small data-parallel training loop (gradient kernel, all-reduce,
-//       optimizer kernel); prints "rank R: OK"
+//       optimizer kernel), then a step and a group captured into a CUDA
+//       graph launched 4 times; prints "rank R: OK"
 //   nccl_ranks dies RANK NRANKS IDFILE          rank 1 exits after the
 //       communicator formed; rank 0's all-reduce then fails with NCCL's
 //       ncclRemoteError (prints "rank 0: remote error"), it does not hang
@@ -391,6 +392,77 @@ int Collectives(ncclComm_t comm, cudaStream_t s) {
   return 0;
 }
 
+// NCCL inside a CUDA graph, as PyTorch's CUDA graphs capture collectives: a
+// step (Gradient kernel, AllReduce, Sgd kernel) and a group (Broadcast from
+// rank 0, AllReduce of a second buffer) captured once, the graph launched
+// `launches` times with new inputs copied in before each launch: every
+// launch runs the collectives again, checked against the CPU.
+int CapturedCollectives(ncclComm_t comm, cudaStream_t s) {
+  const int p = 512, launches = 4;
+  float *params = nullptr, *grad = nullptr, *bc = nullptr, *sum = nullptr;
+  CHECK(cudaMalloc(&params, p * sizeof(float)));
+  CHECK(cudaMalloc(&grad, p * sizeof(float)));
+  CHECK(cudaMalloc(&bc, p * sizeof(float)));
+  CHECK(cudaMalloc(&sum, p * sizeof(float)));
+  CHECK(cudaMemsetAsync(params, 0, p * sizeof(float), s));
+  CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  Gradient<<<(p + 255) / 256, 256, 0, s>>>(params, grad, p, g_rank, 0);
+  NCHECK(ncclAllReduce(grad, grad, p, ncclFloat32, ncclSum, comm, s));
+  Sgd<<<(p + 255) / 256, 256, 0, s>>>(params, grad, p, 0.25f);
+  NCHECK(ncclGroupStart());
+  NCHECK(ncclBroadcast(bc, bc, p, ncclFloat32, 0, comm, s));
+  NCHECK(ncclAllReduce(sum, sum, p, ncclFloat32, ncclSum, comm, s));
+  NCHECK(ncclGroupEnd());
+  CHECK(cudaStreamEndCapture(s, &graph));
+  size_t nodes = 0;
+  CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  EXPECT(nodes == 4);  // two kernels, the all-reduce, the group
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<float> bc_in(p), sum_in(p), bc_out(p), sum_out(p);
+  for (int l = 0; l < launches; ++l) {
+    for (int i = 0; i < p; ++i) {
+      bc_in[i] = g_rank == 0 ? static_cast<float>(i * 3 + l) : -1.0f - g_rank;
+      sum_in[i] = static_cast<float>(g_rank + 1 + l + i % 5);
+    }
+    CHECK(cudaMemcpyAsync(bc, bc_in.data(), p * sizeof(float), cudaMemcpyHostToDevice, s));
+    CHECK(cudaMemcpyAsync(sum, sum_in.data(), p * sizeof(float), cudaMemcpyHostToDevice, s));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaMemcpyAsync(bc_out.data(), bc, p * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaMemcpyAsync(sum_out.data(), sum, p * sizeof(float), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < p; ++i) {
+      if (bc_out[i] != static_cast<float>(i * 3 + l)) {
+        PHOS_CHECK_FAIL(1, "captured broadcast, launch %d: element %d is %g", l, i, bc_out[i]);
+      }
+      float want = 0;
+      for (int r = 0; r < g_nranks; ++r) want += static_cast<float>(r + 1 + l + i % 5);
+      if (sum_out[i] != want) {
+        PHOS_CHECK_FAIL(1, "captured all-reduce, launch %d: element %d is %g, want %g", l, i, sum_out[i], want);
+      }
+    }
+  }
+  std::vector<float> trained(p), ref(p, 0.0f);
+  CHECK(cudaMemcpy(trained.data(), params, p * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int l = 0; l < launches; ++l) {
+    for (int i = 0; i < p; ++i) {
+      float g = 0;
+      for (int r = 0; r < g_nranks; ++r) g += static_cast<float>((i + r * 3) % 7) - 3.0f;
+      ref[i] -= 0.25f * g;
+    }
+  }
+  for (int i = 0; i < p; ++i) {
+    if (trained[i] != ref[i]) PHOS_CHECK_FAIL(1, "captured step: param %d is %g, want %g", i, trained[i], ref[i]);
+  }
+  std::printf("rank %d: %d launches of a captured graph with NCCL calls OK\n", g_rank, launches);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  for (float* q : {params, grad, bc, sum}) CHECK(cudaFree(q));
+  return 0;
+}
+
 // params -= lr * sum over ranks of the gradient, `steps` times; the CPU
 // reference of the same arithmetic must match bit for bit.
 // The GEMM of a training step: Y (8x8) = A (8x16, from the step) B (16x8,
@@ -730,6 +802,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (int rc = Collectives(comm, s)) return rc;
+  if (int rc = CapturedCollectives(comm, s)) return rc;
   NCHECK(ncclCommFinalize(comm));
   NCHECK(ncclCommDestroy(comm));
   CHECK(cudaStreamDestroy(s));
