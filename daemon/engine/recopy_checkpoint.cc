@@ -221,7 +221,13 @@ void RecopyCheckpoint::DirtyChunksLocked(TrackedBuffer& b, std::uint64_t ptr, st
       b.dirtied_in[c] = round_;
     }
   }
-  b.state = kDirty;
+  // A buffer the copier is copying stays COPYING: the copier sets its state
+  // from its dirty chunks when the copy ends, and a release admitted
+  // meanwhile must see that the copier has it (Admit aborts the copy and
+  // waits for the chunk in flight). Turning it DIRTY here let a cudaFree
+  // admitted after a write to the same buffer skip that wait, and the copy
+  // read freed memory (found under load by engine_consistency_test).
+  if (b.state != kCopying) b.state = kDirty;
 }
 
 void RecopyCheckpoint::WrittenOnLocked(TrackedBuffer& b, backend::StreamHandle stream) {
