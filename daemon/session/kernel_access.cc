@@ -12,6 +12,7 @@
 #include "ptx/ptx_parser.h"
 #include "session/buffer_map.h"
 #include "signature/kernel_signature.h"
+#include "ptx/device_runtime.h"
 #include "signature/signature_cache.h"
 #include "twin/twin_pass.h"
 
@@ -28,6 +29,31 @@ bool ForEachLine(std::string_view text, Stop&& stop) {
     pos = end + 1;
   }
   return false;
+}
+
+// Calls stop(name) for each function the PTX declares `.extern .func`
+// until it returns true; whether one did. nvcc writes each declaration's
+// first line as `.extern .func  (.param .b64 func_retval0) malloc` or
+// `.extern .func free`, the parameter list on the following lines; a name
+// not on that line is passed as "".
+template <typename Stop>
+bool ForEachExternFunction(std::string_view ptx, Stop&& stop) {
+  return ForEachLine(ptx, [&stop](std::string_view line) {
+    const std::size_t i = line.find_first_not_of(" \t");
+    if (i == std::string_view::npos || line.substr(i).rfind(".extern", 0) != 0 ||
+        line.find(".func") == std::string_view::npos) {
+      return false;
+    }
+    // The function's name: the first word after the return list, if any.
+    std::string_view rest = line.substr(line.find(".func") + 5);
+    if (const std::size_t close = rest.find(')'); close != std::string_view::npos && rest.find('(') < close) {
+      rest = rest.substr(close + 1);
+    }
+    const std::size_t b = rest.find_first_not_of(" \t");
+    if (b == std::string_view::npos) return stop(std::string_view());
+    rest = rest.substr(b);
+    return stop(rest.substr(0, rest.find_first_of(" \t(;")));
+  });
 }
 
 constexpr uint32_t kFatbinContainerMagic = 0xBA55ED50u;  // fatbin_format.h
@@ -233,8 +259,13 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
 
 std::map<std::string, std::string> UncheckedKernels(std::string_view ptx) {
   std::map<std::string, std::string> out;
-  bool may = false;
-  for (std::string_view family : {"tensor", "multimem", "wmma", ".extern"}) {
+  // What can go unchecked in write mode (twin_pass.h): tensor-map copies,
+  // multimem, tensormap.replace, a wmma store, a call of an external
+  // function the device runtime does not provide (a name this scan cannot
+  // read counts as one). printf/assert/heap externs alone need no parse.
+  bool may = ForEachExternFunction(
+      ptx, [](std::string_view name) { return name.empty() || !ptx::IsKnownDeviceRuntimeFunction(name); });
+  for (std::string_view family : {".tensor", "multimem.", "tensormap.", "wmma.store"}) {
     may = may || ptx.find(family) != std::string_view::npos;
   }
   if (!may) return out;
@@ -270,26 +301,7 @@ bool PtxUsesTextures(std::string_view ptx) {
 }
 
 bool PtxUsesDeviceHeap(std::string_view ptx) {
-  // nvcc declares them `.extern .func  (.param .b64 func_retval0) malloc`
-  // and `.extern .func free`, the parameter list on the following lines.
-  return ForEachLine(ptx, [](std::string_view line) {
-    const std::size_t i = line.find_first_not_of(" \t");
-    if (i == std::string_view::npos || line.substr(i).rfind(".extern", 0) != 0 ||
-        line.find(".func") == std::string_view::npos) {
-      return false;
-    }
-    // The function's name: the first word after the return list, if any.
-    std::string_view rest = line.substr(line.find(".func") + 5);
-    if (const std::size_t close = rest.find(')'); close != std::string_view::npos && rest.find('(') < close) {
-      rest = rest.substr(close + 1);
-    }
-    const std::size_t b = rest.find_first_not_of(" \t");
-    if (b == std::string_view::npos) return false;
-    rest = rest.substr(b);
-    const std::string_view name = rest.substr(0, rest.find_first_of(" \t(;"));
-    return name == "malloc" || name == "free" || name == "__cuda_syscall_aligned_malloc" ||
-           name == "__nv_aligned_device_malloc";
-  });
+  return ForEachExternFunction(ptx, [](std::string_view name) { return ptx::IsDeviceHeapFunction(name); });
 }
 
 bool PtxDeclaresModuleVariables(std::string_view ptx) {

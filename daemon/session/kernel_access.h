@@ -101,9 +101,10 @@ struct ModuleKernels {
 bool PtxUsesTextures(std::string_view ptx);
 /// The kernels of `ptx` a twin cannot fully check for writes, with the
 /// reason (twin::TwinInfo::UncheckedReason in write mode). Only modules that
-/// name one of the instruction families that can go unchecked are parsed
-/// (tensor-map copies, multimem, tensormap, wmma, calls to .extern
-/// functions); others answer empty at the cost of a text scan. A module the
+/// name one of the instruction families that can go unchecked in write
+/// mode are parsed (tensor-map copies, multimem, tensormap, wmma stores, an
+/// .extern function the device runtime does not provide); others answer
+/// empty at the cost of a text scan. A module the
 /// parser or the pass refuses answers empty too: its twin is refused at
 /// validation time (engine/twin_validator.h), with the reason.
 std::map<std::string, std::string> UncheckedKernels(std::string_view ptx);

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "interp/exec.h"
+#include "ptx/device_runtime.h"
 #include "interp/numeric.h"
 #include "interp/memory.h"
 
@@ -32,20 +33,15 @@ std::string ExternalCallRefusal(const std::string& name) {
   return "call to external function " + name + " (no body in this module)";
 }
 
-// CUDA 13 lowers __nv_aligned_device_malloc (and over-aligned `new`) to
-// __cuda_syscall_aligned_malloc; earlier toolkits call it by its name.
-bool IsAlignedDeviceMalloc(const std::string& name) {
-  return name == "__cuda_syscall_aligned_malloc" || name == "__nv_aligned_device_malloc";
-}
-
 // The external functions the interpreter implements itself (null: none):
 // CUDA's device-side assert (the kernel fails with cudaErrorAssert), printf
-// and the device heap's malloc/free (ops_heap.cc).
+// and the device heap's functions (ops_heap.cc; ptx/device_runtime.h names
+// them).
 ExecFn BuiltinExternal(const std::string& name) {
   if (name == "__assertfail") return &ExecAssertFail;
   if (name == "vprintf") return &ExecVprintf;
   if (name == "malloc") return &ExecDeviceMalloc;
-  if (IsAlignedDeviceMalloc(name)) return &ExecDeviceAlignedMalloc;
+  if (ptx::IsAlignedDeviceMalloc(name)) return &ExecDeviceAlignedMalloc;
   if (name == "free") return &ExecDeviceFree;
   return nullptr;
 }

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "ptx/device_runtime.h"
 #include "ptx/ptx_parser.h"
 
 namespace phos::twin {
@@ -399,7 +400,7 @@ class FunctionTwinner {
       patch = mf_.defined_funcs.count(target.name) != 0;
       if (patch) {
         info_->callees.insert(target.name);
-      } else if (!IsKnownRuntimeFunction(target.name)) {
+      } else if (!ptx::IsKnownDeviceRuntimeFunction(target.name)) {
         info_->AddUnchecked("`call " + target.name + "`: a function whose code is not in the module");
       }
     }
@@ -513,14 +514,6 @@ class FunctionTwinner {
 bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
 }  // namespace
-
-bool IsKnownRuntimeFunction(std::string_view name) {
-  // vprintf writes the device's printf buffer; malloc/free the device heap,
-  // which phosd adds to the access set of every launch of a module that
-  // uses it (docs/instrument.md "Device heap"); __assertfail ends the launch.
-  return name == "vprintf" || name == "malloc" || name == "free" || name == "__assertfail" ||
-         name == "__nv_aligned_device_malloc" || name == "__cuda_syscall_aligned_malloc";
-}
 
 void FunctionTwinInfo::AddUnchecked(std::string why) {
   if (unchecked.size() < kMaxUncheckedKept) unchecked.push_back(std::move(why));

@@ -39,7 +39,7 @@
 // (cp.async.bulk.tensor, cp.reduce.async.bulk.tensor), multimem accesses,
 // tensormap.replace in global memory, wmma forms whose footprint the pass
 // does not know, and calls to .extern functions other than the runtime's
-// known ones (IsKnownRuntimeFunction).
+// known ones (ptx/device_runtime.h).
 //
 // The inserted code uses only ld/st/add/sub/mul.wide/setp/bra/atom/isspacep/
 // cvta/cvt/mov, registers named %phos_* and labels named $__phos_L*.
@@ -116,12 +116,6 @@ struct TwinInfo {
   // it is not an entry of the module).
   std::optional<std::string> UncheckedReason(std::string_view kernel) const;
 };
-
-// The .extern functions a twin may call without losing a check: the CUDA
-// device runtime's vprintf, malloc, free, __nv_aligned_device_malloc (CUDA
-// 13: __cuda_syscall_aligned_malloc) and
-// __assertfail (none writes the app's buffers outside the device heap).
-bool IsKnownRuntimeFunction(std::string_view name);
 
 // Builds the twin of `in` into *out (which may not alias `in`). Errors:
 // NotSupported for modules phos cannot twin (.address_size 32, kernels used

@@ -322,6 +322,32 @@ TEST(PtxModuleVariablesTest, FindsModuleScopeDeclarationsOnly) {
   EXPECT_FALSE(PtxDeclaresModuleVariables(""));
 }
 
+// The device heap is needed by modules declaring a heap function, and the
+// module-load analysis finds a kernel calling an external function the
+// device runtime does not provide — but not one calling only vprintf and
+// malloc, nor a module whose only .extern is dynamic shared memory.
+TEST(PtxExternFunctionsTest, HeapAndUncheckedExternsAreFoundByName) {
+  const std::string head = ".version 8.0\n.target sm_90\n.address_size 64\n";
+  const std::string runtime_only = head +
+      ".extern .func (.param .b32 func_retval0) vprintf\n(\n.param .b64 a,\n.param .b64 b\n)\n;\n"
+      ".extern .func  (.param .b64 func_retval0) __cuda_syscall_aligned_malloc\n(\n.param .b64 n,\n"
+      ".param .b64 a\n)\n;\n"
+      ".extern .shared .align 16 .b8 dyn[];\n"
+      ".visible .entry k(.param .u64 p)\n{\n  .reg .b64 %rd<3>;\n  ld.param.u64 %rd1, [p];\n"
+      "  { .param .b64 n; .param .b64 a; .param .b64 r;\n    st.param.b64 [n], 16; st.param.b64 [a], 64;\n"
+      "    call.uni (r), __cuda_syscall_aligned_malloc, (n, a);\n    ld.param.b64 %rd2, [r]; }\n"
+      "  st.global.u64 [%rd1], %rd2;\n  ret;\n}\n";
+  EXPECT_TRUE(PtxUsesDeviceHeap(runtime_only));
+  EXPECT_TRUE(UncheckedKernels(runtime_only).empty());
+  const std::string foreign = head + ".extern .func ext_write\n(\n.param .b64 p\n)\n;\n"
+      ".visible .entry k(.param .u64 p)\n{\n  .reg .b64 %rd<2>;\n  ld.param.u64 %rd1, [p];\n"
+      "  { .param .b64 q;\n    st.param.b64 [q], %rd1;\n    call.uni ext_write, (q); }\n  ret;\n}\n";
+  EXPECT_FALSE(PtxUsesDeviceHeap(foreign));
+  const auto unchecked = UncheckedKernels(foreign);
+  ASSERT_EQ(unchecked.size(), 1u);
+  EXPECT_NE(unchecked.at("k").find("ext_write"), std::string::npos) << unchecked.at("k");
+}
+
 // A launch of a kernel whose module may use variables by symbol writes every
 // global of the session (conservatively); others do not.
 TEST(PtxModuleVariablesTest, LaunchAddsGlobalsWhenTheModuleMayUseThem) {
