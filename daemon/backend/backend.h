@@ -164,6 +164,22 @@ class Context {
   /// Frees an allocation by its start address. Waits for nothing: the caller
   /// (the executor) orders it after work that uses the buffer.
   virtual Status Free(DevicePtr ptr) = 0;
+  /// The app's own virtual-memory calls (cuMemAddressReserve): reserves
+  /// `bytes` of device address space, mapping nothing, aligned to
+  /// `alignment` (0: the granularity). `at` != 0 asks for exactly that
+  /// address (AlreadyExists if taken); 0 lets the backend choose. Later
+  /// Allocate(at) calls may place allocations inside the range (only
+  /// there: Allocate(0) never picks an address inside a reservation), and
+  /// contiguous allocations inside one reservation form one range for
+  /// copies (CheckDeviceRange, the copy engines), as on a GPU.
+  virtual Status ReserveAddressRange(std::size_t bytes, std::size_t alignment, DevicePtr at, DevicePtr* out) {
+    return Status::NotSupported("this backend cannot reserve device address ranges");
+  }
+  /// Gives back a range ReserveAddressRange returned (by its start).
+  /// FailedPrecondition while an allocation lies inside it.
+  virtual Status ReleaseAddressRange(DevicePtr start) {
+    return Status::NotSupported("this backend cannot reserve device address ranges");
+  }
   /// Free and total device memory, as cuMemGetInfo.
   virtual Status GetMemoryInfo(std::uint64_t* free_bytes, std::uint64_t* total_bytes) = 0;
   /// Registers host memory as pinned (page-locked, DMA-able); copies from it

@@ -54,6 +54,11 @@ void ReleaseCreated(session::SessionState& st) {
     Status f = st.ctx->Free(ptr);
     if (!f.ok()) spdlog::warn("fresh restore rollback: freeing {}: {}", Hex(ptr), f.ToString());
   }
+  for (auto& [start, bytes] : st.reserved_ranges) {
+    Status f = st.ctx->ReleaseAddressRange(start);
+    if (!f.ok()) spdlog::warn("fresh restore rollback: releasing reserved range {}: {}", Hex(start), f.ToString());
+  }
+  st.reserved_ranges.clear();
   st.events.clear();
   st.event_flags.clear();
   st.streams.clear();
@@ -186,6 +191,13 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
   }
 
   progress->SetPhase("map", "allocating the image's buffers at their addresses");
+  // The app's reserved ranges (cuMemAddressReserve) first: its mappings
+  // (cuMemMap) are buffers inside them.
+  for (const auto& rr : task.snapshot().reserved_ranges) {
+    PHOS_RETURN_IF_ERROR(session::ReserveAddressRangeAt(st, rr.address, rr.bytes)
+                             .WithContext("reserving " + std::to_string(rr.bytes) + " bytes of address space at " +
+                                          Hex(rr.address) + " (the address may be taken)"));
+  }
   RestoreResult* r = task.mutable_result();
   for (const auto& b : task.snapshot().buffers) {
     backend::DevicePtr got = 0;

@@ -19,7 +19,36 @@ using Clock = std::chrono::steady_clock;
 bool Overlaps(std::uint64_t a, std::uint64_t an, std::uint64_t b, std::uint64_t bn) {
   return a < b + bn && b < a + an;
 }
+
+using RangeMap = std::map<std::uint64_t, std::uint64_t>;
+
+/// The reserved range of `reserved` holding [a, a + n): (start, bytes), or
+/// (0, 0) when it lies outside all of them.
+std::pair<std::uint64_t, std::uint64_t> HoldingReservation(const RangeMap& reserved, std::uint64_t a,
+                                                           std::uint64_t n) {
+  std::uint64_t start = 0, bytes = 0;
+  if (!session::FindHoldingRange(reserved, a, n, &start, &bytes)) return {0, 0};
+  return {start, bytes};
+}
 }  // namespace
+
+RangeMap RestoreTask::ImageReservedRanges() const {
+  RangeMap m;
+  for (const auto& r : snap_.reserved_ranges) m[r.address] = r.bytes;
+  return m;
+}
+
+bool RestoreTask::Kept(const session::SessionState& st, const RangeMap& image_buffers, const RangeMap& image_reserved,
+                       std::uint64_t address, std::uint64_t bytes) const {
+  auto in_image = image_buffers.find(address);
+  auto in_session = st.buffers.find(address);
+  if (in_image == image_buffers.end() || in_image->second != bytes || in_session == st.buffers.end() ||
+      in_session->second != bytes) {
+    return false;
+  }
+  // A mapping of a reserved range stays only if its range stays too.
+  return HoldingReservation(st.reserved_ranges, address, bytes) == HoldingReservation(image_reserved, address, bytes);
+}
 
 Status RestoreTask::Prepare(const std::string& dir, bool verify_all) {
   result_.dir = dir;
@@ -81,12 +110,29 @@ Status RestoreTask::CheckFits(const session::SessionState& st) const {
           "was taken from (same program, same modules)");
     }
   }
-  // Buffers that stay: in the session and in the image with the same size.
+  // Buffers that stay: in the session and in the image with the same size
+  // (and the same reserved range, if any: Kept).
   std::map<std::uint64_t, std::uint64_t> image_buffers;
   for (const auto& b : snap_.buffers) image_buffers[b.address] = b.bytes;
+  const RangeMap image_reserved = ImageReservedRanges();
+  for (const auto& r : snap_.reserved_ranges) {
+    auto same = st.reserved_ranges.find(r.address);
+    if (same != st.reserved_ranges.end() && same->second == r.bytes) continue;  // kept
+    for (const auto& [ga, gn] : st.globals) {
+      if (Overlaps(r.address, r.bytes, ga, gn)) {
+        return Status::FailedPrecondition("cannot reserve the image's address range " + Hex(r.address) +
+                                          ": module global " + Hex(ga) + " occupies part of it");
+      }
+    }
+    for (const auto& [ka, kn] : st.buffers) {
+      if (Kept(st, image_buffers, image_reserved, ka, kn) && Overlaps(r.address, r.bytes, ka, kn)) {
+        return Status::FailedPrecondition("cannot reserve the image's address range " + Hex(r.address) +
+                                          ": buffer " + Hex(ka) + " of the session occupies part of it");
+      }
+    }
+  }
   for (const auto& b : snap_.buffers) {
-    auto same = st.buffers.find(b.address);
-    if (same != st.buffers.end() && same->second == b.bytes) continue;  // kept
+    if (Kept(st, image_buffers, image_reserved, b.address, b.bytes)) continue;
     for (const auto& [ga, gn] : st.globals) {
       if (Overlaps(b.address, b.bytes, ga, gn)) {
         return Status::FailedPrecondition("cannot map buffer " + Hex(b.address) + " of the image: module global " +
@@ -94,9 +140,7 @@ Status RestoreTask::CheckFits(const session::SessionState& st) const {
       }
     }
     for (const auto& [ka, kn] : st.buffers) {
-      auto in_image = image_buffers.find(ka);
-      const bool kept = in_image != image_buffers.end() && in_image->second == kn;
-      if (kept && Overlaps(b.address, b.bytes, ka, kn)) {
+      if (Kept(st, image_buffers, image_reserved, ka, kn) && Overlaps(b.address, b.bytes, ka, kn)) {
         return Status::FailedPrecondition("cannot map buffer " + Hex(b.address) + " of the image: buffer " +
                                           Hex(ka) + " of the session occupies that range");
       }
@@ -123,16 +167,37 @@ Status RestoreTask::MapBuffers(session::SessionState& st) {
   // From here on the session changes.
   std::map<std::uint64_t, std::uint64_t> image_buffers;
   for (const auto& b : snap_.buffers) image_buffers[b.address] = b.bytes;
+  const RangeMap image_reserved = ImageReservedRanges();
   progress_->SetPhase("map", "making the session's buffers match the image");
   for (auto it = st.buffers.begin(); it != st.buffers.end();) {
-    auto in_image = image_buffers.find(it->first);
-    if (in_image != image_buffers.end() && in_image->second == it->second) {
+    if (Kept(st, image_buffers, image_reserved, it->first, it->second)) {
       ++it;
       continue;
     }
     if (Status s = st.ctx->Free(it->first); !s.ok()) return Undefined(s.WithContext("freeing " + Hex(it->first)));
     it = st.buffers.Erase(it);
     ++result_.freed;
+  }
+  // Reserved ranges (cuMemAddressReserve): the session's that the image
+  // lacks go (their mappings went above), the image's come back at their
+  // addresses before the buffers mapped inside them.
+  for (auto it = st.reserved_ranges.begin(); it != st.reserved_ranges.end();) {
+    auto in_image = image_reserved.find(it->first);
+    if (in_image != image_reserved.end() && in_image->second == it->second) {
+      ++it;
+      continue;
+    }
+    if (Status s = st.ctx->ReleaseAddressRange(it->first); !s.ok()) {
+      return Undefined(s.WithContext("releasing the reserved range " + Hex(it->first)));
+    }
+    it = st.reserved_ranges.erase(it);
+  }
+  for (const auto& [addr, bytes] : image_reserved) {
+    if (st.reserved_ranges.count(addr)) continue;
+    if (Status s = session::ReserveAddressRangeAt(st, addr, bytes); !s.ok()) {
+      return Undefined(s.WithContext("reserving " + std::to_string(bytes) + " bytes of address space at " +
+                                     Hex(addr) + " (the address may be taken)"));
+    }
   }
   for (const auto& [addr, bytes] : image_buffers) {
     if (st.buffers.count(addr)) continue;

@@ -93,6 +93,14 @@ class RestoreTask {
 
  private:
   Status CheckFits(const session::SessionState& st) const;
+  /// The image's reserved ranges (cuMemAddressReserve), start -> bytes.
+  std::map<std::uint64_t, std::uint64_t> ImageReservedRanges() const;
+  /// Whether the session's buffer [address, +bytes) stays as it is: the
+  /// image has it with the same size, inside the same reserved range (or
+  /// outside all) in both.
+  bool Kept(const session::SessionState& st, const std::map<std::uint64_t, std::uint64_t>& image_buffers,
+            const std::map<std::uint64_t, std::uint64_t>& image_reserved, std::uint64_t address,
+            std::uint64_t bytes) const;
 
   Progress* progress_;
   std::unique_ptr<image::ImageReader> reader_;

@@ -4,6 +4,7 @@
 #include "image.pb.h"
 
 #include <algorithm>
+#include <map>
 #include <cinttypes>
 #include <cstdio>
 #include <sstream>
@@ -66,6 +67,7 @@ SessionSnapshot CaptureSnapshot(const session::SessionState& st) {
   SessionSnapshot s;
   for (const auto& [addr, bytes] : st.buffers) s.buffers.push_back({addr, bytes});
   for (const auto& [addr, bytes] : st.globals) s.globals.push_back({addr, bytes});
+  for (const auto& [addr, bytes] : st.reserved_ranges) s.reserved_ranges.push_back({addr, bytes});
   for (const auto& [id, h] : st.streams) s.streams.push_back(id);
   for (const auto& [id, h] : st.events) s.events.push_back(id);
   for (const auto& [id, h] : st.modules) s.modules.push_back(id);
@@ -89,6 +91,11 @@ void EncodeSnapshot(const SessionSnapshot& s, image::v1::SessionIndex* out) {
     auto* r = out->add_globals();
     r->set_address(g.address);
     r->set_bytes(g.bytes);
+  }
+  for (const auto& r : s.reserved_ranges) {
+    auto* rr = out->add_reserved_ranges();
+    rr->set_address(r.address);
+    rr->set_bytes(r.bytes);
   }
   for (auto id : s.streams) out->add_streams(id);
   for (auto id : s.events) out->add_events(id);
@@ -114,6 +121,31 @@ Status DecodeSnapshot(const image::v1::SessionIndex& index, SessionSnapshot* out
   };
   PHOS_RETURN_IF_ERROR(ranges(index.buffers(), "buffer", &out->buffers));
   PHOS_RETURN_IF_ERROR(ranges(index.globals(), "global", &out->globals));
+  PHOS_RETURN_IF_ERROR(ranges(index.reserved_ranges(), "reserved range", &out->reserved_ranges));
+  // Reserved ranges do not overlap, and each buffer lies wholly inside one
+  // or outside all of them (a mapping never straddles a range's edge): a
+  // restore reserves first and then maps, so an index breaking this cannot
+  // be restored.
+  std::map<std::uint64_t, std::uint64_t> reserved;
+  for (const auto& r : out->reserved_ranges) {
+    auto next = reserved.lower_bound(r.address);
+    if ((next != reserved.end() && next->first < r.address + r.bytes) ||
+        (next != reserved.begin() && std::prev(next)->first + std::prev(next)->second > r.address)) {
+      return Status::Corruption("session index: reserved range " + Hex(r.address) + " overlaps another");
+    }
+    reserved.emplace(r.address, r.bytes);
+  }
+  for (const auto& b : out->buffers) {
+    auto r = reserved.lower_bound(b.address + b.bytes);  // the first range starting at or past the buffer's end
+    if (r == reserved.begin()) continue;
+    --r;  // the last range starting before the buffer's end
+    const bool overlaps = r->first + r->second > b.address;
+    const bool inside = b.address >= r->first && b.bytes <= r->second - (b.address - r->first);
+    if (overlaps && !inside) {
+      return Status::Corruption("session index: buffer " + Hex(b.address) + " straddles the edge of reserved range " +
+                                Hex(r->first));
+    }
+  }
   out->streams.assign(index.streams().begin(), index.streams().end());
   out->events.assign(index.events().begin(), index.events().end());
   out->modules.assign(index.modules().begin(), index.modules().end());

@@ -90,6 +90,7 @@ struct SessionObjects {
 struct SessionSnapshot {
   std::vector<DeviceRange> buffers;  // ascending address
   std::vector<DeviceRange> globals;  // ascending address
+  std::vector<DeviceRange> reserved_ranges;  // cuMemAddressReserve, ascending address
   std::vector<std::uint32_t> streams, events, modules;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> functions;  // (function id, module id)
   std::vector<std::uint64_t> first_use;  // buffer addresses, first used first (may be empty)

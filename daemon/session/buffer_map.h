@@ -29,6 +29,29 @@ inline bool FindHoldingRange(const std::map<std::uint64_t, std::uint64_t>& m, st
   return true;
 }
 
+/// Whether [ptr, ptr + bytes) lies in buffers of `buffers` that sit back
+/// to back inside one range of `reserved` (the app's mappings of one
+/// cuMemAddressReserve range, which CUDA lets a copy cross). Called when
+/// FindHoldingRange found no single buffer.
+inline bool InMappedRun(const std::map<std::uint64_t, std::uint64_t>& buffers,
+                        const std::map<std::uint64_t, std::uint64_t>& reserved, std::uint64_t ptr,
+                        std::uint64_t bytes) {
+  std::uint64_t rstart = 0, rbytes = 0;
+  if (reserved.empty() || !FindHoldingRange(reserved, ptr, bytes, &rstart, &rbytes)) return false;
+  auto it = buffers.upper_bound(ptr);
+  if (it == buffers.begin()) return false;
+  --it;
+  if (it->first < rstart || ptr - it->first >= it->second) return false;
+  const std::uint64_t end = ptr + bytes;  // inside the reserved range: no wrap
+  std::uint64_t covered = it->first + it->second;
+  while (covered < end) {
+    ++it;
+    if (it == buffers.end() || it->first != covered) return false;
+    covered += it->second;
+  }
+  return true;
+}
+
 class BufferMap {
  public:
   using Map = std::map<std::uint64_t, std::uint64_t>;

@@ -147,7 +147,8 @@ Status FindEvent(SessionState& st, uint32_t id, backend::EventHandle* out) {
 Status CheckDeviceRange(const SessionState& st, uint64_t ptr, uint64_t bytes) {
   uint64_t start = 0, size = 0;
   if (FindHoldingRange(st.buffers, ptr, bytes, &start, &size) ||
-      FindHoldingRange(st.globals, ptr, bytes, &start, &size)) {
+      FindHoldingRange(st.globals, ptr, bytes, &start, &size) ||
+      InMappedRun(st.buffers, st.reserved_ranges, ptr, bytes)) {
     return Status::Ok();
   }
   return Status::InvalidArgument(
@@ -296,6 +297,11 @@ void ReleaseAll(SessionState& st) {
     Status f = st.ctx->Free(ptr);
     if (!f.ok()) spdlog::warn("session {}: freeing 0x{:x}: {}", st.session_id, ptr, f.ToString());
   }
+  for (auto& [start, bytes] : st.reserved_ranges) {  // after the mappings inside them
+    Status f = st.ctx->ReleaseAddressRange(start);
+    if (!f.ok()) spdlog::warn("session {}: releasing reserved range 0x{:x}: {}", st.session_id, start, f.ToString());
+  }
+  st.reserved_ranges.clear();
   st.texture_objects.clear();
   st.device_heap = 0;  // freed with the buffers
   st.device_heap_bytes = SessionState::kDefaultDeviceHeapBytes;  // cudaDeviceReset resets the limits too

@@ -54,6 +54,12 @@ struct SessionState {
   // Every allocation of this session (start address -> bytes), its total
   // and the republish flag, in one owner (buffer_map.h).
   BufferMap buffers;
+  // The app's own reserved address ranges (cuMemAddressReserve: start ->
+  // bytes; vmm_handlers.cc). The buffers inside them are the app's
+  // mappings (cuMemMap) and nothing else is: cudaMalloc never lands there.
+  // Back-to-back mappings of one range are one range for copies, and a
+  // kernel given a pointer into a range may reach all of its mappings.
+  std::map<uint64_t, uint64_t> reserved_ranges;
   // Texture and surface objects (backend handle, which the app and its
   // kernels hold -> what it samples; texture_handlers.cc). A launch of a
   // kernel that may use them reads (textures) or writes (surfaces) their
@@ -278,6 +284,15 @@ Status CreateTextureObjectOf(SessionState& st, const wire::TextureDesc& desc, bo
 /// a kernel through its parameters or through memory, so phosd cannot tell
 /// which ones a launch uses (texture_handlers.cc).
 void AddTextureAccess(const SessionState& st, CallView* view);
+/// A kernel given a pointer into a reserved range (cuMemAddressReserve)
+/// may reach every mapping in it (a tensor spans the back-to-back mappings
+/// of PyTorch's expandable segments): each range of `view` that starts in
+/// a reserved range brings all the range's buffers in, with its role
+/// (vmm_handlers.cc).
+void AddMappedRangeAccess(const SessionState& st, CallView* view);
+/// kMemAddressReserve at `at` exactly (a restore; `at` != 0), recorded in
+/// reserved_ranges.
+Status ReserveAddressRangeAt(SessionState& st, uint64_t at, uint64_t bytes);
 /// The device heap (device_heap.cc): made (a buffer of the session, handed
 /// to the backend) if a kernel of a module that calls malloc is launched
 /// and there is none yet.

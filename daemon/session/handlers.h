@@ -6,6 +6,7 @@
 //   memory_handlers.cc          allocation, copies, memsets, pinned segments
 //   stream_event_handlers.cc    streams, events, device sync, last error
 //   texture_handlers.cc         texture and surface objects
+//   vmm_handlers.cc             the driver's virtual-memory API
 //   module_handlers.cc          modules, functions, globals, launches
 //   function_reset_handlers.cc  function attributes, cudaDeviceReset
 //   blas_handlers.cc            cuBLAS routines

@@ -66,6 +66,10 @@ void HandleFree(SessionState& st, const CallContext& call, const wire::PointerRe
     return out->Fail(WireStatus::kInvalidValue,
                      fmt::format("cudaFree: 0x{:x} is not the start of a buffer of this session", req.ptr));
   }
+  if (uint64_t rs = 0, rb = 0; FindHoldingRange(st.reserved_ranges, req.ptr, 1, &rs, &rb)) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cudaFree: 0x{:x} was mapped with cuMemMap; release it with cuMemUnmap", req.ptr));
+  }
   CallView v;
   v.api = call.api();
   v.session_id = st.session_id;
@@ -89,6 +93,10 @@ void HandleFreeAsync(SessionState& st, const CallContext& call, const wire::Poin
   if (it == st.buffers.end()) {
     return out->Fail(WireStatus::kInvalidValue,
                      fmt::format("cudaFreeAsync: 0x{:x} is not the start of a buffer of this session", req.ptr));
+  }
+  if (uint64_t rs = 0, rb = 0; FindHoldingRange(st.reserved_ranges, req.ptr, 1, &rs, &rb)) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cudaFreeAsync: 0x{:x} was mapped with cuMemMap; release it with cuMemUnmap", req.ptr));
   }
   CallView v = ViewOnStream(st, call, stream, /*sync=*/false);
   AddOperand(&v, kDstOperand, it->first, it->second);

@@ -179,6 +179,7 @@ void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::L
     ComputeLaunchAccess(*fit->second.access, params, st.buffers, st.globals, &v, variables);
     const bool textures = mk == st.module_kernels.end() || mk->second.may_use_textures;
     if (textures && v.kind != AccessKind::kUnknown) AddTextureAccess(st, &v);
+    if (!st.reserved_ranges.empty() && v.kind != AccessKind::kUnknown) AddMappedRangeAccess(st, &v);
     const bool heap = mk == st.module_kernels.end() || mk->second.uses_device_heap;
     if (heap && st.device_heap == 0) {
       if (Status h = EnsureDeviceHeap(st, &v); !h.ok()) return out->Fail(h);

@@ -100,6 +100,10 @@ bool DriverFunctionId(const void* f, uint32_t* id);
 void ClearErrorsForReset();       // runtime_api.cc: sticky + this thread's last error
 void ForgetDeviceAllocations();   // runtime_api.cc: the cudaMalloc map
 void ForgetDeviceAllocation(uintptr_t ptr);  // runtime_api.cc: one buffer of it (cudaFreeAsync)
+/// runtime_api.cc: a device range phosd made that cudaMalloc did not (a
+/// cuMemMap mapping) joins the map, so copies and pointer queries see it.
+void NoteDeviceAllocation(uintptr_t ptr, size_t bytes);
+void ForgetVirtualMemory();       // driver_vmm.cc: allocation handles and mappings
 void ForgetPoolAllocations();     // stream_ordered_alloc.cc: which pool each allocation came from
 void NotePoolAllocationFreed(uintptr_t ptr);  // stream_ordered_alloc.cc: cudaFree of a pool's allocation
 void ForgetLoadedModules();       // registration.cc: modules/kernels reload lazily

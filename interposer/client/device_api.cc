@@ -77,6 +77,7 @@ PHOS_EXPORT cudaError_t cudaDeviceReset(void) {
   if (w != WireStatus::kSuccess) return Finish(w);
   ForgetDeviceAllocations();
   ForgetPoolAllocations();
+  ForgetVirtualMemory();
   ForgetLoadedModules();
   ForgetPerThreadStreams();
   ForgetCreatedStreams();

@@ -349,6 +349,12 @@ void ForgetDeviceAllocations() {
   a.device.clear();
 }
 
+void NoteDeviceAllocation(uintptr_t ptr, size_t bytes) {
+  AllocMap& a = Allocs();
+  std::lock_guard<std::mutex> lock(a.mu);
+  a.device[ptr] = bytes;
+}
+
 void ForgetDeviceAllocation(uintptr_t ptr) {
   AllocMap& a = Allocs();
   std::lock_guard<std::mutex> lock(a.mu);

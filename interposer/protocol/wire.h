@@ -239,6 +239,32 @@ struct PointerRequest {
 };
 static_assert(sizeof(PointerRequest) == 8);
 
+/// The app's own virtual-memory calls (daemon/session/vmm_handlers.cc;
+/// docs/interposer.md "The driver's virtual-memory API"). Sizes, addresses
+/// and alignments are multiples of kVmmGranularity, which libphos.so's
+/// cuMemGetAllocationGranularity answers (the allocation granularity of
+/// every current NVIDIA GPU, and the sim's).
+inline constexpr uint64_t kVmmGranularity = 2ull << 20;
+
+/// kMemAddressReserve: `bytes` of address space aligned to `alignment` (0:
+/// the granularity), at `addr` if it is free (a hint, as in CUDA). Reply:
+/// MallocReply with the range's start.
+struct AddressReserveRequest {
+  uint64_t bytes;
+  uint64_t alignment;
+  uint64_t addr;
+};
+static_assert(sizeof(AddressReserveRequest) == 24);
+
+/// kMemAddressFree (a whole reserved range), kMemMap (one mapping of
+/// `bytes` at `ptr`, inside a reserved range), kMemUnmap (one mapping,
+/// whole: libphos.so splits a cuMemUnmap over several).
+struct AddressRangeRequest {
+  uint64_t ptr;
+  uint64_t bytes;
+};
+static_assert(sizeof(AddressRangeRequest) == 16);
+
 /// kDeviceSetLimit (cudaDeviceSetLimit of the limits phosd applies):
 /// `limit` is a cudaLimit — kLimitPrintfFifoSize (the device printf FIFO)
 /// or kLimitMallocHeapSize (the device heap; refused once the heap exists,

@@ -16,9 +16,23 @@
 //                texture object and also storing through a surface object
 //                of a CUDA array (both made at first use, kept: a restore
 //                must bring their handles back); prints what `step` prints
+//   vmmstep      the same step, and the same again on `vstate`, an array
+//                in memory the app maps itself with the driver's
+//                virtual-memory API (cuMemAddressReserve, cuMemCreate,
+//                cuMemMap, cuMemSetAccess, taken through
+//                cudaGetDriverEntryPointByVersion as PyTorch's expandable
+//                segments take them; made at first use): three 2 MiB
+//                mappings back to back; `vstate` straddles the first
+//                boundary (the kernel gets a pointer into the first mapping
+//                and writes the second), and `vbig` (1 MiB, rewritten from
+//                the host each step) the second. From then on the
+//                checksums cover them too
 //   print        prints "state checksum 0x.. steps G verify-step S
-//                verify-big B": S / B are the steps whose CPU references
-//                match `state` / `big` on the device (or -1)
+//                verify-big B verify-vmm V": S / B are the steps whose CPU
+//                references match `state` / `big` on the device (or -1);
+//                V / W the vmmsteps whose references match vstate / vbig
+//                ("verify-vmm V verify-vbig W"; -1: none, or no vmmstep
+//                yet)
 //   freescratch  cudaFree(scratch)
 //   checkscratch prints "scratch OK" / "scratch BAD" (reads the old pointer)
 //   alloc        allocates one more 1 MiB buffer (kept)
@@ -27,6 +41,7 @@
 //   fault        a kernel writes to an invalid address (sticky error)
 //   quit
 // Every command ends with "ack N".
+#include <cuda.h>  // the virtual-memory API's types (its entry points come through the runtime)
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -55,6 +70,12 @@ __global__ void Step(uint32_t* s, int n) {
   if (i == 0) g_steps += 1;
 }
 
+// Step's update without the step count (the vmmstep's second array).
+__global__ void VStep(uint32_t* s, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) s[i] = s[i] * 1664525u + 1013904223u + static_cast<uint32_t>(i);
+}
+
 // Step, reading the old value through a texture of `s` and leaving a mark
 // in a surface (a dead handle would fail the kernel: a sticky error).
 __global__ void TexStep(cudaTextureObject_t t, cudaSurfaceObject_t marks, uint32_t* s, int n) {
@@ -76,6 +97,75 @@ static uint64_t Fnv(const void* p, size_t n, uint64_t h = 1469598103934665603ull
 
 static void FillBig(std::vector<unsigned char>& big, int step) {
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<unsigned char>((i * 31 + step * 7) & 0xFF);
+}
+
+// ---- "vmmstep": memory the app maps itself
+constexpr int kV = 64 * 1024;              // vstate: 256 KiB of uint32
+constexpr size_t kVBigBytes = 1u << 20;    // vbig
+
+static void FillVBig(std::vector<unsigned char>& v, int step) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<unsigned char>((i * 17 + step * 11 + 3) & 0xFF);
+}
+
+#define CU_CHECK(call)                                                                       \
+  do {                                                                                       \
+    CUresult _r = (call);                                                                    \
+    if (_r != CUDA_SUCCESS) {                                                                \
+      std::printf("checkpoint_app: %s failed: CUresult %d (line %d)\n", #call, (int)_r, __LINE__); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+template <typename F>
+static F DriverEntry(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q);
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || p == nullptr) {
+    std::printf("checkpoint_app: no driver entry point %s (%s)\n", name, cudaGetErrorName(e));
+    std::exit(1);
+  }
+  return reinterpret_cast<F>(p);
+}
+
+struct AppMapped {
+  uint32_t* vstate = nullptr;     // straddles mappings 0 and 1
+  unsigned char* vbig = nullptr;  // straddles mappings 1 and 2
+};
+
+// Reserves 8 granules, maps three 2 MiB allocations back to back (the
+// middle one's handle released at once: the mapping keeps its memory), and
+// lets the GPU read and write them.
+static AppMapped MapAppMemory() {
+  auto reserve = DriverEntry<decltype(&cuMemAddressReserve)>("cuMemAddressReserve");
+  auto granularity = DriverEntry<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity");
+  auto create = DriverEntry<decltype(&cuMemCreate)>("cuMemCreate");
+  auto map = DriverEntry<decltype(&cuMemMap)>("cuMemMap");
+  auto release = DriverEntry<decltype(&cuMemRelease)>("cuMemRelease");
+  auto set_access = DriverEntry<decltype(&cuMemSetAccess)>("cuMemSetAccess");
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t g = 0;
+  CU_CHECK(granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  CUdeviceptr base = 0;
+  CU_CHECK(reserve(&base, 8 * g, 0, 0, 0));
+  for (int i = 0; i < 3; ++i) {
+    CUmemGenericAllocationHandle h = 0;
+    CU_CHECK(create(&h, g, &prop, 0));
+    CU_CHECK(map(base + i * g, g, 0, h, 0));
+    if (i == 1) CU_CHECK(release(h));
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU_CHECK(set_access(base, 3 * g, &access, 1));
+  AppMapped m;
+  m.vstate = reinterpret_cast<uint32_t*>(base + g - kV * sizeof(uint32_t) / 2);
+  m.vbig = reinterpret_cast<unsigned char*>(base + 2 * g - kVBigBytes / 2);
+  return m;
 }
 
 int main(int argc, char** argv) {
@@ -118,6 +208,12 @@ int main(int argc, char** argv) {
   unsigned char* pinned_big = nullptr;
   std::vector<uint32_t> host_state(kN);
   std::vector<void*> extra;
+  AppMapped vmm;  // "vmmstep": mapped at first use
+  std::vector<uint32_t> vinit(kV);
+  for (int i = 0; i < kV; ++i) vinit[i] = static_cast<uint32_t>(i * 40503u + 7u);
+  std::vector<uint32_t> host_vstate(kV);
+  std::vector<unsigned char> host_vbig(kVBigBytes);
+  int vsteps = 0;
   for (int n = 0;; ++n) {
     const std::string path = ctl + "/cmd-" + std::to_string(n);
     std::string cmd;
@@ -195,13 +291,35 @@ int main(int argc, char** argv) {
       CHECK(cudaMemcpy(big, host_big.data(), kBigBytes, cudaMemcpyHostToDevice));
       CHECK(cudaDeviceSynchronize());
     }
-    if (cmd == "step" || cmd == "graphstep" || cmd == "texstep" || cmd == "print") {
+    if (cmd == "vmmstep") {
+      ++step;
+      ++vsteps;
+      if (vmm.vstate == nullptr) {
+        vmm = MapAppMemory();
+        CHECK(cudaMemcpy(vmm.vstate, vinit.data(), kV * sizeof(uint32_t), cudaMemcpyHostToDevice));
+      }
+      Step<<<(kN + 255) / 256, 256>>>(state, kN);
+      VStep<<<(kV + 255) / 256, 256>>>(vmm.vstate, kV);  // writes both mappings through a pointer into the first
+      CHECK(cudaGetLastError());
+      FillBig(host_big, step);
+      CHECK(cudaMemcpy(big, host_big.data(), kBigBytes, cudaMemcpyHostToDevice));
+      FillVBig(host_vbig, vsteps);
+      CHECK(cudaMemcpy(vmm.vbig, host_vbig.data(), kVBigBytes, cudaMemcpyHostToDevice));  // one copy, two mappings
+      CHECK(cudaDeviceSynchronize());
+    }
+    if (cmd == "step" || cmd == "graphstep" || cmd == "texstep" || cmd == "vmmstep" || cmd == "print") {
       CHECK(cudaMemcpy(host_state.data(), state, kN * sizeof(uint32_t), cudaMemcpyDeviceToHost));
       std::vector<unsigned char> got_big(kBigBytes);
       CHECK(cudaMemcpy(got_big.data(), big, kBigBytes, cudaMemcpyDeviceToHost));
       unsigned int steps = 0;
       CHECK(cudaMemcpyFromSymbol(&steps, g_steps, sizeof steps));
-      const uint64_t sum = Fnv(got_big.data(), got_big.size(), Fnv(host_state.data(), kN * sizeof(uint32_t)));
+      uint64_t sum = Fnv(got_big.data(), got_big.size(), Fnv(host_state.data(), kN * sizeof(uint32_t)));
+      std::vector<unsigned char> got_vbig(kVBigBytes);
+      if (vmm.vstate != nullptr) {
+        CHECK(cudaMemcpy(host_vstate.data(), vmm.vstate, kV * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(got_vbig.data(), vmm.vbig, kVBigBytes, cudaMemcpyDeviceToHost));
+        sum = Fnv(got_vbig.data(), kVBigBytes, Fnv(host_vstate.data(), kV * sizeof(uint32_t), sum));
+      }
       if (cmd != "print") {
         std::printf("step %d checksum 0x%016llx steps %u\n", step, static_cast<unsigned long long>(sum), steps);
       } else {
@@ -220,8 +338,19 @@ int main(int argc, char** argv) {
           FillBig(ref_big, k);
           if (match_big < 0 && std::memcmp(ref_big.data(), got_big.data(), kBigBytes) == 0) match_big = k;
         }
-        std::printf("state checksum 0x%016llx steps %u verify-step %d verify-big %d\n",
-                    static_cast<unsigned long long>(sum), steps, match, match_big);
+        int match_vmm = -1, match_vbig = -1;
+        if (vmm.vstate != nullptr) {
+          std::vector<uint32_t> vref = vinit;
+          std::vector<unsigned char> vref_big(kVBigBytes);
+          for (int k = 1; k <= vsteps + 1; ++k) {
+            for (int i = 0; i < kV; ++i) vref[i] = StepValue(vref[i], i);
+            FillVBig(vref_big, k);
+            if (match_vmm < 0 && vref == host_vstate) match_vmm = k;
+            if (match_vbig < 0 && vref_big == got_vbig) match_vbig = k;
+          }
+        }
+        std::printf("state checksum 0x%016llx steps %u verify-step %d verify-big %d verify-vmm %d verify-vbig %d\n",
+                    static_cast<unsigned long long>(sum), steps, match, match_big, match_vmm, match_vbig);
       }
     } else if (cmd == "freescratch") {
       CHECK(cudaFree(scratch));

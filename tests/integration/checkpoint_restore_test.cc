@@ -342,6 +342,54 @@ TEST_F(CheckpointRestoreTest, GraphLaunchesAcrossCheckpointsAndRestores) {
   EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
 }
 
+// docs/interposer.md "The driver's virtual-memory API": steps that also
+// advance arrays in memory the app mapped itself (back-to-back cuMemMap
+// mappings of one reserved range; the kernel writes across a boundary
+// through a pointer into the first mapping, a copy crosses another),
+// checkpointed in each mode while such steps go on and restored
+// stop-the-world and concurrently. A protocol that tracked only the mapping
+// a kernel's pointer names would miss the writes to the next one; the
+// restored arrays must match the checkpointed step's CPU reference.
+TEST_F(CheckpointRestoreTest, AppMappedMemoryAcrossCheckpointsAndRestores) {
+  const int pid = StartApp();
+  ASSERT_GT(pid, 0) << app_.output;
+  int vmm = 0;     // vmmsteps the device state has had
+  int vsteps = 0;  // the app's vmmstep counter (a GPU-only restore does not roll it back)
+  for (const char* mode : {"stop", "cow", "recopy"}) {
+    SCOPED_TRACE(mode);
+    const std::string at = Cmd("vmmstep");
+    ++vmm;
+    ++vsteps;
+    ASSERT_NE(at.find(" checksum "), std::string::npos) << at << daemon_.output;
+    const int vmm_at = vmm;
+    const int vbig_at = vsteps;  // vbig holds the pattern of the app's vmmstep count
+    const std::string img = dir_ + "/vmm-" + mode;
+    Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--mode", mode, "--out", img});
+    ASSERT_EQ(ck.rc, 0) << ck.output << daemon_.output;
+    Cmd("vmmstep");
+    ++vmm;
+    ++vsteps;
+    for (const char* how : {"--stop-the-world", "--concurrent"}) {
+      Result rs = Phos({"restore", img, "--gpu-only", "--pid", std::to_string(pid), how});
+      ASSERT_EQ(rs.rc, 0) << how << "\n" << rs.output << daemon_.output;
+      vmm = vmm_at;
+      const std::string back = Cmd("print");
+      EXPECT_EQ(Field(back, "checksum"), Field(at, "checksum")) << how << "\n" << back;
+      EXPECT_EQ(Field(back, "verify-vmm"), std::to_string(vmm)) << how << "\n" << back;
+      EXPECT_EQ(Field(back, "verify-vbig"), std::to_string(vbig_at)) << how << "\n" << back;
+    }
+    // The app's mappings are where it left them: steps go on.
+    Cmd("vmmstep");
+    ++vmm;
+    ++vsteps;
+    const std::string after = Cmd("print");
+    EXPECT_EQ(Field(after, "verify-vmm"), std::to_string(vmm)) << after;
+    EXPECT_EQ(Field(after, "verify-vbig"), std::to_string(vsteps)) << after;
+  }
+  Cmd("quit");
+  EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
+}
+
 TEST_F(CheckpointRestoreTest, NoDaemonIsAClearError) {
   Child c = Child::Start({PHOS_BIN, "--socket", dir_ + "/nothing.sock", "checkpoint", "--pid", "1", "--gpu-only"});
   EXPECT_EQ(c.Wait(60s), 1) << c.output;

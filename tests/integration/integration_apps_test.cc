@@ -507,6 +507,23 @@ TEST_F(IntegrationTest, GraphsCaptureInstantiateLaunch) {
   EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
 }
 
+// docs/interposer.md "The driver's virtual-memory API": an allocator's
+// reserve / create / map / grow / shrink cycle with copies and kernels
+// across mapping boundaries against CPU references, CUDA's errors, and
+// phos's refusals by name (vmm.cu lists them).
+TEST_F(IntegrationTest, DriverVirtualMemoryApiLikeAnExpandableAllocator) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/vmm");
+  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("vmm: OK"), std::string::npos) << c.output;
+  // The refusals were each named once.
+  EXPECT_EQ(Count(c.output, "cuMemMap of an allocation that is already mapped"), 1u) << c.output;
+  EXPECT_EQ(Count(c.output, "cuMemMap at a non-zero offset"), 1u) << c.output;
+  EXPECT_EQ(Count(c.output, "cuMemMap of an allocation after cuMemUnmap"), 1u) << c.output;
+  EXPECT_EQ(Count(c.output, "cuMemCreate of host or NUMA memory"), 1u) << c.output;
+}
+
 // docs/interposer.md "CUDA arrays, textures and surfaces": arrays, copies
 // in and out (2D, 3D, deprecated 1D forms, array to array), texture
 // objects of arrays, linear and pitched memory in every address and filter

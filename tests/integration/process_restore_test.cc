@@ -174,6 +174,23 @@ TEST_F(ProcessRestoreTest, TextureAndSurfaceObjectsSurviveAWholeProcessRestore) 
   Cmd("quit");
 }
 
+// docs/interposer.md "The driver's virtual-memory API": a process stepping
+// arrays in memory it mapped itself (cuMemAddressReserve + cuMemMap) is
+// checkpointed whole and restored into a restarted phosd: its reserved range
+// and mappings come back at the addresses it holds (its next steps use
+// them) and the state matches.
+TEST_F(ProcessRestoreTest, AppMappedMemorySurvivesAWholeProcessRestore) {
+  const pid_t pid = StartApp();
+  ASSERT_GT(pid, 0) << Log();
+  std::string s;
+  for (int i = 0; i < 2; ++i) s = Cmd("vmmstep");
+  ASSERT_NE(s.find("step 2 checksum"), std::string::npos) << s << Log();
+  ASSERT_NO_FATAL_FAILURE(RoundTrip(pid, "stop", 2, Field(s, "checksum"), "vmmstep"));
+  const std::string p = Cmd("print");
+  EXPECT_EQ(Field(p, "verify-vmm"), "3") << p;
+  Cmd("quit");
+}
+
 TEST_F(ProcessRestoreTest, FailuresAreClearAndLeaveTheAppAlone) {
   const pid_t pid = StartApp();
   ASSERT_GT(pid, 0) << Log();

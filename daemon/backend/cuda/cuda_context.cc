@@ -176,6 +176,7 @@ CudaContext::~CudaContext() {
   // No other thread may call a Context while it is destroyed, so the lock is
   // only taken for form; objects are destroyed after it is dropped.
   std::map<DevicePtr, Allocation> allocations;
+  std::map<DevicePtr, std::size_t> reservations;
   std::unordered_map<FunctionHandle, std::shared_ptr<FunctionObject>> functions;
   std::unordered_map<ModuleHandle, std::shared_ptr<ModuleObject>> modules;
   std::unordered_map<EventHandle, std::shared_ptr<EventObject>> events;
@@ -183,6 +184,7 @@ CudaContext::~CudaContext() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     allocations.swap(allocations_);
+    reservations.swap(reservations_);
     functions.swap(functions_);
     modules.swap(modules_);
     events.swap(events_);
@@ -199,6 +201,7 @@ CudaContext::~CudaContext() {
     streams.clear();
     driver_->CtxDestroy(ctx_);
     for (const auto& [ptr, a] : allocations) ReleaseAllocation(ptr, a);
+    for (const auto& [ptr, bytes] : reservations) driver_->MemAddressFree(ptr, bytes);
     return;
   }
   if (driver_->CtxSetCurrent(ctx_) == CUDA_SUCCESS) {
@@ -214,6 +217,7 @@ CudaContext::~CudaContext() {
   events.clear();
   streams.clear();
   for (const auto& [ptr, a] : allocations) ReleaseAllocation(ptr, a);
+  for (const auto& [ptr, bytes] : reservations) driver_->MemAddressFree(ptr, bytes);
   // Leaves no context current on this thread (cuCtxDestroy pops it if it is).
   driver_->CtxDestroy(ctx_);
 }
@@ -274,6 +278,7 @@ Status CudaContext::Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) {
   if (bytes == 0) return Status::InvalidArgument("Allocate: size is 0");
   if (bytes > kAddressLimit) return Status::OutOfMemory("Allocate: " + std::to_string(bytes) + " bytes");
   const std::size_t size = (bytes + granularity_ - 1) / granularity_ * granularity_;
+  bool in_reservation = false;  // `at` lies in one of reservations_
   if (at != 0) {
     if (at % granularity_ != 0) {
       return Status::InvalidArgument("Allocate at " + Hex(at) + ": not aligned to the allocation granularity " +
@@ -295,26 +300,45 @@ Status CudaContext::Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) {
         return Status::AlreadyExists("Allocate at " + Hex(at) + ": overlaps the allocation at " + Hex(prev->first));
       }
     }
+    // Inside one of our reserved ranges: map there, reserving nothing.
+    auto r = reservations_.upper_bound(at + size - 1);
+    if (r != reservations_.begin()) {
+      --r;
+      if (r->first + r->second > at) {
+        if (at < r->first || at + size > r->first + r->second) {
+          return Status::AlreadyExists("Allocate at " + Hex(at) + ": overlaps the reserved range at " +
+                                       Hex(r->first) + " without lying inside it");
+        }
+        in_reservation = true;
+      }
+    }
   }
   PHOS_RETURN_IF_ERROR(MakeCurrent());
   const CudaDriver* d = driver_.get();
 
   // 1. Reserve the address range (at the requested address if there is one;
   //    the driver takes `at` as a hint and returns another range if it is taken).
-  CUdeviceptr ptr = 0;
-  CUresult rc = d->MemAddressReserve(&ptr, size, granularity_, static_cast<CUdeviceptr>(at), 0);
-  if (rc != CUDA_SUCCESS) {
-    if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
-      return Status::OutOfMemory("cuMemAddressReserve of " + std::to_string(size) + " bytes" +
-                                 (at ? " at " + Hex(at) : std::string()) + ": no free address range");
+  CUdeviceptr ptr = static_cast<CUdeviceptr>(at);
+  CUresult rc = CUDA_SUCCESS;
+  if (!in_reservation) {
+    rc = d->MemAddressReserve(&ptr, size, granularity_, static_cast<CUdeviceptr>(at), 0);
+    if (rc != CUDA_SUCCESS) {
+      if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+        return Status::OutOfMemory("cuMemAddressReserve of " + std::to_string(size) + " bytes" +
+                                   (at ? " at " + Hex(at) : std::string()) + ": no free address range");
+      }
+      return Check(rc, "cuMemAddressReserve");
     }
-    return Check(rc, "cuMemAddressReserve");
+    if (at != 0 && ptr != at) {
+      d->MemAddressFree(ptr, size);
+      return Status::AlreadyExists("Allocate at " + Hex(at) + ": the address range is taken (the driver offered " +
+                                   Hex(ptr) + " instead)");
+    }
   }
-  if (at != 0 && ptr != at) {
-    d->MemAddressFree(ptr, size);
-    return Status::AlreadyExists("Allocate at " + Hex(at) + ": the address range is taken (the driver offered " +
-                                 Hex(ptr) + " instead)");
-  }
+  // Undoes step 1 on a later failure.
+  auto unreserve = [&] {
+    if (!in_reservation) d->MemAddressFree(ptr, size);
+  };
 
   // 2. Physical memory on this device.
   CUmemAllocationProp prop = {};
@@ -324,7 +348,7 @@ Status CudaContext::Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) {
   CUmemGenericAllocationHandle handle = 0;
   rc = d->MemCreate(&handle, size, &prop, 0);
   if (rc != CUDA_SUCCESS) {
-    d->MemAddressFree(ptr, size);
+    unreserve();
     return Check(rc, ("cuMemCreate of " + std::to_string(size) + " bytes"));
   }
 
@@ -332,7 +356,7 @@ Status CudaContext::Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) {
   rc = d->MemMap(ptr, size, 0, handle, 0);
   if (rc != CUDA_SUCCESS) {
     d->MemRelease(handle);
-    d->MemAddressFree(ptr, size);
+    unreserve();
     return Check(rc, "cuMemMap");
   }
   CUmemAccessDesc access = {};
@@ -343,13 +367,13 @@ Status CudaContext::Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) {
   if (rc != CUDA_SUCCESS) {
     d->MemUnmap(ptr, size);
     d->MemRelease(handle);
-    d->MemAddressFree(ptr, size);
+    unreserve();
     return Check(rc, "cuMemSetAccess");
   }
 
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    allocations_[ptr] = Allocation{size, handle};
+    allocations_[ptr] = Allocation{size, handle, in_reservation};
   }
   *out = ptr;
   return Status::Ok();
@@ -359,7 +383,7 @@ void CudaContext::ReleaseAllocation(DevicePtr ptr, const Allocation& a) {
   const CudaDriver* d = driver_.get();
   d->MemUnmap(ptr, a.size);
   d->MemRelease(a.handle);
-  d->MemAddressFree(ptr, a.size);
+  if (!a.in_reservation) d->MemAddressFree(ptr, a.size);
 }
 
 Status CudaContext::Free(DevicePtr ptr) {
@@ -380,10 +404,65 @@ Status CudaContext::Free(DevicePtr ptr) {
   const CudaDriver* d = driver_.get();
   CUresult rc = d->MemUnmap(ptr, a.size);
   CUresult rc2 = d->MemRelease(a.handle);
-  CUresult rc3 = d->MemAddressFree(ptr, a.size);
+  CUresult rc3 = a.in_reservation ? CUDA_SUCCESS : d->MemAddressFree(ptr, a.size);
   if (rc != CUDA_SUCCESS) return Check(rc, "cuMemUnmap");
   if (rc2 != CUDA_SUCCESS) return Check(rc2, "cuMemRelease");
   return Check(rc3, "cuMemAddressFree");
+}
+
+Status CudaContext::ReserveAddressRange(std::size_t bytes, std::size_t alignment, DevicePtr at, DevicePtr* out) {
+  if (out == nullptr) return Status::InvalidArgument("ReserveAddressRange: null output pointer");
+  if (bytes == 0 || bytes % granularity_ != 0) {
+    return Status::InvalidArgument("cannot reserve " + std::to_string(bytes) +
+                                   " bytes of device address space: the size must be a non-zero multiple of " +
+                                   Hex(granularity_));
+  }
+  if (alignment < granularity_) alignment = granularity_;
+  if ((alignment & (alignment - 1)) != 0) {
+    return Status::InvalidArgument("address alignment " + Hex(alignment) + " is not a power of two");
+  }
+  if (at % alignment != 0) {
+    return Status::InvalidArgument("device address " + Hex(at) + " is not aligned to " + Hex(alignment));
+  }
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("ReserveAddressRange"));
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  CUdeviceptr ptr = 0;
+  CUresult rc = driver_->MemAddressReserve(&ptr, bytes, alignment, static_cast<CUdeviceptr>(at), 0);
+  if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+    return Status::OutOfMemory("cuMemAddressReserve of " + std::to_string(bytes) + " bytes: no free address range");
+  }
+  PHOS_RETURN_IF_ERROR(Check(rc, "cuMemAddressReserve"));
+  if (at != 0 && ptr != at) {
+    driver_->MemAddressFree(ptr, bytes);
+    return Status::AlreadyExists("ReserveAddressRange at " + Hex(at) + ": the address range is taken (the driver "
+                                 "offered " + Hex(ptr) + " instead)");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  reservations_[ptr] = bytes;
+  *out = ptr;
+  return Status::Ok();
+}
+
+Status CudaContext::ReleaseAddressRange(DevicePtr start) {
+  std::size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto r = reservations_.find(start);
+    if (r == reservations_.end()) {
+      return Status::InvalidArgument("device address " + Hex(start) + " is not the start of a reserved range of "
+                                     "this context");
+    }
+    auto inside = allocations_.lower_bound(start);
+    if (inside != allocations_.end() && inside->first < start + r->second) {
+      return Status::FailedPrecondition("the reserved range at " + Hex(start) + " still holds the allocation at " +
+                                        Hex(inside->first));
+    }
+    bytes = r->second;
+    reservations_.erase(r);
+  }
+  if (abandoned()) return Status::Ok();  // the destructor's cuCtxDestroy path frees nothing more
+  PHOS_RETURN_IF_ERROR(MakeCurrent());
+  return Check(driver_->MemAddressFree(start, bytes), "cuMemAddressFree");
 }
 
 Status CudaContext::CheckDeviceRange(DevicePtr ptr, std::size_t bytes, const char* what) {
@@ -400,6 +479,18 @@ Status CudaContext::CheckDeviceRange(DevicePtr ptr, std::size_t bytes, const cha
       const std::uint64_t end = start + it->second.size;
       if (ptr < end) {
         if (ptr + bytes <= end) return Status::Ok();
+        // Back-to-back mappings in one reserved range are one range (the
+        // app mapped them so, as PyTorch's expandable segments do).
+        auto cur = it;
+        while (cur->second.in_reservation) {
+          auto next = std::next(cur);
+          if (next == allocations_.end() || !next->second.in_reservation ||
+              next->first != cur->first + cur->second.size) {
+            break;
+          }
+          cur = next;
+          if (ptr + bytes <= cur->first + cur->second.size) return Status::Ok();
+        }
         return Status::InvalidArgument(std::string(what) + ": device range " + Hex(ptr) + " + " + Hex(bytes) +
                                        " runs past the end of the allocation at " + Hex(start) + " (" +
                                        Hex(it->second.size) + " bytes)");

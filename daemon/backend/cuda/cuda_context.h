@@ -71,6 +71,8 @@ class CudaContext final : public Context {
 
   Status Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) override;
   Status Free(DevicePtr ptr) override;
+  Status ReserveAddressRange(std::size_t bytes, std::size_t alignment, DevicePtr at, DevicePtr* out) override;
+  Status ReleaseAddressRange(DevicePtr start) override;
   Status GetMemoryInfo(std::uint64_t* free_bytes, std::uint64_t* total_bytes) override;
   Status RegisterHostMemory(void* ptr, std::size_t bytes) override;
   Status UnregisterHostMemory(void* ptr) override;
@@ -147,6 +149,7 @@ class CudaContext final : public Context {
   struct Allocation {
     std::size_t size = 0;                      // rounded up to granularity_
     CUmemGenericAllocationHandle handle = 0;   // cuMemCreate
+    bool in_reservation = false;  // mapped into a ReserveAddressRange range (whose address stays reserved)
   };
 
   CudaContext(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
@@ -199,7 +202,7 @@ class CudaContext final : public Context {
   // no lock (Abandon may come from any thread during a call).
   const std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
 
-  // mutex_ guards the five maps below and nothing else. It is never held
+  // mutex_ guards the six maps below and nothing else. It is never held
   // across a driver call that can block (synchronisation, copies, launches,
   // object destruction): calls copy what they need out under the lock.
   mutable std::mutex mutex_;
@@ -210,6 +213,7 @@ class CudaContext final : public Context {
   /// cuda_blas.cc: cublasLtMatmul (blas_mutex_ held, context current).
   Status LtMatmul(const BlasCall& call, CUstream stream);
   std::map<DevicePtr, Allocation> allocations_;   // by start address
+  std::map<DevicePtr, std::size_t> reservations_;  // ReserveAddressRange: start -> bytes
   std::unordered_map<StreamHandle, std::shared_ptr<StreamObject>> streams_;
   std::unordered_map<EventHandle, std::shared_ptr<EventObject>> events_;
   std::unordered_map<ModuleHandle, std::shared_ptr<ModuleObject>> modules_;

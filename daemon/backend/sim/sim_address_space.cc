@@ -4,6 +4,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <iterator>
@@ -95,15 +96,32 @@ SimAddressSpace::SimAddressSpace(std::uint64_t base, std::uint64_t size, int dev
 
 SimAddressSpace::~SimAddressSpace() { munmap(reinterpret_cast<void*>(base_), size_); }
 
-SimAddressSpace::Map::const_iterator SimAddressSpace::FindLocked(DevicePtr ptr,
-                                                                 std::size_t bytes) const {
+SimAddressSpace::Map::const_iterator SimAddressSpace::FindLocked(DevicePtr ptr, std::size_t bytes,
+                                                                 std::size_t* count) const {
   auto it = allocations_.upper_bound(ptr);
   if (it == allocations_.begin()) return allocations_.end();
   --it;
   const Allocation& a = it->second;
-  if (a.freed || ptr - it->first > a.bytes || bytes > a.bytes - (ptr - it->first)) {
-    return allocations_.end();
+  if (a.freed || ptr - it->first > a.bytes) return allocations_.end();
+  std::size_t n = 1;
+  // Past its end: the next allocation must start right there, in the same
+  // reservation (the app mapped them back to back), and so on.
+  std::uint64_t left = bytes;
+  std::uint64_t room = a.bytes - (ptr - it->first);
+  auto cur = it;
+  while (left > room) {
+    if (cur->second.reservation == 0 || cur->second.bytes != cur->second.mapped) return allocations_.end();
+    left -= room;
+    auto next = std::next(cur);
+    if (next == allocations_.end() || next->first != cur->first + cur->second.mapped || next->second.freed ||
+        next->second.reservation != cur->second.reservation || next->second.owner != cur->second.owner) {
+      return allocations_.end();
+    }
+    cur = next;
+    room = cur->second.bytes;
+    ++n;
   }
+  if (count != nullptr) *count = n;
   return it;
 }
 
@@ -117,19 +135,36 @@ bool SimAddressSpace::OverlapsLocked(DevicePtr start, std::uint64_t bytes) const
   return false;
 }
 
-DevicePtr SimAddressSpace::FindGapLocked(std::uint64_t bytes, DevicePtr from) const {
-  const std::uint64_t end = base_ + size_;
-  DevicePtr cand = from;
-  auto it = allocations_.lower_bound(cand);
-  if (it != allocations_.begin()) {
+SimAddressSpace::ReservationMap::const_iterator SimAddressSpace::OverlappingReservationLocked(
+    DevicePtr start, std::uint64_t bytes) const {
+  auto it = reservations_.lower_bound(start);
+  if (it != reservations_.end() && it->first < start + bytes) return it;
+  if (it != reservations_.begin()) {
     auto prev = std::prev(it);
-    if (prev->first + prev->second.mapped > cand) cand = prev->first + prev->second.mapped;
+    if (prev->first + prev->second.bytes > start) return prev;
   }
+  return reservations_.end();
+}
+
+DevicePtr SimAddressSpace::FindGapLocked(std::uint64_t bytes, DevicePtr from, std::uint64_t alignment) const {
+  const std::uint64_t end = base_ + size_;
+  DevicePtr cand = 0;
+  if (!AlignUp(from, alignment, &cand)) return 0;
+  // Each step moves past one allocation or reservation in the way, so this
+  // ends after at most as many steps as there are of them.
   for (;;) {
-    if (cand >= end || bytes > end - cand) return 0;
-    if (it == allocations_.end() || cand + bytes <= it->first) return cand;
-    cand = it->first + it->second.mapped;
-    ++it;
+    if (cand < from || cand >= end || bytes > end - cand) return 0;
+    std::uint64_t past = 0;  // the end of something in the way
+    auto it = allocations_.lower_bound(cand);
+    if (it != allocations_.begin() && std::prev(it)->first + std::prev(it)->second.mapped > cand) {
+      past = std::prev(it)->first + std::prev(it)->second.mapped;
+    } else if (it != allocations_.end() && it->first < cand + bytes) {
+      past = it->first + it->second.mapped;
+    }
+    auto r = OverlappingReservationLocked(cand, bytes);
+    if (r != reservations_.end()) past = std::max(past, r->first + r->second.bytes);
+    if (past == 0) return cand;
+    if (!AlignUp(past, alignment, &cand)) return 0;
   }
 }
 
@@ -157,10 +192,20 @@ Status SimAddressSpace::Allocate(int device, std::uint64_t owner, std::size_t by
     return Status::InvalidArgument("no device " + std::to_string(device));
   }
   DevicePtr start = at;
+  DevicePtr reservation = 0;
   if (at != 0) {
     if (OverlapsLocked(at, mapped)) {
       return Status::AlreadyExists("device range " + RangeText(at, mapped) +
                                    " overlaps an existing allocation");
+    }
+    auto r = OverlappingReservationLocked(at, mapped);
+    if (r != reservations_.end()) {
+      if (r->second.owner != owner || at < r->first || mapped > r->second.bytes - (at - r->first)) {
+        return Status::AlreadyExists("device range " + RangeText(at, mapped) + " overlaps the reserved range " +
+                                     RangeText(r->first, r->second.bytes) +
+                                     (r->second.owner != owner ? " of another context" : " without lying inside it"));
+      }
+      reservation = r->first;
     }
   }
   if (used_[device] + mapped > capacity_ || used_[device] + mapped < used_[device]) {
@@ -189,10 +234,78 @@ Status SimAddressSpace::Allocate(int device, std::uint64_t owner, std::size_t by
   a.mapped = mapped;
   a.device = device;
   a.owner = owner;
+  a.reservation = reservation;
   allocations_.emplace(start, a);
   used_[device] += mapped;
   if (at == 0) cursor_ = start + mapped;
   *out = start;
+  return Status::Ok();
+}
+
+Status SimAddressSpace::ReserveRange(std::uint64_t owner, std::uint64_t bytes, std::uint64_t alignment,
+                                     DevicePtr at, DevicePtr* out) {
+  if (bytes == 0 || bytes % kGranularity != 0) {
+    return Status::InvalidArgument("cannot reserve " + std::to_string(bytes) +
+                                   " bytes of device address space: the size must be a non-zero multiple of " +
+                                   Hex(kGranularity));
+  }
+  if (alignment < kGranularity) alignment = kGranularity;
+  if ((alignment & (alignment - 1)) != 0) {
+    return Status::InvalidArgument("address alignment " + Hex(alignment) + " is not a power of two");
+  }
+  if (bytes > size_) {
+    return Status::OutOfMemory("cannot reserve " + std::to_string(bytes) +
+                               " bytes: larger than the device address range " + RangeText(base_, size_));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  DevicePtr start = at;
+  if (at != 0) {
+    if (at % alignment != 0) {
+      return Status::InvalidArgument("device address " + Hex(at) + " is not aligned to " + Hex(alignment));
+    }
+    if (at < base_ || at - base_ > size_ || bytes > size_ - (at - base_)) {
+      return Status::InvalidArgument("device range " + RangeText(at, bytes) +
+                                     " lies outside the device address range " + RangeText(base_, size_));
+    }
+    if (OverlapsLocked(at, bytes) || OverlappingReservationLocked(at, bytes) != reservations_.end()) {
+      return Status::AlreadyExists("device range " + RangeText(at, bytes) +
+                                   " overlaps an allocation or a reserved range");
+    }
+  } else {
+    start = FindGapLocked(bytes, cursor_, alignment);
+    if (start == 0) start = FindGapLocked(bytes, base_, alignment);
+    if (start == 0) {
+      return Status::OutOfMemory("device address range " + RangeText(base_, size_) + " has no free gap of " +
+                                 std::to_string(bytes) + " bytes aligned to " + Hex(alignment));
+    }
+    cursor_ = start + bytes;
+  }
+  reservations_.emplace(start, Reservation{bytes, owner});
+  *out = start;
+  return Status::Ok();
+}
+
+Status SimAddressSpace::ReleaseRange(std::uint64_t owner, DevicePtr start) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = reservations_.find(start);
+  if (r == reservations_.end() || r->second.owner != owner) {
+    return Status::InvalidArgument("device address " + Hex(start) + " is not the start of a reserved range" +
+                                   (r == reservations_.end() ? std::string() : " of this context"));
+  }
+  for (auto it = allocations_.lower_bound(start); it != allocations_.end() && it->first < start + r->second.bytes;
+       ++it) {
+    // An allocation freed while a copy still reads it only waits for that
+    // copy (its last Unpin unmaps it); it does not keep the range.
+    if (!it->second.freed) {
+      return Status::FailedPrecondition("the reserved range " + RangeText(start, r->second.bytes) +
+                                        " still holds the allocation at " + Hex(it->first));
+    }
+  }
+  for (auto it = allocations_.lower_bound(start); it != allocations_.end() && it->first < start + r->second.bytes;
+       ++it) {
+    it->second.reservation = 0;
+  }
+  reservations_.erase(r);
   return Status::Ok();
 }
 
@@ -234,6 +347,12 @@ void SimAddressSpace::FreeAllOwnedBy(std::uint64_t owner) {
     }
     it = next;
   }
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    it = it->second.owner == owner ? reservations_.erase(it) : std::next(it);
+  }
+  for (auto& [start, a] : allocations_) {
+    if (a.owner == owner) a.reservation = 0;
+  }
 }
 
 void SimAddressSpace::MemoryInfo(int device, std::uint64_t* free_bytes,
@@ -266,7 +385,8 @@ Status SimAddressSpace::PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin, Dev
 Status SimAddressSpace::PinOwnedRange(DevicePtr ptr, std::size_t bytes, std::uint64_t owner, Pin* pin,
                                       DevicePtr* start, std::uint64_t* bytes_out) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto cit = FindLocked(ptr, bytes);
+  std::size_t count = 0;
+  auto cit = FindLocked(ptr, bytes, &count);
   if (cit == allocations_.end()) {
     return Status::InvalidArgument("illegal address: device range " + RangeText(ptr, bytes) +
                                    " was freed before the work using it ran");
@@ -275,11 +395,14 @@ Status SimAddressSpace::PinOwnedRange(DevicePtr ptr, std::size_t bytes, std::uin
     return Status::InvalidArgument("illegal address: device range " + RangeText(ptr, bytes) +
                                    " belongs to another context");
   }
-  allocations_.find(cit->first)->second.pins++;
   *start = cit->first;
   *bytes_out = cit->second.bytes;
   pin->space_ = this;
-  pin->starts_.push_back(cit->first);
+  auto it = allocations_.find(cit->first);
+  for (std::size_t i = 0; i < count; ++i, ++it) {  // the run FindLocked checked
+    it->second.pins++;
+    pin->starts_.push_back(it->first);
+  }
   return Status::Ok();
 }
 

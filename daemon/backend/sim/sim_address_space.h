@@ -48,17 +48,30 @@ class SimAddressSpace {
   /// asks for exactly that address (see Context::Allocate for the errors).
   Status Allocate(int device, std::uint64_t owner, std::size_t bytes, DevicePtr at,
                   DevicePtr* out);
+  /// Reserves `bytes` (a multiple of kGranularity) of address space for
+  /// `owner`, mapping nothing (Context::ReserveAddressRange): at `at`, or
+  /// where a gap aligned to `alignment` (0 or a power of two; at least
+  /// kGranularity) is. Allocations at an address inside it must be
+  /// `owner`'s and lie wholly inside; Allocate(at = 0) never lands in it.
+  Status ReserveRange(std::uint64_t owner, std::uint64_t bytes, std::uint64_t alignment, DevicePtr at,
+                      DevicePtr* out);
+  /// Gives back `owner`'s reservation starting at `start`.
+  /// FailedPrecondition while a live allocation lies inside it.
+  Status ReleaseRange(std::uint64_t owner, DevicePtr start);
   /// Frees the allocation that starts at `ptr`; it must belong to `owner`.
   /// If a copy is still using it (a caller bug), the range stays reserved
   /// until that copy ends, then is unmapped.
   Status Free(std::uint64_t owner, DevicePtr ptr);
-  /// Frees every allocation of `owner` (a context being destroyed).
+  /// Frees every allocation and reservation of `owner` (a context being
+  /// destroyed).
   void FreeAllOwnedBy(std::uint64_t owner);
   /// Free and total modelled memory of `device`.
   void MemoryInfo(int device, std::uint64_t* free_bytes, std::uint64_t* total_bytes) const;
 
-  /// OK if [ptr, ptr + bytes) lies inside one live allocation, else
-  /// InvalidArgument naming the address.
+  /// OK if [ptr, ptr + bytes) lies inside one live allocation, or inside
+  /// back-to-back allocations of one reservation (the app mapped them
+  /// there: one range, as on a GPU), else InvalidArgument naming the
+  /// address.
   Status CheckRange(DevicePtr ptr, std::size_t bytes) const;
 
   /// Keeps the allocations under some device ranges mapped while a copy
@@ -78,10 +91,11 @@ class SimAddressSpace {
     SimAddressSpace* space_ = nullptr;
     std::vector<DevicePtr> starts_;  // allocations pinned (their start addresses)
   };
-  /// Pins the live allocation holding [ptr, ptr + bytes) into `pin`. Fails
+  /// Pins the live allocation(s) holding [ptr, ptr + bytes) (as CheckRange
+  /// accepts them) into `pin`. Fails
   /// (InvalidArgument, "illegal address") if it was freed since enqueue.
   Status PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin);
-  /// As PinRange, and tells the pinned allocation's bounds [*start,
+  /// As PinRange, and tells the bounds of the allocation holding `ptr` [*start,
   /// *start + *bytes_out), so a kernel can check later accesses against it
   /// without taking the lock again.
   Status PinRange(DevicePtr ptr, std::size_t bytes, Pin* pin, DevicePtr* start,
@@ -101,16 +115,29 @@ class SimAddressSpace {
     std::uint64_t owner = 0;
     int pins = 0;              // copies running on it now
     bool freed = false;        // Free was called while pinned; unmap at last unpin
+    DevicePtr reservation = 0; // the reservation it lies in (0: none)
   };
   using Map = std::map<DevicePtr, Allocation>;
+  struct Reservation {
+    std::uint64_t bytes = 0;
+    std::uint64_t owner = 0;
+  };
+  using ReservationMap = std::map<DevicePtr, Reservation>;
 
   SimAddressSpace(std::uint64_t base, std::uint64_t size, int device_count,
                   std::uint64_t capacity);
 
   // All below: callers hold mu_.
-  Map::const_iterator FindLocked(DevicePtr ptr, std::size_t bytes) const;
+  /// The live allocation holding `ptr` whose run of back-to-back
+  /// allocations in its reservation (see CheckRange) holds all of
+  /// [ptr, ptr + bytes); *count (if not null) is how many the range spans.
+  Map::const_iterator FindLocked(DevicePtr ptr, std::size_t bytes, std::size_t* count = nullptr) const;
   bool OverlapsLocked(DevicePtr start, std::uint64_t bytes) const;
-  DevicePtr FindGapLocked(std::uint64_t bytes, DevicePtr from) const;
+  /// The reservation overlapping [start, start + bytes), or end().
+  ReservationMap::const_iterator OverlappingReservationLocked(DevicePtr start, std::uint64_t bytes) const;
+  /// The first address >= from, aligned to `alignment`, with `bytes` free
+  /// of allocations and reservations; 0 if none.
+  DevicePtr FindGapLocked(std::uint64_t bytes, DevicePtr from, std::uint64_t alignment = kGranularity) const;
   void ReleaseLocked(Map::iterator it);  // unmaps and forgets one allocation
   void Unpin(const std::vector<DevicePtr>& starts);
 
@@ -120,6 +147,7 @@ class SimAddressSpace {
 
   mutable std::mutex mu_;               // protects everything below
   Map allocations_;                     // by start address; guarded by mu_
+  ReservationMap reservations_;         // by start address; guarded by mu_
   std::vector<std::uint64_t> used_;     // mapped bytes per device; guarded by mu_
   DevicePtr cursor_;                    // next-fit search start; guarded by mu_
 };

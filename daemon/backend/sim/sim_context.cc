@@ -76,6 +76,13 @@ Status SimContext::Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) {
 
 Status SimContext::Free(DevicePtr ptr) { return shared_->memory->Free(id_, ptr); }
 
+Status SimContext::ReserveAddressRange(std::size_t bytes, std::size_t alignment, DevicePtr at, DevicePtr* out) {
+  if (out == nullptr) return Status::InvalidArgument("ReserveAddressRange: null output pointer");
+  return shared_->memory->ReserveRange(id_, bytes, alignment, at, out);
+}
+
+Status SimContext::ReleaseAddressRange(DevicePtr start) { return shared_->memory->ReleaseRange(id_, start); }
+
 Status SimContext::GetMemoryInfo(std::uint64_t* free_bytes, std::uint64_t* total_bytes) {
   if (free_bytes == nullptr || total_bytes == nullptr) {
     return Status::InvalidArgument("GetMemoryInfo: null output pointer");

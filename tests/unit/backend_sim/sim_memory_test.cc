@@ -159,6 +159,57 @@ TEST(SimMemory, DevicesHaveTheirOwnCapacityButShareTheAddressSpace) {
   EXPECT_EQ(reinterpret_cast<const std::uint8_t*>(b)[4095], 0x77);
 }
 
+// Context::ReserveAddressRange (the app's cuMemAddressReserve): address
+// space that Allocate(0) never lands in, where only its owner places
+// allocations (wholly inside); back-to-back allocations inside it are one
+// range for copies; it goes back only when empty.
+TEST(SimMemory, ReservedRangesKeepOthersOutAndJoinTheirAllocationsForCopies) {
+  SimFixture f;
+  SIM_ASSERT_OK(f.Init());
+  const std::uint64_t g = 2 * kMiB;
+  DevicePtr r = 0;
+  SIM_ASSERT_OK(f.ctx->ReserveAddressRange(8 * g, 0, 0, &r));
+  EXPECT_EQ(r % g, 0u);
+  SIM_EXPECT_CODE(f.ctx->ReserveAddressRange(g + 1, 0, 0, &r), kInvalidArgument);  // not a granule multiple
+  DevicePtr other_r = 0;
+  SIM_EXPECT_CODE(f.ctx->ReserveAddressRange(g, 0, r + g, &other_r), kAlreadyExists);  // overlaps
+  DevicePtr aligned = 0;
+  SIM_ASSERT_OK(f.ctx->ReserveAddressRange(g, 64 * kMiB, 0, &aligned));
+  EXPECT_EQ(aligned % (64 * kMiB), 0u);
+  SIM_ASSERT_OK(f.ctx->ReleaseAddressRange(aligned));
+  // Allocate(0) goes around the range, however much is asked.
+  for (int i = 0; i < 6; ++i) {
+    DevicePtr p = 0;
+    SIM_ASSERT_OK(f.ctx->Allocate(3 * g, 0, &p));
+    EXPECT_TRUE(p + 3 * g <= r || p >= r + 8 * g) << std::hex << p;
+  }
+  // Another context may not place anything inside; the owner only wholly inside.
+  std::unique_ptr<Context> other;
+  SIM_ASSERT_OK(f.backend->CreateContext(0, &other));
+  DevicePtr x = 0;
+  SIM_EXPECT_CODE(other->Allocate(g, r, &x), kAlreadyExists);
+  SIM_EXPECT_CODE(f.ctx->Allocate(2 * g, r + 7 * g, &x), kAlreadyExists);  // runs past its end
+  DevicePtr m0 = 0, m1 = 0, m3 = 0;
+  SIM_ASSERT_OK(f.ctx->Allocate(g, r, &m0));
+  SIM_ASSERT_OK(f.ctx->Allocate(g, r + g, &m1));
+  SIM_ASSERT_OK(f.ctx->Allocate(g, r + 3 * g, &m3));  // a gap at r + 2g
+  // One copy across the m0/m1 boundary; none across the gap.
+  auto src = RandomBytes(g, 5);
+  SIM_ASSERT_OK(f.ctx->MemcpyAsync(r + g / 2, H(src.data()), g, CopyKind::kHostToDevice, kDefaultStream));
+  SIM_ASSERT_OK(f.ctx->SynchronizeStream(kDefaultStream));
+  EXPECT_EQ(0, std::memcmp(reinterpret_cast<const void*>(r + g / 2), src.data(), g));
+  SIM_EXPECT_CODE(f.ctx->MemcpyAsync(r + g + g / 2, H(src.data()), g, CopyKind::kHostToDevice, kDefaultStream),
+                  kInvalidArgument);
+  // Not empty: stays.
+  SIM_EXPECT_CODE(f.ctx->ReleaseAddressRange(r), kFailedPrecondition);
+  SIM_EXPECT_CODE(other->ReleaseAddressRange(r), kInvalidArgument);  // not its range
+  for (DevicePtr m : {m0, m1, m3}) SIM_ASSERT_OK(f.ctx->Free(m));
+  SIM_ASSERT_OK(f.ctx->ReleaseAddressRange(r));
+  // Gone: the space is free for anyone again.
+  SIM_ASSERT_OK(other->Allocate(g, r, &x));
+  SIM_ASSERT_OK(other->Free(x));
+}
+
 TEST(SimMemory, FreeingAnotherContextsAllocationIsInvalidArgument) {
   SimFixture f;
   SIM_ASSERT_OK(f.Init());

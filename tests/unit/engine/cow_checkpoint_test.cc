@@ -201,6 +201,80 @@ TEST_F(CowCheckpointTest, WriteInTheMiddleOfSavingABuffer) {
   EXPECT_EQ(now[0], 0x77);
 }
 
+// Memory the app maps itself (cuMemAddressReserve + cuMemMap, as PyTorch's
+// expandable segments): two mappings back to back in one reserved range,
+// and a kernel whose output pointer lies in the first and whose writes run
+// into the second. The launch's access set must hold both mappings (phosd:
+// AddMappedRangeAccess): the copier, held before it saves them, must find
+// both shadowed, the twin must see no miss, and the image must hold both
+// as they were at t1. (Left out, the second mapping is neither shadowed nor
+// allowed: the twin misses and the checkpoint falls back to stop-the-world.)
+TEST_F(CowCheckpointTest, KernelWritingAcrossAppMappingsIsInItsAccessSet) {
+  const uint32_t n = 1024;
+  uint64_t da = 0, db = 0;
+  ASSERT_EQ(app_->Malloc(n * 4, &da), kOk);
+  ASSERT_EQ(app_->Malloc(n * 4, &db), kOk);
+  std::vector<float> a(n, 1.5f), b(n, 2.0f);
+  ASSERT_EQ(app_->H2D(da, a.data(), n * 4), kOk);
+  ASSERT_EQ(app_->H2D(db, b.data(), n * 4), kOk);
+  MakeBuffers(8, 1 << 20);  // the copier is busy with these first
+  const uint64_t g = wire::kVmmGranularity;
+  uint64_t base = 0;
+  ASSERT_EQ(app_->AddressReserve(4 * g, 0, &base), kOk) << app_->message();
+  ASSERT_EQ(app_->Map(base, g), kOk) << app_->message();
+  ASSERT_EQ(app_->Map(base + g, g), kOk) << app_->message();
+  ASSERT_GT(base, bufs_.back());
+  ASSERT_EQ(app_->Memset(base, 0, 1, 2 * g), kOk) << app_->message();  // one memset, two mappings
+  ASSERT_EQ(app_->ModuleLoad(1, ReadAppFixture("vector_add.fatbin")), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(1, 10, "_Z10vector_addPKfS0_Pfi"), kOk) << app_->message();
+
+  CheckpointOptions o;
+  o.mode = Mode::kCow;
+  o.dir = dir_ + "/img";
+  auto gate = std::make_shared<Gate>();
+  // Extents in address order: a, b, the 8 buffers, then the two mappings.
+  o.image.backend_factory = GatedIoFactory(gate, 2u * n * 4 + 8u * (1u << 20));
+  Progress progress;
+  CheckpointResult r;
+  Status st;
+  std::thread cp([&] { st = Checkpoint(*session_, o, &progress, &r); });
+  const bool reached = gate->WaitReached(60s);
+  const uint64_t c = base + g - n * 2;  // half of c in each mapping
+  if (reached) {
+    struct {
+      uint64_t a, b, c;
+      int32_t n;
+    } va{da, db, c, static_cast<int32_t>(n)};
+    EXPECT_EQ(app_->Launch(10, Grid(4, 256), std::as_bytes(std::span(&va, 1))), kOk);
+    EXPECT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  }
+  gate->Open();
+  cp.join();
+  ASSERT_TRUE(reached) << "the checkpoint never reached the mappings: " << st.ToString();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(r.mode, Mode::kCow);
+  EXPECT_EQ(r.counters.cow_fallbacks, 0u);
+  EXPECT_EQ(r.counters.twin_misses, 0u);
+  EXPECT_EQ(r.counters.twin_launches, 1u);
+  // The image: both mappings as at t1 (zeros).
+  std::unique_ptr<image::ImageReader> reader;
+  ASSERT_TRUE(image::ImageReader::Open(o.dir, {}, &reader).ok());
+  int seen = 0;
+  for (size_t k = 0; k < reader->buffer_count(); ++k) {
+    const uint64_t at = reader->manifest().buffers(static_cast<int>(k)).device_address();
+    if (at != base && at != base + g) continue;
+    ++seen;
+    std::vector<uint8_t> got(g);
+    ASSERT_TRUE(reader->ReadBuffer(k, got.data()).ok());
+    EXPECT_EQ(std::count(got.begin(), got.end(), 0), static_cast<long>(g)) << "mapping at 0x" << std::hex << at;
+  }
+  EXPECT_EQ(seen, 2);
+  // The kernel ran (as its twin) across the boundary.
+  std::vector<float> got(n);
+  ASSERT_EQ(app_->D2H(got.data(), c, n * 4), kOk) << app_->message();  // one copy, two mappings
+  for (uint32_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(got[i], 3.5f) << i;
+}
+
 TEST_F(CowCheckpointTest, MisSpeculatedKernelFallsBackToStopTheWorld) {
   // Big buffers first (the copier is busy with them), the scatter targets last.
   MakeBuffers(8, 1 << 20);

@@ -114,6 +114,14 @@ WireStatus FakeApp::Malloc(uint64_t bytes, uint64_t* ptr) {
 
 WireStatus FakeApp::Free(uint64_t ptr) { return Send(op::kFree, wire::PointerRequest{ptr}); }
 
+WireStatus FakeApp::AddressReserve(uint64_t bytes, uint64_t addr, uint64_t* ptr) {
+  ring::Reply r;
+  WireStatus w = Send(op::kMemAddressReserve, wire::AddressReserveRequest{bytes, 0, addr}, true, 0, &r);
+  wire::MallocReply v{};
+  if (w == WireStatus::kSuccess && ReadReply(r, &v)) *ptr = v.ptr;
+  return w;
+}
+
 WireStatus FakeApp::H2D(uint64_t dst, const void* src, uint64_t bytes, uint32_t stream, bool sync,
                         bool force_staged) {
   wire::MemcpyRequest req{dst, 0, bytes, static_cast<uint32_t>(wire::CopyDir::kHostToDevice), wire::kNoChunk};

@@ -42,6 +42,16 @@ class FakeApp {
   WireStatus MemInfo(uint64_t* free_bytes, uint64_t* total_bytes);
   WireStatus Malloc(uint64_t bytes, uint64_t* ptr);
   WireStatus Free(uint64_t ptr);
+  /// The driver's virtual-memory API as libphos.so sends it (kMemAddressReserve,
+  /// kMemAddressFree, kMemMap, kMemUnmap).
+  WireStatus AddressReserve(uint64_t bytes, uint64_t addr, uint64_t* ptr);
+  WireStatus AddressFree(uint64_t ptr, uint64_t bytes) {
+    return Send(wire::op::kMemAddressFree, wire::AddressRangeRequest{ptr, bytes});
+  }
+  WireStatus Map(uint64_t ptr, uint64_t bytes) { return Send(wire::op::kMemMap, wire::AddressRangeRequest{ptr, bytes}); }
+  WireStatus Unmap(uint64_t ptr, uint64_t bytes) {
+    return Send(wire::op::kMemUnmap, wire::AddressRangeRequest{ptr, bytes});
+  }
   /// Inline when it fits one frame (or !force_staged), else staged pieces;
   /// `sync` = cudaMemcpy semantics (waits, reports errors).
   WireStatus H2D(uint64_t dst, const void* src, uint64_t bytes, uint32_t stream = 0, bool sync = true,

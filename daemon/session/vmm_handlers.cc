@@ -1,0 +1,174 @@
+// The driver's virtual-memory API as phosd sees it: kMemAddressReserve,
+// kMemAddressFree, kMemMap, kMemUnmap (rows in interposer/protocol/
+// calls.def; docs/interposer.md "The driver's virtual-memory API").
+//
+// A reserved range is address space the backend keeps for this session
+// (Context::ReserveAddressRange); a mapping is an ordinary buffer of the
+// session placed at the app's address inside it. Why a buffer: every
+// checkpoint, restore, migration and template then carries the mapping's
+// bytes, and every C/R protocol tracks writes to it, with no new image
+// section for its contents. Physical allocation handles (cuMemCreate) stay
+// in libphos.so: phosd only ever sees where memory is mapped.
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "session/access_spec.h"
+#include "session/handlers.h"
+
+namespace phos::session {
+
+using wire::WireStatus;
+
+namespace {
+
+/// The reserved range holding all of [ptr, ptr + bytes), or end().
+std::map<uint64_t, uint64_t>::const_iterator HoldingReservation(const SessionState& st, uint64_t ptr,
+                                                                uint64_t bytes) {
+  uint64_t start = 0, size = 0;
+  if (!FindHoldingRange(st.reserved_ranges, ptr, bytes, &start, &size)) return st.reserved_ranges.end();
+  return st.reserved_ranges.find(start);
+}
+
+bool GranularityMultiple(uint64_t v) { return v % wire::kVmmGranularity == 0; }
+
+}  // namespace
+
+void AddMappedRangeAccess(const SessionState& st, CallView* view) {
+  const auto ranges = view->ranges;  // AddOrMerge appends to view->ranges
+  for (const AccessRange& r : ranges) {
+    auto res = HoldingReservation(st, r.ptr, 1);
+    if (res == st.reserved_ranges.end()) continue;
+    const uint64_t end = res->first + res->second;
+    for (auto b = st.buffers.lower_bound(res->first); b != st.buffers.end() && b->first < end; ++b) {
+      view->AddOrMerge(b->first, b->second, r.write);
+    }
+  }
+}
+
+Status ReserveAddressRangeAt(SessionState& st, uint64_t at, uint64_t bytes) {
+  PHOS_RETURN_IF_ERROR(CheckRoom(st.reserved_ranges.size(), "reserved address ranges"));
+  backend::DevicePtr got = 0;
+  PHOS_RETURN_IF_ERROR(st.ctx->ReserveAddressRange(bytes, 0, at, &got));
+  if (got != at) {
+    (void)st.ctx->ReleaseAddressRange(got);
+    return Status::Internal(fmt::format("the backend reserved 0x{:x} instead of 0x{:x}", got, at));
+  }
+  st.reserved_ranges[at] = bytes;
+  return Status::Ok();
+}
+
+void HandleMemAddressReserve(SessionState& st, const CallContext& call, const wire::AddressReserveRequest& req,
+                             Outcome* out) {
+  if (req.bytes == 0 || !GranularityMultiple(req.bytes)) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cuMemAddressReserve: size {} is not a non-zero multiple of the allocation "
+                                 "granularity ({} bytes, cuMemGetAllocationGranularity)",
+                                 req.bytes, wire::kVmmGranularity));
+  }
+  if (req.alignment != 0 && (req.alignment & (req.alignment - 1)) != 0) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cuMemAddressReserve: alignment {} is not a power of two", req.alignment));
+  }
+  if (Status s = CheckRoom(st.reserved_ranges.size(), "reserved address ranges"); !s.ok()) return out->Fail(s);
+  CallView v = ViewOf(st, call);
+  backend::DevicePtr ptr = 0;
+  Status s = st.executor->Run(v, [&] {
+    // The requested address is a hint (as in CUDA): taken or misaligned,
+    // the range goes wherever there is room.
+    if (req.addr != 0) {
+      Status at = st.ctx->ReserveAddressRange(req.bytes, req.alignment, req.addr, &ptr);
+      if (at.ok() || (at.code() != Status::Code::kAlreadyExists && at.code() != Status::Code::kInvalidArgument)) {
+        return at;
+      }
+    }
+    return st.ctx->ReserveAddressRange(req.bytes, req.alignment, 0, &ptr);
+  });
+  if (!s.ok()) return out->Fail(s);
+  st.reserved_ranges[ptr] = req.bytes;
+  out->Set(wire::MallocReply{ptr});
+}
+
+void HandleMemAddressFree(SessionState& st, const CallContext& call, const wire::AddressRangeRequest& req,
+                          Outcome* out) {
+  auto it = st.reserved_ranges.find(req.ptr);
+  if (it == st.reserved_ranges.end() || it->second != req.bytes) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cuMemAddressFree: [0x{:x}, +{}) is not a range this session reserved with "
+                                 "cuMemAddressReserve",
+                                 req.ptr, req.bytes));
+  }
+  auto inside = st.buffers.lower_bound(req.ptr);
+  if (inside != st.buffers.end() && inside->first < req.ptr + req.bytes) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cuMemAddressFree: the range at 0x{:x} still has memory mapped at 0x{:x}; "
+                                 "cuMemUnmap it first",
+                                 req.ptr, inside->first));
+  }
+  CallView v = ViewOf(st, call);
+  Status s = st.executor->Run(v, [&] { return st.ctx->ReleaseAddressRange(req.ptr); });
+  if (!s.ok()) return out->Fail(s);
+  st.reserved_ranges.erase(it);
+}
+
+void HandleMemMap(SessionState& st, const CallContext& call, const wire::AddressRangeRequest& req, Outcome* out) {
+  if (req.bytes == 0 || !GranularityMultiple(req.bytes) || !GranularityMultiple(req.ptr)) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cuMemMap: [0x{:x}, +{}) is not aligned to the allocation granularity ({} bytes)",
+                                 req.ptr, req.bytes, wire::kVmmGranularity));
+  }
+  if (HoldingReservation(st, req.ptr, req.bytes) == st.reserved_ranges.end()) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cuMemMap: [0x{:x}, +{}) is not inside a range this session reserved with "
+                                 "cuMemAddressReserve",
+                                 req.ptr, req.bytes));
+  }
+  auto next = st.buffers.lower_bound(req.ptr);
+  if (next != st.buffers.end() && next->first < req.ptr + req.bytes) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cuMemMap: 0x{:x} is already mapped (cuMemUnmap it first)", next->first));
+  }
+  if (next != st.buffers.begin() && std::prev(next)->first + std::prev(next)->second > req.ptr) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cuMemMap: 0x{:x} is already mapped (cuMemUnmap it first)", std::prev(next)->first));
+  }
+  CallView v = ViewOf(st, call);
+  Status s = st.executor->Run(v, [&] {
+    ReapRetained(st, false);
+    backend::DevicePtr got = 0;
+    Status a = st.ctx->Allocate(req.bytes, req.ptr, &got);
+    if (a.code() == Status::Code::kOutOfMemory && !st.pending_frees.empty()) {
+      ReapRetained(st, true);  // as cudaMalloc: wait for memory freed in stream order
+      a = st.ctx->Allocate(req.bytes, req.ptr, &got);
+    }
+    if (a.ok() && got != req.ptr) {
+      (void)st.ctx->Free(got);
+      return Status::Internal(fmt::format("the backend mapped 0x{:x} instead of 0x{:x}", got, req.ptr));
+    }
+    return a;
+  });
+  if (!s.ok()) return out->Fail(s);
+  st.buffers.Add(req.ptr, req.bytes);
+}
+
+void HandleMemUnmap(SessionState& st, const CallContext& call, const wire::AddressRangeRequest& req, Outcome* out) {
+  auto it = st.buffers.find(req.ptr);
+  if (it == st.buffers.end() || it->second != req.bytes ||
+      HoldingReservation(st, req.ptr, req.bytes) == st.reserved_ranges.end()) {
+    return out->Fail(WireStatus::kInvalidValue,
+                     fmt::format("cuMemUnmap: [0x{:x}, +{}) is not a mapping of this session (cuMemMap)", req.ptr,
+                                 req.bytes));
+  }
+  CallView v = ViewOf(st, call);
+  AddOperand(&v, kDstOperand, it->first, it->second);
+  Status s = st.executor->Run(v, [&] {
+    // Like cudaFree: work still using the mapping finishes first.
+    st.Defer(st.ctx->Synchronize());
+    ReapRetained(st, false);
+    return st.ctx->Free(req.ptr);
+  });
+  if (!s.ok()) return out->Fail(s);
+  st.buffers.Erase(it);
+}
+
+}  // namespace phos::session
