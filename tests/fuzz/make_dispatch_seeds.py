@@ -108,6 +108,7 @@ def nccl_group(comm, *ops):
     return struct.pack("<II", comm, len(ops)) + b"".join(ops)
 
 
+VMM = 0x7c0000000000 + (1 << 30)
 NCCL_ID = b"phosnccl" + bytes(range(120))
 ALLREDUCE, BROADCAST, REDUCE, ALLGATHER, REDUCESCATTER, SEND, RECV = range(7)
 FLOAT32, FLOAT16 = 7, 6
@@ -213,6 +214,26 @@ SEEDS = {
         rec("NcclCommFinalize", struct.pack("<II", 1, 0)),
         rec("NcclCommAbort", struct.pack("<II", 1, 0)),
         rec("NcclCommDestroy", struct.pack("<II", 1, 0)),
+    ],
+    # The driver's virtual-memory API: a reserved range at a hinted address
+    # in the sim's default address range (its base, 0x7c0000000000, + 1 GiB),
+    # two mappings back to back, a memset across them, the refusals (cudaFree
+    # of a mapping, freeing a range with mappings, mapping outside), unmaps.
+    "vmm": [
+        rec("MemAddressReserve", struct.pack("<QQQ", 8 << 20, 0, VMM)),
+        rec("MemMap", struct.pack("<QQ", VMM, 2 << 20)),
+        rec("MemMap", struct.pack("<QQ", VMM + (2 << 20), 2 << 20)),
+        rec("Memset", memset(VMM + (1 << 20), 3 << 20, 0x42, 1)),
+        rec("Memcpy", memcpy(0, VMM + (2 << 20) - 64, 128, D2H)),
+        rec("MemMap", struct.pack("<QQ", VMM + (2 << 20), 2 << 20)),
+        rec("MemMap", struct.pack("<QQ", A0, 2 << 20)),
+        rec("Free", struct.pack("<Q", VMM)),
+        rec("MemAddressFree", struct.pack("<QQ", VMM, 8 << 20)),
+        rec("MemUnmap", struct.pack("<QQ", VMM + (2 << 20), 2 << 20)),
+        rec("MemUnmap", struct.pack("<QQ", VMM, 1 << 20)),
+        rec("MemUnmap", struct.pack("<QQ", VMM, 2 << 20)),
+        rec("MemAddressFree", struct.pack("<QQ", VMM, 8 << 20)),
+        rec("MemAddressReserve", struct.pack("<QQQ", 3 << 20, 3, 0)),
     ],
     "device": [
         rec("GetDeviceCount"),

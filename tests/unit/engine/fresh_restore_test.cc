@@ -37,6 +37,7 @@
 #include "engine/operations.h"
 #include "engine/session_snapshot.h"
 #include "fake_app.h"
+#include "image.pb.h"
 #include "image/image_reader.h"
 #include "image/image_writer.h"
 #include "session/session_server.h"
@@ -749,6 +750,67 @@ TEST_P(FreshRestoreDriverPlacedTest, VariablesMoveOnlyWhenTheAppNeverHeldTheirAd
 
 INSTANTIATE_TEST_SUITE_P(AddressToApp, FreshRestoreDriverPlacedTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? std::string("Held") : std::string("Private"); });
+
+// The app's reserved range (cuMemAddressReserve) and the mappings in it
+// (cuMemMap) come back at their addresses in a fresh session: a copy across
+// the mappings reads the image's bytes, the range is reserved again (a new
+// mapping goes in, a cudaMalloc stays out), and its mappings are still not
+// cudaFree's.
+TEST_F(FreshRestoreTest, AppReservedRangeAndMappingsComeBackAtTheirAddresses) {
+  const uint64_t g = wire::kVmmGranularity;
+  uint64_t base = 0;
+  ASSERT_EQ(app_->AddressReserve(4 * g, 0, &base), kOk) << app_->message();
+  ASSERT_EQ(app_->Map(base, g), kOk) << app_->message();
+  ASSERT_EQ(app_->Map(base + g, g), kOk) << app_->message();
+  std::vector<uint8_t> pattern(g);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<uint8_t>(i * 7 + 3);
+  ASSERT_EQ(app_->H2D(base + g / 2, pattern.data(), g), kOk) << app_->message();  // across the boundary
+  const std::string img = dir_ + "/img";
+  Checkpoint(Mode::kStop, img);
+  const uint64_t a_session = session_->id();
+  Disconnect();
+
+  Connect(a_session);
+  Status s = Restore(img);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<uint8_t> got(g);
+  ASSERT_EQ(app_->D2H(got.data(), base + g / 2, g), kOk) << app_->message();
+  EXPECT_EQ(got, pattern);
+  EXPECT_EQ(app_->Map(base + 2 * g, g), kOk) << app_->message();  // the range is reserved again
+  EXPECT_EQ(app_->Map(base, g), WireStatus::kInvalidValue);      // and base is mapped
+  EXPECT_EQ(app_->Free(base), WireStatus::kInvalidValue);        // a mapping, not a cudaMalloc buffer
+  uint64_t other = 0;
+  ASSERT_EQ(app_->Malloc(g, &other), kOk);
+  EXPECT_TRUE(other + g <= base || other >= base + 4 * g) << std::hex << other;
+  for (uint64_t at : {base, base + g, base + 2 * g}) EXPECT_EQ(app_->Unmap(at, g), kOk) << app_->message();
+  EXPECT_EQ(app_->AddressFree(base, 4 * g), kOk) << app_->message();
+}
+
+// A session index whose buffer straddles the edge of a reserved range, or
+// whose reserved ranges overlap, cannot be restored (reserve first, then
+// map): corrupt, named.
+TEST(SessionIndexTest, BufferAcrossAReservedRangesEdgeIsCorrupt) {
+  image::v1::SessionIndex index;
+  auto add = [](auto* field, uint64_t address, uint64_t bytes) {
+    auto* r = field->Add();
+    r->set_address(address);
+    r->set_bytes(bytes);
+  };
+  add(index.mutable_reserved_ranges(), 0x10000000, 0x800000);
+  add(index.mutable_buffers(), 0x10000000, 0x200000);  // inside
+  add(index.mutable_buffers(), 0x20000000, 0x1000);    // outside
+  SessionSnapshot snap;
+  ASSERT_TRUE(DecodeSnapshot(index, &snap).ok());
+  EXPECT_EQ(snap.reserved_ranges.size(), 1u);
+  add(index.mutable_buffers(), 0x10700000, 0x200000);  // runs past the range's end
+  Status s = DecodeSnapshot(index, &snap);
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("straddles"), std::string::npos) << s.ToString();
+  index.mutable_buffers()->RemoveLast();
+  add(index.mutable_reserved_ranges(), 0x10400000, 0x800000);  // overlaps the first
+  s = DecodeSnapshot(index, &snap);
+  EXPECT_EQ(s.code(), Status::Code::kCorruption) << s.ToString();
+}
 
 TEST_F(FreshRestoreTest, NonEmptySessionIsRefusedUnchanged) {
   BuildVectorAddState();

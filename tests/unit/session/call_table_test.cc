@@ -158,6 +158,10 @@ TEST(CallTableTest, WireIdsAreTheCanonicalApiIds) {
       {op::kNcclCommAbort, ApiId::k_ncclCommAbort},
       {op::kNcclCommGetAsyncError, ApiId::k_ncclCommGetAsyncError},
       {op::kNcclGroup, ApiId::k_ncclGroupEnd},
+      {op::kMemAddressReserve, ApiId::k_cuMemAddressReserve},
+      {op::kMemAddressFree, ApiId::k_cuMemAddressFree},
+      {op::kMemMap, ApiId::k_cuMemMap},
+      {op::kMemUnmap, ApiId::k_cuMemUnmap},
   };
   for (const auto& [got, want] : expected) {
     EXPECT_EQ(static_cast<uint32_t>(got), static_cast<uint32_t>(want));
