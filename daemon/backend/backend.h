@@ -430,6 +430,11 @@ class Backend {
   /// Whether its contexts implement MapHostMemoryForKernels (phos then
   /// offers CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY).
   virtual bool MapsHostMemoryForKernels() const { return false; }
+  /// Whether kernels can set phos's conditional graph handles
+  /// (cudaGraphSetConditional stores its value at the handle, the address
+  /// of a slot libphos.so allocated): the sim's interpreter does; a GPU's
+  /// device runtime expects the driver's handles.
+  virtual bool ImplementsConditionalHandles() const { return false; }
   /// Free/total memory of a device, across all contexts.
   virtual Status GetMemoryInfo(int device, std::uint64_t* free_bytes,
                                std::uint64_t* total_bytes) const = 0;

@@ -194,6 +194,7 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
   out->may_use_textures = ik.ptx.empty() || PtxUsesTextures(ik.ptx);
   // Without PTX only a GPU runs the module, and its driver keeps its own heap.
   out->uses_device_heap = !ik.ptx.empty() && PtxUsesDeviceHeap(ik.ptx);
+  out->sets_graph_conditionals = !ik.ptx.empty() && PtxSetsGraphConditionals(ik.ptx);
 
   std::vector<signature::KernelRequest> requests;
   for (const auto& k : ik.cubin.kernels) {
@@ -239,7 +240,12 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
     } else {
       plan = PlanFrom(sigs[i], kind);
     }
-    if (plan->kind == AccessKind::kUnvalidatable) {
+    if (out->sets_graph_conditionals) {
+      // Which slot a cudaGraphSetConditional writes is the handle's value,
+      // known only when the kernel runs: assume any buffer.
+      plan->kind = AccessKind::kUnknown;
+      plan->unvalidatable_reason = "its module calls cudaGraphSetConditional (writes a conditional handle's slot)";
+    } else if (plan->kind == AccessKind::kUnvalidatable) {
       plan->unvalidatable_reason = "the module has no PTX (SASS only): no twin can be built";
     } else if (auto u = unchecked.find(name); u != unchecked.end() && plan->kind == AccessKind::kSpeculated) {
       plan->kind = AccessKind::kUnvalidatable;
@@ -298,6 +304,10 @@ bool PtxUsesTextures(std::string_view ptx) {
     }
   }
   return false;
+}
+
+bool PtxSetsGraphConditionals(std::string_view ptx) {
+  return ForEachExternFunction(ptx, [](std::string_view name) { return ptx::IsGraphConditionalFunction(name); });
 }
 
 bool PtxUsesDeviceHeap(std::string_view ptx) {

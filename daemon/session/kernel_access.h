@@ -93,12 +93,19 @@ struct ModuleKernels {
   /// Its kernels call device-side malloc/free (the PTX declares them): a
   /// launch needs the device heap (when the backend wants one made).
   bool uses_device_heap = false;
+  /// Its kernels call cudaGraphSetConditional (the PTX declares it): they
+  /// write a conditional handle's slot, which no access set names, so their
+  /// plans are kUnknown; and only a backend that implements phos's handles
+  /// may run them (Backend::ImplementsConditionalHandles).
+  bool sets_graph_conditionals = false;
   std::unordered_map<std::string, std::shared_ptr<KernelAccessPlan>> kernels;
 };
 
 /// True when `ptx` has a texture or surface instruction (conservative: a
 /// match in a comment or string counts too).
 bool PtxUsesTextures(std::string_view ptx);
+/// True when `ptx` declares cudaGraphSetConditional (ptx/device_runtime.h).
+bool PtxSetsGraphConditionals(std::string_view ptx);
 /// The kernels of `ptx` a twin cannot fully check for writes, with the
 /// reason (twin::TwinInfo::UncheckedReason in write mode). Only modules that
 /// name one of the instruction families that can go unchecked in write

@@ -162,6 +162,13 @@ void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::L
   if (fit == st.functions.end()) {
     return out->Fail(Status::NotFound("unknown function id " + std::to_string(req.function_id)));
   }
+  if (auto mk = st.module_kernels.find(fit->second.module_id);
+      mk != st.module_kernels.end() && mk->second.sets_graph_conditionals &&
+      (st.backend == nullptr || !st.backend->ImplementsConditionalHandles())) {
+    return out->Fail(WireStatus::kNotSupported,
+                     "launch: a kernel of a module that calls cudaGraphSetConditional: phos's conditional graph "
+                     "handles are set by kernels on the sim backend only (docs/interposer.md \"CUDA graphs\")");
+  }
   backend::StreamHandle stream = 0;
   if (Status s = FindStream(st, call.rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
   v.stream_id = call.rec.header.stream_id;

@@ -353,6 +353,7 @@ Flow ExecVprintf(Exec&, const Op&);     // a call of vprintf (ops_printf.cc)
 Flow ExecDeviceMalloc(Exec&, const Op&);  // a call of malloc (ops_heap.cc)
 Flow ExecDeviceFree(Exec&, const Op&);    // a call of free (ops_heap.cc)
 Flow ExecDeviceAlignedMalloc(Exec&, const Op&);  // an aligned malloc (ops_heap.cc)
+Flow ExecGraphSetConditional(Exec&, const Op&);  // cudaGraphSetConditional (ops_control.cc)
 // Calls of the external functions the interpreter implements itself
 // (ops_control.cc): argument `i` of call `op` as wide as the callee
 // declares it (at most 8 bytes; 0 for one it lacks); a NUL-terminated

@@ -169,6 +169,23 @@ Flow SetCallReturn(Exec& x, const Op& op, uint64_t value, size_t bytes) {
 // __assertfail(message, file, line, function, charSize): what a failed
 // assert() calls. The kernel fails with cudaErrorAssert (710, sticky, as on
 // a GPU); the message says what the device would print.
+// cudaGraphSetConditional(handle, value): under phos a conditional handle
+// is the device address of a 4-byte slot (libphos.so's graphs.cc), where
+// the value goes; the graph's conditional node reads it back when the
+// launch gets there.
+Flow ExecGraphSetConditional(Exec& x, const Op& op) {
+  const uint64_t handle = op.shape[1] > 0 ? CallArg(x, op, 0) : 0;
+  const uint32_t value = op.shape[1] > 1 ? static_cast<uint32_t>(CallArg(x, op, 1)) : 0;
+  if (handle == 0 || (handle & 3) != 0) {
+    return Fail(x, "cudaGraphSetConditional of handle " + Hex(handle) +
+                       ", which is not a conditional handle (cudaGraphConditionalHandleCreate)");
+  }
+  uint8_t* slot = Resolve(x, ptx::Space::kGlobal, handle, sizeof value, true);
+  if (slot == nullptr) return Flow::kError;  // Resolve said why (an illegal address)
+  __atomic_store_n(reinterpret_cast<uint32_t*>(slot), value, __ATOMIC_RELAXED);
+  return Flow::kNext;
+}
+
 Flow ExecAssertFail(Exec& x, const Op& op) {
   const std::string message = op.shape[1] > 0 ? DeviceString(x, CallArg(x, op, 0)) : "?";
   const std::string file = op.shape[1] > 1 ? DeviceString(x, CallArg(x, op, 1)) : "?";

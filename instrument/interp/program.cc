@@ -34,15 +34,16 @@ std::string ExternalCallRefusal(const std::string& name) {
 }
 
 // The external functions the interpreter implements itself (null: none):
-// CUDA's device-side assert (the kernel fails with cudaErrorAssert), printf
-// and the device heap's functions (ops_heap.cc; ptx/device_runtime.h names
-// them).
+// CUDA's device-side assert (the kernel fails with cudaErrorAssert), printf,
+// the device heap's functions (ops_heap.cc) and cudaGraphSetConditional
+// (ptx/device_runtime.h names them).
 ExecFn BuiltinExternal(const std::string& name) {
   if (name == "__assertfail") return &ExecAssertFail;
   if (name == "vprintf") return &ExecVprintf;
   if (name == "malloc") return &ExecDeviceMalloc;
   if (ptx::IsAlignedDeviceMalloc(name)) return &ExecDeviceAlignedMalloc;
   if (name == "free") return &ExecDeviceFree;
+  if (ptx::IsGraphConditionalFunction(name)) return &ExecGraphSetConditional;
   return nullptr;
 }
 

@@ -21,6 +21,14 @@ inline bool IsDeviceHeapFunction(std::string_view name) {
   return name == "malloc" || name == "free" || IsAlignedDeviceMalloc(name);
 }
 
+// cudaGraphSetConditional(handle, value): a kernel sets a conditional graph
+// node's value. Under phos a handle is the address of a 4-byte slot of
+// device memory (libphos.so's graphs.cc), where the sim's interpreter
+// stores the value. Not a "known" function below: the write lands at an
+// address no twin can check and no access set names, so phosd treats the
+// kernels of a module that calls it as of unknown access.
+inline bool IsGraphConditionalFunction(std::string_view name) { return name == "cudaGraphSetConditional"; }
+
 // vprintf writes the device's printf buffer, the heap functions the device
 // heap, __assertfail ends the launch: none writes the app's buffers outside
 // what phosd already puts in a launch's access set.

@@ -104,6 +104,7 @@ void ForgetDeviceAllocation(uintptr_t ptr);  // runtime_api.cc: one buffer of it
 /// cuMemMap mapping) joins the map, so copies and pointer queries see it.
 void NoteDeviceAllocation(uintptr_t ptr, size_t bytes);
 void ForgetVirtualMemory();       // driver_vmm.cc: allocation handles and mappings
+void ForgetConditionalSlots();    // graphs.cc: the chunk conditional handles' slots come from
 void ForgetPoolAllocations();     // stream_ordered_alloc.cc: which pool each allocation came from
 void NotePoolAllocationFreed(uintptr_t ptr);  // stream_ordered_alloc.cc: cudaFree of a pool's allocation
 void ForgetLoadedModules();       // registration.cc: modules/kernels reload lazily

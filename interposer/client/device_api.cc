@@ -78,6 +78,7 @@ PHOS_EXPORT cudaError_t cudaDeviceReset(void) {
   ForgetDeviceAllocations();
   ForgetPoolAllocations();
   ForgetVirtualMemory();
+  ForgetConditionalSlots();
   ForgetLoadedModules();
   ForgetPerThreadStreams();
   ForgetCreatedStreams();

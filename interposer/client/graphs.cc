@@ -48,11 +48,27 @@ struct CUgraphNode_st {
   cudaMemAllocNodeParams alloc{};
   void* free_ptr = nullptr;
   const CUgraphNode_st* cloned_from = nullptr;  // cudaGraphNodeFindInClone
+  // Conditional nodes: the handle whose value picks what runs, the kind,
+  // and the bodies (graphs the node owns and the app fills; registered as
+  // children, handed out through cudaConditionalNodeParams::phGraph_out,
+  // which points at body_handles).
+  cudaGraphConditionalHandle cond_handle = 0;
+  cudaGraphConditionalNodeType cond_type = cudaGraphCondTypeIf;
+  std::vector<std::unique_ptr<CUgraph_st>> bodies;
+  std::vector<cudaGraph_t> body_handles;
 };
 
 struct CUgraph_st {
   std::vector<std::unique_ptr<CUgraphNode_st>> nodes;  // in creation order
   phos::client::UserObjectRefs user_objects;            // cudaGraphRetainUserObject
+  // cudaGraphConditionalHandleCreate: handles made for this graph, with the
+  // value each launch starts from (when `assign_default`).
+  struct Conditional {
+    cudaGraphConditionalHandle handle = 0;
+    unsigned default_value = 0;
+    bool assign_default = false;
+  };
+  std::vector<Conditional> conditionals;
 };
 
 struct CUgraphExec_st {
@@ -160,6 +176,8 @@ std::unique_ptr<Graph> CloneGraph(const Graph& src, std::map<const Node*, Node*>
 // Caller holds mu. The nodes of `g` in an order that respects every edge
 // (creation order among the ready ones), child graphs inlined. False if
 // the edges form a cycle.
+StreamOp ConditionalOp(const Node& n, bool* ok);  // below
+
 bool LaunchOrder(const Graph& g, std::vector<Exec::Step>* out) {
   std::map<const Node*, size_t> pending;
   std::map<const Node*, std::vector<const Node*>> dependents;
@@ -178,6 +196,11 @@ bool LaunchOrder(const Graph& g, std::vector<Exec::Step>* out) {
     ++done;
     if (n->child) {
       if (!LaunchOrder(*n->child, out)) return false;
+    } else if (!n->bodies.empty()) {
+      bool ok = false;
+      StreamOp op = ConditionalOp(*n, &ok);
+      if (!ok) return false;
+      out->push_back({n, n->type, std::move(op)});
     } else if (n->op) {
       out->push_back({n, n->type, n->op});
     }
@@ -186,6 +209,90 @@ bool LaunchOrder(const Graph& g, std::vector<Exec::Step>* out) {
     }
   }
   return done == g.nodes.size();
+}
+
+// Reads a conditional handle's value once the work stream `s` holds so far
+// has run (the kernels before the node may set it).
+cudaError_t ReadConditional(cudaGraphConditionalHandle h, uint32_t s, unsigned* value) {
+  auto* stream = static_cast<cudaStream_t>(StreamHandleOf(s));
+  if (cudaError_t e = cudaMemcpyAsync(value, reinterpret_cast<void*>(h), sizeof *value, cudaMemcpyDeviceToHost, stream);
+      e != cudaSuccess) {
+    return e;
+  }
+  return cudaStreamSynchronize(stream);
+}
+
+// Caller holds mu. A conditional node as one step. CUDA evaluates it on the
+// device; phos replays graphs from the app's side, so when a launch gets to
+// the node it waits for the stream's work so far, reads the handle's value
+// back (a kernel may have set it with cudaGraphSetConditional) and replays
+// the body it picks: if (body 0 when non-zero, body 1 — the else — when
+// zero), while (body 0 until the value reads 0), switch (body `value`, none
+// past the last). Cost: a launch is synchronous up to its last conditional
+// node. The bodies are laid out once, here (instantiation).
+StreamOp ConditionalOp(const Node& n, bool* ok) {
+  using Steps = std::vector<Exec::Step>;
+  std::vector<std::shared_ptr<const Steps>> bodies;
+  for (const auto& b : n.bodies) {
+    auto steps = std::make_shared<Steps>();
+    if (!LaunchOrder(*b, steps.get())) {
+      *ok = false;
+      return nullptr;
+    }
+    bodies.push_back(std::move(steps));
+  }
+  *ok = true;
+  const cudaGraphConditionalHandle h = n.cond_handle;
+  const cudaGraphConditionalNodeType type = n.cond_type;
+  return [h, type, bodies](uint32_t s) -> cudaError_t {
+    auto run = [s](const Steps& steps) -> cudaError_t {
+      for (const Exec::Step& step : steps) {
+        if (!step.enabled) continue;
+        if (cudaError_t e = step.op(s); e != cudaSuccess) return e;
+      }
+      return cudaSuccess;
+    };
+    unsigned value = 0;
+    if (cudaError_t e = ReadConditional(h, s, &value); e != cudaSuccess) return e;
+    switch (type) {
+      case cudaGraphCondTypeIf:
+        if (value != 0) return run(*bodies[0]);
+        return bodies.size() > 1 ? run(*bodies[1]) : cudaSuccess;
+      case cudaGraphCondTypeWhile:
+        while (value != 0) {
+          if (cudaError_t e = run(*bodies[0]); e != cudaSuccess) return e;
+          if (cudaError_t e = ReadConditional(h, s, &value); e != cudaSuccess) return e;
+        }
+        return cudaSuccess;
+      case cudaGraphCondTypeSwitch:
+        return value < bodies.size() ? run(*bodies[value]) : cudaSuccess;
+      default:
+        return cudaErrorInvalidValue;
+    }
+  };
+}
+
+// Caller holds mu. Steps that give every conditional handle made for `g`
+// (or a graph inside it) with cudaGraphCondAssignDefault its default value,
+// first thing in each launch.
+void DefaultValueSteps(const Graph& g, std::vector<Exec::Step>* out) {
+  for (const auto& c : g.conditionals) {
+    if (!c.assign_default) continue;
+    const cudaGraphConditionalHandle h = c.handle;
+    const unsigned v = c.default_value;
+    out->push_back({nullptr, cudaGraphNodeTypeMemset,
+                    [h, v](uint32_t s) { return SubmitMemset(reinterpret_cast<void*>(h), v, 1, sizeof v, s); }});
+  }
+  for (const auto& n : g.nodes) {
+    if (n->child) DefaultValueSteps(*n->child, out);
+    for (const auto& b : n->bodies) DefaultValueSteps(*b, out);
+  }
+}
+
+// A graph's launch order with its conditional defaults first. False: a cycle.
+bool ExecSteps(const Graph& g, std::vector<Exec::Step>* out) {
+  DefaultValueSteps(g, out);
+  return LaunchOrder(g, out);
 }
 
 // Caller holds mu. An app-held graph, or a child graph of one's node.
@@ -199,7 +306,19 @@ void ForgetChildren(Graphs& s, const Graph& g) {
       ForgetChildren(s, *n->child);
       s.children.erase(n->child.get());
     }
+    for (const auto& b : n->bodies) {
+      ForgetChildren(s, *b);
+      s.children.erase(b.get());
+    }
   }
+}
+// Caller holds mu. Whether `g` (or a graph inside it) has a conditional
+// node: CUDA neither clones such a graph nor embeds it as a child graph.
+bool HasConditionalNodes(const Graph& g) {
+  for (const auto& n : g.nodes) {
+    if (!n->bodies.empty() || (n->child && HasConditionalNodes(*n->child))) return true;
+  }
+  return false;
 }
 bool IsNodeOf(const Graph* g, const Node* n) {
   if (n == nullptr) return false;
@@ -399,7 +518,7 @@ cudaError_t Instantiate(cudaGraphExec_t* out, cudaGraph_t graph, unsigned long l
     std::lock_guard<std::mutex> lock(s.mu);
     if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
     auto steps = std::make_shared<std::vector<Exec::Step>>();
-    if (!LaunchOrder(*graph, steps.get())) return SetError(cudaErrorInvalidValue);  // a cycle
+    if (!ExecSteps(*graph, steps.get())) return SetError(cudaErrorInvalidValue);  // a cycle
     exec->steps = std::move(steps);
     for (const auto& n : graph->nodes) exec->shape.push_back(n->type);
     // The exec holds the graph's user objects, and its child graphs'.
@@ -410,6 +529,7 @@ cudaError_t Instantiate(cudaGraphExec_t* out, cudaGraph_t graph, unsigned long l
       exec->user_objects.Merge(g->user_objects);
       for (const auto& n : g->nodes) {
         if (n->child) todo.push_back(n->child.get());
+        for (const auto& b : n->bodies) todo.push_back(b.get());
       }
     }
   }
@@ -914,6 +1034,7 @@ PHOS_EXPORT cudaError_t cudaGraphClone(cudaGraph_t* clone, cudaGraph_t graph) {
   Graphs& s = G();
   std::lock_guard<std::mutex> lock(s.mu);
   if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  if (HasConditionalNodes(*graph)) return SetError(cudaErrorNotSupported);  // CUDA clones no such graph
   Graph* c = CloneGraph(*graph, nullptr).release();
   s.graphs.insert(c);
   std::vector<const Graph*> todo{c};
@@ -1046,6 +1167,7 @@ PHOS_EXPORT cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t* node, cudaGr
     Graphs& s = G();
     std::lock_guard<std::mutex> lock(s.mu);
     if (!IsLiveGraph(s, child) || child == graph) return SetError(cudaErrorInvalidValue);
+    if (HasConditionalNodes(*child)) return SetError(cudaErrorNotSupported);  // CUDA embeds no such graph
     copy = CloneGraph(*child, nullptr);  // CUDA copies the child graph
   }
   return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeGraph, nullptr, std::move(copy));
@@ -1190,7 +1312,7 @@ PHOS_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t gr
     }
   }
   auto steps = std::make_shared<std::vector<Exec::Step>>();
-  if (!LaunchOrder(*graph, steps.get())) {
+  if (!ExecSteps(*graph, steps.get())) {
     info->result = cudaGraphExecUpdateErrorTopologyChanged;
     return SetError(cudaErrorGraphExecUpdateFailure);
   }
@@ -1290,6 +1412,10 @@ PHOS_EXPORT cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node) {
   if (node->child) {
     ForgetChildren(s, *node->child);
     s.children.erase(node->child.get());
+  }
+  for (const auto& b : node->bodies) {
+    ForgetChildren(s, *b);
+    s.children.erase(b.get());
   }
   g->nodes.erase(std::find_if(g->nodes.begin(), g->nodes.end(), [&](const auto& n) { return n.get() == node; }));
   return cudaSuccess;
@@ -1507,13 +1633,146 @@ PHOS_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char* pa
 
 // ---------------------------------------------------------------- the generic node forms (CUDA 12.2+)
 // cudaGraphAddNode / cudaGraphNodeSetParams / cudaGraphExecNodeSetParams:
-// one parameter union, dispatched to the typed calls above. Memory,
-// conditional and external-semaphore nodes are refused by name.
+// one parameter union, dispatched to the typed calls above (conditional
+// nodes: AddConditionalNode). External-semaphore and batch memory-operation
+// nodes are refused by name.
+
+// ---------------------------------------------------------------- conditional nodes
+// A conditional handle is the device address of a 4-byte slot holding its
+// value: the app's kernels set it (cudaGraphSetConditional, which the sim's
+// interpreter implements as a store there; phosd refuses such kernels on a
+// backend that does not: Backend::ImplementsConditionalHandles), the
+// node's step reads it (ConditionalOp). The slots are carved from
+// cudaMalloc'd chunks, ordinary buffers of the session, so checkpoints,
+// restores and migration carry the values like any device memory. Slots
+// are not reused (a graph keeps its handles for its life; 16384 per chunk).
+namespace {
+struct ConditionalSlots {
+  std::mutex mu;           // guards chunk and used
+  uintptr_t chunk = 0;     // the current chunk (0: none yet)
+  size_t used = 0;         // bytes of it handed out
+};
+ConditionalSlots& Slots() {
+  static auto* s = new ConditionalSlots;  // never destroyed: calls may come during exit
+  return *s;
+}
+constexpr size_t kSlotChunkBytes = 64u << 10;
+
+cudaError_t NewConditionalSlot(unsigned initial, uintptr_t* out) {
+  ConditionalSlots& c = Slots();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.chunk == 0 || c.used + sizeof(unsigned) > kSlotChunkBytes) {
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, kSlotChunkBytes); e != cudaSuccess) return e;
+    c.chunk = reinterpret_cast<uintptr_t>(p);
+    c.used = 0;
+  }
+  const uintptr_t slot = c.chunk + c.used;
+  if (cudaError_t e = cudaMemcpy(reinterpret_cast<void*>(slot), &initial, sizeof initial, cudaMemcpyHostToDevice);
+      e != cudaSuccess) {
+    return e;
+  }
+  c.used += sizeof(unsigned);
+  *out = slot;
+  return cudaSuccess;
+}
+
+// Caller holds mu. Whether `h` was made for `g` or for a graph `g` lies in
+// (the app may put a conditional node in a body, naming an outer graph's
+// handle, as CUDA's nested conditionals do).
+bool HandleOf(const Graphs& s, const Graph* g, cudaGraphConditionalHandle h) {
+  for (const Graph* cur = g; cur != nullptr;) {
+    for (const auto& c : cur->conditionals) {
+      if (c.handle == h) return true;
+    }
+    // The graph whose node owns `cur` as a body or child, if any.
+    const Graph* parent = nullptr;
+    for (const Graph* candidate : s.graphs) {
+      for (const auto& n : candidate->nodes) {
+        for (const auto& b : n->bodies) {
+          if (b.get() == cur) parent = candidate;
+        }
+        if (n->child.get() == cur) parent = candidate;
+      }
+    }
+    for (const Graph* candidate : s.children) {
+      for (const auto& n : candidate->nodes) {
+        for (const auto& b : n->bodies) {
+          if (b.get() == cur) parent = candidate;
+        }
+        if (n->child.get() == cur) parent = candidate;
+      }
+    }
+    cur = parent;
+  }
+  return false;
+}
+}  // namespace
+
+void phos::client::ForgetConditionalSlots() {
+  ConditionalSlots& c = Slots();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.chunk = 0;  // freed by the reset with every buffer
+  c.used = 0;
+}
+
+static cudaError_t AddConditionalNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                                      size_t ndeps, cudaConditionalNodeParams* p) {
+  const bool size_ok = (p->type == cudaGraphCondTypeIf && (p->size == 1 || p->size == 2)) ||
+                       (p->type == cudaGraphCondTypeWhile && p->size == 1) ||
+                       (p->type == cudaGraphCondTypeSwitch && p->size >= 1 && p->size <= 1024);
+  if (!size_ok) return SetError(cudaErrorInvalidValue);
+  {
+    Graphs& s = G();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!IsLiveGraph(s, graph) || !HandleOf(s, graph, p->handle)) return SetError(cudaErrorInvalidValue);
+  }
+  std::vector<std::unique_ptr<Graph>> bodies;
+  for (unsigned i = 0; i < p->size; ++i) bodies.push_back(std::make_unique<Graph>());
+  Node* made = nullptr;
+  cudaError_t e = AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeConditional, nullptr, nullptr,
+                                 [&](Node* n) {
+                                   n->cond_handle = p->handle;
+                                   n->cond_type = p->type;
+                                   for (auto& b : bodies) {
+                                     n->body_handles.push_back(b.get());
+                                     G().children.insert(b.get());  // mu is held by AddNodeChecked
+                                     n->bodies.push_back(std::move(b));
+                                   }
+                                   made = n;
+                                 });
+  if (e != cudaSuccess) return e;
+  p->phGraph_out = made->body_handles.data();  // owned by the node, as CUDA's array is
+  return cudaSuccess;
+}
+
+PHOS_EXPORT cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle* out, cudaGraph_t graph,
+                                                         unsigned int default_value, unsigned int flags) {
+  if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
+  if (out == nullptr || (flags & ~static_cast<unsigned>(cudaGraphCondAssignDefault)) != 0) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  {
+    Graphs& s = G();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);
+  }
+  // The slot outside the graphs' lock: cudaMalloc and cudaMemcpy may ask
+  // whether a stream is being captured (which takes it).
+  uintptr_t slot = 0;
+  if (cudaError_t e = NewConditionalSlot(default_value, &slot); e != cudaSuccess) return e;
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsLiveGraph(s, graph)) return SetError(cudaErrorInvalidValue);  // destroyed meanwhile
+  graph->conditionals.push_back({slot, default_value, (flags & cudaGraphCondAssignDefault) != 0});
+  *out = slot;
+  return cudaSuccess;
+}
 
 static cudaError_t RefuseNodeType(cudaGraphNodeType type) {
   static std::atomic<uint64_t> said{0};
   if (FirstTimeFor(said, static_cast<unsigned>(type))) {
-    std::fprintf(stderr, "phos: graph nodes of type %d (memory, conditional or external-semaphore nodes) are not "
+    std::fprintf(stderr, "phos: graph nodes of type %d (external-semaphore or batch memory-operation nodes) are not "
                          "supported (docs/interposer.md \"CUDA graphs\")\n", static_cast<int>(type));
   }
   return SetError(cudaErrorNotSupported);
@@ -1572,6 +1831,7 @@ PHOS_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* node, cudaGraph_t grap
     case cudaGraphNodeTypeMemFree: return AddMemFreeNode(node, graph, deps, ndeps, p->free.dptr);
     case cudaGraphNodeTypeEventRecord: return cudaGraphAddEventRecordNode(node, graph, deps, ndeps, p->eventRecord.event);
     case cudaGraphNodeTypeWaitEvent: return cudaGraphAddEventWaitNode(node, graph, deps, ndeps, p->eventWait.event);
+    case cudaGraphNodeTypeConditional: return AddConditionalNode(node, graph, deps, ndeps, &p->conditional);
     default: return RefuseNodeType(p->type);
   }
 }

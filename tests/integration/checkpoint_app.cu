@@ -12,6 +12,11 @@
 //   step         one step; prints "step K checksum 0x.. steps G"
 //   graphstep    the same step as one launch of a CUDA graph (captured at
 //                first use); prints what `step` prints
+//   condstep     the same step inside a conditional graph node: a graph
+//                (made at first use) whose first kernel sets an if node's
+//                value from a device flag (cudaGraphSetConditional) and
+//                whose if body is the step's kernel; prints what `step`
+//                prints
 //   texstep      the same step, the kernel reading `state` through a
 //                texture object and also storing through a surface object
 //                of a CUDA array (both made at first use, kept: a restore
@@ -83,6 +88,10 @@ __global__ void TexStep(cudaTextureObject_t t, cudaSurfaceObject_t marks, uint32
   if (i < n) s[i] = tex1Dfetch<unsigned int>(t, i) * 1664525u + 1013904223u + static_cast<uint32_t>(i);
   if (i < 64) surf1Dwrite(static_cast<unsigned int>(i), marks, i * 4);
   if (i == 0) g_steps += 1;
+}
+
+__global__ void SetIfPositive(cudaGraphConditionalHandle h, const int* flag) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) cudaGraphSetConditional(h, *flag > 0 ? 1u : 0u);
 }
 
 __global__ void Fault(uint32_t* bad) { *bad = 1; }
@@ -202,6 +211,8 @@ int main(int argc, char** argv) {
 
   int step = 0;
   cudaGraphExec_t graph_exec = nullptr;  // "graphstep": captured at first use
+  cudaGraphExec_t cond_exec = nullptr;   // "condstep": built at first use
+  int* cond_flag = nullptr;
   cudaTextureObject_t state_tex = 0;      // "texstep": made at first use
   cudaSurfaceObject_t marks_surf = 0;
   cudaStream_t graph_stream = nullptr;
@@ -266,6 +277,45 @@ int main(int argc, char** argv) {
       CHECK(cudaGraphLaunch(graph_exec, graph_stream));
       CHECK(cudaStreamSynchronize(graph_stream));
     }
+    if (cmd == "condstep") {
+      ++step;
+      if (cond_exec == nullptr) {
+        CHECK(cudaMalloc(&cond_flag, sizeof(int)));
+        const int one = 1;
+        CHECK(cudaMemcpy(cond_flag, &one, sizeof one, cudaMemcpyHostToDevice));
+        cudaGraph_t g = nullptr;
+        CHECK(cudaGraphCreate(&g, 0));
+        cudaGraphConditionalHandle h = 0;
+        CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, 0));
+        cudaKernelNodeParams kp{};
+        void* set_args[] = {&h, &cond_flag};
+        kp.func = reinterpret_cast<void*>(SetIfPositive);
+        kp.gridDim = dim3(1);
+        kp.blockDim = dim3(32);
+        kp.kernelParams = set_args;
+        cudaGraphNode_t set = nullptr, cond = nullptr, body_step = nullptr;
+        CHECK(cudaGraphAddKernelNode(&set, g, nullptr, 0, &kp));
+        cudaGraphNodeParams cp{};
+        cp.type = cudaGraphNodeTypeConditional;
+        cp.conditional.handle = h;
+        cp.conditional.type = cudaGraphCondTypeIf;
+        cp.conditional.size = 1;
+        CHECK(cudaGraphAddNode(&cond, g, &set, nullptr, 1, &cp));
+        int n = kN;
+        void* step_args[] = {&state, &n};
+        kp.func = reinterpret_cast<void*>(Step);
+        kp.gridDim = dim3((kN + 255) / 256);
+        kp.blockDim = dim3(256);
+        kp.kernelParams = step_args;
+        CHECK(cudaGraphAddKernelNode(&body_step, cp.conditional.phGraph_out[0], nullptr, 0, &kp));
+        CHECK(cudaGraphInstantiate(&cond_exec, g, 0));
+        CHECK(cudaGraphDestroy(g));
+      }
+      CHECK(cudaGraphLaunch(cond_exec, 0));
+      FillBig(host_big, step);
+      CHECK(cudaMemcpy(big, host_big.data(), kBigBytes, cudaMemcpyHostToDevice));
+      CHECK(cudaDeviceSynchronize());
+    }
     if (cmd == "texstep") {
       ++step;
       if (state_tex == 0) {
@@ -307,7 +357,8 @@ int main(int argc, char** argv) {
       CHECK(cudaMemcpy(vmm.vbig, host_vbig.data(), kVBigBytes, cudaMemcpyHostToDevice));  // one copy, two mappings
       CHECK(cudaDeviceSynchronize());
     }
-    if (cmd == "step" || cmd == "graphstep" || cmd == "texstep" || cmd == "vmmstep" || cmd == "print") {
+    if (cmd == "step" || cmd == "graphstep" || cmd == "condstep" || cmd == "texstep" || cmd == "vmmstep" ||
+        cmd == "print") {
       CHECK(cudaMemcpy(host_state.data(), state, kN * sizeof(uint32_t), cudaMemcpyDeviceToHost));
       std::vector<unsigned char> got_big(kBigBytes);
       CHECK(cudaMemcpy(got_big.data(), big, kBigBytes, cudaMemcpyDeviceToHost));

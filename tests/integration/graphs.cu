@@ -4,8 +4,10 @@
 // capture invalidated by a synchronisation, explicit graphs (kernel,
 // memset, memcpy, host, empty, child-graph and event nodes with edges),
 // relaunches that read host memory anew, kernel-node parameter updates on
-// an executable graph, cudaGraphExecUpdate, and a graph launched into a
-// capture.
+// an executable graph, cudaGraphExecUpdate, a graph launched into a
+// capture, and conditional nodes (if, if/else, while, switch; their values
+// set by kernels with cudaGraphSetConditional or by the handle's default;
+// bodies built explicitly and by capturing into them).
 #define PHOS_PROGRAM_NAME "graphs"
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -30,6 +32,24 @@ __global__ void scale_add(const int* in, int* out, int n, int mul, int add) {
 __global__ void add_arrays(const int* a, const int* b, int* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = a[i] + b[i];
+}
+
+// Conditional nodes' kernels: the value comes from device data.
+__global__ void set_if_positive(cudaGraphConditionalHandle h, const int* v) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) cudaGraphSetConditional(h, *v > 0 ? 1u : 0u);
+}
+__global__ void set_value(cudaGraphConditionalHandle h, const int* v) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) cudaGraphSetConditional(h, static_cast<unsigned>(*v));
+}
+// A while body: one step of a countdown; the loop goes on while it is > 0.
+__global__ void count_down(cudaGraphConditionalHandle h, int* counter, int* acc, const int* in, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) acc[i] += in[i];
+  __syncthreads();
+  if (i == 0) {
+    int left = --*counter;
+    cudaGraphSetConditional(h, left > 0 ? 1u : 0u);
+  }
 }
 
 constexpr int kN = 3000;
@@ -746,6 +766,187 @@ int UserObjects() {
   return 0;
 }
 
+// Conditional nodes, each against the CPU: if (taken and not, the value
+// set by a kernel from device data), if/else, while (a countdown set by its
+// own body, which also starts from the handle's default each launch), and
+// switch over three bodies (a value past them runs none). One body is made
+// by capturing a stream into it, as inference servers build them.
+int ConditionalNodes() {
+  int *d_in = nullptr, *d_out = nullptr, *d_flag = nullptr, *d_counter = nullptr;
+  CHECK(cudaMalloc(&d_in, kN * sizeof(int)));
+  CHECK(cudaMalloc(&d_out, kN * sizeof(int)));
+  CHECK(cudaMalloc(&d_flag, sizeof(int)));
+  CHECK(cudaMalloc(&d_counter, sizeof(int)));
+  std::vector<int> in(kN), out(kN), ref(kN);
+  Randomise(in.data(), kN);
+  CHECK(cudaMemcpy(d_in, in.data(), kN * sizeof(int), cudaMemcpyHostToDevice));
+  cudaStream_t s = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  // if / else: set_if_positive(*d_flag) -> body 0 computes in*3+1, body 1 in*5+2.
+  {
+    cudaGraph_t g = nullptr;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphConditionalHandle h = 0;
+    CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, 0));
+    cudaGraphNode_t set = nullptr, cond = nullptr;
+    cudaKernelNodeParams kp{};
+    void* set_args[] = {&h, &d_flag};
+    kp.func = reinterpret_cast<void*>(set_if_positive);
+    kp.gridDim = dim3(1);
+    kp.blockDim = dim3(32);
+    kp.kernelParams = set_args;
+    CHECK(cudaGraphAddKernelNode(&set, g, nullptr, 0, &kp));
+    cudaGraphNodeParams cp{};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = h;
+    cp.conditional.type = cudaGraphCondTypeIf;
+    cp.conditional.size = 2;
+    CHECK(cudaGraphAddNode(&cond, g, &set, nullptr, 1, &cp));
+    cudaGraph_t then_body = cp.conditional.phGraph_out[0], else_body = cp.conditional.phGraph_out[1];
+    cudaGraphNode_t k = nullptr;
+    int n = kN, mul3 = 3, add1 = 1, mul5 = 5, add2 = 2;
+    void* then_args[] = {&d_in, &d_out, &n, &mul3, &add1};
+    kp.func = reinterpret_cast<void*>(scale_add);
+    kp.gridDim = dim3(kBlocks);
+    kp.blockDim = dim3(256);
+    kp.kernelParams = then_args;
+    CHECK(cudaGraphAddKernelNode(&k, then_body, nullptr, 0, &kp));
+    // The else body by capture into it.
+    CHECK(cudaStreamBeginCaptureToGraph(s, else_body, nullptr, nullptr, 0, cudaStreamCaptureModeGlobal));
+    scale_add<<<kBlocks, 256, 0, s>>>(d_in, d_out, kN, mul5, add2);
+    CHECK(cudaStreamEndCapture(s, &else_body));
+    cudaGraphExec_t e = nullptr;
+    CHECK(cudaGraphInstantiate(&e, g, 0));
+    for (int flag : {7, -3, 0, 1}) {
+      CHECK(cudaMemcpy(d_flag, &flag, sizeof flag, cudaMemcpyHostToDevice));
+      CHECK(cudaMemset(d_out, 0, kN * sizeof(int)));
+      CHECK(cudaGraphLaunch(e, s));
+      CHECK(cudaStreamSynchronize(s));
+      CHECK(cudaMemcpy(out.data(), d_out, kN * sizeof(int), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < kN; ++i) ref[i] = flag > 0 ? in[i] * 3 + 1 : in[i] * 5 + 2;
+      EXPECT(out == ref);
+    }
+    cudaGraphNodeType t{};
+    CHECK(cudaGraphNodeGetType(cond, &t));
+    EXPECT(t == cudaGraphNodeTypeConditional);
+    cudaGraph_t clone = nullptr;
+    EXPECT_ERR(cudaGraphClone(&clone, g), cudaErrorNotSupported);  // CUDA clones no graph with conditionals
+    (void)cudaGetLastError();
+    CHECK(cudaGraphExecDestroy(e));
+    CHECK(cudaGraphDestroy(g));
+  }
+  std::printf("graphs: conditional if/else: OK\n");
+
+  // while: the counter starts at 5 (host), the handle's default is 1 each
+  // launch (cudaGraphCondAssignDefault), the body adds `in` and counts down.
+  {
+    cudaGraph_t g = nullptr;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphConditionalHandle h = 0;
+    CHECK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+    cudaGraphNodeParams cp{};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = h;
+    cp.conditional.type = cudaGraphCondTypeWhile;
+    cp.conditional.size = 1;
+    cudaGraphNode_t cond = nullptr;
+    CHECK(cudaGraphAddNode(&cond, g, nullptr, nullptr, 0, &cp));
+    cudaGraph_t body = cp.conditional.phGraph_out[0];
+    cudaKernelNodeParams kp{};
+    int n = kN;
+    void* args[] = {&h, &d_counter, &d_out, &d_in, &n};
+    kp.func = reinterpret_cast<void*>(count_down);
+    kp.gridDim = dim3(kBlocks);
+    kp.blockDim = dim3(256);
+    kp.kernelParams = args;
+    cudaGraphNode_t k = nullptr;
+    CHECK(cudaGraphAddKernelNode(&k, body, nullptr, 0, &kp));
+    cudaGraphExec_t e = nullptr;
+    CHECK(cudaGraphInstantiate(&e, g, 0));
+    for (int times : {5, 1, 3}) {
+      CHECK(cudaMemcpy(d_counter, &times, sizeof times, cudaMemcpyHostToDevice));
+      CHECK(cudaMemset(d_out, 0, kN * sizeof(int)));
+      CHECK(cudaGraphLaunch(e, s));
+      CHECK(cudaStreamSynchronize(s));
+      CHECK(cudaMemcpy(out.data(), d_out, kN * sizeof(int), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < kN; ++i) ref[i] = in[i] * times;
+      EXPECT(out == ref);
+      int left = -1;
+      CHECK(cudaMemcpy(&left, d_counter, sizeof left, cudaMemcpyDeviceToHost));
+      EXPECT(left == 0);
+    }
+    CHECK(cudaGraphExecDestroy(e));
+    CHECK(cudaGraphDestroy(g));
+  }
+  std::printf("graphs: conditional while: OK\n");
+
+  // switch over three bodies (in*k + k for body k); 3 and 9 run none.
+  {
+    cudaGraph_t g = nullptr;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphConditionalHandle h = 0;
+    CHECK(cudaGraphConditionalHandleCreate(&h, g, 0, 0));
+    cudaKernelNodeParams kp{};
+    void* set_args[] = {&h, &d_flag};
+    kp.func = reinterpret_cast<void*>(set_value);
+    kp.gridDim = dim3(1);
+    kp.blockDim = dim3(1);
+    kp.kernelParams = set_args;
+    cudaGraphNode_t set = nullptr, cond = nullptr;
+    CHECK(cudaGraphAddKernelNode(&set, g, nullptr, 0, &kp));
+    cudaGraphNodeParams cp{};
+    cp.type = cudaGraphNodeTypeConditional;
+    cp.conditional.handle = h;
+    cp.conditional.type = cudaGraphCondTypeSwitch;
+    cp.conditional.size = 3;
+    CHECK(cudaGraphAddNode(&cond, g, &set, nullptr, 1, &cp));
+    int n = kN;
+    int mul[3] = {1, 2, 3};
+    void* args[3][5];
+    for (int b = 0; b < 3; ++b) {
+      args[b][0] = &d_in;
+      args[b][1] = &d_out;
+      args[b][2] = &n;
+      args[b][3] = &mul[b];
+      args[b][4] = &mul[b];
+      kp.func = reinterpret_cast<void*>(scale_add);
+      kp.gridDim = dim3(kBlocks);
+      kp.blockDim = dim3(256);
+      kp.kernelParams = args[b];
+      cudaGraphNode_t k = nullptr;
+      CHECK(cudaGraphAddKernelNode(&k, cp.conditional.phGraph_out[b], nullptr, 0, &kp));
+    }
+    cudaGraphExec_t e = nullptr;
+    CHECK(cudaGraphInstantiate(&e, g, 0));
+    for (int v : {2, 0, 3, 1, 9}) {
+      CHECK(cudaMemcpy(d_flag, &v, sizeof v, cudaMemcpyHostToDevice));
+      CHECK(cudaMemset(d_out, 0xff, kN * sizeof(int)));  // -1 everywhere: "no body ran"
+      CHECK(cudaGraphLaunch(e, s));
+      CHECK(cudaStreamSynchronize(s));
+      CHECK(cudaMemcpy(out.data(), d_out, kN * sizeof(int), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < kN; ++i) ref[i] = v < 3 ? in[i] * (v + 1) + (v + 1) : -1;
+      EXPECT(out == ref);
+    }
+    // A handle of another graph is refused.
+    cudaGraph_t other = nullptr;
+    CHECK(cudaGraphCreate(&other, 0));
+    cudaGraphNode_t bad = nullptr;
+    EXPECT_ERR(cudaGraphAddNode(&bad, other, nullptr, nullptr, 0, &cp), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    CHECK(cudaGraphDestroy(other));
+    CHECK(cudaGraphExecDestroy(e));
+    CHECK(cudaGraphDestroy(g));
+  }
+  std::printf("graphs: conditional switch: OK\n");
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(d_in));
+  CHECK(cudaFree(d_out));
+  CHECK(cudaFree(d_flag));
+  CHECK(cudaFree(d_counter));
+  return 0;
+}
+
 int main() {
   STEP(CaptureOneStream());
   STEP(CaptureForkJoin());
@@ -755,6 +956,7 @@ int main() {
   STEP(GenericNodes());
   STEP(MemoryNodes());
   STEP(UserObjects());
+  STEP(ConditionalNodes());
   std::printf("graphs: OK\n");
   return 0;
 }

@@ -25,6 +25,7 @@ class SimBackend final : public Backend {
   Status GetDeviceProperties(int device, DeviceProperties* out) const override;
   Status GetDeviceAttribute(int device, int attribute, std::int64_t* out) const override;
   bool MapsHostMemoryForKernels() const override { return true; }
+  bool ImplementsConditionalHandles() const override { return true; }  // interp: ExecGraphSetConditional
   Status GetMemoryInfo(int device, std::uint64_t* free_bytes,
                        std::uint64_t* total_bytes) const override;
   Status CreateContext(int device, std::unique_ptr<Context>* out) override;

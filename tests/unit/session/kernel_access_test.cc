@@ -348,6 +348,28 @@ TEST(PtxExternFunctionsTest, HeapAndUncheckedExternsAreFoundByName) {
   EXPECT_NE(unchecked.at("k").find("ext_write"), std::string::npos) << unchecked.at("k");
 }
 
+// A module calling cudaGraphSetConditional writes a conditional handle's
+// slot, which no access set names: its kernels are of unknown access, and
+// the module is flagged (phosd launches them only on a backend that
+// implements phos's handles).
+TEST(PtxExternFunctionsTest, KernelsSettingGraphConditionalsAreOfUnknownAccess) {
+  const std::string ptx = ".version 8.0\n.target sm_90\n.address_size 64\n"
+      ".extern .func cudaGraphSetConditional\n(\n.param .b64 h,\n.param .b32 v\n)\n;\n"
+      ".visible .entry setc(.param .u64 h, .param .u64 flag)\n{\n  .reg .b32 %r<2>;\n  .reg .b64 %rd<3>;\n"
+      "  ld.param.u64 %rd1, [h];\n  ld.param.u64 %rd2, [flag];\n  ld.global.u32 %r1, [%rd2];\n"
+      "  { .param .b64 a; .param .b32 b;\n    st.param.b64 [a], %rd1; st.param.b32 [b], %r1;\n"
+      "    call.uni cudaGraphSetConditional, (a, b); }\n  ret;\n}\n";
+  EXPECT_TRUE(PtxSetsGraphConditionals(ptx));
+  EXPECT_FALSE(PtxUsesDeviceHeap(ptx));
+  ModuleKernels mk;
+  ASSERT_TRUE(BuildModuleKernels(AsImage(ptx), nullptr, &mk).ok());
+  EXPECT_TRUE(mk.sets_graph_conditionals);
+  ASSERT_EQ(mk.kernels.count("setc"), 1u);
+  EXPECT_EQ(mk.kernels.at("setc")->kind, AccessKind::kUnknown);
+  EXPECT_NE(mk.kernels.at("setc")->unvalidatable_reason.find("cudaGraphSetConditional"), std::string::npos);
+  EXPECT_FALSE(PtxSetsGraphConditionals(".extern .func vprintf\n(\n.param .b64 a\n)\n;\n"));
+}
+
 // A launch of a kernel whose module may use variables by symbol writes every
 // global of the session (conservatively); others do not.
 TEST(PtxModuleVariablesTest, LaunchAddsGlobalsWhenTheModuleMayUseThem) {
