@@ -367,3 +367,91 @@ PHOS_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject obj, un
 PHOS_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject obj, unsigned int count) {
   return InContext([&] { return cudaGraphReleaseUserObject(graph, obj, count); });
 }
+
+// ---- the driver's generic node form (cuGraphAddNode, CUDA 12.2+) and its
+// conditional handles: each node type goes to the typed call above (or the
+// runtime's conditional node); external-semaphore and batch memory-operation
+// nodes stay refused by name.
+
+PHOS_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle* out, CUgraph graph,
+                                                    CUcontext /*ctx: the current one*/, unsigned int default_value,
+                                                    unsigned int flags) {
+  static_assert(CU_GRAPH_COND_ASSIGN_DEFAULT == cudaGraphCondAssignDefault);
+  static_assert(static_cast<int>(CU_GRAPH_COND_TYPE_IF) == static_cast<int>(cudaGraphCondTypeIf) &&
+                static_cast<int>(CU_GRAPH_COND_TYPE_WHILE) == static_cast<int>(cudaGraphCondTypeWhile) &&
+                static_cast<int>(CU_GRAPH_COND_TYPE_SWITCH) == static_cast<int>(cudaGraphCondTypeSwitch));
+  return InContext([&] {
+    return cudaGraphConditionalHandleCreate(reinterpret_cast<cudaGraphConditionalHandle*>(out), graph,
+                                            default_value, flags);
+  });
+}
+
+PHOS_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                       const CUgraphEdgeData* edges, size_t n, CUgraphNodeParams* p) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (edges != nullptr) return ToCu(cudaErrorNotSupported);  // edge data (programmatic dependent launch)
+  switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS_v3& k = p->kernel;
+      CUDA_KERNEL_NODE_PARAMS v2{};
+      v2.func = k.func;
+      v2.gridDimX = k.gridDimX;
+      v2.gridDimY = k.gridDimY;
+      v2.gridDimZ = k.gridDimZ;
+      v2.blockDimX = k.blockDimX;
+      v2.blockDimY = k.blockDimY;
+      v2.blockDimZ = k.blockDimZ;
+      v2.sharedMemBytes = k.sharedMemBytes;
+      v2.kernelParams = k.kernelParams;
+      v2.extra = k.extra;
+      v2.kern = k.kern;
+      v2.ctx = k.ctx;
+      return cuGraphAddKernelNode_v2(node, graph, deps, n, &v2);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      if (p->memcpy.flags != 0) return CUDA_ERROR_INVALID_VALUE;
+      return cuGraphAddMemcpyNode(node, graph, deps, n, &p->memcpy.copyParams, p->memcpy.copyCtx);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS_v2& m = p->memset;
+      const CUDA_MEMSET_NODE_PARAMS v1{m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};
+      return cuGraphAddMemsetNode(node, graph, deps, n, &v1, m.ctx);
+    }
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      const CUDA_HOST_NODE_PARAMS v1{p->host.fn, p->host.userData};
+      return cuGraphAddHostNode(node, graph, deps, n, &v1);
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+      CUresult r = cuGraphAddChildGraphNode(node, graph, deps, n, p->graph.graph);
+      // Move: the node owns the child now (phos's node holds its own copy).
+      if (r == CUDA_SUCCESS && p->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE) {
+        (void)cuGraphDestroy(p->graph.graph);
+      }
+      return r;
+    }
+    case CU_GRAPH_NODE_TYPE_EMPTY: return cuGraphAddEmptyNode(node, graph, deps, n);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return cuGraphAddEventRecordNode(node, graph, deps, n, p->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return cuGraphAddEventWaitNode(node, graph, deps, n, p->eventWait.event);
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+      static_assert(sizeof(CUDA_MEM_ALLOC_NODE_PARAMS_v2) == sizeof(CUDA_MEM_ALLOC_NODE_PARAMS));
+      auto* a = reinterpret_cast<CUDA_MEM_ALLOC_NODE_PARAMS*>(&p->alloc);  // same fields, same order
+      return cuGraphAddMemAllocNode(node, graph, deps, n, a);
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: return cuGraphAddMemFreeNode(node, graph, deps, n, p->free.dptr);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
+      cudaGraphNodeParams rp{};
+      rp.type = cudaGraphNodeTypeConditional;
+      rp.conditional.handle = p->conditional.handle;
+      rp.conditional.type = static_cast<cudaGraphConditionalNodeType>(p->conditional.type);
+      rp.conditional.size = p->conditional.size;
+      CUresult r = ToCu(cudaGraphAddNode(node, graph, deps, nullptr, n, &rp));
+      if (r == CUDA_SUCCESS) p->conditional.phGraph_out = rp.conditional.phGraph_out;
+      return r;
+    }
+    default: {
+      cudaGraphNodeParams rp{};
+      rp.type = static_cast<cudaGraphNodeType>(p->type);
+      return ToCu(cudaGraphAddNode(node, graph, deps, nullptr, n, &rp));  // refused by name there
+    }
+  }
+}

@@ -41,6 +41,12 @@ struct CUgraphNode_st {
   cudaMemcpy3DParms copy{};                 // explicit memcpy nodes (copy.kind set)
   bool has_copy = false;
   cudaEvent_t event = nullptr;              // event record / wait nodes
+  // Kernel nodes of registered kernels (explicit or captured): what
+  // cudaGraphKernelNodeGetParams answers (immutable, shared by clones), and
+  // the argument pointers it hands out (into the record's block; rebuilt by
+  // each call of the getter).
+  std::shared_ptr<const phos::client::KernelNodeRecord> kernel;
+  std::vector<void*> kernel_args;
   // Memory alloc nodes: the allocation (shared with the execs' steps) and
   // the parameters as the getter returns them; memory free nodes: the
   // pointer they free.
@@ -161,6 +167,7 @@ std::unique_ptr<Graph> CloneGraph(const Graph& src, std::map<const Node*, Node*>
     c->copy = n->copy;
     c->has_copy = n->has_copy;
     c->event = n->event;
+    c->kernel = n->kernel;
     c->mem = n->mem;
     c->alloc = n->alloc;
     c->free_ptr = n->free_ptr;
@@ -455,7 +462,9 @@ StreamOp MemsetOp(const cudaMemsetParams& p) {
     return cudaSuccess;
   };
 }
-StreamOp KernelOp(const cudaKernelNodeParams& p, cudaError_t* error) {
+// `record` (may be null): where to keep what the getter answers.
+StreamOp KernelOp(const cudaKernelNodeParams& p, cudaError_t* error,
+                  std::shared_ptr<const KernelNodeRecord>* record = nullptr) {
   std::vector<std::byte> payload;
   bool call = false;
   *error = PackKernelLaunch(p.func, p.gridDim, p.blockDim, p.kernelParams, p.sharedMemBytes, &payload, &call);
@@ -463,6 +472,10 @@ StreamOp KernelOp(const cudaKernelNodeParams& p, cudaError_t* error) {
   if (p.extra != nullptr) {
     *error = cudaErrorNotSupported;  // the `extra` form: the driver's cuGraphAddKernelNode has it
     return nullptr;
+  }
+  if (record != nullptr) {
+    auto r = std::make_shared<KernelNodeRecord>();
+    if (KernelRecordOf(p.func, p.gridDim, p.blockDim, p.sharedMemBytes, payload, r.get())) *record = std::move(r);
   }
   return KernelLaunchOp(std::move(payload), call);
 }
@@ -675,6 +688,14 @@ Node* AppendNode(Capture& c, std::vector<Node*>& frontier, cudaGraphNodeType typ
 }
 
 }  // namespace
+
+bool CaptureKernel(uint32_t stream_id, StreamOp op, KernelNodeRecord record, cudaError_t* result) {
+  auto shared = std::make_shared<const KernelNodeRecord>(std::move(record));
+  return OnCapturedStream(stream_id, result, [&](Capture& c, std::vector<Node*>& frontier) {
+    AppendNode(c, frontier, cudaGraphNodeTypeKernel, std::move(op))->kernel = shared;
+    return cudaSuccess;
+  });
+}
 
 bool CaptureOp(uint32_t stream_id, cudaGraphNodeType type, StreamOp op, cudaError_t* result) {
   return OnCapturedStream(stream_id, result, [&](Capture& c, std::vector<Node*>& frontier) {
@@ -1061,17 +1082,49 @@ PHOS_EXPORT cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t* node, cudaGraph_
                                                size_t ndeps, const cudaKernelNodeParams* params) {
   if (params == nullptr) return SetError(cudaErrorInvalidValue);
   cudaError_t e = cudaSuccess;
-  StreamOp op = KernelOp(*params, &e);
+  std::shared_ptr<const KernelNodeRecord> record;
+  StreamOp op = KernelOp(*params, &e, &record);
   if (e != cudaSuccess) return SetError(e);
-  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeKernel, std::move(op));
+  return AddNodeChecked(node, graph, deps, ndeps, cudaGraphNodeTypeKernel, std::move(op), nullptr,
+                        [&](Node* n) { n->kernel = std::move(record); });
+}
+
+// The kernel's parameters as the node holds them: kernelParams points at
+// the node's copy of each argument (valid until the node's parameters
+// change or the node goes, as in CUDA). A node of a driver function is
+// answered by the driver's getter, not this one.
+PHOS_EXPORT cudaError_t cudaGraphKernelNodeGetParams(cudaGraphNode_t node, cudaKernelNodeParams* out) {
+  if (out == nullptr) return SetError(cudaErrorInvalidValue);
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeKernel)) return SetError(cudaErrorInvalidValue);
+  if (node->kernel == nullptr) return SetError(cudaErrorInvalidDeviceFunction);  // a driver function's node
+  const KernelNodeRecord& r = *node->kernel;
+  node->kernel_args.clear();
+  auto* base = const_cast<std::byte*>(r.block_bytes.data());
+  for (uint32_t off : r.offsets) node->kernel_args.push_back(base + off);
+  *out = cudaKernelNodeParams{};
+  out->func = const_cast<void*>(r.func);
+  out->gridDim = r.grid;
+  out->blockDim = r.block;
+  out->sharedMemBytes = r.shared_bytes;
+  out->kernelParams = node->kernel_args.empty() ? nullptr : node->kernel_args.data();
+  out->extra = nullptr;
+  return cudaSuccess;
 }
 
 PHOS_EXPORT cudaError_t cudaGraphKernelNodeSetParams(cudaGraphNode_t node, const cudaKernelNodeParams* params) {
   if (node == nullptr || params == nullptr) return SetError(cudaErrorInvalidValue);
   cudaError_t e = cudaSuccess;
-  StreamOp op = KernelOp(*params, &e);
+  std::shared_ptr<const KernelNodeRecord> record;
+  StreamOp op = KernelOp(*params, &e, &record);
   if (e != cudaSuccess) return SetError(e);
-  return SetNodeOp(node, cudaGraphNodeTypeKernel, std::move(op));
+  Graphs& s = G();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!IsNodeOfType(s, node, cudaGraphNodeTypeKernel)) return SetError(cudaErrorInvalidValue);
+  node->op = std::move(op);
+  node->kernel = std::move(record);
+  return cudaSuccess;
 }
 
 PHOS_EXPORT cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,

@@ -94,4 +94,21 @@ cudaError_t SetExecNodeOp(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraphN
 /// A kernel launch as a node replays it: the packed wire launch (launch.cc).
 StreamOp KernelLaunchOp(std::vector<std::byte> payload, bool call);
 
+/// What cudaGraphKernelNodeGetParams answers for a kernel node of a
+/// registered kernel: the launch's parameters and a copy of its argument
+/// values (the packed parameter block, each argument at its offset).
+struct KernelNodeRecord {
+  const void* func = nullptr;
+  dim3 grid, block;
+  unsigned shared_bytes = 0;
+  std::vector<std::byte> block_bytes;  // the packed parameters
+  std::vector<uint32_t> offsets;       // each argument's offset in it
+};
+/// The record of a packed launch (launch.cc; false for a kernel phos did
+/// not register, e.g. a driver function).
+bool KernelRecordOf(const void* func, dim3 grid, dim3 block, size_t shmem, const std::vector<std::byte>& payload,
+                    KernelNodeRecord* out);
+/// CaptureOp for a kernel launch, keeping its record for the getter.
+bool CaptureKernel(uint32_t stream_id, StreamOp op, KernelNodeRecord record, cudaError_t* result);
+
 }  // namespace phos::client

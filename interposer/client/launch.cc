@@ -102,8 +102,12 @@ cudaError_t Launch(KernelRec* k, dim3 grid, dim3 block, void** args, size_t shme
   }
   const uint32_t stream_id = StreamIdOf(stream, zero);
   cudaError_t captured = cudaSuccess;
-  if (MaybeCapture(stream_id, cudaGraphNodeTypeKernel, KernelLaunchOp(payload, call), &captured)) {
-    return captured == cudaSuccess ? cudaSuccess : SetError(captured);
+  if (AnyCapture()) {
+    KernelNodeRecord record;
+    const bool recorded = !cooperative && KernelRecordOf(k->host_stub != nullptr ? k->host_stub : static_cast<const void*>(k), grid, block, shmem, payload, &record);
+    const bool in_capture = recorded ? CaptureKernel(stream_id, KernelLaunchOp(payload, call), std::move(record), &captured)
+                                     : CaptureOp(stream_id, cudaGraphNodeTypeKernel, KernelLaunchOp(payload, call), &captured);
+    if (in_capture) return captured == cudaSuccess ? cudaSuccess : SetError(captured);
   }
   return Finish(Submit(payload, call, stream_id));
 }
@@ -141,6 +145,21 @@ cudaError_t LaunchEx(const cudaLaunchConfig_t* config, const void* func, void** 
 }
 
 }  // namespace
+
+bool KernelRecordOf(const void* func, dim3 grid, dim3 block, size_t shmem, const std::vector<std::byte>& payload,
+                    KernelNodeRecord* out) {
+  KernelRec* k = FindKernelByStub(func);
+  if (k == nullptr && func != nullptr && IsKernelRec(func)) k = static_cast<KernelRec*>(const_cast<void*>(func));
+  if (k == nullptr || !k->params_known || payload.size() != sizeof(wire::LaunchRequest) + k->param_bytes) return false;
+  out->func = func;
+  out->grid = grid;
+  out->block = block;
+  out->shared_bytes = static_cast<unsigned>(shmem);
+  out->block_bytes.assign(payload.begin() + sizeof(wire::LaunchRequest), payload.end());
+  out->offsets.clear();
+  for (const ParamSlot& p : k->params) out->offsets.push_back(p.offset);
+  return true;
+}
 
 StreamOp KernelLaunchOp(std::vector<std::byte> payload, bool call) {
   return [payload = std::move(payload), call](uint32_t stream_id) { return Finish(Submit(payload, call, stream_id)); };

@@ -9,6 +9,7 @@
 // set by kernels with cudaGraphSetConditional or by the handle's default;
 // bodies built explicitly and by capturing into them).
 #define PHOS_PROGRAM_NAME "graphs"
+#include <cuda.h>  // the driver's generic node form, through cudaGetDriverEntryPointByVersion
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -939,11 +940,132 @@ int ConditionalNodes() {
     CHECK(cudaGraphDestroy(g));
   }
   std::printf("graphs: conditional switch: OK\n");
+
+  // The driver's forms (as cuda-python and XLA build graphs): a handle from
+  // cuGraphConditionalHandleCreate, kernel and conditional nodes from the
+  // generic cuGraphAddNode, the kernels as CUfunctions of registered ones.
+  {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CHECK(cudaGetDriverEntryPointByVersion("cuGraphConditionalHandleCreate", &p, 12030, cudaEnableDefault, &q));
+    auto handle_create = reinterpret_cast<decltype(&cuGraphConditionalHandleCreate)>(p);
+    CHECK(cudaGetDriverEntryPointByVersion("cuGraphAddNode", &p, 12030, cudaEnableDefault, &q));
+    auto add_node = reinterpret_cast<decltype(&cuGraphAddNode_v2)>(p);
+    EXPECT(handle_create != nullptr && add_node != nullptr);
+    cudaFunction_t set_fn = nullptr, scale_fn = nullptr;
+    CHECK(cudaGetFuncBySymbol(&set_fn, reinterpret_cast<const void*>(set_if_positive)));
+    CHECK(cudaGetFuncBySymbol(&scale_fn, reinterpret_cast<const void*>(scale_add)));
+    cudaGraph_t g = nullptr;
+    CHECK(cudaGraphCreate(&g, 0));
+    CUgraphConditionalHandle h = 0;
+    EXPECT(handle_create(&h, g, nullptr, 0, 0) == CUDA_SUCCESS);
+    CUgraphNodeParams np{};
+    np.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    void* set_args[] = {&h, &d_flag};
+    np.kernel.func = reinterpret_cast<CUfunction>(set_fn);
+    np.kernel.gridDimX = np.kernel.gridDimY = np.kernel.gridDimZ = 1;
+    np.kernel.blockDimX = 32;
+    np.kernel.blockDimY = np.kernel.blockDimZ = 1;
+    np.kernel.kernelParams = set_args;
+    CUgraphNode set = nullptr, cond = nullptr, k = nullptr;
+    EXPECT(add_node(&set, g, nullptr, nullptr, 0, &np) == CUDA_SUCCESS);
+    CUgraphNodeParams cp{};
+    cp.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    cp.conditional.handle = h;
+    cp.conditional.type = CU_GRAPH_COND_TYPE_IF;
+    cp.conditional.size = 1;
+    EXPECT(add_node(&cond, g, &set, nullptr, 1, &cp) == CUDA_SUCCESS);
+    int n = kN, mul = 7, add = -4;
+    void* scale_args[] = {&d_in, &d_out, &n, &mul, &add};
+    np.kernel.func = reinterpret_cast<CUfunction>(scale_fn);
+    np.kernel.gridDimX = kBlocks;
+    np.kernel.blockDimX = 256;
+    np.kernel.kernelParams = scale_args;
+    EXPECT(add_node(&k, cp.conditional.phGraph_out[0], nullptr, nullptr, 0, &np) == CUDA_SUCCESS);
+    cudaGraphExec_t e = nullptr;
+    CHECK(cudaGraphInstantiate(&e, g, 0));
+    for (int flag : {1, 0}) {
+      CHECK(cudaMemcpy(d_flag, &flag, sizeof flag, cudaMemcpyHostToDevice));
+      CHECK(cudaMemset(d_out, 0, kN * sizeof(int)));
+      CHECK(cudaGraphLaunch(e, s));
+      CHECK(cudaStreamSynchronize(s));
+      CHECK(cudaMemcpy(out.data(), d_out, kN * sizeof(int), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < kN; ++i) ref[i] = flag ? in[i] * 7 - 4 : 0;
+      EXPECT(out == ref);
+    }
+    CHECK(cudaGraphExecDestroy(e));
+    CHECK(cudaGraphDestroy(g));
+  }
+  std::printf("graphs: conditional nodes through the driver's generic form: OK\n");
   CHECK(cudaStreamDestroy(s));
   CHECK(cudaFree(d_in));
   CHECK(cudaFree(d_out));
   CHECK(cudaFree(d_flag));
   CHECK(cudaFree(d_counter));
+  return 0;
+}
+
+// cudaGraphKernelNodeGetParams: an explicit node and a captured one answer
+// their kernel, geometry and argument values; a node's parameters read back,
+// changed and set again run with the new values.
+int KernelNodeGetters() {
+  int *d_in = nullptr, *d_out = nullptr;
+  CHECK(cudaMalloc(&d_in, kN * sizeof(int)));
+  CHECK(cudaMalloc(&d_out, kN * sizeof(int)));
+  std::vector<int> in(kN), out(kN);
+  Randomise(in.data(), kN);
+  CHECK(cudaMemcpy(d_in, in.data(), kN * sizeof(int), cudaMemcpyHostToDevice));
+  cudaGraph_t g = nullptr;
+  CHECK(cudaGraphCreate(&g, 0));
+  int n = kN, mul = 3, add = 11;
+  void* args[] = {&d_in, &d_out, &n, &mul, &add};
+  cudaKernelNodeParams kp{};
+  kp.func = reinterpret_cast<void*>(scale_add);
+  kp.gridDim = dim3(kBlocks);
+  kp.blockDim = dim3(256);
+  kp.kernelParams = args;
+  cudaGraphNode_t k = nullptr;
+  CHECK(cudaGraphAddKernelNode(&k, g, nullptr, 0, &kp));
+  mul = -1;  // the node copied the arguments when it was made
+  cudaKernelNodeParams got{};
+  CHECK(cudaGraphKernelNodeGetParams(k, &got));
+  EXPECT(got.func == reinterpret_cast<void*>(scale_add));
+  EXPECT(got.gridDim.x == static_cast<unsigned>(kBlocks) && got.blockDim.x == 256 && got.sharedMemBytes == 0);
+  EXPECT(*static_cast<int**>(got.kernelParams[0]) == d_in && *static_cast<int**>(got.kernelParams[1]) == d_out);
+  EXPECT(*static_cast<int*>(got.kernelParams[2]) == kN && *static_cast<int*>(got.kernelParams[3]) == 3 &&
+         *static_cast<int*>(got.kernelParams[4]) == 11);
+  // Read, change one argument, set again (an inference server's update).
+  int new_add = 1000;
+  void* new_args[] = {got.kernelParams[0], got.kernelParams[1], got.kernelParams[2], got.kernelParams[3], &new_add};
+  got.kernelParams = new_args;
+  CHECK(cudaGraphKernelNodeSetParams(k, &got));
+  cudaGraphExec_t e = nullptr;
+  CHECK(cudaGraphInstantiate(&e, g, 0));
+  CHECK(cudaGraphLaunch(e, 0));
+  CHECK(cudaStreamSynchronize(0));
+  CHECK(cudaMemcpy(out.data(), d_out, kN * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < kN; ++i) EXPECT(out[i] == in[i] * 3 + 1000);
+  CHECK(cudaGraphExecDestroy(e));
+  CHECK(cudaGraphDestroy(g));
+  // A captured launch answers too.
+  cudaStream_t s = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t cg = nullptr;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  scale_add<<<kBlocks, 128, 64, s>>>(d_in, d_out, kN, 5, 6);
+  CHECK(cudaStreamEndCapture(s, &cg));
+  size_t count = 1;
+  cudaGraphNode_t captured = nullptr;
+  CHECK(cudaGraphGetNodes(cg, &captured, &count));
+  EXPECT(count == 1);
+  CHECK(cudaGraphKernelNodeGetParams(captured, &got));
+  EXPECT(got.func == reinterpret_cast<void*>(scale_add) && got.blockDim.x == 128 && got.sharedMemBytes == 64);
+  EXPECT(*static_cast<int*>(got.kernelParams[3]) == 5 && *static_cast<int*>(got.kernelParams[4]) == 6);
+  CHECK(cudaGraphDestroy(cg));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(d_in));
+  CHECK(cudaFree(d_out));
+  std::printf("graphs: kernel node getters: OK\n");
   return 0;
 }
 
@@ -957,6 +1079,7 @@ int main() {
   STEP(MemoryNodes());
   STEP(UserObjects());
   STEP(ConditionalNodes());
+  STEP(KernelNodeGetters());
   std::printf("graphs: OK\n");
   return 0;
 }
