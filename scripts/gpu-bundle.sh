@@ -52,7 +52,7 @@ for t in json.load(sys.stdin)["tests"]: print(t["name"] + "\t" + t["command"][0]
 # The CUDA programs run/compared by run.sh (tests/apps and
 # tests/integration/CMakeLists.txt build them with nvcc -cudart shared).
 apps=(vector_add saxpy_loop reduce_shared struct_of_pointers pointer_table multi_stream)
-integration=(runtime_api host_memory driver_api runtime_more runtime_more_ptds graphs textures cublas error_paths symbols
+integration=(runtime_api host_memory driver_api runtime_more runtime_more_ptds graphs vmm textures cublas error_paths symbols
   unsupported_api daemon_loss dlopen_driver vector_add_static checkpoint_app)
 # driver_api reads the fatbin file (argument); .cubin/.ptx for later checks.
 integration_data=(driver_kernels.fatbin driver_kernels.cubin driver_kernels.ptx)

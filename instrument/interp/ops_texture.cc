@@ -29,7 +29,41 @@ using ptx::Space;
 using ptx::Type;
 using Address = TextureDesc::Address;
 
-bool Layered(uint8_t geom) { return geom == kGeomA1d || geom == kGeomA2d; }
+bool Layered(uint8_t geom) { return geom == kGeomA1d || geom == kGeomA2d || geom == kGeomACube; }
+bool Cube(uint8_t geom) { return geom == kGeomCube || geom == kGeomACube; }
+
+// A cube-map fetch's face and its coordinates in [0, 1] from the direction
+// (x, y, z): the face of the major axis (+x, -x, +y, -y, +z, -z = 0..5) and
+// (s/|m| + 1)/2, (t/|m| + 1)/2 with (m, s, t) as the CUDA programming
+// guide's cube-map table gives them (OpenGL's and Direct3D's convention).
+// Ties go to x, then y. A zero direction reads face 0's centre.
+void CubeFace(const float* dir, uint32_t* face, float* u, float* v) {
+  const float x = dir[0], y = dir[1], z = dir[2];
+  const float ax = std::fabs(x), ay = std::fabs(y), az = std::fabs(z);
+  float m = 0, s = 0, t = 0;
+  if (ax >= ay && ax >= az) {
+    *face = x >= 0 ? 0 : 1;
+    m = ax;
+    s = x >= 0 ? -z : z;
+    t = -y;
+  } else if (ay >= az) {
+    *face = y >= 0 ? 2 : 3;
+    m = ay;
+    s = x;
+    t = y >= 0 ? z : -z;
+  } else {
+    *face = z >= 0 ? 4 : 5;
+    m = az;
+    s = z >= 0 ? x : -x;
+    t = -y;
+  }
+  if (m == 0) {
+    *u = *v = 0.5f;
+    return;
+  }
+  *u = (s / m + 1.0f) * 0.5f;
+  *v = (t / m + 1.0f) * 0.5f;
+}
 int GeomDims(uint8_t geom) {
   switch (geom) {
     case kGeom1d: case kGeomA1d: return 1;
@@ -247,6 +281,25 @@ Flow ExecTex(Exec& x, const Op& op) {
   float fc[3] = {0, 0, 0};
   int64_t ic[3] = {0, 0, 0};
   ReadCoords(x, op, n + 1, geom, integer, &layer, fc, ic);
+  if (Cube(geom)) {
+    if (!t->cubemap) return Fail(x, "tex.cube of a texture that is not a cube map");
+    // The face's point sample (linear filtering of cube maps is refused
+    // when the object is made): face coordinates in [0, 1], clamped at the
+    // face's edges whatever the object's address mode.
+    uint32_t face = 0;
+    float uv[3] = {0, 0, 0};
+    CubeFace(fc, &face, &uv[0], &uv[1]);
+    const uint32_t cubes = t->layers / 6;
+    const uint32_t cube = Layered(geom) ? std::min(layer, cubes == 0 ? 0 : cubes - 1) : 0;
+    TextureDesc clamped = *t;
+    clamped.address[0] = clamped.address[1] = TextureDesc::Address::kClamp;
+    uv[0] *= static_cast<float>(t->width);
+    uv[1] *= static_cast<float>(t->height);
+    Texel tx;
+    if (!Sample(x, clamped, 2, uv, cube * 6 + face, &tx)) return Flow::kError;
+    WriteResult(x, op, n, tx, t->kind == TextureDesc::Kind::kFloat || t->read_normalized);
+    return Flow::kNext;
+  }
   layer = ClampLayer(*t, layer);
   const int dims = GeomDims(geom);
   Texel tx;

@@ -866,11 +866,12 @@ class ProgramBuilder {
   // interpreter runs; *why names it).
   static uint8_t Geometry(const ptx::Instruction& in, std::string* why) {
     static const std::pair<const char*, uint8_t> kGeoms[] = {
-        {"1d", kGeom1d}, {"2d", kGeom2d}, {"3d", kGeom3d}, {"a1d", kGeomA1d}, {"a2d", kGeomA2d}};
+        {"1d", kGeom1d},   {"2d", kGeom2d},   {"3d", kGeom3d},         {"a1d", kGeomA1d},
+        {"a2d", kGeomA2d}, {"cube", kGeomCube}, {"acube", kGeomACube}};
     for (const auto& [name, g] : kGeoms) {
       if (in.HasMod(name)) return g;
     }
-    *why = "texture/surface geometry (supported: .1d .2d .3d .a1d .a2d; not cube maps or multisample)";
+    *why = "texture/surface geometry (supported: .1d .2d .3d .a1d .a2d, tex.cube .acube; not multisample)";
     return 0;
   }
 
@@ -879,6 +880,11 @@ class ProgramBuilder {
     op->sub = Geometry(in, why);
     if (op->sub == 0) return nullptr;
     const bool gather = op->opcode == Opcode::kTld4;
+    const bool cube = op->sub == kGeomCube || op->sub == kGeomACube;
+    if (cube && (gather || op->type2 != Type::kF32)) {
+      *why = "cube-map fetch form (supported: tex.cube/.acube with .f32 directions)";
+      return nullptr;
+    }
     if (gather) {
       static const char* kComp[] = {"r", "g", "b", "a"};
       op->target = 4;
@@ -916,6 +922,10 @@ class ProgramBuilder {
     }
     op->sub = Geometry(in, why);
     if (op->sub == 0) return nullptr;
+    if (op->sub == kGeomCube || op->sub == kGeomACube) {
+      *why = "surface geometry .cube (surfCubemap* compile to .a2d with the face as the layer)";
+      return nullptr;
+    }
     op->target = in.HasMod("zero") ? kSurfaceZero : in.HasMod("clamp") ? kSurfaceClamp : kSurfaceTrap;
     if (op->type != Type::kB8 && op->type != Type::kB16 && op->type != Type::kB32 && op->type != Type::kB64) {
       *why = "surface access type (supported: .b8 .b16 .b32 .b64)";

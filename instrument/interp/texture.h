@@ -32,6 +32,7 @@ struct TextureDesc {
   bool normalized_coords = false;
   bool read_normalized = false;  // integer texels read as floats in [0,1] / [-1,1]
   bool srgb = false;
+  bool cubemap = false;  // layers are cube faces, 6 per cube (tex.cube / tex.acube)
   float border[4] = {0, 0, 0, 0};
 
   uint32_t texel_bytes() const { return uint32_t{channels} * channel_bytes; }

@@ -117,18 +117,23 @@ cudaError_t CreateArray(const cudaChannelFormatDesc& desc, size_t width, size_t 
                         cudaArray_t* out) {
   if (out == nullptr) return SetError(cudaErrorInvalidValue);
   if (cudaError_t e = Initialised(); e != cudaSuccess) return SetError(e);
-  if (flags & cudaArrayCubemap) {
-    return RefuseNotSupported("cube-map CUDA arrays (cudaArrayCubemap) are not supported");
-  }
   if (flags & (cudaArraySparse | cudaArrayDeferredMapping)) {
     return RefuseNotSupported("sparse and deferred-mapping CUDA arrays are not supported");
   }
-  if (flags & ~unsigned{cudaArrayLayered | cudaArraySurfaceLoadStore | cudaArrayTextureGather}) {
+  if (flags & ~unsigned{cudaArrayLayered | cudaArraySurfaceLoadStore | cudaArrayTextureGather | cudaArrayCubemap}) {
     return SetError(cudaErrorInvalidValue);
+  }
+  if (flags & cudaArrayCubemap) {
+    // Square faces, 6 of them (6 per cube when layered); stored as a
+    // layered 2D array whose layers are the faces in CUDA's order.
+    const bool layered_cubes = (flags & cudaArrayLayered) != 0;
+    if (width == 0 || height != width || depth == 0 || depth % 6 != 0 || (!layered_cubes && depth != 6)) {
+      return SetError(cudaErrorInvalidValue);
+    }
   }
   auto a = std::make_unique<ArrayRec>();
   if (cudaError_t e = ChannelLayout(desc, &a->channels, &a->channel_bytes, &a->kind); e != cudaSuccess) return e;
-  const bool layered = (flags & cudaArrayLayered) != 0;
+  const bool layered = (flags & (cudaArrayLayered | cudaArrayCubemap)) != 0;
   // CUDA: a 1D array has height 0 and depth 0; a layered one depth layers.
   if (width == 0 || (depth != 0 && height == 0 && !layered) || (layered && depth == 0)) {
     return SetError(cudaErrorInvalidValue);
@@ -258,6 +263,7 @@ wire::TextureDesc ArrayTextureDesc(const ArrayRec& a) {
   d.resource = wire::ResourceKind::kArray;
   if (a.layered()) {
     d.flags |= wire::kTextureLayered;
+    if (a.cubemap()) d.flags |= wire::kTextureCubemap;
     d.layers = static_cast<uint32_t>(a.depth);
     d.depth = 1;
     d.dims = a.height == 0 ? 1 : 2;

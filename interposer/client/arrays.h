@@ -35,7 +35,9 @@ struct ArrayRec {
   size_t texel_bytes() const { return size_t{channels} * channel_bytes; }
   size_t rows() const { return height == 0 ? 1 : height; }
   size_t slices() const { return depth == 0 ? 1 : depth; }
-  bool layered() const { return (flags & cudaArrayLayered) != 0; }
+  /// Layered arrays, and cube maps (their faces are layers, 6 per cube).
+  bool layered() const { return (flags & (cudaArrayLayered | cudaArrayCubemap)) != 0; }
+  bool cubemap() const { return (flags & cudaArrayCubemap) != 0; }
   /// Device address of texel (x, y) of slice z.
   uintptr_t At(size_t x, size_t y, size_t z) const { return buffer + z * slice_pitch + y * pitch + x * texel_bytes(); }
 };

@@ -48,6 +48,16 @@ bool CheckTextureDesc(const TextureDesc& d, bool surface, uint64_t* span, std::s
   const bool layered = (d.flags & kTextureLayered) != 0;
   if (layered != (d.layers != 0)) return fail("layers without the layered flag, or the reverse");
   if (layered && d.dims == 3) return fail("a layered 3D resource");
+  if ((d.flags & kTextureCubemap) != 0) {
+    if (!layered || d.dims != 2 || d.width != d.height || d.layers % 6 != 0) {
+      return fail("a cube map that is not layered square 2D faces, 6 per cube");
+    }
+    if (!surface && (d.flags & kTextureLinearFilter) != 0) {
+      // The hardware filters across the edges of adjacent faces (seamless);
+      // the interpreter models point sampling of one face only.
+      return fail("linear filtering of a cube map (seamless across faces) is not modelled");
+    }
+  }
   const uint64_t row = uint64_t{d.width} * d.texel_bytes();
   if (d.pitch < row && (d.height > 1 || d.depth > 1 || layered)) return fail("a row pitch smaller than a row");
   const uint64_t slices = layered ? d.layers : d.depth;

@@ -31,7 +31,10 @@ inline constexpr uint32_t kTextureLinearFilter = 2;     // cudaFilterModeLinear
 inline constexpr uint32_t kTextureNormalizedCoords = 4; // coordinates in [0, 1)
 inline constexpr uint32_t kTextureReadNormalized = 8;   // cudaReadModeNormalizedFloat
 inline constexpr uint32_t kTextureSrgb = 16;            // sRGB -> linear on read
-inline constexpr uint32_t kTextureKnownFlags = 31;
+/// A cube map (cudaArrayCubemap): a layered 2D resource of square faces, 6
+/// layers per cube (+x, -x, +y, -y, +z, -z), sampled by direction (tex.cube).
+inline constexpr uint32_t kTextureCubemap = 32;
+inline constexpr uint32_t kTextureKnownFlags = 63;
 
 struct TextureDesc {
   uint64_t base;         // device address of texel (0, 0, 0) of layer 0

@@ -654,6 +654,10 @@ native_info runtime_more_ptds_lazy CUDA_MODULE_LOADING=LAZY -- "$i/runtime_more_
 native_info error_paths -- "$i/error_paths" errors
 native_info symbols -- "$i/symbols"
 native_info graphs -- "$i/graphs"
+# The driver's virtual-memory API natively: checks the program's CUDA
+# expectations (errors, granularity) against the real driver; phos's own
+# refusals show as failures here (it expects NOT_SUPPORTED where CUDA works).
+native_info vmm -- "$i/vmm"
 # The texture test against the GPU's own filtering (the CPU reference is
 # the one the sim is checked against).
 native_info textures -- "$i/textures"
@@ -676,6 +680,11 @@ check integration/symbols 120 0 -- "${phos_run[@]}" "$i/symbols"
 # also has the latter two; it runs last, below).
 want=("graphs: OK") wantnot=("not supported by phos")
 check integration/graphs 120 0 -- "${phos_run[@]}" "$i/graphs"
+# The driver's virtual-memory API on the cuda backend (ReserveAddressRange
+# and mappings inside it: written to the driver's documented behaviour,
+# first run here).
+want=("vmm: OK")
+check integration/vmm 120 0 -- "${phos_run[@]}" "$i/vmm"
 # CUDA arrays, textures and surfaces: the cuda backend makes textures of
 # linear and pitched memory (2D arrays included) but refuses surfaces and
 # 3D/layered textures by name, so under phos this is expected to pass the

@@ -41,6 +41,22 @@ __global__ void SampleLayered(cudaTextureObject_t t, const float4* at, float* ou
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = tex2DLayered<float>(t, at[i].x, at[i].y, static_cast<int>(at[i].z));
 }
+// Cube maps: direction (x, y, z) per sample; the layered form takes a cube
+// index in `w`.
+__global__ void SampleCube(cudaTextureObject_t t, const float4* at, float* out, int n, int layered) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  out[i] = layered ? texCubemapLayered<float>(t, at[i].x, at[i].y, at[i].z, static_cast<int>(at[i].w))
+                   : texCubemap<float>(t, at[i].x, at[i].y, at[i].z);
+}
+// Surfaces of a cube map: texel (x, y) of face f doubled in place (the
+// faces are layers).
+__global__ void SurfaceCubeDouble(cudaSurfaceObject_t s, int w) {
+  int x = threadIdx.x, y = blockIdx.x % w, f = blockIdx.x / w;
+  float v = surfCubemapread<float>(s, x * 4, y, f);
+  surfCubemapwrite(v * 2.0f, s, x * 4, y, f);
+}
+
 __global__ void Gather(cudaTextureObject_t t, const float2* at, float4* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = tex2Dgather<float4>(t, at[i].x, at[i].y, 0);
@@ -472,6 +488,113 @@ int TestSurfaces(std::mt19937& rng) {
 
 }  // namespace
 
+// The CUDA programming guide's cube-map table (OpenGL's convention): the
+// face of the major axis and (s/|m| + 1)/2, (t/|m| + 1)/2 on it.
+void CubeRef(float x, float y, float z, int w, int* face, int* u, int* v) {
+  const float ax = std::fabs(x), ay = std::fabs(y), az = std::fabs(z);
+  float m = 0, s = 0, t = 0;
+  if (ax >= ay && ax >= az) {
+    *face = x >= 0 ? 0 : 1, m = ax, s = x >= 0 ? -z : z, t = -y;
+  } else if (ay >= az) {
+    *face = y >= 0 ? 2 : 3, m = ay, s = x, t = y >= 0 ? z : -z;
+  } else {
+    *face = z >= 0 ? 4 : 5, m = az, s = z >= 0 ? x : -x, t = -y;
+  }
+  auto texel = [w](float c) {
+    const int i = static_cast<int>(std::floor((c + 1.0f) * 0.5f * static_cast<float>(w)));
+    return i < 0 ? 0 : i >= w ? w - 1 : i;
+  };
+  *u = texel(s / m);
+  *v = texel(t / m);
+}
+
+// Cube maps (cudaArrayCubemap, and layered cube maps): random directions
+// sampled with point filtering against the table above, faces filled
+// through cudaMemcpy3D, a surface of one doubled in place; linear filtering
+// of a cube map is refused (the hardware filters across faces; the sim
+// does not model it).
+int TestCubemaps(std::mt19937& rng) {
+  const int w = 8, n = 400;
+  std::uniform_real_distribution<float> val(-50.0f, 50.0f), dir(-1.0f, 1.0f);
+  for (int layered = 0; layered < 2; ++layered) {
+    const int cubes = layered ? 3 : 1, faces = 6 * cubes;
+    std::vector<float> texels(static_cast<size_t>(w) * w * faces);
+    for (float& v : texels) v = val(rng);
+    cudaChannelFormatDesc fmt = cudaCreateChannelDesc<float>();
+    cudaArray_t arr = nullptr;
+    const unsigned flags = cudaArrayCubemap | cudaArraySurfaceLoadStore | (layered ? cudaArrayLayered : 0);
+    CHECK(cudaMalloc3DArray(&arr, &fmt, make_cudaExtent(w, w, faces), flags));
+    cudaMemcpy3DParms in{};
+    in.srcPtr = make_cudaPitchedPtr(texels.data(), w * sizeof(float), w, w);
+    in.dstArray = arr;
+    in.extent = make_cudaExtent(w, w, faces);
+    in.kind = cudaMemcpyHostToDevice;
+    CHECK(cudaMemcpy3D(&in));
+    cudaResourceDesc res{};
+    res.resType = cudaResourceTypeArray;
+    res.res.array.array = arr;
+    cudaTextureDesc td{};
+    td.addressMode[0] = td.addressMode[1] = td.addressMode[2] = cudaAddressModeWrap;  // cube maps clamp at edges
+    td.filterMode = cudaFilterModePoint;
+    td.readMode = cudaReadModeElementType;
+    td.normalizedCoords = 1;
+    cudaTextureObject_t t = 0;
+    CHECK(cudaCreateTextureObject(&t, &res, &td, nullptr));
+    std::vector<float4> at(n);
+    std::uniform_int_distribution<int> pick(0, cubes - 1);
+    for (auto& p : at) p = make_float4(dir(rng), dir(rng), dir(rng), static_cast<float>(pick(rng)));
+    at[0] = make_float4(1, 0, 0, 0);  // the face centres
+    at[1] = make_float4(0, -2, 0, 0);
+    at[2] = make_float4(0, 0, -0.5f, 0);
+    float4* d_at = DeviceCopy(at);
+    float* d_out = nullptr;
+    CHECK(cudaMalloc(&d_out, n * sizeof(float)));
+    SampleCube<<<(n + 63) / 64, 64>>>(t, d_at, d_out, n, layered);
+    std::vector<float> o(n);
+    CHECK(cudaMemcpy(o.data(), d_out, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) {
+      int face = 0, u = 0, v = 0;
+      CubeRef(at[i].x, at[i].y, at[i].z, w, &face, &u, &v);
+      const int cube = layered ? static_cast<int>(at[i].w) : 0;
+      const float want = texels[(static_cast<size_t>(cube * 6 + face) * w + v) * w + u];
+      if (o[i] != want) {
+        PHOS_CHECK_FAIL(1, "cube map%s sample %d (%g, %g, %g): got %g want %g (face %d texel %d,%d)",
+                        layered ? " (layered)" : "", i, at[i].x, at[i].y, at[i].z, o[i], want, face, u, v);
+      }
+    }
+    // A surface of the same array: every texel of every face doubled.
+    cudaSurfaceObject_t sf = 0;
+    CHECK(cudaCreateSurfaceObject(&sf, &res));
+    SurfaceCubeDouble<<<w * faces, w>>>(sf, w);
+    std::vector<float> back(texels.size());
+    cudaMemcpy3DParms out{};
+    out.srcArray = arr;
+    out.dstPtr = make_cudaPitchedPtr(back.data(), w * sizeof(float), w, w);
+    out.extent = make_cudaExtent(w, w, faces);
+    out.kind = cudaMemcpyDeviceToHost;
+    CHECK(cudaMemcpy3D(&out));
+    for (size_t i = 0; i < texels.size(); ++i) EXPECT(back[i] == texels[i] * 2.0f);
+    // Linear filtering of a cube map: refused.
+    td.filterMode = cudaFilterModeLinear;
+    cudaTextureObject_t linear = 0;
+    EXPECT_ERR(cudaCreateTextureObject(&linear, &res, &td, nullptr), cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    CHECK(cudaDestroySurfaceObject(sf));
+    CHECK(cudaDestroyTextureObject(t));
+    CHECK(cudaFree(d_at));
+    CHECK(cudaFree(d_out));
+    CHECK(cudaFreeArray(arr));
+  }
+  // Faces must be square, 6 of them (6 per cube when layered).
+  cudaChannelFormatDesc fmt = cudaCreateChannelDesc<float>();
+  cudaArray_t bad = nullptr;
+  EXPECT_ERR(cudaMalloc3DArray(&bad, &fmt, make_cudaExtent(8, 4, 6), cudaArrayCubemap), cudaErrorInvalidValue);
+  EXPECT_ERR(cudaMalloc3DArray(&bad, &fmt, make_cudaExtent(8, 8, 12), cudaArrayCubemap), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  std::printf("textures: cube maps and layered cube maps (sampled by direction, surfaces): OK\n");
+  return 0;
+}
+
 int main() {
   const unsigned seed = Seed();
   std::printf("textures: seed %u (PHOS_TEST_SEED=%u replays)\n", seed, seed);
@@ -481,6 +604,7 @@ int main() {
   if (int rc = TestLinearAndPitched(rng)) return rc;
   if (int rc = Test3DAndLayered(rng)) return rc;
   if (int rc = TestSurfaces(rng)) return rc;
+  if (int rc = TestCubemaps(rng)) return rc;
   std::printf("textures: OK\n");
   return 0;
 }

@@ -36,6 +36,7 @@ interp::TextureDesc ToInterpTexture(const wire::TextureDesc& d, bool surface) {
   t.linear_filter = (d.flags & wire::kTextureLinearFilter) != 0;
   t.normalized_coords = (d.flags & wire::kTextureNormalizedCoords) != 0;
   t.read_normalized = (d.flags & wire::kTextureReadNormalized) != 0;
+  t.cubemap = (d.flags & wire::kTextureCubemap) != 0;
   t.srgb = (d.flags & wire::kTextureSrgb) != 0;
   for (int i = 0; i < 4; ++i) t.border[i] = d.border[i];
   return t;
