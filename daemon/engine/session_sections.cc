@@ -30,13 +30,18 @@ void EncodeTextureObject(std::uint64_t handle, const session::SessionState::Text
   r->set_resource(static_cast<std::uint32_t>(d.resource));
   for (wire::AddressMode m : d.address) r->add_address_modes(static_cast<std::uint32_t>(m));
   for (float b : d.border) r->add_border(b);
+  r->set_mip_levels(d.levels);
+  r->set_mip_linear(d.mip_linear != 0);
+  r->set_min_mip_level(d.min_level);
+  r->set_max_mip_level(d.max_level);
 }
 
 Status DecodeTextureObject(const image::v1::TextureObjectRecord& r, wire::TextureDesc* d) {
   auto narrow = [](std::uint32_t v, std::uint32_t max) { return v <= max; };
   if (r.handle() == 0 || r.address_modes_size() != 3 || r.border_size() != 4 || !narrow(r.dims(), 255) ||
       !narrow(r.channels(), 255) || !narrow(r.channel_bytes(), 255) || !narrow(r.kind(), 255) ||
-      !narrow(r.resource(), 255)) {
+      !narrow(r.resource(), 255) || !narrow(r.mip_levels(), 255) || !narrow(r.min_mip_level(), 255) ||
+      !narrow(r.max_mip_level(), 255)) {
     return Status::Corruption("texture object record " + std::to_string(r.handle()) + " is malformed");
   }
   *d = wire::TextureDesc{};
@@ -58,6 +63,10 @@ Status DecodeTextureObject(const image::v1::TextureObjectRecord& r, wire::Textur
     d->address[i] = static_cast<wire::AddressMode>(r.address_modes(i));
   }
   for (int i = 0; i < 4; ++i) d->border[i] = r.border(i);
+  d->levels = static_cast<std::uint8_t>(r.mip_levels());
+  d->mip_linear = r.mip_linear() ? 1 : 0;
+  d->min_level = static_cast<std::uint8_t>(r.min_mip_level());
+  d->max_level = static_cast<std::uint8_t>(r.max_mip_level());
   // The session checks the rest (wire::CheckTextureDesc) when it recreates it.
   return Status::Ok();
 }

@@ -241,6 +241,7 @@ constexpr uint8_t kCvtSatFinite = 2;  // .satfinite: +-inf becomes +-max finite
 constexpr uint8_t kGeom1d = 1, kGeom2d = 2, kGeom3d = 3, kGeomA1d = 4, kGeomA2d = 5, kGeomCube = 6,
                   kGeomACube = 7;
 constexpr uint32_t kSurfaceTrap = 0, kSurfaceClamp = 1, kSurfaceZero = 2;
+constexpr uint32_t kTexLevel = 1, kTexGrad = 2;  // Op::target of tex: a .level / .grad operand follows
 constexpr uint8_t kQueryWidth = 1, kQueryHeight = 2, kQueryDepth = 3, kQueryArraySize = 4, kQueryMipLevels = 5,
                   kQueryNormalized = 6, kQueryFilter = 7, kQueryAddr0 = 8, kQueryAddr1 = 9, kQueryAddr2 = 10;
 constexpr uint32_t kQuerySurface = 1;

@@ -304,7 +304,49 @@ Flow ExecTex(Exec& x, const Op& op) {
   const int dims = GeomDims(geom);
   Texel tx;
   bool ok = false;
-  if (integer) {
+  if (t->mip_count > 1) {
+    // A mip chain: the level of detail is the .level operand (0 without
+    // one), clamped to the object's levels; the nearest level, or the two
+    // around it blended (8-bit weight, as the filter weights).
+    if (op.target & kTexGrad) {
+      return Fail(x, "tex.grad of a mipmapped texture (the level of detail from gradients is not modelled)");
+    }
+    float lod = 0.0f;
+    if (op.target & kTexLevel) lod = AsF32(Src(x, op, n + op.shape[1]));
+    if (!(lod >= t->min_level)) lod = t->min_level;  // NaN too
+    if (lod > t->max_level) lod = t->max_level;
+    auto level_desc = [&](uint32_t k) {
+      TextureDesc lt = *t;
+      const TextureDesc::Mip& m = t->mips[k];
+      lt.base = m.base, lt.pitch = m.pitch, lt.slice_pitch = m.slice_pitch;
+      lt.width = m.width, lt.height = m.height, lt.depth = m.depth;
+      lt.mip_count = 0;
+      return lt;
+    };
+    auto at_level = [&](uint32_t k, Texel* out) {
+      const TextureDesc lt = level_desc(k);
+      if (integer) {
+        int64_t li[3] = {ic[0] >> k, ic[1] >> k, ic[2] >> k};
+        return FetchAt(x, lt, dims, li, layer, out);
+      }
+      float c[3] = {fc[0], fc[1], fc[2]};
+      for (int d = 0; d < dims; ++d) c[d] *= static_cast<float>(Extent(lt, d));  // normalized (checked)
+      return Sample(x, lt, dims, c, layer, out);
+    };
+    if (!t->mip_linear || integer) {
+      ok = at_level(static_cast<uint32_t>(std::floor(lod + 0.5f)), &tx);
+    } else {
+      const uint32_t k0 = static_cast<uint32_t>(std::floor(lod));
+      const uint32_t k1 = std::min<uint32_t>(k0 + 1, t->max_level);
+      const float w = FixedFraction(lod - static_cast<float>(k0));
+      Texel a, b;
+      ok = at_level(k0, &a) && at_level(k1, &b);
+      for (int c = 0; ok && c < 4; ++c) {
+        tx.f[c] = a.f[c] * (1.0f - w) + b.f[c] * w;
+        tx.i[c] = static_cast<int64_t>(tx.f[c]);
+      }
+    }
+  } else if (integer) {
     ok = FetchAt(x, *t, dims, ic, layer, &tx);
   } else {
     for (int d = 0; d < dims; ++d) {
@@ -358,7 +400,7 @@ Flow ExecTextureQuery(Exec& x, const Op& op) {
     case kQueryHeight: v = t->height; break;
     case kQueryDepth: v = t->depth; break;
     case kQueryArraySize: v = t->layers; break;
-    case kQueryMipLevels: v = 1; break;
+    case kQueryMipLevels: v = t->mip_count > 1 ? t->mip_count : 1; break;
     case kQueryNormalized: v = t->normalized_coords ? 1 : 0; break;
     case kQueryFilter: v = t->linear_filter ? 1 : 0; break;
     case kQueryAddr0: case kQueryAddr1: case kQueryAddr2:

@@ -911,6 +911,7 @@ class ProgramBuilder {
       *why = "texture fetch with an offset, a depth compare or a predicate result";
       return nullptr;
     }
+    if (!gather) op->target = (in.HasMod("level") ? kTexLevel : 0) | (in.HasMod("grad") ? kTexGrad : 0);
     return gather ? &ExecTld4 : &ExecTex;
   }
 

@@ -33,6 +33,17 @@ struct TextureDesc {
   bool read_normalized = false;  // integer texels read as floats in [0,1] / [-1,1]
   bool srgb = false;
   bool cubemap = false;  // layers are cube faces, 6 per cube (tex.cube / tex.acube)
+  // A mip chain: levels after level 0 at offsets from `base`
+  // (wire::MipLevelOf's layout, which the embedder resolved into
+  // `mips`: one entry per level, level 0 first; empty: no chain).
+  struct Mip {
+    uint64_t base = 0, pitch = 0, slice_pitch = 0;
+    uint32_t width = 1, height = 1, depth = 1;
+  };
+  Mip mips[16];
+  uint8_t mip_count = 0;   // entries of `mips` in use (0 or 1: no chain)
+  bool mip_linear = false;  // blend the two nearest levels
+  uint8_t min_level = 0, max_level = 0;
   float border[4] = {0, 0, 0, 0};
 
   uint32_t texel_bytes() const { return uint32_t{channels} * channel_bytes; }

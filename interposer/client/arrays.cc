@@ -32,7 +32,8 @@ namespace {
 
 // Rows of an array start on this many bytes (a GPU's texturePitchAlignment
 // is 32; pitched textures of these rows then also work on the cuda backend).
-constexpr size_t kArrayPitchAlign = 128;
+// The mip levels' layout uses the same rule (wire::MipLevelOf).
+constexpr size_t kArrayPitchAlign = wire::kArrayPitchAlign;
 // CUDA's limits for 3D arrays and layered 2D arrays on sm_90.
 constexpr size_t kMaxExtent = 1u << 16;
 
@@ -162,12 +163,24 @@ cudaError_t CreateArray(const cudaChannelFormatDesc& desc, size_t width, size_t 
   return cudaSuccess;
 }
 
+void RegisterArray(const ArrayRec* a) {
+  std::lock_guard<std::mutex> lock(g_arrays_mu);
+  LiveArrays().insert(a);
+}
+void UnregisterArray(const ArrayRec* a) {
+  std::lock_guard<std::mutex> lock(g_arrays_mu);
+  LiveArrays().erase(a);
+}
+
 cudaError_t DestroyArray(cudaArray_t array) {
   if (array == nullptr) return cudaSuccess;
   auto* a = reinterpret_cast<ArrayRec*>(array);
   {
     std::lock_guard<std::mutex> lock(g_arrays_mu);
-    if (!LiveArrays().erase(a)) return SetError(cudaErrorInvalidResourceHandle);
+    if (!LiveArrays().count(a)) return SetError(cudaErrorInvalidResourceHandle);
+    // A level of a mipmapped array goes with it (cudaFreeMipmappedArray).
+    if (a->mip_chain != nullptr) return SetError(cudaErrorInvalidValue);
+    LiveArrays().erase(a);
   }
   cudaError_t e = cudaFree(reinterpret_cast<void*>(a->buffer));
   delete a;

@@ -31,6 +31,7 @@ struct ArrayRec {
   unsigned flags = 0;             // cudaArray* flags
   size_t pitch = 0;               // bytes between rows
   size_t slice_pitch = 0;         // bytes between slices / layers
+  const void* mip_chain = nullptr;  // a level of this mipmapped array (freed with it, not by cudaFreeArray)
 
   size_t texel_bytes() const { return size_t{channels} * channel_bytes; }
   size_t rows() const { return height == 0 ? 1 : height; }
@@ -76,5 +77,15 @@ cudaError_t Memcpy3D(const cudaMemcpy3DParms* p, cudaStream_t stream, bool async
 
 /// The texels of an array as the wire describes them (texture_desc.h).
 wire::TextureDesc ArrayTextureDesc(const ArrayRec& a);
+
+/// Arrays FindArray knows besides CreateArray's (a mipmapped array's
+/// levels, which view parts of its buffer).
+void RegisterArray(const ArrayRec* a);
+void UnregisterArray(const ArrayRec* a);
+
+/// The texels of a mipmapped array's whole chain (levels > 1) as the wire
+/// describes them, for a texture object; cudaErrorInvalidResourceHandle
+/// when `handle` is not a live mipmapped array (mipmapped_arrays.cc).
+cudaError_t MipmappedTextureDesc(const void* handle, wire::TextureDesc* d);
 
 }  // namespace phos::client

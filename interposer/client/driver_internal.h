@@ -77,6 +77,9 @@ bool DescribeDriverFunction(const void* f, DriverFunctionInfo* out);
 /// kernel nodes (graph_driver.cc).
 CUresult PackDriverLaunch(CUfunction f, dim3 grid, dim3 block, unsigned shmem, void** kernelParams, void** extra,
                           bool cooperative, std::vector<std::byte>* payload);
+/// CUarray_format + channel count -> the runtime's channel description
+/// (driver_textures.cc; formats phos does not model are refused by name).
+CUresult ChannelDescOf(CUarray_format f, unsigned channels, cudaChannelFormatDesc* out);
 /// cuMemcpy3D(Async)'s body (driver_textures.cc): arrays, host, device or
 /// unified memory on either side; for graph memcpy nodes too.
 CUresult DriverCopy3D(const CUDA_MEMCPY3D* p, CUstream stream, bool async);

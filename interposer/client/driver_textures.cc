@@ -14,8 +14,6 @@
 
 namespace phos::client {
 
-namespace {
-
 // CUarray_format + channel count -> the runtime's channel description.
 CUresult ChannelDescOf(CUarray_format f, unsigned channels, cudaChannelFormatDesc* out) {
   int bits = 0;
@@ -37,6 +35,8 @@ CUresult ChannelDescOf(CUarray_format f, unsigned channels, cudaChannelFormatDes
   *out = cudaChannelFormatDesc{bits, channels > 1 ? bits : 0, channels > 2 ? bits : 0, channels > 2 ? bits : 0, kind};
   return CUDA_SUCCESS;
 }
+
+namespace {
 
 CUarray_format FormatOf(const ArrayRec& a) {
   switch (a.kind) {
@@ -136,8 +136,9 @@ CUresult RuntimeResource(const CUDA_RESOURCE_DESC& r, cudaResourceDesc* out) {
       out->res.pitch2D.pitchInBytes = r.res.pitch2D.pitchInBytes;
       return ChannelDescOf(r.res.pitch2D.format, r.res.pitch2D.numChannels, &out->res.pitch2D.desc);
     case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
-      SayOnce("textures of mipmapped arrays (CU_RESOURCE_TYPE_MIPMAPPED_ARRAY) are not supported");
-      return CUDA_ERROR_NOT_SUPPORTED;
+      out->resType = cudaResourceTypeMipmappedArray;
+      out->res.mipmap.mipmap = reinterpret_cast<cudaMipmappedArray_t>(r.res.mipmap.hMipmappedArray);
+      return CUDA_SUCCESS;
   }
   return CUDA_ERROR_INVALID_VALUE;
 }
@@ -286,7 +287,11 @@ PHOS_EXPORT CUresult cuTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DES
   t.normalizedCoords = (tex->flags & CU_TRSF_NORMALIZED_COORDINATES) ? 1 : 0;
   t.sRGB = (tex->flags & CU_TRSF_SRGB) ? 1 : 0;
   std::memcpy(t.borderColor, tex->borderColor, sizeof(t.borderColor));
-  ApplyTextureDesc(t, &d);
+  t.mipmapFilterMode = tex->mipmapFilterMode == CU_TR_FILTER_MODE_LINEAR ? cudaFilterModeLinear : cudaFilterModePoint;
+  t.mipmapLevelBias = tex->mipmapLevelBias;
+  t.minMipmapLevelClamp = tex->minMipmapLevelClamp;
+  t.maxMipmapLevelClamp = tex->maxMipmapLevelClamp;
+  if (CUresult r = ToCu(ApplyTextureDesc(t, &d)); r != CUDA_SUCCESS) return r;
   uint64_t h = 0;
   if (CUresult r = ToCu(CreateObject(d, false, &h)); r != CUDA_SUCCESS) return r;
   *out = h;

@@ -9,6 +9,8 @@
 // are kept for the getters (one mutex, g_objects_mu).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -87,19 +89,35 @@ cudaError_t ResolveResource(const cudaResourceDesc& res, bool surface, wire::Tex
       return cudaSuccess;
     }
     case cudaResourceTypeMipmappedArray:
-      return RefuseNotSupported("textures of mipmapped arrays (cudaResourceTypeMipmappedArray) are not supported");
+      if (surface) return SetError(cudaErrorInvalidValue);  // surfaces are of one level (an array)
+      return MipmappedTextureDesc(res.res.mipmap.mipmap, d);
     default:
       return SetError(cudaErrorInvalidValue);
   }
 }
 
-void ApplyTextureDesc(const cudaTextureDesc& t, wire::TextureDesc* d) {
+cudaError_t ApplyTextureDesc(const cudaTextureDesc& t, wire::TextureDesc* d) {
   for (int i = 0; i < 3; ++i) d->address[i] = AddressOf(t.addressMode[i]);
   if (t.filterMode == cudaFilterModeLinear) d->flags |= wire::kTextureLinearFilter;
   if (t.readMode == cudaReadModeNormalizedFloat) d->flags |= wire::kTextureReadNormalized;
   if (t.normalizedCoords) d->flags |= wire::kTextureNormalizedCoords;
   if (t.sRGB) d->flags |= wire::kTextureSrgb;
   for (int i = 0; i < 4; ++i) d->border[i] = t.borderColor[i];
+  if (d->levels > 1) {
+    // The level clamps as whole levels (CUDA's maxMipmapLevelClamp
+    // defaults to 0: level 0 only, as here).
+    if (t.mipmapLevelBias != 0.0f) return RefuseNotSupported("a mipmap level bias (mipmapLevelBias) is not supported");
+    const float top = static_cast<float>(d->levels - 1);
+    const float lo = std::clamp(t.minMipmapLevelClamp, 0.0f, top), hi = std::clamp(t.maxMipmapLevelClamp, 0.0f, top);
+    if (lo != std::floor(lo) || hi != std::floor(hi)) {
+      return RefuseNotSupported("mipmap level clamps between two levels are not supported");
+    }
+    if (lo > hi) return SetError(cudaErrorInvalidValue);
+    d->min_level = static_cast<uint8_t>(lo);
+    d->max_level = static_cast<uint8_t>(hi);
+    d->mip_linear = t.mipmapFilterMode == cudaFilterModeLinear ? 1 : 0;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t CreateObject(const wire::TextureDesc& d, bool surface, uint64_t* handle) {
@@ -138,7 +156,7 @@ PHOS_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t* out, const 
   }
   wire::TextureDesc d;
   if (cudaError_t e = ResolveResource(*res, false, &d); e != cudaSuccess) return e;
-  ApplyTextureDesc(*tex, &d);
+  if (cudaError_t e = ApplyTextureDesc(*tex, &d); e != cudaSuccess) return e;
   uint64_t h = 0;
   if (cudaError_t e = CreateObject(d, false, &h); e != cudaSuccess) return e;
   {

@@ -1,5 +1,6 @@
 #include "protocol/texture_desc.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace phos::wire {
@@ -18,6 +19,25 @@ bool AddSpan(uint64_t step, uint64_t count, uint64_t last, uint64_t* out) {
 }
 
 }  // namespace
+
+MipLevel MipLevelOf(const TextureDesc& d, uint32_t level) {
+  MipLevel m;
+  uint64_t offset = 0;
+  const bool layered = (d.flags & kTextureLayered) != 0;
+  for (uint32_t k = 0; k <= level; ++k) {
+    m.width = std::max<uint32_t>(1, d.width >> k);
+    m.height = d.dims >= 2 ? std::max<uint32_t>(1, d.height >> k) : 1;
+    m.depth = d.dims == 3 ? std::max<uint32_t>(1, d.depth >> k) : 1;
+    const uint64_t slices = layered ? d.layers : m.depth;
+    const uint64_t row = uint64_t{m.width} * d.texel_bytes();
+    m.pitch = (m.height > 1 || slices > 1) ? (row + kArrayPitchAlign - 1) / kArrayPitchAlign * kArrayPitchAlign : row;
+    m.slice_pitch = m.pitch * m.height;
+    m.bytes = m.slice_pitch * slices;
+    m.offset = offset;
+    offset = (offset + m.bytes + 511) / 512 * 512;
+  }
+  return m;
+}
 
 bool CheckTextureDesc(const TextureDesc& d, bool surface, uint64_t* span, std::string* why) {
   auto fail = [&](std::string m) {
@@ -65,6 +85,23 @@ bool CheckTextureDesc(const TextureDesc& d, bool surface, uint64_t* span, std::s
   if (!AddSpan(d.pitch, d.height - 1, row, &slice_span)) return fail("extents overflow");
   if (slices > 1 && d.slice_pitch < slice_span) return fail("a slice pitch smaller than a slice");
   if (!AddSpan(d.slice_pitch, slices - 1, slice_span, span)) return fail("extents overflow");
+  if (d.levels > 1) {
+    // A mip chain: within the limits, level 0 in the one layout, the span
+    // covering the last level.
+    if (surface || d.resource != ResourceKind::kArray) return fail("mip levels on a surface or on memory");
+    if (d.levels > kMaxMipLevels || d.width > (1u << 15) || d.height > (1u << 15) || d.depth > (1u << 15)) {
+      return fail("more mip levels or larger extents than a mipmapped array has");
+    }
+    if (d.min_level > d.max_level || d.max_level >= d.levels) return fail("mip level clamps outside the chain");
+    const MipLevel l0 = MipLevelOf(d, 0);
+    if (l0.pitch != d.pitch || l0.slice_pitch != d.slice_pitch) return fail("a mip chain not in the mip layout");
+    const MipLevel last = MipLevelOf(d, d.levels - 1u);
+    *span = last.offset + last.bytes;
+    if ((d.flags & kTextureCubemap) != 0) return fail("mip levels of a cube map");
+    if ((d.flags & kTextureNormalizedCoords) == 0) return fail("a mip chain sampled with unnormalized coordinates");
+  } else if (d.levels <= 1 && (d.mip_linear != 0 || d.min_level != 0 || d.max_level != 0)) {
+    return fail("mip filtering without mip levels");
+  }
   if (d.base + *span < d.base) return fail("the texels wrap around the address space");
   if (surface) {
     if (d.resource != ResourceKind::kArray) return fail("a surface of memory that is not a CUDA array");

@@ -52,10 +52,37 @@ struct TextureDesc {
   ResourceKind resource;
   AddressMode address[3];  // textures only
   float border[4];         // kBorder's colour (textures only)
+  // A mip chain (a texture of a mipmapped array): its levels, laid out one
+  // after another from `base` (MipLevelOf); 0 or 1: none. The rest sample
+  // it (textures only): linear blending between levels, and the levels a
+  // fetch's level of detail is clamped to.
+  uint8_t levels;
+  uint8_t mip_linear;  // cudaFilterModeLinear as the mipmap filter mode
+  uint8_t min_level, max_level;
 
   uint32_t texel_bytes() const { return uint32_t{channels} * channel_bytes; }
+  uint32_t mip_levels() const { return levels < 2 ? 1u : levels; }
 };
 static_assert(sizeof(TextureDesc) == 72);
+
+/// The most levels a mip chain has (CUDA's: 1 + log2 of a 32768 extent).
+inline constexpr uint32_t kMaxMipLevels = 16;
+/// Rows of a CUDA array are this many bytes apart at least when it has
+/// more than one row (libphos.so's arrays; the mip levels' layout).
+inline constexpr uint64_t kArrayPitchAlign = 128;
+/// Where level `k` of a mip chain lives: its offset from level 0's first
+/// texel, pitches and extents. Level k's extents are level 0's halved k
+/// times (at least 1; layers stay); each level is laid out as an array of
+/// its own (rows kArrayPitchAlign apart when there is more than one row or
+/// slice) and starts 512-byte aligned. ONE layout for libphos.so (which
+/// allocates the chain and hands out level arrays), phosd (the span it
+/// checks) and the interpreter (which samples it). Level 0 of `d` must
+/// already have this layout (CheckTextureDesc checks).
+struct MipLevel {
+  uint64_t offset = 0, pitch = 0, slice_pitch = 0, bytes = 0;
+  uint32_t width = 1, height = 1, depth = 1;
+};
+MipLevel MipLevelOf(const TextureDesc& d, uint32_t level);
 
 /// Request of kCreateTextureObject / kCreateSurfaceObject. The reply is a
 /// ValueReply with the handle the kernels receive.

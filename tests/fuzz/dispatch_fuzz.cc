@@ -89,6 +89,29 @@ bool Inside(const std::map<uint64_t, uint64_t>& m, uint64_t ptr, uint64_t bytes)
   return ptr >= it->first && bytes <= it->second && ptr - it->first <= it->second - bytes;
 }
 
+// [ptr, ptr + bytes) covered by buffers of `buffers` that follow each other
+// with no gap, all inside one range of `reserved` (the app's cuMemMap
+// mappings of one cuMemAddressReserve range, which a copy may cross).
+// Written apart from phosd's own check (session::InMappedRun), which it
+// checks.
+bool InsideMappedRun(const std::map<uint64_t, uint64_t>& buffers, const std::map<uint64_t, uint64_t>& reserved,
+                     uint64_t ptr, uint64_t bytes) {
+  if (!Inside(reserved, ptr, bytes)) return false;
+  auto r = std::prev(reserved.upper_bound(ptr));
+  uint64_t at = ptr;
+  const uint64_t end = ptr + bytes;
+  while (at < end) {
+    auto b = buffers.upper_bound(at);
+    if (b == buffers.begin()) return false;
+    --b;
+    if (at >= b->first + b->second || b->first < r->first || b->first + b->second > r->first + r->second) {
+      return false;
+    }
+    at = b->first + b->second;
+  }
+  return true;
+}
+
 /// Admits everything, but checks that every range of an admitted call is
 /// memory of the fuzzed session.
 class IsolationHook final : public session::AdmissionHook {
@@ -96,7 +119,8 @@ class IsolationHook final : public session::AdmissionHook {
   explicit IsolationHook(const SessionState* st) : st_(st) {}
   Status BeforeCall(const session::CallView& call) override {
     for (const session::AccessRange& r : call.ranges) {
-      if (!Inside(st_->buffers, r.ptr, r.bytes) && !Inside(st_->globals, r.ptr, r.bytes)) {
+      if (!Inside(st_->buffers, r.ptr, r.bytes) && !Inside(st_->globals, r.ptr, r.bytes) &&
+          !InsideMappedRun(st_->buffers, st_->reserved_ranges, r.ptr, r.bytes)) {
         std::fprintf(stderr, "api %u: range [0x%llx, +%llu) is not memory of the session\n",
                      static_cast<unsigned>(call.api), static_cast<unsigned long long>(r.ptr),
                      static_cast<unsigned long long>(r.bytes));

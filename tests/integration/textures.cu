@@ -57,6 +57,12 @@ __global__ void SurfaceCubeDouble(cudaSurfaceObject_t s, int w) {
   surfCubemapwrite(v * 2.0f, s, x * 4, y, f);
 }
 
+// A mip chain sampled at an explicit level of detail (tex.level).
+__global__ void SampleLod(cudaTextureObject_t t, const float4* at, float* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = tex2DLod<float>(t, at[i].x, at[i].y, at[i].z);
+}
+
 __global__ void Gather(cudaTextureObject_t t, const float2* at, float4* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = tex2Dgather<float4>(t, at[i].x, at[i].y, 0);
@@ -595,6 +601,127 @@ int TestCubemaps(std::mt19937& rng) {
   return 0;
 }
 
+// Mipmapped arrays: a 2D chain (16x8 down to 1x1), each level filled
+// through its level array; a texture of the chain sampled at random levels
+// of detail (tex2DLod) with nearest-level and linear-between-levels
+// filtering, against a CPU reference of the same rules (normalized
+// coordinates, point sampling in a level, clamping at the edges and to the
+// level clamps, 8-bit blend weights); a level array's own texture; the
+// refusals (freeing a level, a level bias, unnormalized coordinates).
+int TestMipmaps(std::mt19937& rng) {
+  const int w = 16, h = 8, levels = 5, n = 300;
+  cudaChannelFormatDesc fmt = cudaCreateChannelDesc<float>();
+  cudaMipmappedArray_t chain = nullptr;
+  CHECK(cudaMallocMipmappedArray(&chain, &fmt, make_cudaExtent(w, h, 0), 9, 0));  // 9: clamped to 5
+  std::uniform_real_distribution<float> val(-10.0f, 10.0f);
+  std::vector<std::vector<float>> lv(levels);
+  for (int k = 0; k < levels; ++k) {
+    const int lw = std::max(1, w >> k), lh = std::max(1, h >> k);
+    lv[k].resize(static_cast<size_t>(lw) * lh);
+    for (float& v : lv[k]) v = val(rng);
+    cudaArray_t level = nullptr;
+    CHECK(cudaGetMipmappedArrayLevel(&level, chain, k));
+    CHECK(cudaMemcpy2DToArray(level, 0, 0, lv[k].data(), lw * sizeof(float), lw * sizeof(float), lh,
+                              cudaMemcpyHostToDevice));
+    cudaExtent e{};
+    CHECK(cudaArrayGetInfo(nullptr, &e, nullptr, level));
+    EXPECT(e.width == static_cast<size_t>(lw) && e.height == static_cast<size_t>(lh));
+  }
+  cudaArray_t none = nullptr;
+  EXPECT_ERR(cudaGetMipmappedArrayLevel(&none, chain, levels), cudaErrorInvalidValue);
+  cudaArray_t level2 = nullptr;
+  CHECK(cudaGetMipmappedArrayLevel(&level2, chain, 2));
+  EXPECT_ERR(cudaFreeArray(level2), cudaErrorInvalidValue);  // freed with its chain
+  (void)cudaGetLastError();
+  // Level 2 read back whole.
+  std::vector<float> back(lv[2].size());
+  CHECK(cudaMemcpy2DFromArray(back.data(), (w >> 2) * sizeof(float), level2, 0, 0, (w >> 2) * sizeof(float), h >> 2,
+                              cudaMemcpyDeviceToHost));
+  EXPECT(back == lv[2]);
+
+  std::vector<float4> at(n);
+  std::uniform_real_distribution<float> uv(-0.2f, 1.2f), lod(-1.0f, 5.5f);
+  for (auto& p : at) p = make_float4(uv(rng), uv(rng), lod(rng), 0);
+  float4* d_at = DeviceCopy(at);
+  float* d_out = nullptr;
+  CHECK(cudaMalloc(&d_out, n * sizeof(float)));
+  std::vector<float> o(n);
+  auto texel = [&](int k, float u, float v) {
+    const int lw = std::max(1, w >> k), lh = std::max(1, h >> k);
+    auto cl = [](int i, int hi) { return i < 0 ? 0 : i >= hi ? hi - 1 : i; };
+    const int x = cl(static_cast<int>(std::floor(u * lw)), lw), y = cl(static_cast<int>(std::floor(v * lh)), lh);
+    return lv[k][static_cast<size_t>(y) * lw + x];
+  };
+  for (int linear = 0; linear < 2; ++linear) {
+    cudaResourceDesc res{};
+    res.resType = cudaResourceTypeMipmappedArray;
+    res.res.mipmap.mipmap = chain;
+    cudaTextureDesc td{};
+    td.addressMode[0] = td.addressMode[1] = cudaAddressModeClamp;
+    td.filterMode = cudaFilterModePoint;
+    td.mipmapFilterMode = linear ? cudaFilterModeLinear : cudaFilterModePoint;
+    td.readMode = cudaReadModeElementType;
+    td.normalizedCoords = 1;
+    td.minMipmapLevelClamp = 0;
+    td.maxMipmapLevelClamp = linear ? 3 : 4;
+    cudaTextureObject_t t = 0;
+    CHECK(cudaCreateTextureObject(&t, &res, &td, nullptr));
+    SampleLod<<<(n + 63) / 64, 64>>>(t, d_at, d_out, n);
+    CHECK(cudaMemcpy(o.data(), d_out, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) {
+      const float l = std::min(std::max(at[i].z, 0.0f), td.maxMipmapLevelClamp);
+      float want = 0;
+      if (!linear) {
+        want = texel(static_cast<int>(std::floor(l + 0.5f)), at[i].x, at[i].y);
+      } else {
+        const int k0 = static_cast<int>(std::floor(l)), k1 = std::min(k0 + 1, 3);
+        const float f = std::round((l - k0) * 256.0f) / 256.0f;
+        want = texel(k0, at[i].x, at[i].y) * (1.0f - f) + texel(k1, at[i].x, at[i].y) * f;
+      }
+      if (std::fabs(o[i] - want) > 1e-4f * (1.0f + std::fabs(want))) {
+        PHOS_CHECK_FAIL(1, "mip chain (%s) sample %d (%g, %g, lod %g): got %g want %g",
+                        linear ? "linear" : "nearest", i, at[i].x, at[i].y, at[i].z, o[i], want);
+      }
+    }
+    CHECK(cudaDestroyTextureObject(t));
+    if (!linear) {
+      // Refused: a level bias, and unnormalized coordinates on a chain.
+      td.mipmapLevelBias = 0.5f;
+      EXPECT_ERR(cudaCreateTextureObject(&t, &res, &td, nullptr), cudaErrorNotSupported);
+      td.mipmapLevelBias = 0;
+      td.normalizedCoords = 0;
+      EXPECT_ERR(cudaCreateTextureObject(&t, &res, &td, nullptr), cudaErrorInvalidValue);
+      (void)cudaGetLastError();
+    }
+  }
+  // A texture of one level, as a plain array.
+  {
+    cudaResourceDesc res{};
+    res.resType = cudaResourceTypeArray;
+    res.res.array.array = level2;
+    cudaTextureDesc td{};
+    td.addressMode[0] = td.addressMode[1] = cudaAddressModeClamp;
+    td.filterMode = cudaFilterModePoint;
+    td.readMode = cudaReadModeElementType;
+    td.normalizedCoords = 1;
+    cudaTextureObject_t t = 0;
+    CHECK(cudaCreateTextureObject(&t, &res, &td, nullptr));
+    for (auto& p : at) p.z = 0;
+    CHECK(cudaMemcpy(d_at, at.data(), n * sizeof(float4), cudaMemcpyHostToDevice));
+    SampleLod<<<(n + 63) / 64, 64>>>(t, d_at, d_out, n);
+    CHECK(cudaMemcpy(o.data(), d_out, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(o[i] == texel(2, at[i].x, at[i].y));
+    CHECK(cudaDestroyTextureObject(t));
+  }
+  CHECK(cudaFree(d_at));
+  CHECK(cudaFree(d_out));
+  CHECK(cudaFreeMipmappedArray(chain));
+  EXPECT_ERR(cudaFreeMipmappedArray(chain), cudaErrorInvalidResourceHandle);
+  (void)cudaGetLastError();
+  std::printf("textures: mipmapped arrays (levels, tex2DLod nearest and linear between levels): OK\n");
+  return 0;
+}
+
 int main() {
   const unsigned seed = Seed();
   std::printf("textures: seed %u (PHOS_TEST_SEED=%u replays)\n", seed, seed);
@@ -605,6 +732,7 @@ int main() {
   if (int rc = Test3DAndLayered(rng)) return rc;
   if (int rc = TestSurfaces(rng)) return rc;
   if (int rc = TestCubemaps(rng)) return rc;
+  if (int rc = TestMipmaps(rng)) return rc;
   std::printf("textures: OK\n");
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "backend/sim/sim_textures.h"
 
+#include <algorithm>
+
 #include "protocol/texture_desc.h"
 
 namespace phos::backend::sim {
@@ -39,6 +41,18 @@ interp::TextureDesc ToInterpTexture(const wire::TextureDesc& d, bool surface) {
   t.cubemap = (d.flags & wire::kTextureCubemap) != 0;
   t.srgb = (d.flags & wire::kTextureSrgb) != 0;
   for (int i = 0; i < 4; ++i) t.border[i] = d.border[i];
+  if (d.mip_levels() > 1) {
+    // The chain's levels where wire::MipLevelOf lays them out (the session
+    // checked the span covers them).
+    t.mip_count = static_cast<uint8_t>(std::min<uint32_t>(d.mip_levels(), wire::kMaxMipLevels));
+    for (uint32_t k = 0; k < t.mip_count; ++k) {
+      const wire::MipLevel m = wire::MipLevelOf(d, k);
+      t.mips[k] = {d.base + m.offset, m.pitch, m.slice_pitch, m.width, m.height, m.depth};
+    }
+    t.mip_linear = d.mip_linear != 0;
+    t.min_level = d.min_level;
+    t.max_level = d.max_level;
+  }
   return t;
 }
 

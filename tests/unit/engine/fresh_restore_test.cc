@@ -35,8 +35,10 @@
 #include "engine/engine_hook.h"
 #include "engine/fresh_restore.h"
 #include "engine/operations.h"
+#include "engine/session_sections.h"
 #include "engine/session_snapshot.h"
 #include "fake_app.h"
+#include "protocol/texture_desc.h"
 #include "image.pb.h"
 #include "image/image_reader.h"
 #include "image/image_writer.h"
@@ -784,6 +786,69 @@ TEST_F(FreshRestoreTest, AppReservedRangeAndMappingsComeBackAtTheirAddresses) {
   EXPECT_TRUE(other + g <= base || other >= base + 4 * g) << std::hex << other;
   for (uint64_t at : {base, base + g, base + 2 * g}) EXPECT_EQ(app_->Unmap(at, g), kOk) << app_->message();
   EXPECT_EQ(app_->AddressFree(base, 4 * g), kOk) << app_->message();
+}
+
+// The one texture descriptor's mip chains and cube maps: the layout's span,
+// the rules phosd checks (wire::CheckTextureDesc), and the image record
+// carrying every field back.
+TEST(TextureRecordTest, MipChainsAndCubeMapsAreCheckedAndRoundTrip) {
+  wire::TextureDesc d{};
+  d.base = 0x10000000;
+  d.width = 16, d.height = 8, d.depth = 1, d.dims = 2;
+  d.channels = 1, d.channel_bytes = 4, d.kind = wire::ChannelKind::kFloat, d.resource = wire::ResourceKind::kArray;
+  d.flags = wire::kTextureNormalizedCoords;
+  d.levels = 5, d.mip_linear = 1, d.min_level = 1, d.max_level = 3;
+  const wire::MipLevel l0 = wire::MipLevelOf(d, 0), l4 = wire::MipLevelOf(d, 4);
+  d.pitch = l0.pitch, d.slice_pitch = l0.slice_pitch;
+  EXPECT_EQ(l0.pitch, 128u);  // 16 floats, rows 128 bytes apart
+  EXPECT_EQ(l4.width, 1u);
+  EXPECT_EQ(l4.height, 1u);
+  EXPECT_EQ(l4.offset % 512, 0u);
+  uint64_t span = 0;
+  std::string why;
+  ASSERT_TRUE(wire::CheckTextureDesc(d, false, &span, &why)) << why;
+  EXPECT_EQ(span, l4.offset + l4.bytes);
+  session::SessionState::TextureObject obj;
+  obj.desc = d;
+  image::v1::TextureObjectRecord rec;
+  EncodeTextureObject(42, obj, &rec);
+  wire::TextureDesc back{};
+  ASSERT_TRUE(DecodeTextureObject(rec, &back).ok());
+  EXPECT_EQ(std::memcmp(&back, &d, sizeof d), 0);
+  auto refused = [&](wire::TextureDesc bad, const char* what) {
+    std::string w;
+    uint64_t sp = 0;
+    EXPECT_FALSE(wire::CheckTextureDesc(bad, false, &sp, &w)) << what;
+    return w;
+  };
+  wire::TextureDesc t = d;
+  t.flags = 0;
+  EXPECT_NE(refused(t, "unnormalized").find("unnormalized"), std::string::npos);
+  t = d;
+  t.max_level = 5;
+  refused(t, "clamp past the chain");
+  t = d;
+  t.levels = 1;  // no chain, but mip filtering
+  refused(t, "mip fields without levels");
+  // Cube maps: square layered faces, 6 per cube; no linear filtering.
+  wire::TextureDesc c = d;
+  c.levels = c.mip_linear = c.min_level = c.max_level = 0;
+  c.width = c.height = 8;
+  c.flags = wire::kTextureLayered | wire::kTextureCubemap;
+  c.layers = 12;
+  c.pitch = 128;  // 8 floats, rows 128 bytes apart
+  c.slice_pitch = c.pitch * 8;
+  ASSERT_TRUE(wire::CheckTextureDesc(c, false, &span, &why)) << why;
+  wire::TextureDesc cl = c;
+  cl.flags |= wire::kTextureLinearFilter;
+  EXPECT_NE(refused(cl, "linear cube").find("cube map"), std::string::npos);
+  wire::TextureDesc odd = c;
+  odd.layers = 8;
+  refused(odd, "layers not a multiple of 6");
+  wire::TextureDesc cube_mips = c;
+  cube_mips.levels = 2;
+  cube_mips.flags |= wire::kTextureNormalizedCoords;
+  refused(cube_mips, "mip levels of a cube map");
 }
 
 // A session index whose buffer straddles the edge of a reserved range, or
