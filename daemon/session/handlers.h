@@ -61,6 +61,10 @@ Status CheckDeviceRange(const SessionState& st, uint64_t ptr, uint64_t bytes);
 /// On failure no event is left (*out = 0): the caller waits for the stream
 /// instead.
 Status RecordStreamPoint(SessionState& st, backend::StreamHandle stream, backend::EventHandle* out);
+/// cudaFree's and cuMemUnmap's work (memory_handlers.cc): the buffer at `it`
+/// (its whole range added to `view` as the Release operand) freed once the
+/// device's work is done, then forgotten. The backend's error, if any.
+Status FreeBufferSynchronously(SessionState& st, CallView view, BufferMap::const_iterator it);
 /// A synchronising call's status: its own failure first, else the deferred
 /// error of earlier posted work. Either way the deferred error is consumed.
 Status SyncResult(SessionState& st, Status own);

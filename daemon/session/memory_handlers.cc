@@ -74,15 +74,21 @@ void HandleFree(SessionState& st, const CallContext& call, const wire::PointerRe
   v.api = call.api();
   v.session_id = st.session_id;
   v.synchronous = true;
-  AddOperand(&v, kDstOperand, it->first, it->second);
-  Status s = st.executor->Run(v, [&] {
-    // cudaFree synchronises the device: work using the buffer finishes first.
+  if (Status s = FreeBufferSynchronously(st, v, it); !s.ok()) return out->Fail(s);
+}
+
+Status FreeBufferSynchronously(SessionState& st, CallView view, BufferMap::const_iterator it) {
+  AddOperand(&view, kDstOperand, it->first, it->second);
+  const uint64_t ptr = it->first;
+  Status s = st.executor->Run(view, [&] {
+    // cudaFree (and cuMemUnmap) synchronise the device: work using the
+    // buffer finishes first.
     st.Defer(st.ctx->Synchronize());
     ReapRetained(st, false);
-    return st.ctx->Free(req.ptr);
+    return st.ctx->Free(ptr);
   });
-  if (!s.ok()) return out->Fail(s);
-  st.buffers.Erase(it);
+  if (s.ok()) st.buffers.Erase(it);
+  return s;
 }
 
 void HandleFreeAsync(SessionState& st, const CallContext& call, const wire::PointerRequest& req, Outcome* out) {

@@ -159,16 +159,7 @@ void HandleMemUnmap(SessionState& st, const CallContext& call, const wire::Addre
                      fmt::format("cuMemUnmap: [0x{:x}, +{}) is not a mapping of this session (cuMemMap)", req.ptr,
                                  req.bytes));
   }
-  CallView v = ViewOf(st, call);
-  AddOperand(&v, kDstOperand, it->first, it->second);
-  Status s = st.executor->Run(v, [&] {
-    // Like cudaFree: work still using the mapping finishes first.
-    st.Defer(st.ctx->Synchronize());
-    ReapRetained(st, false);
-    return st.ctx->Free(req.ptr);
-  });
-  if (!s.ok()) return out->Fail(s);
-  st.buffers.Erase(it);
+  if (Status s = FreeBufferSynchronously(st, ViewOf(st, call), it); !s.ok()) return out->Fail(s);
 }
 
 }  // namespace phos::session

@@ -96,6 +96,7 @@ class CheckpointRestoreTest : public ::testing::Test {
     return {rc, c.output};
   }
 
+  void StepsSurviveEveryModeAndRestore(const std::string& step_cmd);
   static std::string Field(const std::string& text, const std::string& key) {
     std::smatch m;
     std::regex re(key + " (\\S+)");
@@ -300,26 +301,26 @@ TEST_F(CheckpointRestoreTest, CowCheckpointsRetentionAndConcurrentRestore) {
   EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
 }
 
-// docs/interposer.md "CUDA graphs": steps made by launching a captured
-// graph, checkpointed in each mode while graph steps go on, restored
-// (stop-the-world and concurrently): the device is back at the captured
-// step and the same executable graph keeps stepping from there.
-TEST_F(CheckpointRestoreTest, GraphLaunchesAcrossCheckpointsAndRestores) {
+// Steps made by `step_cmd` (a variant of `step`), checkpointed in each mode
+// while such steps go on, restored (stop-the-world and concurrently): the
+// device is back at the checkpointed step and the app's objects (an
+// executable graph, ...) keep stepping from there.
+void CheckpointRestoreTest::StepsSurviveEveryModeAndRestore(const std::string& step_cmd) {
   const int pid = StartApp();
   ASSERT_GT(pid, 0) << app_.output;
   int step = 0;  // the app's step counter (a GPU-only restore does not roll it back)
   int dev = 0;   // kernel steps the device state has had
   for (const char* mode : {"stop", "cow", "recopy"}) {
     SCOPED_TRACE(mode);
-    const std::string at = Cmd("graphstep");
+    const std::string at = Cmd(step_cmd);
     ++step;
     ++dev;
-    ASSERT_NE(at.find("step " + std::to_string(step) + " checksum"), std::string::npos) << at;
+    ASSERT_NE(at.find("step " + std::to_string(step) + " checksum"), std::string::npos) << at << daemon_.output;
     const int dev_at = dev;
-    const std::string img = dir_ + "/graph-" + mode;
+    const std::string img = dir_ + "/" + step_cmd + "-" + mode;
     Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--mode", mode, "--out", img});
     ASSERT_EQ(ck.rc, 0) << ck.output << daemon_.output;
-    Cmd("graphstep");
+    Cmd(step_cmd);
     ++step;
     ++dev;
     for (const char* how : {"--stop-the-world", "--concurrent"}) {
@@ -330,8 +331,7 @@ TEST_F(CheckpointRestoreTest, GraphLaunchesAcrossCheckpointsAndRestores) {
       EXPECT_EQ(Field(back, "checksum"), Field(at, "checksum")) << how << "\n" << back;
       EXPECT_EQ(Field(back, "verify-step"), std::to_string(dev)) << how << "\n" << back;
     }
-    // The executable graph goes on from the restored state.
-    Cmd("graphstep");
+    Cmd(step_cmd);
     ++step;
     ++dev;
     const std::string after = Cmd("print");
@@ -342,46 +342,15 @@ TEST_F(CheckpointRestoreTest, GraphLaunchesAcrossCheckpointsAndRestores) {
   EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
 }
 
+// docs/interposer.md "CUDA graphs": steps made by launching a captured
+// graph (the same executable graph keeps stepping after each restore).
+TEST_F(CheckpointRestoreTest, GraphLaunchesAcrossCheckpointsAndRestores) { StepsSurviveEveryModeAndRestore("graphstep"); }
+
 // docs/interposer.md "CUDA graphs", conditional nodes: steps made by an if
-// node whose value a kernel sets from device data, checkpointed in each
-// mode while such steps go on and restored stop-the-world and
-// concurrently. The handle's slot is device memory the image carries; the
-// same executable graph keeps stepping from the restored state.
+// node whose value a kernel sets from device data. The handle's slot is
+// device memory the image carries.
 TEST_F(CheckpointRestoreTest, ConditionalGraphLaunchesAcrossCheckpointsAndRestores) {
-  const int pid = StartApp();
-  ASSERT_GT(pid, 0) << app_.output;
-  int step = 0;  // the app's step counter (a GPU-only restore does not roll it back)
-  int dev = 0;   // kernel steps the device state has had
-  for (const char* mode : {"stop", "cow", "recopy"}) {
-    SCOPED_TRACE(mode);
-    const std::string at = Cmd("condstep");
-    ++step;
-    ++dev;
-    ASSERT_NE(at.find("step " + std::to_string(step) + " checksum"), std::string::npos) << at << daemon_.output;
-    const int dev_at = dev;
-    const std::string img = dir_ + "/cond-" + mode;
-    Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--gpu-only", "--mode", mode, "--out", img});
-    ASSERT_EQ(ck.rc, 0) << ck.output << daemon_.output;
-    Cmd("condstep");
-    ++step;
-    ++dev;
-    for (const char* how : {"--stop-the-world", "--concurrent"}) {
-      Result rs = Phos({"restore", img, "--gpu-only", "--pid", std::to_string(pid), how});
-      ASSERT_EQ(rs.rc, 0) << how << "\n" << rs.output << daemon_.output;
-      dev = dev_at;
-      const std::string back = Cmd("print");
-      EXPECT_EQ(Field(back, "checksum"), Field(at, "checksum")) << how << "\n" << back;
-      EXPECT_EQ(Field(back, "verify-step"), std::to_string(dev)) << how << "\n" << back;
-    }
-    Cmd("condstep");
-    ++step;
-    ++dev;
-    const std::string after = Cmd("print");
-    EXPECT_EQ(Field(after, "verify-step"), std::to_string(dev)) << after;
-    EXPECT_EQ(Field(after, "verify-big"), std::to_string(step)) << after;
-  }
-  Cmd("quit");
-  EXPECT_EQ(app_.Wait(30s), 0) << app_.output;
+  StepsSurviveEveryModeAndRestore("condstep");
 }
 
 // docs/interposer.md "The driver's virtual-memory API": steps that also
