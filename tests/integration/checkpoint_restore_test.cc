@@ -346,6 +346,11 @@ void CheckpointRestoreTest::StepsSurviveEveryModeAndRestore(const std::string& s
 // graph (the same executable graph keeps stepping after each restore).
 TEST_F(CheckpointRestoreTest, GraphLaunchesAcrossCheckpointsAndRestores) { StepsSurviveEveryModeAndRestore("graphstep"); }
 
+// docs/interposer.md "CUDA arrays, textures and surfaces": steps whose
+// kernel reads through a texture object and stores through a surface of a
+// CUDA array (the objects' buffers are in every launch's access set).
+TEST_F(CheckpointRestoreTest, TextureStepsAcrossCheckpointsAndRestores) { StepsSurviveEveryModeAndRestore("texstep"); }
+
 // docs/interposer.md "CUDA graphs", conditional nodes: steps made by an if
 // node whose value a kernel sets from device data. The handle's slot is
 // device memory the image carries.
