@@ -483,6 +483,11 @@ PHOS_EXPORT cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDs
   // Within one row only (the deprecated call; rows are padded in phos).
   return ArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, 1, kind, false);
 }
+PHOS_EXPORT cudaError_t cudaMemcpyArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst,
+                                                    cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc,
+                                                    size_t count, cudaMemcpyKind kind) {
+  return ArrayToArray(dst, wOffsetDst, hOffsetDst, src, wOffsetSrc, hOffsetSrc, count, 1, kind, true);
+}
 
 // ---------------------------------------------------------------- 3D copies and memsets
 

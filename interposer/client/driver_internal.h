@@ -82,7 +82,8 @@ CUresult PackDriverLaunch(CUfunction f, dim3 grid, dim3 block, unsigned shmem, v
 CUresult ChannelDescOf(CUarray_format f, unsigned channels, cudaChannelFormatDesc* out);
 /// cuMemcpy3D(Async)'s body (driver_textures.cc): arrays, host, device or
 /// unified memory on either side; for graph memcpy nodes too.
-CUresult DriverCopy3D(const CUDA_MEMCPY3D* p, CUstream stream, bool async);
+/// `per_thread`: a null stream is the per-thread default stream (_ptds/_ptsz).
+CUresult DriverCopy3D(const CUDA_MEMCPY3D* p, CUstream stream, bool async, bool per_thread = false);
 /// Launches a driver function (a CUfunction or CUkernel the runtime API was
 /// handed) as cuLaunchKernel does, or as cuLaunchCooperativeKernel; with
 /// `per_thread`, a null stream is the per-thread default stream.

@@ -2,8 +2,9 @@
 // (docs/interposer.md "CUDA arrays, textures and surfaces"): each converts
 // its descriptor into the runtime's and runs the runtime's code (arrays.h,
 // textures.h). A CUarray is the same ArrayRec as a cudaArray_t, as in CUDA,
-// where the two are interchangeable. Per-thread-stream (_ptds/_ptsz)
-// variants of these calls are not implemented (their stubs refuse by name).
+// where the two are interchangeable. The 2D and 3D copies have their
+// per-thread-stream (_ptds/_ptsz) forms; the 1D array copies' stay refused
+// stubs.
 #include <cuda.h>
 
 #include <cstring>
@@ -75,7 +76,7 @@ CUresult SideOf(CUmemorytype type, const void* host, CUdeviceptr device, CUarray
   }
 }
 
-CUresult Copy2DOf(const CUDA_MEMCPY2D* p, CUstream stream, bool async) {
+CUresult Copy2DOf(const CUDA_MEMCPY2D* p, CUstream stream, bool async, bool per_thread = false) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CopySide src, dst;
@@ -89,12 +90,13 @@ CUresult Copy2DOf(const CUDA_MEMCPY2D* p, CUstream stream, bool async) {
       r != CUDA_SUCCESS) {
     return r;
   }
-  return ToCu(Copy3D(dst, src, p->WidthInBytes, p->Height, 1, reinterpret_cast<cudaStream_t>(stream), async, false));
+  return ToCu(
+      Copy3D(dst, src, p->WidthInBytes, p->Height, 1, reinterpret_cast<cudaStream_t>(stream), async, per_thread));
 }
 
 }  // namespace
 
-CUresult DriverCopy3D(const CUDA_MEMCPY3D* p, CUstream stream, bool async) {
+CUresult DriverCopy3D(const CUDA_MEMCPY3D* p, CUstream stream, bool async, bool per_thread) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   if (p == nullptr || p->srcLOD != 0 || p->dstLOD != 0) return CUDA_ERROR_INVALID_VALUE;
   CopySide src, dst;
@@ -109,7 +111,7 @@ CUresult DriverCopy3D(const CUDA_MEMCPY3D* p, CUstream stream, bool async) {
     return r;
   }
   return ToCu(Copy3D(dst, src, p->WidthInBytes, p->Height, p->Depth, reinterpret_cast<cudaStream_t>(stream), async,
-                     false));
+                     per_thread));
 }
 
 namespace {
@@ -212,6 +214,13 @@ PHOS_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* p) { return Cop
 PHOS_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* p, CUstream s) { return Copy2DOf(p, s, true); }
 PHOS_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* p) { return DriverCopy3D(p, nullptr, false); }
 PHOS_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* p, CUstream s) { return DriverCopy3D(p, s, true); }
+PHOS_EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* p) { return Copy2DOf(p, nullptr, false, true); }
+PHOS_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* p) { return Copy2DOf(p, nullptr, false, true); }
+PHOS_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* p, CUstream s) { return Copy2DOf(p, s, true, true); }
+PHOS_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* p) { return DriverCopy3D(p, nullptr, false, true); }
+PHOS_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* p, CUstream s) {
+  return DriverCopy3D(p, s, true, true);
+}
 
 // The 1D array copies: bytes from byte `offset` of the array's first row.
 static CUresult ArrayRowCopy(CUarray array, size_t offset, bool to_array, CUmemorytype other_type, const void* host,

@@ -529,13 +529,18 @@ TEST_F(IntegrationTest, DriverVirtualMemoryApiLikeAnExpandableAllocator) {
 // objects of arrays, linear and pitched memory in every address and filter
 // mode, gather, surfaces read and written by kernels — against CPU
 // references, the texels fetched by the sim's interpreter.
+// Also built with the per-thread default stream (textures_ptds): every copy
+// takes its _ptds/_ptsz form.
 TEST_F(IntegrationTest, TexturesAndSurfacesMatchACpuReference) {
   Daemon d(dir_);
   ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
-  Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/textures");
-  EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
-  EXPECT_NE(c.output.find("textures: OK"), std::string::npos) << c.output;
-  EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+  for (const char* program : {"textures", "textures_ptds"}) {
+    SCOPED_TRACE(program);
+    Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/" + program);
+    EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
+    EXPECT_NE(c.output.find("textures: OK"), std::string::npos) << c.output;
+    EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;
+  }
 }
 
 // docs/interposer.md "The device heap": malloc/free/new/delete in kernels,
