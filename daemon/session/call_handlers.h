@@ -287,7 +287,7 @@ void AddTextureAccess(const SessionState& st, CallView* view);
 /// A kernel given a pointer into a reserved range (cuMemAddressReserve)
 /// may reach every mapping in it (a tensor spans the back-to-back mappings
 /// of PyTorch's expandable segments): each range of `view` that starts in
-/// a reserved range brings all the range's buffers in, with its role
+/// a reserved range brings the whole reserved range in, with its role
 /// (vmm_handlers.cc).
 void AddMappedRangeAccess(const SessionState& st, CallView* view);
 /// kMemAddressReserve at `at` exactly (a restore; `at` != 0), recorded in

@@ -11,6 +11,7 @@
 // in libphos.so: phosd only ever sees where memory is mapped.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "session/access_spec.h"
@@ -35,14 +36,27 @@ bool GranularityMultiple(uint64_t v) { return v % wire::kVmmGranularity == 0; }
 }  // namespace
 
 void AddMappedRangeAccess(const SessionState& st, CallView* view) {
-  const auto ranges = view->ranges;  // AddOrMerge appends to view->ranges
-  for (const AccessRange& r : ranges) {
+  // One range for the whole reserved range (not one per mapping: PyTorch's
+  // expandable segments hold thousands of mappings in one range, and each
+  // launch would pay for all of them). The engine takes every buffer a
+  // range overlaps; the unmapped holes hold no buffer, and a reserved range
+  // is only ever this session's.
+  const size_t n = view->ranges.size();  // entries may be appended below
+  for (size_t i = 0; i < n; ++i) {
+    const AccessRange r = view->ranges[i];
     auto res = HoldingReservation(st, r.ptr, 1);
     if (res == st.reserved_ranges.end()) continue;
-    const uint64_t end = res->first + res->second;
-    for (auto b = st.buffers.lower_bound(res->first); b != st.buffers.end() && b->first < end; ++b) {
-      view->AddOrMerge(b->first, b->second, r.write);
+    // The entry of the range's start (the first mapping's, when the kernel
+    // was given that) grows to the whole range; else one is added.
+    bool merged = false;
+    for (AccessRange& e : view->ranges) {
+      if (e.ptr != res->first) continue;
+      e.bytes = std::max(e.bytes, res->second);
+      e.write = e.write || r.write;
+      merged = true;
+      break;
     }
+    if (!merged) view->Add(res->first, res->second, r.write);
   }
 }
 

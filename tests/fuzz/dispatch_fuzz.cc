@@ -119,8 +119,11 @@ class IsolationHook final : public session::AdmissionHook {
   explicit IsolationHook(const SessionState* st) : st_(st) {}
   Status BeforeCall(const session::CallView& call) override {
     for (const session::AccessRange& r : call.ranges) {
+      // A kernel's range may be a whole reserved range of the session
+      // (AddMappedRangeAccess): the session's own address space.
       if (!Inside(st_->buffers, r.ptr, r.bytes) && !Inside(st_->globals, r.ptr, r.bytes) &&
-          !InsideMappedRun(st_->buffers, st_->reserved_ranges, r.ptr, r.bytes)) {
+          !InsideMappedRun(st_->buffers, st_->reserved_ranges, r.ptr, r.bytes) &&
+          !(call.kind != session::AccessKind::kExact && Inside(st_->reserved_ranges, r.ptr, r.bytes))) {
         std::fprintf(stderr, "api %u: range [0x%llx, +%llu) is not memory of the session\n",
                      static_cast<unsigned>(call.api), static_cast<unsigned long long>(r.ptr),
                      static_cast<unsigned long long>(r.bytes));
