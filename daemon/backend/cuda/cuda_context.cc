@@ -678,6 +678,11 @@ Status CudaContext::CreateTextureObject(const wire::TextureDesc& d, bool surface
   if (d.dims == 3 || d.layers != 0) {
     return Status::NotSupported("3D and layered textures on the cuda backend (they need real CUDA arrays)");
   }
+  if (d.mip_levels() > 1) {
+    // A texture of level 0's memory would sample level 0 whatever level of
+    // detail a kernel asks for: a wrong answer, so refused.
+    return Status::NotSupported("textures of mipmapped arrays on the cuda backend (they need real mipmapped arrays)");
+  }
   if (requested != 0) {
     return Status::FailedPrecondition("texture object " + std::to_string(requested) +
                                       " cannot be recreated with its handle: the CUDA driver picks handles");
