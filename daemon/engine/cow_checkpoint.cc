@@ -9,6 +9,7 @@
 #include "engine/session_sections.h"
 #include "engine/operation_util.h"
 #include "engine/session_snapshot.h"
+#include "engine/shadow_pool.h"
 
 namespace phos::engine {
 
@@ -99,6 +100,24 @@ Status CowCheckpoint::Admit(const session::CallView& call) {
 }
 
 Status CowCheckpoint::TakeShadow(std::uint64_t bytes, backend::DevicePtr* out) {
+  if (options_.shadow_pool != nullptr) {
+    // phosd's reserve, allocated and written when it started: no
+    // allocation now, only the D2D the caller queues.
+    if (reserve_used_ + bytes > options_.cow_reserve_bytes) {
+      return Status::OutOfMemory("copy-on-write reserve is full");
+    }
+    Status s = options_.shadow_pool->Take(ctx_->device(), bytes, out);
+    if (s.ok()) {
+      pooled_.emplace(*out, bytes);
+      reserve_used_ += bytes;
+      return s;
+    }
+    if (s.code() != Status::Code::kUnavailable) return s;  // full now: the caller waits
+    if (!pool_unavailable_logged_) {
+      pool_unavailable_logged_ = true;
+      spdlog::info("checkpoint: {}; this checkpoint allocates its shadows as it needs them", s.message());
+    }
+  }
   // A shadow the copier already saved and gave back, of the same size: no
   // allocation (on the sim a fresh allocation costs page faults on every
   // page; on a GPU an allocation can synchronise the device).
@@ -122,7 +141,21 @@ Status CowCheckpoint::TakeShadow(std::uint64_t bytes, backend::DevicePtr* out) {
 }
 
 void CowCheckpoint::GiveBackShadow(std::uint64_t bytes, backend::DevicePtr shadow) {
+  if (pooled_.erase(shadow) > 0) {
+    reserve_used_ -= bytes;
+    options_.shadow_pool->GiveBack(ctx_->device(), shadow);
+    return;
+  }
   spare_shadows_.emplace(bytes, shadow);  // still counted in reserve_used_
+}
+
+void CowCheckpoint::ReleaseLaterLocked(backend::DevicePtr shadow, DeviceLeftovers* out) {
+  if (pooled_.erase(shadow) > 0) {
+    out->pool = options_.shadow_pool;
+    out->pool_ranges.push_back(shadow);
+  } else {
+    out->allocations.push_back(shadow);
+  }
 }
 
 Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBuffer& b,
@@ -173,6 +206,7 @@ Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBu
         b.shadow = shadow;
         b.shadow_ready = ready;
         if (b.state == kSaving) ++counters_.shadows_while_saving;
+        if (pooled_.count(shadow) > 0) ++counters_.shadows_from_reserve;
         if (b.state == kPending) b.state = kShadowed;
         b.safe_from = seq;
         ++counters_.shadows;
@@ -400,10 +434,10 @@ void CowCheckpoint::DetachLeftoversLocked(DeviceLeftovers* out) {
   // attached (their D2D may be queued on an app stream: wait for its event).
   for (const auto& [n, p] : spare_shadows_) out->allocations.push_back(p);
   spare_shadows_.clear();
-  out->allocations.insert(out->allocations.end(), shadows_to_free_.begin(), shadows_to_free_.end());
+  for (backend::DevicePtr p : shadows_to_free_) ReleaseLaterLocked(p, out);
   shadows_to_free_.clear();
   for (auto& [addr, b] : table_.by_address) {
-    if (b.shadow != 0) out->allocations.push_back(b.shadow);
+    if (b.shadow != 0) ReleaseLaterLocked(b.shadow, out);
     if (b.shadow_ready != 0) out->events_to_wait.push_back(b.shadow_ready);
     b.shadow = 0;
     b.shadow_ready = 0;

@@ -94,11 +94,16 @@ class CowCheckpoint final : public SoftOperation {
   /// `seq` — shadow or wait. Returns a refusal only when cancelled.
   Status MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBuffer& b, const session::CallView& call,
                       std::uint64_t seq);
-  /// mu held: a shadow of `bytes` (a spare one of that size, else a new
-  /// allocation within the reserve); OutOfMemory when the reserve is full.
+  /// mu held: a shadow of `bytes` — a range of phosd's ready reserve
+  /// (options_.shadow_pool), else a spare one of that size, else a new
+  /// allocation within the reserve; OutOfMemory when the reserve is full.
   Status TakeShadow(std::uint64_t bytes, backend::DevicePtr* out);
-  /// mu held: a saved buffer's shadow, kept for reuse (still in the reserve).
+  /// mu held: a saved buffer's shadow, no copy into it still queued: back
+  /// to phosd's reserve, or kept for reuse (still counted in the reserve).
   void GiveBackShadow(std::uint64_t bytes, backend::DevicePtr shadow);
+  /// mu held: a shadow freed (or given back to the reserve) by
+  /// DropDeviceState, after the events it waits for.
+  void ReleaseLaterLocked(backend::DevicePtr shadow, DeviceLeftovers* out);
   /// Copier: copies one buffer (from `src`: itself or its shadow) to the image.
   Status SaveOne(TrackedBuffer& b, backend::DevicePtr src, std::byte* host, std::size_t chunk);
   /// Checks collected twin reports; sets fallback_ when one may have
@@ -115,6 +120,8 @@ class CowCheckpoint final : public SoftOperation {
   TrackedBuffer* saving_ = nullptr;              // the buffer the copier is reading a chunk of
   bool chunk_busy_ = false;                      // ... directly from the buffer (not its shadow)
   std::multimap<std::uint64_t, backend::DevicePtr> spare_shadows_;  // bytes -> saved shadows for reuse
+  std::unordered_map<backend::DevicePtr, std::uint64_t> pooled_;     // shadows taken from options_.shadow_pool -> bytes
+  bool pool_unavailable_logged_ = false;
   std::uint64_t seq_ = 0;                        // admissions so far (Admit)
   std::uint64_t reserve_used_ = 0;
   std::size_t next_ = 0;                         // copier's position in order_

@@ -23,6 +23,8 @@
 
 namespace phos::engine {
 
+class ShadowPool;
+
 enum class Mode { kStop, kCow, kRecopy };
 const char* ModeName(Mode m);
 /// ModeName's inverse ("stop", "cow", "recopy"); false for anything else.
@@ -39,6 +41,10 @@ struct CheckpointOptions {
   image::ImageWriterOptions image;
   /// Soft CoW: device bytes shadows may take (`--cow-reserve`).
   std::uint64_t cow_reserve_bytes = 2ull << 30;
+  /// Soft CoW: where shadows come from (phosd's reserve, filled when it
+  /// started: shadow_pool.h). Not owned; must outlive the call. Null, or a
+  /// device whose reserve is not ready: each shadow is allocated when needed.
+  ShadowPool* shadow_pool = nullptr;
   /// Soft recopy: at most this many rounds before the final quiesce.
   int recopy_rounds = 5;
   UnvalidatedPolicy unvalidated = UnvalidatedPolicy::kTrust;
@@ -65,6 +71,7 @@ struct OperationCounters {
   std::uint64_t shadows = 0;             // cow: shadow copies made
   std::uint64_t shadow_bytes = 0;
   std::uint64_t shadows_while_saving = 0;// cow: of those, buffers shadowed while the copier was saving them
+  std::uint64_t shadows_from_reserve = 0;// cow: of those, taken from phosd's ready reserve (no allocation)
   std::uint64_t reserve_waits = 0;       // cow: writers that waited (no reserve room)
   std::uint64_t writer_waits = 0;        // calls that waited for a buffer being copied/loaded
   std::uint64_t copier_yields = 0;       // copier chunks deferred behind an app copy

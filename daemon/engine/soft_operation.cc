@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/shadow_pool.h"
+
 namespace phos::engine {
 
 SoftOperation::SoftOperation(Progress* progress, const char* what, const char* worker, bool check_reads,
@@ -134,6 +136,7 @@ void SoftOperation::DropDeviceState() {
   }
   for (auto e : left.events) (void)ctx_->DestroyEvent(e);
   for (auto p : left.allocations) (void)ctx_->Free(p);
+  for (auto p : left.pool_ranges) left.pool->GiveBack(ctx_->device(), p);
   gate_.Destroy(ctx_);
 }
 

@@ -98,6 +98,8 @@ class SoftOperation : public Operation, public std::enable_shared_from_this<Soft
     std::vector<backend::EventHandle> events_to_wait;  // synchronised, then destroyed (cow: a shadow's D2D)
     std::vector<backend::EventHandle> events;          // destroyed
     std::vector<backend::DevicePtr> allocations;       // freed last (cow: shadows)
+    ShadowPool* pool = nullptr;                        // cow: phosd's reserve, if pool_ranges
+    std::vector<backend::DevicePtr> pool_ranges;       // given back to `pool` last (cow: its shadows)
   };
 
   /// `what` names the operation in messages ("checkpoint", "restore"),

@@ -58,6 +58,7 @@ std::map<std::string, std::uint64_t> CounterMap(const engine::OperationCounters&
   put("shadows", c.shadows);
   put("shadow_bytes", c.shadow_bytes);
   put("shadows_while_saving", c.shadows_while_saving);
+  put("shadows_from_reserve", c.shadows_from_reserve);
   put("reserve_waits", c.reserve_waits);
   put("writer_waits", c.writer_waits);
   put("copier_yields", c.copier_yields);
@@ -177,6 +178,7 @@ grpc::Status PhosService::Checkpoint(grpc::ServerContext*, const v1::CheckpointR
   opts.dir = dir;
   opts.metadata = meta;
   opts.cow_reserve_bytes = cow_reserve_bytes_;
+  opts.shadow_pool = shadow_pool_;
   opts.recopy_rounds = recopy_rounds_;
   const bool stop_unvalidated = req->unvalidated() == v1::UNVALIDATED_UNSPECIFIED
                                     ? unvalidated_stop_

@@ -77,6 +77,12 @@ Status Daemon::Start(const DaemonOptions& options) {
   backend::ContextPoolOptions pool_options;
   pool_options.contexts_per_device = options.pool_size;
   context_pool_ = std::make_unique<backend::ContextPool>(backend_.get(), pool_options);
+  // So does the copy-on-write reserve (engine/shadow_pool.h): no cow
+  // checkpoint allocates device memory while the app waits.
+  const std::uint64_t cow_reserve = CowReserveFor(options.cow_reserve_bytes, backend_->name());
+  engine::ShadowPoolOptions shadow_options;
+  shadow_options.bytes_per_device = cow_reserve;
+  shadow_pool_ = std::make_unique<engine::ShadowPool>(backend_.get(), shadow_options);
 
   PhosServiceConfig config;
   config.backend = backend_.get();
@@ -86,7 +92,8 @@ Status Daemon::Start(const DaemonOptions& options) {
   config.socket_path = options.socket_path;
   config.checkpoint_root = ResolveCheckpointRoot(options);
   config.template_cache = options.template_cache;
-  config.cow_reserve_bytes = options.cow_reserve_bytes;
+  config.cow_reserve_bytes = cow_reserve;
+  config.shadow_pool = shadow_pool_.get();
   config.unvalidated_stop = options.unvalidated == "stop";
   config.recopy_rounds = options.recopy_rounds;
   // Every CRIU call phosd makes runs this one ("" = criu on PATH): the
@@ -190,7 +197,7 @@ Status Daemon::Start(const DaemonOptions& options) {
   }
   service_->SetSessionServer(session_server_.get());  // Checkpoint/Restore find sessions here
   spdlog::info("phosd {} listening on {} (pid {}, pool {}, cow-reserve {} MiB, unvalidated {}, recopy-rounds {})",
-               VersionString(), options.socket_path, getpid(), options.pool_size, options.cow_reserve_bytes >> 20,
+               VersionString(), options.socket_path, getpid(), options.pool_size, cow_reserve >> 20,
                options.unvalidated, options.recopy_rounds);
   return Status::Ok();
 }
@@ -218,7 +225,12 @@ void Daemon::Shutdown() {
   signature_cache_.reset();  // flushes its files; no session is left to use it
   service_.reset();
   socket_guard_.Release();
-  // Pooled contexts go before the backend that made them.
+  // Pooled contexts and the cow reserve go before the backend that made
+  // them, after every session (and so every checkpoint using the reserve).
+  if (shadow_pool_) {
+    shadow_pool_->Shutdown();
+    shadow_pool_.reset();
+  }
   if (context_pool_) {
     context_pool_->Shutdown();
     context_pool_.reset();

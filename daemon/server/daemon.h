@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/context_pool.h"
+#include "engine/shadow_pool.h"
 #include "cluster/cluster_member.h"
 #include "cluster/etcd_fabric.h"
 #include "common/status.h"
@@ -64,6 +65,8 @@ class Daemon {
   // Created right after the backend, shut down (pooled contexts destroyed)
   // just before it, after everything that takes from it has stopped.
   std::unique_ptr<backend::ContextPool> context_pool_;
+  // --cow-reserve, per GPU: created and shut down beside the context pool.
+  std::unique_ptr<engine::ShadowPool> shadow_pool_;
   SessionRegistry sessions_;
   SocketGuard socket_guard_;
   std::unique_ptr<PhosService> service_;

@@ -55,10 +55,11 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app->add_option("--cow-reserve", options->cow_reserve_bytes,
-                  "Device memory copy-on-write checkpoints may take for shadow copies of buffers the "
-                  "app writes before they are saved, e.g. 2G, 512M; a writer waits when it is used up")
+                  "Device memory per GPU reserved, when phosd starts, for copy-on-write checkpoints' "
+                  "shadow copies of buffers the app writes before they are saved, e.g. 2G, 512M; a "
+                  "writer waits when it is used up. 0 = no reserve (writers wait for the copier)")
       ->transform(CLI::AsSizeValue(false))
-      ->default_str("2G");
+      ->default_str("2G on cuda, 256M on sim");
   app->add_option("--unvalidated", options->unvalidated,
                   "Kernels with no PTX (their access set cannot be checked by a twin) while a checkpoint "
                   "or restore is in flight: trust = run them with the speculated set, stop = handle "

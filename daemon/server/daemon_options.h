@@ -14,6 +14,11 @@ namespace phos::server {
 /// else "" (no cache).
 std::string DefaultSignatureCacheDir();
 
+/// DaemonOptions::cow_reserve_bytes when --cow-reserve is not given.
+inline constexpr std::uint64_t kCowReserveAuto = ~0ull;
+/// What --cow-reserve resolves to on backend `backend_name` ("cuda", "sim").
+std::uint64_t CowReserveFor(std::uint64_t asked, const std::string& backend_name);
+
 struct DaemonOptions {
   std::string socket_path = DefaultSocketPath();
   std::string log_level = "info";
@@ -26,8 +31,11 @@ struct DaemonOptions {
   int stop_timeout_s = 10;
   /// A call a session has executed this long is logged once (0 = never).
   int slow_call_log_s = 10;
-  /// Bounded on-device reserve for soft copy-on-write shadows.
-  std::uint64_t cow_reserve_bytes = 2ull << 30;
+  /// Device memory per GPU reserved for soft copy-on-write shadows,
+  /// allocated (and written once) when phosd starts (engine/shadow_pool.h).
+  /// kCowReserveAuto: CowReserveFor(the backend) — 2 GiB on cuda, 256 MiB
+  /// on the sim, whose device memory is this host's RAM.
+  std::uint64_t cow_reserve_bytes = kCowReserveAuto;
   /// Kernels without PTX while an operation validates: "trust" admits them
   /// with their speculated access set, "stop" handles them stop-the-world.
   std::string unvalidated = "trust";

@@ -71,6 +71,7 @@ phos::Status PhosService::JoinCutForPeer(const std::string& cut) {
   if (cluster_ == nullptr) return phos::Status::FailedPrecondition("this phosd has no --etcd");
   jobs::JobCheckpointOptions base;
   base.rank.cow_reserve_bytes = cow_reserve_bytes_;
+  base.rank.shadow_pool = shadow_pool_;
   base.rank.recopy_rounds = recopy_rounds_;
   base.rank.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
   base.criu_binary = criu_binary_;

@@ -144,6 +144,7 @@ engine::CheckpointOptions PhosService::MigrationCheckpointOptions(const v1::Migr
                                         : engine::Mode::kRecopy;
   o.recopy_rounds = req.max_precopy_rounds() > 0 ? static_cast<int>(req.max_precopy_rounds()) : recopy_rounds_;
   o.cow_reserve_bytes = cow_reserve_bytes_;
+  o.shadow_pool = shadow_pool_;
   o.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
   return o;
 }

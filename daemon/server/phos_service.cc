@@ -28,6 +28,7 @@ PhosService::PhosService(PhosServiceConfig config)
       context_pool_(config.context_pool),
       checkpoint_root_(std::move(config.checkpoint_root)),
       cow_reserve_bytes_(config.cow_reserve_bytes),
+      shadow_pool_(config.shadow_pool),
       unvalidated_stop_(config.unvalidated_stop),
       recopy_rounds_(config.recopy_rounds),
       template_cache_(std::move(config.template_cache)),
@@ -83,6 +84,11 @@ grpc::Status PhosService::Status(grpc::ServerContext*, const v1::StatusRequest*,
   if (context_pool_ != nullptr) {
     std::map<std::string, std::uint64_t> counters;
     context_pool_->ExportCounters(&counters);
+    for (const auto& [name, value] : counters) (*reply->mutable_counters())[name] = value;
+  }
+  if (shadow_pool_ != nullptr) {
+    std::map<std::string, std::uint64_t> counters;
+    shadow_pool_->ExportCounters(&counters);
     for (const auto& [name, value] : counters) (*reply->mutable_counters())[name] = value;
   }
   // Checkpoints, restores and the C/R engine's fallbacks since start.

@@ -23,6 +23,7 @@
 #include "templates/template_store.h"
 #include "session/session_server.h"
 #include "engine/operations.h"
+#include "engine/shadow_pool.h"
 
 namespace phos::server {
 
@@ -44,6 +45,9 @@ struct PhosServiceConfig {
   std::string template_cache = "auto";
   // The C/R engine's defaults (phosd's flags).
   std::uint64_t cow_reserve_bytes = 2ull << 30;
+  /// phosd's cow reserve (shadows come from it; Status reports its
+  /// counters); null = none (checkpoints allocate shadows themselves).
+  engine::ShadowPool* shadow_pool = nullptr;
   bool unvalidated_stop = false;
   int recopy_rounds = 5;
   /// --criu-binary: the CRIU every whole-process checkpoint, restore,
@@ -179,6 +183,7 @@ class PhosService final : public v1::Phos::Service {
   const backend::ContextPool* const context_pool_;
   const std::string checkpoint_root_;
   const std::uint64_t cow_reserve_bytes_;
+  engine::ShadowPool* const shadow_pool_;  // thread-safe (its own lock); may be null
   const bool unvalidated_stop_;
   const int recopy_rounds_;
   const std::string template_cache_;

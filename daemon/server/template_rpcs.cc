@@ -128,6 +128,7 @@ grpc::Status PhosService::TemplateSave(grpc::ServerContext*, const v1::TemplateS
   opts.dir = staging;
   opts.metadata = meta;
   opts.cow_reserve_bytes = cow_reserve_bytes_;
+  opts.shadow_pool = shadow_pool_;
   opts.recopy_rounds = recopy_rounds_;
   opts.unvalidated = unvalidated_stop_ ? engine::UnvalidatedPolicy::kStop : engine::UnvalidatedPolicy::kTrust;
   spdlog::info("rpc=TemplateSave name={} pid={} session={} mode={}{}", req->name(), req->pid(), sess->id(),

@@ -26,6 +26,7 @@
 
 #include "engine/engine_hook.h"
 #include "engine/operations.h"
+#include "engine/shadow_pool.h"
 #include "engine_test_env.h"
 #include "fake_app.h"
 #include "image/image_layout.h"
@@ -150,6 +151,53 @@ TEST_F(CowCheckpointTest, ExhaustedReserveMakesWritersWaitAndLosesNothing) {
   CheckpointResult r;
   CheckImageIsT1(o, &r);
   EXPECT_GT(r.counters.reserve_waits + r.counters.writer_waits, 0u);
+}
+
+// phosd's reserve (shadow_pool.h), filled before the checkpoint: every
+// shadow is a range of it (no allocation during the checkpoint), and all of
+// it is back when the checkpoint is done.
+TEST_F(CowCheckpointTest, ShadowsComeFromTheReserveFilledBeforehand) {
+  MakeBuffers(16, 1 << 20);
+  ShadowPoolOptions po;
+  po.bytes_per_device = 32 << 20;
+  ShadowPool pool(env_.backend(), po);
+  ASSERT_TRUE(pool.WaitUntilReady(60s));
+  CheckpointOptions o;
+  o.shadow_pool = &pool;
+  CheckpointResult r;
+  CheckImageIsT1(o, &r);
+  EXPECT_GT(r.counters.shadows, 0u) << "no write hit an unsaved buffer: the test raced nothing";
+  EXPECT_EQ(r.counters.shadows_from_reserve, r.counters.shadows);
+  EXPECT_EQ(pool.stats()[0].in_use, 0u) << "shadows were not given back to the reserve";
+}
+
+// A reserve smaller than the shadows wanted: writers wait for the copier
+// (as with --cow-reserve used up), and the image is still exactly t1.
+TEST_F(CowCheckpointTest, AReserveTooSmallMakesWritersWaitAndLosesNothing) {
+  MakeBuffers(16, 1 << 20);
+  ShadowPoolOptions po;
+  po.bytes_per_device = 2 << 20;  // two shadows at a time
+  ShadowPool pool(env_.backend(), po);
+  ASSERT_TRUE(pool.WaitUntilReady(60s));
+  CheckpointOptions o;
+  o.shadow_pool = &pool;
+  CheckpointResult r;
+  CheckImageIsT1(o, &r);
+  EXPECT_EQ(r.counters.shadows_from_reserve, r.counters.shadows);
+  EXPECT_EQ(pool.stats()[0].in_use, 0u);
+}
+
+// No reserve on the device (--cow-reserve 0, or its fill failed): the
+// checkpoint allocates its shadows as before the reserve existed.
+TEST_F(CowCheckpointTest, WithoutAReadyReserveShadowsAreAllocated) {
+  MakeBuffers(16, 1 << 20);
+  ShadowPool none(env_.backend(), ShadowPoolOptions{});
+  CheckpointOptions o;
+  o.shadow_pool = &none;
+  CheckpointResult r;
+  CheckImageIsT1(o, &r);
+  EXPECT_GT(r.counters.shadows, 0u);
+  EXPECT_EQ(r.counters.shadows_from_reserve, 0u);
 }
 
 // Buffers of several chunks: a write to a buffer the copier is in the

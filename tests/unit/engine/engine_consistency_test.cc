@@ -41,6 +41,7 @@
 
 #include "engine/engine_hook.h"
 #include "engine/operations.h"
+#include "engine/shadow_pool.h"
 #include "engine/progress.h"
 #include "engine_test_env.h"
 #include "fake_app.h"
@@ -361,6 +362,7 @@ class EngineConsistencyTest : public ::testing::Test {
     co.metadata.set_mode(ModeName(mode));
     co.image.backend_factory = std::move(io);
     co.cow_reserve_bytes = cow_reserve_;
+    co.shadow_pool = shadow_pool_;
     Progress progress;
     return Checkpoint(*run.session, co, &progress, result);
   }
@@ -376,6 +378,7 @@ class EngineConsistencyTest : public ::testing::Test {
   std::string dir_;
   std::vector<std::unique_ptr<AppRun>> runs_;
   std::uint64_t cow_reserve_ = 2ull << 30;
+  ShadowPool* shadow_pool_ = nullptr;  // cow's shadows from phosd's reserve, when set
 };
 
 // ---------------------------------------------------------------- the workload itself
@@ -418,6 +421,7 @@ TEST_F(EngineConsistencyTest, WorkloadIsDeterministic) {
 struct ModeCase {
   Mode mode;
   std::uint64_t seed;
+  bool reserve = false;  // cow: shadows from a reserve filled beforehand (shadow_pool.h), as in phosd
 };
 
 class ModeConsistencyTest : public EngineConsistencyTest, public ::testing::WithParamInterface<ModeCase> {};
@@ -430,6 +434,14 @@ TEST_P(ModeConsistencyTest, ImageEqualsReplayedState) {
   const Workload w = Generate(Options(GetParam().seed));
   const std::size_t total = w.steps.size();
   std::string why;
+  std::unique_ptr<ShadowPool> reserve;
+  if (GetParam().reserve) {
+    ShadowPoolOptions po;
+    po.bytes_per_device = 64ull << 20;
+    reserve = std::make_unique<ShadowPool>(env_.backend(), po);
+    ASSERT_TRUE(reserve->WaitUntilReady(std::chrono::seconds(60)));
+    shadow_pool_ = reserve.get();
+  }
 
   // Run A: the workload in a thread, the checkpoint from here.
   AppRun* a = StartRun(w);
@@ -465,6 +477,11 @@ TEST_P(ModeConsistencyTest, ImageEqualsReplayedState) {
   ASSERT_TRUE(ImageState(img_a, *a, n, &image_a, &why)) << why;
   ASSERT_TRUE(ReadState(*a, total, &final_a, &why)) << why;
   EndRun(a);
+  if (reserve) {
+    EXPECT_EQ(ra.counters.shadows_from_reserve, ra.counters.shadows) << "a shadow was allocated, not taken";
+    EXPECT_EQ(reserve->stats()[0].in_use, 0u) << "shadows were not given back to the reserve";
+    shadow_pool_ = nullptr;
+  }
 
   // Run B: replay exactly n calls, checkpoint stop-the-world, run on.
   AppRun* b = StartRun(w);
@@ -503,12 +520,15 @@ std::vector<ModeCase> ModeCases() {
     for (std::uint64_t seed : kSeeds) out.push_back({m, seed});
     out.push_back({m, kGemmHeavySeed});
   }
+  out.push_back({Mode::kCow, kSeeds[0], true});
+  out.push_back({Mode::kCow, kGemmHeavySeed, true});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ModeConsistencyTest, ::testing::ValuesIn(ModeCases()),
                          [](const ::testing::TestParamInfo<ModeCase>& i) {
-                           return std::string(ModeName(i.param.mode)) + "_seed" + std::to_string(i.param.seed);
+                           return std::string(ModeName(i.param.mode)) + (i.param.reserve ? "_reserve" : "") +
+                                  "_seed" + std::to_string(i.param.seed);
                          });
 
 // ---------------------------------------------------------------- restore
