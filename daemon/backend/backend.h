@@ -164,6 +164,12 @@ class Context {
   /// Frees an allocation by its start address. Waits for nothing: the caller
   /// (the executor) orders it after work that uses the buffer.
   virtual Status Free(DevicePtr ptr) = 0;
+  /// Device memory phosd keeps for itself for a long time (the cow reserve,
+  /// engine/shadow_pool.h), freed with Free. Where the backend chooses
+  /// addresses it puts it where the app's allocations do not go — the
+  /// addresses an image restored into this phosd needs (the sim: the top of
+  /// the device address range); the cuda backend's driver chooses.
+  virtual Status AllocateForDaemon(std::size_t bytes, DevicePtr* out) { return Allocate(bytes, 0, out); }
   /// The app's own virtual-memory calls (cuMemAddressReserve): reserves
   /// `bytes` of device address space, mapping nothing, aligned to
   /// `alignment` (0: the granularity). `at` != 0 asks for exactly that

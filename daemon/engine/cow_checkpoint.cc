@@ -33,16 +33,28 @@ Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
   std::uint64_t total = 0;
   std::vector<TrackedBuffer> tracked;
   std::vector<std::uint64_t> order;
+  // One entry per image chunk of each buffer (a piece): a write shadows,
+  // or waits for, only the pieces it overlaps — an 8 MiB memset into a
+  // 1 GiB buffer costs the app's stream an 8 MiB D2D, not 1 GiB, and holds
+  // that much of the reserve. Kernels (whose access set is whole buffers)
+  // still shadow every unsaved piece of what they may write.
+  const std::uint64_t piece = options_.image.chunk_bytes;  // the writer takes whole chunks
   auto track = [&](const DeviceRange& r, bool global) -> Status {
-    TrackedBuffer b;
-    b.address = r.address;
-    b.bytes = r.bytes;
-    b.global = global;
-    b.state = kPending;
-    PHOS_RETURN_IF_ERROR(writer_->AddBuffer(r.address, r.bytes, &b.image_index));
+    std::size_t image_index = 0;
+    PHOS_RETURN_IF_ERROR(writer_->AddBuffer(r.address, r.bytes, &image_index));
+    for (std::uint64_t off = 0; off < r.bytes || off == 0; off += piece) {
+      TrackedBuffer b;
+      b.address = r.address + off;
+      b.bytes = std::min(piece, r.bytes - off);
+      b.piece_offset = off;
+      b.global = global;
+      b.state = kPending;
+      b.image_index = image_index;
+      order.push_back(b.address);
+      tracked.push_back(std::move(b));
+      if (r.bytes == 0) break;
+    }
     total += r.bytes;
-    order.push_back(r.address);
-    tracked.push_back(std::move(b));
     return Status::Ok();
   };
   for (const auto& r : snapshot_.buffers) PHOS_RETURN_IF_ERROR(track(r, false));
@@ -250,7 +262,7 @@ TrackedBuffer* CowCheckpoint::NextToSave() {
 }
 
 Status CowCheckpoint::CopyAll() {
-  const std::size_t chunk = static_cast<std::size_t>(image::kDefaultChunkBytes);
+  const std::size_t chunk = static_cast<std::size_t>(options_.image.chunk_bytes);
   std::vector<std::byte> host(chunk);
   bool pinned = false;
   UseContext([&] { pinned = ctx_->RegisterHostMemory(host.data(), host.size()).ok(); });
@@ -355,7 +367,7 @@ Status CowCheckpoint::SaveOne(TrackedBuffer& b, backend::DevicePtr src, std::byt
       table_.cv.notify_all();
     }
     if (!status.ok()) break;
-    status = writer_->Write(b.image_index, off, host, len);
+    status = writer_->Write(b.image_index, b.piece_offset + off, host, len);
     progress_->AddBytes(len);
   }
   return status;
@@ -411,10 +423,15 @@ Status CowCheckpoint::Finish(session::SessionState& st, EngineHook* hook, const 
   // The first-use order seen since t1: a restore loads buffers in it.
   {
     std::lock_guard<std::mutex> lock(table_.mu);
-    std::vector<std::pair<std::uint32_t, std::uint64_t>> used;
+    // Pieces -> buffers: a buffer's first use is its earliest piece's.
+    std::map<std::uint64_t, std::uint32_t> first_by_buffer;
     for (const auto& [addr, b] : table_.by_address) {
-      if (b.first_use != 0 && !b.global) used.emplace_back(b.first_use, addr);
+      if (b.first_use == 0 || b.global) continue;
+      auto [it, added] = first_by_buffer.emplace(addr - b.piece_offset, b.first_use);
+      if (!added) it->second = std::min(it->second, b.first_use);
     }
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> used;
+    for (const auto& [buffer, first] : first_by_buffer) used.emplace_back(first, buffer);
     std::sort(used.begin(), used.end());
     snapshot_.first_use.clear();
     for (const auto& [order, addr] : used) snapshot_.first_use.push_back(addr);

@@ -2,6 +2,11 @@
 // copy-on-write"): the image holds the device state at the quiesce t1; the
 // app runs on while the copier saves buffers, and a call about to write a
 // buffer not saved yet first copies it to a device shadow (or waits).
+// Buffers are tracked as pieces of one image chunk each (TrackedBuffer::
+// piece_offset): "buffer B" below is one piece, and a write shadows only the
+// pieces its range overlaps. Shadows are ranges of phosd's reserve
+// (CheckpointOptions::shadow_pool, filled when phosd started), else
+// allocations of their own.
 //
 // Steps (DriveSoftOperation runs them; RunCow in operations.cc):
 //   Start()     control task (consumer thread) = t1: synchronise (a sticky

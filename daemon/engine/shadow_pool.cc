@@ -63,7 +63,7 @@ Status ShadowPool::Fill(int device, std::unique_ptr<backend::Context>* out_ctx, 
   std::unique_ptr<backend::Context> ctx;
   PHOS_RETURN_IF_ERROR(backend_->CreateContext(device, &ctx));
   backend::DevicePtr base = 0;
-  if (Status s = ctx->Allocate(bytes_per_device_, 0, &base); !s.ok()) {
+  if (Status s = ctx->AllocateForDaemon(bytes_per_device_, &base); !s.ok()) {
     return s.WithContext("allocating " + std::to_string(bytes_per_device_ >> 20) + " MiB");
   }
   // Write every byte once, so every page exists before a checkpoint needs

@@ -1,5 +1,6 @@
 // The buffers one soft operation tracks (docs/protocols.md: every buffer has
-// a C/R state per operation in flight), keyed by start address.
+// a C/R state per operation in flight), keyed by start address — for soft
+// CoW, pieces of buffers (see piece_offset).
 //
 // Lock: `mu` (the operation's "engine lock") guards every field of every
 // TrackedBuffer and the map itself, always — the operation's start filling
@@ -29,7 +30,11 @@ struct TrackedBuffer {
   bool urgent = false;           // a call waits for it: the worker takes it next
   std::size_t image_index = 0;   // its extent in the image being written
   std::uint32_t first_use = 0;   // 1-based order of first use during the operation (0: not used)
-  // Soft CoW.
+  // Soft CoW tracks each buffer as pieces of one image chunk (4 MiB) each,
+  // so a write shadows (or waits for) only the pieces it overlaps: an entry
+  // is then one piece, `address`/`bytes` its range, and this where it
+  // starts in its buffer (the image extent `image_index`).
+  std::uint64_t piece_offset = 0;
   backend::DevicePtr shadow = 0;             // device copy of the t1 content
   backend::EventHandle shadow_ready = 0;     // recorded after the D2D into the shadow
   std::uint64_t safe_from = std::numeric_limits<std::uint64_t>::max();  // admission seq from which writes are harmless

@@ -79,6 +79,7 @@
 #include "common/logging.h"
 #include "engine/engine_hook.h"
 #include "engine/operations.h"
+#include "engine/shadow_pool.h"
 #include "engine/progress.h"
 #include "fake_app.h"
 #include "session/session_server.h"
@@ -357,7 +358,7 @@ double FioReadGBps(const std::string& path) {
 
 std::string CountersJson(const engine::OperationCounters& c) {
   std::ostringstream o;
-  o << "{\"shadows\":" << c.shadows << ",\"shadow_bytes\":" << c.shadow_bytes << ",\"reserve_waits\":"
+  o << "{\"shadows\":" << c.shadows << ",\"shadow_bytes\":" << c.shadow_bytes << ",\"shadows_from_reserve\":" << c.shadows_from_reserve << ",\"reserve_waits\":"
     << c.reserve_waits << ",\"writer_waits\":" << c.writer_waits << ",\"copier_yields\":" << c.copier_yields
     << ",\"recopy_rounds\":" << c.recopy_rounds << ",\"recopy_dirty_bytes\":" << c.recopy_dirty_bytes
     << ",\"twin_launches\":" << c.twin_launches << ",\"cow_fallbacks\":" << c.cow_fallbacks
@@ -397,7 +398,10 @@ int Main(int argc, char** argv) {
   cli.add_option("--link-gbps", f.link_gbps, "sim host<->device link, GB/s per copy engine (phosd --sim-link-gbps)");
   cli.add_option("--copy-engines", f.copy_engines, "sim copy engines");
   cli.add_option("--dir", f.dir, "where images are written (a fresh subdirectory; deleted at the end)");
-  cli.add_option("--modes", f.modes, "checkpoint modes, in order: stop cow recopy")->delimiter(',');
+  cli.add_option("--modes", f.modes,
+                 "checkpoint modes, in order: stop cow recopy, and cow-alloc (cow without phosd's reserve: "
+                 "each shadow allocated when needed, as before the reserve existed)")
+      ->delimiter(',');
   cli.add_option("--cow-reserve-mib", f.cow_reserve_mib, "cow: device memory shadows may take (--cow-reserve)");
   cli.add_option("--recopy-rounds", f.recopy_rounds, "recopy: rounds before the final quiesce");
   cli.add_option("--touch", f.touch, "async memsets per writer iteration")->check(CLI::Range(0, 1024));
@@ -419,11 +423,21 @@ int Main(int argc, char** argv) {
   cli.add_option("--log-level", f.log_level, "phos log level");
   CLI11_PARSE(cli, argc, argv);
   if (Status s = InitLogging(f.log_level); !s.ok()) return Fail(s.ToString());
-  std::vector<engine::Mode> modes;
+  struct ModeRun {
+    std::string name;
+    engine::Mode mode;
+    bool reserve;  // cow: shadows from the reserve filled beforehand (engine/shadow_pool.h), as phosd does
+  };
+  std::vector<ModeRun> modes;
   for (const auto& m : f.modes) {
     engine::Mode mode;
-    if (!engine::ParseMode(m, &mode)) return Fail("unknown mode '" + m + "' (stop, cow, recopy)");
-    modes.push_back(mode);
+    if (m == "cow-alloc") {
+      modes.push_back({m, engine::Mode::kCow, false});
+    } else if (engine::ParseMode(m, &mode)) {
+      modes.push_back({m, mode, true});
+    } else {
+      return Fail("unknown mode '" + m + "' (stop, cow, cow-alloc, recopy)");
+    }
   }
 
   std::string root = f.dir + "/phos-engine-bench-XXXXXX";
@@ -493,6 +507,20 @@ int Main(int argc, char** argv) {
                  f.buffer_mib, shadow_fresh_ms, d2d_warm_ms);
   }
 
+  // ---- phosd's cow reserve, filled before any checkpoint (as phosd does
+  // when it starts)
+  engine::ShadowPoolOptions reserve_options;
+  reserve_options.bytes_per_device = f.cow_reserve_mib << 20;
+  engine::ShadowPool reserve(be.get(), reserve_options);
+  const std::int64_t r0 = NowUs();
+  if (f.cow_reserve_mib > 0 && !reserve.WaitUntilReady(std::chrono::minutes(5))) {
+    return Fail("the cow reserve of " + std::to_string(f.cow_reserve_mib) + " MiB was not ready: " +
+                reserve.stats()[0].last_error);
+  }
+  const double reserve_fill_ms = static_cast<double>(reserve.stats()[0].fill_us) / 1e3;
+  std::fprintf(stderr, "cow reserve: %" PRIu64 " MiB allocated and written in %.1f ms (waited %.1f ms)\n",
+               f.cow_reserve_mib, reserve_fill_ms, static_cast<double>(NowUs() - r0) / 1e3);
+
   // ---- checkpoints while the app writes
   std::vector<CheckpointRow> rows;
   {
@@ -500,14 +528,15 @@ int Main(int argc, char** argv) {
     writer.Start();
     for (std::size_t i = 0; i < modes.size(); ++i) {
       CheckpointRow row;
-      row.mode = engine::ModeName(modes[i]);
+      row.mode = modes[i].name;
       const std::int64_t b0 = NowUs();
       std::this_thread::sleep_for(std::chrono::milliseconds(f.baseline_ms));
       const std::int64_t b1 = NowUs();
       engine::CheckpointOptions o;
-      o.mode = modes[i];
+      o.mode = modes[i].mode;
       o.dir = root + "/img-" + row.mode;
       o.cow_reserve_bytes = f.cow_reserve_mib << 20;
+      if (modes[i].reserve) o.shadow_pool = &reserve;
       o.recopy_rounds = f.recopy_rounds;
       o.metadata.set_pid(static_cast<std::int64_t>(getpid()));
       engine::Progress progress;
@@ -646,9 +675,10 @@ int Main(int argc, char** argv) {
               " us, into %d of the buffers; cow reserve %" PRIu64 " MiB\n\n",
               f.touch, f.write_mib, f.d2d ? "1 D2D +" : "no D2D +", f.think_us,
               f.hot_buffers > 0 ? std::min(f.hot_buffers, f.buffers) : f.buffers, f.cow_reserve_mib);
-  std::printf("one buffer outside any operation: malloc + D2D into fresh memory %.1f ms (what a cow shadow costs the\n"
-              "app's stream), D2D into touched memory %.1f ms\n\n",
-              shadow_fresh_ms, d2d_warm_ms);
+  std::printf("one buffer outside any operation: malloc + D2D into fresh memory %.1f ms (what a cow-alloc shadow costs\n"
+              "the app's stream), D2D into touched memory %.1f ms (what a shadow from the reserve costs); the reserve\n"
+              "was allocated and written in %.1f ms before the first checkpoint\n\n",
+              shadow_fresh_ms, d2d_warm_ms, reserve_fill_ms);
   std::printf("%-7s %-6s %10s %8s %10s %9s %12s %12s %9s %8s %7s %7s %6s\n", "mode", "image", "stall_ms",
               "vs_stop", "wall_ms", "vs_stop", "worst_call", "base_worst", "worst_it", "rate", "shadow", "waits",
               "rounds");
@@ -669,9 +699,11 @@ int Main(int argc, char** argv) {
               " rate: writer iterations/s during the checkpoint vs that baseline; waits: reserve + writer waits)\n",
               f.baseline_ms);
   for (const auto& r : rows) {
-    std::printf("  %-7s phases (ms after Checkpoint()): %s; reserve_waits %" PRIu64 " writer_waits %" PRIu64
-                " copier_yields %" PRIu64 " recopy_dirty %.1f MiB; writer %" PRIu64 " iterations (%.0f/s, base %.0f/s)\n",
-                r.mode.c_str(), PhasesText(r.phases).c_str(), r.r.counters.reserve_waits, r.r.counters.writer_waits,
+    std::printf("  %-7s phases (ms after Checkpoint()): %s; shadows_from_reserve %" PRIu64 " reserve_waits %" PRIu64
+                " writer_waits %" PRIu64 " copier_yields %" PRIu64 " recopy_dirty %.1f MiB; writer %" PRIu64
+                " iterations (%.0f/s, base %.0f/s)\n",
+                r.mode.c_str(), PhasesText(r.phases).c_str(), r.r.counters.shadows_from_reserve,
+                r.r.counters.reserve_waits, r.r.counters.writer_waits,
                 r.r.counters.copier_yields, static_cast<double>(r.r.counters.recopy_dirty_bytes) / (1 << 20),
                 r.during.iterations, r.during.rate(), r.base.rate());
   }
@@ -711,6 +743,7 @@ int Main(int argc, char** argv) {
       << ",\"link_gbps\":" << f.link_gbps << ",\"copy_engines\":" << f.copy_engines << ",\"touch\":" << f.touch
       << ",\"write_mib\":" << f.write_mib << ",\"d2d\":" << (f.d2d ? "true" : "false") << ",\"hot_buffers\":" << f.hot_buffers << ",\"think_us\":" << f.think_us << ",\"cow_reserve_mib\":"
       << f.cow_reserve_mib << ",\"shadow_fresh_ms\":" << shadow_fresh_ms << ",\"d2d_warm_ms\":" << d2d_warm_ms
+      << ",\"reserve_fill_ms\":" << reserve_fill_ms
       << ",\"checkpoints\":[";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];

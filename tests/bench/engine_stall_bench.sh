@@ -8,7 +8,8 @@
 #   tests/bench/engine_stall_bench.sh [--build DIR] [PROGRAM FLAGS...]
 #
 # Defaults: 64 x 64 MiB = 4 GiB of buffers, sim link 25 GB/s (phosd
-# --sim-link-gbps 25), images under /var/tmp, --cow-reserve 2 GiB. The sim
+# --sim-link-gbps 25), images under /var/tmp, --cow-reserve 2 GiB (filled
+# before the checkpoints, as phosd does at start; cow-alloc: without it). The sim
 # keeps device memory in host RAM: peak host memory is about 2x the buffers
 # (shadows for cow, staging for recopy) plus the page cache of the images;
 # ~90 s on the 2-core development VM. PROGRAM FLAGS are appended (a default
@@ -40,7 +41,7 @@ echo "git: $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo
 # Defaults, each left out when PROGRAM FLAGS give it (list flags such as
 # --modes would otherwise add up).
 cmd=("$bin")
-defaults=(--buffers 64 --buffer-mib 64 --link-gbps 25 --dir "$dir" --modes stop,cow,recopy --cow-reserve-mib 2048)
+defaults=(--buffers 64 --buffer-mib 64 --link-gbps 25 --dir "$dir" --modes stop,cow,cow-alloc,recopy --cow-reserve-mib 2048)
 for ((i = 0; i < ${#defaults[@]}; i += 2)); do
   [[ " ${extra[*]} " == *" ${defaults[i]} "* ]] || cmd+=("${defaults[i]}" "${defaults[i + 1]}")
 done

@@ -168,6 +168,51 @@ DevicePtr SimAddressSpace::FindGapLocked(std::uint64_t bytes, DevicePtr from, st
   }
 }
 
+DevicePtr SimAddressSpace::FindHighestGapLocked(std::uint64_t bytes) const {
+  if (bytes > size_) return 0;
+  auto align_down = [](std::uint64_t v) { return v / kGranularity * kGranularity; };
+  DevicePtr cand = align_down(base_ + size_ - bytes);
+  // Each step moves below one allocation or reservation in the way, so this
+  // ends after at most as many steps as there are of them.
+  for (;;) {
+    if (cand < base_) return 0;
+    std::uint64_t below = 0;  // the start of something in the way (0: nothing)
+    auto it = allocations_.lower_bound(cand + bytes);
+    if (it != allocations_.begin() && std::prev(it)->first + std::prev(it)->second.mapped > cand) {
+      below = std::prev(it)->first;
+    }
+    auto r = OverlappingReservationLocked(cand, bytes);
+    if (r != reservations_.end()) below = below == 0 ? r->first : std::min(below, r->first);
+    if (below == 0) return cand;
+    if (below < base_ + bytes) return 0;
+    cand = align_down(below - bytes);
+  }
+}
+
+Status SimAddressSpace::AllocateHigh(int device, std::uint64_t owner, std::size_t bytes, DevicePtr* out) {
+  std::uint64_t mapped = 0;
+  if (bytes == 0 || !AlignUp(bytes, kGranularity, &mapped) || mapped > size_) {
+    return Allocate(device, owner, bytes, 0, out);  // its error
+  }
+  // The gap is found and taken under two locks: another allocation may take
+  // it in between (AlreadyExists), then look again.
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    DevicePtr at = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      at = FindHighestGapLocked(mapped);
+    }
+    if (at == 0) {
+      return Status::OutOfMemory("device address range " + RangeText(base_, size_) + " has no free gap of " +
+                                 std::to_string(mapped) + " bytes");
+    }
+    Status s = Allocate(device, owner, bytes, at, out);
+    if (s.code() != Status::Code::kAlreadyExists) return s;
+  }
+  return Status::Unavailable("device address range " + RangeText(base_, size_) +
+                             " kept changing while a high gap was looked for");
+}
+
 Status SimAddressSpace::Allocate(int device, std::uint64_t owner, std::size_t bytes,
                                  DevicePtr at, DevicePtr* out) {
   if (bytes == 0) return Status::InvalidArgument("cannot allocate 0 bytes of device memory");

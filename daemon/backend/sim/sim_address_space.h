@@ -48,6 +48,11 @@ class SimAddressSpace {
   /// asks for exactly that address (see Context::Allocate for the errors).
   Status Allocate(int device, std::uint64_t owner, std::size_t bytes, DevicePtr at,
                   DevicePtr* out);
+  /// As Allocate(at = 0), but at the highest free address: memory phosd
+  /// keeps for itself (Context::AllocateForDaemon), away from the low
+  /// addresses next-fit gives the app's allocations — the addresses a
+  /// restore into another phosd needs free again.
+  Status AllocateHigh(int device, std::uint64_t owner, std::size_t bytes, DevicePtr* out);
   /// Reserves `bytes` (a multiple of kGranularity) of address space for
   /// `owner`, mapping nothing (Context::ReserveAddressRange): at `at`, or
   /// where a gap aligned to `alignment` (0 or a power of two; at least
@@ -138,6 +143,9 @@ class SimAddressSpace {
   /// The first address >= from, aligned to `alignment`, with `bytes` free
   /// of allocations and reservations; 0 if none.
   DevicePtr FindGapLocked(std::uint64_t bytes, DevicePtr from, std::uint64_t alignment = kGranularity) const;
+  /// mu_ held: the highest kGranularity-aligned free gap of `bytes` (a
+  /// multiple of kGranularity), or 0.
+  DevicePtr FindHighestGapLocked(std::uint64_t bytes) const;
   void ReleaseLocked(Map::iterator it);  // unmaps and forgets one allocation
   void Unpin(const std::vector<DevicePtr>& starts);
 

@@ -74,6 +74,11 @@ Status SimContext::Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) {
   return shared_->memory->Allocate(device_, id_, bytes, at, out);
 }
 
+Status SimContext::AllocateForDaemon(std::size_t bytes, DevicePtr* out) {
+  if (out == nullptr) return Status::InvalidArgument("AllocateForDaemon: null output pointer");
+  return shared_->memory->AllocateHigh(device_, id_, bytes, out);
+}
+
 Status SimContext::Free(DevicePtr ptr) { return shared_->memory->Free(id_, ptr); }
 
 Status SimContext::ReserveAddressRange(std::size_t bytes, std::size_t alignment, DevicePtr at, DevicePtr* out) {

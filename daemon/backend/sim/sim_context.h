@@ -33,6 +33,7 @@ class SimContext final : public Context {
 
   Status Allocate(std::size_t bytes, DevicePtr at, DevicePtr* out) override;
   Status Free(DevicePtr ptr) override;
+  Status AllocateForDaemon(std::size_t bytes, DevicePtr* out) override;
   Status ReserveAddressRange(std::size_t bytes, std::size_t alignment, DevicePtr at, DevicePtr* out) override;
   Status ReleaseAddressRange(DevicePtr start) override;
   Status GetMemoryInfo(std::uint64_t* free_bytes, std::uint64_t* total_bytes) override;

@@ -210,6 +210,37 @@ TEST(SimMemory, ReservedRangesKeepOthersOutAndJoinTheirAllocationsForCopies) {
   SIM_ASSERT_OK(other->Free(x));
 }
 
+// phosd's own long-lived memory (the cow reserve) goes to the top of the
+// range, below whatever is already there, never where next-fit puts the
+// app's allocations: a restore into another phosd needs those addresses.
+TEST(SimMemory, MemoryForTheDaemonGoesToTheTopOfTheRange) {
+  SimFixture f;
+  SIM_ASSERT_OK(f.Init());
+  const std::uint64_t g = 2 * kMiB;
+  const DevicePtr top = kDefaultBase + (1ull << 40);  // SimOptions' default va_size
+  DevicePtr app = 0, d1 = 0, d2 = 0;
+  SIM_ASSERT_OK(f.ctx->Allocate(g, 0, &app));
+  EXPECT_EQ(app, kDefaultBase);
+  SIM_ASSERT_OK(f.ctx->AllocateForDaemon(3 * g, &d1));
+  EXPECT_EQ(d1, top - 3 * g);
+  // Something already at the top (a reservation): the next one goes below it.
+  DevicePtr r = 0;
+  SIM_ASSERT_OK(f.ctx->ReserveAddressRange(2 * g, 0, d1 - 2 * g, &r));
+  SIM_ASSERT_OK(f.ctx->AllocateForDaemon(g + 1, &d2));
+  EXPECT_EQ(d2, r - 2 * g);
+  // The app's next allocation still comes from the bottom.
+  DevicePtr app2 = 0;
+  SIM_ASSERT_OK(f.ctx->Allocate(g, 0, &app2));
+  EXPECT_EQ(app2, kDefaultBase + g);
+  // Plain memory: copies work, Free frees it.
+  auto src = RandomBytes(g, 9);
+  SIM_ASSERT_OK(f.ctx->MemcpyAsync(d2, H(src.data()), g, CopyKind::kHostToDevice, kDefaultStream));
+  SIM_ASSERT_OK(f.ctx->SynchronizeStream(kDefaultStream));
+  EXPECT_EQ(0, std::memcmp(reinterpret_cast<const void*>(d2), src.data(), g));
+  for (DevicePtr p : {app, app2, d1, d2}) SIM_ASSERT_OK(f.ctx->Free(p));
+  SIM_ASSERT_OK(f.ctx->ReleaseAddressRange(r));
+}
+
 TEST(SimMemory, FreeingAnotherContextsAllocationIsInvalidArgument) {
   SimFixture f;
   SIM_ASSERT_OK(f.Init());

@@ -249,6 +249,45 @@ TEST_F(CowCheckpointTest, WriteInTheMiddleOfSavingABuffer) {
   EXPECT_EQ(now[0], 0x77);
 }
 
+// A write into part of a large buffer shadows only the image chunks (4 MiB
+// pieces) it overlaps, not the whole buffer: an 8 MiB memset into a 64 MiB
+// buffer costs one 8 MiB shadow. The copier is held at its first chunk
+// write (piece 0 read, nothing else), so every other piece is unsaved.
+TEST_F(CowCheckpointTest, APartialWriteShadowsOnlyThePiecesItOverlaps) {
+  MakeBuffers(1, 64 << 20);
+  CheckpointOptions o;
+  o.mode = Mode::kCow;
+  o.dir = dir_ + "/img";
+  auto gate = std::make_shared<Gate>();
+  o.image.backend_factory = GatedIoFactory(gate, 0);
+  Progress progress;
+  CheckpointResult r;
+  Status st;
+  std::thread cp([&] { st = Checkpoint(*session_, o, &progress, &r); });
+  const bool reached = gate->WaitReached(60s);
+  const uint64_t chunk = image::kDefaultChunkBytes;
+  if (reached) {
+    EXPECT_EQ(app_->Memset(bufs_[0] + 5 * chunk, 0x66, 1, 2 * chunk), kOk);
+  }
+  gate->Open();
+  cp.join();
+  ASSERT_TRUE(reached) << "the checkpoint never wrote a chunk: " << st.ToString();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(r.counters.shadows, 2u) << "pieces shadowed for a write of two";
+  EXPECT_EQ(r.counters.shadow_bytes, 2 * chunk);
+  std::unique_ptr<image::ImageReader> reader;
+  ASSERT_TRUE(image::ImageReader::Open(o.dir, {}, &reader).ok());
+  std::vector<uint8_t> got(bytes_);
+  ASSERT_TRUE(reader->ReadBuffer(0, got.data()).ok());
+  for (uint64_t b = 0; b < bytes_; b += 4093) ASSERT_EQ(got[b], 1) << "byte " << b;
+  // The first-use order names the buffer (not a piece of it), once.
+  ASSERT_EQ(reader->manifest().first_use_order().size(), 1);
+  EXPECT_EQ(reader->manifest().first_use_order(0), bufs_[0]);
+  std::vector<uint8_t> now(4096);
+  ASSERT_EQ(app_->D2H(now.data(), bufs_[0] + 5 * chunk, 4096), kOk);
+  EXPECT_EQ(now[0], 0x66);
+}
+
 // Memory the app maps itself (cuMemAddressReserve + cuMemMap, as PyTorch's
 // expandable segments): two mappings back to back in one reserved range,
 // and a kernel whose output pointer lies in the first and whose writes run
