@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,12 @@
 #define PHOS_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace phos::client {
+
+/// The bytes of one value, for a request's payload.
+template <typename T>
+std::span<const std::byte> Bytes(const T& v) {
+  return std::as_bytes(std::span<const T>(&v, 1));
+}
 
 using wire::WireStatus;
 

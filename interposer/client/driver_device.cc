@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/devices.h"
 #include "interposer/client/driver_internal.h"
@@ -14,11 +15,6 @@ namespace {
 namespace op = wire::op;
 
 std::atomic<bool> g_initialized{false};
-
-template <typename T>
-std::span<const std::byte> Bytes(const T& v) {
-  return std::as_bytes(std::span<const T>(&v, 1));
-}
 
 // The device's properties as phosd reports them (a staging chunk carries
 // the WireDeviceProps: it is larger than a completion slot).

@@ -48,11 +48,6 @@ DriverModules& Mods() {
   return *m;
 }
 
-template <typename T>
-std::span<const std::byte> Bytes(const T& v) {
-  return std::as_bytes(std::span<const T>(&v, 1));
-}
-
 DriverModule* FindModuleLocked(CUmodule h) {
   auto it = Mods().modules.find(h);
   return it == Mods().modules.end() ? nullptr : it->second.get();

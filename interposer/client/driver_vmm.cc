@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "interposer/client/client_internal.h"
 #include "interposer/client/connection.h"
 #include "interposer/client/devices.h"
 #include "interposer/client/driver_internal.h"
@@ -97,11 +98,6 @@ CUresult CheckProp(const CUmemAllocationProp* prop, const char* call) {
 }
 
 bool GranularityMultiple(unsigned long long v) { return v % wire::kVmmGranularity == 0; }
-
-template <typename T>
-std::span<const std::byte> Bytes(const T& v) {
-  return std::as_bytes(std::span<const T>(&v, 1));
-}
 
 /// The mapping holding `p`, or mappings.end(). Caller holds mu.
 std::map<CUdeviceptr, MappingRec>::iterator MappingOf(Vmm& v, CUdeviceptr p) {

@@ -36,11 +36,6 @@ using wire::CopyDir;
 using wire::ForEachRowPiece;
 using wire::Span2D;
 
-template <typename T>
-std::span<const std::byte> Bytes(const T& v) {
-  return std::as_bytes(std::span<const T>(&v, 1));
-}
-
 cudaError_t Sticky() {
   cudaError_t s = StickyError();
   return s == cudaSuccess ? cudaSuccess : SetError(s);

@@ -34,11 +34,6 @@ bool IsSticky(cudaError_t e) {
 }
 
 template <typename T>
-std::span<const std::byte> Bytes(const T& v) {
-  return std::as_bytes(std::span<const T>(&v, 1));
-}
-
-template <typename T>
 bool ReadReply(const ring::Reply& r, T* out) {
   if (r.bytes != sizeof(T)) return false;
   std::memcpy(out, r.data.data(), sizeof(T));
