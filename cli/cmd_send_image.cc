@@ -24,6 +24,7 @@ struct SendImageArgs {
   std::string dir, to, token_file, name;
   std::uint64_t chunk_bytes = 2ull << 20;
   std::uint64_t max_rate = 0;
+  std::string transport = "auto";
 };
 
 int RunSendImage(const SendImageArgs& a) {
@@ -50,6 +51,9 @@ int RunSendImage(const SendImageArgs& a) {
   peer::SendImageOptions options;
   options.chunk_bytes = a.chunk_bytes;
   options.max_bytes_per_sec = a.max_rate;
+  options.transport = a.transport == "grpc"   ? peer::SendImageOptions::Transport::kGrpc
+                      : a.transport == "data" ? peer::SendImageOptions::Transport::kDataChannel
+                                              : peer::SendImageOptions::Transport::kAuto;
   peer::SendImageResult result;
   const auto t0 = std::chrono::steady_clock::now();
   Status s = peer::SendImage(a.to, token, a.dir, name, progress, &result, options);
@@ -60,9 +64,9 @@ int RunSendImage(const SendImageArgs& a) {
     return 1;
   }
   std::cout << result.path << std::endl;
-  std::fprintf(stderr, "send-image OK: %s -> %s:%s, %s in %u files, %.3f s, %.0f MB/s\n", a.dir.c_str(),
+  std::fprintf(stderr, "send-image OK: %s -> %s:%s, %s in %u files, %.3f s, %.0f MB/s (%s)\n", a.dir.c_str(),
                a.to.c_str(), result.path.c_str(), HumanBytes(result.bytes).c_str(), result.files, secs,
-               static_cast<double>(result.bytes) / 1e6 / (secs > 0 ? secs : 1e-9));
+               static_cast<double>(result.bytes) / 1e6 / (secs > 0 ? secs : 1e-9), result.transport.c_str());
   return 0;
 }
 
@@ -84,6 +88,12 @@ void AddSendImageCommand(CLI::App* app, int* exit_code) {
       ->default_str("2M");
   cmd->add_option("--max-rate", args->max_rate, "Cap on bytes per second, e.g. 100M (default: no cap)")
       ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("--transport", args->transport,
+                  "How the bytes travel: data = a raw TCP data channel beside the gRPC connection (the "
+                  "peer's OpenDataChannel), grpc = inside gRPC messages, auto = data when the peer offers "
+                  "it, else grpc")
+      ->check(CLI::IsMember({"auto", "data", "grpc"}))
+      ->capture_default_str();
   cmd->callback([args, exit_code] { *exit_code = RunSendImage(*args); });
 }
 

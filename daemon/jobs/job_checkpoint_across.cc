@@ -369,7 +369,20 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const Book::Com
     if (Status r = ReadCut(member->etcd(), cut, &v); !r.ok()) return abort(r);
     for (const auto& [e, st] : v.states) {
       seen.insert(e);
-      if (!st.error().empty()) return abort(Status::Unavailable("the phosd at " + e + ": " + st.error()));
+      if (!st.error().empty()) {
+        // A participant's failure is often the effect of another's death
+        // (its ranks' collectives with the dead one's failed, so they
+        // exited) that etcd notices only when the lease ends: name a
+        // participant that no longer answers first, it is the likelier cause.
+        std::string cause;
+        for (const std::string& p : participants) {
+          if (p == e || p == self) continue;
+          if (Status ping = peer::PingPeer(p, options.cluster.peer_token, 1000); !ping.ok()) {
+            cause += "the phosd at " + p + " does not answer (" + ping.message() + "); ";
+          }
+        }
+        return abort(Status::Unavailable(cause + "the phosd at " + e + ": " + st.error()));
+      }
     }
     for (const std::string& e : seen) {
       if (v.states.count(e) == 0) {

@@ -1,11 +1,16 @@
 #include "peer/peer_client.h"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -13,9 +18,11 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 #include <xxhash.h>
 
 #include "peer.grpc.pb.h"
+#include "peer/data_channel.h"
 #include "peer/peer_token.h"
 
 namespace phos::peer {
@@ -90,6 +97,178 @@ Status PeerStatus(const std::string& host_port, const grpc::Status& g) {
 }
 
 
+namespace {
+
+// Where SendImage's ImageChunk stream goes: gRPC's ReceiveImage, or a data
+// channel (data_channel.h). The loop in SendImage is the same for both.
+class ChunkSink {
+ public:
+  virtual ~ChunkSink() = default;
+  /// false: the stream is over (the peer refused, or the connection broke);
+  /// Fail says why.
+  virtual bool Write(const ImageChunk& msg, bool last) = 0;
+  /// After the last Write: the destination's answer.
+  virtual Status Finish(peer::v1::ReceiveImageReply* reply) = 0;
+  /// The stream is abandoned (a local error, or a Write failed): the peer's
+  /// own reason when it gave one, else `local`. Nothing is committed there.
+  virtual Status Fail(Status local) = 0;
+};
+
+class GrpcSink final : public ChunkSink {
+ public:
+  GrpcSink(std::string host_port, peer::v1::PhosPeer::Stub* stub, const std::string& token)
+      : host_port_(std::move(host_port)) {
+    context_.AddMetadata(kPeerTokenHeader, token);
+    writer_ = stub->ReceiveImage(&context_, &reply_);
+  }
+  bool Write(const ImageChunk& msg, bool last) override {
+    return last ? writer_->Write(msg, grpc::WriteOptions().set_last_message()) : writer_->Write(msg);
+  }
+  Status Finish(peer::v1::ReceiveImageReply* reply) override {
+    grpc::Status g = writer_->Finish();
+    if (!g.ok()) return PeerStatus(host_port_, g);
+    *reply = reply_;
+    return Status::Ok();
+  }
+  Status Fail(Status local) override {
+    writer_->WritesDone();  // the destination sees no ImageEnd: nothing is committed
+    grpc::Status g = writer_->Finish();
+    return g.ok() ? local : PeerStatus(host_port_, g);
+  }
+
+ private:
+  const std::string host_port_;
+  grpc::ClientContext context_;
+  peer::v1::ReceiveImageReply reply_;
+  std::unique_ptr<grpc::ClientWriter<ImageChunk>> writer_;
+};
+
+class DataChannelSink final : public ChunkSink {
+ public:
+  DataChannelSink(std::string host_port, int fd) : host_port_(std::move(host_port)), fd_(fd) {}
+  ~DataChannelSink() override { close(fd_); }
+  bool Write(const ImageChunk& msg, bool /*last*/) override {
+    if (msg.kind_case() == ImageChunk::kData && !msg.data().data().empty()) {
+      // The header as a frame, the bytes raw after it (no copy into a message).
+      ImageChunk head;
+      peer::v1::FileData* d = head.mutable_data();
+      d->set_path(msg.data().path());
+      d->set_offset(msg.data().offset());
+      d->set_raw_bytes(msg.data().data().size());
+      error_ = WriteFrame(fd_, head);
+      if (error_.ok()) error_ = WriteAll(fd_, msg.data().data().data(), msg.data().data().size());
+    } else {
+      error_ = WriteFrame(fd_, msg);
+    }
+    return error_.ok();
+  }
+  Status Finish(peer::v1::ReceiveImageReply* reply) override {
+    // The destination answers after its fsyncs and renames, however long
+    // they take (TCP keepalive notices a dead host meanwhile).
+    SetReceiveTimeout(0);
+    peer::v1::DataChannelReply r;
+    Status s = ReadFrame(SocketReader(fd_), &r);
+    if (!s.ok()) {
+      return Status::IoError("peer " + host_port_ + " closed the data channel before it answered: " + s.ToString());
+    }
+    if (r.code() != 0) return PeerStatus(host_port_, grpc::Status(static_cast<grpc::StatusCode>(r.code()), r.message()));
+    *reply = r.received();
+    return Status::Ok();
+  }
+  Status Fail(Status local) override {
+    // Whatever we were sending, the destination sees the stream end without
+    // ImageEnd (nothing committed); if it refused first, its reply is there.
+    (void)shutdown(fd_, SHUT_WR);
+    SetReceiveTimeout(2);
+    peer::v1::DataChannelReply r;
+    if (ReadFrame(SocketReader(fd_), &r).ok() && r.code() != 0 &&
+        r.code() != static_cast<int>(grpc::StatusCode::CANCELLED)) {
+      return PeerStatus(host_port_, grpc::Status(static_cast<grpc::StatusCode>(r.code()), r.message()));
+    }
+    if (!local.ok()) return local;
+    return error_.ok() ? Status::IoError("peer " + host_port_ + " closed the data channel") : error_;
+  }
+
+ private:
+  void SetReceiveTimeout(int seconds) {
+    timeval tv{};
+    tv.tv_sec = seconds;
+    (void)setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  const std::string host_port_;
+  const int fd_;
+  Status error_;
+};
+
+/// Asks the peer for a data channel and connects it (data_channel.h).
+/// NotSupported when the peer offers none (an older phosd, or one whose
+/// data listener failed); Unavailable when its port cannot be reached.
+Status OpenDataChannelTo(const std::string& host_port, peer::v1::PhosPeer::Stub* stub, const std::string& token,
+                         int connect_timeout_ms, int* fd_out) {
+  grpc::ClientContext context;
+  context.AddMetadata(kPeerTokenHeader, token);
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms));
+  peer::v1::OpenDataChannelRequest request;
+  peer::v1::OpenDataChannelReply reply;
+  const grpc::Status g = stub->OpenDataChannel(&context, request, &reply);
+  if (g.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    return Status::NotSupported("peer " + host_port + " offers no data channel (" + g.error_message() + ")");
+  }
+  if (!g.ok()) return PeerStatus(host_port, g);
+  if (reply.ticket().size() != kTicketBytes || reply.port() == 0 || reply.port() > 65535) {
+    return Status::InvalidArgument("peer " + host_port + " answered OpenDataChannel with a malformed ticket or port");
+  }
+  std::string host = host_port.substr(0, host_port.rfind(':'));
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(reply.port());
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    return Status::Unavailable("data channel: cannot resolve " + host + ": " + gai_strerror(rc));
+  }
+  int fd = -1;
+  Status why = Status::Unavailable("data channel: no address of " + host);
+  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    timeval tv{};
+    tv.tv_sec = connect_timeout_ms / 1000;
+    tv.tv_usec = (connect_timeout_ms % 1000) * 1000;
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);  // bounds connect() too
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      why = Status::Unavailable("data channel: connect to " + host + ":" + port + ": " + std::strerror(errno));
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  if (fd < 0) return why;
+  // A peer that stops reading (or answering) for a minute is gone; a dead
+  // host is noticed by keepalive within ~25 s even while we wait.
+  timeval idle{};
+  idle.tv_sec = 60;
+  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &idle, sizeof idle);
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
+  const int one = 1, keepidle = 10, keepintvl = 5, keepcnt = 3;
+  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &keepidle, sizeof keepidle);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &keepintvl, sizeof keepintvl);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &keepcnt, sizeof keepcnt);
+  std::string hello(kDataChannelMagic, sizeof kDataChannelMagic);
+  hello += reply.ticket();
+  if (Status s = WriteAll(fd, hello.data(), hello.size()); !s.ok()) {
+    close(fd);
+    return Status::Unavailable("data channel to " + host + ":" + port + ": " + s.ToString());
+  }
+  *fd_out = fd;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status SendImage(const std::string& host_port, const std::string& token, const std::string& dir,
                  const std::string& name, const SendProgress& progress, SendImageResult* result,
                  const SendImageOptions& options) {
@@ -103,24 +282,31 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
   std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
   PHOS_RETURN_IF_ERROR(ConnectPeer(
       host_port, std::chrono::system_clock::now() + std::chrono::milliseconds(options.connect_timeout_ms), &stub));
-  grpc::ClientContext context;
-  context.AddMetadata(kPeerTokenHeader, token);
-  peer::v1::ReceiveImageReply reply;
-  std::unique_ptr<grpc::ClientWriter<ImageChunk>> writer = stub->ReceiveImage(&context, &reply);
-
-  // A failed Write means the stream is over (the peer refused, or the
-  // connection broke): Finish() says why.
-  auto finish_error = [&](Status local) -> Status {
-    grpc::Status g = writer->Finish();
-    return g.ok() ? local : PeerStatus(host_port, g);
-  };
+  std::unique_ptr<ChunkSink> sink;
+  if (options.transport != SendImageOptions::Transport::kGrpc) {
+    int fd = -1;
+    Status d = OpenDataChannelTo(host_port, stub.get(), token, options.connect_timeout_ms, &fd);
+    if (d.ok()) {
+      sink = std::make_unique<DataChannelSink>(host_port, fd);
+      result->transport = "data channel";
+    } else if (options.transport == SendImageOptions::Transport::kDataChannel ||
+               d.code() == Status::Code::kFailedPrecondition) {
+      return d;  // asked for, or the token was refused (gRPC would refuse it too)
+    } else {
+      spdlog::warn("peer {}: {}; sending '{}' through gRPC instead", host_port, d.message(), name);
+    }
+  }
+  if (!sink) {
+    sink = std::make_unique<GrpcSink>(host_port, stub.get(), token);
+    result->transport = "grpc";
+  }
 
   ImageChunk msg;
   msg.mutable_begin()->set_name(name);
   msg.mutable_begin()->set_total_bytes(total);
   msg.mutable_begin()->set_file_count(static_cast<std::uint32_t>(files.size()));
   msg.mutable_begin()->set_skip_fsync(options.skip_fsync);
-  if (!writer->Write(msg)) return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
+  if (!sink->Write(msg, false)) return sink->Fail(Status::IoError("peer " + host_port + " closed the stream"));
   if (progress) progress(0, total);
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -135,17 +321,13 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
     for (std::size_t i = 0; i < refs.size(); ++i) {
       const bool overlaps = i > 0 && refs[i].offset < refs[i - 1].offset + refs[i - 1].length;
       if (refs[i].length == 0 || refs[i].offset > f.size || refs[i].length > f.size - refs[i].offset || overlaps) {
-        writer->WritesDone();
-        return finish_error(Status::InvalidArgument("pre-copied range [" + std::to_string(refs[i].offset) + ", +" +
-                                                    std::to_string(refs[i].length) + ") of " + f.rel +
-                                                    " is empty, overlaps another or lies outside the file"));
+        return sink->Fail(Status::InvalidArgument("pre-copied range [" + std::to_string(refs[i].offset) + ", +" +
+                                                  std::to_string(refs[i].length) + ") of " + f.rel +
+                                                  " is empty, overlaps another or lies outside the file"));
       }
     }
     const int fd = open(f.abs.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-      writer->WritesDone();  // the destination sees no ImageEnd: nothing is committed
-      return finish_error(Status::FromErrno("open " + f.abs, errno));
-    }
+    if (fd < 0) return sink->Fail(Status::FromErrno("open " + f.abs, errno));
     XXH3_64bits_reset(xxh.get());
     std::uint64_t off = 0;
     std::size_t next_ref = 0;
@@ -189,9 +371,9 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
       }
       off += advance;
       sent += advance;
-      if (!writer->Write(msg)) {
+      if (!sink->Write(msg, false)) {
         close(fd);
-        return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
+        return sink->Fail(Status::IoError("peer " + host_port + " closed the stream"));
       }
       if (progress) progress(sent, total);
       if (options.max_bytes_per_sec > 0 && !msg.data().has_ref()) {
@@ -208,26 +390,21 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
                                          " bytes); the image directory must not be written");
     }
     close(fd);
-    if (!local.ok()) {
-      writer->WritesDone();
-      return finish_error(local);
-    }
+    if (!local.ok()) return sink->Fail(local);
     msg.Clear();
     peer::v1::FileEnd* end = msg.mutable_file_end();
     end->set_path(f.rel);
     end->set_size(f.size);
     end->set_xxh3(XXH3_64bits_digest(xxh.get()));
     end->set_mode(f.mode);
-    if (!writer->Write(msg)) return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
+    if (!sink->Write(msg, false)) return sink->Fail(Status::IoError("peer " + host_port + " closed the stream"));
   }
   msg.Clear();
   msg.mutable_end()->set_file_count(static_cast<std::uint32_t>(files.size()));
   msg.mutable_end()->set_total_bytes(sent);
-  if (!writer->Write(msg, grpc::WriteOptions().set_last_message())) {
-    return finish_error(Status::IoError("peer " + host_port + " closed the stream"));
-  }
-  grpc::Status g = writer->Finish();
-  if (!g.ok()) return PeerStatus(host_port, g);
+  if (!sink->Write(msg, true)) return sink->Fail(Status::IoError("peer " + host_port + " closed the stream"));
+  peer::v1::ReceiveImageReply reply;
+  PHOS_RETURN_IF_ERROR(sink->Finish(&reply));
   result->path = reply.path();
   result->bytes = reply.bytes();
   result->streamed_bytes = streamed;

@@ -47,6 +47,12 @@ struct SendImageOptions {
   std::map<std::string, std::vector<PrecopiedRange>> precopied;
   /// The destination may skip its fsyncs (the image lives until restored).
   bool skip_fsync = false;
+  /// How the bytes travel (docs/migration.md "Data channel"): kAuto = a
+  /// data channel (raw TCP beside gRPC, data_channel.h) when the peer
+  /// offers one and it connects, else gRPC's ReceiveImage stream (said in
+  /// the log); kDataChannel = that or an error; kGrpc = gRPC only.
+  enum class Transport { kAuto, kGrpc, kDataChannel };
+  Transport transport = Transport::kAuto;
 };
 
 struct SendImageResult {
@@ -54,6 +60,7 @@ struct SendImageResult {
   std::uint64_t bytes = 0;          // the image's bytes (pre-copied ones included)
   std::uint64_t streamed_bytes = 0; // of them, the bytes this stream carried
   std::uint32_t files = 0;
+  std::string transport;            // "data channel" or "grpc"
 };
 
 /// Connects to the peer daemon at `host_port` (waiting until `deadline`)

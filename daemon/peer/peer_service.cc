@@ -2,13 +2,17 @@
 
 #include "common/version.h"
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "common/grpc_status.h"
 #include "image/image_receiver.h"
+#include "peer/data_channel.h"
 #include "peer/fabric_message.h"
 #include "peer/peer_token.h"
 
@@ -23,7 +27,7 @@ namespace {
 using peer::v1::ImageChunk;
 
 // Data chunks are 1-4 MiB; leave room for larger ones and the framing.
-constexpr int kMaxMessageBytes = (16 << 20) + (64 << 10);
+constexpr int kMaxGrpcMessageBytes = (16 << 20) + (64 << 10);
 // Distinct refused hosts remembered for "log once"; beyond it, each
 // refusal is logged at debug only (a scan cannot fill the log or memory).
 constexpr std::size_t kMaxRefusedHosts = 1024;
@@ -222,7 +226,11 @@ grpc::Status PeerService::ReceiveImage(grpc::ServerContext* context, grpc::Serve
                                        peer::v1::ReceiveImageReply* reply) {
   if (grpc::Status a = Authenticate(context); !a.ok()) return a;
   const auto t0 = std::chrono::steady_clock::now();
-  grpc::Status g = Receive(context, reader, reply);
+  NextChunk next = [reader, context](ImageChunk* chunk) -> Status {
+    if (reader->Read(chunk)) return Status::Ok();
+    return Status::NotFound(context->IsCancelled() ? "the stream was cancelled" : "the stream ended");
+  };
+  grpc::Status g = Receive(next, context->peer(), reply);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (g.ok()) {
     spdlog::info("peer: received {} ({} files, {} bytes) from {} in {:.2f} s ({:.0f} MB/s)", reply->path(),
@@ -233,10 +241,69 @@ grpc::Status PeerService::ReceiveImage(grpc::ServerContext* context, grpc::Serve
   return g;
 }
 
-grpc::Status PeerService::Receive(grpc::ServerContext* context, grpc::ServerReader<ImageChunk>* reader,
-                                  peer::v1::ReceiveImageReply* reply) {
+grpc::Status PeerService::OpenDataChannel(grpc::ServerContext* context, const peer::v1::OpenDataChannelRequest*,
+                                          peer::v1::OpenDataChannelReply* reply) {
+  if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  if (data_channels_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this phosd has no data channel; use ReceiveImage");
+  }
+  std::string ticket;
+  if (Status s = data_channels_->IssueTicket(&ticket); !s.ok()) return ToGrpcStatus(s);
+  reply->set_port(static_cast<std::uint32_t>(data_channels_->port()));
+  reply->set_ticket(ticket);
+  return grpc::Status::OK;
+}
+
+void PeerService::ServeDataChannel(int fd, const std::string& peer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ReadExactFn read = SocketReader(fd);
+  std::uint64_t frames = 0;
+  NextChunk next = [&](ImageChunk* chunk) -> Status {
+    Status s = ReadImageChunk(read, chunk);
+    if (s.ok()) ++frames;
+    return s;
+  };
+  peer::v1::ReceiveImageReply received;
+  grpc::Status g = Receive(next, peer, &received);
+  peer::v1::DataChannelReply out;
+  out.set_code(static_cast<int>(g.error_code()));
+  out.set_message(g.error_message());
+  if (g.ok()) *out.mutable_received() = received;
+  if (Status w = WriteFrame(fd, out); !w.ok()) {
+    spdlog::warn("peer: could not tell {} how its data channel ended: {}", peer, w.ToString());
+  } else if (!g.ok()) {
+    // The source may still be sending: closing with its bytes unread would
+    // reset the connection and could destroy the reply before it is read.
+    // Stop writing, then drain what still comes (bounded) until it closes.
+    (void)shutdown(fd, SHUT_WR);
+    timeval tv{};
+    tv.tv_sec = 2;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::vector<char> sink(1 << 16);
+    for (std::uint64_t drained = 0; drained < (256ull << 20);) {
+      const ssize_t n = recv(fd, sink.data(), sink.size(), 0);
+      if (n <= 0) break;
+      drained += static_cast<std::uint64_t>(n);
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (g.ok()) {
+    spdlog::info("peer: received {} ({} files, {} bytes) from {} over a data channel in {:.2f} s ({:.0f} MB/s)",
+                 received.path(), received.files(), received.bytes(), peer, secs,
+                 received.bytes() / 1e6 / std::max(secs, 1e-6));
+  } else {
+    spdlog::warn("peer: data channel from {} failed after {} frames: {}", peer, frames, g.error_message());
+  }
+}
+
+grpc::Status PeerService::Receive(const NextChunk& next, const std::string& peer, peer::v1::ReceiveImageReply* reply) {
   ImageChunk chunk;
-  if (!reader->Read(&chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "stream ended before ImageBegin");
+  if (Status r = next(&chunk); !r.ok()) {
+    if (r.code() == Status::Code::kNotFound) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "stream ended before ImageBegin");
+    }
+    return ToGrpcStatus(r);
+  }
   if (chunk.kind_case() != ImageChunk::kBegin) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the stream must start with ImageBegin");
   }
@@ -265,11 +332,12 @@ grpc::Status PeerService::Receive(grpc::ServerContext* context, grpc::ServerRead
   spdlog::info("peer: receiving '{}' ({} bytes, {} files{}) from {} into {}", name, chunk.begin().total_bytes(),
                chunk.begin().file_count(),
                options.precopy ? ", " + std::to_string(options.precopy->bytes()) + " bytes pre-copied" : "",
-               context->peer(), receiver->tmp_dir());
+               peer, receiver->tmp_dir());
 
   // The destination's own refusals discard the .tmp; a source that goes
   // away leaves it (see image_receiver.h).
-  while (reader->Read(&chunk)) {
+  Status r;
+  while ((r = next(&chunk)).ok()) {
     Status s;
     switch (chunk.kind_case()) {
       case ImageChunk::kData: s = receiver->Data(chunk.data()); break;
@@ -286,8 +354,13 @@ grpc::Status PeerService::Receive(grpc::ServerContext* context, grpc::ServerRead
       return ToGrpcStatus(s.WithContext("image '" + name + "'"));
     }
   }
-  spdlog::warn("peer: the source of '{}' went away after {} bytes{}; left {} (removed at the next start)", name,
-               receiver->bytes(), context->IsCancelled() ? " (cancelled)" : "", receiver->tmp_dir());
+  if (r.code() == Status::Code::kInvalidArgument) {
+    // Malformed bytes from the source: refused like a bad message.
+    receiver->Discard();
+    return ToGrpcStatus(r.WithContext("image '" + name + "'"));
+  }
+  spdlog::warn("peer: the source of '{}' went away after {} bytes ({}); left {} (removed at the next start)", name,
+               receiver->bytes(), r.message(), receiver->tmp_dir());
   return grpc::Status(grpc::StatusCode::CANCELLED, "stream ended before ImageEnd");
 }
 
@@ -397,19 +470,36 @@ Status PeerServer::Start(const PeerServerOptions& options, const std::string& ch
   if (options.test_drop_restore_reply) {
     spdlog::warn("peer: --test-drop-restore-reply: every RestoreImage answers UNAVAILABLE after restoring (tests only)");
   }
+  // The data channel listens on the same host as the gRPC port; a phosd
+  // that cannot open one still serves ReceiveImage (sources fall back).
+  data_channels_ = std::make_unique<DataChannelServer>();
+  {
+    PeerService* svc = service_.get();
+    const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+    if (Status d = data_channels_->Start(host, [svc](int fd, const std::string& peer) { svc->ServeDataChannel(fd, peer); });
+        d.ok()) {
+      service_->SetDataChannelServer(data_channels_.get());
+    } else {
+      spdlog::warn("peer: no data channel ({}); images stream through gRPC", d.ToString());
+      data_channels_.reset();
+    }
+  }
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(service_.get());
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     server_.reset();
+    if (data_channels_) data_channels_->Shutdown();
+    data_channels_.reset();
     service_.reset();
     port_ = 0;
     return Status::IoError("cannot listen on " + options.listen + " (--listen HOST:PORT; is the port in use?)");
   }
   spdlog::info("peer: listening on {} (port {}), images to {}/incoming, limit {} bytes; no TLS (docs/migration.md)",
                options.listen, port_, checkpoint_root, options.max_receive_bytes);
+  if (data_channels_) spdlog::info("peer: data channels on port {}", data_channels_->port());
   return Status::Ok();
 }
 
@@ -418,6 +508,10 @@ void PeerServer::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();
     server_.reset();
+  }
+  if (data_channels_) {
+    data_channels_->Shutdown();  // live streams end as a vanished source's do
+    data_channels_.reset();
   }
   service_.reset();
   port_ = 0;

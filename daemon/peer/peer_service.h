@@ -24,6 +24,7 @@
 #include "common/status.h"
 #include "peer.grpc.pb.h"
 #include "image/precopy_store.h"
+#include "peer/data_channel_server.h"
 
 namespace phos::peer {
 
@@ -72,6 +73,17 @@ class PeerService final : public peer::v1::PhosPeer::Service {
 
   grpc::Status ReceiveImage(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
                             peer::v1::ReceiveImageReply* reply) override;
+  grpc::Status OpenDataChannel(grpc::ServerContext* context, const peer::v1::OpenDataChannelRequest* request,
+                               peer::v1::OpenDataChannelReply* reply) override;
+
+  /// Where OpenDataChannel's tickets come from (PeerServer sets it before
+  /// serving; null: OpenDataChannel answers UNIMPLEMENTED and the source
+  /// streams through ReceiveImage).
+  void SetDataChannelServer(DataChannelServer* server) { data_channels_ = server; }
+  /// DataChannelServer's handler: one image stream over `fd` (data_channel.h),
+  /// received as ReceiveImage would, the outcome written back as a
+  /// DataChannelReply.
+  void ServeDataChannel(int fd, const std::string& peer);
   grpc::Status Precopy(grpc::ServerContext* context, grpc::ServerReader<peer::v1::PrecopyChunk>* reader,
                        peer::v1::PrecopyReply* reply) override;
 
@@ -83,8 +95,12 @@ class PeerService final : public peer::v1::PhosPeer::Service {
 
  private:
   grpc::Status Authenticate(grpc::ServerContext* context);
-  grpc::Status Receive(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
-                       peer::v1::ReceiveImageReply* reply);
+  /// The next chunk of an image stream: Ok, NotFound at its end (the
+  /// source went away), or why it could not be read.
+  using NextChunk = std::function<Status(peer::v1::ImageChunk* chunk)>;
+  /// One image stream, whichever transport carries it; `peer` names the
+  /// source in messages.
+  grpc::Status Receive(const NextChunk& next, const std::string& peer, peer::v1::ReceiveImageReply* reply);
   Status ReceivePrecopy(const std::shared_ptr<image::PrecopyStore>& store, grpc::ServerContext* context,
                         grpc::ServerReader<peer::v1::PrecopyChunk>* reader);
   /// mu_ held: forgets sealed pre-copies older than kPrecopyTtl.
@@ -119,6 +135,7 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   const CollectiveSink collectives_;
   const CutJoiner join_cut_;
   const JobRanksRestorer restore_job_ranks_;
+  DataChannelServer* data_channels_ = nullptr;  // set before serving, then only read
 
   std::mutex mu_;  // guards in_flight_, precopies_, refused_hosts_, restores_ and restore_order_
   std::set<std::string> in_flight_;      // image names being received now
@@ -154,9 +171,10 @@ class PeerServer {
   int port() const { return port_; }
 
  private:
-  // Owned by the Daemon's thread; the service outlives the server.
+  // Owned by the Daemon's thread; the service outlives both servers.
   std::unique_ptr<PeerService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<DataChannelServer> data_channels_;
   int port_ = 0;
 };
 

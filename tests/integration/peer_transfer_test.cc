@@ -1,7 +1,10 @@
 // The migration transport end to end (docs/migration.md): a destination
 // phosd with --listen/--peer-token, `phos send-image` as the source, and raw
 // PhosPeer streams for what a well-behaved source never sends.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +27,7 @@
 #include "image/image_reader.h"
 #include "image/image_writer.h"
 #include "peer.grpc.pb.h"
+#include "peer/data_channel.h"
 
 namespace {
 
@@ -251,10 +255,134 @@ class PeerTransferTest : public ::testing::Test {
     return c;
   }
 
+  // A TCP connection to the daemon's data channel port that has sent
+  // `hello` (the magic and a ticket, or anything else); -1 on failure.
+  int DataConnect(const std::string& hello) {
+    std::smatch m;
+    const std::string out = daemon_.output;
+    if (!std::regex_search(out, m, std::regex("data channels on port (\\d+)"))) return -1;
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(m[1])));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{};
+    tv.tv_sec = 20;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        !phos::peer::WriteAll(fd, hello.data(), hello.size()).ok()) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  // The magic and a fresh ticket from OpenDataChannel (with `token`).
+  std::string Hello(const std::string& token) {
+    auto stub = Stub();
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("phos-peer-token", token);
+    phos::peer::v1::OpenDataChannelRequest req;
+    phos::peer::v1::OpenDataChannelReply rep;
+    grpc::Status g = stub->OpenDataChannel(&ctx, req, &rep);
+    EXPECT_TRUE(g.ok()) << g.error_message();
+    return std::string(phos::peer::kDataChannelMagic, sizeof phos::peer::kDataChannelMagic) + rep.ticket();
+  }
+
   std::string dir_, root_, incoming_, token_;
   int port_ = 0;
   Child daemon_;
 };
+
+// The data channel (docs/migration.md "Data channel") carries the same
+// image as gRPC, byte for byte; a connection without a ticket from
+// OpenDataChannel (which needs the token) is closed unanswered and a ticket
+// works once; the destination's refusals reach the source with its reason;
+// malformed frames are refused and leave nothing.
+TEST_F(PeerTransferTest, DataChannelCarriesTheImageAndOnlyWithATicket) {
+  const std::string img = MakeImage("dc");
+  Result d = Phos({"send-image", img, "--to", To(), "--peer-token", token_, "--name", "dc-data", "--transport", "data"});
+  ASSERT_EQ(d.rc, 0) << d.output << daemon_.output;
+  EXPECT_NE(d.output.find("(data channel)"), std::string::npos) << d.output;
+  Result g = Phos({"send-image", img, "--to", To(), "--peer-token", token_, "--name", "dc-grpc", "--transport", "grpc"});
+  ASSERT_EQ(g.rc, 0) << g.output;
+  EXPECT_NE(g.output.find("(grpc)"), std::string::npos) << g.output;
+  ExpectSameTree(img, incoming_ + "/dc-data");
+  ExpectSameTree(img, incoming_ + "/dc-grpc");
+  EXPECT_EQ(Phos({"inspect", incoming_ + "/dc-data"}).rc, 0);
+
+  // No ticket, a made-up one, and a wrong token asking for one.
+  for (const std::string& hello : {std::string("PHOSDC01") + std::string(32, 'x'), std::string("GET / HTTP/1.1\r\n\r\n")}) {
+    const int fd = DataConnect(hello);
+    ASSERT_GE(fd, 0);
+    shutdown(fd, SHUT_WR);  // a short hello then ends at once, not after the server's wait
+    char c = 0;
+    EXPECT_EQ(recv(fd, &c, 1, 0), 0) << "a connection without a valid ticket got an answer";
+    close(fd);
+  }
+  {
+    auto stub = Stub();
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("phos-peer-token", "wrong");
+    phos::peer::v1::OpenDataChannelRequest req;
+    phos::peer::v1::OpenDataChannelReply rep;
+    EXPECT_EQ(stub->OpenDataChannel(&ctx, req, &rep).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  const std::string tok = "s3cret-peer-token";
+  const std::string hello = Hello(tok);
+  auto reply_of = [](int fd) {
+    phos::peer::v1::DataChannelReply r;
+    phos::Status s = phos::peer::ReadFrame(phos::peer::SocketReader(fd), &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return r;
+  };
+  {
+    // A ticket works once: an empty image, then the same ticket again.
+    const int fd = DataConnect(hello);
+    ASSERT_GE(fd, 0);
+    phos::peer::v1::ImageChunk end;
+    end.mutable_end();
+    ASSERT_TRUE(phos::peer::WriteFrame(fd, Begin("dc-empty", 0)).ok());
+    ASSERT_TRUE(phos::peer::WriteFrame(fd, end).ok());
+    EXPECT_EQ(reply_of(fd).code(), 0);
+    close(fd);
+    const int again = DataConnect(hello);
+    ASSERT_GE(again, 0);
+    char c = 0;
+    EXPECT_EQ(recv(again, &c, 1, 0), 0) << "a ticket was accepted twice";
+    close(again);
+  }
+  {
+    // Raw bytes beside inline data: refused, nothing left.
+    const int fd = DataConnect(Hello(tok));
+    ASSERT_GE(fd, 0);
+    phos::peer::v1::ImageChunk bad = Data("f", "abc");
+    bad.mutable_data()->set_raw_bytes(3);
+    ASSERT_TRUE(phos::peer::WriteFrame(fd, Begin("dc-bad", 6)).ok());
+    ASSERT_TRUE(phos::peer::WriteFrame(fd, bad).ok());
+    const phos::peer::v1::DataChannelReply r = reply_of(fd);
+    EXPECT_EQ(r.code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT)) << r.message();
+    close(fd);
+  }
+  {
+    // A frame length out of range.
+    const int fd = DataConnect(Hello(tok));
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(phos::peer::WriteFrame(fd, Begin("dc-len", 6)).ok());
+    const std::string huge("\xff\xff\xff\xff\xff\xff\xff\x7f", 8);
+    ASSERT_TRUE(phos::peer::WriteAll(fd, huge.data(), huge.size()).ok());
+    EXPECT_EQ(reply_of(fd).code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+    close(fd);
+  }
+  // Over --max-receive-bytes (64M): the source hears the destination's reason.
+  fs::create_directories(dir_ + "/src/huge");
+  WriteFile(dir_ + "/src/huge/gpu.img", "");
+  fs::resize_file(dir_ + "/src/huge/gpu.img", 65u << 20);  // refused by its announced size
+  Result big = Phos({"send-image", dir_ + "/src/huge", "--to", To(), "--peer-token", token_, "--transport", "data"});
+  EXPECT_EQ(big.rc, 1) << big.output;
+  EXPECT_NE(big.output.find("--max-receive-bytes"), std::string::npos) << big.output;
+  std::vector<std::string> want = {"dc-data", "dc-empty", "dc-grpc"};
+  EXPECT_EQ(Entries(incoming_), want);
+}
 
 TEST_F(PeerTransferTest, SendsAnImageByteIdenticalAndInspectVerifiesIt) {
   const std::string img = MakeImage("img1");

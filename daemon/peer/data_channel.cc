@@ -1,0 +1,92 @@
+#include "peer/data_channel.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace phos::peer {
+
+ReadExactFn SocketReader(int fd) {
+  return [fd](void* p, std::size_t n) -> Status {
+    auto* at = static_cast<char*>(p);
+    std::size_t got = 0;
+    while (got < n) {
+      const ssize_t r = recv(fd, at + got, n - got, MSG_WAITALL);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::IoError("data channel: the peer sent nothing for too long");
+        return Status::FromErrno("data channel: receive", errno);
+      }
+      if (r == 0) {
+        if (got == 0) return Status::NotFound("end of stream");
+        return Status::IoError("data channel: the peer closed the connection in the middle of a frame");
+      }
+      got += static_cast<std::size_t>(r);
+    }
+    return Status::Ok();
+  };
+}
+
+Status WriteAll(int fd, const void* p, std::size_t n) {
+  const auto* at = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = send(fd, at, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::IoError("data channel: the peer took nothing for too long");
+      return Status::FromErrno("data channel: send", errno);
+    }
+    at += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return Status::Ok();
+}
+
+Status WriteFrame(int fd, const google::protobuf::MessageLite& message) {
+  std::string frame(8, '\0');
+  const std::uint64_t len = message.ByteSizeLong();
+  for (int i = 0; i < 8; ++i) frame[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
+  if (!message.AppendToString(&frame)) return Status::Internal("data channel: cannot serialize a message");
+  return WriteAll(fd, frame.data(), frame.size());
+}
+
+Status ReadFrame(const ReadExactFn& read, google::protobuf::MessageLite* message) {
+  unsigned char head[8];
+  PHOS_RETURN_IF_ERROR(read(head, sizeof head));
+  std::uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | head[i];
+  if (len == 0 || len > kMaxMessageBytes) {
+    return Status::InvalidArgument("data channel: a frame of " + std::to_string(len) + " bytes (1 to " +
+                                   std::to_string(kMaxMessageBytes) + " allowed)");
+  }
+  std::string body(static_cast<std::size_t>(len), '\0');
+  Status s = read(body.data(), body.size());
+  if (s.code() == Status::Code::kNotFound) return Status::IoError("data channel: the stream ended inside a frame");
+  PHOS_RETURN_IF_ERROR(s);
+  if (!message->ParseFromString(body)) return Status::InvalidArgument("data channel: a frame that does not parse");
+  return Status::Ok();
+}
+
+Status ReadImageChunk(const ReadExactFn& read, peer::v1::ImageChunk* chunk) {
+  PHOS_RETURN_IF_ERROR(ReadFrame(read, chunk));
+  if (chunk->kind_case() != peer::v1::ImageChunk::kData) return Status::Ok();
+  peer::v1::FileData* data = chunk->mutable_data();
+  const std::uint64_t raw = data->raw_bytes();
+  if (raw == 0) return Status::Ok();
+  if (!data->data().empty() || data->has_ref() || raw > kMaxRawBytes) {
+    return Status::InvalidArgument("data channel: raw bytes (" + std::to_string(raw) +
+                                   ") beside inline data or a pre-copy reference, or over " +
+                                   std::to_string(kMaxRawBytes));
+  }
+  std::string* bytes = data->mutable_data();
+  bytes->resize(static_cast<std::size_t>(raw));
+  Status s = read(bytes->data(), bytes->size());
+  if (s.code() == Status::Code::kNotFound) return Status::IoError("data channel: the stream ended before a file's bytes");
+  PHOS_RETURN_IF_ERROR(s);
+  data->set_raw_bytes(0);
+  return Status::Ok();
+}
+
+}  // namespace phos::peer
