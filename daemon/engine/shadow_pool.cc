@@ -26,7 +26,22 @@ ShadowPool::ShadowPool(backend::Backend* backend, ShadowPoolOptions options)
       bytes_per_device_(RoundUp(options_.bytes_per_device, kBlockGranularity)),
       // Sized once, here: references to elements are kept across unlocks.
       devices_(static_cast<std::size_t>(std::max(0, backend_->device_count()))) {
-  if (bytes_per_device_ > 0 && !devices_.empty()) thread_ = std::thread([this] { FillLoop(); });
+  if (bytes_per_device_ == 0 || devices_.empty()) return;
+  // Allocated now, before phosd serves anyone: the free memory an app sees
+  // (cudaMemGetInfo) then never drops under it when the reserve arrives.
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    Device& d = devices_[i];
+    if (Status s = Allocate(static_cast<int>(i), &d.ctx, &d.base); !s.ok()) {
+      d.fill_failures = 1;
+      d.last_error = s.ToString();
+      d.backoff = options_.retry_initial;
+      d.retry_at = Clock::now() + d.backoff;
+      spdlog::warn("cow reserve: cannot reserve {} MiB on GPU {}: {} (retrying with backoff; copy-on-write "
+                   "checkpoints allocate their shadows themselves meanwhile)",
+                   bytes_per_device_ >> 20, i, d.last_error);
+    }
+  }
+  thread_ = std::thread([this] { FillLoop(); });
 }
 
 ShadowPool::~ShadowPool() { Shutdown(); }
@@ -59,15 +74,21 @@ void ShadowPool::Shutdown() {
   }
 }
 
-Status ShadowPool::Fill(int device, std::unique_ptr<backend::Context>* out_ctx, backend::DevicePtr* out_base) {
+Status ShadowPool::Allocate(int device, std::unique_ptr<backend::Context>* out_ctx, backend::DevicePtr* out_base) {
   std::unique_ptr<backend::Context> ctx;
   PHOS_RETURN_IF_ERROR(backend_->CreateContext(device, &ctx));
   backend::DevicePtr base = 0;
   if (Status s = ctx->AllocateForDaemon(bytes_per_device_, &base); !s.ok()) {
     return s.WithContext("allocating " + std::to_string(bytes_per_device_ >> 20) + " MiB");
   }
-  // Write every byte once, so every page exists before a checkpoint needs
-  // it (on a GPU cheap and harmless; on the sim it is the whole point).
+  *out_ctx = std::move(ctx);
+  *out_base = base;
+  return Status::Ok();
+}
+
+Status ShadowPool::Write(backend::Context* ctx, backend::DevicePtr base) {
+  // Every byte once, so every page exists before a checkpoint needs it (on
+  // a GPU cheap and harmless; on the sim it is the whole point).
   backend::StreamHandle stream = 0;
   Status s = ctx->CreateStream(0, 0, &stream);
   for (std::uint64_t off = 0; s.ok() && off < bytes_per_device_; off += options_.fill_piece_bytes) {
@@ -81,27 +102,22 @@ Status ShadowPool::Fill(int device, std::unique_ptr<backend::Context>* out_ctx, 
     if (s.ok()) s = ctx->SynchronizeStream(stream);
   }
   if (stream != 0) (void)ctx->DestroyStream(stream);
-  if (!s.ok()) {
-    (void)ctx->Free(base);
-    return s.WithContext("writing the reserve once");
-  }
-  *out_ctx = std::move(ctx);
-  *out_base = base;
-  return Status::Ok();
+  return s.ok() ? s : s.WithContext("writing the reserve once");
 }
 
 void ShadowPool::FillLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
-    // The first device not ready whose backoff has passed; else sleep until
-    // the earliest retry (or for good when all are ready).
+    // The first device not ready whose backoff (after a failed allocation)
+    // has passed; else sleep until the earliest retry (or for good when
+    // all are ready).
     int device = -1;
     Clock::time_point wake_at = Clock::time_point::max();
     const Clock::time_point now = Clock::now();
     for (std::size_t i = 0; i < devices_.size(); ++i) {
       const Device& d = devices_[i];
       if (d.ready) continue;
-      if (d.fill_failures > 0 && d.retry_at > now) {
+      if (!d.ctx && d.retry_at > now) {
         wake_at = std::min(wake_at, d.retry_at);
         continue;
       }
@@ -116,14 +132,24 @@ void ShadowPool::FillLoop() {
       }
       continue;
     }
+    Device& d = devices_[static_cast<std::size_t>(device)];
+    // Until the device is ready only this thread (and Shutdown, after
+    // joining it) touches d.ctx and d.base: taken out, used unlocked.
+    std::unique_ptr<backend::Context> ctx = std::move(d.ctx);
+    backend::DevicePtr base = d.base;
     lock.unlock();
     const auto start = Clock::now();
-    std::unique_ptr<backend::Context> ctx;
-    backend::DevicePtr base = 0;
-    Status s = Fill(device, &ctx, &base);
+    Status s;
+    if (!ctx) s = Allocate(device, &ctx, &base);
+    if (s.ok()) {
+      s = Write(ctx.get(), base);
+      if (!s.ok()) {
+        (void)ctx->Free(base);
+        ctx.reset();
+      }
+    }
     const auto took = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
     lock.lock();
-    Device& d = devices_[static_cast<std::size_t>(device)];
     if (stopping_) {
       lock.unlock();
       if (ctx) {

@@ -1,8 +1,9 @@
 // The copy-on-write reserve (docs/protocols.md "Soft copy-on-write",
 // "The reserve"): per GPU, `--cow-reserve` bytes of device memory
-// allocated ONCE, in the background, when phosd starts — and written once,
-// because on the sim device memory is host memory whose pages the kernel
-// only provides (and zeroes) on first touch. A cow checkpoint carves its
+// allocated ONCE when phosd starts (in the constructor, so the free memory
+// apps see does not change under them later) and written once in the
+// background, because on the sim device memory is host memory whose pages
+// the kernel only provides (and zeroes) on first touch. A cow checkpoint carves its
 // shadows out of it, so a shadow is one D2D into ready memory: no
 // allocation (which on a GPU may synchronise the device, and on the sim
 // costs a page fault per 4 KiB page) ever happens while the app waits.
@@ -69,8 +70,9 @@ class ShadowPool {
   /// Ranges are aligned to (and sized in multiples of) this.
   static constexpr std::uint64_t kAlignment = 4096;
 
-  /// `backend` must outlive the pool. Starts the fill thread (when
-  /// bytes_per_device > 0), which fills every device in turn.
+  /// `backend` must outlive the pool. Allocates every device's block here
+  /// (a device that cannot is retried by the fill thread, with backoff) and
+  /// starts the fill thread (when bytes_per_device > 0), which writes them.
   ShadowPool(backend::Backend* backend, ShadowPoolOptions options);
   ~ShadowPool();  // Shutdown()
   ShadowPool(const ShadowPool&) = delete;
@@ -102,9 +104,9 @@ class ShadowPool {
 
  private:
   struct Device {
-    std::unique_ptr<backend::Context> ctx;  // owns the block; set once filled
+    std::unique_ptr<backend::Context> ctx;  // owns the block; set once allocated
     backend::DevicePtr base = 0;
-    bool ready = false;
+    bool ready = false;                     // allocated and written: Take may use it
     std::map<std::uint64_t, std::uint64_t> free;         // offset -> bytes, disjoint, coalesced
     std::unordered_map<backend::DevicePtr, std::uint64_t> taken;  // start -> bytes
     std::uint64_t in_use = 0;
@@ -116,9 +118,10 @@ class ShadowPool {
   };
 
   void FillLoop();
-  /// Allocates and writes one device's block (no lock held). Sets *ctx and
-  /// *base on success.
-  Status Fill(int device, std::unique_ptr<backend::Context>* ctx, backend::DevicePtr* base);
+  /// Allocates one device's block in a context of its own (no lock held).
+  Status Allocate(int device, std::unique_ptr<backend::Context>* ctx, backend::DevicePtr* base);
+  /// Writes a block once, piece by piece (no lock held; stops when stopping_).
+  Status Write(backend::Context* ctx, backend::DevicePtr base);
   bool AllReadyLocked() const;
 
   backend::Backend* const backend_;  // not owned; immutable

@@ -69,22 +69,37 @@ Status ReadFrame(const ReadExactFn& read, google::protobuf::MessageLite* message
   return Status::Ok();
 }
 
-Status ReadImageChunk(const ReadExactFn& read, peer::v1::ImageChunk* chunk) {
-  PHOS_RETURN_IF_ERROR(ReadFrame(read, chunk));
-  if (chunk->kind_case() != peer::v1::ImageChunk::kData) return Status::Ok();
-  peer::v1::FileData* data = chunk->mutable_data();
-  const std::uint64_t raw = data->raw_bytes();
-  if (raw == 0) return Status::Ok();
-  if (!data->data().empty() || data->has_ref() || raw > kMaxRawBytes) {
+namespace {
+
+/// Reads the `raw` bytes announced by a message into its `bytes` field.
+Status ReadRaw(const ReadExactFn& read, std::uint64_t raw, bool has_inline, std::string* bytes) {
+  if (has_inline || raw > kMaxRawBytes) {
     return Status::InvalidArgument("data channel: raw bytes (" + std::to_string(raw) +
                                    ") beside inline data or a pre-copy reference, or over " +
                                    std::to_string(kMaxRawBytes));
   }
-  std::string* bytes = data->mutable_data();
   bytes->resize(static_cast<std::size_t>(raw));
   Status s = read(bytes->data(), bytes->size());
-  if (s.code() == Status::Code::kNotFound) return Status::IoError("data channel: the stream ended before a file's bytes");
-  PHOS_RETURN_IF_ERROR(s);
+  if (s.code() == Status::Code::kNotFound) return Status::IoError("data channel: the stream ended before its bytes");
+  return s;
+}
+
+}  // namespace
+
+Status ReadImageChunk(const ReadExactFn& read, peer::v1::ImageChunk* chunk) {
+  PHOS_RETURN_IF_ERROR(ReadFrame(read, chunk));
+  if (chunk->kind_case() != peer::v1::ImageChunk::kData || chunk->data().raw_bytes() == 0) return Status::Ok();
+  peer::v1::FileData* data = chunk->mutable_data();
+  PHOS_RETURN_IF_ERROR(ReadRaw(read, data->raw_bytes(), !data->data().empty() || data->has_ref(), data->mutable_data()));
+  data->set_raw_bytes(0);
+  return Status::Ok();
+}
+
+Status ReadPrecopyChunk(const ReadExactFn& read, peer::v1::PrecopyChunk* chunk) {
+  PHOS_RETURN_IF_ERROR(ReadFrame(read, chunk));
+  if (chunk->kind_case() != peer::v1::PrecopyChunk::kData || chunk->data().raw_bytes() == 0) return Status::Ok();
+  peer::v1::PrecopyData* data = chunk->mutable_data();
+  PHOS_RETURN_IF_ERROR(ReadRaw(read, data->raw_bytes(), !data->data().empty(), data->mutable_data()));
   data->set_raw_bytes(0);
   return Status::Ok();
 }

@@ -63,5 +63,8 @@ Status ReadFrame(const ReadExactFn& read, google::protobuf::MessageLite* message
 /// a clean end of stream; InvalidArgument for a malformed frame (a raw
 /// run out of range, or raw bytes beside `data` or a `ref`).
 Status ReadImageChunk(const ReadExactFn& read, peer::v1::ImageChunk* chunk);
+/// The same for a pre-copy stream: a PrecopyData's raw bytes read into its
+/// `data`.
+Status ReadPrecopyChunk(const ReadExactFn& read, peer::v1::PrecopyChunk* chunk);
 
 }  // namespace phos::peer

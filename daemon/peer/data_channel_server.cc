@@ -113,7 +113,7 @@ void DataChannelServer::Shutdown() {
   port_ = 0;
 }
 
-Status DataChannelServer::IssueTicket(std::string* ticket) {
+Status DataChannelServer::IssueTicket(int purpose, std::string* ticket) {
   ticket->assign(kTicketBytes, '\0');
   std::size_t got = 0;
   while (got < ticket->size()) {
@@ -125,18 +125,21 @@ Status DataChannelServer::IssueTicket(std::string* ticket) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return Status::Unavailable("phosd is stopping");
-  for (auto it = tickets_.begin(); it != tickets_.end();) it = it->second < now ? tickets_.erase(it) : std::next(it);
+  for (auto it = tickets_.begin(); it != tickets_.end();) {
+    it = it->second.expiry < now ? tickets_.erase(it) : std::next(it);
+  }
   if (tickets_.size() >= 1024) return Status::Unavailable("data channel: too many tickets outstanding; try again");
-  tickets_.emplace(*ticket, now + kTicketTtl);
+  tickets_.emplace(*ticket, Ticket{now + kTicketTtl, purpose});
   return Status::Ok();
 }
 
-bool DataChannelServer::TakeTicketLocked(const std::string& ticket) {
+bool DataChannelServer::TakeTicketLocked(const std::string& ticket, int* purpose) {
   // Compared in constant time against each live ticket, so a timing
   // difference says nothing about how close a guess was.
   const auto now = std::chrono::steady_clock::now();
   for (auto it = tickets_.begin(); it != tickets_.end(); ++it) {
-    if (it->second >= now && PeerTokenMatches(it->first, ticket)) {
+    if (it->second.expiry >= now && PeerTokenMatches(it->first, ticket)) {
+      *purpose = it->second.purpose;
       tickets_.erase(it);
       return true;
     }
@@ -177,15 +180,16 @@ void DataChannelServer::Serve(int fd, std::string peer) {
   char hello[sizeof kDataChannelMagic + kTicketBytes];
   Status s = SocketReader(fd)(hello, sizeof hello);
   bool admitted = false;
+  int purpose = 0;
   if (s.ok() && std::memcmp(hello, kDataChannelMagic, sizeof kDataChannelMagic) == 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    admitted = TakeTicketLocked(std::string(hello + sizeof kDataChannelMagic, kTicketBytes));
+    admitted = TakeTicketLocked(std::string(hello + sizeof kDataChannelMagic, kTicketBytes), &purpose);
   }
   if (admitted) {
     SetTimeouts(fd, kIdleLimit);
     const int one = 1;
     (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    handler_(fd, peer);
+    handler_(fd, peer, purpose);
   } else {
     spdlog::warn("data channel: refused a connection from {}: {}", peer,
                  s.ok() ? "no valid ticket (tickets come from PhosPeer.OpenDataChannel, with the peer token)"

@@ -27,8 +27,9 @@
 namespace phos::peer {
 
 /// Serves one authenticated data channel; `fd` is closed by the server
-/// after it returns. `peer`: the remote address, for messages.
-using DataChannelHandler = std::function<void(int fd, const std::string& peer)>;
+/// after it returns. `peer`: the remote address, for messages; `purpose`:
+/// the stream its ticket was issued for (peer::v1::DataChannelPurpose).
+using DataChannelHandler = std::function<void(int fd, const std::string& peer, int purpose)>;
 
 class DataChannelServer {
  public:
@@ -49,14 +50,16 @@ class DataChannelServer {
   void Shutdown();
   int port() const { return port_; }
 
-  /// A fresh ticket (kTicketBytes random bytes), valid once within kTicketTtl.
-  Status IssueTicket(std::string* ticket);
+  /// A fresh ticket (kTicketBytes random bytes) for a stream of `purpose`,
+  /// valid once within kTicketTtl.
+  Status IssueTicket(int purpose, std::string* ticket);
 
  private:
   void AcceptLoop();
   void Serve(int fd, std::string peer);
-  /// mu_ held: true (and forgets it) when `ticket` was issued and is live.
-  bool TakeTicketLocked(const std::string& ticket);
+  /// mu_ held: true (and forgets it, *purpose = its purpose) when `ticket`
+  /// was issued and is live.
+  bool TakeTicketLocked(const std::string& ticket, int* purpose);
 
   DataChannelHandler handler_;  // set by Start, then only read
   int listen_fd_ = -1;          // owner's thread (Start/Shutdown)
@@ -66,7 +69,11 @@ class DataChannelServer {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, std::chrono::steady_clock::time_point> tickets_;  // ticket -> expiry
+  struct Ticket {
+    std::chrono::steady_clock::time_point expiry;
+    int purpose = 0;
+  };
+  std::map<std::string, Ticket> tickets_;
   std::set<int> live_;  // sockets of running connections (shut down by Shutdown)
   int active_ = 0;      // connection threads not yet finished
   bool stopping_ = false;

@@ -200,15 +200,15 @@ class DataChannelSink final : public ChunkSink {
   Status error_;
 };
 
-/// Asks the peer for a data channel and connects it (data_channel.h).
-/// NotSupported when the peer offers none (an older phosd, or one whose
-/// data listener failed); Unavailable when its port cannot be reached.
+}  // namespace
+
 Status OpenDataChannelTo(const std::string& host_port, peer::v1::PhosPeer::Stub* stub, const std::string& token,
-                         int connect_timeout_ms, int* fd_out) {
+                         peer::v1::DataChannelPurpose purpose, int connect_timeout_ms, int* fd_out) {
   grpc::ClientContext context;
   context.AddMetadata(kPeerTokenHeader, token);
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms));
   peer::v1::OpenDataChannelRequest request;
+  request.set_purpose(purpose);
   peer::v1::OpenDataChannelReply reply;
   const grpc::Status g = stub->OpenDataChannel(&context, request, &reply);
   if (g.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
@@ -267,8 +267,6 @@ Status OpenDataChannelTo(const std::string& host_port, peer::v1::PhosPeer::Stub*
   return Status::Ok();
 }
 
-}  // namespace
-
 Status SendImage(const std::string& host_port, const std::string& token, const std::string& dir,
                  const std::string& name, const SendProgress& progress, SendImageResult* result,
                  const SendImageOptions& options) {
@@ -285,7 +283,8 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
   std::unique_ptr<ChunkSink> sink;
   if (options.transport != SendImageOptions::Transport::kGrpc) {
     int fd = -1;
-    Status d = OpenDataChannelTo(host_port, stub.get(), token, options.connect_timeout_ms, &fd);
+    Status d = OpenDataChannelTo(host_port, stub.get(), token, peer::v1::DATA_CHANNEL_IMAGE,
+                                 options.connect_timeout_ms, &fd);
     if (d.ok()) {
       sink = std::make_unique<DataChannelSink>(host_port, fd);
       result->transport = "data channel";

@@ -73,6 +73,15 @@ Status ConnectPeer(const std::string& host_port, std::chrono::system_clock::time
 /// a refused token, the matching code for the peer's own refusals.
 Status PeerStatus(const std::string& host_port, const grpc::Status& g);
 
+/// Asks the peer for a data channel for a stream of `purpose` and connects
+/// it (data_channel.h), sending the magic and the ticket: `*fd_out` is then
+/// ready for frames (send/receive timeouts of 60 s, TCP keepalive on).
+/// NotSupported when the peer offers none (an older phosd, or one whose
+/// data listener failed); Unavailable when its port cannot be reached;
+/// FailedPrecondition for a refused token.
+Status OpenDataChannelTo(const std::string& host_port, peer::v1::PhosPeer::Stub* stub, const std::string& token,
+                         peer::v1::DataChannelPurpose purpose, int connect_timeout_ms, int* fd_out);
+
 /// Called after every chunk (and once at 0) with bytes sent and the total.
 using SendProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
 

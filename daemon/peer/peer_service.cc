@@ -241,34 +241,48 @@ grpc::Status PeerService::ReceiveImage(grpc::ServerContext* context, grpc::Serve
   return g;
 }
 
-grpc::Status PeerService::OpenDataChannel(grpc::ServerContext* context, const peer::v1::OpenDataChannelRequest*,
+grpc::Status PeerService::OpenDataChannel(grpc::ServerContext* context, const peer::v1::OpenDataChannelRequest* request,
                                           peer::v1::OpenDataChannelReply* reply) {
   if (grpc::Status a = Authenticate(context); !a.ok()) return a;
   if (data_channels_ == nullptr) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this phosd has no data channel; use ReceiveImage");
   }
   std::string ticket;
-  if (Status s = data_channels_->IssueTicket(&ticket); !s.ok()) return ToGrpcStatus(s);
+  if (Status s = data_channels_->IssueTicket(static_cast<int>(request->purpose()), &ticket); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   reply->set_port(static_cast<std::uint32_t>(data_channels_->port()));
   reply->set_ticket(ticket);
   return grpc::Status::OK;
 }
 
-void PeerService::ServeDataChannel(int fd, const std::string& peer) {
+void PeerService::ServeDataChannel(int fd, const std::string& peer, int purpose) {
   const auto t0 = std::chrono::steady_clock::now();
   const ReadExactFn read = SocketReader(fd);
   std::uint64_t frames = 0;
-  NextChunk next = [&](ImageChunk* chunk) -> Status {
-    Status s = ReadImageChunk(read, chunk);
-    if (s.ok()) ++frames;
-    return s;
-  };
-  peer::v1::ReceiveImageReply received;
-  grpc::Status g = Receive(next, peer, &received);
   peer::v1::DataChannelReply out;
+  grpc::Status g;
+  peer::v1::ReceiveImageReply received;
+  if (purpose == peer::v1::DATA_CHANNEL_PRECOPY) {
+    NextPrecopyChunk next = [&](peer::v1::PrecopyChunk* chunk) -> Status {
+      Status s = ReadPrecopyChunk(read, chunk);
+      if (s.ok()) ++frames;
+      if (s.ok() && chunk->kind_case() == peer::v1::PrecopyChunk::kEnd) return Status::NotFound("end of the pre-copy");
+      if (s.code() == Status::Code::kNotFound) return Status::Unavailable("the source went away (connection closed)");
+      return s;
+    };
+    g = PrecopyFrom(next, peer, out.mutable_precopied());
+  } else {
+    NextChunk next = [&](ImageChunk* chunk) -> Status {
+      Status s = ReadImageChunk(read, chunk);
+      if (s.ok()) ++frames;
+      return s;
+    };
+    g = Receive(next, peer, &received);
+    if (g.ok()) *out.mutable_received() = received;
+  }
   out.set_code(static_cast<int>(g.error_code()));
   out.set_message(g.error_message());
-  if (g.ok()) *out.mutable_received() = received;
   if (Status w = WriteFrame(fd, out); !w.ok()) {
     spdlog::warn("peer: could not tell {} how its data channel ended: {}", peer, w.ToString());
   } else if (!g.ok()) {
@@ -287,11 +301,11 @@ void PeerService::ServeDataChannel(int fd, const std::string& peer) {
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (g.ok()) {
+  if (g.ok() && purpose != peer::v1::DATA_CHANNEL_PRECOPY) {
     spdlog::info("peer: received {} ({} files, {} bytes) from {} over a data channel in {:.2f} s ({:.0f} MB/s)",
                  received.path(), received.files(), received.bytes(), peer, secs,
                  received.bytes() / 1e6 / std::max(secs, 1e-6));
-  } else {
+  } else if (!g.ok()) {
     spdlog::warn("peer: data channel from {} failed after {} frames: {}", peer, frames, g.error_message());
   }
 }
@@ -390,8 +404,23 @@ std::shared_ptr<PrecopyStore> PeerService::TakePrecopy(const std::string& name) 
 grpc::Status PeerService::Precopy(grpc::ServerContext* context, grpc::ServerReader<peer::v1::PrecopyChunk>* reader,
                                   peer::v1::PrecopyReply* reply) {
   if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  NextPrecopyChunk next = [reader, context](peer::v1::PrecopyChunk* chunk) -> Status {
+    if (reader->Read(chunk)) return Status::Ok();
+    if (context->IsCancelled()) return Status::Unavailable("the source went away (stream cancelled)");
+    return Status::NotFound("end of the pre-copy");
+  };
+  return PrecopyFrom(next, context->peer(), reply);
+}
+
+grpc::Status PeerService::PrecopyFrom(const NextPrecopyChunk& next, const std::string& peer,
+                                      peer::v1::PrecopyReply* reply) {
   peer::v1::PrecopyChunk chunk;
-  if (!reader->Read(&chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "stream ended before PrecopyBegin");
+  if (Status r = next(&chunk); !r.ok()) {
+    if (r.code() == Status::Code::kNotFound || r.code() == Status::Code::kUnavailable) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "stream ended before PrecopyBegin");
+    }
+    return ToGrpcStatus(r);
+  }
   if (chunk.kind_case() != peer::v1::PrecopyChunk::kBegin) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the pre-copy stream must start with PrecopyBegin");
   }
@@ -425,13 +454,13 @@ grpc::Status PeerService::Precopy(grpc::ServerContext* context, grpc::ServerRead
     precopies_[name] = HeldPrecopy{store, false, {}};  // replaces a sealed, unclaimed one
   }
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = ReceivePrecopy(store, context, reader);
+  Status s = ReceivePrecopy(store, next);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = precopies_.find(name);
   const bool ours = it != precopies_.end() && it->second.store == store;
   if (!s.ok()) {
     if (ours) precopies_.erase(it);  // a broken pre-copy is never used
-    spdlog::warn("peer: pre-copy of '{}' from {} failed: {}", name, context->peer(), s.ToString());
+    spdlog::warn("peer: pre-copy of '{}' from {} failed: {}", name, peer, s.ToString());
     return ToGrpcStatus(s.WithContext("pre-copy of '" + name + "'"));
   }
   if (ours) {
@@ -440,22 +469,22 @@ grpc::Status PeerService::Precopy(grpc::ServerContext* context, grpc::ServerRead
   }
   reply->set_copies(store->copies());
   reply->set_bytes(store->bytes());
-  spdlog::info("peer: pre-copy of '{}' from {}: {} copies, {} bytes held, {:.2f} s", name, context->peer(),
+  spdlog::info("peer: pre-copy of '{}' from {}: {} copies, {} bytes held, {:.2f} s", name, peer,
                reply->copies(), reply->bytes(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return grpc::Status::OK;
 }
 
-Status PeerService::ReceivePrecopy(const std::shared_ptr<PrecopyStore>& store, grpc::ServerContext* context,
-                                   grpc::ServerReader<peer::v1::PrecopyChunk>* reader) {
+Status PeerService::ReceivePrecopy(const std::shared_ptr<PrecopyStore>& store, const NextPrecopyChunk& next) {
   peer::v1::PrecopyChunk chunk;
-  while (reader->Read(&chunk)) {
+  Status r;
+  while ((r = next(&chunk)).ok()) {
     if (chunk.kind_case() != peer::v1::PrecopyChunk::kData) {
       return Status::InvalidArgument("unexpected message in the pre-copy stream");
     }
     PHOS_RETURN_IF_ERROR(store->Add(chunk.data()));
   }
-  if (context->IsCancelled()) return Status::Unavailable("the source went away (stream cancelled)");
+  if (r.code() != Status::Code::kNotFound) return r;  // went away, or bytes that do not parse
   return store->Seal();
 }
 
@@ -476,7 +505,8 @@ Status PeerServer::Start(const PeerServerOptions& options, const std::string& ch
   {
     PeerService* svc = service_.get();
     const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-    if (Status d = data_channels_->Start(host, [svc](int fd, const std::string& peer) { svc->ServeDataChannel(fd, peer); });
+    if (Status d = data_channels_->Start(
+            host, [svc](int fd, const std::string& peer, int purpose) { svc->ServeDataChannel(fd, peer, purpose); });
         d.ok()) {
       service_->SetDataChannelServer(data_channels_.get());
     } else {

@@ -80,10 +80,11 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   /// serving; null: OpenDataChannel answers UNIMPLEMENTED and the source
   /// streams through ReceiveImage).
   void SetDataChannelServer(DataChannelServer* server) { data_channels_ = server; }
-  /// DataChannelServer's handler: one image stream over `fd` (data_channel.h),
-  /// received as ReceiveImage would, the outcome written back as a
+  /// DataChannelServer's handler: one image (or, by the ticket's
+  /// `purpose`, pre-copy) stream over `fd` (data_channel.h), received as
+  /// ReceiveImage (Precopy) would, the outcome written back as a
   /// DataChannelReply.
-  void ServeDataChannel(int fd, const std::string& peer);
+  void ServeDataChannel(int fd, const std::string& peer, int purpose);
   grpc::Status Precopy(grpc::ServerContext* context, grpc::ServerReader<peer::v1::PrecopyChunk>* reader,
                        peer::v1::PrecopyReply* reply) override;
 
@@ -101,8 +102,12 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   /// One image stream, whichever transport carries it; `peer` names the
   /// source in messages.
   grpc::Status Receive(const NextChunk& next, const std::string& peer, peer::v1::ReceiveImageReply* reply);
-  Status ReceivePrecopy(const std::shared_ptr<image::PrecopyStore>& store, grpc::ServerContext* context,
-                        grpc::ServerReader<peer::v1::PrecopyChunk>* reader);
+  /// The next chunk of a pre-copy stream: Ok, NotFound at its complete end,
+  /// Unavailable when the source went away, or why it could not be read.
+  using NextPrecopyChunk = std::function<Status(peer::v1::PrecopyChunk* chunk)>;
+  /// One pre-copy stream, whichever transport carries it.
+  grpc::Status PrecopyFrom(const NextPrecopyChunk& next, const std::string& peer, peer::v1::PrecopyReply* reply);
+  Status ReceivePrecopy(const std::shared_ptr<image::PrecopyStore>& store, const NextPrecopyChunk& next);
   /// mu_ held: forgets sealed pre-copies older than kPrecopyTtl.
   void DropExpiredPrecopiesLocked();
   /// The sealed pre-copy of `name`, removed from the registry (its image

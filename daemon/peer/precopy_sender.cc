@@ -1,9 +1,15 @@
 #include "peer/precopy_sender.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "common/hex.h"
+#include "peer/data_channel.h"
 #include "peer/peer_client.h"
 #include "peer/peer_token.h"
 
@@ -20,11 +26,21 @@ Status PrecopySender::Open(const std::string& host_port, const std::string& toke
   s->max_bytes_per_sec_ = max_bytes_per_sec;
   PHOS_RETURN_IF_ERROR(ConnectPeer(
       host_port, std::chrono::system_clock::now() + std::chrono::milliseconds(kConnectTimeoutMs), &s->stub_));
-  s->context_.AddMetadata(kPeerTokenHeader, token);
-  s->writer_ = s->stub_->Precopy(&s->context_, &s->reply_);
+  Status d = OpenDataChannelTo(host_port, s->stub_.get(), token, peer::v1::DATA_CHANNEL_PRECOPY, kConnectTimeoutMs,
+                               &s->data_fd_);
+  if (d.code() == Status::Code::kFailedPrecondition) return d;  // the token was refused
+  if (d.ok()) {
+    s->stats_.transport = "data channel";
+  } else {
+    spdlog::warn("peer {}: {}; pre-copying '{}' through gRPC instead", host_port, d.message(), name);
+    s->data_fd_ = -1;
+    s->context_.AddMetadata(kPeerTokenHeader, token);
+    s->writer_ = s->stub_->Precopy(&s->context_, &s->reply_);
+    s->stats_.transport = "grpc";
+  }
   peer::v1::PrecopyChunk begin;
   begin.mutable_begin()->set_name(name);
-  if (!s->writer_->Write(begin)) return s->StreamError();
+  if (!s->Send(begin, nullptr, 0)) return s->StreamError();
   s->t0_ = std::chrono::steady_clock::now();
   *out = std::move(s);
   return Status::Ok();
@@ -37,11 +53,40 @@ PrecopySender::~PrecopySender() {
     context_.TryCancel();
     (void)writer_->Finish();
   }
+  // A data channel closed without PrecopyEnd: the same, for the destination.
+  if (data_fd_ >= 0) close(data_fd_);
+}
+
+bool PrecopySender::Send(peer::v1::PrecopyChunk& msg, const char* raw, std::size_t raw_len) {
+  if (data_fd_ < 0) {
+    if (raw_len > 0) msg.mutable_data()->set_data(raw, raw_len);
+    return writer_->Write(msg);
+  }
+  if (raw_len > 0) msg.mutable_data()->set_raw_bytes(raw_len);
+  data_error_ = WriteFrame(data_fd_, msg);
+  // The copy's bytes straight from the engine's staging memory.
+  if (data_error_.ok() && raw_len > 0) data_error_ = WriteAll(data_fd_, raw, raw_len);
+  return data_error_.ok();
 }
 
 Status PrecopySender::StreamError() {
   if (!broken_.ok()) return broken_;
   finished_ = true;
+  if (data_fd_ >= 0) {
+    // The destination may have refused (its reply says why) or vanished.
+    (void)shutdown(data_fd_, SHUT_WR);
+    timeval tv{};
+    tv.tv_sec = 2;
+    (void)setsockopt(data_fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    peer::v1::DataChannelReply r;
+    if (ReadFrame(SocketReader(data_fd_), &r).ok() && r.code() != 0) {
+      broken_ = PeerStatus(host_port_, grpc::Status(static_cast<grpc::StatusCode>(r.code()), r.message()));
+    } else {
+      broken_ = data_error_.ok() ? Status::IoError("peer " + host_port_ + " closed the pre-copy data channel")
+                                 : data_error_.WithContext("pre-copy to peer " + host_port_);
+    }
+    return broken_;
+  }
   const grpc::Status g = writer_->Finish();
   broken_ = g.ok() ? Status::IoError("peer " + host_port_ + " closed the pre-copy stream")
                    : PeerStatus(host_port_, g);
@@ -59,7 +104,8 @@ Status PrecopySender::Staged(const engine::StagedCopy& copy) {
     d->set_address(copy.address);
     d->set_bytes(copy.bytes);
     d->set_offset(off);
-    d->set_data(copy.data + off, static_cast<std::size_t>(len));
+    d->clear_data();
+    d->clear_raw_bytes();
     if (off == 0) {
       d->set_chunk_bytes(copy.chunk_bytes);
       for (std::uint64_t x : *copy.chunk_xxh3) d->add_chunk_xxh3(x);
@@ -67,7 +113,7 @@ Status PrecopySender::Staged(const engine::StagedCopy& copy) {
       d->clear_chunk_bytes();
       d->clear_chunk_xxh3();
     }
-    if (!writer_->Write(msg)) return StreamError();
+    if (!Send(msg, reinterpret_cast<const char*>(copy.data) + off, static_cast<std::size_t>(len))) return StreamError();
     stats_.bytes += len;
     if (max_bytes_per_sec_ > 0) {
       // Sleep until the average rate is back under the cap (one chunk's time at most).
@@ -83,6 +129,27 @@ Status PrecopySender::Staged(const engine::StagedCopy& copy) {
 Status PrecopySender::Finish(PrecopyStats* stats) {
   if (!broken_.ok()) return broken_;
   if (finished_) return Status::FailedPrecondition("pre-copy stream already finished");
+  if (data_fd_ >= 0) {
+    peer::v1::PrecopyChunk end;
+    end.mutable_end();
+    if (!Send(end, nullptr, 0)) return StreamError();
+    finished_ = true;
+    // The destination answers once it holds (and sealed) every copy.
+    timeval tv{};
+    (void)setsockopt(data_fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    peer::v1::DataChannelReply r;
+    if (Status rs = ReadFrame(SocketReader(data_fd_), &r); !rs.ok()) {
+      broken_ = Status::IoError("peer " + host_port_ + " closed the pre-copy data channel before it answered: " +
+                                rs.ToString());
+      return broken_;
+    }
+    if (r.code() != 0) {
+      broken_ = PeerStatus(host_port_, grpc::Status(static_cast<grpc::StatusCode>(r.code()), r.message()));
+      return broken_;
+    }
+    *stats = stats_;
+    return Status::Ok();
+  }
   finished_ = true;
   // WritesDone may fail if the peer already ended the stream; Finish says why.
   (void)writer_->WritesDone();

@@ -190,6 +190,20 @@ TEST(ShadowPoolTest, ManyThreadsNeverHoldOverlappingRanges) {
   EXPECT_EQ(pool.stats()[0].largest_free, 16 * kMiB) << "the free ranges did not coalesce";
 }
 
+// The block is taken when the pool is made (phosd's start), not later in
+// the background: the free memory apps see never drops under them.
+TEST(ShadowPoolTest, TheBlockIsAllocatedBeforeTheConstructorReturns) {
+  auto backend = SimBackend();
+  std::uint64_t before = 0, after = 0, total = 0;
+  ASSERT_TRUE(backend->GetMemoryInfo(0, &before, &total).ok());
+  ShadowPool pool(backend.get(), Reserve(64 * kMiB));
+  ASSERT_TRUE(backend->GetMemoryInfo(0, &after, &total).ok());
+  EXPECT_EQ(after, before - 64 * kMiB);
+  ASSERT_TRUE(pool.WaitUntilReady(60s));
+  ASSERT_TRUE(backend->GetMemoryInfo(0, &after, &total).ok());
+  EXPECT_EQ(after, before - 64 * kMiB);
+}
+
 TEST(ShadowPoolTest, ShutdownWhileFillingStopsAndFreesEverything) {
   auto backend = SimBackend();
   std::uint64_t free_before = 0, total = 0;
