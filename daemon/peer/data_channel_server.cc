@@ -195,12 +195,12 @@ void DataChannelServer::Serve(int fd, std::string peer) {
                  s.ok() ? "no valid ticket (tickets come from PhosPeer.OpenDataChannel, with the peer token)"
                         : s.ToString());
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    live_.erase(fd);
-    close(fd);
-    --active_;
-  }
+  // Notified under the lock: once Shutdown sees active_ == 0 it may destroy
+  // the server, so this thread must not touch cv_ after unlocking.
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.erase(fd);
+  close(fd);
+  --active_;
   cv_.notify_all();
 }
 

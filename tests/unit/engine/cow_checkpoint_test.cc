@@ -117,6 +117,22 @@ class CowCheckpointTest : public ::testing::Test {
     }
   }
 
+  /// CheckImageIsT1 over 16 buffers of 1 MiB with shadows from a reserve
+  /// of `reserve_bytes` filled beforehand (as phosd's): every shadow came
+  /// from it and all of it is back afterwards.
+  void CheckWithReserve(std::uint64_t reserve_bytes, CheckpointResult* r) {
+    MakeBuffers(16, 1 << 20);
+    ShadowPoolOptions po;
+    po.bytes_per_device = reserve_bytes;
+    ShadowPool pool(env_.backend(), po);
+    ASSERT_TRUE(pool.WaitUntilReady(60s));
+    CheckpointOptions o;
+    o.shadow_pool = &pool;
+    CheckImageIsT1(o, r);
+    EXPECT_EQ(r->counters.shadows_from_reserve, r->counters.shadows) << "a shadow was allocated, not taken";
+    EXPECT_EQ(pool.stats()[0].in_use, 0u) << "shadows were not given back to the reserve";
+  }
+
   testing::EngineTestEnv env_;  // declared first: destroyed after the app and session
   std::string dir_;
   std::unique_ptr<FakeApp> app_;
@@ -157,34 +173,16 @@ TEST_F(CowCheckpointTest, ExhaustedReserveMakesWritersWaitAndLosesNothing) {
 // shadow is a range of it (no allocation during the checkpoint), and all of
 // it is back when the checkpoint is done.
 TEST_F(CowCheckpointTest, ShadowsComeFromTheReserveFilledBeforehand) {
-  MakeBuffers(16, 1 << 20);
-  ShadowPoolOptions po;
-  po.bytes_per_device = 32 << 20;
-  ShadowPool pool(env_.backend(), po);
-  ASSERT_TRUE(pool.WaitUntilReady(60s));
-  CheckpointOptions o;
-  o.shadow_pool = &pool;
   CheckpointResult r;
-  CheckImageIsT1(o, &r);
+  CheckWithReserve(32 << 20, &r);
   EXPECT_GT(r.counters.shadows, 0u) << "no write hit an unsaved buffer: the test raced nothing";
-  EXPECT_EQ(r.counters.shadows_from_reserve, r.counters.shadows);
-  EXPECT_EQ(pool.stats()[0].in_use, 0u) << "shadows were not given back to the reserve";
 }
 
 // A reserve smaller than the shadows wanted: writers wait for the copier
 // (as with --cow-reserve used up), and the image is still exactly t1.
 TEST_F(CowCheckpointTest, AReserveTooSmallMakesWritersWaitAndLosesNothing) {
-  MakeBuffers(16, 1 << 20);
-  ShadowPoolOptions po;
-  po.bytes_per_device = 2 << 20;  // two shadows at a time
-  ShadowPool pool(env_.backend(), po);
-  ASSERT_TRUE(pool.WaitUntilReady(60s));
-  CheckpointOptions o;
-  o.shadow_pool = &pool;
   CheckpointResult r;
-  CheckImageIsT1(o, &r);
-  EXPECT_EQ(r.counters.shadows_from_reserve, r.counters.shadows);
-  EXPECT_EQ(pool.stats()[0].in_use, 0u);
+  CheckWithReserve(2 << 20, &r);  // two shadows at a time
 }
 
 // No reserve on the device (--cow-reserve 0, or its fill failed): the
