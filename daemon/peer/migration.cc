@@ -297,12 +297,12 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   const std::int64_t down = result->resumed_unix_ns - result->stopped_unix_ns;
   result->downtime_us = down > 0 ? static_cast<std::uint64_t>(down / 1000) : 0;
   spdlog::info("migrate: pid {} -> {} pid {}: downtime {} us (pre-copy {} bytes in {} copies while it ran; dirty "
-               "at t2 {} bytes; after the freeze {} of the image's {} bytes streamed in {} ms, {} pre-copied; criu "
-               "dump {} ms, remote criu restore {} ms, remote gpu restore {} us)",
+               "at t2 {} bytes; after the freeze {} of the image's {} bytes streamed in {} ms over {}, {} pre-copied; "
+               "criu dump {} ms, remote criu restore {} ms, remote gpu restore {} us)",
                im.pid, o.destination, reply.pid(), result->downtime_us, result->precopy_bytes_sent,
                result->precopy_copies, result->dirty_bytes_at_stop, sent.streamed_bytes, sent.bytes,
-               result->transfer_ms, result->precopied_bytes, result->criu_dump_ms, reply.criu_restore_ms(),
-               reply.gpu_restore_us());
+               result->transfer_ms, sent.transport, result->precopied_bytes, result->criu_dump_ms,
+               reply.criu_restore_ms(), reply.gpu_restore_us());
   return Status::Ok();
 }
 
