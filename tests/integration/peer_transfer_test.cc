@@ -102,6 +102,14 @@ class PeerTransferTest : public ::testing::Test {
     const std::string out = daemon_.output;
     ASSERT_TRUE(std::regex_search(out, m, std::regex("\\(port (\\d+)\\)"))) << out;
     port_ = std::stoi(m[1]);
+    // The data channel's port is logged on the line after (DataConnect):
+    // read on until that whole line is in.
+    const std::regex data_port("data channels on port \\d+\n");
+    const auto until = Clock::now() + 20s;
+    while (!std::regex_search(daemon_.output, data_port) && Clock::now() < until) {
+      daemon_.ReadUntil("never printed", 100ms);
+    }
+    ASSERT_TRUE(std::regex_search(daemon_.output, data_port)) << daemon_.output;
     ASSERT_TRUE(WaitForDataSocket(sock, 20s)) << daemon_.output;
   }
   std::string To() const { return "127.0.0.1:" + std::to_string(port_); }

@@ -115,12 +115,13 @@ void CountingHandler(int fd, int purpose, std::atomic<int>* served, std::atomic<
   v1::ImageChunk c;
   int n = 0;
   while (ReadImageChunk(read, &c).ok()) ++n;
+  // Recorded before the reply: the test reads them once the reply came.
+  last_purpose->store(purpose);
+  served->fetch_add(1);
   v1::DataChannelReply r;
   r.set_code(0);
   r.set_message(std::to_string(n));
   (void)WriteFrame(fd, r);
-  last_purpose->store(purpose);
-  served->fetch_add(1);
 }
 
 TEST(DataChannelServer, ATicketAdmitsOneConnectionWithItsPurpose) {
