@@ -6,7 +6,7 @@
 #   scripts/gpu-bundle.sh [BUILD_DIR] [OUT_DIR]     (defaults: build, gpu-bundle)
 #
 # OUT_DIR (git-ignored) holds:
-#   payload.tar.xz  bin/ apps/ integration/ lib/ criu/ (see MANIFEST.txt)
+#   payload.tar.xz  bin/ apps/ integration/ bench/ lib/ criu/ (see MANIFEST.txt)
 #   MANIFEST.txt    git revision, build type, every file with its size and role
 #   run.sh, README.md   copies of tests/gpu/run.sh and tests/gpu/README.md
 #
@@ -56,9 +56,13 @@ integration=(runtime_api host_memory driver_api runtime_more runtime_more_ptds g
   unsupported_api daemon_loss dlopen_driver vector_add_static checkpoint_app)
 # driver_api reads the fatbin file (argument); .cubin/.ptx for later checks.
 integration_data=(driver_kernels.fatbin driver_kernels.cubin driver_kernels.ptx)
+# tests/bench CUDA programs run.sh times natively and under phos run (built
+# with -DPHOS_BUILD_BENCHMARKS=ON, the default; left out when absent).
+bench=(cublas_bench remoting_bench)
 
 targets=(phos phosd phos_client phos_test_apps phos_integration_programs phos_checkpoint_app)
 for t in "${gpu_tests[@]}"; do targets+=("${t%%$'\t'*}"); done
+grep -q '^PHOS_BUILD_BENCHMARKS:BOOL=ON' "$build/CMakeCache.txt" && targets+=(cublas_bench_program remoting_bench_program)
 if [[ "${PHOS_BUNDLE_NO_BUILD:-0}" != 1 ]]; then
   # Re-configure first: the version phosd prints (and a report quotes) is
   # the git revision read when CMake configures (CMakeLists.txt).
@@ -74,7 +78,7 @@ fi
 
 stage=$(mktemp -d /tmp/phos-gpu-bundle.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage"/{bin,apps,integration,lib,criu/lib}
+mkdir -p "$stage"/{bin,apps,integration,bench,lib,criu/lib}
 
 need() { [[ -f "$1" ]] || die "$1 is missing (did the build of its target fail?)"; }
 put() {  # put SRC DESTDIR: copy, following links
@@ -89,6 +93,7 @@ put "$build/interposer/jit/libphos-nvrtc.so" "$stage/lib"
 for t in "${gpu_tests[@]}"; do put "${t#*$'\t'}" "$stage/bin"; done
 for a in "${apps[@]}"; do put "$build/tests/apps/$a" "$stage/apps"; done
 for p in "${integration[@]}" "${integration_data[@]}"; do put "$build/tests/integration/$p" "$stage/integration"; done
+for p in "${bench[@]}"; do [[ -f "$build/tests/bench/$p" ]] && put "$build/tests/bench/$p" "$stage/bench"; done
 
 # Shared libraries the GPU machine may lack: everything ldd resolves except
 # glibc itself (must be the machine's own, it pairs with its ld.so) and the
@@ -110,7 +115,7 @@ collect_libs() {  # collect_libs DEST ELF...: copy the non-system libraries the 
 }
 # (driver_kernels.cubin is an ELF too, of the GPU: not for ldd.)
 elfs() { for f in "$@"; do [[ "$f" != *.cubin ]] && [[ "$(head -c4 "$f" | od -An -c | tr -d ' ')" == '177ELF' ]] && echo "$f"; done; true; }
-mapfile -t all_elfs < <(elfs "$stage"/bin/* "$stage/lib/libphos.so" "$stage"/apps/* "$stage"/integration/*)
+mapfile -t all_elfs < <(elfs "$stage"/bin/* "$stage/lib/libphos.so" "$stage"/apps/* "$stage"/integration/* "$stage"/bench/*)
 collect_libs "$stage/lib" "${all_elfs[@]}"
 # CRIU 4.x (Debian's), for the engine's process checkpoints: not used by a
 # check yet, carried so a later run.sh hook can.
@@ -141,6 +146,7 @@ role() {
     apps/*) echo "tests/apps CUDA program (prints '<name>: checksum 0x... OK')" ;;
     integration/*.fatbin|integration/*.cubin|integration/*.ptx) echo "driver_api kernel image" ;;
     integration/*) echo "tests/integration CUDA program" ;;
+    bench/*) echo "tests/bench CUDA program (timed natively and under phos run)" ;;
     lib/libphos.so) echo "interposer (LD_PRELOAD)" ;;
     lib/libphos-nvjitlink.so) echo "nvJitLink shim (LD_PRELOAD; keeps JIT-linked kernels' PTX)" ;;
     lib/libphos-nvrtc.so) echo "NVRTC shim (LD_PRELOAD; keeps NVRTC-compiled kernels' PTX)" ;;
