@@ -633,7 +633,7 @@ process_app_checks
 # its numbers become info rows (docs/benchmarks.md quotes them). Before the
 # programs that fault a kernel on purpose, so the GPU is still phosd's.
 bench_value() {  # bench_value LOG KEY: the number after KEY= (sgemm lines) or after "KEY " (remoting lines)
-  sed -n "s/.*$2[= ]\([0-9.]*\).*/\1/p" "$1" 2>/dev/null | head -1
+  { sed -n "s/.*$2[= ]\([0-9.]*\).*/\1/p" "$1" 2>/dev/null || true; } | head -1
 }
 bench_checks() {
   local d=$b/bench nl pl n nat ph key unit max_n=4096
@@ -641,18 +641,19 @@ bench_checks() {
   if [[ -x $d/cublas_bench ]]; then
     # cublasSgemm 64..4096 (issue: under phos >= 0.95x native at n >= 1024).
     want=("posted_calls_per_s=")
-    check bench/cublas/native 120 0 -- "$d/cublas_bench" 5 "$max_n"
+    if [[ $backend == cuda ]]; then check bench/cublas/native 120 0 -- "$d/cublas_bench" 5 "$max_n"
+    else skip bench/cublas/native "skipped: backend=sim (a native run needs a GPU)"; want=(); fi
     want=("posted_calls_per_s=")
     check bench/cublas/phos 180 0 -- "${phos_run[@]}" "$d/cublas_bench" 5 "$max_n"
     nl=$logs/bench/cublas/native.log pl=$logs/bench/cublas/phos.log
     for n in 64 256 512 1024 2048 4096; do
-      nat=$(grep "^sgemm n=$n " "$nl" 2>/dev/null | sed -n 's/.*phos_us=\([0-9.]*\).*/\1/p')
-      ph=$(grep "^sgemm n=$n " "$pl" 2>/dev/null | sed -n 's/.*phos_us=\([0-9.]*\).*/\1/p')
+      nat=$( (grep "^sgemm n=$n " "$nl" 2>/dev/null || true) | sed -n 's/.*phos_us=\([0-9.]*\).*/\1/p')
+      ph=$( (grep "^sgemm n=$n " "$pl" 2>/dev/null || true) | sed -n 's/.*phos_us=\([0-9.]*\).*/\1/p')
       [[ -n "$ph" ]] || continue
       record "bench/cublas/sgemm-$n" info 0 "$(awk -v a="${nat:-0}" -v b="$ph" 'BEGIN { if (a > 0) printf "native %.1f us, phos %.1f us: phos at %.3fx native speed", a, b, a / b; else printf "phos %.1f us (no native run)", b }')"
     done
     nat=$(bench_value "$nl" posted_calls_per_s) ph=$(bench_value "$pl" posted_calls_per_s)
-    [[ -n "$ph" ]] && record bench/cublas/posted-8x8 info 0 "8x8x8 sgemm issue to completion: native ${nat:-none}/s, phos $ph/s"
+    if [[ -n "$ph" ]]; then record bench/cublas/posted-8x8 info 0 "8x8x8 sgemm issue to completion: native ${nat:-none}/s, phos $ph/s"; fi
   else
     skip bench/cublas "skipped: the bundle carries no cublas_bench (PHOS_BUILD_BENCHMARKS=OFF)"
   fi
@@ -660,14 +661,15 @@ bench_checks() {
     # Launch rate, round trips, pageable and pinned copies (issue 19's "D2H
     # and H2D at the measured pinned bandwidth").
     want=("h2d_pinned ")
-    check bench/remoting/native 120 0 -- "$d/remoting_bench"
+    if [[ $backend == cuda ]]; then check bench/remoting/native 120 0 -- "$d/remoting_bench"
+    else skip bench/remoting/native "skipped: backend=sim (a native run needs a GPU)"; want=(); fi
     want=("h2d_pinned ")
     check bench/remoting/phos 180 0 -- "${phos_run[@]}" "$d/remoting_bench"
     nl=$logs/bench/remoting/native.log pl=$logs/bench/remoting/phos.log
     for key in launch_issue launch_e2e sync_call host_memcpy h2d_pageable d2h_pageable h2d_pinned d2h_pinned; do
       nat=$(bench_value "$nl" "$key") ph=$(bench_value "$pl" "$key")
       [[ -n "$ph" ]] || continue
-      unit=$(grep -m1 "^$key " "$pl" | awk '{ print $3 }')
+      unit=$( (grep -m1 "^$key " "$pl" || true) | awk '{ print $3 }')
       record "bench/remoting/$key" info 0 "native ${nat:-none} $unit, phos $ph $unit$(awk -v a="${nat:-0}" -v b="$ph" 'BEGIN { if (a > 0) printf " (phos/native %.3f)", b / a }')"
     done
   else
