@@ -79,7 +79,17 @@ LiveHandles<LtHandle>& Handles() {
   static auto* h = new LiveHandles<LtHandle>;
   return *h;
 }
-bool LiveHandle(cublasLtHandle_t h) { return Handles().Contains(reinterpret_cast<LtHandle*>(h)); }
+// A handle of cublasLtCreate, or a live cuBLAS handle: PyTorch on CUDA
+// passes its cuBLAS handle as its cuBLASLt handle
+// (at::cuda::getCurrentCUDABlasLtHandle is a reinterpret_cast of
+// getCurrentCUDABlasHandle), which the real libraries accept; refusing it
+// stopped every nn.Linear under phos on a GPU (docs/gpu-report.md, third
+// session). An LtHandle holds no state, so either kind serves every
+// cuBLASLt call; cublasLtDestroy still takes only its own.
+bool LiveHandle(cublasLtHandle_t h) {
+  return Handles().Contains(reinterpret_cast<LtHandle*>(h)) ||
+         FindBlasHandle(reinterpret_cast<cublasHandle_t>(h)) != nullptr;
+}
 
 template <typename State, typename Opaque>
 State* StateOf(Opaque* p, uint32_t magic) {

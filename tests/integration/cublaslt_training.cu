@@ -4,8 +4,10 @@
 // bias + ReLU or GELU saving the activation's aux matrix, backward with
 // DRELU/DGELU reading it back and the bias gradient in the same call, and
 // the bias gradients of an input (BGRADA, BGRADB) — each against a
-// double-precision CPU reference. Prints "cublaslt_training: OK" at the
-// end; a failed check prints its line.
+// double-precision CPU reference. Then the same through a cuBLAS handle
+// passed as the cuBLASLt handle, as PyTorch does on CUDA
+// (at::cuda::getCurrentCUDABlasLtHandle casts getCurrentCUDABlasHandle).
+// Prints "cublaslt_training: OK" at the end; a failed check prints its line.
 #define PHOS_PROGRAM_NAME "cublaslt_training"
 
 #include <cublasLt.h>
@@ -267,6 +269,14 @@ int main() {
   if (int r = BiasGradients(lt)) return r;
   CHECK(cudaDeviceSynchronize());
   BCHECK(cublasLtDestroy(lt));
+  // PyTorch's idiom: the cuBLAS handle is the cuBLASLt handle (the real
+  // libraries accept it; seen on an H200, docs/gpu-report.md).
+  cublasHandle_t blas;
+  BCHECK(cublasCreate(&blas));
+  if (int r = Relu(reinterpret_cast<cublasLtHandle_t>(blas))) return r;
+  CHECK(cudaDeviceSynchronize());
+  BCHECK(cublasDestroy(blas));
+  std::printf("cublaslt_training: a cuBLAS handle as the cuBLASLt handle OK\n");
   std::printf("cublaslt_training: OK\n");
   return 0;
 }

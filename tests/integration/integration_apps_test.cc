@@ -606,6 +606,8 @@ TEST_F(IntegrationTest, CublasLtTrainingEpiloguesMatchACpuReference) {
   Child c = RunUnderPhos(d.socket(), std::string(PHOS_INTEGRATION_DIR) + "/cublaslt_training");
   EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
   EXPECT_NE(c.output.find("cublaslt_training: OK"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("cublaslt_training: a cuBLAS handle as the cuBLASLt handle OK"), std::string::npos)
+      << c.output;
   EXPECT_NE(c.output.find("cublaslt_training: BGRADB with alpha 2: CUBLAS_STATUS_NOT_SUPPORTED"), std::string::npos)
       << c.output;
   size_t refusals = 0;
