@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <mutex>
 
 #include "fatbin/fatbin_reader.h"
@@ -194,7 +196,15 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
   out->may_use_textures = ik.ptx.empty() || PtxUsesTextures(ik.ptx);
   // Without PTX only a GPU runs the module, and its driver keeps its own heap.
   out->uses_device_heap = !ik.ptx.empty() && PtxUsesDeviceHeap(ik.ptx);
-  out->sets_graph_conditionals = !ik.ptx.empty() && PtxSetsGraphConditionals(ik.ptx);
+  // Which kernels call cudaGraphSetConditional, from the PTX's call graph
+  // (all of them when it cannot be parsed): only those are of unknown
+  // access and need a backend with phos's handles; their module's other
+  // kernels run anywhere (refusing them all stopped checkpoint_app's
+  // plain steps on a GPU, docs/gpu-report.md third session).
+  std::optional<std::set<std::string>> setters;
+  if (!ik.ptx.empty()) setters = KernelsSettingGraphConditionals(ik.ptx);
+  const bool all_may_set = !ik.ptx.empty() && !setters.has_value();
+  out->sets_graph_conditionals = all_may_set || (setters.has_value() && !setters->empty());
 
   std::vector<signature::KernelRequest> requests;
   for (const auto& k : ik.cubin.kernels) {
@@ -240,11 +250,12 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
     } else {
       plan = PlanFrom(sigs[i], kind);
     }
-    if (out->sets_graph_conditionals) {
+    if (all_may_set || (setters.has_value() && setters->count(name) != 0)) {
       // Which slot a cudaGraphSetConditional writes is the handle's value,
       // known only when the kernel runs: assume any buffer.
       plan->kind = AccessKind::kUnknown;
-      plan->unvalidatable_reason = "its module calls cudaGraphSetConditional (writes a conditional handle's slot)";
+      plan->sets_graph_conditionals = true;
+      plan->unvalidatable_reason = "it calls cudaGraphSetConditional (writes a conditional handle's slot)";
     } else if (plan->kind == AccessKind::kUnvalidatable) {
       plan->unvalidatable_reason = "the module has no PTX (SASS only): no twin can be built";
     } else if (auto u = unchecked.find(name); u != unchecked.end() && plan->kind == AccessKind::kSpeculated) {
@@ -308,6 +319,66 @@ bool PtxUsesTextures(std::string_view ptx) {
 
 bool PtxSetsGraphConditionals(std::string_view ptx) {
   return ForEachExternFunction(ptx, [](std::string_view name) { return ptx::IsGraphConditionalFunction(name); });
+}
+
+std::optional<std::set<std::string>> KernelsSettingGraphConditionals(std::string_view ptx) {
+  std::set<std::string> out;
+  if (!PtxSetsGraphConditionals(ptx)) return out;
+  ptx::Module mod;
+  if (Status s = ptx::ParseModule(ptx, &mod); !s.ok()) {
+    spdlog::debug("which kernels set graph conditionals not analysed: {}", s.ToString());
+    return std::nullopt;
+  }
+  // The call graph: each function's direct callees, and whether it calls
+  // through a pointer (a target this scan cannot name: counted as a setter).
+  struct Calls {
+    std::set<std::string> callees;
+    bool indirect = false;
+  };
+  std::map<std::string, Calls> calls;
+  std::vector<std::string> entries;
+  for (const ptx::TopItem& item : mod.items) {
+    const auto* f = std::get_if<ptx::Function>(&item);
+    if (f == nullptr || !f->has_body) continue;
+    if (f->is_entry) entries.push_back(f->name);
+    Calls& c = calls[f->name];
+    for (const ptx::Statement& st : f->body) {
+      const auto* in = std::get_if<ptx::Instruction>(&st);
+      if (in == nullptr || in->info.op != ptx::Opcode::kCall) continue;
+      // The target is the first symbol or register operand (the return
+      // list, when there is one, comes before it).
+      for (const ptx::Operand& o : in->operands) {
+        if (o.kind == ptx::Operand::Kind::kSymbol) {
+          c.callees.insert(o.name);
+          break;
+        }
+        if (o.kind == ptx::Operand::Kind::kRegister) {
+          c.indirect = true;
+          break;
+        }
+      }
+    }
+  }
+  // Memoised depth-first walk; a function on the current path (recursion)
+  // counts as not setting until its other calls say otherwise.
+  std::map<std::string, bool> sets;
+  std::function<bool(const std::string&)> Sets = [&](const std::string& name) -> bool {
+    if (ptx::IsGraphConditionalFunction(name)) return true;
+    if (auto it = sets.find(name); it != sets.end()) return it->second;
+    sets[name] = false;
+    auto c = calls.find(name);
+    bool result = false;
+    if (c != calls.end()) {
+      result = c->second.indirect;
+      for (const std::string& callee : c->second.callees) result = result || Sets(callee);
+    }
+    sets[name] = result;
+    return result;
+  };
+  for (const std::string& e : entries) {
+    if (Sets(e)) out.insert(e);
+  }
+  return out;
 }
 
 bool PtxUsesDeviceHeap(std::string_view ptx) {

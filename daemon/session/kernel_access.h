@@ -31,6 +31,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -63,6 +65,12 @@ struct KernelAccessPlan {
   /// Why a kUnvalidatable kernel is (no PTX; an access its twin cannot
   /// check, twin_pass.h "unchecked"); empty otherwise.
   std::string unvalidatable_reason;
+  /// It calls cudaGraphSetConditional, directly or through the functions it
+  /// calls (KernelsSettingGraphConditionals): it writes a conditional
+  /// handle's slot, which no access set names, so the plan is kUnknown; and
+  /// only a backend that implements phos's handles may run it
+  /// (Backend::ImplementsConditionalHandles).
+  bool sets_graph_conditionals = false;
   /// Every parameter's role came from parsed types. False for extern "C"
   /// kernels and size-only fallbacks: every 8-byte parameter is a
   /// read+write candidate ("all candidates").
@@ -93,10 +101,9 @@ struct ModuleKernels {
   /// Its kernels call device-side malloc/free (the PTX declares them): a
   /// launch needs the device heap (when the backend wants one made).
   bool uses_device_heap = false;
-  /// Its kernels call cudaGraphSetConditional (the PTX declares it): they
-  /// write a conditional handle's slot, which no access set names, so their
-  /// plans are kUnknown; and only a backend that implements phos's handles
-  /// may run them (Backend::ImplementsConditionalHandles).
+  /// Some kernel of it calls cudaGraphSetConditional (its plan says which:
+  /// KernelAccessPlan::sets_graph_conditionals). Launches without a plan go
+  /// by this.
   bool sets_graph_conditionals = false;
   std::unordered_map<std::string, std::shared_ptr<KernelAccessPlan>> kernels;
 };
@@ -106,6 +113,11 @@ struct ModuleKernels {
 bool PtxUsesTextures(std::string_view ptx);
 /// True when `ptx` declares cudaGraphSetConditional (ptx/device_runtime.h).
 bool PtxSetsGraphConditionals(std::string_view ptx);
+/// The kernels (.entry names) of `ptx` that call cudaGraphSetConditional,
+/// directly or through the .func functions they call; a call through a
+/// pointer counts as one. Empty when the module does not declare it;
+/// nullopt when the PTX cannot be parsed (then any kernel may).
+std::optional<std::set<std::string>> KernelsSettingGraphConditionals(std::string_view ptx);
 /// The kernels of `ptx` a twin cannot fully check for writes, with the
 /// reason (twin::TwinInfo::UncheckedReason in write mode). Only modules that
 /// name one of the instruction families that can go unchecked in write

@@ -162,12 +162,17 @@ void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::L
   if (fit == st.functions.end()) {
     return out->Fail(Status::NotFound("unknown function id " + std::to_string(req.function_id)));
   }
-  if (auto mk = st.module_kernels.find(fit->second.module_id);
-      mk != st.module_kernels.end() && mk->second.sets_graph_conditionals &&
-      (st.backend == nullptr || !st.backend->ImplementsConditionalHandles())) {
+  bool sets_conditionals = false;  // this kernel calls cudaGraphSetConditional
+  if (fit->second.access) {
+    sets_conditionals = fit->second.access->sets_graph_conditionals;
+  } else if (auto mk = st.module_kernels.find(fit->second.module_id); mk != st.module_kernels.end()) {
+    sets_conditionals = mk->second.sets_graph_conditionals;
+  }
+  if (sets_conditionals && (st.backend == nullptr || !st.backend->ImplementsConditionalHandles())) {
     return out->Fail(WireStatus::kNotSupported,
-                     "launch: a kernel of a module that calls cudaGraphSetConditional: phos's conditional graph "
-                     "handles are set by kernels on the sim backend only (docs/interposer.md \"CUDA graphs\")");
+                     "launch: kernel " + (fit->second.access ? fit->second.access->name : std::string("?")) +
+                         " calls cudaGraphSetConditional: phos's conditional graph handles are set by kernels on "
+                         "the sim backend only (docs/interposer.md \"CUDA graphs\")");
   }
   backend::StreamHandle stream = 0;
   if (Status s = FindStream(st, call.rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -365,9 +366,55 @@ TEST(PtxExternFunctionsTest, KernelsSettingGraphConditionalsAreOfUnknownAccess) 
   ASSERT_TRUE(BuildModuleKernels(AsImage(ptx), nullptr, &mk).ok());
   EXPECT_TRUE(mk.sets_graph_conditionals);
   ASSERT_EQ(mk.kernels.count("setc"), 1u);
+  EXPECT_TRUE(mk.kernels.at("setc")->sets_graph_conditionals);
   EXPECT_EQ(mk.kernels.at("setc")->kind, AccessKind::kUnknown);
   EXPECT_NE(mk.kernels.at("setc")->unvalidatable_reason.find("cudaGraphSetConditional"), std::string::npos);
   EXPECT_FALSE(PtxSetsGraphConditionals(".extern .func vprintf\n(\n.param .b64 a\n)\n;\n"));
+}
+
+// Only the kernels that reach cudaGraphSetConditional are setters: directly,
+// through a .func, or through a call by pointer (a target the scan cannot
+// name). The module's other kernels keep their plans and run on any backend
+// (the whole module's kernels were refused once, which stopped
+// checkpoint_app's plain steps on a GPU).
+TEST(PtxExternFunctionsTest, OnlyKernelsReachingSetConditionalAreSetters) {
+  const std::string ptx = ".version 8.0\n.target sm_90\n.address_size 64\n"
+      ".extern .func cudaGraphSetConditional\n(\n.param .b64 h,\n.param .b32 v\n)\n;\n"
+      ".func helper(.param .b64 h)\n{\n  .reg .b64 %rd<2>;\n  .reg .b32 %r<2>;\n"
+      "  ld.param.u64 %rd1, [h];\n  mov.u32 %r1, 1;\n"
+      "  { .param .b64 a; .param .b32 b;\n    st.param.b64 [a], %rd1; st.param.b32 [b], %r1;\n"
+      "    call.uni cudaGraphSetConditional, (a, b); }\n  ret;\n}\n"
+      ".func idle(.param .b64 h)\n{\n  ret;\n}\n"
+      ".visible .entry via_helper(.param .u64 h)\n{\n  .reg .b64 %rd<2>;\n  ld.param.u64 %rd1, [h];\n"
+      "  { .param .b64 a;\n    st.param.b64 [a], %rd1;\n    call.uni helper, (a); }\n  ret;\n}\n"
+      ".visible .entry plain(.param .u64 p)\n{\n  .reg .b64 %rd<2>;\n  .reg .b32 %r<2>;\n"
+      "  ld.param.u64 %rd1, [p];\n  cvta.to.global.u64 %rd1, %rd1;\n  mov.u32 %r1, 7;\n"
+      "  st.global.u32 [%rd1], %r1;\n"
+      "  { .param .b64 a;\n    st.param.b64 [a], %rd1;\n    call.uni idle, (a); }\n  ret;\n}\n";
+  const auto setters = KernelsSettingGraphConditionals(ptx);
+  ASSERT_TRUE(setters.has_value());
+  EXPECT_EQ(*setters, (std::set<std::string>{"via_helper"}));
+  ModuleKernels mk;
+  ASSERT_TRUE(BuildModuleKernels(AsImage(ptx), nullptr, &mk).ok());
+  EXPECT_TRUE(mk.sets_graph_conditionals);
+  ASSERT_EQ(mk.kernels.count("via_helper"), 1u);
+  ASSERT_EQ(mk.kernels.count("plain"), 1u);
+  EXPECT_TRUE(mk.kernels.at("via_helper")->sets_graph_conditionals);
+  EXPECT_EQ(mk.kernels.at("via_helper")->kind, AccessKind::kUnknown);
+  EXPECT_FALSE(mk.kernels.at("plain")->sets_graph_conditionals);
+  EXPECT_EQ(mk.kernels.at("plain")->kind, AccessKind::kSpeculated);
+  // A module that does not declare it has no setters, parsed or not.
+  EXPECT_EQ(KernelsSettingGraphConditionals("garbage"), std::set<std::string>{});
+  // A call through a pointer in a module that declares it counts.
+  const std::string by_pointer = ".version 8.0\n.target sm_90\n.address_size 64\n"
+      ".extern .func cudaGraphSetConditional\n(\n.param .b64 h,\n.param .b32 v\n)\n;\n"
+      ".visible .entry k(.param .u64 f)\n{\n  .reg .b64 %rd<2>;\n  ld.param.u64 %rd1, [f];\n"
+      "  proto : .callprototype ()_ ();\n  call %rd1, proto;\n  ret;\n}\n";
+  EXPECT_EQ(KernelsSettingGraphConditionals(by_pointer), std::set<std::string>{"k"});
+  // Unparseable PTX that declares it: every kernel may set.
+  EXPECT_EQ(KernelsSettingGraphConditionals(".extern .func cudaGraphSetConditional\n(\n.param .b64 h\n)\n;\n"
+                                            ".visible .entry k( {{{"),
+            std::nullopt);
 }
 
 // A launch of a kernel whose module may use variables by symbol writes every
