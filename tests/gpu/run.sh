@@ -641,10 +641,10 @@ bench_checks() {
   if [[ -x $d/cublas_bench ]]; then
     # cublasSgemm 64..4096 (issue: under phos >= 0.95x native at n >= 1024).
     want=("posted_calls_per_s=")
-    if [[ $backend == cuda ]]; then check bench/cublas/native 120 0 -- "$d/cublas_bench" 5 "$max_n"
+    if [[ $backend == cuda ]]; then check bench/cublas/native 120 0 -- "$d/cublas_bench" 5 "$max_n" --no-host
     else skip bench/cublas/native "skipped: backend=sim (a native run needs a GPU)"; want=(); fi
     want=("posted_calls_per_s=")
-    check bench/cublas/phos 180 0 -- "${phos_run[@]}" "$d/cublas_bench" 5 "$max_n"
+    check bench/cublas/phos 180 0 -- "${phos_run[@]}" "$d/cublas_bench" 5 "$max_n" --no-host
     nl=$logs/bench/cublas/native.log pl=$logs/bench/cublas/phos.log
     for n in 64 256 512 1024 2048 4096; do
       nat=$( (grep "^sgemm n=$n " "$nl" 2>/dev/null || true) | sed -n 's/.*phos_us=\([0-9.]*\).*/\1/p')
