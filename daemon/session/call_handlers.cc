@@ -278,6 +278,20 @@ void ReapRetained(SessionState& st, bool wait_all) {
   }
 }
 
+void PinStagingArena(SessionState& st) {
+  if (st.ctx == nullptr || st.staging_pinned_for == st.ctx || st.region_base == nullptr) return;
+  st.staging_pinned_for = st.ctx;
+  std::byte* arena = wire::ChunkBytes(st.region_base, st.geometry, 0);
+  const uint64_t bytes = uint64_t{st.geometry.chunk_count} * st.geometry.chunk_bytes;
+  if (bytes == 0) return;
+  if (Status s = st.ctx->RegisterHostMemory(arena, bytes); !s.ok()) {
+    spdlog::info("session {}: staging arena ({} bytes) not pinned, device-to-host copies into it stay pageable: {}",
+                 st.session_id, bytes, s.ToString());
+    return;
+  }
+  st.staging_pinned = true;
+}
+
 void ReleaseAll(SessionState& st) {
   if (st.ctx == nullptr) return;
   // First: a group of this session waiting for its peers would hold up the
@@ -289,6 +303,12 @@ void ReleaseAll(SessionState& st) {
   // Nothing runs any more: the segments' registrations can go (the
   // mappings stay for a context made after a device reset).
   st.host_segments.Unregister(st.ctx);
+  if (st.staging_pinned) {
+    if (Status u = st.ctx->UnregisterHostMemory(wire::ChunkBytes(st.region_base, st.geometry, 0)); !u.ok())
+      spdlog::warn("session {}: unregistering the staging arena: {}", st.session_id, u.ToString());
+  }
+  st.staging_pinned = false;
+  st.staging_pinned_for = nullptr;
   for (auto& [h, obj] : st.texture_objects) (void)st.ctx->DestroyTextureObject(h);
   for (auto& [id, h] : st.events) (void)st.ctx->DestroyEvent(h);
   for (auto& [id, h] : st.streams) (void)st.ctx->DestroyStream(h);

@@ -166,6 +166,12 @@ struct SessionState {
   // copies travelled (kHostCopyStats).
   ring::ChannelConnection* channel = nullptr;
   HostSegmentTable host_segments;
+  // The context the staging arena (the ring region's reply chunks) is
+  // registered with, so that a pageable D2H lands there by DMA
+  // (PinStagingArena); null: not yet tried with the current context.
+  // Consumer thread only.
+  const backend::Context* staging_pinned_for = nullptr;
+  bool staging_pinned = false;  // the registration succeeded (ReleaseAll undoes it)
   // Gates of the app's host functions (kLaunchHostFunc): shared with the
   // gates queued on the backend's streams; cancelled by the Session when
   // the app is gone or phosd stops (any thread: the object is
@@ -318,6 +324,11 @@ Status RunMaybeAdmitted(SessionState& st, const CallView* admit, Body&& body) {
 /// Releases everything the session holds (teardown): synchronise, drop
 /// retained host bytes, destroy events and streams, unload modules, free
 /// every buffer. Errors are logged, not returned.
+/// Registers the staging arena with st.ctx once per context (a pageable
+/// D2H's reply chunk is then written by DMA, not through the driver's own
+/// bounce buffer). A refusal leaves the arena pageable — correct, slower —
+/// and is logged once per context.
+void PinStagingArena(SessionState& st);
 void ReleaseAll(SessionState& st);
 /// Aborts every NCCL communicator rank the session holds (its peers' waits
 /// fail with `why` instead of hanging) and forgets them (nccl_handlers.cc).

@@ -171,6 +171,7 @@ void HandleMemcpy(SessionState& st, const CallContext& call, const wire::MemcpyR
       if (req.reply_chunk >= st.geometry.chunk_count || req.bytes > st.geometry.chunk_bytes) {
         return out->Fail(WireStatus::kInvalidValue, "memcpy D2H: bad reply chunk or size");
       }
+      PinStagingArena(st);
       host = wire::ChunkBytes(st.region_base, st.geometry, req.reply_chunk);
     }
     if (Status s = CheckDeviceRange(st, req.src, req.bytes); !s.ok()) return out->Fail(s);
@@ -385,6 +386,7 @@ void HandleMemcpy2D(SessionState& st, const CallContext& call, const wire::Memcp
         if (req.reply_chunk >= st.geometry.chunk_count || req.packed_bytes > st.geometry.chunk_bytes) {
           return out->Fail(WireStatus::kInvalidValue, "memcpy2D D2H: bad reply chunk or size");
         }
+        PinStagingArena(st);
         host = wire::ChunkBytes(st.region_base, st.geometry, req.reply_chunk);
       }
       if (Status s = CheckDeviceRange(st, req.src, sspan); !s.ok()) return out->Fail(s);
@@ -464,7 +466,9 @@ void HandleHostSegmentRegister(SessionState& st, const CallContext& call, const 
 void HandleHostCopyStats(SessionState& st, const CallContext& call, const wire::NoPayload& req, Outcome* out) {
   const auto& c = st.copy_stats;
   out->Set(wire::HostCopyStatsReply{c.pinned_copies, c.pinned_bytes, c.staged_copies, c.staged_bytes,
-                                    st.host_segments.count(), st.host_segments.total_bytes()});
+                                    st.host_segments.count(), st.host_segments.total_bytes(),
+                                    st.staging_pinned ? uint64_t{st.geometry.chunk_count} * st.geometry.chunk_bytes
+                                                      : 0});
 }
 
 }  // namespace phos::session

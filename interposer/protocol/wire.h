@@ -623,8 +623,9 @@ struct HostCopyStatsReply {
   uint64_t staged_bytes;
   uint64_t segments;       // pinned segments registered
   uint64_t segment_bytes;
+  uint64_t staging_pinned_bytes;  // the staging arena, when registered with the context (PinStagingArena)
 };
-static_assert(sizeof(HostCopyStatsReply) == 48);
+static_assert(sizeof(HostCopyStatsReply) == 56);
 
 /// kTakeDeviceOutput: the session's pending device printf text, up to a
 /// chunk of it, written into the reply chunk the app holds (ChunkReply
