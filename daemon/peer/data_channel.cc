@@ -1,6 +1,7 @@
 #include "peer/data_channel.h"
 
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -102,6 +103,17 @@ Status ReadPrecopyChunk(const ReadExactFn& read, peer::v1::PrecopyChunk* chunk) 
   PHOS_RETURN_IF_ERROR(ReadRaw(read, data->raw_bytes(), !data->data().empty(), data->mutable_data()));
   data->set_raw_bytes(0);
   return Status::Ok();
+}
+
+void SetReceiveTimeout(int fd, int seconds) {
+  timeval tv{};
+  tv.tv_sec = seconds;
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+Status ReadChannelReply(int fd, int timeout_s, peer::v1::DataChannelReply* reply) {
+  SetReceiveTimeout(fd, timeout_s);
+  return ReadFrame(SocketReader(fd), reply);
 }
 
 }  // namespace phos::peer

@@ -48,6 +48,15 @@ using ReadExactFn = std::function<Status(void* p, std::size_t n)>;
 /// socket ends a stalled read as IoError).
 ReadExactFn SocketReader(int fd);
 
+/// Sets socket `fd`'s receive timeout (SO_RCVTIMEO); 0 waits for ever.
+void SetReceiveTimeout(int fd, int seconds);
+
+/// The sender's end of a channel: reads the destination's
+/// DataChannelReply under a receive timeout of `timeout_s` (0: none — the
+/// destination answers after its fsyncs). Ok when a reply arrived (its
+/// code may still be an error); the read's error otherwise.
+Status ReadChannelReply(int fd, int timeout_s, peer::v1::DataChannelReply* reply);
+
 /// Writes all of [p, p + n) to socket `fd` (EINTR retried, no SIGPIPE).
 Status WriteAll(int fd, const void* p, std::size_t n);
 /// Writes one frame: the length, then `message` serialized.

@@ -165,9 +165,8 @@ class DataChannelSink final : public ChunkSink {
   Status Finish(peer::v1::ReceiveImageReply* reply) override {
     // The destination answers after its fsyncs and renames, however long
     // they take (TCP keepalive notices a dead host meanwhile).
-    SetReceiveTimeout(0);
     peer::v1::DataChannelReply r;
-    Status s = ReadFrame(SocketReader(fd_), &r);
+    Status s = ReadChannelReply(fd_, 0, &r);
     if (!s.ok()) {
       return Status::IoError("peer " + host_port_ + " closed the data channel before it answered: " + s.ToString());
     }
@@ -179,9 +178,8 @@ class DataChannelSink final : public ChunkSink {
     // Whatever we were sending, the destination sees the stream end without
     // ImageEnd (nothing committed); if it refused first, its reply is there.
     (void)shutdown(fd_, SHUT_WR);
-    SetReceiveTimeout(2);
     peer::v1::DataChannelReply r;
-    if (ReadFrame(SocketReader(fd_), &r).ok() && r.code() != 0 &&
+    if (ReadChannelReply(fd_, 2, &r).ok() && r.code() != 0 &&
         r.code() != static_cast<int>(grpc::StatusCode::CANCELLED)) {
       return PeerStatus(host_port_, grpc::Status(static_cast<grpc::StatusCode>(r.code()), r.message()));
     }
@@ -190,11 +188,6 @@ class DataChannelSink final : public ChunkSink {
   }
 
  private:
-  void SetReceiveTimeout(int seconds) {
-    timeval tv{};
-    tv.tv_sec = seconds;
-    (void)setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
   const std::string host_port_;
   const int fd_;
   Status error_;

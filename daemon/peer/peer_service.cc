@@ -290,9 +290,7 @@ void PeerService::ServeDataChannel(int fd, const std::string& peer, int purpose)
     // reset the connection and could destroy the reply before it is read.
     // Stop writing, then drain what still comes (bounded) until it closes.
     (void)shutdown(fd, SHUT_WR);
-    timeval tv{};
-    tv.tv_sec = 2;
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    SetReceiveTimeout(fd, 2);
     std::vector<char> sink(1 << 16);
     for (std::uint64_t drained = 0; drained < (256ull << 20);) {
       const ssize_t n = recv(fd, sink.data(), sink.size(), 0);

@@ -75,11 +75,8 @@ Status PrecopySender::StreamError() {
   if (data_fd_ >= 0) {
     // The destination may have refused (its reply says why) or vanished.
     (void)shutdown(data_fd_, SHUT_WR);
-    timeval tv{};
-    tv.tv_sec = 2;
-    (void)setsockopt(data_fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     peer::v1::DataChannelReply r;
-    if (ReadFrame(SocketReader(data_fd_), &r).ok() && r.code() != 0) {
+    if (ReadChannelReply(data_fd_, 2, &r).ok() && r.code() != 0) {
       broken_ = PeerStatus(host_port_, grpc::Status(static_cast<grpc::StatusCode>(r.code()), r.message()));
     } else {
       broken_ = data_error_.ok() ? Status::IoError("peer " + host_port_ + " closed the pre-copy data channel")
@@ -135,10 +132,8 @@ Status PrecopySender::Finish(PrecopyStats* stats) {
     if (!Send(end, nullptr, 0)) return StreamError();
     finished_ = true;
     // The destination answers once it holds (and sealed) every copy.
-    timeval tv{};
-    (void)setsockopt(data_fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     peer::v1::DataChannelReply r;
-    if (Status rs = ReadFrame(SocketReader(data_fd_), &r); !rs.ok()) {
+    if (Status rs = ReadChannelReply(data_fd_, 0, &r); !rs.ok()) {
       broken_ = Status::IoError("peer " + host_port_ + " closed the pre-copy data channel before it answered: " +
                                 rs.ToString());
       return broken_;
