@@ -313,8 +313,22 @@ void Session::Run() {
     if (rec.has_staging) p = p.subspan(std::min(p.size(), sizeof(ring::StagingRef)));
     Outcome out;
     SetBusy(rec.header.api_id);
+    const bool had_deferred = !state_.deferred.ok();
     Dispatch(state_, rec, p, &out);
     SetIdle();
+    // This call reported an earlier posted call's error (logged then).
+    const bool reported_deferred = had_deferred && state_.deferred.ok();
+    // A refusal reaches the app as cudaErrorNotSupported, for a posted call
+    // only at its next synchronising call and without the reason: say the
+    // reason here, once per call of this session (a GPU run once showed
+    // nothing on either side, docs/gpu-report.md third session).
+    if (out.status == wire::WireStatus::kNotSupported && !reported_deferred &&
+        refused_apis_.insert(rec.header.api_id).second) {
+      const wire::CallRow* row = wire::FindCallRow(static_cast<wire::ApiId>(rec.header.api_id));
+      spdlog::warn("session {}: pid {}: {} refused (not supported): {}", id_, summary_.pid,
+                   row != nullptr ? std::string(row->api) : "api " + std::to_string(rec.header.api_id),
+                   out.message);
+    }
     // Staged bytes were copied out by the handler (or are not needed).
     if (rec.has_staging) ring_->FreeChunk(rec.staging.chunk);
     const bool wants = rec.wants_reply();

@@ -18,6 +18,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <set>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -162,6 +163,9 @@ class Session {
   SessionCallbacks callbacks_;
   std::function<void()> on_finished_;  // set before Start()
   SessionSummary summary_;              // consumer thread only (after Start)
+  /// Api ids whose refusal (cudaErrorNotSupported) this session has logged:
+  /// each is logged once, with phosd's reason. Consumer thread only.
+  std::set<uint32_t> refused_apis_;
 
   // Consumer-thread state (created in Start, used by the thread only,
   // destroyed after Join). ctx_ is replaced (device reset) and dropped
