@@ -22,14 +22,6 @@ bool Overlaps(std::uint64_t a, std::uint64_t an, std::uint64_t b, std::uint64_t 
 
 using RangeMap = std::map<std::uint64_t, std::uint64_t>;
 
-/// The reserved range of `reserved` holding [a, a + n): (start, bytes), or
-/// (0, 0) when it lies outside all of them.
-std::pair<std::uint64_t, std::uint64_t> HoldingReservation(const RangeMap& reserved, std::uint64_t a,
-                                                           std::uint64_t n) {
-  std::uint64_t start = 0, bytes = 0;
-  if (!session::FindHoldingRange(reserved, a, n, &start, &bytes)) return {0, 0};
-  return {start, bytes};
-}
 }  // namespace
 
 RangeMap RestoreTask::ImageReservedRanges() const {
@@ -47,7 +39,8 @@ bool RestoreTask::Kept(const session::SessionState& st, const RangeMap& image_bu
     return false;
   }
   // A mapping of a reserved range stays only if its range stays too.
-  return HoldingReservation(st.reserved_ranges, address, bytes) == HoldingReservation(image_reserved, address, bytes);
+  return session::HoldingRange(st.reserved_ranges, address, bytes) ==
+         session::HoldingRange(image_reserved, address, bytes);
 }
 
 Status RestoreTask::Prepare(const std::string& dir, bool verify_all) {

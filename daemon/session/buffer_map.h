@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <utility>
 
 namespace phos::session {
 
@@ -27,6 +29,17 @@ inline bool FindHoldingRange(const std::map<std::uint64_t, std::uint64_t>& m, st
   *start = it->first;
   *size = it->second;
   return true;
+}
+
+/// The same lookup as a value: (start, size) of the range holding all of
+/// [ptr, ptr + bytes), or nullopt. Equal results of two maps mean the same
+/// holding range (restore compares an image's reserved ranges with a
+/// session's this way).
+inline std::optional<std::pair<std::uint64_t, std::uint64_t>> HoldingRange(
+    const std::map<std::uint64_t, std::uint64_t>& m, std::uint64_t ptr, std::uint64_t bytes) {
+  std::uint64_t start = 0, size = 0;
+  if (!FindHoldingRange(m, ptr, bytes, &start, &size)) return std::nullopt;
+  return std::make_pair(start, size);
 }
 
 /// Whether [ptr, ptr + bytes) lies in buffers of `buffers` that sit back

@@ -23,14 +23,6 @@ using wire::WireStatus;
 
 namespace {
 
-/// The reserved range holding all of [ptr, ptr + bytes), or end().
-std::map<uint64_t, uint64_t>::const_iterator HoldingReservation(const SessionState& st, uint64_t ptr,
-                                                                uint64_t bytes) {
-  uint64_t start = 0, size = 0;
-  if (!FindHoldingRange(st.reserved_ranges, ptr, bytes, &start, &size)) return st.reserved_ranges.end();
-  return st.reserved_ranges.find(start);
-}
-
 bool GranularityMultiple(uint64_t v) { return v % wire::kVmmGranularity == 0; }
 
 }  // namespace
@@ -44,8 +36,8 @@ void AddMappedRangeAccess(const SessionState& st, CallView* view) {
   const size_t n = view->ranges.size();  // entries may be appended below
   for (size_t i = 0; i < n; ++i) {
     const AccessRange r = view->ranges[i];
-    auto res = HoldingReservation(st, r.ptr, 1);
-    if (res == st.reserved_ranges.end()) continue;
+    const auto res = HoldingRange(st.reserved_ranges, r.ptr, 1);
+    if (!res) continue;
     // The entry of the range's start (the first mapping's, when the kernel
     // was given that) grows to the whole range; else one is added.
     bool merged = false;
@@ -131,7 +123,7 @@ void HandleMemMap(SessionState& st, const CallContext& call, const wire::Address
                      fmt::format("cuMemMap: [0x{:x}, +{}) is not aligned to the allocation granularity ({} bytes)",
                                  req.ptr, req.bytes, wire::kVmmGranularity));
   }
-  if (HoldingReservation(st, req.ptr, req.bytes) == st.reserved_ranges.end()) {
+  if (!HoldingRange(st.reserved_ranges, req.ptr, req.bytes)) {
     return out->Fail(WireStatus::kInvalidValue,
                      fmt::format("cuMemMap: [0x{:x}, +{}) is not inside a range this session reserved with "
                                  "cuMemAddressReserve",
@@ -168,7 +160,7 @@ void HandleMemMap(SessionState& st, const CallContext& call, const wire::Address
 void HandleMemUnmap(SessionState& st, const CallContext& call, const wire::AddressRangeRequest& req, Outcome* out) {
   auto it = st.buffers.find(req.ptr);
   if (it == st.buffers.end() || it->second != req.bytes ||
-      HoldingReservation(st, req.ptr, req.bytes) == st.reserved_ranges.end()) {
+      !HoldingRange(st.reserved_ranges, req.ptr, req.bytes)) {
     return out->Fail(WireStatus::kInvalidValue,
                      fmt::format("cuMemUnmap: [0x{:x}, +{}) is not a mapping of this session (cuMemMap)", req.ptr,
                                  req.bytes));
