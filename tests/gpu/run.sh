@@ -132,8 +132,22 @@ clip_limit() {  # clip_limit SECONDS: SECONDS, or what is left before the deadli
   (( left < 5 )) && left=5
   (( left < $1 )) && echo "$left" || echo "$1"
 }
+# PHOS_GPU_SECTIONS: a comma list of the sections to run — gtest,
+# frameworks, apps, engine, process, bench, integration — to spend a short
+# lease on what a change touched (default: all). Checks of the others are
+# skipped, saying so; phosd starts and stops either way.
+sections=${PHOS_GPU_SECTIONS:-all}
+cur_section=""
+section() { cur_section=$1; }
+section_off() { [[ $sections != all && ",$sections," != *",$cur_section,"* ]]; }
 out_of_time() {
+  section_off && return 0
   [[ $deadline_s != 0 ]] && awk -v a="$run_started" -v b="$(now)" -v d="$deadline_s" 'BEGIN { exit !(b - a > d) }'
+}
+# The reason a check out_of_time stopped is skipped.
+why_skipped() {
+  if section_off; then echo "skipped: section $cur_section is not in PHOS_GPU_SECTIONS=$sections"
+  else echo "skipped: out of time (PHOS_GPU_DEADLINE_S=$deadline_s)"; fi
 }
 skip() { record "$1" skip 0 "$2"; }
 
@@ -148,7 +162,7 @@ check() {
   local name=$1 limit=$2 expect=$3; shift 4
   local log=$logs/$name.log t0 t1 rc=0 why="" s n skip_why=$no_gpu_reason
   [[ "$1" != "$phos" ]] || skip_why=$phos_skip  # a phos-run check also needs phosd
-  [[ -n "$skip_why" ]] || ! out_of_time || skip_why="skipped: out of time (PHOS_GPU_DEADLINE_S=$deadline_s)"
+  [[ -n "$skip_why" ]] || ! out_of_time || skip_why=$(why_skipped)
   if [[ -n "$skip_why" ]]; then skip "$name" "$skip_why"; want=() wantnot=() once=(); return 0; fi
   mkdir -p "$(dirname "$log")"
   limit=$(clip_limit "$limit")
@@ -212,6 +226,7 @@ start_daemon() {  # phos daemon in the background; ready when `phos status` answ
 }
 restart_daemon() {  # restart_daemon WHY: a fresh phosd (on the same socket)
   [[ -z "$phos_skip" ]] || return 0
+  ! section_off || return 0  # the program that needed it did not run
   stop_daemon
   mv "$logs/phosd.log" "$logs/phosd.$(date +%s%N).log" 2>/dev/null || true
   start_daemon || { phos_skip="skipped: phosd did not restart ($1)"; return 0; }
@@ -222,6 +237,7 @@ phos_run=("$phos" --socket "$sock" run --lib "$lib" --)
 i=$b/integration  # the tests/integration programs (checkpoint_app among them)
 
 # ---- 1. gtest binaries labelled gpu ------------------------------------------------
+section gtest
 # One row per test from gtest's JSON; a binary that crashed before writing
 # it gets one failed row.
 gtest_rows() {  # gtest_rows BINARY JSON LOG RC SECONDS CASE
@@ -268,7 +284,7 @@ for t in "${gpu_tests[@]}"; do
       skip "gtest/$t/$c" "skipped: excluded by PHOS_GPU_GTEST_EXCLUDE='$PHOS_GPU_GTEST_EXCLUDE' (see docs/gpu-report.md)"
       continue
     fi
-    if out_of_time; then skip "gtest/$t/$c" "skipped: out of time (PHOS_GPU_DEADLINE_S=$deadline_s)"; continue; fi
+    if out_of_time; then skip "gtest/$t/$c" "$(why_skipped)"; continue; fi
     t0=$(now) rc=0 f=${c//\//_}  # parameterised names hold '/'
     timeout -k 5 "$(clip_limit 60)" "$b/bin/$t" --gtest_filter="$c" --gtest_output="json:$logs/$t.$f.json" \
       >"$logs/gtest-$t.$f.log" 2>&1 </dev/null || rc=$?
@@ -287,6 +303,7 @@ if [[ -z "$no_gpu_reason" ]] && ! start_daemon; then phos_skip="skipped: phosd d
 # (Frameworks run first on a fresh phosd: a short lease cut off by
 # PHOS_GPU_DEADLINE_S still says how far PyTorch gets.)
 # ---- 2. frameworks nobody here wrote: native vs phos run ----------------------------
+section frameworks
 # Each script prints deterministic lines (fixed seeds); under phos run it must
 # print the same. How far each gets under phos is in its log.
 py=$work/py
@@ -371,6 +388,7 @@ PY
 export PHOS_TRACE_ERRORS=1
 for s in torch_elementwise torch_train torch_graphs cupy_kernels numba_kernel; do
   if [[ $backend == sim ]]; then skip "frameworks/$s" "skipped: backend=sim (tests/integration runs CuPy/numba on the sim)"; continue; fi
+  if out_of_time; then skip "frameworks/$s" "$(why_skipped)"; continue; fi
   want=("$s: OK")
   check "frameworks/$s/native" 90 0 -- python3 "$py/$s.py"
   [[ -n "$no_gpu_reason" ]] && continue
@@ -425,7 +443,7 @@ torch_ckpt_checks() {
   if [[ $backend == sim ]]; then skip frameworks/torch_ckpt "skipped: backend=sim (PyTorch's kernels carry no PTX)"; return 0; fi
   want=("torch_ckpt: OK")
   check frameworks/torch_ckpt/native 120 0 -- python3 "$py/torch_ckpt.py" -
-  if [[ -n "$phos_skip" ]] || out_of_time; then skip frameworks/torch_ckpt/phos "${phos_skip:-skipped: out of time}"; return 0; fi
+  if [[ -n "$phos_skip" ]] || out_of_time; then skip frameworks/torch_ckpt/phos "${phos_skip:-$(why_skipped)}"; return 0; fi
   waitfor() {  # waitfor NAME: the script is waiting at NAME (120 s)
     for _ in $(seq 1200); do [[ -f "$ctl/$1.ready" ]] && return 0; kill -0 "$runner" 2>/dev/null || return 1; sleep 0.1; done; return 1
   }
@@ -465,10 +483,12 @@ unset PHOS_TRACE_ERRORS
 
 
 # ---- 3. tests/apps: native vs phos run ---------------------------------------------
+section apps
 # Each program checks its results against a CPU reference and prints
 # "<name>: checksum 0x... OK"; native and phos must print the same lines.
 checksums() { grep -E '^[A-Za-z0-9_]+: checksum 0x[0-9a-fA-F]+ .*OK$' "$1" || true; }
 for a in "${apps[@]}"; do
+  if out_of_time; then skip "apps/$a" "$(why_skipped)"; continue; fi
   want=("$a: checksum 0x" " OK") wantnot=("not supported by phos")
   check "apps/$a/phos" 180 0 -- "${phos_run[@]}" "$b/apps/$a"
   if [[ -n "$no_gpu_reason" ]]; then skip "apps/$a/native" "$no_gpu_reason"; skip "apps/$a/same-checksum" "$no_gpu_reason"; continue; fi
@@ -490,6 +510,7 @@ for a in "${apps[@]}"; do
 done
 
 # ---- 4. checkpoint_app: GPU-only checkpoints in every mode, restores, whole process ----
+section engine
 # checkpoint_app (tests/integration) is driven by command files CTL/cmd-N and
 # acks each with "ack N"; checkpoint_restore_test.cc does the same on the sim.
 app_pid="" app_log="" app_ctl="" app_next=0 app_runner=""
@@ -528,7 +549,7 @@ engine_checks() {
   local out sum3 mode img got t0
   local modes=(stop cow recopy)
   if [[ -n "$phos_skip" ]] || out_of_time; then
-    for mode in "${modes[@]}"; do skip "engine/checkpoint-$mode" "${phos_skip:-skipped: out of time}"; done
+    for mode in "${modes[@]}"; do skip "engine/checkpoint-$mode" "${phos_skip:-$(why_skipped)}"; done
     return 0
   fi
   t0=$(now)
@@ -565,9 +586,10 @@ engine_checks() {
 }
 engine_checks
 
+section process
 process_checks() {  # whole-process (CRIU) checkpoint, kill, restore
   local out sum2 img=$work/pimg pid t0
-  if [[ -n "$phos_skip" ]] || out_of_time; then skip process/checkpoint "${phos_skip:-skipped: out of time}"; return 0; fi
+  if [[ -n "$phos_skip" ]] || out_of_time; then skip process/checkpoint "${phos_skip:-$(why_skipped)}"; return 0; fi
   if [[ ! -x "$b/criu/criu" ]]; then skip process/checkpoint "skipped: the bundle carries no criu"; return 0; fi
   want=("Looks good")
   check criu/check 60 0 -- "$b/criu/criu" check
@@ -602,7 +624,7 @@ process_checks
 
 process_app_checks() {  # whole-process checkpoint of a tests/apps program paused mid-work, kill, restore
   local a=multi_stream img=$work/pimg-ms pause=$work/pause pid t0 ref got
-  if [[ -n "$phos_skip" ]] || out_of_time || [[ ! -x "$b/criu/criu" ]]; then skip process/$a "${phos_skip:-skipped: out of time or no criu}"; return 0; fi
+  if [[ -n "$phos_skip" ]] || out_of_time || [[ ! -x "$b/criu/criu" ]]; then skip process/$a "${phos_skip:-$(why_skipped) (or no criu)}"; return 0; fi
   mkdir -p "$logs/process"
   : >"$pause"
   PHOS_APP_PAUSE=$pause "$phos" --socket "$sock" run --lib "$lib" --name ms -- "$b/apps/$a" >"$logs/process/$a.out" 2>"$logs/process/$a.err" </dev/null &
@@ -629,6 +651,7 @@ process_app_checks() {  # whole-process checkpoint of a tests/apps program pause
 process_app_checks
 
 # ---- 4b. tests/bench programs: native vs phos run --------------------------------
+section bench
 # Measurements, not pass/fail on speed: each program must run (check rows);
 # its numbers become info rows (docs/benchmarks.md quotes them). Before the
 # programs that fault a kernel on purpose, so the GPU is still phosd's.
@@ -637,6 +660,7 @@ bench_value() {  # bench_value LOG KEY: the number after KEY= (sgemm lines) or a
 }
 bench_checks() {
   local d=$b/bench nl pl n nat ph key unit max_n=4096
+  if out_of_time; then skip bench "$(why_skipped)"; return 0; fi
   [[ $backend == cuda ]] || max_n=512  # the sim's GEMM runs on one CPU core
   if [[ -x $d/cublas_bench ]]; then
     # cublasSgemm 64..4096 (issue: under phos >= 0.95x native at n >= 1024).
@@ -679,6 +703,7 @@ bench_checks() {
 bench_checks
 
 # ---- 5. tests/integration programs under phos run -------------------------------
+section integration
 # The expectations of tests/integration/integration_apps_test.cc, which runs
 # the same programs against the sim backend in CI.
 # The same programs natively first, as information (their expectations are
