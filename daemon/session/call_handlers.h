@@ -321,14 +321,14 @@ Status RunMaybeAdmitted(SessionState& st, const CallView* admit, Body&& body) {
   return admit != nullptr ? st.executor->Run(*admit, std::forward<Body>(body)) : body();
 }
 
-/// Releases everything the session holds (teardown): synchronise, drop
-/// retained host bytes, destroy events and streams, unload modules, free
-/// every buffer. Errors are logged, not returned.
 /// Registers the staging arena with st.ctx once per context (a pageable
 /// D2H's reply chunk is then written by DMA, not through the driver's own
 /// bounce buffer). A refusal leaves the arena pageable — correct, slower —
 /// and is logged once per context.
 void PinStagingArena(SessionState& st);
+/// Releases everything the session holds (teardown): synchronise, drop
+/// retained host bytes, destroy events and streams, unload modules, free
+/// every buffer. Errors are logged, not returned.
 void ReleaseAll(SessionState& st);
 /// Aborts every NCCL communicator rank the session holds (its peers' waits
 /// fail with `why` instead of hanging) and forgets them (nccl_handlers.cc).
