@@ -1,5 +1,5 @@
 // phos migrate PID|NAME --to HOST:PORT --peer-token FILE [--mode recopy|stop]
-// [--rounds N] [--max-rate R] [--job] [--json]: live-migrate a process under phos
+// [--rounds N] [--max-rate R] [--lazy-pages] [--job] [--json]: live-migrate a process under phos
 // to another phosd (started with --listen and the same token). The local
 // phosd does the work (server/migration.h); this prints its progress, the
 // new pid at the destination and the downtime. docs/migration.md.
@@ -25,6 +25,7 @@ struct MigrateArgs {
   std::uint64_t max_rate = 0;
   bool no_precopy = false;
   bool job = false;
+  bool lazy_pages = false;
   CriuFlags criu;
   bool json = false;
 };
@@ -46,6 +47,7 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
   req.set_max_bytes_per_sec(a.max_rate);
   req.set_no_precopy(a.no_precopy);
   req.set_job(a.job);
+  req.set_lazy_pages(a.lazy_pages);
   ToProto(a.criu, req.mutable_criu());
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
@@ -77,6 +79,10 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
               << "  pre-copy: " << get("precopy_bytes_sent") << " bytes sent while it ran; after the freeze "
               << get("bytes_after_stop") << " of the image's " << result.bytes_written() << " bytes crossed ("
               << get("precopied_bytes") << " came from the pre-copy)\n";
+    if (a.lazy_pages) {
+      std::cout << "  lazy pages: its memory was not in the downtime; it arrived " << get("lazy_pages_ms")
+                << " ms after it ran there\n";
+    }
   }
   return 0;
 }
@@ -105,6 +111,11 @@ void AddMigrateCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
   cmd->add_flag("--no-precopy", a->no_precopy,
                 "Recopy: do not stream buffer copies to the destination while the app runs; send the whole image "
                 "after the freeze (longer downtime; a baseline for comparisons)");
+  cmd->add_flag("--lazy-pages", a->lazy_pages,
+                "Leave the process's memory out of the downtime (CRIU lazy migration): it runs at the destination "
+                "at once and its pages are faulted in from here over the data channel while this copy stays "
+                "frozen; the migration ends once every page arrived. Needs userfaultfd at the destination and "
+                "fs.pipe-max-size >= 4 MiB here (docs/migration.md \"Lazy pages\")");
   AddCriuFlags(cmd, &a->criu);
   cmd->add_flag("--json", a->json, "Print every event as one JSON object per line");
   cmd->callback([global, a, exit_code] { *exit_code = RunMigrate(*global, *a); });

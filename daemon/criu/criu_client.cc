@@ -22,6 +22,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/file_identity.h"
+#include "criu/criu_internal.h"
 #include "criu/criu_log.h"
 
 namespace phos::criu {
@@ -80,48 +81,13 @@ bool IdentifyBinary(const std::string& name, BinaryIdentity* out) {
 // g_check_mu.
 std::map<std::string, BinaryIdentity> g_checked;
 
-// Drops the remembered pass of `criu_binary` (resolved; "" = "criu") after
-// a CRIU call with it failed: the next Check() probes again.
+}  // namespace
+
+namespace detail {
+
 void ForgetCheck(const std::string& criu_binary) {
   std::lock_guard<std::mutex> lock(g_check_mu);
   g_checked.erase(criu_binary.empty() ? std::string("criu") : criu_binary);
-}
-
-struct OptsDeleter {
-  void operator()(criu_opts* o) const { criu_local_free_opts(o); }
-};
-using OptsPtr = std::unique_ptr<criu_opts, OptsDeleter>;
-
-// Owns one directory fd.
-class DirFd {
- public:
-  DirFd() = default;
-  DirFd(const DirFd&) = delete;
-  DirFd& operator=(const DirFd&) = delete;
-  ~DirFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void reset(int fd) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
-// `criu_binary`: the caller's (phosd's --criu-binary); "" = libcriu's default.
-Status NewOpts(const std::string& criu_binary, OptsPtr* out) {
-  criu_opts* o = nullptr;  // must be null: init frees a non-null *o
-  if (criu_local_init_opts(&o) != 0 || o == nullptr) {
-    return Status::OutOfMemory("libcriu: criu_local_init_opts failed");
-  }
-  out->reset(o);
-  if (!criu_binary.empty() && criu_local_set_service_binary(o, criu_binary.c_str()) != 0) {
-    return Status::OutOfMemory("libcriu: criu_local_set_service_binary failed");
-  }
-  return Status::Ok();
 }
 
 std::string BinaryName(const std::string& criu_binary) {
@@ -143,8 +109,6 @@ Status OpenDir(const std::string& what, const std::string& path, bool create, Di
   return Status::Ok();
 }
 
-// A dump into a directory that already holds images would mix two dumps
-// (CRIU overwrites only the files it writes this time).
 Status CheckNoImages(const std::string& what, const std::string& path) {
   DIR* d = ::opendir(path.c_str());
   if (d == nullptr) return Status::FromErrno(what + ": opendir " + path, errno);
@@ -164,11 +128,44 @@ Status CheckNoImages(const std::string& what, const std::string& path) {
   return Status::Ok();
 }
 
+std::mutex& OneDumpMutex() {
+  static std::mutex dump_mu;
+  return dump_mu;
+}
+
 Status CheckLogFile(const std::string& what, const std::string& log_file) {
   if (log_file.empty() || log_file.find('/') != std::string::npos) {
     return Status::InvalidArgument(what + ": log_file '" + log_file +
                                    "' must be a plain file name (CRIU writes it into the work "
                                    "directory and refuses paths)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace detail
+
+namespace {
+using detail::BinaryName;
+using detail::CheckLogFile;
+using detail::CheckNoImages;
+using detail::DirFd;
+using detail::ForgetCheck;
+using detail::OpenDir;
+
+struct OptsDeleter {
+  void operator()(criu_opts* o) const { criu_local_free_opts(o); }
+};
+using OptsPtr = std::unique_ptr<criu_opts, OptsDeleter>;
+
+// `criu_binary`: the caller's (phosd's --criu-binary); "" = libcriu's default.
+Status NewOpts(const std::string& criu_binary, OptsPtr* out) {
+  criu_opts* o = nullptr;  // must be null: init frees a non-null *o
+  if (criu_local_init_opts(&o) != 0 || o == nullptr) {
+    return Status::OutOfMemory("libcriu: criu_local_init_opts failed");
+  }
+  out->reset(o);
+  if (!criu_binary.empty() && criu_local_set_service_binary(o, criu_binary.c_str()) != 0) {
+    return Status::OutOfMemory("libcriu: criu_local_set_service_binary failed");
   }
   return Status::Ok();
 }
@@ -292,8 +289,7 @@ Status DumpImpl(bool pre, pid_t pid, const std::string& images_dir, const DumpOp
   // mounts a proc of the task's namespace at a fixed path: "Can't create a
   // directory (-17)", "can't get /proc fd"; docs/criu.md "Concurrent
   // dumps"). A dump takes ~0.1 s; checkpoints of other apps wait that long.
-  static std::mutex dump_mu;
-  std::unique_lock<std::mutex> one_dump(dump_mu);
+  std::unique_lock<std::mutex> one_dump(detail::OneDumpMutex());
   auto t0 = std::chrono::steady_clock::now();
   int ret = pre ? criu_local_pre_dump(o.get()) : criu_local_dump(o.get());
   int err = errno;
@@ -397,6 +393,7 @@ Status CriuClient::Dump(pid_t pid, const std::string& images_dir, const DumpOpti
 
 Status CriuClient::Restore(const std::string& images_dir, const RestoreOptions& opts,
                            pid_t* restored_pid) {
+  if (opts.lazy_pages) return detail::RestoreLazy(images_dir, opts, restored_pid);
   std::string what = "criu restore from " + images_dir;
   if (restored_pid == nullptr) return Status::InvalidArgument(what + ": restored_pid is null");
   *restored_pid = -1;

@@ -2,7 +2,9 @@
 // through libcriu (docs/criu.md).
 //
 // libcriu talks to a `criu swrk` process it forks for every call (RPC over a
-// SOCK_SEQPACKET socketpair); we never run the criu CLI or parse its output.
+// SOCK_SEQPACKET socketpair). Lazy migration's three steps run the criu
+// command line instead (criu_command.h: libcriu 4.1.1 cannot ask for lazy
+// pages); we never parse CRIU's output.
 // Every call builds its own criu_opts object (criu_local_* API), so no
 // libcriu global option state is used.
 //
@@ -23,11 +25,13 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/status.h"
+#include "criu/criu_command.h"
 
 namespace phos::criu {
 
@@ -89,6 +93,12 @@ struct RestoreOptions {
   /// restored tree in place of the external resource named `key`
   /// (e.g. "pipe:[12345]"). The fd must stay open until Restore returns.
   std::vector<std::pair<int, std::string>> inherit_fds;
+  /// The image was dumped by StartLazyDump: its private memory is not in
+  /// it but comes from the `criu lazy-pages` daemon StartLazyPages runs in
+  /// the same images directory (userfaultfd), which must be ready before
+  /// Restore. Runs `criu restore --lazy-pages -d` from the command line
+  /// (libcriu cannot ask for it); needs `detach` and the default work_dir.
+  bool lazy_pages = false;
   /// Log file name, written into `work_dir`; empty work_dir = the images
   /// directory (a restore then adds its log to the checkpoint directory).
   std::string log_file = "criu-restore.log";
@@ -160,6 +170,39 @@ class CriuClient {
   /// for who must reap it.
   static Status Restore(const std::string& images_dir, const RestoreOptions& opts,
                         pid_t* restored_pid);
+
+  // ---- Lazy migration (docs/criu.md "Lazy pages"): the process runs at
+  // the destination while its private memory still arrives, so CRIU's
+  // pages are not in a migration's downtime. Three commands, two hosts:
+  //   source:      StartLazyDump  -> `criu dump --lazy-pages` serving pages over page_fd
+  //   destination: StartLazyPages -> `criu lazy-pages` asking for them over its page_fd
+  //                Restore(lazy_pages) -> the process, its memory faulted in from the daemon
+  // page_fd is one connection (phos's authenticated data channel) between
+  // the two; CRIU speaks its page-server protocol over it.
+
+  /// Starts `criu dump --lazy-pages --ps-socket page_fd` of `pid` into
+  /// `images_dir` (created if missing, must not hold images; options as
+  /// Dump's; work_dir must be empty) and returns once the images —
+  /// everything but the private memory — are written and it serves that
+  /// memory over `page_fd` (`*dump` then keeps running). The task stays
+  /// frozen by CRIU until the dump ends, then returns to the state
+  /// `leave_running` says (a stopped task stays stopped).
+  ///
+  /// The dump ends when the other end closes `page_fd`: `(*dump)->Wait()`.
+  /// Its exit status does NOT say whether every page arrived (CRIU 4.1.1
+  /// exits 0 when the lazy-pages daemon quits early): only the
+  /// destination's StartLazyPages command can. `page_fd` stays the
+  /// caller's (the command has its own copy).
+  static Status StartLazyDump(pid_t pid, const std::string& images_dir, const DumpOptions& opts, int page_fd,
+                              std::unique_ptr<CriuCommand>* dump);
+
+  /// Starts `criu lazy-pages` for the images in `images_dir`, asking for
+  /// pages over `page_fd`, and returns once it waits for the restore. Its
+  /// `Wait()` is Ok once it delivered every page of the restored process
+  /// (it exits after the last); an error when the page server went away
+  /// first, or the process died.
+  static Status StartLazyPages(const std::string& images_dir, int page_fd, const std::string& criu_binary,
+                               std::unique_ptr<CriuCommand>* daemon);
 };
 
 }  // namespace phos::criu

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "criu/criu_client.h"
+#include "criu/criu_command.h"
 #include "peer.pb.h"
 #include "ring/ring_layout.h"
 #include "image/image_layout.h"
@@ -184,6 +185,23 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
                              .WithContext("migration not started; pid " + std::to_string(sess.pid()) +
                                           " keeps running here"));
   }
+  // Lazy pages (docs/migration.md "Lazy pages"): the page connection is
+  // opened before anything is frozen, so it costs no downtime, and a
+  // destination that cannot take lazy pages costs the app nothing.
+  int page_fd = -1;
+  struct ClosePageFd {
+    int* fd;
+    ~ClosePageFd() {
+      if (*fd >= 0) close(*fd);
+    }
+  } close_page_fd{&page_fd};
+  if (o.lazy_pages) {
+    PHOS_RETURN_IF_ERROR(criu::CheckLazyDumpPrerequisites().WithContext(
+        "migration not started; pid " + std::to_string(sess.pid()) + " keeps running here"));
+    PHOS_RETURN_IF_ERROR(OpenLazyPagesChannel(o.destination, o.token, o.name, &page_fd)
+                             .WithContext("migration not started; pid " + std::to_string(sess.pid()) +
+                                          " keeps running here"));
+  }
   ProcessImage im;
   PHOS_RETURN_IF_ERROR(
       sess.RunControl([&](session::SessionState& st) { return DescribeForDump(sess, st, &im, o.criu); }));
@@ -208,7 +226,11 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
     process::RecordCapturePoint(st, &im);
     return Status::Ok();
   };
+  // The lazy dump serves the process's memory until the destination has
+  // it all; the process stays frozen (by CRIU, and by our SIGSTOP) so long.
+  std::unique_ptr<criu::CriuCommand> lazy_dump;
   auto abandon = [&](const Status& why, const std::string& what) {
+    if (lazy_dump) lazy_dump->Kill();  // CRIU lets go of the (still SIGSTOPped) process
     if (frozen) {
       sess.OpenGate();
       kill(im.pid, SIGCONT);
@@ -238,7 +260,16 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
 
   if (progress != nullptr) progress->SetPhase("criu-dump", "CRIU dumps the frozen pid " + std::to_string(im.pid));
   // It stays stopped (SIGSTOP) through the dump until we decide.
-  s = process::DumpProcess(im, o.staging_dir + "/" + kCriuSubdir, o.criu_binary, &result->criu_dump_ms);
+  if (o.lazy_pages) {
+    // Everything but the private memory; CRIU then serves that over
+    // page_fd (its own copy) to the destination's `criu lazy-pages`.
+    s = process::StartLazyDumpProcess(im, o.staging_dir + "/" + kCriuSubdir, o.criu_binary, page_fd, &lazy_dump,
+                                      &result->criu_dump_ms);
+    close(page_fd);
+    page_fd = -1;
+  } else {
+    s = process::DumpProcess(im, o.staging_dir + "/" + kCriuSubdir, o.criu_binary, &result->criu_dump_ms);
+  }
   if (s.ok()) s = WriteProcessImage(o.staging_dir, im, /*durable=*/false);  // sent on at once, like the GPU image
   if (!s.ok()) return abandon(s, "CRIU dump of pid " + std::to_string(im.pid));
 
@@ -255,7 +286,14 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   if (progress != nullptr) progress->SetPhase("remote-restore", o.destination + " restores the process");
   peer::v1::RestoreImageReply reply;
   bool request_sent = false;
-  s = RestoreOnPeer(o.destination, o.token, o.name, /*resume=*/true, &reply, &request_sent);
+  peer::v1::RestoreImageRequest request;
+  request.set_name(o.name);
+  request.set_resume(true);
+  request.set_lazy_pages(o.lazy_pages);
+  if (o.lazy_pages && progress != nullptr) {
+    progress->SetPhase("remote-restore", o.destination + " restores the process and pulls its memory from here");
+  }
+  s = RestoreOnPeer(o.destination, o.token, request, &reply, &request_sent);
   if (!s.ok() && request_sent && !DestinationRefused(s)) {
     // The destination may have restored and resumed the copy and only its
     // reply was lost: ask it before resuming here (docs/migration.md "Lost
@@ -286,7 +324,19 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   }
   if (!s.ok()) return abandon(s, "restore on " + o.destination);
 
-  // The destination runs it: only now does the source copy end.
+  // The destination runs it (lazy: and has every page): only now does the
+  // source copy end.
+  if (lazy_dump) {
+    // The destination's daemon closed the page connection after the last
+    // page: the dump ends at once. Its status says nothing more (CRIU exits
+    // 0 either way); the destination's answer is what counted.
+    if (Status d = lazy_dump->Wait(std::chrono::seconds(30)); !d.ok()) {
+      spdlog::warn("migrate: pid {}: the lazy dump did not end cleanly after {} had every page ({}); ended it",
+                   im.pid, o.destination, d.ToString());
+    }
+    lazy_dump.reset();  // kills and reaps it if it still runs
+    result->lazy_pages_ms = reply.lazy_pages_ms();
+  }
   kill(im.pid, SIGKILL);
   sess.OpenGate();  // the consumer notices the hang-up and releases the GPU state
   std::filesystem::remove_all(o.staging_dir, ec);
@@ -296,6 +346,10 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   result->destination_gpu_restore_us = reply.gpu_restore_us();
   const std::int64_t down = result->resumed_unix_ns - result->stopped_unix_ns;
   result->downtime_us = down > 0 ? static_cast<std::uint64_t>(down / 1000) : 0;
+  if (o.lazy_pages) {
+    spdlog::info("migrate: pid {} -> {} pid {}: its memory arrived lazily, {} ms after it ran there", im.pid,
+                 o.destination, reply.pid(), result->lazy_pages_ms);
+  }
   spdlog::info("migrate: pid {} -> {} pid {}: downtime {} us (pre-copy {} bytes in {} copies while it ran; dirty "
                "at t2 {} bytes; after the freeze {} of the image's {} bytes streamed in {} ms over {}, {} pre-copied; "
                "criu dump {} ms, remote criu restore {} ms, remote gpu restore {} us)",

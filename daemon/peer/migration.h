@@ -18,6 +18,9 @@
 //      dirty at t2, the manifest and CRIU's images cross the wire. The
 //      destination then restores it and lets it run (PhosPeer.RestoreImage).
 //      Downtime ends when the destination sends SIGCONT.
+//      With lazy pages, CRIU's dump leaves the private memory out and
+//      serves it to the destination's `criu lazy-pages` while the copy
+//      there runs; the destination confirms once the last page arrived.
 //   5. Only after the destination confirmed is the source process killed.
 //      Any failure before that (CRIU, the stream, the destination dying or
 //      refusing) reopens the gate and SIGCONTs the source: it keeps running
@@ -49,6 +52,10 @@ struct MigrateOptions {
   /// Recopy: stream the rounds' copies during the rounds (default). false:
   /// every byte travels after the freeze (the benchmark's baseline).
   bool precopy = true;
+  /// CRIU's lazy migration (docs/migration.md "Lazy pages"): the process's
+  /// private memory is not dumped in the downtime; the destination runs it
+  /// at once and faults it in from here while this copy stays frozen.
+  bool lazy_pages = false;
   process::CriuUserOptions criu;            // --shell-job/--tcp-established/--file-locks
   std::string criu_binary;                  // phosd's --criu-binary ("" = `criu` on PATH)
 };
@@ -69,6 +76,7 @@ struct MigrateResult {
   std::uint64_t transfer_ms = 0;
   std::uint64_t destination_criu_restore_ms = 0;
   std::uint64_t destination_gpu_restore_us = 0;
+  std::uint64_t lazy_pages_ms = 0;  // lazy: from the destination's resume until its last page arrived
   engine::CheckpointResult gpu;
 };
 

@@ -404,17 +404,49 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
   return Status::Ok();
 }
 
-Status RestoreOnPeer(const std::string& host_port, const std::string& token, const std::string& name, bool resume,
-                     peer::v1::RestoreImageReply* reply, bool* request_sent, int connect_timeout_ms) {
+Status OpenLazyPagesChannel(const std::string& host_port, const std::string& token, const std::string& name,
+                            int* fd_out, int connect_timeout_ms) {
+  std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
+  PHOS_RETURN_IF_ERROR(
+      ConnectPeer(host_port, std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms), &stub));
+  int fd = -1;
+  PHOS_RETURN_IF_ERROR(OpenDataChannelTo(host_port, stub.get(), token, peer::v1::DATA_CHANNEL_LAZY_PAGES,
+                                         connect_timeout_ms, &fd));
+  peer::v1::LazyPagesHello hello;
+  hello.set_name(name);
+  peer::v1::DataChannelReply reply;
+  Status s = WriteFrame(fd, hello);
+  if (s.ok()) s = ReadChannelReply(fd, /*timeout_s=*/10, &reply);
+  if (s.ok() && reply.code() != 0) {
+    // An older phosd reads the hello as an image stream and refuses it.
+    s = reply.code() == static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT) ||
+                reply.code() == static_cast<int>(grpc::StatusCode::CANCELLED)
+            ? Status::NotSupported("peer " + host_port + " cannot take lazy pages (" + reply.message() +
+                                   "; an older phosd?)")
+            : PeerStatus(host_port, grpc::Status(static_cast<grpc::StatusCode>(reply.code()), reply.message()));
+  }
+  if (!s.ok()) {
+    close(fd);
+    return s.WithContext("lazy-pages connection for '" + name + "'");
+  }
+  // From here on CRIU's page server and lazy-pages daemon own the
+  // conversation, and either may wait on it as long as the migration takes.
+  SetReceiveTimeout(fd, 0);
+  timeval none{};
+  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+  *fd_out = fd;
+  return Status::Ok();
+}
+
+Status RestoreOnPeer(const std::string& host_port, const std::string& token,
+                     const peer::v1::RestoreImageRequest& request, peer::v1::RestoreImageReply* reply,
+                     bool* request_sent, int connect_timeout_ms) {
   if (request_sent != nullptr) *request_sent = false;
   std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
   PHOS_RETURN_IF_ERROR(
       ConnectPeer(host_port, std::chrono::system_clock::now() + std::chrono::milliseconds(connect_timeout_ms), &stub));
   grpc::ClientContext context;
   context.AddMetadata(kPeerTokenHeader, token);
-  peer::v1::RestoreImageRequest request;
-  request.set_name(name);
-  request.set_resume(resume);
   if (request_sent != nullptr) *request_sent = true;  // from here on the peer may run it
   const grpc::Status g = stub->RestoreImage(&context, request, reply);
   if (!g.ok()) return PeerStatus(host_port, g);

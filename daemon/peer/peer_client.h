@@ -98,15 +98,25 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
                  const std::string& name, const SendProgress& progress, SendImageResult* result,
                  const SendImageOptions& options = {});
 
+/// Opens image `name`'s lazy-pages connection to the daemon at `host_port`
+/// (a DATA_CHANNEL_LAZY_PAGES data channel; docs/migration.md "Lazy
+/// pages"): it waits there for the RestoreImage of `name` with
+/// lazy_pages. `*fd_out` is then CRIU's page-server connection (no
+/// timeouts, keepalive on); the caller closes it. NotSupported when the
+/// peer has no data channel or no lazy pages (an older phosd).
+Status OpenLazyPagesChannel(const std::string& host_port, const std::string& token, const std::string& name,
+                            int* fd_out, int connect_timeout_ms = 5000);
+
 /// Asks the daemon at `host_port` to restore the whole-process image it
-/// received as `name` and, with `resume`, let it run (PhosPeer.RestoreImage).
-/// Answers once the process runs there; errors as SendImage's.
+/// received as `request.name()` and, with `resume`, let it run
+/// (PhosPeer.RestoreImage). Answers once the process runs there (with
+/// `lazy_pages`, once its last page arrived); errors as SendImage's.
 /// `request_sent` (optional) says whether the request went out: false when
 /// the peer could not even be reached, so it cannot have restored anything.
 /// After an error with it true, only RestoreStatusOnPeer can tell whether
 /// the copy runs there (the reply may be what was lost).
-Status RestoreOnPeer(const std::string& host_port, const std::string& token, const std::string& name, bool resume,
-                     peer::v1::RestoreImageReply* reply, bool* request_sent = nullptr,
+Status RestoreOnPeer(const std::string& host_port, const std::string& token,
+                     const peer::v1::RestoreImageRequest& request, peer::v1::RestoreImageReply* reply, bool* request_sent = nullptr,
                      int connect_timeout_ms = 5000);
 
 /// What became of the RestoreImage of `name` at `host_port`

@@ -2,7 +2,9 @@
 
 #include "common/version.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <utility>
@@ -141,9 +143,21 @@ grpc::Status PeerService::RestoreImage(grpc::ServerContext* context, const peer:
   // restore does not look): the outcome is recorded either way, for
   // RestoreStatus.
   const std::string dir = incoming_dir_ + "/" + name;
-  spdlog::info("peer: {} asks to restore {}", context->peer(), dir);
+  spdlog::info("peer: {} asks to restore {}{}", context->peer(), dir, request->lazy_pages() ? " (lazy pages)" : "");
   grpc::Status answer = grpc::Status::OK;
-  if (Status s = restorer_(dir, request->resume(), reply); !s.ok()) {
+  PeerRestoreOptions options;
+  options.resume = request->resume();
+  Status s;
+  if (request->lazy_pages()) {
+    options.lazy_pages_fd = lazy_pages_.Take(name);
+    if (options.lazy_pages_fd < 0) {
+      s = Status::FailedPrecondition("no lazy-pages connection is waiting for '" + name +
+                                     "' (the source opens one before it dumps; it may have expired or broken)");
+    }
+  }
+  if (s.ok()) s = restorer_(dir, options, reply);
+  if (options.lazy_pages_fd >= 0) close(options.lazy_pages_fd);  // the source's dump ends when this closes
+  if (!s.ok()) {
     spdlog::warn("peer: restoring {} for {} failed: {}", dir, context->peer(), s.ToString());
     answer = ToGrpcStatus(s.WithContext("restoring " + dir + " on the destination"));
     std::lock_guard<std::mutex> lock(mu_);
@@ -263,6 +277,10 @@ void PeerService::ServeDataChannel(int fd, const std::string& peer, int purpose)
   peer::v1::DataChannelReply out;
   grpc::Status g;
   peer::v1::ReceiveImageReply received;
+  if (purpose == peer::v1::DATA_CHANNEL_LAZY_PAGES) {
+    ParkLazyPagesChannel(fd, peer);
+    return;
+  }
   if (purpose == peer::v1::DATA_CHANNEL_PRECOPY) {
     NextPrecopyChunk next = [&](peer::v1::PrecopyChunk* chunk) -> Status {
       Status s = ReadPrecopyChunk(read, chunk);
@@ -305,6 +323,46 @@ void PeerService::ServeDataChannel(int fd, const std::string& peer, int purpose)
                  received.bytes() / 1e6 / std::max(secs, 1e-6));
   } else if (!g.ok()) {
     spdlog::warn("peer: data channel from {} failed after {} frames: {}", peer, frames, g.error_message());
+  }
+}
+
+void PeerService::ParkLazyPagesChannel(int fd, const std::string& peer) {
+  peer::v1::LazyPagesHello hello;
+  Status s = ReadFrame(SocketReader(fd), &hello);
+  if (s.ok()) {
+    if (std::string why = CheckImageName(hello.name()); !why.empty()) s = Status::InvalidArgument(why);
+  }
+  if (s.ok()) {
+    // The data channel server closes `fd` when this returns: the copy
+    // stays open, with no timeouts (CRIU's page server and lazy-pages
+    // daemon wait on it as long as the migration takes; keepalive stays).
+    const int kept = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (kept < 0) {
+      s = Status::FromErrno("dup of the lazy-pages connection", errno);
+    } else {
+      SetReceiveTimeout(kept, 0);
+      timeval none{};
+      (void)setsockopt(kept, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+      s = lazy_pages_.Park(hello.name(), kept);  // closes `kept` on a refusal
+    }
+  }
+  peer::v1::DataChannelReply out;
+  const grpc::Status g = ToGrpcStatus(s);
+  out.set_code(static_cast<int>(g.error_code()));
+  // Never empty: a frame of 0 bytes is malformed (data_channel.h).
+  out.set_message(s.ok() ? "waiting for the restore of '" + hello.name() + "'" : g.error_message());
+  if (Status w = WriteFrame(fd, out); !w.ok()) {
+    if (s.ok()) {
+      const int parked = lazy_pages_.Take(hello.name());  // nobody will use it
+      if (parked >= 0) close(parked);
+    }
+    spdlog::warn("peer: could not answer the lazy-pages connection from {}: {}", peer, w.ToString());
+    return;
+  }
+  if (s.ok()) {
+    spdlog::info("peer: lazy-pages connection from {} waits for the restore of '{}'", peer, hello.name());
+  } else {
+    spdlog::warn("peer: refused a lazy-pages connection from {}: {}", peer, s.ToString());
   }
 }
 

@@ -25,13 +25,22 @@
 #include "peer.grpc.pb.h"
 #include "image/precopy_store.h"
 #include "peer/data_channel_server.h"
+#include "peer/lazy_page_connections.h"
 
 namespace phos::peer {
 
+/// How RestoreImage asks the daemon to restore an image for a peer.
+struct PeerRestoreOptions {
+  /// The image was dumped from a stopped process: SIGCONT it once it may run.
+  bool resume = false;
+  /// >= 0: a lazy dump; its memory comes over this connection (the
+  /// restorer does not close it; RestoreImage does).
+  int lazy_pages_fd = -1;
+};
 /// Restores the whole-process image in a directory and (resume) lets it
 /// run; the daemon's gRPC service provides it (PhosService::RestoreForPeer).
-using PeerRestorer =
-    std::function<Status(const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply)>;
+using PeerRestorer = std::function<Status(const std::string& dir, const PeerRestoreOptions& options,
+                                          peer::v1::RestoreImageReply* reply)>;
 
 /// Takes a peer's message about a communicator spanning phosds (the
 /// backend's DeliverCollective); null when this phosd runs none (no --etcd).
@@ -108,6 +117,9 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   /// One pre-copy stream, whichever transport carries it.
   grpc::Status PrecopyFrom(const NextPrecopyChunk& next, const std::string& peer, peer::v1::PrecopyReply* reply);
   Status ReceivePrecopy(const std::shared_ptr<image::PrecopyStore>& store, const NextPrecopyChunk& next);
+  /// A DATA_CHANNEL_LAZY_PAGES connection: its LazyPagesHello names the
+  /// image; a copy of `fd` is parked in lazy_pages_ for its RestoreImage.
+  void ParkLazyPagesChannel(int fd, const std::string& peer);
   /// mu_ held: forgets sealed pre-copies older than kPrecopyTtl.
   void DropExpiredPrecopiesLocked();
   /// The sealed pre-copy of `name`, removed from the registry (its image
@@ -141,6 +153,7 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   const CutJoiner join_cut_;
   const JobRanksRestorer restore_job_ranks_;
   DataChannelServer* data_channels_ = nullptr;  // set before serving, then only read
+  LazyPageConnections lazy_pages_;  // its own lock
 
   std::mutex mu_;  // guards in_flight_, precopies_, refused_hosts_, restores_ and restore_order_
   std::set<std::string> in_flight_;      // image names being received now

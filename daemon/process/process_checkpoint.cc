@@ -72,8 +72,10 @@ void RecordCapturePoint(const session::SessionState& st, ProcessImage* im) {
   im->ring_head = st.ring->published_head();
 }
 
-Status DumpProcess(const ProcessImage& im, const std::string& criu_dir, const std::string& criu_binary,
-                   std::uint64_t* ms) {
+namespace {
+
+/// The CRIU dump options of the process `im` describes.
+criu::DumpOptions DumpOptionsFor(const ProcessImage& im, const std::string& criu_binary) {
   criu::DumpOptions d;
   d.criu_binary = criu_binary;
   d.leave_running = true;
@@ -83,8 +85,23 @@ Status DumpProcess(const ProcessImage& im, const std::string& criu_dir, const st
   // The app's end of its channel socket: phosd's end is not dumped; the
   // restore hands in a new one (RestoreProcess).
   d.external = {"unix[" + std::to_string(im.channel_inode) + "]"};
+  return d;
+}
+
+}  // namespace
+
+Status DumpProcess(const ProcessImage& im, const std::string& criu_dir, const std::string& criu_binary,
+                   std::uint64_t* ms) {
   const auto t0 = Clock::now();
-  Status s = criu::CriuClient::Dump(im.pid, criu_dir, d);
+  Status s = criu::CriuClient::Dump(im.pid, criu_dir, DumpOptionsFor(im, criu_binary));
+  *ms = MsSince(t0);
+  return s;
+}
+
+Status StartLazyDumpProcess(const ProcessImage& im, const std::string& criu_dir, const std::string& criu_binary,
+                            int page_fd, std::unique_ptr<criu::CriuCommand>* dump, std::uint64_t* ms) {
+  const auto t0 = Clock::now();
+  Status s = criu::CriuClient::StartLazyDump(im.pid, criu_dir, DumpOptionsFor(im, criu_binary), page_fd, dump);
   *ms = MsSince(t0);
   return s;
 }
@@ -258,7 +275,16 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   pid_t pid = 0;
   if (progress != nullptr) progress->SetPhase("criu-restore", "CRIU restores the process of " + dir);
   const auto t0 = Clock::now();
-  Status s = criu::CriuClient::Restore(criu_dir, ro, &pid);
+  // Lazy: the process's private memory comes from the source over
+  // options.lazy_pages_fd, through a `criu lazy-pages` daemon that must
+  // listen before CRIU restores (docs/criu.md "Lazy pages").
+  std::unique_ptr<criu::CriuCommand> lazy_pages;
+  Status s;
+  if (options.lazy_pages_fd >= 0) {
+    ro.lazy_pages = true;
+    s = criu::CriuClient::StartLazyPages(criu_dir, options.lazy_pages_fd, options.criu_binary, &lazy_pages);
+  }
+  if (s.ok()) s = criu::CriuClient::Restore(criu_dir, ro, &pid);
   close(sv[1]);
   result->criu_restore_ms = MsSince(t0);
   if (!s.ok()) {
@@ -267,7 +293,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   }
   result->pid = pid;
   auto fail = [&](const Status& why) {
-    kill(pid, SIGKILL);  // it cannot run without its ring and GPU state
+    kill(pid, SIGKILL);  // it cannot run without its ring and GPU state (or its memory)
     return why.WithContext("restored pid " + std::to_string(pid) + " killed");
   };
   if (!im.pid_namespace && pid != im.pid) {
@@ -339,8 +365,24 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
     return e;
   }
   let_run();  // stop-the-world: only now
-  spdlog::info("process restore: pid {} back from {} as session {} (criu {} ms, gpu {} bytes)", pid, dir,
-               sess->id(), result->criu_restore_ms, result->gpu.bytes);
+  if (lazy_pages) {
+    // It runs; its memory still arrives. Done when the daemon delivered
+    // the last page. If it cannot, the process must not run on: once the
+    // daemon is gone, a page it never got would read as zeros.
+    const auto pages_from = Clock::now();
+    if (progress != nullptr) progress->SetPhase("lazy-pages", "pid " + std::to_string(pid) + " runs; its memory arrives");
+    s = lazy_pages->Wait(kLazyPagesTimeout);
+    result->lazy_pages_ms = MsSince(pages_from);
+    std::error_code ec;
+    std::filesystem::remove(criu_dir + "/lazy-pages.socket", ec);  // CRIU leaves its listening socket behind
+    if (!s.ok()) {
+      lazy_pages->Kill();
+      return fail(s.WithContext("its memory did not all arrive"));
+    }
+  }
+  spdlog::info("process restore: pid {} back from {} as session {} (criu {} ms, gpu {} bytes{})", pid, dir,
+               sess->id(), result->criu_restore_ms, result->gpu.bytes,
+               lazy_pages ? ", memory arrived lazily in " + std::to_string(result->lazy_pages_ms) + " ms" : "");
   return Status::Ok();
 }
 

@@ -29,12 +29,15 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
+#include "criu/criu_command.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
 #include "process/process_image.h"
@@ -70,6 +73,14 @@ void RecordCapturePoint(const session::SessionState& st, ProcessImage* image);
 Status DumpProcess(const ProcessImage& image, const std::string& criu_dir, const std::string& criu_binary,
                    std::uint64_t* ms);
 
+/// DumpProcess for lazy migration (criu::CriuClient::StartLazyDump): returns
+/// once CRIU's images are in `criu_dir` and `*dump` serves the process's
+/// private memory over `page_fd`; the process stays as it was (a migration's
+/// stopped process stays stopped) until `*dump` ends. *ms: until the images
+/// were written.
+Status StartLazyDumpProcess(const ProcessImage& image, const std::string& criu_dir, const std::string& criu_binary,
+                            int page_fd, std::unique_ptr<criu::CriuCommand>* dump, std::uint64_t* ms);
+
 /// `gpu.dir` must not exist; it appears only complete. On a CRIU failure
 /// nothing is committed and CRIU's log is kept as DIR.criu-dump.log.
 /// `criu_binary`: phosd's --criu-binary ("" = `criu` on PATH).
@@ -82,7 +93,14 @@ struct ProcessRestoreResult {
   uint64_t session_id = 0;
   engine::RestoreResult gpu;
   uint64_t criu_restore_ms = 0;
+  /// Lazy pages: from the moment it ran until its last page arrived.
+  uint64_t lazy_pages_ms = 0;
 };
+
+/// How long a lazy restore waits for the last page before it gives up
+/// (and kills the process): bounds a source that stops sending without
+/// closing the connection.
+inline constexpr std::chrono::minutes kLazyPagesTimeout{30};
 
 struct ProcessRestoreOptions {
   /// Concurrent GPU restore: the process runs as soon as its handles and
@@ -105,6 +123,13 @@ struct ProcessRestoreOptions {
   std::uint64_t comm_generation = 0;
   /// engine::RestoreOptions::device_map.
   std::map<int, int> device_map;
+  /// >= 0: the image was dumped lazily (StartLazyDumpProcess) and its
+  /// private memory comes over this connection to the source's page server
+  /// (the caller keeps the fd; a `criu lazy-pages` daemon gets a copy).
+  /// RestoreProcess then returns once every page arrived, the process
+  /// running meanwhile (`on_running` says when it started); if they do not
+  /// all arrive it kills the process.
+  int lazy_pages_fd = -1;
 };
 
 /// Restores the process of image `dir` (its pid must be free). On any

@@ -116,8 +116,9 @@ Status Daemon::Start(const DaemonOptions& options) {
   service_->OpenTemplates();
   if (!options.listen.empty()) {
     PhosService* service = service_.get();  // outlives the peer server (Shutdown order)
-    peer::PeerRestorer restorer = [service](const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply) {
-      return service->RestoreForPeer(dir, resume, reply);
+    peer::PeerRestorer restorer = [service](const std::string& dir, const peer::PeerRestoreOptions& o,
+                                            peer::v1::RestoreImageReply* reply) {
+      return service->RestoreForPeer(dir, o.resume, o.lazy_pages_fd, reply);
     };
     peer::PeerServerOptions po;
     po.listen = options.listen;

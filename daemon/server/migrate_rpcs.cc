@@ -44,6 +44,10 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   ResolveLauncherPid(&req, &resolved);
   std::shared_ptr<session::Session> sess;
   if (grpc::Status g = FindSession(req->pid(), &sess); !g.ok()) return g;
+  if (req->job() && req->lazy_pages()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "--lazy-pages moves one process; a job migration (--job) dumps its ranks whole");
+  }
   if (req->job()) return MigrateJobRpc(req, *sess, writer);
 
   MigrateOptions o;
@@ -54,6 +58,7 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   o.staging_dir = DefaultCheckpointRoot() + "/outgoing/" + o.name + ".tmp";
   o.max_bytes_per_sec = req->max_bytes_per_sec();
   o.precopy = !req->no_precopy();
+  o.lazy_pages = req->lazy_pages();
   o.criu = FromProto(req->criu());
   o.gpu = MigrationCheckpointOptions(*req);
   image::v1::Manifest meta;
@@ -93,11 +98,13 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   c["bytes_after_stop"] = r.bytes_streamed_after_stop;
   c["destination_criu_restore_ms"] = r.destination_criu_restore_ms;
   c["destination_gpu_restore_us"] = r.destination_gpu_restore_us;
+  if (o.lazy_pages) c["lazy_pages_ms"] = r.lazy_pages_ms;
   writer->Write(ev);
   return grpc::Status::OK;
 }
 
-phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply) {
+phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, int lazy_pages_fd,
+                                         peer::v1::RestoreImageReply* reply) {
   session::SessionServer* server = nullptr;
   PHOS_RETURN_IF_ERROR(DataPlane(&server));
   ProcessRestoreResult r;
@@ -105,6 +112,7 @@ phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, pe
   ProcessRestoreOptions ro;
   ro.concurrent = true;  // it runs while its buffers load, in first-use order
   ro.criu_binary = criu_binary_;
+  ro.lazy_pages_fd = lazy_pages_fd;
   // No full checksum pass before the restore (the default of a fresh
   // restore, engine::Verify; it would read the whole gpu.img in the
   // downtime, and O_DIRECT reads of a file just written first wait for its
@@ -132,8 +140,9 @@ phos::Status PhosService::RestoreForPeer(const std::string& dir, bool resume, pe
   reply->set_criu_restore_ms(r.criu_restore_ms);
   reply->set_gpu_restore_us(r.gpu.stall_us);  // concurrent: until it could run
   reply->set_gpu_bytes(r.gpu.bytes);
-  spdlog::info("peer restore: {} runs as pid {} (criu {} ms, gpu {} bytes)", dir, r.pid, r.criu_restore_ms,
-               r.gpu.bytes);
+  reply->set_lazy_pages_ms(r.lazy_pages_ms);
+  spdlog::info("peer restore: {} runs as pid {} (criu {} ms, gpu {} bytes{})", dir, r.pid, r.criu_restore_ms,
+               r.gpu.bytes, lazy_pages_fd >= 0 ? ", its memory arrived in " + std::to_string(r.lazy_pages_ms) + " ms" : "");
   return phos::Status::Ok();
 }
 

@@ -106,7 +106,10 @@ class PhosService final : public v1::Phos::Service {
   /// The destination side of a migration (PhosPeer.RestoreImage, called
   /// by the peer server): restores the whole-process image in `dir`, with
   /// `resume` SIGCONTs it (it was dumped stopped), and fills `reply`.
-  phos::Status RestoreForPeer(const std::string& dir, bool resume, peer::v1::RestoreImageReply* reply);
+  /// `lazy_pages_fd` >= 0: a lazy dump whose memory comes over that
+  /// connection (peer::PeerRestoreOptions); answers once it all arrived.
+  phos::Status RestoreForPeer(const std::string& dir, bool resume, int lazy_pages_fd,
+                              peer::v1::RestoreImageReply* reply);
   /// PhosPeer.JoinCut: starts this phosd's part in job checkpoint `cut`
   /// (jobs::TakePartInCut) on a thread of its own; returns at once.
   phos::Status JoinCutForPeer(const std::string& cut);

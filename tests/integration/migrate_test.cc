@@ -431,6 +431,116 @@ TEST_F(MigrateTest, Migrate_PinnedHostMemory) {
   EXPECT_NE(ReadFile(err_).find("resumed after midpoint"), std::string::npos) << ReadFile(err_);
 }
 
+// ------------------------------------------------------------ lazy pages
+
+// CRIU's lazy migration needs userfaultfd at the destination, and its page
+// server pipes of ~3.2 MiB at the source (criu_command.h
+// CheckLazyDumpPrerequisites): this test raises fs.pipe-max-size to 4 MiB
+// when it is lower (root) and puts it back after.
+class LazyPagesEnv {
+ public:
+  LazyPagesEnv() {
+    phos::criu::CriuFeatures f;
+    if (!phos::criu::CriuClient::QueryFeatures(&f).ok() || !f.lazy_pages) {
+      skip_ = "skipped: CRIU reports no lazy pages (userfaultfd) on this kernel";
+      return;
+    }
+    std::ifstream("/proc/sys/fs/pipe-max-size") >> old_;
+    if (old_ >= kNeeded) return;
+    if (!(std::ofstream("/proc/sys/fs/pipe-max-size") << kNeeded)) {
+      skip_ = "skipped: fs.pipe-max-size is " + std::to_string(old_) + " and cannot be raised here";
+      old_ = 0;
+      return;
+    }
+    raised_ = true;
+  }
+  ~LazyPagesEnv() {
+    if (raised_) std::ofstream("/proc/sys/fs/pipe-max-size") << old_;
+  }
+  const std::string& skip() const { return skip_; }
+
+ private:
+  static constexpr long kNeeded = 4 << 20;
+  long old_ = 0;
+  bool raised_ = false;
+  std::string skip_;
+};
+
+// The process runs at B before its memory is there: its private pages come
+// from A's frozen copy over the data channel (userfaultfd at B). Released,
+// it prints what an uninterrupted run prints — any page that did not arrive
+// intact would change its output or crash it.
+TEST_F(MigrateTest, Migrate_LazyPages) {
+  LazyPagesEnv env;
+  if (!env.skip().empty()) GTEST_SKIP() << env.skip();
+  std::string ref;
+  ASSERT_NO_FATAL_FAILURE(GetReference(&ref));
+  ASSERT_NO_FATAL_FAILURE(StartPaused());
+  std::vector<std::string> args = MigrateArgs(pid_, token_file_);
+  args.insert(args.end(), {"--lazy-pages", "--json"});
+  const Result mg = Phos(sock_a_, args);
+  ASSERT_EQ(mg.rc, 0) << mg.output << Logs();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(mg.output, m, std::regex(R"re(\{"done":\{.*"pid":(\d+),)re"))) << mg.output;
+  const pid_t copy = std::stoi(m[1]);
+  kill_list_.push_back(copy);
+  // Reported only by the lazy path: B's `criu lazy-pages` delivered the last page.
+  EXPECT_TRUE(std::regex_search(mg.output, std::regex(R"re("lazy_pages_ms":"\d+")re"))) << mg.output;
+  EXPECT_TRUE(Contains(mg.output, "pulls its memory from here")) << mg.output;
+  ExpectSourceGone();
+
+  ASSERT_FALSE(ProcessEnded(copy)) << "the copy (pid " << copy << ") is not running:\n" << Logs();
+  EXPECT_EQ(AppPid(sock_b_), copy) << "phos ps on B";
+  const std::vector<std::string> incoming = phos::testing::ListDir(root_b_ + "/incoming");
+  ASSERT_EQ(incoming.size(), 1u) << "B's incoming/: " << phos::testing::JoinNames(incoming);
+  const std::string criu_dir = root_b_ + "/incoming/" + incoming[0] + "/criu";
+  EXPECT_TRUE(fs::exists(criu_dir + "/criu-lazy-pages.log")) << criu_dir << " holds "
+                                                             << phos::testing::JoinNames(phos::testing::ListDir(criu_dir));
+  EXPECT_FALSE(fs::exists(criu_dir + "/lazy-pages.socket")) << "the daemon's socket was left in " << criu_dir;
+
+  fs::remove(pause_);
+  ASSERT_TRUE(phos::testing::WaitEnded(copy, 60s)) << "the copy (pid " << copy << ") did not finish:\n" << Logs();
+  EXPECT_EQ(ReadFile(out_), ref) << "the lazily migrated copy:\n" << ReadFile(err_);
+  EXPECT_NE(ReadFile(err_).find("resumed after midpoint"), std::string::npos) << ReadFile(err_);
+}
+
+// B's `criu lazy-pages` cannot start (a wrapper in front of criu fails
+// that one command): B's restore fails before anything runs there, A's
+// lazy dump is ended, and the source — frozen all along — resumes and
+// finishes as if nothing happened.
+class MigrateLazyPagesFailTest : public MigrateTest {
+ protected:
+  std::vector<std::string> DestinationExtraFlags() const override {
+    const std::string wrapper = fs::temp_directory_path() / ("phos_lazy_fail_criu_" + std::to_string(getpid()));
+    std::ofstream(wrapper) << "#!/bin/sh\n"
+                              "if [ \"$1\" = lazy-pages ]; then echo 'injected: lazy-pages fails' >&2; exit 3; fi\n"
+                              "exec criu \"$@\"\n";
+    fs::permissions(wrapper, fs::perms::owner_all);
+    return {"--criu-binary", wrapper};
+  }
+  void TearDown() override {
+    MigrateTest::TearDown();
+    fs::remove(fs::temp_directory_path() / ("phos_lazy_fail_criu_" + std::to_string(getpid())));
+  }
+};
+
+TEST_F(MigrateLazyPagesFailTest, Migrate_LazyPagesDaemonFailsSourceResumes) {
+  LazyPagesEnv env;
+  if (!env.skip().empty()) GTEST_SKIP() << env.skip();
+  std::string ref;
+  ASSERT_NO_FATAL_FAILURE(GetReference(&ref));
+  ASSERT_NO_FATAL_FAILURE(StartPaused());
+  std::vector<std::string> args = MigrateArgs(pid_, token_file_);
+  args.push_back("--lazy-pages");
+  const Result mg = Phos(sock_a_, args);
+  EXPECT_NE(mg.rc, 0) << mg.output;
+  EXPECT_TRUE(Contains(mg.output, "lazy-pages")) << mg.output;
+  EXPECT_TRUE(Contains(mg.output, "migration abandoned")) << mg.output;
+  EXPECT_TRUE(Contains(mg.output, "keeps running here")) << mg.output;
+  EXPECT_TRUE(Sessions(sock_b_).empty()) << "phos ps on B lists saxpy_loop";
+  ASSERT_NO_FATAL_FAILURE(CheckSourceRunsOn(ref, mg.output));
+}
+
 // ------------------------------------------------------- it fails safely
 
 // The image is ~1.1 MiB; capped at 200 KiB/s its transfer takes ~5 s. B is
