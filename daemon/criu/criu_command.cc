@@ -79,7 +79,8 @@ Status CriuCommand::Start(Spec spec, std::unique_ptr<CriuCommand>* out) {
 }
 
 CriuCommand::~CriuCommand() {
-  Kill();
+  Kill();  // ends the watcher's poll too: the pidfd turns readable
+  if (exit_clock_.joinable()) exit_clock_.join();
   if (pidfd_ >= 0) close(pidfd_);
   if (status_read_ >= 0) close(status_read_);
 }
@@ -143,6 +144,28 @@ Status CriuCommand::Wait(std::chrono::milliseconds timeout) {
   }
   if (killed_by_signal_ || exit_status_ != 0) return ExitError();
   return Status::Ok();
+}
+
+void CriuCommand::StartExitClock() {
+  if (exit_clock_.joinable() || pidfd_ < 0) return;
+  const int pidfd = pidfd_;
+  exit_clock_ = std::thread([this, pidfd] {
+    for (;;) {
+      pollfd p{pidfd, POLLIN, 0};
+      const int n = poll(&p, 1, -1);  // the destructor kills the command first: this returns
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        exit_seen_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_release);
+      }
+      return;
+    }
+  });
+}
+
+std::optional<std::chrono::steady_clock::time_point> CriuCommand::ExitSeenAt() const {
+  const std::int64_t ns = exit_seen_ns_.load(std::memory_order_acquire);
+  if (ns == 0) return std::nullopt;
+  return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ns));
 }
 
 void CriuCommand::Kill() {

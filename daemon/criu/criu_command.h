@@ -12,17 +12,22 @@
 // We never parse CRIU's output: a run is judged by its status byte and its
 // exit status, and a failure quotes its log (criu_log.h).
 //
-// Threading: one owner thread. The destructor kills and reaps a command
-// still running, so no criu process outlives its owner's interest in it.
+// Threading: one owner thread (plus the optional exit-clock watcher, which
+// only polls the pidfd). The destructor kills and reaps a command still
+// running, so no criu process outlives its owner's interest in it.
 // Children: the command is phosd's child, reaped by this object with
 // waitid() on its pidfd (never waitpid(-1); see criu_client.h "Children").
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -67,6 +72,15 @@ class CriuCommand {
   pid_t pid() const { return pid_; }
   bool exited() const { return reaped_; }
 
+  /// Starts a watcher thread that notes when the command exits (without
+  /// reaping it), so the owner can learn that instant while it is busy
+  /// elsewhere (a lazy restore: the daemon's last page vs the GPU load).
+  /// At most once; the destructor kills the command, then joins it.
+  void StartExitClock();
+  /// When the watcher saw the command exit; nullopt before (or without
+  /// StartExitClock).
+  std::optional<std::chrono::steady_clock::time_point> ExitSeenAt() const;
+
  private:
   CriuCommand() = default;
   /// Polls the pidfd for up to `timeout`; true when the command exited
@@ -81,6 +95,10 @@ class CriuCommand {
   bool reaped_ = false;
   int exit_status_ = 0;   // as waitid's si_code/si_status give it (below)
   bool killed_by_signal_ = false;
+  // The exit clock: the watcher only polls pidfd_ (fixed after Start) and
+  // writes exit_seen_ns_; everything above belongs to the owner thread.
+  std::thread exit_clock_;
+  std::atomic<std::int64_t> exit_seen_ns_{0};  // steady_clock ns; 0 = not yet
 };
 
 /// Why a lazy dump cannot serve its pages here, or Ok. CRIU's page server

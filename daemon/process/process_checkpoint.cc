@@ -283,6 +283,8 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   if (options.lazy_pages_fd >= 0) {
     ro.lazy_pages = true;
     s = criu::CriuClient::StartLazyPages(criu_dir, options.lazy_pages_fd, options.criu_binary, &lazy_pages);
+    // Its last page may come while the GPU state still loads: note when.
+    if (s.ok()) lazy_pages->StartExitClock();
   }
   if (s.ok()) s = criu::CriuClient::Restore(criu_dir, ro, &pid);
   close(sv[1]);
@@ -344,9 +346,11 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
   gro.concurrent = options.concurrent;
   gro.verify = options.verify;
   bool running = false;  // the gate opened (this thread only)
+  Clock::time_point running_at;
   auto let_run = [&] {
     if (running) return;
     running = true;
+    running_at = Clock::now();
     sess->OpenGate();
     if (options.on_running) options.on_running(pid);
   };
@@ -369,10 +373,11 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
     // It runs; its memory still arrives. Done when the daemon delivered
     // the last page. If it cannot, the process must not run on: once the
     // daemon is gone, a page it never got would read as zeros.
-    const auto pages_from = Clock::now();
     if (progress != nullptr) progress->SetPhase("lazy-pages", "pid " + std::to_string(pid) + " runs; its memory arrives");
     s = lazy_pages->Wait(kLazyPagesTimeout);
-    result->lazy_pages_ms = MsSince(pages_from);
+    const Clock::time_point last_page = lazy_pages->ExitSeenAt().value_or(Clock::now());
+    result->lazy_pages_ms = last_page > running_at ? static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(last_page - running_at).count()) : 0;
     std::error_code ec;
     std::filesystem::remove(criu_dir + "/lazy-pages.socket", ec);  // CRIU leaves its listening socket behind
     if (!s.ok()) {

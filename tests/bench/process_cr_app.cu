@@ -6,7 +6,7 @@
 // script sees, from the app's side, how long it was stopped and when a
 // restored copy ran its first kernel.
 //
-//   process_cr_app MIB [DIRTY_MIB] [PERIOD_US] [HOT_MIB]
+//   process_cr_app MIB [DIRTY_MIB] [PERIOD_US] [HOT_MIB] [HOST_MIB]
 //
 // Allocates a 4 KiB counter buffer, then MIB MiB in buffers of at most
 // 16 MiB, fills them (cudaMemset: on the sim a PTX kernel over hundreds of
@@ -25,6 +25,11 @@
 //     iteration's own duration) and sleeps PERIOD_US (default 2000).
 // The counter must equal the iteration number: a restored copy whose
 // device state does not match its host state says so and exits 1.
+// HOST_MIB > 0 (default 0): that much private host memory, every 4 KiB page
+// filled with a pattern of its index before "ready"; each iteration checks
+// 16 pages (walking round it), so a copy whose memory did not come back
+// intact (a migration with lazy pages) says so and exits 1. It is not
+// written after "ready": it is what CRIU moves, not what the app dirties.
 // A restored copy continues the loop where the image left it, writing to
 // the same log (opened O_APPEND by the script).
 //
@@ -68,13 +73,14 @@ static long long NowUs() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::printf("usage: process_cr_app MIB [DIRTY_MIB] [PERIOD_US] [HOT_MIB]\n");
+    std::printf("usage: process_cr_app MIB [DIRTY_MIB] [PERIOD_US] [HOT_MIB] [HOST_MIB]\n");
     return 2;
   }
   const size_t mib = std::strtoull(argv[1], nullptr, 10);
   const size_t dirty_mib = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 4;
   const long period_us = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 2000;
   const size_t hot_mib = argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 0;
+  const size_t host_mib = argc > 5 ? std::strtoull(argv[5], nullptr, 10) : 0;
   if (mib == 0 || period_us < 0 || (hot_mib > 0 && hot_mib + 8 > mib)) {
     std::printf("process_cr_app: MIB must be > 0, PERIOD_US >= 0, HOT_MIB + 8 <= MIB\n");
     return 2;
@@ -98,7 +104,17 @@ int main(int argc, char** argv) {
     left -= n;
   }
   CHECK(cudaDeviceSynchronize());
-  std::printf("process_cr_app: ready pid %ld gpu_mib %zu buffers %zu\n", HostPid(), mib, bufs.size() + 1);
+  // Host memory: page p holds words p * kMix + w.
+  constexpr uint64_t kMix = 0x9E3779B97F4A7C15ull;
+  constexpr size_t kPageWords = 4096 / sizeof(uint64_t);
+  const size_t host_pages = host_mib * kMiB / 4096;
+  std::vector<uint64_t> host_mem(host_pages * kPageWords);
+  for (size_t p = 0; p < host_pages; ++p) {
+    for (size_t w = 0; w < kPageWords; ++w) host_mem[p * kPageWords + w] = p * kMix + w;
+  }
+  size_t next_page = 0;
+  std::printf("process_cr_app: ready pid %ld gpu_mib %zu buffers %zu host_mib %zu\n", HostPid(), mib,
+              bufs.size() + 1, host_mib);
   std::fflush(stdout);
 
   // The walk: every buffer, or [8 MiB, 8 MiB + HOT_MIB) of the memory.
@@ -133,6 +149,15 @@ int main(int argc, char** argv) {
       std::printf("process_cr_app: counter %u != iteration %llu\n", host, iter);
       std::fflush(stdout);
       return 1;
+    }
+    for (int k = 0; k < 16 && host_pages > 0; ++k, next_page = (next_page + 1) % host_pages) {
+      for (size_t w = 0; w < kPageWords; ++w) {
+        if (host_mem[next_page * kPageWords + w] != next_page * kMix + w) {
+          std::printf("process_cr_app: host page %zu word %zu differs\n", next_page, w);
+          std::fflush(stdout);
+          return 1;
+        }
+      }
     }
     if (period_us > 0) usleep(static_cast<useconds_t>(period_us));
   }

@@ -7,6 +7,7 @@
 #
 #   tests/bench/process_cr_bench.sh [--build DIR] [--work DIR] [--link-gbps G]
 #       [--ckpt-mib N] [--ckpt-reps N] [--migrate-mib "A B C"] [--migrate-hot-mib N]
+#       [--migrate-host-mib N] [--migrate-modes "stop recopy-np recopy recopy-lazy"]
 #       [--template-mib "A B"] [--template-starts N] [--sections "1 2 3"] [--keep]
 #
 # The app is tests/bench/process_cr_app (MIB of device memory in <= 16 MiB
@@ -33,7 +34,14 @@
 #    freeze) and `--mode recopy` (pre-copy: the rounds stream to B); the
 #    migrated copy is killed on B. --migrate-hot-mib N: the app's writes
 #    stay in a hot set of N MiB starting 8 MiB into its memory (parts of
-#    buffers; default 0: it walks all of its memory).
+#    buffers; default 0: it walks all of its memory). --migrate-host-mib N:
+#    the app also holds N MiB of private host memory (default 0), which is
+#    what CRIU moves. --migrate-modes: which of stop, recopy-np, recopy and
+#    recopy-lazy (`--mode recopy --lazy-pages`: CRIU's lazy migration, the
+#    host memory faulted in at B after it runs; needs fs.pipe-max-size >=
+#    4 MiB) run, in that order (default "stop recopy-np recopy"). The
+#    goal_ms column is issue #19 item 5's bound: 1.2 x dirty GPU bytes at
+#    the freeze / the link rate measured after it + 100 ms.
 # 3. Templates (phosd A): for each size in --template-mib, an app with no
 #    writes (one kernel per 1 ms iteration: a function waiting for work),
 #    `phos template save`, then --template-starts x (`phos template start
@@ -54,6 +62,8 @@ ckpt_mib=256
 ckpt_reps=3
 migrate_mib="64 256 1024"
 migrate_hot_mib=0
+migrate_host_mib=0
+migrate_modes="stop recopy-np recopy"
 template_mib="16 256"
 template_starts=8
 keep=0
@@ -67,6 +77,8 @@ while (($#)); do
     --ckpt-reps) ckpt_reps=$2; shift 2 ;;
     --migrate-mib) migrate_mib=$2; shift 2 ;;
     --migrate-hot-mib) migrate_hot_mib=$2; shift 2 ;;
+    --migrate-host-mib) migrate_host_mib=$2; shift 2 ;;
+    --migrate-modes) migrate_modes=$2; shift 2 ;;
     --template-mib) template_mib=$2; shift 2 ;;
     --template-starts) template_starts=$2; shift 2 ;;
     --sections) sections=$2; shift 2 ;;
@@ -151,14 +163,14 @@ wait_line() {
   die "no line matching '$re' in $log within ${secs}s"
 }
 
-# start_app LOG MIB DIRTY_MIB PERIOD_US [HOT_MIB]: runs the app under `phos run` on
+# start_app LOG MIB DIRTY_MIB PERIOD_US [HOT_MIB] [HOST_MIB]: runs the app under `phos run` on
 # phosd A; sets APP_PID (host pid), APP_T0 (launch, µs) and APP_FIRST_US
 # (end of its first iteration).
 start_app() {
   local log=$1
   : >"$log"
   APP_T0=$(now_us)
-  setsid "$phos" --socket "$work/a.sock" run -- "$app" "$2" "$3" "$4" "${5:-0}" >>"$log" 2>&1 </dev/null &
+  setsid "$phos" --socket "$work/a.sock" run -- "$app" "$2" "$3" "$4" "${5:-0}" "${6:-0}" >>"$log" 2>&1 </dev/null &
   run_pids+=($!)
   local l
   l=$(wait_line "$log" 0 'ready pid' 120)
@@ -316,7 +328,7 @@ if want 2; then
 echo
 hot_text="walking all of its memory"
 ((migrate_hot_mib > 0)) && hot_text="in a hot set of $migrate_hot_mib MiB from 8 MiB on"
-echo "== 2. phos migrate A -> B over loopback (app writes 1 MiB per 2 ms iteration, $hot_text)"
+echo "== 2. phos migrate A -> B over loopback (app writes 1 MiB per 2 ms iteration, $hot_text; $migrate_host_mib MiB of host memory)"
 start_daemon b --listen 127.0.0.1:0 --peer-token "$work/peer.token"
 port=
 for _ in $(seq 100); do
@@ -324,17 +336,22 @@ for _ in $(seq 100); do
   [[ -n $port ]] && break; sleep 0.05
 done
 [[ -n $port ]] || die "phosd B logged no port ($work/phosd-b.log)"
-printf '%-6s %-10s %9s %9s %10s %10s %11s %11s %12s %10s %12s %12s %13s %11s %9s %10s %11s\n' \
-  MiB mode gpu_MiB dirty_MiB precopy_MiB after_MiB downtime_ms transfer_ms link_MB/s gpu/link_ms after/link_ms gpu/pcie_ms criu_dump_ms dst_criu_ms dst_gpu_ms app_gap_ms down/stop_down
+printf '%-6s %-11s %9s %9s %10s %10s %11s %11s %12s %10s %12s %12s %13s %11s %9s %10s %11s %8s %8s\n' \
+  MiB mode gpu_MiB dirty_MiB precopy_MiB after_MiB downtime_ms transfer_ms link_MB/s gpu/link_ms after/link_ms gpu/pcie_ms criu_dump_ms dst_criu_ms dst_gpu_ms app_gap_ms down/stop_down goal_ms lazy_ms
 for mib in $migrate_mib; do
   declare -A down_of=()
   # recopy: buffers stream to B during the rounds (pre-copy); recopy-np:
   # --no-precopy, every byte after the freeze (the design before pre-copy).
-  for mode in stop recopy-np recopy; do
-    extra=(--mode "${mode%-np}")
-    [[ $mode == recopy-np ]] && extra+=(--no-precopy)
+  for mode in $migrate_modes; do
+    case $mode in
+      stop) extra=(--mode stop) ;;
+      recopy) extra=(--mode recopy) ;;
+      recopy-np) extra=(--mode recopy --no-precopy) ;;
+      recopy-lazy) extra=(--mode recopy --lazy-pages) ;;
+      *) die "--migrate-modes: unknown mode $mode (stop, recopy-np, recopy, recopy-lazy)" ;;
+    esac
     log=$work/mig-$mib-$mode.log
-    start_app "$log" "$mib" 1 2000 "$migrate_hot_mib"
+    start_app "$log" "$mib" 1 2000 "$migrate_hot_mib" "$migrate_host_mib"
     sleep 1
     out=$work/mig-$mib-$mode.json
     n0=$(lines "$log")
@@ -351,16 +368,20 @@ for mib in $migrate_mib; do
     awk -v mib="$mib" -v mode="$mode" -v gpu="$gpu" -v dirty="${dirty:-0}" -v down="$down" -v xfer="$xfer" -v sent="$sent" \
         -v after="${after:-0}" -v pre="${pre:-0}" \
         -v link="$link_gbps" -v dump="$(c criu_dump_ms)" -v dcriu="$(c destination_criu_restore_ms)" \
-        -v dgpu="$(c destination_gpu_restore_us)" -v gap="$gmax" -v stopdown="${down_of[stop]}" 'BEGIN {
+        -v dgpu="$(c destination_gpu_restore_us)" -v gap="$gmax" -v stopdown="${down_of[stop]:-0}" \
+        -v lazy="$(c lazy_pages_ms)" 'BEGIN {
       rate = xfer > 0 ? after / (xfer / 1000) : 0         # bytes/s over loopback gRPC, after the freeze
       # --mode stop copies every buffer after the freeze: all of it is
       # "dirty at the stop" (phosd reports 0: no recopy round ran).
       dcol = sprintf("%.1f", dirty / 1048576)
       if (mode == "stop") { dirty = gpu; dcol = "(all)" }
-      printf "%-6s %-10s %9.0f %9s %10.1f %10.1f %11.0f %11s %12.0f %10.0f %12.1f %12.1f %13s %11s %9.1f %10.0f %11s\n",
+      # Issue #19 item 5: downtime <= 1.2 x dirty GPU bytes at t2 / link + 100 ms.
+      goal = (rate > 0 ? 1.2 * 1000 * dirty / rate : 0) + 100
+      printf "%-6s %-11s %9.0f %9s %10.1f %10.1f %11.0f %11s %12.0f %10.0f %12.1f %12.1f %13s %11s %9.1f %10.0f %11s %8.0f %8s\n",
         mib, mode, gpu / 1048576, dcol, pre / 1048576, after / 1048576, down / 1000, xfer, rate / 1e6,
         (rate > 0 ? 1000 * gpu / rate : 0), (rate > 0 ? 1000 * after / rate : 0), 1000 * gpu / (link * 1e9),
-        dump, dcriu, dgpu / 1000, gap / 1000, sprintf("%.0f%%", 100 * down / stopdown) }'
+        dump, dcriu, dgpu / 1000, gap / 1000, (stopdown > 0 ? sprintf("%.0f%%", 100 * down / stopdown) : "-"),
+        goal, (lazy == "" ? "-" : lazy) }'
     stop_pid "$pid"
     wait_idle "$work/b.sock"; wait_idle "$work/a.sock"
     for p in "${run_pids[@]}"; do wait "$p" 2>/dev/null || true; done
