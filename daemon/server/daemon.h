@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <thread>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -74,6 +75,9 @@ class Daemon {
   // The TCP peer plane (--listen); started after the checkpoint root is
   // known, stopped first in Shutdown().
   peer::PeerServer peer_server_;
+  // With the peer plane: asks CRIU's Check() once at start, so a first
+  // migration does not probe the kernel in its downtime; joined in Shutdown().
+  std::thread criu_warm_;
   // Kernel signatures (--signature-cache-dir) for every session's access
   // sets; created before the data plane and destroyed after it.
   std::unique_ptr<signature::SignatureCache> signature_cache_;

@@ -278,15 +278,19 @@ void ReapRetained(SessionState& st, bool wait_all) {
   }
 }
 
+StagingArenaRange StagingArena(const SessionState& st) {
+  if (st.region_base == nullptr) return {};
+  return {wire::ChunkBytes(st.region_base, st.geometry, 0), uint64_t{st.geometry.chunk_count} * st.geometry.chunk_bytes};
+}
+
 void PinStagingArena(SessionState& st) {
   if (st.ctx == nullptr || st.staging_pinned_for == st.ctx || st.region_base == nullptr) return;
   st.staging_pinned_for = st.ctx;
-  std::byte* arena = wire::ChunkBytes(st.region_base, st.geometry, 0);
-  const uint64_t bytes = uint64_t{st.geometry.chunk_count} * st.geometry.chunk_bytes;
-  if (bytes == 0) return;
-  if (Status s = st.ctx->RegisterHostMemory(arena, bytes); !s.ok()) {
+  const StagingArenaRange arena = StagingArena(st);
+  if (arena.bytes == 0) return;
+  if (Status s = st.ctx->RegisterHostMemory(arena.base, arena.bytes); !s.ok()) {
     spdlog::info("session {}: staging arena ({} bytes) not pinned, device-to-host copies into it stay pageable: {}",
-                 st.session_id, bytes, s.ToString());
+                 st.session_id, arena.bytes, s.ToString());
     return;
   }
   st.staging_pinned = true;
@@ -304,7 +308,7 @@ void ReleaseAll(SessionState& st) {
   // mappings stay for a context made after a device reset).
   st.host_segments.Unregister(st.ctx);
   if (st.staging_pinned) {
-    if (Status u = st.ctx->UnregisterHostMemory(wire::ChunkBytes(st.region_base, st.geometry, 0)); !u.ok())
+    if (Status u = st.ctx->UnregisterHostMemory(StagingArena(st).base); !u.ok())
       spdlog::warn("session {}: unregistering the staging arena: {}", st.session_id, u.ToString());
   }
   st.staging_pinned = false;

@@ -321,6 +321,12 @@ Status RunMaybeAdmitted(SessionState& st, const CallView* admit, Body&& body) {
   return admit != nullptr ? st.executor->Run(*admit, std::forward<Body>(body)) : body();
 }
 
+/// The ring region's staging arena: where chunked copies' bytes pass.
+struct StagingArenaRange {
+  std::byte* base = nullptr;
+  uint64_t bytes = 0;
+};
+StagingArenaRange StagingArena(const SessionState& st);
 /// Registers the staging arena with st.ctx once per context (a pageable
 /// D2H's reply chunk is then written by DMA, not through the driver's own
 /// bounce buffer). A refusal leaves the arena pageable — correct, slower —

@@ -467,8 +467,7 @@ void HandleHostCopyStats(SessionState& st, const CallContext& call, const wire::
   const auto& c = st.copy_stats;
   out->Set(wire::HostCopyStatsReply{c.pinned_copies, c.pinned_bytes, c.staged_copies, c.staged_bytes,
                                     st.host_segments.count(), st.host_segments.total_bytes(),
-                                    st.staging_pinned ? uint64_t{st.geometry.chunk_count} * st.geometry.chunk_bytes
-                                                      : 0});
+                                    st.staging_pinned ? StagingArena(st).bytes : 0});
 }
 
 }  // namespace phos::session

@@ -29,7 +29,7 @@ class MigrationResult:
     image_dir: the image at the destination, "HOST:PORT:incoming/NAME".
     counters: criu_dump_ms, transfer_ms, destination_criu_restore_ms,
         destination_gpu_restore_us, dirty_bytes_at_stop, recopy_rounds,
-        gpu_bytes, precopy_bytes_sent, bytes_after_stop, ...
+        gpu_bytes, precopy_bytes_sent, bytes_after_stop, lazy_pages_ms, ...
         (docs/migration.md).
     operation_id: phosd's id of the operation.
     """
@@ -84,7 +84,7 @@ def _non_negative_int(name, value):
 
 
 def migrate(pid, to, peer_token_file=None, mode="recopy", rounds=0, max_rate=0, socket=None, *, peer_token=None,
-            no_precopy=False):
+            no_precopy=False, lazy_pages=False):
     """Starts live-migrating the process `pid` (running under `phos run`) to
     the phosd at `to`; returns an OperationHandle whose wait() gives a
     MigrationResult (pid: the new pid there, source_pid, downtime_us, ...).
@@ -112,6 +112,10 @@ def migrate(pid, to, peer_token_file=None, mode="recopy", rounds=0, max_rate=0, 
         no_precopy: recopy mode: do not stream the rounds' copies to the
             destination while the app runs; the whole image travels after
             the freeze (longer downtime; a baseline for comparisons).
+        lazy_pages: CRIU's lazy migration: the process's memory is not in
+            the downtime; it runs at the destination at once and its pages
+            are faulted in from here (`phos migrate --lazy-pages`;
+            counters["lazy_pages_ms"]: until the last one arrived).
 
     Raises:
         ValueError: a bad argument (unknown mode, pid not a positive int, `to`
@@ -137,7 +141,7 @@ def migrate(pid, to, peer_token_file=None, mode="recopy", rounds=0, max_rate=0, 
         raise ValueError("peer_token must be a non-empty str")
     req = pb.MigrateRequest(pid=pid, destination=to, mode=_MODES[mode], max_precopy_rounds=rounds,
                             peer_token=peer_token.strip(), max_bytes_per_sec=max_rate,
-                            no_precopy=bool(no_precopy))
+                            no_precopy=bool(no_precopy), lazy_pages=bool(lazy_pages))
 
     def result(done, operation_id):
         c = dict(done.counters)

@@ -347,7 +347,8 @@ class SdkStreamsTest(unittest.TestCase):
                     done(image_dir="127.0.0.1:7070:incoming/m", pid=900, stall_us=1500, total_ms=80,
                          bytes_written=4096, counters={"downtime_us": 1500, "source_pid": 21, "transfer_ms": 9}))
         handle = phos.migrate(21, "127.0.0.1:7070", peer_token_file=self.token_file("  s3cret \nignored\n"),
-                              mode="stop", rounds=2, max_rate=1000, socket=self.socket, no_precopy=True)
+                              mode="stop", rounds=2, max_rate=1000, socket=self.socket, no_precopy=True,
+                              lazy_pages=True)
         result = handle.wait(10)
         self.assertIsInstance(result, phos.MigrationResult)
         self.assertEqual((result.pid, result.source_pid, result.downtime_us), (900, 21, 1500))
@@ -359,6 +360,7 @@ class SdkStreamsTest(unittest.TestCase):
         self.assertEqual((req.pid, req.destination, req.peer_token), (21, "127.0.0.1:7070", "s3cret"))
         self.assertEqual((req.mode, req.max_precopy_rounds, req.max_bytes_per_sec), (pb.MODE_STOP, 2, 1000))
         self.assertTrue(req.no_precopy)
+        self.assertTrue(req.lazy_pages)
 
         self.script("Migrate", failed(grpc.StatusCode.UNAUTHENTICATED, "wrong token"),
                     grpc.StatusCode.UNAUTHENTICATED)
@@ -366,7 +368,7 @@ class SdkStreamsTest(unittest.TestCase):
             phos.migrate(21, "h:1", peer_token="x", socket=self.socket).wait(10)
         self.assertEqual(cm.exception.code, grpc.StatusCode.UNAUTHENTICATED)
         req = self.sent("Migrate")
-        self.assertEqual((req.peer_token, req.mode, req.no_precopy), ("x", pb.MODE_RECOPY, False))
+        self.assertEqual((req.peer_token, req.mode, req.no_precopy, req.lazy_pages), ("x", pb.MODE_RECOPY, False, False))
 
     def test_migrate_refuses_bad_tokens_and_arguments(self):
         cases = {
