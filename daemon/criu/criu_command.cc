@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -178,6 +180,16 @@ void CriuCommand::Kill() {
   if (!WaitExit(std::chrono::milliseconds(10000))) {
     spdlog::error("criu: pid {} ({}) did not end within 10 s of SIGKILL", pid_, spec_.what);
   }
+}
+
+std::string KernelProbeCacheWarning() {
+  struct statfs fs {};
+  if (::statfs("/run", &fs) != 0) return "";
+  if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) return "";
+  if (::access("/run/criu.kdat", R_OK) == 0) return "";  // someone provides the cache
+  return "/run is not a tmpfs, so CRIU cannot cache its kernel probe (/run/criu.kdat): every checkpoint, "
+         "restore, migration and template start probes the kernel again (tens of ms each; docs/criu.md "
+         "\"The kernel probe\"). Hosts whose /run is a tmpfs (systemd's default) do not pay this";
 }
 
 Status CheckLazyDumpPrerequisites() {

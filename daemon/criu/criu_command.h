@@ -108,4 +108,11 @@ class CriuCommand {
 /// "tee: 65536: Operation not supported".
 Status CheckLazyDumpPrerequisites();
 
+/// Empty when CRIU can cache its kernel probe here; otherwise why not and
+/// what it costs. CRIU keeps the probe (kerndat) in /run/criu.kdat only
+/// when /run is a tmpfs (so a reboot drops it); elsewhere every CRIU run
+/// probes the kernel again — ~30-50 ms on the development VM, three times
+/// in a lazy migration's downtime (docs/criu.md "The kernel probe").
+std::string KernelProbeCacheWarning();
+
 }  // namespace phos::criu

@@ -17,6 +17,7 @@
 
 #include "backend/backend_factory.h"
 #include "criu/criu_client.h"
+#include "criu/criu_command.h"
 #include "engine/engine_hook.h"
 #include "common/version.h"
 #include "image/recovery.h"
@@ -104,6 +105,7 @@ Status Daemon::Start(const DaemonOptions& options) {
   config.test_pause_cut_before_capture = options.test_pause_cut_before_capture;
   service_ = std::make_unique<PhosService>(std::move(config));
   if (!options.criu_binary.empty()) spdlog::info("criu binary: {}", options.criu_binary);
+  if (std::string w = criu::KernelProbeCacheWarning(); !w.empty()) spdlog::warn("criu: {}", w);
   // A daemon killed mid-checkpoint leaves `NAME.tmp`: never an image (no
   // manifest), removed here and said so (image/recovery.h).
   const std::string checkpoint_root = service_->DefaultCheckpointRoot();
