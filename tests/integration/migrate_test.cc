@@ -510,8 +510,11 @@ TEST_F(MigrateTest, Migrate_LazyPages) {
 // finishes as if nothing happened.
 class MigrateLazyPagesFailTest : public MigrateTest {
  protected:
+  static std::string WrapperPath() {
+    return fs::temp_directory_path() / ("phos_lazy_fail_criu_" + std::to_string(getpid()));
+  }
   std::vector<std::string> DestinationExtraFlags() const override {
-    const std::string wrapper = fs::temp_directory_path() / ("phos_lazy_fail_criu_" + std::to_string(getpid()));
+    const std::string wrapper = WrapperPath();
     std::ofstream(wrapper) << "#!/bin/sh\n"
                               "if [ \"$1\" = lazy-pages ]; then echo 'injected: lazy-pages fails' >&2; exit 3; fi\n"
                               "exec criu \"$@\"\n";
@@ -520,7 +523,7 @@ class MigrateLazyPagesFailTest : public MigrateTest {
   }
   void TearDown() override {
     MigrateTest::TearDown();
-    fs::remove(fs::temp_directory_path() / ("phos_lazy_fail_criu_" + std::to_string(getpid())));
+    fs::remove(WrapperPath());
   }
 };
 
