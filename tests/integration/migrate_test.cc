@@ -436,7 +436,10 @@ TEST_F(MigrateTest, Migrate_PinnedHostMemory) {
 // CRIU's lazy migration needs userfaultfd at the destination, and its page
 // server pipes of ~3.2 MiB at the source (criu_command.h
 // CheckLazyDumpPrerequisites): this test raises fs.pipe-max-size to 4 MiB
-// when it is lower (root) and puts it back after.
+// when it is lower (root) and puts it back after. A host-wide setting:
+// every test that migrates lazily lives in this binary, whose tests gtest
+// runs one at a time, so no two of them raise and restore it under each
+// other.
 class LazyPagesEnv {
  public:
   LazyPagesEnv() {
