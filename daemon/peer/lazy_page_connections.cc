@@ -1,5 +1,6 @@
 #include "peer/lazy_page_connections.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -14,12 +15,20 @@ Status LazyPageConnections::Park(const std::string& name, int fd) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = parked_.begin(); it != parked_.end();) {
-    if (now - it->second.at < kTtl) {
+    // A source that gave up (a migration that failed before its restore)
+    // closed its end: that connection can serve no restore.
+    pollfd p{it->second.fd, POLLRDHUP, 0};
+    const bool closed = poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+    if (!closed && now - it->second.at < kTtl) {
       ++it;
       continue;
     }
-    spdlog::warn("peer: closed the lazy-pages connection for '{}': no restore claimed it in {} min", it->first,
-                 kTtl.count());
+    if (closed) {
+      spdlog::info("peer: dropped the lazy-pages connection for '{}': its source closed it", it->first);
+    } else {
+      spdlog::warn("peer: closed the lazy-pages connection for '{}': no restore claimed it in {} min", it->first,
+                   kTtl.count());
+    }
     close(it->second.fd);
     it = parked_.erase(it);
   }

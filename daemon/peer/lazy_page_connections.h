@@ -32,7 +32,9 @@ class LazyPageConnections {
 
   /// Takes ownership of `fd` for image `name`. AlreadyExists when one is
   /// parked for `name` already; Unavailable when kMaxParked are; `fd` is
-  /// closed on any refusal.
+  /// closed on any refusal. First drops the parked connections whose
+  /// source closed them (a migration that failed before its restore) or
+  /// that waited kTtl.
   Status Park(const std::string& name, int fd);
 
   /// The connection parked for `name` (the caller owns it now), or -1.

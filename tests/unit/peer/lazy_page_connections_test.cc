@@ -4,6 +4,7 @@
 #include "peer/lazy_page_connections.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -65,6 +66,30 @@ TEST(LazyPageConnectionsTest, AtMostMaxParked) {
   const Status s = c.Park("one-too-many", pipes.back().w);
   EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s.ToString();
   EXPECT_TRUE(WriterClosed(pipes.back().r));
+}
+
+// A connection whose source closed its end (a migration that failed
+// before its restore) is dropped at the next Park, so dead connections do
+// not fill the kMaxParked slots for kTtl.
+TEST(LazyPageConnectionsTest, ConnectionsClosedByTheirSourceAreDropped) {
+  LazyPageConnections c;
+  int gone[2], live[2], next[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, gone), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, live), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, next), 0);
+  ASSERT_TRUE(c.Park("gone", gone[0]).ok());
+  ASSERT_TRUE(c.Park("live", live[0]).ok());
+  close(gone[1]);  // that source went away
+  ASSERT_TRUE(c.Park("next", next[0]).ok());
+  EXPECT_EQ(c.Take("gone"), -1) << "a connection closed by its source is still parked";
+  const int l = c.Take("live");
+  EXPECT_EQ(l, live[0]) << "a live connection was dropped";
+  close(l);
+  close(live[1]);
+  const int n = c.Take("next");
+  EXPECT_EQ(n, next[0]);
+  close(n);
+  close(next[1]);
 }
 
 TEST(LazyPageConnectionsTest, DestructionClosesWhatIsStillParked) {
