@@ -393,7 +393,6 @@ Status CriuClient::Dump(pid_t pid, const std::string& images_dir, const DumpOpti
 
 Status CriuClient::Restore(const std::string& images_dir, const RestoreOptions& opts,
                            pid_t* restored_pid) {
-  if (opts.lazy_pages) return detail::RestoreLazy(images_dir, opts, restored_pid);
   std::string what = "criu restore from " + images_dir;
   if (restored_pid == nullptr) return Status::InvalidArgument(what + ": restored_pid is null");
   *restored_pid = -1;
@@ -405,6 +404,7 @@ Status CriuClient::Restore(const std::string& images_dir, const RestoreOptions& 
   if (::faccessat(images.get(), "inventory.img", F_OK, 0) != 0) {
     return Status::Corruption(what + ": not a CRIU image directory (no inventory.img)");
   }
+  if (opts.lazy_pages) return detail::RestoreLazy(images_dir, opts, restored_pid);
   DirFd work;
   if (!opts.work_dir.empty()) PHOS_RETURN_IF_ERROR(OpenDir(what, opts.work_dir, true, &work));
   std::string log_path =

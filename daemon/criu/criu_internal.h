@@ -50,7 +50,8 @@ Status CheckLogFile(const std::string& what, const std::string& log_file);
 std::mutex& OneDumpMutex();
 
 /// CriuClient::Restore of an image with RestoreOptions::lazy_pages
-/// (lazy_pages.cc).
+/// (lazy_pages.cc), after Restore's own checks of the arguments, the log
+/// name and the images directory.
 Status RestoreLazy(const std::string& images_dir, const RestoreOptions& opts, pid_t* restored_pid);
 
 }  // namespace phos::criu::detail

@@ -128,17 +128,9 @@ namespace detail {
 
 Status RestoreLazy(const std::string& images_dir, const RestoreOptions& opts, pid_t* restored_pid) {
   const std::string what = "lazy criu restore from " + images_dir;
-  if (restored_pid == nullptr) return Status::InvalidArgument(what + ": restored_pid is null");
-  *restored_pid = -1;
   if (!opts.detach || !opts.work_dir.empty()) {
     return Status::InvalidArgument(what + ": a lazy restore is detached and works in the images directory (where "
                                           "`criu lazy-pages` listens)");
-  }
-  PHOS_RETURN_IF_ERROR(CheckLogFile(what, opts.log_file));
-  DirFd images;
-  PHOS_RETURN_IF_ERROR(OpenDir(what, images_dir, /*create=*/false, &images));
-  if (::faccessat(images.get(), "inventory.img", F_OK, 0) != 0) {
-    return Status::Corruption(what + ": not a CRIU image directory (no inventory.img)");
   }
   std::error_code ec;
   const std::string dir = std::filesystem::absolute(images_dir, ec).string();

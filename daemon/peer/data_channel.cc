@@ -111,6 +111,13 @@ void SetReceiveTimeout(int fd, int seconds) {
   (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
+void SetSocketTimeouts(int fd, int seconds) {
+  SetReceiveTimeout(fd, seconds);
+  timeval tv{};
+  tv.tv_sec = seconds;
+  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
 Status ReadChannelReply(int fd, int timeout_s, peer::v1::DataChannelReply* reply) {
   SetReceiveTimeout(fd, timeout_s);
   return ReadFrame(SocketReader(fd), reply);

@@ -50,6 +50,9 @@ ReadExactFn SocketReader(int fd);
 
 /// Sets socket `fd`'s receive timeout (SO_RCVTIMEO); 0 waits for ever.
 void SetReceiveTimeout(int fd, int seconds);
+/// Sets both of socket `fd`'s timeouts (SO_RCVTIMEO and SO_SNDTIMEO); 0
+/// waits for ever.
+void SetSocketTimeouts(int fd, int seconds);
 
 /// The sender's end of a channel: reads the destination's
 /// DataChannelReply under a receive timeout of `timeout_s` (0: none — the

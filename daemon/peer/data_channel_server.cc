@@ -36,13 +36,6 @@ std::string AddressText(const sockaddr_storage& a) {
   return std::string(host) + ":" + std::to_string(port);
 }
 
-void SetTimeouts(int fd, std::chrono::seconds s) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(s.count());
-  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
-
 }  // namespace
 
 Status DataChannelServer::Start(const std::string& host, DataChannelHandler handler) {
@@ -176,7 +169,7 @@ void DataChannelServer::AcceptLoop() {
 }
 
 void DataChannelServer::Serve(int fd, std::string peer) {
-  SetTimeouts(fd, kTicketWait);
+  SetSocketTimeouts(fd, static_cast<int>(kTicketWait.count()));
   char hello[sizeof kDataChannelMagic + kTicketBytes];
   Status s = SocketReader(fd)(hello, sizeof hello);
   bool admitted = false;
@@ -186,7 +179,7 @@ void DataChannelServer::Serve(int fd, std::string peer) {
     admitted = TakeTicketLocked(std::string(hello + sizeof kDataChannelMagic, kTicketBytes), &purpose);
   }
   if (admitted) {
-    SetTimeouts(fd, kIdleLimit);
+    SetSocketTimeouts(fd, static_cast<int>(kIdleLimit.count()));
     const int one = 1;
     (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
     handler_(fd, peer, purpose);

@@ -241,10 +241,7 @@ Status OpenDataChannelTo(const std::string& host_port, peer::v1::PhosPeer::Stub*
   if (fd < 0) return why;
   // A peer that stops reading (or answering) for a minute is gone; a dead
   // host is noticed by keepalive within ~25 s even while we wait.
-  timeval idle{};
-  idle.tv_sec = 60;
-  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &idle, sizeof idle);
-  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
+  SetSocketTimeouts(fd, 60);
   const int one = 1, keepidle = 10, keepintvl = 5, keepcnt = 3;
   (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &keepidle, sizeof keepidle);
@@ -431,9 +428,7 @@ Status OpenLazyPagesChannel(const std::string& host_port, const std::string& tok
   }
   // From here on CRIU's page server and lazy-pages daemon own the
   // conversation, and either may wait on it as long as the migration takes.
-  SetReceiveTimeout(fd, 0);
-  timeval none{};
-  (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+  SetSocketTimeouts(fd, 0);
   *fd_out = fd;
   return Status::Ok();
 }

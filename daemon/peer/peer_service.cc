@@ -340,9 +340,7 @@ void PeerService::ParkLazyPagesChannel(int fd, const std::string& peer) {
     if (kept < 0) {
       s = Status::FromErrno("dup of the lazy-pages connection", errno);
     } else {
-      SetReceiveTimeout(kept, 0);
-      timeval none{};
-      (void)setsockopt(kept, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+      SetSocketTimeouts(kept, 0);
       s = lazy_pages_.Park(hello.name(), kept);  // closes `kept` on a refusal
     }
   }

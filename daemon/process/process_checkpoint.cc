@@ -380,10 +380,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
         std::chrono::duration_cast<std::chrono::milliseconds>(last_page - running_at).count()) : 0;
     std::error_code ec;
     std::filesystem::remove(criu_dir + "/lazy-pages.socket", ec);  // CRIU leaves its listening socket behind
-    if (!s.ok()) {
-      lazy_pages->Kill();
-      return fail(s.WithContext("its memory did not all arrive"));
-    }
+    if (!s.ok()) return fail(s.WithContext("its memory did not all arrive"));  // lazy_pages' end kills the daemon
   }
   spdlog::info("process restore: pid {} back from {} as session {} (criu {} ms, gpu {} bytes{})", pid, dir,
                sess->id(), result->criu_restore_ms, result->gpu.bytes,
