@@ -182,7 +182,7 @@ class CriuClient {
 
   /// Starts `criu dump --lazy-pages --ps-socket page_fd` of `pid` into
   /// `images_dir` (created if missing, must not hold images; options as
-  /// Dump's; work_dir must be empty) and returns once the images —
+  /// Dump's) and returns once the images —
   /// everything but the private memory — are written and it serves that
   /// memory over `page_fd` (`*dump` then keeps running). The task stays
   /// frozen by CRIU until the dump ends, then returns to the state
@@ -193,6 +193,10 @@ class CriuClient {
   /// exits 0 when the lazy-pages daemon quits early): only the
   /// destination's StartLazyPages command can. `page_fd` stays the
   /// caller's (the command has its own copy).
+  ///
+  /// CRIU keeps writing its log while it serves: a caller that sends
+  /// `images_dir` on before the dump ends (a migration) must put the log
+  /// elsewhere (`opts.work_dir`), or the files it sends change under it.
   static Status StartLazyDump(pid_t pid, const std::string& images_dir, const DumpOptions& opts, int page_fd,
                               std::unique_ptr<CriuCommand>* dump);
 

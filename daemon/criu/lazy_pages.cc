@@ -53,9 +53,8 @@ Status CriuClient::StartLazyDump(pid_t pid, const std::string& images_dir, const
   const std::string what = "lazy criu dump of pid " + std::to_string(pid) + " into " + images_dir;
   if (pid <= 0) return Status::InvalidArgument(what + ": invalid pid");
   if (page_fd < 0) return Status::InvalidArgument(what + ": no page connection");
-  if (opts.track_mem || !opts.parent_dir.empty() || !opts.work_dir.empty() ||
-      !opts.external_unix_sk_inodes.empty()) {
-    return Status::InvalidArgument(what + ": a lazy dump takes no track_mem, parent_dir, work_dir or "
+  if (opts.track_mem || !opts.parent_dir.empty() || !opts.external_unix_sk_inodes.empty()) {
+    return Status::InvalidArgument(what + ": a lazy dump takes no track_mem, parent_dir or "
                                           "external_unix_sk_inodes (use `external`)");
   }
   PHOS_RETURN_IF_ERROR(CheckLogFile(what, opts.log_file));
@@ -63,15 +62,21 @@ Status CriuClient::StartLazyDump(pid_t pid, const std::string& images_dir, const
   DirFd images;
   PHOS_RETURN_IF_ERROR(OpenDir(what, images_dir, /*create=*/true, &images));
   PHOS_RETURN_IF_ERROR(CheckNoImages(what, images_dir));
+  DirFd work;
+  if (!opts.work_dir.empty()) PHOS_RETURN_IF_ERROR(OpenDir(what, opts.work_dir, /*create=*/true, &work));
 
   CriuCommand::Spec spec;
   spec.binary = opts.criu_binary;
   spec.what = what;
-  spec.log_path = images_dir + "/" + opts.log_file;
+  spec.log_path = (opts.work_dir.empty() ? images_dir : opts.work_dir) + "/" + opts.log_file;
   spec.status_fd = true;  // written once the images are out and the page server serves
   spec.inherit_fds = {page_fd};
   spec.args = {"dump", "-t", std::to_string(pid), "-D", images_dir, "-o", opts.log_file,
                LogLevelArg(opts.log_level), "--lazy-pages", "--ps-socket", std::to_string(page_fd)};
+  if (!opts.work_dir.empty()) {
+    spec.args.push_back("-W");
+    spec.args.push_back(opts.work_dir);
+  }
   if (opts.leave_running) spec.args.push_back("-R");
   AddProcessFlags(opts.shell_job, opts.tcp_established, opts.file_locks, opts.ext_unix_sk, opts.external,
                   &spec.args);

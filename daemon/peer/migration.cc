@@ -229,8 +229,13 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   // The lazy dump serves the process's memory until the destination has
   // it all; the process stays frozen (by CRIU, and by our SIGSTOP) so long.
   std::unique_ptr<criu::CriuCommand> lazy_dump;
+  // Its log, which CRIU writes while it serves, beside the staging
+  // directory rather than in it: the staging directory is being sent.
+  // (`*.tmp`: a crash leaves nothing phosd's start-up recovery keeps.)
+  const std::string lazy_log_dir = o.staging_dir + "-lazy-dump.tmp";
   auto abandon = [&](const Status& why, const std::string& what) {
     if (lazy_dump) lazy_dump->Kill();  // CRIU lets go of the (still SIGSTOPped) process
+    if (o.lazy_pages) std::filesystem::remove_all(lazy_log_dir, ec);
     if (frozen) {
       sess.OpenGate();
       kill(im.pid, SIGCONT);
@@ -263,8 +268,8 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
   if (o.lazy_pages) {
     // Everything but the private memory; CRIU then serves that over
     // page_fd (its own copy) to the destination's `criu lazy-pages`.
-    s = process::StartLazyDumpProcess(im, o.staging_dir + "/" + kCriuSubdir, o.criu_binary, page_fd, &lazy_dump,
-                                      &result->criu_dump_ms);
+    s = process::StartLazyDumpProcess(im, o.staging_dir + "/" + kCriuSubdir, lazy_log_dir, o.criu_binary, page_fd,
+                                      &lazy_dump, &result->criu_dump_ms);
     close(page_fd);
     page_fd = -1;
   } else {
@@ -335,6 +340,7 @@ Status MigrateProcess(session::Session& sess, const MigrateOptions& o, engine::P
                    im.pid, o.destination, d.ToString());
     }
     lazy_dump.reset();  // kills and reaps it if it still runs
+    std::filesystem::remove_all(lazy_log_dir, ec);
     result->lazy_pages_ms = reply.lazy_pages_ms();
   }
   kill(im.pid, SIGKILL);

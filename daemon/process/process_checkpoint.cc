@@ -98,10 +98,13 @@ Status DumpProcess(const ProcessImage& im, const std::string& criu_dir, const st
   return s;
 }
 
-Status StartLazyDumpProcess(const ProcessImage& im, const std::string& criu_dir, const std::string& criu_binary,
-                            int page_fd, std::unique_ptr<criu::CriuCommand>* dump, std::uint64_t* ms) {
+Status StartLazyDumpProcess(const ProcessImage& im, const std::string& criu_dir, const std::string& log_dir,
+                            const std::string& criu_binary, int page_fd, std::unique_ptr<criu::CriuCommand>* dump,
+                            std::uint64_t* ms) {
+  criu::DumpOptions d = DumpOptionsFor(im, criu_binary);
+  d.work_dir = log_dir;
   const auto t0 = Clock::now();
-  Status s = criu::CriuClient::StartLazyDump(im.pid, criu_dir, DumpOptionsFor(im, criu_binary), page_fd, dump);
+  Status s = criu::CriuClient::StartLazyDump(im.pid, criu_dir, d, page_fd, dump);
   *ms = MsSince(t0);
   return s;
 }

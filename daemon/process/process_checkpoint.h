@@ -76,10 +76,13 @@ Status DumpProcess(const ProcessImage& image, const std::string& criu_dir, const
 /// DumpProcess for lazy migration (criu::CriuClient::StartLazyDump): returns
 /// once CRIU's images are in `criu_dir` and `*dump` serves the process's
 /// private memory over `page_fd`; the process stays as it was (a migration's
-/// stopped process stays stopped) until `*dump` ends. *ms: until the images
+/// stopped process stays stopped) until `*dump` ends. CRIU's log goes to
+/// `log_dir` (created if missing), not `criu_dir`: CRIU writes it while it
+/// serves, when `criu_dir` is already being sent. *ms: until the images
 /// were written.
-Status StartLazyDumpProcess(const ProcessImage& image, const std::string& criu_dir, const std::string& criu_binary,
-                            int page_fd, std::unique_ptr<criu::CriuCommand>* dump, std::uint64_t* ms);
+Status StartLazyDumpProcess(const ProcessImage& image, const std::string& criu_dir, const std::string& log_dir,
+                            const std::string& criu_binary, int page_fd, std::unique_ptr<criu::CriuCommand>* dump,
+                            std::uint64_t* ms);
 
 /// `gpu.dir` must not exist; it appears only complete. On a CRIU failure
 /// nothing is committed and CRIU's log is kept as DIR.criu-dump.log.
