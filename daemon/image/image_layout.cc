@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include <xxhash.h>
+#include "common/xxh3.h"
 
 namespace phos::image {
 namespace {

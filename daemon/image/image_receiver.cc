@@ -9,9 +9,9 @@
 #include <cerrno>
 
 #include <spdlog/spdlog.h>
-#include <xxhash.h>
 
 #include "common/hex.h"
+#include "common/xxh3.h"
 #include "image/commit_dir.h"
 #include "image/file_util.h"
 #include "image/image_layout.h"

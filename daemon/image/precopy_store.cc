@@ -4,14 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <memory>
 
 #include <spdlog/spdlog.h>
 
 #include "common/hex.h"
+#include "common/xxh3.h"
 #include "image/file_util.h"
 #include "image/image_layout.h"
 

@@ -72,35 +72,46 @@ Status ReadFrame(const ReadExactFn& read, google::protobuf::MessageLite* message
 
 namespace {
 
-/// Reads the `raw` bytes announced by a message into its `bytes` field.
-Status ReadRaw(const ReadExactFn& read, std::uint64_t raw, bool has_inline, std::string* bytes) {
+/// Reads the `raw` bytes announced by a message into `buffer`, then moves
+/// it into the message's `bytes` field. `buffer` is the previous chunk's
+/// (taken out before the parse, which would have emptied it): resizing it
+/// to the usual chunk size costs nothing, where filling an emptied string
+/// would write zeros over every byte first — ~10 % of a receiver's CPU.
+Status ReadRaw(const ReadExactFn& read, std::uint64_t raw, bool has_inline, std::string buffer, std::string* bytes) {
   if (has_inline || raw > kMaxRawBytes) {
     return Status::InvalidArgument("data channel: raw bytes (" + std::to_string(raw) +
                                    ") beside inline data or a pre-copy reference, or over " +
                                    std::to_string(kMaxRawBytes));
   }
-  bytes->resize(static_cast<std::size_t>(raw));
-  Status s = read(bytes->data(), bytes->size());
+  buffer.resize(static_cast<std::size_t>(raw));
+  Status s = read(buffer.data(), buffer.size());
   if (s.code() == Status::Code::kNotFound) return Status::IoError("data channel: the stream ended before its bytes");
+  *bytes = std::move(buffer);
   return s;
 }
 
 }  // namespace
 
 Status ReadImageChunk(const ReadExactFn& read, peer::v1::ImageChunk* chunk) {
+  std::string buffer;
+  if (chunk->kind_case() == peer::v1::ImageChunk::kData) buffer = std::move(*chunk->mutable_data()->mutable_data());
   PHOS_RETURN_IF_ERROR(ReadFrame(read, chunk));
   if (chunk->kind_case() != peer::v1::ImageChunk::kData || chunk->data().raw_bytes() == 0) return Status::Ok();
   peer::v1::FileData* data = chunk->mutable_data();
-  PHOS_RETURN_IF_ERROR(ReadRaw(read, data->raw_bytes(), !data->data().empty() || data->has_ref(), data->mutable_data()));
+  PHOS_RETURN_IF_ERROR(ReadRaw(read, data->raw_bytes(), !data->data().empty() || data->has_ref(), std::move(buffer),
+                               data->mutable_data()));
   data->set_raw_bytes(0);
   return Status::Ok();
 }
 
 Status ReadPrecopyChunk(const ReadExactFn& read, peer::v1::PrecopyChunk* chunk) {
+  std::string buffer;
+  if (chunk->kind_case() == peer::v1::PrecopyChunk::kData) buffer = std::move(*chunk->mutable_data()->mutable_data());
   PHOS_RETURN_IF_ERROR(ReadFrame(read, chunk));
   if (chunk->kind_case() != peer::v1::PrecopyChunk::kData || chunk->data().raw_bytes() == 0) return Status::Ok();
   peer::v1::PrecopyData* data = chunk->mutable_data();
-  PHOS_RETURN_IF_ERROR(ReadRaw(read, data->raw_bytes(), !data->data().empty(), data->mutable_data()));
+  PHOS_RETURN_IF_ERROR(
+      ReadRaw(read, data->raw_bytes(), !data->data().empty(), std::move(buffer), data->mutable_data()));
   data->set_raw_bytes(0);
   return Status::Ok();
 }

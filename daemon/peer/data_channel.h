@@ -73,7 +73,9 @@ Status ReadFrame(const ReadExactFn& read, google::protobuf::MessageLite* message
 /// FileData's raw bytes read into its `data` (raw_bytes cleared), so the
 /// chunk looks exactly as ReceiveImage would have received it. NotFound at
 /// a clean end of stream; InvalidArgument for a malformed frame (a raw
-/// run out of range, or raw bytes beside `data` or a `ref`).
+/// run out of range, or raw bytes beside `data` or a `ref`). Pass the same
+/// `chunk` for every call: the previous chunk's bytes buffer is refilled,
+/// not zeroed and refilled.
 Status ReadImageChunk(const ReadExactFn& read, peer::v1::ImageChunk* chunk);
 /// The same for a pre-copy stream: a PrecopyData's raw bytes read into its
 /// `data`.

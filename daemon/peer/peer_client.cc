@@ -19,8 +19,8 @@
 
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
-#include <xxhash.h>
 
+#include "common/xxh3.h"
 #include "peer.grpc.pb.h"
 #include "peer/data_channel.h"
 #include "peer/peer_token.h"
@@ -302,6 +302,10 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
   std::uint64_t sent = 0, streamed = 0;
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xxh(XXH3_createState(), &XXH3_freeState);
   if (!xxh) return Status::OutOfMemory("XXH3_createState");
+  // One buffer for every chunk, lent to the message while it is written:
+  // a message's own bytes field starts empty after Clear(), and filling it
+  // would write zeros over each chunk before the read does.
+  std::string chunk_bytes;
   for (const FileEntry& f : files) {
     std::vector<PrecopiedRange> refs;
     if (auto it = options.precopied.find(f.rel); it != options.precopied.end()) refs = it->second;
@@ -336,7 +340,7 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
       } else {
         // Bytes up to the next pre-copied range (or the end), one chunk at most.
         const std::uint64_t stop = next_ref < refs.size() ? refs[next_ref].offset : f.size;
-        std::string* buf = data->mutable_data();
+        std::string* buf = &chunk_bytes;
         buf->resize(static_cast<std::size_t>(std::min(options.chunk_bytes, stop - off)));
         std::size_t got = 0;
         while (got < buf->size()) {  // short reads happen
@@ -357,6 +361,7 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
         XXH3_64bits_update(xxh.get(), buf->data(), got);
         advance = got;
         streamed += got;
+        data->mutable_data()->swap(chunk_bytes);
       }
       off += advance;
       sent += advance;
@@ -364,6 +369,7 @@ Status SendImage(const std::string& host_port, const std::string& token, const s
         close(fd);
         return sink->Fail(Status::IoError("peer " + host_port + " closed the stream"));
       }
+      if (!msg.data().has_ref()) msg.mutable_data()->mutable_data()->swap(chunk_bytes);  // the buffer, for the next chunk
       if (progress) progress(sent, total);
       if (options.max_bytes_per_sec > 0 && !msg.data().has_ref()) {
         // Sleep until the average rate is back under the cap (bounded by one chunk's time).
