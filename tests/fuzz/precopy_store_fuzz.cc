@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -49,7 +50,17 @@ constexpr uint64_t kLimit = 4096;
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string dir = "/dev/shm/phos-precopy-fuzz-" + std::to_string(getpid()) + "/s.tmp";
+  // One directory per fuzzer process, removed when it exits (a static's
+  // destructor: libFuzzer ends with exit()).
+  struct Scratch {
+    std::string root = "/dev/shm/phos-precopy-fuzz-" + std::to_string(getpid());
+    ~Scratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(root, ignored);
+    }
+  };
+  static const Scratch scratch;
+  static const std::string dir = scratch.root + "/s.tmp";
   std::unique_ptr<phos::image::PrecopyStore> owned;
   if (!phos::image::PrecopyStore::Open("fuzz", dir, kLimit, &owned).ok()) abort();
   phos::image::PrecopyStore& store = *owned;
