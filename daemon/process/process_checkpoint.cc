@@ -21,6 +21,7 @@
 #include "image/commit_dir.h"
 #include "image/file_util.h"
 #include "ring/channel.h"
+#include "process/lazy_copy_guard.h"
 #include "common/clock_util.h"
 
 namespace phos::process {
@@ -301,6 +302,15 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
     kill(pid, SIGKILL);  // it cannot run without its ring and GPU state (or its memory)
     return why.WithContext("restored pid " + std::to_string(pid) + " killed");
   };
+  // Lazy: if phosd dies before the memory is all here, the copy dies too
+  // (lazy_copy_guard.h). Released once the last page arrived.
+  LazyCopyGuard guard;
+  if (lazy_pages) {
+    if (Status g = guard.Start(pid); !g.ok()) {
+      close(sv[0]);
+      return fail(g.WithContext("a lazily restored process needs its guard"));
+    }
+  }
   if (!im.pid_namespace && pid != im.pid) {
     close(sv[0]);
     return fail(Status::Internal("CRIU restored pid " + std::to_string(pid) + ", the image's is " +
@@ -384,6 +394,7 @@ Status RestoreProcess(session::SessionServer* server, const std::string& dir, en
     std::error_code ec;
     std::filesystem::remove(criu_dir + "/lazy-pages.socket", ec);  // CRIU leaves its listening socket behind
     if (!s.ok()) return fail(s.WithContext("its memory did not all arrive"));  // lazy_pages' end kills the daemon
+    guard.Release();
   }
   spdlog::info("process restore: pid {} back from {} as session {} (criu {} ms, gpu {} bytes{})", pid, dir,
                sess->id(), result->criu_restore_ms, result->gpu.bytes,

@@ -75,9 +75,18 @@ inline int AppReport(const char* name, uint64_t checksum, size_t mismatches) {
 // Bounded: after kMaxWait the program gives up, says so, and goes on.
 // Device work queued before the pause is not synchronised on purpose: a
 // checkpoint must cope with it.
+// With PHOS_APP_BALLAST_MIB=N as well, N MiB of private host memory are
+// filled with a pattern before the pause and checked after it — memory a
+// whole-process migration must bring along (lazily, with --lazy-pages); a
+// copy whose memory came back wrong says so and exits 1.
 inline void AppMidpoint(const char* name) {
   const char* path = std::getenv("PHOS_APP_PAUSE");
   if (path == nullptr || *path == '\0') return;
+  const char* ballast_env = std::getenv("PHOS_APP_BALLAST_MIB");
+  const size_t ballast_words = ballast_env != nullptr ? (std::strtoull(ballast_env, nullptr, 10) << 20) / 8 : 0;
+  uint64_t* ballast = ballast_words != 0 ? new uint64_t[ballast_words] : nullptr;
+  AppRng fill(0xba11a57);
+  for (size_t i = 0; i < ballast_words; ++i) ballast[i] = fill.Next();
   std::fprintf(stderr, "%s: paused at midpoint; remove %s to continue\n", name, path);
   std::fflush(stderr);
   constexpr auto kMaxWait = std::chrono::minutes(10);
@@ -91,4 +100,12 @@ inline void AppMidpoint(const char* name) {
   }
   std::fprintf(stderr, "%s: resumed after midpoint\n", name);
   std::fflush(stderr);
+  AppRng check(0xba11a57);
+  for (size_t i = 0; i < ballast_words; ++i) {
+    if (ballast[i] != check.Next()) {
+      std::fprintf(stderr, "%s: host memory differs after the pause (word %zu of the ballast)\n", name, i);
+      std::exit(1);
+    }
+  }
+  delete[] ballast;
 }

@@ -197,7 +197,9 @@ class MigrateTest : public ::testing::Test {
     args.insert(args.end(), app_args_.begin(), app_args_.end());
     const std::vector<std::string> argv = PhosArgv(sock_a_, args);
     if (pause) {
-      run_ = phos::testing::StartDetached(argv, out_, err_, {"PHOS_APP_PAUSE=" + pause_});
+      std::vector<std::string> env = {"PHOS_APP_PAUSE=" + pause_};
+      env.insert(env.end(), app_env_.begin(), app_env_.end());
+      run_ = phos::testing::StartDetached(argv, out_, err_, env);
     } else {
       run_ = phos::testing::StartDetached(argv, out_, err_, {}, {"PHOS_APP_PAUSE"});
     }
@@ -298,6 +300,7 @@ class MigrateTest : public ::testing::Test {
   static phos::Status* check_;
   std::string app_ = kApp;                        // the program a test runs
   std::vector<std::string> app_args_ = {kIters};  // and its arguments
+  std::vector<std::string> app_env_;              // and more environment when paused
   std::string dir_, sock_a_, sock_b_, root_a_, root_b_, token_file_, token_, pause_, out_, err_, to_;
   Child daemon_a_, daemon_b_;
   pid_t run_ = -1;  // phos run on A (our child)
@@ -548,6 +551,93 @@ TEST_F(MigrateLazyPagesFailTest, Migrate_LazyPagesDaemonFailsSourceResumes) {
   EXPECT_TRUE(Contains(mg.output, "migration abandoned")) << mg.output;
   EXPECT_TRUE(Contains(mg.output, "keeps running here")) << mg.output;
   EXPECT_TRUE(Sessions(sock_b_).empty()) << "phos ps on B lists saxpy_loop";
+  ASSERT_NO_FATAL_FAILURE(CheckSourceRunsOn(ref, mg.output));
+}
+
+// B's phosd dies while the copy runs there without all its memory: the app
+// holds 256 MiB of private memory (PHOS_APP_BALLAST_MIB), B's `criu
+// lazy-pages` is held (SIGSTOPped by a criu wrapper the moment B's CRIU
+// restore returns: CRIU's restore itself needs the daemon, for the pages it
+// touches) and phosd B is SIGKILLed once it lists the copy. The copy must
+// die with it (its guard, process/lazy_copy_guard.h) rather than run on:
+// once A gives up and the orphaned daemon loses its page server, a page it
+// never delivered would read as zeros. A cannot confirm the migration and
+// resumes the source, whose own memory is checked when it finishes.
+class MigrateLazyPagesHeldTest : public MigrateTest {
+ protected:
+  static std::string HeldDir() {
+    return fs::temp_directory_path() / ("phos_lazy_held_" + std::to_string(getpid()));
+  }
+  std::vector<std::string> DestinationExtraFlags() const override {
+    const std::string held = HeldDir();
+    fs::create_directories(held);
+    const std::string wrapper = held + "/criu";
+    // lazy-pages: note its pid (exec keeps it). restore: restore, stop
+    // the daemon, and pass the restored pid on.
+    std::ofstream(wrapper) << "#!/bin/sh\n"
+                              "held=" << held << "\n"
+                              "case \"$1\" in\n"
+                              "lazy-pages) echo $$ > \"$held/lazy.pid\"; exec criu \"$@\" ;;\n"
+                              "restore)\n"
+                              "  criu \"$@\"; rc=$?\n"
+                              "  kill -STOP \"$(cat \"$held/lazy.pid\")\"\n"
+                              "  prev=; for a in \"$@\"; do [ \"$prev\" = --pidfile ] && cp \"$a\" \"$held/copy.pid.tmp\"; prev=$a; done\n"
+                              "  [ -f \"$held/copy.pid.tmp\" ] && mv \"$held/copy.pid.tmp\" \"$held/copy.pid\"\n"
+                              "  exit $rc ;;\n"
+                              "esac\n"
+                              "exec criu \"$@\"\n";
+    fs::permissions(wrapper, fs::perms::owner_all);
+    return {"--criu-binary", wrapper};
+  }
+  static pid_t ReadPid(const std::string& path) {
+    pid_t pid = -1;
+    std::ifstream(path) >> pid;
+    return pid;
+  }
+  void TearDown() override {
+    // B's daemon outlives phosd B.
+    if (const pid_t daemon = ReadPid(HeldDir() + "/lazy.pid"); daemon > 0) kill(daemon, SIGKILL);
+    MigrateTest::TearDown();
+    fs::remove_all(HeldDir());
+  }
+};
+
+TEST_F(MigrateLazyPagesHeldTest, Migrate_LazyPagesDestinationDiesCopyDiesSourceResumes) {
+  LazyPagesEnv env;
+  if (!env.skip().empty()) GTEST_SKIP() << env.skip();
+  std::string ref;
+  ASSERT_NO_FATAL_FAILURE(GetReference(&ref));
+  app_env_ = {"PHOS_APP_BALLAST_MIB=256"};
+  ASSERT_NO_FATAL_FAILURE(StartPaused());
+  std::vector<std::string> args = MigrateArgs(pid_, token_file_);
+  args.push_back("--lazy-pages");
+  Child mg = Child::Start(PhosArgv(sock_a_, args));
+  // The wrapper moves the pid file into place whole.
+  pid_t copy = -1;
+  for (const auto until = Clock::now() + 60s; copy <= 0 && Clock::now() < until;) {
+    copy = ReadPid(HeldDir() + "/copy.pid");
+    if (copy <= 0) std::this_thread::sleep_for(20ms);
+  }
+  if (copy <= 0) {
+    for (const auto& e : fs::recursive_directory_iterator(root_b_ + "/incoming")) {
+      if (e.path().extension() == ".log") std::cerr << "==== " << e.path() << "\n" << ReadFile(e.path()) << "\n";
+    }
+  }
+  ASSERT_GT(copy, 0) << "B's CRIU restored nothing within 60 s:\n" << mg.output << Logs();
+  kill_list_.push_back(copy);
+  // Listed by B once adopted, which is after its guard started.
+  ASSERT_EQ(AppPid(sock_b_), copy) << "phos ps on B" << Logs();
+  ASSERT_FALSE(ProcessEnded(copy)) << "the copy ended before B's phosd did:\n" << Logs();
+
+  kill(daemon_b_.pid, SIGKILL);
+  EXPECT_EQ(daemon_b_.Wait(10s), -SIGKILL);
+  EXPECT_TRUE(phos::testing::WaitEnded(copy, 30s))
+      << "the lazily restored copy (pid " << copy << ") runs on without its phosd and without all its memory";
+
+  const int rc = mg.Wait(90s);
+  EXPECT_NE(rc, 0) << mg.output;
+  EXPECT_NE(rc, -1000) << "phos migrate did not end within 90 s of the destination's death:\n" << mg.output;
+  EXPECT_TRUE(Contains(mg.output, "keeps running here")) << mg.output;
   ASSERT_NO_FATAL_FAILURE(CheckSourceRunsOn(ref, mg.output));
 }
 
