@@ -100,8 +100,8 @@ int ContextPool::PickDeviceLocked(Clock::time_point now, Clock::time_point* wake
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     const Device& d = devices_[i];
     if (d.ready.size() >= static_cast<std::size_t>(options_.contexts_per_device)) continue;
-    if (d.consecutive_failures > 0 && d.retry_at > now) {
-      *wake_at = std::min(*wake_at, d.retry_at);
+    if (d.backoff.Waiting(now)) {
+      *wake_at = std::min(*wake_at, d.backoff.retry_at());
       continue;
     }
     if (best < 0 || d.ready.size() < devices_[static_cast<std::size_t>(best)].ready.size()) {
@@ -131,25 +131,18 @@ void ContextPool::RefillLoop() {
     lock.lock();
     Device& d = devices_[static_cast<std::size_t>(device)];
     if (!s.ok()) {
-      d.backoff = d.consecutive_failures == 0
-                      ? options_.retry_initial
-                      : std::min(options_.retry_max, d.backoff * 2);
-      ++d.consecutive_failures;
-      d.retry_at = Clock::now() + d.backoff;
-      if (d.consecutive_failures == 1) {
+      if (d.backoff.Fail(Clock::now(), options_.retry_initial, options_.retry_max) == 1) {
         spdlog::warn("context pool: cannot pre-create a context on GPU {}: {} (retrying with backoff; "
                      "sessions create their own meanwhile)",
                      device, s.ToString());
       } else {
         spdlog::debug("context pool: GPU {} refill failed again ({} in a row, next try in {} ms): {}",
-                      device, d.consecutive_failures, d.backoff.count(), s.ToString());
+                      device, d.backoff.failures(), d.backoff.delay().count(), s.ToString());
       }
       continue;
     }
-    if (d.consecutive_failures > 0) {
-      spdlog::info("context pool: GPU {} refills again after {} failures", device, d.consecutive_failures);
-      d.consecutive_failures = 0;
-      d.backoff = std::chrono::milliseconds{0};
+    if (const int ended = d.backoff.Succeed(); ended > 0) {
+      spdlog::info("context pool: GPU {} refills again after {} failures", device, ended);
     }
     if (stopping_) {
       lock.unlock();

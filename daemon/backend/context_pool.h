@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/retry_backoff.h"
 
 namespace phos::backend {
 
@@ -91,10 +92,8 @@ class ContextPool {
  private:
   struct Device {
     std::deque<std::unique_ptr<Context>> ready;
-    // Refill backoff after failures: no attempt before `retry_at`.
-    int consecutive_failures = 0;
-    std::chrono::milliseconds backoff{0};
-    std::chrono::steady_clock::time_point retry_at{};
+    // Refill backoff after failures: no attempt before its retry_at().
+    RetryBackoff backoff;
   };
 
   void RefillLoop();

@@ -34,8 +34,7 @@ ShadowPool::ShadowPool(backend::Backend* backend, ShadowPoolOptions options)
     if (Status s = Allocate(static_cast<int>(i), &d.ctx, &d.base); !s.ok()) {
       d.fill_failures = 1;
       d.last_error = s.ToString();
-      d.backoff = options_.retry_initial;
-      d.retry_at = Clock::now() + d.backoff;
+      d.backoff.Fail(Clock::now(), options_.retry_initial, options_.retry_max);
       spdlog::warn("cow reserve: cannot reserve {} MiB on GPU {}: {} (retrying with backoff; copy-on-write "
                    "checkpoints allocate their shadows themselves meanwhile)",
                    bytes_per_device_ >> 20, i, d.last_error);
@@ -117,8 +116,8 @@ void ShadowPool::FillLoop() {
     for (std::size_t i = 0; i < devices_.size(); ++i) {
       const Device& d = devices_[i];
       if (d.ready) continue;
-      if (!d.ctx && d.retry_at > now) {
-        wake_at = std::min(wake_at, d.retry_at);
+      if (!d.ctx && d.backoff.Waiting(now)) {
+        wake_at = std::min(wake_at, d.backoff.retry_at());
         continue;
       }
       device = static_cast<int>(i);
@@ -160,17 +159,16 @@ void ShadowPool::FillLoop() {
       break;
     }
     if (!s.ok()) {
-      d.backoff = d.fill_failures == 0 ? options_.retry_initial : std::min(options_.retry_max, d.backoff * 2);
+      const int in_a_row = d.backoff.Fail(Clock::now(), options_.retry_initial, options_.retry_max);
       ++d.fill_failures;
-      d.retry_at = Clock::now() + d.backoff;
       d.last_error = s.ToString();
-      if (d.fill_failures == 1) {
+      if (in_a_row == 1) {
         spdlog::warn("cow reserve: cannot reserve {} MiB on GPU {}: {} (retrying with backoff; copy-on-write "
                      "checkpoints allocate their shadows themselves meanwhile)",
                      bytes_per_device_ >> 20, device, d.last_error);
       } else {
         spdlog::debug("cow reserve: GPU {} failed again ({} in a row, next try in {} ms): {}", device,
-                      d.fill_failures, d.backoff.count(), d.last_error);
+                      in_a_row, d.backoff.delay().count(), d.last_error);
       }
       continue;
     }

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/retry_backoff.h"
 #include "common/status.h"
 
 namespace phos::engine {
@@ -113,8 +114,7 @@ class ShadowPool {
     std::uint64_t fill_failures = 0;
     std::uint64_t fill_us = 0;
     std::string last_error;
-    std::chrono::milliseconds backoff{0};
-    std::chrono::steady_clock::time_point retry_at{};
+    RetryBackoff backoff;  // no fill attempt before its retry_at()
   };
 
   void FillLoop();
