@@ -1,6 +1,6 @@
 // The data channel (daemon/peer/data_channel.h, data_channel_server.h):
-//   - frames and raw runs read back exactly over a socket pair, and
-//     malformed ones are refused by name;
+//   - frames and raw runs read back exactly over a socket pair (a reread
+//     chunk reusing its buffer), and malformed ones are refused by name;
 //   - the listener admits a connection only with a live ticket, once, and
 //     tells the handler the ticket's purpose;
 //   - good and bad connections at once (threads), each answered or closed;
@@ -75,6 +75,55 @@ TEST(DataChannelFraming, FramesAndRawRunsReadBackExactly) {
   EXPECT_EQ(c.data().raw_bytes(), 0u) << "raw bytes must be folded into data";
   EXPECT_EQ(c.data().data(), bytes);
   EXPECT_EQ(ReadImageChunk(read, &c).code(), Status::Code::kNotFound);  // a clean end
+  writer.join();
+  close(sv[1]);
+}
+
+// One chunk object read again and again (as the receiver does) keeps its
+// bytes buffer: the next run of the same size or smaller is read straight
+// over the previous one, with no pass writing zeros first — and each chunk
+// still holds exactly its own bytes, whatever the previous one held.
+TEST(DataChannelFraming, ARereadChunkReusesItsBuffer) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  const std::string first(200000, 'a'), second(200000, 'b'), shorter(1000, 'c'), third(200000, 'd');
+  std::thread writer([&] {
+    for (const std::string* b : {&first, &second}) {
+      EXPECT_TRUE(WriteFrame(sv[0], DataHeader("gpu.img", b->size())).ok());
+      EXPECT_TRUE(WriteAll(sv[0], b->data(), b->size()).ok());
+    }
+    v1::ImageChunk end;
+    end.mutable_file_end()->set_path("gpu.img");
+    EXPECT_TRUE(WriteFrame(sv[0], end).ok());
+    for (const std::string* b : {&shorter, &third}) {
+      EXPECT_TRUE(WriteFrame(sv[0], DataHeader("x", b->size())).ok());
+      EXPECT_TRUE(WriteAll(sv[0], b->data(), b->size()).ok());
+    }
+    close(sv[0]);
+  });
+  // What the destination held when each 200000-byte run was about to be read.
+  std::vector<char> found_before;
+  const ReadExactFn socket = SocketReader(sv[1]);
+  const ReadExactFn read = [&](void* p, std::size_t n) {
+    if (n == first.size()) found_before.push_back(static_cast<const char*>(p)[n - 1]);
+    return socket(p, n);
+  };
+  v1::ImageChunk c;
+  ASSERT_TRUE(ReadImageChunk(read, &c).ok());
+  EXPECT_EQ(c.data().data(), first);
+  const char* buffer = c.data().data().data();
+  ASSERT_TRUE(ReadImageChunk(read, &c).ok());
+  EXPECT_EQ(c.data().data(), second);
+  EXPECT_EQ(c.data().data().data(), buffer) << "the second run went into a new buffer";
+  ASSERT_EQ(found_before.size(), 2u);
+  EXPECT_EQ(found_before[1], 'a') << "the buffer was overwritten (zero-filled?) before the second run was read";
+  ASSERT_TRUE(ReadImageChunk(read, &c).ok());
+  EXPECT_EQ(c.file_end().path(), "gpu.img");
+  ASSERT_TRUE(ReadImageChunk(read, &c).ok());
+  EXPECT_EQ(c.data().data(), shorter);
+  ASSERT_TRUE(ReadImageChunk(read, &c).ok());
+  EXPECT_EQ(c.data().data(), third);
+  EXPECT_EQ(ReadImageChunk(read, &c).code(), Status::Code::kNotFound);
   writer.join();
   close(sv[1]);
 }
