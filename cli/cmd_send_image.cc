@@ -1,8 +1,10 @@
-// phos send-image DIR --to HOST:PORT --peer-token FILE [--name N]: streams an
-// image directory straight from this process to a phosd started with
-// --listen (the migration transport, docs/migration.md). No local daemon is
-// needed. Prints the destination's path of the committed copy on stdout
-// (one line, for scripts); a summary and, on a terminal, progress on stderr.
+// phos send-image DIR --to HOST:PORT --peer-token FILE [--name N] [--json]:
+// streams an image directory straight from this process to a phosd started
+// with --listen (the migration transport, docs/migration.md). No local
+// daemon is needed. Prints the destination's path of the committed copy on
+// stdout (one line, for scripts) — or with --json one object: path, name,
+// destination, files, bytes, seconds, mb_per_s, transport — and a summary
+// and, on a terminal, progress on stderr. Errors go to stderr, exit 1.
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +14,9 @@
 #include <memory>
 #include <string>
 
+#include <google/protobuf/struct.pb.h>
+
+#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "peer/peer_client.h"
@@ -25,6 +30,7 @@ struct SendImageArgs {
   std::uint64_t chunk_bytes = 2ull << 20;
   std::uint64_t max_rate = 0;
   std::string transport = "auto";
+  bool json = false;
 };
 
 int RunSendImage(const SendImageArgs& a) {
@@ -63,10 +69,26 @@ int RunSendImage(const SendImageArgs& a) {
     std::cerr << "phos: send-image: " << s.message() << "\n";
     return 1;
   }
-  std::cout << result.path << std::endl;
+  const double rate = static_cast<double>(result.bytes) / 1e6 / (secs > 0 ? secs : 1e-9);
+  if (a.json) {
+    google::protobuf::Struct out;
+    auto& f = *out.mutable_fields();
+    f["path"].set_string_value(result.path);
+    f["name"].set_string_value(name);
+    f["destination"].set_string_value(a.to);
+    f["files"].set_number_value(result.files);
+    f["bytes"].set_number_value(static_cast<double>(result.bytes));
+    f["seconds"].set_number_value(secs);
+    f["mb_per_s"].set_number_value(rate);
+    f["transport"].set_string_value(result.transport);
+    PrintJson(out);
+    std::cout << std::endl;
+  } else {
+    std::cout << result.path << std::endl;
+  }
   std::fprintf(stderr, "send-image OK: %s -> %s:%s, %s in %u files, %.3f s, %.0f MB/s (%s)\n", a.dir.c_str(),
-               a.to.c_str(), result.path.c_str(), HumanBytes(result.bytes).c_str(), result.files, secs,
-               static_cast<double>(result.bytes) / 1e6 / (secs > 0 ? secs : 1e-9), result.transport.c_str());
+               a.to.c_str(), result.path.c_str(), HumanBytes(result.bytes).c_str(), result.files, secs, rate,
+               result.transport.c_str());
   return 0;
 }
 
@@ -94,6 +116,7 @@ void AddSendImageCommand(CLI::App* app, int* exit_code) {
                   "it, else grpc")
       ->check(CLI::IsMember({"auto", "data", "grpc"}))
       ->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print the result as one JSON object (path, bytes, seconds, transport, ...)");
   cmd->callback([args, exit_code] { *exit_code = RunSendImage(*args); });
 }
 

@@ -404,6 +404,16 @@ TEST_F(PeerTransferTest, SendsAnImageByteIdenticalAndInspectVerifiesIt) {
   Result in = Phos({"inspect", dst});
   EXPECT_EQ(in.rc, 0) << in.output;
 
+  // --json: one object with the same facts.
+  Result j = Phos({"send-image", img, "--to", To(), "--peer-token", token_, "--name", "img1-json", "--json"});
+  ASSERT_EQ(j.rc, 0) << j.output;
+  EXPECT_NE(j.output.find("\"path\": \"" + incoming_ + "/img1-json\""), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("\"transport\": \"data channel\""), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("\"name\": \"img1-json\""), std::string::npos) << j.output;
+  EXPECT_NE(j.output.find("\"bytes\": "), std::string::npos) << j.output;
+  ExpectSameTree(img, incoming_ + "/img1-json");
+  ASSERT_TRUE(fs::remove_all(incoming_ + "/img1-json") > 0);
+
   // The name is taken now; another name is fine.
   Result again = Phos({"send-image", img, "--to", To(), "--peer-token", token_});
   EXPECT_EQ(again.rc, 1) << again.output;
