@@ -87,7 +87,11 @@ PHOS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
 
 PHOS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
-  if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
+  // Freeing 0 does nothing and succeeds, as cudaFree(nullptr): the CUDA
+  // runtime that libraries link statically (libcurand's, CUDA 13.0) calls
+  // cuMemFree_v2(0) when it sets up its context and gives up on an error —
+  // cuRAND's curandCreateGenerator failed with INITIALIZATION_FAILED here.
+  if (dptr == 0) return CUDA_SUCCESS;
   return ToCu(cudaFree(Ptr(dptr)));
 }
 
