@@ -185,7 +185,13 @@ Status ParseContainer(std::span<const uint8_t> data, size_t start, const ParseOp
       entry.compression = Compression::kNone;
       entry.stored = data.subspan(payload_off, entry_payload_size);
     }
-    if (options.decompress) PHOS_RETURN_IF_ERROR(DecompressEntry(entry, options, &entry.contents));
+    // Only PTX and cubins are read; other kinds (CUDA 13's libraries carry
+    // kind 8 — LTO IR — in flag combinations of their own, which libcusparse
+    // and libcufft hold by the hundred) are kept as stored, so one of them
+    // cannot make a fatbin with good PTX unreadable.
+    if (options.decompress && (entry.is_ptx() || entry.is_elf())) {
+      PHOS_RETURN_IF_ERROR(DecompressEntry(entry, options, &entry.contents));
+    }
     out->entries.push_back(std::move(entry));
     off = payload_off + entry_payload_size;
   }

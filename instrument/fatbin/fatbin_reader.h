@@ -37,9 +37,10 @@ struct FatbinEntry {
   // The stored bytes (compressed when compression != kNone), a view into
   // the input: valid only as long as the input is.
   std::span<const uint8_t> stored;
-  // Decompressed contents (filled when ParseOptions::decompress). PTX
-  // entries have their trailing NUL padding removed, so `contents` is the
-  // PTX text; ELF entries hold the cubin bytes.
+  // Decompressed contents (filled when ParseOptions::decompress, for PTX
+  // and ELF entries only: other kinds stay in `stored`). PTX entries have
+  // their trailing NUL padding removed, so `contents` is the PTX text; ELF
+  // entries hold the cubin bytes.
   std::vector<uint8_t> contents;
 
   bool is_ptx() const { return kind == static_cast<uint16_t>(EntryKind::kPtx); }

@@ -270,6 +270,32 @@ TEST(FatbinReader, SpecificCorruptions) {
   ExpectCorruption(ParseFatbin(std::span<const uint8_t>(), &fb), "empty");
 }
 
+// An entry of a kind phos does not read (CUDA 13's libcusparse and libcufft
+// carry kind 8, LTO IR, whose payloads the PTX/ELF codecs do not decode) is
+// kept as stored and does not make the fatbin unreadable.
+TEST(FatbinReader, EntriesOfOtherKindsAreKeptNotDecoded) {
+  const std::string path = AppPath("vector_add.compress_all.fatbin");
+  PHOS_SKIP_WITHOUT(path);
+  std::vector<uint8_t> b = ReadFile(path);
+  Fatbin good;
+  ASSERT_TRUE(ParseFatbin(b, &good).ok());
+  ASSERT_GE(good.entries.size(), 2u);
+  const FatbinEntry& first = good.entries[0];
+  const uint16_t lto = 8;
+  std::memcpy(b.data() + first.header_offset, &lto, sizeof lto);
+  std::memset(b.data() + first.payload_offset, 0x5a, 16);  // not zstd, not LZ4
+  Fatbin fb;
+  const Status s = ParseFatbin(b, &fb);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(fb.entries.size(), good.entries.size());
+  EXPECT_EQ(fb.entries[0].kind, 8);
+  EXPECT_TRUE(fb.entries[0].contents.empty());
+  EXPECT_EQ(fb.entries[0].stored.size(), first.stored.size());
+  for (size_t i = 1; i < fb.entries.size(); ++i) {
+    EXPECT_EQ(fb.entries[i].contents, good.entries[i].contents) << "entry " << i;
+  }
+}
+
 TEST(FatbinReader, RandomByteFlipsNeverCrash) {
   std::mt19937_64 rng(12345);
   size_t errors = 0, total = 0;
