@@ -32,7 +32,6 @@ ShadowPool::ShadowPool(backend::Backend* backend, ShadowPoolOptions options)
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     Device& d = devices_[i];
     if (Status s = Allocate(static_cast<int>(i), &d.ctx, &d.base); !s.ok()) {
-      d.fill_failures = 1;
       d.last_error = s.ToString();
       d.backoff.Fail(Clock::now(), options_.retry_initial, options_.retry_max);
       spdlog::warn("cow reserve: cannot reserve {} MiB on GPU {}: {} (retrying with backoff; copy-on-write "
@@ -160,7 +159,6 @@ void ShadowPool::FillLoop() {
     }
     if (!s.ok()) {
       const int in_a_row = d.backoff.Fail(Clock::now(), options_.retry_initial, options_.retry_max);
-      ++d.fill_failures;
       d.last_error = s.ToString();
       if (in_a_row == 1) {
         spdlog::warn("cow reserve: cannot reserve {} MiB on GPU {}: {} (retrying with backoff; copy-on-write "
@@ -192,7 +190,7 @@ Status ShadowPool::Take(int device, std::uint64_t bytes, backend::DevicePtr* out
   Device& d = devices_[static_cast<std::size_t>(device)];
   if (!d.ready) {
     if (stopping_) return Status::Unavailable("the copy-on-write reserve is shut down");
-    if (d.fill_failures > 0) {
+    if (d.backoff.failures() > 0) {
       return Status::Unavailable("the copy-on-write reserve of GPU " + std::to_string(device) +
                                  " could not be filled: " + d.last_error);
     }
@@ -266,7 +264,7 @@ std::vector<ShadowPoolDeviceStats> ShadowPool::stats() const {
     s.bytes = d.ready ? bytes_per_device_ : 0;
     s.in_use = d.in_use;
     for (const auto& [offset, bytes] : d.free) s.largest_free = std::max(s.largest_free, bytes);
-    s.fill_failures = d.fill_failures;
+    s.fill_failures = static_cast<std::uint64_t>(d.backoff.failures());
     s.fill_us = d.fill_us;
     s.last_error = d.last_error;
     out.push_back(std::move(s));

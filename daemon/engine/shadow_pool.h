@@ -111,10 +111,12 @@ class ShadowPool {
     std::map<std::uint64_t, std::uint64_t> free;         // offset -> bytes, disjoint, coalesced
     std::unordered_map<backend::DevicePtr, std::uint64_t> taken;  // start -> bytes
     std::uint64_t in_use = 0;
-    std::uint64_t fill_failures = 0;
     std::uint64_t fill_us = 0;
     std::string last_error;
-    RetryBackoff backoff;  // no fill attempt before its retry_at()
+    // No fill attempt before its retry_at(). Its failures() are also the
+    // device's fill failures: never reset here, since a reserve once filled
+    // is not filled again.
+    RetryBackoff backoff;
   };
 
   void FillLoop();
