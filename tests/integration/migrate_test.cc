@@ -518,22 +518,35 @@ TEST_F(MigrateTest, Migrate_LazyPages) {
 // that one command): B's restore fails before anything runs there, A's
 // lazy dump is ended, and the source — frozen all along — resumes and
 // finishes as if nothing happened.
-class MigrateLazyPagesFailTest : public MigrateTest {
+// Fault injection at B: its `criu` is a shell script, WrapperDir()/criu,
+// that a fixture writes (WrapperScript) and that ends with the real criu.
+// The directory also holds whatever the script leaves for the test.
+class MigrateCriuWrapperTest : public MigrateTest {
  protected:
-  static std::string WrapperPath() {
-    return fs::temp_directory_path() / ("phos_lazy_fail_criu_" + std::to_string(getpid()));
+  static std::string WrapperDir() {
+    return fs::temp_directory_path() / ("phos_criu_wrapper_" + std::to_string(getpid()));
   }
+  /// The script's text (it may use WrapperDir()).
+  virtual std::string WrapperScript() const = 0;
   std::vector<std::string> DestinationExtraFlags() const override {
-    const std::string wrapper = WrapperPath();
-    std::ofstream(wrapper) << "#!/bin/sh\n"
-                              "if [ \"$1\" = lazy-pages ]; then echo 'injected: lazy-pages fails' >&2; exit 3; fi\n"
-                              "exec criu \"$@\"\n";
+    fs::create_directories(WrapperDir());
+    const std::string wrapper = WrapperDir() + "/criu";
+    std::ofstream(wrapper) << WrapperScript();
     fs::permissions(wrapper, fs::perms::owner_all);
     return {"--criu-binary", wrapper};
   }
   void TearDown() override {
     MigrateTest::TearDown();
-    fs::remove(WrapperPath());
+    fs::remove_all(WrapperDir());
+  }
+};
+
+class MigrateLazyPagesFailTest : public MigrateCriuWrapperTest {
+ protected:
+  std::string WrapperScript() const override {
+    return "#!/bin/sh\n"
+           "if [ \"$1\" = lazy-pages ]; then echo 'injected: lazy-pages fails' >&2; exit 3; fi\n"
+           "exec criu \"$@\"\n";
   }
 };
 
@@ -563,31 +576,23 @@ TEST_F(MigrateLazyPagesFailTest, Migrate_LazyPagesDaemonFailsSourceResumes) {
 // once A gives up and the orphaned daemon loses its page server, a page it
 // never delivered would read as zeros. A cannot confirm the migration and
 // resumes the source, whose own memory is checked when it finishes.
-class MigrateLazyPagesHeldTest : public MigrateTest {
+class MigrateLazyPagesHeldTest : public MigrateCriuWrapperTest {
  protected:
-  static std::string HeldDir() {
-    return fs::temp_directory_path() / ("phos_lazy_held_" + std::to_string(getpid()));
-  }
-  std::vector<std::string> DestinationExtraFlags() const override {
-    const std::string held = HeldDir();
-    fs::create_directories(held);
-    const std::string wrapper = held + "/criu";
-    // lazy-pages: note its pid (exec keeps it). restore: restore, stop
-    // the daemon, and pass the restored pid on.
-    std::ofstream(wrapper) << "#!/bin/sh\n"
-                              "held=" << held << "\n"
-                              "case \"$1\" in\n"
-                              "lazy-pages) echo $$ > \"$held/lazy.pid\"; exec criu \"$@\" ;;\n"
-                              "restore)\n"
-                              "  criu \"$@\"; rc=$?\n"
-                              "  kill -STOP \"$(cat \"$held/lazy.pid\")\"\n"
-                              "  prev=; for a in \"$@\"; do [ \"$prev\" = --pidfile ] && cp \"$a\" \"$held/copy.pid.tmp\"; prev=$a; done\n"
-                              "  [ -f \"$held/copy.pid.tmp\" ] && mv \"$held/copy.pid.tmp\" \"$held/copy.pid\"\n"
-                              "  exit $rc ;;\n"
-                              "esac\n"
-                              "exec criu \"$@\"\n";
-    fs::permissions(wrapper, fs::perms::owner_all);
-    return {"--criu-binary", wrapper};
+  // lazy-pages: note its pid (exec keeps it). restore: restore, stop the
+  // daemon, and pass the restored pid on.
+  std::string WrapperScript() const override {
+    return "#!/bin/sh\n"
+           "held=" + WrapperDir() + "\n"
+           "case \"$1\" in\n"
+           "lazy-pages) echo $$ > \"$held/lazy.pid\"; exec criu \"$@\" ;;\n"
+           "restore)\n"
+           "  criu \"$@\"; rc=$?\n"
+           "  kill -STOP \"$(cat \"$held/lazy.pid\")\"\n"
+           "  prev=; for a in \"$@\"; do [ \"$prev\" = --pidfile ] && cp \"$a\" \"$held/copy.pid.tmp\"; prev=$a; done\n"
+           "  [ -f \"$held/copy.pid.tmp\" ] && mv \"$held/copy.pid.tmp\" \"$held/copy.pid\"\n"
+           "  exit $rc ;;\n"
+           "esac\n"
+           "exec criu \"$@\"\n";
   }
   static pid_t ReadPid(const std::string& path) {
     pid_t pid = -1;
@@ -596,9 +601,8 @@ class MigrateLazyPagesHeldTest : public MigrateTest {
   }
   void TearDown() override {
     // B's daemon outlives phosd B.
-    if (const pid_t daemon = ReadPid(HeldDir() + "/lazy.pid"); daemon > 0) kill(daemon, SIGKILL);
-    MigrateTest::TearDown();
-    fs::remove_all(HeldDir());
+    if (const pid_t daemon = ReadPid(WrapperDir() + "/lazy.pid"); daemon > 0) kill(daemon, SIGKILL);
+    MigrateCriuWrapperTest::TearDown();
   }
 };
 
@@ -615,7 +619,7 @@ TEST_F(MigrateLazyPagesHeldTest, Migrate_LazyPagesDestinationDiesCopyDiesSourceR
   // The wrapper moves the pid file into place whole.
   pid_t copy = -1;
   for (const auto until = Clock::now() + 60s; copy <= 0 && Clock::now() < until;) {
-    copy = ReadPid(HeldDir() + "/copy.pid");
+    copy = ReadPid(WrapperDir() + "/copy.pid");
     if (copy <= 0) std::this_thread::sleep_for(20ms);
   }
   if (copy <= 0) {
