@@ -416,6 +416,14 @@ void HandleMemset2D(SessionState& st, const CallContext& call, const wire::Memse
   if (Status s = FindStream(st, call.rec.header.stream_id, &stream); !s.ok()) return out->Fail(s);
   CallView v = ViewOnStream(st, call, stream, sync);
   uint64_t span = 0;
+  const uint32_t element = req.element_size;
+  if (element != 1 && element != 2 && element != 4) {
+    return out->Fail(WireStatus::kInvalidValue, "memset2D: element size must be 1, 2 or 4");
+  }
+  if (req.dst % element != 0 || req.pitch % element != 0 || req.width % element != 0) {
+    return out->Fail(WireStatus::kInvalidValue, "memset2D: address, pitch and width must be multiples of the " +
+                                                    std::to_string(element) + "-byte element");
+  }
   const bool empty = req.width == 0 || req.height == 0;
   if (!empty) {
     if (req.width > req.pitch) return out->Fail(WireStatus::kInvalidValue, "memset2D: width larger than pitch");
@@ -426,11 +434,12 @@ void HandleMemset2D(SessionState& st, const CallContext& call, const wire::Memse
     AddOperand(&v, kDstOperand, req.dst, span);
   }
   out->Fail(st.executor->Run(v, [&] {
+    const uint32_t value = element == 4 ? req.value : req.value & ((1u << (8 * element)) - 1);
     if (!empty && req.pitch == req.width) {
-      PHOS_RETURN_IF_ERROR(st.ctx->MemsetAsync(req.dst, req.value & 0xffu, 1, req.width * req.height, stream));
+      PHOS_RETURN_IF_ERROR(st.ctx->MemsetAsync(req.dst, value, element, req.width / element * req.height, stream));
     } else if (!empty) {
       for (uint64_t r = 0; r < req.height; ++r) {
-        PHOS_RETURN_IF_ERROR(st.ctx->MemsetAsync(req.dst + r * req.pitch, req.value & 0xffu, 1, req.width, stream));
+        PHOS_RETURN_IF_ERROR(st.ctx->MemsetAsync(req.dst + r * req.pitch, value, element, req.width / element, stream));
       }
     }
     return sync ? SyncResult(st, st.ctx->SynchronizeStream(stream)) : Status::Ok();

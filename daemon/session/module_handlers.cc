@@ -210,6 +210,13 @@ void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::L
   launch.shared_bytes = req.shared_bytes;
   launch.params = &params;
   v.launch = &launch;
+  // `phos daemon --log-level trace`: every launch, for finding which kernel
+  // of a library went wrong.
+  if (spdlog::should_log(spdlog::level::trace)) {
+    spdlog::trace("session {}: launch {} grid ({},{},{}) block ({},{},{}) shared {} params {}", st.session_id,
+                  launch.kernel != nullptr ? *launch.kernel : std::string("?"), req.grid[0], req.grid[1], req.grid[2],
+                  req.block[0], req.block[1], req.block[2], req.shared_bytes, req.param_bytes);
+  }
   Status s = st.executor->Run(v, [&] {
     if (cooperative) {
       return st.ctx->LaunchCooperativeKernel(launch.function, launch.grid, launch.block, launch.shared_bytes, stream,

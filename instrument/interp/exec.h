@@ -311,6 +311,11 @@ uint8_t* Resolve(Exec& x, ptx::Space space, uint64_t addr, size_t bytes, bool wr
 
 // Handlers (bound per op by program.cc).
 Flow ExecIntArith(Exec&, const Op&);    // ops_int.cc
+// ops_video.cc: vadd/vsub/vabsdiff/vmin/vmax/vshl/vshr. op.sub holds the
+// secondary operation (kVideoOp2*) and, for shifts, kVideoWrap.
+inline constexpr uint8_t kVideoOp2Add = 1, kVideoOp2Min = 2, kVideoOp2Max = 3, kVideoOp2Mask = 3;
+inline constexpr uint8_t kVideoWrap = 4;
+Flow ExecVideo(Exec&, const Op&);
 Flow ExecFloatArith(Exec&, const Op&);  // ops_float.cc
 Flow ExecCvt(Exec&, const Op&);         // ops_cvt.cc
 Flow ExecSetp(Exec&, const Op&);        // ops_cvt.cc (comparisons)

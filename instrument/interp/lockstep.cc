@@ -78,7 +78,27 @@ Status RunGroup(Block& b, uint32_t w, Thread* const* lanes, uint32_t group, uint
   auto park = [&](uint32_t at_pc) {  // the lanes' frames take the shared pc
     for (uint32_t m = group; m; m &= m - 1) lanes[__builtin_ctz(m)]->frames.back().pc = at_pc;
   };
+  // Where the warp's other runnable lanes stand in this frame: the group
+  // stops when it reaches one of those places, so the lanes that branched
+  // apart run on together from there (the paths' join), as a GPU
+  // reconverges them. Going on alone would run the group's ops after the
+  // join before the other lanes ran theirs before it: warp-synchronous code
+  // (cuSPARSE's csrgeam reads a slot another lane rewrites after the join)
+  // would see a wrong order. Other lanes do not move while this group runs.
+  uint32_t others[kWarpSize];
+  int n_others = 0;
+  for (uint32_t l = 0; l < kWarpSize; ++l) {
+    if (((group >> l) & 1) || lanes[l] == nullptr || rf.state[l] != Thread::kRunnable) continue;
+    const Place o = Place::Of(*lanes[l]);
+    if (o.depth != at.depth || o.func != at.func || o.reg_base != at.reg_base) continue;
+    if (std::find(others, others + n_others, o.pc) == others + n_others) others[n_others++] = o.pc;
+  }
   for (uint64_t ran = 0;; ++ran) {
+    if (ran > 0 && n_others > 0 && std::find(others, others + n_others, pc) != others + n_others) {
+      settle();
+      park(pc);
+      return Status();
+    }
     if (ran == turn) {
       settle();
       park(pc);

@@ -673,6 +673,35 @@ class ProgramBuilder {
   }
 
   // cp.async (ops_mem.cc: copies at issue) and its group commit/waits.
+  // vadd/vsub/vabsdiff/vmin/vmax/vshl/vshr (ops_video.cc): 32-bit types,
+  // whole-word operands, an optional secondary add/min/max.
+  ExecFn BindVideo(const ptx::Instruction& in, Op* op, std::string* why) {
+    const std::vector<Type>& t = in.info.types;
+    const bool shift = op->opcode == Opcode::kVshl || op->opcode == Opcode::kVshr;
+    const auto word = [](Type x) { return x == Type::kU32 || x == Type::kS32; };
+    if (t.size() != 3 || !word(t[0]) || !word(t[1]) || !word(t[2]) || (shift && t[2] != Type::kU32)) {
+      *why = "video instruction types (supported: .dtype.atype.btype of .u32/.s32; shifts: .btype .u32)";
+      return nullptr;
+    }
+    op->type = t[0];
+    op->type2 = t[1];
+    op->type3 = t[2];
+    uint8_t sub = in.HasMod("add") ? kVideoOp2Add : in.HasMod("min") ? kVideoOp2Min : in.HasMod("max") ? kVideoOp2Max : 0;
+    if (shift) {
+      if (in.HasMod("clamp") == in.HasMod("wrap")) {
+        *why = "video shift without exactly one of .clamp/.wrap";
+        return nullptr;
+      }
+      if (in.HasMod("wrap")) sub |= kVideoWrap;
+    }
+    if (in.operands.size() != (sub & kVideoOp2Mask ? 4u : 3u)) {
+      *why = "video instruction form (supported: d, a, b and d, a, b, c with .add/.min/.max; not the data-merge form)";
+      return nullptr;
+    }
+    op->sub = sub;
+    return &ExecVideo;
+  }
+
   ExecFn BindCp(const ptx::Instruction& in, Op* op, std::string* why) {
     if (!in.HasMod("async")) {
       *why = "unsupported instruction";
@@ -1010,6 +1039,21 @@ class ProgramBuilder {
       case Opcode::kCvta: return &ExecCvta;
       case Opcode::kIsspacep: return &ExecIsspacep;
       case Opcode::kPrefetch: case Opcode::kFence: case Opcode::kMembar: case Opcode::kNanosleep:
+        return &ExecNop;
+      case Opcode::kVadd: case Opcode::kVsub: case Opcode::kVabsdiff: case Opcode::kVmin: case Opcode::kVmax:
+      case Opcode::kVshl: case Opcode::kVshr:
+        return BindVideo(in, op, why);
+      case Opcode::kGriddepcontrol:
+        // Programmatic dependent launch (sm_90): .wait waits for the grids
+        // this one depends on, .launch_dependents lets dependents start
+        // early. The sim runs a stream's kernels one after another, each to
+        // its end, so every prerequisite grid has finished (and its writes
+        // are visible) before this one starts, and no dependent can start
+        // early: both are no-ops here.
+        if (!in.HasMod("wait") && !in.HasMod("launch_dependents")) {
+          *why = "griddepcontrol form (supported: .wait, .launch_dependents)";
+          return nullptr;
+        }
         return &ExecNop;
       case Opcode::kCp: return BindCp(in, op, why);
       case Opcode::kWmma: return BindWmma(in, op, why);

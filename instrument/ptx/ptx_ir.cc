@@ -35,13 +35,14 @@ constexpr std::string_view kOpcodeNames[] = {
     "barrier", "bfe",     "bfi",        "bfind",  "bra",      "brev",    "brkpt",   "brx",
     "call",    "clz",     "cnot",       "copysign", "cos",    "cp",      "cvt",     "cvta",
     "div",     "dp2a",    "dp4a",       "elect",  "ex2",      "exit",    "fence",   "fma",
-    "fns",     "isspacep", "ld",        "ldmatrix", "ldu",    "lg2",      "lop3",    "mad",     "mad24",
+    "fns",     "griddepcontrol", "isspacep", "ld",        "ldmatrix", "ldu",    "lg2",      "lop3",    "mad",     "mad24",
     "madc",    "match",   "max",        "mbarrier", "membar", "min",     "mma",     "mov",
     "mul",     "mul24",   "nanosleep",  "neg",    "not",      "or",      "popc",    "prefetch",
     "prmt",    "rcp",     "red",        "redux",  "rem",      "ret",     "rsqrt",   "sad",
     "selp",    "set",     "setp",       "shf",    "shfl",     "shl",     "shr",     "sin",
     "slct",    "sqrt",    "st",         "stmatrix", "sub",    "subc",     "suld",    "sust",    "tanh",
-    "tex",     "tld4",    "trap",       "vote",   "wmma",     "xor",
+    "tex",     "tld4",    "trap",       "vabsdiff", "vadd",   "vmax",    "vmin",    "vote",
+    "vshl",    "vshr",    "vsub",       "wmma",   "xor",
 };
 static_assert(std::size(kOpcodeNames) == static_cast<size_t>(Opcode::kCount));
 

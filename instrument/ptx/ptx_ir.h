@@ -59,11 +59,12 @@ enum class Opcode : uint16_t {
   kAbs, kActivemask, kAdd, kAddc, kAnd, kAtom, kBar, kBarrier, kBfe, kBfi,
   kBfind, kBra, kBrev, kBrkpt, kBrx, kCall, kClz, kCnot, kCopysign, kCos, kCp,
   kCvt, kCvta, kDiv, kDp2a, kDp4a, kElect, kEx2, kExit, kFence, kFma, kFns,
-  kIsspacep, kLd, kLdmatrix, kLdu, kLg2, kLop3, kMad, kMad24, kMadc, kMatch, kMax,
+  kGriddepcontrol, kIsspacep, kLd, kLdmatrix, kLdu, kLg2, kLop3, kMad, kMad24, kMadc, kMatch, kMax,
   kMbarrier, kMembar, kMin, kMma, kMov, kMul, kMul24, kNanosleep, kNeg, kNot,
   kOr, kPopc, kPrefetch, kPrmt, kRcp, kRed, kRedux, kRem, kRet, kRsqrt, kSad,
   kSelp, kSet, kSetp, kShf, kShfl, kShl, kShr, kSin, kSlct, kSqrt, kSt, kStmatrix, kSub,
-  kSubc, kSuld, kSust, kTanh, kTex, kTld4, kTrap, kVote, kWmma, kXor,
+  kSubc, kSuld, kSust, kTanh, kTex, kTld4, kTrap, kVabsdiff, kVadd, kVmax, kVmin, kVote,
+  kVshl, kVshr, kVsub, kWmma, kXor,
   kCount,
 };
 std::string_view OpcodeName(Opcode op);

@@ -77,6 +77,12 @@ cudaError_t DoMemset(void* dst, int value, size_t count, uint32_t stream, bool s
 /// low bytes of `value`, posted on wire stream `stream` (driver_memory.cc;
 /// graph memset nodes).
 cudaError_t SubmitMemset(void* dst, unsigned value, size_t count, unsigned element_size, uint32_t stream);
+/// `height` rows of `width_bytes` bytes, `pitch` bytes apart, filled with
+/// `value`'s low `element_size` (1, 2, 4) bytes: cudaMemset2D[Async],
+/// cuMemsetD2D8/16/32[Async] and 2D memset graph nodes. Captured when
+/// `stream` is capturing (a synchronous one refused there).
+cudaError_t SubmitMemset2D(void* dst, size_t pitch, unsigned value, unsigned element_size, size_t width_bytes,
+                           size_t height, uint32_t stream, bool sync);
 /// A registered kernel's launch packed for the wire (launch.cc): the
 /// LaunchRequest and parameter block, and whether it must be called rather
 /// than posted. For graph kernel nodes.

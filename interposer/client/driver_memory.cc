@@ -50,6 +50,18 @@ CUresult Memset(CUdeviceptr dst, uint32_t value, size_t count, uint32_t element_
   return ToCu(SubmitMemset(Ptr(dst), value, count, element_size, id));
 }
 
+// 2D: `height` rows of `width` elements, `pitch` bytes apart (pitch and
+// the address aligned to the element, as the driver requires).
+CUresult Memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t element_size, size_t width, size_t height,
+                  const void* stream, bool sync) {
+  if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
+  if (dst % element_size != 0 || pitch % element_size != 0 || width > SIZE_MAX / element_size) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return ToCu(SubmitMemset2D(Ptr(dst), pitch, value, element_size, width * element_size, height, StreamIdOf(stream),
+                             sync));
+}
+
 // The per-thread default stream, for the _ptds variants of synchronous calls.
 const void* PerThread() { return CU_STREAM_PER_THREAD; }
 // In per-thread mode (_ptsz) the null stream is the per-thread default stream.
@@ -242,4 +254,46 @@ PHOS_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr dst, unsigned short v, si
 }
 PHOS_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int v, size_t n, CUstream s) {
   return Memset(dst, v, n, 4, PerThreadIfNull(s), false);
+}
+
+
+PHOS_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h) {
+  return Memset2D(dst, pitch, v, 1, w, h, nullptr, true);
+}
+PHOS_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h) {
+  return Memset2D(dst, pitch, v, 2, w, h, nullptr, true);
+}
+PHOS_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h) {
+  return Memset2D(dst, pitch, v, 4, w, h, nullptr, true);
+}
+PHOS_EXPORT CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h) {
+  return Memset2D(dst, pitch, v, 1, w, h, PerThread(), true);
+}
+PHOS_EXPORT CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h) {
+  return Memset2D(dst, pitch, v, 2, w, h, PerThread(), true);
+}
+PHOS_EXPORT CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h) {
+  return Memset2D(dst, pitch, v, 4, w, h, PerThread(), true);
+}
+PHOS_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
+  return Memset2D(dst, pitch, v, 1, w, h, s, false);
+}
+PHOS_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h,
+                                        CUstream s) {
+  return Memset2D(dst, pitch, v, 2, w, h, s, false);
+}
+PHOS_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) {
+  return Memset2D(dst, pitch, v, 4, w, h, s, false);
+}
+PHOS_EXPORT CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h,
+                                            CUstream s) {
+  return Memset2D(dst, pitch, v, 1, w, h, PerThreadIfNull(s), false);
+}
+PHOS_EXPORT CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h,
+                                             CUstream s) {
+  return Memset2D(dst, pitch, v, 2, w, h, PerThreadIfNull(s), false);
+}
+PHOS_EXPORT CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h,
+                                             CUstream s) {
+  return Memset2D(dst, pitch, v, 4, w, h, PerThreadIfNull(s), false);
 }

@@ -6,6 +6,7 @@
 // parameter layouts that cuLaunchKernel packs `kernelParams` with come from
 // the image (image_layouts.h).
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -442,11 +443,29 @@ PHOS_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int g
                       kernelParams, nullptr, /*cooperative=*/true);
 }
 
-// phos loads a module when cuModuleLoad* is called (see the file comment):
-// eager loading, whatever CUDA_MODULE_LOADING says.
+// The mode CUDA_MODULE_LOADING asks for, as the driver reads it: EAGER or
+// LAZY, LAZY when unset (the driver's default on Linux since CUDA 12.2).
+// The mode tells the CUDA runtime (the one statically linked into CuPy,
+// cuSPARSE, cuBLAS...) when to load its fatbins: LAZY on first use of one
+// of their kernels or variables, EAGER all at context creation. phos itself
+// loads every module when cuModuleLoad*/cuLibraryLoad* is called, in both
+// modes; the difference the app can see is only when a load fails. EAGER
+// makes the runtime load fatbins built for other GPUs only (cuSPARSE has
+// 20 with sm_75/80/86 SASS alone), which an H100 refuses with
+// NO_BINARY_FOR_GPU, and the runtime then gives up creating its context
+// ("CUDA context cannot be initialized"; seen on the sim with CUDA 13.0's
+// cuSPARSE — whether it does on a GPU with EAGER set is not verified).
+// Answering EAGER whatever the variable said was phos's choice until
+// cuSPARSE showed it stops real libraries.
+static CUmoduleLoadingMode ModuleLoadingModeFromEnvironment() {
+  const char* v = std::getenv("CUDA_MODULE_LOADING");
+  return v != nullptr && std::strcmp(v, "EAGER") == 0 ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+}
+
 PHOS_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *mode = CU_MODULE_EAGER_LOADING;
+  static const CUmoduleLoadingMode resolved = ModuleLoadingModeFromEnvironment();  // read once, as the driver does
+  *mode = resolved;
   return CUDA_SUCCESS;
 }

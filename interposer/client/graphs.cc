@@ -455,11 +455,8 @@ StreamOp HostOp(cudaHostFn_t fn, void* data) {
 // bytes apart.
 StreamOp MemsetOp(const cudaMemsetParams& p) {
   return [p](uint32_t s) -> cudaError_t {
-    for (size_t row = 0; row < std::max<size_t>(p.height, 1); ++row) {
-      auto* dst = static_cast<char*>(p.dst) + row * p.pitch;
-      if (cudaError_t e = SubmitMemset(dst, p.value, p.width, p.elementSize, s); e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
+    if (p.height <= 1) return SubmitMemset(p.dst, p.value, p.width, p.elementSize, s);  // pitch unused
+    return SubmitMemset2D(p.dst, p.pitch, p.value, p.elementSize, p.width * p.elementSize, p.height, s, false);
   };
 }
 // `record` (may be null): where to keep what the getter answers.

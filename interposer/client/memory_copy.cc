@@ -219,22 +219,27 @@ cudaError_t Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, s
   }
 }
 
-cudaError_t Memset2D(void* dst, size_t pitch, int value, size_t width, size_t height, uint32_t stream, bool sync) {
+}  // namespace
+
+cudaError_t SubmitMemset2D(void* dst, size_t pitch, unsigned value, unsigned element_size, size_t width_bytes,
+                           size_t height, uint32_t stream, bool sync) {
   if (cudaError_t e = Sticky(); e != cudaSuccess) return e;
   if (cudaError_t r; Captured(stream, sync, cudaGraphNodeTypeMemset, "a synchronous 2D memset",
-                              [=](uint32_t s) { return Memset2D(dst, pitch, value, width, height, s, false); }, &r)) {
+                              [=](uint32_t s) {
+                                return SubmitMemset2D(dst, pitch, value, element_size, width_bytes, height, s, false);
+                              },
+                              &r)) {
     return r;
   }
-  if (width == 0 || height == 0) return cudaSuccess;
+  if (width_bytes == 0 || height == 0) return cudaSuccess;
   size_t span = 0;
-  if (dst == nullptr || width > pitch || !Span2D(pitch, width, height, &span)) return SetError(cudaErrorInvalidValue);
-  wire::Memset2DRequest req{reinterpret_cast<uint64_t>(dst), pitch, width, height,
-                            static_cast<uint32_t>(value) & 0xffu, 0};
+  if (dst == nullptr || width_bytes > pitch || !Span2D(pitch, width_bytes, height, &span)) {
+    return SetError(cudaErrorInvalidValue);
+  }
+  wire::Memset2DRequest req{reinterpret_cast<uint64_t>(dst), pitch, width_bytes, height, value, element_size};
   Connection& c = Connection::Get();
   return Finish(sync ? c.Call(op::kMemset2D, stream, Bytes(req)) : c.Post(op::kMemset2DAsync, stream, Bytes(req)));
 }
-
-}  // namespace
 
 cudaError_t DoMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, uint32_t stream, bool sync) {
   if (cudaError_t e = Sticky(); e != cudaSuccess) return e;
@@ -317,16 +322,16 @@ PHOS_EXPORT cudaError_t cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const v
                   false);
 }
 PHOS_EXPORT cudaError_t cudaMemset2D(void* devPtr, size_t pitch, int value, size_t width, size_t height) {
-  return Memset2D(devPtr, pitch, value, width, height, 0, true);
+  return SubmitMemset2D(devPtr, pitch, static_cast<unsigned>(value) & 0xffu, 1, width, height, 0, true);
 }
 PHOS_EXPORT cudaError_t cudaMemset2D_ptds(void* devPtr, size_t pitch, int value, size_t width, size_t height) {
-  return Memset2D(devPtr, pitch, value, width, height, StreamIdOf(nullptr, DefaultStream::kPerThread), true);
+  return SubmitMemset2D(devPtr, pitch, static_cast<unsigned>(value) & 0xffu, 1, width, height, StreamIdOf(nullptr, DefaultStream::kPerThread), true);
 }
 PHOS_EXPORT cudaError_t cudaMemset2DAsync(void* devPtr, size_t pitch, int value, size_t width, size_t height,
                                           cudaStream_t stream) {
-  return Memset2D(devPtr, pitch, value, width, height, StreamIdOf(stream), false);
+  return SubmitMemset2D(devPtr, pitch, static_cast<unsigned>(value) & 0xffu, 1, width, height, StreamIdOf(stream), false);
 }
 PHOS_EXPORT cudaError_t cudaMemset2DAsync_ptsz(void* devPtr, size_t pitch, int value, size_t width, size_t height,
                                                cudaStream_t stream) {
-  return Memset2D(devPtr, pitch, value, width, height, StreamIdOf(stream, DefaultStream::kPerThread), false);
+  return SubmitMemset2D(devPtr, pitch, static_cast<unsigned>(value) & 0xffu, 1, width, height, StreamIdOf(stream, DefaultStream::kPerThread), false);
 }

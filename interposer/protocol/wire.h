@@ -603,14 +603,16 @@ struct Memcpy2DRequest {
 static_assert(sizeof(Memcpy2DRequest) == 72);
 
 /// kMemset2D / kMemset2DAsync: `height` rows of `width` bytes at dst +
-/// r*pitch set to the low byte of `value`.
+/// r*pitch, each row filled with `value`'s low `element_size` bytes
+/// (1, 2 or 4: cudaMemset2D and cuMemsetD2D8 set bytes, cuMemsetD2D16/32
+/// 16- and 32-bit words; then dst, pitch and width are multiples of it).
 struct Memset2DRequest {
   uint64_t dst;
   uint64_t pitch;
   uint64_t width;
   uint64_t height;
   uint32_t value;
-  uint32_t pad;
+  uint32_t element_size;
 };
 static_assert(sizeof(Memset2DRequest) == 40);
 

@@ -561,7 +561,7 @@ Status SimContext::GetModuleGlobalsBase(ModuleHandle module, DevicePtr* base) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = modules_.find(module);
   if (it == modules_.end()) return Status::InvalidArgument("unknown module handle " + Hex(module));
-  *base = it->second->program().storage_base();
+  *base = it->second->globals_base();
   return Status::Ok();
 }
 
@@ -603,15 +603,11 @@ Status SimContext::GetGlobal(ModuleHandle module, const std::string& name, Devic
   std::lock_guard<std::mutex> lock(mu_);
   auto it = modules_.find(module);
   if (it == modules_.end()) return Status::InvalidArgument("unknown module handle " + Hex(module));
-  std::uint64_t addr = 0;
-  std::size_t size = 0;
-  if (!it->second->program().SymbolAddress(name, &addr, &size)) {
-    return Status::NotFound("GetGlobal: no variable named '" + name + "' in module " +
-                            Hex(module));
+  Status found = it->second->GetGlobal(name, ptr, bytes);
+  if (found.code() == Status::Code::kNotFound) {
+    return Status::NotFound("GetGlobal: no variable named '" + name + "' in module " + Hex(module));
   }
-  *ptr = addr;
-  *bytes = size;
-  return Status::Ok();
+  return found.WithContext("GetGlobal");
 }
 
 Status SimContext::LaunchKernel(FunctionHandle function, Dim3 grid, Dim3 block,

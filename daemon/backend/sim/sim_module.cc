@@ -135,10 +135,56 @@ Status ExtractPtx(const void* image, std::size_t size, std::string* ptx) {
   return Status::Ok();
 }
 
+Status SimModule::LoadMachineCodeOnly(const void* image, std::size_t size, Status no_ptx,
+                                      std::shared_ptr<SimModule>* out) {
+  const auto* bytes = static_cast<const std::uint8_t*>(image);
+  const Status no_binary =
+      Status::NotSupported(no_ptx.message() + " (and it holds no SASS for sm_" + std::to_string(kModelledSmArch) +
+                           ", the modelled H100's)")
+          .WithApiError(kNoKernelImageForDevice);
+  fatbin::Fatbin fb;  // owns the decompressed cubin `cubin` points into
+  std::span<const std::uint8_t> cubin;
+  if (size >= 4 && std::memcmp(bytes, kElfMagic, 4) == 0) {
+    cubin = {bytes, size};
+  } else {
+    PHOS_RETURN_IF_ERROR(fatbin::ParseFatbin(std::span<const std::uint8_t>(bytes, size), &fb)
+                             .WithContext("sim LoadModule"));
+    const long i = fatbin::FindCubin(fb, kModelledSmArch);
+    if (i < 0) return no_binary;
+    cubin = fb.entries[static_cast<std::size_t>(i)].contents;
+  }
+  fatbin::CubinInfo info;
+  PHOS_RETURN_IF_ERROR(fatbin::ReadCubinInfo(cubin, &info).WithContext("sim LoadModule: the module's cubin"));
+  if (info.sm_arch != kModelledSmArch) return no_binary;
+
+  auto m = std::shared_ptr<SimModule>(new SimModule());
+  m->machine_code_only_ = "the module holds SASS for sm_" + std::to_string(kModelledSmArch) +
+                          " and no PTX; the sim runs kernels from PTX only — build with PTX embedded "
+                          "(-gencode arch=compute_XX,code=compute_XX) or run on a GPU";
+  const occupancy::SmLimits limits;
+  for (const fatbin::KernelNvInfo& k : info.kernels) {
+    FunctionAttributes a;
+    a.num_regs = k.regcount != 0 ? static_cast<int>(k.regcount) : kModelledRegisters;
+    a.max_threads_per_block =
+        std::min(limits.max_threads_per_block, occupancy::MaxThreadsPerBlockForRegisters(limits, a.num_regs));
+    a.local_size_bytes = k.frame_size;
+    a.ptx_version = static_cast<int>(kModelledSmArch);
+    a.binary_version = static_cast<int>(kModelledSmArch);
+    a.max_dynamic_shared_size_bytes = static_cast<int>(kDefaultSharedLimit);
+    m->attributes_.emplace(k.name, a);
+  }
+  *out = std::move(m);
+  return Status::Ok();
+}
+
 Status SimModule::Load(const void* image, std::size_t size, SimAddressSpace* space, int device,
                        std::uint64_t owner, DevicePtr globals_at, std::shared_ptr<SimModule>* out) {
   std::string text;
-  PHOS_RETURN_IF_ERROR(ExtractPtx(image, size, &text));
+  Status extracted = ExtractPtx(image, size, &text);
+  if (extracted.code() == Status::Code::kNotSupported) {
+    return LoadMachineCodeOnly(image, size, std::move(extracted), out);
+  }
+  PHOS_RETURN_IF_ERROR(extracted);
   ptx::Module module;
   PHOS_RETURN_IF_ERROR(ptx::ParseModule(text, &module).WithContext("sim LoadModule"));
 
@@ -193,7 +239,24 @@ Status SimModule::KernelAttributes(const std::string& name, FunctionAttributes* 
   return Status::Ok();
 }
 
+Status SimModule::GetGlobal(const std::string& name, DevicePtr* addr, std::size_t* bytes) const {
+  if (program_ == nullptr) {
+    return Status::NotSupported("variable '" + name + "': " + machine_code_only_ +
+                                " (the sim places no variables for such a module)");
+  }
+  std::uint64_t a = 0;
+  std::size_t n = 0;
+  if (!program_->SymbolAddress(name, &a, &n)) return Status::NotFound("no variable named '" + name + "'");
+  *addr = a;
+  *bytes = n;
+  return Status::Ok();
+}
+
 Status SimModule::CheckKernel(const std::string& name) const {
+  if (program_ == nullptr) {
+    if (attributes_.count(name) == 0) return Status::NotFound("no kernel named '" + name + "' in this module");
+    return Status::NotSupported("kernel '" + name + "': " + machine_code_only_).WithApiError(kNoKernelImageForDevice);
+  }
   int f = program_->FindFunction(name);
   if (f < 0 || !program_->function(f).is_entry) {
     return Status::NotFound("no kernel named '" + name + "' in this module");

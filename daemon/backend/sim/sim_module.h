@@ -20,8 +20,16 @@ namespace phos::backend::sim {
 class SimModule {
  public:
   /// Loads an image as cuModuleLoadData takes it: a fatbin (its PTX entry is
-  /// used; compressed entries are decompressed) or PTX text. A cubin, or a
-  /// fatbin without PTX, is NotSupported: the sim can only run PTX.
+  /// used; compressed entries are decompressed) or PTX text.
+  ///
+  /// An image with machine code only (a cubin, a fatbin without PTX) loads
+  /// as it would on the modelled H100 when it holds SASS for sm_90 — its
+  /// kernels are named and described by that cubin, but none can run on
+  /// the sim (CheckKernel refuses each by name, so their launches fail with
+  /// CUDA_ERROR_NO_BINARY_FOR_GPU) and its variables cannot be reached.
+  /// That is what lets a library whose runtime loads all its fatbins at
+  /// start (cuSPARSE) come up and run its PTX kernels. SASS for any other
+  /// GPU is NO_BINARY_FOR_GPU at load, as an H100's driver answers.
   /// Module variables are allocated in `space` for (`device`, `owner`), as
   /// one block: anywhere when `globals_at` is 0, else exactly there (a
   /// restore putting them back where the app saw them; AlreadyExists when
@@ -29,12 +37,24 @@ class SimModule {
   static Status Load(const void* image, std::size_t size, SimAddressSpace* space, int device,
                      std::uint64_t owner, DevicePtr globals_at, std::shared_ptr<SimModule>* out);
 
+  /// The decoded PTX. Only for a kernel CheckKernel accepted (a module
+  /// with machine code only has none).
   const interp::Program& program() const { return *program_; }
+
+  /// Where the module's variables start, 0 when it has none (or has
+  /// machine code only: the sim places no variables for it).
+  DevicePtr globals_base() const { return program_ != nullptr ? program_->storage_base() : 0; }
+
+  /// Address and size of module variable `name`: NotFound when there is
+  /// none; NotSupported in a module with machine code only.
+  Status GetGlobal(const std::string& name, DevicePtr* addr, std::size_t* bytes) const;
 
   /// OK if `name` is a kernel (.entry) of this module and every instruction
   /// it can reach is one the interpreter runs; else NotFound/NotSupported
-  /// naming the kernel or the instruction. Walks every reachable op: call
-  /// it once per kernel (SimContext::GetFunction), not per launch.
+  /// naming the kernel or the instruction (NotSupported with
+  /// NO_BINARY_FOR_GPU for every kernel of a module with machine code
+  /// only). Walks every reachable op: call it once per kernel
+  /// (SimContext::GetFunction), not per launch.
   Status CheckKernel(const std::string& name) const;
 
   /// The kernel's attributes as loaded (settable ones at their defaults),
@@ -61,8 +81,16 @@ class SimModule {
   /// kernels and keeps the occupancy of a 1024-thread block at 2 per SM.
   static constexpr int kModelledRegisters = 32;
 
+  /// The SASS architecture the modelled H100 runs (sm_90).
+  static constexpr std::uint32_t kModelledSmArch = 90;
+
  private:
-  std::unique_ptr<interp::Program> program_;  // immutable after Load
+  // A module with SASS for the modelled GPU and no PTX.
+  static Status LoadMachineCodeOnly(const void* image, std::size_t size, Status no_ptx,
+                                    std::shared_ptr<SimModule>* out);
+
+  std::unique_ptr<interp::Program> program_;  // immutable after Load; null for machine code only
+  std::string machine_code_only_;             // why no kernel runs ("" when program_ is set)
   std::map<std::string, FunctionAttributes> attributes_;  // by kernel name; immutable after Load
 };
 
