@@ -55,7 +55,7 @@ apps=(vector_add saxpy_loop reduce_shared struct_of_pointers pointer_table multi
 integration=(runtime_api host_memory driver_api runtime_more runtime_more_ptds graphs vmm textures cublas error_paths symbols
   unsupported_api daemon_loss dlopen_driver vector_add_static checkpoint_app)
 # driver_api reads the fatbin file (argument); .cubin/.ptx for later checks.
-integration_data=(driver_kernels.fatbin driver_kernels.cubin driver_kernels.ptx)
+integration_data=(driver_kernels.fatbin driver_kernels.sm80.fatbin driver_kernels.cubin driver_kernels.ptx)
 # tests/bench CUDA programs run.sh times natively and under phos run (built
 # with -DPHOS_BUILD_BENCHMARKS=ON, the default; left out when absent).
 bench=(cublas_bench remoting_bench)

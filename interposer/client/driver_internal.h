@@ -61,6 +61,14 @@ inline CUresult ToCu(WireStatus w) { return ToCu(static_cast<cudaError_t>(w)); }
 // that themselves, cuLibrary* / cuKernel* are context-independent in CUDA.
 /// Loads an image (fatbin, cubin or NUL-terminated PTX) as a new module.
 CUresult LoadDriverModule(CUmodule* out, std::span<const std::byte> image);
+/// As LoadDriverModule, for cuLibraryLoad*: a library is context
+/// independent (on a machine with GPUs of several kinds it loads though
+/// some cannot run it), so an image with no code for this GPU loads
+/// anyway, as nothing in phosd, and NO_BINARY_FOR_GPU comes when one of
+/// its kernels or variables is asked for. CUDA's runtime loads every
+/// fatbin of a library at start (cuSPARSE has 20 for other GPUs only) and
+/// gives up at the first load that fails.
+CUresult LoadDriverLibrary(CUmodule* out, std::span<const std::byte> image);
 CUresult UnloadDriverModule(CUmodule module);
 /// The module's function `name` (one handle per name and module).
 CUresult GetDriverFunction(CUfunction* out, CUmodule module, const char* name);

@@ -54,7 +54,7 @@ CUresult LoadLibrary(CUlibrary* library, std::span<const std::byte> image, CUjit
   if (num_jit != 0 && (jit_options == nullptr || jit_values == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = CheckLibraryOptions(num_library_options, library_options); r != CUDA_SUCCESS) return r;
   CUmodule module = nullptr;
-  if (CUresult r = LoadDriverModule(&module, image); r != CUDA_SUCCESS) return r;
+  if (CUresult r = LoadDriverLibrary(&module, image); r != CUDA_SUCCESS) return r;
   AnswerJitOptionsForLoad(num_jit, jit_options, jit_values);
   *library = reinterpret_cast<CUlibrary>(module);
   return CUDA_SUCCESS;

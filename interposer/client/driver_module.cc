@@ -6,7 +6,6 @@
 // parameter layouts that cuLaunchKernel packs `kernelParams` with come from
 // the image (image_layouts.h).
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -30,6 +29,10 @@ namespace {
 namespace op = wire::op;
 
 struct DriverModule {
+  // A library (cuLibraryLoad*) holding no code this GPU runs: nothing was
+  // loaded in phosd; its kernels and variables answer
+  // CUDA_ERROR_NO_BINARY_FOR_GPU when asked for (LoadDriverLibrary).
+  bool no_binary = false;
   ModuleRec rec;         // id and load state; the image is dropped once loaded
   ImageLayouts layouts;  // parameter tables of its kernels
   std::map<std::string, std::unique_ptr<KernelRec>, std::less<>> functions;  // by name: one CUfunction per name
@@ -257,6 +260,7 @@ CUresult GetDriverGlobal(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const 
     std::lock_guard<std::mutex> lock(d.mu);
     DriverModule* m = FindModuleLocked(hmod);
     if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (m->no_binary) return CUDA_ERROR_NO_BINARY_FOR_GPU;
     module_id = m->rec.id;
   }
   const size_t len = std::strlen(name);
@@ -281,6 +285,18 @@ CUresult GetDriverGlobal(CUdeviceptr* dptr, size_t* bytes, CUmodule hmod, const 
 
 CUresult LoadDriverModule(CUmodule* out, std::span<const std::byte> image) { return Load(out, image); }
 
+CUresult LoadDriverLibrary(CUmodule* out, std::span<const std::byte> image) {
+  const CUresult r = Load(out, image);
+  if (r != CUDA_ERROR_NO_BINARY_FOR_GPU) return r;
+  auto m = std::make_unique<DriverModule>();
+  m->no_binary = true;
+  DriverModules& d = Mods();
+  std::lock_guard<std::mutex> lock(d.mu);
+  *out = reinterpret_cast<CUmodule>(m.get());
+  d.modules.emplace(m.get(), std::move(m));
+  return CUDA_SUCCESS;
+}
+
 // The handles die first, then phosd unloads the module (it waits for the
 // module's kernels: a device synchronisation, not done under the lock).
 CUresult UnloadDriverModule(CUmodule hmod) {
@@ -294,6 +310,7 @@ CUresult UnloadDriverModule(CUmodule hmod) {
     d.modules.erase(it);
     for (const auto& [name, k] : m->functions) d.functions.erase(k.get());
   }
+  if (m->no_binary) return CUDA_SUCCESS;  // nothing in phosd
   return ToCu(Connection::Get().Call(op::kModuleUnload, 0, Bytes(wire::HandleRequest{m->rec.id, 0})));
 }
 
@@ -303,6 +320,7 @@ CUresult GetDriverFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
   std::lock_guard<std::mutex> lock(d.mu);
   DriverModule* m = FindModuleLocked(hmod);
   if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (m->no_binary) return CUDA_ERROR_NO_BINARY_FOR_GPU;
   if (auto it = m->functions.find(std::string_view(name)); it != m->functions.end()) {
     *hfunc = reinterpret_cast<CUfunction>(it->second.get());
     return CUDA_SUCCESS;
@@ -443,29 +461,18 @@ PHOS_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int g
                       kernelParams, nullptr, /*cooperative=*/true);
 }
 
-// The mode CUDA_MODULE_LOADING asks for, as the driver reads it: EAGER or
-// LAZY, LAZY when unset (the driver's default on Linux since CUDA 12.2).
-// The mode tells the CUDA runtime (the one statically linked into CuPy,
-// cuSPARSE, cuBLAS...) when to load its fatbins: LAZY on first use of one
-// of their kernels or variables, EAGER all at context creation. phos itself
-// loads every module when cuModuleLoad*/cuLibraryLoad* is called, in both
-// modes; the difference the app can see is only when a load fails. EAGER
-// makes the runtime load fatbins built for other GPUs only (cuSPARSE has
-// 20 with sm_75/80/86 SASS alone), which an H100 refuses with
-// NO_BINARY_FOR_GPU, and the runtime then gives up creating its context
-// ("CUDA context cannot be initialized"; seen on the sim with CUDA 13.0's
-// cuSPARSE — whether it does on a GPU with EAGER set is not verified).
-// Answering EAGER whatever the variable said was phos's choice until
-// cuSPARSE showed it stops real libraries.
-static CUmoduleLoadingMode ModuleLoadingModeFromEnvironment() {
-  const char* v = std::getenv("CUDA_MODULE_LOADING");
-  return v != nullptr && std::strcmp(v, "EAGER") == 0 ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
-}
-
+// phos loads a module when cuModuleLoad* is called (see the file comment):
+// eager loading, whatever CUDA_MODULE_LOADING says. The answer steers the
+// CUDA runtime statically linked into programs and CUDA's libraries: it
+// loads all its fatbins as it creates its context. Answering LAZY (the
+// driver's default since CUDA 12.2) was tried on 29 Nov 2026: cuSPARSE then
+// loaded only the fatbins it used, but cuSOLVER's runtime failed
+// cusolverDnCreate with CUSOLVER_STATUS_INTERNAL_ERROR and no failing
+// driver call or table slot to show why (docs/interposer.md "Modules and
+// launches"); not understood yet, so EAGER stays.
 PHOS_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  static const CUmoduleLoadingMode resolved = ModuleLoadingModeFromEnvironment();  // read once, as the driver does
-  *mode = resolved;
+  *mode = CU_MODULE_EAGER_LOADING;
   return CUDA_SUCCESS;
 }

@@ -744,7 +744,7 @@ check integration/runtime_api 120 0 -- "${phos_run[@]}" "$i/runtime_api"
 want=("host_memory: OK")
 check integration/host_memory 60 0 -- "${phos_run[@]}" "$i/host_memory"
 want=("driver_api: kernels from PTX text" "driver_api: kernels from a fatbin file" "driver_api: OK")
-check integration/driver_api 60 0 -- "${phos_run[@]}" "$i/driver_api" "$i/driver_kernels.fatbin"
+check integration/driver_api 60 0 -- "${phos_run[@]}" "$i/driver_api" "$i/driver_kernels.fatbin" "$i/driver_kernels.sm80.fatbin"
 want=("driver_api: runtime first OK")
 check integration/driver_api_runtime_first 120 0 -- "${phos_run[@]}" "$i/driver_api" --runtime-first
 want=("fork-before child rc=0" "runtime_more: fork-before OK") wantnot=("cannot be used in a child")

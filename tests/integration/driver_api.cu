@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -135,6 +136,32 @@ int Memsets() {
   want[1] = want[2] = v8;
   EXPECT(b == want);
   EXPECT_RESULT(cuMemsetD32(d + 2, 0, 1), CUDA_ERROR_INVALID_VALUE);  // misaligned
+
+  // 2D: rows of `width` elements `pitch` bytes apart; the bytes between
+  // rows stay as they were (cuSPARSE's runtime uses cuMemsetD2D8Async).
+  const size_t pitch = 64, rows = 3;
+  CHECK(cuMemsetD8(d, 0x5a, pitch * rows));
+  CHECK(cuMemsetD2D16(d, pitch, v16, 10, rows));                // bytes 0..19 of each row
+  CUstream s2 = nullptr;
+  CHECK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CHECK(cuMemsetD2D32Async(d + 24, pitch, v32, 4, rows - 1, s2));  // bytes 24..39 of rows 0..1
+  CHECK(cuMemsetD2D8Async(d + 44, pitch, v8, 3, rows, s2));       // bytes 44..46
+  CHECK(cuStreamSynchronize(s2));
+  std::vector<unsigned char> got(pitch * rows), expect(pitch * rows, 0x5a);
+  CHECK(cuMemcpyDtoH(got.data(), d, got.size()));
+  for (size_t r = 0; r < rows; ++r) {
+    unsigned char* row = &expect[r * pitch];
+    for (size_t i = 0; i < 10; ++i) std::memcpy(row + 2 * i, &v16, 2);
+    if (r + 1 < rows) {
+      for (size_t i = 0; i < 4; ++i) std::memcpy(row + 24 + 4 * i, &v32, 4);
+    }
+    for (size_t i = 0; i < 3; ++i) row[44 + i] = v8;
+  }
+  EXPECT(got == expect);
+  EXPECT_RESULT(cuMemsetD2D32(d, 62, 0, 4, 2), CUDA_ERROR_INVALID_VALUE);  // pitch not a multiple of 4
+  EXPECT_RESULT(cuMemsetD2D16(d + 1, pitch, 0, 4, 2), CUDA_ERROR_INVALID_VALUE);  // misaligned
+  EXPECT_RESULT(cuMemsetD2D8(d, 8, 0, 9, 2), CUDA_ERROR_INVALID_VALUE);  // wider than the pitch
+  CHECK(cuStreamDestroy(s2));
   CHECK(cuMemFree(d));
   return 0;
 }
@@ -677,9 +704,14 @@ int Contexts(CUdevice dev, CUcontext primary) {
   return 0;
 }
 
+std::vector<char> ReadFile(const char* path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
 // Context-independent loading (cuLibrary* / cuKernel*: numba-cuda, and
 // CUDA 13's own runtime): the same kernels through a library.
-int Libraries(const char* fatbin_path) {
+int Libraries(const char* fatbin_path, const char* other_gpu_fatbin_path) {
   CUlibrary lib = nullptr;
   CHECK(cuLibraryLoadData(&lib, kDriverKernelsPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
   CUmodule mod = nullptr;
@@ -782,13 +814,31 @@ int Libraries(const char* fatbin_path) {
     RUN(RunKernels(mod, "a library from a fatbin file"));
     CHECK(cuLibraryUnload(lib));
   }
+  if (other_gpu_fatbin_path != nullptr) {
+    // Code for another GPU only (sm_80 SASS, on an sm_90 device): a module
+    // load fails, a library (context independent) loads and its kernels
+    // answer NO_BINARY_FOR_GPU — CUDA's runtime loads every fatbin of a
+    // library such as cuSPARSE and stops at a load that fails.
+    std::vector<char> other = ReadFile(other_gpu_fatbin_path);
+    EXPECT(!other.empty());
+    int major = 0;
+    CUdevice dev = 0;
+    CHECK(cuCtxGetDevice(&dev));
+    CHECK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    if (major != 8) {
+      CUmodule none_mod = nullptr;
+      EXPECT_RESULT(cuModuleLoadData(&none_mod, other.data()), CUDA_ERROR_NO_BINARY_FOR_GPU);
+      CHECK(cuLibraryLoadData(&lib, other.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+      EXPECT_RESULT(cuLibraryGetKernel(&none, lib, "saxpy"), CUDA_ERROR_NO_BINARY_FOR_GPU);
+      CUdeviceptr g = 0;
+      size_t gbytes = 0;
+      EXPECT_RESULT(cuLibraryGetGlobal(&g, &gbytes, lib, "anything"), CUDA_ERROR_NO_BINARY_FOR_GPU);
+      CHECK(cuLibraryUnload(lib));
+      std::printf("driver_api: a library for another GPU loads, its kernels answer NO_BINARY_FOR_GPU\n");
+    }
+  }
   std::printf("driver_api: libraries OK\n");
   return 0;
-}
-
-std::vector<char> ReadFile(const char* path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -1026,7 +1076,7 @@ int main(int argc, char** argv) {
     RUN(RunKernels(mod, "a fatbin file"));
     CHECK(cuModuleUnload(mod));
   }
-  RUN(Libraries(argc > 1 ? argv[1] : nullptr));
+  RUN(Libraries(argc > 1 ? argv[1] : nullptr, argc > 2 ? argv[2] : nullptr));
 
   CHECK(cuCtxSynchronize());
   CHECK(cuDevicePrimaryCtxRelease(dev));

@@ -437,7 +437,7 @@ TEST_F(IntegrationTest, DriverApiProgram) {
   ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
   const std::string dir = PHOS_INTEGRATION_DIR;
   Child c = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", dir + "/driver_api",
-                          dir + "/driver_kernels.fatbin"});
+                          dir + "/driver_kernels.fatbin", dir + "/driver_kernels.sm80.fatbin"});
   EXPECT_EQ(c.Wait(std::chrono::seconds(180)), 0) << c.output << d.log();
   EXPECT_NE(c.output.find("driver_api: kernels from PTX text"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("driver_api: kernels from a fatbin file"), std::string::npos) << c.output;
@@ -446,6 +446,8 @@ TEST_F(IntegrationTest, DriverApiProgram) {
   EXPECT_NE(c.output.find("driver_api: cooperative launches OK"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("driver_api: kernels from a library from a fatbin file"), std::string::npos) << c.output;
   EXPECT_NE(c.output.find("driver_api: libraries OK"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("a library for another GPU loads, its kernels answer NO_BINARY_FOR_GPU"), std::string::npos)
+      << c.output;
   // Every CUdevice_attribute of cuda.h answered (the program stops at the first that does not).
   EXPECT_NE(c.output.find("device attributes answered"), std::string::npos) << c.output;
   EXPECT_EQ(c.output.find("not supported by phos"), std::string::npos) << c.output;

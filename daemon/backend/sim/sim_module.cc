@@ -158,8 +158,8 @@ Status SimModule::LoadMachineCodeOnly(const void* image, std::size_t size, Statu
   if (info.sm_arch != kModelledSmArch) return no_binary;
 
   auto m = std::shared_ptr<SimModule>(new SimModule());
-  m->machine_code_only_ = "the module holds SASS for sm_" + std::to_string(kModelledSmArch) +
-                          " and no PTX; the sim runs kernels from PTX only — build with PTX embedded "
+  m->machine_code_only_ = "the module holds SASS only (for sm_" + std::to_string(kModelledSmArch) +
+                          "), no PTX; the sim runs kernels from PTX only — build with PTX embedded "
                           "(-gencode arch=compute_XX,code=compute_XX) or run on a GPU";
   const occupancy::SmLimits limits;
   for (const fatbin::KernelNvInfo& k : info.kernels) {

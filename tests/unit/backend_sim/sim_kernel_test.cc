@@ -78,19 +78,55 @@ TEST(SimKernels, NvccFatbinRunsInTheInterpreter) {
   }
 }
 
-TEST(SimKernels, SassOnlyFatbinIsRefusedWithAdvice) {
+// SASS for sm_90 and no PTX: an H100's driver loads it, so the sim does
+// too (a library's runtime that loads every fatbin at start must not stop
+// at one) — its kernels are known by the cubin, described by it, and
+// refused at launch with CUDA_ERROR_NO_BINARY_FOR_GPU and advice: the sim
+// runs PTX only.
+TEST(SimKernels, SassOnlyFatbinForTheModelledGpuLoadsButItsKernelsAreRefused) {
   SimFixture f;
   SIM_ASSERT_OK(f.Init());
   std::vector<std::uint8_t> image =
       ReadFile(std::string(PHOS_TEST_APPS_DIR) + "/vector_add.sass.fatbin");
   ASSERT_FALSE(image.empty());
   ModuleHandle m = 0;
+  SIM_ASSERT_OK(f.ctx->LoadModule(image.data(), image.size(), &m));
+  FunctionHandle fn = 0;
+  EXPECT_EQ(f.ctx->GetFunction(m, "no_such_kernel", &fn).code(), Status::Code::kNotFound);
+  SIM_ASSERT_OK(f.ctx->GetFunction(m, kVectorAdd, &fn));
+  FunctionAttributes a;
+  SIM_ASSERT_OK(f.ctx->GetFunctionAttributes(fn, &a));
+  EXPECT_EQ(a.binary_version, 90);
+  EXPECT_GT(a.num_regs, 0);
+  std::vector<std::uint8_t> params(28, 0);
+  Status s = f.ctx->LaunchKernel(fn, Dim3{1, 1, 1}, Dim3{32, 1, 1}, 0, kDefaultStream, params);
+  EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
+  EXPECT_EQ(s.api_error(), 209);  // CUDA_ERROR_NO_BINARY_FOR_GPU
+  EXPECT_NE(s.message().find(kVectorAdd), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("PTX"), std::string::npos) << s.message();
+  SIM_ASSERT_OK(f.ctx->UnloadModule(m));
+}
+
+// SASS for another GPU only (here the same fatbin with its cubin entry
+// marked sm_80): an H100 cannot run it, NO_BINARY_FOR_GPU at load, as its
+// driver answers; the CUDA runtime tolerates that for fatbins of other GPUs.
+TEST(SimKernels, SassOnlyFatbinForAnotherGpuIsRefusedAtLoad) {
+  SimFixture f;
+  SIM_ASSERT_OK(f.Init());
+  std::vector<std::uint8_t> image =
+      ReadFile(std::string(PHOS_TEST_APPS_DIR) + "/vector_add.sass.fatbin");
+  ASSERT_GE(image.size(), 16u + 0x20u);
+  std::uint32_t arch = 0;
+  std::memcpy(&arch, image.data() + 16 + 0x1c, 4);  // the first entry's sm_arch (fatbin_format.h)
+  ASSERT_EQ(arch, 90u);
+  arch = 80;
+  std::memcpy(image.data() + 16 + 0x1c, &arch, 4);
+  ModuleHandle m = 0;
   Status s = f.ctx->LoadModule(image.data(), image.size(), &m);
   EXPECT_EQ(s.code(), Status::Code::kNotSupported) << s.ToString();
-  EXPECT_NE(s.message().find("PTX"), std::string::npos) << s.message();
-  // The app sees CUDA_ERROR_NO_BINARY_FOR_GPU, as on a GPU the fatbin was
-  // not built for: the CUDA runtime tolerates it at registration.
   EXPECT_EQ(s.api_error(), 209);
+  EXPECT_NE(s.message().find("sm_90"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("PTX"), std::string::npos) << s.message();
 }
 
 TEST(SimKernels, UnsupportedInstructionIsRefusedByNameAtLaunch) {

@@ -542,6 +542,91 @@ TEST(interp_textures, SurfaceBoundaryModesAndQueries) {
   EXPECT_NE(st.message().find("not a live surface object"), std::string::npos) << st.message();
 }
 
+// The scalar video instructions (cuSPARSE's binary searches use
+// vshr.u32.u32.u32.clamp.add) and griddepcontrol, each case worked out by
+// hand from the PTX ISA's semantics: operands sign- or zero-extended by
+// their own types, shift counts clamped to 32 or taken modulo 32, .sat
+// clamping to the destination type, then the secondary add/min/max with c.
+TEST(interp_video, InstructionsAndGridDependencyControl) {
+  struct Case {
+    const char* op;
+    uint32_t a, b, c, want;
+  };
+  const Case cases[] = {
+      {"vshr.u32.u32.u32.clamp.add", 0x80000000u, 4, 10, 0x0800000Au},
+      {"vshr.u32.u32.u32.clamp.add", 0xFFFFFFFFu, 40, 7, 7},            // count 40 clamps to 32
+      {"vshr.s32.s32.u32.wrap", 0xFFFFFF00u, 36, 0, 0xFFFFFFF0u},        // -256 >> (36 & 31)
+      {"vshl.u32.u32.u32.clamp", 1, 33, 0, 0},                           // 1 << 32: low word
+      {"vshl.u32.u32.u32.sat.clamp", 1, 33, 0, 0xFFFFFFFFu},             // saturated
+      {"vadd.s32.s32.s32.sat", 0x7FFFFFFFu, 1, 0, 0x7FFFFFFFu},
+      {"vadd.u32.u32.u32", 0xFFFFFFFFu, 2, 0, 1},
+      {"vsub.u32.u32.u32.sat", 1, 2, 0, 0},
+      {"vabsdiff.u32.s32.s32", static_cast<uint32_t>(-5), 7, 0, 12},
+      {"vmin.s32.u32.s32", 0xFFFFFFFFu, static_cast<uint32_t>(-1), 0, 0xFFFFFFFFu},  // min(4294967295, -1)
+      {"vmax.s32.s32.s32.max", 3, 9, 20, 20},
+      {"vmax.s32.s32.s32.min", 3, 9, static_cast<uint32_t>(-4), static_cast<uint32_t>(-4)},
+      {"vadd.s32.s32.s32.add", 5, 6, static_cast<uint32_t>(-1), 10},
+  };
+  const size_t n = std::size(cases);
+  std::string body;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string a = std::to_string(12 * i), b = std::to_string(12 * i + 4), c = std::to_string(12 * i + 8);
+    const std::string out = std::to_string(4 * i);
+    const bool three = std::string(cases[i].op).find(".add") != std::string::npos ||
+                       std::string(cases[i].op).find(".min") != std::string::npos ||
+                       std::string(cases[i].op).find(".max") != std::string::npos;
+    body += "  ld.global.u32 %a, [%in+" + a + "];\n  ld.global.u32 %b, [%in+" + b + "];\n" +
+            "  ld.global.u32 %c, [%in+" + c + "];\n  " + cases[i].op + " %d, %a, %b" + (three ? ", %c" : "") +
+            ";\n  st.global.u32 [%out+" + out + "], %d;\n";
+  }
+  const std::string ptx = R"(.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry video(.param .u64 pin, .param .u64 pout) {
+  .reg .b32 %a, %b, %c, %d;
+  .reg .b64 %in, %out;
+  ld.param.u64 %in, [pin];
+  ld.param.u64 %out, [pout];
+  griddepcontrol.wait;
+)" + body + R"(  griddepcontrol.launch_dependents;
+  ret;
+}
+)";
+  Harness h;
+  ASSERT_TRUE(h.LoadText(ptx));
+  std::vector<uint32_t> in;
+  for (const Case& c : cases) in.insert(in.end(), {c.a, c.b, c.c});
+  uint32_t* out = h.Alloc(std::vector<uint32_t>(n, 0xDEADBEEFu));
+  ASSERT_TRUE(h.Launch("video", {1}, {1}, Params().Add(h.Alloc(in)).Add(out)).ok());
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(out[i], cases[i].want) << cases[i].op << " " << cases[i].a << ", " << cases[i].b << ", " << cases[i].c;
+  }
+}
+
+// A byte selector on a video operand (a.b0) is not run: the kernel is
+// refused at launch, naming the instruction, rather than computed wrongly.
+TEST(interp_errors, VideoByteSelectorsAreRefusedByName) {
+  Harness h;
+  ASSERT_TRUE(h.LoadText(R"(.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry sel(.param .u64 pout) {
+  .reg .b32 %a, %d;
+  .reg .b64 %out;
+  ld.param.u64 %out, [pout];
+  mov.u32 %a, 7;
+  vadd.u32.u32.u32 %d, %a.b0, %a;
+  st.global.u32 [%out], %d;
+  ret;
+}
+)"));
+  uint32_t* out = h.Alloc(std::vector<uint32_t>(1, 0));
+  const Status st = h.Launch("sel", {1}, {1}, Params().Add(out));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("vadd.u32.u32.u32"), std::string::npos) << st.message();
+  EXPECT_EQ(out[0], 0u);
+}
+
 TEST(interp_errors, UnsupportedInstructionIsNamed) {
   Harness h;
   ASSERT_TRUE(h.LoadText(std::string(".file 1 \"x.cu\"\n") + kUnsupportedPtx));

@@ -448,6 +448,59 @@ DONE:
   }
 }
 
+// Lanes that branched apart run on together from where their paths join,
+// as a GPU reconverges them there: the lanes that took the shorter path
+// (lower pc first) stop at the join instead of running past it alone. Here
+// the odd lanes fall through to the join first; had they gone on, they
+// would have overwritten slot 31 before lane 0 (an even lane, waiting at
+// the join) read it. cuSPARSE's csrgeam kernel does this (a running count
+// read from the last lane's slot after a divergent store), and wrote wrong
+// column indices before the fix.
+TEST(interp_lockstep, LanesThatBranchedApartRunTogetherFromWhereTheirPathsJoin) {
+  const char* kPtx = R"(.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 out) {
+  .reg .b32 %r<6>;
+  .reg .b64 %a;
+  .reg .pred %p<3>;
+  .shared .align 4 .b32 slot[32];
+  ld.param.u64 %a, [out];
+  mov.u32 %r0, %tid.x;
+  mov.u32 %r1, slot;
+  shl.b32 %r2, %r0, 2;
+  add.s32 %r1, %r1, %r2;
+  add.s32 %r3, %r0, 1;
+  st.volatile.shared.u32 [%r1], %r3;
+  bar.warp.sync -1;
+  and.b32 %r4, %r0, 1;
+  setp.eq.u32 %p0, %r4, 0;
+  @%p0 bra JOIN;
+  add.s32 %r3, %r3, 0;
+JOIN:
+  setp.ne.u32 %p1, %r0, 0;
+  @%p1 bra AFTER;
+  mov.u32 %r5, slot;
+  ld.volatile.shared.u32 %r5, [%r5+124];
+  st.global.u32 [%a], %r5;
+AFTER:
+  mov.u32 %r5, 1000;
+  st.volatile.shared.u32 [%r1], %r5;
+  bar.warp.sync -1;
+  ret;
+}
+)";
+  Harness h;
+  ASSERT_TRUE(h.LoadText(kPtx));
+  h.thread_at_a_time = false;
+  uint32_t* out = h.Alloc(std::vector<uint32_t>(1, 0));
+  Params p;
+  p.Add(out);
+  const Status st = h.Launch("k", {1}, {32}, p, 0, 1);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(out[0], 32u) << "lane 0 read slot 31 after the odd lanes, run on alone past the join, rewrote it";
+}
+
 // Registers every path sets before reading are not zeroed per block.
 TEST(interp_lockstep, RegistersSetOnEveryPathAreNotZeroedPerBlock) {
   const std::string ptx = R"(.version 8.0
