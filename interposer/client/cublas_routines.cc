@@ -308,6 +308,12 @@ cublasStatus_t Geam(cublasHandle_t handle, cublasOperation_t ta, cublasOperation
   r.lda = lda;
   r.ldb = ldb;
   r.ldc = ldc;
+  // cuSOLVER 13.0 transposes a matrix with geam and beta == NULL (host
+  // pointer mode; seen in cupy.linalg.svd of a non-square matrix), which
+  // cuBLAS takes as beta = 0. In device pointer mode a null beta stays an
+  // error: nobody was seen relying on it.
+  static constexpr std::byte kZeroScalar[16] = {};
+  if (beta == nullptr && (r.flags & wire::kBlasDeviceScalars) == 0) beta = kZeroScalar;
   if (!SetBlasScalars(&r, alpha, beta, true)) return CUBLAS_STATUS_INVALID_VALUE;
   return SendBlas(*h, op::kBlasGeam, r);
 }

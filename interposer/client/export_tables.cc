@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <string>
@@ -196,30 +197,36 @@ CUresult ClsContext(CUcontext* ctx) {
   return *ctx != nullptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 
+// With PHOS_TRACE_EXPORT_TABLES=1: "CONTEXT_LOCAL_STORAGE[2] get ctx 0x.. key 0x.. -> 500".
+CUresult TraceCls(const char* what, CUcontext ctx, const void* key, CUresult r) {
+  if (Trace()) {
+    std::fprintf(stderr, "phos: export table call CONTEXT_LOCAL_STORAGE%s ctx %p key %p -> %d\n", what,
+                 static_cast<void*>(ctx), key, static_cast<int>(r));
+  }
+  return r;
+}
+
 CUresult ClsPut(CUcontext ctx, void* key, void* value, ClsDestructor dtor) {
-  TraceCall("CONTEXT_LOCAL_STORAGE[0] put");
-  if (CUresult r = ClsContext(&ctx); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ClsContext(&ctx); r != CUDA_SUCCESS) return TraceCls("[0] put", ctx, key, r);
   std::lock_guard<std::mutex> lock(Cls().mu);
   Cls().entries[{ctx, key}] = ClsEntry{value, dtor};
-  return CUDA_SUCCESS;
+  return TraceCls("[0] put", ctx, key, CUDA_SUCCESS);
 }
 
 CUresult ClsDelete(CUcontext ctx, void* key) {
-  TraceCall("CONTEXT_LOCAL_STORAGE[1] delete");
-  if (CUresult r = ClsContext(&ctx); r != CUDA_SUCCESS) return r;
+  if (CUresult r = ClsContext(&ctx); r != CUDA_SUCCESS) return TraceCls("[1] delete", ctx, key, r);
   std::lock_guard<std::mutex> lock(Cls().mu);
-  return Cls().entries.erase({ctx, key}) == 1 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  return TraceCls("[1] delete", ctx, key, Cls().entries.erase({ctx, key}) == 1 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND);
 }
 
 CUresult ClsGet(void** value, CUcontext ctx, void* key) {
-  TraceCall("CONTEXT_LOCAL_STORAGE[2] get");
-  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = ClsContext(&ctx); r != CUDA_SUCCESS) return r;
+  if (value == nullptr) return TraceCls("[2] get", ctx, key, CUDA_ERROR_INVALID_VALUE);
+  if (CUresult r = ClsContext(&ctx); r != CUDA_SUCCESS) return TraceCls("[2] get", ctx, key, r);
   std::lock_guard<std::mutex> lock(Cls().mu);
   auto it = Cls().entries.find({ctx, key});
-  if (it == Cls().entries.end()) return CUDA_ERROR_NOT_FOUND;
+  if (it == Cls().entries.end()) return TraceCls("[2] get", ctx, key, CUDA_ERROR_NOT_FOUND);
   *value = it->second.value;
-  return CUDA_SUCCESS;
+  return TraceCls("[2] get", ctx, key, CUDA_SUCCESS);
 }
 
 const void* const kContextLocalStorage[] = {
@@ -295,7 +302,10 @@ CUresult IntegrityCheck(uint32_t version, uint64_t unix_seconds, uint64_t out[2]
     devices[d].pci_bus = pci.bus;
     devices[d].pci_device = pci.device;
   }
-  if (Trace()) std::fprintf(stderr, "phos: INTEGRITY_CHECK version %u, %d device(s)\n", version, count);
+  if (Trace()) {
+    std::fprintf(stderr, "phos: INTEGRITY_CHECK version %u, %d device(s), seconds %llu (now %lld)\n", version, count,
+                 static_cast<unsigned long long>(unix_seconds), static_cast<long long>(time(nullptr)));
+  }
   IntegrityAnswer(in, devices, out);
   return CUDA_SUCCESS;
 }

@@ -18,20 +18,15 @@ import cupyx.scipy.sparse as sp
 import cupyx.scipy.sparse.linalg as spla
 import numpy as np
 
-checked = []
+from checks import Checks
 
-
-def ok(name, cond, detail):
-    if not cond:
-        raise AssertionError(f"{name}: {detail}")
-    checked.append(name)
-    print(f"cupy_sparse: {name}: {detail}", flush=True)
+checks = Checks("cupy_sparse")
 
 
 def close(name, got, want, rtol=1e-10, atol=1e-12):
     got = cp.asnumpy(got.toarray() if sp.issparse(got) else got)
     err = float(np.max(np.abs(got - want))) if want.size else 0.0
-    ok(name, got.shape == want.shape and np.allclose(got, want, rtol=rtol, atol=atol),
+    checks.ok(name, got.shape == want.shape and np.allclose(got, want, rtol=rtol, atol=atol),
        f"shape {got.shape}, max |error| {err:.2e}")
 
 
@@ -50,7 +45,7 @@ def main():
     dense = rs.standard_normal((45, 7))
 
     A = sp.csr_matrix(cp.asarray(a))  # cusparse denseToSparse
-    ok("from dense", A.nnz == np.count_nonzero(a), f"nnz {A.nnz} of {a.size}")
+    checks.ok("from dense", A.nnz == np.count_nonzero(a), f"nnz {A.nnz} of {a.size}")
     close("to dense", A, a)
     close("spmv (csr @ vector)", A @ cp.asarray(x), a @ x)
     close("spmv float32", A.astype(cp.float32) @ cp.asarray(x, dtype=cp.float32),
@@ -63,7 +58,7 @@ def main():
     close("transpose (csr -> csc)", A.T.tocsr(), a.T)
     coo = A.tocoo()
     rows, cols = cp.asnumpy(coo.row), cp.asnumpy(coo.col)
-    ok("to coo", np.array_equal(a[rows, cols], cp.asnumpy(coo.data)) and coo.nnz == A.nnz, f"nnz {coo.nnz}")
+    checks.ok("to coo", np.array_equal(a[rows, cols], cp.asnumpy(coo.data)) and coo.nnz == A.nnz, f"nnz {coo.nnz}")
     # COO with duplicate entries: csr conversion sums them.
     r = np.array([0, 1, 1, 3, 0, 1]); cc = np.array([2, 0, 0, 3, 2, 1]); v = np.arange(1.0, 7.0)
     want = np.zeros((4, 4)); np.add.at(want, (r, cc), v)
@@ -79,8 +74,8 @@ def main():
     sol, info = spla.cg(sp.csr_matrix(cp.asarray(spd)), cp.asarray(rhs), rtol=1e-12, maxiter=500)
     want = np.linalg.solve(spd, rhs)
     err = float(np.max(np.abs(cp.asnumpy(sol) - want)))
-    ok("cg solve", info == 0 and err < 1e-8, f"info {info}, max |error| {err:.2e}")
-    print(f"cupy_sparse: OK ({len(checked)} checks)", flush=True)
+    checks.ok("cg solve", info == 0 and err < 1e-8, f"info {info}, max |error| {err:.2e}")
+    checks.done()
 
 
 if __name__ == "__main__":

@@ -326,6 +326,12 @@ int GemvGeam(cublasHandle_t h) {
   auto c = Host(dC, static_cast<size_t>(n) * m);
   for (int j = 0; j < m; ++j)
     for (int i = 0; i < n; ++i) NEAR(c[i + j * n], ga * da2[j + i * m] + gb * b[i + j * n], 1e-12);
+  // A null beta is beta = 0 (B unused): cuSOLVER 13 transposes so, with
+  // CUBLAS_OP_C on real data, in cupy.linalg.svd of a non-square matrix.
+  BCHECK(cublasDgeam(h, CUBLAS_OP_C, CUBLAS_OP_C, n, m, &ga, dA, m, nullptr, dA, m, dC, n));
+  c = Host(dC, static_cast<size_t>(n) * m);
+  for (int j = 0; j < m; ++j)
+    for (int i = 0; i < n; ++i) NEAR(c[i + j * n], ga * da2[j + i * m], 1e-12);
   cudaFree(da);
   cudaFree(dx);
   cudaFree(dy);
