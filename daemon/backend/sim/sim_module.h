@@ -26,10 +26,12 @@ class SimModule {
   /// as it would on the modelled H100 when it holds SASS for sm_90 — its
   /// kernels are named and described by that cubin, but none can run on
   /// the sim (CheckKernel refuses each by name, so their launches fail with
-  /// CUDA_ERROR_NO_BINARY_FOR_GPU) and its variables cannot be reached.
-  /// That is what lets a library whose runtime loads all its fatbins at
-  /// start (cuSPARSE) come up and run its PTX kernels. SASS for any other
-  /// GPU is NO_BINARY_FOR_GPU at load, as an H100's driver answers.
+  /// CUDA_ERROR_NO_BINARY_FOR_GPU) and its variables cannot be reached
+  /// (their attributes: the cubin's registers and local size, ptx and
+  /// binary version 90, CUDA's default shared limit). A library's runtime
+  /// that loads all its fatbins at start must not stop at one such
+  /// (cuSPARSE has one). SASS for any other GPU is NO_BINARY_FOR_GPU at
+  /// load, as an H100's driver answers.
   /// Module variables are allocated in `space` for (`device`, `owner`), as
   /// one block: anywhere when `globals_at` is 0, else exactly there (a
   /// restore putting them back where the app saw them; AlreadyExists when
