@@ -256,7 +256,6 @@ PHOS_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int v, size
   return Memset(dst, v, n, 4, PerThreadIfNull(s), false);
 }
 
-
 PHOS_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h) {
   return Memset2D(dst, pitch, v, 1, w, h, nullptr, true);
 }

@@ -285,6 +285,13 @@ cudaError_t DoMemset(void* dst, int value, size_t count, uint32_t stream, bool s
   return Finish(sync ? c.Call(op::kMemset, stream, Bytes(req)) : c.Post(op::kMemsetAsync, stream, Bytes(req)));
 }
 
+namespace {
+// cudaMemset2D's contract: every byte set to the low byte of `value`.
+cudaError_t ByteMemset2D(void* dst, size_t pitch, int value, size_t width, size_t height, uint32_t stream, bool sync) {
+  return SubmitMemset2D(dst, pitch, static_cast<unsigned>(value) & 0xffu, 1, width, height, stream, sync);
+}
+}  // namespace
+
 }  // namespace phos::client
 
 using namespace phos::client;  // NOLINT
@@ -322,16 +329,16 @@ PHOS_EXPORT cudaError_t cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const v
                   false);
 }
 PHOS_EXPORT cudaError_t cudaMemset2D(void* devPtr, size_t pitch, int value, size_t width, size_t height) {
-  return SubmitMemset2D(devPtr, pitch, static_cast<unsigned>(value) & 0xffu, 1, width, height, 0, true);
+  return ByteMemset2D(devPtr, pitch, value, width, height, 0, true);
 }
 PHOS_EXPORT cudaError_t cudaMemset2D_ptds(void* devPtr, size_t pitch, int value, size_t width, size_t height) {
-  return SubmitMemset2D(devPtr, pitch, static_cast<unsigned>(value) & 0xffu, 1, width, height, StreamIdOf(nullptr, DefaultStream::kPerThread), true);
+  return ByteMemset2D(devPtr, pitch, value, width, height, StreamIdOf(nullptr, DefaultStream::kPerThread), true);
 }
 PHOS_EXPORT cudaError_t cudaMemset2DAsync(void* devPtr, size_t pitch, int value, size_t width, size_t height,
                                           cudaStream_t stream) {
-  return SubmitMemset2D(devPtr, pitch, static_cast<unsigned>(value) & 0xffu, 1, width, height, StreamIdOf(stream), false);
+  return ByteMemset2D(devPtr, pitch, value, width, height, StreamIdOf(stream), false);
 }
 PHOS_EXPORT cudaError_t cudaMemset2DAsync_ptsz(void* devPtr, size_t pitch, int value, size_t width, size_t height,
                                                cudaStream_t stream) {
-  return SubmitMemset2D(devPtr, pitch, static_cast<unsigned>(value) & 0xffu, 1, width, height, StreamIdOf(stream, DefaultStream::kPerThread), false);
+  return ByteMemset2D(devPtr, pitch, value, width, height, StreamIdOf(stream, DefaultStream::kPerThread), false);
 }
