@@ -28,6 +28,7 @@ REASONS = [
     (r"^p?nccl", "NCCL calls not offered yet (docs/interposer.md \"NCCL\")"),
     (r"^cublasLt", "cuBLASLt (exported, not forwarded yet: cuBLAS issue)"),
     (r"^cublas.*Batched$|^cublas.*Batched_64$", "cuBLAS batched routines (other than gemm) and the batched solvers (cuBLAS issue)"),
+    (r"^cublas[SDCZ]bdmm$", "undocumented cuBLAS routines (exported by libcublas, declared by no header)"),
     (r"^cublas", "cuBLAS routines not forwarded yet (cuBLAS issue)"),
     (r"Graphics|GL[A-Z]|GL$|EGL|VDPAU|D3D|Vdpau|Egl", "graphics interop"),
     (r"Graph|StreamBeginCapture|StreamEndCapture|CaptureDependencies|UserObject",

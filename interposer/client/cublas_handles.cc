@@ -164,6 +164,53 @@ PHOS_EXPORT cublasStatus_t cublasSetEmulationStrategy(cublasHandle_t handle, cub
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// ---------------------------------------------------------------- undocumented exports
+// libcublas.so.13 exports handle-taking functions no header declares. A
+// library that calls one (cuSOLVER 13's cusolverDnCreate calls
+// cublasSetEnvironmentMode(handle, 1) on the handle it just created)
+// would otherwise reach the real libcublas with a libphos.so handle, which
+// reads it as its own struct: the byte at offset 0xb8 decided between
+// CUBLAS_STATUS_NOT_INITIALIZED (cuSOLVER then fails with INTERNAL_ERROR,
+// on about one heap layout in six) and a 4-byte store 67 KB past the
+// handle (heap corruption). So every handle-taking export of
+// libcublas.so.13 is answered here (docs/interposer.md "cuBLAS and
+// cuBLASLt").
+
+// The mode (0 or 1, found by disassembly): 1 makes the handle ignore the
+// environment variables that override a routine's compute type (what a
+// library wants of the cuBLAS handle it uses internally). phos reads none
+// of those variables in the app, so both modes compute alike here; the
+// mode is kept for cublasGetEnvironmentMode.
+PHOS_EXPORT cublasStatus_t cublasSetEnvironmentMode(cublasHandle_t handle, int mode) {
+  PHOS_BLAS_HANDLE(handle, h);
+  if (mode != 0 && mode != 1) return CUBLAS_STATUS_INVALID_VALUE;
+  h->environment_mode = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+PHOS_EXPORT cublasStatus_t cublasGetEnvironmentMode(cublasHandle_t handle, int* mode) {
+  PHOS_BLAS_HANDLE(handle, h);
+  if (mode == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *mode = h->environment_mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// cublas{S,D,C,Z}bdmm: routines of unknown arguments (the handle first);
+// nothing in CUDA 13.0 calls them. Refused by name, the handle untouched;
+// the arguments after it are not read, which the calling convention allows.
+// Weak, as the generated refusals are, so docs/compatibility.md's table
+// (scripts/compat_table.py) counts them as refused.
+#define PHOS_BLAS_UNDOCUMENTED_ROUTINE(NAME)                                                  \
+  PHOS_EXPORT __attribute__((weak)) cublasStatus_t NAME(cublasHandle_t) {                     \
+    SayOnce(#NAME ": an undocumented cuBLAS routine phos does not offer (answered "           \
+                  "CUBLAS_STATUS_NOT_SUPPORTED)");                                            \
+    return CUBLAS_STATUS_NOT_SUPPORTED;                                                       \
+  }
+PHOS_BLAS_UNDOCUMENTED_ROUTINE(cublasSbdmm)
+PHOS_BLAS_UNDOCUMENTED_ROUTINE(cublasDbdmm)
+PHOS_BLAS_UNDOCUMENTED_ROUTINE(cublasCbdmm)
+PHOS_BLAS_UNDOCUMENTED_ROUTINE(cublasZbdmm)
+#undef PHOS_BLAS_UNDOCUMENTED_ROUTINE
+
 // ---------------------------------------------------------------- status strings, logger
 
 PHOS_EXPORT const char* cublasGetStatusName(cublasStatus_t status) {

@@ -32,6 +32,7 @@ struct BlasHandle {
   void* workspace = nullptr;  // cublasSetWorkspace: recorded (phosd's handle has its own)
   size_t workspace_bytes = 0;
   cublasEmulationStrategy_t emulation = CUBLAS_EMULATION_STRATEGY_DEFAULT;
+  int environment_mode = 0;  // cublasSetEnvironmentMode (undocumented; cublas_handles.cc)
 };
 
 /// The live handles of one kind (cuBLAS's, cuBLASLt's): every call checks

@@ -303,8 +303,11 @@ CUresult IntegrityCheck(uint32_t version, uint64_t unix_seconds, uint64_t out[2]
     devices[d].pci_device = pci.device;
   }
   if (Trace()) {
-    std::fprintf(stderr, "phos: INTEGRITY_CHECK version %u, %d device(s), seconds %llu (now %lld)\n", version, count,
-                 static_cast<unsigned long long>(unix_seconds), static_cast<long long>(time(nullptr)));
+    std::fprintf(stderr,
+                 "phos: INTEGRITY_CHECK version %u, %d device(s), seconds %llu (now %lld), driver %u, pid %u, "
+                 "thread %x, tables %p %p, function %p\n",
+                 version, count, static_cast<unsigned long long>(unix_seconds), static_cast<long long>(time(nullptr)),
+                 in.driver_version, in.process, in.thread, in.cudart_table, in.integrity_table, in.function);
   }
   IntegrityAnswer(in, devices, out);
   return CUDA_SUCCESS;

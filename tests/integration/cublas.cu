@@ -750,6 +750,46 @@ int Errors(cublasHandle_t h) {
 
 }  // namespace
 
+// Undocumented: no header declares them, libcublas.so.13 exports them and
+// cuSOLVER 13's cusolverDnCreate calls the setter with 1 on its handle.
+extern "C" cublasStatus_t cublasSetEnvironmentMode(cublasHandle_t handle, int mode);
+extern "C" cublasStatus_t cublasGetEnvironmentMode(cublasHandle_t handle, int* mode);
+
+namespace {
+
+int EnvironmentMode() {
+  cublasHandle_t h;
+  BCHECK(cublasCreate(&h));
+  int mode = -1;
+  BCHECK(cublasGetEnvironmentMode(h, &mode));
+  EXPECT(mode == 0);
+  BCHECK(cublasSetEnvironmentMode(h, 1));
+  BCHECK(cublasGetEnvironmentMode(h, &mode));
+  EXPECT(mode == 1);
+  BEXPECT(cublasSetEnvironmentMode(h, 2), CUBLAS_STATUS_INVALID_VALUE);
+  BEXPECT(cublasSetEnvironmentMode(h, -1), CUBLAS_STATUS_INVALID_VALUE);
+  BEXPECT(cublasGetEnvironmentMode(h, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  BCHECK(cublasGetEnvironmentMode(h, &mode));
+  EXPECT(mode == 1);
+  BEXPECT(cublasSetEnvironmentMode(nullptr, 1), CUBLAS_STATUS_NOT_INITIALIZED);
+  // The handle still computes (a 2x2 identity times itself).
+  const float eye[4] = {1, 0, 0, 1};
+  float* d = nullptr;
+  CHECK(cudaMalloc(&d, 2 * sizeof eye));
+  CHECK(cudaMemcpy(d, eye, sizeof eye, cudaMemcpyHostToDevice));
+  const float one = 1.0f, zero = 0.0f;
+  BCHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, d, 2, d, 2, &zero, d + 4, 2));
+  float got[4] = {};
+  CHECK(cudaMemcpy(got, d + 4, sizeof got, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 4; ++i) EXPECT(got[i] == eye[i]);
+  cudaFree(d);
+  BCHECK(cublasDestroy(h));
+  std::printf("cublas: environment mode OK\n");
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   cublasHandle_t h;
   BCHECK(cublasCreate(&h));
@@ -766,6 +806,7 @@ int main(int argc, char** argv) {
   if (int r = StreamsCaptureHelpers(h)) return r;
   if (int r = Lt()) return r;
   if (int r = Errors(h)) return r;
+  if (int r = EnvironmentMode()) return r;
   CHECK(cudaDeviceSynchronize());
   BCHECK(cublasDestroy(h));
   std::printf("cublas: OK\n");

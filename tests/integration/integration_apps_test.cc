@@ -559,7 +559,8 @@ TEST_F(IntegrationTest, DeviceHeapMallocNewAndDeleteAcrossKernels) {
 
 // docs/interposer.md "cuBLAS": a program linked with -lcublas — gemm in
 // S/D/C/Z/H, GemmEx, strided batched, device-pointer scalars, gemv, geam,
-// level 1, a captured GEMM, the helpers and the error paths — against CPU
+// level 1, a captured GEMM, the helpers, the error paths and the undocumented
+// environment mode cuSOLVER sets — against CPU
 // references, computed in phosd (OpenBLAS on the sim).
 // Built twice: -cudart shared, and nvcc's default (the runtime linked
 // statically): either way the cuBLAS calls reach libphos.so.
