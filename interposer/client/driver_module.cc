@@ -6,6 +6,7 @@
 // parameter layouts that cuLaunchKernel packs `kernelParams` with come from
 // the image (image_layouts.h).
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -461,18 +462,22 @@ PHOS_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int g
                       kernelParams, nullptr, /*cooperative=*/true);
 }
 
-// phos loads a module when cuModuleLoad* is called (see the file comment):
-// eager loading, whatever CUDA_MODULE_LOADING says. The answer steers the
-// CUDA runtime statically linked into programs and CUDA's libraries: it
-// loads all its fatbins as it creates its context. Answering LAZY (the
-// driver's default since CUDA 12.2) was tried on 29 Nov 2026: cuSPARSE then
-// loaded only the fatbins it used, but cuSOLVER's runtime failed
-// cusolverDnCreate with CUSOLVER_STATUS_INTERNAL_ERROR and no failing
-// driver call or table slot to show why (docs/interposer.md "Modules and
-// launches"); not understood yet, so EAGER stays.
+// The driver's rule: LAZY unless CUDA_MODULE_LOADING=EAGER (read once, as
+// the driver reads it at cuInit). phos itself loads a module when
+// cuModuleLoad* is called (see the file comment); the answer steers the CUDA
+// runtime statically linked into programs and CUDA's libraries, which under
+// LAZY loads a fatbin when one of its kernels is first used instead of all
+// of them as it creates its context (cuSOLVER: 225, cuSPARSE: 168). EAGER was
+// answered until 29 Nov 2026 because LAZY made cusolverDnCreate fail; that
+// was cublasSetEnvironmentMode reaching the real libcublas with a libphos
+// handle (cublas_handles.cc), whose outcome hung on the heap's layout.
 PHOS_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *mode = CU_MODULE_EAGER_LOADING;
+  static const CUmoduleLoadingMode kMode = [] {
+    const char* v = std::getenv("CUDA_MODULE_LOADING");
+    return v != nullptr && std::strcmp(v, "EAGER") == 0 ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+  }();
+  *mode = kMode;
   return CUDA_SUCCESS;
 }

@@ -712,6 +712,13 @@ std::vector<char> ReadFile(const char* path) {
 // Context-independent loading (cuLibrary* / cuKernel*: numba-cuda, and
 // CUDA 13's own runtime): the same kernels through a library.
 int Libraries(const char* fatbin_path, const char* other_gpu_fatbin_path) {
+  // The loading mode the runtime asks for: LAZY unless CUDA_MODULE_LOADING=EAGER.
+  CUmoduleLoadingMode loading;
+  CHECK(cuModuleGetLoadingMode(&loading));
+  const char* env_loading = std::getenv("CUDA_MODULE_LOADING");
+  EXPECT(loading == (env_loading != nullptr && std::strcmp(env_loading, "EAGER") == 0 ? CU_MODULE_EAGER_LOADING
+                                                                                       : CU_MODULE_LAZY_LOADING));
+  EXPECT_RESULT(cuModuleGetLoadingMode(nullptr), CUDA_ERROR_INVALID_VALUE);
   CUlibrary lib = nullptr;
   CHECK(cuLibraryLoadData(&lib, kDriverKernelsPtx, nullptr, nullptr, 0, nullptr, nullptr, 0));
   CUmodule mod = nullptr;
