@@ -18,6 +18,10 @@ extern "C" {
 cudaError_t cudaMemcpy_ptds(void* dst, const void* src, size_t count, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream);
+cudaError_t cudaStreamGetFlags_ptsz(cudaStream_t stream, unsigned int* flags);
+cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t stream, int* priority);
+cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t stream, int* device);
+cudaError_t cudaStreamGetId_ptsz(cudaStream_t stream, unsigned long long* id);
 cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream);

@@ -2,12 +2,32 @@
 // wire ops; CUstream/CUevent are the runtime's handles, CU_STREAM_LEGACY and
 // CU_STREAM_PER_THREAD map through StreamIdOf like cudaStreamLegacy and
 // cudaStreamPerThread; stream and event flags have the same values).
+#include <mutex>
+#include <unordered_map>
+
 #include "interposer/client/driver_internal.h"
 
 using namespace phos::client;  // NOLINT
 
 namespace {
 cudaStream_t Stream(CUstream s) { return reinterpret_cast<cudaStream_t>(s); }
+
+// The context each stream cuStreamCreate* made was created in, for
+// cuStreamGetCtx (contexts alias one session, so this is all a stream's
+// context is). Streams the runtime API made are absent: the runtime makes
+// every stream in the primary context.
+struct StreamContexts {
+  std::mutex mu;  // guards of
+  std::unordered_map<CUstream, CUcontext> of;
+};
+StreamContexts& StreamCtx() {
+  static auto* s = new StreamContexts();  // leaked: streams may be queried from atexit handlers
+  return *s;
+}
+
+// NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: "the context current to the
+// calling thread" for cuStreamGetCtx.
+bool SpecialStream(CUstream s) { return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
 cudaEvent_t Event(CUevent e) { return reinterpret_cast<cudaEvent_t>(e); }
 
 // cudaErrorNotReady is an answer of Query, not a failure.
@@ -27,7 +47,12 @@ PHOS_EXPORT CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int
     return CUDA_ERROR_INVALID_VALUE;
   cudaStream_t s = nullptr;
   CUresult r = ToCu(cudaStreamCreateWithPriority(&s, flags, priority));
-  if (r == CUDA_SUCCESS) *phStream = reinterpret_cast<CUstream>(s);
+  if (r != CUDA_SUCCESS) return r;
+  *phStream = reinterpret_cast<CUstream>(s);
+  CUcontext current = nullptr;
+  cuCtxGetCurrent(&current);  // there is one: PHOS_REQUIRE_CONTEXT passed
+  std::lock_guard<std::mutex> lock(StreamCtx().mu);
+  StreamCtx().of[*phStream] = current;
   return r;
 }
 PHOS_EXPORT CUresult cuStreamCreate(CUstream* phStream, unsigned int flags) {
@@ -35,7 +60,76 @@ PHOS_EXPORT CUresult cuStreamCreate(CUstream* phStream, unsigned int flags) {
 }
 PHOS_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
   PHOS_REQUIRE_CONTEXT();
-  return ToCu(cudaStreamDestroy(Stream(s)));
+  const CUresult r = ToCu(cudaStreamDestroy(Stream(s)));
+  if (r == CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> lock(StreamCtx().mu);
+    StreamCtx().of.erase(s);
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------- stream queries
+// The runtime's queries answer them (the same handles and values); _ptsz
+// differs only in what the NULL stream means.
+
+namespace {
+CUresult StreamContext(CUstream s, bool per_thread, CUcontext* pctx) {
+  PHOS_REQUIRE_CONTEXT();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (SpecialStream(s)) return cuCtxGetCurrent(pctx);
+  unsigned flags = 0;  // is it a live stream?
+  const cudaError_t live =
+      per_thread ? cudaStreamGetFlags_ptsz(Stream(s), &flags) : cudaStreamGetFlags(Stream(s), &flags);
+  if (live != cudaSuccess) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lock(StreamCtx().mu);
+  auto it = StreamCtx().of.find(s);
+  *pctx = it != StreamCtx().of.end() ? it->second : PrimaryContextHandle(0);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+PHOS_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* pctx) { return StreamContext(s, false, pctx); }
+PHOS_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext* pctx) { return StreamContext(s, true, pctx); }
+// phos makes no green contexts: the second answer is always null.
+PHOS_EXPORT CUresult cuStreamGetCtx_v2(CUstream s, CUcontext* pctx, CUgreenCtx* green) {
+  if (green != nullptr) *green = nullptr;
+  return StreamContext(s, false, pctx);
+}
+PHOS_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext* pctx, CUgreenCtx* green) {
+  if (green != nullptr) *green = nullptr;
+  return StreamContext(s, true, pctx);
+}
+PHOS_EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int* flags) {
+  PHOS_REQUIRE_CONTEXT();
+  return ToCu(cudaStreamGetFlags(Stream(s), flags));
+}
+PHOS_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream s, unsigned int* flags) {
+  PHOS_REQUIRE_CONTEXT();
+  return ToCu(cudaStreamGetFlags_ptsz(Stream(s), flags));
+}
+PHOS_EXPORT CUresult cuStreamGetPriority(CUstream s, int* priority) {
+  PHOS_REQUIRE_CONTEXT();
+  return ToCu(cudaStreamGetPriority(Stream(s), priority));
+}
+PHOS_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream s, int* priority) {
+  PHOS_REQUIRE_CONTEXT();
+  return ToCu(cudaStreamGetPriority_ptsz(Stream(s), priority));
+}
+PHOS_EXPORT CUresult cuStreamGetDevice(CUstream s, CUdevice* device) {
+  PHOS_REQUIRE_CONTEXT();
+  return ToCu(cudaStreamGetDevice(Stream(s), device));
+}
+PHOS_EXPORT CUresult cuStreamGetDevice_ptsz(CUstream s, CUdevice* device) {
+  PHOS_REQUIRE_CONTEXT();
+  return ToCu(cudaStreamGetDevice_ptsz(Stream(s), device));
+}
+PHOS_EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long* id) {
+  PHOS_REQUIRE_CONTEXT();
+  return ToCu(cudaStreamGetId(Stream(s), id));
+}
+PHOS_EXPORT CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long* id) {
+  PHOS_REQUIRE_CONTEXT();
+  return ToCu(cudaStreamGetId_ptsz(Stream(s), id));
 }
 PHOS_EXPORT CUresult cuStreamSynchronize(CUstream s) {
   PHOS_REQUIRE_CONTEXT();

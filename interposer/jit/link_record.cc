@@ -19,6 +19,19 @@ std::string KindName(const LinkInput& in) {
   }
 }
 
+// libcudadevrt.a by the name it was added under (numba passes the file's
+// name with its bytes; nvJitLinkAddFile gives the path).
+bool IsDeviceRuntimeLibrary(InputType type, const char* name, const char* file) {
+  if (type != InputType::kLibrary && type != InputType::kAny) return false;
+  for (const char* n : {name, file}) {
+    if (n == nullptr) continue;
+    const std::string_view v(n);
+    const size_t slash = v.rfind('/');
+    if ((slash == std::string_view::npos ? v : v.substr(slash + 1)) == "libcudadevrt.a") return true;
+  }
+  return false;
+}
+
 bool HasLto(const std::vector<std::string>& options) {
   for (const std::string& o : options)
     if (o == "-lto") return true;
@@ -47,6 +60,7 @@ void LinkRecord::Add(InputType type, std::string_view bytes, const char* name, c
   in.type = type;
   in.is_ptx = type == InputType::kPtx || (type == InputType::kAny && LooksLikePtx(bytes));
   in.is_ltoir = type == InputType::kLtoIr;
+  in.is_device_runtime = !in.is_ptx && IsDeviceRuntimeLibrary(type, name, file);
   // Only what a PTX source can come from is kept (a relink re-adds files by path).
   if (in.is_ptx) in.bytes.assign(bytes.substr(0, bytes.find('\0')));
   else if (in.is_ltoir) in.bytes.assign(bytes);
@@ -55,12 +69,29 @@ void LinkRecord::Add(InputType type, std::string_view bytes, const char* name, c
   inputs_.push_back(std::move(in));
 }
 
+namespace {
+// The one PTX input when every other input is the device runtime library.
+const LinkInput* OnlyPtx(const std::vector<LinkInput>& inputs) {
+  const LinkInput* ptx = nullptr;
+  for (const LinkInput& in : inputs) {
+    if (in.is_device_runtime) continue;
+    if (!in.is_ptx || ptx != nullptr) return nullptr;
+    ptx = &in;
+  }
+  return ptx;
+}
+}  // namespace
+
 PtxSource LinkRecord::Source() const {
-  if (inputs_.size() == 1 && inputs_[0].is_ptx) return PtxSource::kSinglePtx;
+  if (OnlyPtx(inputs_) != nullptr) return PtxSource::kSinglePtx;
   if (inputs_.empty() || !HasLto(options_)) return PtxSource::kNone;
-  for (const LinkInput& in : inputs_)
+  bool any_ltoir = false;
+  for (const LinkInput& in : inputs_) {
+    if (in.is_device_runtime) continue;
     if (!in.is_ltoir) return PtxSource::kNone;
-  return PtxSource::kLtoRelink;
+    any_ltoir = true;
+  }
+  return any_ltoir ? PtxSource::kLtoRelink : PtxSource::kNone;
 }
 
 std::string LinkRecord::Why() const {
@@ -70,17 +101,19 @@ std::string LinkRecord::Why() const {
   for (const LinkInput& in : inputs_) {
     if (in.is_ptx) ++ptx;
     else if (in.is_ltoir) ++ltoir;
-    else if (blocker == nullptr) blocker = &in;
+    else if (blocker == nullptr && !in.is_device_runtime) blocker = &in;
   }
   if (blocker != nullptr)
     return std::to_string(inputs_.size()) + " input(s): " + KindName(*blocker) + (inputs_.size() > 1 ? " among others" : "");
   if (ltoir > 0 && !HasLto(options_)) return "LTO-IR without -lto";
-  if (ltoir > 0) return "PTX and LTO-IR mixed";
+  if (ltoir > 0 && ptx > 0) return "PTX and LTO-IR mixed";
+  if (ltoir == 0 && ptx == 0) return "only CUDA's device runtime library";
   return std::to_string(ptx) + " PTX inputs (phos attaches one PTX text; it does not link several)";
 }
 
 std::string_view LinkRecord::single_ptx() const {
-  return Source() == PtxSource::kSinglePtx ? std::string_view(inputs_[0].bytes) : std::string_view();
+  const LinkInput* ptx = OnlyPtx(inputs_);
+  return ptx != nullptr ? std::string_view(ptx->bytes) : std::string_view();
 }
 
 }  // namespace phos::jit

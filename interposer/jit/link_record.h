@@ -26,6 +26,7 @@ struct LinkInput {
   InputType type = InputType::kNone;  // as given (kAny stays kAny)
   bool is_ptx = false;                // PTX by type or by content
   bool is_ltoir = false;              // LTO-IR by type (kAny content is not sniffed for it)
+  bool is_device_runtime = false;     // libcudadevrt.a (by its name): see PtxSource::kSinglePtx
   std::string bytes;                  // PTX text or LTO-IR bytes (AddData's, or a PTX file's); else empty
   std::string name;                   // AddData's name (may be empty)
   std::string file;                   // AddFile's path ("" for AddData)
@@ -33,8 +34,12 @@ struct LinkInput {
 
 /// How the PTX of a link's cubin is obtained.
 enum class PtxSource {
-  kSinglePtx,  // the link's one input is PTX: that text
-  kLtoRelink,  // every input is LTO-IR: link them again with -ptx
+  kSinglePtx,  // the link's one PTX input, alone or with CUDA's device runtime
+               // library (libcudadevrt.a, SASS only: numba's cooperative
+               // kernels), whose functions the sim's interpreter defines
+               // itself (instrument/interp/device_runtime_ptx.h)
+  kLtoRelink,  // every input is LTO-IR (or the device runtime library, left
+               // out of the relink): link them again with -ptx
   kNone,       // anything else (see Why())
 };
 

@@ -80,6 +80,9 @@ std::string RelinkForPtx(const LinkRecord& record) {
   std::string ptx;
   bool ok = true;
   for (const LinkInput& in : record.inputs()) {
+    // libcudadevrt is SASS: its functions stay external in the PTX, and the
+    // sim's interpreter supplies those it knows (device_runtime_ptx.h).
+    if (in.is_device_runtime) continue;
     const auto type = static_cast<nvJitLinkInputType>(in.type);
     const nvJitLinkResult r = in.file.empty()
                                   ? add_data(h, type, in.bytes.data(), in.bytes.size(),

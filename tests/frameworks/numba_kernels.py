@@ -97,6 +97,18 @@ def transpose(a, out):
         out[oy, ox] = tile[tx, ty]
 
 
+@cuda.jit
+def grid_sync_shift(x, out):
+    # A cooperative kernel: numba links it with CUDA's device runtime
+    # (libcudadevrt, SASS only) and launches it cooperatively; on the sim
+    # the interpreter supplies the runtime's cudaCG* functions.
+    g = cuda.cg.this_grid()
+    i = cuda.grid(1)
+    x[i] += i
+    g.sync()
+    out[i] = x[(i + cuda.blockDim.x) % x.size]
+
+
 def main():
     n = 3000
     x = rng.standard_normal(n)
@@ -141,6 +153,12 @@ def main():
     t = cuda.device_array((53, 37), dtype=np.float32)
     transpose[((53 + 15) // 16, (37 + 15) // 16), (16, 16)](cuda.to_device(a), t)
     check("2D grid, 2D shared tile (transpose)", t.copy_to_host(), a.T, rtol=0, atol=0)
+
+    init = rng.integers(0, 1000, size=6 * 64).astype(np.int64)
+    gx, gout = cuda.to_device(init), cuda.device_array(init.size, dtype=np.int64)
+    grid_sync_shift[6, 64](gx, gout)
+    shifted = init + np.arange(init.size)
+    check("cooperative grid sync (this_grid().sync())", gout.copy_to_host(), np.roll(shifted, -64), rtol=0, atol=0)
 
     # print() in a kernel is device printf (vprintf): its lines reach this
     # process's stdout at the synchronization (run_under_phos.py --expect).

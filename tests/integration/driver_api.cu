@@ -663,6 +663,30 @@ int Contexts(CUdevice dev, CUcontext primary) {
   EXPECT(created != nullptr && created != primary);
   CHECK(cuCtxGetCurrent(&cur));
   EXPECT(cur == created);
+  // A stream belongs to the context it was created in; the special handles
+  // answer the current context.
+  CUstream in_created = nullptr;
+  CHECK(cuStreamCreateWithPriority(&in_created, CU_STREAM_NON_BLOCKING, greatest));
+  CUcontext of_stream = nullptr;
+  CHECK(cuStreamGetCtx(in_created, &of_stream));
+  EXPECT(of_stream == created);
+  CUgreenCtx green = reinterpret_cast<CUgreenCtx>(1);
+  CHECK(cuStreamGetCtx_v2(in_created, &of_stream, &green));
+  EXPECT(of_stream == created && green == nullptr);
+  unsigned stream_flags = 0;
+  CHECK(cuStreamGetFlags(in_created, &stream_flags));
+  EXPECT(stream_flags == CU_STREAM_NON_BLOCKING);
+  int stream_priority = 1;
+  CHECK(cuStreamGetPriority(in_created, &stream_priority));
+  EXPECT(stream_priority == greatest);
+  CUdevice stream_dev = -1;
+  CHECK(cuStreamGetDevice(in_created, &stream_dev));
+  EXPECT(stream_dev == dev);
+  unsigned long long stream_id = 0, legacy_id = 0;
+  CHECK(cuStreamGetId(in_created, &stream_id));
+  CHECK(cuStreamGetId(CU_STREAM_LEGACY, &legacy_id));
+  EXPECT(stream_id != legacy_id);
+  EXPECT_RESULT(cuStreamGetCtx(in_created, nullptr), CUDA_ERROR_INVALID_VALUE);
   // Contexts alias one session: memory from one is usable in the other.
   CUdeviceptr p = 0;
   CHECK(cuMemAlloc(&p, 64));
@@ -670,6 +694,13 @@ int Contexts(CUdevice dev, CUcontext primary) {
   EXPECT(cur == created);
   CHECK(cuCtxGetCurrent(&cur));
   EXPECT(cur == primary);
+  CHECK(cuStreamGetCtx(in_created, &of_stream));
+  EXPECT(of_stream == created);
+  for (CUstream special : {static_cast<CUstream>(nullptr), CU_STREAM_LEGACY, CU_STREAM_PER_THREAD}) {
+    CHECK(cuStreamGetCtx(special, &of_stream));
+    EXPECT(of_stream == primary);
+  }
+  CHECK(cuStreamDestroy(in_created));
   CHECK(cuMemsetD32(p, 7, 16));
   CHECK(cuCtxPushCurrent(created));
   unsigned got[16] = {};

@@ -11,6 +11,7 @@
 #include "fatbin/fatbin_reader.h"
 #include "fatbin/nv_info.h"
 #include "common/occupancy.h"
+#include "interp/device_runtime_ptx.h"
 #include "ptx/ptx_parser.h"
 
 namespace phos::backend::sim {
@@ -187,6 +188,9 @@ Status SimModule::Load(const void* image, std::size_t size, SimAddressSpace* spa
   PHOS_RETURN_IF_ERROR(extracted);
   ptx::Module module;
   PHOS_RETURN_IF_ERROR(ptx::ParseModule(text, &module).WithContext("sim LoadModule"));
+  // Calls into CUDA's device runtime library (SASS only) get phos's own
+  // bodies where it has them (numba's grid sync); others stay refused.
+  interp::SupplyDeviceRuntime(&module);
 
   interp::StorageAllocator storage;
   storage.allocate = [space, device, owner, globals_at](size_t bytes, uint8_t** ptr) -> Status {

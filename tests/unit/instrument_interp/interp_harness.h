@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "interp/device_runtime_ptx.h"
 #include "interp/launch.h"
 #include "kernel_params.h"
 #include "interp/program.h"
@@ -92,6 +93,7 @@ class Harness {
       st = ptx::ParseModule(ptx::EmitModule(twin), &m);
       if (!st.ok()) return ::testing::AssertionFailure() << "parsing the emitted twin: " << st.ToString();
     }
+    SupplyDeviceRuntime(&m);  // as phosd's sim does (sim_module.cc)
     st = Program::Build(m, &prog_);
     if (!st.ok()) return ::testing::AssertionFailure() << "build: " << st.ToString();
     return ::testing::AssertionSuccess();

@@ -99,6 +99,122 @@ TEST_F(interp, GridSyncWithoutAWorkspaceTraps) {
   EXPECT_NE(s.message().find("trap"), std::string::npos) << s.message();
 }
 
+// numba's this_grid().sync(): the kernel's PTX calls libcudadevrt's
+// cudaCGGetIntrinsicHandle and cudaCGSynchronize, declared `.extern` (the
+// library is SASS only); the interpreter supplies their bodies
+// (device_runtime_ptx.h). Each thread adds its index to its element, the
+// grid synchronises, then reads the element one block further on, which
+// another block wrote. Launched twice on one workspace: the barrier's top
+// bit starts flipped the second time.
+const char* const kDevrtGridSyncPtx = R"PTX(
+.version 8.0
+.target sm_90
+.address_size 64
+.extern .func (.param .b32 func_retval0) cudaCGSynchronize(.param .b64 cudaCGSynchronize_param_0, .param .b32 cudaCGSynchronize_param_1);
+.extern .func (.param .b64 func_retval0) cudaCGGetIntrinsicHandle(.param .b32 cudaCGGetIntrinsicHandle_param_0);
+.visible .entry shift_after_grid_sync(.param .u64 x, .param .u64 out, .param .u64 status, .param .u32 n)
+{
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<12>;
+  ld.param.u64 %rd1, [x];
+  ld.param.u64 %rd2, [out];
+  ld.param.u64 %rd10, [status];
+  ld.param.u32 %r1, [n];
+  {
+  .param .b32 param0;
+  st.param.b32 [param0+0], 1;
+  .param .b64 retval0;
+  call.uni (retval0), cudaCGGetIntrinsicHandle, (param0);
+  ld.param.b64 %rd3, [retval0+0];
+  }
+  mov.u32 %r2, %tid.x;
+  mov.u32 %r3, %ntid.x;
+  mov.u32 %r4, %ctaid.x;
+  mad.lo.u32 %r5, %r3, %r4, %r2;
+  mul.wide.u32 %rd4, %r5, 4;
+  add.u64 %rd5, %rd1, %rd4;
+  ld.u32 %r6, [%rd5];
+  add.u32 %r6, %r6, %r5;
+  st.u32 [%rd5], %r6;
+  {
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd3;
+  .param .b32 param1;
+  st.param.b32 [param1+0], 0;
+  .param .b32 retval0;
+  call.uni (retval0), cudaCGSynchronize, (param0, param1);
+  ld.param.b32 %r7, [retval0+0];
+  }
+  add.u32 %r8, %r5, %r3;
+  rem.u32 %r8, %r8, %r1;
+  mul.wide.u32 %rd6, %r8, 4;
+  add.u64 %rd7, %rd1, %rd6;
+  ld.u32 %r9, [%rd7];
+  add.u64 %rd8, %rd2, %rd4;
+  st.u32 [%rd8], %r9;
+  add.u64 %rd11, %rd10, %rd4;
+  st.u32 [%rd11], %r7;
+  ret;
+}
+)PTX";
+
+TEST(interp_device_runtime, NumbaGridSyncThroughTheDeviceRuntimeWaitsForEveryBlock) {
+  Harness d;
+  ASSERT_TRUE(d.LoadText(kDevrtGridSyncPtx));
+  const int bs = 32, blocks = 6, n = bs * blocks;
+  std::mt19937 gen(7);
+  std::vector<unsigned> init(n);
+  for (auto& v : init) v = gen() % 1000;
+  unsigned* x = d.Alloc(init);
+  unsigned* out = d.Alloc(std::vector<unsigned>(n, 0));
+  unsigned* status = d.Alloc(std::vector<unsigned>(n, 77));
+  auto* workspace = d.Alloc(std::vector<unsigned>{8, 0});
+  std::vector<unsigned> ref = init;
+  for (int launch = 0; launch < 2; ++launch) {
+    SCOPED_TRACE(launch);
+    ASSERT_TRUE(d.LaunchCooperative(d.Kernel("shift_after_grid_sync"), {blocks}, {bs},
+                                    Params().Add(x).Add(out).Add(status).Add(n),
+                                    reinterpret_cast<uint64_t>(workspace)).ok());
+    for (int i = 0; i < n; ++i) ref[i] += i;
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(x[i], ref[i]) << "element " << i;
+      ASSERT_EQ(out[i], ref[(i + bs) % n]) << "element " << i;
+      ASSERT_EQ(status[i], 0u) << "element " << i;  // cudaSuccess
+    }
+  }
+  // Without a workspace (not a cooperative launch) the handle is 0 and
+  // the synchronisation traps.
+  Status s = d.LaunchCooperative(d.Kernel("shift_after_grid_sync"), {blocks}, {bs},
+                                 Params().Add(x).Add(out).Add(status).Add(n), 0);
+  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("trap"), std::string::npos) << s.message();
+}
+
+// Only prototypes of the same shape get a body: another signature stays
+// external and the program refuses the call by name.
+TEST(interp_device_runtime, OnlyMatchingPrototypesAreSupplied) {
+  ptx::Module m;
+  ASSERT_TRUE(ptx::ParseModule(kDevrtGridSyncPtx, &m).ok());
+  EXPECT_EQ(SupplyDeviceRuntime(&m), (std::vector<std::string>{"cudaCGSynchronize", "cudaCGGetIntrinsicHandle"}));
+  EXPECT_TRUE(m.FindFunction("cudaCGSynchronize")->has_body);
+
+  std::string other = kDevrtGridSyncPtx;
+  const std::string proto = "cudaCGGetIntrinsicHandle(.param .b32 cudaCGGetIntrinsicHandle_param_0)";
+  other.replace(other.find(proto), proto.size(),
+                "cudaCGGetIntrinsicHandle(.param .b32 cudaCGGetIntrinsicHandle_param_0, .param .b32 extra)");
+  ptx::Module m2;
+  ASSERT_TRUE(ptx::ParseModule(other, &m2).ok());
+  EXPECT_EQ(SupplyDeviceRuntime(&m2), std::vector<std::string>{"cudaCGSynchronize"});
+  Harness d;  // the program builds; the kernel that calls it is refused at launch
+  ASSERT_TRUE(d.LoadText(other));
+  unsigned* buf = d.Alloc(std::vector<unsigned>(32, 0));
+  auto* workspace = d.Alloc(std::vector<unsigned>{8, 0});
+  Status s = d.LaunchCooperative(d.Kernel("shift_after_grid_sync"), {1}, {32},
+                                 Params().Add(buf).Add(buf).Add(buf).Add(32), reinterpret_cast<uint64_t>(workspace));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cudaCGGetIntrinsicHandle"), std::string::npos) << s.message();
+}
+
 TEST_F(interp, WarpShuffleVoteReduxMatch) {
   const int n = 256;
   auto in = RandInts<int>(rng, n, -20, 1000);

@@ -72,7 +72,7 @@ TEST(LinkRecord, NoSourceSaysWhatWasLinked) {
 
   LinkRecord with_lib = WithOptions({"-arch=sm_90"});
   with_lib.Add(InputType::kPtx, kPtx, nullptr, nullptr);
-  with_lib.Add(InputType::kLibrary, "!<arch>\n", nullptr, "/usr/local/cuda/lib64/libcudadevrt.a");
+  with_lib.Add(InputType::kLibrary, "!<arch>\n", nullptr, "/usr/local/cuda/lib64/libcufft_static.a");
   EXPECT_EQ(with_lib.Source(), PtxSource::kNone);
   EXPECT_NE(with_lib.Why().find("a library"), std::string::npos) << with_lib.Why();
   EXPECT_TRUE(with_lib.inputs()[1].bytes.empty());  // only PTX and LTO-IR bytes are kept
@@ -93,6 +93,53 @@ TEST(LinkRecord, NoSourceSaysWhatWasLinked) {
   ptx_and_lto.Add(InputType::kPtx, kPtx, nullptr, nullptr);
   EXPECT_EQ(ptx_and_lto.Source(), PtxSource::kNone);
   EXPECT_EQ(ptx_and_lto.Why(), "PTX and LTO-IR mixed");
+}
+
+// numba links a cooperative kernel's PTX with CUDA's device runtime
+// (cuda.core passes libcudadevrt.a's bytes and its file name): the PTX is
+// the source, its cudaCG* calls left for the sim's interpreter to define.
+TEST(LinkRecord, PtxWithTheDeviceRuntimeLibraryIsThatPtx) {
+  for (const char* name : {"libcudadevrt.a", "/usr/local/cuda/lib64/libcudadevrt.a"}) {
+    LinkRecord r = WithOptions({"-arch=sm_90"});
+    r.Add(InputType::kPtx, kPtx, "<cudapy-ptx>", nullptr);
+    r.Add(InputType::kLibrary, "!<arch>\n", name, nullptr);
+    EXPECT_EQ(r.Source(), PtxSource::kSinglePtx) << name;
+    EXPECT_EQ(r.single_ptx(), kPtx) << name;
+    EXPECT_TRUE(r.inputs()[1].is_device_runtime);
+  }
+  LinkRecord by_path = WithOptions({"-arch=sm_90"});
+  by_path.Add(InputType::kLibrary, "!<arch>\n", nullptr, "/opt/cuda/lib64/libcudadevrt.a");  // AddFile
+  by_path.Add(InputType::kPtx, kPtx, nullptr, nullptr);
+  EXPECT_EQ(by_path.Source(), PtxSource::kSinglePtx);
+  EXPECT_EQ(by_path.single_ptx(), kPtx);
+  // The library alone, two PTX texts with it, or a library named alike: no source.
+  LinkRecord alone = WithOptions({"-arch=sm_90"});
+  alone.Add(InputType::kLibrary, "!<arch>\n", "libcudadevrt.a", nullptr);
+  EXPECT_EQ(alone.Source(), PtxSource::kNone);
+  LinkRecord two = WithOptions({"-arch=sm_90"});
+  two.Add(InputType::kPtx, kPtx, nullptr, nullptr);
+  two.Add(InputType::kPtx, kPtx, nullptr, nullptr);
+  two.Add(InputType::kLibrary, "!<arch>\n", "libcudadevrt.a", nullptr);
+  EXPECT_EQ(two.Source(), PtxSource::kNone);
+  EXPECT_NE(two.Why().find("2 PTX inputs"), std::string::npos) << two.Why();
+  LinkRecord other = WithOptions({"-arch=sm_90"});
+  other.Add(InputType::kPtx, kPtx, nullptr, nullptr);
+  other.Add(InputType::kLibrary, "!<arch>\n", "libcudadevrt.a.old", nullptr);
+  EXPECT_EQ(other.Source(), PtxSource::kNone);
+  EXPECT_NE(other.Why().find("a library"), std::string::npos) << other.Why();
+}
+
+// numba-cuda 0.2x compiles a kernel that links a library to LTO-IR: LTO-IR
+// plus libcudadevrt.a is linked again with -ptx, the library left out.
+TEST(LinkRecord, LtoIrWithTheDeviceRuntimeLibraryIsLinkedAgain) {
+  LinkRecord r = WithOptions({"-arch=sm_90", "-lto"});
+  r.Add(InputType::kLtoIr, "x", "<cudapy-ltoir>", nullptr);
+  r.Add(InputType::kLibrary, "!<arch>\n", "libcudadevrt.a", nullptr);
+  EXPECT_EQ(r.Source(), PtxSource::kLtoRelink);
+  LinkRecord alone = WithOptions({"-arch=sm_90", "-lto"});
+  alone.Add(InputType::kLibrary, "!<arch>\n", "libcudadevrt.a", nullptr);
+  EXPECT_EQ(alone.Source(), PtxSource::kNone);
+  EXPECT_EQ(alone.Why(), "only CUDA's device runtime library");
 }
 
 TEST(LinkRecord, NullOptionsAreSkipped) {
