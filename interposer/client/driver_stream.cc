@@ -99,38 +99,23 @@ PHOS_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext* pctx, CUgreen
   if (green != nullptr) *green = nullptr;
   return StreamContext(s, true, pctx);
 }
-PHOS_EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int* flags) {
-  PHOS_REQUIRE_CONTEXT();
-  return ToCu(cudaStreamGetFlags(Stream(s), flags));
-}
-PHOS_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream s, unsigned int* flags) {
-  PHOS_REQUIRE_CONTEXT();
-  return ToCu(cudaStreamGetFlags_ptsz(Stream(s), flags));
-}
-PHOS_EXPORT CUresult cuStreamGetPriority(CUstream s, int* priority) {
-  PHOS_REQUIRE_CONTEXT();
-  return ToCu(cudaStreamGetPriority(Stream(s), priority));
-}
-PHOS_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream s, int* priority) {
-  PHOS_REQUIRE_CONTEXT();
-  return ToCu(cudaStreamGetPriority_ptsz(Stream(s), priority));
-}
-PHOS_EXPORT CUresult cuStreamGetDevice(CUstream s, CUdevice* device) {
-  PHOS_REQUIRE_CONTEXT();
-  return ToCu(cudaStreamGetDevice(Stream(s), device));
-}
-PHOS_EXPORT CUresult cuStreamGetDevice_ptsz(CUstream s, CUdevice* device) {
-  PHOS_REQUIRE_CONTEXT();
-  return ToCu(cudaStreamGetDevice_ptsz(Stream(s), device));
-}
-PHOS_EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long* id) {
-  PHOS_REQUIRE_CONTEXT();
-  return ToCu(cudaStreamGetId(Stream(s), id));
-}
-PHOS_EXPORT CUresult cuStreamGetId_ptsz(CUstream s, unsigned long long* id) {
-  PHOS_REQUIRE_CONTEXT();
-  return ToCu(cudaStreamGetId_ptsz(Stream(s), id));
-}
+
+// Each query in both forms.
+#define PHOS_DRIVER_STREAM_QUERY(DRIVER, RUNTIME, T)      \
+  PHOS_EXPORT CUresult DRIVER(CUstream s, T* out) {       \
+    PHOS_REQUIRE_CONTEXT();                               \
+    return ToCu(RUNTIME(Stream(s), out));                 \
+  }                                                       \
+  PHOS_EXPORT CUresult DRIVER##_ptsz(CUstream s, T* out) { \
+    PHOS_REQUIRE_CONTEXT();                               \
+    return ToCu(RUNTIME##_ptsz(Stream(s), out));          \
+  }
+PHOS_DRIVER_STREAM_QUERY(cuStreamGetFlags, cudaStreamGetFlags, unsigned int)
+PHOS_DRIVER_STREAM_QUERY(cuStreamGetPriority, cudaStreamGetPriority, int)
+PHOS_DRIVER_STREAM_QUERY(cuStreamGetDevice, cudaStreamGetDevice, CUdevice)  // CUdevice is the runtime's int
+PHOS_DRIVER_STREAM_QUERY(cuStreamGetId, cudaStreamGetId, unsigned long long)
+#undef PHOS_DRIVER_STREAM_QUERY
+
 PHOS_EXPORT CUresult cuStreamSynchronize(CUstream s) {
   PHOS_REQUIRE_CONTEXT();
   return ToCu(cudaStreamSynchronize(Stream(s)));
