@@ -168,24 +168,6 @@ Status Daemon::Start(const DaemonOptions& options) {
       }
     }
   }
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
-  builder.RegisterService(service_.get());
-  // Socket mode 0660 (docs/architecture.md "Path 1": access to the socket is access to phosd).
-  // Set through the umask so the socket is never, even briefly, wider.
-  mode_t old_umask = umask(0117);
-  server_ = builder.BuildAndStart();
-  umask(old_umask);
-  if (server_ == nullptr) {
-    socket_guard_.Release();
-    return Status::IoError("cannot listen on unix:" + options.socket_path +
-                           " (is the directory writable?)");
-  }
-  // Belt and braces: some gRPC versions create the socket themselves with a
-  // fixed mode; enforce 0660 explicitly.
-  if (chmod(options.socket_path.c_str(), 0660) != 0) {
-    spdlog::warn("chmod 0660 {} failed: {}", options.socket_path, std::strerror(errno));
-  }
   session::SessionCallbacks callbacks;
   SessionRegistry* registry = &sessions_;
   callbacks.publish = [registry](const session::SessionSummary& s) { registry->Publish(s); };
@@ -200,11 +182,32 @@ Status Daemon::Start(const DaemonOptions& options) {
   // Every session gets the C/R engine's admission hook (soft checkpoints,
   // concurrent restores see its calls through it).
   session_server_->SetHookFactory(engine::EngineHook::Make);
+  // The data-plane socket first: an app is started (phos run) only after
+  // its launcher reached the control socket, so once that answers, this
+  // one is there too.
   const std::string data_path = session::SessionServer::DataSocketPath(options.socket_path);
   Status data_status = session_server_->Start(data_path);
   if (!data_status.ok()) {
     Shutdown();
     return data_status.WithContext("cannot listen on the data-plane socket " + data_path);
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(service_.get());
+  // Socket mode 0660 (docs/architecture.md "Path 1": access to the socket is access to phosd).
+  // Set through the umask so the socket is never, even briefly, wider.
+  mode_t old_umask = umask(0117);
+  server_ = builder.BuildAndStart();
+  umask(old_umask);
+  if (server_ == nullptr) {
+    Shutdown();  // the data plane is up already; releases the socket guard too
+    return Status::IoError("cannot listen on unix:" + options.socket_path +
+                           " (is the directory writable?)");
+  }
+  // Belt and braces: some gRPC versions create the socket themselves with a
+  // fixed mode; enforce 0660 explicitly.
+  if (chmod(options.socket_path.c_str(), 0660) != 0) {
+    spdlog::warn("chmod 0660 {} failed: {}", options.socket_path, std::strerror(errno));
   }
   service_->SetSessionServer(session_server_.get());  // Checkpoint/Restore find sessions here
   spdlog::info("phosd {} listening on {} (pid {}, pool {}, cow-reserve {} MiB, unvalidated {}, recopy-rounds {})",
