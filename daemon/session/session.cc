@@ -19,11 +19,10 @@ std::string CommandOf(const std::string& cmdline) {
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
 }
-/// A posted call's wire failure as the phos::Status the session keeps
-/// until the next synchronising call (ToWire maps it back to the same code
+/// The phos::Status of a wire code (ToWire maps it back to the same code
 /// for every code a handler produces except kInvalidDevice and kNotFound,
 /// which come back as kInvalidValue / kInvalidResourceHandle).
-Status StatusFromWire(wire::WireStatus w, const std::string& m) {
+Status StatusOfWireCode(wire::WireStatus w, const std::string& m) {
   using W = wire::WireStatus;
   switch (w) {
     case W::kSuccess: return Status::Ok();
@@ -40,6 +39,16 @@ Status StatusFromWire(wire::WireStatus w, const std::string& m) {
     case W::kLaunchFailure: return Status::Internal(m);
     default: return Status::InvalidArgument(m);
   }
+}
+
+/// A posted call's wire failure as the phos::Status the session keeps
+/// until the next synchronising call. The exact number travels too
+/// (api_error): ToWire gives it back for those the app must see as they are
+/// (no kernel image for this device, a cooperative grid too large, kernel
+/// faults), which the code alone turned into cudaErrorInvalidValue (a
+/// SASS-only kernel launched on the sim: seen with numba, 29 Nov 2026).
+Status StatusFromWire(wire::WireStatus w, const std::string& m) {
+  return StatusOfWireCode(w, m).WithApiError(static_cast<int>(w));
 }
 
 }  // namespace

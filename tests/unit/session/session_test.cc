@@ -10,6 +10,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <span>
@@ -437,6 +439,23 @@ TEST_F(SessionTest, KernelFaultIsReportedAtNextSync) {
   ASSERT_EQ(app->Launch(1, Grid(1, 64), Bytes(p)), kOk);  // posted: no error yet
   EXPECT_EQ(app->DeviceSync(), WireStatus::kIllegalAddress) << app->message();
   EXPECT_NE(app->message().find("illegal address"), std::string::npos) << app->message();
+}
+
+// A posted launch the sim refuses with CUDA_ERROR_NO_BINARY_FOR_GPU (a
+// kernel of a SASS-only module) reaches the app with that number at the
+// next synchronising call, not as cudaErrorInvalidValue.
+TEST_F(SessionTest, PostedLaunchErrorKeepsItsNumberUntilTheNextSync) {
+  auto app = NewApp();
+  std::ifstream f(std::string(PHOS_TEST_APPS_DIR) + "/vector_add.sass.fatbin", std::ios::binary);
+  const std::vector<char> fatbin((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(fatbin.empty());
+  ASSERT_EQ(app->ModuleLoad(1, std::as_bytes(std::span<const char>(fatbin))), kOk) << app->message();
+  ASSERT_EQ(app->GetFunction(1, 1, "_Z10vector_addPKfS0_Pfi"), kOk) << app->message();
+  std::vector<std::byte> params(28);
+  ASSERT_EQ(app->Launch(1, Grid(1, 32), params), kOk);  // posted: no error yet
+  EXPECT_EQ(app->DeviceSync(), WireStatus::kNoBinaryForGpu) << app->message();
+  EXPECT_NE(app->message().find("_Z10vector_addPKfS0_Pfi"), std::string::npos) << app->message();
+  EXPECT_EQ(app->DeviceSync(), kOk);  // reported once
 }
 
 TEST_F(SessionTest, UnknownApiIsNotSupportedAndSessionStaysUsable) {
