@@ -55,6 +55,9 @@ inline cudaError_t RefuseNotSupported(const std::string& what) {
   SayOnce(what);
   return SetError(cudaErrorNotSupported);
 }
+/// Why `api` (cudaMallocManaged, cuMemAllocManaged) is refused, as printed
+/// once (host_memory.cc).
+std::string ManagedMemoryRefusal(const char* api);
 /// The process-wide sticky error, or cudaSuccess.
 cudaError_t StickyError();
 /// A device's uuid text as phosd sends it ("GPU-xxxxxxxx-xxxx-...", 32 hex

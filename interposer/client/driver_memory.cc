@@ -97,6 +97,15 @@ PHOS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   return r;
 }
 
+// Refused with its reason (host_memory.cc); scripts/compat_table.py lists it refused.
+PHOS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  (void)dptr;
+  (void)bytesize;
+  (void)flags;
+  SayOnce(ManagedMemoryRefusal("cuMemAllocManaged"));
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 PHOS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (CUresult r = CheckContext(); r != CUDA_SUCCESS) return r;
   // Freeing 0 does nothing and succeeds, as cudaFree(nullptr): the CUDA

@@ -265,6 +265,24 @@ PHOS_EXPORT cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, co
   return cudaSuccess;
 }
 
+// ---------------------------------------------------------------- managed memory
+
+std::string phos::client::ManagedMemoryRefusal(const char* api) {
+  return std::string(api) +
+         ": managed memory is not offered by phos: device memory lives in phosd, out of the app's reach "
+         "(cudaDevAttrManagedMemory is 0; use cudaMalloc, or cudaHostAlloc for memory both host and kernels "
+         "touch; docs/interposer.md \"Managed memory\")";
+}
+
+// scripts/compat_table.py lists it refused (a strong definition replaces
+// the generated stub).
+PHOS_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
+  (void)devPtr;
+  (void)size;
+  (void)flags;
+  return RefuseNotSupported(ManagedMemoryRefusal("cudaMallocManaged"));
+}
+
 /// phos-private (not a CUDA symbol): this session's copy statistics from
 /// phosd (wire::HostCopyStatsReply, six counters into out[0..5]). Tests
 /// look it up with dlsym to prove pinned copies take the zero-copy path.

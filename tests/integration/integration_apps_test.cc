@@ -118,7 +118,9 @@ TEST_F(IntegrationTest, UnsupportedApiReturnsNotSupportedAndLogsOnce) {
   const int rc = c.Wait(std::chrono::seconds(60));
   EXPECT_EQ(rc, 0) << c.output;
   EXPECT_NE(c.output.find("unsupported_api: 801 801"), std::string::npos) << c.output;
-  EXPECT_EQ(Count(c.output, "phos: cudaMallocManaged is not supported by phos yet"), 1u) << c.output;
+  EXPECT_EQ(Count(c.output, "phos: cudaMallocManaged: managed memory is not offered by phos"), 1u) << c.output;
+  EXPECT_NE(c.output.find("unsupported_api: ipc 801 801"), std::string::npos) << c.output;
+  EXPECT_EQ(Count(c.output, "phos: cudaIpcGetEventHandle is not supported by phos yet"), 1u) << c.output;
   EXPECT_NE(c.output.find("unsupported_api: OK"), std::string::npos) << c.output;
 }
 
