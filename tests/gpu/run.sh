@@ -770,7 +770,7 @@ check integration/textures 120 0 -- "${phos_run[@]}" "$i/textures"
 # cuBLAS in phosd on the pooled handle (docs/interposer.md "cuBLAS").
 want=("cublas: OK") wantnot=("not supported by phos")
 check integration/cublas 120 0 -- "${phos_run[@]}" "$i/cublas"
-want=("unsupported_api: 801 801" "unsupported_api: OK") once=("phos: cudaMallocManaged is not supported by phos yet")
+want=("unsupported_api: 801 801" "unsupported_api: ipc 801 801" "unsupported_api: OK") once=("phos: cudaMallocManaged: managed memory is not offered by phos" "phos: cudaIpcGetEventHandle is not supported by phos yet")
 check integration/unsupported_api 120 0 -- "${phos_run[@]}" "$i/unsupported_api"
 want=("dlopen_driver: 1 " " OK")
 check integration/dlopen_driver 120 0 -- "${phos_run[@]}" "$i/dlopen_driver"
