@@ -1,7 +1,8 @@
 """More of CuPy, as users write it, beyond tests/frameworks/cupy_kernels.py:
 sorting and searching (CUB and Thrust inside CuPy), index arithmetic,
 histograms, einsum, complex and small integer types, `cupy.fuse`, a
-`RawModule` of C++ templates (NVRTC name expressions), `cupyx.scipy`'s
+`RawModule` of C++ templates (NVRTC name expressions), a cooperative
+`RawKernel` (grid-wide sync), `cupyx.scipy`'s
 ndimage, special and signal modules, CUB-accelerated reductions, the legacy
 random API, batched and symmetric linear algebra, DLPack. Run unmodified
 under `phos run` by tests/frameworks; runs as is on a GPU too.
@@ -27,6 +28,18 @@ def close(name, got, want, rtol=1e-9, atol=1e-12):
     detail = "matches numpy" if good else f"got {np.ravel(got)[:4]}, want {np.ravel(want)[:4]} (shapes {got.shape} {want.shape})"
     checks.ok(name, good, detail)
 
+
+COOPERATIVE = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void shift_after_grid_sync(int* x, int* out, int n) {
+  cg::grid_group g = cg::this_grid();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  x[i] += i;
+  g.sync();
+  out[i] = x[(i + blockDim.x) % n];
+}
+"""
 
 TEMPLATES = r"""
 template <typename T>
@@ -81,6 +94,11 @@ def main():
     w = cp.arange(100, dtype=cp.float32)
     mod.get_function("scale<float>")((1,), (128,), (w, cp.float32(0.5), cp.int32(100)))
     close("RawModule templates (name expressions)", v + w, np.arange(100) * 3.5)
+
+    coop = cp.RawKernel(COOPERATIVE, "shift_after_grid_sync", enable_cooperative_groups=True)
+    gx, gout = cp.zeros(4 * 64, dtype=cp.int32), cp.zeros(4 * 64, dtype=cp.int32)
+    coop((4,), (64,), (gx, gout, cp.int32(4 * 64)))
+    close("cooperative RawKernel (this_grid().sync())", gout, np.roll(np.arange(4 * 64), -64))
 
     import cupyx.scipy.ndimage as ndimage
     import cupyx.scipy.signal as signal
