@@ -84,14 +84,16 @@ const LinkInput* OnlyPtx(const std::vector<LinkInput>& inputs) {
 
 PtxSource LinkRecord::Source() const {
   if (OnlyPtx(inputs_) != nullptr) return PtxSource::kSinglePtx;
-  if (inputs_.empty() || !HasLto(options_)) return PtxSource::kNone;
-  bool any_ltoir = false;
+  size_t ptx = 0, ltoir = 0;
   for (const LinkInput& in : inputs_) {
     if (in.is_device_runtime) continue;
-    if (!in.is_ltoir) return PtxSource::kNone;
-    any_ltoir = true;
+    if (in.is_ptx) ++ptx;
+    else if (in.is_ltoir) ++ltoir;
+    else return PtxSource::kNone;
   }
-  return any_ltoir ? PtxSource::kLtoRelink : PtxSource::kNone;
+  if (ltoir > 0 && !HasLto(options_)) return PtxSource::kNone;
+  if (ptx == 0) return ltoir > 0 ? PtxSource::kLtoRelink : PtxSource::kNone;
+  return ptx + ltoir >= 2 ? PtxSource::kPtxLink : PtxSource::kNone;
 }
 
 std::string LinkRecord::Why() const {
@@ -106,9 +108,8 @@ std::string LinkRecord::Why() const {
   if (blocker != nullptr)
     return std::to_string(inputs_.size()) + " input(s): " + KindName(*blocker) + (inputs_.size() > 1 ? " among others" : "");
   if (ltoir > 0 && !HasLto(options_)) return "LTO-IR without -lto";
-  if (ltoir > 0 && ptx > 0) return "PTX and LTO-IR mixed";
   if (ltoir == 0 && ptx == 0) return "only CUDA's device runtime library";
-  return std::to_string(ptx) + " PTX inputs (phos attaches one PTX text; it does not link several)";
+  return std::to_string(ptx) + " PTX and " + std::to_string(ltoir) + " LTO-IR input(s)";
 }
 
 std::string_view LinkRecord::single_ptx() const {

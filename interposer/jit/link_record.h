@@ -40,6 +40,9 @@ enum class PtxSource {
                // itself (instrument/interp/device_runtime_ptx.h)
   kLtoRelink,  // every input is LTO-IR (or the device runtime library, left
                // out of the relink): link them again with -ptx
+  kPtxLink,    // several PTX inputs, or PTX with LTO-IR under -lto (the
+               // LTO-IR linked again with -ptx alone): the texts linked as
+               // PTX by phos (instrument/ptx/ptx_link.h)
   kNone,       // anything else (see Why())
 };
 

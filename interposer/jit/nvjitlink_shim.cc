@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "link_record.h"
+#include "ptx/ptx_link.h"
 #include "real_library.h"
 
 // The nvJitLink ABI (nvJitLink.h, CUDA 13), restated: the shim builds
@@ -82,7 +83,9 @@ std::string RelinkForPtx(const LinkRecord& record) {
   for (const LinkInput& in : record.inputs()) {
     // libcudadevrt is SASS: its functions stay external in the PTX, and the
     // sim's interpreter supplies those it knows (device_runtime_ptx.h).
-    if (in.is_device_runtime) continue;
+    // PTX inputs cannot join an -lto -ptx link (INCORRECT_INPUT_TYPE): the
+    // LTO-IR's calls into them stay external, and phos links the texts.
+    if (in.is_device_runtime || in.is_ptx) continue;
     const auto type = static_cast<nvJitLinkInputType>(in.type);
     const nvJitLinkResult r = in.file.empty()
                                   ? add_data(h, type, in.bytes.data(), in.bytes.size(),
@@ -119,6 +122,33 @@ void AttachPtx(const ShimLink& link, const void* cubin) {
       }
       ptx = relinked;
       break;
+    case PtxSource::kPtxLink: {
+      // The PTX inputs and (once, where the first one stood) the LTO-IR
+      // inputs linked again with -ptx, linked by phos in link order.
+      std::vector<std::string> texts;
+      bool lto_done = false;
+      for (const LinkInput& in : link.record.inputs()) {
+        if (in.is_ptx) {
+          texts.push_back(in.bytes);
+        } else if (in.is_ltoir && !lto_done) {
+          lto_done = true;
+          texts.push_back(RelinkForPtx(link.record));
+          if (texts.back().empty()) {
+            LogOnce("nvJitLink", "an LTO link with PTX inputs did not link again with -ptx: its kernels reach phosd "
+                    "as SASS only (the sim cannot run them; on a GPU they are unvalidated)");
+            return;
+          }
+        }
+      }
+      const Status s = ptx::LinkPtxTexts(texts, &relinked);
+      if (!s.ok()) {
+        LogOnce("nvJitLink", "a link of " + link.record.Why() + " could not be linked as PTX by phos (" + s.message() +
+                "): its kernels reach phosd as SASS only (the sim cannot run them; on a GPU they are unvalidated)");
+        return;
+      }
+      ptx = relinked;
+      break;
+    }
     case PtxSource::kNone:
       LogOnce("nvJitLink", "a link of " + link.record.Why() + " has no PTX source phos can obtain: its kernels reach phosd as "
               "SASS only (the sim cannot run them; on a GPU they are unvalidated)");

@@ -1,7 +1,8 @@
 """numba-cuda beyond plain kernels, as users write it: warp intrinsics,
 local and constant arrays, float16, complex math, record arrays, strided
 views, dynamic shared memory, the ufunc and reduction front ends, streams
-with events and pinned or mapped host memory, the on-disk kernel cache.
+with events and pinned or mapped host memory, the on-disk kernel cache,
+device functions in CUDA C and in PTX linked into kernels (`link=`).
 Run unmodified under `phos run` by tests/frameworks; runs as is on a GPU.
 
 Every result is compared with numpy (fixed seed). Managed memory
@@ -148,7 +149,55 @@ def row_sum(a, out):
     out[0] = t
 
 
+# Device functions in CUDA C, linked into numba kernels (`link=`): numba's
+# ABI returns the result through the first pointer.
+DEVICE_CU = r"""
+extern "C" __device__ int cube_plus(double* ret, double x) {
+  *ret = x * x * x + 1.0;
+  return 0;
+}
+"""
+cube_plus = cuda.declare_device("cube_plus", float64(float64))
+
+
+def device_ptx(source):
+    """`source` compiled to PTX with NVRTC (-rdc: its functions stay
+    callable from other modules)."""
+    from cuda.bindings import nvrtc
+
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"device.cu", 0, [], [])
+    opts = [b"-arch=compute_90", b"-rdc=true"]
+    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+    err, size = nvrtc.nvrtcGetPTXSize(prog)
+    ptx = b" " * size
+    nvrtc.nvrtcGetPTX(prog, ptx)
+    return ptx.rstrip(b"\0")
+
+
+def linked_kernel(path):
+    @cuda.jit(link=[path])
+    def apply_cube_plus(x, out):
+        i = cuda.grid(1)
+        if i < x.size:
+            out[i] = cube_plus(x[i])
+
+    return apply_cube_plus
+
+
 def main():
+    workdir = tempfile.mkdtemp(prefix="numba_link_")
+    cu_path, ptx_path = os.path.join(workdir, "device.cu"), os.path.join(workdir, "device.ptx")
+    with open(cu_path, "w") as f:
+        f.write(DEVICE_CU)
+    with open(ptx_path, "wb") as f:
+        f.write(device_ptx(DEVICE_CU))
+    xs = np.linspace(-2, 2, 64)
+    for what, path in (("CUDA C source", cu_path), ("PTX", ptx_path)):
+        ys = cuda.device_array(64)
+        linked_kernel(path)[1, 64](cuda.to_device(xs), ys)
+        close(f"a device function linked from {what} (link=)", ys.copy_to_host(), xs**3 + 1, 1e-12, 1e-12)
+
     x = rng.standard_normal(256).astype(np.float32)
     sums = cuda.device_array(8, dtype=np.float32)
     warp_sum[8, 32](cuda.to_device(x), sums)

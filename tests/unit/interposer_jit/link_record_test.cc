@@ -64,12 +64,6 @@ TEST(LinkRecord, NoSourceSaysWhatWasLinked) {
   EXPECT_EQ(none.Source(), PtxSource::kNone);
   EXPECT_EQ(none.Why(), "no inputs");
 
-  LinkRecord two = WithOptions({"-arch=sm_90"});
-  two.Add(InputType::kPtx, kPtx, nullptr, nullptr);
-  two.Add(InputType::kPtx, kPtx, nullptr, nullptr);
-  EXPECT_EQ(two.Source(), PtxSource::kNone);
-  EXPECT_NE(two.Why().find("2 PTX inputs"), std::string::npos) << two.Why();
-
   LinkRecord with_lib = WithOptions({"-arch=sm_90"});
   with_lib.Add(InputType::kPtx, kPtx, nullptr, nullptr);
   with_lib.Add(InputType::kLibrary, "!<arch>\n", nullptr, "/usr/local/cuda/lib64/libcufft_static.a");
@@ -88,11 +82,27 @@ TEST(LinkRecord, NoSourceSaysWhatWasLinked) {
   EXPECT_EQ(mixed.Source(), PtxSource::kNone);
   EXPECT_NE(mixed.Why().find("a cubin"), std::string::npos) << mixed.Why();
 
-  LinkRecord ptx_and_lto = WithOptions({"-arch=sm_90", "-lto"});
-  ptx_and_lto.Add(InputType::kLtoIr, "x", nullptr, nullptr);
-  ptx_and_lto.Add(InputType::kPtx, kPtx, nullptr, nullptr);
-  EXPECT_EQ(ptx_and_lto.Source(), PtxSource::kNone);
-  EXPECT_EQ(ptx_and_lto.Why(), "PTX and LTO-IR mixed");
+  LinkRecord ptx_and_lto_no_lto = WithOptions({"-arch=sm_90"});
+  ptx_and_lto_no_lto.Add(InputType::kLtoIr, "x", nullptr, nullptr);
+  ptx_and_lto_no_lto.Add(InputType::kPtx, kPtx, nullptr, nullptr);
+  EXPECT_EQ(ptx_and_lto_no_lto.Source(), PtxSource::kNone);
+  EXPECT_EQ(ptx_and_lto_no_lto.Why(), "LTO-IR without -lto");
+}
+
+// Several PTX texts, or PTX with LTO-IR under -lto (numba's `link=[x.ptx]`),
+// are linked as PTX by phos; the device runtime library stays out.
+TEST(LinkRecord, SeveralPtxInputsOrPtxWithLtoIrAreLinkedByPhos) {
+  LinkRecord two = WithOptions({"-arch=sm_90"});
+  two.Add(InputType::kPtx, kPtx, nullptr, nullptr);
+  two.Add(InputType::kPtx, kPtx, nullptr, nullptr);
+  two.Add(InputType::kLibrary, "!<arch>\n", "libcudadevrt.a", nullptr);
+  EXPECT_EQ(two.Source(), PtxSource::kPtxLink);
+  EXPECT_EQ(two.Why(), "2 PTX and 0 LTO-IR input(s)");
+  LinkRecord mixed = WithOptions({"-arch=sm_90", "-lto"});
+  mixed.Add(InputType::kLtoIr, "x", nullptr, nullptr);
+  mixed.Add(InputType::kPtx, kPtx, nullptr, nullptr);
+  EXPECT_EQ(mixed.Source(), PtxSource::kPtxLink);
+  EXPECT_EQ(mixed.single_ptx(), "");  // no single text: phos links them
 }
 
 // numba links a cooperative kernel's PTX with CUDA's device runtime
@@ -112,16 +122,10 @@ TEST(LinkRecord, PtxWithTheDeviceRuntimeLibraryIsThatPtx) {
   by_path.Add(InputType::kPtx, kPtx, nullptr, nullptr);
   EXPECT_EQ(by_path.Source(), PtxSource::kSinglePtx);
   EXPECT_EQ(by_path.single_ptx(), kPtx);
-  // The library alone, two PTX texts with it, or a library named alike: no source.
+  // The library alone, or a library named alike: no source.
   LinkRecord alone = WithOptions({"-arch=sm_90"});
   alone.Add(InputType::kLibrary, "!<arch>\n", "libcudadevrt.a", nullptr);
   EXPECT_EQ(alone.Source(), PtxSource::kNone);
-  LinkRecord two = WithOptions({"-arch=sm_90"});
-  two.Add(InputType::kPtx, kPtx, nullptr, nullptr);
-  two.Add(InputType::kPtx, kPtx, nullptr, nullptr);
-  two.Add(InputType::kLibrary, "!<arch>\n", "libcudadevrt.a", nullptr);
-  EXPECT_EQ(two.Source(), PtxSource::kNone);
-  EXPECT_NE(two.Why().find("2 PTX inputs"), std::string::npos) << two.Why();
   LinkRecord other = WithOptions({"-arch=sm_90"});
   other.Add(InputType::kPtx, kPtx, nullptr, nullptr);
   other.Add(InputType::kLibrary, "!<arch>\n", "libcudadevrt.a.old", nullptr);
