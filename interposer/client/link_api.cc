@@ -6,13 +6,16 @@
 // PTX text, a cubin or a fatbin (cuModuleLoadData takes each, and phosd
 // keeps the PTX for twins). So a link of ONE input completes with that
 // input as its "cubin": PTX stays PTX (with its terminating NUL), which is
-// what the app then loads. Linking several inputs (resolving symbols across
-// them) needs a device linker phos does not have: cuLinkComplete refuses it
-// with CUDA_ERROR_NOT_SUPPORTED and says why, in the error log buffer the
-// app gave (CU_JIT_ERROR_LOG_BUFFER) and once on stderr. Object files,
-// libraries (libcudadevrt.a) and NVVM IR are refused when added.
+// what the app then loads. Several PTX inputs are linked as PTX by phos
+// (instrument/ptx/ptx_link.h): the output is one PTX text. Several inputs
+// with a cubin or fatbin among them need a device linker phos does not
+// have: cuLinkComplete refuses them with CUDA_ERROR_NOT_SUPPORTED and says
+// why, in the error log buffer the app gave (CU_JIT_ERROR_LOG_BUFFER) and
+// once on stderr. Object files, libraries (libcudadevrt.a) and NVVM IR are
+// refused when added.
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -24,10 +27,12 @@
 
 #include "interposer/client/client_internal.h"
 #include "interposer/client/driver_internal.h"
+#include "ptx/ptx_link.h"
 
 // The handle the app holds (CUlinkState).
 struct CUlinkState_st {
   std::vector<std::vector<std::byte>> inputs;
+  std::vector<bool> input_is_ptx;  // per input
   std::vector<std::byte> output;  // cuLinkComplete's, owned until cuLinkDestroy
   char* error_log = nullptr;      // CU_JIT_ERROR_LOG_BUFFER (the app's)
   size_t error_log_bytes = 0;
@@ -99,6 +104,7 @@ CUresult Add(CUlinkState s, CUjitInputType type, std::vector<std::byte> bytes, c
   }
   if (bytes.empty()) return CUDA_ERROR_INVALID_IMAGE;
   s->inputs.push_back(std::move(bytes));
+  s->input_is_ptx.push_back(type == CU_JIT_INPUT_PTX);
   return CUDA_SUCCESS;
 }
 
@@ -145,12 +151,27 @@ PHOS_EXPORT CUresult cuLinkComplete(CUlinkState state, void** cubinOut, size_t* 
   if (!IsLive(state) || cubinOut == nullptr || sizeOut == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (state->inputs.empty()) return CUDA_ERROR_INVALID_IMAGE;  // nothing to link
   if (state->inputs.size() > 1) {
-    Say(state, "cuLinkComplete: linking " + std::to_string(state->inputs.size()) +
-                   " modules together needs a device linker phos does not offer; load each module on its own "
-                   "(docs/interposer.md \"The JIT linker\")");
-    return CUDA_ERROR_NOT_SUPPORTED;
+    const bool all_ptx =
+        std::all_of(state->input_is_ptx.begin(), state->input_is_ptx.end(), [](bool ptx) { return ptx; });
+    if (!all_ptx) {
+      Say(state, "cuLinkComplete: linking a cubin or fatbin with other modules needs a device linker phos does "
+                 "not offer; link PTX, or load each module on its own (docs/interposer.md \"The JIT linker\")");
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    std::vector<std::string> texts;
+    for (const std::vector<std::byte>& in : state->inputs) {
+      texts.emplace_back(reinterpret_cast<const char*>(in.data()), in.size());  // LinkPtxTexts stops at the NUL
+    }
+    std::string linked;
+    if (const phos::Status st = phos::ptx::LinkPtxTexts(texts, &linked); !st.ok()) {
+      Say(state, "cuLinkComplete: " + st.message());
+      return CUDA_ERROR_INVALID_IMAGE;
+    }
+    const auto* p = reinterpret_cast<const std::byte*>(linked.c_str());
+    state->output.assign(p, p + linked.size() + 1);  // with its NUL, as a module image
+  } else {
+    state->output = state->inputs.front();
   }
-  state->output = state->inputs.front();
   *cubinOut = state->output.data();
   *sizeOut = state->output.size();
   return CUDA_SUCCESS;
