@@ -2,7 +2,8 @@
 local and constant arrays, float16, complex math, record arrays, strided
 views, dynamic shared memory, the ufunc and reduction front ends, streams
 with events and pinned or mapped host memory, the on-disk kernel cache,
-device functions in CUDA C and in PTX linked into kernels (`link=`).
+device functions in CUDA C and in PTX linked into kernels (`link=`),
+`numba.cuda.random`.
 Run unmodified under `phos run` by tests/frameworks; runs as is on a GPU.
 
 Every result is compared with numpy (fixed seed). Managed memory
@@ -24,6 +25,7 @@ os.environ.setdefault("NUMBA_CACHE_DIR", tempfile.mkdtemp(prefix="numba_cache_")
 
 from numba import cuda, float64, guvectorize, vectorize  # noqa: E402
 from numba.cuda import fp16  # noqa: E402
+from numba.cuda.random import create_xoroshiro128p_states, xoroshiro128p_uniform_float64  # noqa: E402
 
 from checks import Checks  # noqa: E402
 
@@ -127,6 +129,13 @@ def add_one(x):
     i = cuda.grid(1)
     if i < x.size:
         x[i] += 1
+
+
+@cuda.jit
+def uniform_draws(states, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = xoroshiro128p_uniform_float64(states, i)
 
 
 @cuda.jit(cache=True)
@@ -293,6 +302,13 @@ def main():
         add_one[1, 32](managed)
         cuda.synchronize()
         close("managed memory", managed, np.full(16, 2.0), 0, 0)
+
+    states = create_xoroshiro128p_states(4096, seed=42)
+    draws = cuda.device_array(4096)
+    uniform_draws[16, 256](states, draws)
+    d = draws.copy_to_host()
+    checks.ok("cuda.random (xoroshiro128p uniform draws)", 0.48 < d.mean() < 0.52 and d.min() >= 0 and d.max() < 1,
+              f"mean {d.mean():.4f} of 4096 draws in [0, 1)")
 
     iota = cuda.device_array(10)
     cached_iota[1, 32](iota)
