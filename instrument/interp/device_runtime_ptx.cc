@@ -121,8 +121,6 @@ bool SameShape(const std::vector<ptx::VarDecl>& a, const std::vector<ptx::VarDec
 
 }  // namespace
 
-const char* DeviceRuntimePtx() { return kDeviceRuntimePtx; }
-
 std::vector<std::string> SupplyDeviceRuntime(ptx::Module* module) {
   std::vector<std::string> supplied;
   for (ptx::TopItem& item : module->items) {

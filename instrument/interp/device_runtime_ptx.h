@@ -21,7 +21,4 @@ namespace phos::interp {
 /// Returns the names supplied.
 std::vector<std::string> SupplyDeviceRuntime(ptx::Module* module);
 
-/// The PTX text of the definitions (a whole module), for tests and docs.
-const char* DeviceRuntimePtx();
-
 }  // namespace phos::interp

@@ -77,6 +77,16 @@ struct Chosen {
   size_t item = 0;
   Linkage linkage = Linkage::kNone;
 };
+using Definitions = std::map<std::string, Chosen>;
+
+// A definition nothing else may replace (not .weak or .common).
+bool IsStrong(Linkage l) { return l == Linkage::kVisible || l == Linkage::kNone; }
+
+// Whether item `i` of input `k` is the definition chosen for `name`.
+bool IsChosen(const Definitions& defined, const std::string& name, size_t k, size_t i) {
+  auto it = defined.find(name);
+  return it != defined.end() && it->second.module == k && it->second.item == i;
+}
 
 }  // namespace
 
@@ -108,7 +118,7 @@ Status LinkModules(std::vector<Module> inputs, Module* out) {
     if (!renames.empty()) RenameInModule(inputs[k], renames);
   }
   // One definition per linked name: strong over weak/common, else the first.
-  std::map<std::string, Chosen> defined;
+  Definitions defined;
   for (size_t k = 0; k < inputs.size(); ++k) {
     for (size_t i = 0; i < inputs[k].items.size(); ++i) {
       const TopItem& item = inputs[k].items[i];
@@ -117,13 +127,12 @@ Status LinkModules(std::vector<Module> inputs, Module* out) {
       const Linkage l = LinkageOf(item);
       auto [it, fresh] = defined.try_emplace(*n, Chosen{k, i, l});
       if (fresh) continue;
-      const bool strong = l == Linkage::kVisible || l == Linkage::kNone;
-      const bool chosen_strong = it->second.linkage == Linkage::kVisible || it->second.linkage == Linkage::kNone;
-      if (strong && chosen_strong) {
+      if (!IsStrong(l)) continue;
+      if (IsStrong(it->second.linkage)) {
         return Status::InvalidArgument("PTX link: '" + *n + "' is defined in input " +
                                        std::to_string(it->second.module) + " and in input " + std::to_string(k));
       }
-      if (strong) it->second = Chosen{k, i, l};
+      it->second = Chosen{k, i, l};
     }
   }
 
@@ -179,10 +188,8 @@ Status LinkModules(std::vector<Module> inputs, Module* out) {
     for (size_t i = 0; i < inputs[k].items.size(); ++i) {
       const auto* v = std::get_if<VarDecl>(&inputs[k].items[i]);
       if (v == nullptr) continue;
-      auto def = defined.find(v->name);
-      const bool is_chosen = def != defined.end() && def->second.module == k && def->second.item == i;
-      const bool unresolved = def == defined.end() && variables.count(v->name) == 0;
-      if (is_chosen || unresolved) {
+      const bool unresolved = defined.count(v->name) == 0 && variables.count(v->name) == 0;
+      if (IsChosen(defined, v->name, k, i) || unresolved) {
         variables.insert(v->name);
         out->items.emplace_back(*v);
       }
@@ -192,10 +199,7 @@ Status LinkModules(std::vector<Module> inputs, Module* out) {
     for (size_t i = 0; i < inputs[k].items.size(); ++i) {
       TopItem& item = inputs[k].items[i];
       if (auto* f = std::get_if<Function>(&item); f != nullptr && f->has_body) {
-        auto def = defined.find(f->name);
-        if (def != defined.end() && def->second.module == k && def->second.item == i) {
-          out->items.emplace_back(std::move(*f));
-        }
+        if (IsChosen(defined, f->name, k, i)) out->items.emplace_back(std::move(*f));
       } else if (auto* p = std::get_if<Pragma>(&item)) {
         out->items.emplace_back(std::move(*p));
       }

@@ -73,14 +73,14 @@ PHOS_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
 // differs only in what the NULL stream means.
 
 namespace {
-CUresult StreamContext(CUstream s, bool per_thread, CUcontext* pctx) {
+// One answer for both forms: the special handles, the only ones _ptsz reads
+// otherwise, all mean the current context here.
+CUresult StreamContext(CUstream s, CUcontext* pctx) {
   PHOS_REQUIRE_CONTEXT();
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (SpecialStream(s)) return cuCtxGetCurrent(pctx);
   unsigned flags = 0;  // is it a live stream?
-  const cudaError_t live =
-      per_thread ? cudaStreamGetFlags_ptsz(Stream(s), &flags) : cudaStreamGetFlags(Stream(s), &flags);
-  if (live != cudaSuccess) return CUDA_ERROR_INVALID_HANDLE;
+  if (cudaStreamGetFlags(Stream(s), &flags) != cudaSuccess) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard<std::mutex> lock(StreamCtx().mu);
   auto it = StreamCtx().of.find(s);
   *pctx = it != StreamCtx().of.end() ? it->second : PrimaryContextHandle(0);
@@ -88,16 +88,15 @@ CUresult StreamContext(CUstream s, bool per_thread, CUcontext* pctx) {
 }
 }  // namespace
 
-PHOS_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* pctx) { return StreamContext(s, false, pctx); }
-PHOS_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext* pctx) { return StreamContext(s, true, pctx); }
+PHOS_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext* pctx) { return StreamContext(s, pctx); }
+PHOS_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext* pctx) { return StreamContext(s, pctx); }
 // phos makes no green contexts: the second answer is always null.
 PHOS_EXPORT CUresult cuStreamGetCtx_v2(CUstream s, CUcontext* pctx, CUgreenCtx* green) {
   if (green != nullptr) *green = nullptr;
-  return StreamContext(s, false, pctx);
+  return StreamContext(s, pctx);
 }
 PHOS_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext* pctx, CUgreenCtx* green) {
-  if (green != nullptr) *green = nullptr;
-  return StreamContext(s, true, pctx);
+  return cuStreamGetCtx_v2(s, pctx, green);
 }
 
 // Each query in both forms.

@@ -31,8 +31,11 @@
 
 // The handle the app holds (CUlinkState).
 struct CUlinkState_st {
-  std::vector<std::vector<std::byte>> inputs;
-  std::vector<bool> input_is_ptx;  // per input
+  struct Input {
+    std::vector<std::byte> bytes;
+    bool ptx = false;
+  };
+  std::vector<Input> inputs;
   std::vector<std::byte> output;  // cuLinkComplete's, owned until cuLinkDestroy
   char* error_log = nullptr;      // CU_JIT_ERROR_LOG_BUFFER (the app's)
   size_t error_log_bytes = 0;
@@ -103,8 +106,7 @@ CUresult Add(CUlinkState s, CUjitInputType type, std::vector<std::byte> bytes, c
       return CUDA_ERROR_NOT_SUPPORTED;
   }
   if (bytes.empty()) return CUDA_ERROR_INVALID_IMAGE;
-  s->inputs.push_back(std::move(bytes));
-  s->input_is_ptx.push_back(type == CU_JIT_INPUT_PTX);
+  s->inputs.push_back({std::move(bytes), type == CU_JIT_INPUT_PTX});
   return CUDA_SUCCESS;
 }
 
@@ -151,16 +153,14 @@ PHOS_EXPORT CUresult cuLinkComplete(CUlinkState state, void** cubinOut, size_t* 
   if (!IsLive(state) || cubinOut == nullptr || sizeOut == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (state->inputs.empty()) return CUDA_ERROR_INVALID_IMAGE;  // nothing to link
   if (state->inputs.size() > 1) {
-    const bool all_ptx =
-        std::all_of(state->input_is_ptx.begin(), state->input_is_ptx.end(), [](bool ptx) { return ptx; });
-    if (!all_ptx) {
+    if (!std::all_of(state->inputs.begin(), state->inputs.end(), [](const auto& in) { return in.ptx; })) {
       Say(state, "cuLinkComplete: linking a cubin or fatbin with other modules needs a device linker phos does "
                  "not offer; link PTX, or load each module on its own (docs/interposer.md \"The JIT linker\")");
       return CUDA_ERROR_NOT_SUPPORTED;
     }
     std::vector<std::string> texts;
-    for (const std::vector<std::byte>& in : state->inputs) {
-      texts.emplace_back(reinterpret_cast<const char*>(in.data()), in.size());  // LinkPtxTexts stops at the NUL
+    for (const auto& in : state->inputs) {
+      texts.emplace_back(reinterpret_cast<const char*>(in.bytes.data()), in.bytes.size());  // read to the NUL
     }
     std::string linked;
     if (const phos::Status st = phos::ptx::LinkPtxTexts(texts, &linked); !st.ok()) {
@@ -170,7 +170,7 @@ PHOS_EXPORT CUresult cuLinkComplete(CUlinkState state, void** cubinOut, size_t* 
     const auto* p = reinterpret_cast<const std::byte*>(linked.c_str());
     state->output.assign(p, p + linked.size() + 1);  // with its NUL, as a module image
   } else {
-    state->output = state->inputs.front();
+    state->output = state->inputs.front().bytes;
   }
   *cubinOut = state->output.data();
   *sizeOut = state->output.size();

@@ -70,51 +70,51 @@ void LinkRecord::Add(InputType type, std::string_view bytes, const char* name, c
 }
 
 namespace {
-// The one PTX input when every other input is the device runtime library.
-const LinkInput* OnlyPtx(const std::vector<LinkInput>& inputs) {
-  const LinkInput* ptx = nullptr;
+// A link's inputs by kind; CUDA's device runtime library counts as none.
+struct Tally {
+  size_t ptx = 0, ltoir = 0;
+  const LinkInput* first_ptx = nullptr;
+  const LinkInput* blocker = nullptr;  // the first input that is neither PTX nor LTO-IR
+};
+Tally Count(const std::vector<LinkInput>& inputs) {
+  Tally t;
   for (const LinkInput& in : inputs) {
     if (in.is_device_runtime) continue;
-    if (!in.is_ptx || ptx != nullptr) return nullptr;
-    ptx = &in;
+    if (in.is_ptx) {
+      if (t.ptx++ == 0) t.first_ptx = &in;
+    } else if (in.is_ltoir) {
+      ++t.ltoir;
+    } else if (t.blocker == nullptr) {
+      t.blocker = &in;
+    }
   }
-  return ptx;
+  return t;
 }
+bool IsSinglePtx(const Tally& t) { return t.blocker == nullptr && t.ptx == 1 && t.ltoir == 0; }
 }  // namespace
 
 PtxSource LinkRecord::Source() const {
-  if (OnlyPtx(inputs_) != nullptr) return PtxSource::kSinglePtx;
-  size_t ptx = 0, ltoir = 0;
-  for (const LinkInput& in : inputs_) {
-    if (in.is_device_runtime) continue;
-    if (in.is_ptx) ++ptx;
-    else if (in.is_ltoir) ++ltoir;
-    else return PtxSource::kNone;
-  }
-  if (ltoir > 0 && !HasLto(options_)) return PtxSource::kNone;
-  if (ptx == 0) return ltoir > 0 ? PtxSource::kLtoRelink : PtxSource::kNone;
-  return ptx + ltoir >= 2 ? PtxSource::kPtxLink : PtxSource::kNone;
+  const Tally t = Count(inputs_);
+  if (t.blocker != nullptr) return PtxSource::kNone;
+  if (IsSinglePtx(t)) return PtxSource::kSinglePtx;
+  if (t.ltoir > 0 && !HasLto(options_)) return PtxSource::kNone;
+  if (t.ptx == 0) return t.ltoir > 0 ? PtxSource::kLtoRelink : PtxSource::kNone;
+  return PtxSource::kPtxLink;
 }
 
 std::string LinkRecord::Why() const {
   if (inputs_.empty()) return "no inputs";
-  size_t ptx = 0, ltoir = 0;
-  const LinkInput* blocker = nullptr;  // the first input that is neither PTX nor LTO-IR
-  for (const LinkInput& in : inputs_) {
-    if (in.is_ptx) ++ptx;
-    else if (in.is_ltoir) ++ltoir;
-    else if (blocker == nullptr && !in.is_device_runtime) blocker = &in;
-  }
-  if (blocker != nullptr)
-    return std::to_string(inputs_.size()) + " input(s): " + KindName(*blocker) + (inputs_.size() > 1 ? " among others" : "");
-  if (ltoir > 0 && !HasLto(options_)) return "LTO-IR without -lto";
-  if (ltoir == 0 && ptx == 0) return "only CUDA's device runtime library";
-  return std::to_string(ptx) + " PTX and " + std::to_string(ltoir) + " LTO-IR input(s)";
+  const Tally t = Count(inputs_);
+  if (t.blocker != nullptr)
+    return std::to_string(inputs_.size()) + " input(s): " + KindName(*t.blocker) + (inputs_.size() > 1 ? " among others" : "");
+  if (t.ltoir > 0 && !HasLto(options_)) return "LTO-IR without -lto";
+  if (t.ltoir == 0 && t.ptx == 0) return "only CUDA's device runtime library";
+  return std::to_string(t.ptx) + " PTX and " + std::to_string(t.ltoir) + " LTO-IR input(s)";
 }
 
 std::string_view LinkRecord::single_ptx() const {
-  const LinkInput* ptx = OnlyPtx(inputs_);
-  return ptx != nullptr ? std::string_view(ptx->bytes) : std::string_view();
+  const Tally t = Count(inputs_);
+  return IsSinglePtx(t) ? std::string_view(t.first_ptx->bytes) : std::string_view();
 }
 
 }  // namespace phos::jit

@@ -22,11 +22,7 @@ rng = np.random.default_rng(20261129)
 
 
 def close(name, got, want, rtol=1e-9, atol=1e-12):
-    got = cp.asnumpy(got) if isinstance(got, cp.ndarray) else np.asarray(got)
-    want = np.asarray(want)
-    good = got.shape == want.shape and np.allclose(got, want, rtol=rtol, atol=atol)
-    detail = "matches numpy" if good else f"got {np.ravel(got)[:4]}, want {np.ravel(want)[:4]} (shapes {got.shape} {want.shape})"
-    checks.ok(name, good, detail)
+    checks.close(name, cp.asnumpy(got) if isinstance(got, cp.ndarray) else got, want, rtol, atol)
 
 
 COOPERATIVE = r"""

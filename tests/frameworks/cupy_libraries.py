@@ -73,9 +73,7 @@ def solver_checks():
          np.linalg.lstsq(tall, tall[:, 0] + 1, rcond=None)[0]),
     ]
     for name, run, want in cases:
-        got = cp.asnumpy(run())
-        checks.ok(name, got.shape == np.shape(want) and np.allclose(got, want, rtol=1e-8, atol=1e-10),
-           "matches numpy" if np.allclose(got, want, rtol=1e-8, atol=1e-10) else f"got {got!r}, want {want!r}")
+        checks.close(name, cp.asnumpy(run()), want, 1e-8, 1e-10)
 
 
 def main():

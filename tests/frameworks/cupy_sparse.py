@@ -24,10 +24,7 @@ checks = Checks("cupy_sparse")
 
 
 def close(name, got, want, rtol=1e-10, atol=1e-12):
-    got = cp.asnumpy(got.toarray() if sp.issparse(got) else got)
-    err = float(np.max(np.abs(got - want))) if want.size else 0.0
-    checks.ok(name, got.shape == want.shape and np.allclose(got, want, rtol=rtol, atol=atol),
-       f"shape {got.shape}, max |error| {err:.2e}")
+    checks.close(name, cp.asnumpy(got.toarray() if sp.issparse(got) else got), want, rtol, atol)
 
 
 def random_sparse(rs, rows, cols, density):

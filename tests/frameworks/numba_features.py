@@ -34,10 +34,7 @@ rng = np.random.default_rng(20261129)
 
 
 def close(name, got, want, rtol=1e-7, atol=1e-9):
-    got = np.asarray(got)
-    good = np.allclose(got, want, rtol=rtol, atol=atol)
-    bad = "" if good else f"element {np.argmax(~np.isclose(got, want, rtol=rtol, atol=atol))} differs"
-    checks.ok(name, good, "matches numpy" if good else bad)
+    checks.close(name, got, want, rtol, atol)
 
 
 @cuda.jit
