@@ -63,6 +63,10 @@ struct CudaOptions {
   /// 13); "none" = do not load it. If it cannot be loaded the backend logs
   /// that once and contexts have no cuBLAS handle.
   std::string cublas_library;
+  /// NCCL, for the collectives of the apps' communicators (docs/backends.md
+  /// "Collectives on the cuda backend"). Empty = libnccl.so.2; "none" = do
+  /// not load it (ncclCommInitRank is then refused, naming why).
+  std::string nccl_library;
   /// CUDA_MODULE_LOADING for phosd's driver: "eager" (default) loads every
   /// kernel of a module when the module is loaded; "lazy" on first use;
   /// "" leaves the environment alone. Eager because phosd runs the kernels

@@ -65,6 +65,13 @@ Status Daemon::Start(const DaemonOptions& options) {
   }
   spdlog::info("backend={} ({}) devices={}: {}", backend_->name(), backend_->detail(),
                backend_->device_count(), why);
+  if (fabric_ != nullptr && backend_->name() == "cuda") {
+    // The cuda backend's NCCL ids are made by the phosd of a communicator's
+    // ranks (backend/cuda/cuda_collectives.h): ranks on two phosds never meet.
+    spdlog::warn("--etcd with the cuda backend: jobs are coordinated across phosds, but an NCCL communicator "
+                 "must have all its ranks on one phosd (ranks elsewhere are not reached: their init waits "
+                 "until their apps end)");
+  }
 
   // Processes phosd restores (CRIU detaches them) become our children, so
   // phosd can reap them and report their exit status

@@ -114,6 +114,11 @@ void AddDaemonFlags(CLI::App* app, DaemonOptions* options, DaemonFlagValues* raw
                   "phosd's environment wins")
       ->check(CLI::IsMember({"eager", "lazy"}))
       ->capture_default_str();
+  app->add_option("--nccl-library", options->backend.cuda.nccl_library,
+                  "cuda: the NCCL phosd runs the apps' collectives with (a path or a soname; every rank of a "
+                  "communicator must use the same NCCL, so one phosd serves them all with its own). \"none\" "
+                  "refuses ncclCommInitRank, naming why. Default: libnccl.so.2")
+      ->default_str("libnccl.so.2");
   app->add_option("--stop-timeout", options->stop_timeout_s,
                   "Seconds phosd waits on SIGTERM for its sessions to release their GPU state; past it, phosd "
                   "logs what each stuck session is executing and exits anyway (the driver frees what the "

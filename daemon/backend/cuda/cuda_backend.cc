@@ -28,7 +28,7 @@ Status CreateCudaBackend(const CudaOptions& options, std::unique_ptr<Backend>* o
   } else if (!options.module_loading.empty()) {
     return Status::InvalidArgument("cuda module loading '" + options.module_loading + "': eager, lazy or empty");
   }
-  return cuda::CudaBackend::Create(options.driver_library, options.cublas_library, out);
+  return cuda::CudaBackend::Create(options.driver_library, options.cublas_library, options.nccl_library, out);
 }
 
 namespace cuda {
@@ -100,7 +100,7 @@ Status ReadDeviceProperties(const CudaDriver& d, int ordinal, CUdevice device, D
 }
 
 Status CudaBackend::Create(const std::string& driver_library, const std::string& cublas_library,
-                           std::unique_ptr<Backend>* out) {
+                           const std::string& nccl_library, std::unique_ptr<Backend>* out) {
   std::shared_ptr<const CudaDriver> driver;
   PHOS_RETURN_IF_ERROR(LoadCudaDriver(driver_library, &driver));
   const CudaDriver& d = *driver;
@@ -133,14 +133,34 @@ Status CudaBackend::Create(const std::string& driver_library, const std::string&
       cublas.reset();
     }
   }
-  out->reset(new CudaBackend(std::move(driver), std::move(cublas), std::move(devices), std::move(properties)));
+  // NCCL is optional too: without it every ncclCommInitRank is refused
+  // with the reason. Loading it starts nothing (its threads start with the
+  // first communicator).
+  std::shared_ptr<const NcclLibrary> nccl;
+  std::string nccl_why = "--nccl-library none";
+  if (nccl_library != "none") {
+    const std::string lib = nccl_library.empty() ? DefaultNcclLibrary() : nccl_library;
+    Status ns = LoadNccl(lib, &nccl);
+    if (ns.ok()) {
+      spdlog::info("cuda backend: NCCL {} from {}", NcclVersionText(nccl->version), lib);
+    } else {
+      nccl_why = ns.message();
+      spdlog::warn("cuda backend: no NCCL collectives ({}); install NCCL or give its path with --nccl-library", nccl_why);
+      nccl.reset();
+    }
+  }
+  auto collectives = std::make_shared<CudaCollectives>(driver, std::move(nccl), std::move(nccl_why));
+  out->reset(new CudaBackend(std::move(driver), std::move(cublas), std::move(collectives), std::move(devices),
+                             std::move(properties)));
   return Status::Ok();
 }
 
 CudaBackend::CudaBackend(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
-                         std::vector<CUdevice> devices, std::vector<DeviceProperties> properties)
+                         std::shared_ptr<CudaCollectives> collectives, std::vector<CUdevice> devices,
+                         std::vector<DeviceProperties> properties)
     : driver_(std::move(driver)),
       cublas_(std::move(cublas)),
+      collectives_(std::move(collectives)),
       devices_(std::move(devices)),
       properties_(std::move(properties)),
       primary_(devices_.size(), nullptr) {}
@@ -211,7 +231,8 @@ Status CudaBackend::GetMemoryInfo(int device, std::uint64_t* free_bytes, std::ui
 Status CudaBackend::CreateContext(int device, std::unique_ptr<Context>* out) {
   PHOS_RETURN_IF_ERROR(CheckDevice(device));
   PHOS_RETURN_IF_ERROR(health_->Check());
-  return CudaContext::Create(driver_, cublas_, health_, device, devices_[static_cast<std::size_t>(device)], out);
+  return CudaContext::Create(driver_, cublas_, health_, collectives_, device, devices_[static_cast<std::size_t>(device)],
+                             out);
 }
 
 }  // namespace cuda

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_collectives.h"
 #include "backend/cuda/cuda_cublas.h"
 #include "backend/cuda/cuda_driver.h"
 #include "backend/cuda/cuda_process_health.h"
@@ -23,9 +24,10 @@ class CudaBackend final : public Backend {
   /// Loads the driver, enumerates devices and reads their properties; loads
   /// cuBLAS (`cublas_library`: empty = DefaultCublasLibrary(), "none" = skip)
   /// for the per-context handles, logging once and going on without it when
-  /// it cannot be loaded.
+  /// it cannot be loaded; loads NCCL (`nccl_library`: empty =
+  /// DefaultNcclLibrary(), "none" = skip) for the collectives, likewise.
   static Status Create(const std::string& driver_library, const std::string& cublas_library,
-                       std::unique_ptr<Backend>* out);
+                       const std::string& nccl_library, std::unique_ptr<Backend>* out);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
@@ -46,12 +48,14 @@ class CudaBackend final : public Backend {
 
  private:
   CudaBackend(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
-              std::vector<CUdevice> devices, std::vector<DeviceProperties> properties);
+              std::shared_ptr<CudaCollectives> collectives, std::vector<CUdevice> devices,
+              std::vector<DeviceProperties> properties);
   Status CheckDevice(int device) const;
 
   // Immutable after Create: read without a lock.
   const std::shared_ptr<const CudaDriver> driver_;
   const std::shared_ptr<const CublasLibrary> cublas_;  // null: no cuBLAS handles
+  const std::shared_ptr<CudaCollectives> collectives_;  // thread-safe; shared with every context
   const std::vector<CUdevice> devices_;              // by ordinal
   const std::vector<DeviceProperties> properties_;   // by ordinal
   // Shared with every context; thread-safe.

@@ -107,8 +107,8 @@ struct CudaContext::FunctionObject {
 // ---- lifetime -------------------------------------------------------------------
 
 Status CudaContext::Create(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
-                           std::shared_ptr<ProcessHealth> health, int ordinal, CUdevice device,
-                           std::unique_ptr<Context>* out) {
+                           std::shared_ptr<ProcessHealth> health, std::shared_ptr<CudaCollectives> collectives,
+                           int ordinal, CUdevice device, std::unique_ptr<Context>* out) {
   const CudaDriver* d = driver.get();
   int vmm = 0;
   CUresult rc = d->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device);
@@ -155,16 +155,18 @@ Status CudaContext::Create(std::shared_ptr<const CudaDriver> driver, std::shared
   CUcontext popped = nullptr;
   d->CtxPopCurrent(&popped);
 
-  out->reset(new CudaContext(std::move(driver), std::move(cublas), std::move(health), ordinal, device, ctx,
-                             granularity, cublas_handle));
+  out->reset(new CudaContext(std::move(driver), std::move(cublas), std::move(health), std::move(collectives),
+                             ordinal, device, ctx, granularity, cublas_handle));
   return Status::Ok();
 }
 
 CudaContext::CudaContext(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
-                         std::shared_ptr<ProcessHealth> health, int ordinal, CUdevice device, CUcontext ctx,
-                         std::size_t granularity, cublasHandle_t cublas_handle)
+                         std::shared_ptr<ProcessHealth> health, std::shared_ptr<CudaCollectives> collectives,
+                         int ordinal, CUdevice device, CUcontext ctx, std::size_t granularity,
+                         cublasHandle_t cublas_handle)
     : driver_(std::move(driver)),
       health_(std::move(health)),
+      collectives_(std::move(collectives)),
       ordinal_(ordinal),
       device_(device),
       ctx_(ctx),
@@ -829,6 +831,28 @@ Status CudaContext::ElapsedTime(EventHandle start, EventHandle end, float* ms) {
   // cuEventElapsedTime_v2 (CUDA 12.8+): NOT_READY while either is pending,
   // INVALID_HANDLE if one was never recorded.
   return Check(driver_->EventElapsedTime(ms, a->event, b->event), "cuEventElapsedTime");
+}
+
+// ---- collectives (cuda_collectives.h) ----------------------------------------------
+
+Status CudaContext::JoinCommunicator(const CommunicatorId& unique_id, int nranks, int rank,
+                                     const std::function<bool()>& cancelled, std::shared_ptr<CommRank>* out) {
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("ncclCommInitRank"));
+  PHOS_RETURN_IF_ERROR(health_->Check());
+  return collectives_->Join(unique_id, nranks, rank, device_, ctx_, cancelled, out);
+}
+
+Status CudaContext::EnqueueCollectives(const std::shared_ptr<CommRank>& rank, const std::vector<CollectiveOp>& ops,
+                                       StreamHandle stream) {
+  auto cuda_rank = std::dynamic_pointer_cast<CudaCommRank>(rank);
+  if (!cuda_rank || cuda_rank->session_context() != ctx_) {
+    return Status::InvalidArgument("EnqueueCollectives: not a communicator of this context");
+  }
+  PHOS_RETURN_IF_ERROR(CheckNotAbandoned("an NCCL group"));
+  CUstream s = nullptr;
+  std::shared_ptr<StreamObject> keep;
+  PHOS_RETURN_IF_ERROR(FindStream(stream, &s, &keep));
+  return cuda_rank->RunGroup(ops, ctx_, s);
 }
 
 Status CudaContext::Synchronize() {

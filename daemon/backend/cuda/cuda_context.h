@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_collectives.h"
 #include "backend/cuda/cuda_cublas.h"
 #include "backend/cuda/cuda_driver.h"
 #include "backend/cuda/cuda_process_health.h"
@@ -55,9 +56,10 @@ class CudaContext final : public Context {
   /// context as it was.
   /// `health`: the backend's record of whether the process's CUDA still
   /// works; every driver result the context checks goes through it.
+  /// `collectives`: the backend's NCCL communicators (cuda_collectives.h).
   static Status Create(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
-                       std::shared_ptr<ProcessHealth> health, int ordinal, CUdevice device,
-                       std::unique_ptr<Context>* out);
+                       std::shared_ptr<ProcessHealth> health, std::shared_ptr<CudaCollectives> collectives,
+                       int ordinal, CUdevice device, std::unique_ptr<Context>* out);
   ~CudaContext() override;
 
   CudaContext(const CudaContext&) = delete;
@@ -110,6 +112,14 @@ class CudaContext final : public Context {
   Status SynchronizeEvent(EventHandle event) override;
   Status ElapsedTime(EventHandle start, EventHandle end, float* ms) override;
 
+  /// NCCL (cuda_collectives.h): a rank of a real NCCL communicator, made
+  /// in the device's primary context; its groups are ordered with this
+  /// context's streams by events. Not yet run on a GPU.
+  Status JoinCommunicator(const CommunicatorId& unique_id, int nranks, int rank,
+                          const std::function<bool()>& cancelled, std::shared_ptr<CommRank>* out) override;
+  Status EnqueueCollectives(const std::shared_ptr<CommRank>& rank, const std::vector<CollectiveOp>& ops,
+                            StreamHandle stream) override;
+
   Status Synchronize() override;
   /// Marks the context abandoned (see Context::Abandon): from then on no call
   /// waits for the device. Synchronisations, copies and launches answer
@@ -153,8 +163,8 @@ class CudaContext final : public Context {
   };
 
   CudaContext(std::shared_ptr<const CudaDriver> driver, std::shared_ptr<const CublasLibrary> cublas,
-              std::shared_ptr<ProcessHealth> health, int ordinal, CUdevice device, CUcontext ctx,
-              std::size_t granularity, cublasHandle_t cublas_handle);
+              std::shared_ptr<ProcessHealth> health, std::shared_ptr<CudaCollectives> collectives, int ordinal,
+              CUdevice device, CUcontext ctx, std::size_t granularity, cublasHandle_t cublas_handle);
 
   // LaunchKernel and LaunchCooperativeKernel.
   Status Launch(FunctionHandle function, Dim3 grid, Dim3 block, unsigned shared_memory_bytes, StreamHandle stream,
@@ -189,6 +199,7 @@ class CudaContext final : public Context {
 
   const std::shared_ptr<const CudaDriver> driver_;
   const std::shared_ptr<ProcessHealth> health_;  // the backend's; thread-safe
+  const std::shared_ptr<CudaCollectives> collectives_;  // the backend's; thread-safe
   const int ordinal_;
   const CUdevice device_;
   const CUcontext ctx_;
