@@ -53,7 +53,7 @@ for t in json.load(sys.stdin)["tests"]: print(t["name"] + "\t" + t["command"][0]
 # tests/integration/CMakeLists.txt build them with nvcc -cudart shared).
 apps=(vector_add saxpy_loop reduce_shared struct_of_pointers pointer_table multi_stream)
 integration=(runtime_api host_memory driver_api runtime_more runtime_more_ptds graphs vmm textures cublas error_paths symbols
-  unsupported_api daemon_loss dlopen_driver vector_add_static checkpoint_app)
+  unsupported_api daemon_loss dlopen_driver vector_add_static checkpoint_app nccl_ranks)
 # driver_api reads the fatbin file (argument); .cubin/.ptx for later checks.
 integration_data=(driver_kernels.fatbin driver_kernels.sm80.fatbin driver_kernels.cubin driver_kernels.ptx)
 # tests/bench CUDA programs run.sh times natively and under phos run (built
@@ -97,10 +97,11 @@ for p in "${bench[@]}"; do [[ -f "$build/tests/bench/$p" ]] && put "$build/tests
 
 # Shared libraries the GPU machine may lack: everything ldd resolves except
 # glibc itself (must be the machine's own, it pairs with its ld.so) and the
-# NVIDIA driver/runtime (must match the machine's driver). libstdc++ and
+# NVIDIA driver/runtime (must match the machine's driver). NCCL (218 MB)
+# stays too: run.sh finds PyTorch's. libstdc++ and
 # libgcc_s do travel, in lib/compat: run.sh uses them only when the
 # machine's libstdc++ is older than ours.
-skip_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec|libpthread|libdl\.so|librt\.so|libutil|libresolv|libanl|libnsl|libBrokenLocale|libthread_db|libcuda\.|libcudart|libnvidia|libcublas|libnvrtc|libnvJitLink)'
+skip_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec|libpthread|libdl\.so|librt\.so|libutil|libresolv|libanl|libnsl|libBrokenLocale|libthread_db|libcuda\.|libcudart|libnvidia|libcublas|libnvrtc|libnvJitLink|libnccl)'
 collect_libs() {  # collect_libs DEST ELF...: copy the non-system libraries the ELFs load
   local dest=$1; shift
   local name path

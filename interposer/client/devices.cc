@@ -4,7 +4,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <string>
@@ -34,9 +36,33 @@ Visible& Vis() {
 
 std::atomic<int> g_session_device{0};  // app ordinal of the session's GPU
 
-// CUDA's parse: entries separated by commas; the list ends at the first
-// entry that is not a GPU (or repeats one).
-std::vector<int> ParseVisible(const char* env, int daemon_count) {
+bool StartsWithNoCase(const std::string& text, const std::string& prefix) {
+  if (prefix.size() > text.size()) return false;
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(text[i])) != std::tolower(static_cast<unsigned char>(prefix[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The phosd GPU a "GPU-..." entry names: the one whose uuid starts with it
+// (CUDA allows any prefix that names one GPU alone); -1 for none or several.
+int GpuOfUuid(const std::string& entry, int daemon_count, const std::function<std::string(int)>& uuid_of) {
+  int found = -1;
+  for (int d = 0; d < daemon_count; ++d) {
+    if (!StartsWithNoCase(uuid_of(d), entry)) continue;
+    if (found >= 0) return -1;  // ambiguous: as CUDA, not a GPU
+    found = d;
+  }
+  return found;
+}
+
+// CUDA's parse: entries separated by commas, each an ordinal or a GPU uuid
+// ("GPU-" and enough of the uuid nvidia-smi prints to name one GPU); the
+// list ends at the first entry that is not a GPU (or repeats one).
+// `uuid_of(d)`: phosd's GPU d's uuid, asked only for uuid entries.
+std::vector<int> ParseVisible(const char* env, int daemon_count, const std::function<std::string(int)>& uuid_of) {
   std::vector<int> out;
   if (env == nullptr) {
     for (int d = 0; d < daemon_count; ++d) out.push_back(d);
@@ -49,16 +75,19 @@ std::vector<int> ParseVisible(const char* env, int daemon_count) {
     std::string entry = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     while (!entry.empty() && entry.front() == ' ') entry.erase(entry.begin());
     while (!entry.empty() && entry.back() == ' ') entry.pop_back();
-    char* end = nullptr;
-    errno = 0;
-    const long v = entry.empty() ? -1 : std::strtol(entry.c_str(), &end, 10);
-    if (entry.empty() || errno != 0 || *end != '\0' || v < 0 || v >= daemon_count) {
-      if (!entry.empty() && (entry[0] == 'G' || entry[0] == 'M')) {
-        SayOnce("phos: CUDA_VISIBLE_DEVICES entry '" + entry +
-                "': GPU and MIG UUIDs are not supported yet (use ordinals); the list ends there");
-      }
-      break;
+    long v = -1;
+    if (StartsWithNoCase(entry, "GPU-")) {
+      v = GpuOfUuid(entry, daemon_count, uuid_of);
+    } else if (StartsWithNoCase(entry, "MIG-")) {
+      SayOnce("phos: CUDA_VISIBLE_DEVICES entry '" + entry +
+              "': MIG devices are not supported by phos (use ordinals or GPU- uuids); the list ends there");
+    } else if (!entry.empty()) {
+      char* end = nullptr;
+      errno = 0;
+      v = std::strtol(entry.c_str(), &end, 10);
+      if (errno != 0 || *end != '\0') v = -1;
     }
+    if (v < 0 || v >= daemon_count) break;
     bool repeated = false;
     for (int d : out) repeated = repeated || d == static_cast<int>(v);
     if (repeated) break;
@@ -83,13 +112,37 @@ cudaError_t Resolve() {
   std::memcpy(&c, r.data.data(), sizeof(c));
   std::lock_guard<std::mutex> lock(v.mu);
   if (!v.resolved.load(std::memory_order_relaxed)) {
-    v.physical = ParseVisible(std::getenv("CUDA_VISIBLE_DEVICES"), c.count);
+    v.physical = ParseVisible(std::getenv("CUDA_VISIBLE_DEVICES"), c.count, [](int physical) {
+      wire::WireDeviceProps props{};
+      return FetchDeviceProps(physical, &props) == WireStatus::kSuccess ? std::string(props.uuid) : std::string();
+    });
     v.resolved.store(true, std::memory_order_release);
   }
   return cudaSuccess;
 }
 
 }  // namespace
+
+WireStatus FetchDeviceProps(int physical, wire::WireDeviceProps* props) {
+  Connection& c = Connection::Get();
+  uint32_t chunk = 0;
+  if (WireStatus w = c.AcquireChunk(&chunk); w != WireStatus::kSuccess) return w;
+  ring::Reply r;
+  WireStatus w = c.Call(op::kGetDeviceProperties, 0, Bytes(wire::DevicePropsRequest{physical, chunk}), &r);
+  if (w == WireStatus::kSuccess) {
+    wire::ChunkReply cr{};
+    if (r.bytes == sizeof(cr)) std::memcpy(&cr, r.data.data(), sizeof(cr));
+    if (cr.bytes == sizeof(*props)) {
+      std::memcpy(props, c.ChunkBytes(chunk), sizeof(*props));
+      props->name[sizeof(props->name) - 1] = '\0';
+      props->uuid[sizeof(props->uuid) - 1] = '\0';
+    } else {
+      w = WireStatus::kUnknown;
+    }
+  }
+  c.ReleaseChunk(chunk);
+  return w;
+}
 
 cudaError_t VisibleDeviceCount(int* count) {
   if (cudaError_t e = Resolve(); e != cudaSuccess) return e;

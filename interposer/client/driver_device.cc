@@ -22,24 +22,7 @@ CUresult FetchProps(CUdevice dev, wire::WireDeviceProps* props) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   int physical = 0;
   if (cudaError_t e = PhysicalDevice(dev, &physical); e != cudaSuccess) return ToCu(static_cast<WireStatus>(e));
-  Connection& c = Connection::Get();
-  uint32_t chunk = 0;
-  if (WireStatus w = c.AcquireChunk(&chunk); w != WireStatus::kSuccess) return ToCu(w);
-  ring::Reply r;
-  WireStatus w = c.Call(op::kGetDeviceProperties, 0, Bytes(wire::DevicePropsRequest{physical, chunk}), &r);
-  if (w == WireStatus::kSuccess) {
-    wire::ChunkReply cr{};
-    if (r.bytes == sizeof(cr)) std::memcpy(&cr, r.data.data(), sizeof(cr));
-    if (cr.bytes == sizeof(*props)) {
-      std::memcpy(props, c.ChunkBytes(chunk), sizeof(*props));
-      props->name[sizeof(props->name) - 1] = '\0';
-      props->uuid[sizeof(props->uuid) - 1] = '\0';
-    } else {
-      w = WireStatus::kUnknown;
-    }
-  }
-  c.ReleaseChunk(chunk);
-  return ToCu(w);
+  return ToCu(FetchDeviceProps(physical, props));
 }
 
 CUresult Attribute(int* value, CUdevice_attribute attrib, CUdevice dev) {

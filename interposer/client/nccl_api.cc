@@ -11,10 +11,12 @@
 // what fails as the group runs is the communicator's async error.
 //
 // Not offered (the generated stubs answer ncclInvalidUsage and log the name
-// once): ncclCommShrink, ncclCommInitRankScalable, buffer and
-// window registration, ncclGroupSimulateEnd, ncclCommRevoke. ncclCommSplit,
-// ncclAlltoAll, ncclGather and ncclScatter are made here from the others. ncclCommInitAll is offered for one GPU (a process under
-// phos uses one, devices.h).
+// once): ncclGroupSimulateEnd, ncclCommRevoke. ncclCommSplit,
+// ncclCommShrink, ncclCommInitRankScalable, ncclAlltoAll, ncclGather and
+// ncclScatter are made here from the others; buffer and window
+// registration are checked and remembered here (phosd needs nothing from
+// them). ncclCommInitAll is offered for one GPU (a process under phos uses
+// one, devices.h).
 #include <nccl.h>
 #include <sys/random.h>
 #include <unistd.h>

@@ -90,6 +90,17 @@ for p in site.getsitepackages(): print(" ".join(glob.glob(p + "/nvidia/*/lib")))
     libpath=$libpath:$d
   done
 fi
+# NCCL (for nccl_ranks and phosd's collectives on the cuda backend): the
+# bundle carries none (218 MB); PyTorch's wheels hold one
+# (nvidia/nccl/lib/libnccl.so.2). phosd is given its path
+# (--nccl-library), the gtest too (PHOS_GPU_NCCL_LIBRARY).
+nccl_lib=""
+if ! known libnccl.so.2; then
+  nccl_lib=$(python3 -c 'import glob, site
+print(next(iter(sorted(f for p in site.getsitepackages() for f in glob.glob(p + "/nvidia/nccl/lib/libnccl.so.2"))), ""))' 2>/dev/null || true)
+  [[ -n "$nccl_lib" ]] && libpath=$libpath:${nccl_lib%/*}
+fi
+export PHOS_GPU_NCCL_LIBRARY=$nccl_lib
 # criu/lib last: it serves the carried criu (phosd execs it) and nothing else.
 [[ -d "$b/criu/lib" ]] && libpath=$libpath:$b/criu/lib
 export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -206,6 +217,7 @@ start_daemon() {  # phos daemon in the background; ready when `phos status` answ
   t0=$(now)
   local criu_args=()
   [[ -x "$b/criu/criu" ]] && criu_args=(--criu-binary "$b/criu/criu")
+  [[ -n "$nccl_lib" && $backend == cuda ]] && criu_args+=(--nccl-library "$nccl_lib")
   "$phos" daemon --backend "$backend" --socket "$sock" "${criu_args[@]}" >"$logs/phosd.log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 600); do
@@ -737,6 +749,23 @@ native_info vmm -- "$i/vmm"
 # the one the sim is checked against).
 native_info textures -- "$i/textures"
 native_info cublas -- "$i/cublas"
+# NCCL: one rank (NCCL refuses two ranks on one GPU) of the data-parallel
+# loop (GEMM, all-reduce, a split communicator every 10 steps), natively
+# and under phos, where phosd runs the collectives with its own NCCL
+# (docs/backends.md "Collectives on the cuda backend"; first run here).
+if [[ -x "$i/nccl_ranks" ]]; then
+  native_info nccl_train_one_rank -- "$i/nccl_ranks" train 0 1 "$work/nccl-native.id"
+  want=("rank 0: trained checksum" "OK")
+  check integration/nccl_train_one_rank 180 0 -- "${phos_run[@]}" "$i/nccl_ranks" train 0 1 "$work/nccl-phos.id"
+  if [[ -f "$logs/native/nccl_train_one_rank.log" && -f "$logs/integration/nccl_train_one_rank.log" ]]; then
+    a=$(grep -o 'trained checksum [^ ]*' "$logs/native/nccl_train_one_rank.log" || true)
+    p=$(grep -o 'trained checksum [^ ]*' "$logs/integration/nccl_train_one_rank.log" || true)
+    if [[ -n "$a" && "$a" == "$p" ]]; then record integration/nccl_train_one_rank/same-checksum pass 0 "$a"
+    else record integration/nccl_train_one_rank/same-checksum fail 0 "native '$a' vs phos '$p'"; fi
+  fi
+else
+  skip integration/nccl_train_one_rank "skipped: the bundle carries no nccl_ranks"
+fi
 # runtime_api and driver_api try a cooperative launch on purpose: phos
 # refuses that one by name (integration_apps_test.cc counts it), nothing else.
 want=("runtime_api: OK")

@@ -686,6 +686,19 @@ TEST_F(IntegrationTest, DevicesFollowCudaVisibleDevices) {
   // The list ends at the first entry that is no GPU (as CUDA's does).
   const std::string cut = run({"CUDA_VISIBLE_DEVICES=0,7,1"});
   EXPECT_NE(cut.find("devices: 1 busid " + std::to_string(bus0) + "\n"), std::string::npos) << cut;
+  // GPU uuids, whole or any prefix naming one GPU (the sim's uuids:
+  // daemon/backend/sim/sim_backend.cc); a prefix two GPUs share names none.
+  const std::string by_uuid = run({"CUDA_VISIBLE_DEVICES=GPU-5105d0e0-0001-4000-8000-000000000000,0"});
+  EXPECT_NE(by_uuid.find("devices: 2 busid " + std::to_string(bus1) + " busid " + std::to_string(bus0)),
+            std::string::npos)
+      << by_uuid;
+  const std::string by_prefix = run({"CUDA_VISIBLE_DEVICES=gpu-5105D0E0-0001"});
+  EXPECT_NE(by_prefix.find("devices: 1 busid " + std::to_string(bus1) + "\n"), std::string::npos) << by_prefix;
+  const std::string ambiguous = run({"CUDA_VISIBLE_DEVICES=1,GPU-5105d0e0,0"});
+  EXPECT_NE(ambiguous.find("devices: 1 busid " + std::to_string(bus1) + "\n"), std::string::npos) << ambiguous;
+  const std::string mig = run({"CUDA_VISIBLE_DEVICES=0,MIG-5105d0e0-0001-4000-8000-000000000000"});
+  EXPECT_NE(mig.find("devices: 1 busid " + std::to_string(bus0) + "\n"), std::string::npos) << mig;
+  EXPECT_NE(mig.find("MIG devices are not supported by phos"), std::string::npos) << mig;
 }
 
 // Ranks of NCCL jobs in one phosd (docs/interposer.md "NCCL"): every

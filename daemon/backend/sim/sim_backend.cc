@@ -43,7 +43,9 @@ DeviceProperties ModelDeviceProperties(const SimOptions& options, int ordinal) {
   p.ordinal = ordinal;
   p.name = "NVIDIA H100 80GB HBM3 (phos sim)";
   char uuid[64];
-  std::snprintf(uuid, sizeof uuid, "GPU-5105d0e0-0000-4000-8000-%012x", ordinal);
+  // The ordinal early in the text, so a short prefix names one GPU (as
+  // CUDA_VISIBLE_DEVICES=GPU-<prefix> allows).
+  std::snprintf(uuid, sizeof uuid, "GPU-5105d0e0-%04x-4000-8000-000000000000", ordinal & 0xffff);
   p.uuid = uuid;
   p.total_memory = options.memory_bytes;
   p.compute_capability_major = 9;
