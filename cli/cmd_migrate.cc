@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -25,6 +26,7 @@ struct MigrateArgs {
   std::uint64_t max_rate = 0;
   bool no_precopy = false;
   bool job = false;
+  std::vector<std::string> phosd_map;  // "FROM=TO" (peer endpoints)
   bool lazy_pages = false;
   CriuFlags criu;
   bool json = false;
@@ -48,6 +50,19 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
   req.set_no_precopy(a.no_precopy);
   req.set_job(a.job);
   req.set_lazy_pages(a.lazy_pages);
+  if (!a.phosd_map.empty() && !a.job) {
+    std::cerr << "phos: migrate: --phosd-map moves the ranks of a job across phosds: it needs --job\n";
+    return 2;
+  }
+  for (const std::string& m : a.phosd_map) {
+    const size_t eq = m.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) {
+      std::cerr << "phos: migrate: --phosd-map takes FROM=TO (the HOST:PORT of a phosd running ranks of the job, "
+                   "and of the phosd they go to), got '" << m << "'\n";
+      return 2;
+    }
+    (*req.mutable_phosd_map())[m.substr(0, eq)] = m.substr(eq + 1);
+  }
   ToProto(a.criu, req.mutable_criu());
   std::unique_ptr<v1::Phos::Stub> stub;
   if (!ConnectOrExplain(global.socket_path, global.connect_timeout_ms, &stub)) return 1;
@@ -59,8 +74,9 @@ int RunMigrate(const GlobalOptions& global, const MigrateArgs& a) {
   if (!a.json && a.job) {
     const auto& c = result.counters();
     auto get = [&c](const char* k) { return c.count(k) ? c.at(k) : 0; };
-    std::cout << "migrated the job of pid " << pid << " (" << result.rank_pids_size() << " ranks) to " << a.to
-              << ": pids";
+    std::cout << "migrated the job of pid " << pid << " (" << result.rank_pids_size() << " ranks) to " << a.to;
+    for (const std::string& m : a.phosd_map) std::cout << ", " << m;
+    std::cout << ": pids";
     for (int p : result.rank_pids()) std::cout << " " << p;
     std::cout << " there (rank order)\n"
               << "  downtime " << get("downtime_us") / 1000.0 << " ms (ranks ended here -> all running there): "
@@ -102,9 +118,16 @@ void AddMigrateCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
       ->required();
   AddModeOption(cmd, &a->mode, {"recopy", "stop"});
   cmd->add_flag("--job", a->job,
-                "Move the whole NCCL job of this process (every rank must run on this phosd): one job checkpoint "
-                "at a consistent cut, every rank ended here once it is committed, the job image sent, every rank "
-                "restored there; if the destination fails, the job is restored here from that image");
+                "Move the whole NCCL job of this process: one job checkpoint at a consistent cut, every rank ended "
+                "once it is committed, the job image sent, every rank restored at its destination; if that fails, "
+                "the job is restored where it ran from that image. This phosd's ranks go to --to; a job across "
+                "phosds (--etcd) also needs --phosd-map for the others'");
+  cmd->add_option("--phosd-map", a->phosd_map,
+                  "FROM=TO[,FROM=TO...]: --job across phosds: the ranks running on the phosd at FROM (HOST:PORT, "
+                  "as `phos ps` on it shows its --listen) go to the phosd at TO (FROM=FROM leaves them there); "
+                  "each destination takes one phosd's ranks; checked, with every destination pinged, before any "
+                  "rank is held")
+      ->delimiter(',');
   cmd->add_option("--rounds", a->rounds, "Most recopy rounds before the freeze (default: phosd's --recopy-rounds)");
   cmd->add_option("--max-rate", a->max_rate, "Cap on the transfer's bytes per second, e.g. 100M (default: none)")
       ->transform(CLI::AsSizeValue(false));

@@ -224,7 +224,8 @@ Status RestoreRanks(session::SessionServer* server, const std::string& dir, cons
 
 Status RestoreJob(session::SessionServer* server, const std::string& dir, const process::ProcessRestoreOptions& options,
                   const JobCluster& cluster, engine::Progress* progress, JobRestoreResult* result,
-                  const std::map<std::string, std::string>& phosd_map) {
+                  const std::map<std::string, std::string>& phosd_map,
+                  const std::map<std::string, std::string>& dirs_at) {
   *result = JobRestoreResult{};
   image::v1::JobManifest jm;
   PHOS_RETURN_IF_ERROR(image::ReadJobManifest(dir, &jm));
@@ -245,11 +246,18 @@ Status RestoreJob(session::SessionServer* server, const std::string& dir, const 
     if (auto m = phosd_map.find(p); m != phosd_map.end()) p = m->second == "here" ? self : m->second;
     by_phosd[p == self ? "" : p].push_back(i);
   }
+  std::error_code ec;
+  const std::string abs = std::filesystem::absolute(dir, ec).string();
+  // Where the job image is on the phosd at `endpoint` ("" = here).
+  auto dir_at = [&](const std::string& endpoint) {
+    auto it = dirs_at.find(endpoint.empty() ? self : endpoint);
+    return it != dirs_at.end() ? it->second : abs;
+  };
   // The images of the ranks restored here must be here (a rank taken on
   // another machine stays there unless copied).
   if (auto here = by_phosd.find(""); here != by_phosd.end()) {
     for (int i : here->second) {
-      const std::string rank_dir = dir + "/" + jm.ranks(i).dir();
+      const std::string rank_dir = dir_at("") + "/" + jm.ranks(i).dir();
       std::error_code exists_ec;
       if (!std::filesystem::is_directory(rank_dir, exists_ec)) {
         return Status::NotFound("the image of " + jm.ranks(i).dir() + " (taken on " +
@@ -265,8 +273,6 @@ Status RestoreJob(session::SessionServer* server, const std::string& dir, const 
                                       std::next(by_phosd.begin())->first +
                                       "); this phosd coordinates with none (no --etcd)");
   }
-  std::error_code ec;
-  const std::string abs = std::filesystem::absolute(dir, ec).string();
   // One new generation for every communicator of this restore.
   const std::uint64_t generation = NewCommGeneration();
   progress->SetPhase("restore", "restoring " + std::to_string(jm.ranks_size()) + " ranks of " + dir + " on " +
@@ -294,12 +300,13 @@ Status RestoreJob(session::SessionServer* server, const std::string& dir, const 
     const std::string endpoint = phosd;
     if (endpoint.empty()) {
       p->done = std::async(std::launch::async, [&, p] {
-        return RestoreRanks(server, dir, p->dirs, p->old_pids, generation, options, [&] { return give_up.load(); }, &p->results);
+        return RestoreRanks(server, dir_at(""), p->dirs, p->old_pids, generation, options,
+                            [&] { return give_up.load(); }, &p->results);
       });
     } else {
       p->done = std::async(std::launch::async, [&, p, endpoint] {
-        return peer::RequestRestoreJobRanks(endpoint, cluster.peer_token, abs, p->dirs, p->old_pids, generation,
-                                            [&] { return give_up.load(); }, &p->pids)
+        return peer::RequestRestoreJobRanks(endpoint, cluster.peer_token, dir_at(endpoint), p->dirs, p->old_pids,
+                                            generation, [&] { return give_up.load(); }, &p->pids, jm.job_name())
             .WithContext("the phosd at " + endpoint);
       });
     }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,15 @@ struct JobCheckpointOptions {
   /// wait until each session gave its GPU state back). false: they run on.
   bool kill = false;
   std::function<Status(const std::vector<pid_t>&)> end_ranks;
+  /// A job across phosds: called with the peer endpoints of every phosd
+  /// holding ranks of the job before anything is held; an error ends the
+  /// checkpoint there, nothing touched (a job migration checks that each
+  /// has a destination).
+  std::function<Status(const std::set<std::string>& participants)> check_participants;
+  /// Called by each phosd whose ranks were ended by --kill once its part
+  /// of the job image (at the directory given) is committed: the part a job
+  /// migration may then ask it to send (PhosPeer.MoveJobPart).
+  std::function<void(const std::string& dir)> on_killed_part;
   /// Tests only (phosd --test-pause-cut-before-capture): TakePartInCut,
   /// told to capture, waits until this file exists (or phosd stops).
   std::string test_pause_before_capture;
@@ -98,9 +108,13 @@ struct JobRestoreResult {
 /// `phosd_map` (phos restore --phosd-map): the ranks a phosd took are
 /// restored by another instead ("here" = this phosd); each rank's image
 /// must be readable there (checked here for the ranks restored here).
+/// `dirs_at` (a job migration): the job image's directory on the phosd
+/// at an endpoint (this phosd's own endpoint for here), where it is not
+/// `dir` — a part sent there lives under that phosd's incoming/.
 Status RestoreJob(session::SessionServer* server, const std::string& dir, const process::ProcessRestoreOptions& options,
                   const JobCluster& cluster, engine::Progress* progress, JobRestoreResult* result,
-                  const std::map<std::string, std::string>& phosd_map = {});
+                  const std::map<std::string, std::string>& phosd_map = {},
+                  const std::map<std::string, std::string>& dirs_at = {});
 
 /// Restores the ranks `rank_dirs` of job image `dir` here with communicator
 /// generation `generation` (RestoreJob's part on each phosd). Gives up,

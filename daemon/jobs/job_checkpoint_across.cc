@@ -277,6 +277,7 @@ Status TakePartInCut(session::SessionServer* server, const std::string& cut, con
         spdlog::warn("job cut {}: committed, but this phosd's ranks were not all ended: {}", cut, k.message());
       }
       state.set_ended(ended);
+      if (base.on_killed_part) base.on_killed_part(req.dir());
     }
   } else {
     RemoveOwn(staged, members);
@@ -309,6 +310,7 @@ Status CheckpointJobAcrossPhosds(session::SessionServer* server, const Book::Com
     }
     for (const cluster::KeyValue& kv : kvs) participants.insert(kv.value.substr(0, kv.value.find(' ')));
   }
+  if (options.check_participants) PHOS_RETURN_IF_ERROR(options.check_participants(participants));
   for (const std::string& p : participants) req.add_participants(p);
   req.set_coordinator(self);
   req.set_mode(engine::ModeName(options.rank.mode));

@@ -1,6 +1,6 @@
-// `phos migrate --job`: moves a whole NCCL job whose ranks all run on this
-// phosd to another phosd (docs/protocols.md "Job migration"), as plain
-// phases built from the job checkpoint and restore:
+// `phos migrate --job`: moves a whole NCCL job to other phosds
+// (docs/protocols.md "Job migration"), as plain phases built from the job
+// checkpoint and restore. A job whose ranks all run on this phosd:
 //
 //   1. The destination is asked whether it answers (PhosPeer.Ping): an
 //      unreachable one or a wrong token fails here, nothing touched.
@@ -16,12 +16,23 @@
 //   and the error says so; if even that fails, the image stays staged and
 //   the error names it (`phos restore DIR` brings the job back).
 //
+// A job whose ranks run on several phosds (--etcd; this phosd coordinates):
+// each phosd holding ranks has a destination (this one `destination`, the
+// others `phosd_map`; a phosd mapped to itself keeps its ranks), checked
+// before anything is held. The job checkpoint across phosds leaves each
+// part staged where it was taken; each part is sent to its destination
+// (this phosd's by itself, the others' on request: PhosPeer.MoveJobPart),
+// and the job is restored across the destinations (RestoreJob with the
+// map and where each part arrived). A failure restores every part where it
+// was taken; success removes the staged parts.
+//
 // Threading: any thread except a session's consumer.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -44,6 +55,10 @@ struct JobMigrateOptions {
   /// How the job is restored here when the destination fails.
   process::ProcessRestoreOptions restore_here;
   std::uint64_t max_bytes_per_sec = 0;
+  /// A job across phosds: where the ranks of each other phosd go (peer
+  /// endpoint -> peer endpoint; the same endpoint keeps them there). Also
+  /// needs `checkpoint.cluster`.
+  std::map<std::string, std::string> phosd_map;
 };
 
 struct JobMigrateResult {
@@ -53,12 +68,14 @@ struct JobMigrateResult {
   std::uint64_t transfer_ms = 0;
   std::uint64_t bytes_sent = 0;
   std::string destination_dir;        // the image at the destination
-  /// The destination failed and the job was restored here: its ranks'
-  /// pids (the caller reaps them; set even though MigrateJob fails).
+  /// Ranks restored on this phosd, with the job's name: after a failure
+  /// the job's ranks that were here (set even though MigrateJob fails), or
+  /// (a job across phosds) the ranks another phosd's map sent here. The
+  /// caller reaps them.
   std::vector<int> restored_here_pids;
 };
 
-/// Migrates the job of session `seed` (every rank on this phosd).
+/// Migrates the job of session `seed`.
 Status MigrateJob(session::SessionServer* server, std::uint64_t seed, const JobMigrateOptions& options,
                   engine::Progress* progress, JobMigrateResult* result);
 

@@ -514,7 +514,7 @@ namespace phos::peer {
 Status RequestRestoreJobRanks(const std::string& host_port, const std::string& token, const std::string& dir,
                               const std::vector<std::string>& rank_dirs, const std::vector<pid_t>& pids,
                               std::uint64_t generation, const std::function<bool()>& give_up,
-                              std::vector<int>* pids_out) {
+                              std::vector<int>* pids_out, const std::string& job_name) {
   std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
   PHOS_RETURN_IF_ERROR(ConnectPeer(host_port, std::chrono::system_clock::now() + std::chrono::seconds(5), &stub));
   grpc::ClientContext context;
@@ -524,6 +524,7 @@ Status RequestRestoreJobRanks(const std::string& host_port, const std::string& t
   for (const std::string& d : rank_dirs) request.add_rank_dirs(d);
   for (pid_t p : pids) request.add_pids(p);
   request.set_generation(generation);
+  request.set_job_name(job_name);
   peer::v1::RestoreJobRanksReply reply;
   // The call blocks until the peer's ranks formed their communicators,
   // which needs ours: a watcher cancels it when this side gives up.
@@ -542,6 +543,17 @@ Status RequestRestoreJobRanks(const std::string& host_port, const std::string& t
   watcher.join();
   if (!g.ok()) return PeerStatus(host_port, g);
   pids_out->assign(reply.pids().begin(), reply.pids().end());
+  return Status::Ok();
+}
+
+Status RequestMoveJobPart(const std::string& host_port, const std::string& token,
+                          const peer::v1::MoveJobPartRequest& request, peer::v1::MoveJobPartReply* reply) {
+  std::unique_ptr<peer::v1::PhosPeer::Stub> stub;
+  PHOS_RETURN_IF_ERROR(ConnectPeer(host_port, std::chrono::system_clock::now() + std::chrono::seconds(5), &stub));
+  grpc::ClientContext context;
+  context.AddMetadata(kPeerTokenHeader, token);
+  const grpc::Status g = stub->MoveJobPart(&context, request, reply);
+  if (!g.ok()) return PeerStatus(host_port, g);
   return Status::Ok();
 }
 

@@ -139,10 +139,18 @@ Status RequestJoinCut(const std::string& host_port, const std::string& token, co
 /// (PhosPeer.RestoreJobRanks) and waits until they run; `pids_out`: their
 /// pids. Cancels the call (the peer ends what it restored) once
 /// `give_up()` says so. Errors as SendImage's.
+/// `job_name`: the job's name for the restored ranks ("" = dir's manifest's).
 Status RequestRestoreJobRanks(const std::string& host_port, const std::string& token, const std::string& dir,
                               const std::vector<std::string>& rank_dirs, const std::vector<pid_t>& pids,
                               std::uint64_t generation, const std::function<bool()>& give_up,
-                              std::vector<int>* pids_out);
+                              std::vector<int>* pids_out, const std::string& job_name = "");
+
+/// Asks the daemon at `host_port` to send its part of job image `dir` to
+/// `request.destination()` or to remove it (PhosPeer.MoveJobPart; a job
+/// migration across phosds) and waits for the outcome. Errors as
+/// SendImage's.
+Status RequestMoveJobPart(const std::string& host_port, const std::string& token,
+                          const peer::v1::MoveJobPartRequest& request, peer::v1::MoveJobPartReply* reply);
 
 /// Checks that the daemon at `host_port` answers and accepts `token`
 /// (PhosPeer.Ping); errors as SendImage's.

@@ -43,22 +43,18 @@ std::string PeerHost(const std::string& peer) {
 }  // namespace
 
 PeerService::PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
-                         PeerRestorer restorer, bool drop_restore_replies, CollectiveSink collectives,
-                         CutJoiner join_cut, JobRanksRestorer restore_job_ranks)
+                         PeerHandlers handlers, bool drop_restore_replies)
     : token_(std::move(token)),
       incoming_dir_(std::move(checkpoint_root) + "/incoming"),
       max_receive_bytes_(max_receive_bytes),
-      restorer_(std::move(restorer)),
-      drop_restore_replies_(drop_restore_replies),
-      collectives_(std::move(collectives)),
-      join_cut_(std::move(join_cut)),
-      restore_job_ranks_(std::move(restore_job_ranks)) {}
+      handlers_(std::move(handlers)),
+      drop_restore_replies_(drop_restore_replies) {}
 
 grpc::Status PeerService::RestoreJobRanks(grpc::ServerContext* context,
                                           const peer::v1::RestoreJobRanksRequest* request,
                                           peer::v1::RestoreJobRanksReply* reply) {
   if (grpc::Status a = Authenticate(context); !a.ok()) return a;
-  if (!restore_job_ranks_) {
+  if (!handlers_.restore_job_ranks) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this phosd restores no ranks of jobs across phosds (start it with --etcd)");
   }
@@ -69,16 +65,37 @@ grpc::Status PeerService::RestoreJobRanks(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a job restore request needs an absolute dir and a pid per rank");
   }
   std::vector<int> pids;
-  Status s = restore_job_ranks_(*request, [context] { return context->IsCancelled(); }, &pids);
+  Status s = handlers_.restore_job_ranks(*request, [context] { return context->IsCancelled(); }, &pids);
   if (!s.ok()) return ToGrpcStatus(s);
   for (int p : pids) reply->add_pids(p);
   return grpc::Status::OK;
 }
 
+grpc::Status PeerService::MoveJobPart(grpc::ServerContext* context, const peer::v1::MoveJobPartRequest* request,
+                                      peer::v1::MoveJobPartReply* reply) {
+  if (grpc::Status a = Authenticate(context); !a.ok()) return a;
+  if (!handlers_.move_job_part) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this phosd moves no parts of job images (start it with --etcd)");
+  }
+  if (request->dir().empty() || request->dir()[0] != '/') {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a job part is named by its absolute directory");
+  }
+  if (request->action() == peer::v1::MoveJobPartRequest::SEND) {
+    if (std::string why = CheckImageName(request->name()); !why.empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+    }
+    if (request->destination().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sending a job part needs a destination");
+    }
+  }
+  return ToGrpcStatus(handlers_.move_job_part(*request, reply));
+}
+
 grpc::Status PeerService::JoinCut(grpc::ServerContext* context, const peer::v1::JoinCutRequest* request,
                                   peer::v1::JoinCutReply*) {
   if (grpc::Status a = Authenticate(context); !a.ok()) return a;
-  if (!join_cut_) {
+  if (!handlers_.join_cut) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this phosd takes part in no job checkpoints across phosds (start it with --etcd)");
   }
@@ -86,19 +103,19 @@ grpc::Status PeerService::JoinCut(grpc::ServerContext* context, const peer::v1::
   if (cut.size() != 16 || cut.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a cut is named by 16 hex digits");
   }
-  return ToGrpcStatus(join_cut_(cut));
+  return ToGrpcStatus(handlers_.join_cut(cut));
 }
 
 grpc::Status PeerService::Collective(grpc::ServerContext* context, const peer::v1::CollectiveMessage* request,
                                      peer::v1::CollectiveReply*) {
   if (grpc::Status a = Authenticate(context); !a.ok()) return a;
-  if (!collectives_) {
+  if (!handlers_.collectives) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this phosd runs no NCCL communicators across phosds (start it with --etcd)");
   }
   backend::FabricMessage message;
   if (Status s = DecodeFabricMessage(*request, &message); !s.ok()) return ToGrpcStatus(s);
-  return ToGrpcStatus(collectives_(message));
+  return ToGrpcStatus(handlers_.collectives(message));
 }
 
 grpc::Status PeerService::Ping(grpc::ServerContext* context, const peer::v1::PingRequest*,
@@ -114,7 +131,7 @@ grpc::Status PeerService::RestoreImage(grpc::ServerContext* context, const peer:
   if (std::string why = CheckImageName(request->name()); !why.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
   }
-  if (!restorer_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this phosd cannot restore for peers");
+  if (!handlers_.restorer) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this phosd cannot restore for peers");
   const std::string& name = request->name();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -155,7 +172,7 @@ grpc::Status PeerService::RestoreImage(grpc::ServerContext* context, const peer:
                                      "' (the source opens one before it dumps; it may have expired or broken)");
     }
   }
-  if (s.ok()) s = restorer_(dir, options, reply);
+  if (s.ok()) s = handlers_.restorer(dir, options, reply);
   if (options.lazy_pages_fd >= 0) close(options.lazy_pages_fd);  // the source's dump ends when this closes
   if (!s.ok()) {
     spdlog::warn("peer: restoring {} for {} failed: {}", dir, context->peer(), s.ToString());
@@ -542,14 +559,12 @@ Status PeerService::ReceivePrecopy(const std::shared_ptr<PrecopyStore>& store, c
   return store->Seal();
 }
 
-Status PeerServer::Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer,
-                         CollectiveSink collectives, CutJoiner join_cut, JobRanksRestorer restore_job_ranks) {
+Status PeerServer::Start(const PeerServerOptions& options, const std::string& checkpoint_root,
+                         PeerHandlers handlers) {
   std::string token;
   PHOS_RETURN_IF_ERROR(LoadPeerToken(options.peer_token_file, &token).WithContext("--peer-token"));
   service_ = std::make_unique<PeerService>(std::move(token), checkpoint_root, options.max_receive_bytes,
-                                           std::move(restorer), options.test_drop_restore_reply,
-                                           std::move(collectives), std::move(join_cut),
-                                           std::move(restore_job_ranks));
+                                           std::move(handlers), options.test_drop_restore_reply);
   if (options.test_drop_restore_reply) {
     spdlog::warn("peer: --test-drop-restore-reply: every RestoreImage answers UNAVAILABLE after restoring (tests only)");
   }

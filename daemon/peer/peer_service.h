@@ -53,18 +53,32 @@ using CutJoiner = std::function<Status(const std::string& cut)>;
 /// `cancelled()`; null when this phosd has no --etcd.
 using JobRanksRestorer = std::function<Status(const peer::v1::RestoreJobRanksRequest& request,
                                               const std::function<bool()>& cancelled, std::vector<int>* pids)>;
+/// Sends or removes this phosd's part of a job image for a job migration
+/// another phosd coordinates (PhosPeer.MoveJobPart); null when this phosd
+/// has no --etcd.
+using JobPartMover = std::function<Status(const peer::v1::MoveJobPartRequest& request,
+                                          peer::v1::MoveJobPartReply* reply)>;
+
+/// What the daemon serves peers with. `restorer` serves RestoreImage (may
+/// answer Unavailable while phosd starts); the others are null where phosd
+/// has no --etcd (their calls are then refused, saying so).
+struct PeerHandlers {
+  PeerRestorer restorer;
+  CollectiveSink collectives;
+  CutJoiner join_cut;
+  JobRanksRestorer restore_job_ranks;
+  JobPartMover move_job_part;
+};
 
 class PeerService final : public peer::v1::PhosPeer::Service {
  public:
-  /// Images go to `<checkpoint_root>/incoming/<name>`. `restorer` serves
-  /// RestoreImage (immutable; may answer Unavailable while phosd starts).
+  /// Images go to `<checkpoint_root>/incoming/<name>`. `handlers`
+  /// (immutable) serve the calls that need the daemon.
   /// `drop_restore_replies` (tests only, --test-drop-restore-reply): every
   /// RestoreImage restores as asked, records its outcome, then answers
   /// UNAVAILABLE instead — a reply lost after the copy already runs.
-  /// `collectives` serves Collective (immutable; null: refused).
   PeerService(std::string token, std::string checkpoint_root, std::uint64_t max_receive_bytes,
-              PeerRestorer restorer, bool drop_restore_replies = false, CollectiveSink collectives = nullptr,
-              CutJoiner join_cut = nullptr, JobRanksRestorer restore_job_ranks = nullptr);
+              PeerHandlers handlers, bool drop_restore_replies = false);
 
   grpc::Status Ping(grpc::ServerContext* context, const peer::v1::PingRequest* request,
                     peer::v1::PingReply* reply) override;
@@ -79,6 +93,8 @@ class PeerService final : public peer::v1::PhosPeer::Service {
                        peer::v1::JoinCutReply* reply) override;
   grpc::Status RestoreJobRanks(grpc::ServerContext* context, const peer::v1::RestoreJobRanksRequest* request,
                                peer::v1::RestoreJobRanksReply* reply) override;
+  grpc::Status MoveJobPart(grpc::ServerContext* context, const peer::v1::MoveJobPartRequest* request,
+                           peer::v1::MoveJobPartReply* reply) override;
 
   grpc::Status ReceiveImage(grpc::ServerContext* context, grpc::ServerReader<peer::v1::ImageChunk>* reader,
                             peer::v1::ReceiveImageReply* reply) override;
@@ -147,11 +163,8 @@ class PeerService final : public peer::v1::PhosPeer::Service {
   const std::string token_;
   const std::string incoming_dir_;
   const std::uint64_t max_receive_bytes_;
-  const PeerRestorer restorer_;
+  const PeerHandlers handlers_;
   const bool drop_restore_replies_;
-  const CollectiveSink collectives_;
-  const CutJoiner join_cut_;
-  const JobRanksRestorer restore_job_ranks_;
   DataChannelServer* data_channels_ = nullptr;  // set before serving, then only read
   LazyPageConnections lazy_pages_;  // its own lock
 
@@ -179,10 +192,7 @@ class PeerServer {
   ~PeerServer() { Shutdown(); }
   /// Loads options.peer_token_file, listens on options.listen and serves
   /// PeerService. The token is checked before anything listens.
-  /// `collectives`: where peers' collective messages go (null: refused).
-  Status Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerRestorer restorer,
-               CollectiveSink collectives = nullptr, CutJoiner join_cut = nullptr,
-               JobRanksRestorer restore_job_ranks = nullptr);
+  Status Start(const PeerServerOptions& options, const std::string& checkpoint_root, PeerHandlers handlers);
   /// Stops serving (in-flight transfers get a short grace period). Idempotent.
   void Shutdown();
   /// The port actually bound (options.listen may say port 0); 0 when not started.

@@ -139,16 +139,19 @@ Status Daemon::Start(const DaemonOptions& options) {
       backend::Backend* b = backend_.get();  // outlives the peer server (Shutdown order)
       collectives = [b](const backend::FabricMessage& m) { return b->DeliverCollective(m); };
     }
-    peer::CutJoiner join_cut;
-    peer::JobRanksRestorer restore_job_ranks;
+    peer::PeerHandlers handlers;
+    handlers.restorer = std::move(restorer);
+    handlers.collectives = std::move(collectives);
     if (cluster_) {
-      join_cut = [service](const std::string& cut) { return service->JoinCutForPeer(cut); };
-      restore_job_ranks = [service](const peer::v1::RestoreJobRanksRequest& r, const std::function<bool()>& c,
-                                    std::vector<int>* pids) { return service->RestoreJobRanksForPeer(r, c, pids); };
+      handlers.join_cut = [service](const std::string& cut) { return service->JoinCutForPeer(cut); };
+      handlers.restore_job_ranks = [service](const peer::v1::RestoreJobRanksRequest& r,
+                                             const std::function<bool()>& c,
+                                             std::vector<int>* pids) { return service->RestoreJobRanksForPeer(r, c, pids); };
+      handlers.move_job_part = [service](const peer::v1::MoveJobPartRequest& r, peer::v1::MoveJobPartReply* reply) {
+        return service->MoveJobPartForPeer(r, reply);
+      };
     }
-    if (Status p = peer_server_.Start(po, checkpoint_root, std::move(restorer), std::move(collectives),
-                                      std::move(join_cut), std::move(restore_job_ranks));
-        !p.ok()) {
+    if (Status p = peer_server_.Start(po, checkpoint_root, std::move(handlers)); !p.ok()) {
       Shutdown();
       return p.WithContext("cannot start the peer plane");
     }

@@ -3,13 +3,16 @@
 // checkpoints").
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <future>
 
 #include "common/clock_util.h"
 #include "image/job_manifest.h"
 #include "jobs/job_checkpoint.h"
 #include "jobs/job_migrate.h"
+#include "peer/peer_client.h"
 #include "server/phos_service.h"
 #include "server/rpc_events.h"
 
@@ -78,6 +81,11 @@ phos::Status PhosService::JoinCutForPeer(const std::string& cut) {
   base.cluster = jobs::JobCluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
   base.test_pause_before_capture = test_pause_cut_before_capture_;
   base.end_ranks = [this](const std::vector<pid_t>& pids) { return EndProcesses(pids); };
+  base.on_killed_part = [this](const std::string& dir) {
+    std::lock_guard<std::mutex> lock(cuts_mu_);
+    killed_parts_.push_back(dir);
+    if (killed_parts_.size() > kMaxKilledParts) killed_parts_.pop_front();
+  };
   std::lock_guard<std::mutex> lock(cuts_mu_);
   if (stopping_.load()) return phos::Status::Unavailable("phosd is stopping");
   cut_threads_.emplace_back([server, cut, base] {
@@ -102,7 +110,9 @@ phos::Status PhosService::RestoreJobRanksForPeer(const peer::v1::RestoreJobRanks
       [&] { return stopping_.load() || cancelled(); }, &results));
   // The job's name is in its manifest (RestoreRanks reads only the ranks').
   image::v1::JobManifest jm;
-  const std::string job = image::ReadJobManifest(request.dir(), &jm).ok() ? jm.job_name() : "";
+  const std::string job = !request.job_name().empty()                    ? request.job_name()
+                          : image::ReadJobManifest(request.dir(), &jm).ok() ? jm.job_name()
+                                                                            : "";
   for (const auto& r : results) pids->push_back(r.pid);
   AdoptRestoredRanks(*pids, job);
   return phos::Status::Ok();
@@ -158,6 +168,7 @@ grpc::Status PhosService::MigrateJobRpc(const v1::MigrateRequest* req, const ses
   o.token = req->peer_token();
   o.name = "migrate-job-" + std::to_string(req->pid()) + "-" + std::to_string(RealtimeNs() / 1000000);
   o.max_bytes_per_sec = req->max_bytes_per_sec();
+  o.phosd_map.insert(req->phosd_map().begin(), req->phosd_map().end());
   jobs::JobCheckpointOptions& ck = o.checkpoint;
   ck.rank = MigrationCheckpointOptions(*req);
   ck.dir = DefaultCheckpointRoot() + "/outgoing/" + o.name;
@@ -165,6 +176,7 @@ grpc::Status PhosService::MigrateJobRpc(const v1::MigrateRequest* req, const ses
   ck.criu_binary = criu_binary_;
   ck.end_ranks = [this](const std::vector<pid_t>& pids) { return EndProcesses(pids); };
   ck.job_name = sessions_->JobOf(seed.id());
+  if (cluster_ != nullptr) ck.cluster = jobs::JobCluster{cluster_, peer_token_, [this] { return stopping_.load(); }};
   o.restore_here.criu = ck.criu;
   o.restore_here.criu_binary = criu_binary_;
   spdlog::info("rpc=Migrate job of pid {} (session {}) to {} mode={}", req->pid(), seed.id(), o.destination,
@@ -195,6 +207,37 @@ grpc::Status PhosService::MigrateJobRpc(const v1::MigrateRequest* req, const ses
   c["source_pid"] = static_cast<std::uint64_t>(req->pid());
   writer->Write(ev);
   return grpc::Status::OK;
+}
+
+phos::Status PhosService::MoveJobPartForPeer(const peer::v1::MoveJobPartRequest& request,
+                                             peer::v1::MoveJobPartReply* reply) {
+  const std::string& dir = request.dir();
+  {
+    std::lock_guard<std::mutex> lock(cuts_mu_);
+    if (std::find(killed_parts_.begin(), killed_parts_.end(), dir) == killed_parts_.end()) {
+      return phos::Status::NotFound(dir + " is no part of a job image this phosd took with --kill (only such a part "
+                                          "is sent or removed for a job migration)");
+    }
+  }
+  if (request.action() == peer::v1::MoveJobPartRequest::DISCARD) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    std::lock_guard<std::mutex> lock(cuts_mu_);
+    killed_parts_.erase(std::remove(killed_parts_.begin(), killed_parts_.end(), dir), killed_parts_.end());
+    if (ec) return phos::Status::IoError("removing " + dir + ": " + ec.message());
+    spdlog::info("peer: removed the job part {} (its ranks run elsewhere now)", dir);
+    return phos::Status::Ok();
+  }
+  spdlog::info("peer: sending the job part {} to {} as {}", dir, request.destination(), request.name());
+  peer::SendImageResult sent;
+  peer::SendImageOptions so;
+  so.max_bytes_per_sec = request.max_bytes_per_sec();
+  so.skip_fsync = true;  // it lives until restored there; this copy stays until then
+  PHOS_RETURN_IF_ERROR(peer::SendImage(request.destination(), peer_token_, dir, request.name(), nullptr, &sent, so)
+                           .WithContext("sending " + dir + " to " + request.destination()));
+  reply->set_path(sent.path);
+  reply->set_bytes(sent.bytes);
+  return phos::Status::Ok();
 }
 
 void PhosService::AdoptRestoredRanks(const std::vector<int>& pids, const std::string& job) {

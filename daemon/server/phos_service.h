@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -117,6 +118,10 @@ class PhosService final : public v1::Phos::Service {
   /// phosd runs (jobs::RestoreRanks).
   phos::Status RestoreJobRanksForPeer(const peer::v1::RestoreJobRanksRequest& request,
                                       const std::function<bool()>& cancelled, std::vector<int>* pids);
+  /// PhosPeer.MoveJobPart: sends this phosd's part of a job image to
+  /// another phosd, or removes it (a job migration across phosds). Only a
+  /// part this phosd committed for a cut with --kill (killed_parts_).
+  phos::Status MoveJobPartForPeer(const peer::v1::MoveJobPartRequest& request, peer::v1::MoveJobPartReply* reply);
   /// Where default checkpoint images go (PhosServiceConfig::checkpoint_root).
   const std::string& DefaultCheckpointRoot() const { return checkpoint_root_; }
   /// Opens the template store, <checkpoint root>/templates, and its
@@ -199,7 +204,12 @@ class PhosService final : public v1::Phos::Service {
   const std::string peer_token_;
   const std::string test_pause_cut_before_capture_;
   std::atomic<bool> stopping_{false};      // set by the destructor: cut participants give up
-  std::mutex cuts_mu_;                     // guards cut_threads_
+  std::mutex cuts_mu_;                     // guards cut_threads_ and killed_parts_
+  // Job image parts this phosd committed for cuts with --kill (their
+  // directories): what MoveJobPart may send or remove. At most
+  // kMaxKilledParts, oldest dropped first.
+  std::deque<std::string> killed_parts_;
+  static constexpr std::size_t kMaxKilledParts = 64;
   std::vector<std::thread> cut_threads_;   // JoinCutForPeer's, joined by the destructor
 };
 

@@ -183,11 +183,13 @@ class JobAcrossPhosdsTest : public ::testing::TestWithParam<std::string> {
   /// ends the ranks once the job image is committed; this reaps them
   /// meanwhile (we are their parent), which frees their pids for the
   /// restore, and fills `before` with each rank's log size at its end.
-  Result MigrateFromA(const std::string& destination, std::vector<size_t>* before) {
-    auto pending = std::async(std::launch::async, [this, destination] {
-      return phos::testing::RunPhos(Socket("a"), {"migrate", "crossjob", "--job", "--to", destination, "--peer-token",
-                                                  token_, "--mode", "stop"},
-                                    180s);
+  Result MigrateFromA(const std::string& destination, std::vector<size_t>* before,
+                      const std::vector<std::string>& extra = {}) {
+    auto pending = std::async(std::launch::async, [this, destination, extra] {
+      std::vector<std::string> args = {"migrate", "crossjob", "--job", "--to", destination, "--peer-token",
+                                       token_, "--mode", "stop"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      return phos::testing::RunPhos(Socket("a"), args, 180s);
     });
     for (pid_t& p : pids_) {
       EXPECT_TRUE(phos::testing::WaitGone(p, 120s)) << "rank pid " << p << " was not ended on A";
@@ -352,6 +354,90 @@ TEST_F(JobAcrossPhosdsTest, AJobMigratesToAnotherPhosdAndFinishesExactly) {
   Result ps_a = phos::testing::RunPhos(Socket("a"), {"ps"});
   EXPECT_NE(ps_b.output.find("crossjob"), std::string::npos) << ps_b.output;
   EXPECT_EQ(ps_a.output.find("crossjob"), std::string::npos) << ps_a.output;
+  ExpectFinishedExactly(before);
+  for (pid_t& p : pids_) {
+    EXPECT_TRUE(phos::testing::WaitGone(p, 60s));
+    p = -1;
+  }
+}
+
+// `phos migrate --job` of a job across phosds: ranks 0 and 1 run on A, 2
+// and 3 on B; A's go to B (--to) and B's to A (--phosd-map B=A). A map
+// that leaves a phosd's ranks without a destination is refused before
+// anything is held (the job runs on). Then one job checkpoint across both,
+// every rank ended, each part sent by the phosd that took it
+// (PhosPeer.MoveJobPart for B's), every rank restored at its destination
+// (same pids: --no-pid-ns) — finishing with the bytes of an uninterrupted
+// run; the staged parts are gone.
+TEST_F(JobAcrossPhosdsTest, AJobAcrossPhosdsMigratesEachPhosdsRanksAndFinishesExactly) {
+  ASSERT_TRUE(StartPhosd("a", &a_));
+  ASSERT_TRUE(StartPhosd("b", &b_));
+  StartRanks();
+  ASSERT_TRUE(phos::testing::WaitFileText(LogOf(3), "rank 3: step 30", 120s)) << Logs() << Daemons();
+  const std::vector<pid_t> ranks = pids_;
+
+  Result unmapped = phos::testing::RunPhos(
+      Socket("a"), {"migrate", "crossjob", "--job", "--to", Endpoint("b"), "--peer-token", token_, "--mode", "stop"},
+      60s);
+  EXPECT_NE(unmapped.rc, 0) << unmapped.output;
+  EXPECT_NE(unmapped.output.find("ranks of the job run on the phosd at " + Endpoint("b") + ", which has no destination"),
+            std::string::npos)
+      << unmapped.output << Daemons();
+  for (pid_t p : ranks) EXPECT_EQ(kill(p, 0), 0) << "rank pid " << p << " did not run on";
+
+  std::vector<size_t> before;
+  Result mig = MigrateFromA(Endpoint("b"), &before, {"--phosd-map", Endpoint("b") + "=" + Endpoint("a")});
+  ASSERT_EQ(mig.rc, 0) << mig.output << Daemons() << Logs();
+  EXPECT_NE(mig.output.find("migrated the job of pid"), std::string::npos) << mig.output;
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(Log(r).substr(0, before[static_cast<size_t>(r)]).find(" OK\n"), std::string::npos)
+        << "rank " << r << " finished before the migration; lengthen the run";
+  }
+  pids_ = ranks;  // restored, re-parented to us (subreaper)
+  // Each phosd serves the other's ranks now.
+  const std::string ps_a = phos::testing::RunPhos(Socket("a"), {"ps"}).output;
+  const std::string ps_b = phos::testing::RunPhos(Socket("b"), {"ps"}).output;
+  for (int r = 0; r < kRanks; ++r) {
+    const std::string row = "\n" + std::to_string(ranks[static_cast<size_t>(r)]) + " ";
+    EXPECT_NE((r < 2 ? ps_b : ps_a).find(row), std::string::npos) << "rank " << r << "\nA:\n" << ps_a << "\nB:\n" << ps_b;
+    EXPECT_EQ((r < 2 ? ps_a : ps_b).find(row), std::string::npos) << "rank " << r << "\nA:\n" << ps_a << "\nB:\n" << ps_b;
+  }
+  EXPECT_NE(ps_a.find("crossjob"), std::string::npos) << ps_a;
+  EXPECT_NE(ps_b.find("crossjob"), std::string::npos) << ps_b;
+  ExpectFinishedExactly(before);
+  for (pid_t& p : pids_) {
+    EXPECT_TRUE(phos::testing::WaitGone(p, 60s));
+    p = -1;
+  }
+  // The staged parts (under A's outgoing/, the path both took) are gone.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_ + "/a/checkpoints/outgoing", ec)) {
+    ADD_FAILURE() << "left staged: " << e.path();
+  }
+}
+
+// The same migration when one destination refuses its part (B takes at
+// most 1 KiB): every rank, already ended, is restored where it was taken —
+// A's on A, B's on B, which still holds its staged part — and finishes
+// exactly; the error says so.
+TEST_F(JobAcrossPhosdsTest, AJobAcrossPhosdsWhoseMigrationFailsIsRestoredWhereItRan) {
+  ASSERT_TRUE(StartPhosd("a", &a_));
+  ASSERT_TRUE(StartPhosd("b", &b_, "5", {"--max-receive-bytes", "1K"}));
+  StartRanks();
+  ASSERT_TRUE(phos::testing::WaitFileText(LogOf(3), "rank 3: step 30", 120s)) << Logs() << Daemons();
+  const std::vector<pid_t> ranks = pids_;
+  std::vector<size_t> before;
+  Result failed = MigrateFromA(Endpoint("b"), &before, {"--phosd-map", Endpoint("b") + "=" + Endpoint("a")});
+  EXPECT_NE(failed.rc, 0) << failed.output;
+  EXPECT_NE(failed.output.find("the job runs where it was taken again"), std::string::npos)
+      << failed.output << Daemons();
+  pids_ = ranks;  // restored where they ran, re-parented to us (subreaper)
+  const std::string ps_a = phos::testing::RunPhos(Socket("a"), {"ps"}).output;
+  const std::string ps_b = phos::testing::RunPhos(Socket("b"), {"ps"}).output;
+  for (int r = 0; r < kRanks; ++r) {
+    const std::string row = "\n" + std::to_string(ranks[static_cast<size_t>(r)]) + " ";
+    EXPECT_NE((r < 2 ? ps_a : ps_b).find(row), std::string::npos) << "rank " << r << "\nA:\n" << ps_a << "\nB:\n" << ps_b;
+  }
   ExpectFinishedExactly(before);
   for (pid_t& p : pids_) {
     EXPECT_TRUE(phos::testing::WaitGone(p, 60s));
