@@ -56,7 +56,7 @@ grpc::Status PeerService::RestoreJobRanks(grpc::ServerContext* context,
   if (grpc::Status a = Authenticate(context); !a.ok()) return a;
   if (!handlers_.restore_job_ranks) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "this phosd restores no ranks of jobs across phosds (start it with --etcd)");
+                        "this phosd restores no ranks of jobs for peers");
   }
   for (const std::string& d : request->rank_dirs()) {
     if (std::string why = CheckImageName(d); !why.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);

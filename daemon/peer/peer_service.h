@@ -49,8 +49,8 @@ using CollectiveSink = std::function<Status(const backend::FabricMessage& messag
 /// (returns at once); null when this phosd has no --etcd.
 using CutJoiner = std::function<Status(const std::string& cut)>;
 /// Restores ranks of a job image here for a job restore another phosd
-/// runs (PhosPeer.RestoreJobRanks); gives up, ending them, once
-/// `cancelled()`; null when this phosd has no --etcd.
+/// runs (PhosPeer.RestoreJobRanks; a job migration's destination too);
+/// gives up, ending them, once `cancelled()`.
 using JobRanksRestorer = std::function<Status(const peer::v1::RestoreJobRanksRequest& request,
                                               const std::function<bool()>& cancelled, std::vector<int>* pids)>;
 /// Sends or removes this phosd's part of a job image for a job migration
@@ -60,8 +60,9 @@ using JobPartMover = std::function<Status(const peer::v1::MoveJobPartRequest& re
                                           peer::v1::MoveJobPartReply* reply)>;
 
 /// What the daemon serves peers with. `restorer` serves RestoreImage (may
-/// answer Unavailable while phosd starts); the others are null where phosd
-/// has no --etcd (their calls are then refused, saying so).
+/// answer Unavailable while phosd starts); collectives, join_cut and
+/// move_job_part are null where phosd has no --etcd (their calls are then
+/// refused, saying so).
 struct PeerHandlers {
   PeerRestorer restorer;
   CollectiveSink collectives;

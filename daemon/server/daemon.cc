@@ -142,11 +142,12 @@ Status Daemon::Start(const DaemonOptions& options) {
     peer::PeerHandlers handlers;
     handlers.restorer = std::move(restorer);
     handlers.collectives = std::move(collectives);
+    // A job migrated here from one phosd needs no etcd: its ranks all come
+    // back here and meet in this phosd.
+    handlers.restore_job_ranks = [service](const peer::v1::RestoreJobRanksRequest& r, const std::function<bool()>& c,
+                                           std::vector<int>* pids) { return service->RestoreJobRanksForPeer(r, c, pids); };
     if (cluster_) {
       handlers.join_cut = [service](const std::string& cut) { return service->JoinCutForPeer(cut); };
-      handlers.restore_job_ranks = [service](const peer::v1::RestoreJobRanksRequest& r,
-                                             const std::function<bool()>& c,
-                                             std::vector<int>* pids) { return service->RestoreJobRanksForPeer(r, c, pids); };
       handlers.move_job_part = [service](const peer::v1::MoveJobPartRequest& r, peer::v1::MoveJobPartReply* reply) {
         return service->MoveJobPartForPeer(r, reply);
       };

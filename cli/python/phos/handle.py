@@ -16,7 +16,7 @@ once it has exited, with its exit status. The handle exposes that pid at once
 import dataclasses
 import re
 import threading
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import grpc
 
@@ -67,6 +67,8 @@ class OperationResult:
         signal that ended it). None otherwise, and when phosd could not reap
         the process (it is not its subreaper: then wait() returns while the
         process may still run).
+    rank_pids: an NCCL job's checkpoint or restore: every rank's pid, in
+        rank order (a restore's: the restored processes). Empty otherwise.
     """
     image_dir: str
     pid: int
@@ -77,13 +79,14 @@ class OperationResult:
     counters: Dict[str, int]
     operation_id: int
     exit_status: Optional[int] = None
+    rank_pids: Tuple[int, ...] = ()
 
 
 def operation_result(done, operation_id, pid, mode):
     """OperationResult of a `done` event (proto OperationResult); `pid` when it names none."""
     exit_status = done.exit_status if done.HasField("exit_status") else None
     return OperationResult(done.image_dir, done.pid or pid, mode, done.stall_us, done.total_ms, done.bytes_written,
-                           dict(done.counters), operation_id, exit_status)
+                           dict(done.counters), operation_id, exit_status, tuple(done.rank_pids))
 
 
 class OperationHandle:

@@ -7,7 +7,7 @@ SDK starts it and follows its stream (OperationHandle, handle.py).
 import dataclasses
 import os
 import stat
-from typing import Dict
+from typing import Dict, Tuple
 
 from ._stubs import pb
 from .handle import check_pid, start
@@ -30,8 +30,11 @@ class MigrationResult:
     counters: criu_dump_ms, transfer_ms, destination_criu_restore_ms,
         destination_gpu_restore_us, dirty_bytes_at_stop, recopy_rounds,
         gpu_bytes, precopy_bytes_sent, bytes_after_stop, lazy_pages_ms, ...
-        (docs/migration.md).
+        (docs/migration.md); a job's: ranks, downtime_us, cut_us,
+        transfer_ms.
     operation_id: phosd's id of the operation.
+    rank_pids: a job migration (job=True): every rank's pid where it runs
+        now, in rank order. Empty otherwise.
     """
     pid: int
     source_pid: int
@@ -43,6 +46,7 @@ class MigrationResult:
     image_dir: str
     counters: Dict[str, int]
     operation_id: int
+    rank_pids: Tuple[int, ...] = ()
 
 
 def load_peer_token(path):
@@ -84,7 +88,7 @@ def _non_negative_int(name, value):
 
 
 def migrate(pid, to, peer_token_file=None, mode="recopy", rounds=0, max_rate=0, socket=None, *, peer_token=None,
-            no_precopy=False, lazy_pages=False):
+            no_precopy=False, lazy_pages=False, job=False, phosd_map=None):
     """Starts live-migrating the process `pid` (running under `phos run`) to
     the phosd at `to`; returns an OperationHandle whose wait() gives a
     MigrationResult (pid: the new pid there, source_pid, downtime_us, ...).
@@ -116,6 +120,14 @@ def migrate(pid, to, peer_token_file=None, mode="recopy", rounds=0, max_rate=0, 
             the downtime; it runs at the destination at once and its pages
             are faulted in from here (`phos migrate --lazy-pages`;
             counters["lazy_pages_ms"]: until the last one arrived).
+        job: move the whole NCCL job `pid` is a rank of (`phos migrate
+            --job`): one job checkpoint at a consistent cut, every rank
+            ended once it is committed, the image sent, every rank restored
+            at its destination; on failure restored where it ran (wait()
+            raises, saying so). This phosd's ranks go to `to`.
+        phosd_map: job=True, a job across phosds (--etcd): {"HOST:PORT" of
+            another phosd running ranks: "HOST:PORT" they go to} (the same
+            address leaves them there); checked before any rank is held.
 
     Raises:
         ValueError: a bad argument (unknown mode, pid not a positive int, `to`
@@ -139,15 +151,23 @@ def migrate(pid, to, peer_token_file=None, mode="recopy", rounds=0, max_rate=0, 
         peer_token = load_peer_token(peer_token_file)
     elif not isinstance(peer_token, str) or not peer_token.strip():
         raise ValueError("peer_token must be a non-empty str")
+    if phosd_map and not job:
+        raise ValueError("phosd_map moves the ranks of a job across phosds: it needs job=True")
+    if job and lazy_pages:
+        raise ValueError("a job migration ends its ranks before the transfer: lazy_pages is for one process")
     req = pb.MigrateRequest(pid=pid, destination=to, mode=_MODES[mode], max_precopy_rounds=rounds,
                             peer_token=peer_token.strip(), max_bytes_per_sec=max_rate,
-                            no_precopy=bool(no_precopy), lazy_pages=bool(lazy_pages))
+                            no_precopy=bool(no_precopy), lazy_pages=bool(lazy_pages), job=bool(job))
+    for source, destination in (phosd_map or {}).items():
+        if not all(isinstance(v, str) and ":" in v for v in (source, destination)):
+            raise ValueError('phosd_map maps "HOST:PORT" to "HOST:PORT" (got %r: %r)' % (source, destination))
+        req.phosd_map[source] = destination
 
     def result(done, operation_id):
         c = dict(done.counters)
         return MigrationResult(pid=done.pid, source_pid=int(c.get("source_pid", pid)), destination=to,
                                downtime_us=int(c.get("downtime_us", done.stall_us)), mode=mode,
                                total_ms=done.total_ms, bytes_sent=done.bytes_written, image_dir=done.image_dir,
-                               counters=c, operation_id=operation_id)
+                               counters=c, operation_id=operation_id, rank_pids=tuple(done.rank_pids))
 
     return start("Migrate", req, socket, pid, mode, make_result=result)

@@ -12,7 +12,7 @@ _KEEPS = {"manual": pb.KEEP_MANUAL, "latest": pb.KEEP_LATEST, "best": pb.KEEP_BE
 
 
 def checkpoint(name=None, pid=None, mode="cow", gpu_only=True, out=None, keep="manual", metric=None, socket=None, *,
-               keep_count=0, lower_is_better=False, kill=False):
+               keep_count=0, lower_is_better=False, kill=False, job=False):
     """Starts a checkpoint of a process running under `phos run`; returns an OperationHandle.
 
     The application keeps running (in "cow" and "recopy" modes it is stopped
@@ -46,6 +46,12 @@ def checkpoint(name=None, pid=None, mode="cow", gpu_only=True, out=None, keep="m
             operation finishes when its GPU memory is free (preemption: save,
             then give the GPU away). Default False: it keeps running. The
             result's counters then hold "killed": 1.
+        job: checkpoint the whole NCCL job `pid` is a rank of (every process
+            sharing a communicator with it, on this phosd and, with --etcd,
+            on others): every rank brought to one consistent cut and captured
+            whole (needs gpu_only=False), one job image; with kill, every
+            rank ends once it is committed. result.rank_pids lists the ranks'
+            pids in rank order (docs/protocols.md "Job checkpoints").
 
     Raises:
         ValueError: a bad argument (unknown mode or keep, keep="best" without
@@ -62,8 +68,11 @@ def checkpoint(name=None, pid=None, mode="cow", gpu_only=True, out=None, keep="m
         raise ValueError('keep="best" ranks images by a metric: pass metric=VALUE')
     if isinstance(keep_count, bool) or not isinstance(keep_count, int) or keep_count < 0:
         raise ValueError("keep_count must be an int >= 0 (got %r)" % (keep_count,))
+    if job and gpu_only:
+        raise ValueError("a job checkpoint captures every rank whole (its restore recreates the processes): "
+                         "pass gpu_only=False")
     req = pb.CheckpointRequest(pid=pid, mode=_MODES[mode], leave_running=not kill, kill=bool(kill),
-                               gpu_only=bool(gpu_only),
+                               gpu_only=bool(gpu_only), job=bool(job),
                                keep=_KEEPS[keep], keep_count=keep_count,
                                metric_lower_is_better=bool(lower_is_better))
     if metric is not None:
@@ -75,7 +84,8 @@ def checkpoint(name=None, pid=None, mode="cow", gpu_only=True, out=None, keep="m
     return start("Checkpoint", req, socket, pid, mode)
 
 
-def restore(image_dir, pid, gpu_only=True, concurrent=True, socket=None, *, detach=False, verify="auto"):
+def restore(image_dir, pid, gpu_only=True, concurrent=True, socket=None, *, detach=False, verify="auto",
+            device_map=None, phosd_map=None):
     """Starts restoring a process's GPU state (gpu_only=False: the whole process); returns an OperationHandle.
 
     GPU-only restores are in place: the live session of `pid` is rolled back
@@ -108,6 +118,16 @@ def restore(image_dir, pid, gpu_only=True, concurrent=True, socket=None, *, deta
             fails the restore: a restored process is killed, a concurrent
             one has the calls needing an unloaded buffer refused); "auto"
             (default): first for gpu_only, as-loaded otherwise.
+        device_map: whole-process and job restores: {old GPU: new GPU}
+            (phosd's ordinals, as sessions() shows them) puts what ran on
+            the image's GPU `old` on this phosd's GPU `new` (the same kind
+            of GPU); default: the same GPU.
+        phosd_map: job images (gpu_only=False): {"HOST:PORT": "HOST:PORT" or
+            "here"} restores the ranks the phosd at the key took on the one
+            at the value instead (their images must be readable there).
+
+    A job image (a checkpoint with job=True) restores every rank, which
+    runs on detached; result.rank_pids lists their pids in rank order.
 
     Raises:
         ValueError: pid is not a positive int, or verify is not one of
@@ -122,4 +142,13 @@ def restore(image_dir, pid, gpu_only=True, concurrent=True, socket=None, *, deta
     req = pb.RestoreRequest(image_dir=os.path.normpath(os.path.abspath(os.fspath(image_dir))), pid=pid,
                             gpu_only=bool(gpu_only), concurrent=bool(concurrent), detach=bool(detach),
                             verify=verify)
+    for old, new in (device_map or {}).items():
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (old, new)):
+            raise ValueError("device_map maps GPU ordinals (ints >= 0) to GPU ordinals (got %r: %r)" % (old, new))
+        req.device_map[old] = new
+    for old, new in (phosd_map or {}).items():
+        if not isinstance(old, str) or ":" not in old or not isinstance(new, str) or not (new == "here" or ":" in new):
+            raise ValueError('phosd_map maps a phosd\'s "HOST:PORT" to another\'s or to "here" (got %r: %r)' %
+                             (old, new))
+        req.phosd_map[old] = new
     return start("Restore", req, socket, pid, "concurrent" if concurrent else "stop-the-world")
