@@ -60,7 +60,7 @@ integration_data=(driver_kernels.fatbin driver_kernels.sm80.fatbin driver_kernel
 # with -DPHOS_BUILD_BENCHMARKS=ON, the default; left out when absent).
 bench=(cublas_bench remoting_bench)
 
-targets=(phos phosd phos_client phos_test_apps phos_integration_programs phos_checkpoint_app)
+targets=(phos phosd phos_client phos_test_apps phos_integration_programs phos_checkpoint_app phos_export_trace)
 for t in "${gpu_tests[@]}"; do targets+=("${t%%$'\t'*}"); done
 grep -q '^PHOS_BUILD_BENCHMARKS:BOOL=ON' "$build/CMakeCache.txt" && targets+=(cublas_bench_program remoting_bench_program)
 if [[ "${PHOS_BUNDLE_NO_BUILD:-0}" != 1 ]]; then
@@ -90,6 +90,7 @@ put "$build/daemon/phosd" "$stage/bin"
 put "$build/interposer/client/libphos.so" "$stage/lib"
 put "$build/interposer/jit/libphos-nvjitlink.so" "$stage/lib"
 put "$build/interposer/jit/libphos-nvrtc.so" "$stage/lib"
+put "$build/tests/gpu/libphos_export_trace.so" "$stage/lib"  # run.sh's "trace" section
 for t in "${gpu_tests[@]}"; do put "${t#*$'\t'}" "$stage/bin"; done
 for a in "${apps[@]}"; do put "$build/tests/apps/$a" "$stage/apps"; done
 for p in "${integration[@]}" "${integration_data[@]}"; do put "$build/tests/integration/$p" "$stage/integration"; done

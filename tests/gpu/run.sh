@@ -144,7 +144,7 @@ clip_limit() {  # clip_limit SECONDS: SECONDS, or what is left before the deadli
   (( left < $1 )) && echo "$left" || echo "$1"
 }
 # PHOS_GPU_SECTIONS: a comma list of the sections to run — gtest,
-# frameworks, apps, engine, process, bench, integration — to spend a short
+# frameworks, trace, apps, engine, process, bench, integration — to spend a short
 # lease on what a change touched (default: all). Checks of the others are
 # skipped, saying so; phosd starts and stops either way.
 sections=${PHOS_GPU_SECTIONS:-all}
@@ -493,6 +493,44 @@ torch_ckpt_checks() {
 torch_ckpt_checks
 unset PHOS_TRACE_ERRORS
 
+# ---- 2b. the driver's private tables, traced natively ---------------------------------
+section trace
+# libphos_export_trace.so (tests/gpu/export_trace) logs every call the CUDA
+# libraries make through the driver's private tables (cuGetExportTable)
+# against the real driver: what phos must serve for cuFFT (tables
+# 21318c60-... and 6e163fbe-..., docs/compatibility.md) and for PyTorch
+# (69a28e9f-...). Native runs only; the traces come back under logs/trace/
+# for a later session to implement the slots from (docs/export-tables-research.md).
+trace_native() {  # trace_native NAME SCRIPT: run SCRIPT natively under the tracer
+  local name=$1 script=$2 t0 t1 rc=0 out=$logs/trace/$1.txt
+  if [[ -n "$no_gpu_reason" ]] || section_off || out_of_time; then
+    skip "trace/$name" "${no_gpu_reason:-$(section_off && echo "skipped: section trace is not in PHOS_GPU_SECTIONS=$sections" || why_skipped)}"
+    return 0
+  fi
+  [[ -f "$b/lib/libphos_export_trace.so" ]] || { skip "trace/$name" "skipped: the bundle carries no libphos_export_trace.so"; return 0; }
+  mkdir -p "$logs/trace"
+  t0=$(now)
+  PHOS_EXPORT_TRACE=$out LD_PRELOAD=$b/lib/libphos_export_trace.so timeout -k 5 "$(clip_limit 120)" python3 "$script" \
+    >"$logs/trace/$name.log" 2>&1 </dev/null || rc=$?
+  t1=$(now)
+  local tables slots
+  tables=$(grep -c '^export-trace: table ' "$out" 2>/dev/null || true)
+  slots=$(grep '^export-trace: summary ' "$out" 2>/dev/null | sed 's/^export-trace: summary //; s/ called / x/; s/ times$//' | tr '\n' ' ' | cut -c1-600)
+  record "trace/$name" info "$(elapsed "$t0" "$t1")" "exit $rc; ${tables:-0} tables handed out; slots called: ${slots:-none} (logs/trace/$name.txt)"
+}
+cat >"$py/trace_cupy_fft.py" <<'PY'
+import cupy as cp
+x = cp.arange(64, dtype=cp.complex64)
+print("fft", complex(cp.fft.fft(x)[1]))
+PY
+cat >"$py/trace_torch.py" <<'PY'
+import torch
+lin = torch.nn.Linear(32, 16).cuda()
+print("linear", float(lin(torch.ones(4, 32, device="cuda")).sum()))
+print("fft", complex(torch.fft.fft(torch.arange(64.0, device="cuda"))[1]))
+PY
+trace_native cupy_fft "$py/trace_cupy_fft.py"
+trace_native torch "$py/trace_torch.py"
 
 # ---- 3. tests/apps: native vs phos run ---------------------------------------------
 section apps

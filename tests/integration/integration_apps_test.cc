@@ -11,6 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "harness.h"
 
 #include <chrono>
@@ -171,6 +174,42 @@ TEST_F(IntegrationTest, EveryTestAppBuiltWithTheStaticRuntimeMatchesTheSharedBui
     EXPECT_EQ(checksum[1], checksum[0]);
     EXPECT_NE(checksum[1].find(" OK"), std::string::npos) << checksum[1];
   }
+}
+
+// tests/gpu's export-table tracer (libphos_export_trace.so, for learning
+// which private-table slots a library calls on a GPU), against phos's own
+// tables: the statically linked runtime of vector_add_static runs under it
+// with the same checksum, every table phos serves is handed out (the two
+// the runtime's integrity check hashes as they are, the others as traced
+// copies), and the slots it calls through the copies are logged and counted.
+TEST_F(IntegrationTest, ExportTableTracerLogsTheSlotsTheStaticRuntimeCalls) {
+  Daemon d(dir_);
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  const std::string program = std::string(PHOS_APPS_DIR) + "/vector_add_static";
+  Child plain = RunUnderPhos(d.socket(), program);
+  ASSERT_EQ(plain.Wait(std::chrono::seconds(60)), 0) << plain.output;
+  const std::string trace = dir_ + "/export-trace.txt";
+  Child traced = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--", program},
+                              {"LD_PRELOAD=" PHOS_EXPORT_TRACE_LIB, "PHOS_EXPORT_TRACE=" + trace});
+  ASSERT_EQ(traced.Wait(std::chrono::seconds(60)), 0) << traced.output;
+  const size_t at = plain.output.find("vector_add: checksum 0x");
+  ASSERT_NE(at, std::string::npos) << plain.output;
+  const std::string checksum = plain.output.substr(at, plain.output.find('\n', at) - at);
+  EXPECT_NE(traced.output.find(checksum), std::string::npos) << traced.output;
+  std::ifstream in(trace);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("table 6bd5fb6c-5bf4-e74a-8987-d93912fd9df9 at "), std::string::npos) << log;
+  EXPECT_NE(log.find("handed out as it is (integrity-checked)"), std::string::npos) << log;
+  // CONTEXT_LOCAL_STORAGE (no size word) and TOOLS_RUNTIME_CALLBACK_HOOKS
+  // (sized): copied, and their slots called through the thunks.
+  EXPECT_NE(log.find("table c693336e-1121-df11-a8c3-68f355d89593 at "), std::string::npos) << log;
+  EXPECT_NE(log.find("table a094798c-2e74-2e74-93f2-0800200c0a66 at "), std::string::npos) << log;
+  EXPECT_NE(log.find("export-trace: call c693336e-1121-df11-a8c3-68f355d89593[2]("), std::string::npos) << log;
+  EXPECT_NE(log.find("export-trace: summary c693336e-1121-df11-a8c3-68f355d89593[2] called "), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("export-trace: summary a094798c-2e74-2e74-93f2-0800200c0a66[2] called 1 times"),
+            std::string::npos)
+      << log;
 }
 
 // Stripped of its symbols, nvcc's default build runs too (phos run no
