@@ -611,4 +611,76 @@ TEST_P(BackendConformanceTest, BadHandlesAreInvalidArgument) {
   CT_ASSERT_OK(ctx_->Free(a));
 }
 
+// ---- NCCL collectives (backend/collective.h) -------------------------------------
+
+// A one-rank communicator (all one GPU allows NCCL): the collectives of
+// one group each, on a created stream, see the bytes the stream's copies
+// put there before them and are seen by the copies after them; abort ends
+// the rank, naming why. On the cuda backend a phosd without NCCL skips.
+TEST_P(BackendConformanceTest, OneRankCollectivesRunInStreamOrder) {
+  CT_SEED_TRACE();
+  CommunicatorId id{};
+  std::memcpy(id.data(), "phosnccl", 8);
+  const std::vector<std::uint8_t> salt = RandomBytes(16, 77);
+  std::memcpy(id.data() + 8, salt.data(), salt.size());
+  std::shared_ptr<CommRank> rank;
+  Status joined = ctx_->JoinCommunicator(id, 1, 0, [] { return false; }, &rank);
+  if (joined.code() == Status::Code::kNotSupported && joined.message().find("not loaded") != std::string::npos) {
+    GTEST_SKIP() << "skipped: no NCCL (" << joined.message() << ")";
+  }
+  CT_ASSERT_OK(joined);
+  ASSERT_NE(rank, nullptr);
+  EXPECT_EQ(rank->rank(), 0);
+  EXPECT_EQ(rank->nranks(), 1);
+
+  constexpr std::size_t kCount = 1 << 18;
+  constexpr std::size_t kBytes = kCount * sizeof(float);
+  std::mt19937 rng(RunSeed());
+  std::vector<float> in(kCount);
+  for (float& f : in) f = static_cast<float>(rng() % 1000) / 8.0f;  // exact in float, and doubled
+  StreamHandle stream = 0;
+  CT_ASSERT_OK(ctx_->CreateStream(kStreamNonBlocking, 0, &stream));
+  DevicePtr a = 0, b = 0, c = 0, d = 0;
+  for (DevicePtr* p : {&a, &b, &c, &d}) CT_ASSERT_OK(ctx_->Allocate(kBytes, 0, p));
+  for (DevicePtr p : {b, c, d}) CT_ASSERT_OK(ctx_->MemsetAsync(p, 0, 4, kCount, stream));
+  CT_ASSERT_OK(ctx_->MemcpyAsync(a, H(in.data()), kBytes, CopyKind::kHostToDevice, stream));
+  auto op = [](CollectiveOp::Kind kind, DevicePtr send, DevicePtr recv) {
+    CollectiveOp o;
+    o.kind = kind;
+    o.datatype = 7;  // ncclFloat32
+    o.redop = 0;     // ncclSum
+    o.send = send;
+    o.recv = recv;
+    o.count = kCount;
+    return o;
+  };
+  using K = CollectiveOp::Kind;
+  CT_ASSERT_OK(ctx_->EnqueueCollectives(rank, {op(K::kAllReduce, a, a)}, stream));  // in place: unchanged
+  CollectiveOp doubled = op(K::kAllReduce, a, b);
+  doubled.redop = CollectiveOp::kPreMulSum;
+  const float two = 2.0f;
+  std::memcpy(&doubled.scalar, &two, sizeof two);
+  CT_ASSERT_OK(ctx_->EnqueueCollectives(rank, {doubled}, stream));                   // b = 2a
+  CT_ASSERT_OK(ctx_->EnqueueCollectives(rank, {op(K::kBroadcast, b, c)}, stream));   // c = b
+  CT_ASSERT_OK(ctx_->EnqueueCollectives(rank, {op(K::kSend, c, 0), op(K::kRecv, 0, d)}, stream));  // d = c
+  std::vector<float> out_a(kCount), out_d(kCount);
+  CT_ASSERT_OK(ctx_->MemcpyAsync(H(out_a.data()), a, kBytes, CopyKind::kDeviceToHost, stream));
+  CT_ASSERT_OK(ctx_->MemcpyAsync(H(out_d.data()), d, kBytes, CopyKind::kDeviceToHost, stream));
+  CT_ASSERT_OK(ctx_->SynchronizeStream(stream));
+  for (std::size_t i = 0; i < kCount; ++i) {
+    ASSERT_EQ(out_a[i], in[i]) << i;
+    ASSERT_EQ(out_d[i], 2 * in[i]) << i;
+  }
+  EXPECT_TRUE(rank->AsyncError().ok()) << rank->AsyncError().ToString();
+  EXPECT_TRUE(rank->Idle());
+
+  rank->Abort("the test aborted it");
+  const Status err = rank->AsyncError();
+  EXPECT_EQ(err.code(), Status::Code::kUnavailable) << err.ToString();
+  EXPECT_NE(err.message().find("the test aborted it"), std::string::npos) << err.message();
+  rank.reset();
+  for (DevicePtr p : {a, b, c, d}) CT_ASSERT_OK(ctx_->Free(p));
+  CT_ASSERT_OK(ctx_->DestroyStream(stream));
+}
+
 }  // namespace phos::backend::testing
