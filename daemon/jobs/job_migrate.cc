@@ -46,6 +46,19 @@ Status RestoreHere(session::SessionServer* server, const JobMigrateOptions& opti
                          "from its image at the cut (pids" + pids + ")");
 }
 
+}  // namespace
+
+Status SendJobImage(const std::string& destination, const std::string& token, const std::string& dir,
+                    const std::string& name, std::uint64_t max_bytes_per_sec, const peer::SendProgress& progress,
+                    peer::SendImageResult* sent) {
+  peer::SendImageOptions so;
+  so.max_bytes_per_sec = max_bytes_per_sec;
+  so.skip_fsync = true;  // it lives until restored there; the staged copy stays until then
+  return peer::SendImage(destination, token, dir, name, progress, sent, so);
+}
+
+namespace {
+
 /// Whether a communicator of the job of session `seed` has ranks this
 /// phosd does not hold.
 bool SpansPhosds(session::SessionServer* server, std::uint64_t seed) {
@@ -132,10 +145,7 @@ Status MoveAcross(session::SessionServer* server, const JobMigrateOptions& optio
     if (from == self) {
       tp->done = std::async(std::launch::async, [&options, &dir, tp, name] {
         peer::SendImageResult sent;
-        peer::SendImageOptions so;
-        so.max_bytes_per_sec = options.max_bytes_per_sec;
-        so.skip_fsync = true;  // it lives until restored there; the staged copy stays until then
-        Status st = peer::SendImage(tp->destination, options.token, dir, name, nullptr, &sent, so);
+        Status st = SendJobImage(tp->destination, options.token, dir, name, options.max_bytes_per_sec, nullptr, &sent);
         tp->path = sent.path;
         tp->bytes = sent.bytes;
         return st;
@@ -249,12 +259,8 @@ Status MigrateJob(session::SessionServer* server, std::uint64_t seed, const JobM
   const auto down = Clock::now();
   // 3. The image to the destination.
   peer::SendImageResult sent;
-  peer::SendImageOptions so;
-  so.max_bytes_per_sec = options.max_bytes_per_sec;
-  so.skip_fsync = true;  // it lives until restored there; the staged copy stays until then
-  Status s = peer::SendImage(options.destination, options.token, ck.dir, options.name,
-                             progress->TotalsReporter("transfer", "sending the job image to " + options.destination),
-                             &sent, so)
+  Status s = SendJobImage(options.destination, options.token, ck.dir, options.name, options.max_bytes_per_sec,
+                          progress->TotalsReporter("transfer", "sending the job image to " + options.destination), &sent)
                  .WithContext("sending the job image to " + options.destination);
   result->transfer_ms = MicrosSince(down) / 1000;
   result->bytes_sent = sent.bytes;

@@ -39,6 +39,7 @@
 #include "common/status.h"
 #include "engine/progress.h"
 #include "jobs/job_checkpoint.h"
+#include "peer/peer_client.h"
 #include "process/process_checkpoint.h"
 #include "session/session_server.h"
 
@@ -74,6 +75,14 @@ struct JobMigrateResult {
   /// caller reaps them.
   std::vector<int> restored_here_pids;
 };
+
+/// Sends a staged job image (or one phosd's part of it) to the phosd at
+/// `destination` as `incoming/<name>` there: the transfer every job
+/// migration makes (the destination skips its fsyncs: the staged copy
+/// stays until the ranks run there).
+Status SendJobImage(const std::string& destination, const std::string& token, const std::string& dir,
+                    const std::string& name, std::uint64_t max_bytes_per_sec, const peer::SendProgress& progress,
+                    peer::SendImageResult* sent);
 
 /// Migrates the job of session `seed`.
 Status MigrateJob(session::SessionServer* server, std::uint64_t seed, const JobMigrateOptions& options,

@@ -12,7 +12,6 @@
 #include "image/job_manifest.h"
 #include "jobs/job_checkpoint.h"
 #include "jobs/job_migrate.h"
-#include "peer/peer_client.h"
 #include "server/phos_service.h"
 #include "server/rpc_events.h"
 
@@ -230,11 +229,10 @@ phos::Status PhosService::MoveJobPartForPeer(const peer::v1::MoveJobPartRequest&
   }
   spdlog::info("peer: sending the job part {} to {} as {}", dir, request.destination(), request.name());
   peer::SendImageResult sent;
-  peer::SendImageOptions so;
-  so.max_bytes_per_sec = request.max_bytes_per_sec();
-  so.skip_fsync = true;  // it lives until restored there; this copy stays until then
-  PHOS_RETURN_IF_ERROR(peer::SendImage(request.destination(), peer_token_, dir, request.name(), nullptr, &sent, so)
-                           .WithContext("sending " + dir + " to " + request.destination()));
+  PHOS_RETURN_IF_ERROR(
+      jobs::SendJobImage(request.destination(), peer_token_, dir, request.name(), request.max_bytes_per_sec(), nullptr,
+                         &sent)
+          .WithContext("sending " + dir + " to " + request.destination()));
   reply->set_path(sent.path);
   reply->set_bytes(sent.bytes);
   return phos::Status::Ok();
