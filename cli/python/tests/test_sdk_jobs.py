@@ -15,73 +15,25 @@ Skips unless root with criu on PATH. Binaries: phosd_harness.py, and
 $PHOS_TEST_NCCL_RANKS (set by ctest), else build/tests/integration/nccl_ranks.
 """
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import unittest
 
 import phos
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # phosd_harness, beside this file
-from phosd_harness import LIBPHOS, PHOS, PHOSD, binary, process_ended, start_sim_daemon, wait_ended  # noqa: E402
+from phosd_harness import (LIBPHOS, PHOS, PHOSD, WholeProcessTestCase, binary, read, wait_ended,  # noqa: E402
+                           wait_text)
 
 NCCL_RANKS = binary("PHOS_TEST_NCCL_RANKS", "tests/integration/nccl_ranks")
 RANKS = 2
 
 
-def read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
-
-
-def wait_text(path, needle, timeout_s, start=0):
-    deadline = time.monotonic() + timeout_s
-    while needle not in read(path)[start:]:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-class SdkJobTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        if os.geteuid() != 0 or shutil.which("criu") is None:
-            raise unittest.SkipTest("skipped: job checkpoints need root and criu on PATH")
-        for path in (PHOSD, PHOS, LIBPHOS, NCCL_RANKS):
-            if not os.path.exists(path):
-                raise AssertionError("missing %s: build phosd, phos, phos_client and phos_integration_programs" % path)
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="phos_sdk_job_")
-        self.daemons = []
-        self.runs = []
-        self.kill_list = []
-        self.socket = self.start_daemon("a")
-
-    def tearDown(self):
-        for pid in self.kill_list:
-            if not process_ended(pid):
-                os.kill(pid, 9)
-        for run in self.runs:
-            if run.poll() is None:
-                run.kill()
-            run.wait(10)
-        for d in self.daemons:
-            self.assertIsNotNone(d.stop(), "phosd did not stop")
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def start_daemon(self, tag, *flags):
-        socket = os.path.join(self.dir, tag + ".sock")
-        self.daemons.append(start_sim_daemon(socket, "--sim-gpus", "2", "--checkpoint-root",
-                                             os.path.join(self.dir, "root-" + tag), "--template-cache", "off",
-                                             *flags))
-        return socket
+class SdkJobTest(WholeProcessTestCase):
+    binaries = (PHOSD, PHOS, LIBPHOS, NCCL_RANKS)
+    build_hint = "phosd, phos, phos_client and phos_integration_programs"
+    dir_prefix = "phos_sdk_job_"
+    daemon_flags = ("--sim-gpus", "2")
 
     def log(self, rank):
         return os.path.join(self.dir, "rank%d.log" % rank)
@@ -155,14 +107,8 @@ class SdkJobTest(unittest.TestCase):
         self.expect_finished_exactly(pids, since)
 
     def test_job_migrates_to_a_second_phosd(self):
-        token = os.path.join(self.dir, "token")
-        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, os.urandom(16).hex().encode() + b"\n")
-        os.close(fd)
-        b_socket = self.start_daemon("b", "--listen", "127.0.0.1:0", "--peer-token", token)
-        m = self.daemons[-1].read_until(r"\(port (\d+)\)", 20)
-        self.assertIsNotNone(m, self.logs())
-        to = "127.0.0.1:" + m.group(1)
+        token = self.peer_token()
+        b_socket, to = self.start_listening_daemon("b", token)
         pids = self.start_ranks()
         with self.assertRaises(ValueError):
             phos.migrate(pids[0], to, peer_token_file=token, phosd_map={to: to}, socket=self.socket)

@@ -15,12 +15,9 @@ Binaries: phosd_harness.py, and $PHOS_TEST_SAXPY_LOOP (set by ctest), else
 build/tests/apps/saxpy_loop.
 """
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -29,69 +26,25 @@ import grpc
 import phos
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # phosd_harness, beside this file
-from phosd_harness import LIBPHOS, PHOS, PHOSD, binary, process_ended, start_sim_daemon, wait_ended  # noqa: E402
+from phosd_harness import (LIBPHOS, PHOS, PHOSD, WholeProcessTestCase, binary, process_ended,  # noqa: E402
+                           read, wait_ended, wait_text)
 
 SAXPY = binary("PHOS_TEST_SAXPY_LOOP", "tests/apps/saxpy_loop")
 ITERS = "64"  # saxpy_loop pauses after iteration 32
 SIGKILL_STATUS = 128 + signal.SIGKILL  # how phosd reports a process SIGKILL ended
 
 
-def read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
-
-
-def wait_text(path, needle, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while needle not in read(path):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
-class SdkProcessTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        if os.geteuid() != 0 or shutil.which("criu") is None:
-            raise unittest.SkipTest("skipped: whole-process operations need root and criu on PATH")
-        for path in (PHOSD, PHOS, LIBPHOS, SAXPY):
-            if not os.path.exists(path):
-                raise AssertionError("missing %s: build phosd, phos, phos_client and phos_test_apps" % path)
-        cls.reference = None
+class SdkProcessTest(WholeProcessTestCase):
+    binaries = (PHOSD, PHOS, LIBPHOS, SAXPY)
+    build_hint = "phosd, phos, phos_client and phos_test_apps"
+    dir_prefix = "phos_sdk_proc_"
+    reference = None
 
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="phos_sdk_proc_")
+        super().setUp()
         self.out = os.path.join(self.dir, "app.out")
         self.err = os.path.join(self.dir, "app.err")
         self.pause = os.path.join(self.dir, "pause")
-        self.daemons = []  # Child, stopped in tearDown
-        self.runs = []  # our `phos run` children
-        self.kill_list = []  # app pids (not our children) to end if a test stops early
-        self.socket = self.start_daemon("a")
-
-    def tearDown(self):
-        for pid in self.kill_list:
-            if not process_ended(pid):
-                os.kill(pid, signal.SIGKILL)
-        for run in self.runs:
-            if run.poll() is None:
-                run.kill()
-            run.wait(10)
-        for d in self.daemons:
-            self.assertIsNotNone(d.stop(), "phosd did not stop")
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def start_daemon(self, tag, *flags):
-        """A phosd of this test's own (checkpoint root in the test's directory,
-        no in-memory template copies); its control socket."""
-        socket = os.path.join(self.dir, tag + ".sock")
-        self.daemons.append(start_sim_daemon(socket, "--checkpoint-root", os.path.join(self.dir, "root-" + tag),
-                                             "--template-cache", "off", *flags))
-        return socket
 
     def logs(self):
         return "".join("\nphosd %d:\n%s" % (i, d.output) for i, d in enumerate(self.daemons)) + \
@@ -220,14 +173,8 @@ class SdkProcessTest(unittest.TestCase):
 
     def test_migrate_to_a_second_phosd(self):
         reference = self.reference_output()
-        token = os.path.join(self.dir, "token")
-        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, os.urandom(16).hex().encode() + b"\n")
-        os.close(fd)
-        b_socket = self.start_daemon("b", "--listen", "127.0.0.1:0", "--peer-token", token)
-        m = self.daemons[-1].read_until(r"\(port (\d+)\)", 20)
-        self.assertIsNotNone(m, self.logs())
-        to = "127.0.0.1:" + m.group(1)
+        token = self.peer_token()
+        b_socket, to = self.start_listening_daemon("b", token)
         run, pid = self.start_paused()
 
         # A wrong token: refused; the app runs on here.

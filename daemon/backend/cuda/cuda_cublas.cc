@@ -2,41 +2,25 @@
 
 #include <dlfcn.h>
 
-#include <type_traits>
+#include "backend/cuda/dl_library.h"
 
 namespace phos::backend::cuda {
 
 std::string DefaultCublasLibrary() { return "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR); }
 
 Status LoadCublas(const std::string& library, std::shared_ptr<const CublasLibrary>* out) {
-  // RTLD_LOCAL, as for the driver: its symbols are nobody else's business.
-  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* err = dlerror();
-    return Status::Unavailable("dlopen " + library + " failed: " + (err ? err : "unknown error"));
-  }
+  void* handle = nullptr;
+  PHOS_RETURN_IF_ERROR(OpenLibrary(library, &handle));
   auto lib = std::make_shared<CublasLibrary>();
   lib->library = library;
   lib->handle = handle;
-  auto resolve = [&](const char* symbol, auto* slot) -> Status {
-    dlerror();
-    void* p = dlsym(handle, symbol);
-    if (p == nullptr) {
-      const char* err = dlerror();
-      return Status::Unavailable(library + " has no symbol " + symbol + (err ? std::string(": ") + err : ""));
-    }
-    *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(p);
-    return Status::Ok();
-  };
+  auto resolve = [&](const char* symbol, auto* slot) { return ResolveSymbol(handle, library, symbol, slot); };
   PHOS_RETURN_IF_ERROR(resolve("cublasCreate_v2", &lib->Create));
   PHOS_RETURN_IF_ERROR(resolve("cublasDestroy_v2", &lib->Destroy));
   PHOS_RETURN_IF_ERROR(resolve("cublasGetVersion_v2", &lib->GetVersion));
   PHOS_RETURN_IF_ERROR(resolve("cublasGetStatusString", &lib->GetStatusString));
   // The routines: a missing one only disables itself.
-  auto optional = [&](const char* symbol, auto* slot) {
-    dlerror();
-    *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(dlsym(handle, symbol));
-  };
+  auto optional = [&](const char* symbol, auto* slot) { ResolveOptionalSymbol(handle, symbol, slot); };
   optional("cublasSetStream_v2", &lib->SetStream);
   optional("cublasSetPointerMode_v2", &lib->SetPointerMode);
   optional("cublasGemmStridedBatchedEx", &lib->GemmStridedBatchedEx);
@@ -87,9 +71,7 @@ Status LoadCublas(const std::string& library, std::shared_ptr<const CublasLibrar
   if (size_t at = lt.find("libcublas"); at != std::string::npos) lt.replace(at, 9, "libcublasLt");
   lib->lt_library = dlopen(lt.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib->lt_library != nullptr) {
-    auto lt_optional = [&](const char* symbol, auto* slot) {
-      *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(dlsym(lib->lt_library, symbol));
-    };
+    auto lt_optional = [&](const char* symbol, auto* slot) { ResolveOptionalSymbol(lib->lt_library, symbol, slot); };
     lt_optional("cublasLtCreate", &lib->LtCreate);
     lt_optional("cublasLtDestroy", &lib->LtDestroy);
     lt_optional("cublasLtMatmulDescCreate", &lib->LtMatmulDescCreate);

@@ -1,8 +1,6 @@
 #include "backend/cuda/cuda_nccl.h"
 
-#include <dlfcn.h>
-
-#include <type_traits>
+#include "backend/cuda/dl_library.h"
 
 namespace phos::backend::cuda {
 
@@ -50,26 +48,12 @@ Status NcclStatus(ncclResult_t result, const std::string& what, const NcclLibrar
 }
 
 Status LoadNccl(const std::string& library, std::shared_ptr<const NcclLibrary>* out) {
-  // RTLD_LOCAL, as for the driver and cuBLAS: NCCL's symbols must not
-  // resolve anything else in phosd.
-  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* err = dlerror();
-    return Status::Unavailable("dlopen " + library + " failed: " + (err ? err : "unknown error"));
-  }
+  void* handle = nullptr;
+  PHOS_RETURN_IF_ERROR(OpenLibrary(library, &handle));
   auto lib = std::make_shared<NcclLibrary>();
   lib->library = library;
   lib->handle = handle;
-  auto resolve = [&](const char* symbol, auto* slot) -> Status {
-    dlerror();
-    void* p = dlsym(handle, symbol);
-    if (p == nullptr) {
-      const char* err = dlerror();
-      return Status::Unavailable(library + " has no symbol " + symbol + (err ? std::string(": ") + err : ""));
-    }
-    *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(p);
-    return Status::Ok();
-  };
+  auto resolve = [&](const char* symbol, auto* slot) { return ResolveSymbol(handle, library, symbol, slot); };
   PHOS_RETURN_IF_ERROR(resolve("ncclGetVersion", &lib->GetVersion));
   int version = 0;
   PHOS_RETURN_IF_ERROR(NcclStatus(lib->GetVersion(&version), "ncclGetVersion", nullptr));
