@@ -515,7 +515,7 @@ trace_native() {  # trace_native NAME SCRIPT: run SCRIPT natively under the trac
   t1=$(now)
   local tables slots
   tables=$(grep -c '^export-trace: table ' "$out" 2>/dev/null || true)
-  slots=$(grep '^export-trace: summary ' "$out" 2>/dev/null | sed 's/^export-trace: summary //; s/ called / x/; s/ times$//' | tr '\n' ' ' | cut -c1-600)
+  slots=$( (grep '^export-trace: summary ' "$out" 2>/dev/null || true) | sed 's/^export-trace: summary //; s/ called / x/; s/ times$//' | tr '\n' ' ' | cut -c1-600)
   record "trace/$name" info "$(elapsed "$t0" "$t1")" "exit $rc; ${tables:-0} tables handed out; slots called: ${slots:-none} (logs/trace/$name.txt)"
 }
 cat >"$py/trace_cupy_fft.py" <<'PY'
