@@ -174,6 +174,8 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::detail() const {
   std::string d = "CUDA driver " + DriverVersionText(driver_->version);
+  const NcclLibrary* nccl = collectives_->nccl();
+  d += nccl != nullptr ? "; NCCL " + NcclVersionText(nccl->version) : "; no NCCL (collectives refused)";
   if (Status h = health_->Check(); !h.ok()) d += "; GPU LOST: " + h.message();
   return d;
 }

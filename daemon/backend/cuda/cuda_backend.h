@@ -31,8 +31,8 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
-  /// "CUDA driver 13.0"; after a kernel fault ended CUDA for phosd, also
-  /// that, with what to do (ProcessHealth).
+  /// "CUDA driver 13.0; NCCL 2.28.9" (or "no NCCL ..."); after a kernel
+  /// fault ended CUDA for phosd, also that, with what to do (ProcessHealth).
   std::string detail() const override;
   int device_count() const override { return static_cast<int>(devices_.size()); }
   Status GetDeviceProperties(int device, DeviceProperties* out) const override;
