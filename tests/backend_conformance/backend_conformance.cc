@@ -6,6 +6,8 @@
 // printed in every failure and can be fixed with PHOS_TEST_SEED=<n>.
 #include "backend_conformance.h"
 
+#include "collective_ops.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -644,16 +646,7 @@ TEST_P(BackendConformanceTest, OneRankCollectivesRunInStreamOrder) {
   for (DevicePtr* p : {&a, &b, &c, &d}) CT_ASSERT_OK(ctx_->Allocate(kBytes, 0, p));
   for (DevicePtr p : {b, c, d}) CT_ASSERT_OK(ctx_->MemsetAsync(p, 0, 4, kCount, stream));
   CT_ASSERT_OK(ctx_->MemcpyAsync(a, H(in.data()), kBytes, CopyKind::kHostToDevice, stream));
-  auto op = [](CollectiveOp::Kind kind, DevicePtr send, DevicePtr recv) {
-    CollectiveOp o;
-    o.kind = kind;
-    o.datatype = 7;  // ncclFloat32
-    o.redop = 0;     // ncclSum
-    o.send = send;
-    o.recv = recv;
-    o.count = kCount;
-    return o;
-  };
+  auto op = [](CollectiveOp::Kind kind, DevicePtr send, DevicePtr recv) { return FloatOp(kind, send, recv, kCount); };
   using K = CollectiveOp::Kind;
   CT_ASSERT_OK(ctx_->EnqueueCollectives(rank, {op(K::kAllReduce, a, a)}, stream));  // in place: unchanged
   CollectiveOp doubled = op(K::kAllReduce, a, b);

@@ -24,6 +24,7 @@
 
 #include "backend/backend.h"
 #include "backend/backend_factory.h"
+#include "collective_ops.h"
 
 namespace phos::backend {
 namespace {
@@ -34,9 +35,6 @@ namespace {
     ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
   } while (0)
 
-constexpr std::uint8_t kFloat = 7;  // ncclFloat32
-constexpr std::uint8_t kSum = 0;    // ncclSum
-
 std::uint64_t Host(const void* p) { return reinterpret_cast<std::uint64_t>(p); }
 
 CommunicatorId AppId(std::uint8_t tag) {
@@ -45,18 +43,6 @@ CommunicatorId AppId(std::uint8_t tag) {
   id[8] = tag;
   id[9] = static_cast<std::uint8_t>(std::rand());
   return id;
-}
-
-CollectiveOp Op(CollectiveOp::Kind kind, DevicePtr send, DevicePtr recv, std::uint64_t count, int peer = 0) {
-  CollectiveOp op;
-  op.kind = kind;
-  op.datatype = kFloat;
-  op.redop = kSum;
-  op.send = send;
-  op.recv = recv;
-  op.count = count;
-  op.peer = peer;
-  return op;
 }
 
 class NcclGpuTest : public ::testing::Test {
@@ -123,8 +109,8 @@ TEST_F(NcclGpuTest, TwoRanksOnTwoGpusReduceTogether) {
   ASSERT_OK(other->Allocate(kCount * 4, 0, &p1));
   ASSERT_OK(ctx_->MemcpyAsync(p0, Host(v0.data()), kCount * 4, CopyKind::kHostToDevice, kDefaultStream));
   ASSERT_OK(other->MemcpyAsync(p1, Host(v1.data()), kCount * 4, CopyKind::kHostToDevice, kDefaultStream));
-  ASSERT_OK(ctx_->EnqueueCollectives(r0, {Op(CollectiveOp::Kind::kAllReduce, p0, p0, kCount)}, kDefaultStream));
-  ASSERT_OK(other->EnqueueCollectives(r1, {Op(CollectiveOp::Kind::kAllReduce, p1, p1, kCount)}, kDefaultStream));
+  ASSERT_OK(ctx_->EnqueueCollectives(r0, {testing::FloatOp(CollectiveOp::Kind::kAllReduce, p0, p0, kCount)}, kDefaultStream));
+  ASSERT_OK(other->EnqueueCollectives(r1, {testing::FloatOp(CollectiveOp::Kind::kAllReduce, p1, p1, kCount)}, kDefaultStream));
   ASSERT_OK(ctx_->MemcpyAsync(Host(out0.data()), p0, kCount * 4, CopyKind::kDeviceToHost, kDefaultStream));
   ASSERT_OK(other->MemcpyAsync(Host(out1.data()), p1, kCount * 4, CopyKind::kDeviceToHost, kDefaultStream));
   ASSERT_OK(ctx_->SynchronizeStream(kDefaultStream));

@@ -24,11 +24,16 @@ constexpr auto kFinalizeLimit = std::chrono::seconds(60);
 
 ncclRedOp_t BuiltinOp(std::uint8_t redop) { return static_cast<ncclRedOp_t>(redop); }
 
+// Drops the ranks that are gone from one id's list (CudaCollectives::mu_ held).
+void DropExpired(std::vector<std::weak_ptr<CudaCommRank>>* ranks) {
+  ranks->erase(std::remove_if(ranks->begin(), ranks->end(), [](const auto& w) { return w.expired(); }), ranks->end());
+}
+
 }  // namespace
 
 // ---- CudaCommRank -------------------------------------------------------------
 
-Status CudaCommRank::Cuda(CUresult result, const std::string& what) const {
+Status CudaCommRank::Cuda(CUresult result, std::string_view what) const {
   return CudaStatus(result, what, driver_.get());
 }
 
@@ -36,7 +41,9 @@ Status CudaCommRank::WaitReady(const std::string& what, const std::function<bool
   auto pause = std::chrono::duration_cast<std::chrono::microseconds>(kPollMin);
   for (;;) {
     ncclResult_t state = ncclInProgress;
-    PHOS_RETURN_IF_ERROR(Nccl(nccl_->CommGetAsyncError(comm_, &state), what + ": ncclCommGetAsyncError"));
+    if (const ncclResult_t r = nccl_->CommGetAsyncError(comm_, &state); r != ncclSuccess) {
+      return Nccl(r, what + ": ncclCommGetAsyncError");
+    }
     if (state == ncclSuccess) return Status::Ok();
     if (state != ncclInProgress) return Nccl(state, what);
     if (aborting_.load(std::memory_order_acquire)) {
@@ -84,31 +91,40 @@ Status CudaCommRank::RunGroup(const std::vector<CollectiveOp>& ops, CUcontext se
       if (!first.ok()) break;
       made_ops.push_back(redop);
     }
-    const std::string what = "op " + std::to_string(i) + " of the group";
+    // The op's message is composed only when the call fails.
+    ncclResult_t r = ncclSuccess;
+    const char* name = "";
     switch (op.kind) {
       case CollectiveOp::Kind::kAllReduce:
-        first = Nccl(n.AllReduce(send, recv, op.count, type, redop, comm_, stream_), "ncclAllReduce (" + what + ")");
+        name = "ncclAllReduce";
+        r = n.AllReduce(send, recv, op.count, type, redop, comm_, stream_);
         break;
       case CollectiveOp::Kind::kBroadcast:
-        first = Nccl(n.Broadcast(send, recv, op.count, type, op.peer, comm_, stream_), "ncclBroadcast (" + what + ")");
+        name = "ncclBroadcast";
+        r = n.Broadcast(send, recv, op.count, type, op.peer, comm_, stream_);
         break;
       case CollectiveOp::Kind::kReduce:
-        first = Nccl(n.Reduce(send, recv, op.count, type, redop, op.peer, comm_, stream_), "ncclReduce (" + what + ")");
+        name = "ncclReduce";
+        r = n.Reduce(send, recv, op.count, type, redop, op.peer, comm_, stream_);
         break;
       case CollectiveOp::Kind::kAllGather:
-        first = Nccl(n.AllGather(send, recv, op.count, type, comm_, stream_), "ncclAllGather (" + what + ")");
+        name = "ncclAllGather";
+        r = n.AllGather(send, recv, op.count, type, comm_, stream_);
         break;
       case CollectiveOp::Kind::kReduceScatter:
-        first = Nccl(n.ReduceScatter(send, recv, op.count, type, redop, comm_, stream_),
-                     "ncclReduceScatter (" + what + ")");
+        name = "ncclReduceScatter";
+        r = n.ReduceScatter(send, recv, op.count, type, redop, comm_, stream_);
         break;
       case CollectiveOp::Kind::kSend:
-        first = Nccl(n.Send(send, op.count, type, op.peer, comm_, stream_), "ncclSend (" + what + ")");
+        name = "ncclSend";
+        r = n.Send(send, op.count, type, op.peer, comm_, stream_);
         break;
       case CollectiveOp::Kind::kRecv:
-        first = Nccl(n.Recv(recv, op.count, type, op.peer, comm_, stream_), "ncclRecv (" + what + ")");
+        name = "ncclRecv";
+        r = n.Recv(recv, op.count, type, op.peer, comm_, stream_);
         break;
     }
+    if (r != ncclSuccess) first = Nccl(r, std::string(name) + " (op " + std::to_string(i) + " of the group)");
   }
   // A group once started is always ended, also after a failed op (NCCL
   // then drops the group and reports the error here too).
@@ -174,15 +190,14 @@ CudaCommRank::~CudaCommRank() {
     // ncclCommDestroy's contract: finalize (every op of this rank done),
     // then free. A finalize that cannot end (a peer never came) is aborted.
     (void)d.CtxSetCurrent(primary_);
-    ncclResult_t r = nccl_->CommFinalize(comm_);
-    if (r == ncclInProgress) {
-      const auto limit = std::chrono::steady_clock::now() + kFinalizeLimit;
-      r = WaitReady("ncclCommFinalize", [limit] { return std::chrono::steady_clock::now() > limit; }).ok()
-              ? ncclSuccess
-              : ncclInternalError;
-    }
-    if (r == ncclSuccess) {
-      r = nccl_->CommDestroy(comm_);
+    const auto limit = std::chrono::steady_clock::now() + kFinalizeLimit;
+    const ncclResult_t finalize = nccl_->CommFinalize(comm_);
+    const bool finished =
+        finalize == ncclSuccess ||
+        (finalize == ncclInProgress &&
+         WaitReady("ncclCommFinalize", [limit] { return std::chrono::steady_clock::now() > limit; }).ok());
+    if (finished) {
+      const ncclResult_t r = nccl_->CommDestroy(comm_);
       if (r != ncclSuccess && r != ncclInProgress) {
         spdlog::warn("NCCL rank {}: ncclCommDestroy: {}", rank_, NcclResultName(r));
       }
@@ -255,7 +270,7 @@ Status CudaCollectives::Join(const CommunicatorId& id, int nranks, int rank, CUd
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& ranks = members_[id];
-    ranks.erase(std::remove_if(ranks.begin(), ranks.end(), [](const auto& w) { return w.expired(); }), ranks.end());
+    DropExpired(&ranks);
     ranks.push_back(r);
   }
   *out = std::move(r);
@@ -279,10 +294,9 @@ void CudaCollectives::Forget(const CommunicatorId& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = members_.find(id);
   if (it == members_.end()) return;
-  auto& ranks = it->second;
-  // The rank being destroyed has expired already: pruning drops it.
-  ranks.erase(std::remove_if(ranks.begin(), ranks.end(), [](const auto& w) { return w.expired(); }), ranks.end());
-  if (ranks.empty()) members_.erase(it);
+  // The rank being destroyed has expired already: this drops it.
+  DropExpired(&it->second);
+  if (it->second.empty()) members_.erase(it);
 }
 
 }  // namespace phos::backend::cuda

@@ -41,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/collective.h"
@@ -95,8 +96,12 @@ class CudaCommRank final : public CommRank {
   bool AbortHere(const std::string& why);
   /// Polls the communicator until it is no longer in progress (mu_ held).
   Status WaitReady(const std::string& what, const std::function<bool()>& cancelled);
-  Status Nccl(ncclResult_t result, const std::string& what) const { return NcclStatus(result, what, nccl_.get()); }
-  Status Cuda(CUresult result, const std::string& what) const;
+  // Results as Status; `what` becomes a string only for a failure (these
+  // check every call of a group, which a training step issues each step).
+  Status Nccl(ncclResult_t result, std::string_view what) const {
+    return result == ncclSuccess ? Status::Ok() : NcclStatus(result, std::string(what), nccl_.get());
+  }
+  Status Cuda(CUresult result, std::string_view what) const;
 
   const std::shared_ptr<const CudaDriver> driver_;
   const std::shared_ptr<const NcclLibrary> nccl_;

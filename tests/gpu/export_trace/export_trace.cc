@@ -114,26 +114,41 @@ void OpenLog() {
   });
 }
 
-// Whether [p, p + bytes) lies in one mapping with all of `perms` (e.g. "r",
-// "x"), read from /proc/self/maps (only when a table is handed out).
-bool Mapped(const void* p, std::size_t bytes, const char* perms) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  FILE* maps = std::fopen("/proc/self/maps", "re");
-  if (maps == nullptr) return false;
-  char line[512];
-  bool found = false;
-  while (!found && std::fgets(line, sizeof line, maps) != nullptr) {
+// The process's mappings, read once from /proc/self/maps for each table
+// handed out (a table's words are checked against them one by one).
+struct Mappings {
+  struct Range {
     std::uintptr_t lo = 0, hi = 0;
     char mode[8] = {};
-    if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s", &lo, &hi, mode) != 3) continue;
-    if (a < lo || a + bytes > hi) continue;
-    found = true;
-    for (const char* c = perms; *c != '\0'; ++c) found = found && std::strchr(mode, *c) != nullptr;
-    break;
+  };
+  Range range[4096];
+  int count = 0;
+
+  void Read() {
+    count = 0;
+    FILE* maps = std::fopen("/proc/self/maps", "re");
+    if (maps == nullptr) return;
+    char line[512];
+    while (count < static_cast<int>(sizeof range / sizeof range[0]) && std::fgets(line, sizeof line, maps) != nullptr) {
+      Range& r = range[count];
+      if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %7s", &r.lo, &r.hi, r.mode) == 3) ++count;
+    }
+    std::fclose(maps);
   }
-  std::fclose(maps);
-  return found;
-}
+  // Whether [p, p + bytes) lies in one mapping with all of `perms` ("r", "x").
+  bool Has(const void* p, std::size_t bytes, const char* perms) const {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    for (int i = 0; i < count; ++i) {
+      if (a < range[i].lo || a + bytes > range[i].hi) continue;
+      for (const char* c = perms; *c != '\0'; ++c) {
+        if (std::strchr(range[i].mode, *c) == nullptr) return false;
+      }
+      return true;
+    }
+    return false;
+  }
+};
+Mappings g_maps;  // guarded by g_mu (Wrap)
 
 void FormatUuid(const unsigned char* b, char* out) {
   std::snprintf(out, 40, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
@@ -258,7 +273,8 @@ const void* Wrap(const void* original, const unsigned char* uuid) {
   }
   char name[40];
   FormatUuid(uuid, name);
-  if (g_table_count == kMaxTables || !Mapped(original, 8, "r")) {
+  g_maps.Read();
+  if (g_table_count == kMaxTables || !g_maps.Has(original, 8, "r")) {
     char line[160];
     const int len = std::snprintf(line, sizeof line, "export-trace: table %s at %p handed out unwrapped\n", name,
                                   original);
@@ -271,11 +287,11 @@ const void* Wrap(const void* original, const unsigned char* uuid) {
   if (words[0] != 0 && words[0] % 8 == 0 && words[0] <= 8 * kMaxSlots) {
     sized = true;
     count = static_cast<int>(words[0] / 8);
-    if (!Mapped(original, words[0], "r")) count = 1;
+    if (!g_maps.Has(original, words[0], "r")) count = 1;
   } else {
-    while (count < kMaxSlots && Mapped(words + count, 8, "r")) {
+    while (count < kMaxSlots && g_maps.Has(words + count, 8, "r")) {
       const auto* w = reinterpret_cast<const void*>(words[count]);
-      if (w != nullptr && !Mapped(w, 1, "x")) break;
+      if (w != nullptr && !g_maps.Has(w, 1, "x")) break;
       ++count;
     }
   }
@@ -290,7 +306,7 @@ const void* Wrap(const void* original, const unsigned char* uuid) {
   for (int i = 0; i < count; ++i) {
     const auto* w = reinterpret_cast<const void*>(words[i]);
     t.copy[i] = const_cast<void*>(w);
-    if ((sized && i == 0) || w == nullptr || !Mapped(w, 1, "x")) continue;
+    if ((sized && i == 0) || w == nullptr || !g_maps.Has(w, 1, "x")) continue;
     t.slot[i].original = w;
     if (const void* thunk = MakeThunk(index, i); thunk != nullptr) {
       t.copy[i] = const_cast<void*>(thunk);

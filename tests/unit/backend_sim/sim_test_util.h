@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/backend_factory.h"
+#include "collective_ops.h"
 
 #define SIM_ASSERT_OK(expr)                                    \
   do {                                                         \
@@ -64,19 +65,8 @@ struct SimFixture {
 };
 
 /// A float32 collective op of the sim's NCCL tests (sim_collectives_test,
-/// sim_fabric_test).
-inline CollectiveOp FloatOp(CollectiveOp::Kind kind, DevicePtr send, DevicePtr recv, std::uint64_t count,
-                            int peer = 0, std::uint8_t redop = 0) {
-  CollectiveOp op;
-  op.kind = kind;
-  op.datatype = 7;  // ncclFloat32
-  op.redop = redop;
-  op.send = send;
-  op.recv = recv;
-  op.count = count;
-  op.peer = peer;
-  return op;
-}
+/// sim_fabric_test): the backend tests' one (tests/common/collective_ops.h).
+using testing::FloatOp;
 
 /// Device memory of the sim is phosd's memory: its floats.
 inline float* Floats(DevicePtr p) { return reinterpret_cast<float*>(p); }
