@@ -51,6 +51,7 @@ Status CheckpointTask::Capture(session::SessionState& st) {
     result_.stall_us = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
   };
+  if (Status s = RefuseSeveralDevices(st); !s.ok()) return s;
   progress_->SetPhase("quiesce", "waiting for the session's GPU work to finish");
   // Everything the app enqueued finishes; a kernel fault is sticky and
   // makes the device state meaningless: refuse rather than save garbage.

@@ -63,6 +63,16 @@ void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
 
 }  // namespace
 
+Status RefuseSeveralDevices(const session::SessionState& st) {
+  if (!session::UsesSeveralDevices(st)) return Status::Ok();  // every context of the session is the home one
+  std::string gpus = std::to_string(st.device);
+  for (const auto& [device, ctx] : st.other_contexts) gpus += ", " + std::to_string(device);
+  return Status::FailedPrecondition(
+      "session " + std::to_string(st.session_id) + " uses several GPUs (phosd's " + gpus +
+      "): phos cannot checkpoint a process that uses more than one GPU yet (docs/interposer.md \"Several GPUs in "
+      "one process\"); run one process per GPU (as torchrun does) to checkpoint it, as a job if it uses NCCL");
+}
+
 SessionSnapshot CaptureSnapshot(const session::SessionState& st) {
   SessionSnapshot s;
   for (const auto& [addr, bytes] : st.buffers) s.buffers.push_back({addr, bytes});

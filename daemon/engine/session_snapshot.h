@@ -97,6 +97,11 @@ struct SessionSnapshot {
   SessionObjects objects;                // for a fresh restore (see above)
 };
 
+/// FailedPrecondition, naming the GPUs, when the session uses more than
+/// one GPU: an image holds one GPU's state (SessionHandles.device), so
+/// every checkpoint refuses such a session by name before it touches it.
+Status RefuseSeveralDevices(const session::SessionState& st);
+
 /// What the session holds now (consumer thread).
 SessionSnapshot CaptureSnapshot(const session::SessionState& st);
 /// The manifest's SessionIndex of `s` (its first_use goes to the manifest's

@@ -11,7 +11,7 @@
 // The memory belongs to a context of the pool's own (one per GPU), never
 // handed to a session: a session's streams copy into it (a D2D between two
 // contexts' memory of one device; the sim's copies check no owner, the
-// cuda backend's cuMemcpyDtoDAsync relies on unified addressing — not yet
+// cuda backend's cuMemcpyAsync infers it from unified addresses — not yet
 // run on a GPU), no kernel ever touches it.
 //
 // Until a device's reserve is filled (or when its allocation failed: the

@@ -188,6 +188,7 @@ Status EnqueueH2DPieces(SessionState& st, std::span<const std::byte> src, const 
     }
   }
   r.bytes.assign(src.begin(), src.end());
+  r.ctx = st.ctx;
   for (const H2DPiece& piece : pieces) {
     PHOS_RETURN_IF_ERROR(st.ctx->MemcpyAsync(piece.dst, reinterpret_cast<uint64_t>(r.bytes.data() + piece.offset),
                                              piece.bytes, backend::CopyKind::kHostToDevice, stream));
@@ -225,6 +226,38 @@ CallView ViewOnStream(const SessionState& st, const CallContext& call, backend::
 
 // ---------------------------------------------------------------- session-wide state (call_handlers.h)
 
+void ReleaseOtherDevices(SessionState& st) {
+  if (st.other_contexts.empty()) return;
+  for (const auto& [device, ctx] : st.other_contexts) {
+    if (Status s = ctx->Synchronize(); !s.ok()) {
+      spdlog::info("session {}: pending work on GPU {} ended with: {}", st.session_id, device, s.ToString());
+    }
+  }
+  auto in = [&](int device) { return st.other_contexts.at(device); };
+  for (auto& [id, device] : st.event_devices) {
+    if (auto e = st.events.find(id); e != st.events.end()) (void)in(device)->DestroyEvent(e->second);
+    st.events.erase(id);
+    st.event_flags.erase(id);
+  }
+  for (auto& [id, device] : st.stream_devices) {
+    if (auto e = st.streams.find(id); e != st.streams.end()) (void)in(device)->DestroyStream(e->second);
+    st.streams.erase(id);
+    st.stream_flags.erase(id);
+  }
+  for (auto& [key, h] : st.device_modules) (void)in(key.first)->UnloadModule(h);
+  for (auto it = st.buffer_devices.begin(); it != st.buffer_devices.end(); ++it) {
+    if (Status f = in(it->second)->Free(it->first); !f.ok()) {
+      spdlog::warn("session {}: freeing 0x{:x} on GPU {}: {}", st.session_id, it->first, it->second, f.ToString());
+    }
+    if (auto b = st.buffers.find(it->first); b != st.buffers.end()) st.buffers.Erase(b);
+  }
+  st.event_devices.clear();
+  st.stream_devices.clear();
+  st.device_modules.clear();
+  st.device_functions.clear();
+  st.buffer_devices.clear();
+}
+
 Status CreateStreamWithId(SessionState& st, uint32_t stream_id, uint32_t flags, int32_t priority,
                           const CallView* admit) {
   if (stream_id == 0 || st.streams.count(stream_id)) {
@@ -234,6 +267,7 @@ Status CreateStreamWithId(SessionState& st, uint32_t stream_id, uint32_t flags, 
   PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->CreateStream(flags, priority, &h); }));
   st.streams[stream_id] = h;
   st.stream_flags[stream_id] = SessionState::StreamFlags{flags, priority};
+  NoteObjectDevice(&st.stream_devices, st, stream_id);
   return Status::Ok();
 }
 
@@ -245,16 +279,21 @@ Status CreateEventWithId(SessionState& st, uint32_t event_id, uint32_t flags, co
   PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->CreateEvent(flags, &h); }));
   st.events[event_id] = h;
   st.event_flags[event_id] = flags;
+  NoteObjectDevice(&st.event_devices, st, event_id);
   return Status::Ok();
 }
 
 void ReapRetained(SessionState& st, bool wait_all) {
   if (st.retained.empty() && st.pending_frees.empty()) return;
-  if (wait_all) st.Defer(st.ctx->Synchronize());
+  if (wait_all) {
+    st.Defer(HomeContext(st)->Synchronize());
+    for (const auto& [device, ctx] : st.other_contexts) st.Defer(ctx->Synchronize());
+  }
   for (auto it = st.pending_frees.begin(); it != st.pending_frees.end();) {
-    if (wait_all || st.ctx->QueryEvent(it->event).ok()) {
-      (void)st.ctx->DestroyEvent(it->event);
-      if (Status f = st.ctx->Free(it->ptr); !f.ok()) {
+    backend::Context* ctx = it->ctx != nullptr ? it->ctx : HomeContext(st);
+    if (wait_all || ctx->QueryEvent(it->event).ok()) {
+      (void)ctx->DestroyEvent(it->event);
+      if (Status f = ctx->Free(it->ptr); !f.ok()) {
         spdlog::warn("session {}: releasing 0x{:x} (freed in stream order): {}", st.session_id, it->ptr,
                      f.ToString());
       }
@@ -264,8 +303,9 @@ void ReapRetained(SessionState& st, bool wait_all) {
     }
   }
   for (auto it = st.retained.begin(); it != st.retained.end();) {
-    if (wait_all || st.ctx->QueryEvent(it->event).ok()) {
-      (void)st.ctx->DestroyEvent(it->event);
+    backend::Context* ctx = it->ctx != nullptr ? it->ctx : HomeContext(st);
+    if (wait_all || ctx->QueryEvent(it->event).ok()) {
+      (void)ctx->DestroyEvent(it->event);
       st.retained_bytes -= it->bytes.size();
       if (st.spare_host_bytes + it->bytes.capacity() <= kMaxRetainedBytes) {
         st.spare_host_bytes += it->bytes.capacity();
@@ -284,7 +324,10 @@ StagingArenaRange StagingArena(const SessionState& st) {
 }
 
 void PinStagingArena(SessionState& st) {
-  if (st.ctx == nullptr || st.staging_pinned_for == st.ctx || st.region_base == nullptr) return;
+  // Pinned with the home context only: a context of another GPU copies
+  // through it pageable (correct, slower), and teardown knows what to undo.
+  if (st.ctx == nullptr || st.ctx != HomeContext(st)) return;
+  if (st.staging_pinned_for == st.ctx || st.region_base == nullptr) return;
   st.staging_pinned_for = st.ctx;
   const StagingArenaRange arena = StagingArena(st);
   if (arena.bytes == 0) return;
@@ -304,6 +347,7 @@ void ReleaseAll(SessionState& st) {
   Status s = st.ctx->Synchronize();
   if (!s.ok()) spdlog::info("session {}: pending work ended with: {}", st.session_id, s.ToString());
   ReapRetained(st, true);
+  ReleaseOtherDevices(st);
   // Nothing runs any more: the segments' registrations can go (the
   // mappings stay for a context made after a device reset).
   st.host_segments.Unregister(st.ctx);

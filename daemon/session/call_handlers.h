@@ -40,9 +40,37 @@ namespace phos::session {
 /// thread), so no lock.
 struct SessionState {
   uint64_t session_id = 0;
+  // The session's home GPU (phosd's ordinal) and its context: the GPU the
+  // process started on, or moved to while it held nothing (MoveToDevice).
+  // Checkpoints, restores and `phos ps` know this one.
   int device = 0;
   backend::Backend* backend = nullptr;  // not owned; outlives the session
-  backend::Context* ctx = nullptr;      // owned by the Session
+  // The context the handlers work in: the home context between calls; during
+  // a call, the context of the call's GPU (SelectCallDevice). Owned by the
+  // Session.
+  backend::Context* ctx = nullptr;
+  // The home context while a call runs on another GPU (ctx points there
+  // then); null between calls. HomeContext() reads whichever holds it.
+  backend::Context* home_ctx = nullptr;
+  // Several GPUs in one process (docs/interposer.md "Several GPUs in one
+  // process"): the contexts of the other GPUs it used (phosd's ordinal ->
+  // context, owned by the Session; made by `add_context` when a call first
+  // names that GPU), and where each object of theirs lives. Objects of the
+  // home GPU are in none of the *_devices maps, so a one-GPU session (every
+  // checkpoint and restore) never reads them.
+  std::map<int, backend::Context*> other_contexts;
+  int call_device = 0;                                // the GPU of the call being executed
+  std::map<uint64_t, int> buffer_devices;             // buffer start -> GPU (not home)
+  std::unordered_map<uint32_t, int> stream_devices;   // virtual stream id -> GPU (not home)
+  std::unordered_map<uint32_t, int> event_devices;    // virtual event id -> GPU (not home)
+  // Modules and functions loaded on another GPU, lazily when first used
+  // there (as CUDA's lazy loading): (GPU, module id) -> handle, (GPU,
+  // function id) -> handle. The home handles are in `modules`/`functions`.
+  std::map<std::pair<int, uint32_t>, backend::ModuleHandle> device_modules;
+  std::map<std::pair<int, uint32_t>, backend::FunctionHandle> device_functions;
+  // Set by the Session: makes a context on GPU `device` (not the home one,
+  // none there yet) and records it in other_contexts.
+  std::function<Status(int device)> add_context;
   ring::RingServer* ring = nullptr;     // owned by the Session
   std::byte* region_base = nullptr;     // the mapped region (SharedRegion owns it)
   ring::RingGeometry geometry;          // phosd's private copy
@@ -141,6 +169,7 @@ struct SessionState {
   struct RetainedHost {
     backend::EventHandle event = 0;
     std::vector<std::byte> bytes;
+    backend::Context* ctx = nullptr;  // the event's context (a session's, alive while the entry is)
   };
   std::deque<RetainedHost> retained;
   uint64_t retained_bytes = 0;
@@ -151,6 +180,7 @@ struct SessionState {
   struct PendingFree {
     backend::EventHandle event = 0;
     uint64_t ptr = 0;
+    backend::Context* ctx = nullptr;  // the event's and the buffer's context
   };
   std::deque<PendingFree> pending_frees;
   // Buffers of reaped RetainedHost entries, reused by the next staged copy:
@@ -269,6 +299,12 @@ void ReapRetained(SessionState& st, bool wait_all);
 /// image and builds its kernel access plans).
 Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const std::byte> image,
                         const CallView* admit);
+/// Records every module-scope variable of module `module_id` (its PTX's,
+/// ModuleKernels::variables) as a global of the session whose address the
+/// app does not hold: a checkpoint then saves what kernels wrote into
+/// them, and a restore puts it back, although the host never named them
+/// (kModuleLoad does this; a restore takes them from the image's globals).
+void RecordModuleVariables(SessionState& st, uint32_t module_id);
 /// kModuleGetFunction: resolves `name` in module `module_id` as `function_id`.
 Status GetFunctionWithId(SessionState& st, uint32_t module_id, uint32_t function_id, const std::string& name,
                          const CallView* admit);
@@ -336,9 +372,39 @@ void PinStagingArena(SessionState& st);
 /// retained host bytes, destroy events and streams, unload modules, free
 /// every buffer. Errors are logged, not returned.
 void ReleaseAll(SessionState& st);
+/// ReleaseAll's part for the objects on the session's other GPUs (each in
+/// its own context): their events, streams, modules and buffers. The
+/// contexts themselves stay (the Session drops them).
+void ReleaseOtherDevices(SessionState& st);
 /// Aborts every NCCL communicator rank the session holds (its peers' waits
 /// fail with `why` instead of hanging) and forgets them (nccl_handlers.cc).
 void AbortCommunicators(SessionState& st, const std::string& why);
+/// The context of phosd's GPU `device` for this session (home or other),
+/// or null when the session has none there.
+backend::Context* ContextOf(const SessionState& st, int device);
+/// The home context, also while a call runs on another GPU.
+backend::Context* HomeContext(const SessionState& st);
+/// The GPU a buffer (by its start) lives on: the home GPU unless recorded.
+int DeviceOfBuffer(const SessionState& st, uint64_t ptr);
+/// Makes st.ctx the context of `device` for the call about to run
+/// (Session::Run, per record): a GPU the session has no context on yet
+/// gets one — the home one moves there while the session holds nothing,
+/// else a further context is made (add_context).
+Status SelectCallDevice(SessionState& st, int device);
+/// Back to the home context after a call.
+void SelectHomeDevice(SessionState& st);
+/// The GPU record `rec` runs on: its stream's for a call on a stream, else
+/// the calling thread's (the frame's device byte); the home GPU for calls
+/// that need no context (device queries, kSetDevice, device output).
+int CallDevice(const SessionState& st, const ring::Record& rec);
+/// Bytes of device printf output waiting in any of the session's contexts.
+std::size_t PendingDeviceOutput(const SessionState& st);
+/// Whether the session holds device state on more than its home GPU (a
+/// checkpoint refuses it by name: not supported yet).
+bool UsesSeveralDevices(const SessionState& st);
+/// What the session holds on its GPUs, as words for a message ("" = nothing).
+std::string DeviceStateHeld(const SessionState& st);
+
 /// Puts the session on phosd's GPU `device` by replacing its context (it
 /// must hold nothing on the GPU: cudaSetDevice before the first allocation,
 /// a restore into a fresh session). On failure it stays where it was.

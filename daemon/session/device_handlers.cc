@@ -5,12 +5,11 @@
 //
 // Every query names phosd's ordinal of a GPU (libphos.so maps the app's
 // ordinals through CUDA_VISIBLE_DEVICES); any GPU of the daemon may be
-// asked about. A session runs on ONE of them (st.device): its allocations,
-// streams and modules all live in one backend context. kSetDevice moves a
-// session that holds nothing yet to another GPU — what a process of a
-// multi-GPU job does with cudaSetDevice(local_rank) before its first
-// allocation; a process that already holds device state on one GPU is
-// refused a second one by name (docs/interposer.md "Devices").
+// asked about. A session has a context on each GPU its process uses
+// (several_devices.cc): kSetDevice makes the one of the GPU named — by
+// moving the session's only context while it holds nothing (what a rank
+// process does with cudaSetDevice(local_rank) first), else by adding one
+// (docs/interposer.md "Several GPUs in one process").
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -93,29 +92,15 @@ void HandleDeviceGetAttribute(SessionState& st, const CallContext& call, const w
   out->Set(wire::ValueReply{v});
 }
 
-static std::string DeviceStateHeld(const SessionState& st) {
-  if (!st.buffers.empty()) return std::to_string(st.buffers.size()) + " allocation(s)";
-  if (!st.streams.empty()) return std::to_string(st.streams.size()) + " stream(s)";
-  if (!st.events.empty()) return std::to_string(st.events.size()) + " event(s)";
-  if (!st.modules.empty() || !st.pending_images.empty()) return "loaded modules";
-  if (!st.texture_objects.empty()) return "texture or surface objects";
-  if (st.host_segments.count() != 0) return "pinned host memory";
-  if (!st.comms.empty()) return "NCCL communicators";
-  return "";
-}
-
 void HandleSetDevice(SessionState& st, const CallContext& call, const wire::DeviceRequest& req, Outcome* out) {
   if (!IsDaemonDevice(st, req.device, out)) return;
-  if (req.device == st.device) return;
-  if (const std::string held = DeviceStateHeld(st); !held.empty()) {
-    return out->Fail(WireStatus::kNotSupported,
-                     "cudaSetDevice to GPU " + std::to_string(req.device) + ": this process already holds " + held +
-                         " on GPU " + std::to_string(st.device) +
-                         "; a process under phos uses one GPU (call cudaSetDevice before its first allocation)");
-  }
+  if (ContextOf(st, req.device) != nullptr) return;
+  // The context is made now, so that a GPU that cannot have one fails
+  // cudaSetDevice rather than the next call; the thread's later calls name
+  // the GPU themselves (the frame's device byte).
   CallView v = ViewOf(st, call);
-  v.kind = AccessKind::kUnknown;  // the context changes under everything
-  out->Fail(st.executor->Run(v, [&] { return MoveToDevice(st, req.device); }));
+  v.kind = AccessKind::kUnknown;  // a move replaces the context under everything
+  out->Fail(st.executor->Run(v, [&] { return SelectCallDevice(st, req.device); }));
 }
 
 Status MoveToDevice(SessionState& st, int device) {
@@ -125,6 +110,9 @@ Status MoveToDevice(SessionState& st, int device) {
   st.device = device;
   Status r = st.replace_context();
   if (!r.ok()) st.device = old;  // the old context stays
+  // Whatever the caller makes next is made on the (new) home GPU: a restore
+  // recreating streams, or the call that named this GPU.
+  st.call_device = st.device;
   return r;
 }
 
@@ -134,7 +122,13 @@ void HandleTakeDeviceOutput(SessionState& st, const CallContext& call, const wir
     return out->Fail(WireStatus::kInvalidValue, "bad reply chunk " + std::to_string(req.reply_chunk));
   }
   std::string text;
-  st.ctx->TakeDeviceOutput(st.geometry.chunk_bytes, &text);
+  HomeContext(st)->TakeDeviceOutput(st.geometry.chunk_bytes, &text);
+  for (const auto& [device, ctx] : st.other_contexts) {
+    if (text.size() >= st.geometry.chunk_bytes) break;
+    std::string more;
+    ctx->TakeDeviceOutput(st.geometry.chunk_bytes - text.size(), &more);
+    text += more;
+  }
   std::memcpy(wire::ChunkBytes(st.region_base, st.geometry, req.reply_chunk), text.data(), text.size());
   out->Set(wire::ChunkReply{text.size()});
 }

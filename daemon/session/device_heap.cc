@@ -24,6 +24,7 @@ void HandleDeviceSetLimit(SessionState& st, const CallContext& call, const wire:
     if (req.value == 0) return out->Fail(WireStatus::kInvalidValue, "a printf FIFO of 0 bytes");
     return out->Fail(st.ctx->SetDeviceOutputLimit(req.value));
   }
+  if (Status h = HomeDeviceOnly(st, "cudaLimitMallocHeapSize"); !h.ok()) return out->Fail(h);
   if (req.limit != wire::kLimitMallocHeapSize) {
     return out->Fail(WireStatus::kInvalidValue, "phosd applies no limit " + std::to_string(req.limit));
   }
@@ -40,6 +41,7 @@ void HandleDeviceSetLimit(SessionState& st, const CallContext& call, const wire:
 
 Status EnsureDeviceHeap(SessionState& st, const CallView* admit) {
   if (st.device_heap != 0 || !st.ctx->WantsDeviceHeap()) return Status::Ok();
+  PHOS_RETURN_IF_ERROR(HomeDeviceOnly(st, "a kernel that calls malloc (the device heap)"));
   backend::DevicePtr ptr = 0;
   const uint64_t bytes = st.device_heap_bytes;
   Status s = RunMaybeAdmitted(st, admit, [&] {

@@ -14,11 +14,8 @@ using wire::WireStatus;
 
 namespace {
 
-Status FindFunction(const SessionState& st, uint32_t id, backend::FunctionHandle* out) {
-  auto it = st.functions.find(id);
-  if (it == st.functions.end()) return Status::NotFound("unknown function id " + std::to_string(id));
-  *out = it->second.handle;
-  return Status::Ok();
+Status FindFunction(SessionState& st, uint32_t id, backend::FunctionHandle* out) {
+  return FunctionOnCallDevice(st, id, out);
 }
 
 }  // namespace
@@ -65,7 +62,17 @@ Status SetFunctionAttributeOf(SessionState& st, uint32_t function_id, int32_t at
                                    " cannot be set (only 8 and 9)");
   }
   const backend::FunctionHandle f = it->second.handle;
-  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->SetFunctionAttribute(f, attr, value); }));
+  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] {
+    // The function on every GPU it was resolved on (the attribute names
+    // the function, not a device); a GPU that resolves it later applies
+    // `attributes` then (FunctionOnCallDevice).
+    PHOS_RETURN_IF_ERROR(HomeContext(st)->SetFunctionAttribute(f, attr, value));
+    for (const auto& [key, handle] : st.device_functions) {
+      if (key.second != function_id) continue;
+      PHOS_RETURN_IF_ERROR(ContextOf(st, key.first)->SetFunctionAttribute(handle, attr, value));
+    }
+    return Status::Ok();
+  }));
   it->second.attributes[attribute] = value;
   return Status::Ok();
 }
@@ -73,6 +80,11 @@ Status SetFunctionAttributeOf(SessionState& st, uint32_t function_id, int32_t at
 /// ReleaseAll, a fresh context (which also drops the old one's sticky kernel
 /// faults), no deferred error; the session stays connected and usable.
 void HandleDeviceReset(SessionState& st, const CallContext& call, const wire::NoPayload& req, Outcome* out) {
+  if (UsesSeveralDevices(st)) {
+    return out->Fail(WireStatus::kNotSupported,
+                     "cudaDeviceReset in a process that uses several GPUs: phos resets the device of a one-GPU "
+                     "process only (docs/interposer.md \"Several GPUs in one process\")");
+  }
   CallView v = ViewOf(st, call);
   v.kind = AccessKind::kUnknown;  // it frees every buffer of the session
   Status s = st.executor->Run(v, [&] {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "protocol/calls.h"
@@ -82,6 +83,25 @@ Status EnqueueH2DPieces(SessionState& st, std::span<const std::byte> src, const 
                         backend::StreamHandle stream);
 /// Enqueues an H2D copy from bytes phosd keeps until the copy has run.
 Status EnqueueH2D(SessionState& st, uint64_t dst, std::span<const std::byte> src, backend::StreamHandle stream);
+
+/// Records that object `id` was made on the call's GPU when that is not
+/// the home one (several_devices.cc).
+void NoteObjectDevice(std::unordered_map<uint32_t, int>* devices, const SessionState& st, uint32_t id);
+/// Pinned host segments are registered with the home context; a call on
+/// another GPU copies from them as from pageable memory (phosd's mapping of
+/// the same bytes either way).
+Status EnsurePinnedSegments(SessionState& st);
+/// NotSupported naming `what` when the call runs on a GPU other than the
+/// session's home one: what phos does on the first GPU of a process only.
+Status HomeDeviceOnly(const SessionState& st, const char* what);
+/// The context of stream / event `id` (its GPU's; the home one for an id
+/// the session does not know, which the caller's lookup then refuses).
+backend::Context* StreamContext(const SessionState& st, uint32_t id);
+backend::Context* EventContext(const SessionState& st, uint32_t id);
+/// Module `module_id` / function `function_id` in the context of the call's
+/// GPU, loaded (resolved) there the first time it is used on it.
+Status ModuleOnCallDevice(SessionState& st, uint32_t module_id, backend::ModuleHandle* out);
+Status FunctionOnCallDevice(SessionState& st, uint32_t function_id, backend::FunctionHandle* out);
 
 /// What the executor shows the admission hook about a call: api, session,
 /// the frame's stream, synchronous when the app waits. The handler adds

@@ -193,6 +193,7 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
   PHOS_RETURN_IF_ERROR(ReadImage(bytes, &ik));
   out->has_ptx = ik.has_ptx;
   out->may_have_variables = ik.ptx.empty() || PtxDeclaresModuleVariables(ik.ptx);
+  if (!ik.ptx.empty()) out->variables = PtxModuleVariableNames(ik.ptx);
   out->may_use_textures = ik.ptx.empty() || PtxUsesTextures(ik.ptx);
   // Without PTX only a GPU runs the module, and its driver keeps its own heap.
   out->uses_device_heap = !ik.ptx.empty() && PtxUsesDeviceHeap(ik.ptx);
@@ -383,6 +384,41 @@ std::optional<std::set<std::string>> KernelsSettingGraphConditionals(std::string
 
 bool PtxUsesDeviceHeap(std::string_view ptx) {
   return ForEachExternFunction(ptx, [](std::string_view name) { return ptx::IsDeviceHeapFunction(name); });
+}
+
+std::vector<std::string> PtxModuleVariableNames(std::string_view ptx) {
+  std::vector<std::string> names;
+  int depth = 0;  // brace depth: module scope is depth 0
+  ForEachLine(ptx, [&](std::string_view line) {
+    const int at_depth = depth;
+    for (char c : line) {
+      if (c == '{') ++depth;
+      if (c == '}' && depth > 0) --depth;
+    }
+    std::size_t i = line.find_first_not_of(" \t");
+    if (at_depth != 0 || i == std::string_view::npos) return false;
+    std::string_view t = line.substr(i);
+    if (t.rfind(".extern ", 0) == 0) return false;  // defined elsewhere
+    for (std::string_view prefix : {".visible ", ".weak ", ".common "}) {
+      if (t.rfind(prefix, 0) == 0) t = t.substr(prefix.size());
+    }
+    if (t.rfind(".global ", 0) != 0 && t.rfind(".const ", 0) != 0) return false;
+    // `.global .align 4 .u32 name[2][3] = {...};`: the declarator is the
+    // last word before the initializer (or the end), without its dimensions.
+    std::string_view decl = t.substr(0, t.find_first_of("=;"));
+    if (decl.find(".texref") != std::string_view::npos || decl.find(".samplerref") != std::string_view::npos ||
+        decl.find(".surfref") != std::string_view::npos) {
+      return false;
+    }
+    if (std::size_t b = decl.find('['); b != std::string_view::npos) decl = decl.substr(0, b);
+    while (!decl.empty() && (decl.back() == ' ' || decl.back() == '\t')) decl.remove_suffix(1);
+    const std::size_t space = decl.find_last_of(" \t");
+    if (space == std::string_view::npos) return false;
+    const std::string_view name = decl.substr(space + 1);
+    if (!name.empty() && name[0] != '.') names.emplace_back(name);
+    return false;
+  });
+  return names;
 }
 
 bool PtxDeclaresModuleVariables(std::string_view ptx) {

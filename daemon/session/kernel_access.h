@@ -105,6 +105,13 @@ struct ModuleKernels {
   /// KernelAccessPlan::sets_graph_conditionals). Launches without a plan go
   /// by this.
   bool sets_graph_conditionals = false;
+  /// The module-scope variables the PTX defines (__device__, __constant__,
+  /// static ones and string constants; not .extern declarations, not
+  /// texture references), by PTX name. The session records each as a
+  /// global of the module when the app loads it (RecordModuleVariables),
+  /// so a checkpoint saves the values kernels left in them even when the
+  /// host never named them. Empty without PTX.
+  std::vector<std::string> variables;
   std::unordered_map<std::string, std::shared_ptr<KernelAccessPlan>> kernels;
 };
 
@@ -145,6 +152,9 @@ Status BuildModuleKernels(std::span<const std::byte> image, signature::Signature
 /// const or texture state space (a line outside any function starting with
 /// `.global`, `.const`, `.tex`, optionally after `.visible`/`.extern`/`.weak`).
 bool PtxDeclaresModuleVariables(std::string_view ptx);
+/// The names of the module-scope variables `ptx` defines in .global or
+/// .const (ModuleKernels::variables), in declaration order.
+std::vector<std::string> PtxModuleVariableNames(std::string_view ptx);
 
 /// A plan for a kernel the module does not describe (kUnknown, no probes).
 std::shared_ptr<KernelAccessPlan> UnknownKernelPlan(const std::string& name);

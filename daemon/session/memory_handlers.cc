@@ -56,6 +56,7 @@ void HandleMalloc(SessionState& st, const CallContext& call, const wire::MallocR
   });
   if (!s.ok()) return out->Fail(s);
   st.buffers.Add(ptr, req.bytes);
+  if (st.call_device != st.device) st.buffer_devices[ptr] = st.call_device;
   out->Set(wire::MallocReply{ptr});
 }
 
@@ -80,14 +81,20 @@ void HandleFree(SessionState& st, const CallContext& call, const wire::PointerRe
 Status FreeBufferSynchronously(SessionState& st, CallView view, BufferMap::const_iterator it) {
   AddOperand(&view, kDstOperand, it->first, it->second);
   const uint64_t ptr = it->first;
+  // The buffer's own GPU frees it (the app may free it from a thread on
+  // another GPU, as CUDA allows).
+  backend::Context* owner = ContextOf(st, DeviceOfBuffer(st, ptr));
   Status s = st.executor->Run(view, [&] {
     // cudaFree (and cuMemUnmap) synchronise the device: work using the
     // buffer finishes first.
-    st.Defer(st.ctx->Synchronize());
+    st.Defer(owner->Synchronize());
     ReapRetained(st, false);
-    return st.ctx->Free(ptr);
+    return owner->Free(ptr);
   });
-  if (s.ok()) st.buffers.Erase(it);
+  if (s.ok()) {
+    st.buffers.Erase(it);
+    st.buffer_devices.erase(ptr);
+  }
   return s;
 }
 
@@ -104,13 +111,19 @@ void HandleFreeAsync(SessionState& st, const CallContext& call, const wire::Poin
     return out->Fail(WireStatus::kInvalidValue,
                      fmt::format("cudaFreeAsync: 0x{:x} was mapped with cuMemMap; release it with cuMemUnmap", req.ptr));
   }
+  if (DeviceOfBuffer(st, req.ptr) != st.call_device) {
+    return out->Fail(WireStatus::kNotSupported,
+                     fmt::format("cudaFreeAsync: 0x{:x} lives on GPU {}, the stream on GPU {}: phos frees a buffer "
+                                 "in stream order only on a stream of its own GPU",
+                                 req.ptr, DeviceOfBuffer(st, req.ptr), st.call_device));
+  }
   CallView v = ViewOnStream(st, call, stream, /*sync=*/false);
   AddOperand(&v, kDstOperand, it->first, it->second);
   Status s = st.executor->Run(v, [&] {
     // The memory is released when the stream gets here: work queued on it
     // before the free (and work on other streams ordered before it by
     // events) may still use the buffer.
-    SessionState::PendingFree p{0, req.ptr};
+    SessionState::PendingFree p{0, req.ptr, st.ctx};
     if (!RecordStreamPoint(st, stream, &p.event).ok()) {
       // Cannot mark the point in the stream: wait for the stream instead.
       PHOS_RETURN_IF_ERROR(st.ctx->SynchronizeStream(stream));
@@ -121,6 +134,7 @@ void HandleFreeAsync(SessionState& st, const CallContext& call, const wire::Poin
   });
   if (!s.ok()) return out->Fail(s);
   st.buffers.Erase(it);
+  st.buffer_devices.erase(req.ptr);
 }
 
 void HandleMemcpy(SessionState& st, const CallContext& call, const wire::MemcpyRequest& req, Outcome* out) {
@@ -200,7 +214,7 @@ void HandleMemcpy(SessionState& st, const CallContext& call, const wire::MemcpyR
       return out->Fail(s);
     }
     if (Status s = CheckDeviceRange(st, device, req.bytes); !s.ok()) return out->Fail(s);
-    if (Status s = st.host_segments.EnsureRegistered(st.ctx); !s.ok()) return out->Fail(s);
+    if (Status s = EnsurePinnedSegments(st); !s.ok()) return out->Fail(s);
     AddOperand(&v, to_device ? kDstOperand : kSrcOperand, device, req.bytes);
     Status s = st.executor->Run(v, [&] {
       if (req.bytes) {
@@ -325,7 +339,7 @@ void HandleMemcpy2D(SessionState& st, const CallContext& call, const wire::Memcp
       const uint64_t device = to_device ? req.dst : req.src;
       const uint64_t device_span = to_device ? dspan : sspan;
       if (s = CheckDeviceRange(st, device, device_span); !s.ok()) return out->Fail(s);
-      if (s = st.host_segments.EnsureRegistered(st.ctx); !s.ok()) return out->Fail(s);
+      if (s = EnsurePinnedSegments(st); !s.ok()) return out->Fail(s);
       AddOperand(&v, to_device ? kDstOperand : kSrcOperand, device, device_span);
       const auto h = reinterpret_cast<uint64_t>(host);
       s = st.executor->Run(v, [&] {
@@ -467,7 +481,7 @@ void HandleHostSegmentRegister(SessionState& st, const CallContext& call, const 
   v.synchronous = true;
   bool kernels_reach = false;
   Status s = st.executor->Run(
-      v, [&] { return st.host_segments.Add(req.segment_id, req.app_base, req.bytes, fd, st.ctx, &kernels_reach); });
+      v, [&] { return st.host_segments.Add(req.segment_id, req.app_base, req.bytes, fd, HomeContext(st), &kernels_reach); });
   if (!s.ok()) return out->Fail(s);
   out->Set(wire::HostSegmentReply{kernels_reach ? 1u : 0u, 0});
 }

@@ -17,7 +17,9 @@ using wire::WireStatus;
 namespace {
 
 void LoadImage(SessionState& st, uint32_t module_id, std::span<const std::byte> image, CallView& v, Outcome* out) {
-  out->Fail(LoadModuleWithId(st, module_id, image, &v));
+  Status s = LoadModuleWithId(st, module_id, image, &v);
+  if (s.ok()) RecordModuleVariables(st, module_id);
+  out->Fail(s);
 }
 
 /// The name after a GetFunction / GetGlobal request: exactly `name_bytes`
@@ -94,10 +96,25 @@ void HandleModuleUnload(SessionState& st, const CallContext& call, const wire::H
   auto it = st.modules.find(req.id);
   if (it == st.modules.end()) return out->Fail(Status::NotFound("unknown module id " + std::to_string(req.id)));
   Status s = st.executor->Run(v, [&] {
-    st.Defer(st.ctx->Synchronize());  // kernels of the module finish first
-    return st.ctx->UnloadModule(it->second);
+    // Kernels of the module finish first, on every GPU it was loaded on.
+    st.Defer(HomeContext(st)->Synchronize());
+    for (auto m = st.device_modules.begin(); m != st.device_modules.end();) {
+      if (m->first.second != req.id) {
+        ++m;
+        continue;
+      }
+      backend::Context* ctx = ContextOf(st, m->first.first);
+      st.Defer(ctx->Synchronize());
+      PHOS_RETURN_IF_ERROR(ctx->UnloadModule(m->second));
+      m = st.device_modules.erase(m);
+    }
+    return HomeContext(st)->UnloadModule(it->second);
   });
   if (!s.ok()) return out->Fail(s);
+  std::erase_if(st.device_functions, [&](const auto& f) {
+    auto fit = st.functions.find(f.first.second);
+    return fit == st.functions.end() || fit->second.module_id == req.id;
+  });
   st.modules.erase(it);
   st.module_images.erase(req.id);
   st.module_load_order.erase(req.id);
@@ -204,7 +221,7 @@ void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::L
   launch.function_id = req.function_id;
   launch.module_id = fit->second.module_id;
   launch.kernel = fit->second.access ? &fit->second.access->name : nullptr;
-  launch.function = fit->second.handle;
+  if (Status f = FunctionOnCallDevice(st, req.function_id, &launch.function); !f.ok()) return out->Fail(f);
   launch.grid = backend::Dim3{req.grid[0], req.grid[1], req.grid[2]};
   launch.block = backend::Dim3{req.block[0], req.block[1], req.block[2]};
   launch.shared_bytes = req.shared_bytes;
@@ -235,8 +252,10 @@ Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const st
     return Status::InvalidArgument("module id " + std::to_string(module_id) + " is in use");
   }
   backend::ModuleHandle h = 0;
+  // Loaded on the home GPU whichever GPU asked (its handles live there;
+  // another GPU loads it when it first uses it: ModuleOnCallDevice).
   PHOS_RETURN_IF_ERROR(
-      RunMaybeAdmitted(st, admit, [&] { return st.ctx->LoadModule(image.data(), image.size(), &h); }));
+      RunMaybeAdmitted(st, admit, [&] { return HomeContext(st)->LoadModule(image.data(), image.size(), &h); }));
   st.modules[module_id] = h;
   st.module_images[module_id] = std::make_shared<const std::vector<std::byte>>(image.begin(), image.end());
   st.module_load_order[module_id] = st.next_module_load++;
@@ -252,6 +271,27 @@ Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const st
   return Status::Ok();
 }
 
+void RecordModuleVariables(SessionState& st, uint32_t module_id) {
+  auto mk = st.module_kernels.find(module_id);
+  auto it = st.modules.find(module_id);
+  if (mk == st.module_kernels.end() || it == st.modules.end()) return;
+  for (const std::string& name : mk->second.variables) {
+    backend::DevicePtr p = 0;
+    size_t n = 0;
+    // A name the backend does not resolve (a static variable its loader
+    // keeps private) stays unrecorded, as before.
+    if (Status g = HomeContext(st)->GetGlobal(it->second, name, &p, &n); !g.ok() || n == 0) {
+      spdlog::debug("session {}: module {}: variable {} not recorded: {}", st.session_id, module_id, name,
+                    g.ok() ? std::string("0 bytes") : g.ToString());
+      continue;
+    }
+    st.globals[p] = n;
+    SessionState::GlobalSymbol& sym = st.global_symbols[p];  // address_to_app stays false until the app asks
+    sym.module_id = module_id;
+    sym.name = name;
+  }
+}
+
 Status GetFunctionWithId(SessionState& st, uint32_t module_id, uint32_t function_id, const std::string& name,
                          const CallView* admit) {
   if (function_id == 0 || st.functions.count(function_id)) {
@@ -260,7 +300,7 @@ Status GetFunctionWithId(SessionState& st, uint32_t module_id, uint32_t function
   auto it = st.modules.find(module_id);
   if (it == st.modules.end()) return Status::NotFound("unknown module id " + std::to_string(module_id));
   backend::FunctionHandle f = 0;
-  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->GetFunction(it->second, name, &f); }));
+  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return HomeContext(st)->GetFunction(it->second, name, &f); }));
   std::shared_ptr<KernelAccessPlan> plan;
   if (auto mk = st.module_kernels.find(module_id); mk != st.module_kernels.end()) {
     if (auto k = mk->second.kernels.find(name); k != mk->second.kernels.end()) plan = k->second;
@@ -275,7 +315,10 @@ Status GetGlobalOf(SessionState& st, uint32_t module_id, const std::string& name
   if (it == st.modules.end()) return Status::NotFound("unknown module id " + std::to_string(module_id));
   backend::DevicePtr p = 0;
   size_t n = 0;
-  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->GetGlobal(it->second, name, &p, &n); }));
+  // The variable's instance on the call's GPU (each GPU has its own).
+  backend::ModuleHandle module = it->second;
+  if (st.call_device != st.device) PHOS_RETURN_IF_ERROR(ModuleOnCallDevice(st, module_id, &module));
+  PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->GetGlobal(module, name, &p, &n); }));
   st.globals[p] = n;
   SessionState::GlobalSymbol& sym = st.global_symbols[p];  // keeps address_to_app
   sym.module_id = module_id;

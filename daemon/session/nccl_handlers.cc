@@ -55,6 +55,7 @@ int64_t NcclResultOf(const Status& s) {
 
 void HandleNcclCommInitRank(SessionState& st, const CallContext& call, const wire::NcclInitRequest& req,
                             Outcome* out) {
+  if (Status h = HomeDeviceOnly(st, "ncclCommInitRank"); !h.ok()) return out->Fail(h);
   if (req.comm == 0 || st.comms.count(req.comm) != 0) {
     return out->Fail(WireStatus::kInvalidValue, "NCCL communicator id " + std::to_string(req.comm) + " is in use");
   }
@@ -109,6 +110,7 @@ void HandleNcclCommGetAsyncError(SessionState& st, const CallContext& call, cons
 }
 
 void HandleNcclGroup(SessionState& st, const CallContext& call, const wire::NcclGroupRequest& req, Outcome* out) {
+  if (Status h = HomeDeviceOnly(st, "an NCCL group"); !h.ok()) return out->Fail(h);
   if (req.op_count == 0 || req.op_count > wire::kMaxNcclGroupOps ||
       call.tail.size() != static_cast<size_t>(req.op_count) * sizeof(wire::NcclOp)) {
     return out->Fail(WireStatus::kInvalidValue, "an NCCL group of " + std::to_string(req.op_count) + " ops with " +

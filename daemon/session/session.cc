@@ -143,6 +143,17 @@ Status Session::Start() {
     state_.ctx = ctx_.get();
     return Status::Ok();
   };
+  state_.add_context = [this](int device) -> Status {
+    std::unique_ptr<backend::Context> fresh;
+    PHOS_RETURN_IF_ERROR(NewContext(device, &fresh));
+    std::lock_guard<std::mutex> lock(ctx_mu_);
+    backend::Context* raw = fresh.get();
+    other_ctx_[device] = std::move(fresh);
+    state_.other_contexts[device] = raw;
+    spdlog::info("session {}: pid {} uses GPU {} too (a context of its own; home GPU {})", id_, summary_.pid,
+                 device, state_.device);
+    return Status::Ok();
+  };
   Publish();
   thread_ = std::thread([this] { Run(); });
   return Status::Ok();
@@ -192,7 +203,7 @@ void Session::RequestStop() {
   state_.host_gates->Cancel();
   {
     std::lock_guard<std::mutex> lock(ctx_mu_);
-    if (ctx_ && !in_control_task_) ctx_->Abandon();
+    if (!in_control_task_) AbandonContextsLocked();
   }
   // The ring may not exist when Start() failed; then nothing waits on it.
   // ring_ is set before the thread starts and never reset before Join.
@@ -202,7 +213,12 @@ void Session::RequestStop() {
 void Session::SetInControlTask(bool running) {
   std::lock_guard<std::mutex> lock(ctx_mu_);
   in_control_task_ = running;
-  if (!running && stop_requested_.load(std::memory_order_acquire) && ctx_) ctx_->Abandon();
+  if (!running && stop_requested_.load(std::memory_order_acquire)) AbandonContextsLocked();
+}
+
+void Session::AbandonContextsLocked() {
+  if (ctx_) ctx_->Abandon();
+  for (auto& [device, ctx] : other_ctx_) ctx->Abandon();
 }
 
 void Session::Join() {
@@ -323,7 +339,14 @@ void Session::Run() {
     Outcome out;
     SetBusy(rec.header.api_id);
     const bool had_deferred = !state_.deferred.ok();
-    Dispatch(state_, rec, p, &out);
+    // The call runs in the context of its GPU (the calling thread's, or its
+    // stream's); a GPU the session cannot use fails the call, named.
+    if (Status d = SelectCallDevice(state_, CallDevice(state_, rec)); d.ok()) {
+      Dispatch(state_, rec, p, &out);
+    } else {
+      out.Fail(d);
+    }
+    SelectHomeDevice(state_);
     SetIdle();
     // This call reported an earlier posted call's error (logged then).
     const bool reported_deferred = had_deferred && state_.deferred.ok();
@@ -345,12 +368,13 @@ void Session::Run() {
     const uint64_t seq = rec.header.call_seq;
     ring_->Release();
     // Publish before completing: once cudaMalloc/cudaFree returns in the
-    // app, `phos ps` already shows the new buffer count.
-    if (state_.buffers.TakeChanged()) Publish();
+    // app, `phos ps` already shows the new buffer count (and the GPU an
+    // empty session moved to with its first call there).
+    if (state_.buffers.TakeChanged() || summary_.device != state_.device) Publish();
     if (wants) {
       // Kernel printf text reaches the app at its synchronizing calls
       // (docs/interposer.md "Device printf").
-      ring_->SetDeviceOutputPending(state_.ctx->PendingDeviceOutput() > 0);
+      ring_->SetDeviceOutputPending(PendingDeviceOutput(state_) > 0);
       Status c = ring_->Complete(slot, seq, static_cast<int32_t>(out.status), out.reply());
       if (!c.ok()) spdlog::warn("session {}: cannot complete call: {}", id_, c.ToString());
     } else if (!out.ok()) {
@@ -369,14 +393,19 @@ void Session::Run() {
   // queued (a restore waiting for this pid's addresses, phosd's SIGTERM).
   state_.host_gates->Cancel();  // a gate waiting for the app's function ends
   if (ctx_) {  // without a context the session never ran a call: nothing to release
-    ctx_->Abandon();
+    {
+      std::lock_guard<std::mutex> lock(ctx_mu_);
+      AbandonContextsLocked();
+    }
     executor_.hook()->SessionEnding(state_);
     ReleaseAll(state_);
   }
   {
     std::lock_guard<std::mutex> lock(ctx_mu_);
+    other_ctx_.clear();
     ctx_.reset();
   }
+  state_.other_contexts.clear();
   state_.ctx = nullptr;
   if (callbacks_.unpublish) callbacks_.unpublish(id_);
   finished_.store(true, std::memory_order_release);

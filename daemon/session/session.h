@@ -17,6 +17,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <set>
 #include <mutex>
@@ -173,6 +174,11 @@ class Session {
   // abandon it from another thread; the consumer reads it without the lock.
   std::mutex ctx_mu_;
   std::unique_ptr<backend::Context> ctx_;
+  // Contexts on the process's other GPUs (SessionState::other_contexts),
+  // same rules as ctx_: added and dropped by the consumer under ctx_mu_.
+  std::map<int, std::unique_ptr<backend::Context>> other_ctx_;
+  /// Abandon() on ctx_ and every other context. Caller holds ctx_mu_.
+  void AbandonContextsLocked();
   bool in_control_task_ = false;  // guarded by ctx_mu_: RequestStop then leaves the abandoning to the task's end
   /// Consumer thread: marks a control task running or done (a stop
   /// requested meanwhile abandons the context when it is done).

@@ -32,7 +32,9 @@ bool FrameStream(SessionState& st, const CallContext& call, CallView* v, backend
   return true;
 }
 
-/// An event call on the frame's stream: finds both, then runs `body(stream, event)`.
+/// An event call on the frame's stream: finds both, then runs
+/// `body(stream, event, event's context)` (an event lives on the GPU it was
+/// made on, which may not be the call's: several_devices.cc).
 template <typename Body>
 void OnEvent(SessionState& st, const CallContext& call, uint32_t event_id, Outcome* out, Body&& body) {
   CallView v = StreamView(st, call);
@@ -40,7 +42,8 @@ void OnEvent(SessionState& st, const CallContext& call, uint32_t event_id, Outco
   if (!FrameStream(st, call, &v, &stream, out)) return;
   backend::EventHandle ev = 0;
   if (Status s = FindEvent(st, event_id, &ev); !s.ok()) return out->Fail(s);
-  out->Fail(st.executor->Run(v, [&] { return body(stream, ev); }));
+  backend::Context* ectx = EventContext(st, event_id);
+  out->Fail(st.executor->Run(v, [&] { return body(stream, ev, ectx); }));
 }
 
 }  // namespace
@@ -65,10 +68,12 @@ void HandleStreamDestroy(SessionState& st, const CallContext& call, const wire::
   if (it == st.streams.end()) return out->Fail(Status::NotFound("unknown stream id " + std::to_string(req.id)));
   v.stream_id = req.id;
   v.stream = it->second;
-  Status s = st.executor->Run(v, [&] { return st.ctx->DestroyStream(it->second); });
+  backend::Context* sctx = StreamContext(st, req.id);
+  Status s = st.executor->Run(v, [&] { return sctx->DestroyStream(it->second); });
   if (!s.ok()) return out->Fail(s);
   st.streams.erase(it);
   st.stream_flags.erase(req.id);
+  st.stream_devices.erase(req.id);
 }
 
 namespace {
@@ -94,8 +99,14 @@ void HandleStreamQuery(SessionState& st, const CallContext& call, const wire::No
 
 void HandleStreamWaitEvent(SessionState& st, const CallContext& call, const wire::HandleRequest& req,
                            Outcome* out) {
-  OnEvent(st, call, req.id, out, [&](backend::StreamHandle stream, backend::EventHandle ev) {
-    return st.ctx->StreamWaitEvent(stream, ev);
+  OnEvent(st, call, req.id, out, [&](backend::StreamHandle stream, backend::EventHandle ev, backend::Context* ectx) {
+    if (ectx == st.ctx) return st.ctx->StreamWaitEvent(stream, ev);
+    // An event of another GPU: the stream's later work must follow it.
+    // phosd waits for the event here, before it queues that work — the
+    // same order, without a cross-context wait in the backend. The other
+    // GPU's own errors surface at its own synchronising calls.
+    Status w = ectx->SynchronizeEvent(ev);
+    return backend::IsAbandoned(w) ? w : Status::Ok();
   });
 }
 
@@ -140,20 +151,24 @@ void HandleEventCreate(SessionState& st, const CallContext& call, const wire::Ev
 }
 
 void HandleEventRecord(SessionState& st, const CallContext& call, const wire::HandleRequest& req, Outcome* out) {
-  OnEvent(st, call, req.id, out, [&](backend::StreamHandle stream, backend::EventHandle ev) {
+  OnEvent(st, call, req.id, out, [&](backend::StreamHandle stream, backend::EventHandle ev, backend::Context* ectx) {
+    if (ectx != st.ctx) {
+      return Status::NotFound("cudaEventRecord: event " + std::to_string(req.id) +
+                              " was made on another GPU than the stream's (CUDA refuses it too)");
+    }
     return st.ctx->RecordEvent(ev, stream);
   });
 }
 
 void HandleEventQuery(SessionState& st, const CallContext& call, const wire::HandleRequest& req, Outcome* out) {
   OnEvent(st, call, req.id, out,
-          [&](backend::StreamHandle, backend::EventHandle ev) { return st.ctx->QueryEvent(ev); });
+          [&](backend::StreamHandle, backend::EventHandle ev, backend::Context* ectx) { return ectx->QueryEvent(ev); });
 }
 
 void HandleEventSynchronize(SessionState& st, const CallContext& call, const wire::HandleRequest& req,
                             Outcome* out) {
-  OnEvent(st, call, req.id, out, [&](backend::StreamHandle, backend::EventHandle ev) {
-    return SyncResult(st, st.ctx->SynchronizeEvent(ev));
+  OnEvent(st, call, req.id, out, [&](backend::StreamHandle, backend::EventHandle ev, backend::Context* ectx) {
+    return SyncResult(st, ectx->SynchronizeEvent(ev));
   });
 }
 
@@ -163,18 +178,23 @@ void HandleEventElapsedTime(SessionState& st, const CallContext& call, const wir
   backend::EventHandle a = 0, b = 0;
   if (Status s = FindEvent(st, req.start_event, &a); !s.ok()) return out->Fail(s);
   if (Status s = FindEvent(st, req.end_event, &b); !s.ok()) return out->Fail(s);
+  backend::Context* ectx = EventContext(st, req.start_event);
+  if (ectx != EventContext(st, req.end_event)) {
+    return out->Fail(WireStatus::kInvalidResourceHandle, "cudaEventElapsedTime: the two events are on different GPUs");
+  }
   float ms = 0;
-  Status s = st.executor->Run(v, [&] { return st.ctx->ElapsedTime(a, b, &ms); });
+  Status s = st.executor->Run(v, [&] { return ectx->ElapsedTime(a, b, &ms); });
   if (!s.ok()) return out->Fail(s);
   out->Set(wire::ElapsedTimeReply{ms, 0});
 }
 
 void HandleEventDestroy(SessionState& st, const CallContext& call, const wire::HandleRequest& req, Outcome* out) {
   OnEvent(st, call, req.id, out,
-          [&](backend::StreamHandle, backend::EventHandle ev) { return st.ctx->DestroyEvent(ev); });
+          [&](backend::StreamHandle, backend::EventHandle ev, backend::Context* ectx) { return ectx->DestroyEvent(ev); });
   if (out->ok()) {
     st.events.erase(req.id);
     st.event_flags.erase(req.id);
+    st.event_devices.erase(req.id);
   }
 }
 

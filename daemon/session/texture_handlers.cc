@@ -60,6 +60,7 @@ void AddTextureAccess(const SessionState& st, CallView* view) {
 
 void HandleCreateTextureObject(SessionState& st, const CallContext& call, const wire::TextureObjectRequest& req,
                                Outcome* out) {
+  if (Status h = HomeDeviceOnly(st, "a texture or surface object"); !h.ok()) return out->Fail(h);
   CallView v = ViewOf(st, call);
   uint64_t handle = 0;
   Status s = CreateTextureObjectOf(st, req.desc, IsSurfaceRow(call), 0, &handle, &v);
@@ -69,6 +70,7 @@ void HandleCreateTextureObject(SessionState& st, const CallContext& call, const 
 
 void HandleDestroyTextureObject(SessionState& st, const CallContext& call, const wire::TextureHandleRequest& req,
                                 Outcome* out) {
+  if (Status h = HomeDeviceOnly(st, "a texture or surface object"); !h.ok()) return out->Fail(h);
   CallView v = ViewOf(st, call);
   const bool surface = IsSurfaceRow(call);
   auto it = st.texture_objects.find(req.handle);

@@ -66,6 +66,7 @@ Status ReserveAddressRangeAt(SessionState& st, uint64_t at, uint64_t bytes) {
 
 void HandleMemAddressReserve(SessionState& st, const CallContext& call, const wire::AddressReserveRequest& req,
                              Outcome* out) {
+  if (Status h = HomeDeviceOnly(st, "cuMemAddressReserve"); !h.ok()) return out->Fail(h);
   if (req.bytes == 0 || !GranularityMultiple(req.bytes)) {
     return out->Fail(WireStatus::kInvalidValue,
                      fmt::format("cuMemAddressReserve: size {} is not a non-zero multiple of the allocation "
@@ -97,6 +98,7 @@ void HandleMemAddressReserve(SessionState& st, const CallContext& call, const wi
 
 void HandleMemAddressFree(SessionState& st, const CallContext& call, const wire::AddressRangeRequest& req,
                           Outcome* out) {
+  if (Status h = HomeDeviceOnly(st, "cuMemAddressFree"); !h.ok()) return out->Fail(h);
   auto it = st.reserved_ranges.find(req.ptr);
   if (it == st.reserved_ranges.end() || it->second != req.bytes) {
     return out->Fail(WireStatus::kInvalidValue,
@@ -118,6 +120,7 @@ void HandleMemAddressFree(SessionState& st, const CallContext& call, const wire:
 }
 
 void HandleMemMap(SessionState& st, const CallContext& call, const wire::AddressRangeRequest& req, Outcome* out) {
+  if (Status h = HomeDeviceOnly(st, "cuMemMap"); !h.ok()) return out->Fail(h);
   if (req.bytes == 0 || !GranularityMultiple(req.bytes) || !GranularityMultiple(req.ptr)) {
     return out->Fail(WireStatus::kInvalidValue,
                      fmt::format("cuMemMap: [0x{:x}, +{}) is not aligned to the allocation granularity ({} bytes)",
@@ -158,6 +161,7 @@ void HandleMemMap(SessionState& st, const CallContext& call, const wire::Address
 }
 
 void HandleMemUnmap(SessionState& st, const CallContext& call, const wire::AddressRangeRequest& req, Outcome* out) {
+  if (Status h = HomeDeviceOnly(st, "cuMemUnmap"); !h.ok()) return out->Fail(h);
   auto it = st.buffers.find(req.ptr);
   if (it == st.buffers.end() || it->second != req.bytes ||
       !HoldingRange(st.reserved_ranges, req.ptr, req.bytes)) {

@@ -112,8 +112,9 @@ WireStatus Connection::Ensure() {
   state_->client = std::make_unique<ring::RingClient>(state_->region->base(), state_->region->geometry(), opts);
   state_->phase.store(1, std::memory_order_release);
   // A session starts on phosd's GPU 0; the app's GPU 0 may be another
-  // (CUDA_VISIBLE_DEVICES). Its own calls go through Ensure's fast path.
-  return MoveToStartDevice();
+  // (CUDA_VISIBLE_DEVICES): its first call names that GPU, and phosd moves
+  // the empty session there.
+  return WireStatus::kSuccess;
 }
 
 WireStatus Connection::Call(wire::ApiId api, uint32_t stream, std::span<const std::byte> payload,
@@ -124,6 +125,7 @@ WireStatus Connection::Call(wire::ApiId api, uint32_t stream, std::span<const st
   ring::CallHeader h;
   h.api_id = static_cast<uint32_t>(api);
   h.stream_id = stream;
+  h.device = CurrentPhysicalDevice();
   Status s = state_->client->Call(h, payload, reply);
   if (!s.ok()) return s.code() == Status::Code::kInvalidArgument ? WireStatus::kInvalidValue : Lost(s);
   if (reply->status != 0 && state_->trace_errors) {
@@ -167,6 +169,7 @@ WireStatus Connection::Post(wire::ApiId api, uint32_t stream, std::span<const st
   ring::CallHeader h;
   h.api_id = static_cast<uint32_t>(api);
   h.stream_id = stream;
+  h.device = CurrentPhysicalDevice();
   Status s = state_->client->Post(h, payload);
   if (!s.ok()) return s.code() == Status::Code::kInvalidArgument ? WireStatus::kInvalidValue : Lost(s);
   return WireStatus::kSuccess;
@@ -178,6 +181,7 @@ WireStatus Connection::PostBulk(wire::ApiId api, uint32_t stream, std::span<cons
   ring::CallHeader h;
   h.api_id = static_cast<uint32_t>(api);
   h.stream_id = stream;
+  h.device = CurrentPhysicalDevice();
   Status s = state_->client->PostBulk(h, meta, data);
   if (!s.ok()) return s.code() == Status::Code::kInvalidArgument ? WireStatus::kInvalidValue : Lost(s);
   return WireStatus::kSuccess;

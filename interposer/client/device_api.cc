@@ -189,7 +189,7 @@ PHOS_EXPORT cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int
   return cudaSuccess;
 }
 
-// A process under phos uses one GPU (devices.h), so no peer to access.
+// Kernels reaching another GPU's memory are not offered (peer copies are, below).
 PHOS_EXPORT cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
   if (canAccessPeer == nullptr) return SetError(cudaErrorInvalidValue);
   int count = 0;
@@ -201,53 +201,78 @@ PHOS_EXPORT cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, 
   return cudaSuccess;
 }
 
-// Peer access and peer copies: within the session's GPU a peer copy is an
-// ordinary device-to-device copy; another GPU is refused by name.
+// Peer access and peer copies (docs/interposer.md "Several GPUs in one
+// process"): a copy between two GPUs of the process is a device-to-device
+// copy (with unified addressing the pointers say where each side lives, as
+// CUDA's own peer copies without peer access stage through the host);
+// kernels reaching another GPU's memory (peer access) are not offered:
+// cudaDeviceCanAccessPeer answers 0 and enabling it answers what CUDA
+// answers then.
 namespace {
-cudaError_t CheckPeerDevices(int a, int b, const char* what) {
+cudaError_t CheckPeerDevices(int a, int b) {
   int count = 0;
   if (cudaError_t e = VisibleDeviceCount(&count); e != cudaSuccess) return e;
   if (a < 0 || a >= count || b < 0 || b >= count) return cudaErrorInvalidDevice;
-  if (IsSessionDevice(a) && IsSessionDevice(b)) return cudaSuccess;
-  SayOnce(std::string("phos: ") + what +
-          " between two GPUs: a process under phos uses one GPU (docs/interposer.md \"Devices\")");
-  return cudaErrorNotSupported;
+  return cudaSuccess;
 }
 }  // namespace
+
+// No pair of GPUs accesses each other (as cuDeviceGetP2PAttribute answers).
+PHOS_EXPORT cudaError_t cudaDeviceGetP2PAttribute(int* value, cudaDeviceP2PAttr attr, int srcDevice, int dstDevice) {
+  if (value == nullptr) return SetError(cudaErrorInvalidValue);
+  int count = 0;
+  if (cudaError_t e = VisibleDeviceCount(&count); e != cudaSuccess) return SetError(e);
+  if (srcDevice < 0 || srcDevice >= count || dstDevice < 0 || dstDevice >= count || srcDevice == dstDevice) {
+    return SetError(cudaErrorInvalidDevice);
+  }
+  switch (attr) {
+    case cudaDevP2PAttrPerformanceRank:
+    case cudaDevP2PAttrAccessSupported:
+    case cudaDevP2PAttrNativeAtomicSupported:
+    case cudaDevP2PAttrCudaArrayAccessSupported:
+      *value = 0;
+      return cudaSuccess;
+    default:
+      return SetError(cudaErrorInvalidValue);
+  }
+}
 
 PHOS_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
   if (flags != 0) return SetError(cudaErrorInvalidValue);
   int count = 0;
   if (cudaError_t e = VisibleDeviceCount(&count); e != cudaSuccess) return SetError(e);
-  if (peerDevice < 0 || peerDevice >= count || IsSessionDevice(peerDevice)) return SetError(cudaErrorInvalidDevice);
+  if (peerDevice < 0 || peerDevice >= count || IsCurrentDevice(peerDevice)) return SetError(cudaErrorInvalidDevice);
+  SayOnce("cudaDeviceEnablePeerAccess: kernels reaching another GPU's memory are not offered by phos yet "
+          "(peer copies are); answering cudaErrorPeerAccessUnsupported as CUDA does where cudaDeviceCanAccessPeer "
+          "says 0");
   return SetError(cudaErrorPeerAccessUnsupported);  // as CUDA answers where cudaDeviceCanAccessPeer says 0
 }
 
 PHOS_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice) {
   int count = 0;
   if (cudaError_t e = VisibleDeviceCount(&count); e != cudaSuccess) return SetError(e);
-  if (peerDevice < 0 || peerDevice >= count || IsSessionDevice(peerDevice)) return SetError(cudaErrorInvalidDevice);
+  if (peerDevice < 0 || peerDevice >= count || IsCurrentDevice(peerDevice)) return SetError(cudaErrorInvalidDevice);
   return SetError(cudaErrorPeerAccessNotEnabled);  // it never was
 }
 
 PHOS_EXPORT cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count) {
-  if (cudaError_t e = CheckPeerDevices(dstDevice, srcDevice, "cudaMemcpyPeer"); e != cudaSuccess) return SetError(e);
+  if (cudaError_t e = CheckPeerDevices(dstDevice, srcDevice); e != cudaSuccess) return SetError(e);
   return cudaMemcpy(dst, src, count, cudaMemcpyDeviceToDevice);
 }
 
 PHOS_EXPORT cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
                                             cudaStream_t stream) {
-  if (cudaError_t e = CheckPeerDevices(dstDevice, srcDevice, "cudaMemcpyPeerAsync"); e != cudaSuccess) {
+  if (cudaError_t e = CheckPeerDevices(dstDevice, srcDevice); e != cudaSuccess) {
     return SetError(e);
   }
   return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
 }
 
-// The session's GPU is the only one a process under phos can use.
+// The calling thread's current GPU (every GPU phosd serves is of one kind).
 PHOS_EXPORT cudaError_t cudaChooseDevice(int* device, const cudaDeviceProp* prop) {
   if (device == nullptr || prop == nullptr) return SetError(cudaErrorInvalidValue);
   if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
-  *device = SessionDevice();
+  *device = CurrentDevice();
   return cudaSuccess;
 }
 

@@ -34,7 +34,14 @@ Visible& Vis() {
   return *v;
 }
 
-std::atomic<int> g_session_device{0};  // app ordinal of the session's GPU
+// The calling thread's current GPU (CUDA's current device is per thread;
+// every thread starts on the app's GPU 0), as the app's ordinal and as
+// phosd's (-1: not translated yet, CUDA_VISIBLE_DEVICES unresolved).
+thread_local int t_device = 0;
+thread_local int t_physical = -1;
+// Set while this thread resolves the visible GPUs: its own calls (device
+// queries, which run in no context) carry GPU 0 rather than recurse.
+thread_local bool t_resolving = false;
 
 bool StartsWithNoCase(const std::string& text, const std::string& prefix) {
   if (prefix.size() > text.size()) return false;
@@ -104,6 +111,13 @@ cudaError_t Resolve() {
   if (WireStatus w = Connection::Get().Ensure(); w != WireStatus::kSuccess) return static_cast<cudaError_t>(w);
   Visible& v = Vis();
   if (v.resolved.load(std::memory_order_acquire)) return cudaSuccess;
+  // The calls below name GPU 0 (device queries run in no context) rather
+  // than resolve again to find the thread's GPU.
+  struct Resolving {
+    bool was = t_resolving;
+    Resolving() { t_resolving = true; }
+    ~Resolving() { t_resolving = was; }
+  } resolving;
   ring::Reply r;
   WireStatus w = Connection::Get().Call(op::kGetDeviceCount, 0, {}, &r);
   if (w != WireStatus::kSuccess) return static_cast<cudaError_t>(w);
@@ -158,28 +172,29 @@ cudaError_t PhysicalDevice(int device, int* physical) {
   return cudaSuccess;
 }
 
-int SessionDevice() { return g_session_device.load(std::memory_order_acquire); }
+int CurrentDevice() { return t_device; }
 
-bool IsSessionDevice(int device) { return device == SessionDevice(); }
+bool IsCurrentDevice(int device) { return device == t_device; }
 
 cudaError_t SelectDevice(int device) {
   int physical = 0;
   if (cudaError_t e = PhysicalDevice(device, &physical); e != cudaSuccess) return e;
-  const wire::DeviceRequest req{physical, 0};
-  WireStatus w = Connection::Get().Call(op::kSetDevice, 0, std::as_bytes(std::span(&req, 1)), nullptr);
-  if (w == WireStatus::kSuccess) g_session_device.store(device, std::memory_order_release);
-  return static_cast<cudaError_t>(w);
+  // phosd learns it from the thread's next call (its frame's device byte):
+  // cudaSetDevice itself costs no round trip (device guards call it often).
+  t_device = device;
+  t_physical = physical;
+  return cudaSuccess;
 }
 
-WireStatus MoveToStartDevice() {
+uint8_t CurrentPhysicalDevice() {
+  if (t_physical >= 0) return static_cast<uint8_t>(t_physical);
+  if (t_resolving) return 0;
   int physical = 0;
-  if (cudaError_t e = PhysicalDevice(SessionDevice(), &physical); e != cudaSuccess) {
-    // No GPU visible (CUDA_VISIBLE_DEVICES=""): every device call says so.
-    return e == cudaErrorInvalidDevice ? WireStatus::kSuccess : static_cast<WireStatus>(e);
-  }
-  if (physical == 0) return WireStatus::kSuccess;
-  const wire::DeviceRequest req{physical, 0};
-  return Connection::Get().Call(op::kSetDevice, 0, std::as_bytes(std::span(&req, 1)), nullptr);
+  // No GPU visible (CUDA_VISIBLE_DEVICES=""): every device call says so;
+  // the byte does not matter then.
+  if (PhysicalDevice(t_device, &physical) != cudaSuccess) return 0;
+  t_physical = physical;
+  return static_cast<uint8_t>(physical);
 }
 
 }  // namespace phos::client

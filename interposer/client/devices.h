@@ -6,10 +6,11 @@
 // prefix naming one GPU; the list ends at the first entry that is neither,
 // names a GPU phosd does not have, or repeats one, as CUDA's does; MIG
 // devices are not offered). Every call that names a device is translated here to phosd's
-// ordinal. A process runs on ONE GPU: the one its first cudaSetDevice (or
-// cuCtxCreate / cuDevicePrimaryCtxRetain) names before it holds anything on
-// the GPU, app ordinal 0 otherwise. Switching once it holds device state is
-// refused by phosd, by name.
+// ordinal. Each thread has a current GPU (cudaSetDevice, or the device of
+// its current driver context), app ordinal 0 until it chooses; every call
+// carries phosd's ordinal of it (ring::FrameHeader::device), and phosd runs
+// the call in its session's context on that GPU (docs/interposer.md
+// "Several GPUs in one process").
 //
 // Thread-safety: every function may be called from any thread.
 #pragma once
@@ -25,18 +26,18 @@ cudaError_t VisibleDeviceCount(int* count);
 /// phosd's ordinal of the app's GPU `device`; cudaErrorInvalidDevice when
 /// the app sees no such GPU.
 cudaError_t PhysicalDevice(int device, int* physical);
-/// The app's ordinal of the GPU its session runs on (cudaGetDevice).
-int SessionDevice();
-/// Whether `device` (an app ordinal) is the session's GPU.
-bool IsSessionDevice(int device);
-/// cudaSetDevice: the session runs on the app's GPU `device` from now on.
-/// Not sticky; sets no last error (the caller does).
+/// The app's ordinal of the calling thread's current GPU (cudaGetDevice).
+int CurrentDevice();
+/// Whether `device` (an app ordinal) is the calling thread's current GPU.
+bool IsCurrentDevice(int device);
+/// cudaSetDevice: the calling thread's calls run on the app's GPU `device`
+/// from now on. Not sticky; sets no last error (the caller does).
 cudaError_t SelectDevice(int device);
+/// phosd's ordinal of the calling thread's current GPU: the device byte of
+/// every frame the thread writes (Connection).
+uint8_t CurrentPhysicalDevice();
 /// phosd's description of its GPU `physical` (name, uuid, attributes),
 /// through a staging chunk (it is larger than a completion slot).
 wire::WireStatus FetchDeviceProps(int physical, wire::WireDeviceProps* props);
-/// Called once the connection is up: a session starts on phosd's GPU 0, so
-/// an app whose GPU 0 is another of phosd's GPUs moves there at once.
-wire::WireStatus MoveToStartDevice();
 
 }  // namespace phos::client

@@ -1,8 +1,10 @@
 // Driver API contexts (docs/interposer.md "Driver API", "Contexts").
 //
-// phosd gives each app process ONE session = one device context, so every
-// CUcontext the app creates or retains is a handle aliasing that session:
-// all contexts share one memory space, one set of modules/streams/events.
+// phosd gives each app process ONE session (with a context per GPU it
+// uses), so every CUcontext the app creates or retains is a handle aliasing
+// that session: all share one memory space, one set of modules/streams/
+// events; making one current makes its GPU the thread's current GPU, which
+// every call then carries to phosd. There is one primary context per GPU.
 // What is kept per handle is only what the app can observe of a context:
 // its device, its flags, whether it is primary, whether it is destroyed.
 // Per thread there is a context stack with the driver's semantics
@@ -30,16 +32,28 @@ struct ContextRec {
   unsigned flags = 0;              // guarded by Contexts::mu
   bool primary = false;
   std::atomic<bool> destroyed{false};  // set once, under Contexts::mu; read lock-free by CheckContext
+  int primary_refs = 0;            // primary ones: cuDevicePrimaryCtxRetain minus Release (Contexts::mu)
 };
+
+// One primary context record per GPU the app may name (CUDA's ordinals are
+// small; a GPU beyond this is refused by CheckDevice).
+constexpr int kMaxPrimaryContexts = 64;
 
 // All context records. Records are never freed: a destroyed context's
 // handle may still sit on another thread's stack, where it must read as
 // invalid rather than dangle (a handful of bytes per cuCtxCreate).
 struct Contexts {
-  std::mutex mu;                 // guards every ContextRec's fields and primary_refs
-  ContextRec primary{0, 0, true};
-  int primary_refs = 0;          // cuDevicePrimaryCtxRetain minus Release
+  std::mutex mu;                 // guards every ContextRec's fields
+  ContextRec primaries[kMaxPrimaryContexts];  // device and primary set at construction
   std::vector<ContextRec*> created;
+  Contexts() {
+    for (int d = 0; d < kMaxPrimaryContexts; ++d) {
+      primaries[d].device = d;
+      primaries[d].primary = true;
+    }
+  }
+  ContextRec* primary(int device) { return &primaries[device]; }
+  bool IsPrimary(const ContextRec* r) const { return r >= primaries && r < primaries + kMaxPrimaryContexts; }
 };
 Contexts& Ctx() {
   static Contexts* c = new Contexts();  // leaked: contexts outlive static destructors
@@ -58,8 +72,8 @@ CUcontext AsHandle(ContextRec* r) { return reinterpret_cast<CUcontext>(r); }
 bool Live(ContextRec* r) {
   if (r == nullptr) return false;
   Contexts& c = Ctx();
+  if (c.IsPrimary(r)) return true;
   std::lock_guard<std::mutex> lock(c.mu);
-  if (r == &c.primary) return true;
   for (ContextRec* x : c.created)
     if (x == r) return !x->destroyed.load();
   return false;
@@ -68,7 +82,13 @@ bool Live(ContextRec* r) {
 // The current context of this thread (see the file comment), or null.
 ContextRec* Current() {
   if (!t_stack.empty()) return t_stack.back();
-  return RuntimeCameFirst() ? &Ctx().primary : nullptr;
+  return RuntimeCameFirst() ? Ctx().primary(CurrentDevice()) : nullptr;
+}
+
+// The thread's current GPU follows its current context, as the runtime's
+// follows the driver's (its calls then carry that GPU to phosd).
+void FollowTop() {
+  if (!t_stack.empty()) (void)SelectDevice(t_stack.back()->device);
 }
 
 // A GPU the app sees. Making or retaining a context on it (BindDevice)
@@ -76,13 +96,13 @@ ContextRec* Current() {
 CUresult CheckDevice(CUdevice dev) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   int physical = 0;
+  if (dev < 0 || dev >= kMaxPrimaryContexts) return CUDA_ERROR_INVALID_DEVICE;
   return PhysicalDevice(dev, &physical) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
-// The session moves to `dev` unless it is there; refused (by phosd, named
-// in its message) once the process holds anything on another GPU.
+// The calling thread's GPU becomes `dev` (its context's).
 CUresult BindDevice(CUdevice dev) {
-  if (IsSessionDevice(dev)) return CUDA_SUCCESS;
+  if (IsCurrentDevice(dev)) return CUDA_SUCCESS;
   return ToCu(SelectDevice(dev));
 }
 
@@ -120,7 +140,9 @@ void NoteDriverInit() {
 
 bool RuntimeCameFirst() { return g_runtime_first.load(std::memory_order_relaxed); }
 
-CUcontext PrimaryContextHandle(CUdevice dev) { return IsSessionDevice(dev) ? AsHandle(&Ctx().primary) : nullptr; }
+CUcontext PrimaryContextHandle(CUdevice dev) {
+  return dev >= 0 && dev < kMaxPrimaryContexts ? AsHandle(Ctx().primary(dev)) : nullptr;
+}
 
 // On every call's path: no lock. A stack entry was validated (Live) when it
 // was pushed, so only its destroyed flag can have changed since.
@@ -140,11 +162,10 @@ using namespace phos::client;  // NOLINT
 PHOS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (CUresult r = CheckDevice(dev); r != CUDA_SUCCESS) return r;
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = BindDevice(dev); r != CUDA_SUCCESS) return r;
   Contexts& c = Ctx();
   std::lock_guard<std::mutex> lock(c.mu);
-  ++c.primary_refs;
-  *pctx = AsHandle(&c.primary);
+  ++c.primary(dev)->primary_refs;
+  *pctx = AsHandle(c.primary(dev));
   return CUDA_SUCCESS;
 }
 
@@ -152,8 +173,8 @@ PHOS_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (CUresult r = CheckDevice(dev); r != CUDA_SUCCESS) return r;
   Contexts& c = Ctx();
   std::lock_guard<std::mutex> lock(c.mu);
-  if (c.primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  --c.primary_refs;
+  if (c.primary(dev)->primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  --c.primary(dev)->primary_refs;
   return CUDA_SUCCESS;
 }
 
@@ -165,8 +186,8 @@ PHOS_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (CUresult r = SynchronizeSession(); r != CUDA_SUCCESS) return r;
   Contexts& c = Ctx();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.primary_refs = 0;
-  c.primary.flags = 0;
+  c.primary(dev)->primary_refs = 0;
+  c.primary(dev)->flags = 0;
   return CUDA_SUCCESS;
 }
 
@@ -175,8 +196,8 @@ PHOS_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flag
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Contexts& c = Ctx();
   std::lock_guard<std::mutex> lock(c.mu);
-  *flags = c.primary.flags;
-  *active = c.primary_refs > 0 || RuntimeCameFirst() ? 1 : 0;
+  *flags = c.primary(dev)->flags;
+  *active = c.primary(dev)->primary_refs > 0 || RuntimeCameFirst() ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
@@ -185,7 +206,7 @@ PHOS_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int fl
   if ((flags & ~static_cast<unsigned>(CU_CTX_FLAGS_MASK)) != 0) return CUDA_ERROR_INVALID_VALUE;
   Contexts& c = Ctx();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.primary.flags = flags;
+  c.primary(dev)->flags = flags;
   return CUDA_SUCCESS;
 }
 
@@ -204,7 +225,7 @@ PHOS_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   ContextRec* rec = AsRec(ctx);
   Contexts& c = Ctx();
-  if (rec == &c.primary || !Live(rec)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (c.IsPrimary(rec) || !Live(rec)) return CUDA_ERROR_INVALID_CONTEXT;
   if (CUresult r = SynchronizeSession(); r != CUDA_SUCCESS) return r;
   {
     std::lock_guard<std::mutex> lock(c.mu);
@@ -235,6 +256,7 @@ PHOS_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
   } else {
     t_stack.back() = AsRec(ctx);
   }
+  FollowTop();
   return CUDA_SUCCESS;
 }
 
@@ -243,6 +265,7 @@ PHOS_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!Live(AsRec(ctx))) return CUDA_ERROR_INVALID_CONTEXT;
   t_stack.push_back(AsRec(ctx));
+  FollowTop();
   return CUDA_SUCCESS;
 }
 
@@ -251,9 +274,41 @@ PHOS_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
   if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
   ContextRec* top = t_stack.back();
   t_stack.pop_back();
+  FollowTop();
   if (pctx != nullptr) *pctx = AsHandle(top);
   return CUDA_SUCCESS;
 }
+
+// ---------------------------------------------------------------- peers
+// Kernels reaching another GPU's memory are not offered (docs/interposer.md
+// "Several GPUs in one process"): cuDeviceCanAccessPeer says 0, and
+// enabling it answers what the driver answers then.
+
+PHOS_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
+  ContextRec* self = nullptr;
+  ContextRec* peer = nullptr;
+  if (CUresult r = Resolve(nullptr, &self); r != CUDA_SUCCESS) return r;
+  if (peerContext == nullptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = Resolve(peerContext, &peer); r != CUDA_SUCCESS) return r;
+  if (peer->device == self->device) return CUDA_ERROR_INVALID_DEVICE;
+  return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+}
+
+PHOS_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peerContext) {
+  ContextRec* self = nullptr;
+  ContextRec* peer = nullptr;
+  if (CUresult r = Resolve(nullptr, &self); r != CUDA_SUCCESS) return r;
+  if (CUresult r = Resolve(peerContext, &peer); r != CUDA_SUCCESS) return r;
+  return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;  // it never was
+}
+
+namespace phos::client {
+CUresult CheckContextHandle(CUcontext ctx) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  ContextRec* rec = nullptr;
+  return Resolve(ctx, &rec);
+}
+}  // namespace phos::client
 
 // ---------------------------------------------------------------- queries
 
@@ -272,7 +327,7 @@ PHOS_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
   ContextRec* rec = nullptr;
   if (CUresult r = Resolve(nullptr, &rec); r != CUDA_SUCCESS) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *device = rec == &Ctx().primary ? SessionDevice() : rec->device;  // the primary one follows cudaSetDevice
+  *device = rec->device;
   return CUDA_SUCCESS;
 }
 
@@ -280,7 +335,7 @@ PHOS_EXPORT CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
   ContextRec* rec = nullptr;
   if (CUresult r = Resolve(ctx, &rec); r != CUDA_SUCCESS) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *device = rec == &Ctx().primary ? SessionDevice() : rec->device;  // the primary one follows cudaSetDevice
+  *device = rec->device;
   return CUDA_SUCCESS;
 }
 

@@ -210,3 +210,44 @@ PHOS_EXPORT CUresult cuDeviceGetProperties(CUdevprop* prop, CUdevice dev) {
   prop->textureAlign = a(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT);
   return CUDA_SUCCESS;
 }
+
+// ---------------------------------------------------------------- peers
+// docs/interposer.md "Several GPUs in one process": copies between GPUs are
+// offered, kernels reaching another GPU's memory are not, so no pair of
+// GPUs can access each other (what the driver answers for GPUs without a
+// peer link).
+
+namespace {
+CUresult CheckPeerPair(CUdevice dev, CUdevice peer) {
+  if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
+  int physical = 0;
+  if (PhysicalDevice(dev, &physical) != cudaSuccess || PhysicalDevice(peer, &physical) != cudaSuccess) {
+    return CUDA_ERROR_INVALID_DEVICE;
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+PHOS_EXPORT CUresult cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev, CUdevice peerDev) {
+  if (canAccessPeer == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckPeerPair(dev, peerDev); r != CUDA_SUCCESS) return r;
+  *canAccessPeer = 0;
+  return CUDA_SUCCESS;
+}
+
+PHOS_EXPORT CUresult cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
+                                             CUdevice dstDevice) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckPeerPair(srcDevice, dstDevice); r != CUDA_SUCCESS) return r;
+  if (srcDevice == dstDevice) return CUDA_ERROR_INVALID_DEVICE;  // as the driver answers
+  switch (attrib) {
+    case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK:
+    case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED:
+      *value = 0;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}

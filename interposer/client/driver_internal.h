@@ -49,6 +49,8 @@ bool RuntimeCameFirst();
 /// (what the runtime's private interface hands the CUDA runtime: see
 /// export_tables.cc).
 CUcontext PrimaryContextHandle(CUdevice dev);
+/// CUDA_SUCCESS when `ctx` is a live (not destroyed) context handle.
+CUresult CheckContextHandle(CUcontext ctx);
 /// Called by cuInit: records whether the runtime came first.
 void NoteDriverInit();
 

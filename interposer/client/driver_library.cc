@@ -66,7 +66,7 @@ bool Describe(CUkernel kernel, DriverFunctionInfo* info) {
 }
 
 // Every CUkernel call takes a device: the session's GPU (devices.h).
-CUresult CheckKernelDevice(CUdevice dev) { return IsSessionDevice(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
+CUresult CheckKernelDevice(CUdevice dev) { return IsCurrentDevice(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
 
 }  // namespace
 }  // namespace phos::client

@@ -226,6 +226,39 @@ PHOS_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t
   return CopyAsyncPtsz(Ptr(dst), Ptr(src), n, cudaMemcpyDefault, s);
 }
 
+// ---------------------------------------------------------------- peer copies
+// Between contexts of two GPUs (docs/interposer.md "Several GPUs in one
+// process"): unified addresses say where each side lives, so the copy is
+// an ordinary device-to-device one; the contexts must be live.
+
+namespace {
+CUresult CheckPeerContexts(CUcontext dst, CUcontext src) {
+  if (CUresult r = CheckContextHandle(dst); r != CUDA_SUCCESS) return r;
+  return CheckContextHandle(src);
+}
+}  // namespace
+
+PHOS_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dstContext, CUdeviceptr src, CUcontext srcContext,
+                                  size_t n) {
+  if (CUresult r = CheckPeerContexts(dstContext, srcContext); r != CUDA_SUCCESS) return r;
+  return Copy(Ptr(dst), Ptr(src), n, cudaMemcpyDeviceToDevice);
+}
+PHOS_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dstContext, CUdeviceptr src, CUcontext srcContext,
+                                       size_t n) {
+  if (CUresult r = CheckPeerContexts(dstContext, srcContext); r != CUDA_SUCCESS) return r;
+  return CopyPtds(Ptr(dst), Ptr(src), n, cudaMemcpyDeviceToDevice);
+}
+PHOS_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dstContext, CUdeviceptr src, CUcontext srcContext,
+                                       size_t n, CUstream s) {
+  if (CUresult r = CheckPeerContexts(dstContext, srcContext); r != CUDA_SUCCESS) return r;
+  return CopyAsync(Ptr(dst), Ptr(src), n, cudaMemcpyDeviceToDevice, s);
+}
+PHOS_EXPORT CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dstContext, CUdeviceptr src,
+                                            CUcontext srcContext, size_t n, CUstream s) {
+  if (CUresult r = CheckPeerContexts(dstContext, srcContext); r != CUDA_SUCCESS) return r;
+  return CopyAsyncPtsz(Ptr(dst), Ptr(src), n, cudaMemcpyDeviceToDevice, s);
+}
+
 // ---------------------------------------------------------------- memsets
 
 PHOS_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {

@@ -89,9 +89,10 @@ CUresult CheckProp(const CUmemAllocationProp* prop, const char* call) {
   if (VisibleDeviceCount(&count) != cudaSuccess || prop->location.id < 0 || prop->location.id >= count) {
     return CUDA_ERROR_INVALID_DEVICE;
   }
-  if (!IsSessionDevice(prop->location.id)) {
+  if (!IsCurrentDevice(prop->location.id)) {
     return Refuse(std::string(call) + " on GPU " + std::to_string(prop->location.id) +
-                  " while the process runs on GPU " + std::to_string(SessionDevice()) + " (one GPU per process)");
+                  " while the calling thread's current GPU is " + std::to_string(CurrentDevice()) +
+                  " (phos makes memory on the current GPU only)");
   }
   if (prop->allocFlags.compressionType != 0) return Refuse(std::string(call) + " of compressible memory");
   return CUDA_SUCCESS;
@@ -285,10 +286,10 @@ PHOS_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAcc
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
       return Refuse("cuMemSetAccess for host or NUMA locations");
     }
-    if (!IsSessionDevice(desc[i].location.id)) {
+    if (!IsCurrentDevice(desc[i].location.id)) {
       return Refuse("cuMemSetAccess for GPU " + std::to_string(desc[i].location.id) +
-                    " while the process runs on GPU " + std::to_string(SessionDevice()) +
-                    " (one GPU per process)");
+                    " while the calling thread's current GPU is " + std::to_string(CurrentDevice()) +
+                    " (phos maps memory for the current GPU only)");
     }
     flags = desc[i].flags;
     for_gpu = true;
@@ -319,7 +320,7 @@ PHOS_EXPORT CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocati
   std::lock_guard<std::mutex> lock(v.mu);
   auto m = MappingOf(v, ptr);
   if (m == v.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
-  const bool gpu = location->type == CU_MEM_LOCATION_TYPE_DEVICE && IsSessionDevice(location->id);
+  const bool gpu = location->type == CU_MEM_LOCATION_TYPE_DEVICE && IsCurrentDevice(location->id);
   *flags = gpu ? m->second.access : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   return CUDA_SUCCESS;
 }

@@ -879,8 +879,8 @@ cudaError_t MemFreeNodePointer(cudaGraphNode_t node, void** out) {
 
 cudaError_t GraphMemAttribute(int device, int attr, uint64_t* value, bool set) {
   if (cudaError_t e = Initialised(); e != cudaSuccess) return SetError(e);
-  if (!IsSessionDevice(device) || value == nullptr) {
-    return SetError(!IsSessionDevice(device) ? cudaErrorInvalidDevice : cudaErrorInvalidValue);
+  if (!IsCurrentDevice(device) || value == nullptr) {
+    return SetError(!IsCurrentDevice(device) ? cudaErrorInvalidDevice : cudaErrorInvalidValue);
   }
   GraphMemoryRegistry& r = GraphMem();
   std::lock_guard<std::mutex> lock(r.mu);

@@ -133,7 +133,7 @@ PHOS_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, uns
 PHOS_EXPORT cudaError_t cudaSetValidDevices(int* device_arr, int len) {
   if (len < 0 || (len > 0 && device_arr == nullptr)) return SetError(cudaErrorInvalidValue);
   for (int i = 0; i < len; ++i) {
-    if (!IsSessionDevice(device_arr[i])) return SetError(cudaErrorInvalidDevice);
+    if (!IsCurrentDevice(device_arr[i])) return SetError(cudaErrorInvalidDevice);
   }
   return cudaSuccess;
 }

@@ -248,7 +248,7 @@ ncclResult_t InitRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int r
     NoteError(std::string(reinterpret_cast<const char*>(r.data.data()), r.bytes));
     return FromWire(w);
   }
-  *out = new ncclComm{req.comm, nranks, rank, SessionDevice(), id, 0};
+  *out = new ncclComm{req.comm, nranks, rank, CurrentDevice(), id, 0};
   return ncclSuccess;
 }
 
@@ -341,7 +341,7 @@ PHOS_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* 
     NoteError("a process under phos uses one GPU");
     return ncclInvalidUsage;
   }
-  if (devlist != nullptr && devlist[0] != SessionDevice()) {
+  if (devlist != nullptr && devlist[0] != CurrentDevice()) {
     if (cudaSetDevice(devlist[0]) != cudaSuccess) return ncclUnhandledCudaError;
   }
   ncclUniqueId id;

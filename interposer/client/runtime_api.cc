@@ -395,7 +395,7 @@ PHOS_EXPORT cudaError_t cudaGetDeviceCount(int* count) {
 
 PHOS_EXPORT cudaError_t cudaGetDevice(int* device) {
   if (device == nullptr) return SetError(cudaErrorInvalidValue);
-  *device = SessionDevice();
+  *device = CurrentDevice();
   return cudaSuccess;
 }
 

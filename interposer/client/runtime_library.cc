@@ -68,7 +68,7 @@ PHOS_EXPORT cudaError_t cudaLibraryGetGlobal(void** dptr, size_t* bytes, cudaLib
 PHOS_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, cudaFuncAttribute attr, int value,
                                                         int device) {
   if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
-  if (!IsSessionDevice(device)) return SetError(cudaErrorInvalidDevice);
+  if (!IsCurrentDevice(device)) return SetError(cudaErrorInvalidDevice);
   DriverFunctionInfo info;
   if (DescribeDriverFunction(kernel, &info)) {
     return FromCu(cuKernelSetAttribute(static_cast<CUfunction_attribute>(attr), value,

@@ -104,7 +104,7 @@ void NoteRefused(const char* what) {
 // Pools live on the session's GPU (devices.h).
 cudaError_t CheckDevice(int device) {
   if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
-  return IsSessionDevice(device) ? cudaSuccess : cudaErrorInvalidDevice;
+  return IsCurrentDevice(device) ? cudaSuccess : cudaErrorInvalidDevice;
 }
 
 // The stream a stream-ordered call names must exist; phos never captures.

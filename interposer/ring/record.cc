@@ -25,14 +25,14 @@ Status DecodeRecord(std::span<const std::byte> bytes, const DecodeLimits& limits
                               " runs past the end of the ring (" + std::to_string(bytes.size()) +
                               " bytes left)");
   }
-  if (h.kind == static_cast<uint16_t>(FrameKind::kPad)) {
+  if (h.kind == static_cast<uint8_t>(FrameKind::kPad)) {
     // Pad frames carry nothing else; their size alone matters.
     *out = Record{};
     out->header = h;
     return Status::Ok();
   }
-  if (h.kind != static_cast<uint16_t>(FrameKind::kCall)) {
-    return Status::Corruption("ring frame: unknown kind " + std::to_string(h.kind));
+  if (h.kind != static_cast<uint8_t>(FrameKind::kCall)) {
+    return Status::Corruption("ring frame: unknown kind " + std::to_string(unsigned{h.kind}));
   }
   if (h.frame_bytes > limits.max_frame_bytes) {
     return Status::Corruption("ring frame: frame_bytes " + std::to_string(h.frame_bytes) +

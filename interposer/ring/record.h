@@ -8,7 +8,10 @@
 //   off size field          writer / meaning
 //   0   8    commit         producer, LAST, release: ring position + 1
 //   8   4    frame_bytes    total bytes incl. header, multiple of 64
-//   12  2    kind           1 = call, 2 = pad (skip)
+//   12  1    kind           1 = call, 2 = pad (skip)
+//   13  1    device         phosd's ordinal of the GPU current on the
+//                           calling thread (cudaSetDevice is per thread);
+//                           phosd checks it against its GPUs
 //   14  2    flags          kFlag* below; unknown bits are rejected
 //   16  4    api_id         which forwarded API (interposer's table)
 //   20  4    payload_bytes  <= frame_bytes - 40
@@ -38,7 +41,7 @@ namespace phos::ring {
 
 inline constexpr size_t kFrameHeaderBytes = 40;
 
-enum class FrameKind : uint16_t { kCall = 1, kPad = 2 };
+enum class FrameKind : uint8_t { kCall = 1, kPad = 2 };
 
 inline constexpr uint16_t kFlagWantsReply = 1u << 0;  // a completion slot waits
 inline constexpr uint16_t kFlagStaging = 1u << 1;     // payload starts with StagingRef
@@ -48,7 +51,8 @@ inline constexpr uint16_t kKnownFlags = kFlagWantsReply | kFlagStaging | kFlagLa
 struct FrameHeader {
   uint64_t commit;
   uint32_t frame_bytes;
-  uint16_t kind;
+  uint8_t kind;
+  uint8_t device;
   uint16_t flags;
   uint32_t api_id;
   uint32_t payload_bytes;
@@ -71,6 +75,7 @@ static_assert(sizeof(StagingRef) == 16);
 struct CallHeader {
   uint32_t api_id = 0;
   uint32_t stream_id = 0;
+  uint8_t device = 0;   // phosd's ordinal of the calling thread's GPU
   uint16_t flags = 0;   // kFlagWantsReply / slot / call_seq are filled by the ring
 };
 
@@ -89,7 +94,7 @@ struct Record {
   std::span<const std::byte> payload;  // points into the source bytes
   bool has_staging = false;
   StagingRef staging{};                 // valid when has_staging (copied once)
-  bool is_pad() const { return header.kind == static_cast<uint16_t>(FrameKind::kPad); }
+  bool is_pad() const { return header.kind == static_cast<uint8_t>(FrameKind::kPad); }
   bool wants_reply() const { return (header.flags & kFlagWantsReply) != 0; }
 };
 

@@ -94,7 +94,7 @@ Status RingClient::WriteFrame(FrameHeader h, std::span<const std::byte> a, std::
     const uint64_t gap = need - frame;
     FrameHeader pad{};
     pad.frame_bytes = static_cast<uint32_t>(gap);
-    pad.kind = static_cast<uint16_t>(FrameKind::kPad);
+    pad.kind = static_cast<uint8_t>(FrameKind::kPad);
     pad.slot = kNoSlot;
     std::byte* p = ring_ + (t & mask_);
     std::memcpy(p + 8, reinterpret_cast<const std::byte*>(&pad) + 8, kFrameHeaderBytes - 8);
@@ -103,7 +103,7 @@ Status RingClient::WriteFrame(FrameHeader h, std::span<const std::byte> a, std::
   }
   std::byte* p = ring_ + (pos & mask_);
   h.frame_bytes = static_cast<uint32_t>(frame);
-  h.kind = static_cast<uint16_t>(FrameKind::kCall);
+  h.kind = static_cast<uint8_t>(FrameKind::kCall);
   h.payload_bytes = static_cast<uint32_t>(payload);
   std::memcpy(p + 8, reinterpret_cast<const std::byte*>(&h) + 8, kFrameHeaderBytes - 8);
   if (!a.empty()) std::memcpy(p + kFrameHeaderBytes, a.data(), a.size());
@@ -117,6 +117,7 @@ Status RingClient::Post(const CallHeader& call, std::span<const std::byte> paylo
   FrameHeader h{};
   h.api_id = call.api_id;
   h.stream_id = call.stream_id;
+  h.device = call.device;
   h.flags = static_cast<uint16_t>(call.flags & ~(kFlagWantsReply | kFlagStaging | kFlagLastPiece));
   h.slot = kNoSlot;
   h.call_seq = next_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -151,6 +152,7 @@ Status RingClient::Call(const CallHeader& call, std::span<const std::byte> paylo
   FrameHeader h{};
   h.api_id = call.api_id;
   h.stream_id = call.stream_id;
+  h.device = call.device;
   h.flags = static_cast<uint16_t>((call.flags & ~(kFlagStaging | kFlagLastPiece)) | kFlagWantsReply);
   h.slot = slot;
   h.call_seq = seq;
@@ -218,6 +220,7 @@ Status RingClient::PostBulk(const CallHeader& call, std::span<const std::byte> m
     FrameHeader h{};
     h.api_id = call.api_id;
     h.stream_id = call.stream_id;
+    h.device = call.device;
     h.flags = kFlagStaging;
     if (off + n == data.size()) h.flags |= kFlagLastPiece;
     h.slot = kNoSlot;

@@ -20,9 +20,11 @@ def main():
     ap.add_argument("--expect", required=True, action="append",
                     help="text the script must print (repeat: each one)")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--daemon-arg", action="append", default=[],
+                    help="an argument for `phos daemon` (repeat: each one), e.g. --daemon-arg=--sim-gpus=2")
     ap.add_argument("script", nargs=argparse.REMAINDER)
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="phos_fw_") as tmp, SimDaemon(a.phos, tmp) as d:
+    with tempfile.TemporaryDirectory(prefix="phos_fw_") as tmp, SimDaemon(a.phos, tmp, a.daemon_arg) as d:
         if not d.ready:
             print(f"run_under_phos: phosd did not come up on {d.socket}:\n" + d.log())
             return 1

@@ -148,7 +148,9 @@ struct World {
 
   World() {
     spdlog::set_level(spdlog::level::err);  // a session's teardown logs every kernel fault at info
-    if (!backend::CreateSimBackend(backend::SimOptions{}, &backend).ok()) Die("no sim backend");
+    backend::SimOptions sim;
+    sim.device_count = 2;  // a frame may name either GPU (several_devices.cc), or one phosd lacks
+    if (!backend::CreateSimBackend(sim, &backend).ok()) Die("no sim backend");
     if (!backend->CreateContext(0, &victim).ok()) Die("no victim context");
     if (!victim->Allocate(kVictimBytes, 0, &victim_ptr).ok()) Die("victim allocation");
     victim_bytes.resize(kVictimBytes);
@@ -196,6 +198,7 @@ World& TheWorld() {
 /// The fuzzed session: what phosd's Session sets up for an app.
 struct Fuzzed {
   std::unique_ptr<backend::Context> ctx;
+  std::map<int, std::unique_ptr<backend::Context>> other_ctx;  // SessionState::other_contexts
   std::unique_ptr<ring::SharedRegion> region;
   std::unique_ptr<ring::RingServer> ring;
   std::unique_ptr<session::Executor> executor;
@@ -236,6 +239,13 @@ struct Fuzzed {
       PHOS_RETURN_IF_ERROR(w.backend->CreateContext(0, &fresh));
       ctx = std::move(fresh);
       st.ctx = ctx.get();
+      return Status::Ok();
+    };
+    st.add_context = [this, &w](int device) -> Status {
+      std::unique_ptr<backend::Context> fresh;
+      PHOS_RETURN_IF_ERROR(w.backend->CreateContext(device, &fresh));
+      st.other_contexts[device] = fresh.get();
+      other_ctx[device] = std::move(fresh);
       return Status::Ok();
     };
     for (int i = 0; i < 2; ++i) {
@@ -431,9 +441,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (flags & 0x40) SendSegmentRecord(a.app_fd, payload, in.Int<uint8_t>());
 
       ring::Record rec;
-      rec.header.kind = static_cast<uint16_t>(ring::FrameKind::kCall);
+      rec.header.kind = static_cast<uint8_t>(ring::FrameKind::kCall);
       rec.header.api_id = api;
       rec.header.stream_id = stream;
+      rec.header.device = in.Int<uint8_t>() % 3;  // GPU 0, GPU 1, or one phosd does not have
       rec.header.flags = call ? ring::kFlagWantsReply : 0;
       if (staged) {
         // What DecodeRecord lets through: chunk < chunk_count, bytes <=
@@ -452,7 +463,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const auto* p = reinterpret_cast<const std::byte*>(payload.data());
       rec.payload = {p, payload.size()};
       session::Outcome out;
-      session::Dispatch(a.st, rec, {p, payload.size()}, &out);
+      // As Session::Run: the call runs on its GPU's context.
+      if (Status d = session::SelectCallDevice(a.st, session::CallDevice(a.st, rec)); d.ok()) {
+        session::Dispatch(a.st, rec, {p, payload.size()}, &out);
+      } else {
+        out.Fail(d);
+      }
+      session::SelectHomeDevice(a.st);
       static const bool trace = std::getenv("PHOS_DISPATCH_FUZZ_TRACE") != nullptr;
       if (trace) {
         std::fprintf(stderr, "  %-20s api %u stream %u %s%s: %d %s\n", row ? row->op : "?", api, stream,

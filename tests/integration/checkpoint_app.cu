@@ -5,7 +5,10 @@
 // (6 MiB: more than one 4 MiB image chunk, rewritten from the host each
 // step), `scratch` (64 KiB, constant pattern; the test frees it after a
 // checkpoint so the restore must re-create it at its old address), and
-// the __device__ variable `g_steps` (module global, counts kernel steps).
+// the __device__ variable `g_steps` (module global, counts kernel steps),
+// and `g_kernel_steps`, which counts them too but which the host never
+// names: only a kernel reads it (into `kernel_steps_out`), so a
+// checkpoint must save module variables without being told their names.
 //
 // Commands come as files CTL/cmd-N (N = 0, 1, ...; the content is the
 // command), so the test drives it without a terminal:
@@ -68,11 +71,17 @@ constexpr size_t kBigBytes = 6u << 20;
 constexpr size_t kScratchBytes = 64u << 10;
 
 __device__ unsigned int g_steps;
+__device__ unsigned int g_kernel_steps;  // never named by the host (see above)
+
+__global__ void ReadKernelSteps(unsigned int* out) { *out = g_kernel_steps; }
 
 __global__ void Step(uint32_t* s, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) s[i] = s[i] * 1664525u + 1013904223u + static_cast<uint32_t>(i);
-  if (i == 0) g_steps += 1;
+  if (i == 0) {
+    g_steps += 1;
+    g_kernel_steps += 1;
+  }
 }
 
 // Step's update without the step count (the vmmstep's second array).
@@ -87,7 +96,10 @@ __global__ void TexStep(cudaTextureObject_t t, cudaSurfaceObject_t marks, uint32
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) s[i] = tex1Dfetch<unsigned int>(t, i) * 1664525u + 1013904223u + static_cast<uint32_t>(i);
   if (i < 64) surf1Dwrite(static_cast<unsigned int>(i), marks, i * 4);
-  if (i == 0) g_steps += 1;
+  if (i == 0) {
+    g_steps += 1;
+    g_kernel_steps += 1;
+  }
 }
 
 __global__ void SetIfPositive(cudaGraphConditionalHandle h, const int* flag) {
@@ -193,9 +205,11 @@ int main(int argc, char** argv) {
   uint32_t* state = nullptr;
   unsigned char* big = nullptr;
   unsigned char* scratch = nullptr;
+  unsigned int* kernel_steps_out = nullptr;  // where ReadKernelSteps puts g_kernel_steps
   CHECK(cudaMalloc(&state, kN * sizeof(uint32_t)));
   CHECK(cudaMalloc(&big, kBigBytes));
   CHECK(cudaMalloc(&scratch, kScratchBytes));
+  CHECK(cudaMalloc(&kernel_steps_out, sizeof(unsigned int)));
   std::vector<uint32_t> init(kN);
   for (int i = 0; i < kN; ++i) init[i] = static_cast<uint32_t>(i * 2654435761u);
   CHECK(cudaMemcpy(state, init.data(), kN * sizeof(uint32_t), cudaMemcpyHostToDevice));
@@ -364,6 +378,9 @@ int main(int argc, char** argv) {
       CHECK(cudaMemcpy(got_big.data(), big, kBigBytes, cudaMemcpyDeviceToHost));
       unsigned int steps = 0;
       CHECK(cudaMemcpyFromSymbol(&steps, g_steps, sizeof steps));
+      unsigned int kernel_steps = 0;
+      ReadKernelSteps<<<1, 1>>>(kernel_steps_out);
+      CHECK(cudaMemcpy(&kernel_steps, kernel_steps_out, sizeof kernel_steps, cudaMemcpyDeviceToHost));
       uint64_t sum = Fnv(got_big.data(), got_big.size(), Fnv(host_state.data(), kN * sizeof(uint32_t)));
       std::vector<unsigned char> got_vbig(kVBigBytes);
       if (vmm.vstate != nullptr) {
@@ -372,7 +389,8 @@ int main(int argc, char** argv) {
         sum = Fnv(got_vbig.data(), kVBigBytes, Fnv(host_vstate.data(), kV * sizeof(uint32_t), sum));
       }
       if (cmd != "print") {
-        std::printf("step %d checksum 0x%016llx steps %u\n", step, static_cast<unsigned long long>(sum), steps);
+        std::printf("step %d checksum 0x%016llx steps %u ksteps %u\n", step, static_cast<unsigned long long>(sum),
+                    steps, kernel_steps);
       } else {
         // Which step's CPU reference equals the device state, and which
         // step's pattern `big` holds (-1: none). After an in-place GPU
@@ -400,8 +418,9 @@ int main(int argc, char** argv) {
             if (match_vbig < 0 && vref_big == got_vbig) match_vbig = k;
           }
         }
-        std::printf("state checksum 0x%016llx steps %u verify-step %d verify-big %d verify-vmm %d verify-vbig %d\n",
-                    static_cast<unsigned long long>(sum), steps, match, match_big, match_vmm, match_vbig);
+        std::printf("state checksum 0x%016llx steps %u ksteps %u verify-step %d verify-big %d verify-vmm %d "
+                    "verify-vbig %d\n",
+                    static_cast<unsigned long long>(sum), steps, kernel_steps, match, match_big, match_vmm, match_vbig);
       }
     } else if (cmd == "freescratch") {
       CHECK(cudaFree(scratch));

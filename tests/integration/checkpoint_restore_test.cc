@@ -148,6 +148,8 @@ TEST_F(CheckpointRestoreTest, CheckpointStepRestoreRollsTheDeviceStateBack) {
   EXPECT_EQ(Field(back, "verify-step"), "3") << back;
   EXPECT_EQ(Field(back, "verify-big"), "3") << back;
   EXPECT_EQ(Field(back, "steps"), "3") << back;
+  // A module variable the host never named, which only kernels touch.
+  EXPECT_EQ(Field(back, "ksteps"), "3") << back;
   EXPECT_NE(Cmd("checkscratch").find("scratch OK"), std::string::npos);
 
   // And continues correctly from there (the host's own step counter is not

@@ -101,19 +101,28 @@ struct Child {
   }
 };
 
-/// Waits until phosd's data socket (`<control socket>.data`) accepts a
-/// connection.
+/// Whether a UNIX socket at `path` of `type` accepts a connection now.
+inline bool UnixSocketAccepts(const std::string& path, int type) {
+  int fd = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+/// Waits until phosd serves: its data socket (`<control socket>.data`) and
+/// its control socket both accept a connection. (phosd opens the data plane
+/// first: waiting for it alone let a test's next `phos` command find no
+/// control socket yet — seen once in e2e_process_test under load.)
 inline bool WaitForDataSocket(const std::string& control_socket, std::chrono::milliseconds limit) {
   const auto deadline = Clock::now() + limit;
-  const std::string data = control_socket + ".data";
   while (Clock::now() < deadline) {
-    int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::strncpy(addr.sun_path, data.c_str(), sizeof(addr.sun_path) - 1);
-    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    close(fd);
-    if (ok) return true;
+    if (UnixSocketAccepts(control_socket + ".data", SOCK_SEQPACKET) &&
+        UnixSocketAccepts(control_socket, SOCK_STREAM)) {
+      return true;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;

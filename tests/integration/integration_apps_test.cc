@@ -698,8 +698,7 @@ namespace {
 std::string NcclRanks() { return std::string(PHOS_INTEGRATION_DIR) + "/nccl_ranks"; }
 
 // docs/interposer.md "Devices": a process sees phosd's GPUs through its
-// CUDA_VISIBLE_DEVICES, runs on the one it names before it allocates, and
-// is refused another once it holds memory.
+// CUDA_VISIBLE_DEVICES, ordered and filtered as CUDA does.
 TEST_F(IntegrationTest, DevicesFollowCudaVisibleDevices) {
   Daemon d(dir_, {"--sim-gpus", "2"});
   ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
@@ -738,6 +737,31 @@ TEST_F(IntegrationTest, DevicesFollowCudaVisibleDevices) {
   const std::string mig = run({"CUDA_VISIBLE_DEVICES=0,MIG-5105d0e0-0001-4000-8000-000000000000"});
   EXPECT_NE(mig.find("devices: 1 busid " + std::to_string(bus0) + "\n"), std::string::npos) << mig;
   EXPECT_NE(mig.find("MIG devices are not supported by phos"), std::string::npos) << mig;
+}
+
+// docs/interposer.md "Several GPUs in one process": one process uses two
+// GPUs (buffers, kernels, streams, events, peer copies, a cross-GPU event
+// wait, a module variable per GPU, a thread on its default GPU), and a
+// checkpoint of it is refused by name in every mode, the process
+// untouched (several_gpus.cu).
+TEST_F(IntegrationTest, OneProcessUsesTwoGpus) {
+  Daemon d(dir_, {"--sim-gpus", "2"});
+  ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
+  const std::string hold = dir_ + "/several.go";
+  Child c = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--",
+                          std::string(PHOS_INTEGRATION_DIR) + "/several_gpus", hold});
+  ASSERT_TRUE(c.ReadUntil("several: holding", std::chrono::seconds(120))) << c.output << d.log();
+  for (const char* mode : {"stop", "cow", "recopy"}) {
+    const std::string image = dir_ + "/several-" + mode + ".img";
+    Child ck = Child::Start({PHOS_BIN, "--socket", d.socket(), "checkpoint", "--pid", std::to_string(c.pid),
+                             "--gpu-only", "--mode", mode, "--out", image});
+    EXPECT_NE(ck.Wait(std::chrono::seconds(60)), 0) << mode << ": " << ck.output;
+    EXPECT_NE(ck.output.find("uses several GPUs"), std::string::npos) << mode << ": " << ck.output;
+    EXPECT_FALSE(Exists(image)) << "a refused checkpoint left " << image;
+  }
+  ASSERT_EQ(std::system(("touch " + hold).c_str()), 0);
+  EXPECT_EQ(c.Wait(std::chrono::seconds(120)), 0) << c.output << d.log();
+  EXPECT_NE(c.output.find("several: OK"), std::string::npos) << c.output;
 }
 
 // Ranks of NCCL jobs in one phosd (docs/interposer.md "NCCL"): every

@@ -132,6 +132,7 @@ class ProcessRestoreTest : public ::testing::Test, protected phos::testing::Chec
     const std::string p = Cmd("print");
     EXPECT_EQ(Field(p, "checksum"), sum_at) << p;
     EXPECT_EQ(Field(p, "steps"), std::to_string(steps_done)) << p;
+    EXPECT_EQ(Field(p, "ksteps"), std::to_string(steps_done)) << p;  // a module variable only kernels touch
     EXPECT_EQ(Field(p, "verify-step"), std::to_string(steps_done)) << p;
     EXPECT_EQ(Field(p, "verify-big"), std::to_string(steps_done)) << p;
     const std::string again = Cmd(step_cmd);

@@ -614,7 +614,11 @@ Status CudaContext::MemcpyAsync(std::uint64_t dst, std::uint64_t src, std::size_
     case CopyKind::kDeviceToHost:
       return Check(d->MemcpyDtoHAsync(reinterpret_cast<void*>(dst), src, bytes, s), "cuMemcpyDtoHAsync");
     case CopyKind::kDeviceToDevice:
-      return Check(d->MemcpyDtoDAsync(dst, src, bytes, s), "cuMemcpyDtoDAsync");
+      // Unified addressing: one side may be another GPU's memory (a process
+      // on several GPUs, docs/interposer.md "Several GPUs in one process");
+      // cuMemcpyAsync infers a peer copy from the pointers (cuMemcpyDtoD
+      // is documented for one context's memory).
+      return Check(d->MemcpyAsync(dst, src, bytes, s), "cuMemcpyAsync");
     case CopyKind::kHostToHost:
       // Unified addressing: the driver infers both sides are host memory.
       return Check(d->MemcpyAsync(dst, src, bytes, s), "cuMemcpyAsync");

@@ -24,7 +24,7 @@ FrameHeader CallHeaderFor(size_t payload_bytes) {
   FrameHeader h{};
   h.commit = 1;
   h.frame_bytes = static_cast<uint32_t>(FrameBytesFor(payload_bytes));
-  h.kind = static_cast<uint16_t>(FrameKind::kCall);
+  h.kind = static_cast<uint8_t>(FrameKind::kCall);
   h.api_id = 77;
   h.payload_bytes = static_cast<uint32_t>(payload_bytes);
   h.slot = kNoSlot;
@@ -38,10 +38,13 @@ TEST(RecordTest, RoundTrip) {
     FrameHeader h = CallHeaderFor(n);
     h.flags = kFlagWantsReply;
     h.slot = 15;
+    h.device = 3;
     auto bytes = Encode(h, n, 0x5A);
     Record r;
     ASSERT_TRUE(DecodeRecord(bytes, Limits(), &r).ok()) << n;
     EXPECT_EQ(r.header.api_id, 77u);
+    EXPECT_EQ(r.header.device, 3u);  // the calling thread's GPU (several_devices.cc)
+    EXPECT_EQ(bytes[13], std::byte{3});  // beside the kind byte: the wire layout record.h documents
     EXPECT_EQ(r.header.stream_id, 5u);
     EXPECT_EQ(r.header.call_seq, 123456789u);
     EXPECT_EQ(r.header.slot, 15u);
@@ -71,7 +74,7 @@ TEST(RecordTest, StagingReferenceRoundTrip) {
 
 TEST(RecordTest, PadFrame) {
   FrameHeader h{};
-  h.kind = static_cast<uint16_t>(FrameKind::kPad);
+  h.kind = static_cast<uint8_t>(FrameKind::kPad);
   h.frame_bytes = 192;
   std::vector<std::byte> out(192);
   EncodeFrame(h, {}, out);

@@ -181,13 +181,19 @@ TEST_F(AccessSetSessionTest, LaunchesAndCopiesCarryAccessSetsAndPsCountsThem) {
   EXPECT_FALSE(launches[0].ranges[1].write);
   EXPECT_EQ(launches[0].ranges[2].ptr, dc);
   EXPECT_TRUE(launches[0].ranges[2].write);
-  // extern "C": both pointers are read+write candidates.
+  // extern "C": both pointers are read+write candidates; and its module
+  // defines a variable (phos_counter), which the session recorded when the
+  // module loaded and which its kernels may write by name.
+  uint64_t counter = 0, counter_bytes = 0;
+  ASSERT_EQ(app_->GetGlobal(2, "phos_counter", &counter, &counter_bytes), kOk) << app_->message();
   EXPECT_EQ(launches[1].kind, AccessKind::kSpeculated);
-  ASSERT_EQ(launches[1].ranges.size(), 2u);
+  ASSERT_EQ(launches[1].ranges.size(), 3u);
   EXPECT_EQ(launches[1].ranges[0].ptr, dc);
   EXPECT_TRUE(launches[1].ranges[0].write);
   EXPECT_EQ(launches[1].ranges[1].ptr, da);
   EXPECT_TRUE(launches[1].ranges[1].write);
+  EXPECT_EQ(launches[1].ranges[2].ptr, counter);
+  EXPECT_TRUE(launches[1].ranges[2].write);
   auto h2d = Calls(op::kMemcpy);
   ASSERT_GE(h2d.size(), 1u);
   EXPECT_EQ(h2d[0].kind, AccessKind::kExact);

@@ -44,6 +44,7 @@ WireStatus FakeApp::Raw(uint32_t api_id, uint32_t stream, std::span<const std::b
   ring::CallHeader h;
   h.api_id = api_id;
   h.stream_id = stream;
+  h.device = device_;
   ring::Reply local;
   if (reply == nullptr) reply = &local;
   Status s = call ? client_->Call(h, payload, reply) : client_->Post(h, payload);
@@ -136,6 +137,7 @@ WireStatus FakeApp::H2D(uint64_t dst, const void* src, uint64_t bytes, uint32_t 
   ring::CallHeader h;
   h.api_id = static_cast<uint32_t>(op::kMemcpyAsync);
   h.stream_id = stream;
+  h.device = device_;
   Status s = client_->PostBulk(h, std::as_bytes(std::span<const wire::MemcpyRequest>(&req, 1)), data);
   if (!s.ok()) {
     message_ = s.ToString();
@@ -218,6 +220,7 @@ WireStatus FakeApp::ModuleLoad(uint32_t id, std::span<const std::byte> image, bo
   req.phase = static_cast<uint32_t>(wire::ModuleLoadPhase::kPiece);
   ring::CallHeader h;
   h.api_id = static_cast<uint32_t>(op::kModuleLoad);
+  h.device = device_;
   Status s = client_->PostBulk(h, std::as_bytes(std::span<const wire::ModuleLoadRequest>(&req, 1)), image);
   if (!s.ok()) {
     message_ = s.ToString();

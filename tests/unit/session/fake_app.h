@@ -84,6 +84,10 @@ class FakeApp {
   WireStatus Launch(uint32_t function, wire::LaunchRequest geometry, std::span<const std::byte> params,
                     uint32_t stream = 0);
 
+  /// The GPU (phosd's ordinal) every later call of this app names, as
+  /// libphos.so's calls name their thread's current GPU.
+  void UseDevice(uint8_t device) { device_ = device; }
+
   const std::string& message() const { return message_; }
   ring::RingClient* client() { return client_.get(); }
   /// The setup channel (pinned host segment records travel on it).
@@ -97,6 +101,7 @@ class FakeApp {
   std::unique_ptr<ring::SharedRegion> region_;
   std::unique_ptr<ring::RingClient> client_;
   std::string message_;
+  uint8_t device_ = 0;
 };
 
 }  // namespace phos::session::testing

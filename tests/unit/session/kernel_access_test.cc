@@ -323,6 +323,28 @@ TEST(PtxModuleVariablesTest, FindsModuleScopeDeclarationsOnly) {
   EXPECT_FALSE(PtxDeclaresModuleVariables(""));
 }
 
+// The names a checkpoint records as module globals (RecordModuleVariables):
+// definitions in .global and .const at module scope, with or without
+// linkage, dimensions or an initializer (which may open braces); not
+// .extern declarations, texture references or anything inside a function.
+TEST(PtxModuleVariablesTest, NamesTheVariablesTheModuleDefines) {
+  const std::string ptx =
+      ".version 8.0\n.target sm_90\n.address_size 64\n"
+      ".visible .global .align 4 .u32 counter;\n"
+      ".global .align 4 .u32 _ZZ4stepE6hidden = 100;\n"
+      ".const .align 8 .b8 table[64] = {1, 2, 3};\n"
+      ".visible .const .align 4 .f32 scale[4][2];\n"
+      ".global .align 1 .b8 $str[4] = {104, 105, 10, 0};\n"
+      ".extern .global .align 4 .u32 elsewhere;\n"
+      ".global .texref tex;\n"
+      ".extern .shared .align 16 .b8 dyn[];\n"
+      ".visible .entry k(\n.param .u64 p\n)\n{\n  .global .u32 in_body;\n  ret;\n}\n"
+      ".weak .global .align 8 .u64 after_the_kernel;\n";
+  EXPECT_EQ(PtxModuleVariableNames(ptx),
+            (std::vector<std::string>{"counter", "_ZZ4stepE6hidden", "table", "scale", "$str", "after_the_kernel"}));
+  EXPECT_TRUE(PtxModuleVariableNames("").empty());
+}
+
 // The device heap is needed by modules declaring a heap function, and the
 // module-load analysis finds a kernel calling an external function the
 // device runtime does not provide — but not one calling only vprintf and

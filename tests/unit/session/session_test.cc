@@ -69,12 +69,15 @@ constexpr bool kUseDaemon = true;
 
 class SessionTest : public ::testing::Test {
  protected:
+  /// The sim's GPUs (--sim-gpus).
+  virtual int GpuCount() const { return 1; }
   void SetUp() override {
     char tmpl[] = "/tmp/phos-session-test-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     options_.socket_path = dir_ + "/phosd.sock";
     options_.backend.kind = backend::BackendKind::kSim;
+    options_.backend.sim.device_count = GpuCount();
     data_path_ = SessionServer::DataSocketPath(options_.socket_path);
     if (kUseDaemon) {
       daemon_ = std::make_unique<server::Daemon>();
@@ -407,6 +410,101 @@ TEST_F(SessionTest, SaxpyKernelMatchesCpu) {
   ASSERT_EQ(app->Launch(11, Grid(1, 1), {}), kOk);
   ASSERT_EQ(app->D2H(&c, counter, 4), kOk);
   EXPECT_EQ(c, 8u);
+}
+
+// docs/interposer.md "Several GPUs in one process": each call runs on the
+// GPU its frame names (the app thread's), or on its stream's; an empty
+// session moves to the first GPU named, a second GPU gets a context of its
+// own; modules load on each GPU with a variable instance each.
+class TwoGpuSessionTest : public SessionTest {
+ protected:
+  int GpuCount() const override { return 2; }
+  uint64_t UsedOn(int device) {
+    uint64_t free_bytes = 0, total = 0;
+    EXPECT_TRUE(backend_->GetMemoryInfo(device, &free_bytes, &total).ok());
+    return total - free_bytes;
+  }
+};
+
+TEST_F(TwoGpuSessionTest, CallsRunOnTheGpuTheyName) {
+  auto app = NewApp();
+  const uint64_t base0 = UsedOn(0), base1 = UsedOn(1);
+  constexpr uint64_t kBytes = 64ull << 20;
+  // The first call names GPU 1: the empty session moves there.
+  app->UseDevice(1);
+  uint64_t p1 = 0;
+  ASSERT_EQ(app->Malloc(kBytes, &p1), kOk) << app->message();
+  EXPECT_EQ(UsedOn(1), base1 + kBytes);
+  EXPECT_EQ(UsedOn(0), base0);
+  // GPU 0 then gets a context of its own.
+  app->UseDevice(0);
+  uint64_t p0 = 0;
+  ASSERT_EQ(app->Malloc(kBytes, &p0), kOk) << app->message();
+  EXPECT_EQ(UsedOn(0), base0 + kBytes);
+  // Copies between the GPUs' buffers, either way.
+  const std::vector<std::byte> bytes = RandomBytes(4096, 7);
+  ASSERT_EQ(app->H2D(p0, bytes.data(), bytes.size()), kOk) << app->message();
+  ASSERT_EQ(app->D2D(p1, p0, bytes.size()), kOk) << app->message();
+  std::vector<std::byte> back(bytes.size());
+  app->UseDevice(1);
+  ASSERT_EQ(app->D2H(back.data(), p1, back.size()), kOk) << app->message();
+  EXPECT_EQ(back, bytes);
+
+  // A module variable has an instance per GPU; a kernel runs on its GPU's.
+  const auto image = std::as_bytes(std::span<const char>(backend::testing::kSaxpyPtx, sizeof backend::testing::kSaxpyPtx));
+  ASSERT_EQ(app->ModuleLoad(1, image), kOk) << app->message();
+  ASSERT_EQ(app->GetFunction(1, 11, "bump"), kOk) << app->message();
+  uint64_t counter1 = 0, counter0 = 0, n = 0;
+  ASSERT_EQ(app->GetGlobal(1, "phos_counter", &counter1, &n), kOk) << app->message();
+  app->UseDevice(0);
+  ASSERT_EQ(app->GetGlobal(1, "phos_counter", &counter0, &n), kOk) << app->message();
+  EXPECT_NE(counter0, counter1);
+  app->UseDevice(1);
+  ASSERT_EQ(app->Launch(11, Grid(1, 1), {}), kOk);
+  ASSERT_EQ(app->DeviceSync(), kOk) << app->message();
+  uint32_t c0 = 0, c1 = 0;
+  ASSERT_EQ(app->D2H(&c1, counter1, 4), kOk) << app->message();
+  ASSERT_EQ(app->D2H(&c0, counter0, 4), kOk) << app->message();
+  EXPECT_EQ(c1, 8u);
+  EXPECT_EQ(c0, 7u);
+
+  // A stream made on GPU 1 runs its calls there, whichever GPU the calling
+  // thread is on; GPU 0's stream may wait for GPU 1's event, but an event
+  // is recorded only on a stream of its own GPU (as CUDA).
+  ASSERT_EQ(app->StreamCreate(5), kOk) << app->message();
+  ASSERT_EQ(app->EventCreate(6), kOk) << app->message();
+  app->UseDevice(0);
+  ASSERT_EQ(app->StreamCreate(7), kOk) << app->message();
+  ASSERT_EQ(app->Memset(p1, 0x11, 1, 4096, 5, /*sync=*/false), kOk) << app->message();
+  ASSERT_EQ(app->EventRecord(6, 5), kOk) << app->message();
+  ASSERT_EQ(app->StreamWaitEvent(7, 6), kOk) << app->message();
+  ASSERT_EQ(app->D2D(p0, p1, 4096, 7, /*sync=*/false), kOk) << app->message();
+  ASSERT_EQ(app->StreamSync(7), kOk) << app->message();
+  ASSERT_EQ(app->D2H(back.data(), p0, 4096), kOk) << app->message();
+  EXPECT_EQ(back[0], std::byte{0x11});
+  EXPECT_EQ(back[4095], std::byte{0x11});
+  ASSERT_EQ(app->EventRecord(6, 7), kOk);  // posted: its error comes at the next synchronising call
+  EXPECT_EQ(app->GetLastError(), WireStatus::kInvalidResourceHandle);
+  EXPECT_NE(app->message().find("another GPU"), std::string::npos) << app->message();
+  ASSERT_EQ(app->EventDestroy(6), kOk) << app->message();
+  ASSERT_EQ(app->StreamDestroy(5), kOk) << app->message();
+  ASSERT_EQ(app->StreamDestroy(7), kOk) << app->message();
+
+  // What phos offers on the first GPU only is refused by name elsewhere.
+  uint64_t range = 0;
+  EXPECT_EQ(app->AddressReserve(2ull << 20, 0, &range), WireStatus::kNotSupported);
+  EXPECT_NE(app->message().find("further GPUs"), std::string::npos) << app->message();
+  // A GPU phosd does not have fails the call, named.
+  app->UseDevice(7);
+  uint64_t nowhere = 0;
+  EXPECT_EQ(app->Malloc(4096, &nowhere), WireStatus::kInvalidValue);
+  EXPECT_NE(app->message().find("GPU 7"), std::string::npos) << app->message();
+  // A buffer is freed on its own GPU, from any thread.
+  app->UseDevice(0);
+  ASSERT_EQ(app->Free(p1), kOk) << app->message();
+  EXPECT_LT(UsedOn(1), base1 + kBytes);  // what is left there is the module's variables
+  ASSERT_EQ(app->Free(p0), kOk) << app->message();
+  EXPECT_LT(UsedOn(0), base0 + kBytes);
 }
 
 TEST_F(SessionTest, InvalidPointerIsReportedAndSessionStaysUsable) {
