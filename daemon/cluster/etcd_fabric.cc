@@ -104,9 +104,19 @@ Status EtcdFabric::Send(const std::string& endpoint, const backend::FabricMessag
   peer::v1::CollectiveReply reply;
   grpc::ClientContext ctx;
   ctx.AddMetadata(peer::kPeerTokenHeader, peer_token_);
-  ctx.set_deadline(std::chrono::system_clock::now() + kSendTimeout);
-  // Not wait_for_ready: a peer that refuses connections is gone, and the
-  // communicator must fail now (NCCL's ncclRemoteError), not in 30 s.
+  // Not wait_for_ready for parts: a peer that refuses connections is gone,
+  // and the communicator must fail now (NCCL's ncclRemoteError), not in
+  // 30 s. An abort waits briefly for a connection that is still coming up
+  // (under load the channel may be between states): lost, it would leave
+  // the peer's ranks waiting in a collective that never completes (the
+  // peer also refuses parts of a communicator that ended here, the other
+  // guard); a dead peer costs the aborting rank kAbortConnectTimeout.
+  if (message.kind == backend::FabricMessage::Kind::kAbort) {
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(std::chrono::system_clock::now() + kAbortConnectTimeout);
+  } else {
+    ctx.set_deadline(std::chrono::system_clock::now() + kSendTimeout);
+  }
   grpc::Status g = stub->Collective(&ctx, request, &reply);
   if (!g.ok()) return peer::PeerStatus(endpoint, g);
   return Status::Ok();

@@ -38,6 +38,9 @@ class EtcdFabric final : public backend::CollectiveFabric {
 
   /// How long one Send waits for the peer (connecting included).
   static constexpr std::chrono::seconds kSendTimeout{30};
+  /// An ABORT waits this long for a connection still coming up (a dead
+  /// peer must not hold the aborting rank much longer).
+  static constexpr std::chrono::seconds kAbortConnectTimeout{2};
 
  private:
   Status StubFor(const std::string& endpoint, std::shared_ptr<peer::v1::PhosPeer::Stub>* out);

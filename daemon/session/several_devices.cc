@@ -21,9 +21,11 @@ namespace phos::session {
 namespace {
 /// Calls that do not run in a context: device queries name their GPU in the
 /// request, kSetDevice makes its context itself, device output is taken
-/// from every context.
+/// from every context; and ids with no row, which Dispatch answers
+/// NotSupported whatever GPU they name (found by dispatch_fuzz).
 bool NeedsNoContext(uint32_t api) {
   namespace op = wire::op;
+  if (DispatchedRow(static_cast<wire::ApiId>(api)) == nullptr) return true;
   return api == static_cast<uint32_t>(op::kGetDeviceCount) ||
          api == static_cast<uint32_t>(op::kGetDeviceProperties) ||
          api == static_cast<uint32_t>(op::kDeviceGetAttribute) || api == static_cast<uint32_t>(op::kSetDevice) ||

@@ -87,7 +87,8 @@ struct SimCommunicator {
 
   /// Tells every other phosd of the communicator that it ended here
   /// (mu not held; best effort: a phosd that cannot be told finds out from
-  /// its own failed send, or from etcd when this phosd is gone).
+  /// its own next send, which this phosd refuses (Deliver), or from etcd
+  /// when this phosd is gone).
   void TellAbort(const std::string& why) {
     if (fabric == nullptr || remotes.empty()) return;
     FabricMessage m;
@@ -611,7 +612,17 @@ Status SimCommRegistry::Deliver(const FabricMessage& m) {
   std::shared_ptr<SimCommunicator> c;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = spanning_.find(m.comm); it != spanning_.end()) c = it->second.lock();
+    if (auto it = spanning_.find(m.comm); it != spanning_.end()) {
+      c = it->second.lock();
+      // It formed here and is gone (its ranks here ended): the sender must
+      // learn it, or its rank waits forever for parts that never come
+      // (its failed send ends the communicator there too, as NCCL's
+      // ncclRemoteError). An abort of it needs nothing more.
+      if (!c) {
+        if (m.kind == FabricMessage::Kind::kAbort) return Status::Ok();
+        return Status::Unavailable("the communicator ended on this phosd (its ranks here are gone)");
+      }
+    }
     if (!c) {
       auto it = forming_.find(m.comm);
       if (it != forming_.end()) {
@@ -640,7 +651,8 @@ Status SimCommRegistry::Deliver(const FabricMessage& m) {
     return Status::InvalidArgument("a peer sent a part of rank " + std::to_string(m.from_rank) +
                                    ", which is a rank of this phosd");
   }
-  if (!c->aborted.empty()) return Status::Ok();  // nobody waits for it any more
+  // Ended here: the sender's rank must not wait for this phosd's parts.
+  if (!c->aborted.empty()) return Status::Unavailable("the communicator ended on this phosd: " + c->aborted);
   // The part, checked as phosd checks a local rank's op; its bytes stand
   // in for the sender's buffer.
   auto part = std::make_unique<SimCommunicator::Slot::Remote>();

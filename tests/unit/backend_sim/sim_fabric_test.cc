@@ -26,6 +26,7 @@ struct Switch {
   std::map<std::string, Backend*> phosds;                             // endpoint -> backend
   std::map<CommunicatorId, std::map<int, std::string>> rendezvous;    // id -> rank -> endpoint
   std::map<std::string, int> delivered;                               // messages per destination
+  bool lose_aborts = false;  // a phosd's abort never reaches the other (the network lost it)
 };
 
 class LoopbackFabric final : public CollectiveFabric {
@@ -58,6 +59,7 @@ class LoopbackFabric final : public CollectiveFabric {
       auto it = sw_->phosds.find(endpoint);
       if (it == sw_->phosds.end()) return Status::Unavailable("no phosd at " + endpoint);
       to = it->second;
+      if (sw_->lose_aborts && m.kind == FabricMessage::Kind::kAbort) return Status::Unavailable("lost");
       ++sw_->delivered[endpoint];
     }
     const FabricMessage copy = m;  // what crosses the wire
@@ -247,6 +249,33 @@ TEST(SimFabric, ARankEndingOnOnePhosdFailsTheRanksWaitingOnTheOther) {
   const Status e = k.rank[1]->AsyncError();
   EXPECT_EQ(e.code(), Status::Code::kUnavailable) << e.ToString();
   EXPECT_NE(e.message().find("process ended"), std::string::npos) << e.ToString();
+}
+
+// The abort of a rank ending on A never reaches B (lost on the way). B's
+// rank then posts a collective: A refuses its part (the communicator ended
+// there), so B's rank fails instead of waiting forever for A's part —
+// whether A still holds the ended communicator or has dropped it.
+TEST(SimFabric, APeersPartForACommunicatorThatEndedIsRefusedSoItsRankFails) {
+  for (const bool dropped : {false, true}) {
+    TwoPhosds k;
+    SIM_ASSERT_OK(k.Init(2, 1, dropped ? 6 : 5));
+    k.sw.lose_aborts = true;
+    DevicePtr p = k.Alloc(1, 4096);
+    k.rank[0]->Abort("rank 0: its process ended");
+    if (dropped) k.rank[0].reset();  // A keeps nothing of it
+    SIM_ASSERT_OK(
+        k.ctx[1]->EnqueueCollectives(k.rank[1], {Op(CollectiveOp::Kind::kAllReduce, p, p, 16)}, k.stream[1]));
+    auto sync = std::async(std::launch::async, [&k] { return k.ctx[1]->SynchronizeStream(k.stream[1]); });
+    if (sync.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      ADD_FAILURE() << "rank 1 still waits for a communicator that ended on A (dropped " << dropped << ")";
+      k.rank[1]->Abort("the test gives up");  // lets the stream end
+    }
+    const Status s = sync.get();
+    EXPECT_EQ(s.api_error(), CUDA_ERROR_LAUNCH_FAILED) << s.ToString();
+    const Status e = k.rank[1]->AsyncError();
+    EXPECT_EQ(e.code(), Status::Code::kUnavailable) << e.ToString();
+    EXPECT_NE(e.message().find("ended on this phosd"), std::string::npos) << e.ToString();
+  }
 }
 
 TEST(SimFabric, ALostPhosdFailsTheRanksWaitingForIt) {
