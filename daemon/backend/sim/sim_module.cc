@@ -57,7 +57,13 @@ int ArchNumber(const std::vector<std::string>& target) {
     const std::size_t u = t.find('_');
     if (u == std::string::npos) continue;
     int v = 0;
-    for (std::size_t i = u + 1; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i) v = v * 10 + (t[i] - '0');
+    for (std::size_t i = u + 1; i < t.size() && t[i] >= '0' && t[i] <= '9'; ++i) {
+      v = v * 10 + (t[i] - '0');
+      if (v > 100000) {  // no such architecture (and no int overflow: found by dispatch_fuzz)
+        v = 0;
+        break;
+      }
+    }
     if (v != 0) return v;
   }
   return 0;
