@@ -12,19 +12,11 @@ namespace phos::session {
 
 using wire::WireStatus;
 
-namespace {
-
-Status FindFunction(SessionState& st, uint32_t id, backend::FunctionHandle* out) {
-  return FunctionOnCallDevice(st, id, out);
-}
-
-}  // namespace
-
 void HandleFuncGetAttributes(SessionState& st, const CallContext& call, const wire::HandleRequest& req,
                              Outcome* out) {
   CallView v = ViewOf(st, call);
   backend::FunctionHandle f = 0;
-  if (Status s = FindFunction(st, req.id, &f); !s.ok()) return out->Fail(s);
+  if (Status s = FunctionOnCallDevice(st, req.id, &f); !s.ok()) return out->Fail(s);
   backend::FunctionAttributes a;
   Status s = st.executor->Run(v, [&] { return st.ctx->GetFunctionAttributes(f, &a); });
   if (!s.ok()) return out->Fail(s);
@@ -48,19 +40,24 @@ void HandleFuncSetAttribute(SessionState& st, const CallContext& call, const wir
   out->Fail(SetFunctionAttributeOf(st, req.function_id, req.attribute, req.value, &v));
 }
 
+Status SettableFunctionAttribute(int32_t attribute, backend::FunctionAttribute* out) {
+  if (attribute == wire::kFuncAttrMaxDynamicSharedSize) {
+    *out = backend::FunctionAttribute::kMaxDynamicSharedSizeBytes;
+  } else if (attribute == wire::kFuncAttrPreferredCarveout) {
+    *out = backend::FunctionAttribute::kPreferredSharedMemoryCarveout;
+  } else {
+    return Status::InvalidArgument("function attribute " + std::to_string(attribute) +
+                                   " cannot be set (only 8 and 9)");
+  }
+  return Status::Ok();
+}
+
 Status SetFunctionAttributeOf(SessionState& st, uint32_t function_id, int32_t attribute, int32_t value,
                               const CallView* admit) {
   auto it = st.functions.find(function_id);
   if (it == st.functions.end()) return Status::NotFound("unknown function id " + std::to_string(function_id));
   backend::FunctionAttribute attr{};
-  if (attribute == wire::kFuncAttrMaxDynamicSharedSize) {
-    attr = backend::FunctionAttribute::kMaxDynamicSharedSizeBytes;
-  } else if (attribute == wire::kFuncAttrPreferredCarveout) {
-    attr = backend::FunctionAttribute::kPreferredSharedMemoryCarveout;
-  } else {
-    return Status::InvalidArgument("function attribute " + std::to_string(attribute) +
-                                   " cannot be set (only 8 and 9)");
-  }
+  PHOS_RETURN_IF_ERROR(SettableFunctionAttribute(attribute, &attr));
   const backend::FunctionHandle f = it->second.handle;
   PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] {
     // The function on every GPU it was resolved on (the attribute names

@@ -17,7 +17,6 @@
 
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "protocol/calls.h"
@@ -84,9 +83,16 @@ Status EnqueueH2DPieces(SessionState& st, std::span<const std::byte> src, const 
 /// Enqueues an H2D copy from bytes phosd keeps until the copy has run.
 Status EnqueueH2D(SessionState& st, uint64_t dst, std::span<const std::byte> src, backend::StreamHandle stream);
 
-/// Records that object `id` was made on the call's GPU when that is not
-/// the home one (several_devices.cc).
-void NoteObjectDevice(std::unordered_map<uint32_t, int>* devices, const SessionState& st, uint32_t id);
+/// Records that object `id` (a buffer's start, a stream or event id) was
+/// made on the call's GPU when that is not the home one: objects of the
+/// home GPU are in no *_devices map (several_devices.cc).
+template <typename DeviceMap>
+void NoteObjectDevice(DeviceMap* devices, const SessionState& st, typename DeviceMap::key_type id) {
+  if (st.call_device != st.device) (*devices)[id] = st.call_device;
+}
+/// The backend's attribute for a settable wire function attribute
+/// (wire::kFuncAttr*: 8 and 9); InvalidArgument for any other.
+Status SettableFunctionAttribute(int32_t attribute, backend::FunctionAttribute* out);
 /// Pinned host segments are registered with the home context; a call on
 /// another GPU copies from them as from pageable memory (phosd's mapping of
 /// the same bytes either way).

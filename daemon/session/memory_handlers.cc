@@ -56,7 +56,7 @@ void HandleMalloc(SessionState& st, const CallContext& call, const wire::MallocR
   });
   if (!s.ok()) return out->Fail(s);
   st.buffers.Add(ptr, req.bytes);
-  if (st.call_device != st.device) st.buffer_devices[ptr] = st.call_device;
+  NoteObjectDevice(&st.buffer_devices, st, ptr);
   out->Set(wire::MallocReply{ptr});
 }
 
@@ -111,11 +111,11 @@ void HandleFreeAsync(SessionState& st, const CallContext& call, const wire::Poin
     return out->Fail(WireStatus::kInvalidValue,
                      fmt::format("cudaFreeAsync: 0x{:x} was mapped with cuMemMap; release it with cuMemUnmap", req.ptr));
   }
-  if (DeviceOfBuffer(st, req.ptr) != st.call_device) {
+  if (const int gpu = DeviceOfBuffer(st, req.ptr); gpu != st.call_device) {
     return out->Fail(WireStatus::kNotSupported,
                      fmt::format("cudaFreeAsync: 0x{:x} lives on GPU {}, the stream on GPU {}: phos frees a buffer "
                                  "in stream order only on a stream of its own GPU",
-                                 req.ptr, DeviceOfBuffer(st, req.ptr), st.call_device));
+                                 req.ptr, gpu, st.call_device));
   }
   CallView v = ViewOnStream(st, call, stream, /*sync=*/false);
   AddOperand(&v, kDstOperand, it->first, it->second);

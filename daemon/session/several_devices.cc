@@ -80,9 +80,7 @@ Status SelectCallDevice(SessionState& st, int device) {
     // A process that holds nothing yet moves its one context (the usual
     // cudaSetDevice(local_rank) of a rank process); else it gets one more.
     if (st.other_contexts.empty() && DeviceStateHeld(st).empty()) {
-      PHOS_RETURN_IF_ERROR(MoveToDevice(st, device));
-      st.call_device = st.device;
-      return Status::Ok();
+      return MoveToDevice(st, device);  // which makes it the call's GPU too
     }
     if (!st.add_context) return Status::FailedPrecondition("this session cannot use a second GPU");
     PHOS_RETURN_IF_ERROR(st.add_context(device).WithContext("a context on GPU " + std::to_string(device)));
@@ -139,10 +137,6 @@ backend::Context* EventContext(const SessionState& st, uint32_t id) {
   return it != st.event_devices.end() ? ContextOf(st, it->second) : HomeContext(st);
 }
 
-void NoteObjectDevice(std::unordered_map<uint32_t, int>* devices, const SessionState& st, uint32_t id) {
-  if (st.call_device != st.device) (*devices)[id] = st.call_device;
-}
-
 Status ModuleOnCallDevice(SessionState& st, uint32_t module_id, backend::ModuleHandle* out) {
   if (st.call_device == st.device) {
     auto it = st.modules.find(module_id);
@@ -190,9 +184,8 @@ Status FunctionOnCallDevice(SessionState& st, uint32_t function_id, backend::Fun
   // The attributes the app set apply on every GPU (cudaFuncSetAttribute
   // names the function, not a device).
   for (const auto& [attribute, value] : fit->second.attributes) {
-    backend::FunctionAttribute attr = attribute == wire::kFuncAttrMaxDynamicSharedSize
-                                          ? backend::FunctionAttribute::kMaxDynamicSharedSizeBytes
-                                          : backend::FunctionAttribute::kPreferredSharedMemoryCarveout;
+    backend::FunctionAttribute attr{};
+    PHOS_RETURN_IF_ERROR(SettableFunctionAttribute(attribute, &attr));
     PHOS_RETURN_IF_ERROR(st.ctx->SetFunctionAttribute(f, attr, value));
   }
   st.device_functions[key] = f;

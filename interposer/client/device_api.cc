@@ -220,11 +220,8 @@ cudaError_t CheckPeerDevices(int a, int b) {
 // No pair of GPUs accesses each other (as cuDeviceGetP2PAttribute answers).
 PHOS_EXPORT cudaError_t cudaDeviceGetP2PAttribute(int* value, cudaDeviceP2PAttr attr, int srcDevice, int dstDevice) {
   if (value == nullptr) return SetError(cudaErrorInvalidValue);
-  int count = 0;
-  if (cudaError_t e = VisibleDeviceCount(&count); e != cudaSuccess) return SetError(e);
-  if (srcDevice < 0 || srcDevice >= count || dstDevice < 0 || dstDevice >= count || srcDevice == dstDevice) {
-    return SetError(cudaErrorInvalidDevice);
-  }
+  if (cudaError_t e = CheckPeerDevices(srcDevice, dstDevice); e != cudaSuccess) return SetError(e);
+  if (srcDevice == dstDevice) return SetError(cudaErrorInvalidDevice);  // as CUDA answers
   switch (attr) {
     case cudaDevP2PAttrPerformanceRank:
     case cudaDevP2PAttrAccessSupported:
