@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "common/hex.h"
@@ -26,14 +28,14 @@ Status CheckpointTask::Prepare(const std::string& dir, const image::v1::Manifest
   return Status::Ok();
 }
 
-Status CheckpointTask::CopyRange(session::SessionState& st, backend::StreamHandle stream, std::size_t index,
+Status CheckpointTask::CopyRange(backend::Context* ctx, backend::StreamHandle stream, std::size_t index,
                                  std::uint64_t address, std::uint64_t bytes, std::byte* host,
                                  std::size_t chunk) {
   for (std::uint64_t off = 0; off < bytes; off += chunk) {
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, bytes - off));
-    Status s = st.ctx->MemcpyAsync(reinterpret_cast<std::uint64_t>(host), address + off, len,
-                                   backend::CopyKind::kDeviceToHost, stream);
-    if (s.ok()) s = st.ctx->SynchronizeStream(stream);
+    Status s = ctx->MemcpyAsync(reinterpret_cast<std::uint64_t>(host), address + off, len,
+                                backend::CopyKind::kDeviceToHost, stream);
+    if (s.ok()) s = ctx->SynchronizeStream(stream);
     if (!s.ok()) {
       return s.WithContext("copying buffer " + Hex(address) + " at offset " + std::to_string(off) +
                            " to the host");
@@ -51,14 +53,13 @@ Status CheckpointTask::Capture(session::SessionState& st) {
     result_.stall_us = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
   };
-  if (Status s = RefuseSeveralDevices(st); !s.ok()) return s;
   progress_->SetPhase("quiesce", "waiting for the session's GPU work to finish");
-  // Everything the app enqueued finishes; a kernel fault is sticky and
-  // makes the device state meaningless: refuse rather than save garbage.
-  if (Status s = st.ctx->Synchronize(); !s.ok()) {
+  // Everything the app enqueued finishes, on every GPU it uses; a kernel
+  // fault is sticky and makes the device state meaningless: refuse rather
+  // than save garbage.
+  if (Status s = QuiesceAllDevices(st); !s.ok()) {
     stall();
-    return Status::FailedPrecondition("the session's GPU context has a sticky error (" + s.message() +
-                                      "); its device state cannot be checkpointed");
+    return s;
   }
   const SessionSnapshot snap = CaptureSnapshot(st);
   result_.admitted_at_capture = st.executor->admitted();
@@ -69,28 +70,42 @@ Status CheckpointTask::Capture(session::SessionState& st) {
 
   const std::size_t chunk = static_cast<std::size_t>(image::kDefaultChunkBytes);
   std::vector<std::byte> host(chunk);
-  // Pinned when the backend can (DMA straight into it); plain memory works too.
-  const bool pinned = st.ctx->RegisterHostMemory(host.data(), host.size()).ok();
-  backend::StreamHandle stream = 0;
-  Status s = st.ctx->CreateStream(0, 0, &stream);
+  // Pinned when the backend can (DMA straight into it); plain memory works
+  // too (the copies of other GPUs' ranges use it so).
+  backend::Context* home = session::HomeContext(st);
+  const bool pinned = home->RegisterHostMemory(host.data(), host.size()).ok();
+  // One stream of the engine's per GPU, made when a range there is copied.
+  std::map<int, std::pair<backend::Context*, backend::StreamHandle>> streams;
   progress_->SetPhase("copy", "copying " + std::to_string(snap.buffers.size()) + " buffers and " +
                                   std::to_string(snap.globals.size()) + " globals to the image",
                       total);
-  auto copy_all = [&](const std::vector<DeviceRange>& ranges) -> Status {
+  std::map<std::uint64_t, int> global_devices;
+  for (const auto& g : snap.objects.globals) global_devices[g.address] = g.device;
+  auto copy_all = [&](const std::vector<DeviceRange>& ranges, const std::map<std::uint64_t, int>& devices) -> Status {
     for (const auto& r : ranges) {
+      auto d = devices.find(r.address);
+      const int device = d == devices.end() ? st.device : d->second;
+      auto& [ctx, stream] = streams[device];
+      if (ctx == nullptr) {
+        ctx = session::ContextOf(st, device);
+        if (ctx == nullptr) return Status::Internal("no context of the session on GPU " + std::to_string(device));
+        PHOS_RETURN_IF_ERROR(ctx->CreateStream(0, 0, &stream).WithContext("a copy stream on GPU " +
+                                                                            std::to_string(device)));
+      }
       std::size_t index = 0;
       PHOS_RETURN_IF_ERROR(writer_->AddBuffer(r.address, r.bytes, &index));
-      PHOS_RETURN_IF_ERROR(CopyRange(st, stream, index, r.address, r.bytes, host.data(), chunk));
+      PHOS_RETURN_IF_ERROR(CopyRange(ctx, stream, index, r.address, r.bytes, host.data(), chunk));
     }
     return Status::Ok();
   };
-  if (s.ok()) s = copy_all(snap.buffers);
-  if (s.ok()) s = copy_all(snap.globals);
-  if (stream != 0) {
-    Status d = st.ctx->DestroyStream(stream);
-    if (!d.ok()) spdlog::warn("checkpoint: cannot destroy the engine's stream: {}", d.ToString());
+  Status s = copy_all(snap.buffers, snap.objects.buffer_devices);
+  if (s.ok()) s = copy_all(snap.globals, global_devices);
+  for (const auto& [device, made] : streams) {
+    if (made.second == 0) continue;
+    Status d = made.first->DestroyStream(made.second);
+    if (!d.ok()) spdlog::warn("checkpoint: cannot destroy the engine's stream on GPU {}: {}", device, d.ToString());
   }
-  if (pinned) (void)st.ctx->UnregisterHostMemory(host.data());
+  if (pinned) (void)home->UnregisterHostMemory(host.data());
   stall();
   if (!s.ok()) return s;
   result_.bytes = total;

@@ -7,10 +7,11 @@
 //               is disturbed.
 //   Capture()   ON the session's consumer thread, as a control task
 //               (Session::RunControl): the consumer has stopped draining the
-//               ring, so no call of the app runs; synchronise the context
-//               (a sticky fault refuses the checkpoint), then copy every
-//               buffer and every module global D2H in chunks on a stream
-//               of the engine's own and hand each chunk to the writer.
+//               ring, so no call of the app runs; synchronise every context
+//               of the session (one per GPU it uses; a sticky fault refuses
+//               the checkpoint), then copy every buffer and every module
+//               global D2H in chunks, each on a stream of the engine's own
+//               in the context of its GPU, and hand each chunk to the writer.
 //               Returning resumes the app. stall = this step's duration.
 //   Commit()    caller's thread again: waits for the queued writes, fsyncs
 //               and renames DIR.tmp -> DIR (ImageWriter::Commit). The app
@@ -51,8 +52,8 @@ class CheckpointTask {
   const CheckpointResult& result() const { return result_; }
 
  private:
-  Status CopyRange(session::SessionState& st, backend::StreamHandle stream, std::size_t index,
-                   std::uint64_t address, std::uint64_t bytes, std::byte* host, std::size_t chunk);
+  Status CopyRange(backend::Context* ctx, backend::StreamHandle stream, std::size_t index, std::uint64_t address,
+                   std::uint64_t bytes, std::byte* host, std::size_t chunk);
 
   Progress* progress_;
   std::unique_ptr<image::ImageWriter> writer_;

@@ -23,7 +23,7 @@ CowCheckpoint::CowCheckpoint(const CheckpointOptions& options, Progress* progres
 CowCheckpoint::~CowCheckpoint() = default;
 
 Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
-  PHOS_RETURN_IF_ERROR(RefuseSeveralDevices(st));
+  PHOS_RETURN_IF_ERROR(RefuseSeveralDevices(st, "copy-on-write"));
   Bind(st);
   progress_->SetPhase("quiesce", "waiting for the session's GPU work to finish (t1)");
   if (Status s = st.ctx->Synchronize(); !s.ok()) {

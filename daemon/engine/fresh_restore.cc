@@ -15,6 +15,7 @@
 #include "engine/concurrent_restore.h"
 #include "engine/engine_hook.h"
 #include "engine/operation_util.h"
+#include "engine/restore_devices.h"
 #include "engine/restore_task.h"
 #include "engine/session_sections.h"
 
@@ -44,6 +45,8 @@ void ReleaseCreated(session::SessionState& st) {
   Status s = st.ctx->Synchronize();
   if (!s.ok()) spdlog::warn("fresh restore rollback: pending work ended with: {}", s.ToString());
   session::ReapRetained(st, true);  // stream-ordered frees the app made since
+  session::ReleaseOtherDevices(st);  // the objects on its other GPUs (their contexts stay)
+  st.device_aliases.clear();
   for (auto& [h, obj] : st.texture_objects) (void)st.ctx->DestroyTextureObject(h);
   st.texture_objects.clear();
   st.device_heap = 0;  // one of the buffers freed below
@@ -69,74 +72,113 @@ void ReleaseCreated(session::SessionState& st) {
   st.functions.clear();
   st.globals.clear();
   st.global_symbols.clear();
+  st.module_globals.clear();
   st.buffers.Clear();
 }
 
+/// The image's GPU of a global record (the home one unless it says).
+int DeviceOf(const image::v1::SessionHandles& handles, const image::v1::GlobalRecord& g) {
+  return g.has_device() ? g.device() : handles.device();
+}
+
 /// True when the app was never given the address of any recorded variable of
-/// `module_id` (GlobalRecord::address_private).
-bool AddressesPrivate(const image::v1::SessionHandles& handles, std::uint32_t module_id) {
+/// `module_id`'s instance on the image's GPU `device` (GlobalRecord::address_private).
+bool AddressesPrivate(const image::v1::SessionHandles& handles, std::uint32_t module_id, int device) {
   for (const auto& g : handles.globals()) {
-    if (g.module_id() == module_id && !g.address_private()) return false;
+    if (g.module_id() == module_id && DeviceOf(handles, g) == device && !g.address_private()) return false;
   }
   return true;
 }
 
 /// The app may hold pointers to its modules' variables, so they come back
 /// where the image has them. A backend that can place them (the sim) gets
-/// each module reloaded with its variable block moved by the difference
-/// between where one of its recorded globals is now and where it was; one
-/// block per module, laid out the same from the same image, so one shift
-/// fixes them all. Where the backend places variables itself (cuda), or the
-/// place is taken, the variables stay where the backend put them: Recreate
-/// relocates those whose address the app never held and refuses the others,
-/// naming the addresses.
+/// the module instance `*h` (in `ctx`) reloaded with its variable block
+/// moved by the difference between where `g`, one of its recorded globals,
+/// is now and where it was; one block per instance, laid out the same from
+/// the same image, so one shift fixes them all. Where the backend places
+/// variables itself (cuda), or the place is taken, the variables stay where
+/// the backend put them: Recreate relocates those whose address the app
+/// never held and refuses the others, naming the addresses.
+Status PlaceModuleInstance(backend::Context* ctx, const image::v1::ModuleImage& m, const image::v1::GlobalRecord& g,
+                           bool addresses_private, backend::ModuleHandle* h) {
+  backend::DevicePtr now = 0;
+  std::size_t bytes = 0;
+  PHOS_RETURN_IF_ERROR(ctx->GetGlobal(*h, g.name(), &now, &bytes)
+                           .WithContext("resolving global '" + g.name() + "' of module " + std::to_string(m.id())));
+  if (now == g.address()) return Status::Ok();
+  backend::DevicePtr base = 0;
+  if (!ctx->GetModuleGlobalsBase(*h, &base).ok() || base == 0) return Status::Ok();
+  const backend::DevicePtr want = base + (g.address() - now);  // unsigned wrap-around gives the signed shift
+  PHOS_RETURN_IF_ERROR(ctx->UnloadModule(*h));
+  *h = 0;
+  backend::ModuleHandle moved = 0;
+  Status s = ctx->LoadModuleWithGlobalsAt(m.image().data(), m.image().size(), want, &moved);
+  if (!s.ok() && addresses_private) {
+    // The place is taken (another session of this phosd, say), but the app
+    // never held any of these addresses: load the module where the backend
+    // puts it; Recreate relocates the variables' bytes.
+    spdlog::info("fresh restore: module {}'s variables cannot go back to {} ({}); the app never held their "
+                 "addresses, so they load where the backend puts them", m.id(), Hex(want), s.ToString());
+    s = ctx->LoadModule(m.image().data(), m.image().size(), &moved);
+  }
+  if (!s.ok()) {
+    return s.WithContext("placing the variables of module " + std::to_string(m.id()) + " at " + Hex(want) +
+                         ", where the image has them");
+  }
+  *h = moved;
+  spdlog::debug("fresh restore: module {}'s variables moved from {} to {}", m.id(), Hex(base), Hex(want));
+  return Status::Ok();
+}
+
+/// Every module instance with recorded globals where the image has them:
+/// the home instances (loaded already) and those of the other GPUs (loaded
+/// here, into device_modules, as a call there would have).
 Status PlaceModuleGlobals(session::SessionState& st, const image::v1::SessionHandles& handles,
-                          const image::v1::SessionModules& modules) {
+                          const image::v1::SessionModules& modules, const RestoreDevices& plan) {
   for (const auto& m : modules.modules()) {
-    const image::v1::GlobalRecord* g = nullptr;
-    for (const auto& candidate : handles.globals()) {
-      if (candidate.module_id() == m.id()) {
-        g = &candidate;
-        break;
+    std::map<int, const image::v1::GlobalRecord*> first;  // image GPU -> a global of its instance
+    for (const auto& g : handles.globals()) {
+      if (g.module_id() == m.id()) first.emplace(DeviceOf(handles, g), &g);
+    }
+    for (const auto& [image_device, g] : first) {
+      const bool addresses_private = AddressesPrivate(handles, m.id(), image_device);
+      const int device = plan.Of(image_device);
+      if (device == st.device) {
+        backend::ModuleHandle& h = st.modules.at(m.id());
+        Status s = PlaceModuleInstance(st.ctx, m, *g, addresses_private, &h);
+        if (h == 0) st.modules.erase(m.id());  // unloaded: the caller empties the session
+        PHOS_RETURN_IF_ERROR(s);
+        continue;
       }
+      backend::Context* ctx = session::ContextOf(st, device);
+      if (ctx == nullptr) return Status::Internal("no context on GPU " + std::to_string(device));
+      backend::ModuleHandle h = 0;
+      PHOS_RETURN_IF_ERROR(ctx->LoadModule(m.image().data(), m.image().size(), &h)
+                               .WithContext("loading module " + std::to_string(m.id()) + " on GPU " +
+                                            std::to_string(device)));
+      Status s = PlaceModuleInstance(ctx, m, *g, addresses_private, &h);
+      if (h != 0) st.device_modules[{device, m.id()}] = h;  // released with the session's other GPUs
+      PHOS_RETURN_IF_ERROR(s.WithContext("on GPU " + std::to_string(device)));
     }
-    if (g == nullptr) continue;
-    const backend::ModuleHandle h = st.modules.at(m.id());
-    backend::DevicePtr now = 0;
-    std::size_t bytes = 0;
-    PHOS_RETURN_IF_ERROR(st.ctx->GetGlobal(h, g->name(), &now, &bytes)
-                             .WithContext("resolving global '" + g->name() + "' of module " + std::to_string(m.id())));
-    if (now == g->address()) continue;
-    backend::DevicePtr base = 0;
-    if (!st.ctx->GetModuleGlobalsBase(h, &base).ok() || base == 0) continue;
-    const backend::DevicePtr want = base + (g->address() - now);  // unsigned wrap-around gives the signed shift
-    PHOS_RETURN_IF_ERROR(st.ctx->UnloadModule(h));
-    backend::ModuleHandle moved = 0;
-    Status s = st.ctx->LoadModuleWithGlobalsAt(m.image().data(), m.image().size(), want, &moved);
-    if (!s.ok() && AddressesPrivate(handles, m.id())) {
-      // The place is taken (another session of this phosd, say), but the app
-      // never held any of these addresses: load the module where the backend
-      // puts it; Recreate relocates the variables' bytes.
-      spdlog::info("fresh restore: module {}'s variables cannot go back to {} ({}); the app never held their "
-                   "addresses, so they load where the backend puts them", m.id(), Hex(want), s.ToString());
-      s = st.ctx->LoadModule(m.image().data(), m.image().size(), &moved);
-    }
-    if (!s.ok()) {
-      st.modules.erase(m.id());  // the caller empties the session
-      return s.WithContext("placing the variables of module " + std::to_string(m.id()) + " at " + Hex(want) +
-                           ", where the image has them");
-    }
-    st.modules[m.id()] = moved;
-    spdlog::debug("fresh restore: module {}'s variables moved from {} to {}", m.id(), Hex(base), Hex(want));
   }
   return Status::Ok();
+}
+
+/// Runs `make` with the session's call context on phosd's GPU `device`, so
+/// what it makes is that GPU's and recorded so (as a call there would).
+Status OnDevice(session::SessionState& st, int device, const std::function<Status()>& make) {
+  if (device == st.device) return make();
+  PHOS_RETURN_IF_ERROR(session::SelectCallDevice(st, device));
+  Status s = make();
+  session::SelectHomeDevice(st);
+  return s;
 }
 
 /// On the consumer thread, once the session is known to be empty: every
 /// handle with its id, every buffer allocated at its address (no bytes
 /// copied yet). On failure the caller releases what was created.
 Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::SessionHandles& handles,
-                const image::v1::SessionModules& modules, Progress* progress) {
+                const image::v1::SessionModules& modules, const RestoreDevices& plan, Progress* progress) {
   progress->SetPhase("recreate", "loading " + std::to_string(modules.modules_size()) + " modules, " +
                                      std::to_string(handles.functions_size()) + " functions, " +
                                      std::to_string(handles.streams_size()) + " streams and " +
@@ -147,7 +189,7 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
                                                    nullptr)
                              .WithContext("loading module " + std::to_string(m.id())));
   }
-  PHOS_RETURN_IF_ERROR(PlaceModuleGlobals(st, handles, modules));
+  PHOS_RETURN_IF_ERROR(PlaceModuleGlobals(st, handles, modules, plan));
   for (const auto& f : handles.functions()) {
     PHOS_RETURN_IF_ERROR(session::GetFunctionWithId(st, f.module_id(), f.id(), f.name(), nullptr)
                              .WithContext("resolving function " + std::to_string(f.id()) + " ('" + f.name() +
@@ -160,9 +202,11 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
   }
   for (const auto& g : handles.globals()) {
     std::uint64_t at = 0, bytes = 0;
-    PHOS_RETURN_IF_ERROR(session::GetGlobalOf(st, g.module_id(), g.name(), &at, &bytes, nullptr)
-                             .WithContext("resolving global '" + g.name() + "' of module " +
-                                          std::to_string(g.module_id())));
+    const int device = plan.Of(DeviceOf(handles, g));
+    PHOS_RETURN_IF_ERROR(
+        OnDevice(st, device, [&] { return session::GetGlobalOf(st, g.module_id(), g.name(), &at, &bytes, nullptr); })
+            .WithContext("resolving global '" + g.name() + "' of module " + std::to_string(g.module_id()) +
+                         " on GPU " + std::to_string(device)));
     if (at == g.address() && bytes == g.bytes()) continue;
     // Elsewhere. Fine when the app never held the address (it copies to and
     // from the variable by name, and libphos asks phosd every time): its
@@ -182,12 +226,16 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
         "module's globals elsewhere)");
   }
   for (const auto& s : handles.streams()) {
-    PHOS_RETURN_IF_ERROR(session::CreateStreamWithId(st, s.id(), s.flags(), s.priority(), nullptr)
-                             .WithContext("creating stream " + std::to_string(s.id())));
+    const int device = plan.Of(s.has_device() ? s.device() : handles.device());
+    PHOS_RETURN_IF_ERROR(
+        OnDevice(st, device, [&] { return session::CreateStreamWithId(st, s.id(), s.flags(), s.priority(), nullptr); })
+            .WithContext("creating stream " + std::to_string(s.id()) + " on GPU " + std::to_string(device)));
   }
   for (const auto& e : handles.events()) {
-    PHOS_RETURN_IF_ERROR(session::CreateEventWithId(st, e.id(), e.flags(), nullptr)
-                             .WithContext("creating event " + std::to_string(e.id())));
+    const int device = plan.Of(e.has_device() ? e.device() : handles.device());
+    PHOS_RETURN_IF_ERROR(
+        OnDevice(st, device, [&] { return session::CreateEventWithId(st, e.id(), e.flags(), nullptr); })
+            .WithContext("creating event " + std::to_string(e.id()) + " on GPU " + std::to_string(device)));
   }
 
   progress->SetPhase("map", "allocating the image's buffers at their addresses");
@@ -199,18 +247,25 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
                                           Hex(rr.address) + " (the address may be taken)"));
   }
   RestoreResult* r = task.mutable_result();
+  std::map<std::uint64_t, int> buffer_devices;  // image address -> image GPU (other GPUs only)
+  for (const auto& b : handles.buffer_devices()) buffer_devices[b.address()] = b.device();
   for (const auto& b : task.snapshot().buffers) {
+    auto on = buffer_devices.find(b.address);
+    const int device = plan.Of(on == buffer_devices.end() ? handles.device() : on->second);
+    backend::Context* ctx = session::ContextOf(st, device);
+    if (ctx == nullptr) return Status::Internal("no context on GPU " + std::to_string(device));
     backend::DevicePtr got = 0;
-    Status s = st.ctx->Allocate(b.bytes, b.address, &got);
+    Status s = ctx->Allocate(b.bytes, b.address, &got);
     if (s.ok() && got != b.address) {
-      (void)st.ctx->Free(got);
+      (void)ctx->Free(got);
       s = Status::Internal("the backend placed it at " + Hex(got));
     }
     if (!s.ok()) {
-      return s.WithContext("allocating " + std::to_string(b.bytes) + " bytes at " + Hex(b.address) +
-                           " (the address may be taken)");
+      return s.WithContext("allocating " + std::to_string(b.bytes) + " bytes at " + Hex(b.address) + " on GPU " +
+                           std::to_string(device) + " (the address may be taken)");
     }
     st.buffers.Add(b.address, b.bytes);
+    if (device != st.device) st.buffer_devices[b.address] = device;
     ++r->allocated;
   }
   // Texture and surface objects last: each must name a buffer of the session.
@@ -238,34 +293,23 @@ Status CopyAll(session::SessionState& st, RestoreTask& task, Progress* progress)
   return st.ctx->Synchronize();
 }
 
-/// The session goes to the GPU its image was taken on (an empty session:
-/// its context is replaced, as cudaSetDevice does before any allocation).
-Status MoveToImageDevice(session::SessionState& st, int image_device, const std::map<int, int>& device_map) {
-  auto mapped = device_map.find(image_device);
-  const int device = mapped == device_map.end() ? image_device : mapped->second;
-  const std::string from =
-      mapped == device_map.end() ? std::string() : " (mapped from the image's GPU " + std::to_string(image_device) + ")";
-  if (device < 0 || device >= st.backend->device_count()) {
-    return Status::FailedPrecondition("the image was taken on GPU " + std::to_string(image_device) + "; this phosd has " +
-                                      std::to_string(st.backend->device_count()) + " GPU(s) (GPU " +
-                                      std::to_string(device) + from +
-                                      " is not one; --device-map OLD=NEW puts it on another); the session is unchanged");
+/// The session goes to the GPU its image was taken on, or where the plan
+/// puts it (an empty session: its context is replaced, as cudaSetDevice
+/// does before any allocation); its other GPUs get a context each, and the
+/// app's GPU ordinals their translation.
+Status MoveToImageDevices(session::SessionState& st, const image::v1::SessionHandles& handles,
+                          const RestoreDevices& plan) {
+  if (plan.home != st.device) {
+    PHOS_RETURN_IF_ERROR(session::MoveToDevice(st, plan.home)
+                             .WithContext("moving session " + std::to_string(st.session_id) + " to GPU " +
+                                          std::to_string(plan.home)));
   }
-  if (mapped != device_map.end() && device != st.device) {
-    // The driver's own checkpoints restore onto a GPU of the same kind only.
-    backend::DeviceProperties now, was;
-    PHOS_RETURN_IF_ERROR(st.backend->GetDeviceProperties(device, &now));
-    if (image_device < st.backend->device_count() && st.backend->GetDeviceProperties(image_device, &was).ok() &&
-        was.name != now.name) {
-      return Status::FailedPrecondition("--device-map " + std::to_string(image_device) + "=" + std::to_string(device) +
-                                        ": GPU " + std::to_string(device) + " is a " + now.name + ", GPU " +
-                                        std::to_string(image_device) + " a " + was.name +
-                                        "; a restore needs a GPU of the same kind");
-    }
+  for (int image_device : handles.other_devices()) {
+    PHOS_RETURN_IF_ERROR(session::AddDeviceContext(st, plan.Of(image_device))
+                             .WithContext("the process also used GPU " + std::to_string(image_device)));
   }
-  if (device == st.device) return Status::Ok();
-  return session::MoveToDevice(st, device)
-      .WithContext("moving session " + std::to_string(st.session_id) + " to GPU " + std::to_string(device));
+  st.device_aliases = RestoredAliases(handles, plan);
+  return Status::Ok();
 }
 
 /// Forms the image's communicators again with the job's other ranks, under
@@ -305,13 +349,15 @@ Status RecreateInto(session::SessionState& st, RestoreTask& task, const image::v
         "-rank NCCL job: it comes back only with the job's other ranks (restore the job's directory); the session "
         "is unchanged");
   }
-  PHOS_RETURN_IF_ERROR(MoveToImageDevice(st, handles.device(), device_map));
+  RestoreDevices plan;
+  PHOS_RETURN_IF_ERROR(PlanRestoreDevices(*st.backend, handles, device_map, &plan));
+  PHOS_RETURN_IF_ERROR(MoveToImageDevices(st, handles, plan));
   progress->SetPhase("quiesce", "waiting for the session's GPU work to finish");
   if (Status sync = st.ctx->Synchronize(); !sync.ok()) {
     return Status::FailedPrecondition("the session's GPU context has a sticky error (" + sync.message() +
                                       "); fresh restore refused, the session is unchanged");
   }
-  Status r = Recreate(st, task, handles, modules, progress);
+  Status r = Recreate(st, task, handles, modules, plan, progress);
   if (r.ok()) r = finish();
   // Communicators last: each waits for the job's other ranks.
   if (r.ok()) r = RejoinCommunicators(st, handles, comm_generation, progress);
@@ -362,7 +408,15 @@ Status RestoreFreshWithHooks(session::Session& session, const RestoreOptions& op
                            .WithContext(options.dir + "/manifest")
                            .WithContext(untouched));
 
-  if (options.concurrent) {
+  // The concurrent restore's loader and twins work in the home context: a
+  // process of several GPUs is restored stop-the-world (the caller lets it
+  // run when this returns, result->concurrent says which it was).
+  const bool concurrent = options.concurrent && handles->other_devices_size() == 0;
+  if (options.concurrent && !concurrent) {
+    spdlog::info("fresh restore of {}: its process used {} GPUs; restoring it stop-the-world (the concurrent "
+                 "restore takes processes of one GPU only)", options.dir, handles->other_devices_size() + 1);
+  }
+  if (concurrent) {
     // Recreate and map here; from there on it is the concurrent restore:
     // every image buffer ABSENT, globals loaded synchronously, the loader
     // in first-use order, calls touching an absent buffer wait.

@@ -50,7 +50,7 @@ RecopyCheckpoint::RecopyCheckpoint(const CheckpointOptions& options, Progress* p
 RecopyCheckpoint::~RecopyCheckpoint() = default;
 
 Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
-  PHOS_RETURN_IF_ERROR(RefuseSeveralDevices(st));
+  PHOS_RETURN_IF_ERROR(RefuseSeveralDevices(st, "recopy"));
   Bind(st);
   const SessionSnapshot snap = CaptureSnapshot(st);
   std::uint64_t total = 0;
@@ -484,7 +484,7 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
     }
     ApplyReports(reports);
   }
-  PHOS_RETURN_IF_ERROR(RefuseSeveralDevices(st));  // a second GPU taken since Start
+  PHOS_RETURN_IF_ERROR(RefuseSeveralDevices(st, "recopy"));  // a second GPU taken since Start
   if (Status s = st.ctx->Synchronize(); !s.ok()) {
     return Status::FailedPrecondition("the session's GPU context has a sticky error (" + s.message() +
                                       "); its device state cannot be checkpointed");

@@ -147,6 +147,20 @@ Status RestoreTask::Undefined(const Status& s) {
                        "image again or restart the app)");
 }
 
+Status RestoreTask::OneDeviceOnly(const session::SessionState& st) const {
+  // An in-place restore frees, allocates and copies in the home context; a
+  // process of several GPUs comes back whole (a fresh restore, which
+  // recreates every context) or not at all.
+  image::v1::SessionHandles handles;
+  const std::string& records = reader_->manifest().streams();
+  const bool several_in_image = !records.empty() && handles.ParseFromString(records) && handles.other_devices_size() > 0;
+  if (!session::UsesSeveralDevices(st) && !several_in_image) return Status::Ok();
+  return Status::FailedPrecondition(
+      std::string(several_in_image ? "the image's process" : "session " + std::to_string(st.session_id)) +
+      " used several GPUs: an in-place restore cannot roll back such a process yet (docs/interposer.md \"Several "
+      "GPUs in one process\"); restore the whole process from a process image instead");
+}
+
 Status RestoreTask::MapBuffers(session::SessionState& st) {
   if (!reader_) return Status::FailedPrecondition("restore: Prepare() was not called");
   progress_->SetPhase("quiesce", "waiting for the session's GPU work to finish");
@@ -155,6 +169,7 @@ Status RestoreTask::MapBuffers(session::SessionState& st) {
                                       "); restore refused, the session is unchanged");
   }
   if (Status s = CheckFits(st); !s.ok()) return s.WithContext("restore refused, the session is unchanged");
+  if (Status s = OneDeviceOnly(st); !s.ok()) return s.WithContext("restore refused, the session is unchanged");
   session::ReapRetained(st, true);
 
   // From here on the session changes.

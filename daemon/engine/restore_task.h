@@ -93,6 +93,9 @@ class RestoreTask {
 
  private:
   Status CheckFits(const session::SessionState& st) const;
+  /// FailedPrecondition when the session or the image's process used
+  /// several GPUs (an in-place restore works in the home context only).
+  Status OneDeviceOnly(const session::SessionState& st) const;
   /// The image's reserved ranges (cuMemAddressReserve), start -> bytes.
   std::map<std::uint64_t, std::uint64_t> ImageReservedRanges() const;
   /// Whether the session's buffer [address, +bytes) stays as it is: the

@@ -83,11 +83,13 @@ void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manife
     r->set_id(s.id);
     r->set_flags(s.flags);
     r->set_priority(s.priority);
+    if (s.device != o.device) r->set_device(s.device);
   }
   for (const auto& e : o.events) {
     auto* r = h.add_events();
     r->set_id(e.id);
     r->set_flags(e.flags);
+    if (e.device != o.device) r->set_device(e.device);
   }
   for (const auto& f : o.functions) {
     auto* r = h.add_functions();
@@ -107,10 +109,22 @@ void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manife
     r->set_module_id(g.module_id);
     r->set_name(g.name);
     r->set_address_private(g.address_private);
+    if (g.device != o.device) r->set_device(g.device);
   }
   for (const auto& t : o.textures) EncodeTextureObject(t.handle, t.object, h.add_textures());
   h.set_device_heap(o.device_heap);
   h.set_device(o.device);
+  for (int d : o.other_devices) h.add_other_devices(d);
+  for (const auto& [address, device] : o.buffer_devices) {
+    auto* r = h.add_buffer_devices();
+    r->set_address(address);
+    r->set_device(device);
+  }
+  for (const auto& [app, phosd] : o.device_aliases) {
+    auto* r = h.add_device_aliases();
+    r->set_app(app);
+    r->set_phosd(phosd);
+  }
   for (const auto& c : o.communicators) {
     auto* r = h.add_communicators();
     r->set_app_id(c.app_id);
@@ -136,6 +150,58 @@ void SetSessionSections(const SessionSnapshot& snap, image::v1::Manifest* manife
   manifest->set_streams(h.SerializeAsString());
   manifest->set_modules(h.modules_saved() ? modules.SerializeAsString() : std::string());
 }
+
+namespace {
+
+/// The GPUs the records name: ordinals a ring frame can carry (0..255),
+/// every object's GPU the home one or one of other_devices, every listed
+/// buffer one of the index's.
+Status CheckDevices(const image::v1::SessionHandles& h, const SessionSnapshot& snap) {
+  auto ordinal = [](int d) { return d >= 0 && d <= 255; };
+  if (!ordinal(h.device())) return Status::Corruption("the session's GPU " + std::to_string(h.device()) + " is no GPU");
+  std::set<int> devices{h.device()};
+  int last = -1;
+  for (int d : h.other_devices()) {
+    if (!ordinal(d) || d <= last || d == h.device()) {
+      return Status::Corruption("other GPU " + std::to_string(d) + " of the session is no GPU, repeated or unsorted");
+    }
+    last = d;
+    devices.insert(d);
+  }
+  auto known = [&](const auto& r, const std::string& what) -> Status {
+    if (r.has_device() && !devices.count(r.device())) {
+      return Status::Corruption(what + " is on GPU " + std::to_string(r.device()) + ", which the session did not use");
+    }
+    return Status::Ok();
+  };
+  for (const auto& s : h.streams()) PHOS_RETURN_IF_ERROR(known(s, "stream " + std::to_string(s.id())));
+  for (const auto& e : h.events()) PHOS_RETURN_IF_ERROR(known(e, "event " + std::to_string(e.id())));
+  for (const auto& g : h.globals()) PHOS_RETURN_IF_ERROR(known(g, "global " + Hex(g.address())));
+  std::set<std::uint64_t> buffers;
+  for (const auto& b : snap.buffers) buffers.insert(b.address);
+  std::uint64_t previous = 0;
+  for (const auto& b : h.buffer_devices()) {
+    if (!buffers.count(b.address()) || (previous != 0 && b.address() <= previous)) {
+      return Status::Corruption("the GPU of buffer " + Hex(b.address()) +
+                                " is recorded, but it is no buffer of the image, repeated or unsorted");
+    }
+    previous = b.address();
+    if (b.device() == h.device() || !devices.count(b.device())) {
+      return Status::Corruption("buffer " + Hex(b.address()) + " is recorded on GPU " + std::to_string(b.device()) +
+                                ", not one of the session's other GPUs");
+    }
+  }
+  std::set<int> apps;
+  for (const auto& a : h.device_aliases()) {
+    if (!ordinal(a.app()) || !ordinal(a.phosd()) || !apps.insert(a.app()).second) {
+      return Status::Corruption("GPU alias " + std::to_string(a.app()) + " -> " + std::to_string(a.phosd()) +
+                                " is no GPU or repeated");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status ReadSessionSections(const image::v1::Manifest& manifest, const SessionSnapshot& snap,
                            image::v1::SessionHandles* handles, image::v1::SessionModules* modules) {
@@ -210,7 +276,7 @@ Status ReadSessionSections(const image::v1::Manifest& manifest, const SessionSna
   if (globals != listed) {
     return Status::Corruption("the manifest's global records do not match the globals of its session metadata");
   }
-  return Status::Ok();
+  return CheckDevices(*handles, snap);
 }
 
 }  // namespace phos::engine

@@ -16,16 +16,19 @@ namespace {
 void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
   for (const auto& [id, image] : st.module_images) o->modules.push_back({id, image});
   for (const auto& [id, h] : st.streams) {
-    SessionObjects::Stream s{id, 0, 0};
+    SessionObjects::Stream s{id, 0, 0, st.device};
     if (auto f = st.stream_flags.find(id); f != st.stream_flags.end()) {
       s.flags = f->second.flags;
       s.priority = f->second.priority;
     }
+    if (auto d = st.stream_devices.find(id); d != st.stream_devices.end()) s.device = d->second;
     o->streams.push_back(s);
   }
   for (const auto& [id, h] : st.events) {
     auto f = st.event_flags.find(id);
-    o->events.push_back({id, f == st.event_flags.end() ? 0u : f->second});
+    auto d = st.event_devices.find(id);
+    o->events.push_back({id, f == st.event_flags.end() ? 0u : f->second,
+                         d == st.event_devices.end() ? st.device : d->second});
   }
   for (const auto& [id, f] : st.functions) {
     SessionObjects::Function r{id, f.module_id, f.access ? f.access->name : std::string(), {}};
@@ -33,17 +36,21 @@ void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
     o->functions.push_back(std::move(r));
   }
   for (const auto& [addr, bytes] : st.globals) {
-    SessionObjects::Global g{addr, bytes, 0, {}, false};
+    SessionObjects::Global g{addr, bytes, 0, {}, false, st.device};
     if (auto sym = st.global_symbols.find(addr); sym != st.global_symbols.end()) {
       g.module_id = sym->second.module_id;
       g.name = sym->second.name;
       g.address_private = !sym->second.address_to_app;
+      g.device = sym->second.device;
     }
     o->globals.push_back(std::move(g));
   }
   for (const auto& [handle, obj] : st.texture_objects) o->textures.push_back({handle, obj});  // std::map: ascending
   o->device_heap = st.device_heap;
   o->device = st.device;
+  for (const auto& [device, ctx] : st.other_contexts) o->other_devices.push_back(device);  // std::map: ascending
+  o->buffer_devices.insert(st.buffer_devices.begin(), st.buffer_devices.end());
+  o->device_aliases = st.device_aliases;
   for (const auto& [id, c] : st.comms) {  // std::map: ascending
     o->communicators.push_back({id, c.unique_id, c.rank->nranks(), c.rank->rank()});
   }
@@ -63,14 +70,28 @@ void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
 
 }  // namespace
 
-Status RefuseSeveralDevices(const session::SessionState& st) {
+Status RefuseSeveralDevices(const session::SessionState& st, const char* mode) {
   if (!session::UsesSeveralDevices(st)) return Status::Ok();  // every context of the session is the home one
   std::string gpus = std::to_string(st.device);
   for (const auto& [device, ctx] : st.other_contexts) gpus += ", " + std::to_string(device);
   return Status::FailedPrecondition(
-      "session " + std::to_string(st.session_id) + " uses several GPUs (phosd's " + gpus +
-      "): phos cannot checkpoint a process that uses more than one GPU yet (docs/interposer.md \"Several GPUs in "
-      "one process\"); run one process per GPU (as torchrun does) to checkpoint it, as a job if it uses NCCL");
+      "session " + std::to_string(st.session_id) + " uses several GPUs (phosd's " + gpus + "): a " + mode +
+      " checkpoint cannot take a process that uses more than one GPU yet (docs/interposer.md \"Several GPUs in "
+      "one process\"); use --mode stop, or run one process per GPU (as torchrun does)");
+}
+
+Status QuiesceAllDevices(session::SessionState& st) {
+  auto sync = [&](int device, backend::Context* ctx) -> Status {
+    if (Status s = ctx->Synchronize(); !s.ok()) {
+      return Status::FailedPrecondition("the session's context on GPU " + std::to_string(device) +
+                                        " has a sticky error (" + s.message() +
+                                        "); its device state cannot be checkpointed");
+    }
+    return Status::Ok();
+  };
+  PHOS_RETURN_IF_ERROR(sync(st.device, session::HomeContext(st)));
+  for (const auto& [device, ctx] : st.other_contexts) PHOS_RETURN_IF_ERROR(sync(device, ctx));
+  return Status::Ok();
 }
 
 SessionSnapshot CaptureSnapshot(const session::SessionState& st) {

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -52,9 +53,11 @@ struct SessionObjects {
   struct Stream {
     std::uint32_t id = 0, flags = 0;
     std::int32_t priority = 0;
+    int device = 0;  // phosd's ordinal of its GPU
   };
   struct Event {
     std::uint32_t id = 0, flags = 0;
+    int device = 0;
   };
   struct Function {
     std::uint32_t id = 0, module_id = 0;
@@ -66,6 +69,7 @@ struct SessionObjects {
     std::uint32_t module_id = 0;  // 0: unknown origin (cannot be resolved again)
     std::string name;
     bool address_private = false;  // the app was never given the address (GlobalRecord)
+    int device = 0;                // the GPU of the module instance holding it
   };
   struct Texture {
     std::uint64_t handle = 0;
@@ -78,7 +82,13 @@ struct SessionObjects {
   std::vector<Global> globals;      // ascending address
   std::vector<Texture> textures;    // ascending handle
   std::uint64_t device_heap = 0;    // a buffer's address (0: none)
-  int device = 0;                   // phosd's ordinal of the session's GPU
+  int device = 0;                   // phosd's ordinal of the session's (home) GPU
+  // Several GPUs in one process: the other GPUs it used (ascending), its
+  // buffers on them (start -> GPU; home buffers are not listed), and the
+  // app's GPU ordinals that mean another of phosd's (device_aliases).
+  std::vector<int> other_devices;
+  std::map<std::uint64_t, int> buffer_devices;
+  std::map<int, int> device_aliases;
   struct Communicator {
     std::uint32_t app_id = 0;
     backend::CommunicatorId unique_id{};
@@ -98,9 +108,13 @@ struct SessionSnapshot {
 };
 
 /// FailedPrecondition, naming the GPUs, when the session uses more than
-/// one GPU: an image holds one GPU's state (SessionHandles.device), so
-/// every checkpoint refuses such a session by name before it touches it.
-Status RefuseSeveralDevices(const session::SessionState& st);
+/// one GPU and the checkpoint mode (`mode`, for the message) cannot take
+/// it: copy-on-write and recopy order their copies in the home context
+/// only; the stop-the-world checkpoint quiesces every context and takes it.
+Status RefuseSeveralDevices(const session::SessionState& st, const char* mode);
+/// Synchronises every context of the session (home first); a sticky error
+/// in any is FailedPrecondition naming its GPU.
+Status QuiesceAllDevices(session::SessionState& st);
 
 /// What the session holds now (consumer thread).
 SessionSnapshot CaptureSnapshot(const session::SessionState& st);

@@ -378,6 +378,7 @@ void ReleaseAll(SessionState& st) {
   st.event_flags.clear();
   st.stream_flags.clear();
   st.global_symbols.clear();
+  st.module_globals.clear();
   st.modules.clear();
   st.module_kernels.clear();
   st.module_images.clear();

@@ -68,6 +68,11 @@ struct SessionState {
   // function id) -> handle. The home handles are in `modules`/`functions`.
   std::map<std::pair<int, uint32_t>, backend::ModuleHandle> device_modules;
   std::map<std::pair<int, uint32_t>, backend::FunctionHandle> device_functions;
+  // The app names GPUs by the ordinals phosd had when the process started
+  // (libphos.so resolved them once): after a restore with --device-map its
+  // GPU k is phosd's device_aliases[k] (app ordinal -> phosd ordinal; only
+  // those that differ). Every ordinal a call names goes through PhosdDevice.
+  std::map<int, int> device_aliases;
   // Set by the Session: makes a context on GPU `device` (not the home one,
   // none there yet) and records it in other_contexts.
   std::function<Status(int device)> add_context;
@@ -117,8 +122,16 @@ struct SessionState {
     // The app was given this address (wire::kGlobalAddressToApp) and may
     // hold it: a restore must put the variable back here. Once set, stays.
     bool address_to_app = false;
+    // The GPU whose instance of the module holds it (each GPU a module is
+    // used on has its own copy of its variables).
+    int device = 0;
   };
   std::map<uint64_t, GlobalSymbol> global_symbols;
+  // The same globals by module (module id -> (address, bytes)): what a
+  // launch of one of its kernels adds to its access set
+  // (ComputeLaunchAccess). Kept with the two above by RecordGlobal and
+  // ForgetModuleGlobals (module_handlers.cc).
+  std::unordered_map<uint32_t, std::vector<std::pair<uint64_t, uint64_t>>> module_globals;
 
   // Virtual id -> backend handle.
   std::unordered_map<uint32_t, backend::StreamHandle> streams;
@@ -305,6 +318,17 @@ Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const st
 /// them, and a restore puts it back, although the host never named them
 /// (kModuleLoad does this; a restore takes them from the image's globals).
 void RecordModuleVariables(SessionState& st, uint32_t module_id);
+/// The same for the instance `h` of module `module_id` on GPU `device`
+/// (context `ctx`): the home one at load, another when a GPU first uses it.
+void RecordModuleVariablesOf(SessionState& st, uint32_t module_id, int device, backend::Context* ctx,
+                             backend::ModuleHandle h);
+/// Records the variable `name` of module `module_id`'s instance on GPU
+/// `device` at [ptr, ptr+bytes) in globals, global_symbols (keeping its
+/// address_to_app) and module_globals; returns its symbol.
+SessionState::GlobalSymbol& RecordGlobal(SessionState& st, uint64_t ptr, uint64_t bytes, uint32_t module_id,
+                                         const std::string& name, int device);
+/// Forgets every global of module `module_id` (it was unloaded).
+void ForgetModuleGlobals(SessionState& st, uint32_t module_id);
 /// kModuleGetFunction: resolves `name` in module `module_id` as `function_id`.
 Status GetFunctionWithId(SessionState& st, uint32_t module_id, uint32_t function_id, const std::string& name,
                          const CallView* admit);
@@ -393,6 +417,11 @@ int DeviceOfBuffer(const SessionState& st, uint64_t ptr);
 Status SelectCallDevice(SessionState& st, int device);
 /// Back to the home context after a call.
 void SelectHomeDevice(SessionState& st);
+/// Makes sure the session has a context on `device`, never moving the home
+/// one (a restore recreating a process of several GPUs).
+Status AddDeviceContext(SessionState& st, int device);
+/// phosd's GPU for the ordinal `app_device` a call names (device_aliases).
+int PhosdDevice(const SessionState& st, int app_device);
 /// The GPU record `rec` runs on: its stream's for a call on a stream, else
 /// the calling thread's (the frame's device byte); the home GPU for calls
 /// that need no context (device queries, kSetDevice, device output).

@@ -4,8 +4,9 @@
 // interposer/protocol/calls.def).
 //
 // Every query names phosd's ordinal of a GPU (libphos.so maps the app's
-// ordinals through CUDA_VISIBLE_DEVICES); any GPU of the daemon may be
-// asked about. A session has a context on each GPU its process uses
+// ordinals through CUDA_VISIBLE_DEVICES) as phosd numbered them when the
+// process started (PhosdDevice translates them after a restore with
+// --device-map); any GPU of the daemon may be asked about. A session has a context on each GPU its process uses
 // (several_devices.cc): kSetDevice makes the one of the GPU named — by
 // moving the session's only context while it holds nothing (what a rank
 // process does with cudaSetDevice(local_rank) first), else by adding one
@@ -65,7 +66,8 @@ void HandleGetDeviceProperties(SessionState& st, const CallContext& call, const 
     return out->Fail(WireStatus::kInvalidValue, "bad reply chunk " + std::to_string(req.reply_chunk));
   }
   backend::DeviceProperties d;
-  if (!GetProps(st, req.device, &d, out)) return;
+  const int device = PhosdDevice(st, req.device);
+  if (!GetProps(st, device, &d, out)) return;
   // Built here and copied whole: the chunk is the app's memory, read only
   // after this call completes.
   auto w = std::make_unique<wire::WireDeviceProps>();
@@ -75,7 +77,7 @@ void HandleGetDeviceProperties(SessionState& st, const CallContext& call, const 
   w->attributes[0] = wire::kNoAttribute;
   for (int a = 1; a < wire::kDeviceAttributeSlots; ++a) {
     std::int64_t v = 0;
-    w->attributes[a] = SessionDeviceAttribute(*st.backend, req.device, a, &v).ok() ? v : wire::kNoAttribute;
+    w->attributes[a] = SessionDeviceAttribute(*st.backend, device, a, &v).ok() ? v : wire::kNoAttribute;
   }
   std::memcpy(wire::ChunkBytes(st.region_base, st.geometry, req.reply_chunk), w.get(), sizeof *w);
   out->Set(wire::ChunkReply{sizeof *w});
@@ -83,9 +85,10 @@ void HandleGetDeviceProperties(SessionState& st, const CallContext& call, const 
 
 void HandleDeviceGetAttribute(SessionState& st, const CallContext& call, const wire::DeviceAttributeRequest& req,
                               Outcome* out) {
-  if (!IsDaemonDevice(st, req.device, out)) return;
+  const int device = PhosdDevice(st, req.device);
+  if (!IsDaemonDevice(st, device, out)) return;
   std::int64_t v = 0;
-  if (!SessionDeviceAttribute(*st.backend, req.device, req.attribute, &v).ok()) {
+  if (!SessionDeviceAttribute(*st.backend, device, req.attribute, &v).ok()) {
     return out->Fail(WireStatus::kInvalidValue, "device attribute " + std::to_string(req.attribute) +
                                                     " is not one CUDA defines for this device");
   }
@@ -93,14 +96,15 @@ void HandleDeviceGetAttribute(SessionState& st, const CallContext& call, const w
 }
 
 void HandleSetDevice(SessionState& st, const CallContext& call, const wire::DeviceRequest& req, Outcome* out) {
-  if (!IsDaemonDevice(st, req.device, out)) return;
-  if (ContextOf(st, req.device) != nullptr) return;
+  const int device = PhosdDevice(st, req.device);
+  if (!IsDaemonDevice(st, device, out)) return;
+  if (ContextOf(st, device) != nullptr) return;
   // The context is made now, so that a GPU that cannot have one fails
   // cudaSetDevice rather than the next call; the thread's later calls name
   // the GPU themselves (the frame's device byte).
   CallView v = ViewOf(st, call);
   v.kind = AccessKind::kUnknown;  // a move replaces the context under everything
-  out->Fail(st.executor->Run(v, [&] { return SelectCallDevice(st, req.device); }));
+  out->Fail(st.executor->Run(v, [&] { return SelectCallDevice(st, device); }));
 }
 
 Status MoveToDevice(SessionState& st, int device) {

@@ -446,7 +446,7 @@ bool PtxDeclaresModuleVariables(std::string_view ptx) {
 
 void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params,
                          const std::map<uint64_t, uint64_t>& buffers, const std::map<uint64_t, uint64_t>& globals,
-                         CallView* view, bool module_variables) {
+                         CallView* view, std::span<const std::pair<uint64_t, uint64_t>> module_variables) {
   view->kind = plan.kind;
   view->ranges.clear();
   if (plan.kind == AccessKind::kUnknown) return;
@@ -462,8 +462,21 @@ void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params
     if (probe.aggregate_word) ++plan.word_hits[i];
     view->AddOrMerge(start, bytes, probe.write);
   }
-  if (!module_variables) return;
-  for (const auto& [start, bytes] : globals) view->AddOrMerge(start, bytes, true);
+  // The variables are distinct ranges: only the few ranges the parameters
+  // added can name one already (a whole-set AddOrMerge would be quadratic,
+  // and a module of CUDA's libraries has hundreds of variables).
+  const size_t from_params = view->ranges.size();
+  for (const auto& [start, bytes] : module_variables) {
+    AccessRange* same = nullptr;
+    for (size_t i = 0; i < from_params && same == nullptr; ++i) {
+      if (view->ranges[i].ptr == start) same = &view->ranges[i];
+    }
+    if (same != nullptr) {
+      same->write = true;
+    } else {
+      view->Add(start, bytes, true);
+    }
+  }
 }
 
 }  // namespace phos::session

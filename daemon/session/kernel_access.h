@@ -162,13 +162,15 @@ std::shared_ptr<KernelAccessPlan> UnknownKernelPlan(const std::string& name);
 /// Fills `view->kind` and `view->ranges` for one launch of `plan` with the
 /// parameter block `params` against the session's `buffers` and `globals`
 /// (start -> bytes). Probes past the end of `params` are ignored.
-/// `module_variables`: the kernel's module may use module-scope variables
-/// by symbol (ModuleKernels::may_have_variables): every global of the
-/// session is then added read+write (the session does not record which
-/// module a global belongs to; globals are few and small, so being
-/// conservative costs little and a checkpoint never misses a write).
+/// `module_variables`: the (start, bytes) of the variables of the kernel's
+/// own module when it may use them by symbol
+/// (ModuleKernels::may_have_variables; SessionState::module_globals), added
+/// read+write: a kernel names only its own module's variables by symbol
+/// (another module's it reaches through a pointer, which a probe finds), and
+/// a checkpoint never misses their writes. O(probes x variables): a variable
+/// already in the set through a pointer parameter is merged, not repeated.
 void ComputeLaunchAccess(KernelAccessPlan& plan, std::span<const uint8_t> params,
                          const std::map<uint64_t, uint64_t>& buffers, const std::map<uint64_t, uint64_t>& globals,
-                         CallView* view, bool module_variables = false);
+                         CallView* view, std::span<const std::pair<uint64_t, uint64_t>> module_variables = {});
 
 }  // namespace phos::session

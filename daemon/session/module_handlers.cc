@@ -4,7 +4,9 @@
 // state changes a restore into a fresh session shares (call_handlers.h).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -121,14 +123,7 @@ void HandleModuleUnload(SessionState& st, const CallContext& call, const wire::H
   st.module_kernels.erase(req.id);
   std::erase_if(st.functions, [&](const auto& f) { return f.second.module_id == req.id; });
   // Its globals went with it: their ranges are no longer the session's.
-  for (auto g = st.global_symbols.begin(); g != st.global_symbols.end();) {
-    if (g->second.module_id != req.id) {
-      ++g;
-      continue;
-    }
-    st.globals.erase(g->first);
-    g = st.global_symbols.erase(g);
-  }
+  ForgetModuleGlobals(st, req.id);
 }
 
 void HandleModuleGetFunction(SessionState& st, const CallContext& call, const wire::GetFunctionRequest& req,
@@ -204,7 +199,12 @@ void HandleLaunchKernel(SessionState& st, const CallContext& call, const wire::L
     v.kind = AccessKind::kUnknown;
   } else if (fit->second.access) {
     auto mk = st.module_kernels.find(fit->second.module_id);
-    const bool variables = mk == st.module_kernels.end() || mk->second.may_have_variables;
+    std::span<const std::pair<uint64_t, uint64_t>> variables;
+    if (mk == st.module_kernels.end() || mk->second.may_have_variables) {
+      if (auto mg = st.module_globals.find(fit->second.module_id); mg != st.module_globals.end()) {
+        variables = mg->second;
+      }
+    }
     ComputeLaunchAccess(*fit->second.access, params, st.buffers, st.globals, &v, variables);
     const bool textures = mk == st.module_kernels.end() || mk->second.may_use_textures;
     if (textures && v.kind != AccessKind::kUnknown) AddTextureAccess(st, &v);
@@ -272,24 +272,64 @@ Status LoadModuleWithId(SessionState& st, uint32_t module_id, std::span<const st
 }
 
 void RecordModuleVariables(SessionState& st, uint32_t module_id) {
-  auto mk = st.module_kernels.find(module_id);
   auto it = st.modules.find(module_id);
-  if (mk == st.module_kernels.end() || it == st.modules.end()) return;
+  if (it == st.modules.end()) return;
+  RecordModuleVariablesOf(st, module_id, st.device, HomeContext(st), it->second);
+}
+
+void RecordModuleVariablesOf(SessionState& st, uint32_t module_id, int device, backend::Context* ctx,
+                             backend::ModuleHandle h) {
+  auto mk = st.module_kernels.find(module_id);
+  if (mk == st.module_kernels.end()) return;
   for (const std::string& name : mk->second.variables) {
     backend::DevicePtr p = 0;
     size_t n = 0;
     // A name the backend does not resolve (a static variable its loader
     // keeps private) stays unrecorded, as before.
-    if (Status g = HomeContext(st)->GetGlobal(it->second, name, &p, &n); !g.ok() || n == 0) {
-      spdlog::debug("session {}: module {}: variable {} not recorded: {}", st.session_id, module_id, name,
-                    g.ok() ? std::string("0 bytes") : g.ToString());
+    if (Status g = ctx->GetGlobal(h, name, &p, &n); !g.ok() || n == 0) {
+      spdlog::debug("session {}: module {} on GPU {}: variable {} not recorded: {}", st.session_id, module_id,
+                    device, name, g.ok() ? std::string("0 bytes") : g.ToString());
       continue;
     }
-    st.globals[p] = n;
-    SessionState::GlobalSymbol& sym = st.global_symbols[p];  // address_to_app stays false until the app asks
-    sym.module_id = module_id;
-    sym.name = name;
+    RecordGlobal(st, p, n, module_id, name, device);  // address_to_app stays false until the app asks
   }
+}
+
+SessionState::GlobalSymbol& RecordGlobal(SessionState& st, uint64_t ptr, uint64_t bytes, uint32_t module_id,
+                                         const std::string& name, int device) {
+  st.globals[ptr] = bytes;
+  auto [it, added] = st.global_symbols.try_emplace(ptr);
+  SessionState::GlobalSymbol& sym = it->second;  // keeps address_to_app
+  if (!added && sym.module_id != module_id) {
+    // The address was another module's (defensive: an unload forgets its
+    // globals): it leaves that module's list.
+    if (auto old = st.module_globals.find(sym.module_id); old != st.module_globals.end()) {
+      std::erase_if(old->second, [&](const auto& g) { return g.first == ptr; });
+    }
+  }
+  auto& list = st.module_globals[module_id];
+  auto at = std::find_if(list.begin(), list.end(), [&](const auto& g) { return g.first == ptr; });
+  if (at == list.end()) {
+    list.emplace_back(ptr, bytes);
+  } else {
+    at->second = bytes;
+  }
+  sym.module_id = module_id;
+  sym.name = name;
+  sym.device = device;
+  return sym;
+}
+
+void ForgetModuleGlobals(SessionState& st, uint32_t module_id) {
+  for (auto g = st.global_symbols.begin(); g != st.global_symbols.end();) {
+    if (g->second.module_id != module_id) {
+      ++g;
+      continue;
+    }
+    st.globals.erase(g->first);
+    g = st.global_symbols.erase(g);
+  }
+  st.module_globals.erase(module_id);
 }
 
 Status GetFunctionWithId(SessionState& st, uint32_t module_id, uint32_t function_id, const std::string& name,
@@ -319,10 +359,7 @@ Status GetGlobalOf(SessionState& st, uint32_t module_id, const std::string& name
   backend::ModuleHandle module = it->second;
   if (st.call_device != st.device) PHOS_RETURN_IF_ERROR(ModuleOnCallDevice(st, module_id, &module));
   PHOS_RETURN_IF_ERROR(RunMaybeAdmitted(st, admit, [&] { return st.ctx->GetGlobal(module, name, &p, &n); }));
-  st.globals[p] = n;
-  SessionState::GlobalSymbol& sym = st.global_symbols[p];  // keeps address_to_app
-  sym.module_id = module_id;
-  sym.name = name;
+  RecordGlobal(st, p, n, module_id, name, st.call_device);
   *ptr = p;
   *bytes = n;
   return Status::Ok();

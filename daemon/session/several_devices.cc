@@ -52,7 +52,25 @@ int CallDevice(const SessionState& st, const ring::Record& rec) {
     auto it = st.stream_devices.find(rec.header.stream_id);
     return it != st.stream_devices.end() ? it->second : st.device;
   }
-  return rec.header.device;
+  return PhosdDevice(st, rec.header.device);
+}
+
+int PhosdDevice(const SessionState& st, int app_device) {
+  auto it = st.device_aliases.find(app_device);
+  return it != st.device_aliases.end() ? it->second : app_device;
+}
+
+Status AddDeviceContext(SessionState& st, int device) {
+  if (ContextOf(st, device) != nullptr) return Status::Ok();
+  if (st.backend == nullptr || device < 0 || device >= st.backend->device_count()) {
+    return Status::InvalidArgument("no GPU " + std::to_string(device) + " in this phosd");
+  }
+  if (!st.add_context) return Status::FailedPrecondition("this session cannot use a second GPU");
+  PHOS_RETURN_IF_ERROR(st.add_context(device).WithContext("a context on GPU " + std::to_string(device)));
+  if (ContextOf(st, device) == nullptr) {
+    return Status::Internal("no context on GPU " + std::to_string(device) + " after adding one");
+  }
+  return Status::Ok();
 }
 
 std::string DeviceStateHeld(const SessionState& st) {
@@ -160,6 +178,8 @@ Status ModuleOnCallDevice(SessionState& st, uint32_t module_id, backend::ModuleH
                            .WithContext("loading module " + std::to_string(module_id) + " on GPU " +
                                         std::to_string(st.call_device)));
   st.device_modules[key] = h;
+  // Its variables there are the process's too: a checkpoint saves them.
+  RecordModuleVariablesOf(st, module_id, st.call_device, st.ctx, h);
   *out = h;
   return Status::Ok();
 }

@@ -741,9 +741,10 @@ TEST_F(IntegrationTest, DevicesFollowCudaVisibleDevices) {
 
 // docs/interposer.md "Several GPUs in one process": one process uses two
 // GPUs (buffers, kernels, streams, events, peer copies, a cross-GPU event
-// wait, a module variable per GPU, a thread on its default GPU), and a
-// checkpoint of it is refused by name in every mode, the process
-// untouched (several_gpus.cu).
+// wait, a module variable per GPU, a thread on its default GPU); a
+// stop-the-world checkpoint takes it, copy-on-write and recopy refuse it by
+// name, the process untouched (several_gpus.cu; process_restore_test
+// restores such an image).
 TEST_F(IntegrationTest, OneProcessUsesTwoGpus) {
   Daemon d(dir_, {"--sim-gpus", "2"});
   ASSERT_TRUE(d.WaitReady(std::chrono::seconds(20))) << d.log();
@@ -751,14 +752,26 @@ TEST_F(IntegrationTest, OneProcessUsesTwoGpus) {
   Child c = Child::Start({PHOS_BIN, "--socket", d.socket(), "run", "--lib", PHOS_LIB_PATH, "--",
                           std::string(PHOS_INTEGRATION_DIR) + "/several_gpus", hold});
   ASSERT_TRUE(c.ReadUntil("several: holding", std::chrono::seconds(120))) << c.output << d.log();
-  for (const char* mode : {"stop", "cow", "recopy"}) {
+  for (const char* mode : {"cow", "recopy"}) {
     const std::string image = dir_ + "/several-" + mode + ".img";
     Child ck = Child::Start({PHOS_BIN, "--socket", d.socket(), "checkpoint", "--pid", std::to_string(c.pid),
                              "--gpu-only", "--mode", mode, "--out", image});
     EXPECT_NE(ck.Wait(std::chrono::seconds(60)), 0) << mode << ": " << ck.output;
     EXPECT_NE(ck.output.find("uses several GPUs"), std::string::npos) << mode << ": " << ck.output;
+    EXPECT_NE(ck.output.find("--mode stop"), std::string::npos) << mode << ": " << ck.output;
     EXPECT_FALSE(Exists(image)) << "a refused checkpoint left " << image;
   }
+  const std::string image = dir_ + "/several-stop.img";
+  Child ck = Child::Start({PHOS_BIN, "--socket", d.socket(), "checkpoint", "--pid", std::to_string(c.pid),
+                           "--gpu-only", "--mode", "stop", "--out", image});
+  EXPECT_EQ(ck.Wait(std::chrono::seconds(60)), 0) << ck.output << d.log();
+  EXPECT_TRUE(Exists(image + "/manifest")) << ck.output;
+  // An in-place restore cannot roll back a process of several GPUs: refused,
+  // the process untouched.
+  Child back = Child::Start({PHOS_BIN, "--socket", d.socket(), "restore", image, "--gpu-only", "--pid",
+                             std::to_string(c.pid)});
+  EXPECT_NE(back.Wait(std::chrono::seconds(60)), 0) << back.output;
+  EXPECT_NE(back.output.find("used several GPUs"), std::string::npos) << back.output;
   ASSERT_EQ(std::system(("touch " + hold).c_str()), 0);
   EXPECT_EQ(c.Wait(std::chrono::seconds(120)), 0) << c.output << d.log();
   EXPECT_NE(c.output.find("several: OK"), std::string::npos) << c.output;

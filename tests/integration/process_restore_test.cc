@@ -26,6 +26,7 @@
 #include <chrono>
 #include <filesystem>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,7 @@ class ProcessRestoreTest : public ::testing::Test, protected phos::testing::Chec
     ASSERT_NO_FATAL_FAILURE(StartDaemon());
   }
 
-  void StartDaemon() { ASSERT_TRUE(phos::testing::StartSimDaemon(socket_, {}, &daemon_)); }
+  void StartDaemon() { ASSERT_TRUE(phos::testing::StartSimDaemon(socket_, daemon_args_, &daemon_)); }
   // A fresh phosd for the restore. The sim places module variables
   // next-fit (never at an address its daemon used before), and a restore
   // into a fresh context needs the app's __device__ variables back at their
@@ -140,10 +141,71 @@ class ProcessRestoreTest : public ::testing::Test, protected phos::testing::Chec
         << again << "\nexpected checksum " << sum_next;
   }
 
+  // The GPU `phos ps` lists for `pid` (-1: not listed).
+  int GpuOf(pid_t pid) {
+    Result ps = Phos({"ps"});
+    std::istringstream lines(ps.output);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream cols(line);
+      std::vector<std::string> c;
+      for (std::string w; cols >> w;) c.push_back(w);
+      // PID LAUNCHER NAME SESSION JOB(RANK/SIZE) GPU ...; a process of no job: "-"
+      if (c.size() > 5 && c[0] == std::to_string(pid) && c[4] == "-") return std::stoi(c[5]);
+    }
+    return -1;
+  }
+
   std::string dir_, socket_;
+  std::vector<std::string> daemon_args_;
   Child daemon_;
   pid_t app_pid_ = -1;
 };
+
+// docs/interposer.md "Several GPUs in one process": a process using two GPUs
+// (buffers, streams, events, kernels and a module variable on each) is
+// checkpointed whole in stop mode, killed, and restored into a fresh phosd
+// of three GPUs with its first GPU moved (--device-map 0=2): it finds its
+// state on both GPUs and goes on using them (several_gpus.cu checks it all
+// after its hold), its calls naming its old GPU 0 going to GPU 2 (phosd's
+// log says which GPUs it made contexts on). Copy-on-write and recopy
+// checkpoints refuse it by name.
+TEST_F(ProcessRestoreTest, AProcessOfTwoGpusComesBackOnAnotherGpu) {
+  daemon_args_ = {"--sim-gpus", "2"};
+  ASSERT_NO_FATAL_FAILURE(RestartDaemon());
+  const std::string hold = dir_ + "/several.go";
+  const std::vector<std::string> run = {"run", "--no-pid-ns", "--lib", PHOS_LIB_PATH, "--", PHOS_SEVERAL_GPUS, hold};
+  const pid_t pid = phos::testing::StartDetached(phos::testing::PhosArgv(socket_, run), log_, log_);
+  app_pid_ = pid;
+  ASSERT_TRUE(phos::testing::WaitFileText(log_, "several: holding", 120s)) << Log() << DaemonLog();
+  EXPECT_EQ(GpuOf(pid), 0);
+  for (const char* mode : {"cow", "recopy"}) {
+    Result refused = Phos({"checkpoint", "--pid", std::to_string(pid), "--mode", mode, "--out", dir_ + "/no-" + mode});
+    EXPECT_NE(refused.rc, 0) << mode << ": " << refused.output;
+    EXPECT_NE(refused.output.find("uses several GPUs"), std::string::npos) << mode << ": " << refused.output;
+    EXPECT_FALSE(fs::exists(dir_ + "/no-" + mode)) << mode;
+  }
+  const std::string img = dir_ + "/two-gpus";
+  Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--mode", "stop", "--out", img});
+  ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << DaemonLog();
+  KillApp();
+  ASSERT_EQ(Log().find("several: state intact"), std::string::npos) << Log();
+
+  daemon_args_ = {"--sim-gpus", "3"};
+  ASSERT_NO_FATAL_FAILURE(RestartDaemon());
+  Result rs = Phos({"restore", img, "--detach", "--device-map", "0=2"});
+  ASSERT_EQ(rs.rc, 0) << rs.output << "\nphosd:\n" << DaemonLog() << "\napp:\n" << Log();
+  app_pid_ = pid;  // same pid, and our child (subreaper)
+  EXPECT_EQ(GpuOf(pid), 2);  // its first GPU is phosd's GPU 2 now
+  ASSERT_EQ(std::system(("touch " + hold).c_str()), 0);
+  ASSERT_TRUE(phos::testing::WaitFileText(log_, "several: OK", 120s)) << Log() << "\nphosd:\n" << DaemonLog();
+  EXPECT_NE(Log().find("several: state intact after the hold"), std::string::npos) << Log();
+  EXPECT_EQ(Log().find("several_gpus: line "), std::string::npos) << Log();  // no failed check
+  const std::string phosd = DaemonLog();
+  EXPECT_NE(phosd.find("uses GPU 1 too"), std::string::npos) << phosd;
+  EXPECT_EQ(phosd.find("uses GPU 0 too"), std::string::npos) << phosd;  // the app's GPU 0 is GPU 2 now
+  EXPECT_TRUE(phos::testing::WaitGone(pid, 30s));
+  app_pid_ = -1;
+}
 
 TEST_F(ProcessRestoreTest, StopAndCowCheckpointsRestoreTheWholeProcess) {
   const pid_t pid = StartApp();

@@ -8,8 +8,9 @@
 // stream of GPU 0 waiting for an event of GPU 1, a module variable with a
 // value per GPU, a thread that never chose a GPU working on GPU 0, a buffer
 // freed from the other GPU. With HOLDFILE it prints "several: holding"
-// once everything is set up, waits until HOLDFILE exists (the test's
-// checkpoints are refused meanwhile) and checks that nothing was lost.
+// once everything is set up, waits until HOLDFILE exists (the test
+// checkpoints it meanwhile, and restores it from the image) and checks
+// that nothing was lost and that both GPUs work on.
 // Prints "several: OK" at the end. A program of its own: its module
 // variable would change the module layout of the NCCL test program, whose
 // job images a fresh phosd restores.
@@ -111,10 +112,33 @@ int SeveralGpus(const char* hold_file) {
     std::printf("several: holding\n");
     std::fflush(stdout);
     while (access(hold_file, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    // Nothing was lost while a checkpoint was refused: b still holds 2i.
+    // Nothing was lost while it was checkpointed (or restored from the
+    // image): a holds i on GPU 0, b 2i on GPU 1, the variable its value
+    // on each GPU; streams, events and kernels of both GPUs work on.
     CHECK(cudaSetDevice(1));
+    CHECK(cudaGetDevice(&current));
+    EXPECT(current == 1);
     CHECK(cudaMemcpy(host.data(), b, bytes, cudaMemcpyDeviceToHost));
     for (int i = 0; i < n; ++i) EXPECT(host[i] == 2.0f * static_cast<float>(i));
+    ReadPerGpu<<<1, 1, 0, s1>>>(out1);
+    CHECK(cudaMemcpyAsync(&got, out1, sizeof got, cudaMemcpyDeviceToHost, s1));
+    CHECK(cudaStreamSynchronize(s1));
+    EXPECT(got == one_value);
+    ScaleBy<<<n / 256, 256, 0, s1>>>(b, n, 3.0f);
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(done1, s1));
+    CHECK(cudaSetDevice(0));
+    CHECK(cudaMemcpy(host.data(), a, bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(host[i] == static_cast<float>(i));
+    ReadPerGpu<<<1, 1>>>(out);
+    CHECK(cudaMemcpy(&got, out, sizeof got, cudaMemcpyDeviceToHost));
+    EXPECT(got == zero_value);
+    CHECK(cudaStreamWaitEvent(s0, done1, 0));
+    CHECK(cudaMemcpyPeerAsync(a, 0, b, 1, bytes, s0));
+    CHECK(cudaStreamSynchronize(s0));
+    CHECK(cudaMemcpy(host.data(), a, bytes, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(host[i] == 6.0f * static_cast<float>(i));
+    std::printf("several: state intact after the hold\n");
   }
   // Freed from the other GPU, as CUDA allows.
   CHECK(cudaSetDevice(1));

@@ -439,24 +439,33 @@ TEST(PtxExternFunctionsTest, OnlyKernelsReachingSetConditionalAreSetters) {
             std::nullopt);
 }
 
-// A launch of a kernel whose module may use variables by symbol writes every
-// global of the session (conservatively); others do not.
-TEST(PtxModuleVariablesTest, LaunchAddsGlobalsWhenTheModuleMayUseThem) {
+// A launch of a kernel whose module may use variables by symbol writes the
+// variables it is given (its own module's); others do not. A variable the
+// parameters already name is merged (read+write), not repeated.
+TEST(PtxModuleVariablesTest, LaunchAddsItsModulesVariables) {
   KernelAccessPlan plan;
   plan.kind = AccessKind::kSpeculated;
-  plan.probes.push_back({0, 0, true, false});
+  plan.probes.push_back({0, 0, false, false});
+  plan.probes.push_back({8, 0, true, false});
   std::map<uint64_t, uint64_t> buffers{{0x1000, 256}};
-  std::map<uint64_t, uint64_t> globals{{0x9000, 4}};
-  std::vector<uint8_t> params(8);
-  const uint64_t p = 0x1010;
-  std::memcpy(params.data(), &p, 8);
+  std::map<uint64_t, uint64_t> globals{{0x9000, 4}, {0x9100, 16}, {0xa000, 8}};
+  std::vector<uint8_t> params(16);
+  const uint64_t p = 0x1010, g = 0x9104;  // a buffer (written), a variable (read)
+  std::memcpy(params.data(), &g, 8);
+  std::memcpy(params.data() + 8, &p, 8);
   CallView without, with;
-  ComputeLaunchAccess(plan, params, buffers, globals, &without, false);
-  ComputeLaunchAccess(plan, params, buffers, globals, &with, true);
-  ASSERT_EQ(without.ranges.size(), 1u);
-  ASSERT_EQ(with.ranges.size(), 2u);
-  EXPECT_EQ(with.ranges[1].ptr, 0x9000u);
-  EXPECT_TRUE(with.ranges[1].write);
+  ComputeLaunchAccess(plan, params, buffers, globals, &without);
+  const std::vector<std::pair<uint64_t, uint64_t>> own{{0x9000, 4}, {0x9100, 16}};
+  ComputeLaunchAccess(plan, params, buffers, globals, &with, own);
+  ASSERT_EQ(without.ranges.size(), 2u);
+  EXPECT_FALSE(without.ranges[0].write);  // the variable, through its pointer: read
+  ASSERT_EQ(with.ranges.size(), 3u);      // not 0xa000: another module's
+  EXPECT_EQ(with.ranges[0].ptr, 0x9100u);
+  EXPECT_TRUE(with.ranges[0].write);      // merged: its module may write it by symbol
+  EXPECT_EQ(with.ranges[1].ptr, 0x1000u);
+  EXPECT_EQ(with.ranges[2].ptr, 0x9000u);
+  EXPECT_EQ(with.ranges[2].bytes, 4u);
+  EXPECT_TRUE(with.ranges[2].write);
 }
 
 }  // namespace
