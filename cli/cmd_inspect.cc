@@ -77,6 +77,16 @@ void PrintSummary(const std::string& dir, const image::v1::Manifest& m) {
                        HumanBytes(m.modules().size()) + ", first-use order " +
                        std::to_string(m.first_use_order_size()) + " entries"},
   };
+  if (image::v1::SessionHandles h; !m.streams().empty() && h.ParseFromString(m.streams())) {
+    // The GPUs the process used, as phosd numbered them (phos ps), and the
+    // app's ordinals that meant others (after a --device-map restore).
+    std::string gpus = std::to_string(h.device()) + (h.other_devices_size() > 0 ? " (home)" : "");
+    for (int d : h.other_devices()) gpus += ", " + std::to_string(d);
+    for (const auto& a : h.device_aliases()) {
+      gpus += "  app GPU " + std::to_string(a.app()) + " = " + std::to_string(a.phosd());
+    }
+    fields.push_back({"gpus", gpus});
+  }
   if (m.has_process()) {  // a whole-process image (CRIU's images in criu/)
     const image::v1::ProcessRecord& p = m.process();
     std::string criu;

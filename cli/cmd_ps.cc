@@ -23,6 +23,13 @@ std::string StateName(v1::SessionState state) {
 }
 
 // Calls by access-set kind (docs/protocols.md "Access sets (implemented)"): exact / speculated / unvalidatable.
+// The home GPU, then the others the process uses: "0", "0+1".
+std::string Gpus(const v1::SessionInfo& si) {
+  std::string gpus = std::to_string(si.device());
+  for (int d : si.other_devices()) gpus += "+" + std::to_string(d);
+  return gpus;
+}
+
 std::string AccessCounts(const v1::SessionInfo& si) {
   return std::to_string(si.calls_exact()) + "/" + std::to_string(si.calls_speculated()) + "/" +
          std::to_string(si.calls_unvalidatable());
@@ -94,7 +101,7 @@ int RunPs(const GlobalOptions& global, int pid, bool json) {
                                                    std::to_string(si.job_size());
     rows.push_back({std::to_string(si.pid()), si.launcher_pid() > 0 ? std::to_string(si.launcher_pid()) : "-",
                     si.name().empty() ? "-" : si.name(), std::to_string(si.session_id()), job,
-                    std::to_string(si.device()), HumanBytes(si.device_memory_bytes()),
+                    Gpus(si), HumanBytes(si.device_memory_bytes()),
                     std::to_string(si.buffer_count()), AccessCounts(si), CrCounts(si), StateName(si.state()),
                     si.command()});
   }

@@ -119,7 +119,8 @@ void AddRestoreCommand(CLI::App* app, const GlobalOptions* global, int* exit_cod
                 "process from a whole-process image (CRIU, root; its old pid must be free)");
   cmd->add_option("--device-map", a->device_map,
                   "OLD=NEW[,OLD=NEW...]: put what ran on the image's GPU OLD on this phosd's GPU NEW (same kind of "
-                  "GPU; phosd's ordinals, as `phos ps` shows them); default: the same GPU")
+                  "GPU; phosd's ordinals, as `phos ps` and `phos inspect` show them; each GPU a process used "
+                  "needs one of its own); default: the same GPU")
       ->delimiter(',');
   cmd->add_option("--phosd-map", a->phosd_map,
                   "FROM=TO[,FROM=TO...]: job images: restore the ranks the phosd at FROM (HOST:PORT, as `phos "

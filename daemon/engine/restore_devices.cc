@@ -1,5 +1,6 @@
 #include "engine/restore_devices.h"
 
+#include <set>
 #include <string>
 
 namespace phos::engine {
@@ -57,8 +58,10 @@ std::map<int, int> RestoredAliases(const image::v1::SessionHandles& handles, con
     if (now != app) out[app] = now;
   };
   for (const auto& [app, phosd] : was) add(app);
+  std::set<int> aliased;  // phosd GPUs some app ordinal already means
+  for (const auto& [app, phosd] : was) aliased.insert(phosd);
   for (const auto& [image_device, device] : plan.to) {
-    if (!was.count(image_device)) add(image_device);
+    if (!was.count(image_device) && !aliased.count(image_device)) add(image_device);
   }
   return out;
 }

@@ -96,6 +96,7 @@ void SessionRegistry::Publish(const session::SessionSummary& s) {
   info.set_pid(s.pid);
   info.set_command(s.command);
   info.set_device(s.device);
+  for (int d : s.other_devices) info.add_other_devices(d);
   info.set_device_memory_bytes(s.device_memory_bytes);
   info.set_buffer_count(s.buffer_count);
   info.set_state(s.state == session::SessionSummary::State::kRunning ? v1::SESSION_RUNNING : v1::SESSION_EXITED);

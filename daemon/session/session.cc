@@ -267,7 +267,10 @@ void Session::RunControlTasks() {
     Status s = task->fn(state_);
     SetIdle();
     SetInControlTask(false);
-    if (state_.buffers.TakeChanged() || summary_.device != state_.device) Publish();
+    if (state_.buffers.TakeChanged() || summary_.device != state_.device ||
+        summary_.other_devices.size() != state_.other_contexts.size()) {
+      Publish();
+    }
     task->done.set_value(std::move(s));
   }
 }
@@ -288,6 +291,8 @@ void Session::FailControlTasks() {
 
 void Session::Publish() {
   summary_.device = state_.device;
+  summary_.other_devices.clear();
+  for (const auto& [device, ctx] : state_.other_contexts) summary_.other_devices.push_back(device);
   summary_.device_memory_bytes = state_.buffers.bytes();
   summary_.buffer_count = static_cast<uint32_t>(state_.buffers.size());
   if (callbacks_.publish) callbacks_.publish(summary_);
@@ -370,7 +375,10 @@ void Session::Run() {
     // Publish before completing: once cudaMalloc/cudaFree returns in the
     // app, `phos ps` already shows the new buffer count (and the GPU an
     // empty session moved to with its first call there).
-    if (state_.buffers.TakeChanged() || summary_.device != state_.device) Publish();
+    if (state_.buffers.TakeChanged() || summary_.device != state_.device ||
+        summary_.other_devices.size() != state_.other_contexts.size()) {
+      Publish();
+    }
     if (wants) {
       // Kernel printf text reaches the app at its synchronizing calls
       // (docs/interposer.md "Device printf").

@@ -40,6 +40,7 @@ struct SessionSummary {
   int pid = 0;
   std::string command;
   int device = 0;
+  std::vector<int> other_devices;  // further GPUs it has a context on, ascending
   uint64_t device_memory_bytes = 0;
   uint32_t buffer_count = 0;
   enum class State { kRunning, kExited } state = State::kRunning;

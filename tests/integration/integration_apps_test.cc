@@ -766,6 +766,9 @@ TEST_F(IntegrationTest, OneProcessUsesTwoGpus) {
                            "--gpu-only", "--mode", "stop", "--out", image});
   EXPECT_EQ(ck.Wait(std::chrono::seconds(60)), 0) << ck.output << d.log();
   EXPECT_TRUE(Exists(image + "/manifest")) << ck.output;
+  Child inspect = Child::Start({PHOS_BIN, "inspect", image});
+  EXPECT_EQ(inspect.Wait(std::chrono::seconds(30)), 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("gpus      0 (home), 1\n"), std::string::npos) << inspect.output;
   // An in-place restore cannot roll back a process of several GPUs: refused,
   // the process untouched.
   Child back = Child::Start({PHOS_BIN, "--socket", d.socket(), "restore", image, "--gpu-only", "--pid",

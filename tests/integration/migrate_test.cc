@@ -126,7 +126,11 @@ class MigrateTest : public ::testing::Test {
     err_ = dir_ + "/app.err";
     ASSERT_NO_FATAL_FAILURE(WriteToken(token_file_, &token_));
 
-    daemon_a_ = Child::Start({PHOS_BIN, "daemon", "--backend", "sim", "--socket", sock_a_, "--checkpoint-root", root_a_});
+    std::vector<std::string> argv_a = {PHOS_BIN, "daemon", "--backend", "sim", "--socket", sock_a_,
+                                       "--checkpoint-root", root_a_};
+    const std::vector<std::string> extra_a = SourceExtraFlags();
+    argv_a.insert(argv_a.end(), extra_a.begin(), extra_a.end());
+    daemon_a_ = Child::Start(argv_a);
     ASSERT_TRUE(phos::testing::WaitForDataSocket(sock_a_, 20s)) << "phosd A:\n" << daemon_a_.output;
 
     std::vector<std::string> argv_b = {PHOS_BIN,        "daemon",  "--backend",     "sim",
@@ -162,8 +166,10 @@ class MigrateTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
-  // More flags for phosd B (a fixture for fault injection overrides it).
+  // More flags for phosd B (a fixture for fault injection overrides it),
+  // and for phosd A.
   virtual std::vector<std::string> DestinationExtraFlags() const { return {}; }
+  virtual std::vector<std::string> SourceExtraFlags() const { return {}; }
 
   static std::string DaemonLog(Child& d) {
     if (d.pid > 0) d.ReadUntil("\x01never", 200ms);
@@ -432,6 +438,48 @@ TEST_F(MigrateTest, Migrate_PinnedHostMemory) {
   ASSERT_TRUE(phos::testing::WaitEnded(copy, 60s)) << "the copy (pid " << copy << ") did not finish:\n" << Logs();
   EXPECT_EQ(ReadFile(out_), ref) << "the migrated multi_stream:\n" << ReadFile(err_);
   EXPECT_NE(ReadFile(err_).find("resumed after midpoint"), std::string::npos) << ReadFile(err_);
+}
+
+// ------------------------------------------------------------ several GPUs
+
+class MigrateTwoGpusTest : public MigrateTest {
+ protected:
+  std::vector<std::string> SourceExtraFlags() const override { return {"--sim-gpus", "2"}; }
+  std::vector<std::string> DestinationExtraFlags() const override { return {"--sim-gpus", "2"}; }
+};
+
+// docs/interposer.md "Several GPUs in one process": a process using two GPUs
+// migrates in stop mode (a recopy migration refuses it by name and it runs
+// on at A); at B it finds its state on both GPUs and goes on using them
+// (several_gpus.cu checks it all after its hold).
+TEST_F(MigrateTwoGpusTest, Migrate_AProcessOfTwoGpusInStopMode) {
+  app_ = PHOS_SEVERAL_GPUS;
+  const std::string hold = dir_ + "/several.go";
+  app_args_ = {hold};
+  ASSERT_NO_FATAL_FAILURE(StartApp(/*pause=*/false));
+  ASSERT_TRUE(phos::testing::WaitFileText(out_, "several: holding", 60s)) << ReadFile(out_) << Logs();
+  pid_ = AppPid(sock_a_);
+  ASSERT_GT(pid_, 0);
+  kill_list_.push_back(pid_);
+  const Result refused = Phos(sock_a_, MigrateArgs(pid_, token_file_));
+  EXPECT_NE(refused.rc, 0) << refused.output;
+  EXPECT_TRUE(Contains(refused.output, "uses several GPUs")) << refused.output;
+  EXPECT_FALSE(ProcessEnded(pid_)) << "the source ended after a refused migration:\n" << refused.output << Logs();
+  std::vector<std::string> stop = MigrateArgs(pid_, token_file_);
+  stop.insert(stop.end(), {"--mode", "stop"});
+  const Result mg = Phos(sock_a_, stop);
+  ASSERT_EQ(mg.rc, 0) << mg.output << Logs();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(mg.output, m, std::regex(R"(as pid (\d+))"))) << mg.output;
+  const pid_t copy = std::stoi(m[1]);
+  kill_list_.push_back(copy);
+  ExpectSourceGone();
+  std::ofstream(hold).put('\n');
+  ASSERT_TRUE(phos::testing::WaitEnded(copy, 60s)) << "the copy (pid " << copy << ") did not finish:\n" << Logs();
+  const std::string out = ReadFile(out_);
+  EXPECT_NE(out.find("several: state intact after the hold"), std::string::npos) << out << ReadFile(err_);
+  EXPECT_NE(out.find("several: OK"), std::string::npos) << out << ReadFile(err_);
+  EXPECT_EQ(out.find("several_gpus: line "), std::string::npos) << out;  // no failed check
 }
 
 // ------------------------------------------------------------ lazy pages

@@ -141,8 +141,8 @@ class ProcessRestoreTest : public ::testing::Test, protected phos::testing::Chec
         << again << "\nexpected checksum " << sum_next;
   }
 
-  // The GPU `phos ps` lists for `pid` (-1: not listed).
-  int GpuOf(pid_t pid) {
+  // The GPUs `phos ps` lists for `pid` ("0", "0+1"; "" when not listed).
+  std::string GpusOf(pid_t pid) {
     Result ps = Phos({"ps"});
     std::istringstream lines(ps.output);
     for (std::string line; std::getline(lines, line);) {
@@ -150,9 +150,9 @@ class ProcessRestoreTest : public ::testing::Test, protected phos::testing::Chec
       std::vector<std::string> c;
       for (std::string w; cols >> w;) c.push_back(w);
       // PID LAUNCHER NAME SESSION JOB(RANK/SIZE) GPU ...; a process of no job: "-"
-      if (c.size() > 5 && c[0] == std::to_string(pid) && c[4] == "-") return std::stoi(c[5]);
+      if (c.size() > 5 && c[0] == std::to_string(pid) && c[4] == "-") return c[5];
     }
-    return -1;
+    return "";
   }
 
   std::string dir_, socket_;
@@ -177,7 +177,7 @@ TEST_F(ProcessRestoreTest, AProcessOfTwoGpusComesBackOnAnotherGpu) {
   const pid_t pid = phos::testing::StartDetached(phos::testing::PhosArgv(socket_, run), log_, log_);
   app_pid_ = pid;
   ASSERT_TRUE(phos::testing::WaitFileText(log_, "several: holding", 120s)) << Log() << DaemonLog();
-  EXPECT_EQ(GpuOf(pid), 0);
+  EXPECT_EQ(GpusOf(pid), "0+1");
   for (const char* mode : {"cow", "recopy"}) {
     Result refused = Phos({"checkpoint", "--pid", std::to_string(pid), "--mode", mode, "--out", dir_ + "/no-" + mode});
     EXPECT_NE(refused.rc, 0) << mode << ": " << refused.output;
@@ -195,7 +195,7 @@ TEST_F(ProcessRestoreTest, AProcessOfTwoGpusComesBackOnAnotherGpu) {
   Result rs = Phos({"restore", img, "--detach", "--device-map", "0=2"});
   ASSERT_EQ(rs.rc, 0) << rs.output << "\nphosd:\n" << DaemonLog() << "\napp:\n" << Log();
   app_pid_ = pid;  // same pid, and our child (subreaper)
-  EXPECT_EQ(GpuOf(pid), 2);  // its first GPU is phosd's GPU 2 now
+  EXPECT_EQ(GpusOf(pid), "2+1");  // its first GPU is phosd's GPU 2 now
   ASSERT_EQ(std::system(("touch " + hold).c_str()), 0);
   ASSERT_TRUE(phos::testing::WaitFileText(log_, "several: OK", 120s)) << Log() << "\nphosd:\n" << DaemonLog();
   EXPECT_NE(Log().find("several: state intact after the hold"), std::string::npos) << Log();
