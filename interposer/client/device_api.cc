@@ -305,15 +305,15 @@ PHOS_EXPORT cudaError_t cudaStreamGetPriority_ptsz(cudaStream_t hStream, int* pr
 }
 
 namespace {
-// The stream's device (always 0) and its id (the virtual id: unique among
-// live streams of the process; 0 for the legacy stream).
+// The stream's device (the app's ordinal of the GPU it was made on) and its
+// id (the virtual id: unique among live streams of the process; 0 for the
+// legacy stream).
 cudaError_t StreamIdentity(cudaStream_t s, DefaultStream zero, int* device, unsigned long long* id) {
   if (cudaError_t e = Initialised(); e != cudaSuccess) return e;
   const uint32_t sid = StreamIdOf(s, zero);
-  unsigned f = 0;
-  int p = 0;
-  if (!StreamInfo(sid, &f, &p)) return SetError(cudaErrorInvalidResourceHandle);
-  if (device) *device = 0;
+  int d = 0;
+  if (!StreamDevice(sid, &d)) return SetError(cudaErrorInvalidResourceHandle);
+  if (device) *device = d;
   if (id) *id = sid;
   return cudaSuccess;
 }

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "interposer/client/driver_internal.h"
+#include "interposer/client/handles.h"
 
 using namespace phos::client;  // NOLINT
 
@@ -15,7 +16,7 @@ cudaStream_t Stream(CUstream s) { return reinterpret_cast<cudaStream_t>(s); }
 // The context each stream cuStreamCreate* made was created in, for
 // cuStreamGetCtx (contexts alias one session, so this is all a stream's
 // context is). Streams the runtime API made are absent: the runtime makes
-// every stream in the primary context.
+// each stream in the primary context of its GPU.
 struct StreamContexts {
   std::mutex mu;  // guards of
   std::unordered_map<CUstream, CUcontext> of;
@@ -83,7 +84,14 @@ CUresult StreamContext(CUstream s, CUcontext* pctx) {
   if (cudaStreamGetFlags(Stream(s), &flags) != cudaSuccess) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard<std::mutex> lock(StreamCtx().mu);
   auto it = StreamCtx().of.find(s);
-  *pctx = it != StreamCtx().of.end() ? it->second : PrimaryContextHandle(0);
+  if (it != StreamCtx().of.end()) {
+    *pctx = it->second;
+    return CUDA_SUCCESS;
+  }
+  // Made by the runtime: in the primary context of its GPU.
+  int device = 0;
+  if (!StreamDevice(StreamIdOf(Stream(s), DefaultStream::kLegacy), &device)) return CUDA_ERROR_INVALID_HANDLE;
+  *pctx = PrimaryContextHandle(device);
   return CUDA_SUCCESS;
 }
 }  // namespace

@@ -7,8 +7,10 @@
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "interposer/client/connection.h"
+#include "interposer/client/devices.h"
 #include "protocol/wire.h"
 
 namespace phos::client {
@@ -29,8 +31,8 @@ std::atomic<uint32_t> g_function{1};
 // generation it was created in; ForgetPerThreadStreams (cudaDeviceReset)
 // starts a new generation, so every thread creates a fresh one.
 struct PerThreadRegistry {
-  std::mutex mu;                       // guards `live`
-  std::unordered_set<uint32_t> live;   // ids of current per-thread streams
+  std::mutex mu;                            // guards `live`
+  std::unordered_map<uint32_t, int> live;   // ids of current per-thread streams -> their app GPU
   std::atomic<uint64_t> generation{1};
   std::atomic<bool> reported{false};   // a creation failure was printed
 };
@@ -39,29 +41,40 @@ PerThreadRegistry& Registry() {
   return *r;
 }
 
-// The calling thread's per-thread stream; its destructor runs when the
-// thread exits (also for the main thread, inside exit()).
+// The calling thread's per-thread streams, one per GPU it used one on (CUDA
+// has one per thread and device), by the app's ordinal of the GPU; the
+// destructor runs when the thread exits (also for the main thread, inside
+// exit()).
 struct PerThreadStream {
-  uint32_t id = 0;
+  struct OnDevice {
+    int device = 0;
+    uint32_t id = 0;
+  };
+  std::vector<OnDevice> ids;  // few: a thread uses few GPUs
   uint64_t generation = 0;
 
-  ~PerThreadStream() {
-    if (id == 0) return;
+  ~PerThreadStream() { Drop(); }
+  // Forgets every stream of the thread; destroys those phosd still has.
+  void Drop() {
+    if (ids.empty()) return;
     PerThreadRegistry& r = Registry();
     {
       std::lock_guard<std::mutex> lock(r.mu);
-      r.live.erase(id);
+      for (const OnDevice& s : ids) r.live.erase(s.id);
     }
     // Only a stream of the current generation still exists in phosd, and
     // only a connected process (not a forked child) may talk to it. Posted:
     // no round trip at thread exit; phosd releases everything on
-    // disconnect anyway.
+    // disconnect anyway. Each is destroyed on its GPU (phosd runs a call on
+    // its stream's GPU).
     Connection& c = Connection::Get();
     if (generation == r.generation.load(std::memory_order_acquire) && c.connected()) {
-      const wire::HandleRequest req{id, 0};
-      (void)c.Post(wire::op::kStreamDestroy, 0, std::as_bytes(std::span<const wire::HandleRequest>(&req, 1)));
+      for (const OnDevice& s : ids) {
+        const wire::HandleRequest req{s.id, 0};
+        (void)c.Post(wire::op::kStreamDestroy, 0, std::as_bytes(std::span<const wire::HandleRequest>(&req, 1)));
+      }
     }
-    id = 0;  // a CUDA call from a later thread-exit destructor makes a new one (freed at disconnect)
+    ids.clear();  // a CUDA call from a later thread-exit destructor makes new ones (freed at disconnect)
   }
 };
 thread_local PerThreadStream t_stream;
@@ -77,11 +90,14 @@ uint32_t PerThreadStreamId() {
   PerThreadRegistry& r = Registry();
   const uint64_t gen = r.generation.load(std::memory_order_acquire);
   PerThreadStream& t = t_stream;
-  if (t.id != 0 && t.generation == gen) return t.id;
-  if (t.id != 0) {
+  const int device = CurrentDevice();
+  if (t.generation != gen && !t.ids.empty()) {
     std::lock_guard<std::mutex> lock(r.mu);
-    r.live.erase(t.id);
-    t.id = 0;
+    for (const auto& s : t.ids) r.live.erase(s.id);
+    t.ids.clear();
+  }
+  for (const auto& s : t.ids) {
+    if (s.device == device) return s.id;
   }
   Connection& c = Connection::Get();
   if (c.Ensure() != wire::WireStatus::kSuccess) return kNoPerThreadStream;  // the call reports it
@@ -100,10 +116,10 @@ uint32_t PerThreadStreamId() {
     }
     return kNoPerThreadStream;
   }
-  t.id = id;
+  t.ids.push_back({device, id});
   t.generation = gen;
   std::lock_guard<std::mutex> lock(r.mu);
-  r.live.insert(id);
+  r.live.emplace(id, device);
   return id;
 }
 
@@ -126,6 +142,7 @@ struct StreamTable {
   struct Info {
     unsigned flags = 0;
     int priority = 0;
+    int device = 0;  // the app's ordinal of the GPU it was made on
   };
   std::unordered_map<uint32_t, Info> info;
 };
@@ -137,8 +154,9 @@ StreamTable& Streams() {
 
 void NoteStreamCreated(uint32_t id, unsigned flags, int priority) {
   StreamTable& t = Streams();
+  const int device = CurrentDevice();
   std::lock_guard<std::mutex> lock(t.mu);
-  t.info[id] = {flags, priority};
+  t.info[id] = {flags, priority, device};
 }
 
 void NoteStreamDestroyed(uint32_t id) {
@@ -159,6 +177,27 @@ bool StreamInfo(uint32_t id, unsigned* flags, int* priority) {
   if (it == t.info.end()) return false;
   *flags = it->second.flags;
   *priority = it->second.priority;
+  return true;
+}
+
+bool StreamDevice(uint32_t id, int* device) {
+  if (id == 0) {  // the legacy default stream: the current GPU's
+    *device = CurrentDevice();
+    return true;
+  }
+  {
+    PerThreadRegistry& r = Registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (auto it = r.live.find(id); it != r.live.end()) {
+      *device = it->second;
+      return true;
+    }
+  }
+  StreamTable& t = Streams();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.info.find(id);
+  if (it == t.info.end()) return false;
+  *device = it->second.device;
   return true;
 }
 

@@ -44,6 +44,10 @@ void NoteStreamCreated(uint32_t id, unsigned flags, int priority);
 void NoteStreamDestroyed(uint32_t id);
 /// False for an id that is neither a live created stream nor a default one.
 bool StreamInfo(uint32_t id, unsigned* flags, int* priority);
+/// The app's ordinal of the GPU stream `id` was made on (the legacy
+/// default stream: the calling thread's current GPU); false for an unknown
+/// id.
+bool StreamDevice(uint32_t id, int* device);
 /// Whether `id` is a live created stream or a default one.
 inline bool IsKnownStream(uint32_t id) {
   unsigned flags = 0;

@@ -7,7 +7,8 @@
 // buffers, kernels, streams and events on each GPU, a peer copy each way, a
 // stream of GPU 0 waiting for an event of GPU 1, a module variable with a
 // value per GPU, a thread that never chose a GPU working on GPU 0, a buffer
-// freed from the other GPU. With HOLDFILE it prints "several: holding"
+// freed from the other GPU, a per-thread default stream on each GPU. With
+// HOLDFILE it prints "several: holding"
 // once everything is set up, waits until HOLDFILE exists (the test
 // checkpoints it meanwhile, and restores it from the image) and checks
 // that nothing was lost and that both GPUs work on.
@@ -74,6 +75,25 @@ int SeveralGpus(const char* hold_file) {
   CHECK(cudaStreamWaitEvent(s0, done1, 0));
   CHECK(cudaMemcpyPeerAsync(a, 0, b, 1, bytes, s0));
   CHECK(cudaStreamSynchronize(s0));
+  // A stream belongs to the GPU it was made on; the per-thread default
+  // stream is one per thread and GPU.
+  int on = -1;
+  CHECK(cudaStreamGetDevice(s0, &on));
+  EXPECT(on == 0);
+  CHECK(cudaStreamGetDevice(s1, &on));
+  EXPECT(on == 1);
+  CHECK(cudaStreamGetDevice(cudaStreamPerThread, &on));
+  EXPECT(on == 0);
+  ScaleBy<<<n / 256, 256, 0, cudaStreamPerThread>>>(a, n, 1.0f);
+  CHECK(cudaGetLastError());
+  CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaStreamGetDevice(cudaStreamPerThread, &on));
+  EXPECT(on == 1);
+  ScaleBy<<<n / 256, 256, 0, cudaStreamPerThread>>>(b, n, 1.0f);
+  CHECK(cudaGetLastError());
+  CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+  CHECK(cudaSetDevice(0));
   std::vector<float> host(n);
   CHECK(cudaMemcpy(host.data(), a, bytes, cudaMemcpyDeviceToHost));
   for (int i = 0; i < n; ++i) EXPECT(host[i] == 2.0f * static_cast<float>(i));
