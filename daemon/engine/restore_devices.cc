@@ -45,6 +45,9 @@ Status PlanRestoreDevices(const backend::Backend& backend, const image::v1::Sess
   PHOS_RETURN_IF_ERROR(place(handles.device()));
   out->home = out->to.at(handles.device());
   for (int d : handles.other_devices()) PHOS_RETURN_IF_ERROR(place(d));
+  for (const auto& [from, to] : device_map) {
+    if (!out->to.count(from)) out->unused[from] = to;
+  }
   return Status::Ok();
 }
 
@@ -60,8 +63,10 @@ std::map<int, int> RestoredAliases(const image::v1::SessionHandles& handles, con
   for (const auto& [app, phosd] : was) add(app);
   std::set<int> aliased;  // phosd GPUs some app ordinal already means
   for (const auto& [app, phosd] : was) aliased.insert(phosd);
-  for (const auto& [image_device, device] : plan.to) {
-    if (!was.count(image_device) && !aliased.count(image_device)) add(image_device);
+  for (const auto* placed : {&plan.to, &plan.unused}) {
+    for (const auto& [image_device, device] : *placed) {
+      if (!was.count(image_device) && !aliased.count(image_device)) add(image_device);
+    }
   }
   return out;
 }

@@ -20,11 +20,17 @@ namespace phos::engine {
 struct RestoreDevices {
   int home = 0;            // where the image's home GPU goes
   std::map<int, int> to;   // every GPU the image used -> phosd's GPU
+  // The map's entries for GPUs the image did not use (unchecked: a GPU the
+  // process takes later is checked then): the app's whole numbering moves
+  // as the user said (--device-map 0=1,1=0 swaps GPU 1 too for a process
+  // that used only GPU 0).
+  std::map<int, int> unused;
 
   /// Where the image's GPU `image_device` goes (itself when not listed).
   int Of(int image_device) const {
-    auto it = to.find(image_device);
-    return it == to.end() ? image_device : it->second;
+    if (auto it = to.find(image_device); it != to.end()) return it->second;
+    auto it = unused.find(image_device);
+    return it == unused.end() ? image_device : it->second;
   }
 };
 
@@ -37,8 +43,8 @@ Status PlanRestoreDevices(const backend::Backend& backend, const image::v1::Sess
                           const std::map<int, int>& device_map, RestoreDevices* out);
 
 /// The restored session's device aliases (app ordinal -> phosd ordinal,
-/// SessionState::device_aliases): the image's own, then through `plan`;
-/// only those that differ.
+/// SessionState::device_aliases): the image's own, then through `plan`
+/// (its used and unused GPUs); only those that differ.
 std::map<int, int> RestoredAliases(const image::v1::SessionHandles& handles, const RestoreDevices& plan);
 
 }  // namespace phos::engine

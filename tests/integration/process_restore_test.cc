@@ -163,12 +163,11 @@ class ProcessRestoreTest : public ::testing::Test, protected phos::testing::Chec
 
 // docs/interposer.md "Several GPUs in one process": a process using two GPUs
 // (buffers, streams, events, kernels and a module variable on each) is
-// checkpointed whole in stop mode, killed, and restored into a fresh phosd
+// checkpointed whole (stop-the-world), killed, and restored into a fresh phosd
 // of three GPUs with its first GPU moved (--device-map 0=2): it finds its
 // state on both GPUs and goes on using them (several_gpus.cu checks it all
 // after its hold), its calls naming its old GPU 0 going to GPU 2 (phosd's
-// log says which GPUs it made contexts on). Copy-on-write and recopy
-// checkpoints refuse it by name.
+// log says which GPUs it made contexts on).
 TEST_F(ProcessRestoreTest, AProcessOfTwoGpusComesBackOnAnotherGpu) {
   daemon_args_ = {"--sim-gpus", "2"};
   ASSERT_NO_FATAL_FAILURE(RestartDaemon());
@@ -178,15 +177,11 @@ TEST_F(ProcessRestoreTest, AProcessOfTwoGpusComesBackOnAnotherGpu) {
   app_pid_ = pid;
   ASSERT_TRUE(phos::testing::WaitFileText(log_, "several: holding", 120s)) << Log() << DaemonLog();
   EXPECT_EQ(GpusOf(pid), "0+1");
-  for (const char* mode : {"cow", "recopy"}) {
-    Result refused = Phos({"checkpoint", "--pid", std::to_string(pid), "--mode", mode, "--out", dir_ + "/no-" + mode});
-    EXPECT_NE(refused.rc, 0) << mode << ": " << refused.output;
-    EXPECT_NE(refused.output.find("uses several GPUs"), std::string::npos) << mode << ": " << refused.output;
-    EXPECT_FALSE(fs::exists(dir_ + "/no-" + mode)) << mode;
-  }
+  // The default mode (cow) takes it stop-the-world and says so.
   const std::string img = dir_ + "/two-gpus";
-  Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--mode", "stop", "--out", img});
+  Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--out", img});
   ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << DaemonLog();
+  EXPECT_NE(ck.output.find("several_gpus_stop"), std::string::npos) << ck.output;
   KillApp();
   ASSERT_EQ(Log().find("several: state intact"), std::string::npos) << Log();
 

@@ -80,6 +80,11 @@ TEST_F(RestoreDevicesTest, AliasesComposeAcrossRestores) {
   a->set_phosd(2);
   ASSERT_TRUE(PlanRestoreDevices(*backend_, second, {{2, 0}, {1, 2}}, &plan).ok());
   EXPECT_EQ(RestoredAliases(second, plan), (std::map<int, int>{{1, 2}}));
+  // A process of one GPU restored with its GPUs swapped: the GPU it did not
+  // use moves too, so its numbering stays a permutation.
+  ASSERT_TRUE(PlanRestoreDevices(*backend_, Handles(0, {}), {{0, 1}, {1, 0}}, &plan).ok());
+  EXPECT_EQ(plan.to, (std::map<int, int>{{0, 1}}));
+  EXPECT_EQ(RestoredAliases(Handles(0, {}), plan), (std::map<int, int>{{0, 1}, {1, 0}}));
 }
 
 // A manifest as a checkpoint of a two-GPU session writes it, and damaged

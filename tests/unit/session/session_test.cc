@@ -1,5 +1,7 @@
 // The daemon side of the data plane, end to end: a real Daemon (sim
-// backend, temp socket) and fake apps that speak the wire protocol
+// backend, temp socket; session_test) or the data plane alone
+// (session_data_plane_test, which ThreadSanitizer runs:
+// session_test_harness.h), and fake apps that speak the wire protocol
 // (fake_app.h) in-process or in a forked child.
 #include <signal.h>
 #include <sys/wait.h>
@@ -18,17 +20,13 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include "fake_app.h"
-#include "phos.grpc.pb.h"
-#include "backend/backend_factory.h"
-#include "server/daemon.h"
 #include "phos_device_attributes.h"
-#include "server/session_registry.h"
 #include "session/device_attributes.h"
 #include "session/session_server.h"
+#include "session_test_harness.h"
 #include "test_ptx.h"
 
 namespace phos::session::testing {
@@ -55,18 +53,6 @@ bool WaitUntil(Pred pred, std::chrono::milliseconds limit = 10s) {
   return pred();
 }
 
-// The system gRPC/abseil are not instrumented: under ThreadSanitizer they
-// report false races as soon as a gRPC server starts. So the TSan build
-// runs the same tests against the data plane alone (sim backend +
-// SessionServer + a SessionRegistry fed exactly as Daemon::Start feeds
-// it); the normal build runs them against a real Daemon and reads
-// sessions through the ListSessions RPC.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kUseDaemon = false;
-#else
-constexpr bool kUseDaemon = true;
-#endif
-
 class SessionTest : public ::testing::Test {
  protected:
   /// The sim's GPUs (--sim-gpus).
@@ -75,52 +61,21 @@ class SessionTest : public ::testing::Test {
     char tmpl[] = "/tmp/phos-session-test-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    options_.socket_path = dir_ + "/phosd.sock";
-    options_.backend.kind = backend::BackendKind::kSim;
-    options_.backend.sim.device_count = GpuCount();
-    data_path_ = SessionServer::DataSocketPath(options_.socket_path);
-    if (kUseDaemon) {
-      daemon_ = std::make_unique<server::Daemon>();
-      ASSERT_TRUE(daemon_->Start(options_).ok());
-      backend_ = daemon_->backend();
-      server_ = daemon_->session_server();
-      return;
-    }
-    std::string why;
-    ASSERT_TRUE(backend::CreateBackend(options_.backend, &own_backend_, &why).ok()) << why;
-    backend_ = own_backend_.get();
-    SessionCallbacks callbacks;
-    server::SessionRegistry* registry = &registry_;
-    callbacks.publish = [registry](const SessionSummary& s) {
-      v1::SessionInfo info;
-      info.set_session_id(s.session_id);
-      info.set_pid(s.pid);
-      info.set_command(s.command);
-      info.set_device_memory_bytes(s.device_memory_bytes);
-      info.set_buffer_count(s.buffer_count);
-      info.set_state(v1::SESSION_RUNNING);
-      registry->Upsert(info);
-    };
-    callbacks.unpublish = [registry](uint64_t id) { registry->Remove(id); };
-    own_server_ = std::make_unique<SessionServer>(backend_, SessionServerOptions{}, callbacks);
-    ASSERT_TRUE(own_server_->Start(data_path_).ok());
-    server_ = own_server_.get();
+    const std::string socket_path = dir_ + "/phosd.sock";
+    data_path_ = SessionServer::DataSocketPath(socket_path);
+    harness_ = SessionTestHarness::Make();
+    Status s = harness_->Start(socket_path, GpuCount());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    backend_ = harness_->backend();
+    server_ = harness_->session_server();
   }
   void TearDown() override {
-    daemon_.reset();
-    own_server_.reset();
-    own_backend_.reset();
+    harness_.reset();
     std::filesystem::remove_all(dir_);
   }
 
   /// Daemon::Shutdown (or, without the daemon, what it does to the data plane).
-  void ShutdownDaemon() {
-    if (daemon_) {
-      daemon_->Shutdown();
-    } else {
-      own_server_->Stop();
-    }
-  }
+  void ShutdownDaemon() { harness_->Shutdown(); }
 
   std::unique_ptr<FakeApp> NewApp() {
     std::unique_ptr<FakeApp> app;
@@ -129,16 +84,7 @@ class SessionTest : public ::testing::Test {
     return app;
   }
 
-  std::vector<v1::SessionInfo> ListSessions() {
-    if (!daemon_) return registry_.List();
-    auto stub = v1::Phos::NewStub(
-        grpc::CreateChannel("unix:" + options_.socket_path, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    v1::ListSessionsReply reply;
-    grpc::Status rpc = stub->ListSessions(&ctx, v1::ListSessionsRequest(), &reply);
-    EXPECT_TRUE(rpc.ok()) << rpc.error_message();
-    return {reply.sessions().begin(), reply.sessions().end()};
-  }
+  std::vector<v1::SessionInfo> ListSessions() { return harness_->ListSessions(); }
 
   uint64_t DeviceFree() {
     uint64_t free_bytes = 0, total = 0;
@@ -148,14 +94,9 @@ class SessionTest : public ::testing::Test {
 
   std::string dir_;
   std::string data_path_;
-  server::DaemonOptions options_;
-  std::unique_ptr<server::Daemon> daemon_;
-  // Without the daemon (ThreadSanitizer build):
-  std::unique_ptr<backend::Backend> own_backend_;
-  std::unique_ptr<SessionServer> own_server_;
-  server::SessionRegistry registry_;
-  backend::Backend* backend_ = nullptr;
-  SessionServer* server_ = nullptr;
+  std::unique_ptr<SessionTestHarness> harness_;
+  backend::Backend* backend_ = nullptr;  // the harness's
+  SessionServer* server_ = nullptr;      // the harness's
 };
 
 TEST_F(SessionTest, DataSocketIsGroupOnly) {
