@@ -130,12 +130,6 @@ void ForgetPerThreadStreams() {
   r.generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
-bool IsPerThreadStreamId(uint32_t id) {
-  PerThreadRegistry& r = Registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  return r.live.count(id) != 0;
-}
-
 namespace {
 struct StreamTable {
   std::mutex mu;  // guards `info`
@@ -165,31 +159,20 @@ void NoteStreamDestroyed(uint32_t id) {
   t.info.erase(id);
 }
 
-bool StreamInfo(uint32_t id, unsigned* flags, int* priority) {
-  if (id == 0 || IsPerThreadStreamId(id)) {  // default streams: blocking, priority 0
-    *flags = 0;
-    *priority = 0;
-    return true;
-  }
-  StreamTable& t = Streams();
-  std::lock_guard<std::mutex> lock(t.mu);
-  auto it = t.info.find(id);
-  if (it == t.info.end()) return false;
-  *flags = it->second.flags;
-  *priority = it->second.priority;
-  return true;
-}
-
-bool StreamDevice(uint32_t id, int* device) {
-  if (id == 0) {  // the legacy default stream: the current GPU's
-    *device = CurrentDevice();
+namespace {
+/// What the process knows of stream `id`: default streams are blocking, of
+/// priority 0, on the current GPU (legacy) or the one they were made on
+/// (per-thread); false for an unknown id.
+bool LookUpStream(uint32_t id, StreamTable::Info* out) {
+  if (id == 0) {
+    *out = {0, 0, CurrentDevice()};
     return true;
   }
   {
     PerThreadRegistry& r = Registry();
     std::lock_guard<std::mutex> lock(r.mu);
     if (auto it = r.live.find(id); it != r.live.end()) {
-      *device = it->second;
+      *out = {0, 0, it->second};
       return true;
     }
   }
@@ -197,7 +180,23 @@ bool StreamDevice(uint32_t id, int* device) {
   std::lock_guard<std::mutex> lock(t.mu);
   auto it = t.info.find(id);
   if (it == t.info.end()) return false;
-  *device = it->second.device;
+  *out = it->second;
+  return true;
+}
+}  // namespace
+
+bool StreamInfo(uint32_t id, unsigned* flags, int* priority) {
+  StreamTable::Info info;
+  if (!LookUpStream(id, &info)) return false;
+  *flags = info.flags;
+  *priority = info.priority;
+  return true;
+}
+
+bool StreamDevice(uint32_t id, int* device) {
+  StreamTable::Info info;
+  if (!LookUpStream(id, &info)) return false;
+  *device = info.device;
   return true;
 }
 

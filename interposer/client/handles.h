@@ -30,13 +30,12 @@ enum class DefaultStream { kLegacy, kPerThread };
 /// fails, the returned id is one phosd does not know, so the call fails
 /// with cudaErrorInvalidResourceHandle and the reason is printed once).
 uint32_t StreamIdOf(const void* stream, DefaultStream zero = DefaultStream::kLegacy);
-/// The calling thread's per-thread stream id (creating it if needed).
+/// The calling thread's per-thread stream id on its current GPU (one per
+/// thread and GPU, as in CUDA; creating it if needed).
 uint32_t PerThreadStreamId();
 /// Forgets every thread's per-thread stream (cudaDeviceReset destroyed them
 /// in phosd): each thread creates a new one on its next use.
 void ForgetPerThreadStreams();
-/// Whether `id` is a per-thread stream (cudaStreamGetFlags etc.).
-bool IsPerThreadStreamId(uint32_t id);
 
 /// Flags and priority of created streams (cudaStreamGetFlags/GetPriority).
 /// Recorded by the stream-creating call once phosd accepted the stream.

@@ -22,18 +22,7 @@ class DataPlaneHarness final : public SessionTestHarness {
     if (Status s = backend::CreateBackend(options, &backend_, &why); !s.ok()) return s.WithContext(why);
     SessionCallbacks callbacks;
     server::SessionRegistry* registry = &registry_;
-    callbacks.publish = [registry](const SessionSummary& s) {
-      v1::SessionInfo info;
-      info.set_session_id(s.session_id);
-      info.set_pid(s.pid);
-      info.set_command(s.command);
-      info.set_device(s.device);
-      for (int d : s.other_devices) info.add_other_devices(d);
-      info.set_device_memory_bytes(s.device_memory_bytes);
-      info.set_buffer_count(s.buffer_count);
-      info.set_state(v1::SESSION_RUNNING);
-      registry->Upsert(info);
-    };
+    callbacks.publish = [registry](const SessionSummary& s) { registry->Publish(s); };
     callbacks.unpublish = [registry](uint64_t id) { registry->Remove(id); };
     server_ = std::make_unique<SessionServer>(backend_.get(), SessionServerOptions{}, callbacks);
     return server_->Start(SessionServer::DataSocketPath(socket_path));
