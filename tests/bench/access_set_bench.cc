@@ -1,7 +1,8 @@
 // Access-set cost in phosd (docs/benchmarks.md "Kernel access sets"):
 // ComputeLaunchAccess for a kernel with 10 parameters (8 pointers, 2
 // scalars; 6 pointers land in buffers, 2 are null/unmapped) against a
-// session with N buffers, a kernel taking a 5-word struct, and building a
+// session with N buffers, a kernel taking a 5-word struct, a launch in a
+// session with many module variables (now vs stop 46's way), and building a
 // module's plans from the vector_add fatbin with the signature cache warm.
 #include <benchmark/benchmark.h>
 
@@ -68,6 +69,48 @@ void BM_LaunchAccessStruct5Words(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_LaunchAccessStruct5Words);
+
+// A launch of a kernel whose module may use its variables by symbol, in a
+// session with M module variables (CUDA's libraries load hundreds), the
+// kernel's own module holding 64 of them: what phosd adds now (its own
+// module's variables, merged against the parameter ranges only) against
+// stop 46's way, the baseline (every global of the session, each merged by
+// a scan of the whole set: quadratic).
+void LaunchWithVariables(benchmark::State& state, bool baseline) {
+  const int m = static_cast<int>(state.range(0));
+  const auto buffers = Buffers(100);
+  std::map<uint64_t, uint64_t> globals;
+  std::vector<std::pair<uint64_t, uint64_t>> own;
+  for (int i = 0; i < m; ++i) {
+    const uint64_t at = 0x7e0000000000ull + static_cast<uint64_t>(i) * 0x100;
+    globals[at] = 16;
+    if (i < 64) own.emplace_back(at, 16);
+  }
+  KernelAccessPlan plan;
+  plan.kind = AccessKind::kSpeculated;
+  std::vector<uint8_t> params(32);
+  for (uint32_t i = 0; i < 4; ++i) {
+    plan.probes.push_back({i * 8, i, true, false});
+    const uint64_t v = Buf(static_cast<int>(i * 7));
+    std::memcpy(params.data() + i * 8, &v, 8);
+  }
+  plan.word_hits.assign(plan.probes.size(), 0);
+  CallView v;
+  for (auto _ : state) {
+    if (baseline) {
+      ComputeLaunchAccess(plan, params, buffers, globals, &v);
+      for (const auto& [start, bytes] : globals) v.AddOrMerge(start, bytes, true);
+    } else {
+      ComputeLaunchAccess(plan, params, buffers, globals, &v, own);
+    }
+    benchmark::DoNotOptimize(v.ranges.data());
+  }
+  state.counters["ranges"] = static_cast<double>(v.ranges.size());
+}
+void BM_LaunchOwnModuleVariables(benchmark::State& state) { LaunchWithVariables(state, false); }
+void BM_LaunchEveryGlobalBaseline(benchmark::State& state) { LaunchWithVariables(state, true); }
+BENCHMARK(BM_LaunchOwnModuleVariables)->Arg(64)->Arg(1000);
+BENCHMARK(BM_LaunchEveryGlobalBaseline)->Arg(64)->Arg(1000);
 
 std::vector<std::byte> Fixture(const char* name) {
   std::ifstream f(std::string(PHOS_TEST_APPS_DIR) + "/" + name, std::ios::binary);
