@@ -76,9 +76,11 @@ void ReleaseCreated(session::SessionState& st) {
   st.buffers.Clear();
 }
 
-/// The image's GPU of a global record (the home one unless it says).
-int DeviceOf(const image::v1::SessionHandles& handles, const image::v1::GlobalRecord& g) {
-  return g.has_device() ? g.device() : handles.device();
+/// The image's GPU of a stream, event or global record (the home one
+/// unless it says).
+template <typename Record>
+int DeviceOf(const image::v1::SessionHandles& handles, const Record& r) {
+  return r.has_device() ? r.device() : handles.device();
 }
 
 /// True when the app was never given the address of any recorded variable of
@@ -226,13 +228,13 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
         "module's globals elsewhere)");
   }
   for (const auto& s : handles.streams()) {
-    const int device = plan.Of(s.has_device() ? s.device() : handles.device());
+    const int device = plan.Of(DeviceOf(handles, s));
     PHOS_RETURN_IF_ERROR(
         OnDevice(st, device, [&] { return session::CreateStreamWithId(st, s.id(), s.flags(), s.priority(), nullptr); })
             .WithContext("creating stream " + std::to_string(s.id()) + " on GPU " + std::to_string(device)));
   }
   for (const auto& e : handles.events()) {
-    const int device = plan.Of(e.has_device() ? e.device() : handles.device());
+    const int device = plan.Of(DeviceOf(handles, e));
     PHOS_RETURN_IF_ERROR(
         OnDevice(st, device, [&] { return session::CreateEventWithId(st, e.id(), e.flags(), nullptr); })
             .WithContext("creating event " + std::to_string(e.id()) + " on GPU " + std::to_string(device)));

@@ -51,6 +51,16 @@ Status RunStop(session::Session& session, const CheckpointOptions& options, Prog
   return Status::Ok();
 }
 
+/// A soft mode's fallback: RunStop, keeping the counters the soft mode set
+/// (which say why it fell back).
+Status FallBackToStop(session::Session& session, const CheckpointOptions& options, Progress* progress,
+                      CheckpointResult* result) {
+  OperationCounters keep = result->counters;
+  Status stop = RunStop(session, options, progress, result);
+  result->counters = keep;
+  return stop;
+}
+
 Status RunCow(session::Session& session, EngineHook* hook, const CheckpointOptions& options, Progress* progress,
               CheckpointResult* result) {
   image::v1::Manifest meta = options.metadata;
@@ -76,10 +86,7 @@ Status RunCow(session::Session& session, EngineHook* hook, const CheckpointOptio
     ++result->counters.cow_fallbacks;
     spdlog::warn("checkpoint of pid {}: copy-on-write discarded after a mis-speculated kernel; retrying "
                  "stop-the-world", session.pid());
-    OperationCounters keep = result->counters;
-    Status stop = RunStop(session, options, progress, result);
-    result->counters = keep;
-    return stop;
+    return FallBackToStop(session, options, progress, result);
   }
   progress->SetPhase("commit", "writing and syncing " + options.dir);
   PHOS_RETURN_IF_ERROR(writer->Commit());
@@ -170,10 +177,7 @@ Status Checkpoint(session::Session& session, const CheckpointOptions& options, P
     spdlog::warn("checkpoint of pid {}: it uses several GPUs, which a {} checkpoint cannot take yet; checkpointing "
                  "it stop-the-world", session.pid(), ModeName(options.mode));
     result->counters.several_gpus_stop = 1;
-    OperationCounters keep = result->counters;
-    Status stop = RunStop(session, options, progress, result);
-    result->counters = keep;
-    return stop;
+    return FallBackToStop(session, options, progress, result);
   }
   switch (options.mode) {
     case Mode::kStop: return RunStop(session, options, progress, result);

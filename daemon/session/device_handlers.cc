@@ -6,8 +6,8 @@
 // Every query names phosd's ordinal of a GPU (libphos.so maps the app's
 // ordinals through CUDA_VISIBLE_DEVICES) as phosd numbered them when the
 // process started (PhosdDevice translates them after a restore with
-// --device-map); any GPU of the daemon may be asked about. A session has a context on each GPU its process uses
-// (several_devices.cc): kSetDevice makes the one of the GPU named — by
+// --device-map); any GPU of the daemon may be asked about. A session has a
+// context on each GPU its process uses (several_devices.cc): kSetDevice makes the one of the GPU named — by
 // moving the session's only context while it holds nothing (what a rank
 // process does with cudaSetDevice(local_rank) first), else by adding one
 // (docs/interposer.md "Several GPUs in one process").

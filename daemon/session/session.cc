@@ -267,10 +267,7 @@ void Session::RunControlTasks() {
     Status s = task->fn(state_);
     SetIdle();
     SetInControlTask(false);
-    if (state_.buffers.TakeChanged() || summary_.device != state_.device ||
-        summary_.other_devices.size() != state_.other_contexts.size()) {
-      Publish();
-    }
+    PublishIfChanged();
     task->done.set_value(std::move(s));
   }
 }
@@ -286,6 +283,13 @@ void Session::FailControlTasks() {
   for (auto& t : left) {
     t->done.set_value(Status::Unavailable("session " + std::to_string(id_) + " (pid " +
                                           std::to_string(pid()) + ") ended before the operation ran"));
+  }
+}
+
+void Session::PublishIfChanged() {
+  if (state_.buffers.TakeChanged() || summary_.device != state_.device ||
+      summary_.other_devices.size() != state_.other_contexts.size()) {
+    Publish();
   }
 }
 
@@ -375,10 +379,7 @@ void Session::Run() {
     // Publish before completing: once cudaMalloc/cudaFree returns in the
     // app, `phos ps` already shows the new buffer count (and the GPU an
     // empty session moved to with its first call there).
-    if (state_.buffers.TakeChanged() || summary_.device != state_.device ||
-        summary_.other_devices.size() != state_.other_contexts.size()) {
-      Publish();
-    }
+    PublishIfChanged();
     if (wants) {
       // Kernel printf text reaches the app at its synchronizing calls
       // (docs/interposer.md "Device printf").

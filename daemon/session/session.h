@@ -149,6 +149,10 @@ class Session {
   };
   void Run();
   void Publish();
+  /// Publish when `phos ps` would show something else: the buffers changed,
+  /// the session moved, or it took a context on one more GPU (contexts are
+  /// only ever added, so a count tells).
+  void PublishIfChanged();
   /// A fresh context on `device`, from pool_ when there is one.
   Status NewContext(int device, std::unique_ptr<backend::Context>* out);
   /// Consumer thread: runs every queued control task.

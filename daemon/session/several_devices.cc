@@ -100,10 +100,8 @@ Status SelectCallDevice(SessionState& st, int device) {
     if (st.other_contexts.empty() && DeviceStateHeld(st).empty()) {
       return MoveToDevice(st, device);  // which makes it the call's GPU too
     }
-    if (!st.add_context) return Status::FailedPrecondition("this session cannot use a second GPU");
-    PHOS_RETURN_IF_ERROR(st.add_context(device).WithContext("a context on GPU " + std::to_string(device)));
+    PHOS_RETURN_IF_ERROR(AddDeviceContext(st, device));
     ctx = ContextOf(st, device);
-    if (ctx == nullptr) return Status::Internal("no context on GPU " + std::to_string(device) + " after adding one");
   }
   if (st.home_ctx == nullptr) st.home_ctx = st.ctx;
   st.ctx = ctx;

@@ -6,7 +6,6 @@
 #include <mutex>
 #include <span>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "interposer/client/connection.h"
@@ -53,9 +52,7 @@ struct PerThreadStream {
   std::vector<OnDevice> ids;  // few: a thread uses few GPUs
   uint64_t generation = 0;
 
-  ~PerThreadStream() { Drop(); }
-  // Forgets every stream of the thread; destroys those phosd still has.
-  void Drop() {
+  ~PerThreadStream() {
     if (ids.empty()) return;
     PerThreadRegistry& r = Registry();
     {
