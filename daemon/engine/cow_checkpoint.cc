@@ -23,14 +23,17 @@ CowCheckpoint::CowCheckpoint(const CheckpointOptions& options, Progress* progres
 CowCheckpoint::~CowCheckpoint() = default;
 
 Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
-  PHOS_RETURN_IF_ERROR(RefuseSeveralDevices(st, "copy-on-write"));
   Bind(st);
   progress_->SetPhase("quiesce", "waiting for the session's GPU work to finish (t1)");
-  if (Status s = st.ctx->Synchronize(); !s.ok()) {
-    return Status::FailedPrecondition("the session's GPU context has a sticky error (" + s.message() +
-                                      "); its device state cannot be checkpointed");
-  }
+  // Every GPU the process uses: a sticky fault in any refuses (the message
+  // names the GPU and says the state cannot be checkpointed).
+  PHOS_RETURN_IF_ERROR(QuiesceAllDevices(st));
   snapshot_ = CaptureSnapshot(st);
+  // Each range's GPU: buffers by their start, globals by their module
+  // instance's GPU; the home GPU unless recorded.
+  std::map<std::uint64_t, int> global_devices;
+  for (const auto& g : snapshot_.objects.globals) global_devices[g.address] = g.device;
+  std::set<int> devices{st.device};
   std::uint64_t total = 0;
   std::vector<TrackedBuffer> tracked;
   std::vector<std::uint64_t> order;
@@ -41,6 +44,10 @@ Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
   // still shadow every unsaved piece of what they may write.
   const std::uint64_t piece = options_.image.chunk_bytes;  // the writer takes whole chunks
   auto track = [&](const DeviceRange& r, bool global) -> Status {
+    const auto& of = global ? global_devices : snapshot_.objects.buffer_devices;
+    auto d = of.find(r.address);
+    const int device = d == of.end() ? st.device : d->second;
+    devices.insert(device);
     std::size_t image_index = 0;
     PHOS_RETURN_IF_ERROR(writer_->AddBuffer(r.address, r.bytes, &image_index));
     for (std::uint64_t off = 0; off < r.bytes || off == 0; off += piece) {
@@ -49,6 +56,7 @@ Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
       b.bytes = std::min(piece, r.bytes - off);
       b.piece_offset = off;
       b.global = global;
+      b.device = device;
       b.state = kPending;
       b.image_index = image_index;
       order.push_back(b.address);
@@ -69,6 +77,7 @@ Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
   result_->buffers = static_cast<std::uint32_t>(snapshot_.buffers.size());
   result_->globals = static_cast<std::uint32_t>(snapshot_.globals.size());
   PHOS_RETURN_IF_ERROR(OpenWorker());
+  PHOS_RETURN_IF_ERROR(OpenOtherLanes(st, devices));
   InstallOperation(hook);
   progress_->SetPhase("copy",
                       "copying " + std::to_string(snapshot_.buffers.size()) + " buffers and " +
@@ -112,17 +121,18 @@ Status CowCheckpoint::Admit(const session::CallView& call) {
   return Status::Ok();
 }
 
-Status CowCheckpoint::TakeShadow(std::uint64_t bytes, backend::DevicePtr* out) {
+Status CowCheckpoint::TakeShadow(int device, std::uint64_t bytes, backend::DevicePtr* out) {
+  std::uint64_t& used = reserve_used_[device];
   if (options_.shadow_pool != nullptr) {
     // phosd's reserve, allocated and written when it started: no
     // allocation now, only the D2D the caller queues.
-    if (reserve_used_ + bytes > options_.cow_reserve_bytes) {
+    if (used + bytes > options_.cow_reserve_bytes) {
       return Status::OutOfMemory("copy-on-write reserve is full");
     }
-    Status s = options_.shadow_pool->Take(ctx_->device(), bytes, out);
+    Status s = options_.shadow_pool->Take(device, bytes, out);
     if (s.ok()) {
       pooled_.emplace(*out, bytes);
-      reserve_used_ += bytes;
+      used += bytes;
       return s;
     }
     if (s.code() != Status::Code::kUnavailable) return s;  // full now: the caller waits
@@ -134,40 +144,45 @@ Status CowCheckpoint::TakeShadow(std::uint64_t bytes, backend::DevicePtr* out) {
   // A shadow the copier already saved and gave back, of the same size: no
   // allocation (on the sim a fresh allocation costs page faults on every
   // page; on a GPU an allocation can synchronise the device).
-  if (auto it = spare_shadows_.find(bytes); it != spare_shadows_.end()) {
+  if (auto it = spare_shadows_.find({device, bytes}); it != spare_shadows_.end()) {
     *out = it->second;
     spare_shadows_.erase(it);
     return Status::Ok();
   }
-  if (reserve_used_ + bytes > options_.cow_reserve_bytes) {
-    // Spares of other sizes hold reserve: give them back first.
-    for (const auto& [n, p] : spare_shadows_) {
-      (void)ctx_->Free(p);
-      reserve_used_ -= n;
+  backend::Context* ctx = LaneOf(device).ctx;
+  if (used + bytes > options_.cow_reserve_bytes) {
+    // Spares of other sizes on this GPU hold its reserve: give them back first.
+    for (auto it = spare_shadows_.begin(); it != spare_shadows_.end();) {
+      if (it->first.first != device) {
+        ++it;
+        continue;
+      }
+      (void)ctx->Free(it->second);
+      used -= it->first.second;
+      it = spare_shadows_.erase(it);
     }
-    spare_shadows_.clear();
   }
-  if (reserve_used_ + bytes > options_.cow_reserve_bytes) return Status::OutOfMemory("copy-on-write reserve is full");
-  PHOS_RETURN_IF_ERROR(ctx_->Allocate(bytes, 0, out));
-  reserve_used_ += bytes;
+  if (used + bytes > options_.cow_reserve_bytes) return Status::OutOfMemory("copy-on-write reserve is full");
+  PHOS_RETURN_IF_ERROR(ctx->Allocate(bytes, 0, out));
+  used += bytes;
   return Status::Ok();
 }
 
-void CowCheckpoint::GiveBackShadow(std::uint64_t bytes, backend::DevicePtr shadow) {
+void CowCheckpoint::GiveBackShadow(int device, std::uint64_t bytes, backend::DevicePtr shadow) {
   if (pooled_.erase(shadow) > 0) {
-    reserve_used_ -= bytes;
-    options_.shadow_pool->GiveBack(ctx_->device(), shadow);
+    reserve_used_[device] -= bytes;
+    options_.shadow_pool->GiveBack(device, shadow);
     return;
   }
-  spare_shadows_.emplace(bytes, shadow);  // still counted in reserve_used_
+  spare_shadows_.emplace(std::make_pair(device, bytes), shadow);  // still counted in reserve_used_
 }
 
-void CowCheckpoint::ReleaseLaterLocked(backend::DevicePtr shadow, DeviceLeftovers* out) {
+void CowCheckpoint::ReleaseLaterLocked(int device, backend::DevicePtr shadow, DeviceLeftovers* out) {
   if (pooled_.erase(shadow) > 0) {
     out->pool = options_.shadow_pool;
-    out->pool_ranges.push_back(shadow);
+    out->pool_ranges.push_back({device, shadow});
   } else {
-    out->allocations.push_back(shadow);
+    out->allocations.push_back({LaneOf(device).ctx, shadow});
   }
 }
 
@@ -175,6 +190,7 @@ Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBu
                                    const session::CallView& call, std::uint64_t seq) {
   const auto t0 = Clock::now();
   bool waited = false;
+  backend::Context* const cctx = ContextOfCall(call);  // the D2D and its event go to the call's stream there
   while (!abandoned_) {
     if (b.state == kSaved) break;
     if (b.shadow != 0 && (b.state == kShadowed || b.state == kSaving)) {
@@ -183,7 +199,10 @@ Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBu
       // and put post-t1 bytes into the shadow. Order this call's stream
       // after the shadow copy (an enqueue, no wait). Found by
       // engine_consistency_test (two streams bumping one __device__ counter).
-      if (b.shadow_ready != 0) (void)ctx_->StreamWaitEvent(call.stream, b.shadow_ready);
+      // (A shadow copy queued in another context is waited for here, on
+      // the host: rare — two GPUs' streams writing one buffer during a
+      // checkpoint — and the one device wait under mu on this path.)
+      if (b.shadow_ready != 0) (void)WaitEventOn(cctx, call.stream, b.shadow_ctx, b.shadow_ready);
       break;
     }
     if (b.state == kSaving && saving_ == &b && chunk_busy_) {
@@ -201,23 +220,24 @@ Status CowCheckpoint::MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBu
       // yet saved) goes to a shadow first; the copier reads the rest there.
       backend::DevicePtr shadow = 0;
       backend::EventHandle ready = 0;
-      Status s = TakeShadow(b.bytes, &shadow);
+      Status s = TakeShadow(b.device, b.bytes, &shadow);
       if (s.ok()) {
         // Same stream as the call, before it: the call's write cannot
         // overtake the copy of the t1 content.
-        s = ctx_->MemcpyAsync(shadow, b.address, b.bytes, backend::CopyKind::kDeviceToDevice, call.stream);
-        if (s.ok()) s = ctx_->CreateEvent(backend::kEventDisableTiming, &ready);
-        if (s.ok()) s = ctx_->RecordEvent(ready, call.stream);
+        s = cctx->MemcpyAsync(shadow, b.address, b.bytes, backend::CopyKind::kDeviceToDevice, call.stream);
+        if (s.ok()) s = cctx->CreateEvent(backend::kEventDisableTiming, &ready);
+        if (s.ok()) s = cctx->RecordEvent(ready, call.stream);
         if (!s.ok()) {
-          if (ready != 0) (void)ctx_->DestroyEvent(ready);
+          if (ready != 0) (void)cctx->DestroyEvent(ready);
           // The D2D may have been enqueued: let it finish before reuse.
-          (void)ctx_->SynchronizeStream(call.stream);
-          GiveBackShadow(b.bytes, shadow);
+          (void)cctx->SynchronizeStream(call.stream);
+          GiveBackShadow(b.device, b.bytes, shadow);
         }
       }
       if (s.ok()) {
         b.shadow = shadow;
         b.shadow_ready = ready;
+        b.shadow_ctx = cctx;
         if (b.state == kSaving) ++counters_.shadows_while_saving;
         if (pooled_.count(shadow) > 0) ++counters_.shadows_from_reserve;
         if (b.state == kPending) b.state = kShadowed;
@@ -272,6 +292,11 @@ Status CowCheckpoint::CopyAll() {
   for (;;) {
     TrackedBuffer* b = nullptr;
     backend::DevicePtr src = 0;
+    Lane lane;
+    // A shadow copy queued in another context than the copier's lane is
+    // waited for on the host, after mu is released (soft_operation.h).
+    backend::Context* wait_ctx = nullptr;
+    backend::EventHandle wait_event = 0;
     {
       std::lock_guard<std::mutex> lock(table_.mu);
       if (abandoned_) {
@@ -281,13 +306,23 @@ Status CowCheckpoint::CopyAll() {
       }
       b = NextToSave();
       if (b == nullptr) break;
+      lane = LaneOf(b->device);
       src = b->state == kShadowed ? b->shadow : b->address;
-      if (b->state == kShadowed) UseContext([&] { (void)ctx_->StreamWaitEvent(stream_, b->shadow_ready); });
+      if (b->state == kShadowed) {
+        if (b->shadow_ctx == nullptr || b->shadow_ctx == lane.ctx) {
+          UseContext([&] { (void)lane.ctx->StreamWaitEvent(lane.stream, b->shadow_ready); });
+        } else {
+          wait_ctx = b->shadow_ctx;
+          wait_event = b->shadow_ready;
+        }
+      }
       b->state = kSaving;
     }
-    status = SaveOne(*b, src, host.data(), chunk);
+    if (wait_event != 0) UseContext([&] { (void)wait_ctx->SynchronizeEvent(wait_event); });
+    status = SaveOne(*b, lane, src, host.data(), chunk);
     backend::DevicePtr shadow = 0;
     backend::EventHandle ready = 0;
+    backend::Context* ready_ctx = nullptr;
     {
       std::lock_guard<std::mutex> lock(table_.mu);
       b->state = kSaved;
@@ -301,28 +336,30 @@ Status CowCheckpoint::CopyAll() {
       // buffer's t1 content (found by engine_consistency_test under load).
       shadow = b->shadow;
       ready = b->shadow_ready;
+      ready_ctx = b->shadow_ctx != nullptr ? b->shadow_ctx : ctx_;
       if (!status.ok()) abandoned_ = true;  // waiters go on; the image is discarded
       table_.cv.notify_all();
     }
     bool shadow_idle = false;
     UseContext([&] {
       if (ready != 0) {
-        shadow_idle = ctx_->SynchronizeEvent(ready).ok();
-        (void)ctx_->DestroyEvent(ready);
+        shadow_idle = ready_ctx->SynchronizeEvent(ready).ok();
+        (void)ready_ctx->DestroyEvent(ready);
       } else {
         shadow_idle = true;
       }
-      if (validator_) (void)validator_->Drain(false, &reports);
+      (void)DrainValidators(false, &reports);
     });
     if (shadow != 0) {
       std::lock_guard<std::mutex> lock(table_.mu);
       if (b->shadow == shadow) {  // not already released by DropDeviceState
         b->shadow = 0;
         b->shadow_ready = 0;
+        b->shadow_ctx = nullptr;
         if (shadow_idle) {
-          GiveBackShadow(b->bytes, shadow);
+          GiveBackShadow(b->device, b->bytes, shadow);
         } else {
-          shadows_to_free_.push_back(shadow);  // freed with the device state
+          shadows_to_free_.emplace_back(b->device, shadow);  // freed with the device state
         }
       }
     }
@@ -334,10 +371,13 @@ Status CowCheckpoint::CopyAll() {
   return status;
 }
 
-Status CowCheckpoint::SaveOne(TrackedBuffer& b, backend::DevicePtr src, std::byte* host, std::size_t chunk) {
+Status CowCheckpoint::SaveOne(TrackedBuffer& b, const Lane& lane, backend::DevicePtr src, std::byte* host,
+                             std::size_t chunk) {
   Status status;
   for (std::uint64_t off = 0; off < b.bytes && status.ok(); off += chunk) {
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, b.bytes - off));
+    backend::Context* wait_ctx = nullptr;
+    backend::EventHandle wait_event = 0;
     {
       // A writer may have shadowed B since the last chunk: read the rest
       // from the shadow. While a chunk is read from B itself, writers of B
@@ -345,16 +385,20 @@ Status CowCheckpoint::SaveOne(TrackedBuffer& b, backend::DevicePtr src, std::byt
       std::lock_guard<std::mutex> lock(table_.mu);
       if (b.shadow != 0 && src != b.shadow) {
         src = b.shadow;
-        UseContext([&] { (void)ctx_->StreamWaitEvent(stream_, b.shadow_ready); });
+        // Ordered below, before the chunk's copy: the shadow and its event
+        // stay attached until this copier detaches them.
+        wait_ctx = b.shadow_ctx;
+        wait_event = b.shadow_ready;
       }
       saving_ = &b;
       chunk_busy_ = src == b.address;
     }
     const bool used = UseContext([&] {
-      gate_.YieldIfNeeded(ctx_);
-      status = ctx_->MemcpyAsync(reinterpret_cast<std::uint64_t>(host), src + off, len,
-                                 backend::CopyKind::kDeviceToHost, stream_);
-      if (status.ok()) status = ctx_->SynchronizeStream(stream_);
+      if (wait_event != 0) (void)WaitEventOn(lane.ctx, lane.stream, wait_ctx, wait_event);
+      if (lane.ctx == ctx_) gate_.YieldIfNeeded(ctx_);  // the gate watches the home GPU
+      status = lane.ctx->MemcpyAsync(reinterpret_cast<std::uint64_t>(host), src + off, len,
+                                     backend::CopyKind::kDeviceToHost, lane.stream);
+      if (status.ok()) status = lane.ctx->SynchronizeStream(lane.stream);
       if (!status.ok()) {
         status = status.WithContext("copying buffer " + Hex(b.address) + " at offset " + std::to_string(off) +
                                     " to the host");
@@ -415,7 +459,7 @@ Status CowCheckpoint::Finish(session::SessionState& st, EngineHook* hook, const 
   Abandon();
   if (validator_ && st.ctx == ctx_) {
     std::vector<TwinValidator::Collected> reports;
-    if (Status s = validator_->Drain(true, &reports); !s.ok()) {
+    if (Status s = DrainValidators(true, &reports); !s.ok()) {
       spdlog::warn("checkpoint: collecting twin reports: {}", s.ToString());
     }
     CheckReports(reports);
@@ -450,15 +494,16 @@ bool CowCheckpoint::fallback() {
 void CowCheckpoint::DetachLeftoversLocked(DeviceLeftovers* out) {
   // Spare shadows, shadows whose D2D was not confirmed, and shadows still
   // attached (their D2D may be queued on an app stream: wait for its event).
-  for (const auto& [n, p] : spare_shadows_) out->allocations.push_back(p);
+  for (const auto& [key, p] : spare_shadows_) out->allocations.push_back({LaneOf(key.first).ctx, p});
   spare_shadows_.clear();
-  for (backend::DevicePtr p : shadows_to_free_) ReleaseLaterLocked(p, out);
+  for (const auto& [device, p] : shadows_to_free_) ReleaseLaterLocked(device, p, out);
   shadows_to_free_.clear();
   for (auto& [addr, b] : table_.by_address) {
-    if (b.shadow != 0) ReleaseLaterLocked(b.shadow, out);
-    if (b.shadow_ready != 0) out->events_to_wait.push_back(b.shadow_ready);
+    if (b.shadow != 0) ReleaseLaterLocked(b.device, b.shadow, out);
+    if (b.shadow_ready != 0) out->events_to_wait.push_back({b.shadow_ctx, b.shadow_ready});
     b.shadow = 0;
     b.shadow_ready = 0;
+    b.shadow_ctx = nullptr;
   }
 }
 

@@ -9,8 +9,8 @@
 // allocations of their own.
 //
 // Steps (DriveSoftOperation runs them; RunCow in operations.cc):
-//   Start()     control task (consumer thread) = t1: synchronise (a sticky
-//               fault refuses), snapshot buffers + globals (every one
+//   Start()     control task (consumer thread) = t1: synchronise every
+//               context of the session (a sticky fault refuses), snapshot buffers + globals (every one
 //               PENDING, an extent each in the image), the copier's stream
 //               and gate, the twin validator, install into the EngineHook,
 //               then options.at_capture. The stall of the app is this step
@@ -40,6 +40,11 @@
 // Reads never wait. Kernel arguments are never rewritten. A call with no
 // access set (kUnknown) — or an unvalidatable kernel under
 // --unvalidated=stop — waits until every buffer is SAVED.
+//
+// A process using several GPUs (soft_operation.h "SEVERAL GPUS"): each
+// piece knows its GPU; its shadow comes from that GPU's reserve, the D2D
+// into it runs on the writing call's stream in the call's context (maybe
+// another GPU's: a peer copy), the copier reads it on its stream there.
 //
 // Locks: the soft-operation rule (soft_operation.h): table_.mu guards the
 // table and every member below marked so; the copier touches the context
@@ -99,18 +104,19 @@ class CowCheckpoint final : public SoftOperation {
   /// `seq` — shadow or wait. Returns a refusal only when cancelled.
   Status MakeWritable(std::unique_lock<std::mutex>& lock, TrackedBuffer& b, const session::CallView& call,
                       std::uint64_t seq);
-  /// mu held: a shadow of `bytes` — a range of phosd's ready reserve
-  /// (options_.shadow_pool), else a spare one of that size, else a new
-  /// allocation within the reserve; OutOfMemory when the reserve is full.
-  Status TakeShadow(std::uint64_t bytes, backend::DevicePtr* out);
+  /// mu held: a shadow of `bytes` on phosd's GPU `device` (the buffer's)
+  /// — a range of that GPU's ready reserve (options_.shadow_pool), else a
+  /// spare one of that size, else a new allocation within the reserve;
+  /// OutOfMemory when that GPU's reserve is full.
+  Status TakeShadow(int device, std::uint64_t bytes, backend::DevicePtr* out);
   /// mu held: a saved buffer's shadow, no copy into it still queued: back
   /// to phosd's reserve, or kept for reuse (still counted in the reserve).
-  void GiveBackShadow(std::uint64_t bytes, backend::DevicePtr shadow);
+  void GiveBackShadow(int device, std::uint64_t bytes, backend::DevicePtr shadow);
   /// mu held: a shadow freed (or given back to the reserve) by
   /// DropDeviceState, after the events it waits for.
-  void ReleaseLaterLocked(backend::DevicePtr shadow, DeviceLeftovers* out);
+  void ReleaseLaterLocked(int device, backend::DevicePtr shadow, DeviceLeftovers* out);
   /// Copier: copies one buffer (from `src`: itself or its shadow) to the image.
-  Status SaveOne(TrackedBuffer& b, backend::DevicePtr src, std::byte* host, std::size_t chunk);
+  Status SaveOne(TrackedBuffer& b, const Lane& lane, backend::DevicePtr src, std::byte* host, std::size_t chunk);
   /// Checks collected twin reports; sets fallback_ when one may have
   /// changed t1 content. mu NOT held.
   void CheckReports(std::vector<TwinValidator::Collected>& reports);
@@ -124,15 +130,15 @@ class CowCheckpoint final : public SoftOperation {
   std::size_t saved_ = 0;                        // buffers SAVED
   TrackedBuffer* saving_ = nullptr;              // the buffer the copier is reading a chunk of
   bool chunk_busy_ = false;                      // ... directly from the buffer (not its shadow)
-  std::multimap<std::uint64_t, backend::DevicePtr> spare_shadows_;  // bytes -> saved shadows for reuse
+  std::multimap<std::pair<int, std::uint64_t>, backend::DevicePtr> spare_shadows_;  // (GPU, bytes) -> saved shadows for reuse
   std::unordered_map<backend::DevicePtr, std::uint64_t> pooled_;     // shadows taken from options_.shadow_pool -> bytes
   bool pool_unavailable_logged_ = false;
   std::uint64_t seq_ = 0;                        // admissions so far (Admit)
-  std::uint64_t reserve_used_ = 0;
+  std::map<int, std::uint64_t> reserve_used_;    // per GPU: shadow bytes held (the reserve is per GPU)
   std::size_t next_ = 0;                         // copier's position in order_
   std::vector<std::uint64_t> order_;             // the copier's order: snapshot buffers, then globals (set by Start)
   std::unordered_map<std::uint64_t, std::uint64_t> ticket_seq_;  // twin ticket -> admission seq
-  std::vector<std::uint64_t> shadows_to_free_;   // shadows whose D2D could not be confirmed done: freed with the device state
+  std::vector<std::pair<int, backend::DevicePtr>> shadows_to_free_;  // (GPU, shadow) whose D2D could not be confirmed done: freed with the device state
   bool fallback_ = false;
   std::string fallback_why_;
 };

@@ -170,10 +170,11 @@ Status Checkpoint(session::Session& session, const CheckpointOptions& options, P
         " NCCL communicator rank(s): one rank of a job alone is no consistent checkpoint; checkpoint the whole "
         "job (phos checkpoint --job)");
   }));
-  if (several_gpus && options.mode != Mode::kStop) {
-    // Copy-on-write and recopy order their copies in the home context only
-    // (docs/interposer.md "Several GPUs in one process"): the image is taken
-    // stop-the-world, as after a cow fallback, and the result says so.
+  if (several_gpus && options.mode == Mode::kRecopy) {
+    // Recopy tracks dirtiness and copies in the home context only
+    // (docs/interposer.md "Several GPUs in one process"; copy-on-write
+    // takes every GPU): the image is taken stop-the-world, as after a cow
+    // fallback, and the result says so.
     spdlog::warn("checkpoint of pid {}: it uses several GPUs, which a {} checkpoint cannot take yet; checkpointing "
                  "it stop-the-world", session.pid(), ModeName(options.mode));
     result->counters.several_gpus_stop = 1;

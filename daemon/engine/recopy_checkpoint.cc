@@ -628,7 +628,7 @@ Status RecopyCheckpoint::WriteImage(image::ImageWriter* writer, std::vector<Prec
 
 void RecopyCheckpoint::DetachLeftoversLocked(DeviceLeftovers* out) {
   for (const auto& [stream, ev] : stream_events_) {
-    if (ev != 0) out->events.push_back(ev);
+    if (ev != 0) out->events.push_back({nullptr, ev});
   }
   stream_events_.clear();
   for (auto& [addr, b] : table_.by_address) b.written_on.clear();

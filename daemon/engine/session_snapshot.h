@@ -109,8 +109,8 @@ struct SessionSnapshot {
 
 /// FailedPrecondition, naming the GPUs, when the session uses more than
 /// one GPU and the checkpoint mode (`mode`, for the message) cannot take
-/// it: copy-on-write and recopy order their copies in the home context
-/// only; the stop-the-world checkpoint quiesces every context and takes it.
+/// it: recopy tracks and copies in the home context only; stop-the-world
+/// and copy-on-write take every context.
 Status RefuseSeveralDevices(const session::SessionState& st, const char* mode);
 /// Synchronises every context of the session (home first); a sticky error
 /// in any is FailedPrecondition naming its GPU.

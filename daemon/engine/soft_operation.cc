@@ -16,6 +16,7 @@ SoftOperation::~SoftOperation() = default;
 
 void SoftOperation::Bind(session::SessionState& st) {
   ctx_ = st.ctx;
+  home_device_ = st.device;
   st_ = &st;
 }
 
@@ -39,6 +40,42 @@ Status SoftOperation::OpenWorker() {
     spdlog::warn("{}: {} will not yield to app copies: {}", what_, worker_, s.ToString());
   }
   return Status::Ok();
+}
+
+Status SoftOperation::OpenOtherLanes(const session::SessionState& st, const std::set<int>& devices) {
+  for (int device : devices) {
+    if (device == home_device_ || other_lanes_.count(device) > 0) continue;
+    Lane lane;
+    lane.ctx = session::ContextOf(st, device);
+    if (lane.ctx == nullptr) {
+      return Status::Internal("the session holds memory on GPU " + std::to_string(device) + " but no context there");
+    }
+    PHOS_RETURN_IF_ERROR(lane.ctx->CreateStream(backend::kStreamNonBlocking, 0, &lane.stream)
+                             .WithContext(std::string("the ") + worker_ + "'s stream on GPU " + std::to_string(device)));
+    other_lanes_.emplace(device, lane);
+  }
+  return Status::Ok();
+}
+
+SoftOperation::Lane SoftOperation::LaneOf(int device) const {
+  if (auto it = other_lanes_.find(device); it != other_lanes_.end()) return it->second;
+  return Lane{ctx_, stream_};
+}
+
+Status SoftOperation::WaitEventOn(backend::Context* stream_ctx, backend::StreamHandle stream,
+                                  backend::Context* event_ctx, backend::EventHandle event) {
+  if (event_ctx == nullptr || event_ctx == stream_ctx) return stream_ctx->StreamWaitEvent(stream, event);
+  return event_ctx->SynchronizeEvent(event);
+}
+
+Status SoftOperation::DrainValidators(bool wait, std::vector<TwinValidator::Collected>* reports) {
+  Status first;
+  if (validator_) first = validator_->Drain(wait, reports);
+  for (auto& [ctx, v] : other_validators_) {
+    Status s = v->Drain(wait, reports);
+    if (first.ok()) first = s;
+  }
+  return first;
 }
 
 void SoftOperation::InstallOperation(EngineHook* hook) {
@@ -67,13 +104,23 @@ void SoftOperation::Abandon() {
 
 bool SoftOperation::LaunchInstead(const session::CallView& call, Status* result) {
   if (!validator_ || call.kind != session::AccessKind::kSpeculated || call.launch == nullptr) return false;
+  // A kernel of another GPU runs as a twin loaded in its own context.
+  TwinValidator* validator = validator_.get();
+  if (backend::Context* cctx = ContextOfCall(call); cctx != ctx_) {
+    auto it = other_validators_.find(cctx);
+    if (it == other_validators_.end()) {
+      std::lock_guard<std::mutex> use(ctx_use_mu_);  // the worker drains the map under it
+      it = other_validators_.emplace(cctx, std::make_unique<TwinValidator>(cctx)).first;
+    }
+    validator = it->second.get();
+  }
   std::uint64_t mark = 0;
   {
     std::lock_guard<std::mutex> lock(table_.mu);
     if (abandoned_ || !WantsTwinLocked(&mark)) return false;
   }
   std::uint64_t ticket = 0;
-  switch (twins_.Launch(validator_.get(), *st_, call, check_reads_, what_, twin_policy_, &ticket, result)) {
+  switch (twins_.Launch(validator, *st_, call, check_reads_, what_, twin_policy_, &ticket, result)) {
     case TwinLauncher::Outcome::kNoTwin: {
       std::unique_lock<std::mutex> lock(table_.mu);
       ++counters_.unvalidated_kernels;
@@ -93,7 +140,8 @@ bool SoftOperation::LaunchInstead(const session::CallView& call, Status* result)
 
 void SoftOperation::Admitted(const session::CallView& call, const Status& result) {
   if (device_state_dropped_) return;  // after a reset (or the end): nothing of ours is in the context
-  if (IsHostDeviceCopy(call) && stream_ != 0) gate_.NoteAppCopy(ctx_, call.stream);
+  // The gate watches the home GPU's copy engines only.
+  if (IsHostDeviceCopy(call) && stream_ != 0 && ContextOfCall(call) == ctx_) gate_.NoteAppCopy(ctx_, call.stream);
   AdmittedCall(call, result);
 }
 
@@ -124,19 +172,29 @@ void SoftOperation::DropDeviceState() {
     DetachLeftoversLocked(&left);
   }
   validator_.reset();  // waits for its pending twins
-  if (stream_ != 0) {
-    // Work of the worker (a chunk, a StreamWaitEvent) may still be queued.
-    (void)ctx_->SynchronizeStream(stream_);
-    if (Status s = ctx_->DestroyStream(stream_); !s.ok()) spdlog::warn("{}: {} stream: {}", what_, worker_, s.ToString());
-    stream_ = 0;
+  {
+    std::lock_guard<std::mutex> use(ctx_use_mu_);
+    other_validators_.clear();
   }
-  for (auto e : left.events_to_wait) {
-    (void)ctx_->SynchronizeEvent(e);
-    (void)ctx_->DestroyEvent(e);
+  // Work of the worker (a chunk, a StreamWaitEvent) may still be queued.
+  auto close = [&](backend::Context* ctx, backend::StreamHandle stream) {
+    (void)ctx->SynchronizeStream(stream);
+    if (Status s = ctx->DestroyStream(stream); !s.ok()) spdlog::warn("{}: {} stream: {}", what_, worker_, s.ToString());
+  };
+  if (stream_ != 0) close(ctx_, stream_);
+  stream_ = 0;
+  for (auto& [device, lane] : other_lanes_) {
+    if (lane.stream != 0) close(lane.ctx, lane.stream);
+    lane.stream = 0;
   }
-  for (auto e : left.events) (void)ctx_->DestroyEvent(e);
-  for (auto p : left.allocations) (void)ctx_->Free(p);
-  for (auto p : left.pool_ranges) left.pool->GiveBack(ctx_->device(), p);
+  auto in = [&](backend::Context* ctx) { return ctx != nullptr ? ctx : ctx_; };
+  for (const auto& e : left.events_to_wait) {
+    (void)in(e.ctx)->SynchronizeEvent(e.event);
+    (void)in(e.ctx)->DestroyEvent(e.event);
+  }
+  for (const auto& e : left.events) (void)in(e.ctx)->DestroyEvent(e.event);
+  for (const auto& a : left.allocations) (void)in(a.ctx)->Free(a.ptr);
+  for (const auto& p : left.pool_ranges) left.pool->GiveBack(p.device, p.ptr);
   gate_.Destroy(ctx_);
 }
 

@@ -44,16 +44,30 @@
 //   while holding ctx_use_mu_.
 //   Consumer-thread only (control tasks and the Operation methods): st_,
 //   twins_, device_state_dropped_, and the creation/destruction of
-//   validator_, stream_ and the gate. ctx_ is written once in Start, before
-//   the worker runs (the control task's future orders it).
+//   validator_, stream_ and the gate. ctx_, home_device_ and other_lanes_'
+//   entries are written in Start, before the worker runs (the control
+//   task's future orders it); their streams are destroyed by
+//   DropDeviceState after the fence. other_validators_ is changed by the
+//   consumer thread under ctx_use_mu_ (the worker reads it under it).
+//
+// SEVERAL GPUS (soft copy-on-write of a process that uses more than one):
+// the worker has a stream on each GPU it copies from (a Lane: the home one
+// is ctx_/stream_), a call runs in its own context (CallView::ctx: the
+// shadow D2D and its event go there), a kernel in another context runs as
+// a twin of a validator in that context, and an event of one context that
+// a stream of another must follow is waited for on the host (the backend
+// has no cross-context wait; the session orders app streams so too). The
+// copy-engine gate watches the home GPU's copies only.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "common/status.h"
@@ -95,11 +109,29 @@ class SoftOperation : public Operation, public std::enable_shared_from_this<Soft
  protected:
   /// Leftovers of a protocol in the context, handed to DropDeviceState.
   struct DeviceLeftovers {
-    std::vector<backend::EventHandle> events_to_wait;  // synchronised, then destroyed (cow: a shadow's D2D)
-    std::vector<backend::EventHandle> events;          // destroyed
-    std::vector<backend::DevicePtr> allocations;       // freed last (cow: shadows)
-    ShadowPool* pool = nullptr;                        // cow: phosd's reserve, if pool_ranges
-    std::vector<backend::DevicePtr> pool_ranges;       // given back to `pool` last (cow: its shadows)
+    // Each in its context (null: the home context ctx_).
+    struct Event {
+      backend::Context* ctx = nullptr;
+      backend::EventHandle event = 0;
+    };
+    struct Allocation {
+      backend::Context* ctx = nullptr;
+      backend::DevicePtr ptr = 0;
+    };
+    struct PoolRange {
+      int device = 0;  // phosd's GPU of the reserve it came from
+      backend::DevicePtr ptr = 0;
+    };
+    std::vector<Event> events_to_wait;      // synchronised, then destroyed (cow: a shadow's D2D)
+    std::vector<Event> events;              // destroyed
+    std::vector<Allocation> allocations;    // freed last (cow: shadows)
+    ShadowPool* pool = nullptr;             // cow: phosd's reserve, if pool_ranges
+    std::vector<PoolRange> pool_ranges;     // given back to `pool` last (cow: its shadows)
+  };
+  /// The worker's stream on one GPU.
+  struct Lane {
+    backend::Context* ctx = nullptr;
+    backend::StreamHandle stream = 0;
   };
 
   /// `what` names the operation in messages ("checkpoint", "restore"),
@@ -116,6 +148,10 @@ class SoftOperation : public Operation, public std::enable_shared_from_this<Soft
   /// The worker's stream (its failure is returned, stream_ stays 0), then
   /// the copy-engine gate (its failure only warns: no yields).
   Status OpenWorker();
+  /// After OpenWorker: a worker stream on each GPU of `devices` other than
+  /// the home one, in the session's context there (its failure is
+  /// returned; what was made is destroyed by DropDeviceState).
+  Status OpenOtherLanes(const session::SessionState& st, const std::set<int>& devices);
   /// Creates the twin validator and installs the operation into `hook`.
   void InstallOperation(EngineHook* hook);
 
@@ -162,6 +198,21 @@ class SoftOperation : public Operation, public std::enable_shared_from_this<Soft
     (void)result;
   }
 
+  // ---- several GPUs
+  /// The worker's lane on phosd's GPU `device` (the home lane for the home
+  /// GPU and for one Start opened none on).
+  Lane LaneOf(int device) const;
+  /// The context a call runs in (its own, else the home one).
+  backend::Context* ContextOfCall(const session::CallView& call) const { return call.ctx != nullptr ? call.ctx : ctx_; }
+  /// Orders `stream` of `stream_ctx` after `event` of `event_ctx`: an
+  /// enqueue when both are one context, else a host wait for the event
+  /// (the backend has no cross-context wait).
+  static Status WaitEventOn(backend::Context* stream_ctx, backend::StreamHandle stream, backend::Context* event_ctx,
+                            backend::EventHandle event);
+  /// Worker thread inside UseContext, or the consumer thread: collects the
+  /// reports of every validator (home and other contexts').
+  Status DrainValidators(bool wait, std::vector<TwinValidator::Collected>* reports);
+
   // ---- the worker's use of the context
   /// Worker thread: runs f() under ctx_use_mu_ unless the worker is fenced
   /// out; false when fenced (f did not run).
@@ -186,7 +237,10 @@ class SoftOperation : public Operation, public std::enable_shared_from_this<Soft
   Progress* const progress_;                     // not owned; thread-safe (its own lock, progress.h)
   const char* const what_;
   const char* const worker_;
-  backend::Context* ctx_ = nullptr;              // the session's context at Start (written once, before the worker runs)
+  backend::Context* ctx_ = nullptr;              // the session's (home) context at Start (written once, before the worker runs)
+  int home_device_ = 0;                          // phosd's GPU of ctx_ (written with it)
+  std::map<int, Lane> other_lanes_;              // worker streams on the other GPUs (file comment)
+  std::map<backend::Context*, std::unique_ptr<TwinValidator>> other_validators_;  // by context (file comment)
   const session::SessionState* st_ = nullptr;    // consumer thread only (LaunchInstead)
   backend::StreamHandle stream_ = 0;             // the worker's; set by Start, zeroed by DropDeviceState after the fence
   std::unique_ptr<TwinValidator> validator_;     // created/destroyed on the consumer thread; null when unavailable or dropped

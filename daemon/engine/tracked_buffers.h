@@ -35,8 +35,10 @@ struct TrackedBuffer {
   // is then one piece, `address`/`bytes` its range, and this where it
   // starts in its buffer (the image extent `image_index`).
   std::uint64_t piece_offset = 0;
-  backend::DevicePtr shadow = 0;             // device copy of the t1 content
-  backend::EventHandle shadow_ready = 0;     // recorded after the D2D into the shadow
+  int device = 0;                            // phosd's GPU it lives on (a process may use several)
+  backend::DevicePtr shadow = 0;             // device copy of the t1 content (on `device`)
+  backend::EventHandle shadow_ready = 0;     // recorded after the D2D into the shadow ...
+  backend::Context* shadow_ctx = nullptr;    // ... in this context: the writer's, whose stream queued the D2D
   std::uint64_t safe_from = std::numeric_limits<std::uint64_t>::max();  // admission seq from which writes are harmless
   // Soft recopy, per chunk of the image (CheckpointOptions::image
   // .chunk_bytes, 4 MiB by default): a write whose range is exact (a copy,

@@ -212,6 +212,7 @@ CallView ViewOf(const SessionState& st, const CallContext& call) {
   CallView v;
   v.api = call.api();
   v.session_id = st.session_id;
+  v.ctx = st.ctx;
   v.synchronous = call.rec.wants_reply();
   return v;
 }

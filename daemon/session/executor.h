@@ -86,6 +86,10 @@ struct CallView {
   uint64_t session_id = 0;
   uint32_t stream_id = 0;               // virtual stream id (0 = default)
   backend::StreamHandle stream = 0;     // its backend handle
+  /// The context the call runs in: its stream's (SessionState::ctx while
+  /// the call runs; another GPU's for a call there). Null in views made
+  /// outside a call (tests): hooks then take the session's home context.
+  backend::Context* ctx = nullptr;
   bool synchronous = false;             // the app waits for the result
   AccessKind kind = AccessKind::kExact;
   /// Kernels: one entry per distinct buffer (a buffer named by several

@@ -37,9 +37,7 @@ void ReplyStagedRead(SessionState& st, uint32_t reply_chunk, uint64_t bytes, Out
 }  // namespace
 
 void HandleMalloc(SessionState& st, const CallContext& call, const wire::MallocRequest& req, Outcome* out) {
-  CallView v;
-  v.api = call.api();
-  v.session_id = st.session_id;
+  CallView v = ViewOf(st, call);
   v.synchronous = true;
   backend::DevicePtr ptr = 0;
   Status s = st.executor->Run(v, [&] {
@@ -71,9 +69,7 @@ void HandleFree(SessionState& st, const CallContext& call, const wire::PointerRe
     return out->Fail(WireStatus::kInvalidValue,
                      fmt::format("cudaFree: 0x{:x} was mapped with cuMemMap; release it with cuMemUnmap", req.ptr));
   }
-  CallView v;
-  v.api = call.api();
-  v.session_id = st.session_id;
+  CallView v = ViewOf(st, call);
   v.synchronous = true;
   if (Status s = FreeBufferSynchronously(st, v, it); !s.ok()) return out->Fail(s);
 }
@@ -475,9 +471,7 @@ void HandleHostSegmentRegister(SessionState& st, const CallContext& call, const 
     close(fd);
     return out->Fail(WireStatus::kInvalidValue, "host segment register does not match its channel record");
   }
-  CallView v;
-  v.api = call.api();
-  v.session_id = st.session_id;
+  CallView v = ViewOf(st, call);
   v.synchronous = true;
   bool kernels_reach = false;
   Status s = st.executor->Run(

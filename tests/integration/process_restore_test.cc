@@ -177,11 +177,12 @@ TEST_F(ProcessRestoreTest, AProcessOfTwoGpusComesBackOnAnotherGpu) {
   app_pid_ = pid;
   ASSERT_TRUE(phos::testing::WaitFileText(log_, "several: holding", 120s)) << Log() << DaemonLog();
   EXPECT_EQ(GpusOf(pid), "0+1");
-  // The default mode (cow) takes it stop-the-world and says so.
+  // The default mode (cow) takes both GPUs itself (no stop-the-world fallback).
   const std::string img = dir_ + "/two-gpus";
   Result ck = Phos({"checkpoint", "--pid", std::to_string(pid), "--out", img});
   ASSERT_EQ(ck.rc, 0) << ck.output << "\nphosd:\n" << DaemonLog();
-  EXPECT_NE(ck.output.find("several_gpus_stop"), std::string::npos) << ck.output;
+  EXPECT_EQ(ck.output.find("several_gpus_stop"), std::string::npos) << ck.output;
+  EXPECT_NE(ck.output.find("mode_cow"), std::string::npos) << ck.output;
   KillApp();
   ASSERT_EQ(Log().find("several: state intact"), std::string::npos) << Log();
 

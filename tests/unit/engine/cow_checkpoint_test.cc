@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <thread>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "image/image_reader.h"
 #include "io_gate.h"
 #include "session/session_server.h"
+#include "test_ptx.h"
 
 namespace phos::engine {
 namespace {
@@ -453,6 +455,148 @@ TEST_F(CowCheckpointTest, CorrectlySpeculatedKernelRunsAsItsTwin) {
   ASSERT_EQ(app_->D2H(c.data(), dc, n * 4), kOk);
   for (uint32_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(c[i], 3.5f) << i;
   EXPECT_EQ(r.counters.twin_launches, 1u) << "checkpoint finished before the launch? (timing)";
+}
+
+
+// A process using two GPUs (soft_operation.h "SEVERAL GPUS"): copy-on-write
+// takes it (no stop-the-world fallback). The copier is held at its first
+// chunk write while the app writes on both GPUs — each GPU's buffers from
+// its own context, each from the other GPU's context (peer copies), a
+// kernel on GPU 1 (run as a twin in GPU 1's context) and a module
+// variable's instance on each GPU — and the image holds every byte as it
+// was at t1, the app every write.
+class TwoGpuCowCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(env_.Start("phos-cow2-test", 0.5, /*gpus=*/2).ok());
+    ASSERT_TRUE(env_.Connect(&app_, &session_).ok());
+  }
+  void TearDown() override {
+    app_.reset();
+    session_.reset();
+  }
+  uint64_t Buffer(uint8_t device, uint8_t byte) {
+    app_->UseDevice(device);
+    uint64_t p = 0;
+    EXPECT_EQ(app_->Malloc(kBytes, &p), kOk) << app_->message();
+    EXPECT_EQ(app_->Memset(p, byte, 1, kBytes), kOk) << app_->message();
+    return p;
+  }
+  uint8_t ByteOf(uint8_t device, uint64_t p) {
+    app_->UseDevice(device);
+    uint8_t b = 0;
+    EXPECT_EQ(app_->D2H(&b, p + kBytes - 1, 1), kOk) << app_->message();
+    return b;
+  }
+  uint32_t WordOf(uint8_t device, uint64_t p) {
+    app_->UseDevice(device);
+    uint32_t w = 0;
+    EXPECT_EQ(app_->D2H(&w, p, 4), kOk) << app_->message();
+    return w;
+  }
+
+  static constexpr uint64_t kBytes = 1 << 20;
+  testing::EngineTestEnv env_;
+  std::unique_ptr<FakeApp> app_;
+  std::shared_ptr<session::Session> session_;
+};
+
+TEST_F(TwoGpuCowCheckpointTest, CopyOnWriteTakesBothGpusWhileTheAppWritesOnEach) {
+  const uint64_t a0 = Buffer(0, 1), b0 = Buffer(0, 1), src0 = Buffer(0, 0xe0);
+  const uint64_t a1 = Buffer(1, 1), b1 = Buffer(1, 1), src1 = Buffer(1, 0xe1);
+  const auto ptx = std::as_bytes(std::span<const char>(backend::testing::kSaxpyPtx, sizeof backend::testing::kSaxpyPtx));
+  app_->UseDevice(1);
+  ASSERT_EQ(app_->ModuleLoad(1, ptx), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(1, 11, "bump"), kOk) << app_->message();
+  // A module without variables (a twin of a module with one would use its
+  // own copy of it): its kernel runs as a twin.
+  ASSERT_EQ(app_->ModuleLoad(2, ReadAppFixture("vector_add.fatbin")), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(2, 12, "_Z10vector_addPKfS0_Pfi"), kOk) << app_->message();
+  uint64_t counter1 = 0, counter0 = 0, n = 0;
+  ASSERT_EQ(app_->GetGlobal(1, "phos_counter", &counter1, &n), kOk) << app_->message();
+  ASSERT_EQ(app_->Launch(11, Grid(1, 1), {}), kOk);  // GPU 1's instance: 7 -> 8
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  app_->UseDevice(0);
+  ASSERT_EQ(app_->GetGlobal(1, "phos_counter", &counter0, &n), kOk) << app_->message();
+  ASSERT_NE(counter0, counter1);
+
+  ShadowPoolOptions po;
+  po.bytes_per_device = 16 << 20;
+  ShadowPool pool(env_.backend(), po);
+  ASSERT_TRUE(pool.WaitUntilReady(60s));
+  CheckpointOptions o;
+  o.mode = Mode::kCow;
+  o.dir = env_.dir() + "/img";
+  o.shadow_pool = &pool;
+  auto gate = std::make_shared<Gate>();
+  o.image.backend_factory = GatedIoFactory(gate, 0);  // the copier stops at its first chunk
+  Progress progress;
+  CheckpointResult r;
+  Status st;
+  std::thread cp([&] { st = Checkpoint(*session_, o, &progress, &r); });
+  const bool reached = gate->WaitReached(60s);
+  if (reached) {
+    app_->UseDevice(1);
+    EXPECT_EQ(app_->Memset(a1, 0x21, 1, kBytes), kOk) << app_->message();  // GPU 1, its own context
+    EXPECT_EQ(app_->D2D(b0, src1, kBytes), kOk) << app_->message();        // GPU 0's buffer from GPU 1
+    struct {
+      uint64_t a, b, c;
+      int32_t n;
+    } va{src1, src1, a1, 16};
+    EXPECT_EQ(app_->Launch(12, Grid(1, 16), std::as_bytes(std::span(&va, 1))), kOk);  // a twin on GPU 1
+    EXPECT_EQ(app_->Launch(11, Grid(1, 1), {}), kOk);                                 // 8 -> 9 on GPU 1
+    EXPECT_EQ(app_->DeviceSync(), kOk) << app_->message();
+    app_->UseDevice(0);
+    EXPECT_EQ(app_->Memset(a0, 0x20, 1, kBytes), kOk) << app_->message();  // the home GPU
+    EXPECT_EQ(app_->D2D(b1, src0, kBytes), kOk) << app_->message();        // GPU 1's buffer from GPU 0
+    EXPECT_EQ(app_->Launch(11, Grid(1, 1), {}), kOk);                      // 7 -> 8 on GPU 0
+    EXPECT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  }
+  gate->Open();
+  cp.join();
+  ASSERT_TRUE(reached) << "the checkpoint never wrote its first chunk: " << st.ToString();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(r.mode, Mode::kCow);
+  EXPECT_EQ(r.counters.several_gpus_stop, 0u);
+  EXPECT_EQ(r.counters.cow_fallbacks, 0u);
+  EXPECT_EQ(r.counters.twin_misses, 0u);
+  EXPECT_GE(r.counters.twin_launches, 1u) << "the kernel on GPU 1 did not run as its twin";
+  EXPECT_GE(r.counters.shadows, 4u);
+  EXPECT_EQ(r.counters.shadows_from_reserve, r.counters.shadows);
+  for (const auto& d : pool.stats()) EXPECT_EQ(d.in_use, 0u) << "a shadow was not given back";
+
+  // The image: every buffer and both variable instances as at t1.
+  std::unique_ptr<image::ImageReader> reader;
+  ASSERT_TRUE(image::ImageReader::Open(o.dir, {}, &reader).ok());
+  std::map<uint64_t, size_t> extent;
+  for (int i = 0; i < reader->manifest().buffers_size(); ++i) extent[reader->manifest().buffers(i).device_address()] = i;
+  auto image_bytes = [&](uint64_t p, uint64_t bytes) {
+    std::vector<uint8_t> got(bytes);
+    auto it = extent.find(p);
+    EXPECT_NE(it, extent.end()) << "no extent at " << p;
+    if (it != extent.end()) EXPECT_TRUE(reader->ReadBuffer(it->second, got.data()).ok());
+    return got;
+  };
+  for (uint64_t p : {a0, b0, a1, b1}) {
+    const std::vector<uint8_t> got = image_bytes(p, kBytes);
+    for (uint64_t b = 0; b < kBytes; b += 4093) ASSERT_EQ(got[b], 1) << "buffer " << p << " byte " << b;
+    ASSERT_EQ(got[kBytes - 1], 1) << "buffer " << p;
+  }
+  EXPECT_EQ(image_bytes(src0, kBytes)[0], 0xe0);
+  EXPECT_EQ(image_bytes(src1, kBytes)[0], 0xe1);
+  uint32_t c = 0;
+  std::memcpy(&c, image_bytes(counter1, 4).data(), 4);
+  EXPECT_EQ(c, 8u) << "GPU 1's instance of the module variable";
+  std::memcpy(&c, image_bytes(counter0, 4).data(), 4);
+  EXPECT_EQ(c, 7u) << "GPU 0's instance of the module variable";
+
+  // The app: every write it made during the checkpoint.
+  EXPECT_EQ(ByteOf(1, a1), 0x21);
+  EXPECT_EQ(ByteOf(0, b0), 0xe1);
+  EXPECT_EQ(ByteOf(0, a0), 0x20);
+  EXPECT_EQ(ByteOf(1, b1), 0xe0);
+  EXPECT_EQ(WordOf(1, counter1), 9u);
+  EXPECT_EQ(WordOf(0, counter0), 8u);
 }
 
 }  // namespace

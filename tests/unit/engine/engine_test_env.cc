@@ -47,13 +47,14 @@ wire::LaunchRequest Grid(uint32_t blocks, uint32_t threads) {
   return g;
 }
 
-Status EngineTestEnv::Start(const std::string& prefix, double link_gbps) {
+Status EngineTestEnv::Start(const std::string& prefix, double link_gbps, int gpus) {
   std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
   if (mkdtemp(tmpl.data()) == nullptr) return Status::FromErrno("mkdtemp " + tmpl, errno);
   dir_ = tmpl;
   backend::BackendOptions bo;
   bo.kind = backend::BackendKind::kSim;
   bo.sim.link_gbps = link_gbps;
+  bo.sim.device_count = gpus;
   std::string why;
   PHOS_RETURN_IF_ERROR(backend::CreateBackend(bo, &backend_, &why));
   server_ = std::make_unique<session::SessionServer>(backend_.get(), session::SessionServerOptions{},

@@ -31,9 +31,10 @@ wire::LaunchRequest Grid(uint32_t blocks, uint32_t threads);
 
 class EngineTestEnv {
  public:
-  /// Creates /tmp/<prefix>-XXXXXX, a sim backend (`link_gbps` 0 =
-  /// unthrottled) and a started SessionServer with EngineHook::Make.
-  Status Start(const std::string& prefix, double link_gbps = 0);
+  /// Creates /tmp/<prefix>-XXXXXX, a sim backend of `gpus` GPUs
+  /// (`link_gbps` 0 = unthrottled) and a started SessionServer with
+  /// EngineHook::Make.
+  Status Start(const std::string& prefix, double link_gbps = 0, int gpus = 1);
   /// Stops the server and removes the directory (apps must be gone).
   ~EngineTestEnv();
 
