@@ -45,7 +45,7 @@ std::string CrCounts(const v1::SessionInfo& si) {
     return it == si.counters().end() ? 0 : it->second;
   };
   const uint64_t fallbacks =
-      get("cow_fallbacks") + get("several_gpus_stop") + get("recopy_misses") + get("restore_rollbacks");
+      get("cow_fallbacks") + get("recopy_misses") + get("restore_rollbacks");
   return std::to_string(get("checkpoints")) + "/" + std::to_string(get("restores")) + "/" + std::to_string(fallbacks);
 }
 

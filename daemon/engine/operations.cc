@@ -160,26 +160,13 @@ Status Checkpoint(session::Session& session, const CheckpointOptions& options, P
   }
   // A rank of an NCCL job alone is no checkpoint of the job: its peers'
   // collectives would be half inside it (docs/protocols.md "Job checkpoints").
-  bool several_gpus = false;
-  PHOS_RETURN_IF_ERROR(session.RunControl([&several_gpus, pid = session.pid(),
-                                           job = options.job_rank](session::SessionState& st) {
-    several_gpus = session::UsesSeveralDevices(st);
+  PHOS_RETURN_IF_ERROR(session.RunControl([pid = session.pid(), job = options.job_rank](session::SessionState& st) {
     if (st.comms.empty() || job) return Status::Ok();
     return Status::FailedPrecondition(
         "pid " + std::to_string(pid) + " holds " + std::to_string(st.comms.size()) +
         " NCCL communicator rank(s): one rank of a job alone is no consistent checkpoint; checkpoint the whole "
         "job (phos checkpoint --job)");
   }));
-  if (several_gpus && options.mode == Mode::kRecopy) {
-    // Recopy tracks dirtiness and copies in the home context only
-    // (docs/interposer.md "Several GPUs in one process"; copy-on-write
-    // takes every GPU): the image is taken stop-the-world, as after a cow
-    // fallback, and the result says so.
-    spdlog::warn("checkpoint of pid {}: it uses several GPUs, which a {} checkpoint cannot take yet; checkpointing "
-                 "it stop-the-world", session.pid(), ModeName(options.mode));
-    result->counters.several_gpus_stop = 1;
-    return FallBackToStop(session, options, progress, result);
-  }
   switch (options.mode) {
     case Mode::kStop: return RunStop(session, options, progress, result);
     case Mode::kCow: return RunCow(session, hook, options, progress, result);

@@ -81,7 +81,6 @@ struct OperationCounters {
   std::uint64_t twin_misses = 0;         // accesses outside the speculated set
   std::uint64_t unvalidated_kernels = 0; // kernels without PTX met during the operation
   std::uint64_t cow_fallbacks = 0;       // cow discarded and redone stop-the-world
-  std::uint64_t several_gpus_stop = 0;   // cow/recopy taken stop-the-world: the process uses several GPUs
   std::uint64_t recopy_misses = 0;       // buffers re-dirtied by a twin report
   std::uint64_t restore_rollbacks = 0;   // concurrent restore redone stop-the-world
   std::uint64_t absent_waits = 0;        // restore: calls that waited for an absent buffer

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <set>
 
 #include "common/hex.h"
 #include "image/image_layout.h"
@@ -50,17 +52,24 @@ RecopyCheckpoint::RecopyCheckpoint(const CheckpointOptions& options, Progress* p
 RecopyCheckpoint::~RecopyCheckpoint() = default;
 
 Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
-  PHOS_RETURN_IF_ERROR(RefuseSeveralDevices(st, "recopy"));
   Bind(st);
   const SessionSnapshot snap = CaptureSnapshot(st);
   std::uint64_t total = 0;
   std::vector<TrackedBuffer> tracked;
   std::vector<std::uint64_t> order;
+  // Each range's GPU (the home one unless recorded).
+  std::map<std::uint64_t, int> global_devices;
+  for (const auto& g : snap.objects.globals) global_devices[g.address] = g.device;
+  std::set<int> devices{st.device};
   auto track = [&](const DeviceRange& r, bool global) {
+    const auto& of = global ? global_devices : snap.objects.buffer_devices;
+    auto d = of.find(r.address);
     TrackedBuffer b;
     b.address = r.address;
     b.bytes = r.bytes;
     b.global = global;
+    b.device = d == of.end() ? st.device : d->second;
+    devices.insert(b.device);
     b.state = kDirty;
     b.dirty.assign(static_cast<std::size_t>(image::ChunkCount(r.bytes, chunk_)), true);
     b.dirtied_in.assign(b.dirty.size(), 0);
@@ -77,18 +86,26 @@ Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
     order_ = std::move(order);
   }
   PHOS_RETURN_IF_ERROR(OpenWorker());
+  PHOS_RETURN_IF_ERROR(OpenOtherLanes(st, devices));
   {
     // No quiesce: work the app enqueued before now may still be writing any
-    // buffer. One write event per stream, and every buffer waits for all.
-    std::vector<backend::StreamHandle> streams = {backend::kDefaultStream};
-    for (const auto& [id, h] : st.streams) streams.push_back(h);
+    // buffer. One write event per stream (each context's default stream and
+    // every stream of the app, in its own context), and every buffer waits
+    // for all.
+    std::vector<std::pair<backend::Context*, backend::StreamHandle>> streams = {{ctx_, backend::kDefaultStream}};
+    for (const auto& [device, ctx] : st.other_contexts) streams.emplace_back(ctx, backend::kDefaultStream);
+    for (const auto& [id, h] : st.streams) {
+      auto d = st.stream_devices.find(id);
+      backend::Context* ctx = d == st.stream_devices.end() ? ctx_ : session::ContextOf(st, d->second);
+      if (ctx != nullptr) streams.emplace_back(ctx, h);
+    }
     std::lock_guard<std::mutex> lock(table_.mu);
-    for (backend::StreamHandle h : streams) {
-      if (!RecordWriteLocked(h)) {
-        (void)ctx_->SynchronizeStream(h);  // rare: then that stream's writes are done
+    for (const auto& [ctx, h] : streams) {
+      if (!RecordWriteLocked(ctx, h)) {
+        (void)ctx->SynchronizeStream(h);  // rare: then that stream's writes are done
         continue;
       }
-      for (auto& [addr, b] : table_.by_address) b.written_on.push_back(h);
+      for (auto& [addr, b] : table_.by_address) b.written_on.emplace_back(ctx, h);
     }
   }
   InstallOperation(hook);
@@ -179,33 +196,35 @@ void RecopyCheckpoint::AdmittedCall(const session::CallView& call, const Status&
     }
   }
   if (hit.empty()) return;
-  // The call is enqueued: an event recorded now completes after its write.
-  bool recorded = RecordWriteLocked(call.stream);
+  // The call is enqueued: an event recorded now (on its stream, in its
+  // context) completes after its write.
+  backend::Context* const cctx = ContextOfCall(call);
+  bool recorded = RecordWriteLocked(cctx, call.stream);
   if (!recorded) {
     // No event: let the write finish before its chunks become dirty, so
     // every copy taken after that sees it (copies taken before are
     // superseded: their chunks are dirty again).
     lock.unlock();
-    (void)ctx_->SynchronizeStream(call.stream);
+    (void)cctx->SynchronizeStream(call.stream);
     lock.lock();
     if (abandoned_) return;
   }
   for (const Hit& h : hit) {
     DirtyChunksLocked(*h.buffer, h.ptr, h.bytes);
-    if (recorded) WrittenOnLocked(*h.buffer, call.stream);
+    if (recorded) WrittenOnLocked(*h.buffer, cctx, call.stream);
   }
 }
 
-bool RecopyCheckpoint::RecordWriteLocked(backend::StreamHandle stream) {
-  backend::EventHandle& ev = stream_events_[stream];
+bool RecopyCheckpoint::RecordWriteLocked(backend::Context* ctx, backend::StreamHandle stream) {
+  backend::EventHandle& ev = stream_events_[{ctx, stream}];
   if (ev == 0) {
-    if (Status s = ctx_->CreateEvent(backend::kEventDisableTiming, &ev); !s.ok()) {
+    if (Status s = ctx->CreateEvent(backend::kEventDisableTiming, &ev); !s.ok()) {
       ev = 0;
       spdlog::warn("checkpoint: cannot create a write event: {}", s.ToString());
       return false;
     }
   }
-  if (Status s = ctx_->RecordEvent(ev, stream); !s.ok()) {
+  if (Status s = ctx->RecordEvent(ev, stream); !s.ok()) {
     spdlog::warn("checkpoint: cannot record a write event: {}", s.ToString());
     return false;
   }
@@ -231,10 +250,9 @@ void RecopyCheckpoint::DirtyChunksLocked(TrackedBuffer& b, std::uint64_t ptr, st
   if (b.state != kCopying) b.state = kDirty;
 }
 
-void RecopyCheckpoint::WrittenOnLocked(TrackedBuffer& b, backend::StreamHandle stream) {
-  if (std::find(b.written_on.begin(), b.written_on.end(), stream) == b.written_on.end()) {
-    b.written_on.push_back(stream);
-  }
+void RecopyCheckpoint::WrittenOnLocked(TrackedBuffer& b, backend::Context* ctx, backend::StreamHandle stream) {
+  const std::pair<backend::Context*, backend::StreamHandle> on{ctx, stream};
+  if (std::find(b.written_on.begin(), b.written_on.end(), on) == b.written_on.end()) b.written_on.push_back(on);
 }
 
 std::uint64_t RecopyCheckpoint::DirtyBytesLocked() const {
@@ -266,6 +284,10 @@ Status RecopyCheckpoint::CopyRounds() {
     for (std::uint64_t addr : order_) {
       TrackedBuffer* b = nullptr;
       std::vector<bool> taken;  // the chunks this copy takes
+      Lane lane;
+      // Write events of other contexts than the lane's: waited for on the
+      // host, after mu is released (soft_operation.h "SEVERAL GPUS").
+      std::vector<std::pair<backend::Context*, backend::EventHandle>> host_waits;
       {
         std::lock_guard<std::mutex> lock(table_.mu);
         if (abandoned_) break;
@@ -284,14 +306,20 @@ Status RecopyCheckpoint::CopyRounds() {
         if (!any) continue;
         b->state = kCopying;
         abort_copy_.store(false);
+        lane = LaneOf(b->device);
         // Waits on the copier's stream for every write admitted so far
         // (their events were recorded after they were enqueued).
         Status ordered;
         UseContext([&] {
-          for (backend::StreamHandle s : b->written_on) {
+          for (const auto& on : b->written_on) {
             // Without the wait the copy could miss a write its chunks no
             // longer reveal: no image rather than a wrong one.
-            ordered = ctx_->StreamWaitEvent(stream_, stream_events_.at(s));
+            const backend::EventHandle ev = stream_events_.at(on);
+            if (on.first != lane.ctx) {
+              host_waits.emplace_back(on.first, ev);
+              continue;
+            }
+            ordered = lane.ctx->StreamWaitEvent(lane.stream, ev);
             if (!ordered.ok()) return;
           }
         });
@@ -300,13 +328,28 @@ Status RecopyCheckpoint::CopyRounds() {
         }
         b->written_on.clear();
       }
+      if (!host_waits.empty()) {
+        // An event re-recorded since (a later write on that stream) only
+        // makes this wait longer; the events live until DropDeviceState,
+        // which fences this copier out first.
+        Status ordered;
+        UseContext([&] {
+          for (const auto& [ctx, ev] : host_waits) {
+            ordered = ctx->SynchronizeEvent(ev);
+            if (!ordered.ok()) return;
+          }
+        });
+        if (!ordered.ok()) {
+          return ordered.WithContext("waiting for the writes of buffer " + Hex(b->address) + " on another GPU");
+        }
+      }
       // `host`'s taken chunks are about to be overwritten: no longer handed over.
       b->handed.resize(taken.size());
       for (std::size_t c = 0; c < taken.size(); ++c) {
         if (taken[c]) b->handed[c] = TrackedBuffer::Handed{};
       }
       bool dropped = false;
-      Status s = CopyOne(*b, taken, &dropped);
+      Status s = CopyOne(*b, lane, taken, &dropped);
       std::vector<bool> clean;  // taken, copied, and not written since
       {
         std::lock_guard<std::mutex> lock(table_.mu);
@@ -325,9 +368,7 @@ Status RecopyCheckpoint::CopyRounds() {
       // again); it is still a true copy of the moment it was taken, and the
       // next round supersedes it.
       if (!clean.empty() && options_.precopy != nullptr) PHOS_RETURN_IF_ERROR(HandOver(*b, clean));
-      UseContext([&] {
-        if (validator_) (void)validator_->Drain(false, &reports);
-      });
+      UseContext([&] { (void)DrainValidators(false, &reports); });
       ApplyReports(reports);
       reports.clear();
     }
@@ -359,7 +400,7 @@ Status RecopyCheckpoint::CopyRounds() {
   return Status::Ok();
 }
 
-Status RecopyCheckpoint::CopyOne(TrackedBuffer& b, const std::vector<bool>& chunks, bool* dropped) {
+Status RecopyCheckpoint::CopyOne(TrackedBuffer& b, const Lane& lane, const std::vector<bool>& chunks, bool* dropped) {
   b.host.resize(b.bytes);  // the copier owns `host` while the buffer is COPYING
   for (std::uint64_t off = 0, c = 0; off < b.bytes; off += chunk_, ++c) {
     if (!chunks[c]) continue;
@@ -371,10 +412,10 @@ Status RecopyCheckpoint::CopyOne(TrackedBuffer& b, const std::vector<bool>& chun
         aborted = true;
         return;
       }
-      gate_.YieldIfNeeded(ctx_);
-      s = ctx_->MemcpyAsync(reinterpret_cast<std::uint64_t>(b.host.data() + off), b.address + off, len,
-                            backend::CopyKind::kDeviceToHost, stream_);
-      if (s.ok()) s = ctx_->SynchronizeStream(stream_);
+      if (lane.ctx == ctx_) gate_.YieldIfNeeded(ctx_);  // the gate watches the home GPU
+      s = lane.ctx->MemcpyAsync(reinterpret_cast<std::uint64_t>(b.host.data() + off), b.address + off, len,
+                                backend::CopyKind::kDeviceToHost, lane.stream);
+      if (s.ok()) s = lane.ctx->SynchronizeStream(lane.stream);
     });
     if (!used || aborted) {
       *dropped = true;  // session ending, reset, or the buffer is being freed
@@ -479,25 +520,39 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
   const bool same_context = st.ctx == ctx_ && !device_state_dropped_;
   if (validator_ && same_context) {
     std::vector<TwinValidator::Collected> reports;
-    if (Status s = validator_->Drain(true, &reports); !s.ok()) {
+    if (Status s = DrainValidators(true, &reports); !s.ok()) {
       spdlog::warn("checkpoint: collecting twin reports: {}", s.ToString());
     }
     ApplyReports(reports);
   }
-  PHOS_RETURN_IF_ERROR(RefuseSeveralDevices(st, "recopy"));  // a second GPU taken since Start
-  if (Status s = st.ctx->Synchronize(); !s.ok()) {
-    return Status::FailedPrecondition("the session's GPU context has a sticky error (" + s.message() +
-                                      "); its device state cannot be checkpointed");
-  }
+  // Every GPU the process uses, also one it took since Start.
+  PHOS_RETURN_IF_ERROR(QuiesceAllDevices(st));
   final_snapshot_ = CaptureSnapshot(st);
-  // The copies at t2 go through the copier's stream, or after a reset
-  // (context replaced) through one of the new context.
-  backend::StreamHandle stream = same_context ? stream_ : 0;
-  backend::StreamHandle temp = 0;
-  if (stream == 0) {
-    PHOS_RETURN_IF_ERROR(st.ctx->CreateStream(backend::kStreamNonBlocking, 0, &temp));
-    stream = temp;
-  }
+  std::map<std::uint64_t, int> range_devices = final_snapshot_.objects.buffer_devices;
+  for (const auto& g : final_snapshot_.objects.globals) range_devices[g.address] = g.device;
+  // The copies at t2 go through the copier's stream on each GPU, or (after
+  // a reset replaced the context; a GPU taken since Start) through one made
+  // now in the session's context there.
+  std::map<int, std::pair<backend::Context*, backend::StreamHandle>> copy_streams;
+  std::vector<std::pair<backend::Context*, backend::StreamHandle>> temps;
+  auto stream_on = [&](int device, std::pair<backend::Context*, backend::StreamHandle>* out) -> Status {
+    auto it = copy_streams.find(device);
+    if (it == copy_streams.end()) {
+      std::pair<backend::Context*, backend::StreamHandle> made{nullptr, 0};
+      if (same_context && (device == home_device_ || other_lanes_.count(device) > 0)) {
+        const Lane lane = LaneOf(device);
+        made = {lane.ctx, lane.stream};
+      } else {
+        made.first = device == st.device ? st.ctx : session::ContextOf(st, device);
+        if (made.first == nullptr) return Status::Internal("no context of the session on GPU " + std::to_string(device));
+        PHOS_RETURN_IF_ERROR(made.first->CreateStream(backend::kStreamNonBlocking, 0, &made.second));
+        temps.push_back(made);
+      }
+      it = copy_streams.emplace(device, made).first;
+    }
+    *out = it->second;
+    return Status::Ok();
+  };
   // What each extent of the image takes: per chunk, the staged copy (clean
   // chunks of a buffer tracked since Start) or a copy now (dirty chunks;
   // whole buffers allocated or re-allocated since Start). Decided under mu;
@@ -540,14 +595,18 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
     Extent e;
     e.address = p.range.address;
     e.bytes = p.range.bytes;
+    auto d = range_devices.find(p.range.address);
+    std::pair<backend::Context*, backend::StreamHandle> on;
+    status = stream_on(d == range_devices.end() ? st.device : d->second, &on);
+    if (!status.ok()) break;
     if (p.tracked == nullptr) {
       e.host.resize(p.range.bytes);
-      status = CopyNow(st.ctx, stream, p.range.address, chunk_, {}, &e.host, &copied_now);
+      status = CopyNow(on.first, on.second, p.range.address, chunk_, {}, &e.host, &copied_now);
     } else {
       TrackedBuffer& b = *p.tracked;
       e.host = std::move(b.host);
       e.host.resize(p.range.bytes);  // a buffer never copied had no host vector (all its chunks are dirty)
-      status = CopyNow(st.ctx, stream, p.range.address, chunk_, p.copy_now, &e.host, &copied_now);
+      status = CopyNow(on.first, on.second, p.range.address, chunk_, p.copy_now, &e.host, &copied_now);
       // A clean chunk handed over in a round is still current: the receiver
       // has it. Everything else is in `host` now.
       e.refs.resize(p.copy_now.size());
@@ -573,7 +632,7 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
     std::lock_guard<std::mutex> lock(table_.mu);
     counters_.recopy_dirty_bytes += copied_now;
   }
-  if (temp != 0) (void)st.ctx->DestroyStream(temp);
+  for (const auto& [ctx, stream] : temps) (void)ctx->DestroyStream(stream);
   PHOS_RETURN_IF_ERROR(status);
   result->bytes = total;
   result->buffers = static_cast<std::uint32_t>(final_snapshot_.buffers.size());
@@ -627,8 +686,8 @@ Status RecopyCheckpoint::WriteImage(image::ImageWriter* writer, std::vector<Prec
 // ---------------------------------------------------------------- end (consumer thread)
 
 void RecopyCheckpoint::DetachLeftoversLocked(DeviceLeftovers* out) {
-  for (const auto& [stream, ev] : stream_events_) {
-    if (ev != 0) out->events.push_back({nullptr, ev});
+  for (const auto& [on, ev] : stream_events_) {
+    if (ev != 0) out->events.push_back({on.first, ev});
   }
   stream_events_.clear();
   for (auto& [addr, b] : table_.by_address) b.written_on.clear();

@@ -46,6 +46,14 @@
 // its speculated set dirties the buffer hit (recopy_misses); an overflowed
 // report dirties everything.
 //
+// A process that uses several GPUs (soft_operation.h "SEVERAL GPUS"):
+// each buffer knows its GPU and the copier copies it on its stream there;
+// write events are recorded per stream in the stream's own context (a call
+// of GPU 0 writing GPU 1's buffer records it in GPU 0's); a copy waits for
+// an event of another context on the host (the backend has no
+// cross-context wait); t2 quiesces every context and copies each range in
+// its GPU's context.
+//
 // Locks: the soft-operation rule (soft_operation.h): table_.mu guards the
 // table (not `host`/`host_xxh3`/`handed`: a buffer's staged copy belongs
 // to the copier while the buffer is COPYING and to Final()/WriteImage()
@@ -56,6 +64,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -113,13 +122,14 @@ class RecopyCheckpoint final : public SoftOperation {
   /// counts as 1) become dirty, and the buffer DIRTY.
   void DirtyChunksLocked(TrackedBuffer& b, std::uint64_t ptr, std::uint64_t bytes);
   void DirtyAllLocked(TrackedBuffer& b) { DirtyChunksLocked(b, b.address, b.bytes); }
-  /// mu held: the copier's next copy of `b` waits for `stream`'s write event.
-  void WrittenOnLocked(TrackedBuffer& b, backend::StreamHandle stream);
-  /// mu held: records the write event of `stream` after the call just
-  /// enqueued on it. False when it could not (then the caller must make
+  /// mu held: the copier's next copy of `b` waits for the write event of
+  /// `stream` of `ctx`.
+  void WrittenOnLocked(TrackedBuffer& b, backend::Context* ctx, backend::StreamHandle stream);
+  /// mu held: records the write event of `stream` (of `ctx`) after the call
+  /// just enqueued on it. False when it could not (then the caller must make
   /// sure the copier's copies of what the call wrote are dropped — they are,
   /// by their chunks becoming dirty again — and retaken after the write: see AdmittedCall).
-  bool RecordWriteLocked(backend::StreamHandle stream);
+  bool RecordWriteLocked(backend::Context* ctx, backend::StreamHandle stream);
   // SoftOperation.
   void AdmittedCall(const session::CallView& call, const Status& result) override;
   void DetachLeftoversLocked(DeviceLeftovers* out) override;
@@ -134,7 +144,7 @@ class RecopyCheckpoint final : public SoftOperation {
   std::uint64_t DirtyBytesLocked() const;
   /// Copier: copies the chunks of `b` flagged in `chunks` into its host
   /// vector. *dropped when a free of the buffer interrupted it.
-  Status CopyOne(TrackedBuffer& b, const std::vector<bool>& chunks, bool* dropped);
+  Status CopyOne(TrackedBuffer& b, const Lane& lane, const std::vector<bool>& chunks, bool* dropped);
   /// Copier, pre-copy only: checksums the chunks of `b` flagged in `chunks`
   /// (copied and still clean) and hands each run of them to
   /// options_.precopy under a new copy id.
@@ -149,7 +159,7 @@ class RecopyCheckpoint final : public SoftOperation {
   // Guarded by table_.mu:
   std::vector<std::uint64_t> order_;             // tracked addresses, ascending: set by Start under mu, read-only
                                                  // after (the copier reads it unlocked)
-  std::unordered_map<backend::StreamHandle, backend::EventHandle> stream_events_;  // write event per app stream
+  std::map<std::pair<backend::Context*, backend::StreamHandle>, backend::EventHandle> stream_events_;  // write event per app stream (in its context)
   bool reset_ = false;                           // a cudaDeviceReset freed every tracked buffer
   std::uint64_t next_copy_id_ = 0;               // copier only: pre-copy ids
   std::uint32_t round_ = 0;                      // the copier's round (1, 2, ...; 0 before the first)

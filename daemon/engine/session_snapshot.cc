@@ -70,16 +70,6 @@ void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
 
 }  // namespace
 
-Status RefuseSeveralDevices(const session::SessionState& st, const char* mode) {
-  if (!session::UsesSeveralDevices(st)) return Status::Ok();  // every context of the session is the home one
-  std::string gpus = std::to_string(st.device);
-  for (const auto& [device, ctx] : st.other_contexts) gpus += ", " + std::to_string(device);
-  return Status::FailedPrecondition(
-      "session " + std::to_string(st.session_id) + " uses several GPUs (phosd's " + gpus + "): a " + mode +
-      " checkpoint cannot take a process that uses more than one GPU yet (docs/interposer.md \"Several GPUs in "
-      "one process\"); use --mode stop, or run one process per GPU (as torchrun does)");
-}
-
 Status QuiesceAllDevices(session::SessionState& st) {
   auto sync = [&](int device, backend::Context* ctx) -> Status {
     if (Status s = ctx->Synchronize(); !s.ok()) {

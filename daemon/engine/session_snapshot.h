@@ -107,11 +107,6 @@ struct SessionSnapshot {
   SessionObjects objects;                // for a fresh restore (see above)
 };
 
-/// FailedPrecondition, naming the GPUs, when the session uses more than
-/// one GPU and the checkpoint mode (`mode`, for the message) cannot take
-/// it: recopy tracks and copies in the home context only; stop-the-world
-/// and copy-on-write take every context.
-Status RefuseSeveralDevices(const session::SessionState& st, const char* mode);
 /// Synchronises every context of the session (home first); a sticky error
 /// in any is FailedPrecondition naming its GPU.
 Status QuiesceAllDevices(session::SessionState& st);

@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -51,7 +52,9 @@ struct TrackedBuffer {
   /// for each one's write event (RecopyCheckpoint::stream_events_) before
   /// copying. One event per stream, not per buffer: writes of one buffer on
   /// two streams are unordered, so "the last write" alone would not do.
-  std::vector<backend::StreamHandle> written_on;
+  /// Each stream with its context: stream handles are per context (every
+  /// context has its default stream 0), and a process may use several.
+  std::vector<std::pair<backend::Context*, backend::StreamHandle>> written_on;
   bool freed = false;                        // the app freed it during the operation
   // Not under mu: owned by the recopy copier while the buffer is COPYING,
   // by RecopyCheckpoint::Final/WriteImage after the copier ended.

@@ -68,7 +68,6 @@ std::map<std::string, std::uint64_t> CounterMap(const engine::OperationCounters&
   put("twin_misses", c.twin_misses);
   put("unvalidated_kernels", c.unvalidated_kernels);
   put("cow_fallbacks", c.cow_fallbacks);
-  put("several_gpus_stop", c.several_gpus_stop);
   put("recopy_misses", c.recopy_misses);
   put("restore_rollbacks", c.restore_rollbacks);
   put("absent_waits", c.absent_waits);

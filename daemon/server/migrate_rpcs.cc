@@ -90,7 +90,6 @@ grpc::Status PhosService::Migrate(grpc::ServerContext*, const v1::MigrateRequest
   c["gpu_bytes"] = r.gpu.bytes;
   c["dirty_bytes_at_stop"] = r.dirty_bytes_at_stop;
   c["recopy_rounds"] = r.gpu.counters.recopy_rounds;
-  if (r.gpu.counters.several_gpus_stop != 0) c["several_gpus_stop"] = r.gpu.counters.several_gpus_stop;
   c["criu_dump_ms"] = r.criu_dump_ms;
   c["transfer_ms"] = r.transfer_ms;
   c["precopy_bytes_sent"] = r.precopy_bytes_sent;

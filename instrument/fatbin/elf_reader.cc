@@ -15,7 +15,7 @@ using internal::Load64;
 using internal::Need;
 
 namespace {
-constexpr std::string_view kWho = "elf";
+constexpr std::string_view kElf = "elf";
 constexpr uint32_t kShtNobits = 8;
 constexpr uint32_t kShtSymtab = 2;
 constexpr uint32_t kShtStrtab = 3;
@@ -30,11 +30,11 @@ constexpr uint64_t kMaxSections = 1u << 20;
 Status ElfReader::Parse(std::span<const uint8_t> bytes) {
   bytes_ = bytes;
   sections_.clear();
-  PHOS_RETURN_IF_ERROR(Need(kWho, bytes, 0, kEhdrSize, "ELF64 header"));
+  PHOS_RETURN_IF_ERROR(Need(kElf, bytes, 0, kEhdrSize, "ELF64 header"));
   const uint8_t* h = bytes.data();
-  if (std::memcmp(h, "\x7f" "ELF", 4) != 0) return CorruptAt(kWho, 0, "expected ELF magic 7f 45 4c 46");
-  if (h[4] != 2) return CorruptAt(kWho, 4, "expected ELFCLASS64 (2), found " + std::to_string(h[4]));
-  if (h[5] != 1) return CorruptAt(kWho, 5, "expected little-endian data (1), found " + std::to_string(h[5]));
+  if (std::memcmp(h, "\x7f" "ELF", 4) != 0) return CorruptAt(kElf, 0, "expected ELF magic 7f 45 4c 46");
+  if (h[4] != 2) return CorruptAt(kElf, 4, "expected ELFCLASS64 (2), found " + std::to_string(h[4]));
+  if (h[5] != 1) return CorruptAt(kElf, 5, "expected little-endian data (1), found " + std::to_string(h[5]));
   os_abi_ = h[7];
   abi_version_ = h[8];
   type_ = Load16(h + 0x10);
@@ -48,20 +48,20 @@ Status ElfReader::Parse(std::span<const uint8_t> bytes) {
   const uint16_t phentsize = Load16(h + 0x36);
   const uint16_t phnum = Load16(h + 0x38);
   if (phnum != 0 && phnum != 0xffff)
-    PHOS_RETURN_IF_ERROR(Need(kWho, bytes, phoff, static_cast<uint64_t>(phnum) * phentsize,
+    PHOS_RETURN_IF_ERROR(Need(kElf, bytes, phoff, static_cast<uint64_t>(phnum) * phentsize,
                               std::to_string(phnum) + " program headers (e_phoff " + Hex(phoff) + ")"));
   if (shoff == 0) return Status::Ok();  // no section headers
   if (shentsize != kShdrSize)
-    return CorruptAt(kWho, 0x3a, "expected section header size 64, found " + std::to_string(shentsize));
-  PHOS_RETURN_IF_ERROR(Need(kWho, bytes, shoff, kShdrSize, "section header 0"));
+    return CorruptAt(kElf, 0x3a, "expected section header size 64, found " + std::to_string(shentsize));
+  PHOS_RETURN_IF_ERROR(Need(kElf, bytes, shoff, kShdrSize, "section header 0"));
   // Extended numbering: real counts live in section 0.
   if (shnum == 0) shnum = Load64(bytes.data() + shoff + 0x20);
   if (shstrndx == kShnXindex) shstrndx = Load32(bytes.data() + shoff + 0x28);
   if (shnum > kMaxSections)
-    return CorruptAt(kWho, 0x3c, "expected at most " + std::to_string(kMaxSections) + " sections, found " +
+    return CorruptAt(kElf, 0x3c, "expected at most " + std::to_string(kMaxSections) + " sections, found " +
                                      std::to_string(shnum));
   if (!InBounds(shoff, shnum * kShdrSize, bytes.size()))
-    return Need(kWho, bytes, shoff, shnum * kShdrSize, std::to_string(shnum) + " section headers");
+    return Need(kElf, bytes, shoff, shnum * kShdrSize, std::to_string(shnum) + " section headers");
   sections_.resize(shnum);
   std::vector<uint32_t> name_offsets(shnum);
   for (uint64_t i = 0; i < shnum; ++i) {
@@ -77,13 +77,13 @@ Status ElfReader::Parse(std::span<const uint8_t> bytes) {
     sec.info = Load32(s + 0x2c);
     sec.entsize = Load64(s + 0x38);
     if (i != 0 && sec.type != kShtNobits && !InBounds(sec.offset, sec.size, bytes.size()))
-      return CorruptAt(kWho, shoff + i * kShdrSize + 0x18,
+      return CorruptAt(kElf, shoff + i * kShdrSize + 0x18,
                        "expected section " + std::to_string(i) + " (offset " + Hex(sec.offset) + ", size " +
                            Hex(sec.size) + ") inside the file of " + Hex(bytes.size()) + " bytes");
   }
   if (shstrndx != 0) {
     if (shstrndx >= shnum)
-      return CorruptAt(kWho, 0x3e, "expected section name table index < " + std::to_string(shnum) + ", found " +
+      return CorruptAt(kElf, 0x3e, "expected section name table index < " + std::to_string(shnum) + ", found " +
                                        std::to_string(shstrndx));
     for (uint64_t i = 0; i < shnum; ++i)
       PHOS_RETURN_IF_ERROR(ReadString(shstrndx, name_offsets[i], &sections_[i].name));
@@ -100,13 +100,13 @@ Status ElfReader::ReadString(uint32_t strtab_index, uint64_t name_offset, std::s
     return Status::Corruption("elf: expected string table section " + std::to_string(strtab_index) +
                               " to have data, it is SHT_NOBITS");
   if (name_offset >= st.size)
-    return CorruptAt(kWho, st.offset, "expected string at " + Hex(name_offset) + " inside string table of " +
+    return CorruptAt(kElf, st.offset, "expected string at " + Hex(name_offset) + " inside string table of " +
                                           std::to_string(st.size) + " bytes");
   const char* begin = reinterpret_cast<const char*>(bytes_.data() + st.offset + name_offset);
   const size_t max = st.size - name_offset;
   const void* nul = std::memchr(begin, 0, max);
   if (nul == nullptr)
-    return CorruptAt(kWho, st.offset + name_offset, "expected a NUL-terminated string inside the string table");
+    return CorruptAt(kElf, st.offset + name_offset, "expected a NUL-terminated string inside the string table");
   out->assign(begin, static_cast<const char*>(nul));
   return Status::Ok();
 }
@@ -135,7 +135,7 @@ Status ElfReader::ReadSymbols(std::vector<ElfSymbol>* out) const {
   if (symtab < 0) return Status::NotFound("elf: no symbol table");
   const ElfSection& st = sections_[symtab];
   if (st.entsize != kSymSize)
-    return CorruptAt(kWho, st.offset, "expected symbol entries of 24 bytes, found " + std::to_string(st.entsize));
+    return CorruptAt(kElf, st.offset, "expected symbol entries of 24 bytes, found " + std::to_string(st.entsize));
   if (st.link >= sections_.size() || sections_[st.link].type != kShtStrtab)
     return Status::Corruption("elf: expected the symbol table to link to a string table, found section " +
                               std::to_string(st.link));

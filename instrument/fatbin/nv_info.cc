@@ -14,13 +14,13 @@ using internal::Load32;
 using internal::Need;
 
 namespace {
-constexpr std::string_view kWho = "nv.info";
+constexpr std::string_view kNvInfo = "nv.info";
 constexpr std::string_view kKernelPrefix = ".nv.info.";
 constexpr uint32_t kShtCudaInfo = 0x70000000;  // SHT_LOPROC: type of .nv.info* sections
 
 Status U32At(const NvInfoRecord& r, size_t index, uint32_t* out) {
   if ((index + 1) * 4 > r.value.size())
-    return CorruptAt(kWho, r.offset,
+    return CorruptAt(kNvInfo, r.offset,
                      std::string("expected ") + std::to_string((index + 1) * 4) + " value bytes for " +
                          std::string(NvInfoAttrName(r.attribute)) + ", found " + std::to_string(r.value.size()));
   *out = Load32(r.value.data() + index * 4);
@@ -55,7 +55,7 @@ Status ParseNvInfoRecords(std::span<const uint8_t> section, std::vector<NvInfoRe
   out->clear();
   size_t off = 0;
   while (off < section.size()) {
-    PHOS_RETURN_IF_ERROR(Need(kWho, section, off, 4, "attribute record header"));
+    PHOS_RETURN_IF_ERROR(Need(kNvInfo, section, off, 4, "attribute record header"));
     NvInfoRecord r;
     r.offset = off;
     r.format = section[off];
@@ -68,14 +68,14 @@ Status ParseNvInfoRecords(std::span<const uint8_t> section, std::vector<NvInfoRe
         off += 4;
         break;
       case kEifmtSval:
-        PHOS_RETURN_IF_ERROR(Need(kWho, section, off + 4, r.inline_value,
+        PHOS_RETURN_IF_ERROR(Need(kNvInfo, section, off + 4, r.inline_value,
                                   std::string(NvInfoAttrName(r.attribute)) + " value (attribute " +
                                       Hex(r.attribute) + ")"));
         r.value = section.subspan(off + 4, r.inline_value);
         off += 4 + r.inline_value;
         break;
       default:
-        return CorruptAt(kWho, off, "expected record format 1..4 (EIFMT_NVAL..EIFMT_SVAL), found " +
+        return CorruptAt(kNvInfo, off, "expected record format 1..4 (EIFMT_NVAL..EIFMT_SVAL), found " +
                                         std::to_string(r.format));
     }
     out->push_back(r);
@@ -86,7 +86,7 @@ Status ParseNvInfoRecords(std::span<const uint8_t> section, std::vector<NvInfoRe
 // Both parameter records (KPARAM_INFO and its V2) are 12-byte SVALs.
 static Status CheckParamRecord(const NvInfoRecord& r) {
   if (r.format == kEifmtSval && r.value.size() >= 12) return Status::Ok();
-  return CorruptAt(kWho, r.offset, "expected " + std::string(NvInfoAttrName(r.attribute)) +
+  return CorruptAt(kNvInfo, r.offset, "expected " + std::string(NvInfoAttrName(r.attribute)) +
                                        " as EIFMT_SVAL of 12 bytes, found format " + std::to_string(r.format) +
                                        " size " + std::to_string(r.value.size()));
 }
@@ -122,21 +122,21 @@ Status ParseKernelNvInfo(std::string_view kernel_name, std::span<const uint8_t> 
         p.offset = Load16(v + 6);
         p.size = Load32(v + 8);
         if (p.size > kMaxKernelParamBytes)
-          return CorruptAt(kWho, r.offset, "EIATTR_KPARAM_INFO_V2: parameter of " + std::to_string(p.size) +
+          return CorruptAt(kNvInfo, r.offset, "EIATTR_KPARAM_INFO_V2: parameter of " + std::to_string(p.size) +
                                                " bytes, more than CUDA's " + std::to_string(kMaxKernelParamBytes));
         out->params.push_back(p);  // alignment, space, cbank: not encoded (defaults)
         break;
       }
       case kEiattrCbankParamSize:
         if (r.format != kEifmtHval)
-          return CorruptAt(kWho, r.offset, "expected EIATTR_CBANK_PARAM_SIZE as EIFMT_HVAL, found format " +
+          return CorruptAt(kNvInfo, r.offset, "expected EIATTR_CBANK_PARAM_SIZE as EIFMT_HVAL, found format " +
                                                std::to_string(r.format));
         out->has_param_size = true;
         out->param_size = r.inline_value;
         break;
       case kEiattrParamCbank:
         if (r.format != kEifmtSval || r.value.size() < 8)
-          return CorruptAt(kWho, r.offset, "expected EIATTR_PARAM_CBANK as EIFMT_SVAL of 8 bytes");
+          return CorruptAt(kNvInfo, r.offset, "expected EIATTR_PARAM_CBANK as EIFMT_SVAL of 8 bytes");
         out->has_param_cbank = true;
         out->param_cbank_offset = Load16(r.value.data() + 4);
         out->param_cbank_size = Load16(r.value.data() + 6);

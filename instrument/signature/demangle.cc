@@ -1,4 +1,5 @@
 #include "signature/demangle.h"
+#include "signature/identifier_chars.h"
 
 #include <cxxabi.h>
 
@@ -7,10 +8,6 @@
 
 namespace phos::signature {
 namespace {
-
-bool IsIdentChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-}
 
 std::string Trim(std::string_view s) {
   size_t b = 0, e = s.size();

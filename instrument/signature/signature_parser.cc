@@ -1,4 +1,5 @@
 #include "signature/signature_parser.h"
+#include "signature/identifier_chars.h"
 
 #include <clang-c/Index.h>
 
@@ -20,8 +21,6 @@ std::mutex& LibclangMutex() {
   return mu;
 }
 
-bool IsIdentStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool IsIdentChar(char c) { return IsIdentStart(c) || (c >= '0' && c <= '9'); }
 
 // Builtin type words libclang understands as printed by the demangler.
 bool IsBuiltinWord(std::string_view w) {

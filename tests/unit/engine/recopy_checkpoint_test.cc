@@ -539,5 +539,105 @@ TEST_F(RecopyCheckpointTest, FailingPrecopySinkFailsTheCheckpointNotTheApp) {
   ExpectFilled(image[bufs_[0]], 7, "buffer 0");
 }
 
+
+// A process using two GPUs (soft_operation.h "SEVERAL GPUS"): recopy takes
+// it (no stop-the-world fallback) while the app writes buffers on both GPUs
+// — each from its own GPU's context (memsets) and from the other GPU's
+// (peer copies, whose write events live in the writer's context) — and the
+// image is exactly the state at t2.
+class TwoGpuRecopyCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(env_.Start("phos-recopy2-test", 0.5, /*gpus=*/2).ok());
+    ASSERT_TRUE(env_.Connect(&app_, &session_).ok());
+  }
+  void TearDown() override {
+    app_.reset();
+    session_.reset();
+  }
+  testing::EngineTestEnv env_;
+  std::unique_ptr<FakeApp> app_;
+  std::shared_ptr<session::Session> session_;
+};
+
+TEST_F(TwoGpuRecopyCheckpointTest, RecopyTakesBothGpusWhileTheAppWritesOnEach) {
+  constexpr uint64_t kBytes = 1 << 20;
+  constexpr int kPerGpu = 4;
+  struct Buf {
+    uint64_t ptr = 0;
+    uint8_t device = 0;
+  };
+  std::vector<Buf> bufs;
+  uint64_t src[2] = {0, 0};
+  for (uint8_t g = 0; g < 2; ++g) {
+    app_->UseDevice(g);
+    for (int i = 0; i < kPerGpu; ++i) {
+      Buf b{0, g};
+      ASSERT_EQ(app_->Malloc(kBytes, &b.ptr), kOk) << app_->message();
+      ASSERT_EQ(app_->Memset(b.ptr, 1, 1, kBytes), kOk) << app_->message();
+      bufs.push_back(b);
+    }
+    ASSERT_EQ(app_->Malloc(kBytes, &src[g]), kOk) << app_->message();
+    ASSERT_EQ(app_->Memset(src[g], 0xe0 + g, 1, kBytes), kOk) << app_->message();
+  }
+  const uint64_t setup = session_->admitted();  // every setup call was synchronous
+  // Call i writes buffer i % 8: every third one from the other GPU (a copy
+  // of that GPU's source, byte 0xe0 + its ordinal), the others from its own
+  // (a memset to byte (i % 250) + 2).
+  auto cross = [](uint64_t i) { return i % 3 == 2; };
+  std::atomic<bool> stop{false};
+  std::atomic<int> done{0};
+  std::thread writer([&] {
+    for (uint64_t i = 0; !stop.load(); ++i) {
+      const Buf& b = bufs[i % bufs.size()];
+      WireStatus w;
+      if (cross(i)) {
+        const uint8_t other = 1 - b.device;
+        app_->UseDevice(other);
+        w = app_->D2D(b.ptr, src[other], kBytes);
+      } else {
+        app_->UseDevice(b.device);
+        w = app_->Memset(b.ptr, (i % 250) + 2, 1, kBytes);
+      }
+      if (w != kOk) return;
+      done.fetch_add(1);
+    }
+  });
+  while (done.load() < 3) std::this_thread::sleep_for(1ms);
+  CheckpointOptions o;
+  o.mode = Mode::kRecopy;
+  o.dir = env_.dir() + "/img";
+  Progress progress;
+  CheckpointResult r;
+  Status s = Checkpoint(*session_, o, &progress, &r);
+  stop.store(true);
+  writer.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(r.mode, Mode::kRecopy);
+  EXPECT_GT(r.counters.recopy_rounds, 0u);
+  ASSERT_GE(r.admitted_at_capture, setup);
+  const uint64_t calls = r.admitted_at_capture - setup;
+  ASSERT_GT(static_cast<uint64_t>(done.load()), calls) << "the app wrote nothing after t2";
+
+  std::unique_ptr<image::ImageReader> reader;
+  ASSERT_TRUE(image::ImageReader::Open(o.dir, {}, &reader).ok());
+  EXPECT_EQ(reader->manifest().mode(), "recopy");
+  std::map<uint64_t, size_t> extent;
+  for (int i = 0; i < reader->manifest().buffers_size(); ++i) extent[reader->manifest().buffers(i).device_address()] = i;
+  std::vector<uint8_t> got(kBytes);
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    uint8_t want = 1;
+    for (uint64_t i = 0; i < calls; ++i) {
+      if (i % bufs.size() != k) continue;
+      want = cross(i) ? static_cast<uint8_t>(0xe0 + (1 - bufs[k].device)) : static_cast<uint8_t>((i % 250) + 2);
+    }
+    ASSERT_EQ(extent.count(bufs[k].ptr), 1u) << k;
+    ASSERT_TRUE(reader->ReadBuffer(extent[bufs[k].ptr], got.data()).ok());
+    size_t bad = 0;
+    for (uint8_t v : got) bad += v != want;
+    EXPECT_EQ(bad, 0u) << "buffer " << k << " (GPU " << int(bufs[k].device) << "): bytes differ from " << int(want);
+  }
+}
+
 }  // namespace
 }  // namespace phos::engine
