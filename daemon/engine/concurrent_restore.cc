@@ -400,6 +400,18 @@ Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook
   if (Status p = task->Prepare(options.dir, VerifiesFirst(options.verify, true)); !p.ok()) {
     return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
   }
+  if (task->image_uses_several_devices()) {
+    // The loader loads in the home context: an image of a process of
+    // several GPUs is restored stop-the-world (as a fresh restore does).
+    spdlog::info("restore of pid {}: {} holds a process of several GPUs; restoring it stop-the-world (the "
+                 "concurrent restore takes processes of one GPU only)", session.pid(), options.dir);
+    Status s = session.RunControl([&task](session::SessionState& st) { return task->Apply(st); });
+    if (!s.ok()) return SessionGone(s, session, "the restore did not complete");
+    *result = task->result();
+    result->concurrent = false;
+    result->total_us = MicrosSince(t0);
+    return Status::Ok();
+  }
   // In place: make the session's buffer map match the image, then track.
   ControlStep step = [hook](session::SessionState& st, ConcurrentRestore& op) { return op.StartInPlace(st, hook); };
   return DriveConcurrentRestore(session, hook, std::move(task), step, options, progress, result, hooks, load_order,

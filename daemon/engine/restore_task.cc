@@ -35,7 +35,7 @@ bool RestoreTask::Kept(const session::SessionState& st, const RangeMap& image_bu
   auto in_image = image_buffers.find(address);
   auto in_session = st.buffers.find(address);
   if (in_image == image_buffers.end() || in_image->second != bytes || in_session == st.buffers.end() ||
-      in_session->second != bytes) {
+      in_session->second != bytes || ImageDeviceOf(st, address) != session::DeviceOfBuffer(st, address)) {
     return false;
   }
   // A mapping of a reserved range stays only if its range stays too.
@@ -76,6 +76,7 @@ Status RestoreTask::Prepare(const std::string& dir, bool verify_all) {
     total += e.bytes();
   }
   for (int i = 0; i < m.buffers_size(); ++i) extent_by_address_[m.buffers(i).device_address()] = static_cast<std::size_t>(i);
+  PHOS_RETURN_IF_ERROR(ReadImageDevices());
   result_.bytes = total;
   result_.buffers = static_cast<std::uint32_t>(snap_.buffers.size());
   result_.globals = static_cast<std::uint32_t>(snap_.globals.size());
@@ -147,29 +148,75 @@ Status RestoreTask::Undefined(const Status& s) {
                        "image again or restart the app)");
 }
 
-Status RestoreTask::OneDeviceOnly(const session::SessionState& st) const {
-  // An in-place restore frees, allocates and copies in the home context; a
-  // process of several GPUs comes back whole (a fresh restore, which
-  // recreates every context) or not at all.
+Status RestoreTask::ReadImageDevices() {
+  const auto& m = reader_->manifest();
+  if (m.streams().empty()) return Status::Ok();  // an image without records: one GPU
   image::v1::SessionHandles handles;
-  const std::string& records = reader_->manifest().streams();
-  const bool several_in_image = !records.empty() && handles.ParseFromString(records) && handles.other_devices_size() > 0;
-  if (!session::UsesSeveralDevices(st) && !several_in_image) return Status::Ok();
-  return Status::FailedPrecondition(
-      std::string(several_in_image ? "the image's process" : "session " + std::to_string(st.session_id)) +
-      " used several GPUs: an in-place restore cannot roll back such a process yet (docs/interposer.md \"Several "
-      "GPUs in one process\"); restore the whole process from a process image instead");
+  if (!handles.ParseFromString(m.streams())) {
+    return Status::Corruption(result_.dir + "/manifest: its session records (streams section) do not parse");
+  }
+  auto check = [&](int device, const std::string& what) -> Status {
+    if (device < 0 || device > 255) {
+      return Status::Corruption(result_.dir + "/manifest: " + what + " names GPU " + std::to_string(device));
+    }
+    return Status::Ok();
+  };
+  image_home_device_ = handles.device();
+  PHOS_RETURN_IF_ERROR(check(image_home_device_, "the home GPU"));
+  for (int d : handles.other_devices()) {
+    PHOS_RETURN_IF_ERROR(check(d, "the list of other GPUs"));
+    if (d != image_home_device_) image_other_devices_.insert(d);
+  }
+  auto place = [&](std::uint64_t address, int device, const std::string& what) -> Status {
+    PHOS_RETURN_IF_ERROR(check(device, what));
+    if (device == image_home_device_) return Status::Ok();
+    if (!image_other_devices_.count(device)) {
+      return Status::Corruption(result_.dir + "/manifest: " + what + " is on GPU " + std::to_string(device) +
+                                ", which the image's process did not use");
+    }
+    if (!extent_by_address_.count(address)) {
+      return Status::Corruption(result_.dir + "/manifest: " + what + " is not an extent of the image");
+    }
+    image_extent_devices_[address] = device;
+    return Status::Ok();
+  };
+  for (const auto& b : handles.buffer_devices()) {
+    PHOS_RETURN_IF_ERROR(place(b.address(), b.device(), "buffer " + Hex(b.address())));
+  }
+  for (const auto& g : handles.globals()) {
+    if (g.has_device()) PHOS_RETURN_IF_ERROR(place(g.address(), g.device(), "module variable " + Hex(g.address())));
+  }
+  return Status::Ok();
+}
+
+int RestoreTask::ImageDeviceOf(const session::SessionState& st, std::uint64_t address) const {
+  auto it = image_extent_devices_.find(address);
+  return it == image_extent_devices_.end() ? st.device : it->second;
+}
+
+Status RestoreTask::MatchDevices(session::SessionState& st) const {
+  if (!session::UsesSeveralDevices(st) && image_other_devices_.empty()) return Status::Ok();
+  // The image names phosd's GPUs of the process it was taken from; rolled
+  // back in place, each range goes back to its GPU in this session.
+  if (image_home_device_ >= 0 && image_home_device_ != st.device) {
+    return Status::FailedPrecondition("the image's process had its home on GPU " +
+                                      std::to_string(image_home_device_) + ", this session on GPU " +
+                                      std::to_string(st.device) +
+                                      "; restore the whole process from a process image (--device-map) instead");
+  }
+  for (int d : image_other_devices_) {
+    PHOS_RETURN_IF_ERROR(session::AddDeviceContext(st, d).WithContext("the image's process used GPU " +
+                                                                      std::to_string(d)));
+  }
+  return Status::Ok();
 }
 
 Status RestoreTask::MapBuffers(session::SessionState& st) {
   if (!reader_) return Status::FailedPrecondition("restore: Prepare() was not called");
   progress_->SetPhase("quiesce", "waiting for the session's GPU work to finish");
-  if (Status s = st.ctx->Synchronize(); !s.ok()) {
-    return Status::FailedPrecondition("the session's GPU context has a sticky error (" + s.message() +
-                                      "); restore refused, the session is unchanged");
-  }
+  PHOS_RETURN_IF_ERROR(QuiesceAllDevices(st, "restore refused, the session is unchanged"));
   if (Status s = CheckFits(st); !s.ok()) return s.WithContext("restore refused, the session is unchanged");
-  if (Status s = OneDeviceOnly(st); !s.ok()) return s.WithContext("restore refused, the session is unchanged");
+  if (Status s = MatchDevices(st); !s.ok()) return s.WithContext("restore refused, the session is unchanged");
   session::ReapRetained(st, true);
 
   // From here on the session changes.
@@ -182,7 +229,10 @@ Status RestoreTask::MapBuffers(session::SessionState& st) {
       ++it;
       continue;
     }
-    if (Status s = st.ctx->Free(it->first); !s.ok()) return Undefined(s.WithContext("freeing " + Hex(it->first)));
+    // In its own GPU's context (the home one unless recorded).
+    backend::Context* owner = session::ContextOf(st, session::DeviceOfBuffer(st, it->first));
+    if (Status s = owner->Free(it->first); !s.ok()) return Undefined(s.WithContext("freeing " + Hex(it->first)));
+    st.buffer_devices.erase(it->first);
     it = st.buffers.Erase(it);
     ++result_.freed;
   }
@@ -209,10 +259,14 @@ Status RestoreTask::MapBuffers(session::SessionState& st) {
   }
   for (const auto& [addr, bytes] : image_buffers) {
     if (st.buffers.count(addr)) continue;
+    // On the GPU the image has it on (MatchDevices made the contexts).
+    const int device = ImageDeviceOf(st, addr);
+    backend::Context* ctx = session::ContextOf(st, device);
     backend::DevicePtr got = 0;
-    Status s = st.ctx->Allocate(bytes, addr, &got);
+    Status s = ctx != nullptr ? ctx->Allocate(bytes, addr, &got)
+                              : Status::Internal("no context of the session on GPU " + std::to_string(device));
     if (s.ok() && got != addr) {
-      (void)st.ctx->Free(got);
+      (void)ctx->Free(got);
       s = Status::Internal("the backend placed it at " + Hex(got));
     }
     if (!s.ok()) {
@@ -220,6 +274,7 @@ Status RestoreTask::MapBuffers(session::SessionState& st) {
                                      " (the address may be taken)"));
     }
     st.buffers.Add(addr, bytes);
+    if (device != st.device) st.buffer_devices[addr] = device;
     ++result_.allocated;
   }
   return Status::Ok();
@@ -265,11 +320,22 @@ Status RestoreTask::Apply(session::SessionState& st) {
     stall();
     return s;
   }
-  std::vector<std::size_t> all(static_cast<std::size_t>(reader_->manifest().buffers_size()));
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  // Each extent in its GPU's context (all in the home one for a process
+  // of one GPU).
+  std::map<int, std::vector<std::size_t>> by_device;
+  const auto& m = reader_->manifest();
+  for (int i = 0; i < m.buffers_size(); ++i) {
+    by_device[ImageDeviceOf(st, m.buffers(i).device_address())].push_back(static_cast<std::size_t>(i));
+  }
   progress_->SetPhase("copy", "copying the image to the device", result_.bytes);
-  Status s = LoadExtents(st.ctx, all);
-  if (s.ok()) s = st.ctx->Synchronize();
+  Status s;
+  for (const auto& [device, extents] : by_device) {
+    backend::Context* ctx = session::ContextOf(st, device);
+    s = ctx == nullptr ? Status::Internal("no context of the session on GPU " + std::to_string(device))
+                       : LoadExtents(ctx, extents);
+    if (s.ok()) s = ctx->Synchronize();
+    if (!s.ok()) break;
+  }
   stall();
   return s.ok() ? s : Undefined(s);
 }

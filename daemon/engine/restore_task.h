@@ -17,13 +17,18 @@
 // shares them: it calls MapBuffers() and loads the globals with
 // LoadExtents() in its control task, and reads buffer chunks itself.
 //
-//   MapBuffers()  synchronise; check that the image fits (each global
-//                 exists at its address with its size; no new buffer
-//                 overlaps a global or a buffer that is kept) before
-//                 changing anything; free the buffers that are not in the
-//                 image, allocate the missing ones at their recorded
-//                 addresses. The buffer map is updated (republished by the
-//                 session after the control task).
+//   MapBuffers()  synchronise every context; check that the image fits
+//                 (each global exists at its address with its size; no
+//                 new buffer overlaps a global or a buffer that is kept;
+//                 for several GPUs, the image's home GPU is the session's)
+//                 and give the session a context on each GPU of the image,
+//                 before changing anything; free the buffers that are not
+//                 in the image (or on another GPU than the image's), each
+//                 in its own GPU's context, allocate the missing ones at
+//                 their recorded addresses on their recorded GPUs. The
+//                 buffer map is updated (republished by the session after
+//                 the control task). Apply loads each extent in its GPU's
+//                 context.
 // Once MapBuffers() has started freeing, a later failure (an address taken
 // by memory outside the session, a read error) leaves the session's device
 // state undefined; the error says so (Undefined()).
@@ -37,6 +42,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,6 +90,9 @@ class RestoreTask {
   /// Thread-safe after Prepare.
   image::ImageReader& reader() { return *reader_; }
   const SessionSnapshot& snapshot() const { return snap_; }
+  /// Whether the image's process used more than one GPU (its session
+  /// records name another GPU). After Prepare.
+  bool image_uses_several_devices() const { return !image_other_devices_.empty(); }
   /// The manifest extent holding the range at `address` (buffer or global);
   /// -1 when none.
   long extent_of(std::uint64_t address) const {
@@ -93,9 +102,16 @@ class RestoreTask {
 
  private:
   Status CheckFits(const session::SessionState& st) const;
-  /// FailedPrecondition when the session or the image's process used
-  /// several GPUs (an in-place restore works in the home context only).
-  Status OneDeviceOnly(const session::SessionState& st) const;
+  /// Several GPUs (the session's or the image's process): the image's home
+  /// GPU must be the session's (FailedPrecondition otherwise), and the
+  /// session gets a context on every other GPU of the image.
+  Status MatchDevices(session::SessionState& st) const;
+  /// Reads the image's GPU records (Prepare): the home GPU, the others,
+  /// and the GPU of each extent off the home one.
+  Status ReadImageDevices();
+  /// phosd's GPU the image has the range at `address` on (the session's
+  /// home GPU for one not recorded elsewhere).
+  int ImageDeviceOf(const session::SessionState& st, std::uint64_t address) const;
   /// The image's reserved ranges (cuMemAddressReserve), start -> bytes.
   std::map<std::uint64_t, std::uint64_t> ImageReservedRanges() const;
   /// Whether the session's buffer [address, +bytes) stays as it is: the
@@ -110,6 +126,11 @@ class RestoreTask {
   SessionSnapshot snap_;
   std::map<std::uint64_t, std::size_t> extent_by_address_;  // device address -> manifest extent
   std::map<std::uint64_t, std::uint64_t> relocated_;  // image address -> restored address (consumer thread)
+  // The image's GPUs (immutable after Prepare): its home GPU (-1: not
+  // recorded), the others, and each range off the home one.
+  int image_home_device_ = -1;
+  std::set<int> image_other_devices_;
+  std::map<std::uint64_t, int> image_extent_devices_;
   RestoreResult result_;
 };
 

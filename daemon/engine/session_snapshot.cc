@@ -70,12 +70,11 @@ void CaptureObjects(const session::SessionState& st, SessionObjects* o) {
 
 }  // namespace
 
-Status QuiesceAllDevices(session::SessionState& st) {
+Status QuiesceAllDevices(session::SessionState& st, const char* refusal) {
   auto sync = [&](int device, backend::Context* ctx) -> Status {
     if (Status s = ctx->Synchronize(); !s.ok()) {
       return Status::FailedPrecondition("the session's context on GPU " + std::to_string(device) +
-                                        " has a sticky error (" + s.message() +
-                                        "); its device state cannot be checkpointed");
+                                        " has a sticky error (" + s.message() + "); " + refusal);
     }
     return Status::Ok();
   };

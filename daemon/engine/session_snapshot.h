@@ -108,8 +108,10 @@ struct SessionSnapshot {
 };
 
 /// Synchronises every context of the session (home first); a sticky error
-/// in any is FailedPrecondition naming its GPU.
-Status QuiesceAllDevices(session::SessionState& st);
+/// in any is FailedPrecondition naming its GPU, ending with `refusal`
+/// (what it means for the caller).
+Status QuiesceAllDevices(session::SessionState& st,
+                         const char* refusal = "its device state cannot be checkpointed");
 
 /// What the session holds now (consumer thread).
 SessionSnapshot CaptureSnapshot(const session::SessionState& st);

@@ -37,6 +37,7 @@
 #include "image/image_reader.h"
 #include "image/image_writer.h"
 #include "session/session_server.h"
+#include "test_ptx.h"
 
 namespace phos::engine::testing {
 namespace {
@@ -439,6 +440,112 @@ TEST_F(ConcurrentRestoreTest, MisSpeculatedKernelOnAbsentBufferRollsBack) {
   for (std::size_t i = 0; i < 20; ++i) EXPECT_EQ(Check(i, Pattern(static_cast<int>(i), sizes_[i])), "");
   EXPECT_EQ(Check(25, table_bytes), "");
 }
+
+
+// In-place restore of a process that uses two GPUs (docs/interposer.md
+// "Several GPUs in one process"), asked stop-the-world and concurrent (the
+// latter is taken stop-the-world: the loader works in the home context).
+// After the checkpoint the app rewrites buffers on both GPUs, frees one of
+// GPU 1's, allocates another there and bumps GPU 1's instance of a module
+// variable; the restore puts every byte back, the freed buffer back at its
+// address ON GPU 1 and frees the new one (each GPU's memory in use is what
+// it was), and the app goes on using both GPUs.
+class TwoGpuInPlaceRestoreTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    ASSERT_OK(env_.Start("phos-restore2-test", 0, /*gpus=*/2));
+    ASSERT_OK(env_.Connect(&app_, &session_));
+  }
+  void TearDown() override {
+    app_.reset();
+    session_.reset();
+  }
+  uint64_t UsedOn(int device) {
+    uint64_t free_bytes = 0, total = 0;
+    EXPECT_TRUE(env_.backend()->GetMemoryInfo(device, &free_bytes, &total).ok());
+    return total - free_bytes;
+  }
+  uint8_t ByteOf(uint8_t device, uint64_t p, uint64_t at) {
+    app_->UseDevice(device);
+    uint8_t b = 0;
+    EXPECT_EQ(app_->D2H(&b, p + at, 1), kOk) << app_->message();
+    return b;
+  }
+  EngineTestEnv env_;
+  std::unique_ptr<FakeApp> app_;
+  std::shared_ptr<Session> session_;
+};
+
+TEST_P(TwoGpuInPlaceRestoreTest, EachGpusStateComesBackOnItsGpu) {
+  constexpr uint64_t kBytes = 1 << 20;
+  uint64_t a0 = 0, a1 = 0, b1 = 0;
+  app_->UseDevice(0);
+  ASSERT_EQ(app_->Malloc(kBytes, &a0), kOk) << app_->message();
+  ASSERT_EQ(app_->Memset(a0, 0x10, 1, kBytes), kOk) << app_->message();
+  app_->UseDevice(1);
+  ASSERT_EQ(app_->Malloc(kBytes, &a1), kOk) << app_->message();
+  ASSERT_EQ(app_->Memset(a1, 0x11, 1, kBytes), kOk) << app_->message();
+  ASSERT_EQ(app_->Malloc(kBytes, &b1), kOk) << app_->message();
+  ASSERT_EQ(app_->Memset(b1, 0x12, 1, kBytes), kOk) << app_->message();
+  const auto ptx = std::as_bytes(std::span<const char>(backend::testing::kSaxpyPtx, sizeof backend::testing::kSaxpyPtx));
+  ASSERT_EQ(app_->ModuleLoad(1, ptx), kOk) << app_->message();
+  ASSERT_EQ(app_->GetFunction(1, 11, "bump"), kOk) << app_->message();
+  uint64_t counter1 = 0, n = 0;
+  ASSERT_EQ(app_->GetGlobal(1, "phos_counter", &counter1, &n), kOk) << app_->message();
+  ASSERT_EQ(app_->Launch(11, Grid(1, 1), {}), kOk);  // GPU 1's instance: 7 -> 8
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  const uint64_t used0 = UsedOn(0), used1 = UsedOn(1);
+
+  CheckpointOptions co;
+  co.mode = Mode::kStop;
+  co.dir = env_.dir() + "/img";
+  Progress progress;
+  CheckpointResult cr;
+  ASSERT_OK(Checkpoint(*session_, co, &progress, &cr));
+
+  // Everything changes after the image.
+  ASSERT_EQ(app_->Memset(a1, 0xee, 1, kBytes), kOk) << app_->message();
+  ASSERT_EQ(app_->Free(b1), kOk) << app_->message();
+  uint64_t n1 = 0;
+  ASSERT_EQ(app_->Malloc(4 * kBytes, &n1), kOk) << app_->message();
+  ASSERT_EQ(app_->Launch(11, Grid(1, 1), {}), kOk);  // 8 -> 9
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  app_->UseDevice(0);
+  ASSERT_EQ(app_->Memset(a0, 0xef, 1, kBytes), kOk) << app_->message();
+
+  RestoreOptions ro;
+  ro.dir = co.dir;
+  ro.concurrent = GetParam();
+  RestoreResult rr;
+  ASSERT_OK(Restore(*session_, ro, &progress, &rr));
+  EXPECT_FALSE(rr.concurrent) << "an image of two GPUs is restored stop-the-world";
+  EXPECT_EQ(rr.freed, 1u);      // n1
+  EXPECT_EQ(rr.allocated, 1u);  // b1, again
+  EXPECT_EQ(UsedOn(0), used0) << "GPU 0's memory in use differs from the image's";
+  EXPECT_EQ(UsedOn(1), used1) << "GPU 1's memory in use differs from the image's (b1 back elsewhere?)";
+  EXPECT_EQ(ByteOf(0, a0, kBytes - 1), 0x10);
+  EXPECT_EQ(ByteOf(1, a1, 0), 0x11);
+  EXPECT_EQ(ByteOf(1, b1, kBytes - 1), 0x12);
+  uint32_t c = 0;
+  app_->UseDevice(1);
+  ASSERT_EQ(app_->D2H(&c, counter1, 4), kOk) << app_->message();
+  EXPECT_EQ(c, 8u);
+  // The app goes on on both GPUs: a kernel on GPU 1, a peer copy, a free
+  // of the restored buffer from GPU 0 (its owner frees it).
+  ASSERT_EQ(app_->Launch(11, Grid(1, 1), {}), kOk);
+  ASSERT_EQ(app_->DeviceSync(), kOk) << app_->message();
+  ASSERT_EQ(app_->D2H(&c, counter1, 4), kOk) << app_->message();
+  EXPECT_EQ(c, 9u);
+  app_->UseDevice(0);
+  ASSERT_EQ(app_->D2D(a0, b1, kBytes), kOk) << app_->message();
+  EXPECT_EQ(ByteOf(0, a0, 7), 0x12);
+  ASSERT_EQ(app_->Free(b1), kOk) << app_->message();
+  EXPECT_LT(UsedOn(1), used1) << "the restored buffer was not on GPU 1";  // (the sim rounds to 2 MiB)
+  EXPECT_EQ(UsedOn(0), used0);
+}
+
+INSTANTIATE_TEST_SUITE_P(StopAndConcurrent, TwoGpuInPlaceRestoreTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Concurrent" : "Stop"; });
 
 }  // namespace
 }  // namespace phos::engine::testing
