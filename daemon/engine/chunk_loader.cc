@@ -45,7 +45,7 @@ Status ChunkLoader::Queue(const std::vector<image::ImageReader::StagedChunk>& ba
       // Pinned memory lets the copy run asynchronously (DMA) while the next
       // batch is read; a backend that refuses still copies, synchronously.
       if (tried_pin_.insert(c.buf->data).second && ctx_->RegisterHostMemory(c.buf->data, c.buf->capacity).ok()) {
-        pinned_.insert(c.buf->data);
+        pinned_.emplace(c.buf->data, ctx_);
       }
       const std::uint64_t dst = base + c.chunk * chunk_bytes;
       s = ctx_->MemcpyAsync(dst, reinterpret_cast<std::uint64_t>(c.data), c.len, backend::CopyKind::kHostToDevice,
@@ -131,7 +131,7 @@ void ChunkLoader::Finish() {
   (void)Drain();
   if (pinned_.empty()) return;
   access_([&] {
-    for (const void* p : pinned_) (void)ctx_->UnregisterHostMemory(const_cast<void*>(p));
+    for (const auto& [p, ctx] : pinned_) (void)ctx->UnregisterHostMemory(const_cast<void*>(p));
   });
   pinned_.clear();
 }

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -55,6 +56,14 @@ class ChunkLoader {
   /// Called inside ContextAccess before each chunk's copy is queued (the
   /// concurrent restore yields to the app's copies there).
   void set_before_copy(std::function<void()> f) { before_copy_ = std::move(f); }
+  /// Between two Loads (nothing is in flight then): the context and stream
+  /// later Loads copy with — a process of several GPUs loads each buffer in
+  /// its GPU's context. A staging buffer stays pinned in the context that
+  /// pinned it first (others copy from it as from pageable memory).
+  void SetTarget(backend::Context* ctx, backend::StreamHandle stream) {
+    ctx_ = ctx;
+    stream_ = stream;
+  }
 
   /// Loads chunks [first, end) of manifest extent `extent` to `base` + the
   /// chunk's offset. Before each chunk's read and copy but the first's,
@@ -85,7 +94,7 @@ class ChunkLoader {
   std::size_t read_ahead_;
   std::vector<image::ImageReader::StagedChunk> inflight_;  // a copy queued, not yet synchronised
   std::set<const void*> tried_pin_;  // staging buffers we tried to register (once each)
-  std::set<const void*> pinned_;     // ... and those ctx_ registered
+  std::map<const void*, backend::Context*> pinned_;  // ... and those registered, with the context that did
   bool finished_ = false;
 };
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <unordered_set>
 
 #include "common/hex.h"
@@ -45,10 +46,11 @@ Status ConcurrentRestore::StartMapped(session::SessionState& st, EngineHook* hoo
     global_bytes += g.bytes;
   }
   progress_->SetPhase("globals", "loading " + std::to_string(globals.size()) + " module globals", global_bytes);
-  PHOS_RETURN_IF_ERROR(task_->LoadExtents(ctx_, globals).WithContext("loading the module globals"));
+  PHOS_RETURN_IF_ERROR(task_->LoadExtentsOnTheirDevices(st, globals).WithContext("loading the module globals"));
 
   std::vector<std::size_t> all;  // every buffer's extent (the synchronous fallback below)
   std::vector<TrackedBuffer> tracked;
+  std::set<int> devices;
   for (const auto& r : snap.buffers) {
     const long e = task_->extent_of(r.address);
     if (e < 0) return Status::Internal("buffer " + Hex(r.address) + " has no extent");
@@ -57,6 +59,8 @@ Status ConcurrentRestore::StartMapped(session::SessionState& st, EngineHook* hoo
     b.bytes = r.bytes;
     b.state = kAbsent;
     b.image_index = static_cast<std::size_t>(e);
+    b.device = task_->SessionDeviceOfExtent(st, b.image_index);  // the loader copies it in its GPU's context
+    devices.insert(b.device);
     total_bytes_ += r.bytes;
     all.push_back(b.image_index);
     tracked.push_back(std::move(b));
@@ -73,11 +77,13 @@ Status ConcurrentRestore::StartMapped(session::SessionState& st, EngineHook* hoo
       if (!seen.count(a)) order_.push_back(a);
     }
   }
-  if (Status s = OpenWorker(); !s.ok()) {
-    // No background loader without a stream: restore stop-the-world.
-    spdlog::warn("restore: no stream for the background loader ({}); loading every buffer now", s.ToString());
+  Status worker = OpenWorker();
+  if (worker.ok()) worker = OpenOtherLanes(st, devices);  // a stream on each GPU it loads into
+  if (!worker.ok()) {
+    // No background loader without its streams: restore stop-the-world.
+    spdlog::warn("restore: no stream for the background loader ({}); loading every buffer now", worker.ToString());
     progress_->SetPhase("copy", "copying the image to the device", total_bytes_);
-    PHOS_RETURN_IF_ERROR(task_->LoadExtents(ctx_, all));
+    PHOS_RETURN_IF_ERROR(task_->LoadExtentsOnTheirDevices(st, all));
     std::lock_guard<std::mutex> lock(table_.mu);
     for (auto& [a, b] : table_.by_address) {
       b.state = kPresent;
@@ -207,7 +213,7 @@ bool ConcurrentRestore::AfterTwin(const session::CallView& call, std::uint64_t l
   // Wait for the report now (the cost of validating during the restore
   // window): a rollback must happen before the session's next call runs.
   std::vector<TwinValidator::Collected> reports;
-  if (Status d = validator_->Drain(true, &reports); !d.ok()) {
+  if (Status d = DrainValidators(true, &reports); !d.ok()) {
     spdlog::warn("restore: collecting the twin report of kernel {}: {}", name, d.ToString());
   }
   std::unique_lock<std::mutex> lock(table_.mu);
@@ -264,7 +270,10 @@ TrackedBuffer* ConcurrentRestore::NextToLoad() {
 Status ConcurrentRestore::LoadAll() {
   ChunkLoader loader(task_->reader(), ctx_, stream_, [this](const std::function<void()>& f) { return UseContext(f); },
                      progress_, ChunkLoader::kConcurrentReadAhead);
-  loader.set_before_copy([this] { gate_.YieldIfNeeded(ctx_); });
+  bool home = true;  // the loader copies into the home GPU now (the gate watches that one)
+  loader.set_before_copy([this, &home] {
+    if (home) gate_.YieldIfNeeded(ctx_);
+  });
   Status status;
   for (;;) {
     TrackedBuffer* b = nullptr;
@@ -278,7 +287,11 @@ Status ConcurrentRestore::LoadAll() {
       if (b == nullptr) break;
       b->state = kLoading;
     }
-    // address, bytes and image_index never change after Start: read unlocked.
+    // address, bytes, image_index and device never change after Start:
+    // read unlocked. Each buffer loads on the stream of its GPU.
+    const Lane lane = LaneOf(b->device);
+    loader.SetTarget(lane.ctx, lane.stream);
+    home = lane.ctx == ctx_;
     bool paused = false;
     status = LoadOne(*b, loader, &paused);
     {
@@ -399,18 +412,6 @@ Status RunConcurrentRestoreWithHooks(session::Session& session, EngineHook* hook
   // In place: by default every checksum before the session is touched.
   if (Status p = task->Prepare(options.dir, VerifiesFirst(options.verify, true)); !p.ok()) {
     return p.WithContext("restore refused; the session of pid " + std::to_string(session.pid()) + " is untouched");
-  }
-  if (task->image_uses_several_devices()) {
-    // The loader loads in the home context: an image of a process of
-    // several GPUs is restored stop-the-world (as a fresh restore does).
-    spdlog::info("restore of pid {}: {} holds a process of several GPUs; restoring it stop-the-world (the "
-                 "concurrent restore takes processes of one GPU only)", session.pid(), options.dir);
-    Status s = session.RunControl([&task](session::SessionState& st) { return task->Apply(st); });
-    if (!s.ok()) return SessionGone(s, session, "the restore did not complete");
-    *result = task->result();
-    result->concurrent = false;
-    result->total_us = MicrosSince(t0);
-    return Status::Ok();
   }
   // In place: make the session's buffer map match the image, then track.
   ControlStep step = [hook](session::SessionState& st, ConcurrentRestore& op) { return op.StartInPlace(st, hook); };

@@ -291,8 +291,7 @@ Status CopyAll(session::SessionState& st, RestoreTask& task, Progress* progress)
   std::vector<std::size_t> all(static_cast<std::size_t>(task.manifest().buffers_size()));
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
   progress->SetPhase("copy", "copying the image to the device", task.result().bytes);
-  PHOS_RETURN_IF_ERROR(task.LoadExtents(st.ctx, all));
-  return st.ctx->Synchronize();
+  return task.LoadExtentsOnTheirDevices(st, all);
 }
 
 /// The session goes to the GPU its image was taken on, or where the plan
@@ -410,15 +409,7 @@ Status RestoreFreshWithHooks(session::Session& session, const RestoreOptions& op
                            .WithContext(options.dir + "/manifest")
                            .WithContext(untouched));
 
-  // The concurrent restore's loader and twins work in the home context: a
-  // process of several GPUs is restored stop-the-world (the caller lets it
-  // run when this returns, result->concurrent says which it was).
-  const bool concurrent = options.concurrent && handles->other_devices_size() == 0;
-  if (options.concurrent && !concurrent) {
-    spdlog::info("fresh restore of {}: its process used {} GPUs; restoring it stop-the-world (the concurrent "
-                 "restore takes processes of one GPU only)", options.dir, handles->other_devices_size() + 1);
-  }
-  if (concurrent) {
+  if (options.concurrent) {
     // Recreate and map here; from there on it is the concurrent restore:
     // every image buffer ABSENT, globals loaded synchronously, the loader
     // in first-use order, calls touching an absent buffer wait.

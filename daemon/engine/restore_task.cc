@@ -310,6 +310,28 @@ Status RestoreTask::LoadExtents(backend::Context* ctx, const std::vector<std::si
   return s;
 }
 
+int RestoreTask::SessionDeviceOfExtent(const session::SessionState& st, std::size_t i) const {
+  const std::uint64_t image_address = reader_->manifest().buffers(static_cast<int>(i)).device_address();
+  auto moved = relocated_.find(image_address);
+  const std::uint64_t at = moved == relocated_.end() ? image_address : moved->second;
+  if (auto g = st.global_symbols.find(at); g != st.global_symbols.end()) return g->second.device;
+  return session::DeviceOfBuffer(st, at);
+}
+
+Status RestoreTask::LoadExtentsOnTheirDevices(session::SessionState& st, const std::vector<std::size_t>& extents) {
+  // Each extent in its GPU's context (all in the home one for a process
+  // of one GPU).
+  std::map<int, std::vector<std::size_t>> by_device;
+  for (std::size_t i : extents) by_device[SessionDeviceOfExtent(st, i)].push_back(i);
+  for (const auto& [device, on_device] : by_device) {
+    backend::Context* ctx = session::ContextOf(st, device);
+    if (ctx == nullptr) return Status::Internal("no context of the session on GPU " + std::to_string(device));
+    PHOS_RETURN_IF_ERROR(LoadExtents(ctx, on_device));
+    PHOS_RETURN_IF_ERROR(ctx->Synchronize());
+  }
+  return Status::Ok();
+}
+
 Status RestoreTask::Apply(session::SessionState& st) {
   const auto t0 = Clock::now();
   auto stall = [&] {
@@ -320,22 +342,10 @@ Status RestoreTask::Apply(session::SessionState& st) {
     stall();
     return s;
   }
-  // Each extent in its GPU's context (all in the home one for a process
-  // of one GPU).
-  std::map<int, std::vector<std::size_t>> by_device;
-  const auto& m = reader_->manifest();
-  for (int i = 0; i < m.buffers_size(); ++i) {
-    by_device[ImageDeviceOf(st, m.buffers(i).device_address())].push_back(static_cast<std::size_t>(i));
-  }
+  std::vector<std::size_t> all(static_cast<std::size_t>(reader_->manifest().buffers_size()));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
   progress_->SetPhase("copy", "copying the image to the device", result_.bytes);
-  Status s;
-  for (const auto& [device, extents] : by_device) {
-    backend::Context* ctx = session::ContextOf(st, device);
-    s = ctx == nullptr ? Status::Internal("no context of the session on GPU " + std::to_string(device))
-                       : LoadExtents(ctx, extents);
-    if (s.ok()) s = ctx->Synchronize();
-    if (!s.ok()) break;
-  }
+  Status s = LoadExtentsOnTheirDevices(st, all);
   stall();
   return s.ok() ? s : Undefined(s);
 }

@@ -77,6 +77,14 @@ class RestoreTask {
   /// before it is copied), and waits for them. Progress bytes are added per chunk. An extent
   /// whose address was relocated (RelocateGlobal) goes to its new address.
   Status LoadExtents(backend::Context* ctx, const std::vector<std::size_t>& extents);
+  /// Consumer thread: LoadExtents of `extents`, each in the context of the
+  /// GPU the session holds its range on (SessionDeviceOfExtent), then
+  /// synchronises those contexts.
+  Status LoadExtentsOnTheirDevices(session::SessionState& st, const std::vector<std::size_t>& extents);
+  /// phosd's GPU the session holds manifest extent `i`'s range on now
+  /// (after MapBuffers, or a fresh restore's recreation, which may have
+  /// moved GPUs): a module variable's instance's GPU, else its buffer's.
+  int SessionDeviceOfExtent(const session::SessionState& st, std::size_t i) const;
   /// Consumer thread, before LoadExtents: the module global the image has at
   /// `from` is at `to` in the restored context (a fresh restore where the
   /// backend placed it elsewhere and the app never held its address).

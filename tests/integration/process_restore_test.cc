@@ -198,6 +198,8 @@ TEST_F(ProcessRestoreTest, AProcessOfTwoGpusComesBackOnAnotherGpu) {
   const std::string phosd = DaemonLog();
   EXPECT_NE(phosd.find("uses GPU 1 too"), std::string::npos) << phosd;
   EXPECT_EQ(phosd.find("uses GPU 0 too"), std::string::npos) << phosd;  // the app's GPU 0 is GPU 2 now
+  // Concurrent (the default): the loader loaded each buffer on its GPU.
+  EXPECT_NE(phosd.find("us (concurrent)"), std::string::npos) << phosd;
   EXPECT_TRUE(phos::testing::WaitGone(pid, 30s));
   app_pid_ = -1;
 }

@@ -443,8 +443,9 @@ TEST_F(ConcurrentRestoreTest, MisSpeculatedKernelOnAbsentBufferRollsBack) {
 
 
 // In-place restore of a process that uses two GPUs (docs/interposer.md
-// "Several GPUs in one process"), asked stop-the-world and concurrent (the
-// latter is taken stop-the-world: the loader works in the home context).
+// "Several GPUs in one process"), stop-the-world and concurrent (whose
+// loader loads each buffer on its stream on the buffer's GPU; the app's
+// reads right after it returns wait for what they need).
 // After the checkpoint the app rewrites buffers on both GPUs, frees one of
 // GPU 1's, allocates another there and bumps GPU 1's instance of a module
 // variable; the restore puts every byte back, the freed buffer back at its
@@ -518,7 +519,7 @@ TEST_P(TwoGpuInPlaceRestoreTest, EachGpusStateComesBackOnItsGpu) {
   ro.concurrent = GetParam();
   RestoreResult rr;
   ASSERT_OK(Restore(*session_, ro, &progress, &rr));
-  EXPECT_FALSE(rr.concurrent) << "an image of two GPUs is restored stop-the-world";
+  EXPECT_EQ(rr.concurrent, GetParam());
   EXPECT_EQ(rr.freed, 1u);      // n1
   EXPECT_EQ(rr.allocated, 1u);  // b1, again
   EXPECT_EQ(UsedOn(0), used0) << "GPU 0's memory in use differs from the image's";
