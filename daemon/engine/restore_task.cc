@@ -76,7 +76,7 @@ Status RestoreTask::Prepare(const std::string& dir, bool verify_all) {
     total += e.bytes();
   }
   for (int i = 0; i < m.buffers_size(); ++i) extent_by_address_[m.buffers(i).device_address()] = static_cast<std::size_t>(i);
-  PHOS_RETURN_IF_ERROR(ReadImageDevices());
+  PHOS_RETURN_IF_ERROR(ReadImageDevices(m, &image_devices_).WithContext(dir + "/manifest"));
   result_.bytes = total;
   result_.buffers = static_cast<std::uint32_t>(snap_.buffers.size());
   result_.globals = static_cast<std::uint32_t>(snap_.globals.size());
@@ -148,63 +148,22 @@ Status RestoreTask::Undefined(const Status& s) {
                        "image again or restart the app)");
 }
 
-Status RestoreTask::ReadImageDevices() {
-  const auto& m = reader_->manifest();
-  if (m.streams().empty()) return Status::Ok();  // an image without records: one GPU
-  image::v1::SessionHandles handles;
-  if (!handles.ParseFromString(m.streams())) {
-    return Status::Corruption(result_.dir + "/manifest: its session records (streams section) do not parse");
-  }
-  auto check = [&](int device, const std::string& what) -> Status {
-    if (device < 0 || device > 255) {
-      return Status::Corruption(result_.dir + "/manifest: " + what + " names GPU " + std::to_string(device));
-    }
-    return Status::Ok();
-  };
-  image_home_device_ = handles.device();
-  PHOS_RETURN_IF_ERROR(check(image_home_device_, "the home GPU"));
-  for (int d : handles.other_devices()) {
-    PHOS_RETURN_IF_ERROR(check(d, "the list of other GPUs"));
-    if (d != image_home_device_) image_other_devices_.insert(d);
-  }
-  auto place = [&](std::uint64_t address, int device, const std::string& what) -> Status {
-    PHOS_RETURN_IF_ERROR(check(device, what));
-    if (device == image_home_device_) return Status::Ok();
-    if (!image_other_devices_.count(device)) {
-      return Status::Corruption(result_.dir + "/manifest: " + what + " is on GPU " + std::to_string(device) +
-                                ", which the image's process did not use");
-    }
-    if (!extent_by_address_.count(address)) {
-      return Status::Corruption(result_.dir + "/manifest: " + what + " is not an extent of the image");
-    }
-    image_extent_devices_[address] = device;
-    return Status::Ok();
-  };
-  for (const auto& b : handles.buffer_devices()) {
-    PHOS_RETURN_IF_ERROR(place(b.address(), b.device(), "buffer " + Hex(b.address())));
-  }
-  for (const auto& g : handles.globals()) {
-    if (g.has_device()) PHOS_RETURN_IF_ERROR(place(g.address(), g.device(), "module variable " + Hex(g.address())));
-  }
-  return Status::Ok();
-}
-
 int RestoreTask::ImageDeviceOf(const session::SessionState& st, std::uint64_t address) const {
-  auto it = image_extent_devices_.find(address);
-  return it == image_extent_devices_.end() ? st.device : it->second;
+  auto it = image_devices_.ranges.find(address);
+  return it == image_devices_.ranges.end() ? st.device : it->second;
 }
 
 Status RestoreTask::MatchDevices(session::SessionState& st) const {
-  if (!session::UsesSeveralDevices(st) && image_other_devices_.empty()) return Status::Ok();
+  if (!session::UsesSeveralDevices(st) && image_devices_.others.empty()) return Status::Ok();
   // The image names phosd's GPUs of the process it was taken from; rolled
   // back in place, each range goes back to its GPU in this session.
-  if (image_home_device_ >= 0 && image_home_device_ != st.device) {
+  if (image_devices_.home >= 0 && image_devices_.home != st.device) {
     return Status::FailedPrecondition("the image's process had its home on GPU " +
-                                      std::to_string(image_home_device_) + ", this session on GPU " +
+                                      std::to_string(image_devices_.home) + ", this session on GPU " +
                                       std::to_string(st.device) +
                                       "; restore the whole process from a process image (--device-map) instead");
   }
-  for (int d : image_other_devices_) {
+  for (int d : image_devices_.others) {
     PHOS_RETURN_IF_ERROR(session::AddDeviceContext(st, d).WithContext("the image's process used GPU " +
                                                                       std::to_string(d)));
   }

@@ -49,6 +49,7 @@
 #include "common/status.h"
 #include "engine/operations.h"
 #include "engine/progress.h"
+#include "engine/session_sections.h"
 #include "engine/session_snapshot.h"
 #include "image/image_reader.h"
 #include "session/call_handlers.h"
@@ -100,7 +101,7 @@ class RestoreTask {
   const SessionSnapshot& snapshot() const { return snap_; }
   /// Whether the image's process used more than one GPU (its session
   /// records name another GPU). After Prepare.
-  bool image_uses_several_devices() const { return !image_other_devices_.empty(); }
+  bool image_uses_several_devices() const { return !image_devices_.others.empty(); }
   /// The manifest extent holding the range at `address` (buffer or global);
   /// -1 when none.
   long extent_of(std::uint64_t address) const {
@@ -114,9 +115,6 @@ class RestoreTask {
   /// GPU must be the session's (FailedPrecondition otherwise), and the
   /// session gets a context on every other GPU of the image.
   Status MatchDevices(session::SessionState& st) const;
-  /// Reads the image's GPU records (Prepare): the home GPU, the others,
-  /// and the GPU of each extent off the home one.
-  Status ReadImageDevices();
   /// phosd's GPU the image has the range at `address` on (the session's
   /// home GPU for one not recorded elsewhere).
   int ImageDeviceOf(const session::SessionState& st, std::uint64_t address) const;
@@ -134,11 +132,7 @@ class RestoreTask {
   SessionSnapshot snap_;
   std::map<std::uint64_t, std::size_t> extent_by_address_;  // device address -> manifest extent
   std::map<std::uint64_t, std::uint64_t> relocated_;  // image address -> restored address (consumer thread)
-  // The image's GPUs (immutable after Prepare): its home GPU (-1: not
-  // recorded), the others, and each range off the home one.
-  int image_home_device_ = -1;
-  std::set<int> image_other_devices_;
-  std::map<std::uint64_t, int> image_extent_devices_;
+  ImageDevices image_devices_;  // the image's GPUs (immutable after Prepare)
   RestoreResult result_;
 };
 

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 
 #include "common/status.h"
 #include "engine/session_snapshot.h"
@@ -49,5 +51,18 @@ Status DecodeTextureObject(const image::v1::TextureObjectRecord& r, wire::Textur
 /// or disagree with the handles.
 Status ReadSessionSections(const image::v1::Manifest& manifest, const SessionSnapshot& snap,
                            image::v1::SessionHandles* handles, image::v1::SessionModules* modules);
+
+/// Which GPU each range of an image is on, as an in-place restore reads it
+/// (phosd's ordinals of the process it was taken from).
+struct ImageDevices {
+  int home = -1;                         // -1: the image records none (one GPU)
+  std::set<int> others;                  // the other GPUs its process used
+  std::map<std::uint64_t, int> ranges;   // extent start -> GPU, for ranges off the home GPU
+};
+/// The streams section's GPU records (an image without one: a single
+/// GPU). Corruption when they do not parse, name a GPU past 255, or put a
+/// buffer or module variable on a GPU the process did not use or at an
+/// address that is no extent of the manifest.
+Status ReadImageDevices(const image::v1::Manifest& manifest, ImageDevices* out);
 
 }  // namespace phos::engine

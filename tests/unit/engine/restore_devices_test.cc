@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -157,6 +158,39 @@ TEST_F(SessionDeviceRecordsTest, DamagedDeviceRecordsAreCorruption) {
   a->set_app(0);
   a->set_phosd(-1);
   refused(h, "alias to no GPU");
+}
+
+// What an in-place restore reads (ReadImageDevices): each range's GPU;
+// damaged records refused as corruption; an image without records is of
+// one GPU.
+TEST_F(SessionDeviceRecordsTest, AnInPlaceRestoreReadsEachRangesGpu) {
+  image::v1::Manifest m = manifest_;
+  for (std::uint64_t a : {0x10000u, 0x20000u}) m.add_buffers()->set_device_address(a);
+  ImageDevices d;
+  ASSERT_TRUE(ReadImageDevices(m, &d).ok());
+  EXPECT_EQ(d.home, 0);
+  EXPECT_EQ(d.others, (std::set<int>{1}));
+  EXPECT_EQ(d.ranges, (std::map<std::uint64_t, int>{{0x20000, 1}}));
+  auto refused = [&](const std::string& streams, const char* what) {
+    image::v1::Manifest bad = m;
+    bad.set_streams(streams);
+    Status s = ReadImageDevices(bad, &d);
+    EXPECT_EQ(s.code(), Status::Code::kCorruption) << what << ": " << s.ToString();
+  };
+  image::v1::SessionHandles h = Written();
+  h.mutable_buffer_devices(0)->set_device(2);
+  refused(h.SerializeAsString(), "buffer on a GPU the process did not use");
+  h = Written();
+  h.mutable_buffer_devices(0)->set_address(0x30000);
+  refused(h.SerializeAsString(), "buffer that is no extent");
+  h = Written();
+  h.set_device(300);
+  refused(h.SerializeAsString(), "home GPU past 255");
+  refused(std::string("\xff\xff\xff", 3), "records that do not parse");
+  m.clear_streams();
+  ASSERT_TRUE(ReadImageDevices(m, &d).ok());
+  EXPECT_EQ(d.home, -1);
+  EXPECT_TRUE(d.others.empty() && d.ranges.empty());
 }
 
 // session_sections_fuzz's seeds (tests/fuzz/make_session_sections_seeds.py)
