@@ -270,10 +270,8 @@ TrackedBuffer* ConcurrentRestore::NextToLoad() {
 Status ConcurrentRestore::LoadAll() {
   ChunkLoader loader(task_->reader(), ctx_, stream_, [this](const std::function<void()>& f) { return UseContext(f); },
                      progress_, ChunkLoader::kConcurrentReadAhead);
-  bool home = true;  // the loader copies into the home GPU now (the gate watches that one)
-  loader.set_before_copy([this, &home] {
-    if (home) gate_.YieldIfNeeded(ctx_);
-  });
+  Lane lane = LaneOf(home_device_);  // the GPU the loader copies into now
+  loader.set_before_copy([&lane] { YieldToAppCopies(lane); });
   Status status;
   for (;;) {
     TrackedBuffer* b = nullptr;
@@ -289,9 +287,8 @@ Status ConcurrentRestore::LoadAll() {
     }
     // address, bytes, image_index and device never change after Start:
     // read unlocked. Each buffer loads on the stream of its GPU.
-    const Lane lane = LaneOf(b->device);
+    lane = LaneOf(b->device);
     loader.SetTarget(lane.ctx, lane.stream);
-    home = lane.ctx == ctx_;
     bool paused = false;
     status = LoadOne(*b, loader, &paused);
     {

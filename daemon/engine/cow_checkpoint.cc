@@ -395,7 +395,7 @@ Status CowCheckpoint::SaveOne(TrackedBuffer& b, const Lane& lane, backend::Devic
     }
     const bool used = UseContext([&] {
       if (wait_event != 0) (void)WaitEventOn(lane.ctx, lane.stream, wait_ctx, wait_event);
-      if (lane.ctx == ctx_) gate_.YieldIfNeeded(ctx_);  // the gate watches the home GPU
+      YieldToAppCopies(lane);
       status = lane.ctx->MemcpyAsync(reinterpret_cast<std::uint64_t>(host), src + off, len,
                                      backend::CopyKind::kDeviceToHost, lane.stream);
       if (status.ok()) status = lane.ctx->SynchronizeStream(lane.stream);

@@ -412,7 +412,7 @@ Status RecopyCheckpoint::CopyOne(TrackedBuffer& b, const Lane& lane, const std::
         aborted = true;
         return;
       }
-      if (lane.ctx == ctx_) gate_.YieldIfNeeded(ctx_);  // the gate watches the home GPU
+      YieldToAppCopies(lane);
       s = lane.ctx->MemcpyAsync(reinterpret_cast<std::uint64_t>(b.host.data() + off), b.address + off, len,
                                 backend::CopyKind::kDeviceToHost, lane.stream);
       if (s.ok()) s = lane.ctx->SynchronizeStream(lane.stream);

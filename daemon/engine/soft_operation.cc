@@ -52,14 +52,24 @@ Status SoftOperation::OpenOtherLanes(const session::SessionState& st, const std:
     }
     PHOS_RETURN_IF_ERROR(lane.ctx->CreateStream(backend::kStreamNonBlocking, 0, &lane.stream)
                              .WithContext(std::string("the ") + worker_ + "'s stream on GPU " + std::to_string(device)));
+    auto gate = std::make_unique<CopyEngineGate>();
+    if (Status s = gate->Init(lane.ctx); s.ok()) {
+      lane.gate = gate.get();
+    } else {
+      spdlog::warn("{}: {} will not yield to app copies on GPU {}: {}", what_, worker_, device, s.ToString());
+    }
+    {
+      std::lock_guard<std::mutex> lock(table_.mu);
+      other_gates_.emplace(device, std::move(gate));
+    }
     other_lanes_.emplace(device, lane);
   }
   return Status::Ok();
 }
 
-SoftOperation::Lane SoftOperation::LaneOf(int device) const {
+SoftOperation::Lane SoftOperation::LaneOf(int device) {
   if (auto it = other_lanes_.find(device); it != other_lanes_.end()) return it->second;
-  return Lane{ctx_, stream_};
+  return Lane{ctx_, stream_, &gate_};
 }
 
 Status SoftOperation::WaitEventOn(backend::Context* stream_ctx, backend::StreamHandle stream,
@@ -140,8 +150,17 @@ bool SoftOperation::LaunchInstead(const session::CallView& call, Status* result)
 
 void SoftOperation::Admitted(const session::CallView& call, const Status& result) {
   if (device_state_dropped_) return;  // after a reset (or the end): nothing of ours is in the context
-  // The gate watches the home GPU's copy engines only.
-  if (IsHostDeviceCopy(call) && stream_ != 0 && ContextOfCall(call) == ctx_) gate_.NoteAppCopy(ctx_, call.stream);
+  // The gate of the GPU the copy runs on.
+  if (IsHostDeviceCopy(call) && stream_ != 0) {
+    backend::Context* cctx = ContextOfCall(call);
+    if (cctx == ctx_) {
+      gate_.NoteAppCopy(ctx_, call.stream);
+    } else {
+      for (const auto& [device, lane] : other_lanes_) {
+        if (lane.ctx == cctx && lane.gate != nullptr) lane.gate->NoteAppCopy(cctx, call.stream);
+      }
+    }
+  }
   AdmittedCall(call, result);
 }
 
@@ -186,6 +205,7 @@ void SoftOperation::DropDeviceState() {
   for (auto& [device, lane] : other_lanes_) {
     if (lane.stream != 0) close(lane.ctx, lane.stream);
     lane.stream = 0;
+    if (lane.gate != nullptr) lane.gate->Destroy(lane.ctx);
   }
   auto in = [&](backend::Context* ctx) { return ctx != nullptr ? ctx : ctx_; };
   for (const auto& e : left.events_to_wait) {
@@ -202,6 +222,7 @@ OperationCounters SoftOperation::counters() {
   std::lock_guard<std::mutex> lock(table_.mu);
   OperationCounters c = counters_;
   c.copier_yields = gate_.yields();
+  for (const auto& [device, gate] : other_gates_) c.copier_yields += gate->yields();
   return c;
 }
 

@@ -56,8 +56,9 @@
 // shadow D2D and its event go there), a kernel in another context runs as
 // a twin of a validator in that context, and an event of one context that
 // a stream of another must follow is waited for on the host (the backend
-// has no cross-context wait; the session orders app streams so too). The
-// copy-engine gate watches the home GPU's copies only.
+// has no cross-context wait; the session orders app streams so too). Each
+// GPU has its copy-engine gate: the worker yields to the app's host copies
+// on the GPU it copies on.
 #pragma once
 
 #include <atomic>
@@ -128,10 +129,12 @@ class SoftOperation : public Operation, public std::enable_shared_from_this<Soft
     ShadowPool* pool = nullptr;             // cow: phosd's reserve, if pool_ranges
     std::vector<PoolRange> pool_ranges;     // given back to `pool` last (cow: its shadows)
   };
-  /// The worker's stream on one GPU.
+  /// The worker's stream on one GPU, and the copy-engine gate of that GPU
+  /// (null when it could not be made: no yields there).
   struct Lane {
     backend::Context* ctx = nullptr;
     backend::StreamHandle stream = 0;
+    CopyEngineGate* gate = nullptr;
   };
 
   /// `what` names the operation in messages ("checkpoint", "restore"),
@@ -201,7 +204,12 @@ class SoftOperation : public Operation, public std::enable_shared_from_this<Soft
   // ---- several GPUs
   /// The worker's lane on phosd's GPU `device` (the home lane for the home
   /// GPU and for one Start opened none on).
-  Lane LaneOf(int device) const;
+  Lane LaneOf(int device);
+  /// Worker thread, inside UseContext, before a chunk's copy on `lane`:
+  /// lets an app copy admitted on that GPU since the last chunk go first.
+  static void YieldToAppCopies(const Lane& lane) {
+    if (lane.gate != nullptr) lane.gate->YieldIfNeeded(lane.ctx);
+  }
   /// The context a call runs in (its own, else the home one).
   backend::Context* ContextOfCall(const session::CallView& call) const { return call.ctx != nullptr ? call.ctx : ctx_; }
   /// Orders `stream` of `stream_ctx` after `event` of `event_ctx`: an
@@ -240,6 +248,10 @@ class SoftOperation : public Operation, public std::enable_shared_from_this<Soft
   backend::Context* ctx_ = nullptr;              // the session's (home) context at Start (written once, before the worker runs)
   int home_device_ = 0;                          // phosd's GPU of ctx_ (written with it)
   std::map<int, Lane> other_lanes_;              // worker streams on the other GPUs (file comment)
+  // Their copy-engine gates: inserted by Start under table_.mu (counters()
+  // reads their yields under it), never erased before the destructor
+  // (DropDeviceState destroys their events).
+  std::map<int, std::unique_ptr<CopyEngineGate>> other_gates_;
   std::map<backend::Context*, std::unique_ptr<TwinValidator>> other_validators_;  // by context (file comment)
   const session::SessionState* st_ = nullptr;    // consumer thread only (LaunchInstead)
   backend::StreamHandle stream_ = 0;             // the worker's; set by Start, zeroed by DropDeviceState after the fence

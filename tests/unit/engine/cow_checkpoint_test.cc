@@ -538,6 +538,8 @@ TEST_F(TwoGpuCowCheckpointTest, CopyOnWriteTakesBothGpusWhileTheAppWritesOnEach)
   if (reached) {
     app_->UseDevice(1);
     EXPECT_EQ(app_->Memset(a1, 0x21, 1, kBytes), kOk) << app_->message();  // GPU 1, its own context
+    const uint8_t word[16] = {0x21};
+    EXPECT_EQ(app_->H2D(a1 + 4096, word, sizeof word), kOk) << app_->message();  // a host copy on GPU 1
     EXPECT_EQ(app_->D2D(b0, src1, kBytes), kOk) << app_->message();        // GPU 0's buffer from GPU 1
     struct {
       uint64_t a, b, c;
@@ -562,6 +564,9 @@ TEST_F(TwoGpuCowCheckpointTest, CopyOnWriteTakesBothGpusWhileTheAppWritesOnEach)
   EXPECT_GE(r.counters.twin_launches, 1u) << "the kernel on GPU 1 did not run as its twin";
   EXPECT_GE(r.counters.shadows, 4u);
   EXPECT_EQ(r.counters.shadows_from_reserve, r.counters.shadows);
+  // GPU 1's copier lane yielded once to the app's host copy there (GPU 0
+  // saw none: its gate never yields).
+  EXPECT_EQ(r.counters.copier_yields, 1u);
   for (const auto& d : pool.stats()) EXPECT_EQ(d.in_use, 0u) << "a shadow was not given back";
 
   // The image: every buffer and both variable instances as at t1.
