@@ -200,11 +200,12 @@ void SoftOperation::DropDeviceState() {
     (void)ctx->SynchronizeStream(stream);
     if (Status s = ctx->DestroyStream(stream); !s.ok()) spdlog::warn("{}: {} stream: {}", what_, worker_, s.ToString());
   };
+  // The handles stay in stream_ and the lanes, stale: the worker reads
+  // them outside UseContext (LaneOf) but uses them only inside it, where
+  // the fence stops it; Admitted returns before looking at them.
   if (stream_ != 0) close(ctx_, stream_);
-  stream_ = 0;
-  for (auto& [device, lane] : other_lanes_) {
+  for (const auto& [device, lane] : other_lanes_) {
     if (lane.stream != 0) close(lane.ctx, lane.stream);
-    lane.stream = 0;
     if (lane.gate != nullptr) lane.gate->Destroy(lane.ctx);
   }
   auto in = [&](backend::Context* ctx) { return ctx != nullptr ? ctx : ctx_; };

@@ -254,7 +254,7 @@ class SoftOperation : public Operation, public std::enable_shared_from_this<Soft
   std::map<int, std::unique_ptr<CopyEngineGate>> other_gates_;
   std::map<backend::Context*, std::unique_ptr<TwinValidator>> other_validators_;  // by context (file comment)
   const session::SessionState* st_ = nullptr;    // consumer thread only (LaunchInstead)
-  backend::StreamHandle stream_ = 0;             // the worker's; set by Start, zeroed by DropDeviceState after the fence
+  backend::StreamHandle stream_ = 0;             // the worker's; set by Start (0: none), destroyed by DropDeviceState after the fence
   std::unique_ptr<TwinValidator> validator_;     // created/destroyed on the consumer thread; null when unavailable or dropped
   CopyEngineGate gate_;                          // its own threading (copy_engine_gate.h)
   bool device_state_dropped_ = false;            // consumer thread only
