@@ -79,12 +79,9 @@ Status CheckpointTask::Capture(session::SessionState& st) {
   progress_->SetPhase("copy", "copying " + std::to_string(snap.buffers.size()) + " buffers and " +
                                   std::to_string(snap.globals.size()) + " globals to the image",
                       total);
-  std::map<std::uint64_t, int> global_devices;
-  for (const auto& g : snap.objects.globals) global_devices[g.address] = g.device;
-  auto copy_all = [&](const std::vector<DeviceRange>& ranges, const std::map<std::uint64_t, int>& devices) -> Status {
+  auto copy_all = [&](const std::vector<DeviceRange>& ranges) -> Status {
     for (const auto& r : ranges) {
-      auto d = devices.find(r.address);
-      const int device = d == devices.end() ? st.device : d->second;
+      const int device = snap.objects.DeviceOf(r.address);
       auto& [ctx, stream] = streams[device];
       if (ctx == nullptr) {
         ctx = session::ContextOf(st, device);
@@ -98,8 +95,8 @@ Status CheckpointTask::Capture(session::SessionState& st) {
     }
     return Status::Ok();
   };
-  Status s = copy_all(snap.buffers, snap.objects.buffer_devices);
-  if (s.ok()) s = copy_all(snap.globals, global_devices);
+  Status s = copy_all(snap.buffers);
+  if (s.ok()) s = copy_all(snap.globals);
   for (const auto& [device, made] : streams) {
     if (made.second == 0) continue;
     Status d = made.first->DestroyStream(made.second);

@@ -29,10 +29,6 @@ Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
   // names the GPU and says the state cannot be checkpointed).
   PHOS_RETURN_IF_ERROR(QuiesceAllDevices(st));
   snapshot_ = CaptureSnapshot(st);
-  // Each range's GPU: buffers by their start, globals by their module
-  // instance's GPU; the home GPU unless recorded.
-  std::map<std::uint64_t, int> global_devices;
-  for (const auto& g : snapshot_.objects.globals) global_devices[g.address] = g.device;
   std::set<int> devices{st.device};
   std::uint64_t total = 0;
   std::vector<TrackedBuffer> tracked;
@@ -44,9 +40,7 @@ Status CowCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
   // still shadow every unsaved piece of what they may write.
   const std::uint64_t piece = options_.image.chunk_bytes;  // the writer takes whole chunks
   auto track = [&](const DeviceRange& r, bool global) -> Status {
-    const auto& of = global ? global_devices : snapshot_.objects.buffer_devices;
-    auto d = of.find(r.address);
-    const int device = d == of.end() ? st.device : d->second;
+    const int device = snapshot_.objects.DeviceOf(r.address);
     devices.insert(device);
     std::size_t image_index = 0;
     PHOS_RETURN_IF_ERROR(writer_->AddBuffer(r.address, r.bytes, &image_index));

@@ -254,20 +254,7 @@ Status Recreate(session::SessionState& st, RestoreTask& task, const image::v1::S
   for (const auto& b : task.snapshot().buffers) {
     auto on = buffer_devices.find(b.address);
     const int device = plan.Of(on == buffer_devices.end() ? handles.device() : on->second);
-    backend::Context* ctx = session::ContextOf(st, device);
-    if (ctx == nullptr) return Status::Internal("no context on GPU " + std::to_string(device));
-    backend::DevicePtr got = 0;
-    Status s = ctx->Allocate(b.bytes, b.address, &got);
-    if (s.ok() && got != b.address) {
-      (void)ctx->Free(got);
-      s = Status::Internal("the backend placed it at " + Hex(got));
-    }
-    if (!s.ok()) {
-      return s.WithContext("allocating " + std::to_string(b.bytes) + " bytes at " + Hex(b.address) + " on GPU " +
-                           std::to_string(device) + " (the address may be taken)");
-    }
-    st.buffers.Add(b.address, b.bytes);
-    if (device != st.device) st.buffer_devices[b.address] = device;
+    PHOS_RETURN_IF_ERROR(session::AllocateBufferAt(st, device, b.address, b.bytes));
     ++r->allocated;
   }
   // Texture and surface objects last: each must name a buffer of the session.

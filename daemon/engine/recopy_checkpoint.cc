@@ -57,18 +57,13 @@ Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
   std::uint64_t total = 0;
   std::vector<TrackedBuffer> tracked;
   std::vector<std::uint64_t> order;
-  // Each range's GPU (the home one unless recorded).
-  std::map<std::uint64_t, int> global_devices;
-  for (const auto& g : snap.objects.globals) global_devices[g.address] = g.device;
   std::set<int> devices{st.device};
   auto track = [&](const DeviceRange& r, bool global) {
-    const auto& of = global ? global_devices : snap.objects.buffer_devices;
-    auto d = of.find(r.address);
     TrackedBuffer b;
     b.address = r.address;
     b.bytes = r.bytes;
     b.global = global;
-    b.device = d == of.end() ? st.device : d->second;
+    b.device = snap.objects.DeviceOf(r.address);
     devices.insert(b.device);
     b.state = kDirty;
     b.dirty.assign(static_cast<std::size_t>(image::ChunkCount(r.bytes, chunk_)), true);
@@ -95,9 +90,7 @@ Status RecopyCheckpoint::Start(session::SessionState& st, EngineHook* hook) {
     std::vector<std::pair<backend::Context*, backend::StreamHandle>> streams = {{ctx_, backend::kDefaultStream}};
     for (const auto& [device, ctx] : st.other_contexts) streams.emplace_back(ctx, backend::kDefaultStream);
     for (const auto& [id, h] : st.streams) {
-      auto d = st.stream_devices.find(id);
-      backend::Context* ctx = d == st.stream_devices.end() ? ctx_ : session::ContextOf(st, d->second);
-      if (ctx != nullptr) streams.emplace_back(ctx, h);
+      if (backend::Context* ctx = session::StreamContext(st, id); ctx != nullptr) streams.emplace_back(ctx, h);
     }
     std::lock_guard<std::mutex> lock(table_.mu);
     for (const auto& [ctx, h] : streams) {
@@ -528,27 +521,24 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
   // Every GPU the process uses, also one it took since Start.
   PHOS_RETURN_IF_ERROR(QuiesceAllDevices(st));
   final_snapshot_ = CaptureSnapshot(st);
-  std::map<std::uint64_t, int> range_devices = final_snapshot_.objects.buffer_devices;
-  for (const auto& g : final_snapshot_.objects.globals) range_devices[g.address] = g.device;
   // The copies at t2 go through the copier's stream on each GPU, or (after
   // a reset replaced the context; a GPU taken since Start) through one made
   // now in the session's context there.
-  std::map<int, std::pair<backend::Context*, backend::StreamHandle>> copy_streams;
-  std::vector<std::pair<backend::Context*, backend::StreamHandle>> temps;
-  auto stream_on = [&](int device, std::pair<backend::Context*, backend::StreamHandle>* out) -> Status {
-    auto it = copy_streams.find(device);
-    if (it == copy_streams.end()) {
-      std::pair<backend::Context*, backend::StreamHandle> made{nullptr, 0};
+  std::map<int, Lane> copy_lanes;
+  std::vector<Lane> temps;
+  auto lane_on = [&](int device, Lane* out) -> Status {
+    auto it = copy_lanes.find(device);
+    if (it == copy_lanes.end()) {
+      Lane made;
       if (same_context && (device == home_device_ || other_lanes_.count(device) > 0)) {
-        const Lane lane = LaneOf(device);
-        made = {lane.ctx, lane.stream};
+        made = LaneOf(device);
       } else {
-        made.first = device == st.device ? st.ctx : session::ContextOf(st, device);
-        if (made.first == nullptr) return Status::Internal("no context of the session on GPU " + std::to_string(device));
-        PHOS_RETURN_IF_ERROR(made.first->CreateStream(backend::kStreamNonBlocking, 0, &made.second));
+        made.ctx = device == st.device ? st.ctx : session::ContextOf(st, device);
+        if (made.ctx == nullptr) return Status::Internal("no context of the session on GPU " + std::to_string(device));
+        PHOS_RETURN_IF_ERROR(made.ctx->CreateStream(backend::kStreamNonBlocking, 0, &made.stream));
         temps.push_back(made);
       }
-      it = copy_streams.emplace(device, made).first;
+      it = copy_lanes.emplace(device, made).first;
     }
     *out = it->second;
     return Status::Ok();
@@ -595,18 +585,17 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
     Extent e;
     e.address = p.range.address;
     e.bytes = p.range.bytes;
-    auto d = range_devices.find(p.range.address);
-    std::pair<backend::Context*, backend::StreamHandle> on;
-    status = stream_on(d == range_devices.end() ? st.device : d->second, &on);
+    Lane on;
+    status = lane_on(final_snapshot_.objects.DeviceOf(p.range.address), &on);
     if (!status.ok()) break;
     if (p.tracked == nullptr) {
       e.host.resize(p.range.bytes);
-      status = CopyNow(on.first, on.second, p.range.address, chunk_, {}, &e.host, &copied_now);
+      status = CopyNow(on.ctx, on.stream, p.range.address, chunk_, {}, &e.host, &copied_now);
     } else {
       TrackedBuffer& b = *p.tracked;
       e.host = std::move(b.host);
       e.host.resize(p.range.bytes);  // a buffer never copied had no host vector (all its chunks are dirty)
-      status = CopyNow(on.first, on.second, p.range.address, chunk_, p.copy_now, &e.host, &copied_now);
+      status = CopyNow(on.ctx, on.stream, p.range.address, chunk_, p.copy_now, &e.host, &copied_now);
       // A clean chunk handed over in a round is still current: the receiver
       // has it. Everything else is in `host` now.
       e.refs.resize(p.copy_now.size());
@@ -632,7 +621,7 @@ Status RecopyCheckpoint::CaptureFinal(session::SessionState& st, CheckpointResul
     std::lock_guard<std::mutex> lock(table_.mu);
     counters_.recopy_dirty_bytes += copied_now;
   }
-  for (const auto& [ctx, stream] : temps) (void)ctx->DestroyStream(stream);
+  for (const Lane& t : temps) (void)t.ctx->DestroyStream(t.stream);
   PHOS_RETURN_IF_ERROR(status);
   result->bytes = total;
   result->buffers = static_cast<std::uint32_t>(final_snapshot_.buffers.size());

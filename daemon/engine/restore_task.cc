@@ -76,7 +76,7 @@ Status RestoreTask::Prepare(const std::string& dir, bool verify_all) {
     total += e.bytes();
   }
   for (int i = 0; i < m.buffers_size(); ++i) extent_by_address_[m.buffers(i).device_address()] = static_cast<std::size_t>(i);
-  PHOS_RETURN_IF_ERROR(ReadImageDevices(m, &image_devices_).WithContext(dir + "/manifest"));
+  PHOS_RETURN_IF_ERROR(ReadImageDevices(m, snap_, &image_devices_).WithContext(dir + "/manifest"));
   result_.bytes = total;
   result_.buffers = static_cast<std::uint32_t>(snap_.buffers.size());
   result_.globals = static_cast<std::uint32_t>(snap_.globals.size());
@@ -219,21 +219,7 @@ Status RestoreTask::MapBuffers(session::SessionState& st) {
   for (const auto& [addr, bytes] : image_buffers) {
     if (st.buffers.count(addr)) continue;
     // On the GPU the image has it on (MatchDevices made the contexts).
-    const int device = ImageDeviceOf(st, addr);
-    backend::Context* ctx = session::ContextOf(st, device);
-    backend::DevicePtr got = 0;
-    Status s = ctx != nullptr ? ctx->Allocate(bytes, addr, &got)
-                              : Status::Internal("no context of the session on GPU " + std::to_string(device));
-    if (s.ok() && got != addr) {
-      (void)ctx->Free(got);
-      s = Status::Internal("the backend placed it at " + Hex(got));
-    }
-    if (!s.ok()) {
-      return Undefined(s.WithContext("allocating " + std::to_string(bytes) + " bytes at " + Hex(addr) +
-                                     " (the address may be taken)"));
-    }
-    st.buffers.Add(addr, bytes);
-    if (device != st.device) st.buffer_devices[addr] = device;
+    if (Status s = session::AllocateBufferAt(st, ImageDeviceOf(st, addr), addr, bytes); !s.ok()) return Undefined(s);
     ++result_.allocated;
   }
   return Status::Ok();

@@ -42,7 +42,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -99,9 +98,6 @@ class RestoreTask {
   /// Thread-safe after Prepare.
   image::ImageReader& reader() { return *reader_; }
   const SessionSnapshot& snapshot() const { return snap_; }
-  /// Whether the image's process used more than one GPU (its session
-  /// records name another GPU). After Prepare.
-  bool image_uses_several_devices() const { return !image_devices_.others.empty(); }
   /// The manifest extent holding the range at `address` (buffer or global);
   /// -1 when none.
   long extent_of(std::uint64_t address) const {

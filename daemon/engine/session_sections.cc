@@ -279,41 +279,28 @@ Status ReadSessionSections(const image::v1::Manifest& manifest, const SessionSna
   return CheckDevices(*handles, snap);
 }
 
-
-Status ReadImageDevices(const image::v1::Manifest& manifest, ImageDevices* out) {
+Status ReadImageDevices(const image::v1::Manifest& manifest, const SessionSnapshot& snap, ImageDevices* out) {
   *out = ImageDevices{};
   if (manifest.streams().empty()) return Status::Ok();  // an image without records: one GPU
   image::v1::SessionHandles handles;
   if (!handles.ParseFromString(manifest.streams())) {
     return Status::Corruption("its session records (streams section) do not parse");
   }
-  auto check = [](int device, const std::string& what) -> Status {
-    if (device < 0 || device > 255) return Status::Corruption(what + " names GPU " + std::to_string(device));
-    return Status::Ok();
-  };
+  // The checks a fresh restore makes (every GPU an ordinal, every object's
+  // GPU one the session used, every listed buffer one of the image's).
+  PHOS_RETURN_IF_ERROR(CheckDevices(handles, snap));
   out->home = handles.device();
-  PHOS_RETURN_IF_ERROR(check(out->home, "the home GPU"));
-  for (int d : handles.other_devices()) {
-    PHOS_RETURN_IF_ERROR(check(d, "the list of other GPUs"));
-    if (d != out->home) out->others.insert(d);
-  }
-  std::set<std::uint64_t> extents;
-  for (const auto& e : manifest.buffers()) extents.insert(e.device_address());
-  auto place = [&](std::uint64_t address, int device, const std::string& what) -> Status {
-    PHOS_RETURN_IF_ERROR(check(device, what));
-    if (device == out->home) return Status::Ok();
-    if (!out->others.count(device)) {
-      return Status::Corruption(what + " is on GPU " + std::to_string(device) + ", which the image's process did not use");
-    }
-    if (!extents.count(address)) return Status::Corruption(what + " is not an extent of the image");
-    out->ranges[address] = device;
-    return Status::Ok();
-  };
-  for (const auto& b : handles.buffer_devices()) {
-    PHOS_RETURN_IF_ERROR(place(b.address(), b.device(), "buffer " + Hex(b.address())));
-  }
+  out->others.insert(handles.other_devices().begin(), handles.other_devices().end());
+  for (const auto& b : handles.buffer_devices()) out->ranges[b.address()] = b.device();
+  std::set<std::uint64_t> globals;
+  for (const auto& g : snap.globals) globals.insert(g.address);
   for (const auto& g : handles.globals()) {
-    if (g.has_device()) PHOS_RETURN_IF_ERROR(place(g.address(), g.device(), "module variable " + Hex(g.address())));
+    if (!g.has_device() || g.device() == out->home) continue;
+    if (!globals.count(g.address())) {
+      return Status::Corruption("module variable " + Hex(g.address()) + " is recorded on GPU " +
+                                std::to_string(g.device()) + ", but it is no module variable of the image");
+    }
+    out->ranges[g.address()] = g.device();
   }
   return Status::Ok();
 }

@@ -60,9 +60,10 @@ struct ImageDevices {
   std::map<std::uint64_t, int> ranges;   // extent start -> GPU, for ranges off the home GPU
 };
 /// The streams section's GPU records (an image without one: a single
-/// GPU). Corruption when they do not parse, name a GPU past 255, or put a
-/// buffer or module variable on a GPU the process did not use or at an
-/// address that is no extent of the manifest.
-Status ReadImageDevices(const image::v1::Manifest& manifest, ImageDevices* out);
+/// GPU), checked against `snap` (the decoded `handles` section) as
+/// ReadSessionSections checks them; Corruption when they do not parse or
+/// a check fails, also for a module variable recorded off the home GPU
+/// that is none of the snapshot's.
+Status ReadImageDevices(const image::v1::Manifest& manifest, const SessionSnapshot& snap, ImageDevices* out);
 
 }  // namespace phos::engine

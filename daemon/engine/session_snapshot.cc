@@ -83,6 +83,14 @@ Status QuiesceAllDevices(session::SessionState& st, const char* refusal) {
   return Status::Ok();
 }
 
+int SessionObjects::DeviceOf(std::uint64_t address) const {
+  if (auto b = buffer_devices.find(address); b != buffer_devices.end()) return b->second;
+  auto g = std::lower_bound(globals.begin(), globals.end(), address,
+                            [](const Global& x, std::uint64_t a) { return x.address < a; });
+  if (g != globals.end() && g->address == address) return g->device;
+  return device;
+}
+
 SessionSnapshot CaptureSnapshot(const session::SessionState& st) {
   SessionSnapshot s;
   for (const auto& [addr, bytes] : st.buffers) s.buffers.push_back({addr, bytes});

@@ -95,6 +95,10 @@ struct SessionObjects {
     int nranks = 0, rank = 0;
   };
   std::vector<Communicator> communicators;  // ascending app id
+
+  /// phosd's GPU of the range (buffer or module variable) starting at
+  /// `address`: its recorded GPU, else the home one.
+  int DeviceOf(std::uint64_t address) const;
 };
 
 struct SessionSnapshot {

@@ -359,6 +359,10 @@ void AddMappedRangeAccess(const SessionState& st, CallView* view);
 /// kMemAddressReserve at `at` exactly (a restore; `at` != 0), recorded in
 /// reserved_ranges.
 Status ReserveAddressRangeAt(SessionState& st, uint64_t at, uint64_t bytes);
+/// A buffer of `bytes` at `at` exactly, on phosd's GPU `device` (a
+/// restore), recorded in buffers (and buffer_devices off the home GPU).
+/// The error names the range and GPU (memory_handlers.cc).
+Status AllocateBufferAt(SessionState& st, int device, uint64_t at, uint64_t bytes);
 /// The device heap (device_heap.cc): made (a buffer of the session, handed
 /// to the backend) if a kernel of a module that calls malloc is launched
 /// and there is none yet.
@@ -408,6 +412,10 @@ void AbortCommunicators(SessionState& st, const std::string& why);
 backend::Context* ContextOf(const SessionState& st, int device);
 /// The home context, also while a call runs on another GPU.
 backend::Context* HomeContext(const SessionState& st);
+/// The context of stream / event `id` (its GPU's; the home one for an id
+/// the session does not know, which the caller's lookup then refuses).
+backend::Context* StreamContext(const SessionState& st, uint32_t id);
+backend::Context* EventContext(const SessionState& st, uint32_t id);
 /// The GPU a buffer (by its start) lives on: the home GPU unless recorded.
 int DeviceOfBuffer(const SessionState& st, uint64_t ptr);
 /// Makes st.ctx the context of `device` for the call about to run

@@ -100,10 +100,6 @@ Status EnsurePinnedSegments(SessionState& st);
 /// NotSupported naming `what` when the call runs on a GPU other than the
 /// session's home one: what phos does on the first GPU of a process only.
 Status HomeDeviceOnly(const SessionState& st, const char* what);
-/// The context of stream / event `id` (its GPU's; the home one for an id
-/// the session does not know, which the caller's lookup then refuses).
-backend::Context* StreamContext(const SessionState& st, uint32_t id);
-backend::Context* EventContext(const SessionState& st, uint32_t id);
 /// Module `module_id` / function `function_id` in the context of the call's
 /// GPU, loaded (resolved) there the first time it is used on it.
 Status ModuleOnCallDevice(SessionState& st, uint32_t module_id, backend::ModuleHandle* out);

@@ -94,6 +94,24 @@ Status FreeBufferSynchronously(SessionState& st, CallView view, BufferMap::const
   return s;
 }
 
+Status AllocateBufferAt(SessionState& st, int device, uint64_t at, uint64_t bytes) {
+  backend::Context* ctx = ContextOf(st, device);
+  backend::DevicePtr got = 0;
+  Status s = ctx != nullptr ? ctx->Allocate(bytes, at, &got)
+                            : Status::Internal("the session has no context on GPU " + std::to_string(device));
+  if (s.ok() && got != at) {
+    (void)ctx->Free(got);
+    s = Status::Internal(fmt::format("the backend placed it at 0x{:x}", got));
+  }
+  if (!s.ok()) {
+    return s.WithContext(fmt::format("allocating {} bytes at 0x{:x} on GPU {} (the address may be taken)", bytes,
+                                     at, device));
+  }
+  st.buffers.Add(at, bytes);
+  if (device != st.device) st.buffer_devices[at] = device;
+  return Status::Ok();
+}
+
 void HandleFreeAsync(SessionState& st, const CallContext& call, const wire::PointerRequest& req, Outcome* out) {
   if (req.ptr == 0) return;  // cudaFreeAsync(nullptr) is a no-op
   backend::StreamHandle stream = 0;

@@ -10,8 +10,8 @@
 // manifest file's header and checksum, so mutations reach the checks):
 // DecodeSnapshot of its session index, ReadSessionSections, and for an
 // accepted one PlanRestoreDevices against a 4-GPU sim backend (with no map
-// and with GPU 0 moved to 3) and RestoredAliases; and, on every parsed
-// manifest, ReadImageDevices (what an in-place restore reads). Seeds are made by
+// and with GPU 0 moved to 3) and RestoredAliases; and, on every decoded
+// snapshot, ReadImageDevices (what an in-place restore reads). Seeds are made by
 // make_session_sections_seeds.py.
 #include <cstddef>
 #include <cstdint>
@@ -65,15 +65,17 @@ void CheckAccepted(const phos::image::v1::SessionHandles& h, const phos::engine:
 }
 
 // What an in-place restore reads (ReadImageDevices), checked when accepted:
-// every range off the home GPU is an extent, on one of the other GPUs.
-void CheckImageDevices(const phos::image::v1::Manifest& manifest) {
+// every range off the home GPU is one of the snapshot's, on one of the
+// other GPUs.
+void CheckImageDevices(const phos::image::v1::Manifest& manifest, const phos::engine::SessionSnapshot& snap) {
   phos::engine::ImageDevices d;
-  if (!phos::engine::ReadImageDevices(manifest, &d).ok()) return;
-  std::set<std::uint64_t> extents;
-  for (const auto& e : manifest.buffers()) extents.insert(e.device_address());
+  if (!phos::engine::ReadImageDevices(manifest, snap, &d).ok()) return;
+  std::set<std::uint64_t> ranges;
+  for (const auto& b : snap.buffers) ranges.insert(b.address);
+  for (const auto& g : snap.globals) ranges.insert(g.address);
   if (d.others.count(d.home)) std::abort();
   for (const auto& [address, device] : d.ranges) {
-    if (!extents.count(address) || !d.others.count(device) || device < 0 || device > 255) std::abort();
+    if (!ranges.count(address) || !d.others.count(device) || device < 0 || device > 255) std::abort();
   }
 }
 
@@ -82,9 +84,9 @@ void CheckImageDevices(const phos::image::v1::Manifest& manifest) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   phos::image::v1::Manifest manifest;
   if (!manifest.ParseFromArray(data, static_cast<int>(size))) return 0;
-  CheckImageDevices(manifest);
   phos::engine::SessionSnapshot snap;
   if (!phos::engine::DecodeSnapshot(manifest.session(), &snap).ok()) return 0;
+  CheckImageDevices(manifest, snap);
   phos::image::v1::SessionHandles handles;
   phos::image::v1::SessionModules modules;
   if (!phos::engine::ReadSessionSections(manifest, snap, &handles, &modules).ok()) return 0;

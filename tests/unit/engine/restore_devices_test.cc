@@ -165,16 +165,17 @@ TEST_F(SessionDeviceRecordsTest, DamagedDeviceRecordsAreCorruption) {
 // one GPU.
 TEST_F(SessionDeviceRecordsTest, AnInPlaceRestoreReadsEachRangesGpu) {
   image::v1::Manifest m = manifest_;
-  for (std::uint64_t a : {0x10000u, 0x20000u}) m.add_buffers()->set_device_address(a);
+  SessionSnapshot decoded;
+  ASSERT_TRUE(DecodeSnapshot(m.session(), &decoded).ok());
   ImageDevices d;
-  ASSERT_TRUE(ReadImageDevices(m, &d).ok());
+  ASSERT_TRUE(ReadImageDevices(m, decoded, &d).ok());
   EXPECT_EQ(d.home, 0);
   EXPECT_EQ(d.others, (std::set<int>{1}));
   EXPECT_EQ(d.ranges, (std::map<std::uint64_t, int>{{0x20000, 1}}));
   auto refused = [&](const std::string& streams, const char* what) {
     image::v1::Manifest bad = m;
     bad.set_streams(streams);
-    Status s = ReadImageDevices(bad, &d);
+    Status s = ReadImageDevices(bad, decoded, &d);
     EXPECT_EQ(s.code(), Status::Code::kCorruption) << what << ": " << s.ToString();
   };
   image::v1::SessionHandles h = Written();
@@ -182,13 +183,13 @@ TEST_F(SessionDeviceRecordsTest, AnInPlaceRestoreReadsEachRangesGpu) {
   refused(h.SerializeAsString(), "buffer on a GPU the process did not use");
   h = Written();
   h.mutable_buffer_devices(0)->set_address(0x30000);
-  refused(h.SerializeAsString(), "buffer that is no extent");
+  refused(h.SerializeAsString(), "buffer that is none of the image's");
   h = Written();
   h.set_device(300);
   refused(h.SerializeAsString(), "home GPU past 255");
   refused(std::string("\xff\xff\xff", 3), "records that do not parse");
   m.clear_streams();
-  ASSERT_TRUE(ReadImageDevices(m, &d).ok());
+  ASSERT_TRUE(ReadImageDevices(m, decoded, &d).ok());
   EXPECT_EQ(d.home, -1);
   EXPECT_TRUE(d.others.empty() && d.ranges.empty());
 }
